@@ -1,0 +1,26 @@
+#pragma once
+// Subcommand registry: each src/cli/<name>.cpp provides add_<name>_command().
+#include <functional>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace dgemma::cli {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+using CommandList = std::vector<Command>;
+
+void add_inspect_command(CLI::App& app, CommandList& out);
+void add_generate_command(CLI::App& app, CommandList& out);
+void add_serve_command(CLI::App& app, CommandList& out);
+
+inline void register_commands(CLI::App& app, CommandList& out) {
+  add_serve_command(app, out);
+  add_generate_command(app, out);
+  add_inspect_command(app, out);
+}
+
+}  // namespace dgemma::cli

@@ -1,0 +1,2 @@
+// Placeholder translation unit for a module that has no sources yet.
+namespace dgemma {}
