@@ -1,0 +1,37 @@
+#pragma once
+// Everything needed to build an engine from the command line (dgemma serve / generate).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/request.h"
+#include "util/json.h"
+
+namespace dgemma {
+
+struct EngineConfig {
+  std::string model_dir;               // HF model directory
+  std::string load_format = "auto";    // auto | safetensors | dummy  (tests may add scripted:FILE, handled by the API layer)
+  std::string device = "auto";         // auto | cpu | cuda
+  std::string dtype = "auto";          // auto | bfloat16
+  int64_t max_model_len = 0;           // 0: from config (max_position_embeddings), capped by memory
+  int max_num_seqs = 4;                // running requests
+  int64_t max_num_batched_tokens = 0;  // 0: derived (max_num_seqs * canvas + prefill chunk)
+  int max_queue = 1024;                // waiting requests before 503
+  double gpu_memory_utilization = 0.9;
+  std::optional<int> canvas_length;        // --diffusion-config canvas_length
+  std::optional<int> max_denoising_steps;  // --diffusion-config max_denoising_steps
+  Json hf_overrides = Json::object();      // --hf-overrides (diffusion_sampler, diffusion_entropy_bound, ...)
+  std::string generation_config;           // --generation-config: "auto" (model dir), "vllm" (built-in defaults) or a directory
+  Json override_generation_config = Json::object();  // --override-generation-config
+  uint64_t seed = 0;                       // --seed: base for requests without their own seed
+  bool enable_prefix_caching = false;
+  bool enable_chunked_prefill = true;
+};
+
+// Builds the model-backed engine (loads weights, allocates the KV cache, starts the engine thread).
+// Throws Error with a clear message on a bad model directory or an impossible memory plan.
+std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& config);
+
+}  // namespace dgemma
