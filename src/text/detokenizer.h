@@ -1,0 +1,29 @@
+#pragma once
+// Streaming detokenisation on top of Tokenizer (text/tokenizer.h).
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "text/tokenizer.h"
+
+namespace dgemma {
+
+// Incremental detokenizer: feed ids as they arrive (a whole 256-token canvas at a time, or one by
+// one); returns only text whose UTF-8 is complete; holds back an unfinished run of byte-fallback
+// pieces (HF turns a whole invalid run into U+FFFD per byte, so a run can only be decided when it
+// ends); flush() at the end. Concatenating every feed() and flush() equals Tokenizer::decode(all).
+// Throws Error(kInvalidArgument) on an out-of-range id (the state stays as before that call).
+class IncrementalDetokenizer {
+ public:
+  IncrementalDetokenizer(const Tokenizer& tok, bool skip_special);
+  std::string feed(std::span<const int32_t> ids);
+  std::string feed_one(int32_t id) { return feed(std::span<const int32_t>(&id, 1)); }
+  std::string flush();
+
+ private:
+  const Tokenizer& tok_;
+  bool skip_special_;
+  std::string pending_bytes_;  // bytes of the current, unfinished byte-fallback run
+};
+
+}  // namespace dgemma
