@@ -1,0 +1,103 @@
+#pragma once
+// The op interface the model is written against (once). Each op has a CPU implementation (the
+// reference: fp32 maths with bf16 rounding exactly where transformers rounds, MODEL.md §8) and a CUDA
+// implementation; tests compare the two. Activations are bf16 unless noted.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/tensor.h"
+
+namespace dgemma {
+
+// Attention of n new query tokens of one sequence over [cached keys ; new keys].
+// Cached keys are the sequence's most recent `cache_len` tokens at absolute positions
+// [q_pos0 - cache_len, q_pos0); new token j sits at q_pos0 + j.
+struct AttentionArgs {
+  Tensor q;                 // [n, Hq, D] (after q_norm + RoPE)
+  Tensor k_cache, v_cache;  // [Hkv, cache_cap, D]; the first cache_len rows of each head are valid
+  int64_t cache_len = 0;
+  Tensor k_new, v_new;      // [n, Hkv, D]
+  bool causal = false;      // encoder: key visible iff pos_k <= pos_q (and pos_q - pos_k < window)
+  int64_t window = 0;       // sliding window for causal passes (0: none)
+  float scaling = 1.0f;
+  Tensor out;               // [n, Hq, D]
+};
+
+// The MoE block of one layer for T tokens (router on the raw residual, experts on the normed one).
+struct MoeArgs {
+  Tensor router_in;        // [T, H] raw residual h1
+  Tensor expert_in;        // [T, H] pre_feedforward_layernorm_2(h1)
+  Tensor router_scale;     // [H] bf16
+  Tensor router_proj;      // [E, H] bf16
+  Tensor per_expert_scale; // [E] bf16
+  Tensor gate_up;          // [E, 2I, H] bf16 (rows 0..I-1 gate, I..2I-1 up)
+  Tensor down;             // [E, H, I] bf16
+  int top_k = 1;
+  float eps = 1e-6f;
+  Tensor out;              // [T, H]
+  // Optional debug outputs (empty tensors: not produced): host f32 [T,E], f32 [T,k], i32 [T,k].
+  Tensor dbg_probs, dbg_weights, dbg_index;
+};
+
+// The per-position sampler maths of one denoising step for one canvas (MODEL.md §6): soft-cap,
+// temperature, entropy, argmax, the Gumbel-max sample with the project's counter-based noise, the
+// log-probability of the argmax, and the bf16 self-conditioning probabilities (written over the
+// logits, in place) — never materialising an fp32 [C, V] tensor.
+struct SamplerArgs {
+  Tensor logits;            // [C, V] bf16 LM-head output before the soft-cap; overwritten with bf16 probs
+  float softcap = 30.0f;
+  float temperature = 1.0f;
+  uint64_t sample_key = 0;  // rng stream key of this step's Gumbel noise
+  bool want_probs = true;   // write the self-conditioning probabilities over `logits`
+  // outputs, [C] each, on the backend's device
+  Tensor entropy;           // f32
+  Tensor argmax;            // i32
+  Tensor sample;            // i32
+  Tensor argmax_logprob;    // f32: log softmax(z)[argmax]
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // Memory. Weights are uploaded once; host tensors stay where they are on the CPU backend.
+  virtual Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) = 0;
+  virtual Tensor upload(const Tensor& host) = 0;
+  virtual void to_host(const Tensor& src, void* dst) = 0;            // copies src.nbytes()
+  virtual void from_host(const Tensor& dst, const void* src) = 0;    // copies dst.nbytes()
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;       // same device, same bytes
+  virtual void synchronize() {}
+
+  // out[t] = bf16(table[ids[t]] * scale)   (scale is the bf16 embed scale)
+  virtual void embed(const Tensor& ids, const Tensor& table, float scale, const Tensor& out) = 0;
+  // Row-wise RMSNorm over the last dim: fp32 x * (mean(x^2) + eps)^-0.5 [* w], rounded to bf16.
+  virtual void rmsnorm(const Tensor& x, const Tensor* weight, float eps, const Tensor& out) = 0;
+  // out[T,N] = bf16(x[T,K] . w[N,K]^T), fp32 accumulation.
+  virtual void matmul(const Tensor& x, const Tensor& w, const Tensor& out) = 0;
+  // out[T,N] = bf16(x[T,K] . w[K,N]), fp32 accumulation (the self-conditioning GEMM probs . E).
+  virtual void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) = 0;
+  // In-place NeoX RoPE over x[T, heads, D] with bf16 cos/sin and bf16 arithmetic.
+  virtual void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;        // bf16(a + b)
+  virtual void scale(const Tensor& x, float s, const Tensor& out) = 0;             // bf16(x * s)
+  virtual void mul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;       // bf16(a * b), b broadcast over rows if 1-D
+  virtual void gelu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;  // bf16(bf16(gelu_tanh(g)) * u)
+  virtual void attention(const AttentionArgs& args) = 0;
+  virtual void moe(const MoeArgs& args) = 0;
+  virtual void sampler(const SamplerArgs& args) = 0;
+  // Deterministic pseudo-random bf16 fill: mean + std * N(0,1) from the counter-based RNG keyed by
+  // (seed, element index) — dummy weights for any config, on the device itself.
+  virtual void fill_normal(const Tensor& t, uint64_t seed, float mean, float std) = 0;
+  // f32 out = softcap * tanh(float(bf16 logits) / softcap)   (debug dumps and golden tests)
+  virtual void softcap_logits(const Tensor& logits, float softcap, const Tensor& out) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// CUDA backend (nullptr-safe: throws Error(kUnsupported) when built without CUDA or no GPU).
+std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
+bool cuda_available();
+
+}  // namespace dgemma

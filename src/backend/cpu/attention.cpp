@@ -1,0 +1,82 @@
+// Eager attention as the reference computes it: scores = bf16(q . k^T) * scaling, fp32 softmax,
+// probabilities rounded to bf16, out = bf16(P . V) with fp32 accumulation; GQA maps query head h to
+// KV head h / (Hq / Hkv).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "util/bf16.h"
+#include "util/error.h"
+#include "util/parallel.h"
+
+namespace dgemma::cpu {
+
+void attention(const AttentionArgs& a) {
+  const int64_t n = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2);
+  const int64_t Hkv = a.k_new.dim(1);
+  DG_CHECK(a.k_new.dim(0) == n && a.k_new.dim(2) == D && Hq % Hkv == 0);
+  const int64_t L = a.cache_len;
+  const int64_t cap = L > 0 ? a.k_cache.dim(1) : 0;
+  DG_CHECK(L == 0 || (a.k_cache.dim(0) == Hkv && a.k_cache.dim(2) == D && L <= cap));
+  const int64_t groups = Hq / Hkv;
+  const int64_t total = L + n;
+  const uint16_t* q = a.q.ptr<uint16_t>();
+  const uint16_t* kc = L > 0 ? a.k_cache.ptr<uint16_t>() : nullptr;
+  const uint16_t* vc = L > 0 ? a.v_cache.ptr<uint16_t>() : nullptr;
+  const uint16_t* kn = a.k_new.ptr<uint16_t>();
+  const uint16_t* vn = a.v_new.ptr<uint16_t>();
+  uint16_t* out = a.out.ptr<uint16_t>();
+
+  auto key = [&](int64_t kvh, int64_t j) -> const uint16_t* {
+    return j < L ? kc + (kvh * cap + j) * D : kn + ((j - L) * Hkv + kvh) * D;
+  };
+  auto val = [&](int64_t kvh, int64_t j) -> const uint16_t* {
+    return j < L ? vc + (kvh * cap + j) * D : vn + ((j - L) * Hkv + kvh) * D;
+  };
+
+  parallel_for(static_cast<size_t>(n * Hq), [&](size_t b, size_t e) {
+    std::vector<float> qf(D), scores(total), acc(D);
+    for (size_t task = b; task < e; ++task) {
+      const int64_t i = static_cast<int64_t>(task) / Hq, h = static_cast<int64_t>(task) % Hq;
+      const int64_t kvh = h / groups;
+      for (int64_t d = 0; d < D; ++d) qf[d] = bf16_to_f32(q[(i * Hq + h) * D + d]);
+      // Key j's position relative to query i: cached j -> j - L, new j -> j - L (same formula).
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < total; ++j) {
+        bool visible = true;
+        if (a.causal) {
+          const int64_t dq = i - (j - L);  // pos_q - pos_k
+          visible = dq >= 0 && (a.window <= 0 || dq < a.window);
+        }
+        if (!visible) {
+          scores[j] = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        const uint16_t* kp = key(kvh, j);
+        float s = 0.f;
+        for (int64_t d = 0; d < D; ++d) s += qf[d] * bf16_to_f32(kp[d]);
+        s = round_bf16(round_bf16(s) * a.scaling);
+        scores[j] = s;
+        mx = std::max(mx, s);
+      }
+      float sum = 0.f;
+      for (int64_t j = 0; j < total; ++j) {
+        const float p = std::isinf(scores[j]) ? 0.f : std::exp(scores[j] - mx);
+        scores[j] = p;
+        sum += p;
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t j = 0; j < total; ++j) {
+        const float p = round_bf16(scores[j] / sum);
+        if (p == 0.f) continue;
+        const uint16_t* vp = val(kvh, j);
+        for (int64_t d = 0; d < D; ++d) acc[d] += p * bf16_to_f32(vp[d]);
+      }
+      for (int64_t d = 0; d < D; ++d) out[(i * Hq + h) * D + d] = f32_to_bf16(acc[d]);
+    }
+  });
+}
+
+}  // namespace dgemma::cpu

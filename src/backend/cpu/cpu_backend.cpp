@@ -1,0 +1,164 @@
+// The CPU backend: the reference implementation of every op (tests compare the CUDA backend with it).
+#include <cmath>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "util/bf16.h"
+#include "util/counter_rng.h"
+#include "util/error.h"
+#include "util/parallel.h"
+
+namespace dgemma {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::kCpu; }
+  std::string name() const override { return "cpu"; }
+
+  Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) override { return host_tensor(type, dims); }
+  Tensor upload(const Tensor& host) override { return host; }
+  void to_host(const Tensor& src, void* dst) override { std::memcpy(dst, src.data, src.nbytes()); }
+  void from_host(const Tensor& dst, const void* src) override { std::memcpy(dst.data, src, dst.nbytes()); }
+  void copy(const Tensor& dst, const Tensor& src) override {
+    DG_CHECK(dst.nbytes() == src.nbytes());
+    std::memmove(dst.data, src.data, src.nbytes());
+  }
+
+  void embed(const Tensor& ids, const Tensor& table, float scale, const Tensor& out) override {
+    const int64_t T = ids.numel(), V = table.dim(0), H = table.dim(1);
+    const int32_t* id = ids.ptr<int32_t>();
+    const uint16_t* tab = table.ptr<uint16_t>();
+    uint16_t* o = out.ptr<uint16_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      DG_CHECK(id[t] >= 0 && id[t] < V);
+      const uint16_t* row = tab + static_cast<int64_t>(id[t]) * H;
+      for (int64_t i = 0; i < H; ++i) o[t * H + i] = f32_to_bf16(bf16_to_f32(row[i]) * scale);
+    }
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor* weight, float eps, const Tensor& out) override {
+    const int64_t N = x.dim(-1), R = x.numel() / N;
+    const uint16_t* in = x.ptr<uint16_t>();
+    const uint16_t* w = weight ? weight->ptr<uint16_t>() : nullptr;
+    DG_CHECK(!weight || weight->numel() == N);
+    uint16_t* o = out.ptr<uint16_t>();
+    parallel_for(static_cast<size_t>(R), [&](size_t b, size_t e) {
+      for (size_t r = b; r < e; ++r) {
+        const uint16_t* row = in + r * N;
+        double ss = 0;
+        for (int64_t i = 0; i < N; ++i) {
+          const float v = bf16_to_f32(row[i]);
+          ss += static_cast<double>(v) * v;
+        }
+        const float ms = static_cast<float>(ss / static_cast<double>(N)) + eps;
+        const float inv = std::pow(ms, -0.5f);
+        for (int64_t i = 0; i < N; ++i) {
+          float v = bf16_to_f32(row[i]) * inv;
+          if (w) v *= bf16_to_f32(w[i]);
+          o[r * N + i] = f32_to_bf16(v);
+        }
+      }
+    }, 16);
+  }
+
+  void matmul(const Tensor& x, const Tensor& w, const Tensor& out) override { cpu::matmul(x, w, out); }
+  void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) override { cpu::matmul_kn(x, w, out); }
+
+  void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) override {
+    const int64_t T = x.dim(0), NH = x.dim(1), D = x.dim(2), half = D / 2;
+    DG_CHECK(inv_freq.numel() == half && positions.numel() == T);
+    const int32_t* pos = positions.ptr<int32_t>();
+    const float* inv = inv_freq.ptr<float>();
+    uint16_t* data = x.ptr<uint16_t>();
+    parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {
+      std::vector<float> c(half), s(half);
+      for (size_t t = b; t < e; ++t) {
+        const float p = static_cast<float>(pos[t]);
+        for (int64_t j = 0; j < half; ++j) {
+          const float f = inv[j] * p;  // fp32, as inv_freq @ position_ids
+          c[j] = round_bf16(std::cos(f));
+          s[j] = round_bf16(std::sin(f));
+        }
+        for (int64_t h = 0; h < NH; ++h) {
+          uint16_t* v = data + (t * NH + h) * D;
+          for (int64_t j = 0; j < half; ++j) {
+            const float x1 = bf16_to_f32(v[j]), x2 = bf16_to_f32(v[j + half]);
+            // (x * cos) + (rotate_half(x) * sin), each product and the sum rounded to bf16
+            const float o1 = round_bf16(round_bf16(x1 * c[j]) + round_bf16(-x2 * s[j]));
+            const float o2 = round_bf16(round_bf16(x2 * c[j]) + round_bf16(x1 * s[j]));
+            v[j] = f32_to_bf16(o1);
+            v[j + half] = f32_to_bf16(o2);
+          }
+        }
+      }
+    });
+  }
+
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    DG_CHECK(a.numel() == b.numel() && a.numel() == out.numel());
+    const uint16_t* x = a.ptr<uint16_t>();
+    const uint16_t* y = b.ptr<uint16_t>();
+    uint16_t* o = out.ptr<uint16_t>();
+    const int64_t n = a.numel();
+    for (int64_t i = 0; i < n; ++i) o[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(y[i]));
+  }
+
+  void scale(const Tensor& x, float s, const Tensor& out) override {
+    const uint16_t* in = x.ptr<uint16_t>();
+    uint16_t* o = out.ptr<uint16_t>();
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) o[i] = f32_to_bf16(bf16_to_f32(in[i]) * s);
+  }
+
+  void mul(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    const int64_t n = a.numel(), m = b.numel();
+    DG_CHECK(m == n || (n % m == 0));
+    const uint16_t* x = a.ptr<uint16_t>();
+    const uint16_t* y = b.ptr<uint16_t>();
+    uint16_t* o = out.ptr<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) o[i] = f32_to_bf16(bf16_to_f32(x[i]) * bf16_to_f32(y[i % m]));
+  }
+
+  void gelu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+    DG_CHECK(gate.numel() == up.numel() && gate.numel() == out.numel());
+    const uint16_t* g = gate.ptr<uint16_t>();
+    const uint16_t* u = up.ptr<uint16_t>();
+    uint16_t* o = out.ptr<uint16_t>();
+    const int64_t n = gate.numel();
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = f32_to_bf16(round_bf16(cpu::gelu_tanh(bf16_to_f32(g[i]))) * bf16_to_f32(u[i]));
+  }
+
+  void attention(const AttentionArgs& a) override { cpu::attention(a); }
+  void moe(const MoeArgs& a) override { cpu::moe(a); }
+  void sampler(const SamplerArgs& a) override { cpu::sampler(a); }
+
+  void fill_normal(const Tensor& t, uint64_t seed, float mean, float std) override {
+    DG_CHECK(t.type == ScalarType::kBF16);
+    uint16_t* o = t.ptr<uint16_t>();
+    const int64_t n = t.numel();
+    const uint64_t key = rng::splitmix64(seed);
+    parallel_for(static_cast<size_t>(n), [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) o[i] = f32_to_bf16(mean + std * rng::normal(key, i));
+    }, 1 << 16);
+  }
+
+  void softcap_logits(const Tensor& logits, float softcap, const Tensor& out) override {
+    const uint16_t* in = logits.ptr<uint16_t>();
+    float* o = out.ptr<float>();
+    const int64_t n = logits.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      float s = bf16_to_f32(in[i]) / softcap;
+      s = std::tanh(s);
+      o[i] = s * softcap;
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace dgemma

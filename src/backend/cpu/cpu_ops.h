@@ -1,0 +1,25 @@
+#pragma once
+// CPU reference kernels (declared here, one group per file). fp32 maths, bf16 rounding exactly where
+// the reference rounds; threaded with parallel_for; results do not depend on the thread count.
+#include <cmath>
+
+#include "backend/backend.h"
+
+namespace dgemma::cpu {
+
+void matmul(const Tensor& x, const Tensor& w, const Tensor& out);     // matmul.cpp
+void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out);  // matmul.cpp
+void attention(const AttentionArgs& a);                               // attention.cpp
+void moe(const MoeArgs& a);                                           // moe.cpp
+void sampler(const SamplerArgs& a);                                   // sampler.cpp
+
+// gelu_pytorch_tanh in fp32, exactly PyTorch's formula.
+inline float gelu_tanh(float x) {
+  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2) * (2/sqrt(pi)) * 0.5
+  constexpr float kKappa = 0.044715f;
+  const float cube = x * x * x;
+  const float inner = kBeta * (x + kKappa * cube);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
+}  // namespace dgemma::cpu

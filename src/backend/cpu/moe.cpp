@@ -1,0 +1,135 @@
+// The MoE block (MODEL.md §3.5-3.6): router on the raw residual with an fp32 softmax over all experts,
+// top-k renormalised in fp32 and multiplied by per_expert_scale; each selected expert's output is
+// scaled by its fp32 weight, rounded to bf16 and accumulated in bf16 in ascending expert order.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "util/bf16.h"
+#include "util/error.h"
+#include "util/parallel.h"
+
+namespace dgemma::cpu {
+
+void moe(const MoeArgs& a) {
+  const int64_t T = a.router_in.dim(0), H = a.router_in.dim(1);
+  const int64_t E = a.router_proj.dim(0);
+  const int64_t I2 = a.gate_up.dim(1), I = I2 / 2;
+  const int K = a.top_k;
+  DG_CHECK(a.expert_in.dim(0) == T && a.gate_up.dim(0) == E && a.gate_up.dim(2) == H);
+  DG_CHECK(a.down.dim(0) == E && a.down.dim(1) == H && a.down.dim(2) == I && K >= 1 && K <= E);
+  const uint16_t* rin = a.router_in.ptr<uint16_t>();
+  const uint16_t* xin = a.expert_in.ptr<uint16_t>();
+  const uint16_t* rscale = a.router_scale.ptr<uint16_t>();
+  const uint16_t* rproj = a.router_proj.ptr<uint16_t>();
+  const uint16_t* pes = a.per_expert_scale.ptr<uint16_t>();
+  const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+
+  // 1. Router per token.
+  std::vector<int32_t> top_idx(static_cast<size_t>(T * K));
+  std::vector<float> top_w(static_cast<size_t>(T * K));
+  parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {
+    std::vector<float> z(H), logits(E), probs(E);
+    std::vector<int32_t> order(E);
+    for (size_t t = b; t < e; ++t) {
+      const uint16_t* r = rin + t * H;
+      double ss = 0;
+      for (int64_t i = 0; i < H; ++i) {
+        const float v = bf16_to_f32(r[i]);
+        ss += static_cast<double>(v) * v;
+      }
+      const float ms = static_cast<float>(ss / static_cast<double>(H)) + a.eps;
+      const float inv = std::pow(ms, -0.5f);
+      for (int64_t i = 0; i < H; ++i) {
+        float v = round_bf16(bf16_to_f32(r[i]) * inv);  // rmsnorm without scale
+        v = round_bf16(v * bf16_to_f32(rscale[i]));      // * router.scale (bf16)
+        z[i] = round_bf16(v * root);                     // * hidden^-0.5
+      }
+      float mx = -INFINITY;
+      for (int64_t ex = 0; ex < E; ++ex) {
+        const uint16_t* w = rproj + ex * H;
+        float s = 0;
+        for (int64_t i = 0; i < H; ++i) s += z[i] * bf16_to_f32(w[i]);
+        logits[ex] = round_bf16(s);
+        mx = std::max(mx, logits[ex]);
+      }
+      float sum = 0;
+      for (int64_t ex = 0; ex < E; ++ex) {
+        probs[ex] = std::exp(logits[ex] - mx);
+        sum += probs[ex];
+      }
+      for (int64_t ex = 0; ex < E; ++ex) probs[ex] /= sum;
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t x, int32_t y) {
+        return probs[x] > probs[y] || (probs[x] == probs[y] && x < y);
+      });
+      float wsum = 0;
+      for (int k = 0; k < K; ++k) wsum += probs[order[k]];
+      for (int k = 0; k < K; ++k) {
+        top_idx[t * K + k] = order[k];
+        top_w[t * K + k] = (probs[order[k]] / wsum) * bf16_to_f32(pes[order[k]]);
+      }
+      if (!a.dbg_probs.empty())
+        std::copy(probs.begin(), probs.end(), a.dbg_probs.ptr<float>() + t * E);
+    }
+  });
+  if (!a.dbg_weights.empty()) std::copy(top_w.begin(), top_w.end(), a.dbg_weights.ptr<float>());
+  if (!a.dbg_index.empty()) std::copy(top_idx.begin(), top_idx.end(), a.dbg_index.ptr<int32_t>());
+
+  // 2. Experts: group the (token, slot) pairs by expert; each expert runs two small GEMMs.
+  std::vector<std::vector<int64_t>> routed(E);  // entries: t * K + slot
+  for (int64_t t = 0; t < T; ++t)
+    for (int k = 0; k < K; ++k) routed[top_idx[t * K + k]].push_back(t * K + k);
+  std::vector<uint16_t> y(static_cast<size_t>(T * K * H));  // bf16(expert output * weight) per slot
+  parallel_for(static_cast<size_t>(E), [&](size_t b, size_t e) {
+    for (size_t ex = b; ex < e; ++ex) {
+      const auto& list = routed[ex];
+      if (list.empty()) continue;
+      const int64_t n = static_cast<int64_t>(list.size());
+      std::vector<float> xs(static_cast<size_t>(n * H)), wgu(static_cast<size_t>(I2 * H)), wd(static_cast<size_t>(H * I));
+      std::vector<float> gu(static_cast<size_t>(n * I2)), act(static_cast<size_t>(n * I)), out(static_cast<size_t>(n * H));
+      for (int64_t r = 0; r < n; ++r) {
+        const uint16_t* src = xin + (list[r] / K) * H;
+        for (int64_t i = 0; i < H; ++i) xs[r * H + i] = bf16_to_f32(src[i]);
+      }
+      const uint16_t* gsrc = a.gate_up.ptr<uint16_t>() + ex * I2 * H;
+      for (size_t i = 0; i < wgu.size(); ++i) wgu[i] = bf16_to_f32(gsrc[i]);
+      const uint16_t* dsrc = a.down.ptr<uint16_t>() + ex * H * I;
+      for (size_t i = 0; i < wd.size(); ++i) wd[i] = bf16_to_f32(dsrc[i]);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(I2), static_cast<int>(H),
+                  1.f, xs.data(), static_cast<int>(H), wgu.data(), static_cast<int>(H), 0.f, gu.data(), static_cast<int>(I2));
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t i = 0; i < I; ++i) {
+          const float g = round_bf16(gelu_tanh(round_bf16(gu[r * I2 + i])));
+          act[r * I + i] = round_bf16(g * round_bf16(gu[r * I2 + I + i]));
+        }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(H), static_cast<int>(I),
+                  1.f, act.data(), static_cast<int>(I), wd.data(), static_cast<int>(I), 0.f, out.data(), static_cast<int>(H));
+      for (int64_t r = 0; r < n; ++r) {
+        const float w = top_w[list[r]];
+        uint16_t* dst = y.data() + list[r] * H;
+        for (int64_t i = 0; i < H; ++i) dst[i] = f32_to_bf16(round_bf16(out[r * H + i]) * w);
+      }
+    }
+  });
+  // 3. bf16 accumulation per token in ascending expert order (the reference's index_add order).
+  uint16_t* o = a.out.ptr<uint16_t>();
+  parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {
+    std::vector<std::pair<int32_t, int>> slots(K);
+    for (size_t t = b; t < e; ++t) {
+      for (int k = 0; k < K; ++k) slots[k] = {top_idx[t * K + k], k};
+      std::sort(slots.begin(), slots.end());
+      for (int64_t i = 0; i < H; ++i) {
+        float acc = 0.f;
+        for (const auto& [ex, k] : slots) acc = round_bf16(acc + bf16_to_f32(y[(t * K + k) * H + i]));
+        o[t * H + i] = f32_to_bf16(acc);
+      }
+    }
+  });
+}
+
+}  // namespace dgemma::cpu

@@ -1,0 +1,67 @@
+#pragma once
+// Checkpoint names -> typed per-layer weight structs (MODEL.md §2). Text weights are accepted under
+// model.decoder.* (the released checkpoint) or model.encoder.language_model.*; full-attention layers
+// have no v_proj (K=V); the duplicated encoder layer_scalar buffers are read for the encoder pass;
+// the LM head is the tied embedding; vision tensors are ignored (logged) in text-only mode.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace dgemma {
+
+class SafetensorsCheckpoint;
+
+enum class WeightGroup { kEmbedding, kAttention, kDenseMlp, kRouter, kExperts, kNorm, kSelfConditioning, kScalar };
+const char* weight_group_name(WeightGroup g);
+
+// One tensor the model expects, by its canonical checkpoint name (under model.decoder.).
+struct WeightSpec {
+  std::string name;             // e.g. "layers.3.self_attn.q_proj.weight" (relative to the text prefix)
+  std::vector<int64_t> shape;
+  WeightGroup group;
+  int layer = -1;               // -1 for global tensors
+};
+std::vector<WeightSpec> expected_weights(const ModelConfig& config);
+
+struct LayerWeights {
+  LayerSpec spec;
+  Tensor input_norm, post_attn_norm;                       // [H]
+  Tensor q_proj, k_proj, v_proj, o_proj;                   // v_proj empty on full layers (K=V)
+  Tensor q_norm, k_norm;                                   // [D]
+  Tensor pre_ff_norm, post_ff_norm1;                       // dense MLP pre/post norms
+  Tensor mlp_gate, mlp_up, mlp_down;
+  Tensor router_proj, router_scale, per_expert_scale;
+  Tensor pre_ff_norm2, post_ff_norm2;                      // MoE pre/post norms
+  Tensor experts_gate_up, experts_down;                    // [E, 2I, H], [E, H, I]
+  Tensor post_ff_norm;                                     // norm of the summed FFN
+  float layer_scalar_decoder = 1.0f;                       // bf16 values
+  float layer_scalar_encoder = 1.0f;
+};
+
+struct ModelWeights {
+  Tensor embed;       // [V, H] (also the LM head)
+  Tensor final_norm;  // [H]
+  Tensor sc_pre_norm, sc_gate, sc_up, sc_down;
+  std::vector<LayerWeights> layers;
+  std::shared_ptr<const SafetensorsCheckpoint> checkpoint;  // keeps mmaps alive (CPU borrows them)
+};
+
+// Loads and validates the checkpoint at `path` (directory or file) for `config`, onto `backend`.
+// Every missing, misshaped or wrongly typed tensor is reported at once in one Error(kInvalidFile).
+ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend);
+
+// Deterministic random weights of the configured shape (benchmarks, tests, the embedded model).
+ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t seed = 0);
+
+struct ParameterCounts {
+  int64_t total = 0;               // all text parameters
+  int64_t active_per_token = 0;    // with top_k of num_experts experts
+  int64_t by_group[8] = {};
+};
+ParameterCounts count_parameters(const ModelConfig& config);
+
+}  // namespace dgemma
