@@ -38,7 +38,8 @@ class Tokenizer {
   // tokens written literally in `text` ("<|turn>", "<start_of_turn>") are recognised only when
   // allow_special is true; otherwise they are tokenised as ordinary text, so user input can never
   // forge control tokens (HF `encode_special_tokens=True` behaviour). Non-special added tokens are
-  // always recognised, as in HF. Invalid UTF-8 in `text` is replaced by U+FFFD per bad byte first.
+  // always recognised, as in HF. Ill-formed UTF-8 in `text` is first replaced by U+FFFD (one per
+  // maximal ill-formed subpart, as Python's bytes.decode(errors="replace")).
   std::vector<int32_t> encode(std::string_view text, bool allow_special = false) const;
 
   // Decodes ids exactly as HF `decode(ids, skip_special_tokens)`. Throws Error(kInvalidArgument) on
@@ -51,12 +52,14 @@ class Tokenizer {
   int vocab_size() const;  // max id + 1
   bool is_special(int32_t id) const;
 
-  // --- Used by IncrementalDetokenizer (and handy elsewhere) ---
-  // If `id` is a byte-fallback piece "<0xXX>", returns the byte.
-  std::optional<uint8_t> byte_of(int32_t id) const;
-  // The text one non-byte piece contributes after the decoder's per-piece steps (e.g. "▁" -> " ").
-  // Empty for holes. Byte pieces return their raw piece; use byte_of() for them.
-  const std::string& piece_text(int32_t id) const;
+  // --- Streaming primitives (used by IncrementalDetokenizer) ---
+  // Appends the text of `ids` to `out`. Byte-fallback pieces ("<0xE4>") accumulate in
+  // `pending_bytes`: HF resolves a whole run at once (valid UTF-8 as is, otherwise U+FFFD per byte),
+  // so a run is only emitted when a non-byte piece follows or flush_byte_run() is called. All ids are
+  // validated before anything changes (throws Error(kInvalidArgument)).
+  void decode_append(std::span<const int32_t> ids, bool skip_special, std::string& pending_bytes,
+                     std::string& out) const;
+  static void flush_byte_run(std::string& pending_bytes, std::string& out);
 
  private:
   explicit Tokenizer(std::unique_ptr<tokenizer_detail::Impl> impl);
