@@ -1,18 +1,25 @@
 #pragma once
 // Splits Gemma 4 model output (detokenized, control tokens as their literal strings) into reasoning
 // and answer content. The model writes "<|channel>thought\n...reasoning...<channel|>answer"; the
-// "thought\n" label is a structural artefact and is stripped. DiffusionGemma deviations handled
-// (SERVING.md §2.1, §2.3, §6.3):
-//  - a whole 256-token canvas arrives at once, so the opening marker and the closing marker usually sit
-//    in different, large deltas; a marker may also straddle two deltas (partial markers are held back
-//    and released as text once they turn out not to be markers);
-//  - with thinking off the model still opens with an empty "<|channel>thought\n<channel|>" block (which
-//    is dropped), and about a third of the time never closes it: a never-closed thought ends as reasoning;
-//  - "<|channel>" without the "thought\n" label;
-//  - DeepSeek-style "<think>...</think>" as an alternative marker pair (the same rules apply).
-// Only a reasoning block at the very start of the output (leading whitespace allowed) is recognised;
-// later markers are ordinary content. Streaming output concatenated equals parse_reasoning() of the
-// whole text, for every way of splitting it.
+// "thought\n" label is a structural artefact and is stripped. Rules (identical for streaming and
+// non-streaming; SERVING.md §2.1, §2.3, §6 item 3):
+//  - Only a block at the very start of the output is reasoning (leading whitespace before the opener is
+//    dropped). Openers: "<|channel>" (closed by "<channel|>"; an optional "thought\n" label, or
+//    "thought" directly followed by the closer, is stripped) and DeepSeek-style "<think>" (closed by
+//    "</think>"), which DiffusionGemma occasionally emits when thinking is not templated.
+//  - The block ends at its closer (consumed) or at a "<|tool_call>" (kept, it belongs to the content,
+//    i.e. to the tool-call parser). A block never closed ends as reasoning at the end of output.
+//  - thinking_enabled = false: the model still opens most replies with an empty
+//    "<|channel>thought\n<channel|>" and about a third of the time omits the closer (SERVING.md §2.1,
+//    §6 item 6). So with thinking off a "<|channel>" block counts only if it is empty: the opener, the
+//    label and whitespace are dropped, an immediate closer is dropped too, and anything else is the
+//    answer (content). ("<think>" blocks are reasoning in both modes.)
+//  - starts_in_reasoning: the prompt itself ended inside an open thought channel (the July 2026
+//    template ends with "<|channel>thought\n" after a tool response when thinking is on; see
+//    prompt_opens_reasoning), so the output starts as reasoning unless it opens a block itself.
+//  - Streaming: markers may straddle deltas (a partial marker is held back and released as text once
+//    it turns out not to be one); the opener and closer usually arrive in different, large deltas; a
+//    delta never ends inside a UTF-8 character. Later markers, after the block, are ordinary content.
 #include <string>
 #include <string_view>
 
@@ -25,31 +32,36 @@ struct ReasoningDelta {
 
 class ReasoningParser {
  public:
-  // thinking_enabled: the prompt had enable_thinking. Either way a leading thought block is split off
-  // (the model emits one even with thinking off); the flag only decides whether an opening marker may
-  // appear after leading whitespace when thinking is off (see the .cpp).
-  explicit ReasoningParser(bool thinking_enabled = true);
+  explicit ReasoningParser(bool thinking_enabled = true, bool starts_in_reasoning = false);
 
   // Streaming: feed any split of the output; returns what became final.
   ReasoningDelta feed(std::string_view text);
   // End of output: flushes held-back text (a never-closed thought ends as reasoning).
   ReasoningDelta finish();
 
-  // True once the parser has decided it is past the reasoning block (content is flowing).
+  // True once the parser is past the reasoning block (everything further is content).
   bool in_content() const { return state_ == State::kContent; }
 
  private:
-  enum class State { kStart, kLabel, kReasoning, kContent };
-  void step(ReasoningDelta& out, bool final);
+  enum class State { kStart, kLabel, kEmptyCheck, kReasoning, kContent };
+  void run(ReasoningDelta& out, bool final);
+  bool step(ReasoningDelta& out, bool final);  // true: state changed, run again
 
   bool thinking_enabled_;
+  bool starts_in_reasoning_;
   State state_ = State::kStart;
-  std::string pending_;         // not yet decided
-  std::string close_marker_;    // the closing marker matching the opener seen
+  std::string_view close_;  // the closer of the open block
+  std::string buf_;         // text not yet consumed starts at pos_
+  size_t pos_ = 0;
   bool finished_ = false;
 };
 
 // Non-streaming helper: {reasoning, content} for a whole output.
-ReasoningDelta parse_reasoning(std::string_view text, bool thinking_enabled = true);
+ReasoningDelta parse_reasoning(std::string_view text, bool thinking_enabled = true,
+                               bool starts_in_reasoning = false);
+
+// True if a rendered prompt leaves the model inside an open thought channel, i.e. it ends with
+// "<|channel>" or "<|channel>thought\n": pass the result as starts_in_reasoning.
+bool prompt_opens_reasoning(std::string_view prompt);
 
 }  // namespace dgemma

@@ -1,0 +1,299 @@
+#include "text/tool_parser.h"
+
+#include <atomic>
+#include <optional>
+
+#include "text/gemma4_args.h"
+#include "text/markup_scan.h"
+#include "util/error.h"
+
+namespace dgemma {
+namespace {
+
+using markup::Match;
+
+constexpr size_t kMaxNameBytes = 256;
+
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+         c == '.';
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::string make_tool_call_id() {
+  static std::atomic<uint64_t> counter{0};
+  static constexpr char kAlnum[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  const uint64_t seq = counter.fetch_add(1, std::memory_order_relaxed);
+  std::string id = "call_";
+  uint64_t z = 0;
+  for (int i = 0; i < 24; ++i) {
+    if (i % 8 == 0) z = splitmix64(seq * 4 + static_cast<uint64_t>(i / 8));  // 8 digits per 64-bit word
+    id += kAlnum[z % 62];
+    z /= 62;
+  }
+  return id;
+}
+
+struct ToolCallParser::Impl {
+  enum class State { kText, kHeader, kBody, kAfterBody, kRemainder };
+
+  std::string buf;  // text not yet consumed starts at pos
+  size_t pos = 0;
+  State state = State::kText;
+  bool boundary = true;  // at the start or after a call: whitespace is dropped if a call or the end follows
+  std::optional<Gemma4ArgsStream> args;
+  int calls = 0;
+  bool finished = false;
+
+  void emit_content(Delta& out, size_t end) {
+    out.content.append(buf, pos, end - pos);
+    pos = end;
+  }
+
+  // Emits buf[pos, n) as content, holding back an incomplete UTF-8 character unless final.
+  void emit_rest(Delta& out, bool final) {
+    const size_t n = buf.size();
+    emit_content(out, final ? n : n - markup::utf8_incomplete_tail(std::string_view(buf).substr(pos)));
+  }
+
+  void emit_args(Delta& out, std::string_view piece) {
+    if (piece.empty()) return;
+    if (out.calls.empty() || out.calls.back().index != calls - 1) out.calls.push_back({calls - 1, {}, {}, {}});
+    out.calls.back().arguments_delta.append(piece);
+  }
+
+  void start_call(Delta& out, std::string_view name) {
+    ToolCallDelta d;
+    d.index = calls++;
+    d.id = make_tool_call_id();
+    d.name.assign(name);
+    out.calls.push_back(std::move(d));
+  }
+
+  // Each returns true if it changed state (run again), false if it needs more text (or is done).
+  bool text(Delta& out, bool final);
+  bool header(Delta& out, bool final);
+  bool body(Delta& out, bool final);
+  bool after_body(Delta& out, bool final);
+  bool remainder(Delta& out, bool final);
+
+  void run(Delta& out, bool final) {
+    for (;;) {
+      bool again = false;
+      switch (state) {
+        case State::kText: again = text(out, final); break;
+        case State::kHeader: again = header(out, final); break;
+        case State::kBody: again = body(out, final); break;
+        case State::kAfterBody: again = after_body(out, final); break;
+        case State::kRemainder: again = remainder(out, final); break;
+      }
+      if (!again) break;
+    }
+    if (final) DG_CHECK(pos == buf.size());
+    // Drop consumed text (a member in progress may still need its start).
+    const size_t keep = state == State::kBody ? args->keep_from(pos) : pos;
+    if (keep > 0) {
+      buf.erase(0, keep);
+      pos -= keep;
+      if (state == State::kBody) args->shift(keep);
+    }
+  }
+};
+
+bool ToolCallParser::Impl::text(Delta& out, bool final) {
+  const std::string_view b = buf;
+  const size_t n = b.size();
+  std::string_view which;
+  if (boundary) {
+    size_t q = pos;
+    while (q < n && markup::is_ws(b[q])) ++q;
+    if (q == n) {
+      if (final) pos = n;  // whitespace at the end after a call is dropped
+      return false;
+    }
+    const Match m = markup::match_any(b, q, {markup::kToolCallStart, markup::kToolResponse}, &which);
+    if (m == Match::kPartial && !final) return false;
+    if (m == Match::kFull && which == markup::kToolCallStart) {
+      pos = q;  // whitespace before a call is dropped
+    } else if (m == Match::kFull) {
+      size_t r = q + which.size();
+      while (r < n && markup::is_ws(b[r])) ++r;
+      if (r == n) {
+        if (final) pos = n;  // trailing <|tool_response>
+        return false;
+      }
+    }
+    boundary = false;
+  }
+  Match m;
+  const size_t i = markup::find_marker(b, pos, {markup::kToolCallStart, markup::kToolResponse}, &m, &which);
+  if (m == Match::kNone || (m == Match::kPartial && final)) {
+    emit_rest(out, final);
+    return false;
+  }
+  emit_content(out, i);
+  if (m == Match::kPartial) return false;
+  if (which == markup::kToolCallStart) {
+    pos = i + which.size();
+    state = State::kHeader;
+    return true;
+  }
+  size_t r = i + which.size();  // <|tool_response>: dropped when only whitespace follows it
+  while (r < n && markup::is_ws(b[r])) ++r;
+  if (r == n) {
+    if (final) pos = n;
+    return false;
+  }
+  emit_content(out, i + which.size());
+  return true;
+}
+
+bool ToolCallParser::Impl::header(Delta& out, bool final) {
+  const std::string_view b = buf;
+  const size_t n = b.size();
+  const auto not_a_call = [&] {
+    out.content.append(markup::kToolCallStart);  // the text after it is scanned as ordinary text
+    state = State::kText;
+    boundary = false;
+    return true;
+  };
+  const auto skip_ws = [&](size_t q) {
+    while (q < n && markup::is_ws(b[q])) ++q;
+    return q;
+  };
+  const auto read_name = [&](size_t& q) {
+    const size_t s = q;
+    while (q < n && is_name_char(b[q]) && q - s <= kMaxNameBytes) ++q;
+    return b.substr(s, q - s);
+  };
+  size_t q = skip_ws(pos);
+  std::string_view name = read_name(q);
+  if (name.size() > kMaxNameBytes) return not_a_call();
+  size_t t = skip_ws(q);
+  if (t == n) return final ? not_a_call() : false;
+  if (name == "call" && b[t] == ':') {
+    q = skip_ws(t + 1);
+    name = read_name(q);
+    if (name.size() > kMaxNameBytes) return not_a_call();
+    t = skip_ws(q);
+    if (t == n) return final ? not_a_call() : false;
+  }
+  if (name.empty()) return not_a_call();
+  if (b[t] == '{' || b[t] == '(') {
+    start_call(out, name);
+    args.emplace(b[t] == '{' ? Gemma4ArgsStream::Opener::kBrace : Gemma4ArgsStream::Opener::kParen);
+    pos = t + 1;
+    state = State::kBody;
+    return true;
+  }
+  const Match m = markup::match_at(b, t, markup::kToolCallEnd);
+  if (m == Match::kPartial && !final) return false;
+  if (m == Match::kFull) {  // "<|tool_call>call:NAME<tool_call|>": a call without arguments
+    start_call(out, name);
+    emit_args(out, "{}");
+    pos = t + markup::kToolCallEnd.size();
+    state = State::kText;
+    boundary = true;
+    return true;
+  }
+  return not_a_call();
+}
+
+bool ToolCallParser::Impl::body(Delta& out, bool final) {
+  std::string piece;
+  const auto status = args->run(buf, pos, final, piece);
+  emit_args(out, piece);
+  if (status == Gemma4ArgsStream::Status::kNeedMore) return false;
+  state = status == Gemma4ArgsStream::Status::kDone ? State::kAfterBody : State::kRemainder;
+  args.reset();
+  return true;
+}
+
+bool ToolCallParser::Impl::after_body(Delta&, bool final) {
+  const std::string_view b = buf;
+  const size_t n = b.size();
+  size_t q = pos;
+  while (q < n && (markup::is_ws(b[q]) || b[q] == '}' || b[q] == ')' || b[q] == ']')) ++q;
+  pos = q;  // whitespace and stray closing brackets after a body are dropped
+  if (q == n) {
+    if (!final) return false;
+    state = State::kText;
+    boundary = true;
+    return true;
+  }
+  std::string_view which;
+  const Match m =
+      markup::match_any(b, q, {markup::kToolCallEnd, markup::kToolCallStart, markup::kToolResponse}, &which);
+  if (m == Match::kPartial && !final) return false;
+  if (m == Match::kFull) {
+    if (which == markup::kToolCallEnd) pos = q + which.size();
+    state = State::kText;
+    boundary = true;
+    return true;
+  }
+  state = State::kRemainder;
+  return true;
+}
+
+bool ToolCallParser::Impl::remainder(Delta& out, bool final) {
+  Match m;
+  std::string_view which;
+  const size_t i = markup::find_marker(
+      buf, pos, {markup::kToolCallEnd, markup::kToolCallStart, markup::kToolResponse}, &m, &which);
+  if (m == Match::kNone || (m == Match::kPartial && final)) {
+    emit_rest(out, final);
+    return false;
+  }
+  emit_content(out, i);
+  if (m == Match::kPartial) return false;
+  if (which == markup::kToolCallEnd) pos = i + which.size();
+  state = State::kText;
+  boundary = true;
+  return true;
+}
+
+ToolCallParser::ToolCallParser() : impl_(std::make_unique<Impl>()) {}
+ToolCallParser::~ToolCallParser() = default;
+ToolCallParser::ToolCallParser(ToolCallParser&&) noexcept = default;
+ToolCallParser& ToolCallParser::operator=(ToolCallParser&&) noexcept = default;
+
+ToolCallParser::Delta ToolCallParser::feed(std::string_view text) {
+  DG_CHECK(!impl_->finished);
+  impl_->buf.append(text);
+  Delta out;
+  impl_->run(out, false);
+  return out;
+}
+
+ToolCallParser::Delta ToolCallParser::finish() {
+  DG_CHECK(!impl_->finished);
+  impl_->finished = true;
+  Delta out;
+  impl_->run(out, true);
+  return out;
+}
+
+bool ToolCallParser::saw_tool_call() const { return impl_->calls > 0; }
+
+ToolParseResult parse_tool_calls(std::string_view text) {
+  ToolCallParser parser;
+  ToolParseResult result;
+  for (ToolCallParser::Delta d : {parser.feed(text), parser.finish()}) {
+    result.content += d.content;
+    for (ToolCallDelta& c : d.calls) {
+      if (c.index == static_cast<int>(result.calls.size())) result.calls.push_back({c.id, c.name, {}});
+      result.calls[static_cast<size_t>(c.index)].arguments_json += c.arguments_delta;
+    }
+  }
+  return result;
+}
+
+}  // namespace dgemma
