@@ -88,6 +88,10 @@ class Backend {
   virtual void attention(const AttentionArgs& args) = 0;
   virtual void moe(const MoeArgs& args) = 0;
   virtual void sampler(const SamplerArgs& args) = 0;
+  // KV cache maintenance. cache: [Hkv, cap, D]; src: [n, Hkv, D] written at rows [offset, offset+n).
+  virtual void kv_write(const Tensor& cache, int64_t offset, const Tensor& src) = 0;
+  // Moves rows [from, from+count) of every head to [0, count) (sliding-window eviction).
+  virtual void kv_shift(const Tensor& cache, int64_t from, int64_t count) = 0;
   // Deterministic pseudo-random bf16 fill: mean + std * N(0,1) from the counter-based RNG keyed by
   // (seed, element index) — dummy weights for any config, on the device itself.
   virtual void fill_normal(const Tensor& t, uint64_t seed, float mean, float std) = 0;

@@ -135,6 +135,24 @@ class CpuBackend final : public Backend {
   void moe(const MoeArgs& a) override { cpu::moe(a); }
   void sampler(const SamplerArgs& a) override { cpu::sampler(a); }
 
+  void kv_write(const Tensor& cache, int64_t offset, const Tensor& src) override {
+    const int64_t Hkv = cache.dim(0), cap = cache.dim(1), D = cache.dim(2), n = src.dim(0);
+    DG_CHECK(src.dim(1) == Hkv && src.dim(2) == D && offset >= 0 && offset + n <= cap);
+    const uint16_t* s = src.ptr<uint16_t>();
+    uint16_t* c = cache.ptr<uint16_t>();
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t j = 0; j < n; ++j)
+        std::memcpy(c + (h * cap + offset + j) * D, s + (j * Hkv + h) * D, static_cast<size_t>(D) * 2);
+  }
+
+  void kv_shift(const Tensor& cache, int64_t from, int64_t count) override {
+    const int64_t Hkv = cache.dim(0), cap = cache.dim(1), D = cache.dim(2);
+    DG_CHECK(from >= 0 && count >= 0 && from + count <= cap);
+    uint16_t* c = cache.ptr<uint16_t>();
+    for (int64_t h = 0; h < Hkv; ++h)
+      std::memmove(c + h * cap * D, c + (h * cap + from) * D, static_cast<size_t>(count * D) * 2);
+  }
+
   void fill_normal(const Tensor& t, uint64_t seed, float mean, float std) override {
     DG_CHECK(t.type == ScalarType::kBF16);
     uint16_t* o = t.ptr<uint16_t>();

@@ -1,0 +1,273 @@
+#include "model/diffusion_gemma.h"
+
+#include <cmath>
+
+#include "util/bf16.h"
+#include "util/error.h"
+
+namespace dgemma {
+
+std::vector<float> rope_inv_freq(const RopeParams& rope, int head_dim) {
+  std::vector<float> inv(static_cast<size_t>(head_dim / 2), 0.0f);
+  const float base = static_cast<float>(rope.theta);
+  if (rope.type == RopeType::kDefault) {
+    // 1 / base^(2j/dim) with dim = head_dim * partial_rotary_factor, in fp32 as torch computes it.
+    const int dim = static_cast<int>(head_dim * rope.partial_rotary_factor);
+    for (int j = 0; j < dim / 2; ++j)
+      inv[j] = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(dim));
+  } else {
+    // Proportional: int(factor * head_dim // 2) live frequencies with exponent denominator head_dim;
+    // the remaining ones are 0 (those dims pass through: cos 1, sin 0).
+    const int angles = static_cast<int>(rope.partial_rotary_factor * head_dim / 2);
+    for (int j = 0; j < angles; ++j)
+      inv[j] = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(head_dim));
+  }
+  return inv;
+}
+
+DiffusionGemma::DiffusionGemma(ModelConfig config, ModelWeights weights, Backend& backend)
+    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {
+  const TextConfig& t = config_.text;
+  embed_scale_ = round_bf16(static_cast<float>(std::sqrt(static_cast<double>(t.hidden_size))));
+  router_root_ = static_cast<float>(std::pow(static_cast<double>(t.hidden_size), -0.5));
+  auto upload_freq = [&](const RopeParams& rope, int head_dim) {
+    std::vector<float> inv = rope_inv_freq(rope, head_dim);
+    Tensor host = host_tensor(ScalarType::kF32, {static_cast<int64_t>(inv.size())});
+    std::copy(inv.begin(), inv.end(), host.ptr<float>());
+    return backend_.upload(host);
+  };
+  inv_freq_sliding_ = upload_freq(t.rope_sliding, t.head_dim);
+  int full_dim = t.global_head_dim;
+  for (const auto& L : t.layers)
+    if (L.type == LayerType::kFull) full_dim = L.head_dim;
+  inv_freq_full_ = upload_freq(t.rope_full, full_dim);
+}
+
+Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, int64_t total) {
+  const int64_t H = config_.text.hidden_size;
+  const float eps = static_cast<float>(config_.text.rms_norm_eps);
+  Tensor ids_host = host_tensor(ScalarType::kI32, {total});
+  int64_t off = 0;
+  for (const auto& it : items) {
+    std::copy(it.tokens.begin(), it.tokens.end(), ids_host.ptr<int32_t>() + off);
+    off += static_cast<int64_t>(it.tokens.size());
+  }
+  Tensor ids = backend_.alloc(ScalarType::kI32, {total});
+  backend_.from_host(ids, ids_host.data);
+  Tensor x = backend_.alloc(ScalarType::kBF16, {total, H});
+  backend_.embed(ids, weights_.embed, embed_scale_, x);
+
+  // Decoder inputs: x0 = rmsnorm0(E[c]*scale + SC-MLP(pre_norm(soft))), SC = 0 at the first step.
+  off = 0;
+  for (auto& it : items) {
+    const int64_t n = static_cast<int64_t>(it.tokens.size());
+    if (it.kind == ForwardItem::Kind::kDenoise) {
+      Tensor e = x.rows(off, off + n);
+      if (!it.soft_embeds.empty()) {
+        const int64_t S = config_.text.self_conditioning_size;
+        Tensor u = backend_.alloc(ScalarType::kBF16, {n, H});
+        backend_.rmsnorm(it.soft_embeds, &weights_.sc_pre_norm, eps, u);
+        Tensor g = backend_.alloc(ScalarType::kBF16, {n, S});
+        Tensor up = backend_.alloc(ScalarType::kBF16, {n, S});
+        backend_.matmul(u, weights_.sc_gate, g);
+        backend_.matmul(u, weights_.sc_up, up);
+        backend_.gelu_mul(g, up, g);
+        Tensor sc = backend_.alloc(ScalarType::kBF16, {n, H});
+        backend_.matmul(g, weights_.sc_down, sc);
+        dump("sc.mlp_out", sc);
+        backend_.add(e, sc, e);
+      }
+      backend_.rmsnorm(e, nullptr, eps, e);
+      dump("decoder.input", e);
+    }
+    off += n;
+  }
+  return x;
+}
+
+void DiffusionGemma::forward(std::span<ForwardItem> items) {
+  const TextConfig& t = config_.text;
+  const int64_t H = t.hidden_size;
+  const float eps = static_cast<float>(t.rms_norm_eps);
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (auto& it : items) {
+    DG_CHECK(it.kv != nullptr && !it.tokens.empty());
+    if (it.kind == ForwardItem::Kind::kEncode) {
+      DG_CHECK(static_cast<int64_t>(it.tokens.size()) <= it.kv->max_chunk);
+      DG_CHECK(it.kv->encoded + static_cast<int64_t>(it.tokens.size()) <= it.kv->max_tokens);
+    } else {
+      DG_CHECK(!it.logits.empty() && it.logits.dim(0) == static_cast<int64_t>(it.tokens.size()));
+    }
+    offsets.push_back(total);
+    total += static_cast<int64_t>(it.tokens.size());
+  }
+  offsets.push_back(total);
+  if (total == 0) return;
+
+  // Absolute positions: encode tokens continue the cache; canvas tokens sit right after it.
+  Tensor pos_host = host_tensor(ScalarType::kI32, {total});
+  for (size_t i = 0; i < items.size(); ++i)
+    for (int64_t j = 0; j < offsets[i + 1] - offsets[i]; ++j)
+      pos_host.ptr<int32_t>()[offsets[i] + j] = static_cast<int32_t>(items[i].kv->encoded + j);
+  Tensor positions = backend_.alloc(ScalarType::kI32, {total});
+  backend_.from_host(positions, pos_host.data);
+
+  Tensor x = embed_inputs(items, total);
+  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, x);
+
+  for (size_t i = 0; i < items.size(); ++i) {
+    ForwardItem& it = items[i];
+    if (it.kind == ForwardItem::Kind::kEncode) {
+      it.kv->encoded += static_cast<int64_t>(it.tokens.size());
+      continue;
+    }
+    // Final norm and the tied LM head; the soft-cap is applied by the sampler (in fp32).
+    Tensor h = x.rows(offsets[i], offsets[i + 1]);
+    Tensor hn = backend_.alloc(ScalarType::kBF16, {h.dim(0), H});
+    backend_.rmsnorm(h, &weights_.final_norm, eps, hn);
+    dump("final_norm", hn);
+    backend_.matmul(hn, weights_.embed, it.logits);
+    dump("logits", it.logits);
+  }
+}
+
+void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets,
+                           const Tensor& positions, Tensor& x) {
+  const TextConfig& t = config_.text;
+  const LayerWeights& w = weights_.layers[li];
+  const LayerSpec& L = w.spec;
+  const int64_t T = x.dim(0), H = t.hidden_size, Hq = t.num_attention_heads, D = L.head_dim, Hkv = L.num_kv_heads;
+  const float eps = static_cast<float>(t.rms_norm_eps);
+  const std::string p = "layer" + std::to_string(li) + ".";
+  auto bf16 = [&](std::initializer_list<int64_t> dims) { return backend_.alloc(ScalarType::kBF16, dims); };
+  dump(p + "input", x);
+
+  // --- attention -----------------------------------------------------------------------------
+  Tensor a = bf16({T, H});
+  backend_.rmsnorm(x, &w.input_norm, eps, a);
+  dump(p + "attn_norm", a);
+  Tensor q = bf16({T, Hq, D}), k = bf16({T, Hkv, D});
+  backend_.matmul(a, w.q_proj, q);
+  backend_.matmul(a, w.k_proj, k);
+  dump(p + "q_proj", q);
+  dump(p + "k_proj", k);
+  Tensor v = bf16({T, Hkv, D});
+  if (L.k_eq_v) {
+    backend_.copy(v, k);  // K=V: V is the raw K projection (before k_norm and RoPE)
+  } else {
+    backend_.matmul(a, w.v_proj, v);
+    dump(p + "v_proj", v);
+  }
+  backend_.rmsnorm(q, &w.q_norm, eps, q);
+  backend_.rmsnorm(k, &w.k_norm, eps, k);
+  backend_.rmsnorm(v, nullptr, eps, v);
+  dump(p + "q_norm", q);
+  dump(p + "k_norm", k);
+  dump(p + "v_norm", v);
+  const Tensor& inv_freq = L.type == LayerType::kSliding ? inv_freq_sliding_ : inv_freq_full_;
+  backend_.rope(q, positions, inv_freq);
+  backend_.rope(k, positions, inv_freq);
+
+  Tensor attn = bf16({T, Hq, D});
+  for (size_t i = 0; i < items.size(); ++i) {
+    ForwardItem& it = items[i];
+    LayerKv& kv = it.kv->layers[li];
+    const int64_t b = offsets[i], e = offsets[i + 1], n = e - b;
+    AttentionArgs args;
+    args.q = q.rows(b, e);
+    args.k_cache = kv.k;
+    args.v_cache = kv.v;
+    args.cache_len = kv.length;
+    args.k_new = k.rows(b, e);
+    args.v_new = v.rows(b, e);
+    args.causal = it.kind == ForwardItem::Kind::kEncode;
+    args.window = (args.causal && L.type == LayerType::kSliding) ? t.sliding_window : 0;
+    args.out = attn.rows(b, e);
+    backend_.attention(args);
+    if (it.kind == ForwardItem::Kind::kEncode) {
+      // Append this chunk's K/V, then evict sliding layers down to window-1 tokens (as DynamicCache).
+      backend_.kv_write(kv.k, kv.length, args.k_new);
+      backend_.kv_write(kv.v, kv.length, args.v_new);
+      kv.length += n;
+      if (kv.length > kv.keep) {
+        backend_.kv_shift(kv.k, kv.length - kv.keep, kv.keep);
+        backend_.kv_shift(kv.v, kv.length - kv.keep, kv.keep);
+        kv.length = kv.keep;
+      }
+    }
+  }
+  dump(p + "attn_heads", attn);
+  Tensor o = bf16({T, H});
+  backend_.matmul(attn.reshape({T, Hq * D}), w.o_proj, o);
+  dump(p + "attn_out", o);
+  backend_.rmsnorm(o, &w.post_attn_norm, eps, o);
+  dump(p + "post_attn_norm", o);
+  Tensor h1 = bf16({T, H});
+  backend_.add(x, o, h1);
+
+  // --- dense MLP and MoE in parallel on h1 ------------------------------------------------------
+  const int64_t I = t.intermediate_size;
+  Tensor d = bf16({T, H});
+  backend_.rmsnorm(h1, &w.pre_ff_norm, eps, d);
+  dump(p + "mlp_norm", d);
+  Tensor g = bf16({T, I}), u = bf16({T, I});
+  backend_.matmul(d, w.mlp_gate, g);
+  backend_.matmul(d, w.mlp_up, u);
+  backend_.gelu_mul(g, u, g);
+  Tensor m1 = bf16({T, H});
+  backend_.matmul(g, w.mlp_down, m1);
+  dump(p + "mlp_out", m1);
+  backend_.rmsnorm(m1, &w.post_ff_norm1, eps, m1);
+  dump(p + "mlp_post_norm", m1);
+
+  Tensor xe = bf16({T, H});
+  backend_.rmsnorm(h1, &w.pre_ff_norm2, eps, xe);
+  dump(p + "moe_norm", xe);
+  MoeArgs m;
+  m.router_in = h1;
+  m.expert_in = xe;
+  m.router_scale = w.router_scale;
+  m.router_proj = w.router_proj;
+  m.per_expert_scale = w.per_expert_scale;
+  m.gate_up = w.experts_gate_up;
+  m.down = w.experts_down;
+  m.top_k = t.top_k_experts;
+  m.eps = eps;
+  m.out = bf16({T, H});
+  if (dump_) {
+    m.dbg_probs = host_tensor(ScalarType::kF32, {T, t.num_experts});
+    m.dbg_weights = host_tensor(ScalarType::kF32, {T, t.top_k_experts});
+    m.dbg_index = host_tensor(ScalarType::kI32, {T, t.top_k_experts});
+  }
+  backend_.moe(m);
+  if (dump_) {
+    dump(p + "router_probs", m.dbg_probs);
+    dump(p + "router_weights", m.dbg_weights);
+    dump(p + "router_index", m.dbg_index);
+  }
+  dump(p + "moe_out", m.out);
+  Tensor m2 = m.out;
+  backend_.rmsnorm(m2, &w.post_ff_norm2, eps, m2);
+  dump(p + "moe_post_norm", m2);
+
+  Tensor f = bf16({T, H});
+  backend_.add(m1, m2, f);
+  backend_.rmsnorm(f, &w.post_ff_norm, eps, f);
+  dump(p + "ffn_post_norm", f);
+  backend_.add(h1, f, x);
+  // The whole residual stream times the layer's scalar (encoder and decoder buffers are separate).
+  for (size_t i = 0; i < items.size(); ++i) {
+    const float s = items[i].kind == ForwardItem::Kind::kEncode ? w.layer_scalar_encoder : w.layer_scalar_decoder;
+    Tensor rows = x.rows(offsets[i], offsets[i + 1]);
+    backend_.scale(rows, s, rows);
+  }
+  dump(p + "output", x);
+}
+
+void DiffusionGemma::soft_embeddings(const Tensor& probs, const Tensor& out) {
+  backend_.matmul_kn(probs, weights_.embed, out);
+  backend_.scale(out, embed_scale_, out);
+}
+
+}  // namespace dgemma

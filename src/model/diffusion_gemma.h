@@ -1,0 +1,72 @@
+#pragma once
+// THE model: DiffusionGemma's encoder (causal, writes K/V) and decoder (bidirectional over the canvas,
+// reads K/V, never writes), written once against the backend op interface (MODEL.md §3-5).
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace dgemma {
+
+// One piece of work of one sequence in a batched forward pass.
+struct ForwardItem {
+  enum class Kind {
+    kEncode,   // causal pass over tokens not yet in the cache (a prompt chunk or a committed canvas)
+    kDenoise,  // bidirectional pass over a canvas at positions [kv->encoded, +C); produces logits
+  };
+  Kind kind = Kind::kEncode;
+  std::span<const int32_t> tokens;
+  SequenceKv* kv = nullptr;
+  Tensor soft_embeds;  // kDenoise: [C, H] bf16 self-conditioning soft embeddings (probs·E·scale); empty at step 1
+  Tensor logits;       // kDenoise: output [C, V] bf16 LM-head logits before the soft-cap
+};
+
+// Receives every named intermediate of a forward pass (debug dumps, golden tests).
+using DumpHook = std::function<void(const std::string& name, const Tensor& t)>;
+
+class DiffusionGemma {
+ public:
+  DiffusionGemma(ModelConfig config, ModelWeights weights, Backend& backend);
+
+  // Runs all items in one pass: token-wise ops over the concatenation (weights read once), attention
+  // per item against its own cache. Encode items append to their cache; denoise items fill logits.
+  void forward(std::span<ForwardItem> items);
+
+  // Self-conditioning input for the next step from this step's bf16 probabilities [C, V]:
+  // out[C, H] = bf16(bf16(probs . E) * embed_scale).
+  void soft_embeddings(const Tensor& probs, const Tensor& out);
+
+  void set_dump_hook(DumpHook hook) { dump_ = std::move(hook); }
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  Backend& backend() { return backend_; }
+  float embed_scale() const { return embed_scale_; }
+
+ private:
+  struct Positions;
+  void dump(const std::string& name, const Tensor& t) const {
+    if (dump_) dump_(name, t);
+  }
+  Tensor embed_inputs(std::span<ForwardItem> items, int64_t total);
+  void layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& positions,
+             Tensor& x);
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  Backend& backend_;
+  float embed_scale_;
+  float router_root_;
+  Tensor inv_freq_sliding_, inv_freq_full_;
+  DumpHook dump_;
+};
+
+// RoPE inverse frequencies [head_dim / 2] of a layer type (default or proportional), in fp32.
+std::vector<float> rope_inv_freq(const RopeParams& rope, int head_dim);
+
+}  // namespace dgemma
