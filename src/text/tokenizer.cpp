@@ -6,6 +6,7 @@
 // list of symbols, so a 1 MB word costs O(n log n), not O(n^2).
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <queue>
 #include <unordered_map>
 
@@ -25,8 +26,9 @@ namespace {
 
 constexpr size_t kMaxEncodeBytes = size_t{1} << 30;
 constexpr std::string_view kMeta = "\xE2\x96\x81";  // U+2581 "▁"
-// Words up to this size are cached within one encode() call (repeated words are common in text).
-constexpr size_t kMaxCachedWord = 64;
+// Words up to this size are cached within one encode() call (repeated words are common in text;
+// the cache holds views of the call's text and offsets into its output, so it costs no copies).
+constexpr size_t kMaxCachedWord = size_t{1} << 16;
 
 // Start of the UTF-8 character that ends right before byte `pos` of `s`.
 size_t prev_char_start(std::string_view s, size_t pos) {
@@ -162,7 +164,7 @@ class Encoder {
   // The last character of the piece that character `c` becomes as an initial BPE symbol.
   char32_t symbol_last_char(std::string_view c) const {
     const utf8::Decoded d = utf8::decode(c, 0);
-    if (d.cp < 128 ? impl_.ascii_ids[d.cp] >= 0 : impl_.char_ids.count(d.cp) > 0) return d.cp;
+    if (d.cp < 0x10000 ? impl_.bmp_ids[d.cp] >= 0 : impl_.astral_ids.count(d.cp) > 0) return d.cp;
     if (impl_.byte_fallback) {
       bool all = true;
       for (char b : c) all = all && impl_.byte_ids[static_cast<unsigned char>(b)] >= 0;
@@ -191,8 +193,8 @@ class Encoder {
   void encode_word(std::string_view word) {
     if (word.empty()) return;
     if (impl_.ignore_merges) {
-      if (auto it = impl_.vocab.find(std::string(word)); it != impl_.vocab.end()) {
-        out_.push_back(it->second);
+      if (const int32_t id = impl_.vocab.find(word); id >= 0) {
+        out_.push_back(id);
         return;
       }
     }
@@ -219,16 +221,12 @@ class Encoder {
     int32_t next;
     bool alive;
   };
-  struct Candidate {
-    int32_t rank;
-    int32_t pos;
-    int32_t new_id;
-  };
-  struct Later {  // heap order: lowest rank first, then leftmost
-    bool operator()(const Candidate& a, const Candidate& b) const {
-      return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
-    }
-  };
+  // A queued merge candidate, packed as rank << 32 | position so the min-heap orders by lowest rank,
+  // then leftmost, with plain integer compares. A rank names exactly one pair, so "the pair at this
+  // position still has this rank" is the whole staleness check (HF compares the merged id: same).
+  static uint64_t candidate(int32_t rank, int32_t pos) {
+    return (uint64_t{static_cast<uint32_t>(rank)} << 32) | static_cast<uint32_t>(pos);
+  }
 
   void add_symbol(int32_t id) {
     const auto n = static_cast<int32_t>(syms_.size());
@@ -238,8 +236,10 @@ class Encoder {
   void push_candidate(int32_t left) {
     const int32_t right = syms_[left].next;
     if (right >= static_cast<int32_t>(syms_.size())) return;
-    if (const auto* m = impl_.merges.find(syms_[left].id, syms_[right].id))
-      heap_.push_back({m->rank, left, m->new_id}), std::push_heap(heap_.begin(), heap_.end(), Later{});
+    if (const auto* m = impl_.merges.find(syms_[left].id, syms_[right].id)) {
+      heap_.push_back(candidate(m->rank, left));
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+    }
   }
 
   void bpe(std::string_view word) {
@@ -254,9 +254,9 @@ class Encoder {
       const std::string_view ch = word.substr(i, d.len);
       i += d.len;
       int32_t id = -1;
-      if (d.cp < 128) {
-        id = impl_.ascii_ids[d.cp];
-      } else if (auto it = impl_.char_ids.find(d.cp); it != impl_.char_ids.end()) {
+      if (d.cp < 0x10000) {
+        id = impl_.bmp_ids[d.cp];
+      } else if (auto it = impl_.astral_ids.find(d.cp); it != impl_.astral_ids.end()) {
         id = it->second;
       }
       if (id >= 0) {
@@ -280,25 +280,27 @@ class Encoder {
 
     const auto n = static_cast<int32_t>(syms_.size());
     for (int32_t i = 0; i + 1 < n; ++i)
-      if (const auto* m = impl_.merges.find(syms_[i].id, syms_[i + 1].id)) heap_.push_back({m->rank, i, m->new_id});
-    std::make_heap(heap_.begin(), heap_.end(), Later{});
+      if (const auto* m = impl_.merges.find(syms_[i].id, syms_[i + 1].id)) heap_.push_back(candidate(m->rank, i));
+    std::make_heap(heap_.begin(), heap_.end(), std::greater<>{});
 
     while (!heap_.empty()) {
-      std::pop_heap(heap_.begin(), heap_.end(), Later{});
-      const Candidate top = heap_.back();
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
+      const uint64_t top = heap_.back();
       heap_.pop_back();
-      Symbol& left = syms_[top.pos];
+      const auto rank = static_cast<int32_t>(top >> 32);
+      const auto pos = static_cast<int32_t>(top & 0xFFFFFFFFu);
+      Symbol& left = syms_[pos];
       if (!left.alive || left.next >= n) continue;
       const int32_t right_pos = left.next;
       // Stale entry: the pair at this position has changed since it was queued.
       const auto* m = impl_.merges.find(left.id, syms_[right_pos].id);
-      if (!m || m->new_id != top.new_id) continue;
-      left.id = top.new_id;
+      if (!m || m->rank != rank) continue;
+      left.id = m->new_id;
       syms_[right_pos].alive = false;
       left.next = syms_[right_pos].next;
-      if (left.next < n) syms_[left.next].prev = top.pos;
+      if (left.next < n) syms_[left.next].prev = pos;
       if (left.prev >= 0) push_candidate(left.prev);
-      push_candidate(top.pos);
+      push_candidate(pos);
     }
     for (int32_t i = 0; i < n; i = syms_[i].next) out_.push_back(syms_[i].id);
   }
@@ -307,12 +309,14 @@ class Encoder {
   const bool allow_special_;
   std::vector<int32_t>& out_;
   std::vector<Symbol> syms_;
-  std::vector<Candidate> heap_;
+  std::vector<uint64_t> heap_;
   std::deque<std::string> normalized_;
   std::unordered_map<std::string_view, std::pair<size_t, size_t>> cache_;  // word -> ids in out_
 };
 
 }  // namespace
+
+tokenizer_detail::Impl& tokenizer_detail::TestAccess::impl(Tokenizer& tok) { return *tok.impl_; }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
@@ -380,7 +384,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   const std::string key(token);
   if (auto it = impl_->added_ids.find(key); it != impl_->added_ids.end()) return it->second;
-  if (auto it = impl_->vocab.find(key); it != impl_->vocab.end()) return it->second;
+  if (const int32_t id = impl_->vocab.find(key); id >= 0) return id;
   return std::nullopt;
 }
 

@@ -20,6 +20,7 @@ namespace dgemma {
 
 namespace tokenizer_detail {
 struct Impl;
+struct TestAccess;  // lets unit tests switch internal shortcuts off to check they change nothing
 }
 
 class Tokenizer {
@@ -62,6 +63,7 @@ class Tokenizer {
   static void flush_byte_run(std::string& pending_bytes, std::string& out);
 
  private:
+  friend struct tokenizer_detail::TestAccess;
   explicit Tokenizer(std::unique_ptr<tokenizer_detail::Impl> impl);
   std::unique_ptr<tokenizer_detail::Impl> impl_;
 };

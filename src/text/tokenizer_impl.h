@@ -9,10 +9,33 @@
 #include <unordered_set>
 #include <vector>
 
+#include "util/json.h"
+
+namespace dgemma {
+class Tokenizer;
+}
+
 namespace dgemma::tokenizer_detail {
 
 // Ids above this are rejected at load time: per-id tables are sized by the largest id.
 inline constexpr int32_t kMaxTokenId = (1 << 24) - 1;
+
+// Piece string -> id for the model vocab: one flat open-addressing table (a std::unordered_map of
+// 262k strings was the largest cost of loading).
+class PieceIndex {
+ public:
+  // Returns false when `piece` is already present.
+  bool insert(std::string piece, int32_t id);
+  int32_t find(std::string_view piece) const;  // -1 when absent
+  size_t size() const { return entries_.size(); }
+  const std::vector<std::pair<std::string, int32_t>>& entries() const { return entries_; }
+  void reserve(size_t n);
+
+ private:
+  void rehash(size_t slots);
+  std::vector<std::pair<std::string, int32_t>> entries_;
+  std::vector<uint32_t> slots_;  // entry index + 1, 0 = empty
+};
 
 // Open-addressing hash map (left id, right id) -> merge. The merge table is hit once per symbol pair
 // while encoding, so it is kept flat and cache-friendly instead of std::unordered_map.
@@ -94,10 +117,10 @@ struct Impl {
   std::string what;  // the source, for messages
 
   // --- BPE model ---
-  std::unordered_map<std::string, int32_t> vocab;  // model vocab
+  PieceIndex vocab;  // model vocab
   MergeMap merges;
-  std::array<int32_t, 128> ascii_ids;               // single-character pieces, ASCII
-  std::unordered_map<char32_t, int32_t> char_ids;   // single-character pieces, others
+  std::vector<int32_t> bmp_ids;                     // single-character pieces, U+0000..U+FFFF (-1: none)
+  std::unordered_map<char32_t, int32_t> astral_ids; // single-character pieces above U+FFFF
   std::array<int32_t, 256> byte_ids;                // "<0xXX>" pieces, -1 when absent
   bool all_bytes_present = false;
   int32_t unk_id = -1;
@@ -134,8 +157,30 @@ struct Impl {
   std::vector<uint8_t> special;
 };
 
+// For unit tests only: reach the internals of a loaded Tokenizer.
+struct TestAccess {
+  static Impl& impl(Tokenizer& tok);
+};
+
 // Every non-overlapping occurrence of `pattern` (non-empty), left to right, replaced by `content`.
 std::string replace_all(std::string_view s, std::string_view pattern, std::string_view content);
+
+struct RawMerge {
+  std::string a, b;
+  bool is_pair;  // ["a", "b"]; otherwise `a` holds the old "a b" form
+};
+
+// tokenizer.json split into the two big tables and a DOM of everything else (tokenizer_json.cpp).
+struct RawTokenizerJson {
+  Json rest;  // the whole file minus model.vocab and model.merges
+  std::vector<std::pair<std::string, int64_t>> vocab;
+  std::vector<RawMerge> merges;
+  bool has_vocab = false, has_merges = false;
+  std::string vocab_error, merges_error;  // shape problems found while streaming
+};
+
+// Throws Error(kInvalidFile) on malformed JSON or nesting deeper than kMaxJsonDepth.
+RawTokenizerJson read_tokenizer_json(std::string_view text, std::string_view what);
 
 // Builds an Impl from tokenizer.json text; throws Error(kInvalidFile) naming `what`.
 void load_impl(Impl& impl, std::string_view json_text);

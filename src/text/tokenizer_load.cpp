@@ -54,6 +54,50 @@ bool MergeMap::insert(int32_t a, int32_t b, Merge m) {
   }
 }
 
+// ---- PieceIndex -------------------------------------------------------------------------------
+
+void PieceIndex::reserve(size_t n) {
+  entries_.reserve(n);
+  size_t slots = 16;
+  while (slots < n * 2) slots <<= 1;
+  if (slots > slots_.size()) rehash(slots);
+}
+
+void PieceIndex::rehash(size_t slots) {
+  slots_.assign(slots, 0);
+  const size_t mask = slots - 1;
+  for (size_t e = 0; e < entries_.size(); ++e) {
+    size_t i = std::hash<std::string_view>{}(entries_[e].first) & mask;
+    while (slots_[i] != 0) i = (i + 1) & mask;
+    slots_[i] = static_cast<uint32_t>(e + 1);
+  }
+}
+
+bool PieceIndex::insert(std::string piece, int32_t id) {
+  if (find(piece) >= 0) return false;
+  if ((entries_.size() + 1) * 2 > slots_.size()) {
+    entries_.emplace_back(std::move(piece), id);
+    rehash(std::max<size_t>(16, slots_.size() * 2));
+    return true;
+  }
+  const size_t mask = slots_.size() - 1;
+  size_t i = std::hash<std::string_view>{}(piece) & mask;
+  while (slots_[i] != 0) i = (i + 1) & mask;
+  entries_.emplace_back(std::move(piece), id);
+  slots_[i] = static_cast<uint32_t>(entries_.size());
+  return true;
+}
+
+int32_t PieceIndex::find(std::string_view piece) const {
+  if (slots_.empty()) return -1;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = std::hash<std::string_view>{}(piece) & mask;; i = (i + 1) & mask) {
+    const uint32_t e = slots_[i];
+    if (e == 0) return -1;
+    if (entries_[e - 1].first == piece) return entries_[e - 1].second;
+  }
+}
+
 // ---- TokenTrie --------------------------------------------------------------------------------
 
 int32_t TokenTrie::child(int32_t node, unsigned char b) const {
@@ -258,7 +302,7 @@ int byte_piece_value(std::string_view t) {
   return hi * 16 + lo;
 }
 
-void load_model(Impl& impl, const Json& model) {
+void load_model(Impl& impl, const Json& model, RawTokenizerJson& raw) {
   if (!model.is_object()) fail_file("{}: \"model\" must be an object", impl.what);
   if (auto it = model.find("type"); it != model.end()) {
     if (!it->is_string()) fail_file("{}: model.type must be a string", impl.what);
@@ -277,80 +321,71 @@ void load_model(Impl& impl, const Json& model) {
   impl.byte_fallback = bool_member(impl, model, "byte_fallback", "model", false);
   impl.ignore_merges = bool_member(impl, model, "ignore_merges", "model", false);
 
-  const Json& vocab = member(impl, model, "vocab", "model");
-  if (!vocab.is_object()) fail_file("{}: model.vocab must be an object", impl.what);
-  impl.vocab.reserve(vocab.size());
+  if (!raw.has_vocab) fail_file("{}: model has no \"vocab\" object", impl.what);
+  if (!raw.vocab_error.empty()) fail_file("{}: {}", impl.what, raw.vocab_error);
+  if (!raw.has_merges) fail_file("{}: model has no \"merges\" array", impl.what);
+  if (!raw.merges_error.empty()) fail_file("{}: model.merges: {}", impl.what, raw.merges_error);
+
+  impl.vocab.reserve(raw.vocab.size());
   int32_t max_id = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer()) fail_file("{}: vocab entry \"{}\" has a non-integer id", impl.what, it.key());
-    const int64_t id = it.value().get<int64_t>();
+  for (auto& [piece, id] : raw.vocab) {
     if (id < 0 || id > kMaxTokenId) fail_file("{}: vocab id {} out of range [0, {}]", impl.what, id, kMaxTokenId);
-    if (!utf8::is_valid(it.key())) fail_file("{}: vocab entry with invalid UTF-8", impl.what);
-    impl.vocab.emplace(it.key(), static_cast<int32_t>(id));
+    if (!utf8::is_valid(piece)) fail_file("{}: vocab entry with invalid UTF-8", impl.what);
     max_id = std::max(max_id, static_cast<int32_t>(id));
   }
   impl.pieces.assign(static_cast<size_t>(max_id) + 1, {});
   impl.present.assign(static_cast<size_t>(max_id) + 1, 0);
-  for (const auto& [piece, id] : impl.vocab) {
+  for (auto& [piece, id] : raw.vocab) {
     if (impl.present[id]) fail_file("{}: vocab id {} is used by two pieces", impl.what, id);
     impl.present[id] = 1;
     impl.pieces[id] = piece;
+    if (!impl.vocab.insert(std::move(piece), static_cast<int32_t>(id)))
+      fail_file("{}: vocab piece \"{}\" listed twice", impl.what, impl.pieces[id]);
   }
+  raw.vocab = {};
 
   if (auto it = model.find("unk_token"); it != model.end() && !it->is_null()) {
     if (!it->is_string()) fail_file("{}: model.unk_token must be a string", impl.what);
-    auto v = impl.vocab.find(it->get<std::string>());
-    if (v == impl.vocab.end()) fail_file("{}: unk_token \"{}\" is not in the vocab", impl.what, it->get<std::string>());
-    impl.unk_id = v->second;
+    impl.unk_id = impl.vocab.find(it->get<std::string>());
+    if (impl.unk_id < 0) fail_file("{}: unk_token \"{}\" is not in the vocab", impl.what, it->get<std::string>());
   }
 
-  impl.ascii_ids.fill(-1);
-  for (const auto& [piece, id] : impl.vocab) {
+  impl.bmp_ids.assign(0x10000, -1);
+  for (const auto& [piece, id] : impl.vocab.entries()) {
     const utf8::Decoded d = utf8::decode(piece, 0);
     if (static_cast<size_t>(d.len) != piece.size()) continue;
-    if (d.cp < 128) impl.ascii_ids[d.cp] = id;
-    else impl.char_ids.emplace(d.cp, id);
+    if (d.cp < 0x10000) impl.bmp_ids[d.cp] = id;
+    else impl.astral_ids.emplace(d.cp, id);
   }
   impl.byte_ids.fill(-1);
   impl.all_bytes_present = true;
   for (int b = 0; b < 256; ++b) {
-    auto v = impl.vocab.find(fmt::format("<0x{:02X}>", b));
-    if (v != impl.vocab.end()) impl.byte_ids[b] = v->second;
-    else impl.all_bytes_present = false;
+    impl.byte_ids[b] = impl.vocab.find(fmt::format("<0x{:02X}>", b));
+    impl.all_bytes_present = impl.all_bytes_present && impl.byte_ids[b] >= 0;
   }
 
-  const Json& merges = member(impl, model, "merges", "model");
-  if (!merges.is_array()) fail_file("{}: model.merges must be an array", impl.what);
-  impl.merges.reserve(merges.size());
+  impl.merges.reserve(raw.merges.size());
   int32_t rank = 0;
   std::string joined;
-  for (const Json& m : merges) {
-    std::string_view a, b;
-    std::string line;
-    if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      a = m[0].get_ref<const std::string&>();
-      b = m[1].get_ref<const std::string&>();
-    } else if (m.is_string()) {
-      line = m.get<std::string>();
-      const size_t sp = line.find(' ');
-      if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos)
-        fail_file("{}: merge #{} \"{}\" is not two pieces", impl.what, rank, line);
-      a = std::string_view(line).substr(0, sp);
-      b = std::string_view(line).substr(sp + 1);
-    } else {
-      fail_file("{}: merge #{} must be [\"a\", \"b\"] or \"a b\"", impl.what, rank);
+  for (const RawMerge& m : raw.merges) {
+    std::string_view a = m.a, b = m.b;
+    if (!m.is_pair) {
+      const size_t sp = a.find(' ');
+      if (sp == std::string::npos || a.find(' ', sp + 1) != std::string::npos)
+        fail_file("{}: merge #{} \"{}\" is not two pieces", impl.what, rank, m.a);
+      b = a.substr(sp + 1);
+      a = a.substr(0, sp);
     }
-    auto ia = impl.vocab.find(std::string(a));
-    auto ib = impl.vocab.find(std::string(b));
     joined.assign(a);
     joined.append(b);
-    auto ij = impl.vocab.find(joined);
-    if (ia == impl.vocab.end() || ib == impl.vocab.end() || ij == impl.vocab.end())
+    const int32_t ia = impl.vocab.find(a), ib = impl.vocab.find(b), ij = impl.vocab.find(joined);
+    if (ia < 0 || ib < 0 || ij < 0)
       fail_file("{}: merge #{} (\"{}\", \"{}\") uses a piece that is not in the vocab", impl.what, rank, a, b);
     // Later duplicates win, as in HF (its merge map is filled in file order).
-    impl.merges.insert(ia->second, ib->second, {rank, ij->second});
+    impl.merges.insert(ia, ib, {rank, ij});
     ++rank;
   }
+  raw.merges = {};
 }
 
 void load_added_tokens(Impl& impl, const Json& list) {
@@ -372,9 +407,9 @@ void load_added_tokens(Impl& impl, const Json& list) {
     if (!utf8::is_valid(tok.content)) fail_file("{}: added token with invalid UTF-8", impl.what);
     if (file_id < 0 || file_id > kMaxTokenId) fail_file("{}: added token id {} out of range", impl.what, file_id);
     // HF gives an added token the model's id for the same piece.
-    if (auto v = impl.vocab.find(tok.content); v != impl.vocab.end()) {
-      if (v->second != file_id)
-        fail_file("{}: added token \"{}\" has id {} but the vocab says {}", impl.what, tok.content, file_id, v->second);
+    if (const int32_t v = impl.vocab.find(tok.content); v >= 0) {
+      if (v != file_id)
+        fail_file("{}: added token \"{}\" has id {} but the vocab says {}", impl.what, tok.content, file_id, v);
     } else if (static_cast<size_t>(file_id) < impl.present.size() && impl.present[file_id] &&
                impl.pieces[file_id] != tok.content) {
       fail_file("{}: added token \"{}\" reuses id {} of \"{}\"", impl.what, tok.content, file_id,
@@ -425,10 +460,9 @@ void build_id_tables(Impl& impl) {
 
 void setup_meta_split(Impl& impl) {
   static constexpr std::string_view kMeta = "\xE2\x96\x81";  // U+2581
-  auto it = impl.vocab.find(std::string(kMeta));
-  if (it == impl.vocab.end() || impl.ignore_merges) return;
-  impl.meta_id = it->second;
-  for (const auto& [piece, id] : impl.vocab) {
+  impl.meta_id = impl.vocab.find(kMeta);
+  if (impl.meta_id < 0 || impl.ignore_merges) return;
+  for (const auto& [piece, id] : impl.vocab.entries()) {
     for (size_t pos = piece.find(kMeta, 1); pos != std::string::npos; pos = piece.find(kMeta, pos + 1)) {
       // The character just before this "▁" (pieces are valid UTF-8).
       size_t start = pos - 1;
@@ -442,13 +476,14 @@ void setup_meta_split(Impl& impl) {
 }  // namespace
 
 void load_impl(Impl& impl, std::string_view json_text) {
-  const Json j = parse_json(json_text, impl.what, /*is_file=*/true);
+  RawTokenizerJson raw = read_tokenizer_json(json_text, impl.what);
+  const Json& j = raw.rest;
   try {
     if (!j.is_object()) fail_file("{}: tokenizer.json must be a JSON object", impl.what);
     for (const char* key : {"truncation", "padding"})
       if (auto it = j.find(key); it != j.end() && !it->is_null())
         unsupported(impl, fmt::format("\"{}\" settings", key));
-    load_model(impl, member(impl, j, "model", "tokenizer.json"));
+    load_model(impl, member(impl, j, "model", "tokenizer.json"), raw);
     load_added_tokens(impl, j.value("added_tokens", Json()));
     load_normalizer(impl, j.value("normalizer", Json()));
     load_pre_tokenizer(impl, j.value("pre_tokenizer", Json()));
