@@ -1,10 +1,448 @@
+// dgemma serve MODEL [flags]: the OpenAI-compatible server. Flags follow `vllm serve` (SERVING.md §1.3)
+// so launch scripts carry over; vLLM knobs that mean nothing here are accepted and logged.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <pthread.h>
+
+#include "api/api_server.h"
+#include "api/http_server.h"
+#include "api/prompt_builder.h"
 #include "cli/commands.h"
+#include "engine/engine_config.h"
+#include "engine/scripted_engine.h"
+#include "model/config.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+#include "util/json.h"
+#include "util/log.h"
+#include "util/mmap_file.h"
 
 namespace dgemma::cli {
+namespace {
+
+struct ServeFlags {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::vector<std::string> served_model_name;
+  std::string max_model_len;
+  int max_num_seqs = 0;  // 0: engine default
+  int64_t max_num_batched_tokens = 0;
+  int max_queue = 1024;
+  double gpu_memory_utilization = 0.9;
+  std::string diffusion_config;
+  std::string hf_overrides;
+  std::string generation_config = "auto";
+  std::string override_generation_config;
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
+  std::string reasoning_parser;
+  std::string default_chat_template_kwargs;
+  std::string chat_template;
+  std::vector<std::string> api_keys;
+  std::string dtype = "auto";
+  std::string load_format = "auto";
+  std::string device = "auto";
+  uint64_t seed = 0;
+  bool enable_chunked_prefill = true;
+  bool enable_prefix_caching = false;
+  bool strict_params = false;
+  double sse_ping_interval = 10;
+  int64_t max_request_bytes = 32 << 20;
+  std::string log_level = "info";
+  // vLLM-only knobs, accepted and logged.
+  std::string attention_backend;
+  bool trust_remote_code = false;
+  bool enforce_eager = false;
+  bool disable_log_requests = false;
+  bool disable_log_stats = false;
+  int tensor_parallel_size = 1;
+};
+
+Json parse_flag_json(const std::string& text, const std::string& flag) {
+  Json j;
+  try {
+    j = parse_json(text, flag, /*is_file=*/false);
+  } catch (const Error& e) {
+    fail_arg("{}: not valid JSON: {}", flag, e.what());
+  }
+  if (!j.is_object()) fail_arg("{}: expected a JSON object, got {}", flag, text);
+  return j;
+}
+
+// "32768", "32k", "32K" (x1000 / x1024 as vLLM: lower-case decimal, upper-case binary), "1m", "1M".
+int64_t parse_token_count(const std::string& s, const std::string& flag) {
+  if (s.empty()) fail_arg("{}: empty value", flag);
+  int64_t mult = 1;
+  std::string num = s;
+  const char last = s.back();
+  if (last == 'k') mult = 1000;
+  else if (last == 'K') mult = 1024;
+  else if (last == 'm') mult = 1000000;
+  else if (last == 'M') mult = 1048576;
+  if (mult != 1) num.pop_back();
+  if (num.empty() || num.size() > 12 || num.find_first_not_of("0123456789") != std::string::npos)
+    fail_arg("{}: '{}' is not a token count (e.g. 32768, 32k, 128K)", flag, s);
+  const int64_t v = std::stoll(num) * mult;
+  if (v < 1) fail_arg("{}: must be at least 1", flag);
+  return v;
+}
+
+LogLevel parse_log_level(const std::string& s) {
+  if (s == "debug") return LogLevel::kDebug;
+  if (s == "info") return LogLevel::kInfo;
+  if (s == "warn" || s == "warning") return LogLevel::kWarn;
+  if (s == "error") return LogLevel::kError;
+  if (s == "off") return LogLevel::kOff;
+  fail_arg("--log-level: '{}' is not one of debug, info, warn, error, off", s);
+}
+
+ChatTemplate choose_chat_template(const ServeFlags& f) {
+  if (!f.chat_template.empty()) {
+    for (auto kind : {ChatTemplateKind::kDiffusionGemma2026_07, ChatTemplateKind::kDiffusionGemma2026_06})
+      if (f.chat_template == ChatTemplate::name(kind)) return ChatTemplate(kind);
+    if (!std::filesystem::is_regular_file(f.chat_template))
+      fail_arg("--chat-template: '{}' is neither a known template name ({}, {}) nor a file", f.chat_template,
+               ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_07),
+               ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_06));
+    return ChatTemplate::from_template_text(read_text_file(f.chat_template));
+  }
+  const auto path = std::filesystem::path(f.model) / "chat_template.jinja";
+  if (std::filesystem::is_regular_file(path)) return ChatTemplate::from_template_text(read_text_file(path.string()));
+  return ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_07);
+}
+
+struct Prepared {
+  EngineConfig engine;
+  ApiServerOptions api;
+  HttpServerOptions http;
+  std::string scripted_file;  // non-empty: --load-format scripted:FILE
+};
+
+Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
+  for (size_t i = 0; i < extras.size(); ++i) {
+    // "-tp N" (vLLM's short form): CLI11 only has one-letter short options, so it arrives here.
+    const std::string& a = extras[i];
+    if (a == "-tp" && i + 1 < extras.size()) {
+      f.tensor_parallel_size = static_cast<int>(parse_token_count(extras[++i], "-tp"));
+      continue;
+    }
+    if (a.rfind("-tp=", 0) == 0) {
+      f.tensor_parallel_size = static_cast<int>(parse_token_count(a.substr(4), "-tp"));
+      continue;
+    }
+    fail_arg("serve: unknown argument '{}' (see dgemma serve --help)", a);
+  }
+  set_log_level(parse_log_level(f.log_level));
+  Prepared p;
+  EngineConfig& e = p.engine;
+  if (!std::filesystem::is_directory(f.model))
+    fail_arg("MODEL '{}' is not a directory (a Hugging Face model directory with config.json is expected)", f.model);
+  e.model_dir = f.model;
+  if (f.load_format.rfind("scripted:", 0) == 0) {
+    p.scripted_file = f.load_format.substr(9);
+    if (p.scripted_file.empty()) fail_arg("--load-format scripted:FILE needs a file");
+    e.load_format = "scripted";
+  } else if (f.load_format == "auto" || f.load_format == "safetensors" || f.load_format == "dummy") {
+    e.load_format = f.load_format;
+  } else if (f.load_format == "fastsafetensors" || f.load_format == "runai_streamer") {
+    DG_LOG_INFO("serve", "--load-format {}: loading with dgemma's own safetensors reader", f.load_format);
+    e.load_format = "safetensors";
+  } else {
+    fail_arg("--load-format: '{}' is not one of auto, safetensors, dummy, scripted:FILE", f.load_format);
+  }
+  if (f.dtype == "auto" || f.dtype == "bfloat16" || f.dtype == "bf16") e.dtype = f.dtype == "auto" ? "auto" : "bfloat16";
+  else fail_arg("--dtype: '{}' is not supported (auto or bfloat16)", f.dtype);
+  if (f.device != "auto" && f.device != "cpu" && f.device != "cuda")
+    fail_arg("--device: '{}' is not one of auto, cpu, cuda", f.device);
+  e.device = f.device;
+  if (!f.max_model_len.empty()) e.max_model_len = parse_token_count(f.max_model_len, "--max-model-len");
+  if (f.max_num_seqs != 0) {
+    if (f.max_num_seqs < 1 || f.max_num_seqs > 4096) fail_arg("--max-num-seqs must be between 1 and 4096");
+    e.max_num_seqs = f.max_num_seqs;
+  }
+  if (f.max_num_batched_tokens < 0) fail_arg("--max-num-batched-tokens must be positive");
+  e.max_num_batched_tokens = f.max_num_batched_tokens;
+  if (f.max_queue < 0 || f.max_queue > 1000000) fail_arg("--max-queue must be between 0 and 1000000");
+  e.max_queue = f.max_queue;
+  if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1))
+    fail_arg("--gpu-memory-utilization must be in (0, 1], got {}", f.gpu_memory_utilization);
+  e.gpu_memory_utilization = f.gpu_memory_utilization;
+  e.seed = f.seed;
+  e.enable_chunked_prefill = f.enable_chunked_prefill;
+  e.enable_prefix_caching = f.enable_prefix_caching;
+
+  if (!f.diffusion_config.empty()) {
+    const Json dc = parse_flag_json(f.diffusion_config, "--diffusion-config");
+    for (auto it = dc.begin(); it != dc.end(); ++it) {
+      if (it.key() == "canvas_length") {
+        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 4096)
+          fail_arg("--diffusion-config: canvas_length must be an integer in [1, 4096]");
+        e.canvas_length = it->get<int>();
+      } else if (it.key() == "max_denoising_steps") {
+        if (it->is_null()) continue;
+        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 1024)
+          fail_arg("--diffusion-config: max_denoising_steps must be an integer in [1, 1024]");
+        e.max_denoising_steps = it->get<int>();
+      } else {
+        fail_arg("--diffusion-config: unknown key '{}' (accepted: canvas_length, max_denoising_steps)", it.key());
+      }
+    }
+  }
+  if (!f.override_generation_config.empty())
+    e.override_generation_config = parse_flag_json(f.override_generation_config, "--override-generation-config");
+  if (!f.hf_overrides.empty()) {
+    e.hf_overrides = parse_flag_json(f.hf_overrides, "--hf-overrides");
+    if (auto it = e.hf_overrides.find("diffusion_sampler"); it != e.hf_overrides.end()) {
+      if (*it != "entropy_bound")
+        fail_arg("--hf-overrides: diffusion_sampler {} is not supported; DiffusionGemma's sampler is \"entropy_bound\"",
+                 it->dump());
+    }
+    if (auto it = e.hf_overrides.find("diffusion_entropy_bound"); it != e.hf_overrides.end()) {
+      if (!it->is_number() || !(it->get<double>() > 0))
+        fail_arg("--hf-overrides: diffusion_entropy_bound must be a number > 0");
+      // Unlike vLLM (where the key is inert), it really sets the bound: it becomes the generation
+      // config's sampler_config.entropy_bound unless --override-generation-config sets that itself.
+      Json& ogc = e.override_generation_config;
+      if (!ogc.contains("sampler_config") || !ogc["sampler_config"].is_object()) ogc["sampler_config"] = Json::object();
+      if (!ogc["sampler_config"].contains("entropy_bound")) ogc["sampler_config"]["entropy_bound"] = *it;
+    }
+  }
+  if (f.generation_config != "auto" && f.generation_config != "vllm" &&
+      !std::filesystem::is_directory(f.generation_config))
+    fail_arg("--generation-config: '{}' is not auto, vllm or a directory", f.generation_config);
+  e.generation_config = f.generation_config;
+
+  for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--tool-call-parser", f.tool_call_parser},
+                                    {"--reasoning-parser", f.reasoning_parser}})
+    if (!value.empty() && value != "gemma4") fail_arg("{}: '{}' is not supported (only gemma4)", flag, value);
+  if (f.enable_auto_tool_choice && f.tool_call_parser.empty())
+    fail_arg("--enable-auto-tool-choice requires --tool-call-parser gemma4");
+  if (f.tensor_parallel_size != 1)
+    fail_arg("--tensor-parallel-size {}: dgemma runs one model on one device (only 1 is accepted)", f.tensor_parallel_size);
+  if (!f.attention_backend.empty())
+    DG_LOG_INFO("serve", "--attention-backend {}: accepted for vLLM compatibility; dgemma uses its own kernels",
+                f.attention_backend);
+  if (f.trust_remote_code) DG_LOG_INFO("serve", "--trust-remote-code: accepted; dgemma never runs model code");
+  if (f.enforce_eager) DG_LOG_INFO("serve", "--enforce-eager: accepted for vLLM compatibility (no effect)");
+  if (f.disable_log_requests) DG_LOG_INFO("serve", "--disable-log-requests: requests are logged at debug level only");
+  if (f.disable_log_stats) DG_LOG_INFO("serve", "--disable-log-stats: accepted (no periodic stats log)");
+
+  ApiServerOptions& a = p.api;
+  a.served_names = f.served_model_name.empty() ? std::vector<std::string>{f.model} : f.served_model_name;
+  a.model_path = f.model;
+  a.api_keys = f.api_keys;
+  a.enable_auto_tool_choice = f.enable_auto_tool_choice;
+  a.tool_parser = !f.tool_call_parser.empty();
+  a.reasoning_parser = !f.reasoning_parser.empty();
+  a.strict_params = f.strict_params;
+  if (!f.default_chat_template_kwargs.empty()) {
+    a.default_template_kwargs = parse_flag_json(f.default_chat_template_kwargs, "--default-chat-template-kwargs");
+    for (auto it = a.default_template_kwargs.begin(); it != a.default_template_kwargs.end(); ++it) {
+      if (!ChatTemplate::is_allowed_kwarg(it.key()))
+        fail_arg("--default-chat-template-kwargs: key '{}' is not supported by the chat template", it.key());
+      if (it->is_object() || it->is_array())
+        fail_arg("--default-chat-template-kwargs: '{}' must be a boolean, number or string", it.key());
+    }
+  }
+  if (auto it = e.override_generation_config.find("max_new_tokens"); it != e.override_generation_config.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 1)
+      fail_arg("--override-generation-config: max_new_tokens must be an integer >= 1");
+    a.default_max_tokens = it->get<int64_t>();
+  }
+  if (!(f.sse_ping_interval >= 0.05 && f.sse_ping_interval <= 3600))
+    fail_arg("--sse-ping-interval must be between 0.05 and 3600 seconds");
+  a.ping_interval = std::chrono::milliseconds(static_cast<int64_t>(f.sse_ping_interval * 1000));
+
+  HttpServerOptions& h = p.http;
+  if (f.port < 0 || f.port > 65535) fail_arg("--port must be between 0 and 65535");
+  h.host = f.host;
+  h.port = f.port;
+  if (f.max_request_bytes < 1024) fail_arg("--max-request-bytes must be at least 1024");
+  h.max_body_bytes = static_cast<size_t>(f.max_request_bytes);
+  // Every running or queued request pins a connection thread while it waits (streams for their whole
+  // life), so the pool must hold them all plus headroom for /health, /metrics and idle keep-alives.
+  const size_t seqs = static_cast<size_t>(e.max_num_seqs);
+  h.max_threads = std::min<size_t>(seqs + static_cast<size_t>(e.max_queue) + 32, 8192);
+  h.min_threads = std::min<size_t>(h.max_threads, seqs + 4);
+  return p;
+}
+
+// Blocks SIGINT/SIGTERM in every thread; a watcher thread turns them into a stop request.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+  ~SignalWatcher() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  void start(std::function<void(int)> on_signal) {
+    thread_ = std::thread([this, on_signal = std::move(on_signal)] {
+      while (!done_) {
+        timespec ts{0, 200 * 1000 * 1000};
+        const int sig = sigtimedwait(&set_, nullptr, &ts);
+        if (sig > 0) {
+          on_signal(sig);
+          return;
+        }
+      }
+    });
+  }
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::string& version) {
+  Prepared p = prepare(f, extras);
+  SignalWatcher signals;  // before any thread starts, so all inherit the mask
+
+  p.api.version = version;
+  if (p.engine.max_model_len > 0) p.api.max_model_len_hint = p.engine.max_model_len;
+  ApiServer api(p.api);
+  HttpServer http(p.http);
+  api.attach(http);
+  const int port = http.bind();
+  std::atomic<bool> stop{false};
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  auto request_stop = [&] {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu);
+      stop = true;
+    }
+    stop_cv.notify_all();
+  };
+  signals.start([&](int sig) {
+    DG_LOG_INFO("serve", "received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    request_stop();
+  });
+  std::thread http_thread([&] { http.serve(); });
+  DG_LOG_INFO("serve", "listening on http://{}:{} (model loading; /health answers 503 until ready)", p.http.host, port);
+
+  std::shared_ptr<EngineInterface> engine;
+  int rc = 0;
+  try {
+    auto tokenizer = std::shared_ptr<const Tokenizer>(
+        Tokenizer::from_file((std::filesystem::path(f.model) / "tokenizer.json").string()));
+    const ChatTemplate tmpl = choose_chat_template(f);
+    DG_LOG_INFO("serve", "chat template: {}", ChatTemplate::name(tmpl.kind()));
+    if (!p.scripted_file.empty()) {
+      const ModelConfig mc = load_model_config(f.model);
+      const GenerationConfig gc = load_generation_config(f.model, mc);
+      ScriptedEngineOptions so;
+      so.max_num_seqs = p.engine.max_num_seqs;
+      so.max_queue = p.engine.max_queue;
+      so.max_model_len = p.engine.max_model_len > 0 ? p.engine.max_model_len : mc.text.max_position_embeddings;
+      so.vocab_size = static_cast<int>(mc.text.vocab_size);
+      so.eos_ids = gc.eos_token_ids.empty() ? mc.text.eos_token_ids : gc.eos_token_ids;
+      so.encode = [tokenizer](std::string_view t) { return tokenizer->encode(t, true); };
+      so.decode = [tokenizer](const std::vector<int32_t>& ids) { return tokenizer->decode(ids, false); };
+      engine = ScriptedEngine::from_file(p.scripted_file, std::move(so));
+      DG_LOG_INFO("serve", "scripted engine from {} (test only)", p.scripted_file);
+    } else {
+      engine = create_model_engine(p.engine);
+    }
+    if (engine->vocab_size() > tokenizer->vocab_size())
+      DG_LOG_WARN("serve", "model vocabulary ({}) is larger than the tokenizer's ({})", engine->vocab_size(),
+                  tokenizer->vocab_size());
+    LoadedModel m;
+    m.engine = engine;
+    m.tokenizer = tokenizer;
+    m.prompts = std::make_shared<const PromptBuilder>(*tokenizer, tmpl);
+    api.set_ready(std::move(m));
+    DG_LOG_INFO("serve", "ready: serving '{}' (max_model_len {}, max_num_seqs {})", p.api.served_names.front(),
+                engine->max_model_len(), engine->stats().max_num_seqs);
+    std::unique_lock<std::mutex> lock(stop_mu);
+    stop_cv.wait(lock, [&] { return stop.load(); });
+  } catch (const Error& e) {
+    DG_LOG_ERROR("serve", "{}", e.what());
+    std::fprintf(stderr, "dgemma: error: %s\n", e.what());
+    rc = 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dgemma: internal error: %s\n", e.what());
+    rc = 2;
+  }
+  api.begin_shutdown();
+  http.stop();
+  http_thread.join();
+  engine.reset();
+  DG_LOG_INFO("serve", "stopped");
+  return rc;
+}
+
+}  // namespace
 
 void add_serve_command(CLI::App& app, CommandList& out) {
-  auto* sub = app.add_subcommand("serve", "(not yet implemented)");
-  out.push_back({sub, [] { return 1; }});
+  auto f = std::make_shared<ServeFlags>();
+  auto* sub = app.add_subcommand("serve", "Serve an OpenAI-compatible API (vLLM-compatible flags; docs/API.md)");
+  sub->allow_extras();  // only to accept vLLM's "-tp N"; anything else left over is rejected
+  sub->add_option("MODEL", f->model, "Hugging Face model directory (config.json, tokenizer.json, ...)")->required();
+  sub->add_option("--host", f->host, "Address to listen on (default 127.0.0.1; use a proxy for exposure)");
+  sub->add_option("--port", f->port, "Port (default 8000; 0 picks a free port)");
+  sub->add_option("--served-model-name", f->served_model_name,
+                  "Model name(s) accepted in requests and reported by /v1/models (default: MODEL)");
+  sub->add_option("--max-model-len", f->max_model_len, "Context length in tokens (e.g. 32768, 32k, 128K; default: from config)");
+  sub->add_option("--max-num-seqs", f->max_num_seqs, "Requests running at once (default: engine default)");
+  sub->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Token budget per engine step (0: derived)");
+  sub->add_option("--max-queue", f->max_queue, "Waiting requests beyond --max-num-seqs before 503 (default 1024)");
+  sub->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "Fraction of GPU memory to use (default 0.9)");
+  sub->add_option("--diffusion-config", f->diffusion_config,
+                  "JSON: {\"canvas_length\": N, \"max_denoising_steps\": N}");
+  sub->add_option("--hf-overrides", f->hf_overrides,
+                  "JSON overrides of config.json; diffusion_sampler must be \"entropy_bound\"; "
+                  "diffusion_entropy_bound sets the sampler's bound");
+  sub->add_option("--generation-config", f->generation_config,
+                  "Where sampler defaults come from: auto (model dir), vllm (built-in defaults) or a directory");
+  sub->add_option("--override-generation-config", f->override_generation_config,
+                  "JSON overriding generation_config.json keys (max_new_tokens sets the default max_tokens)");
+  sub->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
+                "Let the model call tools when tool_choice is auto (needs --tool-call-parser)");
+  sub->add_option("--tool-call-parser", f->tool_call_parser, "Tool-call parser: gemma4");
+  sub->add_option("--reasoning-parser", f->reasoning_parser,
+                  "Reasoning parser: gemma4 (thought channel -> reasoning_content / reasoning)");
+  sub->add_option("--default-chat-template-kwargs", f->default_chat_template_kwargs,
+                  "JSON defaults for chat_template_kwargs, e.g. {\"enable_thinking\": true}");
+  sub->add_option("--chat-template", f->chat_template,
+                  "A chat template file (recognised by content) or name: diffusiongemma-2026-07 / diffusiongemma-2026-06");
+  sub->add_option("--api-key", f->api_keys, "Require this key (Bearer or X-Api-Key) on /v1/*; repeatable")
+      ->envname("DGEMMA_API_KEY");
+  sub->add_option("--dtype", f->dtype, "auto or bfloat16");
+  sub->add_option("--load-format", f->load_format, "auto, safetensors, dummy (random weights) or scripted:FILE (tests)");
+  sub->add_option("--device", f->device, "auto, cpu or cuda");
+  sub->add_option("--seed", f->seed, "Base seed for requests without their own seed");
+  sub->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->enable_chunked_prefill,
+                "Split long prompts over several engine steps (default on)");
+  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f->enable_prefix_caching,
+                "Reuse the KV of shared prompt prefixes");
+  sub->add_flag("--strict-params", f->strict_params, "Reject requests with unknown fields (400) instead of ignoring them");
+  sub->add_option("--sse-ping-interval", f->sse_ping_interval,
+                  "Seconds between keep-alive pings while a request waits (default 10)");
+  sub->add_option("--max-request-bytes", f->max_request_bytes, "Largest accepted request body (default 32 MiB)");
+  sub->add_option("--log-level", f->log_level, "debug, info, warn, error or off");
+  sub->add_option("--attention-backend", f->attention_backend, "vLLM compatibility: accepted and logged");
+  sub->add_flag("--trust-remote-code", f->trust_remote_code, "vLLM compatibility: accepted and logged");
+  sub->add_flag("--enforce-eager", f->enforce_eager, "vLLM compatibility: accepted and logged");
+  sub->add_flag("--disable-log-requests", f->disable_log_requests, "vLLM compatibility: accepted and logged");
+  sub->add_flag("--disable-log-stats", f->disable_log_stats, "vLLM compatibility: accepted and logged");
+  sub->add_option("--tensor-parallel-size", f->tensor_parallel_size, "Must be 1 (also accepted as -tp 1)");
+  out.push_back({sub, [f, sub] { return run_serve(*f, sub->remaining(), DGEMMA_VERSION); }});
 }
 
 }  // namespace dgemma::cli

@@ -29,6 +29,14 @@ struct SamplingParams {
   std::vector<int32_t> canvas_ids;          // initial canvas of the first canvas (reference's decoder_input_ids)
   bool previews = false;                    // emit per-step argmax canvas previews
   bool logprobs = false;                    // log-probability of each committed token at its last step
+  // OpenAI `temperature` (added by the API layer; see docs/API.md): unset or 1 = the checkpoint's
+  // t_min/t_max schedule; T > 0 multiplies both t_min and t_max by T; T == 0 means greedy: the
+  // per-position sample is the argmax (no sampling noise) while entropies use the unscaled schedule.
+  std::optional<double> temperature;
+  // Extra stop ids (vLLM `stop_token_ids`): treated like EOS ids (canvas trimmed before the id, finish
+  // reason stop). The API layer also enforces them on what it receives, so honouring them in the
+  // engine only saves work.
+  std::vector<int32_t> stop_token_ids;
 };
 
 struct GenerationRequest {
@@ -56,6 +64,40 @@ struct RequestEvent {
   std::string message;
   int64_t prompt_tokens = 0;    // filled on kFinished
   int64_t completion_tokens = 0;
+  // Filled on kFinished when known (engine timestamps, vLLM's metric definitions): time spent waiting
+  // in the queue, in prefill, and from the end of prefill to the end of the request. 0 if unknown.
+  double queue_ms = 0;
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  int64_t cached_tokens = 0;    // prompt tokens served from the prefix cache
+};
+
+// Lets one consumer wait on several RequestStreams at once (n > 1, several prompts): every push()
+// on a stream with a waker bumps the waker's sequence number.
+class StreamWaker {
+ public:
+  void notify() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++seq_;
+    }
+    cv_.notify_all();
+  }
+  uint64_t seq() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seq_;
+  }
+  // Waits until the sequence differs from `seen` or the timeout passes; returns the current sequence.
+  uint64_t wait(uint64_t seen, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return seq_ != seen; });
+    return seq_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t seq_ = 0;
 };
 
 // A single-consumer channel of events for one request. The engine pushes; an HTTP thread pops.
@@ -65,11 +107,27 @@ class RequestStream {
   uint64_t id() const { return id_; }
 
   void push(RequestEvent ev) {
+    std::shared_ptr<StreamWaker> waker;
     {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(std::move(ev));
+      waker = waker_;
     }
     cv_.notify_one();
+    if (waker) waker->notify();
+  }
+  // Set by the consumer before the request is submitted.
+  void set_waker(std::shared_ptr<StreamWaker> waker) {
+    std::lock_guard<std::mutex> lock(mu_);
+    waker_ = std::move(waker);
+  }
+  // Non-blocking pop. Returns false when no event is queued.
+  bool try_pop(RequestEvent& out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (events_.empty()) return false;
+    out = std::move(events_.front());
+    events_.pop_front();
+    return true;
   }
   // Waits up to `timeout` for the next event. Returns false on timeout.
   bool pop(RequestEvent& out, std::chrono::milliseconds timeout) {
@@ -89,6 +147,7 @@ class RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestEvent> events_;
+  std::shared_ptr<StreamWaker> waker_;
 };
 
 // Counters the API exposes on /metrics.
@@ -97,6 +156,13 @@ struct EngineStats {
   int64_t waiting = 0;
   double kv_usage = 0;  // 0..1
   int64_t max_num_seqs = 0;
+  int64_t max_queue = 0;            // waiting requests accepted before submit() throws kResourceExhausted
+  int64_t requests_cancelled = 0;   // requests dropped after cancel(), queued or running (cumulative)
+  int64_t num_preemptions = 0;      // cumulative
+  int64_t prefix_cache_queries = 0; // cumulative, in tokens
+  int64_t prefix_cache_hits = 0;    // cumulative, in tokens
+  int64_t engine_steps = 0;         // cumulative forward passes of the engine loop
+  int canvas_length = 0;
 };
 
 // What the API layer needs from an engine. The real one runs the model; tests may script one.

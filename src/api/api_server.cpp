@@ -1,0 +1,371 @@
+#include "api/api_server.h"
+
+#include <ctime>
+
+#include "api/api_error.h"
+#include "api/generation.h"
+#include "api/sse.h"
+#include "text/reasoning_parser.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/timing.h"
+
+namespace dgemma {
+namespace {
+
+constexpr size_t kMaxLoggedUnknownKeys = 256;
+
+HttpResponse json_response(const Json& j, int status = 200) {
+  HttpResponse r;
+  r.status = status;
+  r.body = json_text(j);
+  return r;
+}
+
+}  // namespace
+
+ApiServer::ApiServer(ApiServerOptions options)
+    : opt_(std::move(options)),
+      auth_(opt_.api_keys),
+      metrics_(std::make_unique<ServerMetrics>(opt_.served_names.empty() ? std::string("dgemma") : opt_.served_names[0],
+                                               opt_.max_model_len_hint > 0 ? opt_.max_model_len_hint : 8192)) {
+  if (opt_.served_names.empty()) opt_.served_names.push_back("dgemma");
+}
+
+ApiServer::~ApiServer() = default;
+
+std::shared_ptr<const LoadedModel> ApiServer::model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return model_;
+}
+
+void ApiServer::set_ready(LoadedModel model) {
+  DG_CHECK(model.engine && model.tokenizer && model.prompts);
+  auto m = std::make_shared<const LoadedModel>(std::move(model));
+  std::lock_guard<std::mutex> lock(mu_);
+  model_ = std::move(m);
+}
+
+void ApiServer::begin_shutdown() { shutting_down_ = true; }
+
+HttpResponse ApiServer::not_ready() const {
+  ApiError e;
+  e.status = 503;
+  e.type = "unavailable_error";
+  e.message = shutting_down_ ? "The server is shutting down" : "Loading model";
+  e.retry_after_s = 1;
+  return error_response(e);
+}
+
+RequestPolicy ApiServer::policy(const LoadedModel& m) const {
+  RequestPolicy p;
+  p.served_names = opt_.served_names;
+  p.enable_auto_tool_choice = opt_.enable_auto_tool_choice;
+  p.tool_parser = opt_.tool_parser;
+  p.vocab_size = m.engine->vocab_size();
+  p.strict_params = opt_.strict_params;
+  p.is_allowed_template_kwarg = [](std::string_view k) { return ChatTemplate::is_allowed_kwarg(k); };
+  p.default_template_kwargs = opt_.default_template_kwargs;
+  return p;
+}
+
+void ApiServer::log_unknown_keys(const std::vector<std::string>& keys) {
+  if (keys.empty()) return;
+  std::lock_guard<std::mutex> lock(unknown_mu_);
+  for (const auto& k : keys) {
+    if (unknown_logged_.size() >= kMaxLoggedUnknownKeys || unknown_logged_.count(k)) continue;
+    unknown_logged_.insert(k);
+    DG_LOG_INFO("api", "ignoring unknown request field '{}' (logged once; --strict-params rejects such requests)",
+                k.size() > 80 ? k.substr(0, 80) + "..." : k);
+  }
+}
+
+HttpResponse ApiServer::guarded(const HttpRequest& req, HttpResponse (ApiServer::*handler)(const HttpRequest&)) {
+  HttpResponse out;
+  if (ApiKeyAuth::is_protected_path(req.path) && !auth_.check(req)) {
+    ApiError e;
+    e.status = 401;
+    e.type = "authentication_error";
+    e.message = presented_api_key(req).empty() ? "Missing API key: send 'Authorization: Bearer <key>'"
+                                               : "Invalid API key";
+    out = error_response(e);
+    out.headers.emplace_back("WWW-Authenticate", "Bearer");
+  } else {
+    try {
+      out = (this->*handler)(req);
+    } catch (...) {
+      out = error_response(api_error_from_exception(std::current_exception()));
+    }
+  }
+  if (out.status >= 400 && (req.path == "/v1/chat/completions" || req.path == "/v1/completions"))
+    metrics_->on_http_error();
+  return out;
+}
+
+void ApiServer::attach(HttpServer& http) {
+  http.set_error_body([](int status, const std::string& message) {
+    ApiError e;
+    e.status = status;
+    e.type = error_type_for_status(status);
+    e.message = message;
+    return json_text(error_json(e));
+  });
+  http.set_exception_mapper(
+      [](std::exception_ptr ep) { return error_response(api_error_from_exception(std::move(ep))); });
+  auto bind = [this](HttpResponse (ApiServer::*h)(const HttpRequest&)) {
+    return [this, h](const HttpRequest& req) { return guarded(req, h); };
+  };
+  http.route("GET", "/health", bind(&ApiServer::health));
+  http.route("GET", "/version", bind(&ApiServer::version));
+  http.route("GET", "/metrics", bind(&ApiServer::metrics));
+  http.route("GET", "/v1/models", bind(&ApiServer::models));
+  http.route("POST", "/v1/chat/completions", bind(&ApiServer::chat_completions));
+  http.route("POST", "/v1/completions", bind(&ApiServer::completions));
+  http.route("POST", "/tokenize", bind(&ApiServer::tokenize));
+  http.route("POST", "/detokenize", bind(&ApiServer::detokenize));
+  for (const char* path : {"/v1/embeddings", "/v1/responses", "/v1/audio/transcriptions", "/v1/rerank"}) {
+    http.route("POST", path, bind(&ApiServer::not_supported));
+  }
+}
+
+HttpResponse ApiServer::not_supported(const HttpRequest& req) {
+  return error_response(501, "not_supported_error", fmt::format("{} is not supported by this server", req.path));
+}
+
+HttpResponse ApiServer::health(const HttpRequest&) {
+  if (!model() || shutting_down_) return not_ready();
+  HttpResponse r;
+  r.content_type = "text/plain";
+  return r;
+}
+
+HttpResponse ApiServer::version(const HttpRequest&) { return json_response(Json{{"version", opt_.version}}); }
+
+HttpResponse ApiServer::metrics(const HttpRequest&) {
+  auto m = model();
+  EngineStats stats;
+  if (m) stats = m->engine->stats();
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = metrics_->render(stats);
+  return r;
+}
+
+HttpResponse ApiServer::models(const HttpRequest&) {
+  auto m = model();
+  if (!m) return not_ready();
+  static const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  Json data = Json::array();
+  for (const auto& name : opt_.served_names)
+    data.push_back(Json{{"id", name},
+                        {"object", "model"},
+                        {"created", created},
+                        {"owned_by", "dgemma"},
+                        {"root", opt_.model_path},
+                        {"parent", nullptr},
+                        {"max_model_len", m->engine->max_model_len()},
+                        {"permission", Json::array()}});
+  return json_response(Json{{"object", "list"}, {"data", std::move(data)}});
+}
+
+HttpResponse ApiServer::chat_completions(const HttpRequest& req) { return generate(req, Endpoint::kChat); }
+HttpResponse ApiServer::completions(const HttpRequest& req) { return generate(req, Endpoint::kCompletion); }
+
+HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
+  const double arrival = now_seconds();
+  auto m = model();
+  if (!m || shutting_down_) return not_ready();
+  const Json body = parse_request_body(req.body);
+  ParsedRequest pr = endpoint == Endpoint::kChat ? parse_chat_request(body, policy(*m))
+                                                 : parse_completion_request(body, policy(*m));
+  log_unknown_keys(pr.unknown_keys);
+
+  const int64_t max_len = m->engine->max_model_len();
+  std::vector<PreparedPrompt> prompts;
+  if (endpoint == Endpoint::kChat) {
+    ChatTemplateOptions o;
+    o.add_generation_prompt = pr.add_generation_prompt;
+    o.extra_kwargs = pr.template_kwargs;
+    PreparedPrompt p;
+    p.tokens = m->prompts->chat(pr.messages, pr.tools, o);
+    const size_t tail = std::min<size_t>(p.tokens.size(), 8);
+    p.starts_in_reasoning = prompt_opens_reasoning(
+        m->tokenizer->decode(std::span<const int32_t>(p.tokens.data() + p.tokens.size() - tail, tail), false));
+    prompts.push_back(std::move(p));
+  } else {
+    for (auto& in : pr.prompts) {
+      PreparedPrompt p;
+      if (in.is_tokens) {
+        p.tokens = std::move(in.tokens);
+        if (pr.echo) p.echo_text = m->tokenizer->decode(p.tokens, false);
+      } else {
+        p.tokens = m->prompts->text(in.text);
+        p.echo_text = std::move(in.text);
+      }
+      prompts.push_back(std::move(p));
+    }
+  }
+  for (auto& p : prompts) {
+    if (pr.truncate_prompt_tokens && static_cast<int64_t>(p.tokens.size()) > *pr.truncate_prompt_tokens)
+      p.tokens.erase(p.tokens.begin(), p.tokens.end() - *pr.truncate_prompt_tokens);
+    if (p.tokens.empty()) fail_param(endpoint == Endpoint::kChat ? "messages" : "prompt", "the prompt is empty");
+    const int64_t plen = static_cast<int64_t>(p.tokens.size());
+    if (plen >= max_len) return error_response(prompt_too_long_error(max_len, plen));
+    if (pr.max_tokens) {
+      if (*pr.max_tokens > max_len - plen) return error_response(context_length_error(max_len, plen, *pr.max_tokens));
+      p.max_tokens = *pr.max_tokens;
+    } else {
+      p.max_tokens = max_len - plen;
+      if (opt_.default_max_tokens) p.max_tokens = std::min(p.max_tokens, *opt_.default_max_tokens);
+    }
+  }
+
+  GenerationContext ctx;
+  ctx.engine = m->engine.get();
+  ctx.tokenizer = m->tokenizer.get();
+  ctx.metrics = metrics_.get();
+  ctx.shutting_down = &shutting_down_;
+  ctx.reasoning_parser = opt_.reasoning_parser;
+  const bool stream = pr.stream;
+  const std::string id = make_request_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  // The generation keeps the engine and tokenizer alive through `m` for as long as it runs.
+  struct Holder {
+    std::shared_ptr<const LoadedModel> model;
+    std::unique_ptr<Generation> gen;
+  };
+  auto holder = std::make_shared<Holder>();
+  holder->model = m;
+  holder->gen = std::make_unique<Generation>(ctx, std::move(pr), std::move(prompts), id, arrival);
+  holder->gen->start();
+  DG_LOG_DEBUG("api", "{} accepted ({} choice(s), stream={})", id, holder->gen->id(), stream);
+
+  const auto ping = opt_.ping_interval;
+  HttpResponse r;
+  if (stream) {
+    r.content_type = "text/event-stream";
+    r.headers.emplace_back("Cache-Control", "no-cache");
+    r.headers.emplace_back("X-Accel-Buffering", "no");
+    auto started = std::make_shared<bool>(false);
+    r.stream = [holder, started, ping](BodyWriter& w) {
+      Generation& g = *holder->gen;
+      if (!*started) {
+        *started = true;
+        const std::string prologue = g.stream_prologue();
+        if (!prologue.empty() && !w.write(prologue)) {
+          g.cancel_all();
+          return false;
+        }
+      }
+      std::string out;
+      const auto st = g.stream_step(ping, out);
+      if (st == Generation::Status::kIdle) out = sse_comment("ping");  // keeps proxies open, reveals gone clients
+      if (!out.empty() && !w.write(out)) {
+        g.cancel_all();
+        return false;
+      }
+      return st != Generation::Status::kDone;
+    };
+    r.on_close = [holder](bool completed) {
+      if (!completed) holder->gen->cancel_all();
+    };
+    return r;
+  }
+
+  auto finished = [](const Generation& g) {
+    if (g.failed()) {
+      ApiError e;
+      e.status = 500;
+      e.type = "server_error";
+      e.message = g.error_message();
+      return error_json(e);
+    }
+    return g.response_json();
+  };
+  if (holder->gen->wait_done(ping)) {
+    HttpResponse done = json_response(finished(*holder->gen), holder->gen->failed() ? 500 : 200);
+    return done;
+  }
+  // Still running after a ping interval: switch to a chunked body that starts with JSON-insignificant
+  // whitespace written every interval, so a client that hung up is noticed and its request cancelled.
+  // (The status is 200 from here on; a later engine failure is reported in the error body.)
+  r.content_type = "application/json; charset=utf-8";
+  r.stream = [holder, ping, finished](BodyWriter& w) {
+    Generation& g = *holder->gen;
+    if (g.wait_done(ping)) {
+      w.write(json_text(finished(g)));
+      return false;
+    }
+    if (!w.write(" ")) {
+      g.cancel_all();
+      return false;
+    }
+    return true;
+  };
+  r.on_close = [holder](bool completed) {
+    if (!completed) holder->gen->cancel_all();
+  };
+  return r;
+}
+
+HttpResponse ApiServer::tokenize(const HttpRequest& req) {
+  auto m = model();
+  if (!m) return not_ready();
+  Json body = parse_request_body(req.body);
+  bool want_strs = false;
+  if (auto it = body.find("return_token_strs"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) fail_param("return_token_strs", "'return_token_strs' must be a boolean");
+    want_strs = it->get<bool>();
+  }
+  std::vector<int32_t> tokens;
+  if (body.contains("messages")) {
+    body.erase("return_token_strs");
+    if (auto it = body.find("add_special_tokens"); it != body.end() && !it->is_boolean())
+      fail_param("add_special_tokens", "'add_special_tokens' must be a boolean");
+    body.erase("add_special_tokens");
+    ParsedRequest pr = parse_chat_request(body, policy(*m));
+    ChatTemplateOptions o;
+    o.add_generation_prompt = pr.add_generation_prompt;
+    o.extra_kwargs = pr.template_kwargs;
+    tokens = m->prompts->chat(pr.messages, pr.tools, o);
+  } else {
+    auto it = body.find("prompt");
+    if (it == body.end() || !it->is_string()) fail_param("prompt", "'prompt' (a string) or 'messages' is required");
+    if (auto a = body.find("add_special_tokens"); a != body.end() && !a->is_null() && !a->is_boolean())
+      fail_param("add_special_tokens", "'add_special_tokens' must be a boolean");
+    if (auto mo = body.find("model"); mo != body.end() && !mo->is_null()) {
+      if (!mo->is_string() ||
+          std::find(opt_.served_names.begin(), opt_.served_names.end(), mo->get<std::string>()) == opt_.served_names.end())
+        throw Error(ErrorKind::kNotFound, fmt::format("The model `{}` does not exist.", mo->dump()), "model");
+    }
+    tokens = m->prompts->text(it->get<std::string>());
+  }
+  Json out{{"count", tokens.size()}, {"max_model_len", m->engine->max_model_len()}, {"tokens", tokens}};
+  if (want_strs) {
+    Json strs = Json::array();
+    for (int32_t id : tokens) strs.push_back(m->tokenizer->id_to_token(id));
+    out["token_strs"] = std::move(strs);
+  } else {
+    out["token_strs"] = nullptr;
+  }
+  return json_response(out);
+}
+
+HttpResponse ApiServer::detokenize(const HttpRequest& req) {
+  auto m = model();
+  if (!m) return not_ready();
+  const Json body = parse_request_body(req.body);
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) fail_param("tokens", "'tokens' must be an array of token ids");
+  std::vector<int32_t> ids;
+  ids.reserve(it->size());
+  const int vocab = m->tokenizer->vocab_size();
+  for (const auto& t : *it) {
+    if (!t.is_number_integer()) fail_param("tokens", "'tokens' must contain integers only");
+    const int64_t v = t.is_number_unsigned() && t.get<uint64_t>() > INT64_MAX ? INT64_MAX : t.get<int64_t>();
+    if (v < 0 || v >= vocab) fail_param("tokens", "invalid token id {} (vocabulary size {})", v, vocab);
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return json_response(Json{{"prompt", m->tokenizer->decode(ids, false)}});
+}
+
+}  // namespace dgemma

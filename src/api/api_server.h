@@ -1,0 +1,89 @@
+#pragma once
+// The OpenAI-compatible API: routes, readiness (503 while the model loads), API-key checks, request
+// parsing, prompt building, generation and metrics. HTTP-library-agnostic: it registers plain
+// handlers on an HttpServer; handlers can also be called directly in tests.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "api/auth.h"
+#include "api/http_server.h"
+#include "api/metrics.h"
+#include "api/openai_request.h"
+#include "api/prompt_builder.h"
+#include "engine/request.h"
+#include "text/tokenizer.h"
+
+namespace dgemma {
+
+struct ApiServerOptions {
+  std::vector<std::string> served_names{"dgemma"};
+  std::string model_path;  // shown as "root" in /v1/models
+  std::string version = "0.0.0";
+  std::vector<std::string> api_keys;
+  bool enable_auto_tool_choice = false;
+  bool tool_parser = false;       // --tool-call-parser gemma4
+  bool reasoning_parser = false;  // --reasoning-parser gemma4
+  bool strict_params = false;
+  Json default_template_kwargs = Json::object();
+  std::optional<int64_t> default_max_tokens;  // --override-generation-config max_new_tokens
+  int64_t max_model_len_hint = 0;             // for metric buckets before the engine is up
+  std::chrono::milliseconds ping_interval{10000};
+};
+
+// What becomes available once the model has loaded.
+struct LoadedModel {
+  std::shared_ptr<EngineInterface> engine;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::shared_ptr<const PromptBuilder> prompts;
+};
+
+class ApiServer {
+ public:
+  explicit ApiServer(ApiServerOptions options);
+  ~ApiServer();
+
+  // Registers every route, the error body format and the exception mapper on `http`.
+  void attach(HttpServer& http);
+  // Until this is called every endpoint but /health, /version and /metrics answers 503.
+  void set_ready(LoadedModel model);
+  // Ends open streams with an error event and refuses new work (server shutdown).
+  void begin_shutdown();
+
+  // The handlers (public for tests).
+  HttpResponse health(const HttpRequest& req);
+  HttpResponse version(const HttpRequest& req);
+  HttpResponse metrics(const HttpRequest& req);
+  HttpResponse models(const HttpRequest& req);
+  HttpResponse chat_completions(const HttpRequest& req);
+  HttpResponse completions(const HttpRequest& req);
+  HttpResponse tokenize(const HttpRequest& req);
+  HttpResponse detokenize(const HttpRequest& req);
+  HttpResponse not_supported(const HttpRequest& req);
+
+  const ServerMetrics& server_metrics() const { return *metrics_; }
+
+ private:
+  std::shared_ptr<const LoadedModel> model() const;
+  HttpResponse generate(const HttpRequest& req, Endpoint endpoint);
+  HttpResponse not_ready() const;
+  void log_unknown_keys(const std::vector<std::string>& keys);
+  RequestPolicy policy(const LoadedModel& m) const;
+  HttpResponse guarded(const HttpRequest& req, HttpResponse (ApiServer::*handler)(const HttpRequest&));
+
+  ApiServerOptions opt_;
+  ApiKeyAuth auth_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const LoadedModel> model_;
+  std::atomic<bool> shutting_down_{false};
+  std::mutex unknown_mu_;
+  std::set<std::string> unknown_logged_;
+};
+
+}  // namespace dgemma

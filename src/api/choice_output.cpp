@@ -1,0 +1,179 @@
+#include "api/choice_output.h"
+
+#include <algorithm>
+
+namespace dgemma {
+namespace {
+
+// A byte-fallback piece "<0xAB>" -> its byte.
+std::optional<uint8_t> byte_piece(const std::string& piece) {
+  if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return std::nullopt;
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  const int hi = hex(piece[3]), lo = hex(piece[4]);
+  if (hi < 0 || lo < 0) return std::nullopt;
+  return static_cast<uint8_t>(hi * 16 + lo);
+}
+
+}  // namespace
+
+void OutputDelta::append(OutputDelta&& o) {
+  reasoning += o.reasoning;
+  content += o.content;
+  for (auto& c : o.tool_calls) tool_calls.push_back(std::move(c));
+  for (auto& l : o.logprobs) logprobs.push_back(std::move(l));
+}
+
+ChoiceOutput::ChoiceOutput(const Tokenizer& tok, ChoiceOutputOptions options)
+    : tok_(tok),
+      opt_(std::move(options)),
+      detok_(tok, (opt_.reasoning || opt_.tools) ? false : opt_.skip_special_tokens) {
+  if (opt_.reasoning) reasoning_ = std::make_unique<ReasoningParser>(opt_.thinking_enabled, opt_.starts_in_reasoning);
+  if (opt_.tools) tools_ = std::make_unique<ToolCallParser>();
+  for (const auto& s : opt_.stop) max_stop_ = std::max(max_stop_, s.size());
+}
+
+Json ChoiceOutput::stop_reason() const {
+  if (!stop_string_.empty()) return stop_string_;
+  if (stop_id_) return *stop_id_;
+  return nullptr;
+}
+
+size_t ChoiceOutput::hold_back_bytes() const { return max_stop_ > 0 ? max_stop_ - 1 : 0; }
+
+OutputDelta ChoiceOutput::release(std::string_view text, bool final) {
+  OutputDelta d;
+  std::string content;
+  if (reasoning_) {
+    ReasoningDelta r = reasoning_->feed(text);
+    d.reasoning = std::move(r.reasoning);
+    content = std::move(r.content);
+    if (final) {
+      ReasoningDelta f = reasoning_->finish();
+      d.reasoning += f.reasoning;
+      content += f.content;
+    }
+  } else {
+    content.assign(text);
+  }
+  if (tools_) {
+    auto add = [&](ToolCallParser::Delta&& t) {
+      d.content += t.content;
+      for (auto& c : t.calls)
+        if (opt_.parallel_tool_calls || c.index == 0) d.tool_calls.push_back(std::move(c));
+    };
+    add(tools_->feed(content));
+    if (final) add(tools_->finish());
+    saw_tool_calls_ = tools_->saw_tool_call();
+  } else {
+    d.content = std::move(content);
+  }
+  if (final) finished_ = true;
+  return d;
+}
+
+OutputDelta ChoiceOutput::feed(const std::vector<int32_t>& tokens, const std::vector<float>& logprobs) {
+  OutputDelta out;
+  if (stopped_ || finished_) return out;
+
+  size_t n = tokens.size();
+  for (size_t i = 0; i < n && !opt_.stop_token_ids.empty(); ++i) {
+    if (std::find(opt_.stop_token_ids.begin(), opt_.stop_token_ids.end(), tokens[i]) != opt_.stop_token_ids.end()) {
+      stop_id_ = tokens[i];
+      n = i;
+    }
+  }
+
+  const int64_t counted_before = counted_tokens_;
+  for (size_t i = 0; i < n; ++i) {
+    text_ += detok_.feed_one(tokens[i]);
+    token_ends_.push_back(text_.size());
+  }
+  counted_tokens_ += static_cast<int64_t>(n);
+  if (opt_.logprobs) {
+    for (size_t i = 0; i < n; ++i) {
+      TokenLogprob lp;
+      lp.id = tokens[i];
+      const int32_t id = tokens[i];
+      lp.token = tok_.decode(std::span<const int32_t>(&id, 1), false);
+      if (auto b = byte_piece(tok_.id_to_token(id))) lp.bytes.push_back(*b);
+      else lp.bytes.assign(lp.token.begin(), lp.token.end());
+      lp.logprob = i < logprobs.size() ? logprobs[i] : 0.0f;
+      out.logprobs.push_back(std::move(lp));
+    }
+  }
+  if (stop_id_) text_ += detok_.flush();
+
+  // Stop strings: the earliest match wins. Nothing before released_ can be part of a match, because at
+  // least (longest stop - 1) bytes are always held back.
+  size_t best = std::string::npos;
+  const std::string* best_stop = nullptr;
+  for (const auto& s : opt_.stop) {
+    const size_t pos = text_.find(s, released_ > 0 ? released_ : 0);
+    if (pos != std::string::npos && (best == std::string::npos || pos < best)) {
+      best = pos;
+      best_stop = &s;
+    }
+  }
+  if (best_stop) {
+    const size_t end = best + best_stop->size();
+    // The token that completed the match is the last one counted.
+    const auto it = std::lower_bound(token_ends_.begin(), token_ends_.end(), end);
+    const int64_t counted = std::min<int64_t>(static_cast<int64_t>(it - token_ends_.begin()) + 1,
+                                              static_cast<int64_t>(token_ends_.size()));
+    if (counted < counted_tokens_) {
+      const int64_t keep_here = std::max<int64_t>(0, counted - counted_before);
+      if (static_cast<int64_t>(out.logprobs.size()) > keep_here) out.logprobs.resize(static_cast<size_t>(keep_here));
+      counted_tokens_ = counted;
+    }
+    stop_string_ = *best_stop;
+    stop_id_.reset();
+    stopped_ = true;
+    text_.resize(opt_.include_stop_str ? end : best);
+    out.append(release(std::string_view(text_).substr(released_), true));
+    released_ = text_.size();
+    return out;
+  }
+  if (stop_id_) {
+    stopped_ = true;
+    out.append(release(std::string_view(text_).substr(released_), true));
+    released_ = text_.size();
+    return out;
+  }
+
+  size_t safe = text_.size() > hold_back_bytes() ? text_.size() - hold_back_bytes() : 0;
+  safe = std::max(safe, released_);
+  // Never split a UTF-8 sequence: back off to a lead byte.
+  while (safe > released_ && safe < text_.size() && (static_cast<unsigned char>(text_[safe]) & 0xC0) == 0x80) --safe;
+  if (safe > released_) {
+    out.append(release(std::string_view(text_).substr(released_, safe - released_), false));
+    released_ = safe;
+  }
+  return out;
+}
+
+OutputDelta ChoiceOutput::finish() {
+  OutputDelta out;
+  if (finished_) return out;
+  if (!stopped_) {
+    text_ += detok_.flush();
+    for (const auto& s : opt_.stop) {
+      const size_t pos = text_.find(s, released_);
+      if (pos != std::string::npos) {
+        stopped_ = true;
+        stop_string_ = s;
+        text_.resize(opt_.include_stop_str ? pos + s.size() : pos);
+        break;
+      }
+    }
+  }
+  out.append(release(std::string_view(text_).substr(std::min(released_, text_.size())), true));
+  released_ = text_.size();
+  return out;
+}
+
+}  // namespace dgemma

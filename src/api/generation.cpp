@@ -1,0 +1,492 @@
+#include "api/generation.h"
+
+#include <ctime>
+#include <mutex>
+#include <random>
+
+#include "api/api_error.h"
+#include "api/sse.h"
+#include "util/error.h"
+#include "util/log.h"
+#include "util/timing.h"
+
+namespace dgemma {
+
+std::string make_request_id(const std::string& prefix) {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  uint64_t a, b;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    a = rng();
+    b = rng();
+  }
+  return prefix + fmt::format("{:016x}{:016x}", a, b);
+}
+
+struct Generation::Choice {
+  int index = 0;
+  size_t prompt_index = 0;
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<ChoiceOutput> out;
+  bool done = false;
+  std::string finish_reason;
+  Json stop_reason = nullptr;
+  double first_canvas_s = -1, last_canvas_s = -1;
+  int canvases = 0;
+  OutputDelta total;     // everything produced (non-stream response)
+  size_t text_len = 0;   // bytes of text streamed so far (completions text_offset)
+};
+
+struct Generation::Event {
+  enum class Kind { kDelta, kPreview, kFinish, kError } kind = Kind::kDelta;
+  Choice* choice = nullptr;
+  OutputDelta delta;
+  std::string text;
+  int step = 0;
+  int canvas = 0;
+};
+
+Generation::Generation(GenerationContext ctx, ParsedRequest req, std::vector<PreparedPrompt> prompts, std::string id,
+                       double arrival_s)
+    : ctx_(ctx),
+      req_(std::move(req)),
+      prompts_(std::move(prompts)),
+      id_(std::move(id)),
+      created_(static_cast<int64_t>(std::time(nullptr))),
+      arrival_s_(arrival_s),
+      waker_(std::make_shared<StreamWaker>()) {}
+
+Generation::~Generation() { cancel_all(); }
+
+void Generation::start() {
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  ChoiceOutputOptions base;
+  base.stop = req_.stop;
+  base.include_stop_str = req_.include_stop_str_in_output;
+  base.stop_token_ids = req_.stop_token_ids;
+  base.skip_special_tokens = req_.skip_special_tokens;
+  base.reasoning = chat && ctx_.reasoning_parser;
+  base.thinking_enabled = chat && thinking_enabled(req_.template_kwargs);
+  base.tools = chat && req_.tool_choice == ToolChoiceMode::kAuto;
+  base.parallel_tool_calls = req_.parallel_tool_calls;
+  base.logprobs = req_.logprobs;
+  if (ctx_.metrics) ctx_.metrics->on_request_params(req_.n, req_.max_tokens.value_or(0));
+
+  int index = 0;
+  try {
+    for (size_t p = 0; p < prompts_.size(); ++p) {
+      for (int j = 0; j < req_.n; ++j) {
+        auto c = std::make_unique<Choice>();
+        c->index = index++;
+        c->prompt_index = p;
+        ChoiceOutputOptions opts = base;
+        opts.starts_in_reasoning = base.reasoning && prompts_[p].starts_in_reasoning;
+        c->out = std::make_unique<ChoiceOutput>(*ctx_.tokenizer, std::move(opts));
+        GenerationRequest g;
+        g.prompt = prompts_[p].tokens;
+        g.params = req_.sampling;
+        g.params.max_tokens = prompts_[p].max_tokens;
+        g.params.stop_token_ids = req_.stop_token_ids;
+        g.params.previews = req_.stream && req_.include_previews;
+        if (req_.sampling.seed) g.params.seed = *req_.sampling.seed + static_cast<uint64_t>(j);
+        c->stream = ctx_.engine->submit(std::move(g));
+        c->stream->set_waker(waker_);
+        choices_.push_back(std::move(c));
+      }
+    }
+  } catch (...) {
+    cancel_all();
+    throw;
+  }
+}
+
+void Generation::cancel_all() {
+  cancelled_ = true;
+  for (auto& c : choices_)
+    if (c->stream && !c->done) c->stream->cancel();
+}
+
+bool Generation::all_done() const {
+  for (const auto& c : choices_)
+    if (!c->done) return false;
+  return true;
+}
+
+void Generation::finish_choice(Choice& c, const std::string& reason, std::vector<Event>& events,
+                               const RequestEvent* engine_ev) {
+  c.done = true;
+  c.finish_reason = reason;
+  c.stop_reason = c.out->stop_reason();
+  Event e;
+  e.kind = Event::Kind::kFinish;
+  e.choice = &c;
+  events.push_back(std::move(e));
+  if (!ctx_.metrics) return;
+  const double now = now_seconds();
+  RequestRecord r;
+  r.finished_reason = reason == "tool_calls" ? "stop" : reason;
+  r.prompt_tokens = static_cast<int64_t>(prompts_[c.prompt_index].tokens.size());
+  r.generation_tokens = c.out->completion_tokens();
+  r.max_tokens_param = req_.max_tokens.value_or(0);
+  r.n = req_.n;
+  r.e2e_s = now - arrival_s_;
+  r.ttft_s = c.first_canvas_s >= 0 ? c.first_canvas_s - arrival_s_ : -1;
+  if (engine_ev) {
+    r.queue_s = engine_ev->queue_ms / 1e3;
+    r.prefill_s = engine_ev->prefill_ms / 1e3;
+    r.decode_s = engine_ev->decode_ms / 1e3;
+  }
+  ctx_.metrics->on_request_done(r);
+  DG_LOG_DEBUG("api", "{} choice {} finished: {} ({} prompt + {} completion tokens, {:.3f} s)", id_, c.index, reason,
+               r.prompt_tokens, r.generation_tokens, r.e2e_s);
+}
+
+void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events) {
+  switch (ev.kind) {
+    case RequestEvent::Kind::kCanvas: {
+      const double now = now_seconds();
+      const double gap = c.last_canvas_s < 0 ? -1 : now - c.last_canvas_s;
+      if (c.first_canvas_s < 0) c.first_canvas_s = now;
+      c.last_canvas_s = now;
+      ++c.canvases;
+      if (ctx_.metrics) ctx_.metrics->on_canvas(ev.steps, ev.tokens.size(), gap);
+      OutputDelta d = c.out->feed(ev.tokens, ev.logprobs);
+      if (!d.empty()) {
+        c.total.append(OutputDelta(d));
+        Event e;
+        e.choice = &c;
+        e.delta = std::move(d);
+        events.push_back(std::move(e));
+      }
+      if (c.out->stopped()) {
+        c.stream->cancel();  // a stop string or id ended the output inside this canvas
+        finish_choice(c, "stop", events, nullptr);
+      }
+      return;
+    }
+    case RequestEvent::Kind::kPreview: {
+      Event e;
+      e.kind = Event::Kind::kPreview;
+      e.choice = &c;
+      e.text = ctx_.tokenizer->decode(ev.tokens, false);
+      e.step = ev.steps;
+      e.canvas = c.canvases;
+      events.push_back(std::move(e));
+      return;
+    }
+    case RequestEvent::Kind::kFinished: {
+      OutputDelta d = c.out->finish();
+      if (!d.empty()) {
+        c.total.append(OutputDelta(d));
+        Event e;
+        e.choice = &c;
+        e.delta = std::move(d);
+        events.push_back(std::move(e));
+      }
+      std::string reason;
+      switch (ev.reason) {
+        case FinishReason::kStop: reason = c.out->saw_tool_calls() ? "tool_calls" : "stop"; break;
+        case FinishReason::kLength: reason = "length"; break;
+        case FinishReason::kAbort:
+          if (cancelled_) {
+            reason = "abort";
+            break;
+          }
+          [[fallthrough]];
+        case FinishReason::kError:
+        case FinishReason::kNone:
+          error_ = ev.message.empty() ? std::string("the request was aborted by the engine") : ev.message;
+          break;
+      }
+      if (!error_.empty()) {
+        c.done = true;
+        Event e;
+        e.kind = Event::Kind::kError;
+        e.choice = &c;
+        e.text = error_;
+        events.push_back(std::move(e));
+        if (ctx_.metrics) {
+          RequestRecord r;
+          r.finished_reason = "error";
+          r.e2e_s = now_seconds() - arrival_s_;
+          ctx_.metrics->on_request_done(r);
+        }
+        cancel_all();
+        return;
+      }
+      finish_choice(c, reason, events, &ev);
+      return;
+    }
+    case RequestEvent::Kind::kError: {
+      error_ = ev.message.empty() ? std::string("engine error") : ev.message;
+      c.done = true;
+      Event e;
+      e.kind = Event::Kind::kError;
+      e.choice = &c;
+      e.text = error_;
+      events.push_back(std::move(e));
+      if (ctx_.metrics) {
+        RequestRecord r;
+        r.finished_reason = "error";
+        r.e2e_s = now_seconds() - arrival_s_;
+        ctx_.metrics->on_request_done(r);
+      }
+      cancel_all();
+      return;
+    }
+  }
+}
+
+Generation::Status Generation::pump(std::chrono::milliseconds timeout, std::vector<Event>& events) {
+  const double deadline = now_seconds() + timeout.count() / 1e3;
+  for (;;) {
+    const uint64_t seq = waker_->seq();
+    bool got = false;
+    for (auto& c : choices_) {
+      RequestEvent ev;
+      while (!c->done && c->stream->try_pop(ev)) {
+        got = true;
+        try {
+          handle(*c, std::move(ev), events);
+        } catch (const std::exception& e) {
+          // A bad canvas from the engine (e.g. an out-of-range id) fails this request, not the server.
+          DG_LOG_ERROR("api", "{}: output processing failed: {}", id_, e.what());
+          RequestEvent err;
+          err.kind = RequestEvent::Kind::kError;
+          err.message = fmt::format("output processing failed: {}", e.what());
+          handle(*c, std::move(err), events);
+        }
+      }
+    }
+    if (!all_done() && ctx_.shutting_down && ctx_.shutting_down->load()) {
+      error_ = "the server is shutting down";
+      cancel_all();
+      for (auto& c : choices_) c->done = true;
+      Event e;
+      e.kind = Event::Kind::kError;
+      e.text = error_;
+      events.push_back(std::move(e));
+    }
+    if (all_done()) return Status::kDone;
+    if (got) return Status::kProgress;
+    const double now = now_seconds();
+    if (now >= deadline) return Status::kIdle;
+    waker_->wait(seq, std::chrono::milliseconds(static_cast<int64_t>((deadline - now) * 1e3) + 1));
+  }
+}
+
+Json Generation::chunk_base() const {
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  return Json{{"id", id_},
+              {"object", chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_},
+              {"model", req_.model}};
+}
+
+Json Generation::usage_json() const {
+  int64_t prompt = 0, completion = 0;
+  for (const auto& p : prompts_) prompt += static_cast<int64_t>(p.tokens.size());
+  for (const auto& c : choices_) completion += c->out->completion_tokens();
+  return Json{{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const {
+  if (req_.endpoint == Endpoint::kChat) {
+    Json content = Json::array();
+    for (const auto& lp : lps)
+      content.push_back(Json{{"token", lp.token}, {"logprob", lp.logprob}, {"bytes", lp.bytes},
+                             {"top_logprobs", Json::array()}});
+    return Json{{"content", std::move(content)}};
+  }
+  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+  size_t off = text_offset;
+  for (const auto& lp : lps) {
+    tokens.push_back(lp.token);
+    token_logprobs.push_back(lp.logprob);
+    Json t = Json::object();
+    t[lp.token] = lp.logprob;
+    top.push_back(std::move(t));
+    offsets.push_back(off);
+    off += lp.token.size();
+  }
+  return Json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+Json Generation::delta_json(const Choice&, const OutputDelta& d) const {
+  Json delta = Json::object();
+  if (!d.reasoning.empty()) {
+    delta["reasoning_content"] = d.reasoning;
+    delta["reasoning"] = d.reasoning;
+  }
+  if (!d.content.empty()) delta["content"] = d.content;
+  if (!d.tool_calls.empty()) {
+    Json calls = Json::array();
+    for (const auto& tc : d.tool_calls) {
+      Json call{{"index", tc.index}};
+      Json fn = Json::object();
+      if (!tc.id.empty()) {
+        call["id"] = tc.id;
+        call["type"] = "function";
+        fn["name"] = tc.name;
+      }
+      fn["arguments"] = tc.arguments_delta;
+      call["function"] = std::move(fn);
+      calls.push_back(std::move(call));
+    }
+    delta["tool_calls"] = std::move(calls);
+  }
+  return delta;
+}
+
+std::string Generation::stream_prologue() {
+  std::string out;
+  for (auto& c : choices_) {
+    Json chunk = chunk_base();
+    if (req_.endpoint == Endpoint::kChat) {
+      chunk["choices"] = Json::array({Json{{"index", c->index},
+                                           {"delta", Json{{"role", "assistant"}, {"content", ""}}},
+                                           {"logprobs", nullptr},
+                                           {"finish_reason", nullptr}}});
+    } else {
+      const std::string& echo = prompts_[c->prompt_index].echo_text;
+      if (!req_.echo) continue;
+      c->text_len += echo.size();
+      chunk["choices"] = Json::array({Json{{"index", c->index}, {"text", echo}, {"logprobs", nullptr},
+                                           {"finish_reason", nullptr}}});
+    }
+    if (req_.continuous_usage) chunk["usage"] = usage_json();
+    out += sse_data(chunk);
+  }
+  return out;
+}
+
+Generation::Status Generation::stream_step(std::chrono::milliseconds timeout, std::string& out) {
+  if (epilogue_sent_) return Status::kDone;
+  std::vector<Event> events;
+  const Status st = pump(timeout, events);
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  for (auto& e : events) {
+    switch (e.kind) {
+      case Event::Kind::kDelta: {
+        Json choice{{"index", e.choice->index}};
+        if (chat) {
+          Json delta = delta_json(*e.choice, e.delta);
+          if (delta.empty() && e.delta.logprobs.empty()) continue;
+          if (delta.empty()) delta["content"] = "";
+          choice["delta"] = std::move(delta);
+        } else {
+          choice["text"] = e.delta.content;
+        }
+        choice["logprobs"] = e.delta.logprobs.empty() ? Json(nullptr) : logprobs_json(e.delta.logprobs, e.choice->text_len);
+        choice["finish_reason"] = nullptr;
+        e.choice->text_len += e.delta.content.size();
+        Json chunk = chunk_base();
+        chunk["choices"] = Json::array({std::move(choice)});
+        if (req_.continuous_usage) chunk["usage"] = usage_json();
+        out += sse_data(chunk);
+        break;
+      }
+      case Event::Kind::kPreview:
+        if (req_.include_previews)
+          out += sse_comment("dgemma.preview " + json_text(Json{{"index", e.choice->index},
+                                                               {"canvas", e.canvas},
+                                                               {"step", e.step},
+                                                               {"text", e.text}}));
+        break;
+      case Event::Kind::kFinish: {
+        Json choice{{"index", e.choice->index}};
+        if (chat) choice["delta"] = Json::object();
+        else choice["text"] = "";
+        choice["logprobs"] = nullptr;
+        choice["finish_reason"] = e.choice->finish_reason;
+        choice["stop_reason"] = e.choice->stop_reason;
+        Json chunk = chunk_base();
+        chunk["choices"] = Json::array({std::move(choice)});
+        if (req_.continuous_usage) chunk["usage"] = usage_json();
+        out += sse_data(chunk);
+        break;
+      }
+      case Event::Kind::kError: {
+        if (error_sent_) break;
+        error_sent_ = true;
+        ApiError err;
+        err.status = 500;
+        err.type = "server_error";
+        err.message = e.text;
+        out += sse_data(error_json(err));
+        break;
+      }
+    }
+  }
+  if (st == Status::kDone) {
+    if (error_.empty()) {
+      if (req_.include_usage) {
+        Json chunk = chunk_base();
+        chunk["choices"] = Json::array();
+        chunk["usage"] = usage_json();
+        out += sse_data(chunk);
+      }
+      out += sse_done();
+    }
+    epilogue_sent_ = true;
+  }
+  return st;
+}
+
+bool Generation::wait_done(std::chrono::milliseconds timeout) {
+  const double deadline = now_seconds() + timeout.count() / 1e3;
+  for (;;) {
+    std::vector<Event> events;
+    const double left = deadline - now_seconds();
+    const Status st = pump(std::chrono::milliseconds(std::max<int64_t>(0, static_cast<int64_t>(left * 1e3))), events);
+    if (st == Status::kDone) return true;
+    if (st == Status::kIdle || now_seconds() >= deadline) return false;
+  }
+}
+
+Json Generation::response_json() const {
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  Json choices = Json::array();
+  for (const auto& c : choices_) {
+    const OutputDelta& t = c->total;
+    Json choice{{"index", c->index}};
+    if (chat) {
+      Json msg{{"role", "assistant"}};
+      // Tool calls: the deltas of one call concatenate to its arguments.
+      Json calls = Json::array();
+      for (const auto& tc : t.tool_calls) {
+        if (!tc.id.empty() || calls.empty() || calls.back()["_index"] != tc.index) {
+          calls.push_back(Json{{"_index", tc.index},
+                               {"id", tc.id},
+                               {"type", "function"},
+                               {"function", Json{{"name", tc.name}, {"arguments", ""}}}});
+        }
+        calls.back()["function"]["arguments"] =
+            calls.back()["function"]["arguments"].get<std::string>() + tc.arguments_delta;
+      }
+      for (auto& call : calls) call.erase("_index");
+      msg["content"] = (t.content.empty() && !calls.empty()) ? Json(nullptr) : Json(t.content);
+      if (!calls.empty()) msg["tool_calls"] = std::move(calls);
+      if (ctx_.reasoning_parser) {
+        msg["reasoning_content"] = t.reasoning.empty() ? Json(nullptr) : Json(t.reasoning);
+        msg["reasoning"] = msg["reasoning_content"];
+      }
+      choice["message"] = std::move(msg);
+    } else {
+      const std::string& echo = req_.echo ? prompts_[c->prompt_index].echo_text : std::string();
+      choice["text"] = echo + t.content;
+    }
+    choice["logprobs"] = req_.logprobs ? logprobs_json(t.logprobs, 0) : Json(nullptr);
+    choice["finish_reason"] = c->finish_reason;
+    choice["stop_reason"] = c->stop_reason;
+    choices.push_back(std::move(choice));
+  }
+  Json resp = chunk_base();
+  resp["object"] = chat ? "chat.completion" : "text_completion";
+  resp["choices"] = std::move(choices);
+  resp["usage"] = usage_json();
+  return resp;
+}
+
+}  // namespace dgemma

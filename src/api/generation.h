@@ -1,0 +1,92 @@
+#pragma once
+// One chat/completions request in flight: its choices (n per prompt) as engine requests, their output
+// pipelines, and the JSON they become (a whole response, or SSE chunks). Used from one HTTP worker
+// thread at a time; cancel_all() may be called from any thread.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/choice_output.h"
+#include "api/metrics.h"
+#include "api/openai_request.h"
+#include "engine/request.h"
+#include "text/tokenizer.h"
+#include "util/json.h"
+
+namespace dgemma {
+
+struct GenerationContext {
+  EngineInterface* engine = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  ServerMetrics* metrics = nullptr;
+  const std::atomic<bool>* shutting_down = nullptr;
+  bool reasoning_parser = false;  // --reasoning-parser gemma4 (chat only)
+};
+
+struct PreparedPrompt {
+  std::vector<int32_t> tokens;
+  std::string echo_text;  // completions with echo: the prompt text
+  int64_t max_tokens = 0; // decided from the context budget
+  bool starts_in_reasoning = false;  // chat: the prompt ends inside an open thought channel
+};
+
+class Generation {
+ public:
+  Generation(GenerationContext ctx, ParsedRequest req, std::vector<PreparedPrompt> prompts, std::string id,
+             double arrival_s);
+  ~Generation();
+
+  // Submits every choice. On failure cancels what was submitted and rethrows (queue full -> 503, ...).
+  void start();
+  // Cancels every unfinished choice (client gone, server stopping). Idempotent, thread-safe.
+  void cancel_all();
+
+  enum class Status { kProgress, kIdle, kDone };
+  // Waits up to `timeout` for engine events and turns them into SSE text appended to `out` (stream
+  // mode). kIdle: nothing happened within the timeout (send a ping); kDone: everything, including the
+  // final chunks and "data: [DONE]", has been appended.
+  Status stream_step(std::chrono::milliseconds timeout, std::string& out);
+  // The opening chunks of a stream (role chunks / echo text).
+  std::string stream_prologue();
+  // Non-stream mode: waits up to `timeout`; true once every choice is finished.
+  bool wait_done(std::chrono::milliseconds timeout);
+  // The complete response JSON (after wait_done() returned true), or the error that ended it.
+  Json response_json() const;
+  bool failed() const { return !error_.empty(); }
+  const std::string& error_message() const { return error_; }
+
+  const std::string& id() const { return id_; }
+
+ private:
+  struct Choice;
+  struct Event;
+  Status pump(std::chrono::milliseconds timeout, std::vector<Event>& events);
+  void handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events);
+  void finish_choice(Choice& c, const std::string& reason, std::vector<Event>& events, const RequestEvent* engine_ev);
+  Json chunk_base() const;
+  Json usage_json() const;
+  Json delta_json(const Choice& c, const OutputDelta& d) const;
+  Json logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const;
+  bool all_done() const;
+
+  GenerationContext ctx_;
+  ParsedRequest req_;
+  std::vector<PreparedPrompt> prompts_;
+  std::string id_;
+  int64_t created_;
+  double arrival_s_;
+  std::vector<std::unique_ptr<Choice>> choices_;
+  std::shared_ptr<StreamWaker> waker_;
+  std::string error_;
+  bool error_sent_ = false;
+  bool epilogue_sent_ = false;
+  std::atomic<bool> cancelled_{false};
+};
+
+// A fresh id with the given prefix ("chatcmpl-", "cmpl-"): prefix + 32 hex digits.
+std::string make_request_id(const std::string& prefix);
+
+}  // namespace dgemma

@@ -1,0 +1,100 @@
+#pragma once
+// A thin HTTP/1.1 server interface (ANCHORS.md §0 habit 5): handlers take and return plain structs, so
+// they can be unit-tested without sockets and the library underneath (cpp-httplib 0.11.4 today) can be
+// swapped. The implementation lives behind a pimpl in http_server.cpp.
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace dgemma {
+
+struct HttpRequest {
+  std::string method;
+  std::string path;  // without the query string
+  std::string body;
+  std::string http_version;  // "HTTP/1.1"
+  std::string remote_addr;
+  std::vector<std::pair<std::string, std::string>> headers;  // names as sent
+
+  // First value of a header (case-insensitive name), or "" when absent.
+  std::string header(std::string_view name) const;
+  bool has_header(std::string_view name) const;
+};
+
+// The sink of a streamed response body.
+class BodyWriter {
+ public:
+  virtual ~BodyWriter() = default;
+  // Returns false once the client is gone; the producer should stop and clean up.
+  virtual bool write(std::string_view data) = 0;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // Streaming: when set, the body is produced (with chunked transfer encoding) by calling `stream`
+  // repeatedly on the connection's thread until it returns false (finished). A failed write means the
+  // client left: `stream` should return false soon after.
+  std::function<bool(BodyWriter&)> stream;
+  // For streamed responses: called exactly once when the response is over; completed == false when
+  // the client went away, a write failed or the server shut down first.
+  std::function<void(bool completed)> on_close;
+};
+
+using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                        // 0: any free port (see HttpServer::port())
+  size_t max_body_bytes = 32u << 20;      // larger request bodies get 413
+  size_t min_threads = 4;                 // connection workers kept alive
+  size_t max_threads = 256;               // connection workers at most (each open connection pins one)
+  std::chrono::seconds read_timeout{30};  // receiving a request
+  std::chrono::seconds write_timeout{30}; // a client that stops reading its stream is dropped after this
+  int keep_alive_timeout_s = 5;
+  int keep_alive_max_requests = 100;
+};
+
+class HttpServer {
+ public:
+  explicit HttpServer(HttpServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Registers a handler for an exact path. A path registered for some methods answers 405 to others.
+  void route(const std::string& method, const std::string& path, HttpHandler handler);
+  // Turns an exception escaping a handler into a response (default: 500 with a plain message).
+  void set_exception_mapper(std::function<HttpResponse(std::exception_ptr)> mapper);
+  // Builds the body of errors the server produces itself (unknown path 404, method 405, body too large
+  // 413, malformed request 400, ...): given the status and a short message.
+  void set_error_body(std::function<std::string(int status, const std::string& message)> make_body);
+
+  // Binds the listening socket; throws Error if the address is unusable. Returns the bound port.
+  int bind();
+  int port() const;
+  // Accepts connections until stop(); call bind() first.
+  void serve();
+  // Stops accepting; returns immediately. Safe from any thread, and before serve() starts.
+  void stop();
+
+  // Worker threads currently alive / busy (for logs and tests).
+  size_t threads_alive() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Matches a header name case-insensitively.
+bool header_name_equals(std::string_view a, std::string_view b);
+
+}  // namespace dgemma

@@ -1,0 +1,158 @@
+#include "api/prompt_builder.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace dgemma {
+namespace {
+
+// U+10FFFD (a private-use code point) brackets the index of a protected string in the rendered text.
+constexpr std::string_view kMark = "\xF4\x8F\xBF\xBD";
+
+}  // namespace
+
+struct PromptBuilder::Protected {
+  std::vector<std::string> originals;
+};
+
+PromptBuilder::PromptBuilder(const Tokenizer& tok, ChatTemplate tmpl) : tok_(tok), tmpl_(tmpl) {
+  for (int32_t id = 0; id < tok_.vocab_size(); ++id) {
+    if (!tok_.is_special(id)) continue;
+    std::string s = tok_.id_to_token(id);
+    if (s.empty()) continue;
+    first_byte_[static_cast<unsigned char>(s[0])] = true;
+    specials_.push_back(std::move(s));
+  }
+  std::sort(specials_.begin(), specials_.end(),
+            [](const std::string& a, const std::string& b) { return a.size() != b.size() ? a.size() > b.size() : a < b; });
+}
+
+std::string PromptBuilder::protect_string(const std::string& s, Protected& p) const {
+  std::string out;
+  size_t i = 0, copied = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t match = 0;
+    if (s.compare(i, kMark.size(), kMark) == 0) {
+      match = kMark.size();
+    } else if (first_byte_[c]) {
+      for (const auto& sp : specials_)
+        if (s.compare(i, sp.size(), sp) == 0) {
+          match = sp.size();
+          break;
+        }
+    }
+    if (match == 0) {
+      ++i;
+      continue;
+    }
+    out.append(s, copied, i - copied);
+    out += kMark;
+    out += std::to_string(p.originals.size());
+    out += kMark;
+    p.originals.push_back(s.substr(i, match));
+    i += match;
+    copied = i;
+  }
+  if (copied == 0) return s;
+  out.append(s, copied, std::string::npos);
+  return out;
+}
+
+Json PromptBuilder::protect_value(const Json& v, Protected& p) const {
+  if (v.is_string()) return protect_string(v.get_ref<const std::string&>(), p);
+  if (v.is_array()) {
+    Json out = Json::array();
+    for (const auto& e : v) out.push_back(protect_value(e, p));
+    return out;
+  }
+  if (v.is_object()) {
+    Json out = Json::object();
+    for (auto it = v.begin(); it != v.end(); ++it) out[protect_string(it.key(), p)] = protect_value(it.value(), p);
+    return out;
+  }
+  return v;
+}
+
+Json PromptBuilder::protect_messages(const Json& messages, Protected& p) const {
+  Json out = Json::array();
+  for (const auto& m : messages) {
+    const bool assistant = m.is_object() && m.value("role", "") == "assistant";
+    if (!assistant) {
+      out.push_back(protect_value(m, p));
+      continue;
+    }
+    Json copy = m;
+    if (auto it = m.find("tool_calls"); it != m.end()) copy["tool_calls"] = protect_value(*it, p);
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+std::vector<int32_t> PromptBuilder::tokenize_rendered(const std::string& rendered, const Protected& p) const {
+  if (p.originals.empty()) return tok_.encode(rendered, /*allow_special=*/true);
+  // Split at the template's own control tokens (leftmost-longest, as the tokenizer does); inside the
+  // plain segments put the protected strings back and tokenise them with control tokens disabled.
+  std::vector<int32_t> ids;
+  std::string plain;
+  auto flush_plain = [&] {
+    if (plain.empty()) return;
+    auto seg = tok_.encode(plain, /*allow_special=*/false);
+    ids.insert(ids.end(), seg.begin(), seg.end());
+    plain.clear();
+  };
+  size_t i = 0;
+  while (i < rendered.size()) {
+    if (rendered.compare(i, kMark.size(), kMark) == 0) {
+      // A placeholder "MARK<index>MARK"; anything else (a template that cut one apart) stays as text.
+      const size_t num_start = i + kMark.size();
+      size_t num_end = num_start;
+      while (num_end < rendered.size() && num_end - num_start < 10 && rendered[num_end] >= '0' && rendered[num_end] <= '9')
+        ++num_end;
+      if (num_end > num_start && rendered.compare(num_end, kMark.size(), kMark) == 0) {
+        const size_t index = std::stoul(rendered.substr(num_start, num_end - num_start));
+        if (index < p.originals.size()) {
+          plain += p.originals[index];
+          i = num_end + kMark.size();
+          continue;
+        }
+      }
+    }
+    const unsigned char c = static_cast<unsigned char>(rendered[i]);
+    const std::string* hit = nullptr;
+    if (first_byte_[c])
+      for (const auto& sp : specials_)
+        if (rendered.compare(i, sp.size(), sp) == 0) {
+          hit = &sp;
+          break;
+        }
+    if (!hit) {
+      plain.push_back(rendered[i++]);
+      continue;
+    }
+    flush_plain();
+    auto id = tok_.token_to_id(*hit);
+    DG_CHECK(id.has_value());
+    ids.push_back(*id);
+    i += hit->size();
+  }
+  flush_plain();
+  return ids;
+}
+
+std::string PromptBuilder::chat_text(const Json& messages, const Json& tools, const ChatTemplateOptions& opts) const {
+  return tmpl_.render(messages, tools, opts);
+}
+
+std::vector<int32_t> PromptBuilder::chat(const Json& messages, const Json& tools, const ChatTemplateOptions& opts) const {
+  Protected p;
+  const Json safe_messages = protect_messages(messages, p);
+  const Json safe_tools = tools.is_null() ? Json(nullptr) : protect_value(tools, p);
+  const std::string rendered = tmpl_.render(safe_messages, safe_tools, opts);
+  return tokenize_rendered(rendered, p);
+}
+
+std::vector<int32_t> PromptBuilder::text(std::string_view prompt) const { return tok_.encode(prompt, true); }
+
+}  // namespace dgemma

@@ -1,0 +1,45 @@
+#pragma once
+// Request -> prompt token ids. Chat prompts are rendered with the model's chat template and tokenised
+// so that control tokens come only from the template: a "<|turn>" typed by a user (in a user, system,
+// developer or tool message, a tool definition or tool-call arguments) is tokenised as plain text,
+// never as the control token (ANCHORS.md §4.3). Assistant messages are model output being replayed,
+// so their markers (thought channel, tool calls) keep their meaning, as in the reference template.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+#include "util/json.h"
+
+namespace dgemma {
+
+class PromptBuilder {
+ public:
+  PromptBuilder(const Tokenizer& tok, ChatTemplate tmpl);
+
+  // Throws Error(kInvalidArgument, ..., param) for what the template rejects.
+  std::vector<int32_t> chat(const Json& messages, const Json& tools, const ChatTemplateOptions& opts) const;
+  // The rendered chat prompt text (control tokens as text), for /tokenize-style inspection and tests.
+  std::string chat_text(const Json& messages, const Json& tools, const ChatTemplateOptions& opts) const;
+  // Completions: the client writes the whole prompt, control tokens included.
+  std::vector<int32_t> text(std::string_view prompt) const;
+
+  const ChatTemplate& chat_template() const { return tmpl_; }
+  const Tokenizer& tokenizer() const { return tok_; }
+
+ private:
+  struct Protected;
+  Json protect_messages(const Json& messages, Protected& p) const;
+  Json protect_value(const Json& v, Protected& p) const;
+  std::string protect_string(const std::string& s, Protected& p) const;
+  std::vector<int32_t> tokenize_rendered(const std::string& rendered, const Protected& p) const;
+
+  const Tokenizer& tok_;
+  ChatTemplate tmpl_;
+  std::vector<std::string> specials_;  // special token strings, longest first
+  bool first_byte_[256] = {};
+};
+
+}  // namespace dgemma
