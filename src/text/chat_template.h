@@ -4,6 +4,18 @@
 // python3-jinja2 rendering the real template files (tests/fixtures/chat_template/, produced by
 // tools/chat_template/render_expectations.py). A model directory's chat_template.jinja is only
 // recognised (by content hash), never executed.
+//
+// Callers: OpenAI clients send tool_calls[].function.arguments as a JSON *string*; the July template
+// rejects that (raise_exception), so parse it into an object before rendering (as vLLM does).
+//
+// Where the output can differ from jinja2 (none of it reachable with well-formed requests):
+//  - nlohmann::json keeps object keys sorted, Python dicts keep the request's order. The template shows
+//    that order only when it iterates or prints an object given where a list/string belongs, or when
+//    dictsort sees keys equal ignoring case ("B" and "b": jinja2 keeps request order, we byte order).
+//  - integers beyond 64 bits arrive as doubles; Greek final-sigma is not special-cased when keys are
+//    lower-cased for sorting.
+//  - we refuse unknown roles and content that is not a string, null or a list of part objects, which
+//    the template would render as a turn header or silently drop.
 #include <string>
 #include <string_view>
 

@@ -1,0 +1,258 @@
+// The C++ chat-template renderer against python3-jinja2 rendering the real DiffusionGemma templates
+// (tests/fixtures/chat_template/, made by tools/chat_template/render_expectations.py), plus template
+// recognition against the reference template files themselves.
+#include "text/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "util/error.h"
+#include "util/json.h"
+
+namespace dgemma {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kFixtures = fs::path(DGEMMA_SOURCE_DIR) / "tests" / "fixtures" / "chat_template";
+// The reference templates are not part of the project; CI checks ../shared out beside the checkout.
+const fs::path kReferenceTemplates = fs::path(DGEMMA_SOURCE_DIR) / ".." / "shared" / "reference" / "chat_templates";
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Json read_json(const fs::path& path) { return parse_json(read_file(path), path.string(), true); }
+
+struct MatrixResult {
+  int rendered = 0;  // byte-identical renders
+  int errors = 0;    // template raised and we threw
+  int rejected = 0;  // jinja renders something we refuse on purpose (cpp_rejects)
+};
+
+MatrixResult run_matrix(ChatTemplateKind kind, const std::string& conversations_file, const std::string& expected_file) {
+  const Json conversations = read_json(kFixtures / conversations_file);
+  const Json expected = read_json(kFixtures / expected_file);
+  const ChatTemplate tmpl(kind);
+  MatrixResult result;
+  for (const Json& conv : conversations) {
+    const std::string name = conv.at("name").get<std::string>();
+    SCOPED_TRACE(name);
+    if (!expected.contains(name)) {
+      ADD_FAILURE() << "no expectation for " << name << ": regenerate the expectations";
+      continue;
+    }
+    const Json& want = expected.at(name);
+    ChatTemplateOptions opts;
+    opts.add_generation_prompt = conv.value("add_generation_prompt", true);
+    if (conv.contains("kwargs")) opts.extra_kwargs = conv.at("kwargs");
+    const Json tools = conv.contains("tools") ? conv.at("tools") : Json();
+    const Json& messages = conv.at("messages");
+    if (want.is_object() || conv.contains("cpp_rejects")) {
+      try {
+        const std::string got = tmpl.render(messages, tools, opts);
+        ADD_FAILURE() << "expected an error (" << (want.is_object() ? want.at("error").dump() : conv.at("cpp_rejects").dump())
+                      << "), rendered:\n" << got;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+        EXPECT_FALSE(e.param().empty()) << e.what();
+        ++(want.is_object() ? result.errors : result.rejected);
+      }
+      continue;
+    }
+    if (!want.is_string()) {
+      ADD_FAILURE() << "malformed expectation";
+      continue;
+    }
+    try {
+      const std::string got = tmpl.render(messages, tools, opts);
+      EXPECT_EQ(got, want.get<std::string>());
+      if (got == want.get<std::string>()) ++result.rendered;
+    } catch (const Error& e) {
+      ADD_FAILURE() << "threw: " << e.what();
+    }
+  }
+  EXPECT_EQ(result.rendered + result.errors + result.rejected, static_cast<int>(conversations.size()));
+  std::printf("[ matrix   ] %s, %s: %zu conversations: %d rendered byte-identical, %d template errors reproduced, "
+              "%d rejected on purpose\n",
+              std::string(ChatTemplate::name(kind)).c_str(), conversations_file.c_str(), conversations.size(),
+              result.rendered, result.errors, result.rejected);
+  return result;
+}
+
+TEST(ChatTemplate, MatchesJinjaJuly) {
+  EXPECT_GE(run_matrix(ChatTemplateKind::kDiffusionGemma2026_07, "conversations.json", "expected_2026-07.json").rendered, 30);
+}
+
+TEST(ChatTemplate, MatchesJinjaJune) {
+  EXPECT_GE(run_matrix(ChatTemplateKind::kDiffusionGemma2026_06, "conversations.json", "expected_2026-06.json").rendered, 30);
+}
+
+// Random requests (tools/chat_template/random_conversations.py), many of them odd on purpose.
+TEST(ChatTemplate, MatchesJinjaJulyRandom) {
+  EXPECT_GE(run_matrix(ChatTemplateKind::kDiffusionGemma2026_07, "random_conversations.json", "expected_2026-07.json").rendered,
+            100);
+}
+
+TEST(ChatTemplate, MatchesJinjaJuneRandom) {
+  EXPECT_GE(run_matrix(ChatTemplateKind::kDiffusionGemma2026_06, "random_conversations.json", "expected_2026-06.json").rendered,
+            100);
+}
+
+// Every conversation has an expectation for both templates and no stale expectations are left over.
+TEST(ChatTemplate, ExpectationsAreCurrent) {
+  std::set<std::string> names;
+  for (const char* file : {"conversations.json", "random_conversations.json"})
+    for (const Json& conv : read_json(kFixtures / file)) EXPECT_TRUE(names.insert(conv.at("name").get<std::string>()).second);
+  EXPECT_GE(names.size(), 30u + 100u);
+  for (const char* file : {"expected_2026-07.json", "expected_2026-06.json"}) {
+    const Json expectations = read_json(kFixtures / file);
+    std::set<std::string> expected;
+    for (const auto& [name, value] : expectations.items()) expected.insert(name);
+    EXPECT_EQ(expected, names) << file << " is stale: run tools/chat_template/render_expectations.py";
+  }
+}
+
+TEST(ChatTemplate, ToolDeclarationErrorsPointAtTools) {
+  const Json messages = Json::parse(R"([{"role":"user","content":"q"}])");
+  const Json tools = Json::parse(R"([{"type":"function","name":"flat_style"}])");
+  try {
+    ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_07).render(messages, tools, {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_EQ(e.param(), "tools");
+  }
+}
+
+// The fixtures must exercise both templates' own error paths, not only our stricter checks.
+TEST(ChatTemplate, FixturesCoverTemplateErrors) {
+  const Json july = read_json(kFixtures / "expected_2026-07.json");
+  int raise_exception = 0;
+  for (const auto& [name, value] : july.items())
+    if (value.is_object() && value.at("error").get<std::string>().find("Deserialize arguments") != std::string::npos)
+      ++raise_exception;
+  EXPECT_GE(raise_exception, 2);
+}
+
+TEST(ChatTemplate, JulyRejectsStringArgumentsWithTheTemplatesMessage) {
+  const Json messages = Json::parse(R"([{"role":"user","content":"q"},
+    {"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{\"a\":1}"}}]}])");
+  try {
+    ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_07).render(messages, Json(), {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_EQ(e.param(), "messages");
+    EXPECT_NE(std::string(e.what()).find("must be a JSON object (mapping)"), std::string::npos) << e.what();
+  }
+  // June passes the string through verbatim.
+  EXPECT_NE(ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_06).render(messages, Json(), {}).find(
+                "<|tool_call>call:f{{\"a\":1}}<tool_call|>"),
+            std::string::npos);
+}
+
+TEST(ChatTemplate, RejectsBadShapesWithClearErrors) {
+  const ChatTemplate tmpl(ChatTemplateKind::kDiffusionGemma2026_07);
+  auto error_of = [&](const char* messages_json, Json kwargs = Json::object()) -> std::string {
+    ChatTemplateOptions opts;
+    opts.extra_kwargs = std::move(kwargs);
+    try {
+      tmpl.render(Json::parse(messages_json), Json(), opts);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error_of(R"({"role":"user"})").find("must be an array"), std::string::npos);
+  EXPECT_NE(error_of(R"([1])").find("messages[0] must be an object"), std::string::npos);
+  EXPECT_NE(error_of(R"([{"content":"x"}])").find("role must be a string"), std::string::npos);
+  EXPECT_NE(error_of(R"([{"role":"model","content":"x"}])").find("'model' is not supported"), std::string::npos);
+  EXPECT_NE(error_of(R"([{"role":"user","content":{"a":1}}])").find("content must be"), std::string::npos);
+  EXPECT_NE(error_of(R"([{"role":"user","content":"x"}])", Json::array()).find("chat_template_kwargs"),
+            std::string::npos);
+}
+
+TEST(ChatTemplate, DeepArgumentsFailCleanly) {
+  // Built in code (parse_json would refuse this depth): the renderer must not recurse without bound.
+  Json deep = Json::array();
+  for (int i = 0; i < 1000; ++i) deep = Json::array({std::move(deep)});
+  Json messages = Json::array({{{"role", "user"}, {"content", "q"}},
+                               {{"role", "assistant"},
+                                {"tool_calls", Json::array({{{"function", {{"name", "f"}, {"arguments", {{"a", deep}}}}}}})}}});
+  try {
+    ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_07).render(messages, Json(), {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nested too deeply"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ChatTemplate, KwargsAllowList) {
+  EXPECT_TRUE(ChatTemplate::is_allowed_kwarg("enable_thinking"));
+  EXPECT_TRUE(ChatTemplate::is_allowed_kwarg("preserve_thinking"));
+  EXPECT_FALSE(ChatTemplate::is_allowed_kwarg("messages"));
+  EXPECT_FALSE(ChatTemplate::is_allowed_kwarg("bos_token"));
+  EXPECT_FALSE(ChatTemplate::is_allowed_kwarg(""));
+}
+
+// ---- Recognition of the reference templates (read from ../shared, never copied) ----
+
+std::string reference_template(const char* file) {
+  const fs::path path = kReferenceTemplates / file;
+  // Deliberately an error, not a skip: CI checks out ../shared beside the repository.
+  if (!fs::exists(path))
+    throw std::runtime_error("reference chat template missing: " + path.string() +
+                             " (check out the shared reference data beside the repository)");
+  return read_file(path);
+}
+
+TEST(ChatTemplate, RecognisesReferenceTemplates) {
+  const std::string july = reference_template("diffusiongemma-2026-07.jinja");
+  const std::string june = reference_template("diffusiongemma-2026-06.jinja");
+  EXPECT_EQ(ChatTemplate::from_template_text(july).kind(), ChatTemplateKind::kDiffusionGemma2026_07);
+  EXPECT_EQ(ChatTemplate::from_template_text(june).kind(), ChatTemplateKind::kDiffusionGemma2026_06);
+  // A trailing newline (editors add one) and CRLF line endings do not change what jinja renders.
+  EXPECT_EQ(ChatTemplate::from_template_text(july + "\n").kind(), ChatTemplateKind::kDiffusionGemma2026_07);
+  std::string crlf;
+  for (char c : june) {
+    if (c == '\n') crlf += '\r';
+    crlf += c;
+  }
+  EXPECT_EQ(ChatTemplate::from_template_text(crlf).kind(), ChatTemplateKind::kDiffusionGemma2026_06);
+}
+
+TEST(ChatTemplate, RejectsModifiedTemplate) {
+  std::string modified = reference_template("diffusiongemma-2026-07.jinja");
+  const size_t pos = modified.find("<|turn>model\\n");
+  ASSERT_NE(pos, std::string::npos);
+  modified[pos + 2] = 'T';  // "<|Turn>model": one byte changed
+  for (const std::string& text : {modified, std::string(), std::string("{{ messages }}")}) {
+    try {
+      ChatTemplate::from_template_text(text);
+      FAIL() << "accepted a modified template";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+      EXPECT_NE(std::string(e.what()).find("unrecognised chat template"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ChatTemplate, Names) {
+  EXPECT_EQ(ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_07), "diffusiongemma-2026-07");
+  EXPECT_EQ(ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_06), "diffusiongemma-2026-06");
+  EXPECT_EQ(ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_06).kind(), ChatTemplateKind::kDiffusionGemma2026_06);
+}
+
+}  // namespace
+}  // namespace dgemma
