@@ -155,14 +155,13 @@ Gemma4ArgsStream::StrResult Gemma4ArgsStream::scan_string(std::string_view text,
     }
     if (c == '<') {
       std::string_view which;
-      Match m = quote ? markup::match_any(text, k, kTerminators, &which)
-                      : markup::match_any(text, k,
-                                          {markup::kStringDelim, markup::kToolCallEnd, markup::kToolCallStart,
-                                           markup::kToolResponse},
-                                          &which);
+      Match m = markup::match_any(
+          text, k, {markup::kStringDelim, markup::kToolCallEnd, markup::kToolCallStart, markup::kToolResponse},
+          &which);
       if (m == Match::kFull) {
         if (which == markup::kStringDelim) {
           pos += which.size();
+          if (quote) continue;  // "<|"|>x<|"|>": a delimiter leaked into a quoted string is never text
           end_string(false, out);
           return StrResult::kOk;
         }
@@ -365,9 +364,13 @@ Gemma4ArgsStream::Status Gemma4ArgsStream::run(std::string_view text, size_t& po
         continue;
       }
       // Bare key: runs to ':' or '='.
-      size_t q = pos;
+      size_t q = pos + bare_scanned_;
       while (q < n && std::string_view(":=,{}[]()\"'<").find(text[q]) == std::string_view::npos) ++q;
-      if (q == n && !final) return Status::kNeedMore;
+      if (q == n && !final) {
+        bare_scanned_ = q - pos;
+        return Status::kNeedMore;
+      }
+      bare_scanned_ = 0;
       std::string_view key = trim(text.substr(pos, q - pos));
       if (q == n || (text[q] != ':' && text[q] != '=') || key.empty()) return fail(pos, pos, out);
       member_open_ = true;
@@ -414,7 +417,7 @@ Gemma4ArgsStream::Status Gemma4ArgsStream::run(std::string_view text, size_t& po
       continue;
     }
     // Bare scalar: runs to ',' or a bracket that closes an open container, or a marker.
-    size_t q = pos;
+    size_t q = pos + bare_scanned_;
     bool more = false;
     for (; q < n; ++q) {
       const char d = text[q];
@@ -430,7 +433,11 @@ Gemma4ArgsStream::Status Gemma4ArgsStream::run(std::string_view text, size_t& po
         }
       }
     }
-    if (more || (q == n && !final)) return Status::kNeedMore;
+    if (more || (q == n && !final)) {
+      bare_scanned_ = q - pos;
+      return Status::kNeedMore;
+    }
+    bare_scanned_ = 0;
     write_prefix(out);
     out += scalar_json(trim(text.substr(pos, q - pos)));
     top.slot = Slot::kNext;

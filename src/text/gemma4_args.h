@@ -85,6 +85,7 @@ class Gemma4ArgsStream {
   bool member_open_ = false;   // a key was started but its value not yet begun
   size_t member_start_ = 0;
   std::string key_;
+  size_t bare_scanned_ = 0;    // bytes after pos of a bare key/value already scanned (resume there)
   bool started_ = false;
   bool clean_ = true;
   bool ended_ = false;

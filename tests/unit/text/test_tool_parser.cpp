@@ -133,6 +133,17 @@ TEST(ToolParser, JsonQuotesEqualsAndSingleQuotes) {
             calls("", {{"f", "{\"s\": \"a\\\"b\\\\c\\né😀/\", \"t\": \"\xEF\xBF\xBDx\", \"u\": \"\\\\q\"}"}}));
 }
 
+TEST(ToolParser, DelimiterLeakedIntoQuotedString) {
+  // Seen in deep agent sessions (club-3090 tool-parser overlay notes): the <|"|> token inside a
+  // plain-quoted value. It is never text: dropped.
+  EXPECT_EQ(parse_checked(R"x(<|tool_call>call:mcp{server:"<|"|>music-assistant-mcp<|"|>", d:'<|"|>'}<tool_call|>)x"),
+            calls("", {{"mcp", R"({"server": "music-assistant-mcp", "d": ""})"}}));
+  EXPECT_EQ(parse_checked(R"x(<|tool_call>call:ha_list_entities(domain='media_player')<tool_call|>)x"),
+            calls("", {{"ha_list_entities", R"({"domain": "media_player"})"}}));
+  EXPECT_EQ(parse_checked(R"x(<|tool_call>call:f(args={"a": [1, "b"]}, n:2)<tool_call|>)x"),
+            calls("", {{"f", R"({"args": {"a": [1, "b"]}, "n": 2})"}}));
+}
+
 TEST(ToolParser, LenientStructure) {
   // Missing and extra commas, a trailing comma, an outer bracket closing an unclosed inner array.
   EXPECT_EQ(parse_checked(R"x(<|tool_call>call:f{a:<|"|>x<|"|> b:<|"|>y<|"|>,,c:[1,,2,],}<tool_call|>)x"),
