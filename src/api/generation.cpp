@@ -118,6 +118,7 @@ void Generation::finish_choice(Choice& c, const std::string& reason, std::vector
   c.done = true;
   c.finish_reason = reason;
   c.stop_reason = c.out->stop_reason();
+  if (c.stop_reason.is_null() && engine_ev && engine_ev->stop_token_id >= 0) c.stop_reason = engine_ev->stop_token_id;
   Event e;
   e.kind = Event::Kind::kFinish;
   e.choice = &c;

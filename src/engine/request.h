@@ -33,9 +33,9 @@ struct SamplingParams {
   // t_min/t_max schedule; T > 0 multiplies both t_min and t_max by T; T == 0 means greedy: the
   // per-position sample is the argmax (no sampling noise) while entropies use the unscaled schedule.
   std::optional<double> temperature;
-  // Extra stop ids (vLLM `stop_token_ids`): treated like EOS ids (canvas trimmed before the id, finish
-  // reason stop). The API layer also enforces them on what it receives, so honouring them in the
-  // engine only saves work.
+  // Extra stop ids (vLLM `stop_token_ids`): treated like EOS ids, also under ignore_eos (canvas trimmed
+  // before the id, finish reason stop, kFinished.stop_token_id set). The API layer also enforces them
+  // on what it receives, so honouring them in the engine only saves work.
   std::vector<int32_t> stop_token_ids;
 };
 
@@ -70,6 +70,9 @@ struct RequestEvent {
   double prefill_ms = 0;
   double decode_ms = 0;
   int64_t cached_tokens = 0;    // prompt tokens served from the prefix cache
+  // kFinished with kStop: the params.stop_token_ids entry that ended the output (reported to clients
+  // as stop_reason); -1 for an EOS id or anything else.
+  int32_t stop_token_id = -1;
 };
 
 // Lets one consumer wait on several RequestStreams at once (n > 1, several prompts): every push()

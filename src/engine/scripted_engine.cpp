@@ -175,10 +175,8 @@ struct ScriptedEngine::Impl {
   int64_t cancelled = 0;
   int64_t steps = 0;
 
-  bool is_eos(const Job& j, int32_t id) const {
-    if (std::find(opt.eos_ids.begin(), opt.eos_ids.end(), id) != opt.eos_ids.end()) return true;
-    const auto& extra = j.req.params.stop_token_ids;
-    return std::find(extra.begin(), extra.end(), id) != extra.end();
+  bool is_eos(const Job&, int32_t id) const {
+    return std::find(opt.eos_ids.begin(), opt.eos_ids.end(), id) != opt.eos_ids.end();
   }
 
   size_t total_canvases(const Job& j) const {
@@ -208,8 +206,9 @@ struct ScriptedEngine::Impl {
     return script.steps;
   }
 
-  void finish(Job& j, FinishReason reason, double now) {
+  void finish(Job& j, FinishReason reason, double now, int32_t stop_id = -1) {
     RequestEvent ev;
+    ev.stop_token_id = stop_id;
     ev.kind = RequestEvent::Kind::kFinished;
     ev.reason = reason;
     ev.prompt_tokens = static_cast<int64_t>(j.req.prompt.size());
@@ -246,13 +245,16 @@ struct ScriptedEngine::Impl {
     j.preview = 0;
     ++steps;
     FinishReason reason = FinishReason::kNone;
-    if (!j.req.params.ignore_eos) {
-      for (size_t p = 0; p < tokens.size(); ++p)
-        if (is_eos(j, tokens[p])) {
-          tokens.resize(p);
-          reason = FinishReason::kStop;
-          break;
-        }
+    int32_t stop_id = -1;
+    const auto& extra = j.req.params.stop_token_ids;
+    for (size_t p = 0; p < tokens.size(); ++p) {
+      const bool user_stop = std::find(extra.begin(), extra.end(), tokens[p]) != extra.end();
+      if (user_stop || (!j.req.params.ignore_eos && is_eos(j, tokens[p]))) {
+        if (user_stop) stop_id = tokens[p];
+        tokens.resize(p);
+        reason = FinishReason::kStop;
+        break;
+      }
     }
     const int64_t room = std::min(j.req.params.max_tokens,
                                   opt.max_model_len - static_cast<int64_t>(j.req.prompt.size())) - j.produced;
@@ -279,7 +281,7 @@ struct ScriptedEngine::Impl {
     j.stream->push(std::move(ev));
     ++j.canvas;
     if (reason != FinishReason::kNone) {
-      finish(j, reason, now);
+      finish(j, reason, now, reason == FinishReason::kStop ? stop_id : -1);
       return false;
     }
     j.next_time = now + canvas_delay(j, j.canvas) / 1e3 / (j.req.params.previews ? script.preview_steps + 1 : 1);
