@@ -373,7 +373,11 @@ std::shared_ptr<RequestStream> ScriptedEngine::submit(GenerationRequest request)
     fail_arg("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
              "messages, {} in the completion).", im.opt.max_model_len, prompt_len + request.params.max_tokens,
              prompt_len, request.params.max_tokens);
-  const std::string prompt_text = im.opt.decode(request.prompt);
+  // Replies match the latest user turn (and what follows it: tool results), not the tool
+  // declarations or earlier turns of the conversation.
+  std::string prompt_text = im.opt.decode(request.prompt);
+  if (const size_t turn = prompt_text.rfind("<|turn>user"); turn != std::string::npos)
+    prompt_text.erase(0, turn);
   auto job = std::make_unique<Job>();
   {
     std::lock_guard<std::mutex> lock(im.mu);
