@@ -72,24 +72,12 @@ class Encoder {
 
   void encode_raw_segment(std::string_view seg) {
     // Kept alive for the whole call: the word cache holds views into it.
-    const std::string& normalized = normalized_.emplace_back(normalize(seg));
+    const std::string& normalized = normalized_.emplace_back(tokenizer_detail::normalize(impl_, seg));
     if (impl_.norm_trie.empty()) {
       pre_tokenize(normalized);
     } else {
       split_added(normalized, impl_.norm_trie, [&](std::string_view sub) { pre_tokenize(sub); });
     }
-  }
-
-  std::string normalize(std::string_view seg) const {
-    std::string s(seg);
-    for (const auto& step : impl_.normalizer) {
-      if (step.kind == tokenizer_detail::NormalizerStep::Kind::kReplace) {
-        if (s.find(step.pattern) != std::string::npos) s = tokenizer_detail::replace_all(s, step.pattern, step.content);
-      } else if (!s.empty()) {
-        s.insert(0, step.content);
-      }
-    }
-    return s;
   }
 
   void pre_tokenize(std::string_view text) {

@@ -182,6 +182,9 @@ struct RawTokenizerJson {
 // Throws Error(kInvalidFile) on malformed JSON or nesting deeper than kMaxJsonDepth.
 RawTokenizerJson read_tokenizer_json(std::string_view text, std::string_view what);
 
+// Runs the normaliser steps on one text segment.
+std::string normalize(const Impl& impl, std::string_view segment);
+
 // Builds an Impl from tokenizer.json text; throws Error(kInvalidFile) naming `what`.
 void load_impl(Impl& impl, std::string_view json_text);
 

@@ -173,6 +173,18 @@ std::string replace_all(std::string_view s, std::string_view pattern, std::strin
   return out;
 }
 
+std::string normalize(const Impl& impl, std::string_view segment) {
+  std::string s(segment);
+  for (const auto& step : impl.normalizer) {
+    if (step.kind == NormalizerStep::Kind::kReplace) {
+      if (s.find(step.pattern) != std::string::npos) s = replace_all(s, step.pattern, step.content);
+    } else if (!s.empty()) {
+      s.insert(0, step.content);
+    }
+  }
+  return s;
+}
+
 // ---- JSON helpers -----------------------------------------------------------------------------
 
 namespace {
@@ -420,9 +432,15 @@ void load_added_tokens(Impl& impl, const Json& list) {
       fail_file("{}: added token \"{}\" listed twice", impl.what, tok.content);
     impl.added.push_back(std::move(tok));
   }
+  // As in HF, normalized=true tokens are matched on normalised text, so their pattern is their
+  // normalised content (the normaliser must be loaded first).
   for (size_t i = 0; i < impl.added.size(); ++i) {
     const AddedToken& tok = impl.added[i];
-    (tok.normalized ? impl.norm_trie : impl.raw_trie).add(tok.content, static_cast<int32_t>(i));
+    if (!tok.normalized) {
+      impl.raw_trie.add(tok.content, static_cast<int32_t>(i));
+    } else if (const std::string pattern = normalize(impl, tok.content); !pattern.empty()) {
+      impl.norm_trie.add(pattern, static_cast<int32_t>(i));
+    }
   }
 }
 
@@ -484,8 +502,8 @@ void load_impl(Impl& impl, std::string_view json_text) {
       if (auto it = j.find(key); it != j.end() && !it->is_null())
         unsupported(impl, fmt::format("\"{}\" settings", key));
     load_model(impl, member(impl, j, "model", "tokenizer.json"), raw);
-    load_added_tokens(impl, j.value("added_tokens", Json()));
     load_normalizer(impl, j.value("normalizer", Json()));
+    load_added_tokens(impl, j.value("added_tokens", Json()));
     load_pre_tokenizer(impl, j.value("pre_tokenizer", Json()));
     auto dec = j.find("decoder");
     if (dec == j.end() || dec->is_null()) unsupported(impl, "a missing decoder");

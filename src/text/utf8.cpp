@@ -53,22 +53,6 @@ bool is_valid(std::string_view s) {
   return true;
 }
 
-size_t complete_prefix_len(std::string_view s) {
-  // Look at most 3 bytes back for the start of a multi-byte sequence that runs past the end.
-  const size_t n = s.size();
-  for (size_t back = 1; back <= 3 && back <= n; ++back) {
-    const auto b = static_cast<unsigned char>(s[n - back]);
-    if (b < 0x80) return n;           // ASCII: complete
-    if ((b & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
-    const Decoded d = decode(s, n - back);
-    // Truncated but so far well-formed: hold it back.
-    if (!d.valid && static_cast<size_t>(d.len) == back && lead_info(b).len > static_cast<int>(back))
-      return n - back;
-    return n;
-  }
-  return n;
-}
-
 std::string sanitize(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -22,11 +22,6 @@ Decoded decode(std::string_view s, size_t pos);
 
 bool is_valid(std::string_view s);
 
-// Length of the longest prefix of `s` that ends on a character boundary and is valid UTF-8 as far
-// as it goes, treating a truncated but so-far-valid final sequence as "not yet complete": returns
-// s.size() minus the length of that incomplete tail (0..3). Ill-formed bytes are not "incomplete".
-size_t complete_prefix_len(std::string_view s);
-
 // Returns `s` with every ill-formed subsequence replaced by U+FFFD.
 std::string sanitize(std::string_view s);
 

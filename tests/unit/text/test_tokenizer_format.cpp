@@ -356,8 +356,12 @@ TEST(TokenizerAddedTokens, LeftmostLongestAndNormalizedMatching) {
   j["added_tokens"].push_back({{"id", 302}, {"content", "abca"}, {"special", false}, {"normalized", false}});
   // Matched on the normalised text: "▁b" only exists after " " -> "▁".
   j["added_tokens"].push_back({{"id", 303}, {"content", "\xE2\x96\x81" "b"}, {"special", false}, {"normalized", true}});
+  // A normalized token's own content is normalised too: "c a" is matched as "c▁a".
+  j["added_tokens"].push_back({{"id", 304}, {"content", "c a"}, {"special", false}, {"normalized", true}});
   auto t = load(j);
-  EXPECT_EQ(t->vocab_size(), 304);
+  EXPECT_EQ(t->vocab_size(), 305);
+  EXPECT_EQ(t->encode("bc a"), (Ids{5, 304}));
+  EXPECT_EQ(t->decode(Ids{304}), "c a");
   EXPECT_EQ(t->encode("cabx").front(), 301);            // longest at the leftmost start
   EXPECT_EQ(t->encode("xabcab")[1], 302);                // leftmost start wins over a longer later one
   EXPECT_EQ(t->encode("a b"), (Ids{4, 303}));
