@@ -55,6 +55,9 @@ struct SamplerArgs {
   Tensor argmax;            // i32
   Tensor sample;            // i32
   Tensor argmax_logprob;    // f32: log softmax(z)[argmax]
+  // Optional (empty: skipped): decision margins, f32 [C] — the gap between the best and second-best
+  // z (argmax) and z + Gumbel (sample). Golden tests use them to tell near-ties from real differences.
+  Tensor argmax_gap, sample_gap;
 };
 
 class Backend {

@@ -29,9 +29,9 @@ void sampler(const SamplerArgs& a) {
     std::vector<float> z(V);
     for (size_t p = b; p < e; ++p) {
       uint16_t* row = logits + p * V;
-      float zmax = -INFINITY;
+      float zmax = -INFINITY, z2 = -INFINITY;
       int32_t am = 0;
-      double best = -INFINITY;
+      double best = -INFINITY, best2 = -INFINITY;
       int32_t smp = 0;
       for (int64_t v = 0; v < V; ++v) {
         float s = bf16_to_f32(row[v]) / cap;
@@ -40,15 +40,23 @@ void sampler(const SamplerArgs& a) {
         const float zv = s / T;
         z[v] = zv;
         if (zv > zmax) {
+          z2 = zmax;
           zmax = zv;
           am = static_cast<int32_t>(v);
+        } else if (zv > z2) {
+          z2 = zv;
         }
         const double g = static_cast<double>(zv) + rng::gumbel(a.sample_key, static_cast<uint32_t>(p), static_cast<uint32_t>(v));
         if (g > best) {
+          best2 = best;
           best = g;
           smp = static_cast<int32_t>(v);
+        } else if (g > best2) {
+          best2 = g;
         }
       }
+      if (!a.argmax_gap.empty()) a.argmax_gap.ptr<float>()[p] = zmax - z2;
+      if (!a.sample_gap.empty()) a.sample_gap.ptr<float>()[p] = static_cast<float>(best - best2);
       double sum = 0;
       for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v]) - zmax);
       const double lse = zmax + std::log(sum);

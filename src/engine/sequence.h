@@ -1,0 +1,79 @@
+#pragma once
+// One request's state machine: PREFILL -> DENOISE <-> (COMMIT) -> FINISHED (DESIGN.md "The
+// block-diffusion engine"). The commit of a canvas is encoded together with the next canvas's first
+// denoising step in the same forward pass.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "backend/tensor.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "model/kv_cache.h"
+
+namespace dgemma {
+
+struct SequenceParams {
+  DiffusionParams diffusion;
+  uint64_t seed = 0;
+  int64_t max_tokens = 256;
+  bool ignore_eos = false;
+  std::vector<int32_t> eos_ids;
+  std::vector<int32_t> initial_canvas;  // first canvas (empty: random)
+  bool previews = false;
+  bool logprobs = false;
+  bool trace = false;                   // keep per-step records (tests, --dump)
+};
+
+// What one denoising step decided (kept when params.trace).
+struct StepRecord {
+  std::vector<int32_t> canvas_in, argmax, sample, canvas_out;
+  std::vector<float> entropy;
+  std::vector<uint8_t> accept;
+  std::vector<float> argmax_gap, sample_gap;  // decision margins (trace only)
+  std::vector<float> accept_margin;           // |prefix entropy sum - bound| per position
+  float temperature = 0;
+  bool stop = false;
+};
+
+struct CanvasRecord {
+  int index = 0;
+  int steps = 0;
+  double denoise_ms = 0;
+  std::vector<int32_t> committed;  // the full argmax canvas
+  std::vector<StepRecord> trace;
+};
+
+class Sequence {
+ public:
+  enum class State { kPrefill, kDenoise, kFinished };
+
+  Sequence(uint64_t id, std::vector<int32_t> prompt, SequenceParams params)
+      : id(id), prompt(std::move(prompt)), params(std::move(params)),
+        stability(this->params.diffusion.stability_threshold) {}
+
+  uint64_t id;
+  std::vector<int32_t> prompt;
+  SequenceParams params;
+  State state = State::kPrefill;
+  SequenceKv* kv = nullptr;   // owned by the runner's slot
+  Tensor logits;              // [C, V] bf16 work buffer (slot-owned)
+  Tensor soft_embeds;         // [C, H] bf16 self-conditioning input (slot-owned)
+  int64_t prefilled = 0;      // prompt tokens encoded
+
+  int canvas_index = 0;
+  int step = 0;               // executed steps in the current canvas
+  bool have_soft = false;     // soft_embeds holds the previous step's signal
+  std::vector<int32_t> canvas;          // current (noisy) canvas
+  std::vector<int32_t> pending_commit;  // committed canvas waiting to be encoded
+  StabilityTracker stability;
+  double canvas_start = 0;
+
+  std::vector<int32_t> output;          // returned tokens (trimmed at EOS / max_tokens)
+  std::vector<float> output_logprobs;
+  FinishReason finish = FinishReason::kNone;
+  std::vector<CanvasRecord> canvases;   // one per committed canvas
+  int64_t denoise_steps_total = 0;
+};
+
+}  // namespace dgemma
