@@ -105,11 +105,19 @@ void DiffusionGemma::forward(std::span<ForwardItem> items) {
   offsets.push_back(total);
   if (total == 0) return;
 
-  // Absolute positions: encode tokens continue the cache; canvas tokens sit right after it.
+  // Absolute positions: encode tokens continue the cache; canvas tokens sit right after it. An encode
+  // item placed before a denoise item of the same sequence (a commit fused with the next canvas's first
+  // step) is appended to the cache layer by layer before that denoise item reads it, so the canvas
+  // positions start after it.
   Tensor pos_host = host_tensor(ScalarType::kI32, {total});
-  for (size_t i = 0; i < items.size(); ++i)
+  for (size_t i = 0; i < items.size(); ++i) {
+    int64_t base = items[i].kv->encoded;
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].kv == items[i].kv && items[j].kind == ForwardItem::Kind::kEncode)
+        base += static_cast<int64_t>(items[j].tokens.size());
     for (int64_t j = 0; j < offsets[i + 1] - offsets[i]; ++j)
-      pos_host.ptr<int32_t>()[offsets[i] + j] = static_cast<int32_t>(items[i].kv->encoded + j);
+      pos_host.ptr<int32_t>()[offsets[i] + j] = static_cast<int32_t>(base + j);
+  }
   Tensor positions = backend_.alloc(ScalarType::kI32, {total});
   backend_.from_host(positions, pos_host.data);
 
