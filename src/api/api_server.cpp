@@ -252,7 +252,7 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
         *started = true;
         const std::string prologue = g.stream_prologue();
         if (!prologue.empty() && !w.write(prologue)) {
-          g.cancel_all();
+          g.abandon();
           return false;
         }
       }
@@ -260,13 +260,13 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
       const auto st = g.stream_step(ping, out);
       if (st == Generation::Status::kIdle) out = sse_comment("ping");  // keeps proxies open, reveals gone clients
       if (!out.empty() && !w.write(out)) {
-        g.cancel_all();
+        g.abandon();
         return false;
       }
       return st != Generation::Status::kDone;
     };
     r.on_close = [holder](bool completed) {
-      if (!completed) holder->gen->cancel_all();
+      if (!completed) holder->gen->abandon();
     };
     return r;
   }
@@ -296,13 +296,13 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
       return false;
     }
     if (!w.write(" ")) {
-      g.cancel_all();
+      g.abandon();
       return false;
     }
     return true;
   };
   r.on_close = [holder](bool completed) {
-    if (!completed) holder->gen->cancel_all();
+    if (!completed) holder->gen->abandon();
   };
   return r;
 }

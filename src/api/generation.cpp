@@ -107,6 +107,25 @@ void Generation::cancel_all() {
     if (c->stream && !c->done) c->stream->cancel();
 }
 
+void Generation::abandon() {
+  cancel_all();
+  for (auto& c : choices_) {
+    if (c->done) continue;
+    c->done = true;
+    c->finish_reason = "abort";
+    if (!ctx_.metrics) continue;
+    RequestRecord r;
+    r.finished_reason = "abort";
+    r.prompt_tokens = static_cast<int64_t>(prompts_[c->prompt_index].tokens.size());
+    r.generation_tokens = c->out->completion_tokens();
+    r.max_tokens_param = req_.max_tokens.value_or(0);
+    r.n = req_.n;
+    r.e2e_s = now_seconds() - arrival_s_;
+    r.ttft_s = c->first_canvas_s >= 0 ? c->first_canvas_s - arrival_s_ : -1;
+    ctx_.metrics->on_request_done(r);
+  }
+}
+
 bool Generation::all_done() const {
   for (const auto& c : choices_)
     if (!c->done) return false;

@@ -43,6 +43,9 @@ class Generation {
   void start();
   // Cancels every unfinished choice (client gone, server stopping). Idempotent, thread-safe.
   void cancel_all();
+  // The client went away: cancels and counts every unfinished choice as aborted (metrics). Call from
+  // the thread that drives the generation. Idempotent.
+  void abandon();
 
   enum class Status { kProgress, kIdle, kDone };
   // Waits up to `timeout` for engine events and turns them into SSE text appended to `out` (stream
