@@ -8,7 +8,6 @@ debian_packages=(
   build-essential cmake ninja-build ccache pkg-config
   libgtest-dev libgmock-dev
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libopenblas-dev
   python3 python3-jinja2 python3-numpy
 )
 

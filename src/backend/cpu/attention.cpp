@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/dot.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -37,7 +38,7 @@ void attention(const AttentionArgs& a) {
   };
 
   parallel_for(static_cast<size_t>(n * Hq), [&](size_t b, size_t e) {
-    std::vector<float> qf(D), scores(total), acc(D);
+    std::vector<float> qf(D), kf(D), scores(total), acc(D);
     for (size_t task = b; task < e; ++task) {
       const int64_t i = static_cast<int64_t>(task) / Hq, h = static_cast<int64_t>(task) % Hq;
       const int64_t kvh = h / groups;
@@ -55,9 +56,8 @@ void attention(const AttentionArgs& a) {
           continue;
         }
         const uint16_t* kp = key(kvh, j);
-        float s = 0.f;
-        for (int64_t d = 0; d < D; ++d) s += qf[d] * bf16_to_f32(kp[d]);
-        s = round_bf16(round_bf16(s) * a.scaling);
+        for (int64_t d = 0; d < D; ++d) kf[d] = bf16_to_f32(kp[d]);
+        const float s = round_bf16(round_bf16(dot_f32(qf.data(), kf.data(), D)) * a.scaling);
         scores[j] = s;
         mx = std::max(mx, s);
       }

@@ -1,11 +1,10 @@
-// bf16 GEMMs on the CPU: operands converted to fp32 in tiles, OpenBLAS sgemm, output rounded to bf16
-// (what cuBLAS does with bf16 inputs and fp32 accumulation, up to summation order).
-#include <cblas.h>
-
+// bf16 GEMMs on the CPU: operands converted to fp32, fixed-order fp32 dot products (dot.h), output
+// rounded to bf16 — what cuBLAS does with bf16 inputs and fp32 accumulation, up to summation order.
 #include <algorithm>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/dot.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -17,7 +16,14 @@ void to_f32(const uint16_t* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
+constexpr int64_t kRowTile = 16;  // weight rows converted and kept hot per task
+
 }  // namespace
+
+void gemm_nt_f32(const float* x, const float* w, float* out, int64_t T, int64_t N, int64_t K) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) out[t * N + n] = dot_f32(x + t * K, w + n * K, K);
+}
 
 void matmul(const Tensor& x, const Tensor& w, const Tensor& out) {
   DG_CHECK(x.type == ScalarType::kBF16 && w.type == ScalarType::kBF16 && out.type == ScalarType::kBF16);
@@ -26,23 +32,17 @@ void matmul(const Tensor& x, const Tensor& w, const Tensor& out) {
   if (T == 0 || N == 0) return;
   std::vector<float> xf(static_cast<size_t>(T * K));
   to_f32(x.ptr<uint16_t>(), xf.data(), xf.size());
-  // Parallel over column tiles of the output: each task converts its slice of W and runs sgemm
-  // single-threaded, so results are independent of the thread count.
-  const int64_t tile = 256;
-  const int64_t tiles = (N + tile - 1) / tile;
+  const int64_t tiles = (N + kRowTile - 1) / kRowTile;
+  uint16_t* o = out.ptr<uint16_t>();
   parallel_for(static_cast<size_t>(tiles), [&](size_t b, size_t e) {
-    std::vector<float> wf(static_cast<size_t>(tile * K));
-    std::vector<float> of(static_cast<size_t>(T * tile));
+    std::vector<float> wf(static_cast<size_t>(kRowTile * K));
     for (size_t ti = b; ti < e; ++ti) {
-      const int64_t n0 = static_cast<int64_t>(ti) * tile;
-      const int64_t nn = std::min(tile, N - n0);
+      const int64_t n0 = static_cast<int64_t>(ti) * kRowTile;
+      const int64_t nn = std::min(kRowTile, N - n0);
       to_f32(w.ptr<uint16_t>() + n0 * K, wf.data(), static_cast<size_t>(nn * K));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(nn),
-                  static_cast<int>(K), 1.0f, xf.data(), static_cast<int>(K), wf.data(), static_cast<int>(K), 0.0f,
-                  of.data(), static_cast<int>(nn));
-      uint16_t* o = out.ptr<uint16_t>();
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < nn; ++j) o[t * N + n0 + j] = f32_to_bf16(of[static_cast<size_t>(t * nn + j)]);
+        for (int64_t j = 0; j < nn; ++j)
+          o[t * N + n0 + j] = f32_to_bf16(dot_f32(xf.data() + t * K, wf.data() + j * K, K));
     }
   });
 }
@@ -52,19 +52,21 @@ void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) {
   const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(-1);
   DG_CHECK(w.dim(0) == K && out.numel() == T * N);
   if (T == 0 || N == 0) return;
-  std::vector<float> xf(static_cast<size_t>(T * K));
-  to_f32(x.ptr<uint16_t>(), xf.data(), xf.size());
-  std::vector<float> wf(static_cast<size_t>(K * N));
-  to_f32(w.ptr<uint16_t>(), wf.data(), wf.size());
-  std::vector<float> of(static_cast<size_t>(T * N));
-  // Parallel over output rows.
-  parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(e - b), static_cast<int>(N),
-                static_cast<int>(K), 1.0f, xf.data() + b * K, static_cast<int>(K), wf.data(), static_cast<int>(N),
-                0.0f, of.data() + b * N, static_cast<int>(N));
+  // Transpose w [K, N] into fp32 [N, K] so every output is a contiguous dot product.
+  std::vector<float> wt(static_cast<size_t>(N * K));
+  const uint16_t* wp = w.ptr<uint16_t>();
+  parallel_for(static_cast<size_t>(N), [&](size_t b, size_t e) {
+    for (size_t n = b; n < e; ++n)
+      for (int64_t k = 0; k < K; ++k) wt[n * K + k] = bf16_to_f32(wp[k * N + static_cast<int64_t>(n)]);
   });
   uint16_t* o = out.ptr<uint16_t>();
-  for (size_t i = 0; i < of.size(); ++i) o[i] = f32_to_bf16(of[i]);
+  parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {
+    std::vector<float> xf(static_cast<size_t>(K));
+    for (size_t t = b; t < e; ++t) {
+      to_f32(x.ptr<uint16_t>() + t * K, xf.data(), static_cast<size_t>(K));
+      for (int64_t n = 0; n < N; ++n) o[t * N + n] = f32_to_bf16(dot_f32(xf.data(), wt.data() + n * K, K));
+    }
+  });
 }
 
 }  // namespace dgemma::cpu

@@ -1,14 +1,13 @@
 // The MoE block (MODEL.md §3.5-3.6): router on the raw residual with an fp32 softmax over all experts,
 // top-k renormalised in fp32 and multiplied by per_expert_scale; each selected expert's output is
 // scaled by its fp32 weight, rounded to bf16 and accumulated in bf16 in ascending expert order.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/dot.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -33,7 +32,7 @@ void moe(const MoeArgs& a) {
   std::vector<int32_t> top_idx(static_cast<size_t>(T * K));
   std::vector<float> top_w(static_cast<size_t>(T * K));
   parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {
-    std::vector<float> z(H), logits(E), probs(E);
+    std::vector<float> z(H), logits(E), probs(E), wrow(H);
     std::vector<int32_t> order(E);
     for (size_t t = b; t < e; ++t) {
       const uint16_t* r = rin + t * H;
@@ -52,9 +51,9 @@ void moe(const MoeArgs& a) {
       float mx = -INFINITY;
       for (int64_t ex = 0; ex < E; ++ex) {
         const uint16_t* w = rproj + ex * H;
-        float s = 0;
-        for (int64_t i = 0; i < H; ++i) s += z[i] * bf16_to_f32(w[i]);
-        logits[ex] = round_bf16(s);
+        std::vector<float>& wf = wrow;
+        for (int64_t i = 0; i < H; ++i) wf[i] = bf16_to_f32(w[i]);
+        logits[ex] = round_bf16(dot_f32(z.data(), wf.data(), H));
         mx = std::max(mx, logits[ex]);
       }
       float sum = 0;
@@ -100,15 +99,13 @@ void moe(const MoeArgs& a) {
       for (size_t i = 0; i < wgu.size(); ++i) wgu[i] = bf16_to_f32(gsrc[i]);
       const uint16_t* dsrc = a.down.ptr<uint16_t>() + ex * H * I;
       for (size_t i = 0; i < wd.size(); ++i) wd[i] = bf16_to_f32(dsrc[i]);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(I2), static_cast<int>(H),
-                  1.f, xs.data(), static_cast<int>(H), wgu.data(), static_cast<int>(H), 0.f, gu.data(), static_cast<int>(I2));
+      gemm_nt_f32(xs.data(), wgu.data(), gu.data(), n, I2, H);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t i = 0; i < I; ++i) {
           const float g = round_bf16(gelu_tanh(round_bf16(gu[r * I2 + i])));
           act[r * I + i] = round_bf16(g * round_bf16(gu[r * I2 + I + i]));
         }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(H), static_cast<int>(I),
-                  1.f, act.data(), static_cast<int>(I), wd.data(), static_cast<int>(I), 0.f, out.data(), static_cast<int>(H));
+      gemm_nt_f32(act.data(), wd.data(), out.data(), n, H, I);
       for (int64_t r = 0; r < n; ++r) {
         const float w = top_w[list[r]];
         uint16_t* dst = y.data() + list[r] * H;
