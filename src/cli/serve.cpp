@@ -34,7 +34,7 @@ struct ServeFlags {
   int port = 8000;
   std::vector<std::string> served_model_name;
   std::string max_model_len;
-  int max_num_seqs = 0;  // 0: engine default
+  int max_num_seqs = -1;  // -1: engine default
   int64_t max_num_batched_tokens = 0;
   int max_queue = 1024;
   double gpu_memory_utilization = 0.9;
@@ -165,7 +165,7 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
     fail_arg("--device: '{}' is not one of auto, cpu, cuda", f.device);
   e.device = f.device;
   if (!f.max_model_len.empty()) e.max_model_len = parse_token_count(f.max_model_len, "--max-model-len");
-  if (f.max_num_seqs != 0) {
+  if (f.max_num_seqs != -1) {
     if (f.max_num_seqs < 1 || f.max_num_seqs > 4096) fail_arg("--max-num-seqs must be between 1 and 4096");
     e.max_num_seqs = f.max_num_seqs;
   }
