@@ -123,9 +123,11 @@ void DiffusionEngine::finish(Running& r, FinishReason reason, const std::string&
   ev.prompt_tokens = static_cast<int64_t>(r.seq->prompt.size());
   ev.completion_tokens = static_cast<int64_t>(r.seq->output.size());
   ev.steps = static_cast<int>(r.seq->denoise_steps_total);
-  r.stream->push(std::move(ev));
+  // Free the slot and update the counters before the client can observe the end of its request.
   slots_[r.slot].busy = false;
   r.slot = -1;
+  running_count_ = std::max<int64_t>(0, running_count_.load() - 1);
+  r.stream->push(std::move(ev));
 }
 
 void DiffusionEngine::admit() {

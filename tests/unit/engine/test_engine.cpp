@@ -1,0 +1,154 @@
+// The threaded engine: FIFO queueing beyond --max-num-seqs, cancellation of queued and running
+// requests, exact max_tokens, parameter validation, context overflow, queue bound.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "engine/engine_config.h"
+#include "engine/request.h"
+#include "util/error.h"
+
+namespace dgemma {
+namespace {
+
+std::unique_ptr<EngineInterface> make_engine(int max_num_seqs, int max_queue = 16) {
+  EngineConfig c;
+  c.model_dir = std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/tiny_a/model";
+  c.device = "cpu";
+  c.max_num_seqs = max_num_seqs;
+  c.max_queue = max_queue;
+  c.max_model_len = 512;
+  return create_model_engine(c);
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::kNone;
+  int canvases = 0;
+  bool error = false;
+};
+
+Result drain(RequestStream& s, std::chrono::seconds timeout = std::chrono::seconds(60)) {
+  Result r;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  RequestEvent ev;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!s.pop(ev, std::chrono::milliseconds(100))) continue;
+    if (ev.kind == RequestEvent::Kind::kCanvas) {
+      r.tokens.insert(r.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      ++r.canvases;
+    } else if (ev.kind == RequestEvent::Kind::kFinished) {
+      r.reason = ev.reason;
+      return r;
+    } else if (ev.kind == RequestEvent::Kind::kError) {
+      r.error = true;
+      return r;
+    }
+  }
+  ADD_FAILURE() << "request did not finish";
+  return r;
+}
+
+GenerationRequest request(std::vector<int32_t> prompt, int64_t max_tokens, uint64_t seed) {
+  GenerationRequest g;
+  g.prompt = std::move(prompt);
+  g.params.max_tokens = max_tokens;
+  g.params.seed = seed;
+  g.params.max_denoising_steps = 6;
+  g.params.ignore_eos = true;
+  return g;
+}
+
+TEST(Engine, QueuesBeyondMaxNumSeqsAndFinishesAll) {
+  auto engine = make_engine(2);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 5; ++i) streams.push_back(engine->submit(request({2, 105, 10 + i, 11, 12}, 20 + i, i)));
+  for (int i = 0; i < 5; ++i) {
+    Result r = drain(*streams[i]);
+    EXPECT_EQ(r.reason, FinishReason::kLength);
+    EXPECT_EQ(static_cast<int64_t>(r.tokens.size()), 20 + i) << "exact max_tokens";
+  }
+  EXPECT_EQ(engine->stats().running, 0);
+  EXPECT_EQ(engine->stats().waiting, 0);
+}
+
+TEST(Engine, SeededRequestsReproduceWhateverElseRuns) {
+  auto engine = make_engine(3);
+  Result alone = drain(*engine->submit(request({2, 105, 77, 78}, 40, 1234)));
+  auto a = engine->submit(request({2, 105, 5, 6, 7, 8, 9}, 40, 1));
+  auto b = engine->submit(request({2, 105, 77, 78}, 40, 1234));
+  auto c = engine->submit(request({2, 105, 300, 301, 302}, 48, 2));
+  Result rb = drain(*b);
+  drain(*a);
+  drain(*c);
+  EXPECT_EQ(alone.tokens, rb.tokens);
+}
+
+TEST(Engine, CancelQueuedAndRunningFreesSlots) {
+  auto engine = make_engine(1);
+  auto running = engine->submit(request({2, 105, 1, 2, 3}, 200, 1));
+  auto queued = engine->submit(request({2, 105, 4, 5, 6}, 200, 2));
+  queued->cancel();
+  running->cancel();
+  EXPECT_EQ(drain(*queued).reason, FinishReason::kAbort);
+  EXPECT_EQ(drain(*running).reason, FinishReason::kAbort);
+  // The slot is free again: a new request runs to completion.
+  Result r = drain(*engine->submit(request({2, 105, 7}, 16, 3)));
+  EXPECT_EQ(r.reason, FinishReason::kLength);
+  EXPECT_EQ(r.tokens.size(), 16u);
+  EXPECT_EQ(engine->stats().running, 0);
+}
+
+TEST(Engine, RejectsBadRequestsWithClearErrors) {
+  auto engine = make_engine(1, 1);
+  auto expect_arg = [&](GenerationRequest g, const std::string& param) {
+    try {
+      engine->submit(std::move(g));
+      ADD_FAILURE() << "accepted a bad request (" << param << ")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+      EXPECT_EQ(e.param(), param) << e.what();
+    }
+  };
+  expect_arg(request({}, 10, 1), "prompt");
+  expect_arg(request({2, 999999}, 10, 1), "prompt");
+  expect_arg(request({2, -1}, 10, 1), "prompt");
+  expect_arg(request({2, 3}, 0, 1), "max_tokens");
+  expect_arg(request({2, 3}, 100000, 1), "max_tokens");  // context overflow
+  auto g = request({2, 3}, 10, 1);
+  g.params.t_min = 0.9;
+  g.params.t_max = 0.5;
+  expect_arg(g, "t_max");
+  g = request({2, 3}, 10, 1);
+  g.params.entropy_bound = -1;
+  expect_arg(g, "entropy_bound");
+  g = request({2, 3}, 10, 1);
+  g.params.max_denoising_steps = 0;
+  expect_arg(g, "max_denoising_steps");
+  g = request({2, 3}, 10, 1);
+  g.params.canvas_ids = {1, 2, 3};
+  expect_arg(g, "canvas_ids");
+  // The engine still serves after all of that.
+  EXPECT_EQ(drain(*engine->submit(request({2, 105, 9}, 8, 1))).tokens.size(), 8u);
+}
+
+TEST(Engine, QueueBoundGives503Kind) {
+  auto engine = make_engine(1, 1);
+  auto a = engine->submit(request({2, 105, 1}, 200, 1));
+  // Wait until `a` is admitted so the queue is empty, then fill it.
+  for (int i = 0; i < 100 && engine->stats().running == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto b = engine->submit(request({2, 105, 2}, 200, 2));
+  try {
+    engine->submit(request({2, 105, 3}, 200, 3));
+    ADD_FAILURE() << "queue bound not enforced";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kResourceExhausted);
+  }
+  a->cancel();
+  b->cancel();
+  drain(*a);
+  drain(*b);
+}
+
+}  // namespace
+}  // namespace dgemma

@@ -1,0 +1,74 @@
+// Sampler decisions (MODEL.md §6) and the counter-based RNG (vectors from tools/golden/dgemma_rng.py).
+#include <gtest/gtest.h>
+
+#include "engine/sampler.h"
+#include "util/counter_rng.h"
+
+namespace dgemma {
+namespace {
+
+TEST(CounterRng, MatchesThePythonMirror) {
+  // python3 tools/golden/dgemma_rng.py prints these.
+  EXPECT_EQ(rng::stream_key(0, 0, 0, 1), 0x2f32a78496c67c60ull);
+  EXPECT_EQ(rng::bits(0x2f32a78496c67c60ull, 0, 5), 0x34022ff41e91656dull);
+  EXPECT_EQ(rng::bits(0x2f32a78496c67c60ull, 255, 5), 0x718ecb04d5905efcull);
+  const uint64_t k2 = rng::stream_key(42, 3, 7, 2);
+  EXPECT_EQ(k2, 0xc3c682af900dc4d8ull);
+  EXPECT_EQ(rng::uniform_token(k2, 0, 262144), 251701u);
+  EXPECT_EQ(rng::uniform_token(k2, 3, 262144), 213175u);
+  const uint64_t k3 = rng::stream_key(~0ull, 1, 47, 3);
+  EXPECT_EQ(k3, 0xc0517a4fe7831cd9ull);
+  EXPECT_DOUBLE_EQ(rng::gumbel(k3, 0, 1), 0.8094815823082182);
+  EXPECT_DOUBLE_EQ(rng::gumbel(k3, 0, 0), -0.2905910141090521);
+}
+
+TEST(Temperature, LinearScheduleLikeTheReference) {
+  DiffusionParams p;  // 48 steps, 0.4 .. 0.8
+  EXPECT_FLOAT_EQ(temperature_at(p, 0), 0.8f);
+  EXPECT_FLOAT_EQ(temperature_at(p, 47), 0.4f + 0.4f / 48.0f);
+  EXPECT_GT(temperature_at(p, 10), temperature_at(p, 11));
+}
+
+TEST(EntropyBound, AcceptsTheLowestEntropyPrefix) {
+  // sorted: 0.01 (idx 2), 0.02 (idx 0), 0.05 (idx 3), 0.5 (idx 1), 0.9 (idx 4)
+  const std::vector<float> h = {0.02f, 0.5f, 0.01f, 0.05f, 0.9f};
+  // prefix sums before each: 0, 0.01, 0.03, 0.08, 0.58
+  EXPECT_EQ(entropy_bound_accept(h, 0.1), (std::vector<uint8_t>{1, 1, 1, 1, 0}));
+  EXPECT_EQ(entropy_bound_accept(h, 0.02), (std::vector<uint8_t>{1, 0, 1, 0, 0}));
+  // The most confident position is always accepted, even with a tiny bound.
+  EXPECT_EQ(entropy_bound_accept(h, 1e-9), (std::vector<uint8_t>{0, 0, 1, 0, 0}));
+}
+
+TEST(Stability, NeverStableOnTheFirstStep) {
+  StabilityTracker t(1);
+  const std::vector<int32_t> a = {1, 2, 3}, b = {1, 2, 4};
+  EXPECT_FALSE(t.update(a));
+  EXPECT_TRUE(t.update(a));
+  EXPECT_FALSE(t.update(b));
+  StabilityTracker t2(2);
+  EXPECT_FALSE(t2.update(a));
+  EXPECT_FALSE(t2.update(a));
+  EXPECT_TRUE(t2.update(a));
+  StabilityTracker t0(0);
+  EXPECT_TRUE(t0.update(a)) << "threshold 0 means always stable";
+}
+
+TEST(Confidence, MeanEntropyBelowThreshold) {
+  EXPECT_TRUE(is_confident(std::vector<float>{0.001f, 0.002f}, 0.005));
+  EXPECT_FALSE(is_confident(std::vector<float>{0.001f, 0.02f}, 0.005));
+}
+
+TEST(RandomCanvas, UniformOverTheVocabulary) {
+  const auto c = random_canvas(5, 0, 0, rng::kInitCanvas, 4096, 1000);
+  std::vector<int> hist(10);
+  for (int32_t t : c) {
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, 1000);
+    hist[t / 100]++;
+  }
+  for (int h : hist) EXPECT_NEAR(h, 409.6, 80);  // ~4 sigma
+  EXPECT_NE(c, random_canvas(5, 1, 0, rng::kInitCanvas, 4096, 1000));
+}
+
+}  // namespace
+}  // namespace dgemma
