@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Writes the embedded default model that `make run` serves: a small DiffusionGemma-shaped model
+# (4 layers, hidden 64, 8 experts, canvas 64, the real 262,144-token Gemma 4 vocabulary) whose weights
+# are deterministic random numbers made at start-up (--load-format dummy). It exercises the whole
+# server — chat template, tokenizer, engine, sampler, streaming — with no download; its text is
+# gibberish. Serve the real checkpoint instead with: build/dgemma serve /path/to/diffusiongemma-26B-A4B-it
+set -euo pipefail
+build="${1:-build}"
+out="$build/embedded-model"
+mkdir -p "$out"
+cp "$build/gemma4-tokenizer/tokenizer.json" "$build/gemma4-tokenizer/tokenizer_config.json" "$out/"
+cat > "$out/config.json" <<'JSON'
+{
+  "architectures": ["DiffusionGemmaForBlockDiffusion"],
+  "model_type": "diffusion_gemma",
+  "canvas_length": 64,
+  "tie_word_embeddings": true,
+  "eos_token_id": [1, 106],
+  "dtype": "bfloat16",
+  "text_config": {
+    "model_type": "diffusion_gemma_text",
+    "vocab_size": 262144, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "global_head_dim": 64, "num_global_key_value_heads": 1,
+    "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+    "sliding_window": 512, "max_position_embeddings": 8192,
+    "num_experts": 8, "top_k_experts": 2, "moe_intermediate_size": 32,
+    "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-06, "final_logit_softcapping": 30.0,
+    "use_bidirectional_attention": "vision",
+    "rope_parameters": {
+      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+      "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}
+    }
+  }
+}
+JSON
+cat > "$out/generation_config.json" <<'JSON'
+{"max_new_tokens": 256, "max_denoising_steps": 8,
+ "sampler_config": {"entropy_bound": 0.1, "_cls_name": "EntropyBoundSamplerConfig"},
+ "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1, "confidence_threshold": 0.005,
+ "eos_token_id": [1, 106, 50], "pad_token_id": 0, "bos_token_id": 2}
+JSON
+echo "embedded model written to $out"
