@@ -1,10 +1,40 @@
+// dgemma inspect MODEL: config summary, parameter counts, bytes by dtype, the KV/memory plan and a
+// checkpoint validation (src/model/inspect_report.h builds and formats the report).
+// Exit status: 0 when the checkpoint validates (or weights are dummy), 1 when it lists problems.
+#include <cstdio>
+#include <memory>
+
 #include "cli/commands.h"
+#include "model/inspect_report.h"
 
 namespace dgemma::cli {
 
 void add_inspect_command(CLI::App& app, CommandList& out) {
-  auto* sub = app.add_subcommand("inspect", "(not yet implemented)");
-  out.push_back({sub, [] { return 1; }});
+  auto* sub = app.add_subcommand("inspect", "Describe a model directory: config, parameters, memory plan, checkpoint validation");
+  auto opts = std::make_shared<InspectOptions>();
+  auto json = std::make_shared<bool>(false);
+  auto canvas = std::make_shared<int>(0);
+  sub->add_option("MODEL", opts->model_dir, "Model directory (config.json [+ generation_config.json] [+ *.safetensors])")
+      ->required();
+  sub->add_option("--load-format", opts->load_format,
+                  "auto (safetensors when present, else dummy) | safetensors | dummy (shapes from the config only)")
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}))
+      ->capture_default_str();
+  sub->add_option("--max-model-len", opts->max_model_len, "Tokens per sequence (default: min(max_position_embeddings, 32768))");
+  sub->add_option("--max-num-seqs", opts->max_num_seqs, "Concurrent sequences in the memory plan")->capture_default_str();
+  auto* canvas_opt = sub->add_option("--canvas-length", *canvas, "Override config.json's canvas_length");
+  sub->add_option("--gpu-memory-bytes", opts->gpu_memory_bytes, "GPU memory in bytes (default 141e9, one H200)");
+  sub->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization, "Fraction of GPU memory the plan may use")
+      ->capture_default_str();
+  sub->add_flag("--json", *json, "Print the report as JSON");
+  out.push_back({sub, [opts, json, canvas, canvas_opt] {
+                   if (canvas_opt->count() > 0) opts->canvas_length = *canvas;
+                   const InspectReport report = build_inspect_report(*opts);
+                   const std::string text = *json ? inspect_report_json(report).dump(2) + "\n" : format_inspect_text(report);
+                   std::fwrite(text.data(), 1, text.size(), stdout);
+                   std::fflush(stdout);
+                   return report.validation.ok() ? 0 : 1;
+                 }});
 }
 
 }  // namespace dgemma::cli

@@ -1,0 +1,532 @@
+#include "model/inspect_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include "backend/backend.h"
+#include "model/kv_cache.h"
+#include "model/safetensors.h"
+#include "util/error.h"
+#include "util/mmap_file.h"
+
+namespace dgemma {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kDecoderPrefix = "model.decoder.";
+constexpr const char* kEncoderPrefix = "model.encoder.language_model.";
+constexpr uint64_t kBf16Bytes = 2;
+
+// Same prefixes load_weights treats as the (ignored) vision tower.
+bool is_vision_tensor(const std::string& n) {
+  for (const char* p : {"model.encoder.vision_tower.", "model.encoder.embed_vision.", "model.vision_tower.",
+                        "model.embed_vision.", "embed_vision."})
+    if (n.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+uint64_t sat_add(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
+}
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  return (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) ? std::numeric_limits<uint64_t>::max() : a * b;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// 25250986782 -> "25,250,986,782"
+std::string group_digits(uint64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+std::string billions(int64_t n) { return fmt::format("{:.3f} B  ({})", n / 1e9, group_digits(static_cast<uint64_t>(n))); }
+std::string gigabytes(uint64_t b) { return fmt::format("{:.3f} GB  ({} bytes)", b / 1e9, group_digits(b)); }
+
+std::string id_list(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  return out.empty() ? "(none)" : out;
+}
+
+std::string int_list(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out;
+}
+
+const char* short_type(LayerType t) { return t == LayerType::kSliding ? "sliding" : "full"; }
+
+std::string rope_str(const RopeParams& r) {
+  if (r.type == RopeType::kDefault) return fmt::format("default, theta {}", r.theta);
+  return fmt::format("proportional, theta {}, partial rotary factor {}", r.theta, r.partial_rotary_factor);
+}
+
+// bf16 bytes of the live intermediates of one layer for one token: an upper bound (everything summed
+// as if alive at once). Attention is fused, so no [T, T] score matrix is counted.
+uint64_t activation_bytes_per_token(const ModelConfig& c) {
+  const TextConfig& t = c.text;
+  int64_t q_width = 0, kv_width = 0;
+  for (const auto& L : t.layers) {
+    q_width = std::max<int64_t>(q_width, int64_t{t.num_attention_heads} * L.head_dim);
+    kv_width = std::max<int64_t>(kv_width, int64_t{L.num_kv_heads} * L.head_dim);
+  }
+  const int64_t H = t.hidden_size, K = t.top_k_experts;
+  int64_t elems = 6 * H;                          // residual, norm outputs, branch outputs
+  elems += 2 * q_width + 2 * kv_width;            // q, attention output, new k and v
+  elems += 3 * int64_t{t.intermediate_size};      // dense MLP gate, up, activation
+  elems += K * (2 * H + 3 * int64_t{t.moe_intermediate_size});  // per routed slot: input, gate/up, act, down
+  elems += 3 * int64_t{t.self_conditioning_size};  // SC MLP (decoder input)
+  return static_cast<uint64_t>(elems) * kBf16Bytes + static_cast<uint64_t>(t.num_experts) * 2 * 4;  // f32 router logits+probs
+}
+
+std::vector<LayerGroup> group_layers(const std::vector<LayerSpec>& layers) {
+  std::vector<LayerGroup> groups;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerSpec& L = layers[i];
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const LayerGroup& g) {
+      return g.type == L.type && g.head_dim == L.head_dim && g.num_kv_heads == L.num_kv_heads && g.k_eq_v == L.k_eq_v;
+    });
+    if (it == groups.end()) {
+      groups.push_back({L.type, L.head_dim, L.num_kv_heads, L.k_eq_v, {}});
+      it = groups.end() - 1;
+    }
+    it->layers.push_back(static_cast<int>(i));
+  }
+  return groups;
+}
+
+bool has_safetensors(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir / "model.safetensors.index.json", ec)) return true;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".safetensors" && it->is_regular_file(ec)) return true;
+  return false;
+}
+
+// Compares the checkpoint's header metadata with expected_weights() by the rules load_weights applies,
+// without reading tensor data; every problem is listed.
+void check_checkpoint(const ModelConfig& config, const SafetensorsCheckpoint& ckpt, CheckpointSummary& sum,
+                      ValidationReport& v) {
+  std::set<std::string> used;
+  auto check = [&](const TensorInfo* x, const WeightSpec& s) {
+    if (x->dtype != DType::kBF16 && x->dtype != DType::kF16 && x->dtype != DType::kF32)
+      v.problems.push_back(fmt::format("tensor {} in {} has dtype {}; expected BF16 (F16/F32 are converted)", x->name,
+                                       x->file, dtype_name(x->dtype)));
+    if (x->shape != s.shape)
+      v.problems.push_back(fmt::format("tensor {} in {} has shape {}; expected {}", x->name, x->file,
+                                       shape_str(x->shape), shape_str(s.shape)));
+  };
+  for (const WeightSpec& s : expected_weights(config)) {
+    const TensorInfo* dec = ckpt.find(kDecoderPrefix + s.name);
+    const TensorInfo* enc = ckpt.find(kEncoderPrefix + s.name);
+    if (dec) used.insert(dec->name);
+    if (enc) used.insert(enc->name);
+    sum.text_tensors += (dec ? 1 : 0) + (enc ? 1 : 0);
+    if (dec && enc) ++sum.encoder_copies;
+    if (!dec && !enc) {
+      v.problems.push_back(fmt::format("missing tensor {}{} (expected shape {})", kDecoderPrefix, s.name, shape_str(s.shape)));
+      continue;
+    }
+    // load_weights reads both layer_scalar copies (the buffers are not tied); other tensors from one.
+    if (s.group == WeightGroup::kScalar) {
+      if (dec) check(dec, s);
+      if (enc) check(enc, s);
+    } else {
+      check(dec ? dec : enc, s);
+    }
+  }
+  for (const TensorInfo* t : ckpt.tensors()) {
+    auto& d = sum.by_dtype[dtype_name(t->dtype)];
+    ++d.tensors;
+    d.bytes += t->nbytes;
+    if (used.count(t->name)) continue;
+    if (is_vision_tensor(t->name)) {
+      ++sum.vision_tensors;
+      sum.vision_bytes += t->nbytes;
+    } else if (t->name == "lm_head.weight") {
+      sum.lm_head = true;
+    } else {
+      sum.unexpected.push_back(t->name);
+    }
+  }
+  if (sum.lm_head) v.warnings.push_back("lm_head.weight present: ignored, the LM head is tied to the embedding");
+  if (!sum.unexpected.empty()) {
+    std::string list;
+    for (size_t i = 0; i < sum.unexpected.size() && i < 8; ++i) list += (i ? ", " : "") + sum.unexpected[i];
+    v.warnings.push_back(fmt::format("{} unexpected tensor(s) ignored: {}{}", sum.unexpected.size(), list,
+                                     sum.unexpected.size() > 8 ? ", ..." : ""));
+  }
+}
+
+void check_options(const InspectOptions& o) {
+  if (o.model_dir.empty()) fail_arg("inspect: MODEL (a model directory holding config.json) is required");
+  if (o.load_format != "auto" && o.load_format != "safetensors" && o.load_format != "dummy")
+    fail_arg("--load-format '{}' is not one of auto, safetensors, dummy", o.load_format);
+  if (o.max_num_seqs < 1 || o.max_num_seqs > (1 << 20)) fail_arg("--max-num-seqs {} is out of range [1, 1048576]", o.max_num_seqs);
+  if (o.max_model_len < 0) fail_arg("--max-model-len {} must be positive", o.max_model_len);
+  if (!std::isfinite(o.gpu_memory_bytes) || o.gpu_memory_bytes < 1 || o.gpu_memory_bytes > 9.0e18)
+    fail_arg("--gpu-memory-bytes {} must be a positive byte count", o.gpu_memory_bytes);
+  if (!std::isfinite(o.gpu_memory_utilization) || o.gpu_memory_utilization <= 0 || o.gpu_memory_utilization > 1)
+    fail_arg("--gpu-memory-utilization {} must be in (0, 1]", o.gpu_memory_utilization);
+  if (o.canvas_length && (*o.canvas_length < 1 || *o.canvas_length > 65536))
+    fail_arg("--canvas-length {} is out of range [1, 65536]", *o.canvas_length);
+}
+
+}  // namespace
+
+std::string layer_type_pattern(const std::vector<LayerSpec>& layers) {
+  const size_t n = layers.size();
+  auto rle = [&](size_t len) {
+    std::string out;
+    for (size_t i = 0; i < len;) {
+      size_t j = i;
+      while (j < len && layers[j].type == layers[i].type) ++j;
+      out += fmt::format("{}{}×{}", out.empty() ? "" : ", ", j - i, short_type(layers[i].type));
+      i = j;
+    }
+    return out;
+  };
+  for (size_t p = 1; p < n; ++p) {
+    if (n % p != 0) continue;
+    bool periodic = true;
+    for (size_t i = p; i < n && periodic; ++i) periodic = layers[i].type == layers[i % p].type;
+    if (periodic) return fmt::format("({}) ×{}", rle(p), n / p);
+  }
+  return rle(n);
+}
+
+MemoryPlan plan_memory(const ModelConfig& c, int64_t max_model_len, int max_num_seqs, uint64_t gpu_memory_bytes,
+                       double gpu_memory_utilization) {
+  MemoryPlan p;
+  const TextConfig& t = c.text;
+  p.max_model_len = max_model_len;
+  p.max_num_seqs = max_num_seqs;
+  p.canvas_length = c.canvas_length;
+  p.gpu_memory_bytes = gpu_memory_bytes;
+  p.gpu_memory_utilization = gpu_memory_utilization;
+  p.budget_bytes = static_cast<uint64_t>(std::floor(static_cast<double>(gpu_memory_bytes) * gpu_memory_utilization));
+  p.weight_bytes = static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
+  bool any_sliding = false;
+  for (const auto& L : t.layers) {
+    const uint64_t per = 2 * static_cast<uint64_t>(L.num_kv_heads) * static_cast<uint64_t>(L.head_dim) * kBf16Bytes;
+    if (L.type == LayerType::kFull) {
+      p.kv_bytes_per_token_full += per;
+    } else {
+      p.kv_bytes_per_token_sliding += per;
+      any_sliding = true;
+    }
+  }
+  const int64_t C = c.canvas_length;
+  p.sliding_cap_tokens = any_sliding ? std::min<int64_t>(max_model_len, int64_t{t.sliding_window} - 1 + C) : 0;
+  p.kv_bytes_per_seq = kv_bytes(c, max_model_len, C);
+  p.work_bytes_per_seq = static_cast<uint64_t>(C) * (static_cast<uint64_t>(t.vocab_size) + t.hidden_size) * kBf16Bytes;
+  p.activation_bytes_per_token = activation_bytes_per_token(c);
+  // The largest forward: a denoising canvas for every running sequence plus one canvas-sized prefill
+  // or commit chunk. total(n) = base + n * per_seq, so the largest n that fits is a division.
+  const uint64_t act_per_canvas = sat_mul(static_cast<uint64_t>(C), p.activation_bytes_per_token);
+  const uint64_t per_seq = sat_add(sat_add(p.kv_bytes_per_seq, p.work_bytes_per_seq), act_per_canvas);
+  const uint64_t base = sat_add(sat_add(p.weight_bytes, kWorkspaceReserveBytes), act_per_canvas);
+  p.workspace_tokens = (int64_t{max_num_seqs} + 1) * C;
+  p.workspace_bytes = sat_add(sat_mul(static_cast<uint64_t>(p.workspace_tokens), p.activation_bytes_per_token), kWorkspaceReserveBytes);
+  p.total_bytes = sat_add(sat_add(p.weight_bytes, p.workspace_bytes),
+                          sat_mul(static_cast<uint64_t>(max_num_seqs), sat_add(p.kv_bytes_per_seq, p.work_bytes_per_seq)));
+  p.fits = p.total_bytes <= p.budget_bytes;
+  p.max_num_seqs_fit = p.budget_bytes >= base ? static_cast<int64_t>((p.budget_bytes - base) / per_seq) : 0;
+  return p;
+}
+
+InspectReport build_inspect_report(const InspectOptions& o) {
+  check_options(o);
+  InspectReport r;
+  r.model_dir = o.model_dir;
+  const fs::path dir(o.model_dir);
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) throw Error(ErrorKind::kNotFound, fmt::format("{}: no such model directory", o.model_dir));
+  if (!fs::is_directory(dir, ec))
+    fail_arg("{}: not a directory (MODEL is a model directory holding config.json)", o.model_dir);
+  const std::string config_path = (dir / "config.json").string();
+  if (!fs::exists(config_path, ec))
+    throw Error(ErrorKind::kNotFound,
+                fmt::format("{}: no config.json in this directory (expected a Hugging Face model directory)", o.model_dir));
+
+  // Parsed here rather than through load_model_config so "architectures" (not part of ModelConfig)
+  // comes from the same read.
+  const Json j = parse_json(read_text_file(config_path, 16u << 20), config_path, /*is_file=*/true);
+  r.config = parse_model_config(j, config_path);
+  if (j.contains("architectures") && j.at("architectures").is_array())
+    for (const auto& a : j.at("architectures"))
+      if (a.is_string()) r.architectures.push_back(a.get<std::string>());
+  r.text_model_type = "diffusion_gemma_text";  // parse_model_config accepted it; absent means this
+  if (const Json& tc = j.at("text_config"); tc.contains("model_type") && tc.at("model_type").is_string())
+    r.text_model_type = tc.at("model_type").get<std::string>();
+  if (o.canvas_length) {
+    r.config.canvas_length = *o.canvas_length;
+    validate_model_config(r.config, config_path + " with --canvas-length " + std::to_string(*o.canvas_length));
+  }
+  r.generation_config_file = fs::exists(dir / "generation_config.json", ec);
+  r.generation = load_generation_config(o.model_dir, r.config);
+
+  const TextConfig& t = r.config.text;
+  int64_t max_len = o.max_model_len;
+  if (max_len == 0) max_len = std::min<int64_t>(t.max_position_embeddings, kDefaultInspectModelLen);
+  if (max_len > t.max_position_embeddings)
+    fail_arg("--max-model-len {} exceeds the model's max_position_embeddings {}", max_len, t.max_position_embeddings);
+
+  r.params = count_parameters(r.config);
+  r.layer_groups = group_layers(t.layers);
+  r.layer_pattern = layer_type_pattern(t.layers);
+  for (size_t i = 0; i < t.layers.size(); ++i)
+    if (t.layers[i].type == LayerType::kFull) r.full_layers.push_back(static_cast<int>(i));
+
+  if (o.load_format == "auto") {
+    const bool found = has_safetensors(dir);
+    r.load_format = found ? "safetensors" : "dummy";
+    r.load_format_note = found ? "auto: *.safetensors found" : "auto: no *.safetensors in the directory, shapes from config.json";
+  } else {
+    r.load_format = o.load_format;
+    r.load_format_note = o.load_format == "dummy" ? "shapes from config.json, no weights read" : "";
+  }
+
+  if (r.load_format == "safetensors") {
+    const SafetensorsCheckpoint ckpt(o.model_dir);  // headers only; data stays unread in the mmaps
+    CheckpointSummary& s = r.checkpoint;
+    s.present = true;
+    s.path = o.model_dir;
+    s.files = static_cast<int>(ckpt.files().size());
+    s.tensors = static_cast<int64_t>(ckpt.tensors().size());
+    s.total_bytes = ckpt.total_bytes();
+    check_checkpoint(r.config, ckpt, s, r.validation);
+    r.bytes_by_dtype = s.by_dtype;
+    if (s.total_bytes <= o.full_load_limit_bytes) {
+      r.validation.method = "header check + load_weights on the CPU backend";
+      r.validation.loaded = true;
+      try {
+        auto cpu = make_cpu_backend();
+        (void)load_weights(r.config, o.model_dir, *cpu);
+      } catch (const Error& e) {
+        r.validation.load_error = e.what();
+        // The header check mirrors load_weights' rules; anything only the load saw is reported as is.
+        if (r.validation.problems.empty()) r.validation.problems.push_back(std::string("load_weights: ") + e.what());
+      }
+    } else {
+      r.validation.method = fmt::format("header check only (names, shapes, dtypes): {:.1f} GB is above the {:.1f} GB "
+                                        "full-load limit, tensor data not read",
+                                        s.total_bytes / 1e9, o.full_load_limit_bytes / 1e9);
+    }
+  } else {
+    r.validation.method = "none (dummy weights: shapes come from the config)";
+    auto& d = r.bytes_by_dtype["BF16"];
+    d.tensors = static_cast<int64_t>(expected_weights(r.config).size());
+    d.bytes = static_cast<uint64_t>(r.params.total) * kBf16Bytes;
+  }
+
+  r.plan = plan_memory(r.config, max_len, o.max_num_seqs, static_cast<uint64_t>(o.gpu_memory_bytes), o.gpu_memory_utilization);
+  return r;
+}
+
+// ---- formatting ------------------------------------------------------------------------------------
+
+namespace {
+
+class TextOut {
+ public:
+  void section(const std::string& title) { out_ += (out_.empty() ? "" : "\n") + title + "\n"; }
+  void row(const std::string& key, const std::string& value) { out_ += fmt::format("  {:<30} {}\n", key, value); }
+  void line(const std::string& text) { out_ += "  " + text + "\n"; }
+  std::string str() const { return out_; }
+
+ private:
+  std::string out_;
+};
+
+}  // namespace
+
+std::string format_inspect_text(const InspectReport& r) {
+  const ModelConfig& c = r.config;
+  const TextConfig& t = c.text;
+  const GenerationConfig& g = r.generation;
+  const MemoryPlan& p = r.plan;
+  TextOut o;
+
+  o.section("Model: " + r.model_dir);
+  o.row("model type", fmt::format("diffusion_gemma (text: {})", r.text_model_type));
+  std::string arch;
+  for (const auto& a : r.architectures) arch += (arch.empty() ? "" : ", ") + a;
+  o.row("architecture", arch.empty() ? "(not given)" : arch);
+  o.row("dtype", c.dtype);
+  o.row("vision config", c.has_vision ? "present (ignored: text-only mode)" : "absent");
+  o.row("load format", r.load_format + (r.load_format_note.empty() ? "" : " (" + r.load_format_note + ")"));
+
+  o.section("Text config");
+  o.row("vocab size", group_digits(static_cast<uint64_t>(t.vocab_size)));
+  o.row("hidden size", group_digits(static_cast<uint64_t>(t.hidden_size)));
+  o.row("layers", std::to_string(t.num_hidden_layers));
+  o.row("attention heads", std::to_string(t.num_attention_heads));
+  o.row("layer types", r.layer_pattern);
+  o.row("full-attention layers", r.full_layers.empty() ? "(none)" : int_list(r.full_layers));
+  for (const auto& lg : r.layer_groups)
+    o.row(fmt::format("{} layers ×{}", short_type(lg.type), lg.layers.size()),
+          fmt::format("{} KV head{} × head dim {}{}", lg.num_kv_heads, lg.num_kv_heads == 1 ? "" : "s", lg.head_dim,
+                      lg.k_eq_v ? ", K=V (no v_proj)" : ", separate K and V"));
+  o.row("sliding window", group_digits(static_cast<uint64_t>(t.sliding_window)));
+  o.row("dense MLP width", group_digits(static_cast<uint64_t>(t.intermediate_size)));
+  o.row("experts", fmt::format("{}, top-{}, width {}", t.num_experts, t.top_k_experts, t.moe_intermediate_size));
+  o.row("self-conditioning width", group_digits(static_cast<uint64_t>(t.self_conditioning_size)));
+  o.row("final logit softcap", fmt::format("{}", t.final_logit_softcapping));
+  o.row("RoPE (sliding)", rope_str(t.rope_sliding));
+  o.row("RoPE (full)", rope_str(t.rope_full));
+  o.row("RMSNorm eps", fmt::format("{}", t.rms_norm_eps));
+  o.row("max position embeddings", group_digits(static_cast<uint64_t>(t.max_position_embeddings)));
+  o.row("canvas length", std::to_string(c.canvas_length));
+  o.row("special ids", fmt::format("pad {}, bos {}, eos {}; config eos [{}]", t.pad_token_id, t.bos_token_id,
+                                   id_list(t.eos_token_ids), id_list(c.eos_token_ids)));
+
+  o.section(std::string("Generation config (") +
+            (r.generation_config_file ? "generation_config.json" : "built-in defaults") + ")");
+  o.row("max denoising steps", std::to_string(g.max_denoising_steps));
+  o.row("entropy bound", fmt::format("{}", g.entropy_bound));
+  o.row("t_min / t_max", fmt::format("{} / {}", g.t_min, g.t_max));
+  o.row("stability threshold", std::to_string(g.stability_threshold));
+  o.row("confidence threshold", fmt::format("{}", g.confidence_threshold));
+  o.row("max new tokens", std::to_string(g.max_new_tokens));
+  o.row("EOS ids", id_list(g.eos_token_ids));
+
+  o.section("Parameters (text model)");
+  o.row("total", billions(r.params.total));
+  o.row("active per token", billions(r.params.active_per_token));
+  o.line("(active: attention + dense MLP + router + norms + top_k/num_experts of the experts + the embedding,");
+  o.line(" which the tied LM head reads for every token; the self-conditioning MLP is not counted)");
+  static const WeightGroup kGroups[] = {WeightGroup::kEmbedding, WeightGroup::kAttention,        WeightGroup::kDenseMlp,
+                                        WeightGroup::kRouter,    WeightGroup::kExperts,          WeightGroup::kNorm,
+                                        WeightGroup::kScalar,    WeightGroup::kSelfConditioning};
+  for (WeightGroup wg : kGroups) o.row(weight_group_name(wg), billions(r.params.by_group[static_cast<int>(wg)]));
+
+  o.section(r.checkpoint.present ? "Bytes by dtype (checkpoint, every tensor)" : "Bytes by dtype (dummy: BF16 × parameters)");
+  for (const auto& [name, d] : r.bytes_by_dtype) o.row(name, gigabytes(d.bytes) + fmt::format(", {} tensors", d.tensors));
+  if (r.checkpoint.present) {
+    const CheckpointSummary& s = r.checkpoint;
+    o.row("files / tensors", fmt::format("{} / {}", s.files, s.tensors));
+    o.row("text tensors", fmt::format("{} (of which {} encoder copies of layer buffers)", s.text_tensors, s.encoder_copies));
+    o.row("vision tensors (ignored)", fmt::format("{}, {} bytes", s.vision_tensors, group_digits(s.vision_bytes)));
+    if (s.lm_head) o.row("lm_head.weight", "present, ignored (tied)");
+    if (!s.unexpected.empty()) o.row("unexpected tensors", std::to_string(s.unexpected.size()));
+  }
+
+  o.section("KV cache (bf16)");
+  o.row("per token, full layers", fmt::format("{} bytes", group_digits(p.kv_bytes_per_token_full)));
+  if (p.kv_bytes_per_token_sliding)
+    o.row("per token, sliding layers", fmt::format("{} bytes, up to {} tokens (window-1 + canvas)",
+                                                   group_digits(p.kv_bytes_per_token_sliding), group_digits(p.sliding_cap_tokens)));
+  o.row(fmt::format("per sequence at {} tokens", group_digits(p.max_model_len)), gigabytes(p.kv_bytes_per_seq));
+
+  o.section(fmt::format("Memory plan: {} sequences × {} tokens, canvas {}", p.max_num_seqs, group_digits(p.max_model_len), p.canvas_length));
+  o.row("GPU budget", fmt::format("{:.3f} GB × {} = {}", p.gpu_memory_bytes / 1e9, p.gpu_memory_utilization, gigabytes(p.budget_bytes)));
+  o.row("weights (bf16)", gigabytes(p.weight_bytes));
+  o.row(fmt::format("KV cache, {} seqs", p.max_num_seqs), gigabytes(sat_mul(p.kv_bytes_per_seq, p.max_num_seqs)));
+  o.row(fmt::format("work buffers, {} seqs", p.max_num_seqs), gigabytes(sat_mul(p.work_bytes_per_seq, p.max_num_seqs)));
+  o.line(fmt::format("  (per sequence: logits [{}, {}] + soft embeddings [{}, {}], bf16)", p.canvas_length, t.vocab_size,
+                     p.canvas_length, t.hidden_size));
+  o.row("activation workspace", gigabytes(p.workspace_bytes));
+  o.line(fmt::format("  (estimate: {} tokens = (seqs + 1) canvases × {} bytes of one layer's live bf16", group_digits(p.workspace_tokens),
+                     group_digits(p.activation_bytes_per_token)));
+  o.line(fmt::format("   intermediates per token, + {} MiB for GEMM workspaces and routing buffers)", kWorkspaceReserveBytes >> 20));
+  o.row("total", gigabytes(p.total_bytes));
+  o.row("verdict", fmt::format("{}; at most {} sequences at {} tokens fit", p.fits ? "fits" : "does not fit",
+                               group_digits(static_cast<uint64_t>(p.max_num_seqs_fit)), group_digits(p.max_model_len)));
+
+  o.section("Validation");
+  o.row("method", r.validation.method);
+  if (r.validation.ok()) {
+    o.row("result", "OK");
+  } else {
+    o.row("result", fmt::format("{} problem(s)", r.validation.problems.size()));
+    for (const auto& pr : r.validation.problems) o.line("- " + pr);
+  }
+  for (const auto& w : r.validation.warnings) o.row("warning", w);
+  return o.str();
+}
+
+Json inspect_report_json(const InspectReport& r) {
+  const ModelConfig& c = r.config;
+  const TextConfig& t = c.text;
+  const GenerationConfig& g = r.generation;
+  const MemoryPlan& p = r.plan;
+  Json j;
+  j["model_dir"] = r.model_dir;
+  j["model_type"] = "diffusion_gemma";
+  j["text_model_type"] = r.text_model_type;
+  j["architectures"] = r.architectures;
+  j["dtype"] = c.dtype;
+  j["has_vision_config"] = c.has_vision;
+  j["load_format"] = r.load_format;
+  j["load_format_note"] = r.load_format_note;
+
+  Json layers = Json::array();
+  for (const auto& lg : r.layer_groups)
+    layers.push_back({{"type", layer_type_name(lg.type)}, {"head_dim", lg.head_dim}, {"num_kv_heads", lg.num_kv_heads},
+                      {"k_eq_v", lg.k_eq_v}, {"layers", lg.layers}});
+  auto rope_json = [](const RopeParams& rp) {
+    return Json{{"rope_type", rp.type == RopeType::kDefault ? "default" : "proportional"}, {"rope_theta", rp.theta},
+                {"partial_rotary_factor", rp.partial_rotary_factor}};
+  };
+  j["text_config"] = {
+      {"vocab_size", t.vocab_size}, {"hidden_size", t.hidden_size}, {"num_hidden_layers", t.num_hidden_layers},
+      {"num_attention_heads", t.num_attention_heads}, {"layer_pattern", r.layer_pattern}, {"full_attention_layers", r.full_layers},
+      {"layer_groups", layers}, {"sliding_window", t.sliding_window}, {"intermediate_size", t.intermediate_size},
+      {"num_experts", t.num_experts}, {"top_k_experts", t.top_k_experts}, {"moe_intermediate_size", t.moe_intermediate_size},
+      {"self_conditioning_size", t.self_conditioning_size}, {"final_logit_softcapping", t.final_logit_softcapping},
+      {"rms_norm_eps", t.rms_norm_eps}, {"max_position_embeddings", t.max_position_embeddings},
+      {"rope_sliding", rope_json(t.rope_sliding)}, {"rope_full", rope_json(t.rope_full)},
+      {"pad_token_id", t.pad_token_id}, {"bos_token_id", t.bos_token_id}, {"eos_token_id", t.eos_token_ids}};
+  j["canvas_length"] = c.canvas_length;
+  j["eos_token_id"] = c.eos_token_ids;
+  j["generation_config"] = {{"source", r.generation_config_file ? "generation_config.json" : "defaults"},
+                            {"max_denoising_steps", g.max_denoising_steps}, {"entropy_bound", g.entropy_bound},
+                            {"t_min", g.t_min}, {"t_max", g.t_max}, {"stability_threshold", g.stability_threshold},
+                            {"confidence_threshold", g.confidence_threshold}, {"max_new_tokens", g.max_new_tokens},
+                            {"eos_token_id", g.eos_token_ids}};
+  Json groups = Json::object();
+  for (int i = 0; i < 8; ++i) groups[weight_group_name(static_cast<WeightGroup>(i))] = r.params.by_group[i];
+  j["parameters"] = {{"total", r.params.total}, {"active_per_token", r.params.active_per_token}, {"by_group", groups}};
+  Json dt = Json::object();
+  for (const auto& [name, d] : r.bytes_by_dtype) dt[name] = {{"bytes", d.bytes}, {"tensors", d.tensors}};
+  j["bytes_by_dtype"] = dt;
+  if (r.checkpoint.present) {
+    const CheckpointSummary& s = r.checkpoint;
+    j["checkpoint"] = {{"files", s.files}, {"tensors", s.tensors}, {"total_bytes", s.total_bytes},
+                       {"text_tensors", s.text_tensors}, {"encoder_copies", s.encoder_copies},
+                       {"vision_tensors", s.vision_tensors}, {"vision_bytes", s.vision_bytes},
+                       {"lm_head", s.lm_head}, {"unexpected", s.unexpected}};
+  } else {
+    j["checkpoint"] = nullptr;
+  }
+  j["kv_cache"] = {{"bytes_per_token_full", p.kv_bytes_per_token_full},
+                   {"bytes_per_token_sliding", p.kv_bytes_per_token_sliding},
+                   {"sliding_cap_tokens", p.sliding_cap_tokens},
+                   {"bytes_per_sequence", p.kv_bytes_per_seq}};
+  j["memory_plan"] = {{"max_model_len", p.max_model_len}, {"max_num_seqs", p.max_num_seqs}, {"canvas_length", p.canvas_length},
+                      {"gpu_memory_bytes", p.gpu_memory_bytes}, {"gpu_memory_utilization", p.gpu_memory_utilization},
+                      {"budget_bytes", p.budget_bytes}, {"weight_bytes", p.weight_bytes},
+                      {"kv_bytes", sat_mul(p.kv_bytes_per_seq, p.max_num_seqs)},
+                      {"work_bytes_per_sequence", p.work_bytes_per_seq},
+                      {"work_bytes", sat_mul(p.work_bytes_per_seq, p.max_num_seqs)},
+                      {"workspace_tokens", p.workspace_tokens}, {"activation_bytes_per_token", p.activation_bytes_per_token},
+                      {"workspace_reserve_bytes", kWorkspaceReserveBytes}, {"workspace_bytes", p.workspace_bytes},
+                      {"total_bytes", p.total_bytes}, {"fits", p.fits}, {"max_num_seqs_fit", p.max_num_seqs_fit}};
+  j["validation"] = {{"method", r.validation.method}, {"ok", r.validation.ok()}, {"loaded", r.validation.loaded},
+                     {"load_error", r.validation.load_error}, {"problems", r.validation.problems},
+                     {"warnings", r.validation.warnings}};
+  return j;
+}
+
+}  // namespace dgemma

@@ -1,0 +1,134 @@
+#pragma once
+// `dgemma inspect MODEL`: everything worth knowing about a model directory before serving it — the
+// config, the parameter count by group, the checkpoint's bytes by dtype, the KV/memory plan on a GPU
+// of a given size, and a validation of the checkpoint against the shapes the config implies.
+// Built as a struct (tests read it) and formatted as aligned text or JSON (the same content).
+//
+// Parameter counts come from expected_weights(); nothing the size of the model is ever allocated.
+// "Active per token" (count_parameters) = attention + dense MLP + router + norms + layer scalars
+// + top_k/num_experts of the experts + the whole embedding (the tied LM head reads all of it for every
+// token); the self-conditioning MLP is not counted (it builds the decoder input once per canvas
+// position and step, it is not part of the per-token LM).
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "util/json.h"
+
+namespace dgemma {
+
+struct InspectOptions {
+  std::string model_dir;
+  std::string load_format = "auto";  // auto | safetensors | dummy
+  int64_t max_model_len = 0;         // 0: min(max_position_embeddings, kDefaultInspectModelLen)
+  int max_num_seqs = 4;
+  std::optional<int> canvas_length;  // overrides config.json's canvas_length
+  double gpu_memory_bytes = 141e9;   // one H200
+  double gpu_memory_utilization = 0.9;
+  // Checkpoints larger than this are validated from their headers only (names, shapes, dtypes);
+  // smaller ones are also loaded with load_weights on the CPU backend (zero-copy mmaps).
+  uint64_t full_load_limit_bytes = uint64_t{8} << 30;
+};
+
+constexpr int64_t kDefaultInspectModelLen = 32768;
+// Fixed part of the activation workspace: cuBLAS/cuBLASLt workspaces, routing index buffers, small
+// per-step tensors (a stated allowance, not a measurement).
+constexpr uint64_t kWorkspaceReserveBytes = uint64_t{256} << 20;
+
+// Distinct attention geometry and the layers that share it.
+struct LayerGroup {
+  LayerType type = LayerType::kSliding;
+  int head_dim = 0;
+  int num_kv_heads = 0;
+  bool k_eq_v = false;
+  std::vector<int> layers;
+};
+
+struct DtypeTotal {
+  int64_t tensors = 0;
+  uint64_t bytes = 0;
+};
+
+struct CheckpointSummary {
+  bool present = false;       // false for dummy weights
+  std::string path;           // the model directory it was opened from
+  int files = 0;
+  int64_t tensors = 0;
+  uint64_t total_bytes = 0;
+  std::map<std::string, DtypeTotal> by_dtype;  // safetensors dtype name -> totals over every tensor
+  int64_t text_tensors = 0;                    // tensors matched to expected_weights (either prefix)
+  int64_t vision_tensors = 0;                  // ignored in text-only mode
+  uint64_t vision_bytes = 0;
+  int64_t encoder_copies = 0;   // model.encoder.language_model.* copies next to model.decoder.* (layer_scalar)
+  bool lm_head = false;         // an (ignored) lm_head.weight; the head is tied to the embedding
+  std::vector<std::string> unexpected;  // neither text, vision nor lm_head: ignored with a warning
+};
+
+struct ValidationReport {
+  std::string method;                  // what was checked, in words
+  bool loaded = false;                 // load_weights ran (small checkpoints)
+  std::string load_error;              // its error message when it threw
+  std::vector<std::string> problems;   // every missing / misshaped / wrongly typed tensor
+  std::vector<std::string> warnings;   // ignored tensors and similar
+  bool ok() const { return problems.empty(); }
+};
+
+struct MemoryPlan {
+  int64_t max_model_len = 0;
+  int max_num_seqs = 0;
+  int canvas_length = 0;
+  uint64_t gpu_memory_bytes = 0;
+  double gpu_memory_utilization = 0;
+  uint64_t budget_bytes = 0;              // gpu_memory_bytes * utilization
+  uint64_t weight_bytes = 0;              // text parameters as bf16 on the device
+  uint64_t kv_bytes_per_token_full = 0;   // all full layers, K and V
+  uint64_t kv_bytes_per_token_sliding = 0;  // all sliding layers, K and V, until their cap
+  int64_t sliding_cap_tokens = 0;         // sliding layers keep window-1 + one canvas-sized chunk
+  uint64_t kv_bytes_per_seq = 0;          // kv_bytes(config, max_model_len, canvas_length)
+  uint64_t work_bytes_per_seq = 0;        // logits [C, V] + soft embeddings [C, H], bf16
+  int64_t workspace_tokens = 0;           // tokens of the largest forward: (max_num_seqs + 1) canvases
+  uint64_t activation_bytes_per_token = 0;
+  uint64_t workspace_bytes = 0;           // workspace_tokens * per-token activations + reserve
+  uint64_t total_bytes = 0;
+  bool fits = false;
+  int64_t max_num_seqs_fit = 0;           // largest --max-num-seqs whose plan fits (0: none)
+};
+
+struct InspectReport {
+  std::string model_dir;
+  std::vector<std::string> architectures;  // config.json "architectures"
+  std::string text_model_type;             // text_config.model_type
+  ModelConfig config;
+  GenerationConfig generation;
+  bool generation_config_file = false;     // generation_config.json present (else built-in defaults)
+  std::string load_format;                 // resolved: safetensors | dummy
+  std::string load_format_note;            // why (auto)
+  ParameterCounts params;
+  std::vector<LayerGroup> layer_groups;
+  std::string layer_pattern;               // e.g. "(5×sliding, 1×full) ×5"
+  std::vector<int> full_layers;
+  CheckpointSummary checkpoint;
+  std::map<std::string, DtypeTotal> bytes_by_dtype;  // checkpoint's, or BF16 x params for dummy
+  MemoryPlan plan;
+  ValidationReport validation;
+};
+
+// Throws Error for a missing directory / config.json, bad JSON, an inconsistent config, bad options
+// or an unreadable checkpoint file. Checkpoint *content* problems are listed in report.validation.
+InspectReport build_inspect_report(const InspectOptions& options);
+
+// The memory plan alone (also used for the "max sequences that fit" search).
+MemoryPlan plan_memory(const ModelConfig& config, int64_t max_model_len, int max_num_seqs, uint64_t gpu_memory_bytes,
+                       double gpu_memory_utilization);
+
+// Compact layer-type pattern: "(5×sliding, 1×full) ×5" when periodic, else a run-length list.
+std::string layer_type_pattern(const std::vector<LayerSpec>& layers);
+
+std::string format_inspect_text(const InspectReport& report);
+Json inspect_report_json(const InspectReport& report);
+
+}  // namespace dgemma
