@@ -1,0 +1,189 @@
+// The per-choice output pipeline on the real Gemma 4 tokenizer: stop strings cut inside and across
+// canvases (the concatenated output does not depend on where canvases split), UTF-8-safe deltas, exact
+// token accounting, stop token ids, logprobs, special-token skipping and the reasoning/tool parsers.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "api/choice_output.h"
+#include "api_test_util.h"
+#include "util/error.h"
+
+namespace dgemma {
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (int k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+struct OutputRun {
+  std::string content, reasoning;
+  std::vector<std::string> deltas;
+  std::vector<ToolCallDelta> calls;
+  size_t logprobs = 0;
+  int64_t tokens = 0;
+  bool stopped = false;
+  Json stop_reason;
+};
+
+// Feeds `ids` split into canvases at the given cut points.
+OutputRun run(const Tokenizer& tok, const ChoiceOutputOptions& opt, const Ids& ids, const std::vector<size_t>& cuts) {
+  ChoiceOutput out(tok, opt);
+  OutputRun r;
+  size_t start = 0;
+  std::vector<size_t> bounds = cuts;
+  bounds.push_back(ids.size());
+  for (size_t b : bounds) {
+    Ids canvas(ids.begin() + start, ids.begin() + b);
+    std::vector<float> lps(canvas.size(), -0.5f);
+    OutputDelta d = out.feed(canvas, opt.logprobs ? lps : std::vector<float>{});
+    if (!d.content.empty()) r.deltas.push_back(d.content);
+    r.content += d.content;
+    r.reasoning += d.reasoning;
+    r.logprobs += d.logprobs.size();
+    for (auto& c : d.tool_calls) r.calls.push_back(c);
+    start = b;
+  }
+  OutputDelta d = out.finish();
+  if (!d.content.empty()) r.deltas.push_back(d.content);
+  r.content += d.content;
+  r.reasoning += d.reasoning;
+  r.logprobs += d.logprobs.size();
+  for (auto& c : d.tool_calls) r.calls.push_back(c);
+  r.tokens = out.completion_tokens();
+  r.stopped = out.stopped();
+  r.stop_reason = out.stop_reason();
+  return r;
+}
+
+TEST(ChoiceOutput, PlainTextAcrossCanvases) {
+  DG_API_TOKENIZER(tok);
+  const std::string text = "Hello world! Ünïcödé and 日本語 🙂 done.";
+  const Ids ids = tok->encode(text);
+  ChoiceOutputOptions opt;
+  for (size_t cut = 0; cut <= ids.size(); ++cut) {
+    const OutputRun r = run(*tok, opt, ids, {cut});
+    EXPECT_EQ(r.content, text) << "cut " << cut;
+    EXPECT_EQ(r.tokens, static_cast<int64_t>(ids.size()));
+    EXPECT_FALSE(r.stopped);
+    for (const auto& d : r.deltas) EXPECT_TRUE(valid_utf8(d)) << d;
+  }
+}
+
+TEST(ChoiceOutput, StopStringIndependentOfCanvasSplit) {
+  DG_API_TOKENIZER(tok);
+  const std::string text = "Once upon a time there was a STOP sign and more text after it.";
+  const Ids ids = tok->encode(text);
+  // Reference count: tokens until the decoded prefix contains the stop string.
+  int64_t expected_tokens = 0;
+  while (tok->decode(Ids(ids.begin(), ids.begin() + expected_tokens)).find("STOP") == std::string::npos) ++expected_tokens;
+  ChoiceOutputOptions opt;
+  opt.stop = {"never", "STOP"};
+  opt.logprobs = true;
+  for (size_t a = 0; a <= ids.size(); ++a) {
+    for (size_t b = a; b <= ids.size(); b += 3) {
+      const OutputRun r = run(*tok, opt, ids, {a, b});
+      ASSERT_EQ(r.content, "Once upon a time there was a ") << a << "," << b;
+      EXPECT_TRUE(r.stopped);
+      EXPECT_EQ(r.stop_reason, "STOP");
+      EXPECT_EQ(r.tokens, expected_tokens);
+      EXPECT_EQ(static_cast<int64_t>(r.logprobs), expected_tokens);
+    }
+  }
+  opt.include_stop_str = true;
+  EXPECT_EQ(run(*tok, opt, ids, {5}).content, "Once upon a time there was a STOP");
+}
+
+TEST(ChoiceOutput, StopStringNeverLeaksBeforeTheCut) {
+  DG_API_TOKENIZER(tok);
+  const Ids a = tok->encode("Once upon a ti");
+  const Ids b = tok->encode("me there");
+  Ids all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  ChoiceOutputOptions opt;
+  opt.stop = {"time th"};
+  const OutputRun r = run(*tok, opt, all, {a.size()});
+  EXPECT_EQ(r.content, "Once upon a ");
+  for (const auto& d : r.deltas) EXPECT_EQ(d.find("ti"), std::string::npos) << d;
+}
+
+TEST(ChoiceOutput, HoldBackNeverSplitsACharacter) {
+  DG_API_TOKENIZER(tok);
+  const std::string text = "日本語のテキストです。絵文字🙂も。";
+  const Ids ids = tok->encode(text);
+  ChoiceOutputOptions opt;
+  opt.stop = {"XYZW"};  // holds back 3 bytes: always inside a multi-byte character here
+  for (size_t cut = 0; cut <= ids.size(); ++cut) {
+    const OutputRun r = run(*tok, opt, ids, {cut});
+    EXPECT_EQ(r.content, text);
+    for (const auto& d : r.deltas) EXPECT_TRUE(valid_utf8(d)) << "cut " << cut;
+  }
+}
+
+TEST(ChoiceOutput, StopTokenIds) {
+  DG_API_TOKENIZER(tok);
+  const Ids ids = tok->encode("alpha beta gamma");
+  ChoiceOutputOptions opt;
+  opt.stop_token_ids = {ids[2]};
+  const OutputRun r = run(*tok, opt, ids, {1});
+  EXPECT_EQ(r.content, tok->decode(Ids(ids.begin(), ids.begin() + 2)));
+  EXPECT_EQ(r.tokens, 2);
+  EXPECT_EQ(r.stop_reason, ids[2]);
+}
+
+TEST(ChoiceOutput, SpecialTokensSkippedUnlessAParserNeedsThem) {
+  DG_API_TOKENIZER(tok);
+  const Ids ids = tok->encode("a<turn|>b", /*allow_special=*/true);
+  ASSERT_EQ(std::count(ids.begin(), ids.end(), 106), 1);
+  ChoiceOutputOptions opt;
+  EXPECT_EQ(run(*tok, opt, ids, {}).content, "ab");
+  opt.skip_special_tokens = false;
+  EXPECT_EQ(run(*tok, opt, ids, {}).content, "a<turn|>b");
+}
+
+TEST(ChoiceOutput, ReasoningAndToolCalls) {
+  DG_API_TOKENIZER(tok);
+  const std::string text =
+      "<|channel>thought\nNeed weather.<channel|><|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>";
+  const Ids ids = tok->encode(text, true);
+  ChoiceOutputOptions opt;
+  opt.reasoning = true;
+  opt.thinking_enabled = true;
+  opt.tools = true;
+  for (size_t cut = 0; cut <= ids.size(); cut += 2) {
+    const OutputRun r = run(*tok, opt, ids, {cut});
+    EXPECT_EQ(r.reasoning, "Need weather.") << cut;
+    EXPECT_EQ(r.content, "") << cut;
+    ASSERT_FALSE(r.calls.empty());
+    EXPECT_EQ(r.calls[0].name, "get_weather");
+    std::string args;
+    for (const auto& c : r.calls) args += c.arguments_delta;
+    EXPECT_EQ(Json::parse(args), Json({{"city", "Paris"}}));
+  }
+  // Without the tool parser the call stays in the content, markers included.
+  opt.tools = false;
+  const OutputRun r = run(*tok, opt, ids, {7});
+  EXPECT_EQ(r.content.find("<|tool_call>call:get_weather"), 0u);
+}
+
+TEST(ChoiceOutput, OutOfRangeIdsAreAnError) {
+  DG_API_TOKENIZER(tok);
+  ChoiceOutput out(*tok, ChoiceOutputOptions{});
+  EXPECT_THROW(out.feed({tok->vocab_size()}, {}), Error);
+  EXPECT_THROW(out.feed({-1}, {}), Error);
+}
+
+}  // namespace
+}  // namespace dgemma
