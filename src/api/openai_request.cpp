@@ -240,10 +240,7 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
       fail_unsupported("spaces_between_special_tokens",
                        "'spaces_between_special_tokens' = false is not supported (the Gemma decoder adds no spaces)");
   }
-  if (auto v = f.integer("n", 1, INT32_MAX)) {
-    if (*v > RequestLimits::kMaxN) fail_param("n", "'n' must be at most {} (got {})", RequestLimits::kMaxN, *v);
-    out.n = static_cast<int>(*v);
-  }
+  if (auto v = f.integer("n", 1, RequestLimits::kMaxN)) out.n = static_cast<int>(*v);
   if (auto v = f.integer("best_of", 1, INT32_MAX)) {
     if (*v != out.n) fail_unsupported("best_of", "'best_of' is not supported (only best_of == n)");
   }

@@ -18,6 +18,7 @@ namespace {
 
 struct ScriptCanvas {
   std::vector<int32_t> tokens;
+  std::string error;     // non-empty: the engine fails the request here (kError) instead of committing
   double delay_ms = -1;  // < 0: the script default
   int steps = -1;
 };
@@ -56,7 +57,11 @@ ScriptCanvas parse_canvas(const Json& c, const ScriptedEngineOptions& opt, const
     return out;
   }
   if (!c.is_object()) fail_file("{}: a canvas must be a string or an object", where);
-  if (c.contains("text")) {
+  if (c.contains("error")) {
+    if (!c["error"].is_string() || c["error"].get<std::string>().empty())
+      fail_file("{}.error must be a non-empty string", where);
+    out.error = c["error"].get<std::string>();
+  } else if (c.contains("text")) {
     if (!c["text"].is_string()) fail_file("{}.text must be a string", where);
     out.tokens = opt.encode(c["text"].get<std::string>());
   } else if (c.contains("tokens")) {
@@ -67,7 +72,7 @@ ScriptCanvas parse_canvas(const Json& c, const ScriptedEngineOptions& opt, const
       out.tokens.push_back(t.get<int32_t>());
     }
   } else {
-    fail_file("{}: a canvas needs \"text\" or \"tokens\"", where);
+    fail_file("{}: a canvas needs \"text\", \"tokens\" or \"error\"", where);
   }
   if (c.contains("delay_ms")) {
     if (!c["delay_ms"].is_number() || c["delay_ms"].get<double>() < 0) fail_file("{}.delay_ms must be >= 0", where);
@@ -244,6 +249,13 @@ struct ScriptedEngine::Impl {
     }
     j.preview = 0;
     ++steps;
+    if (j.reply->random_canvases == 0 && k < j.reply->canvases.size() && !j.reply->canvases[k].error.empty()) {
+      RequestEvent ev;
+      ev.kind = RequestEvent::Kind::kError;
+      ev.message = j.reply->canvases[k].error;
+      j.stream->push(std::move(ev));
+      return false;
+    }
     FinishReason reason = FinishReason::kNone;
     int32_t stop_id = -1;
     const auto& extra = j.req.params.stop_token_ids;

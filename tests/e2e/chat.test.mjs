@@ -13,6 +13,7 @@ const script = {
     { when: 'hello', canvases: HELLO },
     { when: 'story', canvases: STORY },
     { when: 'unicode', canvases: ['Café ☕ and ', 'naïve résumé 日本語'] },
+    { when: 'explode', canvases: ['Partial answer', { error: 'device lost (scripted)' }] },
   ],
   default: { random_canvases: 3 },
 };
@@ -148,6 +149,63 @@ describe('chat completions', () => {
     });
   });
 });
+
+describe('streams with several choices; engine failures', () => {
+  test('n = 2 streamed: each choice gets its role chunk, deltas and finish chunk', async () => {
+    const r = await streamRaw(server.url('/v1/chat/completions'), {
+      messages: user('hello'),
+      n: 2,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const data = r.events.filter((e) => e !== '[DONE]');
+    for (const i of [0, 1]) {
+      const mine = data.filter((e) => e.choices[0]?.index === i);
+      assert.deepEqual(mine[0].choices[0].delta, { role: 'assistant', content: '' });
+      assert.equal(mine.map((e) => e.choices[0].delta?.content ?? '').join(''), 'Hello there! How can I help you today?');
+      assert.equal(mine.at(-1).choices[0].finish_reason, 'stop');
+    }
+    const usage = data.at(-1).usage;
+    const one = await client.chat.completions.create({ messages: user('hello') });
+    assert.equal(usage.completion_tokens, 2 * one.usage.completion_tokens);
+    assert.equal(r.events.at(-1), '[DONE]');
+  });
+
+  test('completions: streamed echo comes first', async () => {
+    const r = await streamRaw(server.url('/v1/completions'), { prompt: 'hello', echo: true, stream: true });
+    const data = r.events.filter((e) => e !== '[DONE]');
+    assert.equal(data[0].choices[0].text, 'hello');
+    assert.equal(data.map((e) => e.choices[0]?.text ?? '').join(''), 'helloHello there! How can I help you today?');
+  });
+
+  test('an engine failure mid-stream: an error event, then the stream closes without [DONE]', async () => {
+    const r = await streamRaw(server.url('/v1/chat/completions'), { messages: user('explode'), stream: true });
+    assert.equal(r.status, 200);
+    const last = r.events.at(-1);
+    assert.notEqual(last, '[DONE]');
+    assert.equal(last.error.type, 'server_error');
+    assert.match(last.error.message, /device lost/);
+    assert.equal(r.events.filter((e) => e.choices?.[0]?.delta?.content).map((e) => e.choices[0].delta.content).join(''), 'Partial answer');
+    // The openai client surfaces it as an error.
+    await assert.rejects(async () => {
+      const stream = await client.chat.completions.create({ messages: user('explode'), stream: true });
+      for await (const _ of stream);
+    }, /device lost/);
+  });
+
+  test('an engine failure without streaming is a 500 server_error', async () => {
+    const r = await postJson(server.url('/v1/chat/completions'), { messages: user('explode') });
+    assert.equal(r.status, 500);
+    assert.equal(r.json.error.type, 'server_error');
+    assert.match(r.json.error.message, /device lost/);
+    await assertServing();
+  });
+});
+
+async function assertServing() {
+  const r = await client.chat.completions.create({ messages: user('hello') });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+}
 
 describe('stop strings', () => {
   test('a stop string inside a canvas cuts the output there', async () => {
