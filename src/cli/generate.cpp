@@ -31,6 +31,7 @@ struct GenerateOptions {
   std::optional<int> max_steps, stability, canvas_length;
   std::optional<double> entropy_bound, t_min, t_max, confidence;
   bool ignore_eos = false, thinking = false, raw = false;
+  int batch = 1;  // run this many copies (seeds seed..seed+batch-1) together, to measure batched steps
 };
 
 std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
@@ -135,20 +136,38 @@ int run_generate(const GenerateOptions& o) {
   const int64_t C = mc.canvas_length;
   const int64_t max_len = static_cast<int64_t>(prompt.size()) + (p.max_tokens / C + 2) * C;
   const int64_t chunk = std::max<int64_t>(C, std::min<int64_t>(2048, static_cast<int64_t>(prompt.size())));
-  SequenceKv kv = allocate_kv(mc, *be, max_len, chunk);
-  Sequence seq(1, prompt, p);
-  seq.kv = &kv;
-  seq.logits = be->alloc(ScalarType::kBF16, {C, mc.text.vocab_size});
-  seq.soft_embeds = be->alloc(ScalarType::kBF16, {C, mc.text.hidden_size});
-  // With --dump, the prefill and the first denoising step run as separate passes so each dump is clean.
-  BatchRunner runner(model, o.dump_dir.empty() ? 2 * C + chunk : chunk, chunk);
-  runner.start(seq);
+  if (o.batch < 1 || o.batch > 64) fail_arg("--batch must be in [1, 64]");
+  std::vector<SequenceKv> kvs;
+  std::vector<std::unique_ptr<Sequence>> owned;
+  std::vector<Sequence*> seqs;
+  for (int b = 0; b < o.batch; ++b) kvs.push_back(allocate_kv(mc, *be, max_len, chunk));
+  for (int b = 0; b < o.batch; ++b) {
+    SequenceParams pb = p;
+    pb.seed = p.seed + static_cast<uint64_t>(b);
+    owned.push_back(std::make_unique<Sequence>(b + 1, prompt, pb));
+    Sequence& s = *owned.back();
+    s.kv = &kvs[b];
+    s.logits = be->alloc(ScalarType::kBF16, {C, mc.text.vocab_size});
+    s.soft_embeds = be->alloc(ScalarType::kBF16, {C, mc.text.hidden_size});
+    seqs.push_back(&s);
+  }
+  Sequence& seq = *owned.front();
+  // The prompt is prefilled in its own pass (measured, and clean for --dump); later commits are
+  // fused with the next canvas's first denoising step.
+  BatchRunner runner(model, static_cast<int64_t>(o.batch) * chunk, chunk);
+  for (auto* s : seqs) runner.start(*s);
 
   std::vector<SequenceEvent> events;
-  Sequence* seqs[] = {&seq};
   int pass = 0;
+  double prefill_ms = 0, denoise_ms = 0;
+  int64_t denoise_passes = 0;
   Stopwatch total;
-  while (seq.state != Sequence::State::kFinished) {
+  auto all_done = [&] {
+    for (auto* s : seqs)
+      if (s->state != Sequence::State::kFinished) return false;
+    return true;
+  };
+  while (!all_done()) {
     if (!o.dump_dir.empty() && pass < 2) {
       std::filesystem::create_directories(o.dump_dir);
       const std::string prefix = pass == 0 ? "prefill." : "denoise0.";
@@ -158,20 +177,32 @@ int run_generate(const GenerateOptions& o) {
     } else {
       model.set_dump_hook(nullptr);
     }
-    StepStats st = runner.step(seqs, events);
+    std::vector<Sequence*> live;
+    for (auto* s : seqs)
+      if (s->state != Sequence::State::kFinished) live.push_back(s);
+    StepStats st = runner.step(live, events);
+    if (st.denoise_items == 0) {
+      prefill_ms += st.forward_ms;
+    } else {
+      denoise_ms += st.forward_ms + st.sampler_ms;
+      ++denoise_passes;
+    }
     ++pass;
     for (auto& ev : events) {
-      if (ev.kind != SequenceEvent::Kind::kCanvas) continue;
+      if (ev.kind != SequenceEvent::Kind::kCanvas || ev.seq != &seq) continue;
       std::fprintf(stderr, "canvas %zu: %d steps, %zu tokens, %.2f tokens/step, %.1f ms/step\n", seq.canvases.size() - 1,
                    ev.steps, ev.tokens.size(), ev.steps ? static_cast<double>(ev.tokens.size()) / ev.steps : 0.0,
                    ev.steps ? ev.denoise_ms / ev.steps : 0.0);
     }
     events.clear();
-    (void)st;
   }
-  std::fprintf(stderr, "done: %zu tokens in %.1f ms (%s), finish_reason=%s, prompt %zu tokens, %s backend\n",
-               seq.output.size(), total.ms(), seq.canvases.size() == 1 ? "1 canvas" : (std::to_string(seq.canvases.size()) + " canvases").c_str(),
-               finish_reason_name(seq.finish), prompt.size(), be->name().c_str());
+  std::fprintf(stderr, "prefill: %zu tokens x %d in %.1f ms (%.0f tokens/s)\n", prompt.size(), o.batch, prefill_ms,
+               prefill_ms > 0 ? 1e3 * static_cast<double>(prompt.size() * o.batch) / prefill_ms : 0.0);
+  std::fprintf(stderr, "denoise: %lld batched steps of %d sequence(s), %.2f ms per step\n",
+               static_cast<long long>(denoise_passes), o.batch, denoise_passes ? denoise_ms / denoise_passes : 0.0);
+  std::fprintf(stderr, "done: %zu tokens in %.1f ms (%zu canvases), finish_reason=%s, prompt %zu tokens, %s backend\n",
+               seq.output.size(), total.ms(), seq.canvases.size(), finish_reason_name(seq.finish), prompt.size(),
+               be->name().c_str());
   std::string ids;
   for (size_t i = 0; i < seq.output.size(); ++i) ids += (i ? " " : "") + std::to_string(seq.output[i]);
   std::printf("%s\n", ids.c_str());
@@ -202,6 +233,7 @@ void add_generate_command(CLI::App& app, CommandList& out) {
   sub->add_flag("--ignore-eos", o->ignore_eos, "do not stop at EOS ids");
   sub->add_option("--load-format", o->load_format, "auto | safetensors | dummy")->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
   sub->add_option("--device", o->device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub->add_option("--batch", o->batch, "run N copies (seeds seed..seed+N-1) in one batch and report batched step times");
   sub->add_option("--dump", o->dump_dir, "write every named intermediate of the prefill and the first denoising pass as .npy");
   out.push_back({sub, [o] { return run_generate(*o); }});
 }

@@ -21,13 +21,6 @@ constexpr const char* kDecoderPrefix = "model.decoder.";
 constexpr const char* kEncoderPrefix = "model.encoder.language_model.";
 constexpr uint64_t kBf16Bytes = 2;
 
-// Same prefixes load_weights treats as the (ignored) vision tower.
-bool is_vision_tensor(const std::string& n) {
-  for (const char* p : {"model.encoder.vision_tower.", "model.encoder.embed_vision.", "model.vision_tower.",
-                        "model.embed_vision.", "embed_vision."})
-    if (n.rfind(p, 0) == 0) return true;
-  return false;
-}
 
 uint64_t sat_add(uint64_t a, uint64_t b) {
   return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;

@@ -83,12 +83,6 @@ std::vector<Slot> bind_slots(const ModelConfig& c, ModelWeights& w) {
   return slots;
 }
 
-bool is_vision_tensor(const std::string& n) {
-  return n.rfind("model.encoder.vision_tower.", 0) == 0 || n.rfind("model.encoder.embed_vision.", 0) == 0 ||
-         n.rfind("model.vision_tower.", 0) == 0 || n.rfind("model.embed_vision.", 0) == 0 ||
-         n.rfind("embed_vision.", 0) == 0;
-}
-
 // Copies a checkpoint tensor into a bf16 host tensor (converting F32/F16), or borrows it when it
 // already is aligned bf16 (zero-copy from the mmap).
 Tensor to_bf16_tensor(const TensorInfo& t, const std::vector<int64_t>& shape) {
@@ -140,6 +134,13 @@ float scalar_value(const TensorInfo& t) {
 }
 
 }  // namespace
+
+bool is_vision_tensor(const std::string& n) {
+  for (const char* p : {"model.encoder.vision_tower.", "model.encoder.embed_vision.", "model.vision_tower.",
+                        "model.embed_vision.", "embed_vision."})
+    if (n.rfind(p, 0) == 0) return true;
+  return false;
+}
 
 const char* weight_group_name(WeightGroup g) {
   switch (g) {

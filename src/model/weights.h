@@ -27,6 +27,9 @@ struct WeightSpec {
 };
 std::vector<WeightSpec> expected_weights(const ModelConfig& config);
 
+// True for tensors of the vision tower (ignored in text-only mode).
+bool is_vision_tensor(const std::string& name);
+
 struct LayerWeights {
   LayerSpec spec;
   Tensor input_norm, post_attn_norm;                       // [H]

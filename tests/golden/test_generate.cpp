@@ -1,6 +1,10 @@
 // Whole generate() trajectories against transformers with the same counter-based noise injected:
 // every step of every canvas (input canvas, temperature, entropies, accept mask, argmax, sample,
 // renoised canvas, stop flag) and the final sequences must match.
+#include <cstdio>
+
+#include <fmt/format.h>
+
 #include "engine/batch_runner.h"
 #include "golden_util.h"
 #include "model/kv_cache.h"
@@ -26,6 +30,8 @@ struct RunCase {
   std::string fixture;
   std::string run;
 };
+
+void PrintTo(const RunCase& r, std::ostream* os) { *os << r.fixture << "/" << r.run; }
 
 class GenerateGolden : public ::testing::TestWithParam<RunCase> {};
 
@@ -136,6 +142,32 @@ TEST_P(GenerateGolden, TrajectoryMatchesTokenForToken) {
   }
   std::printf("%s/%s: %d of %d reference steps identical%s%s\n", rc.fixture.c_str(), rc.run.c_str(), matched_steps,
               total_steps, diverged ? "; near-tie divergence at " : "", divergence.c_str());
+
+  // `dgemma generate` with the same settings prints exactly what the engine produced here.
+  {
+    auto join = [](const std::vector<int32_t>& v) {
+      std::string out;
+      for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+      return out;
+    };
+    std::string cmd = std::string(DGEMMA_BINARY_DIR) + "/dgemma generate " + fixture_dir(rc.fixture) + "/model --device cpu" +
+                      " --prompt-ids " + join(fx.ids("prompt_ids")) + " --seed " + std::to_string(p.seed) +
+                      " --max-tokens " + std::to_string(p.max_tokens) +
+                      " --max-denoising-steps " + std::to_string(p.diffusion.max_denoising_steps) +
+                      fmt::format(" --entropy-bound {} --t-min {} --t-max {} --stability-threshold {} --confidence-threshold {}",
+                                  p.diffusion.entropy_bound, p.diffusion.t_min, p.diffusion.t_max,
+                                  p.diffusion.stability_threshold, p.diffusion.confidence_threshold);
+    if (!p.initial_canvas.empty()) cmd += " --canvas-ids " + join(p.initial_canvas);
+    FILE* pipe = popen((cmd + " 2>/dev/null").c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    char buf[1 << 16];
+    std::string line = fgets(buf, sizeof(buf), pipe) ? buf : "";
+    EXPECT_EQ(pclose(pipe), 0) << cmd;
+    std::string want;
+    for (size_t i = 0; i < seq.output.size(); ++i) want += (i ? " " : "") + std::to_string(seq.output[i]);
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    EXPECT_EQ(line, want) << "dgemma generate output differs: " << cmd;
+  }
   if (diverged) return;
   EXPECT_EQ(seq.canvases.size(), steps_per_canvas.size()) << "number of canvases";
 

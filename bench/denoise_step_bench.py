@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Side-by-side denoising-step benchmark at the real DiffusionGemma-26B-A4B shape (random weights):
+HF transformers (grouped_mm experts, sdpa attention) and dgemma (CUDA backend), in one run.
+
+Run on the GPU machine from the repo root, after building dgemma there:
+  python3 bench/denoise_step_bench.py --dgemma build-gpu/dgemma --out $OUT/bench.json
+Reports ms per denoising step at batch 1 and 4 (canvas 256, 512-token prompt), prefill tokens/s, and
+tokens/s for a 256-token canvas at 48 steps. The per-step time is measured as the difference between
+runs with 48 and 8 forced steps (no early stop), divided by 40, so prefill and commit costs cancel.
+"""
+import argparse, json, os, re, subprocess, sys, tempfile, time
+
+LAYER_TYPES = (["sliding_attention"] * 5 + ["full_attention"]) * 5
+TEXT = dict(model_type="diffusion_gemma_text", vocab_size=262144, hidden_size=2816, intermediate_size=2112,
+            num_hidden_layers=30, num_attention_heads=16, num_key_value_heads=8, head_dim=256, global_head_dim=512,
+            num_global_key_value_heads=2, hidden_activation="gelu_pytorch_tanh", max_position_embeddings=262144,
+            rms_norm_eps=1e-6, pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                             "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                "rope_theta": 1000000.0}},
+            attention_bias=False, attention_dropout=0.0, sliding_window=1024, layer_types=LAYER_TYPES,
+            final_logit_softcapping=30.0, use_bidirectional_attention="vision", num_experts=128, top_k_experts=8,
+            moe_intermediate_size=704)
+TOP = dict(architectures=["DiffusionGemmaForBlockDiffusion"], model_type="diffusion_gemma", canvas_length=256,
+           tie_word_embeddings=True, eos_token_id=[1, 106], dtype="bfloat16", text_config=TEXT)
+VISION = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+              num_attention_heads=2, num_key_value_heads=2, head_dim=8, patch_size=4, position_embedding_size=64,
+              pooling_kernel_size=2, standardize=False, use_clipped_linears=False, rms_norm_eps=1e-6)
+GEN = {"max_new_tokens": 256, "max_denoising_steps": 48,
+       "sampler_config": {"entropy_bound": 0.1, "_cls_name": "EntropyBoundSamplerConfig"},
+       "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1, "confidence_threshold": 0.005,
+       "eos_token_id": [1, 106, 50], "pad_token_id": 0, "bos_token_id": 2}
+PROMPT = [2] + [1000 + (i * 7919) % 200000 for i in range(511)]
+
+
+def bench_hf(result):
+    import torch
+    from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaConfig
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaForBlockDiffusion
+    from transformers.models.diffusion_gemma import generation_diffusion_gemma as gm
+    cfg = DiffusionGemmaConfig(**json.loads(json.dumps(dict(TOP, vision_config=VISION))))
+    torch.set_default_dtype(torch.bfloat16)
+    t0 = time.time()
+    with torch.device("cuda"):
+        model = DiffusionGemmaForBlockDiffusion(cfg).eval()
+    if hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation("grouped_mm")
+    print(f"hf: model built in {time.time() - t0:.1f}s", flush=True)
+
+    def gen(batch, steps):
+        ids = torch.tensor([PROMPT] * batch, device="cuda")
+        torch.cuda.synchronize()
+        t = time.time()
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=256, max_denoising_steps=steps, confidence_threshold=1e-12,
+                           stability_threshold=1, eos_token_id=[999999999 % 262144], pad_token_id=0)
+        torch.cuda.synchronize()
+        return (time.time() - t) * 1e3
+
+    for batch in (1, 4):
+        gen(batch, 2)  # warm-up
+        t48, t8 = gen(batch, 48), gen(batch, 8)
+        result[f"hf_ms_per_step_b{batch}"] = (t48 - t8) / 40
+        result[f"hf_canvas48_ms_b{batch}"] = t48
+        print(f"hf batch {batch}: 48 steps {t48:.0f} ms, 8 steps {t8:.0f} ms -> {(t48 - t8) / 40:.2f} ms/step", flush=True)
+    from transformers import DynamicCache
+    ids = torch.tensor([PROMPT], device="cuda")
+    with torch.no_grad():
+        for _ in range(2):
+            cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+            torch.cuda.synchronize(); t = time.time()
+            model.model.encoder(input_ids=ids, past_key_values=cache)
+            torch.cuda.synchronize()
+    result["hf_prefill_tokens_per_s"] = len(PROMPT) / (time.time() - t)
+    print(f"hf prefill: {result['hf_prefill_tokens_per_s']:.0f} tokens/s", flush=True)
+
+
+def run_dgemma(binary, model_dir, batch, steps):
+    cmd = [binary, "generate", model_dir, "--load-format", "dummy", "--device", "cuda", "--prompt-ids",
+           ",".join(map(str, PROMPT)), "--max-tokens", "256", "--ignore-eos", "--max-denoising-steps", str(steps),
+           "--confidence-threshold", "1e-12", "--batch", str(batch)]
+    t = time.time()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    wall = (time.time() - t) * 1e3
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    m = re.search(r"denoise: (\d+) batched steps of \d+ sequence\(s\), ([\d.]+) ms per step", out.stderr)
+    p = re.search(r"prefill: .* \(([\d.]+) tokens/s\)", out.stderr)
+    return float(m.group(2)), float(p.group(1)), wall, out.stderr
+
+
+def bench_dgemma(binary, result):
+    d = tempfile.mkdtemp()
+    json.dump(TOP, open(os.path.join(d, "config.json"), "w"))
+    json.dump(GEN, open(os.path.join(d, "generation_config.json"), "w"))
+    for batch in (1, 4):
+        ms, pre, wall, err = run_dgemma(binary, d, batch, 48)
+        result[f"dgemma_ms_per_step_b{batch}"] = ms
+        result[f"dgemma_prefill_tokens_per_s_b{batch}"] = pre
+        print(f"dgemma batch {batch}: {ms:.2f} ms/step, prefill {pre:.0f} tokens/s (wall {wall:.0f} ms incl. dummy weights)", flush=True)
+        print(err[-600:], flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dgemma", default="build-gpu/dgemma")
+    ap.add_argument("--out", default="bench.json")
+    ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--skip-dgemma", action="store_true")
+    a = ap.parse_args()
+    result = {}
+    if not a.skip_dgemma:
+        try:
+            bench_dgemma(a.dgemma, result)
+        except Exception as e:
+            print("dgemma bench failed:", e, flush=True)
+            result["dgemma_error"] = str(e)[-2000:]
+    if not a.skip_hf:
+        bench_hf(result)
+    for b in (1, 4):
+        if f"hf_ms_per_step_b{b}" in result and f"dgemma_ms_per_step_b{b}" in result:
+            result[f"speedup_b{b}"] = result[f"hf_ms_per_step_b{b}"] / result[f"dgemma_ms_per_step_b{b}"]
+    json.dump(result, open(a.out, "w"), indent=1)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
