@@ -75,8 +75,10 @@ void ApiServer::log_unknown_keys(const std::vector<std::string>& keys) {
   for (const auto& k : keys) {
     if (unknown_logged_.size() >= kMaxLoggedUnknownKeys || unknown_logged_.count(k)) continue;
     unknown_logged_.insert(k);
-    DG_LOG_INFO("api", "ignoring unknown request field '{}' (logged once; --strict-params rejects such requests)",
-                k.size() > 80 ? k.substr(0, 80) + "..." : k);
+    std::string shown = k.size() > 80 ? k.substr(0, 80) + "..." : k;
+    for (char& ch : shown)
+      if (static_cast<unsigned char>(ch) < 0x20) ch = '?';  // no log-line injection
+    DG_LOG_INFO("api", "ignoring unknown request field '{}' (logged once; --strict-params rejects such requests)", shown);
   }
 }
 

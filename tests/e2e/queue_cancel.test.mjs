@@ -82,7 +82,7 @@ describe('queueing', () => {
         finished.push(i);
         return r;
       }));
-      await sleep(15);
+      await sleep(40);
     }
     const results = await Promise.all(reqs);
     polling = false;
