@@ -1,75 +1,72 @@
-// Smoke test of the API on the real model engine (--load-format dummy: the tiny config with random
-// weights, on the CPU). Denoising is capped at 2 steps per canvas to keep it quick.
+// The real model engine (CPU backend, deterministic random weights, the real 262,144-token Gemma 4
+// vocabulary) behind the real server: exact max_tokens, streaming usage, seed reproducibility with
+// other requests in flight, per-request diffusion parameters, denoising metrics.
+import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import { makeModelDir, metrics, postJson, sample, startServer, waitFor } from './helpers.mjs';
+import { makeModelDir, startServer, tinyConfig, GENERATION_CONFIG, metrics, sample } from './helpers.mjs';
 
-let server;
-let client;
-before(async () => {
-  server = await startServer({
-    modelDir: makeModelDir(),
-    loadFormat: 'dummy',
-    args: ['--max-model-len', '1024', '--max-num-seqs', '2', '--diffusion-config', '{"max_denoising_steps": 2}',
-      '--sse-ping-interval', '0.2'],
+describe('real engine (dummy weights, CPU)', () => {
+  let server, client;
+  before(async () => {
+    const modelDir = makeModelDir({
+      config: tinyConfig({ canvasLength: 16 }),
+      generationConfig: { ...GENERATION_CONFIG, max_denoising_steps: 4 },
+    });
+    server = await startServer({ modelDir, loadFormat: 'dummy', args: ['--device', 'cpu', '--served-model-name', 'tiny-real', '--max-num-seqs', '2', '--max-model-len', '1024'] });
+    client = server.client();
   });
-  client = server.client();
-});
-after(async () => server?.stop());
+  after(async () => server && (await server.stop()));
 
-const user = (content) => [{ role: 'user', content }];
+  const ask = (extra = {}) =>
+    client.chat.completions.create({ model: 'tiny-real', messages: [{ role: 'user', content: 'Say something.' }], ...extra });
 
-test('chat: exact max_tokens, usage equals the logprob entries', async () => {
-  const r = await client.chat.completions.create({ messages: user('hello'), max_tokens: 8, ignore_eos: true, logprobs: true, seed: 1 });
-  assert.equal(r.usage.completion_tokens, 8);
-  assert.equal(r.choices[0].finish_reason, 'length');
-  assert.equal(r.choices[0].logprobs.content.length, 8);
-  assert.equal(r.choices[0].logprobs.content.map((e) => e.token).join(''), r.choices[0].message.content);
-});
+  test('max_tokens is exact with ignore_eos, across several canvases', async () => {
+    const r = await ask({ max_tokens: 21, ignore_eos: true, seed: 5 });
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, 21);
+    assert.equal(typeof r.choices[0].message.content, 'string');
+  });
 
-test('streamed completion: one delta per canvas, usage chunk, [DONE]', async () => {
-  const stream = await client.completions.create({ prompt: 'hello', max_tokens: 20, ignore_eos: true, stream: true, stream_options: { include_usage: true }, seed: 2 });
-  let text = '';
-  let deltas = 0;
-  let usage;
-  for await (const c of stream) {
-    if (c.usage) usage = c.usage;
-    if (c.choices[0]?.text) {
-      text += c.choices[0].text;
-      deltas++;
+  test('a seed reproduces exactly while other requests run', async () => {
+    const first = await ask({ max_tokens: 16, ignore_eos: true, seed: 1234 });
+    const [again] = await Promise.all([
+      ask({ max_tokens: 16, ignore_eos: true, seed: 1234 }),
+      ask({ max_tokens: 20, ignore_eos: true, seed: 99 }),
+    ]);
+    assert.equal(again.choices[0].message.content, first.choices[0].message.content);
+    const other = await ask({ max_tokens: 16, ignore_eos: true, seed: 1235 });
+    assert.notEqual(other.choices[0].message.content, first.choices[0].message.content);
+  });
+
+  test('streaming: role first, one delta per canvas, usage equals the non-streamed count', async () => {
+    const stream = await ask({ max_tokens: 20, ignore_eos: true, seed: 3, stream: true, stream_options: { include_usage: true } });
+    let role = null, text = '', usage = null, finish = null, contentChunks = 0;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        if (c.delta.role) role = c.delta.role;
+        if (c.delta.content) {
+          text += c.delta.content;
+          contentChunks++;
+        }
+        if (c.finish_reason) finish = c.finish_reason;
+      }
     }
-  }
-  assert.equal(usage.completion_tokens, 20);
-  assert.ok(deltas >= 2, 'canvas_length 16: at least two canvases for 20 tokens');
-  const again = await postJson(server.url('/v1/completions'), { prompt: 'hello', max_tokens: 20, ignore_eos: true, seed: 2 });
-  assert.equal(again.json.choices[0].text, text, 'same seed, same text, streamed or not');
-});
-
-test('a seed reproduces whatever else is in the batch', async () => {
-  const body = { prompt: 'batch invariance', max_tokens: 16, ignore_eos: true, seed: 42 };
-  const alone = await postJson(server.url('/v1/completions'), body);
-  const [together] = await Promise.all([
-    postJson(server.url('/v1/completions'), body),
-    postJson(server.url('/v1/completions'), { prompt: 'something else entirely', max_tokens: 16, seed: 7 }),
-  ]);
-  assert.equal(together.json.choices[0].text, alone.json.choices[0].text);
-});
-
-test('a client that disconnects mid-stream frees its slot', async () => {
-  const before = await metrics(server);
-  const controller = new AbortController();
-  const res = await fetch(server.url('/v1/completions'), {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ prompt: 'long', max_tokens: 400, ignore_eos: true, stream: true }),
-    signal: controller.signal,
+    assert.equal(role, 'assistant');
+    assert.equal(finish, 'length');
+    assert.equal(usage.completion_tokens, 20);
+    assert.ok(contentChunks >= 1 && contentChunks <= 2, `20 tokens in canvases of 16 arrive in at most 2 deltas (got ${contentChunks})`);
+    const same = await ask({ max_tokens: 20, ignore_eos: true, seed: 3 });
+    assert.equal(text, same.choices[0].message.content);
   });
-  const reader = res.body.getReader();
-  let text = '';
-  while (!text.includes('"text"')) text += new TextDecoder().decode((await reader.read()).value);
-  controller.abort();
-  await waitFor(async () => sample(await metrics(server), 'dgemma:num_requests_running') === 0, { timeoutMs: 20000 });
-  const after = await metrics(server);
-  const d = (n, l) => sample(after, n, l) - sample(before, n, l);
-  assert.equal(d('dgemma:request_success_total', { finished_reason: 'abort' }), 1);
+
+  test('per-request diffusion parameters are honoured and validated', async () => {
+    const before = sample(await metrics(server), 'dgemma:denoising_steps_per_canvas_count');
+    const r = await ask({ max_tokens: 16, ignore_eos: true, seed: 9, max_denoising_steps: 2, entropy_bound: 0.5, t_min: 0.3, t_max: 0.9 });
+    assert.equal(r.usage.completion_tokens, 16);
+    const m = await metrics(server);
+    assert.equal(sample(m, 'dgemma:denoising_steps_per_canvas_count') - before, 1);
+    await assert.rejects(ask({ max_tokens: 16, t_min: 0.9, t_max: 0.3 }), (e) => e.status === 400);
+    await assert.rejects(ask({ max_tokens: 16, max_denoising_steps: 0 }), (e) => e.status === 400);
+  });
 });
