@@ -1,5 +1,6 @@
 // Entry points of the CUDA backend.
 #include "backend/backend.h"
+#include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_info.cuh"
 #include "util/error.h"
 
@@ -7,13 +8,16 @@ namespace dgemma {
 
 bool cuda_available() { return !cuda::query_devices().empty(); }
 
-}  // namespace dgemma
-
-namespace dgemma {
-
 std::unique_ptr<Backend> make_cuda_backend(int device_index) {
-  if (!cuda_available()) fail(ErrorKind::kUnsupported, "no CUDA GPU is visible to this process; use --device cpu");
-  fail(ErrorKind::kUnsupported, "CUDA device {}: the CUDA kernels are not built yet; use --device cpu", device_index);
+  const std::vector<cuda::DeviceInfo> devices = cuda::query_devices();
+  if (devices.empty()) fail(ErrorKind::kUnsupported, "no CUDA GPU is visible to this process; use --device cpu");
+  if (device_index < 0 || device_index >= static_cast<int>(devices.size()))
+    fail(ErrorKind::kInvalidArgument, "CUDA device {} does not exist ({} visible)", device_index, devices.size());
+  const cuda::DeviceInfo& d = devices[static_cast<size_t>(device_index)];
+  if (d.major < 8)
+    fail(ErrorKind::kUnsupported, "CUDA device {} ({}) has compute capability {}.{}; dgemma needs 8.0 or newer (bf16)",
+         device_index, d.name, d.major, d.minor);
+  return cuda::create_backend(device_index);
 }
 
 }  // namespace dgemma

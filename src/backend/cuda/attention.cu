@@ -1,0 +1,96 @@
+// The element-wise and row-wise parts of attention; the two matrix products run on cuBLAS
+// (cuda_attention.cpp). The softmax keeps the reference's rounding points: bf16 scores (the bf16
+// output of the score GEMM, times scaling, rounded again), an fp32 softmax over the visible keys,
+// probabilities rounded to bf16 before P.V.
+#include <cmath>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/common.cuh"
+
+namespace dgemma::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void gather_q_kernel(const uint16_t* __restrict__ q, int64_t Hq, int64_t D, int64_t i0, int64_t nc,
+                                uint16_t* __restrict__ qh) {
+  const int64_t total = Hq * nc * D;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = e % D, r = e / D;  // r = h * nc + il
+    const int64_t il = r % nc, h = r / nc;
+    qh[e] = q[((i0 + il) * Hq + h) * D + d];
+  }
+}
+
+__global__ void scatter_out_kernel(const float* __restrict__ oh, int64_t Hq, int64_t D, int64_t i0, int64_t nc,
+                                   uint16_t* __restrict__ out) {
+  const int64_t total = Hq * nc * D;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = e % D, r = e / D;
+    const int64_t il = r % nc, h = r / nc;
+    out[((i0 + il) * Hq + h) * D + d] = f32_to_bf16(oh[e]);
+  }
+}
+
+// One block per score row. Three passes over the row (max, sum, write); the row is read from L2.
+__global__ void softmax_kernel(uint16_t* S, int64_t ld, int64_t nc, int64_t L, int64_t Lpad, int64_t n, int64_t i0,
+                               int causal, int64_t window, float scaling) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  uint16_t* s = S + row * ld;
+  const int64_t i = i0 + row % nc;  // query index among the new tokens
+  const int64_t total = L + n;
+  // Visible keys form one contiguous range [j_lo, j_hi): causal keeps pos_k in (pos_q - window, pos_q].
+  int64_t j_lo = 0, j_hi = total;
+  if (causal) {
+    j_hi = L + i + 1;
+    if (window > 0) j_lo = L + i - window + 1 > 0 ? L + i - window + 1 : 0;
+  }
+  auto col = [&](int64_t j) { return j < L ? j : Lpad + (j - L); };
+  auto score = [&](int64_t j) { return round_bf16(__fmul_rn(bf16_to_f32(s[col(j)]), scaling)); };
+
+  float mx = -INFINITY;
+  for (int64_t j = j_lo + threadIdx.x; j < j_hi; j += blockDim.x) mx = fmaxf(mx, score(j));
+  mx = block_reduce(mx, MaxOp{}, -INFINITY, shared);
+  float sum = 0.f;
+  for (int64_t j = j_lo + threadIdx.x; j < j_hi; j += blockDim.x) sum += expf(score(j) - mx);
+  sum = block_reduce(sum, SumOp{}, 0.f, shared);
+  // Every thread has read what it needs (the reduction's barriers order the reads before the writes);
+  // each column below is read and then written by the same thread.
+  const bool any = mx > -INFINITY;
+  for (int64_t j = threadIdx.x; j < total; j += blockDim.x) {
+    float p = 0.f;
+    if (any && j >= j_lo && j < j_hi) p = round_bf16(__fdiv_rn(expf(score(j) - mx), sum));
+    s[col(j)] = f32_to_bf16(p);
+  }
+}
+
+}  // namespace
+
+void launch_attn_gather_q(const uint16_t* q, int64_t Hq, int64_t D, int64_t i0, int64_t nc, uint16_t* qh,
+                          cudaStream_t stream) {
+  const int64_t total = Hq * nc * D;
+  if (total <= 0) return;
+  gather_q_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(q, Hq, D, i0, nc, qh);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t L, int64_t Lpad, int64_t n,
+                         int64_t i0, bool causal, int64_t window, float scaling, cudaStream_t stream) {
+  if (rows <= 0) return;
+  softmax_kernel<<<static_cast<unsigned>(rows), threads_for_row(L + n), 0, stream>>>(S, ld, nc, L, Lpad, n, i0,
+                                                                                     causal ? 1 : 0, window, scaling);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_attn_scatter_out(const float* oh, int64_t Hq, int64_t D, int64_t i0, int64_t nc, uint16_t* out,
+                             cudaStream_t stream) {
+  const int64_t total = Hq * nc * D;
+  if (total <= 0) return;
+  scatter_out_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(oh, Hq, D, i0, nc, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dgemma::cuda

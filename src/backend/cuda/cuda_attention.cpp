@@ -1,0 +1,133 @@
+// Attention on the GPU with the CPU reference's rounding points (cpu/attention.cpp):
+//   S = bf16(q . k^T)            cuBLAS, fp32 accumulation, bf16 output (one rounding)
+//   P = bf16(softmax_fp32(bf16(S * scaling)) over visible keys)     attention.cu
+//   O = bf16(P . V)              cuBLAS, fp32 accumulation over cached and new keys, one rounding
+// Layout: query rows are regrouped by head ([Hq, n, D]) so that the query rows of one KV head form one
+// matrix, and each GEMM is one strided-batched cuBLAS call over the KV heads (GQA without copying K/V).
+// Cached keys [Hkv, cap, D] and new keys [n, Hkv, D] are two operands of the same product: the score
+// row holds the cached keys in columns [0, L) and the new ones from column Lpad (L rounded up to 8, so
+// that every operand stays 16-byte aligned); P.V accumulates both parts in fp32 (beta = 1) before the
+// single rounding. Long contexts: the queries are processed in chunks that keep the score buffer
+// under a budget (256 MiB, tuning.h); there is no limit on the number of keys beyond memory.
+#include <algorithm>
+#include <atomic>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/tuning.h"
+#include "util/error.h"
+
+namespace dgemma::cuda {
+
+namespace {
+std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+}  // namespace
+
+int64_t set_attention_score_budget(int64_t bytes) { return g_score_bytes.exchange(std::max<int64_t>(bytes, 1)); }
+
+void attention(const Context& ctx, const AttentionArgs& a) {
+  const char* op = "attention";
+  need_type(a.q, ScalarType::kBF16, op, "q");
+  need_type(a.k_new, ScalarType::kBF16, op, "k_new");
+  need_type(a.v_new, ScalarType::kBF16, op, "v_new");
+  need_type(a.out, ScalarType::kBF16, op, "out");
+  DG_CHECK(a.q.ndim == 3 && a.k_new.ndim == 3 && a.v_new.ndim == 3);
+  const int64_t n = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2);
+  const int64_t Hkv = a.k_new.dim(1);
+  DG_CHECK(Hkv > 0 && Hq % Hkv == 0 && D > 0);
+  DG_CHECK(a.k_new.dim(0) == n && a.k_new.dim(2) == D);
+  DG_CHECK(a.v_new.dim(0) == n && a.v_new.dim(1) == Hkv && a.v_new.dim(2) == D);
+  DG_CHECK(a.out.numel() == n * Hq * D);
+  const int64_t L = a.cache_len;
+  DG_CHECK(L >= 0);
+  int64_t cap = 0;
+  if (L > 0) {
+    need_type(a.k_cache, ScalarType::kBF16, op, "k_cache");
+    need_type(a.v_cache, ScalarType::kBF16, op, "v_cache");
+    DG_CHECK(a.k_cache.ndim == 3 && a.v_cache.ndim == 3);
+    cap = a.k_cache.dim(1);
+    DG_CHECK(a.k_cache.dim(0) == Hkv && a.k_cache.dim(2) == D && L <= cap);
+    DG_CHECK(a.v_cache.dim(0) == Hkv && a.v_cache.dim(1) == cap && a.v_cache.dim(2) == D);
+  }
+  if (n == 0) return;
+
+  const int64_t groups = Hq / Hkv;
+  const int64_t Lpad = round_up(L, 8);
+  const int64_t ld = round_up(Lpad + n, 8);
+  const int64_t nc = std::clamp<int64_t>(g_score_bytes.load() / (Hq * ld * 2), 1, n);
+  Tensor qh = ctx.alloc(ScalarType::kBF16, {Hq * nc * D});
+  Tensor scores = ctx.alloc(ScalarType::kBF16, {Hq * nc * ld});
+  Tensor oh = ctx.alloc(ScalarType::kF32, {Hq * nc * D});
+  const uint16_t* q = a.q.ptr<uint16_t>();
+  const uint16_t* kc = L > 0 ? a.k_cache.ptr<uint16_t>() : nullptr;
+  const uint16_t* vc = L > 0 ? a.v_cache.ptr<uint16_t>() : nullptr;
+  const uint16_t* kn = a.k_new.ptr<uint16_t>();
+  const uint16_t* vn = a.v_new.ptr<uint16_t>();
+  uint16_t* S = scores.ptr<uint16_t>();
+
+  for (int64_t i0 = 0; i0 < n; i0 += nc) {
+    const int64_t c = std::min(nc, n - i0);
+    const int64_t rows = groups * c;  // query rows of one KV head
+    launch_attn_gather_q(q, Hq, D, i0, c, qh.ptr<uint16_t>(), ctx.stream);
+
+    Gemm s;  // scores against the cached keys: [rows, D] . [L, D]^T per KV head
+    s.a = qh.ptr<uint16_t>();
+    s.lda = D;
+    s.stride_a = rows * D;
+    s.b_nk = true;
+    s.ldc = ld;
+    s.stride_c = rows * ld;
+    s.M = rows;
+    s.K = D;
+    s.batch = Hkv;
+    if (L > 0) {
+      s.b = kc;
+      s.ldb = D;
+      s.stride_b = cap * D;
+      s.c = S;
+      s.N = L;
+      gemm(ctx, s);
+    }
+    s.b = kn;  // against the new keys: row j of KV head h at kn + (j * Hkv + h) * D
+    s.ldb = Hkv * D;
+    s.stride_b = D;
+    s.c = S + Lpad;
+    s.N = n;
+    gemm(ctx, s);
+
+    launch_attn_softmax(S, Hq * c, ld, c, L, Lpad, n, i0, a.causal, a.window, a.scaling, ctx.stream);
+
+    Gemm pv;  // O = P . V per KV head, fp32, cached part then new part accumulated
+    pv.lda = ld;
+    pv.stride_a = rows * ld;
+    pv.b_nk = false;
+    pv.c = oh.ptr<float>();
+    pv.c_f32 = true;
+    pv.ldc = D;
+    pv.stride_c = rows * D;
+    pv.M = rows;
+    pv.N = D;
+    pv.batch = Hkv;
+    if (L > 0) {
+      pv.a = S;
+      pv.b = vc;
+      pv.ldb = D;
+      pv.stride_b = cap * D;
+      pv.K = L;
+      pv.beta = 0.0f;
+      gemm(ctx, pv);
+    }
+    pv.a = S + Lpad;
+    pv.b = vn;
+    pv.ldb = Hkv * D;
+    pv.stride_b = D;
+    pv.K = n;
+    pv.beta = L > 0 ? 1.0f : 0.0f;
+    gemm(ctx, pv);
+
+    launch_attn_scatter_out(oh.ptr<float>(), Hq, D, i0, c, a.out.ptr<uint16_t>(), ctx.stream);
+  }
+}
+
+}  // namespace dgemma::cuda

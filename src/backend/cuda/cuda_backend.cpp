@@ -1,0 +1,314 @@
+// The CUDA backend: every op of backend.h on one stream of one GPU, bf16 activations with fp32
+// maths and the CPU reference's bf16 rounding points (tests/gpu compare the two op by op).
+//
+// Memory: a caching allocator (cuda_context.cpp); alloc() memory is not zeroed. Host <-> device copies
+// synchronise the stream (to_host must, from_host/upload do so that the caller may reuse its buffer
+// at once). Ops only enqueue work; synchronize() waits and reports kernel-detected input errors.
+//
+// Where results can differ from the CPU backend (and by how much) — the GPU tests' tolerances:
+//  * GEMMs (matmul, attention scores and P.V, router, experts) sum in another order than the CPU's
+//    fixed 8-way dot product, so a bf16 output occasionally rounds the other way (1 ulp).
+//  * Sums of many terms in fp32 (attention softmax denominators, the self-conditioning softmax sum
+//    here taken in double) differ in the last bits, which moves a bf16 probability by 1 ulp now and
+//    then. The CPU's sequential fp32 sum over 262144 terms carries ~1e-5 relative error itself.
+//  * fp32 libm functions (exp, tanh, cos, sin, pow) are evaluated in double and rounded once: this
+//    matches glibc's (correctly rounded in almost all cases) fp32 results nearly always.
+// Every other op is bit-identical to the CPU backend.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/kv_cache.cuh"
+#include "backend/cuda/norm_rope.cuh"
+#include "backend/cuda/sampler.cuh"
+#include "util/counter_rng.h"
+#include "util/error.h"
+
+namespace dgemma::cuda {
+
+void sampler(const Context& ctx, const SamplerArgs& a) {
+  const char* op = "sampler";
+  need_type(a.logits, ScalarType::kBF16, op, "logits");
+  DG_CHECK(a.logits.ndim == 2);
+  const int64_t C = a.logits.dim(0), V = a.logits.dim(1);
+  DG_CHECK(V > 0 && V < INT_MAX);
+  need_type(a.entropy, ScalarType::kF32, op, "entropy");
+  need_type(a.argmax, ScalarType::kI32, op, "argmax");
+  need_type(a.sample, ScalarType::kI32, op, "sample");
+  DG_CHECK(a.entropy.numel() == C && a.argmax.numel() == C && a.sample.numel() == C);
+  SamplerLaunch s;
+  s.logits = a.logits.ptr<uint16_t>();
+  s.C = C;
+  s.V = V;
+  s.softcap = a.softcap;
+  s.temperature = a.temperature;
+  s.sample_key = a.sample_key;
+  s.want_probs = a.want_probs;
+  s.entropy = a.entropy.ptr<float>();
+  s.argmax = a.argmax.ptr<int32_t>();
+  s.sample = a.sample.ptr<int32_t>();
+  auto optional = [&](const Tensor& t, const char* what) -> float* {
+    if (t.empty()) return nullptr;
+    need_type(t, ScalarType::kF32, op, what);
+    DG_CHECK(t.numel() == C);
+    return t.ptr<float>();
+  };
+  s.argmax_logprob = optional(a.argmax_logprob, "argmax_logprob");
+  s.argmax_gap = optional(a.argmax_gap, "argmax_gap");
+  s.sample_gap = optional(a.sample_gap, "sample_gap");
+  launch_sampler(s, ctx.stream);
+}
+
+namespace {
+
+const uint16_t* bf16_in(const Tensor& t, const char* op, const char* what) {
+  need_type(t, ScalarType::kBF16, op, what);
+  return t.ptr<uint16_t>();
+}
+uint16_t* bf16_out(const Tensor& t, const char* op, const char* what) {
+  need_type(t, ScalarType::kBF16, op, what);
+  return t.ptr<uint16_t>();
+}
+
+cudaMemcpyKind kind_of(Device dst, Device src) {
+  if (dst == Device::kCuda) return src == Device::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+  return src == Device::kCuda ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device_index) : ctx_(device_index) {
+    cudaDeviceProp p{};
+    CUDA_CHECK(cudaGetDeviceProperties(&p, device_index));
+    name_ = fmt::format("cuda:{} ({}, sm_{}{})", device_index, p.name, p.major, p.minor);
+  }
+
+  Device device() const override { return Device::kCuda; }
+  std::string name() const override { return name_; }
+
+  Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) override {
+    activate();
+    return ctx_.alloc(type, dims);
+  }
+
+  Tensor upload(const Tensor& host) override {
+    activate();
+    Tensor t = ctx_.alloc_shape(host.type, host.shape.data(), host.ndim);
+    if (host.nbytes() > 0) {
+      DG_CHECK(host.data != nullptr);
+      CUDA_CHECK(cudaMemcpyAsync(t.data, host.data, host.nbytes(), kind_of(Device::kCuda, host.device), ctx_.stream));
+      if (host.device == Device::kCpu) ctx_.sync();
+    }
+    return t;
+  }
+
+  void to_host(const Tensor& src, void* dst) override {
+    if (src.nbytes() == 0) return;
+    if (src.device == Device::kCpu) {  // e.g. the MoE's host debug outputs
+      std::memcpy(dst, src.data, src.nbytes());
+      return;
+    }
+    activate();
+    CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, ctx_.stream));
+    ctx_.sync();
+  }
+
+  void from_host(const Tensor& dst, const void* src) override {
+    if (dst.nbytes() == 0) return;
+    if (dst.device == Device::kCpu) {
+      std::memcpy(dst.data, src, dst.nbytes());
+      return;
+    }
+    activate();
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, ctx_.stream));
+    ctx_.sync();
+  }
+
+  void copy(const Tensor& dst, const Tensor& src) override {
+    DG_CHECK(dst.nbytes() == src.nbytes());
+    if (src.nbytes() == 0) return;
+    activate();
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), kind_of(dst.device, src.device), ctx_.stream));
+    if (dst.device == Device::kCpu || src.device == Device::kCpu) ctx_.sync();
+  }
+
+  void synchronize() override {
+    activate();
+    ctx_.sync();
+  }
+
+  void embed(const Tensor& ids, const Tensor& table, float scale, const Tensor& out) override {
+    activate();
+    need_type(ids, ScalarType::kI32, "embed", "ids");
+    DG_CHECK(table.ndim == 2);
+    const int64_t T = ids.numel(), V = table.dim(0), H = table.dim(1);
+    DG_CHECK(out.numel() == T * H);
+    launch_embed(ids.ptr<int32_t>(), T, bf16_in(table, "embed", "table"), V, H, scale, bf16_out(out, "embed", "out"),
+                 ctx_.error_dev, ctx_.stream);
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor* weight, float eps, const Tensor& out) override {
+    activate();
+    const int64_t N = x.dim(-1);
+    DG_CHECK(N > 0 && out.numel() == x.numel());
+    const uint16_t* w = nullptr;
+    if (weight != nullptr) {
+      w = bf16_in(*weight, "rmsnorm", "weight");
+      DG_CHECK(weight->numel() == N);
+    }
+    launch_rmsnorm(bf16_in(x, "rmsnorm", "x"), w, bf16_out(out, "rmsnorm", "out"), x.numel() / N, N, eps, ctx_.stream);
+  }
+
+  void matmul(const Tensor& x, const Tensor& w, const Tensor& out) override {
+    activate();
+    const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(0);
+    DG_CHECK(w.ndim == 2 && w.dim(-1) == K && x.numel() == T * K && out.numel() == T * N);
+    Gemm g;
+    g.a = bf16_in(x, "matmul", "x");
+    g.lda = K;
+    g.b = bf16_in(w, "matmul", "w");
+    g.ldb = K;
+    g.c = bf16_out(out, "matmul", "out");
+    g.ldc = N;
+    g.M = T;
+    g.N = N;
+    g.K = K;
+    gemm(ctx_, g);
+  }
+
+  void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) override {
+    activate();
+    const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(-1);
+    DG_CHECK(w.ndim == 2 && w.dim(0) == K && x.numel() == T * K && out.numel() == T * N);
+    Gemm g;
+    g.a = bf16_in(x, "matmul_kn", "x");
+    g.lda = K;
+    g.b = bf16_in(w, "matmul_kn", "w");
+    g.b_nk = false;
+    g.ldb = N;
+    g.c = bf16_out(out, "matmul_kn", "out");
+    g.ldc = N;
+    g.M = T;
+    g.N = N;
+    g.K = K;
+    gemm(ctx_, g);
+  }
+
+  void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) override {
+    activate();
+    DG_CHECK(x.ndim == 3);
+    const int64_t T = x.dim(0), NH = x.dim(1), D = x.dim(2);
+    DG_CHECK(D % 2 == 0 && D <= 8192);
+    need_type(positions, ScalarType::kI32, "rope", "positions");
+    need_type(inv_freq, ScalarType::kF32, "rope", "inv_freq");
+    DG_CHECK(inv_freq.numel() == D / 2 && positions.numel() == T);
+    launch_rope(bf16_out(x, "rope", "x"), positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, NH, D, ctx_.stream);
+  }
+
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    activate();
+    DG_CHECK(a.numel() == b.numel() && a.numel() == out.numel());
+    launch_add(bf16_in(a, "add", "a"), bf16_in(b, "add", "b"), bf16_out(out, "add", "out"), a.numel(), ctx_.stream);
+  }
+
+  void scale(const Tensor& x, float s, const Tensor& out) override {
+    activate();
+    DG_CHECK(x.numel() == out.numel());
+    launch_scale(bf16_in(x, "scale", "x"), s, bf16_out(out, "scale", "out"), x.numel(), ctx_.stream);
+  }
+
+  void mul(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    activate();
+    const int64_t n = a.numel(), m = b.numel();
+    DG_CHECK(m > 0 && n % m == 0 && out.numel() == n);
+    launch_mul(bf16_in(a, "mul", "a"), bf16_in(b, "mul", "b"), bf16_out(out, "mul", "out"), n, m, ctx_.stream);
+  }
+
+  void gelu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+    activate();
+    DG_CHECK(gate.numel() == up.numel() && gate.numel() == out.numel());
+    launch_gelu_mul(bf16_in(gate, "gelu_mul", "gate"), bf16_in(up, "gelu_mul", "up"), bf16_out(out, "gelu_mul", "out"),
+                    gate.numel(), ctx_.stream);
+  }
+
+  void attention(const AttentionArgs& a) override {
+    activate();
+    cuda::attention(ctx_, a);
+  }
+
+  void moe(const MoeArgs& a) override {
+    activate();
+    cuda::moe(ctx_, a);
+  }
+
+  void sampler(const SamplerArgs& a) override {
+    activate();
+    cuda::sampler(ctx_, a);
+  }
+
+  void kv_write(const Tensor& cache, int64_t offset, const Tensor& src) override {
+    activate();
+    DG_CHECK(cache.ndim == 3 && src.ndim == 3);
+    const int64_t Hkv = cache.dim(0), cap = cache.dim(1), D = cache.dim(2), n = src.dim(0);
+    DG_CHECK(src.dim(1) == Hkv && src.dim(2) == D && offset >= 0 && offset + n <= cap);
+    launch_kv_write(bf16_out(cache, "kv_write", "cache"), Hkv, cap, D, offset, bf16_in(src, "kv_write", "src"), n,
+                    ctx_.stream);
+  }
+
+  void kv_shift(const Tensor& cache, int64_t from, int64_t count) override {
+    activate();
+    DG_CHECK(cache.ndim == 3);
+    const int64_t Hkv = cache.dim(0), cap = cache.dim(1), D = cache.dim(2);
+    DG_CHECK(from >= 0 && count >= 0 && from + count <= cap);
+    uint8_t* base = reinterpret_cast<uint8_t*>(bf16_out(cache, "kv_shift", "cache"));
+    if (count == 0 || from == 0 || Hkv == 0 || D == 0) return;
+    const size_t width = static_cast<size_t>(count * D) * 2, pitch = static_cast<size_t>(cap * D) * 2;
+    const uint8_t* src = base + static_cast<size_t>(from * D) * 2;
+    if (from >= count) {  // source and destination rows do not overlap
+      CUDA_CHECK(cudaMemcpy2DAsync(base, pitch, src, pitch, width, static_cast<size_t>(Hkv), cudaMemcpyDeviceToDevice,
+                                   ctx_.stream));
+      return;
+    }
+    // Overlapping move (memmove semantics): through a temporary.
+    Tensor tmp = ctx_.alloc(ScalarType::kU8, {static_cast<int64_t>(width) * Hkv});
+    CUDA_CHECK(cudaMemcpy2DAsync(tmp.data, width, src, pitch, width, static_cast<size_t>(Hkv), cudaMemcpyDeviceToDevice,
+                                 ctx_.stream));
+    CUDA_CHECK(cudaMemcpy2DAsync(base, pitch, tmp.data, width, width, static_cast<size_t>(Hkv),
+                                 cudaMemcpyDeviceToDevice, ctx_.stream));
+  }
+
+  void fill_normal(const Tensor& t, uint64_t seed, float mean, float std) override {
+    activate();
+    launch_fill_normal(bf16_out(t, "fill_normal", "t"), t.numel(), rng::splitmix64(seed), mean, std, ctx_.stream);
+  }
+
+  void softcap_logits(const Tensor& logits, float softcap, const Tensor& out) override {
+    activate();
+    need_type(out, ScalarType::kF32, "softcap_logits", "out");
+    DG_CHECK(out.numel() == logits.numel());
+    launch_softcap(bf16_in(logits, "softcap_logits", "logits"), softcap, out.ptr<float>(), logits.numel(), ctx_.stream);
+  }
+
+ private:
+  // The calling thread's current device must be ours for launches on our stream (engine threads may
+  // differ from the thread that made the backend).
+  void activate() const {
+    int cur = -1;
+    CUDA_CHECK(cudaGetDevice(&cur));
+    if (cur != ctx_.device) CUDA_CHECK(cudaSetDevice(ctx_.device));
+  }
+
+  Context ctx_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> create_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
+
+}  // namespace dgemma::cuda

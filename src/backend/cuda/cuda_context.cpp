@@ -1,0 +1,198 @@
+#include "backend/cuda/cuda_context.h"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+
+#include "backend/cuda/cuda_check.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace dgemma::cuda {
+
+// ---- DeviceAllocator ------------------------------------------------------------------------------
+
+size_t DeviceAllocator::round_size(size_t bytes) {
+  // 512-byte granules below 1 MiB, 1 MiB granules above (the big, long-lived buffers).
+  constexpr size_t kSmall = 512, kLarge = size_t{1} << 20;
+  if (bytes == 0) return kSmall;
+  return bytes < kLarge ? (bytes + kSmall - 1) / kSmall * kSmall : (bytes + kLarge - 1) / kLarge * kLarge;
+}
+
+void* DeviceAllocator::allocate(size_t bytes, size_t* rounded) {
+  const size_t size = round_size(bytes);
+  *rounded = size;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(size);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      cached_ -= size;
+      in_use_ += size;
+      return p;
+    }
+  }
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, size);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it, give the cache back and retry once
+    trim();
+    err = cudaMalloc(&p, size);
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw Error(err == cudaErrorMemoryAllocation ? ErrorKind::kResourceExhausted : ErrorKind::kInternal,
+                fmt::format("CUDA device {}: cannot allocate {} bytes ({}; {} MiB free of {} MiB, {} MiB in use by dgemma)",
+                            device_, size, cudaGetErrorString(err), free_b >> 20, total_b >> 20, bytes_in_use() >> 20));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  in_use_ += size;
+  return p;
+}
+
+void DeviceAllocator::release(void* p, size_t rounded) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_[rounded].push_back(p);
+  in_use_ -= rounded;
+  cached_ += rounded;
+}
+
+void DeviceAllocator::trim() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [size, list] : free_) {
+    for (void* p : list) cudaFree(p);
+    list.clear();
+  }
+  free_.clear();
+  cached_ = 0;
+}
+
+size_t DeviceAllocator::bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_;
+}
+
+size_t DeviceAllocator::bytes_cached() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_;
+}
+
+DeviceAllocator::~DeviceAllocator() {
+  // Errors are ignored here: at process exit the CUDA runtime may already be shutting down.
+  for (auto& [size, list] : free_)
+    for (void* p : list) cudaFree(p);
+}
+
+// ---- Context --------------------------------------------------------------------------------------
+
+Context::Context(int device_index) : device(device_index) {
+  CUDA_CHECK(cudaSetDevice(device));
+  // A blocking stream: it also orders against any legacy-default-stream work in the process.
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  CUBLAS_CHECK(cublasCreate(&cublas));
+  CUBLAS_CHECK(cublasSetStream(cublas, stream));
+  // No reduced-precision (bf16) split-K reductions: every output is rounded once from fp32, the
+  // rounding point the CPU reference and transformers' GEMMs have.
+  CUBLAS_CHECK(cublasSetMathMode(cublas, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  // A fixed workspace (what cuBLAS recommends on Hopper, and what CUDA-graph capture needs).
+  cublas_workspace_bytes = size_t{32} << 20;
+  CUDA_CHECK(cudaMalloc(&cublas_workspace, cublas_workspace_bytes));
+  CUBLAS_CHECK(cublasSetWorkspace(cublas, cublas_workspace, cublas_workspace_bytes));
+  allocator = std::make_shared<DeviceAllocator>(device);
+  CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&error_host), sizeof(unsigned), cudaHostAllocMapped));
+  *error_host = 0;
+  CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_dev), error_host, 0));
+}
+
+Context::~Context() {
+  cudaStreamSynchronize(stream);
+  if (cublas != nullptr) cublasDestroy(cublas);
+  if (cublas_workspace != nullptr) cudaFree(cublas_workspace);
+  if (error_host != nullptr) cudaFreeHost(error_host);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
+Tensor Context::alloc_shape(ScalarType type, const int64_t* dims, int ndim) const {
+  if (ndim > Tensor::kMaxDims) fail(ErrorKind::kInternal, "CUDA alloc: {} dimensions (at most {})", ndim, Tensor::kMaxDims);
+  Tensor t;
+  t.type = type;
+  t.device = Device::kCuda;
+  t.ndim = ndim;
+  for (int i = 0; i < ndim; ++i) {
+    if (dims[i] < 0) fail(ErrorKind::kInternal, "CUDA alloc: negative dimension {}", dims[i]);
+    t.shape[i] = dims[i];
+  }
+  size_t rounded = 0;
+  void* p = allocator->allocate(t.nbytes(), &rounded);
+  std::shared_ptr<DeviceAllocator> a = allocator;
+  t.owner = std::shared_ptr<void>(p, [a, rounded](void* q) { a->release(q, rounded); });
+  t.data = p;
+  return t;
+}
+
+Tensor Context::alloc(ScalarType type, std::initializer_list<int64_t> dims) const {
+  return alloc_shape(type, dims.begin(), static_cast<int>(dims.size()));
+}
+
+void Context::check_error_word() const {
+  const unsigned bits = *static_cast<volatile unsigned*>(error_host);
+  if (bits == 0) return;
+  *error_host = 0;
+  if (bits & 1u) throw Error(ErrorKind::kInvalidArgument, "CUDA embed: a token id is outside [0, vocab_size)");
+  throw Error(ErrorKind::kInternal, fmt::format("CUDA kernel reported error bits {:#x}", bits));
+}
+
+void Context::sync() const {
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  check_error_word();
+}
+
+// ---- GEMM -----------------------------------------------------------------------------------------
+
+void gemm(const Context& ctx, const Gemm& g) {
+  if (g.M <= 0 || g.N <= 0 || g.batch <= 0) return;
+  const size_t c_elem = g.c_f32 ? 4 : 2;
+  if (g.K <= 0) {  // empty sum: C = beta * C; only the plain contiguous case is ever asked for
+    DG_CHECK(g.batch == 1 && g.ldc == g.N && g.beta == 0.0f);
+    CUDA_CHECK(cudaMemsetAsync(g.c, 0, static_cast<size_t>(g.M * g.N) * c_elem, ctx.stream));
+    return;
+  }
+  for (int64_t v : {g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.batch}) DG_CHECK(v <= INT_MAX);
+  DG_CHECK(g.lda >= g.K && g.ldc >= g.N && g.ldb >= (g.b_nk ? g.K : g.N));
+  const float alpha = 1.0f;
+  const float beta = g.beta;
+  const cublasOperation_t op_b = g.b_nk ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cudaDataType_t c_type = g.c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  // Row-major C = A . op(B) is column-major C^T = op(B)^T . A^T: cuBLAS sees m = N, n = M.
+  if (g.batch == 1) {
+    CUBLAS_CHECK(cublasGemmEx(ctx.cublas, op_b, CUBLAS_OP_N, static_cast<int>(g.N), static_cast<int>(g.M),
+                              static_cast<int>(g.K), &alpha, g.b, CUDA_R_16BF, static_cast<int>(g.ldb), g.a, CUDA_R_16BF,
+                              static_cast<int>(g.lda), &beta, g.c, c_type, static_cast<int>(g.ldc), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+  } else {
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        ctx.cublas, op_b, CUBLAS_OP_N, static_cast<int>(g.N), static_cast<int>(g.M), static_cast<int>(g.K), &alpha, g.b,
+        CUDA_R_16BF, static_cast<int>(g.ldb), g.stride_b, g.a, CUDA_R_16BF, static_cast<int>(g.lda), g.stride_a, &beta,
+        g.c, c_type, static_cast<int>(g.ldc), g.stride_c, static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+// ---- checks ---------------------------------------------------------------------------------------
+
+void need_cuda(const Tensor& t, const char* op, const char* what) {
+  if (t.empty()) fail(ErrorKind::kInternal, "CUDA {}: {} is empty", op, what);
+  if (t.device != Device::kCuda) fail(ErrorKind::kInternal, "CUDA {}: {} is not on the GPU", op, what);
+}
+
+void need_type(const Tensor& t, ScalarType type, const char* op, const char* what) {
+  need_cuda(t, op, what);
+  if (t.type != type)
+    fail(ErrorKind::kInternal, "CUDA {}: {} is {}, expected {}", op, what, scalar_name(t.type), scalar_name(type));
+}
+
+}  // namespace dgemma::cuda

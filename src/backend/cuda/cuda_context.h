@@ -1,0 +1,93 @@
+#pragma once
+// State shared by the CUDA backend's host code: the device, its one stream, the cuBLAS handle, the
+// caching allocator and the device error word. Host C++ only (no kernels here).
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace dgemma::cuda {
+
+// Caching device allocator. Every op of the backend runs on one stream, so a block freed on the host
+// while kernels that use it are still queued can be handed out again at once: later work on the same
+// stream is ordered after those kernels. Blocks are cached per rounded size (a forward pass asks for
+// the same sizes every time); when cudaMalloc fails the cache is emptied and the allocation retried.
+// Thread-safe (tensors may be released from any thread). Lives as long as any tensor it handed out.
+class DeviceAllocator {
+ public:
+  explicit DeviceAllocator(int device) : device_(device) {}
+  ~DeviceAllocator();
+  DeviceAllocator(const DeviceAllocator&) = delete;
+  DeviceAllocator& operator=(const DeviceAllocator&) = delete;
+
+  // A block of at least `bytes` (never null, even for 0 bytes); `rounded` receives its real size.
+  void* allocate(size_t bytes, size_t* rounded);
+  void release(void* p, size_t rounded);
+  void trim();  // frees every cached block (cudaFree synchronises the device)
+  size_t bytes_in_use() const;
+  size_t bytes_cached() const;
+
+ private:
+  static size_t round_size(size_t bytes);
+  int device_;
+  mutable std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t in_use_ = 0, cached_ = 0;
+};
+
+struct Context {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  void* cublas_workspace = nullptr;
+  size_t cublas_workspace_bytes = 0;
+  std::shared_ptr<DeviceAllocator> allocator;
+  unsigned* error_host = nullptr;  // pinned, mapped word the kernels set bits in (common.cuh DeviceErrorBits)
+  unsigned* error_dev = nullptr;   // its device address
+
+  explicit Context(int device_index);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // An owning device tensor. The memory is NOT zeroed (every op writes its whole output).
+  Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) const;
+  Tensor alloc_shape(ScalarType type, const int64_t* dims, int ndim) const;
+  // Waits for the stream, then throws if a kernel reported bad input in the error word.
+  void sync() const;
+  void check_error_word() const;
+};
+
+// A contiguous row-major bf16 GEMM, possibly strided-batched, on cuBLAS with fp32 accumulation:
+//   C[b] (M x N) = A[b] (M x K) . op(B[b]) (+ beta * C[b]),
+// op(B) = B^T when B is stored [N, K] (b_nk, the weight layout), B when stored [K, N].
+// Leading dimensions and strides are in elements. C is bf16 (rounded once from the fp32 accumulator)
+// or fp32 (c_f32).
+struct Gemm {
+  const uint16_t* a = nullptr;
+  int64_t lda = 0, stride_a = 0;
+  const uint16_t* b = nullptr;
+  int64_t ldb = 0, stride_b = 0;
+  bool b_nk = true;
+  void* c = nullptr;
+  int64_t ldc = 0, stride_c = 0;
+  bool c_f32 = false;
+  int64_t M = 0, N = 0, K = 0;
+  int64_t batch = 1;
+  float beta = 0.0f;
+};
+void gemm(const Context& ctx, const Gemm& g);
+
+// Checks used by every op.
+void need_cuda(const Tensor& t, const char* op, const char* what);
+void need_type(const Tensor& t, ScalarType type, const char* op, const char* what);
+
+}  // namespace dgemma::cuda

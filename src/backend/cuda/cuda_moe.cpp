@@ -1,0 +1,143 @@
+// The MoE block on the GPU (cpu/moe.cpp is the spec):
+//   router: z = bf16(bf16(bf16(rmsnorm0(h1)) * scale) * H^-0.5) (norm_rope.cu), bf16 logits = z . W_r^T
+//           (cuBLAS), fp32 softmax, top-k, renormalised weights * per_expert_scale (moe.cu);
+//   experts: the (token, slot) pairs sorted by expert, the rows gathered, per expert one gate_up GEMM
+//           and one down GEMM (cuBLAS, bf16 out), gelu(gate) * up between them, each output row times
+//           its fp32 weight rounded to bf16, then per token a bf16 running sum in ascending expert
+//           order (moe.cu).
+// The grouping runs on the host: the selected experts are copied back (a stream synchronisation per
+// MoE call) and counting-sorted, and the per-expert GEMMs are issued in a host loop (2 cuBLAS calls
+// per expert with tokens). Correct and simple; a device-side grouping with a grouped GEMM that needs
+// no synchronisation is the planned fast path.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/moe.cuh"
+#include "backend/cuda/norm_rope.cuh"
+#include "util/error.h"
+
+namespace dgemma::cuda {
+
+void moe(const Context& ctx, const MoeArgs& a) {
+  const char* op = "moe";
+  need_type(a.router_in, ScalarType::kBF16, op, "router_in");
+  need_type(a.expert_in, ScalarType::kBF16, op, "expert_in");
+  need_type(a.router_scale, ScalarType::kBF16, op, "router_scale");
+  need_type(a.router_proj, ScalarType::kBF16, op, "router_proj");
+  need_type(a.per_expert_scale, ScalarType::kBF16, op, "per_expert_scale");
+  need_type(a.gate_up, ScalarType::kBF16, op, "gate_up");
+  need_type(a.down, ScalarType::kBF16, op, "down");
+  need_type(a.out, ScalarType::kBF16, op, "out");
+  const int64_t T = a.router_in.dim(0), H = a.router_in.dim(1);
+  const int64_t E = a.router_proj.dim(0);
+  const int64_t I2 = a.gate_up.dim(1), I = I2 / 2;
+  const int64_t K = a.top_k;
+  DG_CHECK(a.router_in.ndim == 2 && a.expert_in.ndim == 2 && a.expert_in.dim(0) == T && a.expert_in.dim(1) == H);
+  DG_CHECK(a.router_proj.dim(1) == H && a.router_scale.numel() == H && a.per_expert_scale.numel() == E);
+  DG_CHECK(a.gate_up.ndim == 3 && a.gate_up.dim(0) == E && a.gate_up.dim(2) == H && I2 % 2 == 0);
+  DG_CHECK(a.down.ndim == 3 && a.down.dim(0) == E && a.down.dim(1) == H && a.down.dim(2) == I);
+  DG_CHECK(K >= 1 && K <= E && a.out.numel() == T * H);
+  if (!a.dbg_probs.empty()) DG_CHECK(a.dbg_probs.device == Device::kCpu && a.dbg_probs.numel() == T * E);
+  if (!a.dbg_weights.empty()) DG_CHECK(a.dbg_weights.device == Device::kCpu && a.dbg_weights.numel() == T * K);
+  if (!a.dbg_index.empty()) DG_CHECK(a.dbg_index.device == Device::kCpu && a.dbg_index.numel() == T * K);
+  if (T == 0) return;
+  cudaStream_t st = ctx.stream;
+
+  // 1. Router.
+  const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+  Tensor z = ctx.alloc(ScalarType::kBF16, {T, H});
+  launch_router_norm(a.router_in.ptr<uint16_t>(), a.router_scale.ptr<uint16_t>(), root, z.ptr<uint16_t>(), T, H, a.eps, st);
+  Tensor logits = ctx.alloc(ScalarType::kBF16, {T, E});
+  Gemm r;
+  r.a = z.ptr<uint16_t>();
+  r.lda = H;
+  r.b = a.router_proj.ptr<uint16_t>();
+  r.ldb = H;
+  r.c = logits.data;
+  r.ldc = E;
+  r.M = T;
+  r.N = E;
+  r.K = H;
+  gemm(ctx, r);
+  Tensor probs;
+  if (!a.dbg_probs.empty()) probs = ctx.alloc(ScalarType::kF32, {T, E});
+  Tensor top_idx = ctx.alloc(ScalarType::kI32, {T, K});
+  Tensor top_w = ctx.alloc(ScalarType::kF32, {T, K});
+  Tensor order = ctx.alloc(ScalarType::kI32, {T, K});
+  launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, a.per_expert_scale.ptr<uint16_t>(),
+                  probs.empty() ? nullptr : probs.ptr<float>(), top_idx.ptr<int32_t>(), top_w.ptr<float>(),
+                  order.ptr<int32_t>(), st);
+
+  // 2. Group the (token, slot) pairs by expert on the host (stable: pair order within an expert).
+  const int64_t R = T * K;
+  std::vector<int32_t> idx(static_cast<size_t>(R));
+  CUDA_CHECK(cudaMemcpyAsync(idx.data(), top_idx.data, static_cast<size_t>(R) * 4, cudaMemcpyDeviceToHost, st));
+  if (!a.dbg_probs.empty())
+    CUDA_CHECK(cudaMemcpyAsync(a.dbg_probs.data, probs.data, a.dbg_probs.nbytes(), cudaMemcpyDeviceToHost, st));
+  if (!a.dbg_weights.empty())
+    CUDA_CHECK(cudaMemcpyAsync(a.dbg_weights.data, top_w.data, a.dbg_weights.nbytes(), cudaMemcpyDeviceToHost, st));
+  if (!a.dbg_index.empty())
+    CUDA_CHECK(cudaMemcpyAsync(a.dbg_index.data, top_idx.data, a.dbg_index.nbytes(), cudaMemcpyDeviceToHost, st));
+  ctx.sync();
+  std::vector<int64_t> count(static_cast<size_t>(E) + 1, 0), offset(static_cast<size_t>(E) + 1, 0);
+  for (int32_t e : idx) {
+    DG_CHECK(e >= 0 && e < E);
+    ++count[static_cast<size_t>(e)];
+  }
+  for (int64_t e = 0; e < E; ++e) offset[e + 1] = offset[e] + count[e];
+  std::vector<int32_t> perm(static_cast<size_t>(R));
+  {
+    std::vector<int64_t> next(offset.begin(), offset.end() - 1);
+    for (int64_t p = 0; p < R; ++p) perm[static_cast<size_t>(next[idx[p]]++)] = static_cast<int32_t>(p);
+  }
+  Tensor perm_dev = ctx.alloc(ScalarType::kI32, {R});
+  // Pageable source: the copy has left `perm` once cudaMemcpyAsync returns (and the stream orders it).
+  CUDA_CHECK(cudaMemcpyAsync(perm_dev.data, perm.data(), static_cast<size_t>(R) * 4, cudaMemcpyHostToDevice, st));
+
+  // 3. Experts.
+  Tensor xs = ctx.alloc(ScalarType::kBF16, {R, H});
+  Tensor gu = ctx.alloc(ScalarType::kBF16, {R, I2});
+  Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
+  Tensor ys = ctx.alloc(ScalarType::kBF16, {R, H});
+  Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
+  launch_moe_gather(a.expert_in.ptr<uint16_t>(), H, perm_dev.ptr<int32_t>(), R, K, xs.ptr<uint16_t>(), st);
+  const uint16_t* wgu = a.gate_up.ptr<uint16_t>();
+  const uint16_t* wd = a.down.ptr<uint16_t>();
+  for (int64_t e = 0; e < E; ++e) {
+    if (count[e] == 0) continue;
+    Gemm g;
+    g.a = xs.ptr<uint16_t>() + offset[e] * H;
+    g.lda = H;
+    g.b = wgu + e * I2 * H;
+    g.ldb = H;
+    g.c = gu.ptr<uint16_t>() + offset[e] * I2;
+    g.ldc = I2;
+    g.M = count[e];
+    g.N = I2;
+    g.K = H;
+    gemm(ctx, g);
+  }
+  launch_moe_act(gu.ptr<uint16_t>(), R, I, act.ptr<uint16_t>(), st);
+  for (int64_t e = 0; e < E; ++e) {
+    if (count[e] == 0) continue;
+    Gemm g;
+    g.a = act.ptr<uint16_t>() + offset[e] * I;
+    g.lda = I;
+    g.b = wd + e * H * I;
+    g.ldb = I;
+    g.c = ys.ptr<uint16_t>() + offset[e] * H;
+    g.ldc = H;
+    g.M = count[e];
+    g.N = H;
+    g.K = I;
+    gemm(ctx, g);
+  }
+  launch_moe_weight(ys.ptr<uint16_t>(), perm_dev.ptr<int32_t>(), top_w.ptr<float>(), R, H, y.ptr<uint16_t>(), st);
+  launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
+}
+
+}  // namespace dgemma::cuda

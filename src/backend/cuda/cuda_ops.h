@@ -1,0 +1,18 @@
+#pragma once
+// The CUDA backend's composite ops (host orchestration of kernels and cuBLAS calls).
+#include "backend/backend.h"
+#include "backend/cuda/cuda_context.h"
+
+namespace dgemma::cuda {
+
+void attention(const Context& ctx, const AttentionArgs& a);  // cuda_attention.cpp
+void moe(const Context& ctx, const MoeArgs& a);              // cuda_moe.cpp
+
+}  // namespace dgemma::cuda
+
+namespace dgemma::cuda {
+
+void sampler(const Context& ctx, const SamplerArgs& a);      // cuda_backend.cpp
+std::unique_ptr<Backend> create_backend(int device_index);   // cuda_backend.cpp
+
+}  // namespace dgemma::cuda

@@ -1,0 +1,108 @@
+// Element-wise kernels: grid-stride loops over int64 indices, one bf16 rounding per output as in the
+// CPU backend, explicit __f*_rn arithmetic so that nvcc never contracts a multiply-add into an FMA.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/elementwise.cuh"
+#include "util/counter_rng.h"
+
+namespace dgemma::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void add_kernel(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = f32_to_bf16(__fadd_rn(bf16_to_f32(a[i]), bf16_to_f32(b[i])));
+}
+
+__global__ void scale_kernel(const uint16_t* x, float s, uint16_t* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(x[i]), s));
+}
+
+__global__ void mul_kernel(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, int64_t m) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(a[i]), bf16_to_f32(b[i % m])));
+}
+
+__global__ void gelu_mul_kernel(const uint16_t* g, const uint16_t* u, uint16_t* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = f32_to_bf16(__fmul_rn(round_bf16(gelu_tanh(bf16_to_f32(g[i]))), bf16_to_f32(u[i])));
+}
+
+__global__ void softcap_kernel(const uint16_t* __restrict__ in, float cap, float* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = __fmul_rn(tanh_f32(__fdiv_rn(bf16_to_f32(in[i]), cap)), cap);
+}
+
+__global__ void fill_normal_kernel(uint16_t* __restrict__ out, int64_t n, uint64_t key, float mean, float std) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = f32_to_bf16(__fadd_rn(mean, __fmul_rn(std, rng::normal(key, static_cast<uint64_t>(i)))));
+}
+
+// One block per token.
+__global__ void embed_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ table, int64_t V,
+                             int64_t H, float scale, uint16_t* __restrict__ out, unsigned* error_word) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  uint16_t* o = out + t * H;
+  if (id < 0 || id >= V) {
+    if (threadIdx.x == 0) atomicOr(error_word, kErrEmbedTokenId);
+    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) o[i] = 0;
+    return;
+  }
+  const uint16_t* row = table + static_cast<int64_t>(id) * H;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) o[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(row[i]), scale));
+}
+
+}  // namespace
+
+void launch_add(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, b, out, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_scale(const uint16_t* x, float s, uint16_t* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, s, out, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_mul(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, int64_t m, cudaStream_t stream) {
+  if (n <= 0) return;
+  mul_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, b, out, n, m);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_gelu_mul(const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  gelu_mul_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(gate, up, out, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_softcap(const uint16_t* logits, float softcap, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  softcap_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(logits, softcap, out, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_fill_normal(uint16_t* out, int64_t n, uint64_t key, float mean, float std, cudaStream_t stream) {
+  if (n <= 0) return;
+  fill_normal_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, n, key, mean, std);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_embed(const int32_t* ids, int64_t T, const uint16_t* table, int64_t V, int64_t H, float scale,
+                  uint16_t* out, unsigned* error_word, cudaStream_t stream) {
+  if (T <= 0 || H <= 0) return;
+  embed_kernel<<<static_cast<unsigned>(T), threads_for_row(H), 0, stream>>>(ids, table, V, H, scale, out, error_word);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dgemma::cuda

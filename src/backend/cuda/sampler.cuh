@@ -1,0 +1,24 @@
+#pragma once
+// The fused per-position sampler of one denoising step (host launcher; kernel in sampler.cu).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace dgemma::cuda {
+
+struct SamplerLaunch {
+  uint16_t* logits = nullptr;  // [C, V] bf16, overwritten with the bf16 probabilities when want_probs
+  int64_t C = 0, V = 0;
+  float softcap = 30.0f, temperature = 1.0f;
+  uint64_t sample_key = 0;
+  bool want_probs = true;
+  float* entropy = nullptr;       // [C]
+  int32_t* argmax = nullptr;      // [C]
+  int32_t* sample = nullptr;      // [C]
+  float* argmax_logprob = nullptr;  // [C] or null
+  float* argmax_gap = nullptr;      // [C] or null
+  float* sample_gap = nullptr;      // [C] or null
+};
+void launch_sampler(const SamplerLaunch& s, cudaStream_t stream);
+
+}  // namespace dgemma::cuda

@@ -1,0 +1,518 @@
+// Op-level checks: every op of backend.h on the CUDA backend against the CPU backend, on fresh random
+// inputs, with poisoned outputs. Tolerances are explained next to each comparison (gpu_check_util.h
+// for the shared ones).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "backend/cuda/tuning.h"
+#include "gpu_check_util.h"
+#include "model/config.h"
+#include "model/diffusion_gemma.h"
+#include "util/bf16.h"
+#include "util/counter_rng.h"
+#include "util/error.h"
+
+namespace dgemma::gpu_test {
+namespace {
+
+// Bit-identical ops that go through one libm function evaluated differently (double on the GPU,
+// glibc's fp32 on the CPU): the two agree on the fp32 value except in rare near-midpoint cases, and
+// a bf16 rounding hides most of those. One step, in at most 1e-4 of the elements.
+Tol libm_tol() { return Tol{1, 0.0, 1e-4, 0.9999, 1e-6}; }
+
+// ---- element-wise -----------------------------------------------------------------------------
+
+void check_elementwise(Reporter& r) {
+  Data d("elementwise");
+  const int64_t n = 100003;  // not a multiple of any block size
+  Tensor a = d.bf16({n}, 2.0f), b = d.bf16({n}, 2.0f);
+  Tensor ga = up(a), gb = up(b);
+
+  Tensor co = host_tensor(ScalarType::kBF16, {n});
+  Tensor go = poisoned(ScalarType::kBF16, {n});
+  cpu().add(a, b, co);
+  cuda().add(ga, gb, go);
+  expect_bf16(r, "add", u16(go), u16(co), exact_tol());
+
+  for (float s : {53.0f, 0.7f, -1.5f}) {
+    poison(go);
+    cpu().scale(a, s, co);
+    cuda().scale(ga, s, go);
+    expect_bf16(r, "scale x" + fmt_double(s), u16(go), u16(co), exact_tol());
+  }
+
+  // mul: same shape, and a row vector broadcast over rows ([rows, 96] * [96]).
+  poison(go);
+  cpu().mul(a, b, co);
+  cuda().mul(ga, gb, go);
+  expect_bf16(r, "mul", u16(go), u16(co), exact_tol());
+  Tensor m = d.bf16({37, 96}, 1.0f), w = d.bf16({96}, 0.5f, 1.0f);
+  Tensor cm = host_tensor(ScalarType::kBF16, {37, 96});
+  Tensor gm = poisoned(ScalarType::kBF16, {37, 96});
+  cpu().mul(m, w, cm);
+  cuda().mul(up(m), up(w), gm);
+  expect_bf16(r, "mul broadcast", u16(gm), u16(cm), exact_tol());
+
+  // gelu_mul, out of place and in place (out aliasing gate): gelu's tanh is the libm function.
+  Tensor g = d.bf16({n}, 3.0f);
+  poison(go);
+  cpu().gelu_mul(g, b, co);
+  Tensor gg = up(g);
+  cuda().gelu_mul(gg, gb, go);
+  expect_bf16(r, "gelu_mul", u16(go), u16(co), libm_tol());
+  cuda().gelu_mul(gg, gb, gg);
+  expect_bf16(r, "gelu_mul in place", u16(gg), u16(co), libm_tol());
+
+  // softcap_logits (f32 out): tanh in double vs glibc tanhf, then x 30: a few fp32 ulps at most.
+  Tensor x = d.bf16({n}, 20.0f);
+  Tensor cf = host_tensor(ScalarType::kF32, {n});
+  Tensor gf = poisoned(ScalarType::kF32, {n});
+  cpu().softcap_logits(x, 30.0f, cf);
+  cuda().softcap_logits(up(x), 30.0f, gf);
+  expect_f32(r, "softcap_logits", f32(gf), f32(cf), 0.0, 4.0 * 1.2e-7);
+}
+
+void check_embed(Reporter& r) {
+  Data d("embed");
+  const int64_t V = 1000, H = 96, T = 77;
+  Tensor table = d.bf16({V, H}, 1.0f);
+  std::vector<int32_t> ids(T);
+  for (auto& id : ids) id = static_cast<int32_t>(d.integer(0, V - 1));
+  ids[0] = 0;
+  ids[1] = static_cast<int32_t>(V - 1);
+  const float scale = round_bf16(std::sqrt(2816.0f));  // 53: the model's embed scale
+  Tensor co = host_tensor(ScalarType::kBF16, {T, H});
+  Tensor go = poisoned(ScalarType::kBF16, {T, H});
+  Tensor gtable = up(table);
+  cpu().embed(host_i32(ids), table, scale, co);
+  cuda().embed(up(host_i32(ids)), gtable, scale, go);
+  expect_bf16(r, "embed", u16(go), u16(co), exact_tol());
+
+  // A token id outside the vocabulary is reported at the next synchronisation, and the backend stays
+  // usable afterwards.
+  ids[5] = static_cast<int32_t>(V);
+  bool threw = false;
+  try {
+    cuda().embed(up(host_i32(ids)), gtable, scale, go);
+    cuda().synchronize();
+  } catch (const Error& e) {
+    threw = e.kind() == ErrorKind::kInvalidArgument;
+    r.note(std::string("bad id -> ") + e.what());
+  }
+  if (!threw) r.fail("embed with an out-of-range id did not raise kInvalidArgument at synchronize()");
+  ids[5] = 3;
+  poison(go);
+  cpu().embed(host_i32(ids), table, scale, co);
+  cuda().embed(up(host_i32(ids)), gtable, scale, go);
+  expect_bf16(r, "embed after the error", u16(go), u16(co), exact_tol());
+}
+
+// ---- rmsnorm, rope ----------------------------------------------------------------------------
+
+void check_rmsnorm(Reporter& r) {
+  Data d("rmsnorm");
+  struct Shape {
+    int64_t rows, n;
+    bool weight;
+  };
+  // 1/sqrt of the fp32 mean square: double on the GPU vs glibc powf on the CPU (libm_tol).
+  for (const Shape s : {Shape{7, 16, true}, Shape{33, 64, false}, Shape{300, 256, true}, Shape{64, 512, true},
+                        Shape{19, 2816, true}, Shape{19, 2816, false}}) {
+    Tensor x = d.bf16({s.rows, s.n}, 5.0f);
+    // A few rows of tiny values, where eps matters.
+    for (int64_t i = 0; i < s.n; ++i) x.ptr<uint16_t>()[i] = f32_to_bf16(1e-4f * bf16_to_f32(x.ptr<uint16_t>()[i]));
+    Tensor w = d.bf16({s.n}, 0.3f, 1.0f);
+    Tensor co = host_tensor(ScalarType::kBF16, {s.rows, s.n});
+    Tensor go = poisoned(ScalarType::kBF16, {s.rows, s.n});
+    Tensor gw = up(w);
+    cpu().rmsnorm(x, s.weight ? &w : nullptr, 1e-6f, co);
+    Tensor gx = up(x);
+    cuda().rmsnorm(gx, s.weight ? &gw : nullptr, 1e-6f, go);
+    const std::string name = "rmsnorm " + std::to_string(s.rows) + "x" + std::to_string(s.n) + (s.weight ? " w" : "");
+    expect_bf16(r, name, u16(go), u16(co), libm_tol());
+    cuda().rmsnorm(gx, s.weight ? &gw : nullptr, 1e-6f, gx);  // in place
+    expect_bf16(r, name + " in place", u16(gx), u16(co), libm_tol());
+  }
+}
+
+void check_rope(Reporter& r) {
+  Data d("rope");
+  struct Shape {
+    int64_t T, heads, D;
+    RopeParams rope;
+  };
+  // cos/sin in double vs glibc cosf/sinf, rounded to bf16: a cos/sin that rounds differently moves
+  // the bf16 products by a step, so up to a few steps after the bf16 add, in rare elements.
+  const Tol tol{4, 0.0, 1e-4, 0.999, 1e-5};
+  for (const Shape s : {Shape{37, 16, 256, RopeParams{RopeType::kDefault, 10000.0, 1.0}},
+                        Shape{29, 16, 512, RopeParams{RopeType::kProportional, 1e6, 0.25}},
+                        Shape{20, 4, 16, RopeParams{RopeType::kDefault, 10000.0, 1.0}}}) {
+    std::vector<float> inv = rope_inv_freq(s.rope, static_cast<int>(s.D));
+    std::vector<int32_t> pos(static_cast<size_t>(s.T));
+    for (auto& p : pos) p = static_cast<int32_t>(d.integer(0, 9000));
+    pos[0] = 0;
+    Tensor x = d.bf16({s.T, s.heads, s.D}, 1.0f);
+    Tensor cx = clone(x);
+    Tensor gx = up(x);
+    cpu().rope(cx, host_i32(pos), host_f32(inv));
+    cuda().rope(gx, up(host_i32(pos)), up(host_f32(inv)));
+    expect_bf16(r, "rope D=" + std::to_string(s.D), u16(gx), u16(cx), tol);
+  }
+}
+
+// ---- GEMMs ------------------------------------------------------------------------------------
+
+void check_matmul(Reporter& r) {
+  Data d("matmul");
+  struct Shape {
+    int64_t T, K, N;
+  };
+  for (const Shape s : {Shape{1, 2816, 4096}, Shape{37, 64, 512}, Shape{3, 100, 33}, Shape{256, 2816, 704},
+                        Shape{17, 2112, 2816}}) {
+    Tensor x = d.bf16({s.T, s.K}, 1.0f);
+    Tensor w = d.bf16({s.N, s.K}, 1.0f / std::sqrt(static_cast<float>(s.K)));
+    Tensor co = host_tensor(ScalarType::kBF16, {s.T, s.N});
+    Tensor go = poisoned(ScalarType::kBF16, {s.T, s.N});
+    cpu().matmul(x, w, co);
+    cuda().matmul(up(x), up(w), go);
+    expect_bf16(r, "matmul T=" + std::to_string(s.T) + " K=" + std::to_string(s.K) + " N=" + std::to_string(s.N),
+                u16(go), u16(co), gemm_tol());
+  }
+  // matmul_kn: probabilities (positive, rows summing to ~1) times an embedding table, including the
+  // self-conditioning shape's huge K (cuBLAS may split K; reductions stay fp32).
+  for (const Shape s : {Shape{16, 4096, 320}, Shape{3, 262144, 64}}) {
+    Tensor x = d.bf16_uniform({s.T, s.K}, 0.0f, 2.0f / static_cast<float>(s.K));
+    Tensor w = d.bf16({s.K, s.N}, 1.0f);
+    Tensor co = host_tensor(ScalarType::kBF16, {s.T, s.N});
+    Tensor go = poisoned(ScalarType::kBF16, {s.T, s.N});
+    cpu().matmul_kn(x, w, co);
+    cuda().matmul_kn(up(x), up(w), go);
+    expect_bf16(r, "matmul_kn T=" + std::to_string(s.T) + " K=" + std::to_string(s.K) + " N=" + std::to_string(s.N),
+                u16(go), u16(co), gemm_tol());
+  }
+}
+
+// ---- KV cache, fill ---------------------------------------------------------------------------
+
+void check_kv(Reporter& r) {
+  Data d("kv");
+  const int64_t Hkv = 4, cap = 50, D = 32, n = 7;
+  Tensor cache = d.bf16({Hkv, cap, D}, 1.0f);
+  Tensor src = d.bf16({n, Hkv, D}, 1.0f);
+  Tensor gcache = up(cache);
+  cpu().kv_write(cache, 20, src);
+  cuda().kv_write(gcache, 20, up(src));
+  expect_bf16(r, "kv_write", u16(gcache), u16(cache), exact_tol());
+  struct Shift {
+    int64_t from, count;
+  };
+  for (const Shift s : {Shift{10, 30}, Shift{35, 15}, Shift{1, 49}, Shift{0, 20}, Shift{7, 0}}) {
+    cpu().kv_shift(cache, s.from, s.count);
+    cuda().kv_shift(gcache, s.from, s.count);
+    expect_bf16(r, "kv_shift from=" + std::to_string(s.from) + " count=" + std::to_string(s.count), u16(gcache),
+                u16(cache), exact_tol());
+  }
+}
+
+void check_fill_normal(Reporter& r) {
+  const int64_t n = (int64_t{1} << 20) + 3;
+  Tensor c = host_tensor(ScalarType::kBF16, {n});
+  Tensor g = poisoned(ScalarType::kBF16, {n});
+  const uint64_t seed = run_seed() & 0xFFFF;
+  cpu().fill_normal(c, seed, 0.01f, 0.02f);
+  cuda().fill_normal(g, seed, 0.01f, 0.02f);
+  // Box-Muller in double on both sides; CUDA's and glibc's double log/cos differ by an ulp at most,
+  // which survives the fp32 and bf16 roundings about never: 1 step in at most 1e-5 of the elements.
+  expect_bf16(r, "fill_normal", u16(g), u16(c), Tol{1, 0.0, 1e-5, 1.0 - 1e-5, 1e-7});
+}
+
+// ---- attention --------------------------------------------------------------------------------
+
+struct AttnCase {
+  std::string name;
+  int64_t n, Hq, Hkv, D, L, cap;
+  bool causal;
+  int64_t window;
+  float scaling = 1.0f;
+  float score_std = 1.5f;  // typical |q.k| (q and k elements ~ N(0, sqrt(score_std / sqrt(D))))
+};
+
+void run_attention(Reporter& r, const AttnCase& c) {
+  Data d("attention " + c.name);
+  const float s = std::sqrt(c.score_std / std::sqrt(static_cast<float>(c.D)));
+  AttentionArgs ca;
+  ca.q = d.bf16({c.n, c.Hq, c.D}, s);
+  ca.k_new = d.bf16({c.n, c.Hkv, c.D}, s);
+  ca.v_new = d.bf16({c.n, c.Hkv, c.D}, 1.0f);
+  if (c.cap > 0) {
+    ca.k_cache = d.bf16({c.Hkv, c.cap, c.D}, s);
+    ca.v_cache = d.bf16({c.Hkv, c.cap, c.D}, 1.0f);
+  }
+  ca.cache_len = c.L;
+  ca.causal = c.causal;
+  ca.window = c.window;
+  ca.scaling = c.scaling;
+  ca.out = host_tensor(ScalarType::kBF16, {c.n, c.Hq, c.D});
+  AttentionArgs ga = ca;
+  ga.q = up(ca.q);
+  ga.k_new = up(ca.k_new);
+  ga.v_new = up(ca.v_new);
+  if (c.cap > 0) {
+    ga.k_cache = up(ca.k_cache);
+    ga.v_cache = up(ca.v_cache);
+  }
+  ga.out = poisoned(ScalarType::kBF16, {c.n, c.Hq, c.D});
+  cpu().attention(ca);
+  cuda().attention(ga);
+  // Scores come from GEMMs (a score rounds to the other bf16 neighbour in ~1e-4 of the cases, which
+  // moves that key's probability by ~exp(ulp)), softmax sums run in another order (a probability
+  // moves by one bf16 step now and then), and P.V is a GEMM: GEMM bounds per element, with up to
+  // 1e-3 of the outputs allowed further off (rows whose dominant score flipped), and the NMSE bound.
+  Tol tol = gemm_tol();
+  tol.max_bad_fraction = 1e-3;
+  tol.min_exact = 0.8;
+  expect_bf16(r, "attention " + c.name, u16(ga.out), u16(ca.out), tol);
+}
+
+void check_attention_small(Reporter& r) {
+  // tiny_a / tiny_b geometries: prefill with a window, denoise over a short cache, K=V-like heads.
+  run_attention(r, {"d16 causal w8 prefill", 20, 4, 2, 16, 0, 0, true, 8});
+  run_attention(r, {"d32 bidir cache7", 16, 4, 1, 32, 7, 30, false, 0});
+  run_attention(r, {"d16 causal w8 cache7", 9, 4, 2, 16, 7, 24, true, 8});
+  run_attention(r, {"d16 single query", 1, 2, 1, 16, 5, 8, false, 0});
+  run_attention(r, {"d64 scaling", 12, 8, 4, 64, 33, 40, true, 0, 0.125f, 6.0f});
+}
+
+void check_attention_d256_long(Reporter& r) {
+  run_attention(r, {"d256 bidir cache3000", 64, 16, 8, 256, 3000, 3100, false, 0});
+  run_attention(r, {"d256 causal w128 cache300", 200, 16, 8, 256, 300, 600, true, 128});
+}
+
+void check_attention_d512_long(Reporter& r) {
+  run_attention(r, {"d512 bidir cache3000", 128, 16, 2, 512, 3000, 3000, false, 0});
+  run_attention(r, {"d512 causal cache500", 100, 16, 2, 512, 500, 700, true, 0});
+}
+
+// Query chunking (used when the score buffer would exceed its budget) on a small budget.
+void check_attention_chunked(Reporter& r) {
+  const int64_t ld = 1056;  // round_up(round_up(1000, 8) + 50, 8)
+  const int64_t old = cuda::set_attention_score_budget(16 * ld * 2 * 7);
+  try {
+    run_attention(r, {"d256 causal w300 chunks of 7", 50, 16, 8, 256, 1000, 1000, true, 300});
+    run_attention(r, {"d128 bidir chunks of 7", 50, 16, 8, 128, 1000, 1000, false, 0});
+  } catch (...) {
+    cuda::set_attention_score_budget(old);
+    throw;
+  }
+  cuda::set_attention_score_budget(old);
+}
+
+// ---- MoE --------------------------------------------------------------------------------------
+
+void run_moe(Reporter& r, const std::string& name, int64_t T, int64_t H, int64_t I, int64_t E, int K) {
+  Data d("moe " + name);
+  MoeArgs ca;
+  ca.router_in = d.bf16({T, H}, 3.0f);
+  ca.expert_in = d.bf16({T, H}, 1.0f);
+  ca.router_scale = d.bf16({H}, 0.2f, 1.0f);
+  ca.router_proj = d.bf16({E, H}, 1.0f);
+  ca.per_expert_scale = d.bf16_uniform({E}, 0.5f, 1.5f);
+  ca.gate_up = d.bf16({E, 2 * I, H}, 1.0f / std::sqrt(static_cast<float>(H)));
+  ca.down = d.bf16({E, H, I}, 1.0f / std::sqrt(static_cast<float>(I)));
+  ca.top_k = K;
+  ca.eps = 1e-6f;
+  ca.out = host_tensor(ScalarType::kBF16, {T, H});
+  ca.dbg_probs = host_tensor(ScalarType::kF32, {T, E});
+  ca.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
+  ca.dbg_index = host_tensor(ScalarType::kI32, {T, K});
+  MoeArgs ga = ca;
+  ga.router_in = up(ca.router_in);
+  ga.expert_in = up(ca.expert_in);
+  ga.router_scale = up(ca.router_scale);
+  ga.router_proj = up(ca.router_proj);
+  ga.per_expert_scale = up(ca.per_expert_scale);
+  ga.gate_up = up(ca.gate_up);
+  ga.down = up(ca.down);
+  ga.out = poisoned(ScalarType::kBF16, {T, H});
+  ga.dbg_probs = host_tensor(ScalarType::kF32, {T, E});
+  ga.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
+  ga.dbg_index = host_tensor(ScalarType::kI32, {T, K});
+  std::fill_n(ga.dbg_index.ptr<int32_t>(), T * K, -1);
+  std::fill_n(ga.dbg_probs.ptr<float>(), T * E, NAN);
+  std::fill_n(ga.dbg_weights.ptr<float>(), T * K, NAN);
+  cpu().moe(ca);
+  cuda().moe(ga);
+
+  // Routing: the bf16 router logits come from a GEMM, so a logit can round the other way (see
+  // gemm_tol) and move that token's probabilities by ~1%; near-ties at the k-th place can then pick
+  // another expert. Tokens whose probabilities are bit-identical must route identically with
+  // bit-identical weights (same fp32 softmax order, same top-k rule); the others are counted, and
+  // at least 90% of the tokens must be bit-identical.
+  const auto pc = f32(ca.dbg_probs), pg = f32(ga.dbg_probs);
+  const auto wc = f32(ca.dbg_weights), wg = f32(ga.dbg_weights);
+  const auto ic = i32(ca.dbg_index), ig = i32(ga.dbg_index);
+  std::vector<char> same(static_cast<size_t>(T), 0);
+  int64_t same_probs = 0, same_route = 0;
+  double worst_prob = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    bool probs_equal = true;
+    for (int64_t e = 0; e < E; ++e) {
+      probs_equal &= pc[t * E + e] == pg[t * E + e];
+      worst_prob = std::max(worst_prob, static_cast<double>(std::fabs(pc[t * E + e] - pg[t * E + e])));
+    }
+    bool route_equal = true;
+    for (int k = 0; k < K; ++k) route_equal &= ic[t * K + k] == ig[t * K + k] && wc[t * K + k] == wg[t * K + k];
+    same_probs += probs_equal;
+    same_route += route_equal;
+    if (probs_equal && !route_equal) r.fail(name + ": token " + std::to_string(t) + " has identical router probabilities but another routing");
+    same[static_cast<size_t>(t)] = route_equal;
+  }
+  r.note(name + ": tokens with bit-identical router probs " + std::to_string(same_probs) + "/" + std::to_string(T) +
+         ", identical routing " + std::to_string(same_route) + "/" + std::to_string(T) +
+         ", max |dprob| " + fmt_double(worst_prob));
+  if (same_probs * 10 < T * 9) r.fail(name + ": fewer than 90% of the tokens have bit-identical router probabilities");
+  // A GEMM-rounding flip in a logit moves a probability by about one bf16 step of the logit: < 2%.
+  if (worst_prob > 0.02) r.fail(name + ": router probabilities differ by " + fmt_double(worst_prob));
+
+  // Outputs of the identically routed tokens: two chained GEMMs (gate_up, down) with bf16 roundings
+  // between them and a bf16 sum over k experts: a GEMM flip can grow to a few steps after the next
+  // rounding, so 4 steps per element (or the near-zero floor), 1e-3 of the elements further off, and
+  // NMSE below 1e-4.
+  std::vector<uint16_t> oc = u16(ca.out), og = u16(ga.out), sc, sg;
+  for (int64_t t = 0; t < T; ++t) {
+    if (!same[static_cast<size_t>(t)]) continue;
+    sc.insert(sc.end(), oc.begin() + t * H, oc.begin() + (t + 1) * H);
+    sg.insert(sg.end(), og.begin() + t * H, og.begin() + (t + 1) * H);
+  }
+  expect_bf16(r, name + " out (identically routed tokens)", sg, sc, Tol{4, 2e-3, 1e-3, 0.8, 1e-4});
+  // Every output element was written (no poison left), whatever the routing.
+  for (size_t i = 0; i < og.size(); ++i)
+    if (og[i] == 0xFFFF) {
+      r.fail(name + ": output element " + std::to_string(i) + " was not written");
+      break;
+    }
+}
+
+void check_moe_small(Reporter& r) { run_moe(r, "moe E8 k2", 37, 64, 32, 8, 2); }
+void check_moe_large(Reporter& r) { run_moe(r, "moe E128 k8", 64, 2816, 704, 128, 8); }
+
+// ---- sampler ----------------------------------------------------------------------------------
+
+void run_sampler(Reporter& r, const std::string& name, int64_t C, int64_t V, float temperature, bool want_probs,
+                 bool gaps) {
+  Data d("sampler " + name);
+  // Logits like a confident LM head: broad noise plus a few strong candidates per position; the last
+  // row has an exact tie for the maximum (the lower index must win on both backends).
+  Tensor logits = d.bf16({C, V}, 2.0f);
+  uint16_t* lp = logits.ptr<uint16_t>();
+  for (int64_t p = 0; p < C; ++p)
+    for (int j = 0; j < 5; ++j) lp[p * V + d.integer(0, V - 1)] = f32_to_bf16(d.uniform(8.0f, 25.0f));
+  if (V >= 4) {
+    const int64_t a = d.integer(0, V / 2 - 1), b = d.integer(V / 2, V - 1);
+    lp[(C - 1) * V + a] = lp[(C - 1) * V + b] = f32_to_bf16(40.0f);
+  }
+  const uint64_t key = rng::stream_key(run_seed(), 0, 3, rng::kSample);
+  SamplerArgs ca;
+  ca.logits = clone(logits);
+  ca.softcap = 30.0f;
+  ca.temperature = temperature;
+  ca.sample_key = key;
+  ca.want_probs = want_probs;
+  ca.entropy = host_tensor(ScalarType::kF32, {C});
+  ca.argmax = host_tensor(ScalarType::kI32, {C});
+  ca.sample = host_tensor(ScalarType::kI32, {C});
+  ca.argmax_logprob = host_tensor(ScalarType::kF32, {C});
+  ca.argmax_gap = host_tensor(ScalarType::kF32, {C});
+  ca.sample_gap = host_tensor(ScalarType::kF32, {C});
+  SamplerArgs ga = ca;
+  ga.logits = up(logits);
+  ga.entropy = poisoned(ScalarType::kF32, {C});
+  ga.argmax = poisoned(ScalarType::kI32, {C});
+  ga.sample = poisoned(ScalarType::kI32, {C});
+  ga.argmax_logprob = poisoned(ScalarType::kF32, {C});
+  if (gaps) {
+    ga.argmax_gap = poisoned(ScalarType::kF32, {C});
+    ga.sample_gap = poisoned(ScalarType::kF32, {C});
+  } else {
+    ga.argmax_gap = Tensor{};
+    ga.sample_gap = Tensor{};
+  }
+  cpu().sampler(ca);
+  cuda().sampler(ga);
+
+  const auto am_c = i32(ca.argmax), am_g = i32(ga.argmax), sm_c = i32(ca.sample), sm_g = i32(ga.sample);
+  const auto agap = f32(ca.argmax_gap), sgap = f32(ca.sample_gap);
+  // Decisions: z agrees to a few fp32 ulps (tanh in double vs tanhf: |z| <= 37.5, ulp 4e-6) and the
+  // Gumbel noise to double rounding, so a decision may differ only where the CPU's margin is below
+  // 1e-4; exact ties (margin 0, equal inputs) are broken identically (lowest index).
+  int64_t near = 0;
+  for (int64_t p = 0; p < C; ++p) {
+    if (agap[p] == 0.0f || agap[p] > 1e-4f) {
+      if (am_c[p] != am_g[p])
+        r.fail(name + ": argmax of row " + std::to_string(p) + " is " + std::to_string(am_g[p]) + ", CPU " +
+               std::to_string(am_c[p]) + " (margin " + fmt_double(agap[p]) + ")");
+    } else {
+      ++near;
+    }
+    if (sgap[p] > 1e-4f) {
+      if (sm_c[p] != sm_g[p])
+        r.fail(name + ": sample of row " + std::to_string(p) + " is " + std::to_string(sm_g[p]) + ", CPU " +
+               std::to_string(sm_c[p]) + " (margin " + fmt_double(sgap[p]) + ")");
+    } else {
+      ++near;
+    }
+  }
+  if (V >= 4 && am_g[C - 1] != am_c[C - 1]) r.fail(name + ": exact tie broken differently");
+  r.note(name + ": near-tie decisions exempted: " + std::to_string(near));
+  // Entropy: double sums on both sides (different order and formula), rounded to fp32: far below the
+  // 1e-4 the engine's acceptance needs; fp32 z differences of a few ulps bound it at ~1e-5.
+  expect_f32(r, name + " entropy", f32(ga.entropy), f32(ca.entropy), 1e-5, 1e-5);
+  expect_f32(r, name + " argmax_logprob", f32(ga.argmax_logprob), f32(ca.argmax_logprob), 1e-5, 1e-6);
+  if (gaps) {
+    expect_f32(r, name + " argmax_gap", f32(ga.argmax_gap), agap, 2e-5, 0.0);
+    expect_f32(r, name + " sample_gap", f32(ga.sample_gap), sgap, 2e-5, 0.0);
+  }
+  if (want_probs) {
+    // bf16(exp(bf16(z) - max) / sum): the fp32 sum of V terms is taken sequentially on the CPU
+    // (relative error up to ~1e-5 for V = 262144) and in double here, so a probability lands on the
+    // other bf16 neighbour in up to ~1% of the elements; never further than one step.
+    expect_bf16(r, name + " probs", u16(ga.logits), u16(ca.logits), Tol{1, 0.0, 0.0, 0.95, 1e-4});
+  } else {
+    expect_bf16(r, name + " logits untouched", u16(ga.logits), u16(logits), exact_tol());
+  }
+}
+
+void check_sampler_vocab(Reporter& r) {
+  run_sampler(r, "V262144 C4 T0.8", 4, 262144, 0.8f, true, true);
+  run_sampler(r, "V262144 C4 T0.408 no probs", 4, 262144, 0.4f + 0.4f / 48.0f, false, true);
+}
+
+void check_sampler_small(Reporter& r) {
+  run_sampler(r, "V512 C16", 16, 512, 0.8f, true, true);
+  run_sampler(r, "V100 C3 no gaps", 3, 100, 1.0f, true, false);
+}
+
+}  // namespace
+
+std::vector<Case> op_cases() {
+  return {
+      {"elementwise", check_elementwise},
+      {"embed", check_embed},
+      {"rmsnorm", check_rmsnorm},
+      {"rope", check_rope},
+      {"matmul", check_matmul},
+      {"kv_cache", check_kv},
+      {"fill_normal", check_fill_normal},
+      {"attention_small", check_attention_small},
+      {"attention_d256_long", check_attention_d256_long},
+      {"attention_d512_long", check_attention_d512_long},
+      {"attention_chunked", check_attention_chunked},
+      {"moe_E8_k2", check_moe_small},
+      {"moe_E128_k8", check_moe_large},
+      {"sampler_small", check_sampler_small},
+      {"sampler_vocab262144", check_sampler_vocab},
+  };
+}
+
+}  // namespace dgemma::gpu_test

@@ -1,0 +1,210 @@
+#include "gpu_check_util.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+
+#include "util/bf16.h"
+#include "util/counter_rng.h"
+
+namespace dgemma::gpu_test {
+
+Backend& cpu() {
+  static std::unique_ptr<Backend> b = make_cpu_backend();
+  return *b;
+}
+
+Backend& cuda() {
+  static std::unique_ptr<Backend> b = make_cuda_backend(0);
+  return *b;
+}
+
+uint64_t run_seed() {
+  static const uint64_t seed = [] {
+    if (const char* s = std::getenv("DGEMMA_TEST_SEED")) return static_cast<uint64_t>(std::strtoull(s, nullptr, 0));
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }();
+  return seed;
+}
+
+Data::Data(const std::string& name) : rng_(rng::splitmix64(run_seed() ^ std::hash<std::string>{}(name))) {}
+
+Tensor Data::bf16(std::initializer_list<int64_t> dims, float std, float mean) {
+  Tensor t = host_tensor(ScalarType::kBF16, dims);
+  std::normal_distribution<float> dist(mean, std);
+  uint16_t* p = t.ptr<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = f32_to_bf16(dist(rng_));
+  return t;
+}
+
+Tensor Data::bf16_uniform(std::initializer_list<int64_t> dims, float lo, float hi) {
+  Tensor t = host_tensor(ScalarType::kBF16, dims);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  uint16_t* p = t.ptr<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = f32_to_bf16(dist(rng_));
+  return t;
+}
+
+float Data::uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng_); }
+
+int64_t Data::integer(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng_); }
+
+Tensor clone(const Tensor& host) {
+  Tensor t = host_tensor(host.type, {host.numel()});
+  std::memcpy(t.data, host.data, host.nbytes());
+  t.ndim = host.ndim;
+  t.shape = host.shape;
+  return t;
+}
+
+Tensor host_i32(const std::vector<int32_t>& v) {
+  Tensor t = host_tensor(ScalarType::kI32, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.ptr<int32_t>());
+  return t;
+}
+
+Tensor host_f32(const std::vector<float>& v) {
+  Tensor t = host_tensor(ScalarType::kF32, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.ptr<float>());
+  return t;
+}
+
+Tensor up(const Tensor& host) { return cuda().upload(host); }
+
+void poison(const Tensor& t) {
+  std::vector<uint8_t> bytes(t.nbytes(), 0xFF);
+  cuda().from_host(t, bytes.data());
+}
+
+Tensor poisoned(ScalarType type, std::initializer_list<int64_t> dims) {
+  Tensor t = cuda().alloc(type, dims);
+  poison(t);
+  return t;
+}
+
+template <typename T>
+static std::vector<T> fetch(const Tensor& t) {
+  std::vector<T> v(static_cast<size_t>(t.numel()));
+  if (t.device == Device::kCpu)
+    std::memcpy(v.data(), t.data, t.nbytes());
+  else
+    cuda().to_host(t, v.data());
+  return v;
+}
+
+std::vector<uint16_t> u16(const Tensor& t) { return fetch<uint16_t>(t); }
+std::vector<float> f32(const Tensor& t) { return fetch<float>(t); }
+std::vector<int32_t> i32(const Tensor& t) { return fetch<int32_t>(t); }
+
+int bf16_ulps(uint16_t a, uint16_t b) {
+  auto key = [](uint16_t x) { return (x & 0x8000) ? -static_cast<int>(x & 0x7fff) : static_cast<int>(x & 0x7fff); };
+  return std::abs(key(a) - key(b));
+}
+
+std::string fmt_double(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+static bool bf16_nan(uint16_t x) { return (x & 0x7f80) == 0x7f80 && (x & 0x007f) != 0; }
+
+void expect_bf16(Reporter& r, const std::string& what, const std::vector<uint16_t>& got,
+                 const std::vector<uint16_t>& want, const Tol& tol) {
+  if (got.size() != want.size()) {
+    r.fail(what + ": size " + std::to_string(got.size()) + " != " + std::to_string(want.size()));
+    return;
+  }
+  const size_t n = want.size();
+  double ss_w = 0, ss_d = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double w = bf16_to_f32(want[i]);
+    if (std::isfinite(w)) ss_w += w * w;
+  }
+  const double rms = n ? std::sqrt(ss_w / static_cast<double>(n)) : 0.0;
+  size_t exact = 0, bad = 0, first_bad = n;
+  int max_ulp = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (got[i] == want[i]) {
+      ++exact;
+      continue;
+    }
+    const double g = bf16_to_f32(got[i]), w = bf16_to_f32(want[i]);
+    const bool finite = std::isfinite(g) && std::isfinite(w);
+    if (!finite || bf16_nan(got[i])) {  // a poisoned (unwritten) element, or non-finite disagreement
+      ++bad;
+      if (first_bad == n) first_bad = i;
+      max_ulp = 1 << 20;
+      continue;
+    }
+    const double d = g - w;
+    ss_d += d * d;
+    const int u = bf16_ulps(got[i], want[i]);
+    max_ulp = std::max(max_ulp, u);
+    if (u > tol.max_ulp && std::fabs(d) > tol.floor_rel_rms * rms) {
+      ++bad;
+      if (first_bad == n) first_bad = i;
+    }
+  }
+  const double exact_frac = n ? static_cast<double>(exact) / static_cast<double>(n) : 1.0;
+  const double bad_frac = n ? static_cast<double>(bad) / static_cast<double>(n) : 0.0;
+  const double nmse = ss_w > 0 ? ss_d / ss_w : ss_d;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-40s n=%-9zu exact=%.6f max_ulp=%d out_of_bound=%zu nmse=%.2e", what.c_str(), n,
+                exact_frac, max_ulp, bad, nmse);
+  r.note(line);
+  if (bad_frac > tol.max_bad_fraction) {
+    std::snprintf(line, sizeof line, "%s: %zu element(s) outside %d ulp / %.1e*rms; first at %zu: got %.8g want %.8g",
+                  what.c_str(), bad, tol.max_ulp, tol.floor_rel_rms, first_bad,
+                  static_cast<double>(bf16_to_f32(got[first_bad])), static_cast<double>(bf16_to_f32(want[first_bad])));
+    r.fail(line);
+  }
+  if (exact_frac < tol.min_exact)
+    r.fail(what + ": bit-identical fraction " + fmt_double(exact_frac) + " < " + fmt_double(tol.min_exact));
+  if (nmse > tol.max_nmse) r.fail(what + ": nmse " + fmt_double(nmse) + " > " + fmt_double(tol.max_nmse));
+}
+
+void expect_f32(Reporter& r, const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                double abs_tol, double rel_tol) {
+  if (got.size() != want.size()) {
+    r.fail(what + ": size " + std::to_string(got.size()) + " != " + std::to_string(want.size()));
+    return;
+  }
+  size_t exact = 0, bad = 0, first_bad = want.size();
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = got[i], w = want[i];
+    if (std::isnan(g) || std::isnan(w)) {
+      if (!(std::isnan(g) && std::isnan(w))) {
+        ++bad;
+        if (first_bad == want.size()) first_bad = i;
+      }
+      continue;
+    }
+    if (g == w) {
+      ++exact;
+      continue;
+    }
+    const double d = std::fabs(g - w);
+    worst = std::max(worst, d);
+    if (!(d <= abs_tol + rel_tol * std::fabs(w))) {
+      ++bad;
+      if (first_bad == want.size()) first_bad = i;
+    }
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%-40s n=%-9zu exact=%.6f max_abs=%.3g out_of_bound=%zu", what.c_str(), want.size(),
+                want.empty() ? 1.0 : static_cast<double>(exact) / static_cast<double>(want.size()), worst, bad);
+  r.note(line);
+  if (bad > 0) {
+    std::snprintf(line, sizeof line, "%s: %zu element(s) outside %.1e + %.1e*|want|; first at %zu: got %.9g want %.9g",
+                  what.c_str(), bad, abs_tol, rel_tol, first_bad, static_cast<double>(got[first_bad]),
+                  static_cast<double>(want[first_bad]));
+    r.fail(line);
+  }
+}
+
+}  // namespace dgemma::gpu_test

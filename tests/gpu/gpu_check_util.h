@@ -1,0 +1,71 @@
+#pragma once
+// Helpers of the CUDA-vs-CPU checks: random host inputs, poisoned GPU outputs, and comparisons that
+// print their statistics and report every violated bound.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "gpu_checks.h"
+
+namespace dgemma::gpu_test {
+
+// Random host tensors from one seeded stream (one per check: run_seed() mixed with the check's name).
+class Data {
+ public:
+  explicit Data(const std::string& name);
+  Tensor bf16(std::initializer_list<int64_t> dims, float std, float mean = 0.0f);
+  Tensor bf16_uniform(std::initializer_list<int64_t> dims, float lo, float hi);
+  float uniform(float lo, float hi);
+  int64_t integer(int64_t lo, int64_t hi);  // [lo, hi]
+  std::mt19937_64& engine() { return rng_; }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+// Host tensor helpers.
+Tensor clone(const Tensor& host);
+Tensor host_i32(const std::vector<int32_t>& v);
+Tensor host_f32(const std::vector<float>& v);
+
+// GPU helpers (on cuda()).
+Tensor up(const Tensor& host);
+// An output tensor filled with 0xFF bytes (bf16/f32 NaN, i32 -1), so unwritten elements show.
+Tensor poisoned(ScalarType type, std::initializer_list<int64_t> dims);
+void poison(const Tensor& t);
+std::vector<uint16_t> u16(const Tensor& t);  // host or GPU tensor -> host copy
+std::vector<float> f32(const Tensor& t);
+std::vector<int32_t> i32(const Tensor& t);
+
+// Distance in bf16 steps between two bf16 values (+0 and -0 coincide).
+int bf16_ulps(uint16_t a, uint16_t b);
+
+struct Tol {
+  int max_ulp = 0;              // per element, in bf16 steps ...
+  double floor_rel_rms = 0.0;   // ... or |got - want| <= floor_rel_rms * rms(want) (values near 0)
+  double max_bad_fraction = 0;  // fraction of elements allowed outside the per-element bound
+  double min_exact = 1.0;       // fraction of bit-identical elements required
+  double max_nmse = 0.0;        // sum (got - want)^2 / sum want^2
+};
+
+// Exact for ops with the CPU's rounding points; "gemm" for summation-order differences: an fp32
+// sum in another order moves a bf16 result by one step in roughly 1e-4..1e-2 of the elements, two
+// steps after a subsequent rounding; the floor covers results near zero after cancellation, where
+// the same absolute error is many steps; NMSE 1e-5 is ~40x a single bf16 rounding's (2^-18).
+inline Tol exact_tol() { return Tol{}; }
+inline Tol gemm_tol() { return Tol{2, 1e-3, 0.0, 0.9, 1e-5}; }
+
+void expect_bf16(Reporter& r, const std::string& what, const std::vector<uint16_t>& got,
+                 const std::vector<uint16_t>& want, const Tol& tol);
+// |got - want| <= abs_tol + rel_tol * |want| for every element; NaN only where both are NaN.
+void expect_f32(Reporter& r, const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                double abs_tol, double rel_tol);
+
+std::string fmt_double(double v);
+
+}  // namespace dgemma::gpu_test

@@ -1,0 +1,14 @@
+#include "gpu_checks.h"
+
+namespace dgemma::gpu_test {
+
+std::vector<Case> op_cases();     // gpu_check_ops.cpp
+std::vector<Case> model_cases();  // gpu_check_model.cpp
+
+std::vector<Case> all_cases() {
+  std::vector<Case> all = op_cases();
+  for (auto& c : model_cases()) all.push_back(std::move(c));
+  return all;
+}
+
+}  // namespace dgemma::gpu_test

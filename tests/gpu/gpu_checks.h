@@ -1,0 +1,40 @@
+#pragma once
+// CUDA backend vs CPU backend checks, written once and run by two drivers: the GoogleTest binary
+// gpu_tests (test_gpu.cpp, CMake) and the self-contained dgemma_gpu_check (gpu_check_main.cpp,
+// scripts/device_build.sh, for the GPU machine that has no GoogleTest). Checks use only backend/,
+// model/ and util/; they report through a Reporter and may throw (a throw fails the check).
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace dgemma::gpu_test {
+
+class Reporter {
+ public:
+  virtual ~Reporter() = default;
+  virtual void fail(const std::string& message) = 0;
+  // Informational lines (statistics printed for the record).
+  virtual void note(const std::string& message) = 0;
+};
+
+struct Case {
+  std::string name;  // letters, digits and '_' (GoogleTest parameter names)
+  std::function<void(Reporter&)> run;
+};
+
+// Every check, in a fixed order.
+std::vector<Case> all_cases();
+
+// The two backends (created once per process). cuda() throws when no GPU is usable.
+Backend& cpu();
+Backend& cuda();
+
+// Seed of this run's random inputs: DGEMMA_TEST_SEED if set, else fresh from std::random_device
+// (printed by the drivers, so a failure can be replayed).
+uint64_t run_seed();
+
+}  // namespace dgemma::gpu_test
