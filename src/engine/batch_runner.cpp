@@ -73,6 +73,7 @@ StepStats BatchRunner::step(std::span<Sequence* const> seqs, std::vector<Sequenc
     if (chunk == remaining && budget >= canvas_) {
       s->prefilled += chunk;
       s->state = Sequence::State::kDenoise;
+      s->prefill_done_time = now_seconds();
       begin_canvas(*s);
       items.push_back({ForwardItem::Kind::kDenoise, s->canvas, s->kv, Tensor{}, s->logits});
       denoising.push_back(s);
@@ -101,6 +102,7 @@ StepStats BatchRunner::step(std::span<Sequence* const> seqs, std::vector<Sequenc
     s->prefilled += chunk;
     if (s->prefilled == static_cast<int64_t>(s->prompt.size())) {
       s->state = Sequence::State::kDenoise;
+      s->prefill_done_time = now_seconds();
       begin_canvas(*s);
     }
   }
@@ -150,6 +152,7 @@ void BatchRunner::after_denoise(Sequence& seq, std::vector<SequenceEvent>& event
   be.to_host(sa.sample, sample.data());
   be.to_host(sa.argmax_logprob, logprob.data());
 
+  if (seq.params.greedy) sample = argmax;  // temperature 0
   const std::vector<uint8_t> accept = entropy_bound_accept(entropy, dp.entropy_bound);
   const std::vector<int32_t> noise =
       random_canvas(seq.params.seed, static_cast<uint64_t>(seq.canvas_index), static_cast<uint64_t>(seq.step), rng::kRenoise, C, vocab_);
@@ -198,12 +201,14 @@ void BatchRunner::commit(Sequence& seq, std::vector<SequenceEvent>& events, int 
   // text up to it and finish_reason "stop"), and never exceed max_tokens.
   int n = C;
   bool eos = false;
-  if (!seq.params.ignore_eos) {
-    for (int p = 0; p < C && !eos; ++p)
-      if (std::find(seq.params.eos_ids.begin(), seq.params.eos_ids.end(), committed[p]) != seq.params.eos_ids.end()) {
-        n = p;
-        eos = true;
-      }
+  auto is_in = [](const std::vector<int32_t>& ids, int32_t t) { return std::find(ids.begin(), ids.end(), t) != ids.end(); };
+  for (int p = 0; p < C && !eos; ++p) {
+    const bool stop_id = is_in(seq.params.stop_ids, committed[p]);
+    if (stop_id || (!seq.params.ignore_eos && is_in(seq.params.eos_ids, committed[p]))) {
+      n = p;
+      eos = true;
+      if (stop_id) seq.stop_token_id = committed[p];
+    }
   }
   const int64_t room = seq.params.max_tokens - static_cast<int64_t>(seq.output.size());
   bool length = false;

@@ -6,6 +6,7 @@
 #include "util/counter_rng.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/timing.h"
 
 namespace dgemma {
 
@@ -57,6 +58,19 @@ SequenceParams DiffusionEngine::resolve(const SamplingParams& p, uint64_t reques
   check.validate();  // throws Error(kInvalidArgument) naming the parameter
   if (s.diffusion.max_denoising_steps > 4096)
     throw Error(ErrorKind::kInvalidArgument, "max_denoising_steps must be at most 4096", "max_denoising_steps");
+  // OpenAI temperature: unset or 1 keeps the checkpoint's schedule; T > 0 scales both ends of it;
+  // T = 0 is greedy (the per-position sample is the argmax; entropies use the unscaled schedule).
+  if (p.temperature) {
+    const double t = *p.temperature;
+    if (!(t >= 0) || t > 100) throw Error(ErrorKind::kInvalidArgument, "temperature must be in [0, 100]", "temperature");
+    if (t == 0) {
+      s.greedy = true;
+    } else if (t != 1) {
+      s.diffusion.t_min *= t;
+      s.diffusion.t_max *= t;
+    }
+  }
+  s.stop_ids = p.stop_token_ids;
   s.seed = p.seed ? *p.seed : rng::splitmix64(config_.seed ^ rng::splitmix64(request_id));
   s.max_tokens = p.max_tokens;
   s.ignore_eos = p.ignore_eos;
@@ -100,6 +114,7 @@ std::shared_ptr<RequestStream> DiffusionEngine::submit(GenerationRequest request
       throw Error(ErrorKind::kResourceExhausted,
                   fmt::format("the server is busy: {} requests are already waiting (--max-queue)", waiting_.size()));
     waiting_.push_back({std::make_unique<Sequence>(id, std::move(request.prompt), std::move(sp)), stream});
+    waiting_.back().seq->submit_time = now_seconds();
     waiting_count_ = static_cast<int64_t>(waiting_.size());
   }
   cv_.notify_all();
@@ -112,6 +127,9 @@ EngineStats DiffusionEngine::stats() const {
   s.waiting = waiting_count_.load();
   s.kv_usage = kv_usage_.load();
   s.max_num_seqs = config_.max_num_seqs;
+  s.requests_cancelled = cancelled_.load();
+  s.engine_steps = steps_.load();
+  s.canvas_length = model_->config().canvas_length;
   return s;
 }
 
@@ -123,6 +141,13 @@ void DiffusionEngine::finish(Running& r, FinishReason reason, const std::string&
   ev.prompt_tokens = static_cast<int64_t>(r.seq->prompt.size());
   ev.completion_tokens = static_cast<int64_t>(r.seq->output.size());
   ev.steps = static_cast<int>(r.seq->denoise_steps_total);
+  ev.stop_token_id = r.seq->stop_token_id;
+  const double now = now_seconds();
+  const Sequence& q = *r.seq;
+  ev.queue_ms = (q.admit_time - q.submit_time) * 1e3;
+  ev.prefill_ms = q.prefill_done_time > 0 ? (q.prefill_done_time - q.admit_time) * 1e3 : (now - q.admit_time) * 1e3;
+  ev.decode_ms = q.prefill_done_time > 0 ? (now - q.prefill_done_time) * 1e3 : 0;
+  if (reason == FinishReason::kAbort) ++cancelled_;
   // Free the slot and update the counters before the client can observe the end of its request.
   slots_[r.slot].busy = false;
   r.slot = -1;
@@ -141,6 +166,7 @@ void DiffusionEngine::admit() {
       ev.prompt_tokens = static_cast<int64_t>(it->seq->prompt.size());
       it->stream->push(std::move(ev));
       it = waiting_.erase(it);
+      ++cancelled_;
     } else {
       ++it;
     }
@@ -155,6 +181,7 @@ void DiffusionEngine::admit() {
     w.seq->logits = slot.logits;
     w.seq->soft_embeds = slot.soft;
     runner_->start(*w.seq);
+    w.seq->admit_time = now_seconds();
     running_.push_back({std::move(w.seq), std::move(w.stream), static_cast<int>(si)});
   }
   waiting_count_ = static_cast<int64_t>(waiting_.size());
@@ -181,6 +208,7 @@ void DiffusionEngine::loop() {
     events.clear();
     try {
       runner_->step(seqs, events);
+      ++steps_;
     } catch (const std::exception& e) {
       DG_LOG_ERROR("engine", "step failed: {}", e.what());
       for (auto& r : running_) finish(r, FinishReason::kError, std::string("engine error: ") + e.what());

@@ -72,6 +72,7 @@ class DiffusionEngine final : public EngineInterface {
   std::atomic<double> kv_usage_{0};
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> cancelled_{0}, steps_{0};
   std::thread thread_;
 };
 

@@ -19,6 +19,8 @@ struct SequenceParams {
   int64_t max_tokens = 256;
   bool ignore_eos = false;
   std::vector<int32_t> eos_ids;
+  std::vector<int32_t> stop_ids;        // extra stop ids (vLLM stop_token_ids): honoured even with ignore_eos
+  bool greedy = false;                  // temperature 0: the per-position sample is the argmax
   std::vector<int32_t> initial_canvas;  // first canvas (empty: random)
   bool previews = false;
   bool logprobs = false;
@@ -72,6 +74,8 @@ class Sequence {
   std::vector<int32_t> output;          // returned tokens (trimmed at EOS / max_tokens)
   std::vector<float> output_logprobs;
   FinishReason finish = FinishReason::kNone;
+  int32_t stop_token_id = -1;           // the stop_ids entry that ended the output
+  double submit_time = 0, admit_time = 0, prefill_done_time = 0;
   std::vector<CanvasRecord> canvases;   // one per committed canvas
   int64_t denoise_steps_total = 0;
 };

@@ -132,6 +132,48 @@ TEST(Engine, RejectsBadRequestsWithClearErrors) {
   EXPECT_EQ(drain(*engine->submit(request({2, 105, 9}, 8, 1))).tokens.size(), 8u);
 }
 
+TEST(Engine, StopTokenIdsEndTheOutputEvenWithIgnoreEos) {
+  auto engine = make_engine(1);
+  const Result full = drain(*engine->submit(request({2, 105, 60, 61}, 32, 77)));
+  ASSERT_EQ(full.tokens.size(), 32u);
+  const int32_t stop = full.tokens[20];
+  size_t first = 0;
+  while (full.tokens[first] != stop) ++first;
+  auto g = request({2, 105, 60, 61}, 32, 77);
+  g.params.stop_token_ids = {stop};
+  RequestEvent ev;
+  auto stream = engine->submit(std::move(g));
+  std::vector<int32_t> got;
+  int32_t reported = -1;
+  FinishReason reason = FinishReason::kNone;
+  while (stream->pop(ev, std::chrono::seconds(60))) {
+    if (ev.kind == RequestEvent::Kind::kCanvas) got.insert(got.end(), ev.tokens.begin(), ev.tokens.end());
+    if (ev.kind == RequestEvent::Kind::kFinished) {
+      reported = ev.stop_token_id;
+      reason = ev.reason;
+      EXPECT_GE(ev.queue_ms, 0);
+      EXPECT_GT(ev.decode_ms, 0);
+      break;
+    }
+  }
+  EXPECT_EQ(reason, FinishReason::kStop);
+  EXPECT_EQ(reported, stop);
+  EXPECT_EQ(got, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + static_cast<long>(first)));
+}
+
+TEST(Engine, TemperatureZeroIsGreedyAndReproducible) {
+  auto engine = make_engine(2);
+  auto g0 = request({2, 105, 80}, 16, 5);
+  g0.params.temperature = 0.0;
+  auto g1 = g0;
+  const Result a = drain(*engine->submit(std::move(g0)));
+  const Result b = drain(*engine->submit(std::move(g1)));
+  EXPECT_EQ(a.tokens, b.tokens);
+  auto bad = request({2, 105, 80}, 16, 5);
+  bad.params.temperature = -1.0;
+  EXPECT_THROW(engine->submit(std::move(bad)), Error);
+}
+
 TEST(Engine, QueueBoundGives503Kind) {
   auto engine = make_engine(1, 1);
   auto a = engine->submit(request({2, 105, 1}, 200, 1));
