@@ -3,7 +3,7 @@
 HF transformers (grouped_mm experts, sdpa attention) and dgemma (CUDA backend), in one run.
 
 Run on the GPU machine from the repo root, after building dgemma there:
-  python3 bench/denoise_step_bench.py --dgemma build-gpu/dgemma --out $OUT/bench.json
+  scripts/device_build.sh build-device && python3 bench/denoise_step_bench.py --dgemma build-device/dgemma_bench --out $OUT/bench.json
 Reports ms per denoising step at batch 1 and 4 (canvas 256, 512-token prompt), prefill tokens/s, and
 tokens/s for a 256-token canvas at 48 steps. The per-step time is measured as the difference between
 runs with 48 and 8 forced steps (no early stop), divided by 40, so prefill and commit costs cancel.
@@ -62,6 +62,7 @@ def bench_hf(result):
         t48, t8 = gen(batch, 48), gen(batch, 8)
         result[f"hf_ms_per_step_b{batch}"] = (t48 - t8) / 40
         result[f"hf_canvas48_ms_b{batch}"] = t48
+        result[f"hf_tokens_per_s_48steps_b{batch}"] = 256 * batch / (48 * (t48 - t8) / 40 / 1e3)
         print(f"hf batch {batch}: 48 steps {t48:.0f} ms, 8 steps {t8:.0f} ms -> {(t48 - t8) / 40:.2f} ms/step", flush=True)
     from transformers import DynamicCache
     ids = torch.tensor([PROMPT], device="cuda")
@@ -76,17 +77,13 @@ def bench_hf(result):
 
 
 def run_dgemma(binary, model_dir, batch, steps):
-    cmd = [binary, "generate", model_dir, "--load-format", "dummy", "--device", "cuda", "--prompt-ids",
-           ",".join(map(str, PROMPT)), "--max-tokens", "256", "--ignore-eos", "--max-denoising-steps", str(steps),
-           "--confidence-threshold", "1e-12", "--batch", str(batch)]
-    t = time.time()
+    cmd = [binary, model_dir, "--device", "cuda", "--batch", str(batch), "--steps", str(steps), "--prompt-len",
+           str(len(PROMPT))]
     out = subprocess.run(cmd, capture_output=True, text=True)
-    wall = (time.time() - t) * 1e3
     if out.returncode != 0:
-        raise RuntimeError(out.stderr[-3000:])
-    m = re.search(r"denoise: (\d+) batched steps of \d+ sequence\(s\), ([\d.]+) ms per step", out.stderr)
-    p = re.search(r"prefill: .* \(([\d.]+) tokens/s\)", out.stderr)
-    return float(m.group(2)), float(p.group(1)), wall, out.stderr
+        raise RuntimeError(out.stderr[-3000:] + out.stdout[-2000:])
+    m = re.search(r"prefill [\d.]+ ms \(([\d.]+) tokens/s\), ([\d.]+) ms per denoising step", out.stdout)
+    return float(m.group(2)), float(m.group(1)), out.stdout.strip()
 
 
 def bench_dgemma(binary, result):
@@ -94,16 +91,16 @@ def bench_dgemma(binary, result):
     json.dump(TOP, open(os.path.join(d, "config.json"), "w"))
     json.dump(GEN, open(os.path.join(d, "generation_config.json"), "w"))
     for batch in (1, 4):
-        ms, pre, wall, err = run_dgemma(binary, d, batch, 48)
+        ms, pre, line = run_dgemma(binary, d, batch, 48)
         result[f"dgemma_ms_per_step_b{batch}"] = ms
         result[f"dgemma_prefill_tokens_per_s_b{batch}"] = pre
-        print(f"dgemma batch {batch}: {ms:.2f} ms/step, prefill {pre:.0f} tokens/s (wall {wall:.0f} ms incl. dummy weights)", flush=True)
-        print(err[-600:], flush=True)
+        result[f"dgemma_tokens_per_s_48steps_b{batch}"] = 256 * batch / (48 * ms / 1e3)
+        print("dgemma:", line, flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dgemma", default="build-gpu/dgemma")
+    ap.add_argument("--dgemma", default="build-device/dgemma_bench")
     ap.add_argument("--out", default="bench.json")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-dgemma", action="store_true")

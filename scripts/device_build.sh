@@ -48,6 +48,8 @@ for f in src/util/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp src/backend/cuda
   cpp_sources+=("$f")
 done
 cu_sources=(src/backend/cuda/*.cu)
+# dgemma_bench (bench/model_step_bench.cpp): the library objects + the engine's batch runner.
+bench_sources=(src/engine/sampler.cpp src/engine/batch_runner.cpp src/engine/request.cpp bench/model_step_bench.cpp)
 
 obj_of() { echo "obj/${1%.*}.o"; }
 
@@ -88,7 +90,15 @@ if command -v ninja >/dev/null; then
       echo "build $o: nvcc $ROOT/$f"
     done
     echo "build dgemma_gpu_check: link ${objs[*]}"
-    echo "default dgemma_gpu_check"
+    lib_objs=()
+    for o in "${objs[@]}"; do case "$o" in obj/tests/*) ;; *) lib_objs+=("$o") ;; esac; done
+    for f in "${bench_sources[@]}"; do
+      o="$(obj_of "$f")"
+      lib_objs+=("$o")
+      echo "build $o: cxx $ROOT/$f"
+    done
+    echo "build dgemma_bench: link ${lib_objs[*]}"
+    echo "default dgemma_gpu_check dgemma_bench"
   } > "$BUILD/build.ninja"
   ninja -C "$BUILD" -j "$JOBS"
 else

@@ -399,7 +399,10 @@ void run_moe(Reporter& r, const std::string& name, int64_t T, int64_t H, int64_t
   r.note(name + ": tokens with bit-identical router probs " + std::to_string(same_probs) + "/" + std::to_string(T) +
          ", identical routing " + std::to_string(same_route) + "/" + std::to_string(T) +
          ", max |dprob| " + fmt_double(worst_prob));
-  if (same_probs * 10 < T * 9) r.fail(name + ": fewer than 90% of the tokens have bit-identical router probabilities");
+  // The router logits are a K=H GEMM (2816 at the real shape) after an RMSNorm whose mean of squares
+  // the CPU sums in double and the GPU in fp32: measured on an H200, 53 of 64 tokens keep bit-identical
+  // probabilities at H=2816 (all 37 at H=64). Require three quarters; the real check is max |dprob|.
+  if (same_probs * 4 < T * 3) r.fail(name + ": fewer than 75% of the tokens have bit-identical router probabilities");
   // A GEMM-rounding flip in a logit moves a probability by about one bf16 step of the logit: < 2%.
   if (worst_prob > 0.02) r.fail(name + ": router probabilities differ by " + fmt_double(worst_prob));
 
@@ -413,7 +416,10 @@ void run_moe(Reporter& r, const std::string& name, int64_t T, int64_t H, int64_t
     sc.insert(sc.end(), oc.begin() + t * H, oc.begin() + (t + 1) * H);
     sg.insert(sg.end(), og.begin() + t * H, og.begin() + (t + 1) * H);
   }
-  expect_bf16(r, name + " out (identically routed tokens)", sg, sc, Tol{4, 2e-3, 1e-3, 0.8, 1e-4});
+  // The down projection sums 704 terms of both signs: when its output is small, a 1-ulp flip of an
+  // input moves it by several of its own ulps (measured at H=2816: 1.0% of elements beyond 4 ulps,
+  // NMSE 4e-7). So 2% of elements may exceed the per-element bound; NMSE stays the strict test.
+  expect_bf16(r, name + " out (identically routed tokens)", sg, sc, Tol{4, 2e-3, 2e-2, 0.8, 1e-5});
   // Every output element was written (no poison left), whatever the routing.
   for (size_t i = 0; i < og.size(); ++i)
     if (og[i] == 0xFFFF) {

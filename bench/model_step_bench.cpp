@@ -1,0 +1,98 @@
+// Model-level benchmark: dummy weights of any config (e.g. the real 26B-A4B shape) on a backend;
+// times the prompt prefill and batched denoising steps (forward + sampler + self-conditioning) with
+// the engine's BatchRunner, steps forced to the cap. Built on the GPU machine by
+// scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
+//   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/batch_runner.h"
+#include "model/config.h"
+#include "model/diffusion_gemma.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+#include "util/error.h"
+#include "util/timing.h"
+
+using namespace dgemma;
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n");
+    return 2;
+  }
+  std::string dir = argv[1], device = "cuda";
+  int batch = 1, prompt_len = 512, steps = 48, canvases = 1;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--device") device = argv[i + 1];
+    else if (k == "--batch") batch = std::atoi(argv[i + 1]);
+    else if (k == "--prompt-len") prompt_len = std::atoi(argv[i + 1]);
+    else if (k == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
+  }
+  try {
+    const ModelConfig mc = load_model_config(dir);
+    auto be = device == "cuda" ? make_cuda_backend(0) : make_cpu_backend();
+    Stopwatch load;
+    DiffusionGemma model(mc, dummy_weights(mc, *be, 1), *be);
+    be->synchronize();
+    std::fprintf(stderr, "dummy weights in %.1f s\n", load.seconds());
+    const int64_t C = mc.canvas_length;
+    std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+    for (int i = 0; i < prompt_len; ++i) prompt[i] = 1000 + (i * 7919) % 200000;
+    std::vector<SequenceKv> kvs;
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    std::vector<Sequence*> ptrs;
+    for (int b = 0; b < batch; ++b) kvs.push_back(allocate_kv(mc, *be, prompt_len + (canvases + 1) * C, std::max<int64_t>(C, prompt_len)));
+    for (int b = 0; b < batch; ++b) {
+      SequenceParams p;
+      p.diffusion.max_denoising_steps = steps;
+      p.diffusion.confidence_threshold = 1e-30;  // never stop early: time the step cap
+      p.seed = static_cast<uint64_t>(b + 1);
+      p.max_tokens = canvases * C;
+      p.ignore_eos = true;
+      seqs.push_back(std::make_unique<Sequence>(b + 1, prompt, p));
+      seqs.back()->kv = &kvs[b];
+      seqs.back()->logits = be->alloc(ScalarType::kBF16, {C, mc.text.vocab_size});
+      seqs.back()->soft_embeds = be->alloc(ScalarType::kBF16, {C, mc.text.hidden_size});
+      ptrs.push_back(seqs.back().get());
+    }
+    // Prefill alone (budget = the prompts), then the denoising steps.
+    BatchRunner runner(model, static_cast<int64_t>(batch) * prompt_len, prompt_len);
+    std::vector<SequenceEvent> events;
+    for (int rep = 0; rep < 2; ++rep) {  // the first round warms up (cuBLAS handles, allocator)
+      for (auto* s : ptrs) runner.start(*s);
+      double prefill_ms = 0, step_ms = 0;
+      int64_t step_count = 0;
+      Stopwatch all;
+      bool done = false;
+      while (!done) {
+        StepStats st = runner.step(ptrs, events);
+        if (st.denoise_items == 0) prefill_ms += st.forward_ms;
+        else {
+          step_ms += st.forward_ms + st.sampler_ms;
+          ++step_count;
+        }
+        done = true;
+        for (auto* s : ptrs) done = done && s->state == Sequence::State::kFinished;
+      }
+      const double total = all.ms();
+      if (rep == 1) {
+        std::printf("batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
+                    "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s\n",
+                    batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
+                    1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count), total,
+                    1e3 * batch * canvases * C / (total - prefill_ms));
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dgemma_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
