@@ -79,7 +79,7 @@ def bench_hf(result):
 def run_dgemma(binary, model_dir, batch, steps):
     cmd = [binary, model_dir, "--device", "cuda", "--batch", str(batch), "--steps", str(steps), "--prompt-len",
            str(len(PROMPT))]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:] + out.stdout[-2000:])
     m = re.search(r"prefill [\d.]+ ms \(([\d.]+) tokens/s\), ([\d.]+) ms per denoising step", out.stdout)
