@@ -83,6 +83,8 @@ def run_dgemma(binary, model_dir, batch, steps):
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:] + out.stdout[-2000:])
     m = re.search(r"prefill [\d.]+ ms \(([\d.]+) tokens/s\), ([\d.]+) ms per denoising step", out.stdout)
+    if not m:
+        raise RuntimeError("unexpected output: " + out.stdout[-1000:] + out.stderr[-1000:])
     return float(m.group(2)), float(m.group(1)), out.stdout.strip()
 
 

@@ -70,7 +70,7 @@ StepStats BatchRunner::step(std::span<Sequence* const> seqs, std::vector<Sequenc
     prefilling.push_back({s, chunk});
     budget -= chunk;
     // The prompt's last chunk is fused with the first denoising step when the budget allows.
-    if (chunk == remaining && budget >= canvas_) {
+    if (fuse_prefill_ && chunk == remaining && budget >= canvas_) {
       s->prefilled += chunk;
       s->state = Sequence::State::kDenoise;
       s->prefill_done_time = now_seconds();

@@ -41,6 +41,9 @@ class BatchRunner {
   StepStats step(std::span<Sequence* const> seqs, std::vector<SequenceEvent>& events);
 
   int64_t prefill_chunk() const { return prefill_chunk_; }
+  // Whether a prompt's last prefill chunk may share its pass with the first denoising step (default
+  // on; benchmarks turn it off to time prefill alone).
+  void set_fuse_prefill(bool on) { fuse_prefill_ = on; }
 
  private:
   void after_denoise(Sequence& seq, std::vector<SequenceEvent>& events);
@@ -50,6 +53,7 @@ class BatchRunner {
   DiffusionGemma& model_;
   int64_t max_tokens_per_step_;
   int64_t prefill_chunk_;
+  bool fuse_prefill_ = true;
   int canvas_;
   int vocab_;
 };

@@ -11,6 +11,7 @@
 // no synchronisation is the planned fast path.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -94,49 +95,99 @@ void moe(const Context& ctx, const MoeArgs& a) {
     std::vector<int64_t> next(offset.begin(), offset.end() - 1);
     for (int64_t p = 0; p < R; ++p) perm[static_cast<size_t>(next[idx[p]]++)] = static_cast<int32_t>(p);
   }
-  Tensor perm_dev = ctx.alloc(ScalarType::kI32, {R});
-  // Pageable source: the copy has left `perm` once cudaMemcpyAsync returns (and the stream orders it).
-  CUDA_CHECK(cudaMemcpyAsync(perm_dev.data, perm.data(), static_cast<size_t>(R) * 4, cudaMemcpyHostToDevice, st));
 
-  // 3. Experts.
-  Tensor xs = ctx.alloc(ScalarType::kBF16, {R, H});
-  Tensor gu = ctx.alloc(ScalarType::kBF16, {R, I2});
-  Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
-  Tensor ys = ctx.alloc(ScalarType::kBF16, {R, H});
+  // 3. Experts. Fast path: every expert's rows padded to the largest count, so each projection is ONE
+  // strided-batched GEMM over all experts (weights streamed once, tensor cores, no per-expert launch);
+  // padding rows are zero and are never scattered back. Each output is still one fp32 dot product
+  // rounded to bf16, exactly as the per-expert GEMMs. Falls back to per-expert GEMMs when the routing
+  // is so skewed that padding would more than quadruple the rows.
+  int64_t m_max = 0;
+  for (int64_t e = 0; e < E; ++e) m_max = std::max(m_max, count[e]);
+  const bool padded = E * m_max <= 4 * R;
+  const int64_t rows = padded ? E * m_max : R;
+  std::vector<int32_t> perm_rows = perm;
+  if (padded) {
+    perm_rows.assign(static_cast<size_t>(rows), -1);
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t j = 0; j < count[e]; ++j) perm_rows[static_cast<size_t>(e * m_max + j)] = perm[static_cast<size_t>(offset[e] + j)];
+  }
+  Tensor perm_dev = ctx.alloc(ScalarType::kI32, {rows});
+  // Pageable source: the copy has left `perm_rows` once cudaMemcpyAsync returns (and the stream orders it).
+  CUDA_CHECK(cudaMemcpyAsync(perm_dev.data, perm_rows.data(), static_cast<size_t>(rows) * 4, cudaMemcpyHostToDevice, st));
+  Tensor xs = ctx.alloc(ScalarType::kBF16, {rows, H});
+  Tensor gu = ctx.alloc(ScalarType::kBF16, {rows, I2});
+  Tensor act = ctx.alloc(ScalarType::kBF16, {rows, I});
+  Tensor ys = ctx.alloc(ScalarType::kBF16, {rows, H});
   Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
-  launch_moe_gather(a.expert_in.ptr<uint16_t>(), H, perm_dev.ptr<int32_t>(), R, K, xs.ptr<uint16_t>(), st);
+  launch_moe_gather(a.expert_in.ptr<uint16_t>(), H, perm_dev.ptr<int32_t>(), rows, K, xs.ptr<uint16_t>(), st);
   const uint16_t* wgu = a.gate_up.ptr<uint16_t>();
   const uint16_t* wd = a.down.ptr<uint16_t>();
-  for (int64_t e = 0; e < E; ++e) {
-    if (count[e] == 0) continue;
+  if (padded) {
     Gemm g;
-    g.a = xs.ptr<uint16_t>() + offset[e] * H;
+    g.a = xs.ptr<uint16_t>();
     g.lda = H;
-    g.b = wgu + e * I2 * H;
+    g.stride_a = m_max * H;
+    g.b = wgu;
     g.ldb = H;
-    g.c = gu.ptr<uint16_t>() + offset[e] * I2;
+    g.stride_b = I2 * H;
+    g.c = gu.ptr<uint16_t>();
     g.ldc = I2;
-    g.M = count[e];
+    g.stride_c = m_max * I2;
+    g.M = m_max;
     g.N = I2;
     g.K = H;
+    g.batch = E;
     gemm(ctx, g);
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      if (count[e] == 0) continue;
+      Gemm g;
+      g.a = xs.ptr<uint16_t>() + offset[e] * H;
+      g.lda = H;
+      g.b = wgu + e * I2 * H;
+      g.ldb = H;
+      g.c = gu.ptr<uint16_t>() + offset[e] * I2;
+      g.ldc = I2;
+      g.M = count[e];
+      g.N = I2;
+      g.K = H;
+      gemm(ctx, g);
+    }
   }
-  launch_moe_act(gu.ptr<uint16_t>(), R, I, act.ptr<uint16_t>(), st);
-  for (int64_t e = 0; e < E; ++e) {
-    if (count[e] == 0) continue;
+  launch_moe_act(gu.ptr<uint16_t>(), rows, I, act.ptr<uint16_t>(), st);
+  if (padded) {
     Gemm g;
-    g.a = act.ptr<uint16_t>() + offset[e] * I;
+    g.a = act.ptr<uint16_t>();
     g.lda = I;
-    g.b = wd + e * H * I;
+    g.stride_a = m_max * I;
+    g.b = wd;
     g.ldb = I;
-    g.c = ys.ptr<uint16_t>() + offset[e] * H;
+    g.stride_b = H * I;
+    g.c = ys.ptr<uint16_t>();
     g.ldc = H;
-    g.M = count[e];
+    g.stride_c = m_max * H;
+    g.M = m_max;
     g.N = H;
     g.K = I;
+    g.batch = E;
     gemm(ctx, g);
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      if (count[e] == 0) continue;
+      Gemm g;
+      g.a = act.ptr<uint16_t>() + offset[e] * I;
+      g.lda = I;
+      g.b = wd + e * H * I;
+      g.ldb = I;
+      g.c = ys.ptr<uint16_t>() + offset[e] * H;
+      g.ldc = H;
+      g.M = count[e];
+      g.N = H;
+      g.K = I;
+      gemm(ctx, g);
+    }
   }
-  launch_moe_weight(ys.ptr<uint16_t>(), perm_dev.ptr<int32_t>(), top_w.ptr<float>(), R, H, y.ptr<uint16_t>(), st);
+  launch_moe_weight(ys.ptr<uint16_t>(), perm_dev.ptr<int32_t>(), top_w.ptr<float>(), rows, H, y.ptr<uint16_t>(), st);
   launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
 }
 

@@ -102,7 +102,7 @@ __global__ void gather_kernel(const uint16_t* __restrict__ x, int64_t H, const i
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / H, i = e % H;
-    xs[e] = x[(perm[r] / K) * H + i];
+    xs[e] = perm[r] < 0 ? uint16_t{0} : x[(perm[r] / K) * H + i];  // -1: a padding row
   }
 }
 
@@ -123,6 +123,7 @@ __global__ void weight_kernel(const uint16_t* __restrict__ ys, const int32_t* __
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / H, i = e % H;
     const int64_t pair = perm[r];
+    if (pair < 0) continue;  // a padding row
     y[pair * H + i] = f32_to_bf16(__fmul_rn(bf16_to_f32(ys[e]), w[pair]));
   }
 }
