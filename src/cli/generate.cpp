@@ -104,20 +104,7 @@ int run_generate(const GenerateOptions& o) {
   DiffusionGemma model(mc, std::move(w), *be);
 
   SequenceParams p;
-  p.diffusion.max_denoising_steps = o.max_steps.value_or(gen.max_denoising_steps);
-  p.diffusion.entropy_bound = o.entropy_bound.value_or(gen.entropy_bound);
-  p.diffusion.t_min = o.t_min.value_or(gen.t_min);
-  p.diffusion.t_max = o.t_max.value_or(gen.t_max);
-  p.diffusion.stability_threshold = o.stability.value_or(gen.stability_threshold);
-  p.diffusion.confidence_threshold = o.confidence.value_or(gen.confidence_threshold);
-  GenerationConfig check = gen;
-  check.max_denoising_steps = p.diffusion.max_denoising_steps;
-  check.entropy_bound = p.diffusion.entropy_bound;
-  check.t_min = p.diffusion.t_min;
-  check.t_max = p.diffusion.t_max;
-  check.stability_threshold = p.diffusion.stability_threshold;
-  check.confidence_threshold = p.diffusion.confidence_threshold;
-  check.validate();
+  p.diffusion = resolve_diffusion_params(gen, o.max_steps, o.entropy_bound, o.t_min, o.t_max, o.stability, o.confidence);
   p.seed = o.seed;
   p.max_tokens = o.max_tokens;
   if (p.max_tokens < 1) fail_arg("--max-tokens must be at least 1");

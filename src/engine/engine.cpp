@@ -42,22 +42,8 @@ DiffusionEngine::~DiffusionEngine() {
 
 SequenceParams DiffusionEngine::resolve(const SamplingParams& p, uint64_t request_id) const {
   SequenceParams s;
-  s.diffusion.max_denoising_steps = p.max_denoising_steps.value_or(generation_.max_denoising_steps);
-  s.diffusion.entropy_bound = p.entropy_bound.value_or(generation_.entropy_bound);
-  s.diffusion.t_min = p.t_min.value_or(generation_.t_min);
-  s.diffusion.t_max = p.t_max.value_or(generation_.t_max);
-  s.diffusion.stability_threshold = p.stability_threshold.value_or(generation_.stability_threshold);
-  s.diffusion.confidence_threshold = p.confidence_threshold.value_or(generation_.confidence_threshold);
-  GenerationConfig check = generation_;
-  check.max_denoising_steps = s.diffusion.max_denoising_steps;
-  check.entropy_bound = s.diffusion.entropy_bound;
-  check.t_min = s.diffusion.t_min;
-  check.t_max = s.diffusion.t_max;
-  check.stability_threshold = s.diffusion.stability_threshold;
-  check.confidence_threshold = s.diffusion.confidence_threshold;
-  check.validate();  // throws Error(kInvalidArgument) naming the parameter
-  if (s.diffusion.max_denoising_steps > 4096)
-    throw Error(ErrorKind::kInvalidArgument, "max_denoising_steps must be at most 4096", "max_denoising_steps");
+  s.diffusion = resolve_diffusion_params(generation_, p.max_denoising_steps, p.entropy_bound, p.t_min, p.t_max,
+                                         p.stability_threshold, p.confidence_threshold);
   // OpenAI temperature: unset or 1 keeps the checkpoint's schedule; T > 0 scales both ends of it;
   // T = 0 is greedy (the per-position sample is the argmax; entropies use the unscaled schedule).
   if (p.temperature) {

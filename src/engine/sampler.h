@@ -4,8 +4,11 @@
 // The per-position maths over the vocabulary (soft-cap, entropy, argmax, Gumbel sample) is the
 // backend's sampler op.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
+
+#include "model/config.h"
 
 namespace dgemma {
 
@@ -18,6 +21,13 @@ struct DiffusionParams {
   int stability_threshold = 1;
   double confidence_threshold = 0.005;
 };
+
+// Request overrides (unset: the model's generation config), validated with the reference's rules;
+// throws Error(kInvalidArgument) naming the parameter.
+DiffusionParams resolve_diffusion_params(const GenerationConfig& g, std::optional<int> max_denoising_steps,
+                                         std::optional<double> entropy_bound, std::optional<double> t_min,
+                                         std::optional<double> t_max, std::optional<int> stability_threshold,
+                                         std::optional<double> confidence_threshold);
 
 // T at executed step `step` (0-based) of a canvas: t_min + (t_max - t_min) * (N - step) / N, in fp32
 // exactly as the reference's LinearTemperatureScheduleLogitsProcessor computes it.

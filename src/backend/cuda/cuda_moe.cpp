@@ -120,73 +120,38 @@ void moe(const Context& ctx, const MoeArgs& a) {
   Tensor ys = ctx.alloc(ScalarType::kBF16, {rows, H});
   Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
   launch_moe_gather(a.expert_in.ptr<uint16_t>(), H, perm_dev.ptr<int32_t>(), rows, K, xs.ptr<uint16_t>(), st);
-  const uint16_t* wgu = a.gate_up.ptr<uint16_t>();
-  const uint16_t* wd = a.down.ptr<uint16_t>();
-  if (padded) {
+  // out[rows, N] = in[rows, Kd] . W_e[N, Kd]^T for every expert e (W stride N*Kd between experts).
+  auto expert_gemm = [&](const uint16_t* w, const uint16_t* in, int64_t Kd, uint16_t* out, int64_t N) {
     Gemm g;
-    g.a = xs.ptr<uint16_t>();
-    g.lda = H;
-    g.stride_a = m_max * H;
-    g.b = wgu;
-    g.ldb = H;
-    g.stride_b = I2 * H;
-    g.c = gu.ptr<uint16_t>();
-    g.ldc = I2;
-    g.stride_c = m_max * I2;
-    g.M = m_max;
-    g.N = I2;
-    g.K = H;
-    g.batch = E;
-    gemm(ctx, g);
-  } else {
+    g.lda = Kd;
+    g.ldb = Kd;
+    g.ldc = N;
+    g.N = N;
+    g.K = Kd;
+    if (padded) {
+      g.a = in;
+      g.stride_a = m_max * Kd;
+      g.b = w;
+      g.stride_b = N * Kd;
+      g.c = out;
+      g.stride_c = m_max * N;
+      g.M = m_max;
+      g.batch = E;
+      gemm(ctx, g);
+      return;
+    }
     for (int64_t e = 0; e < E; ++e) {
       if (count[e] == 0) continue;
-      Gemm g;
-      g.a = xs.ptr<uint16_t>() + offset[e] * H;
-      g.lda = H;
-      g.b = wgu + e * I2 * H;
-      g.ldb = H;
-      g.c = gu.ptr<uint16_t>() + offset[e] * I2;
-      g.ldc = I2;
+      g.a = in + offset[e] * Kd;
+      g.b = w + e * N * Kd;
+      g.c = out + offset[e] * N;
       g.M = count[e];
-      g.N = I2;
-      g.K = H;
       gemm(ctx, g);
     }
-  }
+  };
+  expert_gemm(a.gate_up.ptr<uint16_t>(), xs.ptr<uint16_t>(), H, gu.ptr<uint16_t>(), I2);
   launch_moe_act(gu.ptr<uint16_t>(), rows, I, act.ptr<uint16_t>(), st);
-  if (padded) {
-    Gemm g;
-    g.a = act.ptr<uint16_t>();
-    g.lda = I;
-    g.stride_a = m_max * I;
-    g.b = wd;
-    g.ldb = I;
-    g.stride_b = H * I;
-    g.c = ys.ptr<uint16_t>();
-    g.ldc = H;
-    g.stride_c = m_max * H;
-    g.M = m_max;
-    g.N = H;
-    g.K = I;
-    g.batch = E;
-    gemm(ctx, g);
-  } else {
-    for (int64_t e = 0; e < E; ++e) {
-      if (count[e] == 0) continue;
-      Gemm g;
-      g.a = act.ptr<uint16_t>() + offset[e] * I;
-      g.lda = I;
-      g.b = wd + e * H * I;
-      g.ldb = I;
-      g.c = ys.ptr<uint16_t>() + offset[e] * H;
-      g.ldc = H;
-      g.M = count[e];
-      g.N = H;
-      g.K = I;
-      gemm(ctx, g);
-    }
-  }
+  expert_gemm(a.down.ptr<uint16_t>(), act.ptr<uint16_t>(), I, ys.ptr<uint16_t>(), H);
   launch_moe_weight(ys.ptr<uint16_t>(), perm_dev.ptr<int32_t>(), top_w.ptr<float>(), rows, H, y.ptr<uint16_t>(), st);
   launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
 }
