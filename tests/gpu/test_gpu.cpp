@@ -16,6 +16,8 @@ class GtestReporter final : public Reporter {
   void note(const std::string& message) override { std::printf("  %s\n", message.c_str()); }
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 class CudaVsCpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaVsCpu, Matches) {
