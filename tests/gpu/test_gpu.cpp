@@ -8,6 +8,10 @@
 #include "gpu_checks.h"
 
 namespace dgemma::gpu_test {
+
+// GoogleTest prints a parameter with PrintTo found by argument-dependent lookup (Case's namespace).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 namespace {
 
 class GtestReporter final : public Reporter {
@@ -15,8 +19,6 @@ class GtestReporter final : public Reporter {
   void fail(const std::string& message) override { ADD_FAILURE() << message; }
   void note(const std::string& message) override { std::printf("  %s\n", message.c_str()); }
 };
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class CudaVsCpu : public ::testing::TestWithParam<Case> {};
 
