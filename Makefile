@@ -23,7 +23,7 @@ test: build
 
 run: build
 	bash scripts/embedded_model.sh $(BUILD)
-	$(BUILD)/dgemma serve $(BUILD)/embedded-model --load-format dummy --host 127.0.0.1 --port $(PORT)
+	$(BUILD)/dgemma serve $(BUILD)/embedded-model --load-format dummy --served-model-name dgemma-embedded --host 127.0.0.1 --port $(PORT)
 
 format:
 	find src tests -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i
