@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "text/chat_template_internal.h"
+#include "text/utf8.h"
 #include "util/error.h"
 
 namespace dgemma::chat_detail {
@@ -116,20 +117,8 @@ std::vector<uint32_t> utf8_decode(std::string_view s) {
 void utf8_append(std::string& out, uint32_t cp) {
   if (cp >= 0xDC80 && cp <= 0xDCFF) {  // an undecodable byte, see decode_one
     out.push_back(static_cast<char>(cp - 0xDC00));
-  } else if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    utf8::append(out, static_cast<char32_t>(cp));
   }
 }
 
