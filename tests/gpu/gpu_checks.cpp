@@ -4,10 +4,12 @@ namespace dgemma::gpu_test {
 
 std::vector<Case> op_cases();     // gpu_check_ops.cpp
 std::vector<Case> model_cases();  // gpu_check_model.cpp
+std::vector<Case> trajectory_cases();  // gpu_check_trajectory.cpp
 
 std::vector<Case> all_cases() {
   std::vector<Case> all = op_cases();
   for (auto& c : model_cases()) all.push_back(std::move(c));
+  for (auto& c : trajectory_cases()) all.push_back(std::move(c));
   return all;
 }
 

@@ -1,0 +1,163 @@
+// Whole seeded trajectories on CPU and CUDA side by side: every golden fixture run (prompt, sampler
+// settings, seed) through the engine's BatchRunner on both backends, compared step by step. The
+// backends' GEMMs sum in different orders, so logits differ by bf16 rounding noise; a decision may
+// differ only where it was a near-tie at that noise level (the same criterion as the CPU-vs-
+// transformers trajectory test, tests/golden/test_generate.cpp). Comparison stops at such a point.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "engine/batch_runner.h"
+#include "gpu_check_util.h"
+#include "model/config.h"
+#include "model/diffusion_gemma.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+#include "util/json.h"
+#include "util/mmap_file.h"
+#include "util/npy.h"
+
+namespace dgemma::gpu_test {
+namespace {
+
+constexpr double kTieZ = 0.25, kTieH = 0.1;
+
+std::string fixture_dir(const std::string& name) { return std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/" + name; }
+
+std::vector<int32_t> ids(const std::string& fixture, const std::string& key) {
+  std::vector<int32_t> out;
+  for (int64_t v : read_npy(fixture_dir(fixture) + "/golden/" + key + ".npy").as_int()) out.push_back(static_cast<int32_t>(v));
+  return out;
+}
+
+struct Run {
+  std::unique_ptr<DiffusionGemma> model;
+  SequenceKv kv;
+  std::unique_ptr<Sequence> seq;
+};
+
+Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const SequenceParams& p,
+           const std::vector<int32_t>& prompt) {
+  Run r;
+  const std::string dir = fixture_dir(fixture) + "/model";
+  r.model = std::make_unique<DiffusionGemma>(mc, load_weights(mc, dir, be), be);
+  r.kv = allocate_kv(mc, be, 4096, 512);
+  r.seq = std::make_unique<Sequence>(1, prompt, p);
+  r.seq->kv = &r.kv;
+  r.seq->logits = be.alloc(ScalarType::kBF16, {mc.canvas_length, mc.text.vocab_size});
+  r.seq->soft_embeds = be.alloc(ScalarType::kBF16, {mc.canvas_length, mc.text.hidden_size});
+  BatchRunner runner(*r.model, 4096, 512);
+  runner.start(*r.seq);
+  std::vector<SequenceEvent> events;
+  Sequence* seqs[] = {r.seq.get()};
+  for (int guard = 0; guard < 10000 && r.seq->state != Sequence::State::kFinished; ++guard) runner.step(seqs, events);
+  return r;
+}
+
+void trajectories(Reporter& rep, const std::string& fixture) {
+  const std::string dir = fixture_dir(fixture) + "/model";
+  const ModelConfig mc = load_model_config(dir);
+  const Json manifest = parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
+  const auto prompt = ids(fixture, "prompt_ids");
+  for (const auto& m : manifest["runs"]) {
+    const std::string name = fixture + "/" + m["name"].get<std::string>();
+    SequenceParams p;
+    p.diffusion.max_denoising_steps = m["max_denoising_steps"].get<int>();
+    p.diffusion.entropy_bound = m["entropy_bound"].get<double>();
+    p.diffusion.t_min = m["t_min"].get<double>();
+    p.diffusion.t_max = m["t_max"].get<double>();
+    p.diffusion.stability_threshold = m["stability_threshold"].get<int>();
+    p.diffusion.confidence_threshold = m["confidence_threshold"].get<double>();
+    p.seed = m["seed"].get<uint64_t>();
+    p.max_tokens = m["max_new_tokens"].get<int64_t>();
+    p.eos_ids = {1, 106, 50};
+    p.trace = true;
+    if (m["initial_canvas"].get<bool>()) p.initial_canvas = ids(fixture, "run." + m["name"].get<std::string>() + ".initial_canvas");
+    Run c = run_on(cpu(), fixture, mc, p, prompt);
+    Run g = run_on(cuda(), fixture, mc, p, prompt);
+    if (c.seq->state != Sequence::State::kFinished || g.seq->state != Sequence::State::kFinished) {
+      rep.fail(name + ": a trajectory did not finish");
+      continue;
+    }
+    int matched = 0, total = 0;
+    std::string divergence;
+    for (const auto& cr : c.seq->canvases) total += static_cast<int>(cr.trace.size());
+    for (size_t k = 0; k < c.seq->canvases.size() && divergence.empty(); ++k) {
+      if (k >= g.seq->canvases.size()) {
+        rep.fail(name + ": CUDA committed fewer canvases without a recorded divergence");
+        break;
+      }
+      const auto& ct = c.seq->canvases[k].trace;
+      const auto& gt = g.seq->canvases[k].trace;
+      for (size_t s = 0; s < ct.size() && divergence.empty(); ++s) {
+        const std::string at = name + " canvas " + std::to_string(k) + " step " + std::to_string(s);
+        if (s >= gt.size()) {
+          rep.fail(at + ": CUDA stopped earlier without a recorded divergence");
+          divergence = at;
+          break;
+        }
+        const StepRecord& a = ct[s];
+        const StepRecord& b = gt[s];
+        if (a.canvas_in != b.canvas_in) {
+          rep.fail(at + ": input canvases differ without a recorded divergence");
+          divergence = at;
+          break;
+        }
+        if (a.temperature != b.temperature) rep.fail(at + ": temperatures differ");
+        for (size_t i = 0; i < a.entropy.size(); ++i)
+          if (std::fabs(static_cast<double>(a.entropy[i]) - b.entropy[i]) > 0.1 + 0.05 * std::fabs(a.entropy[i])) {
+            rep.fail(at + ": entropy differs at " + std::to_string(i));
+            break;
+          }
+        bool differs = false;
+        for (size_t i = 0; i < a.argmax.size(); ++i) {
+          if (a.argmax[i] != b.argmax[i]) {
+            differs = true;
+            if (a.argmax_gap[i] >= kTieZ) rep.fail(at + ": argmax differs at " + std::to_string(i) + " without a near-tie");
+          }
+          if (a.sample[i] != b.sample[i]) {
+            differs = true;
+            if (a.sample_gap[i] >= kTieZ) rep.fail(at + ": sample differs at " + std::to_string(i) + " without a near-tie");
+          }
+          if (a.accept[i] != b.accept[i]) {
+            differs = true;
+            if (a.accept_margin[i] >= kTieH) rep.fail(at + ": accept differs at " + std::to_string(i) + " without a near-tie");
+          }
+        }
+        if (a.stop != b.stop) {
+          differs = true;
+          if (a.argmax == b.argmax) {
+            float sum = 0;
+            for (float h : a.entropy) sum += h;
+            if (std::fabs(sum / a.entropy.size() - p.diffusion.confidence_threshold) >= kTieH)
+              rep.fail(at + ": stop decision differs without a near-tie");
+          }
+        }
+        if (differs) {
+          divergence = at;
+          break;
+        }
+        if (a.canvas_out != b.canvas_out) rep.fail(at + ": renoised canvases differ");
+        ++matched;
+      }
+    }
+    if (divergence.empty()) {
+      if (c.seq->output != g.seq->output) rep.fail(name + ": outputs differ although every step matched");
+      if (c.seq->canvases.size() != g.seq->canvases.size()) rep.fail(name + ": canvas counts differ");
+    }
+    rep.note(name + ": " + std::to_string(matched) + " of " + std::to_string(total) + " CPU steps identical on CUDA" +
+             (divergence.empty() ? ", same output (" + std::to_string(c.seq->output.size()) + " tokens)"
+                                 : "; near-tie divergence at " + divergence));
+  }
+}
+
+}  // namespace
+
+std::vector<Case> trajectory_cases() {
+  return {
+      {"trajectory_cpu_vs_cuda_tiny_a", [](Reporter& r) { trajectories(r, "tiny_a"); }},
+      {"trajectory_cpu_vs_cuda_tiny_b", [](Reporter& r) { trajectories(r, "tiny_b"); }},
+  };
+}
+
+}  // namespace dgemma::gpu_test
