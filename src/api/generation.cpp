@@ -132,6 +132,24 @@ bool Generation::all_done() const {
   return true;
 }
 
+// Ends the whole request with error_: an error event for the choice, the metrics record, and every
+// other choice cancelled.
+void Generation::fail_request(Choice& c, std::vector<Event>& events) {
+  c.done = true;
+  Event e;
+  e.kind = Event::Kind::kError;
+  e.choice = &c;
+  e.text = error_;
+  events.push_back(std::move(e));
+  if (ctx_.metrics) {
+    RequestRecord r;
+    r.finished_reason = "error";
+    r.e2e_s = now_seconds() - arrival_s_;
+    ctx_.metrics->on_request_done(r);
+  }
+  cancel_all();
+}
+
 void Generation::finish_choice(Choice& c, const std::string& reason, std::vector<Event>& events,
                                const RequestEvent* engine_ev) {
   c.done = true;
@@ -220,19 +238,7 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
           break;
       }
       if (!error_.empty()) {
-        c.done = true;
-        Event e;
-        e.kind = Event::Kind::kError;
-        e.choice = &c;
-        e.text = error_;
-        events.push_back(std::move(e));
-        if (ctx_.metrics) {
-          RequestRecord r;
-          r.finished_reason = "error";
-          r.e2e_s = now_seconds() - arrival_s_;
-          ctx_.metrics->on_request_done(r);
-        }
-        cancel_all();
+        fail_request(c, events);
         return;
       }
       finish_choice(c, reason, events, &ev);
@@ -240,19 +246,7 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
     }
     case RequestEvent::Kind::kError: {
       error_ = ev.message.empty() ? std::string("engine error") : ev.message;
-      c.done = true;
-      Event e;
-      e.kind = Event::Kind::kError;
-      e.choice = &c;
-      e.text = error_;
-      events.push_back(std::move(e));
-      if (ctx_.metrics) {
-        RequestRecord r;
-        r.finished_reason = "error";
-        r.e2e_s = now_seconds() - arrival_s_;
-        ctx_.metrics->on_request_done(r);
-      }
-      cancel_all();
+      fail_request(c, events);
       return;
     }
   }

@@ -69,6 +69,7 @@ class Generation {
   Status pump(std::chrono::milliseconds timeout, std::vector<Event>& events);
   void handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events);
   void finish_choice(Choice& c, const std::string& reason, std::vector<Event>& events, const RequestEvent* engine_ev);
+  void fail_request(Choice& c, std::vector<Event>& events);
   Json chunk_base() const;
   Json usage_json() const;
   Json delta_json(const Choice& c, const OutputDelta& d) const;

@@ -22,6 +22,20 @@ using chat_detail::template_error;
 namespace {
 
 constexpr std::string_view kQuote = "<|\"|>";  // Gemma's string delimiter token
+
+// `required:[<|"|>a<|"|>,<|"|>b<|"|>]` of a tool declaration's parameter schema.
+void append_required(const Value& list, std::string& out) {
+  out += "required:[";
+  const auto reqs = list.iterate();
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    out += kQuote;
+    out += reqs[k].to_str();
+    out += kQuote;
+    if (k + 1 < reqs.size()) out += ',';
+  }
+  out += ']';
+}
+
 constexpr int kMaxNesting = 256;              // recursion guard for caller-built (unparsed) JSON
 
 // The template's ns.prev_message_type.
@@ -456,15 +470,7 @@ void Renderer::format_parameters(const Value& properties, bool filter_keys, std:
             if (item_value.is_mapping()) format_parameters(item_value, false, out, depth + 1);
             out += '}';
           } else if (*item_key == "required") {
-            out += "required:[";
-            const auto reqs = item_value.iterate();
-            for (size_t k = 0; k < reqs.size(); ++k) {
-              out += kQuote;
-              out += reqs[k].to_str();
-              out += kQuote;
-              if (k + 1 < reqs.size()) out += ',';
-            }
-            out += ']';
+            append_required(item_value, out);
           } else if (*item_key == "type") {
             out += "type:";
             if (item_value.is_string()) {
@@ -503,15 +509,7 @@ void Renderer::format_parameters(const Value& properties, bool filter_keys, std:
       const Value required = value["required"];
       if (required.truthy()) {
         comma();
-        out += "required:[";
-        const auto reqs = required.iterate();
-        for (size_t k = 0; k < reqs.size(); ++k) {
-          out += kQuote;
-          out += reqs[k].to_str();
-          out += kQuote;
-          if (k + 1 < reqs.size()) out += ',';
-        }
-        out += ']';
+        append_required(required, out);
       }
     }
     comma();
