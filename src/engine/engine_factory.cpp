@@ -21,7 +21,7 @@ GenerationConfig resolve_generation_config(const EngineConfig& c, const ModelCon
   if (c.generation_config.empty() || c.generation_config == "auto") {
     g = load_generation_config(c.model_dir, mc);
   } else if (c.generation_config == "vllm") {
-    g = load_generation_config("/nonexistent-dgemma-defaults", mc);  // built-in defaults + the model's EOS ids
+    g = default_generation_config(mc);
   } else {
     if (!std::filesystem::is_directory(c.generation_config))
       fail_arg("--generation-config: '{}' is not 'auto', 'vllm' or a directory", c.generation_config);

@@ -323,13 +323,18 @@ GenerationConfig parse_generation_config(const Json& j, const std::string& what,
   return g;
 }
 
-GenerationConfig load_generation_config(const std::string& model_dir, const ModelConfig& model) {
+GenerationConfig default_generation_config(const ModelConfig& model) {
   GenerationConfig g;
   // EOS fallback: the model's ids plus <turn|> and <|tool_response> as the released checkpoint lists.
   g.eos_token_ids = model.eos_token_ids.empty() ? model.text.eos_token_ids : model.eos_token_ids;
   for (int32_t id : {106, 50})
     if (id < model.text.vocab_size && std::find(g.eos_token_ids.begin(), g.eos_token_ids.end(), id) == g.eos_token_ids.end())
       g.eos_token_ids.push_back(id);
+  return g;
+}
+
+GenerationConfig load_generation_config(const std::string& model_dir, const ModelConfig& model) {
+  GenerationConfig g = default_generation_config(model);
   const std::filesystem::path path = std::filesystem::path(model_dir) / "generation_config.json";
   if (std::filesystem::exists(path)) {
     const std::string text = read_text_file(path.string(), 1u << 20);

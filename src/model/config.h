@@ -90,6 +90,8 @@ ModelConfig load_model_config(const std::string& model_dir);
 
 // Parses generation_config.json on top of `base` (fields absent keep base's values).
 GenerationConfig parse_generation_config(const Json& j, const std::string& what, GenerationConfig base = {});
+// The reference's built-in defaults, with the model's EOS ids (plus <turn|> and <|tool_response>).
+GenerationConfig default_generation_config(const ModelConfig& model);
 // Loads model_dir/generation_config.json if present, else the built-in defaults; the EOS list falls
 // back to config.json's ids plus 106 and 50 as the released checkpoint has it.
 GenerationConfig load_generation_config(const std::string& model_dir, const ModelConfig& model);
