@@ -21,10 +21,12 @@ namespace dgemma::cuda {
 
 namespace {
 std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
+std::atomic<bool> g_fused{false};
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
 
 int64_t set_attention_score_budget(int64_t bytes) { return g_score_bytes.exchange(std::max<int64_t>(bytes, 1)); }
+bool set_fused_attention(bool on) { return g_fused.exchange(on); }
 
 void attention(const Context& ctx, const AttentionArgs& a) {
   const char* op = "attention";

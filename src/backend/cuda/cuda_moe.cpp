@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -19,9 +20,16 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm_rope.cuh"
+#include "backend/cuda/tuning.h"
 #include "util/error.h"
 
 namespace dgemma::cuda {
+
+namespace {
+std::atomic<bool> g_device_grouping{false};
+}  // namespace
+
+bool set_moe_device_grouping(bool on) { return g_device_grouping.exchange(on); }
 
 void moe(const Context& ctx, const MoeArgs& a) {
   const char* op = "moe";

@@ -9,4 +9,12 @@ namespace dgemma::cuda {
 // chunks that fit. Returns the previous value.
 int64_t set_attention_score_budget(int64_t bytes);
 
+// Whether attention runs the fused kernel (for the head dims it supports) instead of the cuBLAS
+// score / softmax / P.V path. Returns the previous value. Tests and benchmarks compare the two.
+bool set_fused_attention(bool on);
+
+// Whether the MoE block groups tokens by expert on the device and runs the grouped expert kernel (no
+// host synchronisation) instead of grouping on the host for cuBLAS. Returns the previous value.
+bool set_moe_device_grouping(bool on);
+
 }  // namespace dgemma::cuda
