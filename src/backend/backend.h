@@ -60,6 +60,30 @@ struct SamplerArgs {
   Tensor argmax_gap, sample_gap;
 };
 
+// The accept / renoise / stop decision of one denoising step of one canvas (MODEL.md §6.2, §6.4) on the
+// backend's device, so that the canvas stays there between steps and the host reads back two flags:
+//   accept: sort the entropies ascending (stable); position k of that order is accepted iff the fp32
+//           prefix sum of the entropies strictly before it is <= entropy_bound (decide_rules.h);
+//   canvas[p] = accepted ? (greedy ? argmax[p] : sample[p]) : uniform_token(renoise_key, p, vocab);
+//   flags[0] = have_prev and argmax == prev_argmax at every position; then prev_argmax = argmax;
+//   flags[1] = mean entropy (fp32 sum in position order / C) < confidence_threshold.
+// The host turns flags[0] into the stability rule (a run of equal argmax canvases, engine/sampler.h).
+struct DecideArgs {
+  Tensor entropy;              // f32 [C]
+  Tensor argmax;               // i32 [C]
+  Tensor sample;               // i32 [C] (not read when greedy)
+  bool greedy = false;         // temperature 0: the accepted token is the argmax
+  float entropy_bound = 0.1f;
+  float confidence_threshold = 0.005f;
+  uint64_t renoise_key = 0;    // rng stream key of this step's renoise tokens
+  int32_t vocab = 0;
+  Tensor prev_argmax;          // i32 [C], read when have_prev, always overwritten with argmax
+  bool have_prev = false;
+  Tensor canvas;               // i32 [C] out: the next step's canvas
+  Tensor flags;                // i32 [2] out: {same argmax as the previous step, confident}
+  Tensor accept;               // optional u8 [C] out: the acceptance mask (traces)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -91,6 +115,7 @@ class Backend {
   virtual void attention(const AttentionArgs& args) = 0;
   virtual void moe(const MoeArgs& args) = 0;
   virtual void sampler(const SamplerArgs& args) = 0;
+  virtual void decide(const DecideArgs& args) = 0;
   // KV cache maintenance. cache: [Hkv, cap, D]; src: [n, Hkv, D] written at rows [offset, offset+n).
   virtual void kv_write(const Tensor& cache, int64_t offset, const Tensor& src) = 0;
   // Moves rows [from, from+count) of every head to [0, count) (sliding-window eviction).

@@ -24,17 +24,26 @@ void BatchRunner::start(Sequence& seq) {
   seq.state = Sequence::State::kPrefill;
   seq.prefilled = 0;
   seq.canvas_index = 0;
+  Backend& be = model_.backend();
+  Sequence::DeviceState& d = seq.dev;
+  d.canvas = be.alloc(ScalarType::kI32, {canvas_});
+  d.prev_argmax = be.alloc(ScalarType::kI32, {canvas_});
+  d.entropy = be.alloc(ScalarType::kF32, {canvas_});
+  d.argmax = be.alloc(ScalarType::kI32, {canvas_});
+  d.sample = be.alloc(ScalarType::kI32, {canvas_});
+  d.logprob = be.alloc(ScalarType::kF32, {canvas_});
 }
 
 void BatchRunner::begin_canvas(Sequence& seq) {
   seq.step = 0;
   seq.have_soft = false;
-  seq.stability = StabilityTracker(seq.params.diffusion.stability_threshold);
-  if (seq.canvas_index == 0 && !seq.params.initial_canvas.empty()) {
-    seq.canvas = seq.params.initial_canvas;
-  } else {
-    seq.canvas = random_canvas(seq.params.seed, static_cast<uint64_t>(seq.canvas_index), 0, rng::kInitCanvas, canvas_, vocab_);
-  }
+  seq.stability = StabilityRun(seq.params.diffusion.stability_threshold);
+  const std::vector<int32_t> canvas =
+      seq.canvas_index == 0 && !seq.params.initial_canvas.empty()
+          ? seq.params.initial_canvas
+          : random_canvas(seq.params.seed, static_cast<uint64_t>(seq.canvas_index), 0, rng::kInitCanvas, canvas_, vocab_);
+  DG_CHECK(static_cast<int>(canvas.size()) == canvas_);
+  model_.backend().from_host(seq.dev.canvas, canvas.data());
   seq.canvas_start = now_seconds();
 }
 
@@ -51,11 +60,11 @@ StepStats BatchRunner::step(std::span<Sequence* const> seqs, std::vector<Sequenc
   for (Sequence* s : seqs) {
     if (s->state != Sequence::State::kDenoise) continue;
     if (!s->pending_commit.empty()) {
-      items.push_back({ForwardItem::Kind::kEncode, s->pending_commit, s->kv, {}, {}});
+      items.push_back({ForwardItem::Kind::kEncode, s->pending_commit, s->kv, {}, {}, {}});
       committing.push_back(s);
       budget -= static_cast<int64_t>(s->pending_commit.size());
     }
-    items.push_back({ForwardItem::Kind::kDenoise, s->canvas, s->kv, s->have_soft ? s->soft_embeds : Tensor{}, s->logits});
+    items.push_back({ForwardItem::Kind::kDenoise, {}, s->kv, s->have_soft ? s->soft_embeds : Tensor{}, s->logits, s->dev.canvas});
     denoising.push_back(s);
     budget -= canvas_;
   }
@@ -66,7 +75,7 @@ StepStats BatchRunner::step(std::span<Sequence* const> seqs, std::vector<Sequenc
     int64_t chunk = std::min({remaining, prefill_chunk_, std::max<int64_t>(budget, prefilling.empty() ? prefill_chunk_ : 0)});
     if (chunk <= 0) continue;
     std::span<const int32_t> tokens(s->prompt.data() + s->prefilled, static_cast<size_t>(chunk));
-    items.push_back({ForwardItem::Kind::kEncode, tokens, s->kv, {}, {}});
+    items.push_back({ForwardItem::Kind::kEncode, tokens, s->kv, {}, {}, {}});
     prefilling.push_back({s, chunk});
     budget -= chunk;
     // The prompt's last chunk is fused with the first denoising step when the budget allows.
@@ -75,7 +84,7 @@ StepStats BatchRunner::step(std::span<Sequence* const> seqs, std::vector<Sequenc
       s->state = Sequence::State::kDenoise;
       s->prefill_done_time = now_seconds();
       begin_canvas(*s);
-      items.push_back({ForwardItem::Kind::kDenoise, s->canvas, s->kv, Tensor{}, s->logits});
+      items.push_back({ForwardItem::Kind::kDenoise, {}, s->kv, Tensor{}, s->logits, s->dev.canvas});
       denoising.push_back(s);
       prefilling.back().second = 0;  // already accounted
       budget -= canvas_;
@@ -84,12 +93,16 @@ StepStats BatchRunner::step(std::span<Sequence* const> seqs, std::vector<Sequenc
   if (items.empty()) return stats;
 
   for (const auto& it : items) {
-    stats.tokens += static_cast<int64_t>(it.tokens.size());
+    stats.tokens += it.length();
     (it.kind == ForwardItem::Kind::kDenoise ? stats.denoise_items : stats.encode_items)++;
   }
-  // Per-step canvases for traces must be captured before the forward (the canvas vector changes after).
-  std::vector<std::vector<int32_t>> canvas_in;
-  for (Sequence* s : denoising) canvas_in.push_back(s->params.trace ? s->canvas : std::vector<int32_t>{});
+  // Traces record each step's input canvas (decide overwrites it after the forward).
+  std::vector<std::vector<int32_t>> canvas_in(denoising.size());
+  for (size_t i = 0; i < denoising.size(); ++i) {
+    if (!denoising[i]->params.trace) continue;
+    canvas_in[i].resize(static_cast<size_t>(canvas_));
+    model_.backend().to_host(denoising[i]->dev.canvas, canvas_in[i].data());
+  }
 
   Stopwatch fw;
   model_.forward(items);
@@ -107,6 +120,13 @@ StepStats BatchRunner::step(std::span<Sequence* const> seqs, std::vector<Sequenc
     }
   }
   Stopwatch sw;
+  // Every canvas's sampler, self-conditioning GEMM and decision are queued on the device, then one
+  // read of all the flags.
+  Tensor flags = model_.backend().alloc(ScalarType::kI32, {static_cast<int64_t>(std::max<size_t>(denoising.size(), 1)), 2});
+  std::vector<QueuedStep> queued(denoising.size());
+  for (size_t i = 0; i < denoising.size(); ++i) queued[i] = queue_sampling(*denoising[i], flags.rows(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1));
+  std::vector<int32_t> flag_values(static_cast<size_t>(flags.numel()));
+  model_.backend().to_host(flags, flag_values.data());
   for (size_t i = 0; i < denoising.size(); ++i) {
     Sequence* s = denoising[i];
     if (s->params.trace) {
@@ -114,28 +134,26 @@ StepStats BatchRunner::step(std::span<Sequence* const> seqs, std::vector<Sequenc
       s->canvases.back().trace.push_back({});
       s->canvases.back().trace.back().canvas_in = std::move(canvas_in[i]);
     }
-    after_denoise(*s, events);
+    after_denoise(*s, queued[i], flag_values[2 * i] != 0, flag_values[2 * i + 1] != 0, events);
   }
   stats.sampler_ms = sw.ms();
   return stats;
 }
 
-void BatchRunner::after_denoise(Sequence& seq, std::vector<SequenceEvent>& events) {
+BatchRunner::QueuedStep BatchRunner::queue_sampling(Sequence& seq, const Tensor& flags) {
   Backend& be = model_.backend();
   const DiffusionParams& dp = seq.params.diffusion;
   const int C = canvas_;
-  const float temperature = temperature_at(dp, seq.step);
-
   SamplerArgs sa;
   sa.logits = seq.logits;
   sa.softcap = static_cast<float>(model_.config().text.final_logit_softcapping);
-  sa.temperature = temperature;
+  sa.temperature = temperature_at(dp, seq.step);
   sa.sample_key = rng::stream_key(seq.params.seed, static_cast<uint64_t>(seq.canvas_index), static_cast<uint64_t>(seq.step), rng::kSample);
   sa.want_probs = true;
-  sa.entropy = be.alloc(ScalarType::kF32, {C});
-  sa.argmax = be.alloc(ScalarType::kI32, {C});
-  sa.sample = be.alloc(ScalarType::kI32, {C});
-  sa.argmax_logprob = be.alloc(ScalarType::kF32, {C});
+  sa.entropy = seq.dev.entropy;
+  sa.argmax = seq.dev.argmax;
+  sa.sample = seq.dev.sample;
+  sa.argmax_logprob = seq.dev.logprob;
   if (seq.params.trace) {
     sa.argmax_gap = be.alloc(ScalarType::kF32, {C});
     sa.sample_gap = be.alloc(ScalarType::kF32, {C});
@@ -145,38 +163,65 @@ void BatchRunner::after_denoise(Sequence& seq, std::vector<SequenceEvent>& event
   model_.soft_embeddings(seq.logits, seq.soft_embeds);
   seq.have_soft = true;
 
-  std::vector<float> entropy(C), logprob(C);
-  std::vector<int32_t> argmax(C), sample(C);
-  be.to_host(sa.entropy, entropy.data());
-  be.to_host(sa.argmax, argmax.data());
-  be.to_host(sa.sample, sample.data());
-  be.to_host(sa.argmax_logprob, logprob.data());
+  QueuedStep q;
+  q.temperature = sa.temperature;
+  q.argmax_gap = sa.argmax_gap;
+  q.sample_gap = sa.sample_gap;
+  DecideArgs da;
+  da.entropy = seq.dev.entropy;
+  da.argmax = seq.dev.argmax;
+  da.sample = seq.dev.sample;
+  da.greedy = seq.params.greedy;  // temperature 0
+  da.entropy_bound = static_cast<float>(dp.entropy_bound);
+  da.confidence_threshold = static_cast<float>(dp.confidence_threshold);
+  da.renoise_key = rng::stream_key(seq.params.seed, static_cast<uint64_t>(seq.canvas_index), static_cast<uint64_t>(seq.step), rng::kRenoise);
+  da.vocab = vocab_;
+  da.prev_argmax = seq.dev.prev_argmax;
+  da.have_prev = seq.step > 0;
+  da.canvas = seq.dev.canvas;
+  da.flags = flags.reshape({2});
+  if (seq.params.trace) da.accept = q.accept = be.alloc(ScalarType::kU8, {C});
+  be.decide(da);
+  return q;
+}
 
-  if (seq.params.greedy) sample = argmax;  // temperature 0
-  const std::vector<uint8_t> accept = entropy_bound_accept(entropy, dp.entropy_bound);
-  const std::vector<int32_t> noise =
-      random_canvas(seq.params.seed, static_cast<uint64_t>(seq.canvas_index), static_cast<uint64_t>(seq.step), rng::kRenoise, C, vocab_);
-  for (int p = 0; p < C; ++p) seq.canvas[p] = accept[p] ? sample[p] : noise[p];
-  const bool stable = seq.stability.update(argmax);
-  const bool confident = is_confident(entropy, dp.confidence_threshold);
+void BatchRunner::after_denoise(Sequence& seq, const QueuedStep& q, bool same_argmax, bool confident,
+                                std::vector<SequenceEvent>& events) {
+  Backend& be = model_.backend();
+  const DiffusionParams& dp = seq.params.diffusion;
+  const int C = canvas_;
+  const bool stable = seq.stability.update(same_argmax);
   const bool stop = stable && confident;
+  const bool last = stop || seq.step + 1 >= dp.max_denoising_steps;
   seq.step += 1;
   seq.denoise_steps_total += 1;
 
+  // The host needs the argmax canvas only for a commit, a preview or a trace.
+  std::vector<int32_t> argmax;
+  if (last || seq.params.previews || seq.params.trace) {
+    argmax.resize(static_cast<size_t>(C));
+    be.to_host(seq.dev.argmax, argmax.data());
+  }
   if (seq.params.trace) {
     StepRecord& r = seq.canvases.back().trace.back();
+    auto host_f32 = [&](const Tensor& t) {
+      std::vector<float> v(static_cast<size_t>(C));
+      be.to_host(t, v.data());
+      return v;
+    };
     r.argmax = argmax;
-    r.sample = sample;
-    r.canvas_out = seq.canvas;
-    r.entropy = entropy;
-    r.accept = accept;
-    r.temperature = temperature;
+    r.sample.resize(static_cast<size_t>(C));
+    be.to_host(seq.params.greedy ? seq.dev.argmax : seq.dev.sample, r.sample.data());
+    r.canvas_out.resize(static_cast<size_t>(C));
+    be.to_host(seq.dev.canvas, r.canvas_out.data());
+    r.entropy = host_f32(seq.dev.entropy);
+    r.accept.resize(static_cast<size_t>(C));
+    be.to_host(q.accept, r.accept.data());
+    r.temperature = q.temperature;
     r.stop = stop;
-    r.argmax_gap.resize(C);
-    r.sample_gap.resize(C);
-    be.to_host(sa.argmax_gap, r.argmax_gap.data());
-    be.to_host(sa.sample_gap, r.sample_gap.data());
-    r.accept_margin = entropy_bound_margins(entropy, dp.entropy_bound);
+    r.argmax_gap = host_f32(q.argmax_gap);
+    r.sample_gap = host_f32(q.sample_gap);
+    r.accept_margin = entropy_bound_margins(r.entropy, static_cast<float>(dp.entropy_bound));
   }
   if (seq.params.previews) {
     SequenceEvent ev;
@@ -186,16 +231,19 @@ void BatchRunner::after_denoise(Sequence& seq, std::vector<SequenceEvent>& event
     ev.steps = seq.step;
     events.push_back(std::move(ev));
   }
-  if (stop || seq.step >= dp.max_denoising_steps) {
+  if (last) {
     // Commit the argmax canvas of the last executed step.
-    const int steps = seq.step;
-    seq.canvas = std::move(argmax);
-    commit(seq, events, steps, logprob);
+    std::vector<float> logprob;
+    if (seq.params.logprobs) {
+      logprob.resize(static_cast<size_t>(C));
+      be.to_host(seq.dev.logprob, logprob.data());
+    }
+    commit(seq, events, seq.step, std::move(argmax), logprob);
   }
 }
 
-void BatchRunner::commit(Sequence& seq, std::vector<SequenceEvent>& events, int steps, const std::vector<float>& logprob) {
-  const std::vector<int32_t>& committed = seq.canvas;
+void BatchRunner::commit(Sequence& seq, std::vector<SequenceEvent>& events, int steps, std::vector<int32_t> committed,
+                         const std::vector<float>& logprob) {
   const int C = canvas_;
   // Returned tokens stop before the first EOS id (the reference keeps it and pads after; clients get
   // text up to it and finish_reason "stop"), and never exceed max_tokens.
@@ -236,7 +284,7 @@ void BatchRunner::commit(Sequence& seq, std::vector<SequenceEvent>& events, int 
     seq.finish = eos ? FinishReason::kStop : FinishReason::kLength;
     ev.finished = true;
   } else {
-    seq.pending_commit = committed;
+    seq.pending_commit = std::move(committed);
     seq.canvas_index += 1;
     begin_canvas(seq);
   }

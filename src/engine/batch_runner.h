@@ -46,8 +46,18 @@ class BatchRunner {
   void set_fuse_prefill(bool on) { fuse_prefill_ = on; }
 
  private:
-  void after_denoise(Sequence& seq, std::vector<SequenceEvent>& events);
-  void commit(Sequence& seq, std::vector<SequenceEvent>& events, int steps, const std::vector<float>& logprob);
+  // What queue_sampling left on the device for after_denoise (beyond the sequence's DeviceState).
+  struct QueuedStep {
+    float temperature = 0;
+    Tensor accept, argmax_gap, sample_gap;  // traces only
+  };
+  // Queues one canvas's sampler, self-conditioning GEMM and decide op (its flags into `flags`).
+  QueuedStep queue_sampling(Sequence& seq, const Tensor& flags);
+  // The host's part once the flags are read: the stop rule, previews, traces and the commit.
+  void after_denoise(Sequence& seq, const QueuedStep& q, bool same_argmax, bool confident,
+                     std::vector<SequenceEvent>& events);
+  void commit(Sequence& seq, std::vector<SequenceEvent>& events, int steps, std::vector<int32_t> committed,
+              const std::vector<float>& logprob);
   void begin_canvas(Sequence& seq);
 
   DiffusionGemma& model_;

@@ -1,13 +1,12 @@
 #pragma once
-// The entropy-bound sampler's decisions (MODEL.md §6.2, §6.4), host side: the temperature schedule,
-// the acceptance mask, renoising with the counter-based RNG, and the stable-and-confident stop rule.
-// The per-position maths over the vocabulary (soft-cap, entropy, argmax, Gumbel sample) is the
-// backend's sampler op.
+// The entropy-bound sampler's host-side settings (MODEL.md §6.2, §6.4): per-request parameters, the
+// temperature schedule and the stability run of the stop rule. The per-position maths over the
+// vocabulary is the backend's sampler op; acceptance, renoising and the per-step flags are its decide
+// op (rules in backend/decide_rules.h).
 #include <cstdint>
 #include <optional>
-#include <span>
-#include <vector>
 
+#include "backend/decide_rules.h"
 #include "model/config.h"
 
 namespace dgemma {
@@ -33,32 +32,21 @@ DiffusionParams resolve_diffusion_params(const GenerationConfig& g, std::optiona
 // exactly as the reference's LinearTemperatureScheduleLogitsProcessor computes it.
 float temperature_at(const DiffusionParams& p, int step);
 
-// Entropy-bound acceptance: sort entropies ascending, accept position k of the sorted order iff the
-// (fp32) sum of the entropies strictly before it is <= bound. The lowest-entropy position is always
-// accepted.
-std::vector<uint8_t> entropy_bound_accept(std::span<const float> entropy, double bound);
-
-// Per position: |sum of the entropies sorted before it - bound| (how close its accept decision was).
-std::vector<float> entropy_bound_margins(std::span<const float> entropy, double bound);
-
-// Uniform random canvas of `n` tokens for (seed, canvas, step, purpose).
-std::vector<int32_t> random_canvas(uint64_t seed, uint64_t canvas, uint64_t step, uint32_t purpose, int n, int vocab);
-
-// Tracks the last `threshold` argmax canvases of one canvas's denoising (reset per canvas).
-class StabilityTracker {
+// The stop rule's stability half, from one flag per step (decide's flags[0]: this step's argmax
+// canvas equals the previous step's). Stable when the argmax equals each of the previous `threshold`
+// argmax canvases — by transitivity, when the last `threshold` steps each repeated their predecessor.
+// Never on a canvas's first step (the reference's history starts empty); threshold 0: always stable.
+class StabilityRun {
  public:
-  explicit StabilityTracker(int threshold = 1) : threshold_(threshold) {}
-  void reset() { history_.clear(); }
-  // True when `argmax` equals each of the previous `threshold` argmax canvases (never on the first
-  // step, as the reference's history starts at -1); then records it.
-  bool update(std::span<const int32_t> argmax);
+  explicit StabilityRun(int threshold = 1) : threshold_(threshold) {}
+  bool update(bool same_as_previous) {
+    run_ = same_as_previous ? run_ + 1 : 0;
+    return run_ >= threshold_;
+  }
 
  private:
   int threshold_;
-  std::vector<std::vector<int32_t>> history_;
+  int run_ = 0;
 };
-
-// Mean of the entropies (fp32 sum, as torch.mean) < threshold.
-bool is_confident(std::span<const float> entropy, double threshold);
 
 }  // namespace dgemma

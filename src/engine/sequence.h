@@ -54,6 +54,16 @@ class Sequence {
       : id(id), prompt(std::move(prompt)), params(std::move(params)),
         stability(this->params.diffusion.stability_threshold) {}
 
+  // The denoising loop's state on the model's backend (allocated by BatchRunner::start): the canvas
+  // never leaves the device between steps; the host reads two flags per step and the argmax canvas at
+  // a commit.
+  struct DeviceState {
+    Tensor canvas;       // i32 [C] the current (noisy) canvas
+    Tensor prev_argmax;  // i32 [C] the previous step's argmax canvas
+    Tensor entropy, argmax, sample, logprob;  // the sampler's outputs of the current step
+    Tensor flags;        // i32 [2] decide's flags
+  };
+
   uint64_t id;
   std::vector<int32_t> prompt;
   SequenceParams params;
@@ -66,9 +76,9 @@ class Sequence {
   int canvas_index = 0;
   int step = 0;               // executed steps in the current canvas
   bool have_soft = false;     // soft_embeds holds the previous step's signal
-  std::vector<int32_t> canvas;          // current (noisy) canvas
+  DeviceState dev;
   std::vector<int32_t> pending_commit;  // committed canvas waiting to be encoded
-  StabilityTracker stability;
+  StabilityRun stability;
   double canvas_start = 0;
 
   std::vector<int32_t> output;          // returned tokens (trimmed at EOS / max_tokens)

@@ -50,17 +50,23 @@ Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, int64_t total)
   int64_t off = 0;
   for (const auto& it : items) {
     std::copy(it.tokens.begin(), it.tokens.end(), ids_host.ptr<int32_t>() + off);
-    off += static_cast<int64_t>(it.tokens.size());
+    off += it.length();
   }
   Tensor ids = backend_.alloc(ScalarType::kI32, {total});
   backend_.from_host(ids, ids_host.data);
+  // Device-resident tokens (the denoising canvases) are copied in on the device.
+  off = 0;
+  for (const auto& it : items) {
+    if (!it.token_ids.empty()) backend_.copy(ids.rows(off, off + it.length()), it.token_ids);
+    off += it.length();
+  }
   Tensor x = backend_.alloc(ScalarType::kBF16, {total, H});
   backend_.embed(ids, weights_.embed, embed_scale_, x);
 
   // Decoder inputs: x0 = rmsnorm0(E[c]*scale + SC-MLP(pre_norm(soft))), SC = 0 at the first step.
   off = 0;
   for (auto& it : items) {
-    const int64_t n = static_cast<int64_t>(it.tokens.size());
+    const int64_t n = it.length();
     if (it.kind == ForwardItem::Kind::kDenoise) {
       Tensor e = x.rows(off, off + n);
       if (!it.soft_embeds.empty()) {
@@ -92,15 +98,16 @@ void DiffusionGemma::forward(std::span<ForwardItem> items) {
   std::vector<int64_t> offsets;
   int64_t total = 0;
   for (auto& it : items) {
-    DG_CHECK(it.kv != nullptr && !it.tokens.empty());
+    DG_CHECK(it.kv != nullptr && it.length() > 0 && (it.token_ids.empty() || it.tokens.empty()));
+    DG_CHECK(it.token_ids.empty() || (it.token_ids.type == ScalarType::kI32 && it.token_ids.device == backend_.device()));
     if (it.kind == ForwardItem::Kind::kEncode) {
-      DG_CHECK(static_cast<int64_t>(it.tokens.size()) <= it.kv->max_chunk);
-      DG_CHECK(it.kv->encoded + static_cast<int64_t>(it.tokens.size()) <= it.kv->max_tokens);
+      DG_CHECK(it.length() <= it.kv->max_chunk);
+      DG_CHECK(it.kv->encoded + it.length() <= it.kv->max_tokens);
     } else {
-      DG_CHECK(!it.logits.empty() && it.logits.dim(0) == static_cast<int64_t>(it.tokens.size()));
+      DG_CHECK(!it.logits.empty() && it.logits.dim(0) == it.length());
     }
     offsets.push_back(total);
-    total += static_cast<int64_t>(it.tokens.size());
+    total += it.length();
   }
   offsets.push_back(total);
   if (total == 0) return;
@@ -114,7 +121,7 @@ void DiffusionGemma::forward(std::span<ForwardItem> items) {
     int64_t base = items[i].kv->encoded;
     for (size_t j = 0; j < i; ++j)
       if (items[j].kv == items[i].kv && items[j].kind == ForwardItem::Kind::kEncode)
-        base += static_cast<int64_t>(items[j].tokens.size());
+        base += items[j].length();
     for (int64_t j = 0; j < offsets[i + 1] - offsets[i]; ++j)
       pos_host.ptr<int32_t>()[offsets[i] + j] = static_cast<int32_t>(base + j);
   }
@@ -127,7 +134,7 @@ void DiffusionGemma::forward(std::span<ForwardItem> items) {
   for (size_t i = 0; i < items.size(); ++i) {
     ForwardItem& it = items[i];
     if (it.kind == ForwardItem::Kind::kEncode) {
-      it.kv->encoded += static_cast<int64_t>(it.tokens.size());
+      it.kv->encoded += it.length();
       continue;
     }
     // Final norm and the tied LM head; the soft-cap is applied by the sampler (in fp32).

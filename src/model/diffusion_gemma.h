@@ -25,6 +25,9 @@ struct ForwardItem {
   SequenceKv* kv = nullptr;
   Tensor soft_embeds;  // kDenoise: [C, H] bf16 self-conditioning soft embeddings (probs·E·scale); empty at step 1
   Tensor logits;       // kDenoise: output [C, V] bf16 LM-head logits before the soft-cap
+  Tensor token_ids;    // i32 [n] on the backend's device, read instead of `tokens` when set
+
+  int64_t length() const { return token_ids.empty() ? static_cast<int64_t>(tokens.size()) : token_ids.numel(); }
 };
 
 // Receives every named intermediate of a forward pass (debug dumps, golden tests).

@@ -43,7 +43,11 @@ DG_HOST_DEVICE inline uint64_t bits(uint64_t key, uint32_t position, uint32_t in
 // Uniform integer in [0, n): floor(bits * n / 2^64), exact.
 DG_HOST_DEVICE inline uint32_t uniform_token(uint64_t key, uint32_t position, uint32_t n) {
   const uint64_t b = bits(key, position, 0);
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(__umul64hi(b, n));
+#else
   return static_cast<uint32_t>((static_cast<unsigned __int128>(b) * n) >> 64);
+#endif
 }
 
 // Uniform double in (0, 1): ((bits >> 11) + 0.5) / 2^53.

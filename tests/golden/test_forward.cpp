@@ -81,7 +81,7 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
     if (name.rfind(prefix, 0) == 0) captured[name] = tensor_to_floats(be, t);
   });
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
-  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, {}, logits};
+  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, {}, logits, {}};
   fx.model->forward(items);
   fx.model->set_dump_hook(nullptr);
   ASSERT_EQ(kv.encoded, static_cast<int64_t>(prompt.size())) << "the decoder must not write the cache";
@@ -144,7 +144,7 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
     }
     Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
     fx.model->soft_embeddings(be.upload(probs), soft);
-    items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, soft, logits};
+    items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, soft, logits, {}};
     fx.model->forward(items);
     be.softcap_logits(logits, 30.0f, capped);
     got = tensor_to_floats(be, capped);

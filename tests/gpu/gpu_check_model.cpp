@@ -154,7 +154,7 @@ void golden_forward(Reporter& r, const std::string& fx) {
     if (name.rfind(prefix, 0) == 0) captured[name] = floats(be, t);
   });
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
-  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, {}, logits};
+  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, {}, logits, {}};
   m.model->forward(items);
   m.model->set_dump_hook(nullptr);
   if (kv.encoded != static_cast<int64_t>(prompt.size())) r.fail(fx + ": the decoder wrote the cache");
@@ -208,7 +208,7 @@ void golden_forward(Reporter& r, const std::string& fx) {
     }
     Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
     m.model->soft_embeddings(be.upload(probs), soft);
-    items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, soft, logits};
+    items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, soft, logits, {}};
     m.model->forward(items);
     be.softcap_logits(logits, 30.0f, capped);
     check_close(r, fx + " decoder.logits_sc", floats(be, capped), golden(fx, "decoder.logits_sc").as_float());
@@ -228,8 +228,8 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
   const size_t half = prompt.size() / 2;
   for (auto [b, e] : {std::pair<size_t, size_t>{0, half}, std::pair<size_t, size_t>{half, prompt.size()}}) {
     std::span<const int32_t> chunk(prompt.data() + b, e - b);
-    std::vector<ForwardItem> ic{{ForwardItem::Kind::kEncode, chunk, &kc, {}, {}}};
-    std::vector<ForwardItem> ig{{ForwardItem::Kind::kEncode, chunk, &kg, {}, {}}};
+    std::vector<ForwardItem> ic{{ForwardItem::Kind::kEncode, chunk, &kc, {}, {}, {}}};
+    std::vector<ForwardItem> ig{{ForwardItem::Kind::kEncode, chunk, &kg, {}, {}, {}}};
     mc.model->forward(ic);
     mg.model->forward(ig);
   }
@@ -245,8 +245,8 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
   Tensor lc = cpu().alloc(ScalarType::kBF16, {C, V}), lg = cuda().alloc(ScalarType::kBF16, {C, V});
   Tensor sc_c = cpu().alloc(ScalarType::kBF16, {C, H}), sc_g = cuda().alloc(ScalarType::kBF16, {C, H});
   for (int step = 0; step < 2; ++step) {
-    std::vector<ForwardItem> ic{{ForwardItem::Kind::kDenoise, canvas, &kc, step ? sc_c : Tensor{}, lc}};
-    std::vector<ForwardItem> ig{{ForwardItem::Kind::kDenoise, canvas, &kg, step ? sc_g : Tensor{}, lg}};
+    std::vector<ForwardItem> ic{{ForwardItem::Kind::kDenoise, canvas, &kc, step ? sc_c : Tensor{}, lc, {}}};
+    std::vector<ForwardItem> ig{{ForwardItem::Kind::kDenoise, canvas, &kg, step ? sc_g : Tensor{}, lg, {}}};
     mc.model->forward(ic);
     mg.model->forward(ig);
     const std::string s = fx + " cpu-vs-cuda step " + std::to_string(step);

@@ -134,6 +134,7 @@ class CpuBackend final : public Backend {
   void attention(const AttentionArgs& a) override { cpu::attention(a); }
   void moe(const MoeArgs& a) override { cpu::moe(a); }
   void sampler(const SamplerArgs& a) override { cpu::sampler(a); }
+  void decide(const DecideArgs& a) override { cpu::decide(a); }
 
   void kv_write(const Tensor& cache, int64_t offset, const Tensor& src) override {
     const int64_t Hkv = cache.dim(0), cap = cache.dim(1), D = cache.dim(2), n = src.dim(0);

@@ -12,6 +12,7 @@ void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out);  // matmul.
 void attention(const AttentionArgs& a);                               // attention.cpp
 void moe(const MoeArgs& a);                                           // moe.cpp
 void sampler(const SamplerArgs& a);                                   // sampler.cpp
+void decide(const DecideArgs& a);                                     // decide.cpp
 
 // gelu_pytorch_tanh in fp32, exactly PyTorch's formula.
 inline float gelu_tanh(float x) {

@@ -22,10 +22,12 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/decide.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/sampler.cuh"
+#include "backend/decide_rules.h"
 #include "util/counter_rng.h"
 #include "util/error.h"
 
@@ -249,6 +251,25 @@ class CudaBackend final : public Backend {
   void sampler(const SamplerArgs& a) override {
     activate();
     cuda::sampler(ctx_, a);
+  }
+
+  void decide(const DecideArgs& a) override {
+    activate();
+    DecideLaunch d;
+    d.C = check_decide_args(a, Device::kCuda);
+    d.entropy = a.entropy.ptr<float>();
+    d.argmax = a.argmax.ptr<int32_t>();
+    d.sample = a.greedy ? nullptr : a.sample.ptr<int32_t>();
+    d.entropy_bound = a.entropy_bound;
+    d.confidence_threshold = a.confidence_threshold;
+    d.renoise_key = a.renoise_key;
+    d.vocab = static_cast<uint32_t>(a.vocab);
+    d.prev_argmax = a.prev_argmax.ptr<int32_t>();
+    d.have_prev = a.have_prev;
+    d.canvas = a.canvas.ptr<int32_t>();
+    d.flags = a.flags.ptr<int32_t>();
+    d.accept = a.accept.empty() ? nullptr : a.accept.ptr<uint8_t>();
+    launch_decide(d, ctx_.stream);
   }
 
   void kv_write(const Tensor& cache, int64_t offset, const Tensor& src) override {

@@ -40,17 +40,20 @@ TEST(EntropyBound, AcceptsTheLowestEntropyPrefix) {
 }
 
 TEST(Stability, NeverStableOnTheFirstStep) {
-  StabilityTracker t(1);
-  const std::vector<int32_t> a = {1, 2, 3}, b = {1, 2, 4};
-  EXPECT_FALSE(t.update(a));
-  EXPECT_TRUE(t.update(a));
-  EXPECT_FALSE(t.update(b));
-  StabilityTracker t2(2);
-  EXPECT_FALSE(t2.update(a));
-  EXPECT_FALSE(t2.update(a));
-  EXPECT_TRUE(t2.update(a));
-  StabilityTracker t0(0);
-  EXPECT_TRUE(t0.update(a)) << "threshold 0 means always stable";
+  // The flag is decide's "argmax equals the previous step's" (false on a canvas's first step).
+  StabilityRun t(1);
+  EXPECT_FALSE(t.update(false));  // step 0: a
+  EXPECT_TRUE(t.update(true));    // a again
+  EXPECT_FALSE(t.update(false));  // b
+  StabilityRun t2(2);             // the argmax must equal each of the previous two
+  EXPECT_FALSE(t2.update(false));
+  EXPECT_FALSE(t2.update(true));
+  EXPECT_TRUE(t2.update(true));
+  EXPECT_TRUE(t2.update(true));
+  EXPECT_FALSE(t2.update(false));
+  EXPECT_FALSE(t2.update(true)) << "only one repeat since the change";
+  StabilityRun t0(0);
+  EXPECT_TRUE(t0.update(false)) << "threshold 0 means always stable";
 }
 
 TEST(Confidence, MeanEntropyBelowThreshold) {

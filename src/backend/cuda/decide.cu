@@ -1,0 +1,82 @@
+// The decide op in one block per canvas (the CPU reference is backend/cpu/decide.cpp with the rules of
+// backend/decide_rules.h; the results are bit-identical):
+//   1. every position's rank in the stable ascending order of the entropies (an all-pairs count:
+//      C^2 comparisons, 65,536 at C = 256 — cheaper than a sort's barriers at this size);
+//   2. one thread walks the sorted entropies with the reference's fp32 prefix sum (the sum order is
+//      what makes a decision bit-identical, so it stays sequential: C additions) and sums the
+//      entropies in position order for the confidence test;
+//   3. every position writes its next-canvas token (the sample if accepted, else a renoise token from
+//      the counter-based RNG) and compares its argmax with the previous step's.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/decide.cuh"
+#include "util/counter_rng.h"
+
+namespace dgemma::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void __launch_bounds__(kThreads) decide_kernel(DecideLaunch d) {
+  extern __shared__ float smem[];
+  const int C = static_cast<int>(d.C);
+  float* h = smem;                                        // [C] entropies by position
+  float* sorted = smem + C;                               // [C] entropies in ascending order
+  int* rank = reinterpret_cast<int*>(smem + 2 * C);       // [C] position -> sorted index
+  int* accepted = reinterpret_cast<int*>(smem + 3 * C);   // [C] sorted index -> accepted
+  for (int p = threadIdx.x; p < C; p += blockDim.x) h[p] = d.entropy[p];
+  __syncthreads();
+
+  for (int p = threadIdx.x; p < C; p += blockDim.x) {
+    const float e = h[p];
+    int r = 0;
+    for (int q = 0; q < C; ++q) {
+      const float o = h[q];
+      r += (o < e || (o == e && q < p)) ? 1 : 0;
+    }
+    rank[p] = r;
+    sorted[r] = e;
+  }
+  __syncthreads();
+
+  if (threadIdx.x == 0) {
+    float cum = 0.0f;
+    for (int k = 0; k < C; ++k) {
+      const float v = sorted[k];
+      const float before = __fsub_rn(__fadd_rn(cum, v), v);  // cumsum[k] - sorted[k], as the reference
+      cum = __fadd_rn(cum, v);
+      accepted[k] = before <= d.entropy_bound ? 1 : 0;
+    }
+    float sum = 0.0f;
+    for (int p = 0; p < C; ++p) sum = __fadd_rn(sum, h[p]);
+    d.flags[1] = __fdiv_rn(sum, static_cast<float>(C)) < d.confidence_threshold ? 1 : 0;
+  }
+  __syncthreads();
+
+  int same = 1;
+  for (int p = threadIdx.x; p < C; p += blockDim.x) {
+    const int acc = accepted[rank[p]];
+    const int32_t am = d.argmax[p];
+    const int32_t chosen = d.sample != nullptr ? d.sample[p] : am;
+    d.canvas[p] = acc ? chosen : static_cast<int32_t>(rng::uniform_token(d.renoise_key, static_cast<uint32_t>(p), d.vocab));
+    if (d.accept != nullptr) d.accept[p] = static_cast<uint8_t>(acc);
+    if (d.have_prev && d.prev_argmax[p] != am) same = 0;
+    d.prev_argmax[p] = am;  // read above by this same thread only
+  }
+  same = __syncthreads_and(same);
+  if (threadIdx.x == 0) d.flags[0] = d.have_prev && same ? 1 : 0;
+}
+
+}  // namespace
+
+void launch_decide(const DecideLaunch& d, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(d.C) * 16;
+  if (smem > 48 * 1024) {
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(decide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 8192);
+    CUDA_CHECK(attr);
+  }
+  decide_kernel<<<1, kThreads, smem, stream>>>(d);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dgemma::cuda

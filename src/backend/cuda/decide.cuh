@@ -1,0 +1,26 @@
+#pragma once
+// The accept / renoise / stop decision of one denoising step (backend.h DecideArgs) in one block
+// (host launcher; kernel in decide.cu).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace dgemma::cuda {
+
+struct DecideLaunch {
+  const float* entropy = nullptr;   // [C]
+  const int32_t* argmax = nullptr;  // [C]
+  const int32_t* sample = nullptr;  // [C] (null when greedy: the argmax is taken)
+  int64_t C = 0;
+  float entropy_bound = 0, confidence_threshold = 0;
+  uint64_t renoise_key = 0;
+  uint32_t vocab = 0;
+  int32_t* prev_argmax = nullptr;   // [C]
+  bool have_prev = false;
+  int32_t* canvas = nullptr;        // [C]
+  int32_t* flags = nullptr;         // [2]
+  uint8_t* accept = nullptr;        // [C] or null
+};
+void launch_decide(const DecideLaunch& d, cudaStream_t stream);
+
+}  // namespace dgemma::cuda
