@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/tuning.h"
 #include "gpu_checks.h"
 
 namespace {
@@ -85,8 +86,28 @@ int bench() {
     a.k_new = bf({C, Hkv, D}, 13, 0.25f);
     a.v_new = bf({C, Hkv, D}, 14, 1.0f);
     a.out = be.alloc(ScalarType::kBF16, {C, Hq, D});
-    row(full ? "attention denoise D=512 Hkv=2 cache 4096" : "attention denoise D=256 Hkv=8 cache 1023",
+    const bool was = cuda::set_fused_attention(false);
+    row(full ? "attention denoise D=512 Hkv=2 cache 4096 (cuBLAS)" : "attention denoise D=256 Hkv=8 cache 1023 (cuBLAS)",
         time_ms(be, [&] { be.attention(a); }));
+    cuda::set_fused_attention(true);
+    row(full ? "attention denoise D=512 Hkv=2 cache 4096 (fused)" : "attention denoise D=256 Hkv=8 cache 1023 (fused)",
+        time_ms(be, [&] { be.attention(a); }));
+    cuda::set_fused_attention(was);
+  }
+  {  // the encoder's causal pass over a 512-token prompt chunk
+    const int64_t D = 256, Hkv = 8, n = 512;
+    AttentionArgs a;
+    a.q = bf({n, Hq, D}, 15, 0.25f);
+    a.k_new = bf({n, Hkv, D}, 16, 0.25f);
+    a.v_new = bf({n, Hkv, D}, 17, 1.0f);
+    a.causal = true;
+    a.window = 1024;
+    a.out = be.alloc(ScalarType::kBF16, {n, Hq, D});
+    const bool was = cuda::set_fused_attention(false);
+    row("attention prefill 512 causal D=256 (cuBLAS)", time_ms(be, [&] { be.attention(a); }));
+    cuda::set_fused_attention(true);
+    row("attention prefill 512 causal D=256 (fused)", time_ms(be, [&] { be.attention(a); }));
+    cuda::set_fused_attention(was);
   }
   {
     MoeArgs m;
@@ -99,7 +120,39 @@ int bench() {
     m.down = bf({E, H, I}, 26, 0.04f);
     m.top_k = static_cast<int>(K);
     m.out = be.alloc(ScalarType::kBF16, {C, H});
-    row("moe T=256 E=128 k=8 (host-synchronised)", time_ms(be, [&] { be.moe(m); }));
+    const bool was = cuda::set_moe_device_grouping(false);
+    row("moe T=256 E=128 k=8 (host-grouped, cuBLAS)", time_ms(be, [&] { be.moe(m); }));
+    cuda::set_moe_device_grouping(true);
+    row("moe T=256 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m); }));
+    MoeArgs m4 = m;  // batch 4: four canvases in one pass
+    m4.router_in = bf({4 * C, H}, 27, 1.0f);
+    m4.expert_in = bf({4 * C, H}, 28, 1.0f);
+    m4.out = be.alloc(ScalarType::kBF16, {4 * C, H});
+    cuda::set_moe_device_grouping(false);
+    row("moe T=1024 E=128 k=8 (host-grouped, cuBLAS)", time_ms(be, [&] { be.moe(m4); }));
+    cuda::set_moe_device_grouping(true);
+    row("moe T=1024 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m4); }));
+    cuda::set_moe_device_grouping(was);
+  }
+  {
+    DecideArgs d;
+    d.entropy = be.alloc(ScalarType::kF32, {C});
+    d.argmax = be.alloc(ScalarType::kI32, {C});
+    d.sample = be.alloc(ScalarType::kI32, {C});
+    d.prev_argmax = be.alloc(ScalarType::kI32, {C});
+    d.canvas = be.alloc(ScalarType::kI32, {C});
+    d.flags = be.alloc(ScalarType::kI32, {2});
+    std::vector<float> h(C);
+    std::vector<int32_t> ids(C);
+    for (int64_t p = 0; p < C; ++p) {
+      h[p] = static_cast<float>((p * 37) % 101) * 0.01f;
+      ids[p] = static_cast<int32_t>(p);
+    }
+    be.from_host(d.entropy, h.data());
+    for (const Tensor* t : {&d.argmax, &d.sample, &d.prev_argmax}) be.from_host(*t, ids.data());
+    d.vocab = static_cast<int32_t>(V);
+    d.have_prev = true;
+    row("decide C=256 (accept, renoise, flags)", time_ms(be, [&] { be.decide(d); }));
   }
   return 0;
 }
