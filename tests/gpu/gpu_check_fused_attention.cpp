@@ -1,8 +1,158 @@
-// Checks of the fused attention kernel against the CPU backend (filled in by the change that adds it).
-#include "gpu_checks.h"
+// Checks of the fused attention kernel (backend/cuda/fused_attention.cu) against the CPU backend and
+// against the unfused cuBLAS path of the CUDA backend (cuda::set_fused_attention toggles the two), on
+// fresh random inputs with poisoned outputs. The cases cover the head dims the kernel supports
+// (64/128/256/512), empty / tiny / long caches with cap > cache_len, query counts that are not
+// multiples of the kernel's row and key tiles, the three masks (bidirectional, causal, causal with a
+// window shorter than the cache) and GQA group sizes 1, 2 and 8.
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/tuning.h"
+#include "gpu_check_util.h"
 
 namespace dgemma::gpu_test {
+namespace {
 
-std::vector<Case> fused_attention_cases() { return {}; }
+struct FusedCase {
+  std::string name;
+  int64_t n, Hq, Hkv, D, L, cap;
+  bool causal;
+  int64_t window;
+  float scaling = 1.0f;
+  float score_std = 1.5f;  // typical |q.k| (q and k elements ~ N(0, sqrt(score_std / sqrt(D))))
+};
+
+// Restores the fused-attention knob on every exit.
+class FusedKnob {
+ public:
+  explicit FusedKnob(bool on) : old_(cuda::set_fused_attention(on)) {}
+  ~FusedKnob() { cuda::set_fused_attention(old_); }
+  FusedKnob(const FusedKnob&) = delete;
+  FusedKnob& operator=(const FusedKnob&) = delete;
+
+ private:
+  bool old_;
+};
+
+void run_fused(Reporter& r, const FusedCase& c) {
+  Data d("fused attention " + c.name);
+  const float s = std::sqrt(c.score_std / std::sqrt(static_cast<float>(c.D)));
+  AttentionArgs ca;
+  ca.q = d.bf16({c.n, c.Hq, c.D}, s);
+  ca.k_new = d.bf16({c.n, c.Hkv, c.D}, s);
+  ca.v_new = d.bf16({c.n, c.Hkv, c.D}, 1.0f);
+  if (c.cap > 0) {
+    // Rows past cache_len hold data too (as a real cache after eviction would): reading them, or
+    // letting them into the softmax, changes the result.
+    ca.k_cache = d.bf16({c.Hkv, c.cap, c.D}, s);
+    ca.v_cache = d.bf16({c.Hkv, c.cap, c.D}, 1.0f);
+  }
+  ca.cache_len = c.L;
+  ca.causal = c.causal;
+  ca.window = c.window;
+  ca.scaling = c.scaling;
+  ca.out = host_tensor(ScalarType::kBF16, {c.n, c.Hq, c.D});
+  AttentionArgs ga = ca;
+  ga.q = up(ca.q);
+  ga.k_new = up(ca.k_new);
+  ga.v_new = up(ca.v_new);
+  if (c.cap > 0) {
+    ga.k_cache = up(ca.k_cache);
+    ga.v_cache = up(ca.v_cache);
+  }
+  ga.out = poisoned(ScalarType::kBF16, {c.n, c.Hq, c.D});
+  AttentionArgs ua = ga;  // the unfused CUDA path, its own poisoned output
+  ua.out = poisoned(ScalarType::kBF16, {c.n, c.Hq, c.D});
+  cpu().attention(ca);
+  {
+    FusedKnob knob(true);
+    cuda().attention(ga);
+  }
+  {
+    FusedKnob knob(false);
+    cuda().attention(ua);
+  }
+  const auto fused = u16(ga.out);
+
+  // Against the CPU: the scores are fp32 dot products summed in another order (tensor-core MMA
+  // fragments over D), so a bf16 score rounds to the other neighbour in ~1e-4 of the cases (as for any
+  // GEMM, see gemm_tol) and moves that key's probability by ~exp(one bf16 step of the score); the
+  // softmax sum runs in another order with online rescaling (a probability moves by one bf16 step now
+  // and then); P.V accumulates in fp32 in MMA order. These are exactly the differences of the cuBLAS
+  // path, so the bounds are those of run_attention (gpu_check_ops.cpp): GEMM bounds per element, up to
+  // 1e-3 of the outputs further off (rows whose dominant score flipped), >= 80% bit-identical, and
+  // the NMSE bound (~40x one bf16 rounding).
+  Tol tol = gemm_tol();
+  tol.max_bad_fraction = 1e-3;
+  tol.min_exact = 0.8;
+  expect_bf16(r, c.name + " fused vs cpu", fused, u16(ca.out), tol);
+  // Against the unfused CUDA path: both sides differ from the CPU in the ways above (cuBLAS splits the
+  // dot products and P.V in its own order), and from each other by at most the sum of the two; the
+  // same per-element bound holds (a flip on one side is one GEMM rounding, as against the CPU), with
+  // twice the outlier fraction and the NMSE bound unchanged (each side's error is ~1/40 of it).
+  Tol tol_u = tol;
+  tol_u.max_bad_fraction = 2e-3;
+  tol_u.min_exact = 0.7;
+  expect_bf16(r, c.name + " fused vs unfused", fused, u16(ua.out), tol_u);
+  // The unfused path against the CPU, as a control: if this fails too, the inputs are at fault.
+  expect_bf16(r, c.name + " unfused vs cpu", u16(ua.out), u16(ca.out), tol);
+
+  // The fused kernel is deterministic: a second run (into a fresh poisoned output) is bit-identical.
+  AttentionArgs ga2 = ga;
+  ga2.out = poisoned(ScalarType::kBF16, {c.n, c.Hq, c.D});
+  {
+    FusedKnob knob(true);
+    cuda().attention(ga2);
+  }
+  expect_bf16(r, c.name + " fused rerun", u16(ga2.out), fused, exact_tol());
+}
+
+// name, n, Hq, Hkv, D, L, cap, causal, window [, scaling, score_std]
+void check_fused_d64(Reporter& r) {
+  run_fused(r, {"d64 bidir n5 cache7 g1", 5, 8, 8, 64, 7, 12, false, 0});
+  run_fused(r, {"d64 causal n300 nocache g2", 300, 4, 2, 64, 0, 0, true, 0});
+  run_fused(r, {"d64 causal w300 n256 cache1023 g1", 256, 4, 4, 64, 1023, 1100, true, 300});
+  run_fused(r, {"d64 scaling causal n5 cache1 g8", 5, 8, 1, 64, 1, 4, true, 0, 0.125f, 6.0f});
+}
+
+void check_fused_d128(Reporter& r) {
+  run_fused(r, {"d128 causal w64 n256 cache1023 g8", 256, 16, 2, 128, 1023, 1100, true, 64});
+  run_fused(r, {"d128 bidir n1 cache1 g8", 1, 8, 1, 128, 1, 1, false, 0});
+  run_fused(r, {"d128 bidir n300 cache7 g2", 300, 4, 2, 128, 7, 7, false, 0});
+}
+
+void check_fused_d256(Reporter& r) {
+  // The 26B model's sliding layers: 256 new tokens over a 1023-key cache, window 1024 (all visible
+  // except the future).
+  run_fused(r, {"d256 sliding causal w1024 n256 cache1023 g2", 256, 16, 8, 256, 1023, 1280, true, 1024});
+  run_fused(r, {"d256 causal w100 n300 cache3000 g2", 300, 16, 8, 256, 3000, 3100, true, 100});
+  run_fused(r, {"d256 bidir n5 cache3000 g8", 5, 16, 2, 256, 3000, 3001, false, 0});
+  run_fused(r, {"d256 causal n1 nocache g1", 1, 4, 4, 256, 0, 0, true, 0});
+}
+
+void check_fused_d512(Reporter& r) {
+  // The 26B model's full-attention layers: Hq 16 over Hkv 2, head dim 512.
+  run_fused(r, {"d512 full bidir n256 cache3000 g8", 256, 16, 2, 512, 3000, 3072, false, 0});
+  run_fused(r, {"d512 causal n300 cache1023 g8", 300, 16, 2, 512, 1023, 1024, true, 0});
+  run_fused(r, {"d512 causal w7 n5 cache7 g2", 5, 4, 2, 512, 7, 9, true, 7});
+  run_fused(r, {"d512 bidir n1 nocache g1", 1, 2, 2, 512, 0, 0, false, 0});
+  run_fused(r, {"d512 scaling bidir n5 cache1 g1", 5, 2, 2, 512, 1, 3, false, 0, 0.0625f, 6.0f});
+}
+
+// A long cache: the kernel walks 32768 keys in tiles without any per-key buffer.
+void check_fused_long(Reporter& r) {
+  run_fused(r, {"d256 bidir n5 cache32768 g2", 5, 4, 2, 256, 32768, 32800, false, 0});
+  run_fused(r, {"d512 causal w1024 n5 cache32768 g8", 5, 8, 1, 512, 32768, 32768, true, 1024});
+}
+
+}  // namespace
+
+std::vector<Case> fused_attention_cases() {
+  return {
+      {"fused_attention_d64", check_fused_d64},     {"fused_attention_d128", check_fused_d128},
+      {"fused_attention_d256", check_fused_d256},   {"fused_attention_d512", check_fused_d512},
+      {"fused_attention_long", check_fused_long},
+  };
+}
 
 }  // namespace dgemma::gpu_test

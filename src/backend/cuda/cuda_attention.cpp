@@ -9,11 +9,14 @@
 // that every operand stays 16-byte aligned); P.V accumulates both parts in fp32 (beta = 1) before the
 // single rounding. Long contexts: the queries are processed in chunks that keep the score buffer
 // under a budget (256 MiB, tuning.h); there is no limit on the number of keys beyond memory.
+// With the fused-attention knob on (the default), head dims 64/128/256/512 run fused_attention.cu
+// instead (one launch, same rounding points, no score buffer); other shapes keep this path.
 #include <algorithm>
 #include <atomic>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/fused_attention.cuh"
 #include "backend/cuda/tuning.h"
 #include "util/error.h"
 
@@ -21,7 +24,7 @@ namespace dgemma::cuda {
 
 namespace {
 std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
-std::atomic<bool> g_fused{false};
+std::atomic<bool> g_fused{true};
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
 
@@ -53,6 +56,13 @@ void attention(const Context& ctx, const AttentionArgs& a) {
     DG_CHECK(a.v_cache.dim(0) == Hkv && a.v_cache.dim(1) == cap && a.v_cache.dim(2) == D);
   }
   if (n == 0) return;
+  if (g_fused.load() &&
+      launch_fused_attention(a.q.ptr<uint16_t>(), L > 0 ? a.k_cache.ptr<uint16_t>() : nullptr,
+                             L > 0 ? a.v_cache.ptr<uint16_t>() : nullptr, a.k_new.ptr<uint16_t>(),
+                             a.v_new.ptr<uint16_t>(), a.out.ptr<uint16_t>(), n, Hq, Hkv, D, L, cap, a.causal,
+                             a.window, a.scaling, ctx.device, ctx.stream)) {
+    return;
+  }
 
   const int64_t groups = Hq / Hkv;
   const int64_t Lpad = round_up(L, 8);
