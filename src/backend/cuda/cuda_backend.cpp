@@ -63,7 +63,8 @@ void sampler(const Context& ctx, const SamplerArgs& a) {
   s.argmax_logprob = optional(a.argmax_logprob, "argmax_logprob");
   s.argmax_gap = optional(a.argmax_gap, "argmax_gap");
   s.sample_gap = optional(a.sample_gap, "sample_gap");
-  launch_sampler(s, ctx.stream);
+  Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(sampler_workspace_bytes(C, V))});
+  launch_sampler(s, workspace.data, ctx.stream);
 }
 
 namespace {

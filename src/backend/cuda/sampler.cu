@@ -1,4 +1,5 @@
-// The sampler (MODEL.md §6), one block per canvas position, never materialising fp32 [C, V]:
+// The sampler (MODEL.md §6), each canvas row cut into slices with one block per (slice, position),
+// never materialising fp32 [C, V]:
 //   pass 0: max of the raw bf16 logits (z is a non-decreasing function of the logit, so this fixes
 //           the shift of the exponentials below to the CPU's max z exactly);
 //   pass 1: z = softcap * tanh(x / softcap) / T per element (fp32, as the CPU); argmax and the
@@ -6,6 +7,7 @@
 //           S1 = sum e^(z - m), S2 = sum e^(z - m) (z - m), the CPU's -sum p log p rewritten);
 //           Gumbel-max with the counter-based noise in double; the fp32 softmax sum of bf16(z) for the
 //           self-conditioning probabilities (summed in double: see cuda_backend.cpp's notes);
+//   then one warp per row merges the slices' partial results in slice order (deterministic);
 //   pass 2 (want_probs): the row is overwritten with bf16(exp(bf16(z) - max) / sum).
 // Ties: the lowest index wins (the CPU's strict '>' over ascending indices).
 #include <climits>
@@ -74,34 +76,86 @@ struct Stats {
   }
 };
 
-struct SharedStats {
-  float zv1[kWarps], zv2[kWarps];
-  int zi1[kWarps], gi1[kWarps];
-  double gv1[kWarps], gv2[kWarps], s1[kWarps], s2[kWarps], bsum[kWarps];
+// One block's (or one row's) partial results, merged in a fixed order.
+struct Partial {
+  float zv1, zv2;
+  int zi1, gi1;
+  double gv1, gv2, s1, s2, bsum;
 };
 
-__global__ void __launch_bounds__(kThreads) sampler_kernel(SamplerLaunch a) {
-  __shared__ float shared_f[32];
-  __shared__ SharedStats sh;
-  __shared__ float bsum_shared;
-  const int64_t pos = blockIdx.x;
-  uint16_t* row = a.logits + pos * a.V;
-  const float cap = a.softcap, temp = a.temperature;
-
-  // Pass 0: the largest raw logit and the shift m = z(max logit).
-  float xmax = -INFINITY;
-  for (int64_t v = threadIdx.x; v < a.V; v += kThreads) xmax = fmaxf(xmax, bf16_to_f32(row[v]));
-  xmax = block_reduce(xmax, MaxOp{}, -INFINITY, shared_f);
-  const float m = processed(xmax, cap, temp);
-  const double md = static_cast<double>(m);
-  const float bmax = round_bf16(m);  // = max of bf16(z): rounding is monotonic
-
-  // Pass 1.
-  Stats st;
+__device__ __forceinline__ void empty_stats(Stats& st) {
   st.z = {-INFINITY, -INFINITY, INT_MAX};
   st.g = {-INFINITY, -INFINITY, INT_MAX};
   st.s1 = st.s2 = st.bsum = 0.0;
-  for (int64_t v = threadIdx.x; v < a.V; v += kThreads) {
+}
+
+__device__ __forceinline__ void to_stats(const Partial& p, Stats& st) {
+  st.z = {p.zv1, p.zv2, p.zi1};
+  st.g = {p.gv1, p.gv2, p.gi1};
+  st.s1 = p.s1;
+  st.s2 = p.s2;
+  st.bsum = p.bsum;
+}
+
+__device__ __forceinline__ Partial to_partial(const Stats& st) {
+  return Partial{st.z.v1, st.z.v2, st.z.i1, st.g.i1, st.g.v1, st.g.v2, st.s1, st.s2, st.bsum};
+}
+
+// Reduces every thread's Stats over the block; the result is valid in thread 0.
+__device__ __forceinline__ void block_reduce_stats(Stats& st, Partial* warp_partials) {
+  st.warp_reduce_all();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_partials[warp] = to_partial(st);
+  __syncthreads();
+  if (warp == 0) {
+    if (lane < kWarps) to_stats(warp_partials[lane], st);
+    else empty_stats(st);
+    st.warp_reduce_all();
+  }
+}
+
+// The slice [v0, v1) of a row that block (s, pos) covers.
+__device__ __forceinline__ void slice_of(int64_t V, int splits, int64_t& v0, int64_t& v1) {
+  const int64_t per = (V + splits - 1) / splits;
+  v0 = blockIdx.x * per;
+  v1 = v0 + per < V ? v0 + per : V;
+}
+
+// Pass 0: each block's largest raw logit of its slice.
+__global__ void __launch_bounds__(kThreads) slice_max_kernel(SamplerLaunch a, int splits, float* slice_max) {
+  __shared__ float shared_f[32];
+  const int64_t pos = blockIdx.y;
+  const uint16_t* row = a.logits + pos * a.V;
+  int64_t v0, v1;
+  slice_of(a.V, splits, v0, v1);
+  float xmax = -INFINITY;
+  for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) xmax = fmaxf(xmax, bf16_to_f32(row[v]));
+  xmax = block_reduce(xmax, MaxOp{}, -INFINITY, shared_f);
+  if (threadIdx.x == 0) slice_max[pos * splits + blockIdx.x] = xmax;
+}
+
+// The row's shift m = z(max logit) from the slice maxima.
+__device__ __forceinline__ float row_shift(const SamplerLaunch& a, int splits, const float* slice_max, int64_t pos) {
+  float xmax = -INFINITY;
+  for (int s = 0; s < splits; ++s) xmax = fmaxf(xmax, slice_max[pos * splits + s]);
+  return processed(xmax, a.softcap, a.temperature);
+}
+
+// Pass 1 over a slice: argmax and second-best z, the entropy sums, Gumbel-max, the bf16 softmax sum.
+__global__ void __launch_bounds__(kThreads) slice_stats_kernel(SamplerLaunch a, int splits, const float* slice_max,
+                                                               Partial* partials) {
+  __shared__ Partial warp_partials[kWarps];
+  const int64_t pos = blockIdx.y;
+  const uint16_t* row = a.logits + pos * a.V;
+  const float cap = a.softcap, temp = a.temperature;
+  const float m = row_shift(a, splits, slice_max, pos);
+  const double md = static_cast<double>(m);
+  const float bmax = round_bf16(m);  // = max of bf16(z): rounding is monotonic
+  int64_t v0, v1;
+  slice_of(a.V, splits, v0, v1);
+  Stats st;
+  empty_stats(st);
+  for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) {
     const float z = processed(bf16_to_f32(row[v]), cap, temp);
     st.z.push(z, static_cast<int>(v));
     const double dz = static_cast<double>(z) - md;
@@ -112,49 +166,51 @@ __global__ void __launch_bounds__(kThreads) sampler_kernel(SamplerLaunch a) {
     const double g = static_cast<double>(z) + rng::gumbel(a.sample_key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
     st.g.push(g, static_cast<int>(v));
   }
+  block_reduce_stats(st, warp_partials);
+  if (threadIdx.x == 0) partials[pos * splits + blockIdx.x] = to_partial(st);
+}
+
+// Merges a row's slice partials in slice order (one warp per row) and writes the per-position outputs.
+__global__ void finalize_kernel(SamplerLaunch a, int splits, const float* slice_max, const Partial* partials,
+                                float* row_bsum) {
+  const int64_t pos = blockIdx.x;
+  const int lane = threadIdx.x;
+  Stats st;
+  empty_stats(st);
+  // Lane l merges slices l, l + 32, ... in order; then the warp reduction (fixed order).
+  for (int s = lane; s < splits; s += 32) {
+    Stats o;
+    to_stats(partials[pos * splits + s], o);
+    st.z.merge(o.z.v1, o.z.i1, o.z.v2);
+    st.g.merge(o.g.v1, o.g.i1, o.g.v2);
+    st.s1 += o.s1;
+    st.s2 += o.s2;
+    st.bsum += o.bsum;
+  }
   st.warp_reduce_all();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    sh.zv1[warp] = st.z.v1;
-    sh.zv2[warp] = st.z.v2;
-    sh.zi1[warp] = st.z.i1;
-    sh.gv1[warp] = st.g.v1;
-    sh.gv2[warp] = st.g.v2;
-    sh.gi1[warp] = st.g.i1;
-    sh.s1[warp] = st.s1;
-    sh.s2[warp] = st.s2;
-    sh.bsum[warp] = st.bsum;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    if (lane < kWarps) {
-      st.z = {sh.zv1[lane], sh.zv2[lane], sh.zi1[lane]};
-      st.g = {sh.gv1[lane], sh.gv2[lane], sh.gi1[lane]};
-      st.s1 = sh.s1[lane];
-      st.s2 = sh.s2[lane];
-      st.bsum = sh.bsum[lane];
-    } else {
-      st.z = {-INFINITY, -INFINITY, INT_MAX};
-      st.g = {-INFINITY, -INFINITY, INT_MAX};
-      st.s1 = st.s2 = st.bsum = 0.0;
-    }
-    st.warp_reduce_all();
-    if (lane == 0) {
-      const double lse = md + log(st.s1);
-      a.entropy[pos] = static_cast<float>(log(st.s1) - st.s2 / st.s1);
-      a.argmax[pos] = st.z.i1;
-      a.sample[pos] = st.g.i1;
-      if (a.argmax_logprob != nullptr) a.argmax_logprob[pos] = static_cast<float>(static_cast<double>(st.z.v1) - lse);
-      if (a.argmax_gap != nullptr) a.argmax_gap[pos] = __fsub_rn(st.z.v1, st.z.v2);
-      if (a.sample_gap != nullptr) a.sample_gap[pos] = static_cast<float>(st.g.v1 - st.g.v2);
-      bsum_shared = static_cast<float>(st.bsum);
-    }
-  }
-  if (!a.want_probs) return;
-  __syncthreads();
-  // Pass 2: every read above is done (barrier); each element is read and rewritten by one thread.
-  const float bsum = bsum_shared;
-  for (int64_t v = threadIdx.x; v < a.V; v += kThreads) {
+  if (lane != 0) return;
+  const double md = static_cast<double>(row_shift(a, splits, slice_max, pos));
+  const double lse = md + log(st.s1);
+  a.entropy[pos] = static_cast<float>(log(st.s1) - st.s2 / st.s1);
+  a.argmax[pos] = st.z.i1;
+  a.sample[pos] = st.g.i1;
+  if (a.argmax_logprob != nullptr) a.argmax_logprob[pos] = static_cast<float>(static_cast<double>(st.z.v1) - lse);
+  if (a.argmax_gap != nullptr) a.argmax_gap[pos] = __fsub_rn(st.z.v1, st.z.v2);
+  if (a.sample_gap != nullptr) a.sample_gap[pos] = static_cast<float>(st.g.v1 - st.g.v2);
+  row_bsum[pos] = static_cast<float>(st.bsum);
+}
+
+// Pass 2: the slice is overwritten with bf16(exp(bf16(z) - max) / sum).
+__global__ void __launch_bounds__(kThreads) probs_kernel(SamplerLaunch a, int splits, const float* slice_max,
+                                                         const float* row_bsum) {
+  const int64_t pos = blockIdx.y;
+  uint16_t* row = a.logits + pos * a.V;
+  const float cap = a.softcap, temp = a.temperature;
+  const float bmax = round_bf16(row_shift(a, splits, slice_max, pos));
+  const float bsum = row_bsum[pos];
+  int64_t v0, v1;
+  slice_of(a.V, splits, v0, v1);
+  for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) {
     const float zb = round_bf16(processed(bf16_to_f32(row[v]), cap, temp));
     row[v] = f32_to_bf16(__fdiv_rn(exp_f32(__fsub_rn(zb, bmax)), bsum));
   }
@@ -162,9 +218,35 @@ __global__ void __launch_bounds__(kThreads) sampler_kernel(SamplerLaunch a) {
 
 }  // namespace
 
-void launch_sampler(const SamplerLaunch& s, cudaStream_t stream) {
+int sampler_splits(int64_t V) {
+  // Each row is cut into slices of >= 16K elements (at most 32): C = 256 rows of the 262,144-token
+  // vocabulary make 4,096 blocks, enough to fill every SM in one wave instead of two waves of one
+  // block per row.
+  const int64_t s = (V + 16383) / 16384;
+  return static_cast<int>(s < 1 ? 1 : (s > 32 ? 32 : s));
+}
+
+size_t sampler_workspace_bytes(int64_t C, int64_t V) {
+  const size_t n = static_cast<size_t>(C) * static_cast<size_t>(sampler_splits(V));
+  return n * sizeof(Partial) + n * sizeof(float) + static_cast<size_t>(C) * sizeof(float);
+}
+
+void launch_sampler(const SamplerLaunch& s, void* workspace, cudaStream_t stream) {
   if (s.C <= 0 || s.V <= 0) return;
-  sampler_kernel<<<static_cast<unsigned>(s.C), kThreads, 0, stream>>>(s);
+  const int splits = sampler_splits(s.V);
+  const size_t n = static_cast<size_t>(s.C) * static_cast<size_t>(splits);
+  Partial* partials = static_cast<Partial*>(workspace);
+  float* slice_max = reinterpret_cast<float*>(partials + n);
+  float* row_bsum = slice_max + n;
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(s.C));
+  slice_max_kernel<<<grid, kThreads, 0, stream>>>(s, splits, slice_max);
+  CUDA_CHECK_LAUNCH();
+  slice_stats_kernel<<<grid, kThreads, 0, stream>>>(s, splits, slice_max, partials);
+  CUDA_CHECK_LAUNCH();
+  finalize_kernel<<<static_cast<unsigned>(s.C), 32, 0, stream>>>(s, splits, slice_max, partials, row_bsum);
+  CUDA_CHECK_LAUNCH();
+  if (!s.want_probs) return;
+  probs_kernel<<<grid, kThreads, 0, stream>>>(s, splits, slice_max, row_bsum);
   CUDA_CHECK_LAUNCH();
 }
 

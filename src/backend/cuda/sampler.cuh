@@ -2,6 +2,7 @@
 // The fused per-position sampler of one denoising step (host launcher; kernel in sampler.cu).
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace dgemma::cuda {
@@ -19,6 +20,9 @@ struct SamplerLaunch {
   float* argmax_gap = nullptr;      // [C] or null
   float* sample_gap = nullptr;      // [C] or null
 };
-void launch_sampler(const SamplerLaunch& s, cudaStream_t stream);
+// Scratch the launch needs (device memory of at least this many bytes, 16-byte aligned).
+size_t sampler_workspace_bytes(int64_t C, int64_t V);
+int sampler_splits(int64_t V);
+void launch_sampler(const SamplerLaunch& s, void* workspace, cudaStream_t stream);
 
 }  // namespace dgemma::cuda
