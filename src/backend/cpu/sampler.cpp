@@ -3,7 +3,8 @@
 //   z = s / T                                            (the "processed" logits, fp32)
 //   H = -sum p log p with p = softmax(z)                (fp64 here; the reference's fp32 differs ~1e-7)
 //   argmax(z); sample = argmax(z + Gumbel) with the counter-based noise of (key, position, token)
-//   probs for self-conditioning = bf16(softmax_fp32(bf16(z)))  (written over the logits)
+//   probs for self-conditioning = bf16(softmax_fp32(bf16(z)))  (written over the logits; the
+//   denominator summed in double)
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -77,11 +78,15 @@ void sampler(const SamplerArgs& a) {
           z[v] = round_bf16(z[v]);
           bmax = std::max(bmax, z[v]);
         }
-        float bsum = 0;
+        // The fp32 softmax denominator: accumulated in double and rounded once, close to the true
+        // sum as torch's tree reduction is (a sequential fp32 sum over 262,144 terms drifts by
+        // ~1e-4 relative, enough to move several % of the bf16 probabilities by a step).
+        double dsum = 0;
         for (int64_t v = 0; v < V; ++v) {
           z[v] = std::exp(z[v] - bmax);
-          bsum += z[v];
+          dsum += z[v];
         }
+        const float bsum = static_cast<float>(dsum);
         for (int64_t v = 0; v < V; ++v) row[v] = f32_to_bf16(z[v] / bsum);
       }
     }

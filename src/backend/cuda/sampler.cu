@@ -8,7 +8,8 @@
 //           Gumbel-max with the counter-based noise in double; the fp32 softmax sum of bf16(z) for the
 //           self-conditioning probabilities (summed in double: see cuda_backend.cpp's notes);
 //   then one warp per row merges the slices' partial results in slice order (deterministic);
-//   pass 2 (want_probs): the row is overwritten with bf16(exp(bf16(z) - max) / sum).
+//   pass 2 (want_probs): the row (holding bf16(z) since pass 1) is overwritten with
+//           bf16(exp(bf16(z) - max) / sum).
 // Ties: the lowest index wins (the CPU's strict '>' over ascending indices).
 #include <climits>
 #include <cmath>
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(SamplerLaunch a, 
                                                                Partial* partials) {
   __shared__ Partial warp_partials[kWarps];
   const int64_t pos = blockIdx.y;
-  const uint16_t* row = a.logits + pos * a.V;
+  uint16_t* row = a.logits + pos * a.V;
   const float cap = a.softcap, temp = a.temperature;
   const float m = row_shift(a, splits, slice_max, pos);
   const double md = static_cast<double>(m);
@@ -162,7 +163,11 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(SamplerLaunch a, 
     const double e = exp(dz);
     st.s1 += e;
     st.s2 += e * dz;
-    if (a.want_probs) st.bsum += static_cast<double>(exp_f32(__fsub_rn(round_bf16(z), bmax)));
+    if (a.want_probs) {
+      const uint16_t zb = f32_to_bf16(z);
+      st.bsum += static_cast<double>(exp_f32(__fsub_rn(bf16_to_f32(zb), bmax)));
+      row[v] = zb;  // pass 2 reads bf16(z) back instead of recomputing the soft-cap (one thread per element)
+    }
     const double g = static_cast<double>(z) + rng::gumbel(a.sample_key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
     st.g.push(g, static_cast<int>(v));
   }
@@ -205,13 +210,12 @@ __global__ void __launch_bounds__(kThreads) probs_kernel(SamplerLaunch a, int sp
                                                          const float* row_bsum) {
   const int64_t pos = blockIdx.y;
   uint16_t* row = a.logits + pos * a.V;
-  const float cap = a.softcap, temp = a.temperature;
   const float bmax = round_bf16(row_shift(a, splits, slice_max, pos));
   const float bsum = row_bsum[pos];
   int64_t v0, v1;
   slice_of(a.V, splits, v0, v1);
   for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) {
-    const float zb = round_bf16(processed(bf16_to_f32(row[v]), cap, temp));
+    const float zb = bf16_to_f32(row[v]);  // bf16(z), stored by pass 1
     row[v] = f32_to_bf16(__fdiv_rn(exp_f32(__fsub_rn(zb, bmax)), bsum));
   }
 }
