@@ -1,8 +1,229 @@
-// Checks of the device-grouped MoE against the CPU backend (filled in by the change that adds it).
-#include "gpu_checks.h"
+// Checks of the device-grouped MoE (grouping kernel + grouped expert GEMMs, grouped_moe.cu) against
+// the CPU backend and against the host-grouped CUDA path (cuBLAS), on random, completely skewed and
+// sparse routings, at the small test shapes (including N and K tails of the 64-wide tiles) and the
+// real one (E128 k8 H2816 I704) at T = 1 .. 1000. Outputs are poisoned, so unwritten elements show.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/tuning.h"
+#include "gpu_check_util.h"
+#include "util/bf16.h"
 
 namespace dgemma::gpu_test {
+namespace {
 
-std::vector<Case> grouped_moe_cases() { return {}; }
+enum class Routing {
+  kRandom,  // router input and weights random: experts get ~T*K/E rows each
+  kSkewed,  // one expert has a large positive router row: it is in every token's top-k (T rows)
+  kSparse,  // all but kSparseExperts experts have large negative router rows: they get no rows
+};
+constexpr int64_t kSparseExperts = 12;
+
+struct Shape {
+  std::string name;
+  int64_t T, H, I, E;
+  int K;
+  Routing routing = Routing::kRandom;
+};
+
+MoeArgs make_inputs(Data& d, const Shape& s) {
+  const int64_t T = s.T, H = s.H, I = s.I, E = s.E;
+  MoeArgs a;
+  a.expert_in = d.bf16({T, H}, 1.0f);
+  a.router_scale = d.bf16({H}, 0.2f, 1.0f);
+  a.per_expert_scale = d.bf16_uniform({E}, 0.5f, 1.5f);
+  a.gate_up = d.bf16({E, 2 * I, H}, 1.0f / std::sqrt(static_cast<float>(H)));
+  a.down = d.bf16({E, H, I}, 1.0f / std::sqrt(static_cast<float>(I)));
+  a.top_k = s.K;
+  a.eps = 1e-6f;
+  if (s.routing == Routing::kRandom) {
+    a.router_in = d.bf16({T, H}, 3.0f);
+    a.router_proj = d.bf16({E, H}, 1.0f);
+    return a;
+  }
+  // A router input with a common positive direction: after the RMSNorm every z_i is about
+  // 0.95 * scale_i / sqrt(H), so sum_i z_i ~ 0.95 sqrt(H) while a random N(0,1) router row gives
+  // logits ~ N(0, 1). A constant row c gives the logit ~ c * 0.95 sqrt(H).
+  a.router_in = d.bf16({T, H}, 1.0f, 3.0f);
+  a.router_proj = d.bf16({E, H}, 1.0f);
+  uint16_t* w = a.router_proj.ptr<uint16_t>();
+  const float unit = 1.0f / (0.95f * std::sqrt(static_cast<float>(H)));  // a row of `unit`: logit ~ 1
+  if (s.routing == Routing::kSkewed) {
+    // Logit ~ +8 for one expert: its probability ~0.9, always in the top-k, the others' weights
+    // still non-zero (so every expert's output matters in the comparison).
+    const int64_t winner = E / 2 + 1;
+    std::fill_n(w + winner * H, H, f32_to_bf16(8.0f * unit));
+  } else {
+    // Logit ~ -30 for every expert outside the first kSparseExperts: never in the top-k (K <= 12).
+    for (int64_t e = kSparseExperts; e < E; ++e) std::fill_n(w + e * H, H, f32_to_bf16(-30.0f * unit));
+  }
+  return a;
+}
+
+// A GPU copy of the host inputs, with poisoned outputs and fresh debug outputs.
+MoeArgs to_gpu(const MoeArgs& c, const Shape& s) {
+  MoeArgs g = c;
+  g.router_in = up(c.router_in);
+  g.expert_in = up(c.expert_in);
+  g.router_scale = up(c.router_scale);
+  g.router_proj = up(c.router_proj);
+  g.per_expert_scale = up(c.per_expert_scale);
+  g.gate_up = up(c.gate_up);
+  g.down = up(c.down);
+  g.out = poisoned(ScalarType::kBF16, {s.T, s.H});
+  g.dbg_probs = host_tensor(ScalarType::kF32, {s.T, s.E});
+  g.dbg_weights = host_tensor(ScalarType::kF32, {s.T, s.K});
+  g.dbg_index = host_tensor(ScalarType::kI32, {s.T, s.K});
+  std::fill_n(g.dbg_index.ptr<int32_t>(), s.T * s.K, -1);
+  std::fill_n(g.dbg_probs.ptr<float>(), s.T * s.E, NAN);
+  std::fill_n(g.dbg_weights.ptr<float>(), s.T * s.K, NAN);
+  return g;
+}
+
+void run_cuda(const MoeArgs& g, bool device_grouping) {
+  const bool old = cuda::set_moe_device_grouping(device_grouping);
+  try {
+    cuda().moe(g);
+  } catch (...) {
+    cuda::set_moe_device_grouping(old);
+    throw;
+  }
+  cuda::set_moe_device_grouping(old);
+}
+
+// The outputs of two MoE runs on the tokens routed identically by both. Both compute every expert
+// output element as one fp32 dot product rounded to bf16, in different summation orders (CPU loop,
+// cuBLAS, the grouped kernel): a bf16 flip in gate / up can grow to a few steps after the activation
+// and the down projection (704 terms of both signs: small outputs move by several of their own ulps;
+// measured CPU vs cuBLAS at H=2816: 1.0% of elements beyond 4 ulps, NMSE 4e-7), then a bf16 sum over
+// k experts. Hence the bound of run_moe (gpu_check_ops.cpp): 4 steps or the near-zero floor per
+// element, 2% of the elements further off, 80% bit-identical, NMSE 1e-5 (the strict test: ~40x a
+// single bf16 rounding).
+void compare_out(Reporter& r, const std::string& what, const Shape& s, const MoeArgs& want, const MoeArgs& got,
+                 const std::vector<char>& same) {
+  std::vector<uint16_t> ow = u16(want.out), og = u16(got.out), sw, sg;
+  for (int64_t t = 0; t < s.T; ++t) {
+    if (!same[static_cast<size_t>(t)]) continue;
+    sw.insert(sw.end(), ow.begin() + t * s.H, ow.begin() + (t + 1) * s.H);
+    sg.insert(sg.end(), og.begin() + t * s.H, og.begin() + (t + 1) * s.H);
+  }
+  expect_bf16(r, what, sg, sw, Tol{4, 2e-3, 2e-2, 0.8, 1e-5});
+  for (size_t i = 0; i < og.size(); ++i)
+    if (og[i] == 0xFFFF) {
+      r.fail(what + ": output element " + std::to_string(i) + " was not written");
+      break;
+    }
+}
+
+// The routing that the inputs were built for really happened (on the CPU's routing): otherwise the
+// check would not exercise what it claims.
+void check_routing_shape(Reporter& r, const Shape& s, const std::vector<int32_t>& idx) {
+  std::vector<int64_t> count(static_cast<size_t>(s.E), 0);
+  for (int32_t e : idx) {
+    if (e < 0 || e >= s.E) {
+      r.fail(s.name + ": CPU routed to expert " + std::to_string(e));
+      return;
+    }
+    ++count[static_cast<size_t>(e)];
+  }
+  const int64_t empty = std::count(count.begin(), count.end(), 0);
+  const int64_t most = *std::max_element(count.begin(), count.end());
+  r.note(s.name + ": rows per expert max " + std::to_string(most) + ", experts without rows " + std::to_string(empty) +
+         "/" + std::to_string(s.E));
+  if (s.routing == Routing::kSkewed && most != s.T) r.fail(s.name + ": no expert got every token");
+  if (s.routing == Routing::kSparse && empty < s.E - kSparseExperts)
+    r.fail(s.name + ": more than " + std::to_string(kSparseExperts) + " experts got rows");
+}
+
+void run_grouped(Reporter& r, const Shape& s) {
+  Data d("grouped moe " + s.name);
+  const int64_t T = s.T, E = s.E, K = s.K;
+  MoeArgs ca = make_inputs(d, s);
+  ca.out = host_tensor(ScalarType::kBF16, {T, s.H});
+  ca.dbg_probs = host_tensor(ScalarType::kF32, {T, E});
+  ca.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
+  ca.dbg_index = host_tensor(ScalarType::kI32, {T, K});
+  MoeArgs dev = to_gpu(ca, s);
+  MoeArgs host = to_gpu(ca, s);
+  cpu().moe(ca);
+  run_cuda(dev, true);
+  run_cuda(host, false);
+  check_routing_shape(r, s, i32(ca.dbg_index));
+
+  // 1. Device grouping vs the host-grouped CUDA path: the routing comes from the same kernels on the
+  // same inputs, so it must be bit-identical; the expert outputs differ only in summation order.
+  {
+    const auto pd = f32(dev.dbg_probs), ph = f32(host.dbg_probs);
+    const auto wd = f32(dev.dbg_weights), wh = f32(host.dbg_weights);
+    const auto id = i32(dev.dbg_index), ih = i32(host.dbg_index);
+    if (pd != ph || id != ih || wd != wh) r.fail(s.name + ": routing differs between device and host grouping");
+    compare_out(r, s.name + " device vs host grouping", s, host, dev, std::vector<char>(static_cast<size_t>(T), 1));
+  }
+
+  // 2. Device grouping vs the CPU. Routing as in run_moe (gpu_check_ops.cpp): the bf16 router logits
+  // come from a GEMM, so a logit can round the other way and move that token's probabilities; tokens
+  // with bit-identical probabilities must route identically with bit-identical weights, at least
+  // three quarters of the tokens must have bit-identical probabilities (measured 53/64 at H=2816;
+  // not required below 4 tokens, where one flip is already a quarter), and no probability may move
+  // by more than one bf16 step of a logit (< 2%). Outputs are compared on identically routed tokens.
+  const auto pc = f32(ca.dbg_probs), pg = f32(dev.dbg_probs);
+  const auto wc = f32(ca.dbg_weights), wg = f32(dev.dbg_weights);
+  const auto ic = i32(ca.dbg_index), ig = i32(dev.dbg_index);
+  std::vector<char> same(static_cast<size_t>(T), 0);
+  int64_t same_probs = 0, same_route = 0;
+  double worst_prob = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    bool probs_equal = true;
+    for (int64_t e = 0; e < E; ++e) {
+      probs_equal &= pc[t * E + e] == pg[t * E + e];
+      worst_prob = std::max(worst_prob, static_cast<double>(std::fabs(pc[t * E + e] - pg[t * E + e])));
+    }
+    bool route_equal = true;
+    for (int64_t k = 0; k < K; ++k) route_equal &= ic[t * K + k] == ig[t * K + k] && wc[t * K + k] == wg[t * K + k];
+    same_probs += probs_equal;
+    same_route += route_equal;
+    if (probs_equal && !route_equal)
+      r.fail(s.name + ": token " + std::to_string(t) + " has identical router probabilities but another routing");
+    same[static_cast<size_t>(t)] = route_equal;
+  }
+  r.note(s.name + ": tokens with bit-identical router probs " + std::to_string(same_probs) + "/" + std::to_string(T) +
+         ", identical routing " + std::to_string(same_route) + "/" + std::to_string(T) + ", max |dprob| " +
+         fmt_double(worst_prob));
+  if (T >= 4 && same_probs * 4 < T * 3)
+    r.fail(s.name + ": fewer than 75% of the tokens have bit-identical router probabilities");
+  if (worst_prob > 0.02) r.fail(s.name + ": router probabilities differ by " + fmt_double(worst_prob));
+  compare_out(r, s.name + " device grouping vs CPU (identically routed tokens)", s, ca, dev, same);
+}
+
+Case make_case(const std::string& id, Shape s) {
+  return {id, [s](Reporter& r) { run_grouped(r, s); }};
+}
+
+}  // namespace
+
+std::vector<Case> grouped_moe_cases() {
+  constexpr int64_t H = 2816, I = 704;
+  return {
+      // Small shapes: one 64-wide K tile, T not a multiple of any tile.
+      make_case("grouped_moe_E8_k2", {"grouped moe E8 k2", 37, 64, 32, 8, 2}),
+      // N and K tails: gate_up 40 columns (a 32-wide tile + 8), down 72 columns (64 + 8), K = 72 and 40.
+      make_case("grouped_moe_E8_k2_tails", {"grouped moe E8 k2 H72 I40", 45, 72, 40, 8, 2}),
+      // I not a multiple of 8: not supported by the grouped kernel; the host-grouped path runs instead.
+      make_case("grouped_moe_E8_k2_fallback", {"grouped moe E8 k2 H60 I30 (host fallback)", 21, 60, 30, 8, 2}),
+      make_case("grouped_moe_E128_k8_T1", {"grouped moe E128 k8 T1", 1, H, I, 128, 8}),
+      make_case("grouped_moe_E128_k8_T64", {"grouped moe E128 k8 T64", 64, H, I, 128, 8}),
+      make_case("grouped_moe_E128_k8_T256", {"grouped moe E128 k8 T256", 256, H, I, 128, 8}),
+      // 62.5 rows per expert on average: the 64-row tiles, several M tiles for the busier experts.
+      make_case("grouped_moe_E128_k8_T1000", {"grouped moe E128 k8 T1000", 1000, H, I, 128, 8}),
+      // One expert with every token: 8 (T=256, 32-row tiles) or 16 (T=1000, 64-row tiles) M tiles in one CTA.
+      make_case("grouped_moe_E128_k8_skewed", {"grouped moe E128 k8 T256 skewed", 256, H, I, 128, 8, Routing::kSkewed}),
+      make_case("grouped_moe_E128_k8_skewed_T1000",
+                {"grouped moe E128 k8 T1000 skewed", 1000, H, I, 128, 8, Routing::kSkewed}),
+      // 116 of 128 experts without rows, ~200 rows for each of the others.
+      make_case("grouped_moe_E128_k8_sparse", {"grouped moe E128 k8 T300 sparse", 300, H, I, 128, 8, Routing::kSparse}),
+  };
+}
 
 }  // namespace dgemma::gpu_test

@@ -1,14 +1,16 @@
 // The MoE block on the GPU (cpu/moe.cpp is the spec):
 //   router: z = bf16(bf16(bf16(rmsnorm0(h1)) * scale) * H^-0.5) (norm_rope.cu), bf16 logits = z . W_r^T
 //           (cuBLAS), fp32 softmax, top-k, renormalised weights * per_expert_scale (moe.cu);
-//   experts: the (token, slot) pairs sorted by expert, the rows gathered, per expert one gate_up GEMM
-//           and one down GEMM (cuBLAS, bf16 out), gelu(gate) * up between them, each output row times
-//           its fp32 weight rounded to bf16, then per token a bf16 running sum in ascending expert
-//           order (moe.cu).
-// The grouping runs on the host: the selected experts are copied back (a stream synchronisation per
-// MoE call) and counting-sorted, and the per-expert GEMMs are issued in a host loop (2 cuBLAS calls
-// per expert with tokens). Correct and simple; a device-side grouping with a grouped GEMM that needs
-// no synchronisation is the planned fast path.
+//   experts: the (token, slot) pairs grouped by expert, per expert one gate_up GEMM and one down GEMM
+//           (bf16 out), gelu(gate) * up between them, each output row times its fp32 weight rounded to
+//           bf16, then per token a bf16 running sum in ascending expert order (moe.cu).
+// Two ways to run the experts:
+//   device grouping (default, set_moe_device_grouping): the grouping is one kernel and both
+//           projections are grouped GEMM kernels with the gather, the activation and the routing
+//           weight fused (grouped_moe.cu); no host synchronisation, fixed grids. Used whenever
+//           grouped_moe_supported() accepts the shape (H, I multiples of 8, 16-byte aligned weights).
+//   host grouping (the fallback): the selected experts are copied back (a stream synchronisation per
+//           MoE call), counting-sorted, and the projections run as cuBLAS GEMMs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/grouped_moe.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/tuning.h"
@@ -26,7 +29,7 @@
 namespace dgemma::cuda {
 
 namespace {
-std::atomic<bool> g_device_grouping{false};
+std::atomic<bool> g_device_grouping{true};
 }  // namespace
 
 bool set_moe_device_grouping(bool on) { return g_device_grouping.exchange(on); }
@@ -81,8 +84,34 @@ void moe(const Context& ctx, const MoeArgs& a) {
                   probs.empty() ? nullptr : probs.ptr<float>(), top_idx.ptr<int32_t>(), top_w.ptr<float>(),
                   order.ptr<int32_t>(), st);
 
-  // 2. Group the (token, slot) pairs by expert on the host (stable: pair order within an expert).
   const int64_t R = T * K;
+  if (g_device_grouping.load() &&
+      grouped_moe_supported(T, H, I, E, K, a.expert_in.data, a.gate_up.data, a.down.data)) {
+    // 2'. Group on the device; 3'. the grouped expert kernels. Nothing waits on the host unless debug
+    // outputs were asked for (tests only).
+    Tensor offsets = ctx.alloc(ScalarType::kI32, {E + 1});
+    Tensor pairs = ctx.alloc(ScalarType::kI32, {R});
+    launch_moe_group(top_idx.ptr<int32_t>(), R, E, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), st);
+    Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
+    Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
+    launch_grouped_gate_up(a.expert_in.ptr<uint16_t>(), a.gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                           pairs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), st);
+    launch_grouped_down(act.ptr<uint16_t>(), a.down.ptr<uint16_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+                        top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
+    launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
+    if (!a.dbg_probs.empty() || !a.dbg_weights.empty() || !a.dbg_index.empty()) {
+      if (!a.dbg_probs.empty())
+        CUDA_CHECK(cudaMemcpyAsync(a.dbg_probs.data, probs.data, a.dbg_probs.nbytes(), cudaMemcpyDeviceToHost, st));
+      if (!a.dbg_weights.empty())
+        CUDA_CHECK(cudaMemcpyAsync(a.dbg_weights.data, top_w.data, a.dbg_weights.nbytes(), cudaMemcpyDeviceToHost, st));
+      if (!a.dbg_index.empty())
+        CUDA_CHECK(cudaMemcpyAsync(a.dbg_index.data, top_idx.data, a.dbg_index.nbytes(), cudaMemcpyDeviceToHost, st));
+      ctx.sync();
+    }
+    return;
+  }
+
+  // 2. Group the (token, slot) pairs by expert on the host (stable: pair order within an expert).
   std::vector<int32_t> idx(static_cast<size_t>(R));
   CUDA_CHECK(cudaMemcpyAsync(idx.data(), top_idx.data, static_cast<size_t>(R) * 4, cudaMemcpyDeviceToHost, st));
   if (!a.dbg_probs.empty())
