@@ -14,6 +14,7 @@
 //   each thread holds gate and up of the same (row, i) and the activation is fused into the epilogue.
 //   The A rows are read by index (gate_up: expert_in rows pairs[r] / K, fusing the gather; down: act
 //   rows r). Missing rows / columns / K tails are zero-filled (cp.async src-size 0) and never stored.
+//   Weight copies carry an L2 evict-first policy (streamed once; the A rows are re-read per N tile).
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -42,6 +43,19 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   const int n = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+// The same with an L2 eviction policy (the expert weights: read once, evict first, so the activation
+// rows that every N tile of an expert re-reads stay in L2).
+__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void* src, bool valid, uint64_t policy) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(n),
+               "l"(policy)
+               : "memory");
+}
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -87,9 +101,9 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __r
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int i = threadIdx.x; i < nw * E; i += blockDim.x) cnt[i] = 0;
   __syncthreads();
-  const int seg = (R + nw - 1) / nw;
-  const int begin = warp < nw ? min(R, warp * seg) : R;
-  const int end = warp < nw ? min(R, begin + seg) : R;
+  const int64_t seg = (static_cast<int64_t>(R) + nw - 1) / nw;
+  const int begin = warp < nw ? static_cast<int>(min(static_cast<int64_t>(R), warp * seg)) : R;
+  const int end = warp < nw ? static_cast<int>(min(static_cast<int64_t>(R), begin + seg)) : R;
   const unsigned lt_mask = (1u << lane) - 1u;
   for (int b = begin; b < end; b += 32) {  // warp-uniform bounds
     const int p = b + lane;
@@ -97,6 +111,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __r
     const int e = valid ? top_idx[p] : -1;
     const unsigned same = __match_any_sync(0xffffffffu, e);
     if (valid && (same & lt_mask) == 0) cnt[warp * E + e] += __popc(same);
+    __syncwarp();  // match/shuffle imply no memory order: the next chunk's adder of e must see this add
   }
   __syncthreads();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -209,6 +224,7 @@ __global__ void __launch_bounds__(kThreads, BM == 32 ? 4 : 3) grouped_gemm_kerne
     }
   };
 
+  const uint64_t w_policy = evict_first_policy();
   int load_mt = 0, load_kt = 0;  // the next (M tile, K tile) to copy
   auto load_next = [&](int stage) {
     if (load_kt == 0) set_a_rows(load_mt);
@@ -225,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, BM == 32 ? 4 : 3) grouped_gemm_kerne
     for (int j = 0; j < kBChunks; ++j) {
       const int r = (tid >> 3) + 16 * j;
       const bool ok = b_ok[j] && k_ok;
-      cp_async16(sb + swz(r, chunk), ok ? b_src[j] + k : g.w, ok);
+      cp_async16_hint(sb + swz(r, chunk), ok ? b_src[j] + k : g.w, ok, w_policy);
     }
     if (++load_kt == KT) {
       load_kt = 0;
@@ -351,7 +367,7 @@ bool grouped_moe_supported(int64_t T, int64_t H, int64_t I, int64_t E, int64_t K
                            const void* gate_up, const void* down) {
   auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
   return T >= 1 && H >= 8 && I >= 8 && H % 8 == 0 && I % 8 == 0 && E >= 1 && E <= 6144 && K >= 1 && K <= E &&
-         T * K < (int64_t{1} << 31) && H * 2 * I < (int64_t{1} << 31) && aligned(x) && aligned(gate_up) &&
+         T * K <= (int64_t{1} << 30) && H * 2 * I < (int64_t{1} << 31) && aligned(x) && aligned(gate_up) &&
          aligned(down);
 }
 

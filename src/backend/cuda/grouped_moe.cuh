@@ -14,7 +14,7 @@ namespace dgemma::cuda {
 
 // Whether the grouped path supports a shape; otherwise the caller uses the host-grouped path. Rule:
 // H and I multiples of 8 (16-byte rows for cp.async), x / gate_up / down 16-byte aligned, R = T * K
-// below 2^31, 1 <= E <= 6144 (the grouping kernel's shared memory) and K <= E.
+// at most 2^30, 1 <= E <= 6144 (the grouping kernel's shared memory) and K <= E.
 bool grouped_moe_supported(int64_t T, int64_t H, int64_t I, int64_t E, int64_t K, const void* x,
                            const void* gate_up, const void* down);
 
