@@ -50,14 +50,18 @@ DG_HOST_DEVICE inline uint32_t uniform_token(uint64_t key, uint32_t position, ui
 #endif
 }
 
-// Uniform double in (0, 1): ((bits >> 11) + 0.5) / 2^53.
+// Uniform double in (0, 1) from 64 random bits: ((b >> 11) + 0.5) / 2^53.
+DG_HOST_DEVICE inline double uniform01_from_bits(uint64_t b) {
+  return (static_cast<double>(b >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
 DG_HOST_DEVICE inline double uniform01(uint64_t key, uint32_t position, uint32_t index) {
-  return (static_cast<double>(bits(key, position, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  return uniform01_from_bits(bits(key, position, index));
 }
 
 // Gumbel(0, 1) noise in double precision: -log(-log(u)).
+DG_HOST_DEVICE inline double gumbel_from_bits(uint64_t b) { return -log(-log(uniform01_from_bits(b))); }
 DG_HOST_DEVICE inline double gumbel(uint64_t key, uint32_t position, uint32_t index) {
-  return -log(-log(uniform01(key, position, index)));
+  return gumbel_from_bits(bits(key, position, index));
 }
 
 // Standard normal (Box-Muller) for element `i` of a fill keyed by `key` (dummy weights only).

@@ -323,17 +323,22 @@ void check_attention_d512_long(Reporter& r) {
 }
 
 // Query chunking (used when the score buffer would exceed its budget) on a small budget.
+// The unfused path's query chunking (the fused kernel, on by default for these head dims, has no
+// score buffer to chunk: it is switched off here).
 void check_attention_chunked(Reporter& r) {
   const int64_t ld = 1056;  // round_up(round_up(1000, 8) + 50, 8)
   const int64_t old = cuda::set_attention_score_budget(16 * ld * 2 * 7);
+  const bool old_fused = cuda::set_fused_attention(false);
   try {
     run_attention(r, {"d256 causal w300 chunks of 7", 50, 16, 8, 256, 1000, 1000, true, 300});
     run_attention(r, {"d128 bidir chunks of 7", 50, 16, 8, 128, 1000, 1000, false, 0});
   } catch (...) {
     cuda::set_attention_score_budget(old);
+    cuda::set_fused_attention(old_fused);
     throw;
   }
   cuda::set_attention_score_budget(old);
+  cuda::set_fused_attention(old_fused);
 }
 
 // ---- MoE --------------------------------------------------------------------------------------
@@ -523,6 +528,9 @@ void run_sampler(Reporter& r, const std::string& name, int64_t C, int64_t V, flo
 void check_sampler_vocab(Reporter& r) {
   run_sampler(r, "V262144 C4 T0.8", 4, 262144, 0.8f, true, true);
   run_sampler(r, "V262144 C4 T0.408 no probs", 4, 262144, 0.4f + 0.4f / 48.0f, false, true);
+  // Without the gap outputs the GPU screens the Gumbel noise with an fp32 estimate and evaluates the
+  // double value only for candidates (the engine's path): every sample must still match.
+  run_sampler(r, "V262144 C32 T0.6 screened", 32, 262144, 0.6f, true, false);
 }
 
 void check_sampler_small(Reporter& r) {

@@ -5,7 +5,7 @@
 //   pass 1: z = softcap * tanh(x / softcap) / T per element (fp32, as the CPU); argmax and the
 //           second-best z; log-sum-exp and entropy sums in double (H = log S1 - S2 / S1 with
 //           S1 = sum e^(z - m), S2 = sum e^(z - m) (z - m), the CPU's -sum p log p rewritten);
-//           Gumbel-max with the counter-based noise in double; the fp32 softmax sum of bf16(z) for the
+//           Gumbel-max with the counter-based noise in double (screened by an fp32 estimate); the fp32 softmax sum of bf16(z) for the
 //           self-conditioning probabilities (summed in double: see cuda_backend.cpp's notes);
 //   then one warp per row merges the slices' partial results in slice order (deterministic);
 //   pass 2 (want_probs): the row (holding bf16(z) since pass 1) is overwritten with
@@ -23,6 +23,27 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
+
+// Gumbel noise of 64 random bits in fp32, within 2e-5 of rng::gumbel_from_bits (the double value):
+// t = -log(u) from u's 53-bit mantissa integer m (through log1p of -(1 - u) when u >= 1/2, where
+// 1 - u is exact in the integer domain), then -log(t); fp32 logs are within 1 ulp, so the error is
+// a few 1e-7 relative in t and a few ulps of |g| <= 37.
+__device__ __forceinline__ float gumbel_approx(uint64_t b) {
+  const uint64_t m = b >> 11;  // u = (m + 0.5) / 2^53
+  constexpr float kInv53 = 1.0f / 9007199254740992.0f;
+  float t;
+  if (m < (uint64_t{1} << 52)) {
+    t = -logf((static_cast<float>(m) + 0.5f) * kInv53);
+  } else {
+    const float w = (static_cast<float>((uint64_t{1} << 53) - m) - 0.5f) * kInv53;  // 1 - u
+    t = -log1pf(-w);
+  }
+  return -logf(t);
+}
+
+// Per-element values the fp32 screen lets through to the exact double Gumbel: anything within this
+// of the thread's running best z + g (fp32 error of z + gumbel_approx < 3e-5 at |z + g| < 128).
+constexpr float kGumbelScreen = 1e-3f;
 
 __device__ __forceinline__ float processed(float x, float cap, float temperature) {
   return __fdiv_rn(__fmul_rn(tanh_f32(__fdiv_rn(x, cap)), cap), temperature);
@@ -156,6 +177,7 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(SamplerLaunch a, 
   slice_of(a.V, splits, v0, v1);
   Stats st;
   empty_stats(st);
+  float screen = -INFINITY;
   for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) {
     const float z = processed(bf16_to_f32(row[v]), cap, temp);
     st.z.push(z, static_cast<int>(v));
@@ -168,8 +190,16 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(SamplerLaunch a, 
       st.bsum += static_cast<double>(exp_f32(__fsub_rn(bf16_to_f32(zb), bmax)));
       row[v] = zb;  // pass 2 reads bf16(z) back instead of recomputing the soft-cap (one thread per element)
     }
-    const double g = static_cast<double>(z) + rng::gumbel(a.sample_key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
-    st.g.push(g, static_cast<int>(v));
+    // Gumbel-max: the exact double value (two double logs) only where the fp32 estimate can be the
+    // thread's best — every element when the second-best value is wanted (the sample gap). The
+    // thread's exact best always passes the screen: its estimate is within 2 errors of every
+    // earlier element's. Elements arrive in ascending v, so exact ties resolve as before.
+    const uint64_t b = rng::bits(a.sample_key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
+    const float gf = __fadd_rn(z, gumbel_approx(b));
+    if (a.sample_gap != nullptr || gf >= screen) {
+      st.g.push(static_cast<double>(z) + rng::gumbel_from_bits(b), static_cast<int>(v));
+      screen = fmaxf(screen, __fsub_rn(gf, kGumbelScreen));
+    }
   }
   block_reduce_stats(st, warp_partials);
   if (threadIdx.x == 0) partials[pos * splits + blockIdx.x] = to_partial(st);
