@@ -3,10 +3,15 @@
 // fresh random inputs with poisoned outputs. The cases cover the head dims the kernel supports
 // (64/128/256/512), empty / tiny / long caches with cap > cache_len, query counts that are not
 // multiples of the kernel's row and key tiles, the three masks (bidirectional, causal, causal with a
-// window shorter than the cache) and GQA group sizes 1, 2 and 8.
+// window shorter than the cache) and GQA group sizes 1, 2 and 8. The kernel cuts each row block's key
+// range into splits (CTAs of their own, combined in a fixed order); the automatic choice gives several
+// splits to most cases here, and fused_attention_splits forces counts that leave splits partly or
+// fully masked (causal windows, short caches, more splits than key tiles). fused_attention_plan checks
+// that the model's real shapes take the fused path, with several splits.
 #include <cmath>
 #include <string>
 
+#include "backend/cuda/fused_attention.cuh"
 #include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
 
@@ -32,6 +37,18 @@ class FusedKnob {
 
  private:
   bool old_;
+};
+
+// Forces the kernel's number of key splits (0: automatic) and restores the setting on every exit.
+class SplitsKnob {
+ public:
+  explicit SplitsKnob(int splits) : old_(cuda::set_fused_attention_splits(splits)) {}
+  ~SplitsKnob() { cuda::set_fused_attention_splits(old_); }
+  SplitsKnob(const SplitsKnob&) = delete;
+  SplitsKnob& operator=(const SplitsKnob&) = delete;
+
+ private:
+  int old_;
 };
 
 void run_fused(Reporter& r, const FusedCase& c) {
@@ -139,6 +156,76 @@ void check_fused_d512(Reporter& r) {
   run_fused(r, {"d512 scaling bidir n5 cache1 g1", 5, 2, 2, 512, 1, 3, false, 0, 0.0625f, 6.0f});
 }
 
+// Forced split counts: 64 splits of a 1279-key range (splits of one tile, the last ones empty for the
+// causal row blocks that see fewer keys), windows that leave whole splits masked for some rows of a
+// row block, more splits than key tiles (n = 1, tiny caches: most splits empty), and two splits.
+void check_fused_splits(Reporter& r) {
+  {
+    SplitsKnob knob(64);
+    run_fused(r, {"splits64 d256 causal w1024 n256 cache1023 g2", 256, 16, 8, 256, 1023, 1280, true, 1024});
+    run_fused(r, {"splits64 d128 causal w40 n100 cache500 g8", 100, 16, 2, 128, 500, 520, true, 40});
+    run_fused(r, {"splits64 d512 bidir n1 cache5 g8", 1, 8, 1, 512, 5, 8, false, 0});
+    run_fused(r, {"splits64 d64 causal n1 nocache g1", 1, 2, 2, 64, 0, 0, true, 0});
+  }
+  {
+    SplitsKnob knob(7);
+    run_fused(r, {"splits7 d256 causal w100 n300 cache3000 g2", 300, 16, 8, 256, 3000, 3100, true, 100});
+    run_fused(r, {"splits7 d512 causal n70 cache40 g8", 70, 16, 2, 512, 40, 48, true, 0});
+    run_fused(r, {"splits7 d64 causal w3 n50 nocache g2", 50, 4, 2, 64, 0, 0, true, 3});
+  }
+  {
+    SplitsKnob knob(2);
+    run_fused(r, {"splits2 d256 bidir n5 cache33 g8", 5, 16, 2, 256, 33, 40, false, 0});
+    run_fused(r, {"splits2 d128 causal n300 nocache g1", 300, 4, 4, 128, 0, 0, true, 0});
+  }
+  {
+    SplitsKnob knob(1);  // one split: pass 2 writes the bf16 output itself (no reduce)
+    run_fused(r, {"splits1 d256 causal w1024 n256 cache1023 g2", 256, 16, 8, 256, 1023, 1280, true, 1024});
+    run_fused(r, {"splits1 d512 bidir n5 cache100 g8", 5, 16, 2, 512, 100, 100, false, 0});
+  }
+}
+
+// The model's shapes run fused (a plan exists) and with several splits: the denoise layers have only
+// 128 row blocks x KV heads, too few CTAs without splits. Also: unsupported head dims get no plan.
+void check_fused_plan(Reporter& r) {
+  struct Shape {
+    const char* name;
+    int64_t n, Hq, Hkv, D, L;
+    bool causal;
+    int64_t window;
+    int min_splits;
+  };
+  const Shape shapes[] = {
+      {"denoise sliding D=256 cache 1023", 256, 16, 8, 256, 1023, false, 1024, 2},
+      {"denoise full D=512 cache 4096", 256, 16, 2, 512, 4096, false, 0, 2},
+      {"prefill 512 causal w1024 D=256", 512, 16, 8, 256, 0, true, 1024, 1},
+  };
+  for (const Shape& s : shapes) {
+    const cuda::FusedAttentionPlan plan =
+        cuda::plan_fused_attention(s.n, s.Hq, s.Hkv, s.D, s.L, s.causal, s.window, 0);
+    r.note(std::string("fused plan ") + s.name + ": " + std::to_string(plan.splits) + " splits, " +
+           std::to_string(plan.workspace_bytes) + " workspace bytes");
+    if (plan.splits < s.min_splits) {
+      r.fail(std::string("fused plan ") + s.name + ": " + std::to_string(plan.splits) +
+             " splits, want >= " + std::to_string(s.min_splits));
+    }
+    // The workspace holds the (max, sum) partials and, with several splits, the fp32 partial outputs.
+    const int64_t rows = s.n * s.Hq;
+    const int64_t want = plan.splits > 1 ? plan.splits * rows * (s.D * 4 + 8) : rows * 8;
+    if (plan.workspace_bytes < want) {
+      r.fail(std::string("fused plan ") + s.name + ": workspace " + std::to_string(plan.workspace_bytes) +
+             " bytes < " + std::to_string(want));
+    }
+  }
+  for (int64_t D : {32, 96, 192, 1024}) {
+    if (cuda::plan_fused_attention(5, 4, 2, D, 7, false, 0, 0).splits != 0) {
+      r.fail("fused plan: head dim " + std::to_string(D) + " is not supported by the kernel, yet has a plan");
+    }
+  }
+  if (cuda::plan_fused_attention(5, 6, 4, 64, 7, false, 0, 0).splits != 0)
+    r.fail("fused plan: Hq % Hkv != 0 has a plan");
+}
+
 // A long cache: the kernel walks 32768 keys in tiles without any per-key buffer.
 void check_fused_long(Reporter& r) {
   run_fused(r, {"d256 bidir n5 cache32768 g2", 5, 4, 2, 256, 32768, 32800, false, 0});
@@ -149,9 +236,10 @@ void check_fused_long(Reporter& r) {
 
 std::vector<Case> fused_attention_cases() {
   return {
-      {"fused_attention_d64", check_fused_d64},     {"fused_attention_d128", check_fused_d128},
-      {"fused_attention_d256", check_fused_d256},   {"fused_attention_d512", check_fused_d512},
-      {"fused_attention_long", check_fused_long},
+      {"fused_attention_d64", check_fused_d64},   {"fused_attention_d128", check_fused_d128},
+      {"fused_attention_d256", check_fused_d256}, {"fused_attention_d512", check_fused_d512},
+      {"fused_attention_long", check_fused_long}, {"fused_attention_splits", check_fused_splits},
+      {"fused_attention_plan", check_fused_plan},
   };
 }
 

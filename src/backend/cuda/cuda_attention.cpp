@@ -9,8 +9,9 @@
 // that every operand stays 16-byte aligned); P.V accumulates both parts in fp32 (beta = 1) before the
 // single rounding. Long contexts: the queries are processed in chunks that keep the score buffer
 // under a budget (256 MiB, tuning.h); there is no limit on the number of keys beyond memory.
-// With the fused-attention knob on (the default), head dims 64/128/256/512 run fused_attention.cu
-// instead (one launch, same rounding points, no score buffer); other shapes keep this path.
+// With the fused-attention knob on (by default for head dims up to 256; see g_fused), head dims
+// 64/128/256/512 run fused_attention.cu instead (two passes over key splits + a reduce, same rounding points,
+// no score buffer; a workspace of splits x rows x (D + 2) fp32); other shapes keep this path.
 #include <algorithm>
 #include <atomic>
 
@@ -24,12 +25,31 @@ namespace dgemma::cuda {
 
 namespace {
 std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
-std::atomic<bool> g_fused{false};  // off until it beats the cuBLAS path (measured slower on the H200)
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+// Which calls run the fused kernel. kAuto (the default): head dims up to 256. The kernel now splits
+// the key range over CTAs (fused_attention.cu), so the denoise shapes fill the GPU (~1000 CTAs instead
+// of 128); estimated faster than this path's GEMMs + softmax at D = 256 (sliding layers, prefill).
+// At D = 512 its QK step reads 1.5 bytes of shared memory per FMA (16 x 8 warp tiles) and walks the
+// keys twice: estimated ~0.3 ms against cuBLAS's 0.228 ms, so those layers keep this path until the
+// kernel is reworked. Without the splits it was measured slower everywhere on the H200 (0.215 vs
+// 0.168 ms sliding, 0.954 vs 0.228 ms full); to be measured again (dgemma_gpu_check --bench).
+// set_fused_attention(true) selects kAll (every supported head dim: tests, benchmarks), false kOff.
+enum FusedMode : int { kOff = 0, kAuto = 1, kAll = 2 };
+std::atomic<int> g_fused{kAuto};
+constexpr int64_t kAutoMaxHeadDim = 256;
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+int64_t ceil_div_i(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 }  // namespace
 
-int64_t set_attention_score_budget(int64_t bytes) { return g_score_bytes.exchange(std::max<int64_t>(bytes, 1)); }
-bool set_fused_attention(bool on) { return g_fused.exchange(on); }
+int64_t set_attention_score_budget(int64_t bytes) {
+  return g_score_bytes.exchange(std::max<int64_t>(bytes, 1));
+}
+bool set_fused_attention(bool on) {
+  return g_fused.exchange(on ? kAll : kOff) != kOff;
+}
 
 void attention(const Context& ctx, const AttentionArgs& a) {
   const char* op = "attention";
@@ -56,12 +76,19 @@ void attention(const Context& ctx, const AttentionArgs& a) {
     DG_CHECK(a.v_cache.dim(0) == Hkv && a.v_cache.dim(1) == cap && a.v_cache.dim(2) == D);
   }
   if (n == 0) return;
-  if (g_fused.load() &&
-      launch_fused_attention(a.q.ptr<uint16_t>(), L > 0 ? a.k_cache.ptr<uint16_t>() : nullptr,
-                             L > 0 ? a.v_cache.ptr<uint16_t>() : nullptr, a.k_new.ptr<uint16_t>(),
-                             a.v_new.ptr<uint16_t>(), a.out.ptr<uint16_t>(), n, Hq, Hkv, D, L, cap, a.causal,
-                             a.window, a.scaling, ctx.device, ctx.stream)) {
-    return;
+  const int mode = g_fused.load();
+  if (mode == kAll || (mode == kAuto && D <= kAutoMaxHeadDim)) {
+    const FusedAttentionPlan plan = plan_fused_attention(n, Hq, Hkv, D, L, a.causal, a.window, ctx.device);
+    if (plan.splits > 0) {
+      Tensor ws = ctx.alloc(ScalarType::kF32, {std::max<int64_t>(ceil_div_i(plan.workspace_bytes, 4), 4)});
+      if (launch_fused_attention(plan, ws.ptr<float>(), a.q.ptr<uint16_t>(),
+                                 L > 0 ? a.k_cache.ptr<uint16_t>() : nullptr,
+                                 L > 0 ? a.v_cache.ptr<uint16_t>() : nullptr, a.k_new.ptr<uint16_t>(),
+                                 a.v_new.ptr<uint16_t>(), a.out.ptr<uint16_t>(), n, Hq, Hkv, D, L, cap,
+                                 a.causal, a.window, a.scaling, ctx.device, ctx.stream)) {
+        return;
+      }
+    }
   }
 
   const int64_t groups = Hq / Hkv;
