@@ -1,15 +1,18 @@
 // The sampler (MODEL.md §6), each canvas row cut into slices with one block per (slice, position),
 // never materialising fp32 [C, V]:
 //   pass 0: max of the raw bf16 logits (z is a non-decreasing function of the logit, so this fixes
-//           the shift of the exponentials below to the CPU's max z exactly);
-//   pass 1: z = softcap * tanh(x / softcap) / T per element (fp32, as the CPU); argmax and the
-//           second-best z; log-sum-exp and entropy sums in double (H = log S1 - S2 / S1 with
-//           S1 = sum e^(z - m), S2 = sum e^(z - m) (z - m), the CPU's -sum p log p rewritten);
-//           Gumbel-max with the counter-based noise in double (screened by an fp32 estimate); the fp32 softmax sum of bf16(z) for the
-//           self-conditioning probabilities (summed in double: see cuda_backend.cpp's notes);
+//           the shift of the exponentials below to the row's max z exactly);
+//   pass 1: z = softcap * tanh(x / softcap) / T per element in fp32 (CUDA's tanhf, as torch's
+//           soft-cap on the GPU; the CPU backend's glibc tanhf agrees but for ulp-level cases);
+//           argmax and the second-best z; the entropy sums accumulated in double from fp32 exps
+//           (H = log S1 - S2 / S1 with S1 = sum e^(z - m), S2 = sum e^(z - m) (z - m));
+//           Gumbel-max with the counter-based noise in double (screened by an fp32 estimate); the
+//           softmax denominator of bf16(z) for the self-conditioning probabilities (double sum);
 //   then one warp per row merges the slices' partial results in slice order (deterministic);
 //   pass 2 (want_probs): the row (holding bf16(z) since pass 1) is overwritten with
 //           bf16(exp(bf16(z) - max) / sum).
+// Everything per element is fp32 or integer maths: double-precision transcendentals over 67 M
+// elements per canvas step made this op compute-bound (1.6-1.9 ms on an H200).
 // Ties: the lowest index wins (the CPU's strict '>' over ascending indices).
 #include <climits>
 #include <cmath>
@@ -46,7 +49,7 @@ __device__ __forceinline__ float gumbel_approx(uint64_t b) {
 constexpr float kGumbelScreen = 1e-3f;
 
 __device__ __forceinline__ float processed(float x, float cap, float temperature) {
-  return __fdiv_rn(__fmul_rn(tanh_f32(__fdiv_rn(x, cap)), cap), temperature);
+  return __fdiv_rn(__fmul_rn(tanhf(__fdiv_rn(x, cap)), cap), temperature);
 }
 
 // Best and second-best value (of the multiset) with the index of the best; lower index on ties.
@@ -182,12 +185,12 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(SamplerLaunch a, 
     const float z = processed(bf16_to_f32(row[v]), cap, temp);
     st.z.push(z, static_cast<int>(v));
     const double dz = static_cast<double>(z) - md;
-    const double e = exp(dz);
+    const double e = static_cast<double>(expf(__fsub_rn(z, m)));  // terms far below 1 carry the rounding of z - m
     st.s1 += e;
     st.s2 += e * dz;
     if (a.want_probs) {
       const uint16_t zb = f32_to_bf16(z);
-      st.bsum += static_cast<double>(exp_f32(__fsub_rn(bf16_to_f32(zb), bmax)));
+      st.bsum += static_cast<double>(expf(__fsub_rn(bf16_to_f32(zb), bmax)));
       row[v] = zb;  // pass 2 reads bf16(z) back instead of recomputing the soft-cap (one thread per element)
     }
     // Gumbel-max: the exact double value (two double logs) only where the fp32 estimate can be the
@@ -246,7 +249,7 @@ __global__ void __launch_bounds__(kThreads) probs_kernel(SamplerLaunch a, int sp
   slice_of(a.V, splits, v0, v1);
   for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) {
     const float zb = bf16_to_f32(row[v]);  // bf16(z), stored by pass 1
-    row[v] = f32_to_bf16(__fdiv_rn(exp_f32(__fsub_rn(zb, bmax)), bsum));
+    row[v] = f32_to_bf16(__fdiv_rn(expf(__fsub_rn(zb, bmax)), bsum));
   }
 }
 
