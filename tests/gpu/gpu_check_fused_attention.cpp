@@ -30,13 +30,14 @@ struct FusedCase {
 // Restores the fused-attention knob on every exit.
 class FusedKnob {
  public:
-  explicit FusedKnob(bool on) : old_(cuda::set_fused_attention(on)) {}
+  explicit FusedKnob(bool on)
+      : old_(cuda::set_fused_attention(on ? cuda::FusedAttention::kAll : cuda::FusedAttention::kOff)) {}
   ~FusedKnob() { cuda::set_fused_attention(old_); }
   FusedKnob(const FusedKnob&) = delete;
   FusedKnob& operator=(const FusedKnob&) = delete;
 
  private:
-  bool old_;
+  cuda::FusedAttention old_;
 };
 
 // Forces the kernel's number of key splits (0: automatic) and restores the setting on every exit.

@@ -25,16 +25,12 @@ namespace dgemma::cuda {
 
 namespace {
 std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
-// Which calls run the fused kernel. kAuto (the default): head dims up to 256. The kernel now splits
-// the key range over CTAs (fused_attention.cu), so the denoise shapes fill the GPU (~1000 CTAs instead
-// of 128); estimated faster than this path's GEMMs + softmax at D = 256 (sliding layers, prefill).
-// At D = 512 its QK step reads 1.5 bytes of shared memory per FMA (16 x 8 warp tiles) and walks the
-// keys twice: estimated ~0.3 ms against cuBLAS's 0.228 ms, so those layers keep this path until the
-// kernel is reworked. Without the splits it was measured slower everywhere on the H200 (0.215 vs
-// 0.168 ms sliding, 0.954 vs 0.228 ms full); to be measured again (dgemma_gpu_check --bench).
-// set_fused_attention(true) selects kAll (every supported head dim: tests, benchmarks), false kOff.
-enum FusedMode : int { kOff = 0, kAuto = 1, kAll = 2 };
-std::atomic<int> g_fused{kAuto};
+// kAuto runs the fused kernel where it was measured faster on the H200 (dgemma_gpu_check --bench,
+// docs/BENCHMARKS.md): the bidirectional denoising passes at head dims up to 256 (0.135 vs 0.165 ms
+// at the sliding layers' shape). The causal encoder passes (0.102 vs 0.091 ms for a 512-token
+// prompt chunk) and head dim 512 (0.688 vs 0.228 ms: 16 x 8 warp tiles re-read shared memory and the
+// keys are walked twice) stay on the cuBLAS path.
+std::atomic<FusedAttention> g_fused{FusedAttention::kAuto};
 constexpr int64_t kAutoMaxHeadDim = 256;
 int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
@@ -47,9 +43,7 @@ int64_t ceil_div_i(int64_t a, int64_t b) {
 int64_t set_attention_score_budget(int64_t bytes) {
   return g_score_bytes.exchange(std::max<int64_t>(bytes, 1));
 }
-bool set_fused_attention(bool on) {
-  return g_fused.exchange(on ? kAll : kOff) != kOff;
-}
+FusedAttention set_fused_attention(FusedAttention mode) { return g_fused.exchange(mode); }
 
 void attention(const Context& ctx, const AttentionArgs& a) {
   const char* op = "attention";
@@ -76,8 +70,8 @@ void attention(const Context& ctx, const AttentionArgs& a) {
     DG_CHECK(a.v_cache.dim(0) == Hkv && a.v_cache.dim(1) == cap && a.v_cache.dim(2) == D);
   }
   if (n == 0) return;
-  const int mode = g_fused.load();
-  if (mode == kAll || (mode == kAuto && D <= kAutoMaxHeadDim)) {
+  const FusedAttention mode = g_fused.load();
+  if (mode == FusedAttention::kAll || (mode == FusedAttention::kAuto && D <= kAutoMaxHeadDim && !a.causal)) {
     const FusedAttentionPlan plan = plan_fused_attention(n, Hq, Hkv, D, L, a.causal, a.window, ctx.device);
     if (plan.splits > 0) {
       Tensor ws = ctx.alloc(ScalarType::kF32, {std::max<int64_t>(ceil_div_i(plan.workspace_bytes, 4), 4)});
