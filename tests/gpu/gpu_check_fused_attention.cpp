@@ -30,14 +30,13 @@ struct FusedCase {
 // Restores the fused-attention knob on every exit.
 class FusedKnob {
  public:
-  explicit FusedKnob(bool on)
-      : old_(cuda::set_fused_attention(on ? cuda::FusedAttention::kAll : cuda::FusedAttention::kOff)) {}
+  explicit FusedKnob(bool on) : old_(cuda::set_fused_attention(on)) {}
   ~FusedKnob() { cuda::set_fused_attention(old_); }
   FusedKnob(const FusedKnob&) = delete;
   FusedKnob& operator=(const FusedKnob&) = delete;
 
  private:
-  cuda::FusedAttention old_;
+  bool old_;
 };
 
 // Forces the kernel's number of key splits (0: automatic) and restores the setting on every exit.

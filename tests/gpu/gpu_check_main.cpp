@@ -86,10 +86,10 @@ int bench() {
     a.k_new = bf({C, Hkv, D}, 13, 0.25f);
     a.v_new = bf({C, Hkv, D}, 14, 1.0f);
     a.out = be.alloc(ScalarType::kBF16, {C, Hq, D});
-    const cuda::FusedAttention was = cuda::set_fused_attention(cuda::FusedAttention::kOff);
+    const bool was = cuda::set_fused_attention(false);
     row(full ? "attention denoise D=512 Hkv=2 cache 4096 (cuBLAS)" : "attention denoise D=256 Hkv=8 cache 1023 (cuBLAS)",
         time_ms(be, [&] { be.attention(a); }));
-    cuda::set_fused_attention(cuda::FusedAttention::kAll);
+    cuda::set_fused_attention(true);
     row(full ? "attention denoise D=512 Hkv=2 cache 4096 (fused)" : "attention denoise D=256 Hkv=8 cache 1023 (fused)",
         time_ms(be, [&] { be.attention(a); }));
     cuda::set_fused_attention(was);
@@ -103,9 +103,9 @@ int bench() {
     a.causal = true;
     a.window = 1024;
     a.out = be.alloc(ScalarType::kBF16, {n, Hq, D});
-    const cuda::FusedAttention was = cuda::set_fused_attention(cuda::FusedAttention::kOff);
+    const bool was = cuda::set_fused_attention(false);
     row("attention prefill 512 causal D=256 (cuBLAS)", time_ms(be, [&] { be.attention(a); }));
-    cuda::set_fused_attention(cuda::FusedAttention::kAll);
+    cuda::set_fused_attention(true);
     row("attention prefill 512 causal D=256 (fused)", time_ms(be, [&] { be.attention(a); }));
     cuda::set_fused_attention(was);
   }

@@ -328,7 +328,7 @@ void check_attention_d512_long(Reporter& r) {
 void check_attention_chunked(Reporter& r) {
   const int64_t ld = 1056;  // round_up(round_up(1000, 8) + 50, 8)
   const int64_t old = cuda::set_attention_score_budget(16 * ld * 2 * 7);
-  const cuda::FusedAttention old_fused = cuda::set_fused_attention(cuda::FusedAttention::kOff);
+  const bool old_fused = cuda::set_fused_attention(false);
   try {
     run_attention(r, {"d256 causal w300 chunks of 7", 50, 16, 8, 256, 1000, 1000, true, 300});
     run_attention(r, {"d128 bidir chunks of 7", 50, 16, 8, 128, 1000, 1000, false, 0});

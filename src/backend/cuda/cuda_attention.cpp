@@ -9,7 +9,7 @@
 // that every operand stays 16-byte aligned); P.V accumulates both parts in fp32 (beta = 1) before the
 // single rounding. Long contexts: the queries are processed in chunks that keep the score buffer
 // under a budget (256 MiB, tuning.h); there is no limit on the number of keys beyond memory.
-// With the fused-attention knob on (by default for head dims up to 256; see g_fused), head dims
+// With the fused-attention knob on (off by default; see g_fused), head dims
 // 64/128/256/512 run fused_attention.cu instead (two passes over key splits + a reduce, same rounding points,
 // no score buffer; a workspace of splits x rows x (D + 2) fp32); other shapes keep this path.
 #include <algorithm>
@@ -25,13 +25,13 @@ namespace dgemma::cuda {
 
 namespace {
 std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
-// kAuto runs the fused kernel where it was measured faster on the H200 (dgemma_gpu_check --bench,
-// docs/BENCHMARKS.md): the bidirectional denoising passes at head dims up to 256 (0.135 vs 0.165 ms
-// at the sliding layers' shape). The causal encoder passes (0.102 vs 0.091 ms for a 512-token
-// prompt chunk) and head dim 512 (0.688 vs 0.228 ms: 16 x 8 warp tiles re-read shared memory and the
-// keys are walked twice) stay on the cuBLAS path.
-std::atomic<FusedAttention> g_fused{FusedAttention::kAuto};
-constexpr int64_t kAutoMaxHeadDim = 256;
+// The fused kernel is off by default because the model-level benchmark measured a whole denoising
+// step slower with it on the H200 (dgemma_bench --attention on|off, docs/BENCHMARKS.md: 24.91 vs
+// 24.28 ms at batch 1, 59.0 vs 56.2 ms at batch 4), although in isolation it wins at the sliding
+// denoise shape (0.136 vs 0.166 ms with K/V warm in L2): its 34 MB fp32 split workspace and cold K/V
+// cost more between the other ops than the launches it saves. Head dim 512 (0.708 vs 0.227 ms) and
+// causal prompt chunks (0.104 vs 0.108 ms) gain nothing either.
+std::atomic<bool> g_fused{false};
 int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
 }
@@ -43,7 +43,7 @@ int64_t ceil_div_i(int64_t a, int64_t b) {
 int64_t set_attention_score_budget(int64_t bytes) {
   return g_score_bytes.exchange(std::max<int64_t>(bytes, 1));
 }
-FusedAttention set_fused_attention(FusedAttention mode) { return g_fused.exchange(mode); }
+bool set_fused_attention(bool on) { return g_fused.exchange(on); }
 
 void attention(const Context& ctx, const AttentionArgs& a) {
   const char* op = "attention";
@@ -70,8 +70,7 @@ void attention(const Context& ctx, const AttentionArgs& a) {
     DG_CHECK(a.v_cache.dim(0) == Hkv && a.v_cache.dim(1) == cap && a.v_cache.dim(2) == D);
   }
   if (n == 0) return;
-  const FusedAttention mode = g_fused.load();
-  if (mode == FusedAttention::kAll || (mode == FusedAttention::kAuto && D <= kAutoMaxHeadDim && !a.causal)) {
+  if (g_fused.load()) {
     const FusedAttentionPlan plan = plan_fused_attention(n, Hq, Hkv, D, L, a.causal, a.window, ctx.device);
     if (plan.splits > 0) {
       Tensor ws = ctx.alloc(ScalarType::kF32, {std::max<int64_t>(ceil_div_i(plan.workspace_bytes, 4), 4)});

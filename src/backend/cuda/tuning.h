@@ -9,12 +9,10 @@ namespace dgemma::cuda {
 // chunks that fit. Returns the previous value.
 int64_t set_attention_score_budget(int64_t bytes);
 
-// Which attention calls run the fused kernel (fused_attention.cu) instead of the cuBLAS score /
-// softmax / P.V path: none, the measured-faster cases (kAuto, the default: the bidirectional
-// denoising passes at head dims up to 256), or every shape the kernel supports (tests, benchmarks).
-// Returns the previous mode.
-enum class FusedAttention { kOff, kAuto, kAll };
-FusedAttention set_fused_attention(FusedAttention mode);
+// Whether attention runs the fused kernel (fused_attention.cu; head dims 64/128/256/512) instead of
+// the cuBLAS score / softmax / P.V path. Off by default: a whole model step measured slower with it
+// (cuda_attention.cpp). Returns the previous value; tests and benchmarks compare the two.
+bool set_fused_attention(bool on);
 
 // Whether the MoE block groups tokens by expert on the device and runs the grouped expert kernel (no
 // host synchronisation) instead of grouping on the host for cuBLAS. Returns the previous value.
