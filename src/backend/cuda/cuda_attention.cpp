@@ -26,7 +26,7 @@ namespace dgemma::cuda {
 namespace {
 std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
 // The fused kernel is off by default because the model-level benchmark measured a whole denoising
-// step slower with it on the H200 (dgemma_bench --attention on|off, docs/BENCHMARKS.md: 24.91 vs
+// step slower with it on the H200 (dgemma_bench --attention cublas|fused, docs/BENCHMARKS.md: 24.91 vs
 // 24.28 ms at batch 1, 59.0 vs 56.2 ms at batch 4), although in isolation it wins at the sliding
 // denoise shape (0.136 vs 0.166 ms with K/V warm in L2): its 34 MB fp32 split workspace and cold K/V
 // cost more between the other ops than the launches it saves. Head dim 512 (0.708 vs 0.227 ms) and
