@@ -246,7 +246,7 @@ class CudaBackend final : public Backend {
 
   void attention_batch(std::span<const AttentionArgs> args) override {
     activate();
-    ctx_.fork_join(args.size(), [&](const Context& lane, size_t i) { cuda::attention(lane, args[i]); });
+    cuda::attention_batch(ctx_, args);
   }
 
   void moe(const MoeArgs& a) override {
