@@ -3,7 +3,7 @@
 // the engine's BatchRunner, steps forced to the cap. Built on the GPU machine by
 // scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
-//                [--attention cublas|fused] [--moe device|host] [--overlap on|off]
+//                [--attention cublas|fused] [--moe device|host]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
-                 "                   [--attention cublas|fused] [--moe device|host] [--overlap on|off]   (CUDA kernel choices, for A/B runs)\n");
+                 "                   [--attention cublas|fused] [--moe device|host]   (CUDA kernel choices, for A/B runs)\n");
     return 2;
   }
   std::string dir = argv[1], device = "cuda";
@@ -43,8 +43,6 @@ int main(int argc, char** argv) {
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
       cuda::set_fused_attention(std::string(argv[i + 1]) == "fused");
-    } else if (k == "--overlap") {
-      cuda::set_attention_overlap(std::string(argv[i + 1]) != "off");
     } else if (k == "--moe") {
       cuda::set_moe_device_grouping(std::string(argv[i + 1]) != "host");
     }

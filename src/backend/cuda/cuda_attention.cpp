@@ -32,7 +32,6 @@ std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
 // cost more between the other ops than the launches it saves. Head dim 512 (0.708 vs 0.227 ms) and
 // causal prompt chunks (0.104 vs 0.108 ms) gain nothing either.
 std::atomic<bool> g_fused{false};
-std::atomic<bool> g_overlap{true};
 int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
 }
@@ -45,15 +44,6 @@ int64_t set_attention_score_budget(int64_t bytes) {
   return g_score_bytes.exchange(std::max<int64_t>(bytes, 1));
 }
 bool set_fused_attention(bool on) { return g_fused.exchange(on); }
-bool set_attention_overlap(bool on) { return g_overlap.exchange(on); }
-
-void attention_batch(const Context& ctx, std::span<const AttentionArgs> args) {
-  if (!g_overlap.load()) {
-    for (const AttentionArgs& a : args) attention(ctx, a);
-    return;
-  }
-  ctx.fork_join(args.size(), [&](const Context& lane, size_t i) { attention(lane, args[i]); });
-}
 
 void attention(const Context& ctx, const AttentionArgs& a) {
   const char* op = "attention";

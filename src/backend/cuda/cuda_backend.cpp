@@ -246,7 +246,7 @@ class CudaBackend final : public Backend {
 
   void attention_batch(std::span<const AttentionArgs> args) override {
     activate();
-    cuda::attention_batch(ctx_, args);
+    ctx_.fork_join(args.size(), [&](const Context& lane, size_t i) { cuda::attention(lane, args[i]); });
   }
 
   void moe(const MoeArgs& a) override {

@@ -6,7 +6,6 @@
 namespace dgemma::cuda {
 
 void attention(const Context& ctx, const AttentionArgs& a);  // cuda_attention.cpp
-void attention_batch(const Context& ctx, std::span<const AttentionArgs> args);  // cuda_attention.cpp
 void moe(const Context& ctx, const MoeArgs& a);              // cuda_moe.cpp
 
 }  // namespace dgemma::cuda

@@ -14,10 +14,6 @@ int64_t set_attention_score_budget(int64_t bytes);
 // (cuda_attention.cpp). Returns the previous value; tests and benchmarks compare the two.
 bool set_fused_attention(bool on);
 
-// Whether attention_batch overlaps its calls on the context's side lanes (default) or runs them one
-// after another on the main stream. Returns the previous value (benchmarks compare the two).
-bool set_attention_overlap(bool on);
-
 // Whether the MoE block groups tokens by expert on the device and runs the grouped expert kernel (no
 // host synchronisation) instead of grouping on the host for cuBLAS. Returns the previous value.
 bool set_moe_device_grouping(bool on);
