@@ -4,7 +4,6 @@
 // implementation; tests compare the two. Activations are bf16 unless noted.
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 
 #include "backend/tensor.h"
@@ -114,12 +113,6 @@ class Backend {
   virtual void mul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;       // bf16(a * b), b broadcast over rows if 1-D
   virtual void gelu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;  // bf16(bf16(gelu_tanh(g)) * u)
   virtual void attention(const AttentionArgs& args) = 0;
-  // Several independent attention calls (different sequences: no call reads a cache another writes).
-  // Results are those of calling attention() on each in turn; the CUDA backend overlaps them on side
-  // streams, since one sequence's attention is far too small to fill the GPU.
-  virtual void attention_batch(std::span<const AttentionArgs> args) {
-    for (const AttentionArgs& a : args) attention(a);
-  }
   virtual void moe(const MoeArgs& args) = 0;
   virtual void sampler(const SamplerArgs& args) = 0;
   virtual void decide(const DecideArgs& args) = 0;

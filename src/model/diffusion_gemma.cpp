@@ -185,39 +185,10 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   backend_.rope(k, positions, inv_freq);
 
   Tensor attn = bf16({T, Hq, D});
-  // The items' attention calls go to the backend together (overlapped on the GPU), in groups that
-  // never contain a sequence twice: a commit's encode item appends to the cache that the same
-  // sequence's denoise item then reads, so the group is flushed (and its caches appended) first.
-  std::vector<AttentionArgs> group;
-  std::vector<size_t> group_items;
-  auto flush = [&] {
-    backend_.attention_batch(group);
-    for (size_t j = 0; j < group.size(); ++j) {
-      ForwardItem& it = items[group_items[j]];
-      if (it.kind != ForwardItem::Kind::kEncode) continue;
-      // Append this chunk's K/V, then evict sliding layers down to window-1 tokens (as DynamicCache).
-      LayerKv& kv = it.kv->layers[li];
-      backend_.kv_write(kv.k, kv.length, group[j].k_new);
-      backend_.kv_write(kv.v, kv.length, group[j].v_new);
-      kv.length += group[j].k_new.dim(0);
-      if (kv.length > kv.keep) {
-        backend_.kv_shift(kv.k, kv.length - kv.keep, kv.keep);
-        backend_.kv_shift(kv.v, kv.length - kv.keep, kv.keep);
-        kv.length = kv.keep;
-      }
-    }
-    group.clear();
-    group_items.clear();
-  };
   for (size_t i = 0; i < items.size(); ++i) {
     ForwardItem& it = items[i];
-    for (size_t j : group_items)
-      if (items[j].kv == it.kv) {
-        flush();
-        break;
-      }
     LayerKv& kv = it.kv->layers[li];
-    const int64_t b = offsets[i], e = offsets[i + 1];
+    const int64_t b = offsets[i], e = offsets[i + 1], n = e - b;
     AttentionArgs args;
     args.q = q.rows(b, e);
     args.k_cache = kv.k;
@@ -228,10 +199,19 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     args.causal = it.kind == ForwardItem::Kind::kEncode;
     args.window = (args.causal && L.type == LayerType::kSliding) ? t.sliding_window : 0;
     args.out = attn.rows(b, e);
-    group.push_back(args);
-    group_items.push_back(i);
+    backend_.attention(args);
+    if (it.kind == ForwardItem::Kind::kEncode) {
+      // Append this chunk's K/V, then evict sliding layers down to window-1 tokens (as DynamicCache).
+      backend_.kv_write(kv.k, kv.length, args.k_new);
+      backend_.kv_write(kv.v, kv.length, args.v_new);
+      kv.length += n;
+      if (kv.length > kv.keep) {
+        backend_.kv_shift(kv.k, kv.length - kv.keep, kv.keep);
+        backend_.kv_shift(kv.v, kv.length - kv.keep, kv.keep);
+        kv.length = kv.keep;
+      }
+    }
   }
-  flush();
   dump(p + "attn_heads", attn);
   Tensor o = bf16({T, H});
   backend_.matmul(attn.reshape({T, Hq * D}), w.o_proj, o);

@@ -244,11 +244,6 @@ class CudaBackend final : public Backend {
     cuda::attention(ctx_, a);
   }
 
-  void attention_batch(std::span<const AttentionArgs> args) override {
-    activate();
-    ctx_.fork_join(args.size(), [&](const Context& lane, size_t i) { cuda::attention(lane, args[i]); });
-  }
-
   void moe(const MoeArgs& a) override {
     activate();
     cuda::moe(ctx_, a);

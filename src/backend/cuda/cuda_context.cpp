@@ -106,65 +106,14 @@ Context::Context(int device_index) : device(device_index) {
   CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&error_host), sizeof(unsigned), cudaHostAllocMapped));
   *error_host = 0;
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_dev), error_host, 0));
-  CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-  for (int i = 0; i < kLanes; ++i) lanes.push_back(std::unique_ptr<Context>(new Context(*this, i)));
-}
-
-Context::Context(const Context& parent, int /*lane_index*/)
-    : device(parent.device), allocator(parent.allocator), error_host(parent.error_host), error_dev(parent.error_dev) {
-  // Non-blocking: the lane orders against the parent's stream through events only.
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  CUBLAS_CHECK(cublasCreate(&cublas));
-  CUBLAS_CHECK(cublasSetStream(cublas, stream));
-  CUBLAS_CHECK(cublasSetMathMode(cublas, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                                                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  // Its own workspace: handles on concurrent streams must not share one.
-  cublas_workspace_bytes = size_t{32} << 20;
-  CUDA_CHECK(cudaMalloc(&cublas_workspace, cublas_workspace_bytes));
-  CUBLAS_CHECK(cublasSetWorkspace(cublas, cublas_workspace, cublas_workspace_bytes));
-  CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-  is_lane_ = true;
 }
 
 Context::~Context() {
   cudaStreamSynchronize(stream);
-  lanes.clear();
-  if (done_ != nullptr) cudaEventDestroy(done_);
   if (cublas != nullptr) cublasDestroy(cublas);
   if (cublas_workspace != nullptr) cudaFree(cublas_workspace);
-  if (error_host != nullptr && !is_lane_) cudaFreeHost(error_host);
+  if (error_host != nullptr) cudaFreeHost(error_host);
   if (stream != nullptr) cudaStreamDestroy(stream);
-}
-
-void Context::fork_join(size_t count, const std::function<void(const Context& lane, size_t i)>& work) const {
-  if (count <= 1 || lanes.empty()) {
-    for (size_t i = 0; i < count; ++i) work(*this, i);
-    return;
-  }
-  std::vector<Tensor> keep;
-  const size_t used = std::min(count, lanes.size());
-  CUDA_CHECK(cudaEventRecord(done_, stream));
-  for (size_t l = 0; l < used; ++l) {
-    CUDA_CHECK(cudaStreamWaitEvent(lanes[l]->stream, done_, 0));
-    lanes[l]->retain = &keep;
-  }
-  // The join runs whatever happens: this stream must be ordered after every lane's queued work
-  // before `keep` hands its blocks back.
-  auto join = [&] {
-    for (size_t l = 0; l < used; ++l) {
-      lanes[l]->retain = nullptr;
-      CUDA_CHECK(cudaEventRecord(lanes[l]->done_, lanes[l]->stream));
-      CUDA_CHECK(cudaStreamWaitEvent(stream, lanes[l]->done_, 0));
-    }
-  };
-  try {
-    for (size_t i = 0; i < count; ++i) work(*lanes[i % used], i);
-  } catch (...) {
-    join();
-    throw;
-  }
-  join();
-  // `keep` is released here: later work on this stream is ordered after the lanes' kernels.
 }
 
 Tensor Context::alloc_shape(ScalarType type, const int64_t* dims, int ndim) const {
@@ -182,7 +131,6 @@ Tensor Context::alloc_shape(ScalarType type, const int64_t* dims, int ndim) cons
   std::shared_ptr<DeviceAllocator> a = allocator;
   t.owner = std::shared_ptr<void>(p, [a, rounded](void* q) { a->release(q, rounded); });
   t.data = p;
-  if (retain != nullptr) retain->push_back(t);
   return t;
 }
 

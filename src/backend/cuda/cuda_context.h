@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -53,22 +52,11 @@ struct Context {
   std::shared_ptr<DeviceAllocator> allocator;
   unsigned* error_host = nullptr;  // pinned, mapped word the kernels set bits in (common.cuh DeviceErrorBits)
   unsigned* error_dev = nullptr;   // its device address
-  // Side lanes (views of this context with their own stream and cuBLAS handle) for independent work
-  // that is too small to fill the GPU alone, e.g. the attention of several sequences: see fork_join.
-  std::vector<std::unique_ptr<Context>> lanes;
-  // Set on a lane: tensors it allocates are kept here until the join, because the allocator's "one
-  // stream" reuse rule does not hold for them (their kernels run on the lane's stream).
-  mutable std::vector<Tensor>* retain = nullptr;
 
   explicit Context(int device_index);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
-
-  // Runs work(lane, i) for i in [0, count) on the side lanes (round robin), ordered after everything
-  // queued on this stream so far; this stream waits for all of it before its next work. count <= 1
-  // runs on this stream. Tensors the work allocates live until the join is queued.
-  void fork_join(size_t count, const std::function<void(const Context& lane, size_t i)>& work) const;
 
   // An owning device tensor. The memory is NOT zeroed (every op writes its whole output).
   Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) const;
@@ -76,12 +64,6 @@ struct Context {
   // Waits for the stream, then throws if a kernel reported bad input in the error word.
   void sync() const;
   void check_error_word() const;
-
- private:
-  static constexpr int kLanes = 4;
-  Context(const Context& parent, int lane_index);  // a side lane
-  bool is_lane_ = false;
-  cudaEvent_t done_ = nullptr;  // lanes: recorded after their work; the parent: the fork point
 };
 
 // A contiguous row-major bf16 GEMM, possibly strided-batched, on cuBLAS with fp32 accumulation:
