@@ -1,7 +1,9 @@
 // Checks of the device-grouped MoE (grouping kernel + grouped expert GEMMs, grouped_moe.cu) against
 // the CPU backend and against the host-grouped CUDA path (cuBLAS), on random, completely skewed and
-// sparse routings, at the small test shapes (including N and K tails of the 64-wide tiles) and the
-// real one (E128 k8 H2816 I704) at T = 1 .. 1000. Outputs are poisoned, so unwritten elements show.
+// sparse routings, at the small test shapes (including N and K tails of the tiles) and the real one
+// (E128 k8 H2816 I704) at T = 1 .. 2048. Both GEMM kernels run: the small-R one (32-row tiles, up to
+// 24 rows per expert on average) and the large-R one (128 x 128 tiles from the tile list; experts with
+// more than 128 rows get several tiles). Outputs are poisoned, so unwritten elements show.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -210,19 +212,35 @@ std::vector<Case> grouped_moe_cases() {
       make_case("grouped_moe_E8_k2", {"grouped moe E8 k2", 37, 64, 32, 8, 2}),
       // N and K tails: gate_up 40 columns (a 32-wide tile + 8), down 72 columns (64 + 8), K = 72 and 40.
       make_case("grouped_moe_E8_k2_tails", {"grouped moe E8 k2 H72 I40", 45, 72, 40, 8, 2}),
+      // The large-R kernel (R = 300 > 24 E) on the tails: gate_up 40 of a tile's 64 i, down 72 of 128
+      // columns, K = 72 (64 + 8) and 40; ~37 rows per expert, one partial tile each.
+      make_case("grouped_moe_E8_k2_big_tails", {"grouped moe E8 k2 T150 H72 I40 (large R)", 150, 72, 40, 8, 2}),
+      // ~175 rows per expert: two tiles each, the second partial; skewed: one expert with all 700 rows
+      // (5 full tiles + 60 rows), the others ~100.
+      make_case("grouped_moe_E8_k2_big_multitile", {"grouped moe E8 k2 T700 H72 I40 (large R)", 700, 72, 40, 8, 2}),
+      make_case("grouped_moe_E8_k2_big_skewed",
+                {"grouped moe E8 k2 T700 H72 I40 skewed (large R)", 700, 72, 40, 8, 2, Routing::kSkewed}),
       // I not a multiple of 8: not supported by the grouped kernel; the host-grouped path runs instead.
       make_case("grouped_moe_E8_k2_fallback", {"grouped moe E8 k2 H60 I30 (host fallback)", 21, 60, 30, 8, 2}),
       make_case("grouped_moe_E128_k8_T1", {"grouped moe E128 k8 T1", 1, H, I, 128, 8}),
       make_case("grouped_moe_E128_k8_T64", {"grouped moe E128 k8 T64", 64, H, I, 128, 8}),
       make_case("grouped_moe_E128_k8_T256", {"grouped moe E128 k8 T256", 256, H, I, 128, 8}),
-      // 62.5 rows per expert on average: the 64-row tiles, several M tiles for the busier experts.
+      // 62.5 rows per expert on average: the large-R kernel, one partial 128-row tile per expert.
       make_case("grouped_moe_E128_k8_T1000", {"grouped moe E128 k8 T1000", 1000, H, I, 128, 8}),
-      // One expert with every token: 8 (T=256, 32-row tiles) or 16 (T=1000, 64-row tiles) M tiles in one CTA.
+      // 128 rows per expert on average: about half the experts get a second tile.
+      make_case("grouped_moe_E128_k8_T2048", {"grouped moe E128 k8 T2048", 2048, H, I, 128, 8}),
+      // One expert with every token: 8 M tiles of 32 rows in one CTA (T=256, small R); 7 full tiles of
+      // 128 + 104 rows (T=1000) and exactly 16 full tiles (T=2048) from the tile list (large R).
       make_case("grouped_moe_E128_k8_skewed", {"grouped moe E128 k8 T256 skewed", 256, H, I, 128, 8, Routing::kSkewed}),
       make_case("grouped_moe_E128_k8_skewed_T1000",
                 {"grouped moe E128 k8 T1000 skewed", 1000, H, I, 128, 8, Routing::kSkewed}),
-      // 116 of 128 experts without rows, ~200 rows for each of the others.
+      make_case("grouped_moe_E128_k8_skewed_T2048",
+                {"grouped moe E128 k8 T2048 skewed", 2048, H, I, 128, 8, Routing::kSkewed}),
+      // 116 of 128 experts without rows, ~200 rows for each of the others (small R), or ~670 (large R:
+      // 6 tiles each, most of the tile list padding).
       make_case("grouped_moe_E128_k8_sparse", {"grouped moe E128 k8 T300 sparse", 300, H, I, 128, 8, Routing::kSparse}),
+      make_case("grouped_moe_E128_k8_sparse_T1000",
+                {"grouped moe E128 k8 T1000 sparse", 1000, H, I, 128, 8, Routing::kSparse}),
   };
 }
 
