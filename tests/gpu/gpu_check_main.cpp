@@ -132,6 +132,14 @@ int bench() {
     row("moe T=1024 E=128 k=8 (host-grouped, cuBLAS)", time_ms(be, [&] { be.moe(m4); }));
     cuda::set_moe_device_grouping(true);
     row("moe T=1024 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m4); }));
+    MoeArgs m8 = m;  // a 2,048-token prompt chunk
+    m8.router_in = bf({8 * C, H}, 29, 1.0f);
+    m8.expert_in = bf({8 * C, H}, 30, 1.0f);
+    m8.out = be.alloc(ScalarType::kBF16, {8 * C, H});
+    cuda::set_moe_device_grouping(false);
+    row("moe T=2048 E=128 k=8 (host-grouped, cuBLAS)", time_ms(be, [&] { be.moe(m8); }));
+    cuda::set_moe_device_grouping(true);
+    row("moe T=2048 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m8); }));
     cuda::set_moe_device_grouping(was);
   }
   {
