@@ -8,6 +8,7 @@
 // splits to most cases here, and fused_attention_splits forces counts that leave splits partly or
 // fully masked (causal windows, short caches, more splits than key tiles). fused_attention_plan checks
 // that the model's real shapes take the fused path, with several splits.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -99,8 +100,13 @@ void run_fused(Reporter& r, const FusedCase& c) {
   // path, so the bounds are those of run_attention (gpu_check_ops.cpp): GEMM bounds per element, up to
   // 1e-3 of the outputs further off (rows whose dominant score flipped), >= 80% bit-identical, and
   // the NMSE bound (~40x one bf16 rounding).
+  // A flipped score of a dominant key (bf16 step 0.03 at |s| ~ 5) moves its probability by ~3% and
+  // with it every element of that output row, so the outlier allowance is at least two whole rows:
+  // with few rows (n = 5, 8 query heads: 80 rows) one such row is 1.25% of the elements (measured on
+  // the H200: 59 of 20,480 elements, on the cuBLAS path alike).
+  const double rows = static_cast<double>(c.n * c.Hq);
   Tol tol = gemm_tol();
-  tol.max_bad_fraction = 1e-3;
+  tol.max_bad_fraction = std::max(1e-3, 2.0 / rows);
   tol.min_exact = 0.8;
   expect_bf16(r, c.name + " fused vs cpu", fused, u16(ca.out), tol);
   // Against the unfused CUDA path: both sides differ from the CPU in the ways above (cuBLAS splits the
@@ -108,7 +114,7 @@ void run_fused(Reporter& r, const FusedCase& c) {
   // same per-element bound holds (a flip on one side is one GEMM rounding, as against the CPU), with
   // twice the outlier fraction and the NMSE bound unchanged (each side's error is ~1/40 of it).
   Tol tol_u = tol;
-  tol_u.max_bad_fraction = 2e-3;
+  tol_u.max_bad_fraction = std::max(2e-3, 4.0 / rows);
   tol_u.min_exact = 0.7;
   expect_bf16(r, c.name + " fused vs unfused", fused, u16(ua.out), tol_u);
   // The unfused path against the CPU, as a control: if this fails too, the inputs are at fault.

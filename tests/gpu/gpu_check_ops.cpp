@@ -405,9 +405,11 @@ void run_moe(Reporter& r, const std::string& name, int64_t T, int64_t H, int64_t
          ", identical routing " + std::to_string(same_route) + "/" + std::to_string(T) +
          ", max |dprob| " + fmt_double(worst_prob));
   // The router logits are a K=H GEMM (2816 at the real shape) after an RMSNorm whose mean of squares
-  // the CPU sums in double and the GPU in fp32: measured on an H200, 53 of 64 tokens keep bit-identical
-  // probabilities at H=2816 (all 37 at H=64). Require three quarters; the real check is max |dprob|.
-  if (same_probs * 4 < T * 3) r.fail(name + ": fewer than 75% of the tokens have bit-identical router probabilities");
+  // the CPU sums in double and the GPU in fp32: a token keeps bit-identical probabilities only if none
+  // of its E bf16 logits rounds the other way. Measured on an H200 over random seeds: 47 to 53 of 64
+  // tokens at H=2816 (all 37 at H=64). Require half (a structural error changes every token); the
+  // real check is max |dprob| below.
+  if (same_probs * 2 < T) r.fail(name + ": fewer than half of the tokens have bit-identical router probabilities");
   // A GEMM-rounding flip in a logit moves a probability by about one bf16 step of the logit: < 2%.
   if (worst_prob > 0.02) r.fail(name + ": router probabilities differ by " + fmt_double(worst_prob));
 
