@@ -19,14 +19,6 @@
 namespace dgemma::gpu_test {
 namespace {
 
-struct FusedCase {
-  std::string name;
-  int64_t n, Hq, Hkv, D, L, cap;
-  bool causal;
-  int64_t window;
-  float scaling = 1.0f;
-  float score_std = 1.5f;  // typical |q.k| (q and k elements ~ N(0, sqrt(score_std / sqrt(D))))
-};
 
 // Restores the fused-attention knob on every exit.
 class FusedKnob {
@@ -52,33 +44,11 @@ class SplitsKnob {
   int old_;
 };
 
-void run_fused(Reporter& r, const FusedCase& c) {
+void run_fused(Reporter& r, const AttnCase& c) {
   Data d("fused attention " + c.name);
-  const float s = std::sqrt(c.score_std / std::sqrt(static_cast<float>(c.D)));
-  AttentionArgs ca;
-  ca.q = d.bf16({c.n, c.Hq, c.D}, s);
-  ca.k_new = d.bf16({c.n, c.Hkv, c.D}, s);
-  ca.v_new = d.bf16({c.n, c.Hkv, c.D}, 1.0f);
-  if (c.cap > 0) {
-    // Rows past cache_len hold data too (as a real cache after eviction would): reading them, or
-    // letting them into the softmax, changes the result.
-    ca.k_cache = d.bf16({c.Hkv, c.cap, c.D}, s);
-    ca.v_cache = d.bf16({c.Hkv, c.cap, c.D}, 1.0f);
-  }
-  ca.cache_len = c.L;
-  ca.causal = c.causal;
-  ca.window = c.window;
-  ca.scaling = c.scaling;
-  ca.out = host_tensor(ScalarType::kBF16, {c.n, c.Hq, c.D});
-  AttentionArgs ga = ca;
-  ga.q = up(ca.q);
-  ga.k_new = up(ca.k_new);
-  ga.v_new = up(ca.v_new);
-  if (c.cap > 0) {
-    ga.k_cache = up(ca.k_cache);
-    ga.v_cache = up(ca.v_cache);
-  }
-  ga.out = poisoned(ScalarType::kBF16, {c.n, c.Hq, c.D});
+  const AttnInputs in = make_attention_inputs(d, c);
+  const AttentionArgs& ca = in.host;
+  const AttentionArgs& ga = in.gpu;
   AttentionArgs ua = ga;  // the unfused CUDA path, its own poisoned output
   ua.out = poisoned(ScalarType::kBF16, {c.n, c.Hq, c.D});
   cpu().attention(ca);

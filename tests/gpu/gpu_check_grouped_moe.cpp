@@ -164,40 +164,9 @@ void run_grouped(Reporter& r, const Shape& s) {
     compare_out(r, s.name + " device vs host grouping", s, host, dev, std::vector<char>(static_cast<size_t>(T), 1));
   }
 
-  // 2. Device grouping vs the CPU. Routing as in run_moe (gpu_check_ops.cpp): the bf16 router logits
-  // come from a GEMM, so a logit can round the other way and move that token's probabilities; tokens
-  // with bit-identical probabilities must route identically with bit-identical weights, at least
-  // three quarters of the tokens must have bit-identical probabilities (measured 53/64 at H=2816;
-  // not required below 4 tokens, where one flip is already a quarter), and no probability may move
-  // by more than one bf16 step of a logit (< 2%). Outputs are compared on identically routed tokens.
-  const auto pc = f32(ca.dbg_probs), pg = f32(dev.dbg_probs);
-  const auto wc = f32(ca.dbg_weights), wg = f32(dev.dbg_weights);
-  const auto ic = i32(ca.dbg_index), ig = i32(dev.dbg_index);
-  std::vector<char> same(static_cast<size_t>(T), 0);
-  int64_t same_probs = 0, same_route = 0;
-  double worst_prob = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    bool probs_equal = true;
-    for (int64_t e = 0; e < E; ++e) {
-      probs_equal &= pc[t * E + e] == pg[t * E + e];
-      worst_prob = std::max(worst_prob, static_cast<double>(std::fabs(pc[t * E + e] - pg[t * E + e])));
-    }
-    bool route_equal = true;
-    for (int64_t k = 0; k < K; ++k) route_equal &= ic[t * K + k] == ig[t * K + k] && wc[t * K + k] == wg[t * K + k];
-    same_probs += probs_equal;
-    same_route += route_equal;
-    if (probs_equal && !route_equal)
-      r.fail(s.name + ": token " + std::to_string(t) + " has identical router probabilities but another routing");
-    same[static_cast<size_t>(t)] = route_equal;
-  }
-  r.note(s.name + ": tokens with bit-identical router probs " + std::to_string(same_probs) + "/" + std::to_string(T) +
-         ", identical routing " + std::to_string(same_route) + "/" + std::to_string(T) + ", max |dprob| " +
-         fmt_double(worst_prob));
-  // As run_moe (gpu_check_ops.cpp): measured 47 to 53 of 64 tokens keep bit-identical router
-  // probabilities at H=2816 over random seeds; require half, the real check is max |dprob|.
-  if (T >= 4 && same_probs * 2 < T)
-    r.fail(s.name + ": fewer than half of the tokens have bit-identical router probabilities");
-  if (worst_prob > 0.02) r.fail(s.name + ": router probabilities differ by " + fmt_double(worst_prob));
+  // 2. Device grouping vs the CPU: routing by compare_routing (not required below 4 tokens, where one
+  // flipped logit already moves a quarter of them); outputs on the identically routed tokens.
+  const std::vector<char> same = compare_routing(r, s.name, ca, dev, 4);
   compare_out(r, s.name + " device grouping vs CPU (identically routed tokens)", s, ca, dev, same);
 }
 

@@ -257,40 +257,11 @@ void check_fill_normal(Reporter& r) {
 
 // ---- attention --------------------------------------------------------------------------------
 
-struct AttnCase {
-  std::string name;
-  int64_t n, Hq, Hkv, D, L, cap;
-  bool causal;
-  int64_t window;
-  float scaling = 1.0f;
-  float score_std = 1.5f;  // typical |q.k| (q and k elements ~ N(0, sqrt(score_std / sqrt(D))))
-};
-
 void run_attention(Reporter& r, const AttnCase& c) {
   Data d("attention " + c.name);
-  const float s = std::sqrt(c.score_std / std::sqrt(static_cast<float>(c.D)));
-  AttentionArgs ca;
-  ca.q = d.bf16({c.n, c.Hq, c.D}, s);
-  ca.k_new = d.bf16({c.n, c.Hkv, c.D}, s);
-  ca.v_new = d.bf16({c.n, c.Hkv, c.D}, 1.0f);
-  if (c.cap > 0) {
-    ca.k_cache = d.bf16({c.Hkv, c.cap, c.D}, s);
-    ca.v_cache = d.bf16({c.Hkv, c.cap, c.D}, 1.0f);
-  }
-  ca.cache_len = c.L;
-  ca.causal = c.causal;
-  ca.window = c.window;
-  ca.scaling = c.scaling;
-  ca.out = host_tensor(ScalarType::kBF16, {c.n, c.Hq, c.D});
-  AttentionArgs ga = ca;
-  ga.q = up(ca.q);
-  ga.k_new = up(ca.k_new);
-  ga.v_new = up(ca.v_new);
-  if (c.cap > 0) {
-    ga.k_cache = up(ca.k_cache);
-    ga.v_cache = up(ca.v_cache);
-  }
-  ga.out = poisoned(ScalarType::kBF16, {c.n, c.Hq, c.D});
+  const AttnInputs in = make_attention_inputs(d, c);
+  const AttentionArgs& ca = in.host;
+  const AttentionArgs& ga = in.gpu;
   cpu().attention(ca);
   cuda().attention(ga);
   // Scores come from GEMMs (a score rounds to the other bf16 neighbour in ~1e-4 of the cases, which
@@ -377,41 +348,7 @@ void run_moe(Reporter& r, const std::string& name, int64_t T, int64_t H, int64_t
   cpu().moe(ca);
   cuda().moe(ga);
 
-  // Routing: the bf16 router logits come from a GEMM, so a logit can round the other way (see
-  // gemm_tol) and move that token's probabilities by ~1%; near-ties at the k-th place can then pick
-  // another expert. Tokens whose probabilities are bit-identical must route identically with
-  // bit-identical weights (same fp32 softmax order, same top-k rule); the others are counted, and
-  // at least 90% of the tokens must be bit-identical.
-  const auto pc = f32(ca.dbg_probs), pg = f32(ga.dbg_probs);
-  const auto wc = f32(ca.dbg_weights), wg = f32(ga.dbg_weights);
-  const auto ic = i32(ca.dbg_index), ig = i32(ga.dbg_index);
-  std::vector<char> same(static_cast<size_t>(T), 0);
-  int64_t same_probs = 0, same_route = 0;
-  double worst_prob = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    bool probs_equal = true;
-    for (int64_t e = 0; e < E; ++e) {
-      probs_equal &= pc[t * E + e] == pg[t * E + e];
-      worst_prob = std::max(worst_prob, static_cast<double>(std::fabs(pc[t * E + e] - pg[t * E + e])));
-    }
-    bool route_equal = true;
-    for (int k = 0; k < K; ++k) route_equal &= ic[t * K + k] == ig[t * K + k] && wc[t * K + k] == wg[t * K + k];
-    same_probs += probs_equal;
-    same_route += route_equal;
-    if (probs_equal && !route_equal) r.fail(name + ": token " + std::to_string(t) + " has identical router probabilities but another routing");
-    same[static_cast<size_t>(t)] = route_equal;
-  }
-  r.note(name + ": tokens with bit-identical router probs " + std::to_string(same_probs) + "/" + std::to_string(T) +
-         ", identical routing " + std::to_string(same_route) + "/" + std::to_string(T) +
-         ", max |dprob| " + fmt_double(worst_prob));
-  // The router logits are a K=H GEMM (2816 at the real shape) after an RMSNorm whose mean of squares
-  // the CPU sums in double and the GPU in fp32: a token keeps bit-identical probabilities only if none
-  // of its E bf16 logits rounds the other way. Measured on an H200 over random seeds: 47 to 53 of 64
-  // tokens at H=2816 (all 37 at H=64). Require half (a structural error changes every token); the
-  // real check is max |dprob| below.
-  if (same_probs * 2 < T) r.fail(name + ": fewer than half of the tokens have bit-identical router probabilities");
-  // A GEMM-rounding flip in a logit moves a probability by about one bf16 step of the logit: < 2%.
-  if (worst_prob > 0.02) r.fail(name + ": router probabilities differ by " + fmt_double(worst_prob));
+  const std::vector<char> same = compare_routing(r, name, ca, ga);
 
   // Outputs of the identically routed tokens: two chained GEMMs (gate_up, down) with bf16 roundings
   // between them and a bf16 sum over k experts: a GEMM flip can grow to a few steps after the next

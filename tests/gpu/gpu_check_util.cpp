@@ -207,4 +207,65 @@ void expect_f32(Reporter& r, const std::string& what, const std::vector<float>& 
   }
 }
 
+AttnInputs make_attention_inputs(Data& d, const AttnCase& c) {
+  const float s = std::sqrt(c.score_std / std::sqrt(static_cast<float>(c.D)));
+  AttnInputs in;
+  AttentionArgs& ca = in.host;
+  ca.q = d.bf16({c.n, c.Hq, c.D}, s);
+  ca.k_new = d.bf16({c.n, c.Hkv, c.D}, s);
+  ca.v_new = d.bf16({c.n, c.Hkv, c.D}, 1.0f);
+  if (c.cap > 0) {
+    ca.k_cache = d.bf16({c.Hkv, c.cap, c.D}, s);
+    ca.v_cache = d.bf16({c.Hkv, c.cap, c.D}, 1.0f);
+  }
+  ca.cache_len = c.L;
+  ca.causal = c.causal;
+  ca.window = c.window;
+  ca.scaling = c.scaling;
+  ca.out = host_tensor(ScalarType::kBF16, {c.n, c.Hq, c.D});
+  AttentionArgs& ga = in.gpu;
+  ga = ca;
+  ga.q = up(ca.q);
+  ga.k_new = up(ca.k_new);
+  ga.v_new = up(ca.v_new);
+  if (c.cap > 0) {
+    ga.k_cache = up(ca.k_cache);
+    ga.v_cache = up(ca.v_cache);
+  }
+  ga.out = poisoned(ScalarType::kBF16, {c.n, c.Hq, c.D});
+  return in;
+}
+
+std::vector<char> compare_routing(Reporter& r, const std::string& name, const MoeArgs& cpu_args, const MoeArgs& gpu_args,
+                                  int64_t min_tokens) {
+  const int64_t T = cpu_args.router_in.dim(0), E = cpu_args.router_proj.dim(0), K = cpu_args.top_k;
+  const auto pc = f32(cpu_args.dbg_probs), pg = f32(gpu_args.dbg_probs);
+  const auto wc = f32(cpu_args.dbg_weights), wg = f32(gpu_args.dbg_weights);
+  const auto ic = i32(cpu_args.dbg_index), ig = i32(gpu_args.dbg_index);
+  std::vector<char> same(static_cast<size_t>(T), 0);
+  int64_t same_probs = 0, same_route = 0;
+  double worst_prob = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    bool probs_equal = true;
+    for (int64_t e = 0; e < E; ++e) {
+      probs_equal &= pc[t * E + e] == pg[t * E + e];
+      worst_prob = std::max(worst_prob, static_cast<double>(std::fabs(pc[t * E + e] - pg[t * E + e])));
+    }
+    bool route_equal = true;
+    for (int64_t k = 0; k < K; ++k) route_equal &= ic[t * K + k] == ig[t * K + k] && wc[t * K + k] == wg[t * K + k];
+    same_probs += probs_equal;
+    same_route += route_equal;
+    if (probs_equal && !route_equal)
+      r.fail(name + ": token " + std::to_string(t) + " has identical router probabilities but another routing");
+    same[static_cast<size_t>(t)] = route_equal;
+  }
+  r.note(name + ": tokens with bit-identical router probs " + std::to_string(same_probs) + "/" + std::to_string(T) +
+         ", identical routing " + std::to_string(same_route) + "/" + std::to_string(T) + ", max |dprob| " +
+         fmt_double(worst_prob));
+  if (T >= min_tokens && same_probs * 2 < T)
+    r.fail(name + ": fewer than half of the tokens have bit-identical router probabilities");
+  if (worst_prob > 0.02) r.fail(name + ": router probabilities differ by " + fmt_double(worst_prob));
+  return same;
+}
+
 }  // namespace dgemma::gpu_test
