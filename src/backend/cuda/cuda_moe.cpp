@@ -85,6 +85,17 @@ void moe(const Context& ctx, const MoeArgs& a) {
                   probs.empty() ? nullptr : probs.ptr<float>(), top_idx.ptr<int32_t>(), top_w.ptr<float>(),
                   order.ptr<int32_t>(), st);
 
+  // The routing's debug outputs (tests), copied to the host after the routing kernels; true if any.
+  auto queue_debug_copies = [&] {
+    auto copy = [&](const Tensor& host, const Tensor& dev) {
+      if (!host.empty()) CUDA_CHECK(cudaMemcpyAsync(host.data, dev.data, host.nbytes(), cudaMemcpyDeviceToHost, st));
+    };
+    copy(a.dbg_probs, probs);
+    copy(a.dbg_weights, top_w);
+    copy(a.dbg_index, top_idx);
+    return !a.dbg_probs.empty() || !a.dbg_weights.empty() || !a.dbg_index.empty();
+  };
+
   const int64_t R = T * K;
   if (g_device_grouping.load() &&
       grouped_moe_supported(T, H, I, E, K, a.expert_in.data, a.gate_up.data, a.down.data)) {
@@ -104,27 +115,14 @@ void moe(const Context& ctx, const MoeArgs& a) {
     launch_grouped_down(act.ptr<uint16_t>(), a.down.ptr<uint16_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
                         tiles_ptr, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
     launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
-    if (!a.dbg_probs.empty() || !a.dbg_weights.empty() || !a.dbg_index.empty()) {
-      if (!a.dbg_probs.empty())
-        CUDA_CHECK(cudaMemcpyAsync(a.dbg_probs.data, probs.data, a.dbg_probs.nbytes(), cudaMemcpyDeviceToHost, st));
-      if (!a.dbg_weights.empty())
-        CUDA_CHECK(cudaMemcpyAsync(a.dbg_weights.data, top_w.data, a.dbg_weights.nbytes(), cudaMemcpyDeviceToHost, st));
-      if (!a.dbg_index.empty())
-        CUDA_CHECK(cudaMemcpyAsync(a.dbg_index.data, top_idx.data, a.dbg_index.nbytes(), cudaMemcpyDeviceToHost, st));
-      ctx.sync();
-    }
+    if (queue_debug_copies()) ctx.sync();
     return;
   }
 
   // 2. Group the (token, slot) pairs by expert on the host (stable: pair order within an expert).
   std::vector<int32_t> idx(static_cast<size_t>(R));
   CUDA_CHECK(cudaMemcpyAsync(idx.data(), top_idx.data, static_cast<size_t>(R) * 4, cudaMemcpyDeviceToHost, st));
-  if (!a.dbg_probs.empty())
-    CUDA_CHECK(cudaMemcpyAsync(a.dbg_probs.data, probs.data, a.dbg_probs.nbytes(), cudaMemcpyDeviceToHost, st));
-  if (!a.dbg_weights.empty())
-    CUDA_CHECK(cudaMemcpyAsync(a.dbg_weights.data, top_w.data, a.dbg_weights.nbytes(), cudaMemcpyDeviceToHost, st));
-  if (!a.dbg_index.empty())
-    CUDA_CHECK(cudaMemcpyAsync(a.dbg_index.data, top_idx.data, a.dbg_index.nbytes(), cudaMemcpyDeviceToHost, st));
+  queue_debug_copies();
   ctx.sync();
   std::vector<int64_t> count(static_cast<size_t>(E) + 1, 0), offset(static_cast<size_t>(E) + 1, 0);
   for (int32_t e : idx) {
