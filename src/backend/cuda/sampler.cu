@@ -77,35 +77,35 @@ struct Top2 {
   }
 };
 
+// One thread's, block's or row's partial results (plain data: it also lives in shared and global
+// memory), merged in a fixed order.
 struct Stats {
   Top2<float> z;
   Top2<double> g;
   double s1, s2, bsum;
 
+  __device__ __forceinline__ void merge(const Stats& o) {
+    z.merge(o.z.v1, o.z.i1, o.z.v2);
+    g.merge(o.g.v1, o.g.i1, o.g.v2);
+    s1 += o.s1;
+    s2 += o.s2;
+    bsum += o.bsum;
+  }
   __device__ __forceinline__ void merge_lane(int offset) {
-    const float zv1 = __shfl_xor_sync(0xffffffffu, z.v1, offset);
-    const float zv2 = __shfl_xor_sync(0xffffffffu, z.v2, offset);
-    const int zi1 = __shfl_xor_sync(0xffffffffu, z.i1, offset);
-    const double gv1 = __shfl_xor_sync(0xffffffffu, g.v1, offset);
-    const double gv2 = __shfl_xor_sync(0xffffffffu, g.v2, offset);
-    const int gi1 = __shfl_xor_sync(0xffffffffu, g.i1, offset);
-    s1 += __shfl_xor_sync(0xffffffffu, s1, offset);
-    s2 += __shfl_xor_sync(0xffffffffu, s2, offset);
-    bsum += __shfl_xor_sync(0xffffffffu, bsum, offset);
-    z.merge(zv1, zi1, zv2);
-    g.merge(gv1, gi1, gv2);
+    Stats o;
+    o.z = {__shfl_xor_sync(0xffffffffu, z.v1, offset), __shfl_xor_sync(0xffffffffu, z.v2, offset),
+           __shfl_xor_sync(0xffffffffu, z.i1, offset)};
+    o.g = {__shfl_xor_sync(0xffffffffu, g.v1, offset), __shfl_xor_sync(0xffffffffu, g.v2, offset),
+           __shfl_xor_sync(0xffffffffu, g.i1, offset)};
+    o.s1 = __shfl_xor_sync(0xffffffffu, s1, offset);
+    o.s2 = __shfl_xor_sync(0xffffffffu, s2, offset);
+    o.bsum = __shfl_xor_sync(0xffffffffu, bsum, offset);
+    merge(o);
   }
   __device__ __forceinline__ void warp_reduce_all() {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) merge_lane(o);
   }
-};
-
-// One block's (or one row's) partial results, merged in a fixed order.
-struct Partial {
-  float zv1, zv2;
-  int zi1, gi1;
-  double gv1, gv2, s1, s2, bsum;
 };
 
 __device__ __forceinline__ void empty_stats(Stats& st) {
@@ -114,26 +114,14 @@ __device__ __forceinline__ void empty_stats(Stats& st) {
   st.s1 = st.s2 = st.bsum = 0.0;
 }
 
-__device__ __forceinline__ void to_stats(const Partial& p, Stats& st) {
-  st.z = {p.zv1, p.zv2, p.zi1};
-  st.g = {p.gv1, p.gv2, p.gi1};
-  st.s1 = p.s1;
-  st.s2 = p.s2;
-  st.bsum = p.bsum;
-}
-
-__device__ __forceinline__ Partial to_partial(const Stats& st) {
-  return Partial{st.z.v1, st.z.v2, st.z.i1, st.g.i1, st.g.v1, st.g.v2, st.s1, st.s2, st.bsum};
-}
-
 // Reduces every thread's Stats over the block; the result is valid in thread 0.
-__device__ __forceinline__ void block_reduce_stats(Stats& st, Partial* warp_partials) {
+__device__ __forceinline__ void block_reduce_stats(Stats& st, Stats* warp_partials) {
   st.warp_reduce_all();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warp_partials[warp] = to_partial(st);
+  if (lane == 0) warp_partials[warp] = st;
   __syncthreads();
   if (warp == 0) {
-    if (lane < kWarps) to_stats(warp_partials[lane], st);
+    if (lane < kWarps) st = warp_partials[lane];
     else empty_stats(st);
     st.warp_reduce_all();
   }
@@ -168,8 +156,8 @@ __device__ __forceinline__ float row_shift(const SamplerLaunch& a, int splits, c
 
 // Pass 1 over a slice: argmax and second-best z, the entropy sums, Gumbel-max, the bf16 softmax sum.
 __global__ void __launch_bounds__(kThreads) slice_stats_kernel(SamplerLaunch a, int splits, const float* slice_max,
-                                                               Partial* partials) {
-  __shared__ Partial warp_partials[kWarps];
+                                                               Stats* partials) {
+  __shared__ Stats warp_partials[kWarps];
   const int64_t pos = blockIdx.y;
   uint16_t* row = a.logits + pos * a.V;
   const float cap = a.softcap, temp = a.temperature;
@@ -205,26 +193,18 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(SamplerLaunch a, 
     }
   }
   block_reduce_stats(st, warp_partials);
-  if (threadIdx.x == 0) partials[pos * splits + blockIdx.x] = to_partial(st);
+  if (threadIdx.x == 0) partials[pos * splits + blockIdx.x] = st;
 }
 
 // Merges a row's slice partials in slice order (one warp per row) and writes the per-position outputs.
-__global__ void finalize_kernel(SamplerLaunch a, int splits, const float* slice_max, const Partial* partials,
+__global__ void finalize_kernel(SamplerLaunch a, int splits, const float* slice_max, const Stats* partials,
                                 float* row_bsum) {
   const int64_t pos = blockIdx.x;
   const int lane = threadIdx.x;
   Stats st;
   empty_stats(st);
   // Lane l merges slices l, l + 32, ... in order; then the warp reduction (fixed order).
-  for (int s = lane; s < splits; s += 32) {
-    Stats o;
-    to_stats(partials[pos * splits + s], o);
-    st.z.merge(o.z.v1, o.z.i1, o.z.v2);
-    st.g.merge(o.g.v1, o.g.i1, o.g.v2);
-    st.s1 += o.s1;
-    st.s2 += o.s2;
-    st.bsum += o.bsum;
-  }
+  for (int s = lane; s < splits; s += 32) st.merge(partials[pos * splits + s]);
   st.warp_reduce_all();
   if (lane != 0) return;
   const double md = static_cast<double>(row_shift(a, splits, slice_max, pos));
@@ -265,14 +245,14 @@ int sampler_splits(int64_t V) {
 
 size_t sampler_workspace_bytes(int64_t C, int64_t V) {
   const size_t n = static_cast<size_t>(C) * static_cast<size_t>(sampler_splits(V));
-  return n * sizeof(Partial) + n * sizeof(float) + static_cast<size_t>(C) * sizeof(float);
+  return n * sizeof(Stats) + n * sizeof(float) + static_cast<size_t>(C) * sizeof(float);
 }
 
 void launch_sampler(const SamplerLaunch& s, void* workspace, cudaStream_t stream) {
   if (s.C <= 0 || s.V <= 0) return;
   const int splits = sampler_splits(s.V);
   const size_t n = static_cast<size_t>(s.C) * static_cast<size_t>(splits);
-  Partial* partials = static_cast<Partial*>(workspace);
+  Stats* partials = static_cast<Stats*>(workspace);
   float* slice_max = reinterpret_cast<float*>(partials + n);
   float* row_bsum = slice_max + n;
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(s.C));
