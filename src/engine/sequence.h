@@ -61,7 +61,6 @@ class Sequence {
     Tensor canvas;       // i32 [C] the current (noisy) canvas
     Tensor prev_argmax;  // i32 [C] the previous step's argmax canvas
     Tensor entropy, argmax, sample, logprob;  // the sampler's outputs of the current step
-    Tensor flags;        // i32 [2] decide's flags
   };
 
   uint64_t id;
