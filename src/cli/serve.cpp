@@ -1,5 +1,6 @@
 // dgemma serve MODEL [flags]: the OpenAI-compatible server. Flags follow `vllm serve` (SERVING.md §1.3)
 // so launch scripts carry over; vLLM knobs that mean nothing here are accepted and logged.
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -53,7 +54,8 @@ struct ServeFlags {
   std::string device = "auto";
   uint64_t seed = 0;
   bool enable_chunked_prefill = true;
-  bool enable_prefix_caching = false;
+  bool enable_prefix_caching = true;
+  std::string kv_cache_memory;
   bool strict_params = false;
   double sse_ping_interval = 10;
   int64_t max_request_bytes = 32 << 20;
@@ -79,6 +81,33 @@ Json parse_flag_json(const std::string& text, const std::string& flag) {
 }
 
 // "32768", "32k", "32K" (x1000 / x1024 as vLLM: lower-case decimal, upper-case binary), "1m", "1M".
+// Bytes with an optional K/M/G/T (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024) suffix.
+uint64_t parse_byte_count(const std::string& s, const std::string& flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    fail_arg("{}: '{}' is not a byte count (e.g. 8GiB, 20G, 1073741824)", flag, s);
+  }
+  std::string unit = s.substr(used);
+  for (auto& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  double m = 1;
+  if (unit.empty() || unit == "B") m = 1;
+  else if (unit == "K" || unit == "KB") m = 1e3;
+  else if (unit == "M" || unit == "MB") m = 1e6;
+  else if (unit == "G" || unit == "GB") m = 1e9;
+  else if (unit == "T" || unit == "TB") m = 1e12;
+  else if (unit == "KIB") m = 1024.0;
+  else if (unit == "MIB") m = 1024.0 * 1024;
+  else if (unit == "GIB") m = 1024.0 * 1024 * 1024;
+  else if (unit == "TIB") m = 1024.0 * 1024 * 1024 * 1024;
+  else fail_arg("{}: unknown unit in '{}' (use B, K, M, G, T, KiB, MiB, GiB or TiB)", flag, s);
+  const double bytes = v * m;
+  if (!(bytes >= 1) || bytes > 1e15) fail_arg("{}: '{}' is out of range", flag, s);
+  return static_cast<uint64_t>(bytes);
+}
+
 int64_t parse_token_count(const std::string& s, const std::string& flag) {
   if (s.empty()) fail_arg("{}: empty value", flag);
   int64_t mult = 1;
@@ -179,6 +208,7 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   e.seed = f.seed;
   e.enable_chunked_prefill = f.enable_chunked_prefill;
   e.enable_prefix_caching = f.enable_prefix_caching;
+  if (!f.kv_cache_memory.empty()) e.kv_cache_memory = parse_byte_count(f.kv_cache_memory, "--kv-cache-memory");
 
   if (!f.diffusion_config.empty()) {
     const Json dc = parse_flag_json(f.diffusion_config, "--diffusion-config");
@@ -430,7 +460,9 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->enable_chunked_prefill,
                 "Split long prompts over several engine steps (default on)");
   sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f->enable_prefix_caching,
-                "Reuse the KV of shared prompt prefixes");
+                "Reuse the KV of shared prompt prefixes and committed canvases (default on)");
+  sub->add_option("--kv-cache-memory", f->kv_cache_memory,
+                  "Bytes of KV cache (e.g. 20GiB); default: what --gpu-memory-utilization leaves after weights and buffers");
   sub->add_flag("--strict-params", f->strict_params, "Reject requests with unknown fields (400) instead of ignoring them");
   sub->add_option("--sse-ping-interval", f->sse_ping_interval,
                   "Seconds between keep-alive pings while a request waits (default 10)");
