@@ -11,7 +11,7 @@
 #   then: build-device/dgemma_gpu_check [name-substring...]
 # Environment: CUDA_HOME (default /usr/local/cuda), CXX (default g++), JOBS (default: all cores),
 #   DEVDEPS (default .devdeps/include), WERROR=1 to add -Werror to the C++ files.
-# Compiles: src/util, src/backend (+cpu, +cuda), src/model, the engine's batch runner, tests/gpu (no api/text/cli).
+# Compiles: src/util, src/backend (+cpu, +cuda), src/model, src/engine, tests/gpu (no api/text/cli).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,7 +44,7 @@ ldflags="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcublas -lcublasLt -lcu
 
 cpp_sources=()
 for f in src/util/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp src/backend/cuda/*.cpp src/model/*.cpp \
-         src/engine/sampler.cpp src/engine/batch_runner.cpp src/engine/request.cpp tests/gpu/*.cpp; do
+         src/engine/*.cpp tests/gpu/*.cpp; do
   [ "$f" = tests/gpu/test_gpu.cpp ] && continue  # the GoogleTest driver
   cpp_sources+=("$f")
 done

@@ -39,21 +39,28 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
       model_config_(model_->config()),
       generation_(std::move(generation)),
       sizing_(sizing) {
-  kv_storage_ = allocate_kv_storage(model_config_, *backend_, sizing_.kv);
-  auto runner = std::make_unique<DiffusionModelRunner>(*model_, kv_storage_);
-  if (config_.step_dump) runner->set_step_dump(config_.step_dump);
-  start(std::move(runner));
+  ModelCoreOptions o;
+  o.max_num_seqs = config_.max_num_seqs;
+  o.max_num_batched_tokens = sizing_.max_num_batched_tokens;
+  o.prefill_chunk = sizing_.prefill_chunk;
+  o.kv_plan = sizing_.kv;
+  o.prefix_caching = config_.enable_prefix_caching;
+  model_core_ = std::make_unique<ModelCore>(*model_, o);
+  if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);
+  core_ = &model_core_->core();
+  start();
 }
 
 DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner, ModelConfig model_config,
                                  GenerationConfig generation, EngineSizing sizing)
     : config_(config), model_config_(std::move(model_config)), generation_(std::move(generation)), sizing_(sizing) {
-  start(std::move(runner));
+  own_core_ = std::make_unique<EngineCore>(scheduler_config(config_, model_config_, sizing_),
+                                           block_config(config_, model_config_, sizing_), std::move(runner));
+  core_ = own_core_.get();
+  start();
 }
 
-void DiffusionEngine::start(std::unique_ptr<ModelRunner> runner) {
-  core_ = std::make_unique<EngineCore>(scheduler_config(config_, model_config_, sizing_),
-                                       block_config(config_, model_config_, sizing_), std::move(runner));
+void DiffusionEngine::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -184,7 +191,7 @@ void DiffusionEngine::finish(Entry& e, FinishReason reason, const std::string& e
 
 void DiffusionEngine::loop() {
   std::vector<CoreEvent> events;
-  core_->set_trace_sink(trace_);
+  if (trace_) core_->set_trace_sink(trace_);
   auto publish_counts = [&] {
     running_count_ = static_cast<int64_t>(core_->scheduler().running().size());
     waiting_count_ = static_cast<int64_t>(core_->scheduler().waiting().size());
@@ -206,7 +213,7 @@ void DiffusionEngine::loop() {
         core_->add(active_.back().seq.get());
       }
     }
-    core_->set_trace_sink(trace_);
+    if (trace_) core_->set_trace_sink(trace_);
     // Cancelled requests (client gone) leave at once, queued or running.
     for (auto& e : active_)
       if (e.stream && e.stream->cancelled()) {

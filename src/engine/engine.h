@@ -14,6 +14,7 @@
 #include "engine/engine_config.h"
 #include "engine/engine_core.h"
 #include "engine/kv_pool.h"
+#include "engine/model_core.h"
 #include "engine/request.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -55,18 +56,19 @@ class DiffusionEngine final : public EngineInterface {
     std::unique_ptr<Sequence> seq;
     std::shared_ptr<RequestStream> stream;
   };
-  void start(std::unique_ptr<ModelRunner> runner);
+  void start();
   void loop();
   void finish(Entry& e, FinishReason reason, const std::string& error = {});
 
   EngineConfig config_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<DiffusionGemma> model_;
-  KvStorage kv_storage_;
   ModelConfig model_config_;
   GenerationConfig generation_;
   EngineSizing sizing_;
-  std::unique_ptr<EngineCore> core_;
+  std::unique_ptr<ModelCore> model_core_;  // the model path: core, runner and KV pool
+  std::unique_ptr<EngineCore> own_core_;   // a given runner (tests, scripted server)
+  EngineCore* core_ = nullptr;
   TraceSink* trace_ = nullptr;
 
   mutable std::mutex mu_;

@@ -11,8 +11,13 @@ ModelCore::ModelCore(DiffusionGemma& model, ModelCoreOptions o) : model_(model) 
   const KvGeometry geo = kv_geometry(mc);
   const int64_t step_tokens = std::max(o.max_num_batched_tokens, o.prefill_chunk);
   KvPoolPlan plan;
-  if (geo.layers[static_cast<int>(KvGroup::kFull)] > 0) plan.pages[static_cast<int>(KvGroup::kFull)] = (o.kv_tokens + geo.page_size - 1) / geo.page_size;
-  plan.pages[static_cast<int>(KvGroup::kSliding)] = sliding_pages_needed(geo, o.max_num_seqs, step_tokens);
+  if (o.kv_plan) {
+    plan = *o.kv_plan;
+  } else {
+    if (geo.layers[static_cast<int>(KvGroup::kFull)] > 0)
+      plan.pages[static_cast<int>(KvGroup::kFull)] = (o.kv_tokens + geo.page_size - 1) / geo.page_size;
+    plan.pages[static_cast<int>(KvGroup::kSliding)] = sliding_pages_needed(geo, o.max_num_seqs, step_tokens);
+  }
   kv_ = allocate_kv_storage(mc, model.backend(), plan);
   auto runner = std::make_unique<DiffusionModelRunner>(model, kv_);
   runner_ = runner.get();

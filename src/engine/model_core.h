@@ -4,6 +4,7 @@
 // request queue and the streams around the same core).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/engine_core.h"
@@ -18,6 +19,7 @@ struct ModelCoreOptions {
   int64_t max_num_batched_tokens = 4096;
   int64_t prefill_chunk = 512;
   int64_t kv_tokens = 8192;  // tokens the full-attention pages hold (all sequences together)
+  std::optional<KvPoolPlan> kv_plan;  // the pool's pages, as the memory plan sized it (overrides kv_tokens)
   bool prefix_caching = true;
 };
 
