@@ -128,8 +128,9 @@ StepPlan Scheduler::schedule(double now) {
     if (s->state != Sequence::State::kPrefill) continue;
     if (std::find(running_.begin(), running_.end(), s) == running_.end()) continue;
     const int64_t remaining = s->pending();
-    const int64_t chunk = std::min({remaining, config_.prefill_chunk,
-                                    std::max<int64_t>(budget, any_prefill ? 0 : config_.prefill_chunk)});
+    // Within the budget; when the denoising work took all of it, still one chunk a step.
+    const int64_t allowed = budget > 0 ? budget : (any_prefill ? 0 : config_.prefill_chunk);
+    const int64_t chunk = std::min({remaining, config_.prefill_chunk, allowed});
     if (chunk <= 0) continue;
     if (!reserve(s, s->encoded + chunk, plan)) continue;
     plan.items.push_back({s, PlannedItem::Kind::kEncode, s->encoded, s->encoded + chunk});

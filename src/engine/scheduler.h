@@ -3,8 +3,8 @@
 //  - FIFO admission: the head of the waiting queue is admitted when a running place is free and the
 //    pool has the pages for its prompt (after the prefix cache's share); nobody overtakes it;
 //  - denoise first: every running canvas gets its denoising step (with its committed canvas encoded in
-//    the same pass), then prefill chunks share what is left of --max-num-batched-tokens (at least one
-//    chunk a step, so prefill always progresses); a prompt's last chunk is fused with its first
+//    the same pass), then prefill chunks share what is left of --max-num-batched-tokens (one chunk
+//    a step even when the canvases took all of it, so prefill always progresses); a prompt's last chunk is fused with its first
 //    denoising step when the budget allows;
 //  - preemption: when a running sequence needs pages the pool does not have, the most recently
 //    admitted other sequence is sent back to the front of the waiting queue with its pages freed
