@@ -135,6 +135,45 @@ TEST_F(BatchingTest, PreemptionUnderAFullPoolChangesNothing) {
   }
 }
 
+// Prefix caching: a request whose prompt (or prompt + committed canvases) starts with pages that an
+// earlier request encoded reuses them, and its results are bit-identical to a run without the cache.
+TEST_F(BatchingTest, PrefixCacheHitsAreBitIdenticalToAFreshRun) {
+  const int C = config_.canvas_length;
+  std::vector<int32_t> prompt{2, 105};
+  for (int j = 0; j < 68; ++j) prompt.push_back(150 + (j * 37) % 300);
+  const Spec spec{prompt, 5, 40, {}};
+  ModelCoreOptions no_cache;
+  no_cache.prefix_caching = false;
+  const Run fresh = run({spec}, no_cache).front();
+
+  ModelCoreOptions o;
+  o.prefill_chunk = 7;
+  ModelCore core(*model_, o);
+  auto first = core.make_sequence(1, prompt, params(spec));
+  core.run({first.get()}, 2000);
+  EXPECT_EQ(first->cached_tokens, 0);
+  auto second = core.make_sequence(2, prompt, params(spec));
+  core.run({second.get()}, 2000);
+  EXPECT_EQ(second->cached_tokens, (static_cast<int64_t>(prompt.size()) - 1) / C * C) << "all whole pages but the last token's";
+  const Run hit{second->output(), second->finish_reason(), second->denoise_steps_total(), core.traces().canvases(2)};
+  expect_same(fresh, hit);
+
+  // The committed canvases are pages of the history too: a follow-up whose prompt is the first
+  // request's history (prompt + committed canvases) plus a few tokens reuses them.
+  ASSERT_GT(first->history().size(), prompt.size());
+  std::vector<int32_t> follow = first->history();
+  follow.insert(follow.end(), {7, 8, 9});
+  const Spec follow_spec{follow, 9, 24, {}};
+  auto third = core.make_sequence(3, follow, params(follow_spec));
+  core.run({third.get()}, 2000);
+  EXPECT_GT(third->cached_tokens, static_cast<int64_t>(prompt.size())) << "pages of committed canvases were reused";
+  const Run follow_fresh = run({follow_spec}, no_cache).front();
+  expect_same(follow_fresh, Run{third->output(), third->finish_reason(), third->denoise_steps_total(), core.traces().canvases(3)});
+  const SchedulerStats& st = core.core().scheduler().stats();
+  EXPECT_EQ(st.prefix_hits, second->cached_tokens + third->cached_tokens);
+  EXPECT_EQ(st.prefix_queries, static_cast<int64_t>(2 * prompt.size() + follow.size()));
+}
+
 TEST_F(BatchingTest, SeedDeterminesTheTrajectory) {
   const Spec s{{2, 105, 50, 51, 52, 53}, 7, 32, {}};
   Spec other = s;
