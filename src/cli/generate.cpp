@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "engine/batch_runner.h"
+#include "engine/limits.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/kv_cache.h"
@@ -72,6 +73,8 @@ void dump_tensor(Backend& be, const std::string& path, const Tensor& t) {
 int run_generate(const GenerateOptions& o) {
   ModelConfig mc = load_model_config(o.model);
   if (o.canvas_length) {
+    if (*o.canvas_length < 1 || *o.canvas_length > limits::kMaxCanvasLength)
+      fail_arg("--canvas-length must be in [1, {}]", limits::kMaxCanvasLength);
     mc.canvas_length = *o.canvas_length;
     validate_model_config(mc, "--canvas-length");
   }

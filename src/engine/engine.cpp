@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/limits.h"
 #include "util/counter_rng.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -48,7 +49,10 @@ SequenceParams DiffusionEngine::resolve(const SamplingParams& p, uint64_t reques
   // T = 0 is greedy (the per-position sample is the argmax; entropies use the unscaled schedule).
   if (p.temperature) {
     const double t = *p.temperature;
-    if (!(t >= 0) || t > 100) throw Error(ErrorKind::kInvalidArgument, "temperature must be in [0, 100]", "temperature");
+    if (!(t >= limits::kMinTemperature) || t > limits::kMaxTemperature)
+      throw Error(ErrorKind::kInvalidArgument,
+                  fmt::format("temperature must be in [{}, {}]", limits::kMinTemperature, limits::kMaxTemperature),
+                  "temperature");
     if (t == 0) {
       s.greedy = true;
     } else if (t != 1) {

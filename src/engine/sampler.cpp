@@ -1,5 +1,6 @@
 #include "engine/sampler.h"
 
+#include "engine/limits.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -16,8 +17,16 @@ DiffusionParams resolve_diffusion_params(const GenerationConfig& g, std::optiona
   r.stability_threshold = stability_threshold.value_or(g.stability_threshold);
   r.confidence_threshold = confidence_threshold.value_or(g.confidence_threshold);
   r.validate();
-  if (r.max_denoising_steps > 4096)
-    throw Error(ErrorKind::kInvalidArgument, "max_denoising_steps must be at most 4096", "max_denoising_steps");
+  auto over = [](const char* param, auto value, auto limit) {
+    if (value > limit)
+      throw Error(ErrorKind::kInvalidArgument, fmt::format("{} must be at most {} (got {})", param, limit, value), param);
+  };
+  over("max_denoising_steps", r.max_denoising_steps, limits::kMaxDenoisingSteps);
+  over("entropy_bound", r.entropy_bound, limits::kMaxEntropyBound);
+  over("t_min", r.t_min, limits::kMaxScheduleTemperature);
+  over("t_max", r.t_max, limits::kMaxScheduleTemperature);
+  over("stability_threshold", r.stability_threshold, limits::kMaxStabilityThreshold);
+  over("confidence_threshold", r.confidence_threshold, limits::kMaxConfidenceThreshold);
   DiffusionParams d;
   d.max_denoising_steps = r.max_denoising_steps;
   d.entropy_bound = r.entropy_bound;
