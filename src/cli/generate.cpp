@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "engine/batch_runner.h"
 #include "engine/limits.h"
+#include "engine/params.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/kv_cache.h"
@@ -106,13 +107,18 @@ int run_generate(const GenerateOptions& o) {
   ModelWeights w = o.load_format == "dummy" ? dummy_weights(mc, *be, o.seed) : load_weights(mc, o.model, *be);
   DiffusionGemma model(mc, std::move(w), *be);
 
-  SequenceParams p;
-  p.diffusion = resolve_diffusion_params(gen, o.max_steps, o.entropy_bound, o.t_min, o.t_max, o.stability, o.confidence);
-  p.seed = o.seed;
-  p.max_tokens = o.max_tokens;
-  if (p.max_tokens < 1) fail_arg("--max-tokens must be at least 1");
-  p.ignore_eos = o.ignore_eos;
-  p.eos_ids = gen.eos_token_ids;
+  SamplingParams sp;
+  sp.max_denoising_steps = o.max_steps;
+  sp.entropy_bound = o.entropy_bound;
+  sp.t_min = o.t_min;
+  sp.t_max = o.t_max;
+  sp.stability_threshold = o.stability;
+  sp.confidence_threshold = o.confidence;
+  sp.seed = o.seed;
+  sp.max_tokens = o.max_tokens;
+  sp.ignore_eos = o.ignore_eos;
+  if (sp.max_tokens < 1) fail_arg("--max-tokens must be at least 1");
+  SequenceParams p = resolve_sequence_params(sp, gen, {o.seed, 0, mc.canvas_length, mc.text.vocab_size});
   for (int32_t id : prompt)
     if (id < 0 || id >= mc.text.vocab_size) fail_arg("--prompt-ids: token id {} is outside the vocabulary", id);
   if (!o.canvas_ids.empty()) {

@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
+#include "engine/params.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
 #include "util/error.h"
@@ -46,7 +47,7 @@ GenerationConfig resolve_generation_config(const EngineConfig& c, const ModelCon
   try {
     g.validate();
     // The checkpoint's values pass the same limits as a request's overrides, so no request fails on them.
-    resolve_diffusion_params(g, {}, {}, {}, {}, {}, {});
+    (void)resolve_diffusion_params(SamplingParams{}, g);
   } catch (const Error& e) {
     fail_arg("generation settings: {}", e.what());
   }

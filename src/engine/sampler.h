@@ -1,32 +1,13 @@
 #pragma once
-// The entropy-bound sampler's host-side settings (MODEL.md §6.2, §6.4): per-request parameters, the
-// temperature schedule and the stability run of the stop rule. The per-position maths over the
+// The entropy-bound sampler's host-side rules (MODEL.md §6.2, §6.4): the temperature schedule and the stability run of the stop rule. The per-position maths over the
 // vocabulary is the backend's sampler op; acceptance, renoising and the per-step flags are its decide
 // op (rules in backend/decide_rules.h).
 #include <cstdint>
-#include <optional>
 
 #include "backend/decide_rules.h"
-#include "model/config.h"
+#include "engine/params.h"
 
 namespace dgemma {
-
-// Resolved per-request sampler settings.
-struct DiffusionParams {
-  int max_denoising_steps = 48;
-  double entropy_bound = 0.1;
-  double t_min = 0.4;
-  double t_max = 0.8;
-  int stability_threshold = 1;
-  double confidence_threshold = 0.005;
-};
-
-// Request overrides (unset: the model's generation config), validated with the reference's rules;
-// throws Error(kInvalidArgument) naming the parameter.
-DiffusionParams resolve_diffusion_params(const GenerationConfig& g, std::optional<int> max_denoising_steps,
-                                         std::optional<double> entropy_bound, std::optional<double> t_min,
-                                         std::optional<double> t_max, std::optional<int> stability_threshold,
-                                         std::optional<double> confidence_threshold);
 
 // T at executed step `step` (0-based) of a canvas: t_min + (t_max - t_min) * (N - step) / N, in fp32
 // exactly as the reference's LinearTemperatureScheduleLogitsProcessor computes it.

@@ -8,24 +8,11 @@
 
 #include "backend/tensor.h"
 #include "engine/request.h"
+#include "engine/params.h"
 #include "engine/sampler.h"
 #include "model/kv_cache.h"
 
 namespace dgemma {
-
-struct SequenceParams {
-  DiffusionParams diffusion;
-  uint64_t seed = 0;
-  int64_t max_tokens = 256;
-  bool ignore_eos = false;
-  std::vector<int32_t> eos_ids;
-  std::vector<int32_t> stop_ids;        // extra stop ids (vLLM stop_token_ids): honoured even with ignore_eos
-  bool greedy = false;                  // temperature 0: the per-position sample is the argmax
-  std::vector<int32_t> initial_canvas;  // first canvas (empty: random)
-  bool previews = false;
-  bool logprobs = false;
-  bool trace = false;                   // keep per-step records (tests, --dump)
-};
 
 // What one denoising step decided (kept when params.trace).
 struct StepRecord {
