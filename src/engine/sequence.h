@@ -9,7 +9,7 @@
 #include "backend/tensor.h"
 #include "engine/request.h"
 #include "engine/params.h"
-#include "engine/sampler.h"
+#include "engine/denoise_policy.h"
 #include "model/kv_cache.h"
 
 namespace dgemma {

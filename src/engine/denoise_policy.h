@@ -1,13 +1,22 @@
 #pragma once
-// The entropy-bound sampler's host-side rules (MODEL.md §6.2, §6.4): the temperature schedule and the stability run of the stop rule. The per-position maths over the
-// vocabulary is the backend's sampler op; acceptance, renoising and the per-step flags are its decide
-// op (rules in backend/decide_rules.h).
+// The denoising policy on the host (MODEL.md §6.2, §6.4): the initial canvas, the temperature schedule,
+// the stability run of the stop rule, and the acceptance margins traces record. The per-position maths
+// over the vocabulary is the backend's sampler op; acceptance, renoising and the per-step flags are its
+// decide op (rules in backend/decide_rules.h).
 #include <cstdint>
+#include <span>
+#include <vector>
 
-#include "backend/decide_rules.h"
 #include "engine/params.h"
 
 namespace dgemma {
+
+// Uniform random canvas of `n` tokens for (seed, canvas, step, purpose).
+std::vector<int32_t> random_canvas(uint64_t seed, uint64_t canvas, uint64_t step, uint32_t purpose, int n, int vocab);
+
+// Per position: |sum of the entropies sorted before it - bound| (how close its accept decision was;
+// traces only — the decision itself is backend/decide_rules.h entropy_bound_accept).
+std::vector<float> entropy_bound_margins(std::span<const float> entropy, float bound);
 
 // T at executed step `step` (0-based) of a canvas: t_min + (t_max - t_min) * (N - step) / N, in fp32
 // exactly as the reference's LinearTemperatureScheduleLogitsProcessor computes it.
