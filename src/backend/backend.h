@@ -71,7 +71,7 @@ struct SamplerArgs {
 //   canvas[p] = accepted ? (greedy ? argmax[p] : sample[p]) : uniform_token(renoise_key, p, vocab);
 //   flags[0] = have_prev and argmax == prev_argmax at every position; then prev_argmax = argmax;
 //   flags[1] = mean entropy (fp32 sum in position order / C) < confidence_threshold.
-// The host turns flags[0] into the stability rule (a run of equal argmax canvases, engine/sampler.h).
+// The host turns flags[0] into the stability rule (a run of equal argmax canvases, engine/denoise_policy.h).
 struct DecideArgs {
   Tensor entropy;              // f32 [C]
   Tensor argmax;               // i32 [C]

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "engine/engine_config.h"
+#include "engine/limits.h"
 #include "engine/request.h"
 #include "model/config.h"
 #include "text/chat_template.h"
@@ -68,6 +69,8 @@ void dump_tensor(const std::string& path, const Tensor& t) {
 int run_generate(const GenerateOptions& o) {
   ModelConfig mc = load_model_config(o.model);
   if (o.canvas_length) {
+    if (*o.canvas_length < 1 || *o.canvas_length > limits::kMaxCanvasLength)
+      fail_arg("--canvas-length must be in [1, {}]", limits::kMaxCanvasLength);
     mc.canvas_length = *o.canvas_length;
     validate_model_config(mc, "--canvas-length");
   }

@@ -17,6 +17,7 @@
 #include "api/prompt_builder.h"
 #include "cli/commands.h"
 #include "engine/engine_config.h"
+#include "engine/limits.h"
 #include "engine/scripted_engine.h"
 #include "model/config.h"
 #include "text/chat_template.h"
@@ -195,12 +196,13 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   e.device = f.device;
   if (!f.max_model_len.empty()) e.max_model_len = parse_token_count(f.max_model_len, "--max-model-len");
   if (f.max_num_seqs != -1) {
-    if (f.max_num_seqs < 1 || f.max_num_seqs > 4096) fail_arg("--max-num-seqs must be between 1 and 4096");
+    if (f.max_num_seqs < 1 || f.max_num_seqs > limits::kMaxNumSeqs)
+      fail_arg("--max-num-seqs must be between 1 and {}", limits::kMaxNumSeqs);
     e.max_num_seqs = f.max_num_seqs;
   }
   if (f.max_num_batched_tokens < 0) fail_arg("--max-num-batched-tokens must be positive");
   e.max_num_batched_tokens = f.max_num_batched_tokens;
-  if (f.max_queue < 0 || f.max_queue > 1000000) fail_arg("--max-queue must be between 0 and 1000000");
+  if (f.max_queue < 0 || f.max_queue > limits::kMaxQueue) fail_arg("--max-queue must be between 0 and {}", limits::kMaxQueue);
   e.max_queue = f.max_queue;
   if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1))
     fail_arg("--gpu-memory-utilization must be in (0, 1], got {}", f.gpu_memory_utilization);
@@ -214,13 +216,13 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
     const Json dc = parse_flag_json(f.diffusion_config, "--diffusion-config");
     for (auto it = dc.begin(); it != dc.end(); ++it) {
       if (it.key() == "canvas_length") {
-        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 4096)
-          fail_arg("--diffusion-config: canvas_length must be an integer in [1, 4096]");
+        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > limits::kMaxCanvasLength)
+          fail_arg("--diffusion-config: canvas_length must be an integer in [1, {}]", limits::kMaxCanvasLength);
         e.canvas_length = it->get<int>();
       } else if (it.key() == "max_denoising_steps") {
         if (it->is_null()) continue;
-        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 1024)
-          fail_arg("--diffusion-config: max_denoising_steps must be an integer in [1, 1024]");
+        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > limits::kMaxDenoisingSteps)
+          fail_arg("--diffusion-config: max_denoising_steps must be an integer in [1, {}]", limits::kMaxDenoisingSteps);
         e.max_denoising_steps = it->get<int>();
       } else {
         fail_arg("--diffusion-config: unknown key '{}' (accepted: canvas_length, max_denoising_steps)", it.key());

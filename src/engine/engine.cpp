@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "util/counter_rng.h"
+#include "engine/params.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/timing.h"
@@ -71,40 +71,7 @@ DiffusionEngine::~DiffusionEngine() {
 }
 
 SequenceParams DiffusionEngine::resolve(const SamplingParams& p, uint64_t request_id) const {
-  SequenceParams s;
-  s.diffusion = resolve_diffusion_params(generation_, p.max_denoising_steps, p.entropy_bound, p.t_min, p.t_max,
-                                         p.stability_threshold, p.confidence_threshold);
-  // OpenAI temperature: unset or 1 keeps the checkpoint's schedule; T > 0 scales both ends of it;
-  // T = 0 is greedy (the per-position sample is the argmax; entropies use the unscaled schedule).
-  if (p.temperature) {
-    const double t = *p.temperature;
-    if (!(t >= 0) || t > 100) throw Error(ErrorKind::kInvalidArgument, "temperature must be in [0, 100]", "temperature");
-    if (t == 0) {
-      s.greedy = true;
-    } else if (t != 1) {
-      s.diffusion.t_min *= t;
-      s.diffusion.t_max *= t;
-    }
-  }
-  s.stop_ids = p.stop_token_ids;
-  s.seed = p.seed ? *p.seed : rng::splitmix64(config_.seed ^ rng::splitmix64(request_id));
-  s.max_tokens = p.max_tokens;
-  s.ignore_eos = p.ignore_eos;
-  s.eos_ids = generation_.eos_token_ids;
-  s.previews = p.previews;
-  s.logprobs = p.logprobs;
-  if (!p.canvas_ids.empty()) {
-    const int C = model_config_.canvas_length;
-    if (static_cast<int>(p.canvas_ids.size()) != C)
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("canvas_ids must have exactly canvas_length = {} token ids (got {})", C, p.canvas_ids.size()),
-                  "canvas_ids");
-    for (int32_t id : p.canvas_ids)
-      if (id < 0 || id >= vocab_size())
-        throw Error(ErrorKind::kInvalidArgument, fmt::format("canvas_ids contains an invalid token id {}", id), "canvas_ids");
-    s.initial_canvas = p.canvas_ids;
-  }
-  return s;
+  return resolve_sequence_params(p, generation_, {config_.seed, request_id, model_config_.canvas_length, vocab_size()});
 }
 
 std::shared_ptr<RequestStream> DiffusionEngine::submit(GenerationRequest request) {

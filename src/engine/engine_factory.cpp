@@ -5,6 +5,8 @@
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "engine/kv_pool.h"
+#include "engine/limits.h"
+#include "engine/params.h"
 #include "model/inspect_report.h"
 #include "model/weights.h"
 #include "util/error.h"
@@ -42,6 +44,8 @@ GenerationConfig resolve_generation_config(const EngineConfig& c, const ModelCon
   if (c.max_denoising_steps) g.max_denoising_steps = *c.max_denoising_steps;
   try {
     g.validate();
+    // The checkpoint's values pass the same limits as a request's overrides, so no request fails on them.
+    (void)resolve_diffusion_params(SamplingParams{}, g);
   } catch (const Error& e) {
     fail_arg("generation settings: {}", e.what());
   }
@@ -51,7 +55,10 @@ GenerationConfig resolve_generation_config(const EngineConfig& c, const ModelCon
 }  // namespace
 
 std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
-  if (c.max_num_seqs < 1 || c.max_num_seqs > 1024) fail_arg("--max-num-seqs must be in [1, 1024] (got {})", c.max_num_seqs);
+  if (c.max_num_seqs < 1 || c.max_num_seqs > limits::kMaxNumSeqs)
+    fail_arg("--max-num-seqs must be in [1, {}] (got {})", limits::kMaxNumSeqs, c.max_num_seqs);
+  if (c.max_queue < 0 || c.max_queue > limits::kMaxQueue)
+    fail_arg("--max-queue must be in [0, {}] (got {})", limits::kMaxQueue, c.max_queue);
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1))
     fail_arg("--gpu-memory-utilization must be in (0, 1] (got {})", c.gpu_memory_utilization);
   if (c.dtype != "auto" && c.dtype != "bfloat16" && c.dtype != "bf16")
@@ -62,6 +69,8 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
     mc.canvas_length = *c.canvas_length;
     validate_model_config(mc, "--diffusion-config canvas_length");
   }
+  if (mc.canvas_length > limits::kMaxCanvasLength)
+    fail_arg("canvas_length {} is more than the engine's limit of {}", mc.canvas_length, limits::kMaxCanvasLength);
   GenerationConfig g = resolve_generation_config(c, mc);
 
   std::string device = c.device;

@@ -11,23 +11,10 @@
 
 #include "engine/block_manager.h"
 #include "engine/request.h"
-#include "engine/sampler.h"
+#include "engine/denoise_policy.h"
+#include "engine/params.h"
 
 namespace dgemma {
-
-struct SequenceParams {
-  DiffusionParams diffusion;
-  uint64_t seed = 0;
-  int64_t max_tokens = 256;
-  bool ignore_eos = false;
-  std::vector<int32_t> eos_ids;
-  std::vector<int32_t> stop_ids;        // extra stop ids (vLLM stop_token_ids): honoured even with ignore_eos
-  bool greedy = false;                  // temperature 0: the per-position sample is the argmax
-  std::vector<int32_t> initial_canvas;  // first canvas (empty: random)
-  bool previews = false;
-  bool logprobs = false;
-  bool trace = false;                   // record every step through the engine's TraceSink
-};
 
 // What a committed canvas gives the client.
 struct CanvasCommit {
