@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Trains the tiny model's byte-fallback BPE tokenizer from the Python standard library sources.
 
     python3 tools/tiny_model/build_tokenizer.py OUT_DIR [--stdlib DIR]

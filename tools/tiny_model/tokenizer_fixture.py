@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes tests/fixtures/tiny_model/tokenizer_ids.json: texts and the ids bpe.Encoder gives them with
 models/tiny-code/tokenizer.json. tests/unit/text/test_tiny_tokenizer.cpp checks that dgemma's C++
 tokenizer produces the same ids (and decodes them back to the text).
