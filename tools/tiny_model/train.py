@@ -122,6 +122,7 @@ def positions(valid, C):
 def hf_config(cfg):
     from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaConfig
     c = json.loads(json.dumps(cfg))
+    c.update(boi_token_id=255999, eoi_token_id=258882, image_token_id=258880)  # unused (no images)
     # transformers always builds a vision tower; a tiny one keeps it out of the way (its tensors are
     # not saved: dgemma serves text only).
     c["vision_config"] = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -241,11 +242,14 @@ def main():
     tie_encoder_to_decoder(model)
     model = model.to(device=device, dtype=torch.bfloat16)
     tie_encoder_to_decoder(model)
+    if hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation("eager")  # plain autograd ops
     model.train()
     n_params = sum(p.numel() for p in model.model.decoder.parameters())
-    log("transformers %s, torch %s, device %s; attention %s; decoder parameters %d" % (
+    log("transformers %s, torch %s, device %s; attention %s, experts %s; decoder parameters %d" % (
         transformers.__version__, torch.__version__, device,
-        getattr(model.config.text_config, "_attn_implementation", "?"), n_params))
+        getattr(model.config.text_config, "_attn_implementation", "?"),
+        getattr(model.config.text_config, "_experts_implementation", "?"), n_params))
 
     params = [p for p in model.parameters() if p.requires_grad]
     master = [p.detach().float().clone().requires_grad_(True) for p in params]
