@@ -5,6 +5,7 @@
 // (keywords, brackets, ASCII), never exact text.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import path from 'node:path';
 import { startServer, metrics, sample } from './helpers.mjs';
 
@@ -108,7 +109,7 @@ describe('tiny-code model (trained weights, CPU)', () => {
   });
 
   test('canvases stop early through the entropy-bound rule', async () => {
-    const cap = 16; // models/tiny-code/generation_config.json max_denoising_steps
+    const cap = JSON.parse(fs.readFileSync(path.join(MODEL_DIR, 'generation_config.json'), 'utf8')).max_denoising_steps;
     const before = await metrics(server);
     const sum0 = sample(before, 'dgemma:denoising_steps_per_canvas_sum') ?? 0;
     const count0 = sample(before, 'dgemma:denoising_steps_per_canvas_count') ?? 0;

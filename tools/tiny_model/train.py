@@ -233,8 +233,9 @@ def main():
     t_min, t_max = gen_cfg["t_min"], gen_cfg["t_max"]
 
     data = Data(args.data, C)
-    log("data: %d examples, %d training items (example, canvas), %d tokens" % (
-        len(data.start), len(data.items), len(data.ids)))
+    log("data: %d examples, %d training items (example, canvas), %d tokens; kinds %s" % (
+        len(data.start), len(data.items), len(data.ids),
+        {k: int((data.kind == i).sum()) for i, k in enumerate(data.kinds)}))
 
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaForBlockDiffusion
     import transformers
@@ -338,6 +339,20 @@ def main():
     for f in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(MODEL_SRC, f), os.path.join(args.out, f))
     log("wrote", sorted(os.listdir(args.out)))
+
+    try:  # the reference must load the directory as written and compute the same logits
+        ctx, valid, tgt = data.batch(np.random.default_rng(123), 8)
+        ctx, valid, tgt = (torch.from_numpy(a).to(device) for a in (ctx, valid, tgt))
+        with torch.no_grad():
+            want = forward(model, ctx, valid, tgt, None, None, C)
+            reloaded = DiffusionGemmaForBlockDiffusion.from_pretrained(args.out, config=hf_config(cfg),
+                                                                       dtype=torch.bfloat16).to(device).eval()
+            got = forward(reloaded, ctx, valid, tgt, None, None, C)
+        log("reload check: max |logit difference| %.3g (expect 0), argmax agreement %.4f" % (
+            float((got - want).abs().max()), float((got.argmax(-1) == want.argmax(-1)).float().mean())))
+        del reloaded
+    except Exception as e:  # noqa: BLE001
+        log("reload check failed:", repr(e))
 
     sys.path.insert(0, HERE)
     import bpe
