@@ -13,6 +13,9 @@ const MODEL_DIR = path.join(process.env.DGEMMA_SOURCE_DIR, 'models', 'tiny-code'
 const NAME = 'tiny-code';
 
 const KEYWORDS = /\b(def|return|for|while|if|import|class|in|lambda|yield)\b/;
+// A definition: what an answer to "write a function" must contain (random tokens from a code-heavy
+// vocabulary contain keywords, but rarely `def name(`).
+const DEFINITION = /\b(def\s+[A-Za-z_]\w*\s*\(|class\s+[A-Za-z_]\w*\s*[(:])/;
 
 // Brackets outside string literals and comments must nest (a rough Python scan).
 function bracketsBalanced(code) {
@@ -98,6 +101,7 @@ describe('tiny-code model (trained weights, CPU)', () => {
         const code = codeOf(answer);
         total++;
         assert.match(code, KEYWORDS, `no Python keyword in the answer to "${p}" (seed ${seed}): ${JSON.stringify(answer)}`);
+        assert.match(code, DEFINITION, `no def/class in the answer to "${p}" (seed ${seed}): ${JSON.stringify(answer)}`);
         assert.ok(asciiShare(answer) >= 0.95, `answer is not mostly ASCII: ${JSON.stringify(answer)}`);
         assert.ok(code.trim().length >= 15, `answer too short to be code: ${JSON.stringify(answer)}`);
         if (bracketsBalanced(code)) balanced++;
@@ -113,7 +117,13 @@ describe('tiny-code model (trained weights, CPU)', () => {
     const before = await metrics(server);
     const sum0 = sample(before, 'dgemma:denoising_steps_per_canvas_sum') ?? 0;
     const count0 = sample(before, 'dgemma:denoising_steps_per_canvas_count') ?? 0;
-    for (const seed of [11, 12, 13, 14]) await chat('Write a Python function that checks whether a number is even.', { seed });
+    // The answers must also end themselves (EOS): a canvas that "converges" on noise is no early stop.
+    let ended = 0;
+    for (const seed of [11, 12, 13, 14]) {
+      const r = await chat('Write a Python function that checks whether a number is even.', { seed });
+      if (r.choices[0].finish_reason === 'stop') ended++;
+    }
+    assert.ok(ended >= 3, `only ${ended} of 4 answers ended with EOS`);
     const after = await metrics(server);
     const canvases = sample(after, 'dgemma:denoising_steps_per_canvas_count') - count0;
     const steps = sample(after, 'dgemma:denoising_steps_per_canvas_sum') - sum0;
@@ -166,7 +176,7 @@ describe('tiny-code model (trained weights, CPU)', () => {
       });
       const m = r.choices[0].message;
       const reasoning = m.reasoning_content ?? m.reasoning ?? '';
-      if (reasoning.trim().length > 0 && KEYWORDS.test(codeOf(m.content ?? ''))) separated++;
+      if (reasoning.trim().length > 0 && DEFINITION.test(codeOf(m.content ?? ''))) separated++;
     }
     assert.ok(separated >= 2, `thought and code separated in ${separated} of 4 runs`);
   });

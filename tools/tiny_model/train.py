@@ -307,17 +307,21 @@ def main():
         return loss, loss_hi, acc, gnorm, lr
 
     total = args.steps if args.steps > 0 else 10 ** 9
-    timing_steps = 30
+    timed = (10, 40)  # steps timed to fix the step count (after the first, slower ones)
     step = 0
     t_train = time.time()
+    t_timed = None
     sums = [0.0, 0.0, 0.0]
     while step < total:
-        if args.steps == 0 and step == timing_steps:
-            torch.cuda.synchronize() if device == "cuda" else None
-            per_step = (time.time() - t_train) / timing_steps
-            total = max(200, int(args.minutes * 60 / per_step))
-            log("%.1f ms/step over the first %d steps -> %d steps in all (reproduce with --steps %d)" % (
-                per_step * 1000, timing_steps, total, total))
+        if args.steps == 0 and step in timed:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if step == timed[0]:
+                t_timed = time.time()
+            else:
+                per_step = (time.time() - t_timed) / (timed[1] - timed[0])
+                total = max(200, int((args.minutes * 60 - (time.time() - t_train)) / per_step) + step)
+                log("%.1f ms/step -> %d steps in all (reproduce with --steps %d)" % (per_step * 1000, total, total))
         loss, loss_hi, acc, gnorm, lr = train_step(step, total)
         sums[0] += float(loss)
         sums[1] += float(acc)
