@@ -171,6 +171,26 @@ def forward(model, ctx, valid, canvas, sc_logits, sc_mask, C):
     return out.logits.float()
 
 
+def padding_check(model, data, C, device, log):
+    """Left padding must change nothing: the logits of a short example in a padded batch equal its
+    logits alone (up to bf16 noise). Logged, so a mask the reference reads differently shows up at once."""
+    rng = np.random.default_rng(7)
+    ctx, valid, tgt = data.batch(rng, 2)
+    while valid[0].sum() == valid[1].sum():
+        ctx, valid, tgt = data.batch(rng, 2)
+    short = int(np.argmin(valid.sum(1)))
+    n = int(valid[short].sum())
+    to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
+    with torch.no_grad():
+        both = forward(model, to(ctx), to(valid), to(tgt), None, None, C)[short]
+        alone = forward(model, to(ctx[short:short + 1, -n:]), to(valid[short:short + 1, -n:]),
+                        to(tgt[short:short + 1]), None, None, C)[0]
+    diff = float((both - alone).abs().max())
+    scale = float(alone.abs().max())
+    log("padding check: max |logit difference| %.3g (logits up to %.3g)%s" % (
+        diff, scale, "" if diff <= 0.05 * scale + 0.02 else "  <-- WARNING: padding changes the result"))
+
+
 # ---- sampling (the reference generate loop, for the log) -------------------------------------------
 
 def sample_answers(model, enc, prompts, gen_cfg, device, log):
@@ -251,6 +271,8 @@ def main():
         transformers.__version__, torch.__version__, device,
         getattr(model.config.text_config, "_attn_implementation", "?"),
         getattr(model.config.text_config, "_experts_implementation", "?"), n_params))
+
+    padding_check(model, data, C, device, log)
 
     params = [p for p in model.parameters() if p.requires_grad]
     master = [p.detach().float().clone().requires_grad_(True) for p in params]
