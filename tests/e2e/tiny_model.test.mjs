@@ -50,25 +50,52 @@ function codeOf(answer) {
   return m ? m[1] : answer;
 }
 
+// The declarations of tools/tiny_model/tasks.py, as the model saw them in training.
 const WEATHER_TOOL = {
-  type: 'function',
-  function: {
-    name: 'get_weather',
-    description: 'Get the current weather for a city.',
-    parameters: {
-      type: 'object',
-      properties: { city: { type: 'string', description: 'City name' } },
-      required: ['city'],
-    },
-  },
+  "type": "function",
+  "function": {
+    "name": "get_weather",
+    "description": "Get the current weather for a city.",
+    "parameters": {
+      "type": "object",
+      "properties": {
+        "city": {
+          "type": "string",
+          "description": "City name"
+        },
+        "unit": {
+          "type": "string",
+          "enum": [
+            "celsius",
+            "fahrenheit"
+          ],
+          "description": "Temperature unit"
+        }
+      },
+      "required": [
+        "city"
+      ]
+    }
+  }
 };
 const TIME_TOOL = {
-  type: 'function',
-  function: {
-    name: 'get_time',
-    description: 'Get the current time in a time zone.',
-    parameters: { type: 'object', properties: { timezone: { type: 'string' } }, required: ['timezone'] },
-  },
+  "type": "function",
+  "function": {
+    "name": "get_time",
+    "description": "Get the current time in a time zone.",
+    "parameters": {
+      "type": "object",
+      "properties": {
+        "timezone": {
+          "type": "string",
+          "description": "IANA time zone, e.g. Europe/Paris"
+        }
+      },
+      "required": [
+        "timezone"
+      ]
+    }
+  }
 };
 
 describe('tiny-code model (trained weights, CPU)', () => {
