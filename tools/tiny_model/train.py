@@ -257,6 +257,15 @@ def main():
         len(data.start), len(data.items), len(data.ids),
         {k: int((data.kind == i).sum()) for i, k in enumerate(data.kinds)}))
 
+    sys.path.insert(0, HERE)
+    import bpe
+    with open(os.path.join(MODEL_SRC, "tokenizer.json"), encoding="utf-8") as f:
+        enc = bpe.Encoder(json.load(f))
+    for i in (0, len(data.start) - 1):
+        s, p, a = data.start[i], data.plen[i], data.alen[i]
+        log("example %d: prompt %r -> answer %r" % (i, enc.decode(data.ids[s:s + p].tolist())[-120:],
+                                                    enc.decode(data.ids[s + p:s + p + a].tolist())[:200]))
+
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaForBlockDiffusion
     import transformers
     model = DiffusionGemmaForBlockDiffusion(hf_config(cfg))
@@ -380,10 +389,6 @@ def main():
     except Exception as e:  # noqa: BLE001
         log("reload check failed:", repr(e))
 
-    sys.path.insert(0, HERE)
-    import bpe
-    with open(os.path.join(MODEL_SRC, "tokenizer.json"), encoding="utf-8") as f:
-        enc = bpe.Encoder(json.load(f))
     try:
         sample_answers(model, enc, [
             chat_prompt("Write a Python function that reverses a string."),
