@@ -101,7 +101,7 @@ def stdlib_functions(files):
                 if fn.name.startswith("__") and fn.name != "__init__":
                     continue
                 para = first_paragraph(doc)
-                if not (15 <= len(para) <= 300) or not para.isascii():
+                if not (15 <= len(para) <= 300) or not para.isascii() or ">>>" in para:
                     continue
                 code = strip_docstring(lines, fn, 0)
                 if not code.isascii() or "\t" in code:
@@ -111,7 +111,37 @@ def stdlib_functions(files):
     return out
 
 
+VERBS = set("""return get set convert create make check compute calculate find parse read write remove add build
+format split join open close apply generate load save copy move update decode encode replace search match send
+start stop run call print escape quote normalize validate raise handle insert delete append extend sort count
+determine translate register initialize construct wrap flush reset clear process emit install fetch extract strip
+change take give produce iterate compare look test wait accept fill turn skip lookup mark display dump create
+configure return convert prepare push pop pull put show render resolve list test serialize compile""".split())
+
+
+def third_person(verb):
+    if verb.endswith(("s", "sh", "ch", "x", "z")):
+        return verb + "es"
+    if verb.endswith("y") and verb[-2:-1] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+def that_clause(doc):
+    """"Return the sum of x." -> "returns the sum of x." (None when the docstring does not start with a verb)."""
+    head, _, rest = doc.partition(" ")
+    if not rest or head.lower() not in VERBS or not head[0].isupper():
+        return None
+    return third_person(head.lower()) + " " + rest
+
+
 def code_request(rng, f):
+    clause = that_clause(f["doc"])
+    if clause and rng.random() < 0.7:
+        if f["cls"]:
+            return rng.choice(["Write a method that %s", "Write the method `%s.%s` that %%s" % (f["cls"], f["name"])]) % clause
+        return rng.choice(["Write a Python function that %s", "Write a function that %s",
+                           "Write a Python function `%s` that %%s" % f["sig"]]) % clause
     who = "`%s.%s`" % (f["cls"], f["name"]) if f["cls"] else "`%s`" % f["sig"]
     doc = f["doc"]
     if f["cls"]:
