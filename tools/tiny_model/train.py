@@ -162,12 +162,33 @@ def checkpoint_tensors(model):
     return out
 
 
+SC_MASK_SUPPORTED = [True]  # False after a transformers without self_conditioning_mask refused it
+
+
 def forward(model, ctx, valid, canvas, sc_logits, sc_mask, C):
+    if sc_mask is not None and not SC_MASK_SUPPORTED[0]:
+        # Emulate the per-item mask: items with and without self-conditioning in separate passes.
+        out = torch.empty((canvas.shape[0], C, model.config.text_config.vocab_size), device=canvas.device)
+        on, off = sc_mask.nonzero()[:, 0], (~sc_mask).nonzero()[:, 0]
+        if len(on):
+            out[on] = forward(model, ctx[on], valid[on], canvas[on], sc_logits[on], None, C)
+        if len(off):
+            out[off] = forward(model, ctx[off], valid[off], canvas[off], None, None, C)
+        return out
     enc_mask, dec_mask = masks(valid, C, torch.bfloat16)
     enc_pos, dec_pos = positions(valid, C)
-    out = model(input_ids=ctx, attention_mask=enc_mask, position_ids=enc_pos, decoder_input_ids=canvas,
-                self_conditioning_logits=sc_logits, self_conditioning_mask=sc_mask,
-                decoder_attention_mask=dec_mask, decoder_position_ids=dec_pos)
+    kw = dict(input_ids=ctx, attention_mask=enc_mask, position_ids=enc_pos, decoder_input_ids=canvas,
+              self_conditioning_logits=sc_logits, decoder_attention_mask=dec_mask, decoder_position_ids=dec_pos)
+    if sc_mask is not None:
+        kw["self_conditioning_mask"] = sc_mask
+    try:
+        out = model(**kw)
+    except TypeError as e:
+        if "self_conditioning_mask" not in str(e) or sc_mask is None:
+            raise
+        SC_MASK_SUPPORTED[0] = False
+        print("this transformers has no self_conditioning_mask: splitting batches instead", flush=True)
+        return forward(model, ctx, valid, canvas, sc_logits, sc_mask, C)
     return out.logits.float()
 
 
