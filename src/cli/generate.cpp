@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "engine/batch_runner.h"
 #include "engine/limits.h"
+#include "engine/memory_plan.h"
 #include "engine/params.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -131,7 +132,7 @@ int run_generate(const GenerateOptions& o) {
 
   const int64_t C = mc.canvas_length;
   const int64_t max_len = static_cast<int64_t>(prompt.size()) + (p.max_tokens / C + 2) * C;
-  const int64_t chunk = std::max<int64_t>(C, std::min<int64_t>(2048, static_cast<int64_t>(prompt.size())));
+  const int64_t chunk = prefill_chunk_tokens(mc, static_cast<int64_t>(prompt.size()), true);
   if (o.batch < 1 || o.batch > 64) fail_arg("--batch must be in [1, 64]");
   std::vector<SequenceKv> kvs;
   std::vector<std::unique_ptr<Sequence>> owned;

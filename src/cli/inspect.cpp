@@ -1,11 +1,11 @@
 // dgemma inspect MODEL: config summary, parameter counts, bytes by dtype, the KV/memory plan and a
-// checkpoint validation (src/model/inspect_report.h builds and formats the report).
+// checkpoint validation (cli/inspect_report.h builds and formats the report).
 // Exit status: 0 when the checkpoint validates (or weights are dummy), 1 when it lists problems.
 #include <cstdio>
 #include <memory>
 
 #include "cli/commands.h"
-#include "model/inspect_report.h"
+#include "cli/inspect_report.h"
 
 namespace dgemma::cli {
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/memory_plan.h"
 #include "engine/params.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -19,14 +20,14 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
       max_model_len_(max_model_len) {
   const ModelConfig& mc = model_->config();
   const int64_t C = mc.canvas_length;
-  const int64_t chunk = config_.enable_chunked_prefill ? std::min<int64_t>(2048, max_model_len_) : max_model_len_;
+  const int64_t chunk = prefill_chunk_tokens(mc, max_model_len_, config_.enable_chunked_prefill);  // engine/memory_plan.h
   const int64_t budget = config_.max_num_batched_tokens > 0
                              ? std::max(config_.max_num_batched_tokens, 2 * C)
                              : static_cast<int64_t>(config_.max_num_seqs) * 2 * C + chunk;
   runner_ = std::make_unique<BatchRunner>(*model_, budget, chunk);
   for (int i = 0; i < config_.max_num_seqs; ++i) {
     Slot s;
-    s.kv = allocate_kv(mc, *backend_, max_model_len_, std::max(chunk, C));
+    s.kv = allocate_kv(mc, *backend_, max_model_len_, chunk);
     s.logits = backend_->alloc(ScalarType::kBF16, {C, mc.text.vocab_size});
     s.soft = backend_->alloc(ScalarType::kBF16, {C, mc.text.hidden_size});
     slots_.push_back(std::move(s));

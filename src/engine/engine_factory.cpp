@@ -8,8 +8,8 @@
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
+#include "engine/memory_plan.h"
 #include "engine/params.h"
-#include "model/kv_cache.h"
 #include "model/weights.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -93,14 +93,15 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
     fail_arg("--load-format must be auto, safetensors or dummy (got '{}')", c.load_format);
   }
 
-  // Context length and memory plan: every slot holds a KV cache for max_model_len tokens plus the
-  // logits / self-conditioning buffers of one canvas.
+  // Context length and memory plan (engine/memory_plan.h, the plan the engine allocates by): every slot
+  // holds a KV cache for max_model_len tokens plus the logits / self-conditioning buffers of one canvas.
+  // The weights are loaded, so the budget is the device's free memory now, less a reserve.
   const int64_t C = mc.canvas_length;
   int64_t max_len = c.max_model_len > 0 ? c.max_model_len : std::min<int64_t>(mc.text.max_position_embeddings, 32768);
   if (max_len <= C) fail_arg("--max-model-len {} must exceed canvas_length {}", max_len, C);
-  const int64_t chunk = std::max<int64_t>(C, std::min<int64_t>(2048, max_len));
   auto per_slot = [&](int64_t len) {
-    return kv_bytes(mc, len, chunk) + static_cast<size_t>(C) * (mc.text.vocab_size + mc.text.hidden_size) * 2;
+    const MemoryPlan p = plan_memory(mc, len, c.max_num_seqs, 0, 1, c.enable_chunked_prefill);
+    return p.kv_bytes_per_seq + p.work_bytes_per_seq;
   };
   double budget = 8.0 * (1ull << 30);  // CPU: keep the caches under 8 GiB
 #ifdef DGEMMA_HAVE_CUDA

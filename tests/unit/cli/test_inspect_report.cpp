@@ -14,7 +14,7 @@
 #include <functional>
 #include <random>
 
-#include "model/inspect_report.h"
+#include "cli/inspect_report.h"
 #include "model/kv_cache.h"
 #include "model/safetensors.h"
 #include "util/error.h"
@@ -174,12 +174,15 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   const MemoryPlan& p = r.plan;
   // Full layers keep every token: 5 layers × (K, V) × 2 KV heads × 512 × 2 bytes.
   EXPECT_EQ(p.kv_bytes_per_token_full, 5u * 2 * 2 * 512 * 2);
-  // Sliding layers: 25 layers × (K, V) × 8 heads × 256 × 2 bytes, for window-1 + canvas = 1279 tokens.
+  // Sliding layers: 25 layers × (K, V) × 8 heads × 256 × 2 bytes, for window-1 + a 2048-token prefill
+  // chunk = 3071 tokens (what the engine allocates).
   EXPECT_EQ(p.kv_bytes_per_token_sliding, 25u * 2 * 8 * 256 * 2);
-  EXPECT_EQ(p.sliding_cap_tokens, 1023 + 256);
-  const uint64_t kv_seq = 20480ull * 8192 + 204800ull * 1279;
+  EXPECT_EQ(p.prefill_chunk, 2048);
+  EXPECT_EQ(p.sliding_cap_tokens, 1023 + 2048);
+  const uint64_t kv_seq = 20480ull * 8192 + 204800ull * 3071;
   EXPECT_EQ(p.kv_bytes_per_seq, kv_seq);
-  EXPECT_EQ(p.kv_bytes_per_seq, kv_bytes(r.config, 8192, 256));
+  EXPECT_EQ(p.kv_bytes_per_seq, kv_bytes(r.config, 8192, 2048));
+  EXPECT_EQ(p.kv_bytes_all_seqs, 4 * kv_seq);
   EXPECT_EQ(p.weight_bytes, static_cast<uint64_t>(kTotal) * 2);
   EXPECT_EQ(p.work_bytes_per_seq, 256ull * 262144 * 2 + 256ull * 2816 * 2);
   EXPECT_EQ(p.budget_bytes, 126'900'000'000ull);
@@ -187,7 +190,7 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   EXPECT_EQ(p.workspace_bytes, p.workspace_tokens * p.activation_bytes_per_token + kWorkspaceReserveBytes);
   EXPECT_EQ(p.total_bytes, p.weight_bytes + 4 * (kv_seq + p.work_bytes_per_seq) + p.workspace_bytes);
   EXPECT_TRUE(p.fits);
-  EXPECT_LT(p.total_bytes, 60'000'000'000ull);  // ~50.5 GB weights + ~2 GB KV + ~0.5 GB buffers + workspace
+  EXPECT_LT(p.total_bytes, 60'000'000'000ull);  // ~50.5 GB weights + ~3.2 GB KV + ~0.5 GB buffers + workspace
   // The largest --max-num-seqs that fits is the boundary of the same plan.
   ASSERT_GT(p.max_num_seqs_fit, 4);
   const auto at = [&](int64_t n) {
@@ -213,9 +216,9 @@ TEST(InspectReport, DefaultModelLenAndCanvasOverride) {
   o.canvas_length = 64;
   const InspectReport r = build_inspect_report(o);
   EXPECT_EQ(r.config.canvas_length, 64);
-  EXPECT_EQ(r.plan.sliding_cap_tokens, 1023 + 64);
+  EXPECT_EQ(r.plan.sliding_cap_tokens, 1023 + 2048);
   EXPECT_EQ(r.plan.work_bytes_per_seq, 64ull * (262144 + 2816) * 2);
-  EXPECT_EQ(r.plan.kv_bytes_per_seq, kv_bytes(r.config, 32768, 64));
+  EXPECT_EQ(r.plan.kv_bytes_per_seq, kv_bytes(r.config, 32768, 2048));
 }
 
 TEST(InspectReport, LayerTypePattern) {

@@ -1,4 +1,4 @@
-#include "model/inspect_report.h"
+#include "cli/inspect_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,6 @@
 #include <set>
 
 #include "backend/backend.h"
-#include "model/kv_cache.h"
 #include "model/safetensors.h"
 #include "util/error.h"
 #include "util/mmap_file.h"
@@ -21,13 +20,6 @@ constexpr const char* kDecoderPrefix = "model.decoder.";
 constexpr const char* kEncoderPrefix = "model.encoder.language_model.";
 constexpr uint64_t kBf16Bytes = 2;
 
-
-uint64_t sat_add(uint64_t a, uint64_t b) {
-  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
-}
-uint64_t sat_mul(uint64_t a, uint64_t b) {
-  return (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) ? std::numeric_limits<uint64_t>::max() : a * b;
-}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -62,24 +54,6 @@ const char* short_type(LayerType t) { return t == LayerType::kSliding ? "sliding
 std::string rope_str(const RopeParams& r) {
   if (r.type == RopeType::kDefault) return fmt::format("default, theta {}", r.theta);
   return fmt::format("proportional, theta {}, partial rotary factor {}", r.theta, r.partial_rotary_factor);
-}
-
-// bf16 bytes of the live intermediates of one layer for one token: an upper bound (everything summed
-// as if alive at once). Attention is fused, so no [T, T] score matrix is counted.
-uint64_t activation_bytes_per_token(const ModelConfig& c) {
-  const TextConfig& t = c.text;
-  int64_t q_width = 0, kv_width = 0;
-  for (const auto& L : t.layers) {
-    q_width = std::max<int64_t>(q_width, int64_t{t.num_attention_heads} * L.head_dim);
-    kv_width = std::max<int64_t>(kv_width, int64_t{L.num_kv_heads} * L.head_dim);
-  }
-  const int64_t H = t.hidden_size, K = t.top_k_experts;
-  int64_t elems = 6 * H;                          // residual, norm outputs, branch outputs
-  elems += 2 * q_width + 2 * kv_width;            // q, attention output, new k and v
-  elems += 3 * int64_t{t.intermediate_size};      // dense MLP gate, up, activation
-  elems += K * (2 * H + 3 * int64_t{t.moe_intermediate_size});  // per routed slot: input, gate/up, act, down
-  elems += 3 * int64_t{t.self_conditioning_size};  // SC MLP (decoder input)
-  return static_cast<uint64_t>(elems) * kBf16Bytes + static_cast<uint64_t>(t.num_experts) * 2 * 4;  // f32 router logits+probs
 }
 
 std::vector<LayerGroup> group_layers(const std::vector<LayerSpec>& layers) {
@@ -196,46 +170,6 @@ std::string layer_type_pattern(const std::vector<LayerSpec>& layers) {
     if (periodic) return fmt::format("({}) ×{}", rle(p), n / p);
   }
   return rle(n);
-}
-
-MemoryPlan plan_memory(const ModelConfig& c, int64_t max_model_len, int max_num_seqs, uint64_t gpu_memory_bytes,
-                       double gpu_memory_utilization) {
-  MemoryPlan p;
-  const TextConfig& t = c.text;
-  p.max_model_len = max_model_len;
-  p.max_num_seqs = max_num_seqs;
-  p.canvas_length = c.canvas_length;
-  p.gpu_memory_bytes = gpu_memory_bytes;
-  p.gpu_memory_utilization = gpu_memory_utilization;
-  p.budget_bytes = static_cast<uint64_t>(std::floor(static_cast<double>(gpu_memory_bytes) * gpu_memory_utilization));
-  p.weight_bytes = static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
-  bool any_sliding = false;
-  for (const auto& L : t.layers) {
-    const uint64_t per = 2 * static_cast<uint64_t>(L.num_kv_heads) * static_cast<uint64_t>(L.head_dim) * kBf16Bytes;
-    if (L.type == LayerType::kFull) {
-      p.kv_bytes_per_token_full += per;
-    } else {
-      p.kv_bytes_per_token_sliding += per;
-      any_sliding = true;
-    }
-  }
-  const int64_t C = c.canvas_length;
-  p.sliding_cap_tokens = any_sliding ? std::min<int64_t>(max_model_len, int64_t{t.sliding_window} - 1 + C) : 0;
-  p.kv_bytes_per_seq = kv_bytes(c, max_model_len, C);
-  p.work_bytes_per_seq = static_cast<uint64_t>(C) * (static_cast<uint64_t>(t.vocab_size) + t.hidden_size) * kBf16Bytes;
-  p.activation_bytes_per_token = activation_bytes_per_token(c);
-  // The largest forward: a denoising canvas for every running sequence plus one canvas-sized prefill
-  // or commit chunk. total(n) = base + n * per_seq, so the largest n that fits is a division.
-  const uint64_t act_per_canvas = sat_mul(static_cast<uint64_t>(C), p.activation_bytes_per_token);
-  const uint64_t per_seq = sat_add(sat_add(p.kv_bytes_per_seq, p.work_bytes_per_seq), act_per_canvas);
-  const uint64_t base = sat_add(sat_add(p.weight_bytes, kWorkspaceReserveBytes), act_per_canvas);
-  p.workspace_tokens = (int64_t{max_num_seqs} + 1) * C;
-  p.workspace_bytes = sat_add(sat_mul(static_cast<uint64_t>(p.workspace_tokens), p.activation_bytes_per_token), kWorkspaceReserveBytes);
-  p.total_bytes = sat_add(sat_add(p.weight_bytes, p.workspace_bytes),
-                          sat_mul(static_cast<uint64_t>(max_num_seqs), sat_add(p.kv_bytes_per_seq, p.work_bytes_per_seq)));
-  p.fits = p.total_bytes <= p.budget_bytes;
-  p.max_num_seqs_fit = p.budget_bytes >= base ? static_cast<int64_t>((p.budget_bytes - base) / per_seq) : 0;
-  return p;
 }
 
 InspectReport build_inspect_report(const InspectOptions& o) {
@@ -418,15 +352,16 @@ std::string format_inspect_text(const InspectReport& r) {
   o.section("KV cache (bf16)");
   o.row("per token, full layers", fmt::format("{} bytes", group_digits(p.kv_bytes_per_token_full)));
   if (p.kv_bytes_per_token_sliding)
-    o.row("per token, sliding layers", fmt::format("{} bytes, up to {} tokens (window-1 + canvas)",
-                                                   group_digits(p.kv_bytes_per_token_sliding), group_digits(p.sliding_cap_tokens)));
+    o.row("per token, sliding layers", fmt::format("{} bytes, up to {} tokens (window-1 + a {}-token prefill chunk)",
+                                                   group_digits(p.kv_bytes_per_token_sliding), group_digits(p.sliding_cap_tokens),
+                                                   group_digits(static_cast<uint64_t>(p.prefill_chunk))));
   o.row(fmt::format("per sequence at {} tokens", group_digits(p.max_model_len)), gigabytes(p.kv_bytes_per_seq));
 
   o.section(fmt::format("Memory plan: {} sequences × {} tokens, canvas {}", p.max_num_seqs, group_digits(p.max_model_len), p.canvas_length));
   o.row("GPU budget", fmt::format("{:.3f} GB × {} = {}", p.gpu_memory_bytes / 1e9, p.gpu_memory_utilization, gigabytes(p.budget_bytes)));
   o.row("weights (bf16)", gigabytes(p.weight_bytes));
-  o.row(fmt::format("KV cache, {} seqs", p.max_num_seqs), gigabytes(sat_mul(p.kv_bytes_per_seq, p.max_num_seqs)));
-  o.row(fmt::format("work buffers, {} seqs", p.max_num_seqs), gigabytes(sat_mul(p.work_bytes_per_seq, p.max_num_seqs)));
+  o.row(fmt::format("KV cache, {} seqs", p.max_num_seqs), gigabytes(p.kv_bytes_all_seqs));
+  o.row(fmt::format("work buffers, {} seqs", p.max_num_seqs), gigabytes(p.work_bytes_all_seqs));
   o.line(fmt::format("  (per sequence: logits [{}, {}] + soft embeddings [{}, {}], bf16)", p.canvas_length, t.vocab_size,
                      p.canvas_length, t.hidden_size));
   o.row("activation workspace", gigabytes(p.workspace_bytes));
@@ -506,13 +441,14 @@ Json inspect_report_json(const InspectReport& r) {
   j["kv_cache"] = {{"bytes_per_token_full", p.kv_bytes_per_token_full},
                    {"bytes_per_token_sliding", p.kv_bytes_per_token_sliding},
                    {"sliding_cap_tokens", p.sliding_cap_tokens},
+                   {"prefill_chunk_tokens", p.prefill_chunk},
                    {"bytes_per_sequence", p.kv_bytes_per_seq}};
   j["memory_plan"] = {{"max_model_len", p.max_model_len}, {"max_num_seqs", p.max_num_seqs}, {"canvas_length", p.canvas_length},
                       {"gpu_memory_bytes", p.gpu_memory_bytes}, {"gpu_memory_utilization", p.gpu_memory_utilization},
                       {"budget_bytes", p.budget_bytes}, {"weight_bytes", p.weight_bytes},
-                      {"kv_bytes", sat_mul(p.kv_bytes_per_seq, p.max_num_seqs)},
+                      {"kv_bytes", p.kv_bytes_all_seqs},
                       {"work_bytes_per_sequence", p.work_bytes_per_seq},
-                      {"work_bytes", sat_mul(p.work_bytes_per_seq, p.max_num_seqs)},
+                      {"work_bytes", p.work_bytes_all_seqs},
                       {"workspace_tokens", p.workspace_tokens}, {"activation_bytes_per_token", p.activation_bytes_per_token},
                       {"workspace_reserve_bytes", kWorkspaceReserveBytes}, {"workspace_bytes", p.workspace_bytes},
                       {"total_bytes", p.total_bytes}, {"fits", p.fits}, {"max_num_seqs_fit", p.max_num_seqs_fit}};
