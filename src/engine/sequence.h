@@ -1,6 +1,6 @@
 #pragma once
-// One request's state machine: PREFILL -> DENOISE <-> (COMMIT) -> FINISHED (DESIGN.md "The
-// block-diffusion engine"). The commit of a canvas is encoded together with the next canvas's first
+// One request's state machine: PREFILL -> DENOISE <-> (COMMIT) -> FINISHED (docs/ARCHITECTURE.md,
+// src/engine). The commit of a canvas is encoded together with the next canvas's first
 // denoising step in the same forward pass.
 #include <cstdint>
 #include <optional>

@@ -1,5 +1,5 @@
 #pragma once
-// The K/V cache of one sequence, with the reference's retention (MODEL.md §4.2): full-attention
+// The K/V cache of one sequence, with the reference's retention (docs/MODEL.md §4.2): full-attention
 // layers keep every token; sliding layers keep the most recent window-1 tokens (evicted after the
 // attention of each encoder chunk). The decoder reads it and never writes it.
 #include <cstdint>
