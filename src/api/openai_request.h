@@ -27,7 +27,7 @@ struct RequestPolicy {
   Json default_template_kwargs = Json::object();                    // --default-chat-template-kwargs
 };
 
-// Limits on request shapes (ANCHORS.md §4.3): beyond them -> 400.
+// Limits on request shapes: beyond them -> 400.
 struct RequestLimits {
   static constexpr int kMaxN = 16;
   static constexpr int kMaxChoices = 64;  // n x number of prompts (completions)

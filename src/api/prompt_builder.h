@@ -2,7 +2,7 @@
 // Request -> prompt token ids. Chat prompts are rendered with the model's chat template and tokenised
 // so that control tokens come only from the template: a "<|turn>" typed by a user (in a user, system,
 // developer or tool message, a tool definition or tool-call arguments) is tokenised as plain text,
-// never as the control token (ANCHORS.md §4.3). Assistant messages are model output being replayed,
+// never as the control token (prompt injection). Assistant messages are model output being replayed,
 // so their markers (thought channel, tool calls) keep their meaning, as in the reference template.
 #include <cstdint>
 #include <string>

@@ -1,6 +1,6 @@
 #pragma once
 // The op interface the model is written against (once). Each op has a CPU implementation (the
-// reference: fp32 maths with bf16 rounding exactly where transformers rounds, MODEL.md §8) and a CUDA
+// reference: fp32 maths with bf16 rounding exactly where transformers rounds, docs/MODEL.md §8) and a CUDA
 // implementation; tests compare the two. Activations are bf16 unless noted.
 #include <cstdint>
 #include <memory>
@@ -44,7 +44,7 @@ struct MoeArgs {
   Tensor dbg_probs, dbg_weights, dbg_index;
 };
 
-// The per-position sampler maths of one denoising step for one canvas (MODEL.md §6): soft-cap,
+// The per-position sampler maths of one denoising step for one canvas (docs/MODEL.md §6): soft-cap,
 // temperature, entropy, argmax, the Gumbel-max sample with the project's counter-based noise, the
 // log-probability of the argmax, and the bf16 self-conditioning probabilities (written over the
 // logits, in place) — never materialising an fp32 [C, V] tensor.
@@ -64,7 +64,7 @@ struct SamplerArgs {
   Tensor argmax_gap, sample_gap;
 };
 
-// The accept / renoise / stop decision of one denoising step of one canvas (MODEL.md §6.2, §6.4) on the
+// The accept / renoise / stop decision of one denoising step of one canvas (docs/MODEL.md §6.2, §6.4) on the
 // backend's device, so that the canvas stays there between steps and the host reads back two flags:
 //   accept: sort the entropies ascending (stable); position k of that order is accepted iff the fp32
 //           prefix sum of the entropies strictly before it is <= entropy_bound (decide_rules.h);

@@ -1,5 +1,5 @@
 #pragma once
-// The reference rules of the denoising sampler's per-step decisions (MODEL.md §6.2, §6.4), host side:
+// The reference rules of the denoising sampler's per-step decisions (docs/MODEL.md §6.2, §6.4), host side:
 // the CPU backend's decide op is built from them and the CUDA kernel is checked against them. Pure
 // functions of their inputs (the engine's own rules are in engine/denoise_policy.h).
 #include <cstdint>

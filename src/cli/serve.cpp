@@ -1,4 +1,4 @@
-// dgemma serve MODEL [flags]: the OpenAI-compatible server. Flags follow `vllm serve` (SERVING.md §1.3)
+// dgemma serve MODEL [flags]: the OpenAI-compatible server. Flags follow `vllm serve` (docs/API.md)
 // so launch scripts carry over; vLLM knobs that mean nothing here are accepted and logged.
 #include <cctype>
 #include <csignal>

@@ -1,5 +1,5 @@
 #pragma once
-// The denoising policy on the host (MODEL.md §6.2, §6.4): the initial canvas, the temperature schedule,
+// The denoising policy on the host (docs/MODEL.md §6.2, §6.4): the initial canvas, the temperature schedule,
 // the stability run of the stop rule, and the acceptance margins traces record. The per-position maths
 // over the vocabulary is the backend's sampler op; acceptance, renoising and the per-step flags are its
 // decide op (rules in backend/decide_rules.h).

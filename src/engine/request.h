@@ -14,7 +14,7 @@
 
 namespace dgemma {
 
-// Per-request diffusion sampling parameters (MODEL.md §1.4, §6). Unset optionals take the model's
+// Per-request diffusion sampling parameters (docs/MODEL.md §1.4, §6). Unset optionals take the model's
 // generation_config.json values (or the reference's built-in defaults).
 struct SamplingParams {
   int64_t max_tokens = 256;                 // exact cap on returned tokens

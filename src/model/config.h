@@ -1,5 +1,5 @@
 #pragma once
-// config.json + generation_config.json -> typed, validated structs (MODEL.md §1), with the
+// config.json + generation_config.json -> typed, validated structs (docs/MODEL.md §1), with the
 // reference's defaults. Accepts both the older global_head_dim / num_global_key_value_heads keys and
 // the newer per_layer_config.
 #include <cstdint>
@@ -67,7 +67,7 @@ struct ModelConfig {
   std::string dtype = "bfloat16";
 };
 
-// DiffusionGemmaGenerationConfig (MODEL.md §1.4) with the reference's built-in defaults.
+// DiffusionGemmaGenerationConfig (docs/MODEL.md §1.4) with the reference's built-in defaults.
 struct GenerationConfig {
   int64_t max_new_tokens = 256;
   int max_denoising_steps = 48;

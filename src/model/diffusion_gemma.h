@@ -1,6 +1,6 @@
 #pragma once
 // THE model: DiffusionGemma's encoder (causal, writes K/V) and decoder (bidirectional over the canvas,
-// reads K/V, never writes), written once against the backend op interface (MODEL.md §3-5).
+// reads K/V, never writes), written once against the backend op interface (docs/MODEL.md §3-5).
 #include <cstdint>
 #include <functional>
 #include <span>

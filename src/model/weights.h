@@ -1,5 +1,5 @@
 #pragma once
-// Checkpoint names -> typed per-layer weight structs (MODEL.md §2). Text weights are accepted under
+// Checkpoint names -> typed per-layer weight structs (docs/MODEL.md §2). Text weights are accepted under
 // model.decoder.* (the released checkpoint) or model.encoder.language_model.*; full-attention layers
 // have no v_proj (K=V); the duplicated encoder layer_scalar buffers are read for the encoder pass;
 // the LM head is the tied embedding; vision tensors are ignored (logged) in text-only mode.

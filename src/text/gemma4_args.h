@@ -2,7 +2,7 @@
 // Gemma 4 tool-call argument syntax -> JSON. The model writes arguments as
 //   {key:<|"|>text<|"|>,n:42,flag:true,obj:{...},arr:[...]}
 // (bare keys, strings delimited by the <|"|> token on both sides, bare numbers/true/false/null).
-// Lenient on the malformed forms DiffusionGemma emits (SERVING.md §2.1): JSON double quotes or single
+// Lenient on the malformed forms DiffusionGemma emits in practice: JSON double quotes or single
 // quotes instead of <|"|> (with backslash escapes), quoted keys, '=' instead of ':', parenthesised
 // keyword bodies "(a='x', n=3)", python literals True/False/None, extra or missing commas, a closing
 // bracket that also closes unclosed inner containers, bare words as strings.

@@ -2,7 +2,7 @@
 // Splits Gemma 4 model output (detokenized, control tokens as their literal strings) into reasoning
 // and answer content. The model writes "<|channel>thought\n...reasoning...<channel|>answer"; the
 // "thought\n" label is a structural artefact and is stripped. Rules (identical for streaming and
-// non-streaming; SERVING.md §2.1, §2.3, §6 item 3):
+// non-streaming):
 //  - Only a block at the very start of the output is reasoning (leading whitespace before the opener is
 //    dropped). Openers: "<|channel>" (closed by "<channel|>"; an optional "thought\n" label, or
 //    "thought" directly followed by the closer, is stripped) and DeepSeek-style "<think>" (closed by
@@ -10,8 +10,8 @@
 //  - The block ends at its closer (consumed) or at a "<|tool_call>" (kept, it belongs to the content,
 //    i.e. to the tool-call parser). A block never closed ends as reasoning at the end of output.
 //  - thinking_enabled = false: the model still opens most replies with an empty
-//    "<|channel>thought\n<channel|>" and about a third of the time omits the closer (SERVING.md §2.1,
-//    §6 item 6). So with thinking off a "<|channel>" block counts only if it is empty: the opener, the
+//    "<|channel>thought\n<channel|>" and about a third of the time omits the closer (observed
+//    in its outputs). So with thinking off a "<|channel>" block counts only if it is empty: the opener, the
 //    label and whitespace are dropped, an immediate closer is dropped too, and anything else is the
 //    answer (content). ("<think>" blocks are reasoning in both modes.)
 //  - starts_in_reasoning: the prompt itself ended inside an open thought channel (the July 2026

@@ -1,4 +1,4 @@
-// The bad-input checklist (ANCHORS.md §4.3): every malformed request gets an OpenAI error object with
+// The bad-input checklist: every malformed request gets an OpenAI error object with
 // the right status (400 naming the parameter, 413, 404, ...), never a 500, a crash or a hang, and the
 // server keeps serving afterwards.
 import assert from 'node:assert/strict';

@@ -14,7 +14,7 @@ checkpoint's naming, config.json, generation_config.json) and golden outputs:
 Usage (GPU machine, from the repo root):
   python3 tools/golden/make_fixtures.py --out tests/fixtures
 The reference is run in bfloat16 on CUDA with eager attention and eager experts, i.e. exactly the
-maths MODEL.md describes (fp32 softmax, bf16 probabilities before P.V, bf16 expert accumulation).
+maths docs/MODEL.md describes (fp32 softmax, bf16 probabilities before P.V, bf16 expert accumulation).
 """
 import argparse
 import json
@@ -172,7 +172,7 @@ def checkpoint_tensors(model):
 
 def force_eager(model):
     """Eager attention (fp32 softmax, bf16 probabilities) and eager experts (bf16 index_add in
-    ascending expert order): the maths MODEL.md specifies. Verified on every module."""
+    ascending expert order): the maths docs/MODEL.md specifies. Verified on every module."""
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation("eager")
     if hasattr(model, "set_experts_implementation"):
@@ -330,7 +330,7 @@ class NoiseInjector:
 
 # ------------------------------------------------------------------------------------------------
 def capture_layer_intermediates(layer, prefix):
-    """Forward hooks naming every intermediate of one decoder layer (MODEL.md §3.3-3.6)."""
+    """Forward hooks naming every intermediate of one decoder layer (docs/MODEL.md §3.3-3.6)."""
     store = {}
     handles = []
 

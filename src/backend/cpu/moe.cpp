@@ -1,4 +1,4 @@
-// The MoE block (MODEL.md §3.5-3.6): router on the raw residual with an fp32 softmax over all experts,
+// The MoE block (docs/MODEL.md §3.5-3.6): router on the raw residual with an fp32 softmax over all experts,
 // top-k renormalised in fp32 and multiplied by per_expert_scale; each selected expert's output is
 // scaled by its fp32 weight, rounded to bf16 and accumulated in bf16 in ascending expert order.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The per-position sampler maths of one denoising step (MODEL.md §6.2, §6.4), per canvas position:
+// The per-position sampler maths of one denoising step (docs/MODEL.md §6.2, §6.4), per canvas position:
 //   s = softcap * tanh(float(logit) / softcap)          (fp32, the reference's LM-head epilogue)
 //   z = s / T                                            (the "processed" logits, fp32)
 //   H = -sum p log p with p = softmax(z)                (fp64 here; the reference's fp32 differs ~1e-7)

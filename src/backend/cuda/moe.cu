@@ -1,5 +1,5 @@
 // MoE routing and the element-wise stages around the expert GEMMs, with the CPU reference's rounding
-// points (MODEL.md §3.5-3.6).
+// points (docs/MODEL.md §3.5-3.6).
 #include <climits>
 #include <cmath>
 

@@ -1,4 +1,4 @@
-// The sampler (MODEL.md §6), each canvas row cut into slices with one block per (slice, position),
+// The sampler (docs/MODEL.md §6), each canvas row cut into slices with one block per (slice, position),
 // never materialising fp32 [C, V]:
 //   pass 0: max of the raw bf16 logits (z is a non-decreasing function of the logit, so this fixes
 //           the shift of the exponentials below to the row's max z exactly);

@@ -1,5 +1,5 @@
 // The `dgemma inspect` report: parameter counts of the released 26B-A4B shape worked out by hand from
-// MODEL.md §1.2/§2.2, the KV and memory plan, the tiny fixtures' checkpoints (OK, vision tensors,
+// docs/MODEL.md §1.2/§2.2, the KV and memory plan, the tiny fixtures' checkpoints (OK, vision tensors,
 // bytes by dtype read back from the files themselves), a broken checkpoint listing all its problems,
 // and clear errors for bad model directories and options.
 #include <gmock/gmock.h>
@@ -70,7 +70,7 @@ std::string lines(const std::vector<std::string>& v) {
 
 int64_t by_group(const InspectReport& r, WeightGroup g) { return r.params.by_group[static_cast<int>(g)]; }
 
-// ---- the released shape, by hand (MODEL.md §1.2 / §2.2) ---------------------------------------------
+// ---- the released shape, by hand (docs/MODEL.md §1.2 / §2.2) -----------------------------------------
 
 // H = 2816, V = 262144, 30 layers: 25 sliding (16 q heads × 256, 8 KV heads × 256, with v_proj) and
 // 5 full (16 q heads × 512, 2 KV heads × 512, no v_proj); dense MLP 2112; 128 experts × 704; SC 2112.
@@ -106,12 +106,12 @@ TEST(InspectReport, ParameterCountsOf26BMatchTheHandCount) {
   EXPECT_EQ(r.params.total, 25'250'986'782);
   EXPECT_EQ(r.params.active_per_token, kActive);
 
-  // DESIGN.md "Numbers that matter": experts 22.84 B, attention 1.11 B, dense 0.54 B, embedding 0.74 B.
+  // docs/MODEL.md §1.2: experts 22.84 B, attention 1.11 B, dense 0.54 B, embedding 0.74 B.
   EXPECT_EQ(std::round(kExperts / 1e7) / 100, 22.84);
   EXPECT_EQ(std::round(kAttention / 1e7) / 100, 1.11);
   EXPECT_EQ(std::round(kDense / 1e7) / 100, 0.54);
   EXPECT_EQ(std::round(kEmbedding / 1e7) / 100, 0.74);
-  // MODEL.md "text ≈ 25.2 B": the count is 25.25 B (25.2x B); without DiffusionGemma's self-conditioning
+  // docs/MODEL.md §1.2, "25.2 B": the count is 25.25 B (25.2x B); without DiffusionGemma's self-conditioning
   // MLP — the Gemma-4 trunk, published as "25.2B total" — it rounds to 25.2 B.
   EXPECT_GE(kTotal, 25'200'000'000);
   EXPECT_LT(kTotal, 25'300'000'000);

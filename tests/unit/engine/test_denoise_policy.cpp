@@ -1,4 +1,4 @@
-// The denoising policy (MODEL.md §6): temperature schedule, stability run, initial canvas, acceptance
+// The denoising policy (docs/MODEL.md §6): temperature schedule, stability run, initial canvas, acceptance
 // margins, and the counter-based RNG (vectors from tools/golden/dgemma_rng.py).
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Safetensors reader/writer: round trips, a byte-exact file written by hand from the format spec,
-// sharded checkpoints, and every class of malformed file (ANCHORS.md §4.3 "Model files").
+// sharded checkpoints, and every class of malformed file.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>

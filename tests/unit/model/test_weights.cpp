@@ -116,7 +116,7 @@ TEST(Weights, ParameterCountOfTheReleasedShape) {
   const std::string dir = std::string(DGEMMA_SOURCE_DIR) + "/../shared/reference/configs/diffusiongemma-26b-a4b";
   const ModelConfig c = load_model_config(dir);
   const ParameterCounts p = count_parameters(c);
-  // MODEL.md §1.2: text ~25.2 B, experts ~22.8 B, ~3.9-4 B active per token.
+  // docs/MODEL.md §1.2: text 25.25 B, experts 22.84 B, 3.82 B active per token.
   EXPECT_NEAR(p.total / 1e9, 25.25, 0.01);  // 25,250,986,782: "~25.2 B" (25.233 B without the SC MLP)
   EXPECT_NEAR(p.by_group[static_cast<int>(WeightGroup::kExperts)] / 1e9, 22.84, 0.01);
   EXPECT_GT(p.active_per_token / 1e9, 3.5);

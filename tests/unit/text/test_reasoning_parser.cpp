@@ -67,7 +67,7 @@ TEST(ReasoningParser, EmptyThoughtBlock) {
 
 TEST(ReasoningParser, ThinkingOffMissingCloserIsTheAnswer) {
   // With thinking off the model opens an empty block and about a third of the time never closes it:
-  // the text is the answer, not reasoning (SERVING.md §6 item 6, "empty answers").
+  // the text is the answer, not reasoning (else users would see empty answers).
   EXPECT_SPLIT("<|channel>thought\nParis is the capital of France.", false, "", "Paris is the capital of France.");
   EXPECT_SPLIT("<|channel>thought\n\nParis.", false, "", "Paris.");
   // The same text with thinking on is an unfinished thought.

@@ -1,6 +1,6 @@
 // The Gemma 4 tokenizer against HF `tokenizers` (tests/fixtures/tokenizer/expected.json, made by
 // tools/golden/tokenizer_expectations.py from the same tokenizer.json), plus the facts about Gemma 4
-// ids that docs/SERVING.md §3 records from independent sources.
+// ids quoted by independent sources (vLLM, ollama, llama.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -90,7 +90,7 @@ TEST(TokenizerGolden, RoundTripIsLosslessExceptLiteralMetaSpace) {
   }
 }
 
-// Ids quoted by vLLM tests/docstrings, ollama and llama.cpp for Gemma 4 (SERVING.md §3).
+// Ids quoted by vLLM tests/docstrings, ollama and llama.cpp for Gemma 4.
 TEST(TokenizerGemma4, ControlTokenIds) {
   DG_REQUIRE_GEMMA4(tok);
   const std::vector<std::pair<const char*, int32_t>> expected = {

@@ -1,5 +1,5 @@
-// Gemma 4 tool-call parsing: the native format, the malformed forms DiffusionGemma emits (SERVING.md
-// §2.1), lossless handling of unparseable text, and streaming == non-streaming for every split.
+// Gemma 4 tool-call parsing: the native format, the malformed forms DiffusionGemma emits,
+// lossless handling of unparseable text, and streaming == non-streaming for every split.
 #include <gtest/gtest.h>
 
 #include <string>
