@@ -96,7 +96,7 @@ struct Stmt {
 
 struct Program {
   Body body;
-  std::vector<std::string> free_names;  // variables the template reads without defining them
+  std::vector<std::string> free_names;  // names the template reads that no loop, macro or with binds
 };
 
 }  // namespace dgemma::jinja

@@ -158,7 +158,7 @@ class Parser {
     }
     if (n == "for") {
       s->kind = StmtKind::kFor;
-      parse_targets(*s);
+      parse_targets(*s, /*bound=*/true);
       if (!accept_name("in")) fail("expected 'in'" + describe());
       s->expr = parse_tuple(false, /*with_condexpr=*/false);
       if (accept_name("if")) s->cond = parse_expression();
@@ -188,7 +188,7 @@ class Parser {
         expect_block_end();
         return s;
       }
-      parse_targets(*s);
+      parse_targets(*s, /*bound=*/false);
       if (accept_op("=")) {
         s->kind = StmtKind::kSet;
         s->expr = parse_tuple(false);
@@ -273,11 +273,13 @@ class Parser {
     return std::find(read_names_.begin() + static_cast<std::ptrdiff_t>(first), read_names_.end(), name) != read_names_.end();
   }
 
-  void parse_targets(Stmt& s) {
+  // `bound`: loop variables are never inputs; a `set` target may also be read as an input first
+  // (`{% set x = x | default(1) %}`), so it stays a free name.
+  void parse_targets(Stmt& s, bool bound) {
     bool parens = accept_op("(");
     while (true) {
       s.targets.push_back(expect_name());
-      assigned_.insert(s.targets.back());
+      if (bound) assigned_.insert(s.targets.back());
       if (!accept_op(",")) break;
       s.tuple_target = true;
       if (cur().type != TokenType::kName) break;
