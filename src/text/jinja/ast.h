@@ -2,7 +2,9 @@
 // The parsed template: expression and statement nodes (one struct each, the kind says which fields
 // are used), as jinja2's parser builds them.
 #include <memory>
+#include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -40,6 +42,7 @@ struct Expr {
   ExprKind kind;
   int line = 0;
   std::string name;  // name, attribute, filter, test, binary operator
+  std::string_view sym;  // kName: the interned name (Program::pool), compared by address
   Value literal;
   std::vector<ExprPtr> children;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
@@ -70,7 +73,7 @@ enum class StmtKind {
 };
 
 struct Param {
-  std::string name;
+  std::string_view name;  // interned
   ExprPtr default_value;  // may be null
 };
 
@@ -82,7 +85,8 @@ struct Stmt {
   ExprPtr cond;                                       // for ... if cond
   ExprPtr filter;                                     // set block / filter block chain
   std::vector<std::pair<ExprPtr, Body>> branches;     // if / elif / else (null condition)
-  std::vector<std::string> targets;                   // for / set / with names
+  std::vector<std::string_view> targets;              // for / set / with names (interned)
+  std::string_view sym;                               // kMacro: the macro's name (interned)
   bool tuple_target = false;                          // `for a, b in` / `set a, b =`
   std::vector<ExprPtr> values;                        // with: one per target
   std::vector<Param> params;                          // macro / call block parameters
@@ -94,7 +98,14 @@ struct Stmt {
   bool uses_kwargs = false;   // macro: `kwargs`
 };
 
+// Every variable name of a template, interned: scopes compare names by address.
+struct Symbols {
+  std::string_view loop, varargs, kwargs, caller, captured;
+};
+
 struct Program {
+  std::set<std::string, std::less<>> pool;  // node-based: addresses stay put when the Program moves
+  Symbols sym;
   Body body;
   std::vector<std::string> free_names;  // names the template reads that no loop, macro or with binds
 };

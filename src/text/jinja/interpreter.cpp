@@ -14,8 +14,6 @@ namespace dgemma::jinja {
 
 namespace {
 
-// The variable holding a block's captured text while its filter chain runs (not a valid Jinja name).
-const std::string kCapturedName = "<captured>";
 
 [[noreturn]] void undefined_error(const Value& u) {
   runtime_error("UndefinedError: " + (u.undefined_hint().empty() ? std::string("value is undefined") : u.undefined_hint()));
@@ -127,7 +125,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const FramePtr& frame, std::s
       if (s.filter) {
         auto child = std::make_shared<Frame>();
         child->parent = frame;
-        child->vars.emplace_back(kCapturedName, std::move(v));
+        child->vars.emplace_back(sym_.captured, std::move(v));
         v = eval(*s.filter, child);
       }
       frame->set(s.targets[0], std::move(v));
@@ -138,7 +136,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const FramePtr& frame, std::s
       exec_list(s.body, frame, captured);
       auto child = std::make_shared<Frame>();
       child->parent = frame;
-      child->vars.emplace_back(kCapturedName, Value::string(std::move(captured)));
+      child->vars.emplace_back(sym_.captured, Value::string(std::move(captured)));
       append(out, eval(*s.filter, child).str());
       return Flow::kNormal;
     }
@@ -149,7 +147,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const FramePtr& frame, std::s
       // caller() renders the block body in the current scope, with the call block's parameters.
       const Stmt* stmt = &s;
       FramePtr defining = frame;
-      auto fn = std::make_shared<NativeFunction>([stmt, defining](Interpreter& in, CallArgs& args) {
+      NativeFunction fn = [stmt, defining](Interpreter& in, CallArgs& args) {
         auto f = std::make_shared<Frame>();
         f->parent = defining;
         for (size_t k = 0; k < stmt->params.size(); ++k) {
@@ -162,13 +160,13 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const FramePtr& frame, std::s
           } else if (p.default_value) {
             f->vars.emplace_back(p.name, in.eval(*p.default_value, f));
           } else {
-            f->vars.emplace_back(p.name, Value::undefined("'" + p.name + "' is undefined"));
+            f->vars.emplace_back(p.name, Value::undefined(fmt::format("'{}' is undefined", p.name)));
           }
         }
         std::string body;
         in.exec_body(stmt->body, f, body);
         return Value::string(std::move(body));
-      });
+      };
       const Expr& call_expr = *s.expr;
       const Value callee = eval(*call_expr.children[0], frame);
       CallArgs args = eval_args(call_expr, frame, 1);
@@ -206,12 +204,13 @@ void Interpreter::assign(const Stmt& s, const FramePtr& frame, Value v) {
 Interpreter::Flow Interpreter::exec_for(const Stmt& s, const FramePtr& frame, std::string& out) {
   const Value iterable = eval(*s.expr, frame);
   std::vector<Value> items = iterate(iterable);
-  FramePtr f;  // a fresh scope per iteration: assignments in the body do not survive it (as in jinja2)
-  auto fresh = [&] {
-    f = std::make_shared<Frame>();
-    f->parent = frame;
-  };
+  // One scope object, emptied per iteration: assignments in the body do not survive an iteration
+  // (as in jinja2, where state across iterations needs a namespace).
+  auto f = std::make_shared<Frame>();
+  f->parent = frame;
+  f->vars.reserve(4);
   auto bind = [&](const Value& item) {
+    f->vars.clear();
     if (!s.tuple_target) {
       f->set(s.targets[0], item);
       return;
@@ -225,7 +224,6 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const FramePtr& frame, st
     std::vector<Value> kept;
     for (const Value& item : items) {
       count_iterations(1);
-      fresh();
       bind(item);
       if (eval(*s.cond, f).truthy()) kept.push_back(item);
     }
@@ -234,34 +232,42 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const FramePtr& frame, st
   line_ = s.line;
   if (items.empty()) return exec_list(s.else_body, frame, out);
   const size_t n = items.size();
+  // jinja2's LoopContext is one object advanced per iteration; so is ours.
   std::shared_ptr<ValueDict> loop_attrs;
+  Value loop_value;
+  auto index = std::make_shared<size_t>(0);
+  if (s.uses_loop) {
+    loop_attrs = std::make_shared<ValueDict>();
+    loop_attrs->items.resize(12);
+    for (int k = 0; k < 12; ++k) loop_attrs->items[k].first = loop_key(k);
+    loop_attrs->items[6].second = Value::integer(static_cast<int64_t>(n));
+    loop_attrs->items[9].second = Value::integer(1);
+    loop_attrs->items[10].second = Value::integer(0);
+    loop_attrs->items[11].second = Value::callable(
+        [index](Interpreter&, CallArgs& args) {
+          if (args.positional.empty()) runtime_error("TypeError: no items for cycling given");
+          return args.positional[*index % args.positional.size()];
+        },
+        "cycle");
+    loop_value = Value::object(loop_attrs, false);
+  }
   for (size_t i = 0; i < n; ++i) {
     count_iterations(1);
-    fresh();
     bind(items[i]);
     if (s.uses_loop) {
-      loop_attrs = std::make_shared<ValueDict>();
+      *index = i;
       auto& a = loop_attrs->items;
-      a.reserve(12);
       const auto ii = static_cast<int64_t>(i);
       const auto nn = static_cast<int64_t>(n);
-      a.emplace_back(loop_key(0), Value::integer(ii + 1));
-      a.emplace_back(loop_key(1), Value::integer(ii));
-      a.emplace_back(loop_key(2), Value::integer(nn - ii));
-      a.emplace_back(loop_key(3), Value::integer(nn - ii - 1));
-      a.emplace_back(loop_key(4), Value::boolean(i == 0));
-      a.emplace_back(loop_key(5), Value::boolean(i + 1 == n));
-      a.emplace_back(loop_key(6), Value::integer(nn));
-      a.emplace_back(loop_key(7), i > 0 ? items[i - 1] : Value::undefined("there is no previous item"));
-      a.emplace_back(loop_key(8), i + 1 < n ? items[i + 1] : Value::undefined("there is no next item"));
-      a.emplace_back(loop_key(9), Value::integer(1));
-      a.emplace_back(loop_key(10), Value::integer(0));
-      a.emplace_back(loop_key(11), Value::callable(std::make_shared<NativeFunction>([i](Interpreter&, CallArgs& args) {
-                                                     if (args.positional.empty()) runtime_error("TypeError: no items for cycling given");
-                                                     return args.positional[i % args.positional.size()];
-                                                   }),
-                                                   "cycle"));
-      f->set("loop", Value::object(loop_attrs, false));
+      a[0].second = Value::integer(ii + 1);
+      a[1].second = Value::integer(ii);
+      a[2].second = Value::integer(nn - ii);
+      a[3].second = Value::integer(nn - ii - 1);
+      a[4].second = Value::boolean(i == 0);
+      a[5].second = Value::boolean(i + 1 == n);
+      a[7].second = i > 0 ? items[i - 1] : Value::undefined("there is no previous item");
+      a[8].second = i + 1 < n ? items[i + 1] : Value::undefined("there is no next item");
+      f->vars.emplace_back(sym_.loop, loop_value);
     }
     const Flow fl = exec_list(s.body, f, out);
     if (fl == Flow::kBreak) break;
@@ -272,7 +278,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const FramePtr& frame, st
 void Interpreter::define_macro(const Stmt& s, const FramePtr& frame) {
   const Stmt* stmt = &s;
   std::weak_ptr<Frame> weak = frame;  // a macro stored in its own frame must not keep the frame alive
-  auto fn = std::make_shared<NativeFunction>([stmt, weak](Interpreter& in, CallArgs& args) {
+  NativeFunction fn = [stmt, weak](Interpreter& in, CallArgs& args) {
     FramePtr defining = weak.lock();
     auto f = std::make_shared<Frame>();
     f->parent = defining;
@@ -304,25 +310,25 @@ void Interpreter::define_macro(const Stmt& s, const FramePtr& frame) {
       } else if (p.default_value) {
         f->vars.emplace_back(p.name, in.eval(*p.default_value, f));
       } else {
-        f->vars.emplace_back(p.name, Value::undefined("'" + p.name + "' is undefined"));
+        f->vars.emplace_back(p.name, Value::undefined(fmt::format("'{}' is undefined", p.name)));
       }
     }
     if (stmt->uses_varargs) {
       ValueList rest;
       for (size_t k = params.size(); k < args.positional.size(); ++k) rest.push_back(args.positional[k]);
-      f->vars.emplace_back("varargs", Value::tuple(std::move(rest)));
+      f->vars.emplace_back(in.symbols().varargs, Value::tuple(std::move(rest)));
     }
     if (stmt->uses_kwargs) {
       auto d = std::make_shared<ValueDict>();
       d->items = std::move(extra_kwargs);
-      f->vars.emplace_back("kwargs", Value::dict(std::move(d)));
+      f->vars.emplace_back(in.symbols().kwargs, Value::dict(std::move(d)));
     }
-    if (!caller.is_undefined()) f->vars.emplace_back("caller", caller);
+    if (!caller.is_undefined()) f->vars.emplace_back(in.symbols().caller, caller);
     std::string body;
     in.exec_body(stmt->body, f, body);
     return Value::string(std::move(body));
-  });
-  frame->set(s.text, Value::callable(std::move(fn), s.text));
+  };
+  frame->set(s.sym, Value::callable(std::move(fn), s.text));
 }
 
 // ---- expressions ----
@@ -377,13 +383,13 @@ Value Interpreter::getattr(const Value& obj, const std::string& name) {
       return Value::undefined("access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe.");
     Value self = obj;
     std::string method = name;
-    return Value::callable(std::make_shared<NativeFunction>([self, method](Interpreter& in, CallArgs& args) {
-                             auto r = call_method(in, self, method, args);
-                             if (!r) runtime_error("SecurityError: access to attribute '" + method + "' of '" + self.type_name() +
-                                                   "' object is unsafe.");
-                             return *r;
-                           }),
-                           name);
+    return Value::callable(
+        [self, method](Interpreter& in, CallArgs& args) {
+          auto r = call_method(in, self, method, args);
+          if (!r) runtime_error("SecurityError: access to attribute '" + method + "' of '" + self.type_name() + "' object is unsafe.");
+          return *r;
+        },
+        name);
   }
   return no_attribute(obj, name);
 }
@@ -532,7 +538,7 @@ Value Interpreter::eval_slice(const Expr& e, const FramePtr& frame) {
 }
 
 Value Interpreter::eval_binary(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return make_string(*this, a.str() + b.str());
+  if (op[0] == '~') return make_string(*this, a.str() + b.str());
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
   const bool ints = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
@@ -541,7 +547,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     runtime_error(fmt::format("TypeError: unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
   };
   auto overflow = [&]() -> Value { runtime_error("OverflowError: integer result out of the 64-bit range"); };
-  if (op == "+") {
+  if (op[0] == '+') {
     if (ints) {
       int64_t r;
       if (__builtin_add_overflow(a.as_int(), b.as_int(), &r)) return overflow();
@@ -557,7 +563,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     }
     return type_error();
   }
-  if (op == "-") {
+  if (op[0] == '-') {
     if (ints) {
       int64_t r;
       if (__builtin_sub_overflow(a.as_int(), b.as_int(), &r)) return overflow();
@@ -566,7 +572,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     if (nums) return Value::floating(a.as_double() - b.as_double());
     return type_error();
   }
-  if (op == "*") {
+  if (op[0] == '*' && op.size() == 1) {
     if (ints) {
       int64_t r;
       if (__builtin_mul_overflow(a.as_int(), b.as_int(), &r)) return overflow();
@@ -590,13 +596,13 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     }
     return type_error();
   }
-  if (op == "/") {
+  if ((op[0] == '/' && op.size() == 1)) {
     if (!nums) return type_error();
     if (b.as_double() == 0) runtime_error("ZeroDivisionError: division by zero");
     return Value::floating(a.as_double() / b.as_double());
   }
-  if (op == "//" || op == "%") {
-    if (op == "%" && a.is_string()) {
+  if (op == "//" || op[0] == '%') {
+    if (op[0] == '%' && a.is_string()) {
       return make_string(*this, printf_format(a.as_string(), b));
     }
     if (!nums) return type_error();
@@ -614,7 +620,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     if (m != 0 && ((m < 0) != (y < 0))) m += y;
     return Value::floating(m);
   }
-  if (op == "**") {
+  if ((op[0] == '*' && op.size() == 2)) {
     if (!nums) return type_error();
     if (a.as_double() == 0 && b.as_double() < 0) runtime_error("ZeroDivisionError: 0.0 cannot be raised to a negative power");
     if (ints && b.as_int() >= 0) {
@@ -635,11 +641,11 @@ Value Interpreter::eval(const Expr& e, const FramePtr& frame) {
     case ExprKind::kLiteral:
       return e.literal;
     case ExprKind::kName: {
-      if (const Value* v = frame->find(e.name)) return *v;
+      if (const Value* v = frame->find(e.sym)) return *v;
       return Value::undefined("'" + e.name + "' is undefined");
     }
     case ExprKind::kCaptured:
-      return *frame->find(kCapturedName);
+      return *frame->find(sym_.captured);
     case ExprKind::kList:
     case ExprKind::kTuple: {
       ValueList items;
@@ -713,24 +719,16 @@ Value Interpreter::eval(const Expr& e, const FramePtr& frame) {
       Value left = eval(*e.children[0], frame);
       for (size_t k = 0; k < e.ops.size(); ++k) {
         Value right = eval(*e.children[k + 1], frame);
-        const std::string& op = e.ops[k];
+        const std::string& op = e.ops[k];  // == != < <= > >= in notin: dispatch on the characters
+        const bool two = op.size() == 2;
         bool r;
-        if (op == "==") {
-          r = py_equal(left, right);
-        } else if (op == "!=") {
-          r = !py_equal(left, right);
-        } else if (op == "<") {
-          r = py_less(left, right);
-        } else if (op == ">") {
-          r = py_less(right, left);
-        } else if (op == "<=") {
-          r = !py_less(right, left);
-        } else if (op == ">=") {
-          r = !py_less(left, right);
-        } else if (op == "in") {
-          r = contains(right, left);
-        } else {
-          r = !contains(right, left);
+        switch (op[0]) {
+          case '=': r = py_equal(left, right); break;
+          case '!': r = !py_equal(left, right); break;
+          case '<': r = two ? !py_less(right, left) : py_less(left, right); break;
+          case '>': r = two ? !py_less(left, right) : py_less(right, left); break;
+          case 'i': r = contains(right, left); break;
+          default: r = !contains(right, left);
         }
         if (!r) return Value::boolean(false);
         left = std::move(right);
@@ -805,10 +803,10 @@ Value global_strftime_now(Interpreter&, CallArgs& args) {
   return Value::string(std::string(buf, n));
 }
 
-FramePtr make_globals() {
+FramePtr make_globals(Program& prog) {
   auto g = std::make_shared<Frame>();
   auto add = [&](const char* name, Value (*fn)(Interpreter&, CallArgs&)) {
-    g->vars.emplace_back(name, Value::callable(std::make_shared<NativeFunction>(fn), name));
+    g->vars.emplace_back(*prog.pool.insert(name).first, Value::callable(fn, name));
   };
   add("range", global_range);
   add("namespace", global_namespace);
@@ -822,18 +820,23 @@ FramePtr make_globals() {
 
 Template Template::parse(std::string_view source) {
   Template t;
-  t.program_ = std::make_shared<const Program>(parse_template(source));
+  Program prog = parse_template(source);
+  t.globals_ = make_globals(prog);
+  t.program_ = std::make_shared<const Program>(std::move(prog));
   return t;
 }
 
 const std::vector<std::string>& Template::free_names() const { return program_->free_names; }
 
 std::string Template::render(const std::vector<std::pair<std::string, Value>>& context, const RenderLimits& limits) const {
-  static const FramePtr globals = make_globals();
   auto top = std::make_shared<Frame>();
-  top->parent = globals;
-  top->vars = context;
-  Interpreter in(limits);
+  top->parent = globals_;
+  top->vars.reserve(context.size() + 8);
+  for (const auto& [name, value] : context) {
+    auto it = program_->pool.find(name);  // a name the template never mentions cannot be read
+    if (it != program_->pool.end()) top->set(*it, value);
+  }
+  Interpreter in(limits, program_->sym);
   std::string out;
   try {
     in.exec_body(program_->body, top, out);
@@ -843,8 +846,6 @@ std::string Template::render(const std::vector<std::pair<std::string, Value>>& c
     if (e.kind() != ErrorKind::kInvalidArgument) throw;
     throw Error(ErrorKind::kInvalidArgument, fmt::format("chat template line {}: {}", in.line(), e.what()));
   }
-  // Macros are stored in the frames they capture (weakly); clear so nothing outlives the render.
-  top->vars.clear();
   return out;
 }
 

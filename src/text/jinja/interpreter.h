@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,19 +15,20 @@
 namespace dgemma::jinja {
 
 // One variable scope: the template's top level, a for loop, a macro call, a with block.
+// Names are interned (Program::pool): equal names are the same string, compared by address.
 struct Frame {
   std::shared_ptr<Frame> parent;
-  std::vector<std::pair<std::string, Value>> vars;
+  std::vector<std::pair<std::string_view, Value>> vars;
 
-  const Value* find(const std::string& name) const {
+  const Value* find(std::string_view name) const {
     for (const Frame* f = this; f; f = f->parent.get())
       for (const auto& [k, v] : f->vars)
-        if (k == name) return &v;
+        if (k.data() == name.data()) return &v;
     return nullptr;
   }
-  void set(const std::string& name, Value v) {
+  void set(std::string_view name, Value v) {
     for (auto& [k, old] : vars)
-      if (k == name) {
+      if (k.data() == name.data()) {
         old = std::move(v);
         return;
       }
@@ -42,7 +44,9 @@ struct TemplateRaise {
 
 class Interpreter {
  public:
-  explicit Interpreter(const RenderLimits& limits) : limits_(limits) {}
+  Interpreter(const RenderLimits& limits, const Symbols& sym) : limits_(limits), sym_(sym) {}
+
+  const Symbols& symbols() const { return sym_; }
 
   void exec_body(const Body& body, const FramePtr& frame, std::string& out);
   Value eval(const Expr& e, const FramePtr& frame);
@@ -73,6 +77,7 @@ class Interpreter {
   void append(std::string& out, std::string_view s) const;
 
   const RenderLimits& limits_;
+  const Symbols& sym_;
   int64_t iterations_ = 0;
   int call_depth_ = 0;
   int line_ = 0;

@@ -20,15 +20,18 @@ class Parser {
   explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
 
   Program run() {
-    Program p;
+    Program& p = prog_;
+    p.sym = Symbols{intern("loop"), intern("varargs"), intern("kwargs"), intern("caller"), intern("<captured>")};
     p.body = parse_body({});
     if (cur().type != TokenType::kEof) fail("unexpected tag");
     std::set<std::string> free;
     for (const auto& n : read_names_)
       if (!assigned_.count(n)) free.insert(n);
     p.free_names.assign(free.begin(), free.end());
-    return p;
+    return std::move(prog_);
   }
+
+  std::string_view intern(std::string_view name) { return *prog_.pool.insert(std::string(name)).first; }
 
  private:
   const Token& cur() const { return t_[i_]; }
@@ -179,8 +182,8 @@ class Parser {
     if (n == "set") {
       if (cur().type == TokenType::kName && peek().type == TokenType::kOp && peek().text == "." ) {
         s->kind = StmtKind::kSet;
-        s->targets.push_back(expect_name());
-        read_names_.push_back(s->targets.back());
+        s->targets.push_back(intern(expect_name()));
+        read_names_.emplace_back(s->targets.back());
         expect_op(".");
         s->text = expect_name();
         expect_op("=");
@@ -206,6 +209,7 @@ class Parser {
     if (n == "macro") {
       s->kind = StmtKind::kMacro;
       s->text = expect_name();
+      s->sym = intern(s->text);
       assigned_.insert(s->text);
       parse_params(*s);
       expect_block_end();
@@ -243,8 +247,8 @@ class Parser {
       s->kind = StmtKind::kWith;
       while (cur().type != TokenType::kBlockEnd) {
         if (!s->targets.empty()) expect_op(",");
-        s->targets.push_back(expect_name());
-        assigned_.insert(s->targets.back());
+        s->targets.push_back(intern(expect_name()));
+        assigned_.emplace(s->targets.back());
         expect_op("=");
         s->values.push_back(parse_expression());
       }
@@ -278,8 +282,8 @@ class Parser {
   void parse_targets(Stmt& s, bool bound) {
     bool parens = accept_op("(");
     while (true) {
-      s.targets.push_back(expect_name());
-      if (bound) assigned_.insert(s.targets.back());
+      s.targets.push_back(intern(expect_name()));
+      if (bound) assigned_.emplace(s.targets.back());
       if (!accept_op(",")) break;
       s.tuple_target = true;
       if (cur().type != TokenType::kName) break;
@@ -296,8 +300,8 @@ class Parser {
       if (!s.params.empty()) expect_op(",");
       if (accept_op(")")) break;
       Param p;
-      p.name = expect_name();
-      assigned_.insert(p.name);
+      p.name = intern(expect_name());
+      assigned_.emplace(p.name);
       if (accept_op("=")) p.default_value = parse_expression();
       s.params.push_back(std::move(p));
     }
@@ -502,6 +506,7 @@ class Parser {
         } else {
           e->kind = ExprKind::kName;
           e->name = tok.text;
+          e->sym = intern(tok.text);
           read_names_.push_back(tok.text);
         }
         return e;
@@ -706,6 +711,7 @@ class Parser {
     return t;
   }
 
+  Program prog_;
   std::vector<Token> t_;
   size_t i_ = 0;
   int depth_ = 0;

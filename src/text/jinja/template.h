@@ -20,6 +20,7 @@
 namespace dgemma::jinja {
 
 struct Program;
+struct Frame;
 
 // Bounds on one render; exceeding one is a clear Error(kInvalidArgument), never a hang.
 struct RenderLimits {
@@ -45,6 +46,7 @@ class Template {
 
  private:
   std::shared_ptr<const Program> program_;
+  std::shared_ptr<Frame> globals_;  // range, namespace, dict, raise_exception, strftime_now (read-only)
 };
 
 }  // namespace dgemma::jinja

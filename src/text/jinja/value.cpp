@@ -22,31 +22,36 @@ const Value* CallArgs::kwarg(std::string_view name) const {
 
 Value Value::undefined(std::string hint) {
   Value v;
-  v.s_ = std::make_shared<const std::string>(std::move(hint));
+  v.p_ = std::make_shared<std::string>(std::move(hint));
   return v;
+}
+
+const std::string& Value::undefined_hint() const {
+  static const std::string none;
+  return p_ ? *static_cast<const std::string*>(p_.get()) : none;
 }
 
 Value Value::string(std::string s) {
   Value v(Type::kString);
-  v.s_ = std::make_shared<const std::string>(std::move(s));
+  v.p_ = std::make_shared<std::string>(std::move(s));
   return v;
 }
 
 Value Value::list(ValueList items) {
   Value v(Type::kList);
-  v.list_ = std::make_shared<const ValueList>(std::move(items));
+  v.p_ = std::make_shared<ValueList>(std::move(items));
   return v;
 }
 
 Value Value::tuple(ValueList items) {
   Value v(Type::kTuple);
-  v.list_ = std::make_shared<const ValueList>(std::move(items));
+  v.p_ = std::make_shared<ValueList>(std::move(items));
   return v;
 }
 
 Value Value::dict(std::shared_ptr<ValueDict> d) {
   Value v(Type::kDict);
-  v.dict_ = std::move(d);
+  v.p_ = std::move(d);
   return v;
 }
 
@@ -54,15 +59,14 @@ Value Value::dict() { return dict(std::make_shared<ValueDict>()); }
 
 Value Value::object(std::shared_ptr<ValueDict> attrs, bool is_namespace) {
   Value v(Type::kObject);
-  v.dict_ = std::move(attrs);
+  v.p_ = std::move(attrs);
   v.is_namespace_ = is_namespace;
   return v;
 }
 
-Value Value::callable(std::shared_ptr<NativeFunction> fn, std::string name) {
+Value Value::callable(NativeFunction fn, std::string name) {
   Value v(Type::kCallable);
-  v.fn_ = std::move(fn);
-  v.s_ = std::make_shared<const std::string>(std::move(name));
+  v.p_ = std::make_shared<Callable>(Callable{std::move(fn), std::move(name)});
   return v;
 }
 
@@ -79,12 +83,12 @@ bool Value::truthy() const {
     case Type::kFloat:
       return f_ != 0;
     case Type::kString:
-      return !s_->empty();
+      return !as_string().empty();
     case Type::kList:
     case Type::kTuple:
-      return !list_->empty();
+      return !items().empty();
     case Type::kDict:
-      return !dict_->items.empty();
+      return !entries().items.empty();
     case Type::kObject:
     case Type::kCallable:
       return true;
@@ -97,7 +101,7 @@ std::string Value::str() const {
     case Type::kUndefined:
       return {};
     case Type::kString:
-      return *s_;
+      return as_string();
     case Type::kNone:
       return "None";
     case Type::kBool:
@@ -124,16 +128,16 @@ void Value::repr_into(std::string& out, int depth) const {
       out += "Undefined";
       return;
     case Type::kString:
-      out += py_repr_string(*s_);
+      out += py_repr_string(as_string());
       return;
     case Type::kList:
     case Type::kTuple: {
       out += type_ == Type::kList ? '[' : '(';
-      for (size_t k = 0; k < list_->size(); ++k) {
+      for (size_t k = 0; k < items().size(); ++k) {
         if (k) out += ", ";
-        (*list_)[k].repr_into(out, depth + 1);
+        items()[k].repr_into(out, depth + 1);
       }
-      if (type_ == Type::kTuple && list_->size() == 1) out += ',';
+      if (type_ == Type::kTuple && items().size() == 1) out += ',';
       out += type_ == Type::kList ? ']' : ')';
       return;
     }
@@ -142,7 +146,7 @@ void Value::repr_into(std::string& out, int depth) const {
       if (type_ == Type::kObject) out += is_namespace_ ? "<Namespace " : "<object ";
       out += '{';
       bool first = true;
-      for (const auto& [k, v] : dict_->items) {
+      for (const auto& [k, v] : entries().items) {
         if (!first) out += ", ";
         first = false;
         k.repr_into(out, depth + 1);
@@ -154,7 +158,7 @@ void Value::repr_into(std::string& out, int depth) const {
       return;
     }
     case Type::kCallable:
-      out += "<function " + *s_ + ">";
+      out += "<function " + callable_name() + ">";
       return;
     default:
       out += str();
@@ -195,14 +199,14 @@ size_t Value::length() const {
       return 0;
     case Type::kString: {
       size_t n = 0;  // code points
-      for (char c : *s_) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+      for (char c : as_string()) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
       return n;
     }
     case Type::kList:
     case Type::kTuple:
-      return list_->size();
+      return items().size();
     case Type::kDict:
-      return dict_->items.size();
+      return entries().items.size();
     default:
       runtime_error("TypeError: object of type '" + type_name() + "' has no len()");
   }

@@ -60,7 +60,7 @@ class Value {
   static Value dict();
   // An attribute bag: namespace() (assignable by `set ns.x`) or a read-only object such as `loop`.
   static Value object(std::shared_ptr<ValueDict> attrs, bool is_namespace);
-  static Value callable(std::shared_ptr<NativeFunction> fn, std::string name);
+  static Value callable(NativeFunction fn, std::string name);
 
   template <typename J>  // Json or nlohmann::ordered_json
   static Value from_json(const J& j, int depth = 0);
@@ -84,13 +84,13 @@ class Value {
   bool as_bool() const { return i_ != 0; }
   int64_t as_int() const { return i_; }  // kInt or kBool
   double as_double() const;              // any number
-  const std::string& as_string() const { return *s_; }
-  const ValueList& items() const { return *list_; }  // list / tuple
-  const ValueDict& entries() const { return *dict_; }  // dict / object
-  ValueDict& mutable_entries() const { return *dict_; }
-  const NativeFunction& function() const { return *fn_; }
-  const std::string& undefined_hint() const { return *s_; }
-  const std::string& callable_name() const { return *s_; }
+  const std::string& as_string() const { return *static_cast<const std::string*>(p_.get()); }
+  const ValueList& items() const { return *static_cast<const ValueList*>(p_.get()); }  // list / tuple
+  const ValueDict& entries() const { return *static_cast<const ValueDict*>(p_.get()); }  // dict / object
+  ValueDict& mutable_entries() const { return *static_cast<ValueDict*>(p_.get()); }
+  const NativeFunction& function() const { return static_cast<const Callable*>(p_.get())->fn; }
+  const std::string& undefined_hint() const;
+  const std::string& callable_name() const { return static_cast<const Callable*>(p_.get())->name; }
 
   bool truthy() const;
   std::string str() const;   // Python str()
@@ -102,16 +102,20 @@ class Value {
   explicit Value(Type t) : type_(t) {}
   void repr_into(std::string& out, int depth) const;
 
+  struct Callable {
+    NativeFunction fn;
+    std::string name;
+  };
+
   Type type_ = Type::kUndefined;
   bool is_namespace_ = false;
   union {
     int64_t i_ = 0;
     double f_;
   };
-  std::shared_ptr<const std::string> s_;  // string, undefined hint, callable name
-  std::shared_ptr<const ValueList> list_;
-  std::shared_ptr<ValueDict> dict_;
-  std::shared_ptr<NativeFunction> fn_;
+  // One payload whose type follows type_: std::string (string; an Undefined's hint), ValueList,
+  // ValueDict or Callable. A single pointer keeps copies cheap.
+  std::shared_ptr<void> p_;
 };
 
 // Insertion-ordered mapping (Python dict). Keys are Values (str mostly; int/bool/None are hashable
