@@ -24,6 +24,19 @@ std::string describe_obj(const Value& v) {
   return "'" + v.type_name() + " object'";
 }
 
+bool contains_object(const Value& v) {
+  if (v.is_object()) return true;
+  if (v.depth() == 0) return false;
+  if (v.is_sequence_like()) {
+    for (const Value& x : v.items())
+      if (contains_object(x)) return true;
+  } else if (v.is_dict()) {
+    for (const auto& [k, x] : v.entries().items)
+      if (contains_object(x)) return true;
+  }
+  return false;
+}
+
 Value no_attribute(const Value& obj, const std::string& name) {
   return Value::undefined(describe_obj(obj) + " has no attribute '" + name + "'");
 }
@@ -113,7 +126,13 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const FramePtr& frame, std::s
         const Value* ns = frame->find(s.targets[0]);
         if (!ns || !ns->is_namespace())
           runtime_error(fmt::format("TemplateRuntimeError: cannot assign attribute on non-namespace object '{}'", s.targets[0]));
-        ns->mutable_entries().set(Value::string(s.text), eval(*s.expr, frame));
+        Value v = eval(*s.expr, frame);
+        // A namespace holding an object could hold itself: a reference cycle. Chat templates never
+        // need that; refusing it keeps every value a tree of bounded depth.
+        if (contains_object(v))
+          runtime_error("unsupported construct: a namespace or loop object stored in a namespace attribute");
+        if (v.depth() + 1 > Value::kMaxDepth) runtime_error("value nested too deeply");
+        ns->mutable_entries().set(Value::string(s.text), std::move(v));
         return Flow::kNormal;
       }
       assign(s, frame, eval(*s.expr, frame));

@@ -13,7 +13,9 @@
 namespace dgemma::jinja {
 namespace {
 
-constexpr int kMaxNesting = 100;  // expression / statement nesting; deeper input is refused, not recursed
+// Expression / statement nesting, chained operators included (`a ~ b ~ c` is as deep as its chain):
+// deeper input is refused at parse time, so evaluation never recurses deeper than this.
+constexpr int kMaxNesting = 200;
 
 class Parser {
  public:
@@ -76,6 +78,18 @@ class Parser {
     }
     ~Depth() { --p_.depth_; }
     Parser& p_;
+  };
+
+  // Counts the links of a left-deep chain (a + b + c...) against the nesting limit.
+  struct Links {
+    explicit Links(Parser& p) : p_(p) {}
+    void add() {
+      if (++p_.depth_ > kMaxNesting) p_.fail("template nested too deeply");
+      ++n_;
+    }
+    ~Links() { p_.depth_ -= n_; }
+    Parser& p_;
+    int n_ = 0;
   };
 
   ExprPtr node(ExprKind kind, int line) {
@@ -315,7 +329,9 @@ class Parser {
 
   // `name(args) | name2 ...` applied to `operand` (the leading '|' already consumed).
   ExprPtr parse_filter_names(ExprPtr operand) {
+    Links links(*this);
     while (true) {
+      links.add();
       operand = parse_one_filter(std::move(operand));
       if (!accept_op("|")) return operand;
     }
@@ -352,7 +368,9 @@ class Parser {
   ExprPtr parse_expression() {
     Depth d(*this);
     ExprPtr e = parse_or();
+    Links links(*this);
     while (is_name("if")) {
+      links.add();
       const int line = cur().line;
       ++i_;
       auto c = node(ExprKind::kCondition, line);
@@ -376,7 +394,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr e = parse_and();
+    Links links(*this);
     while (is_name("or")) {
+      links.add();
       const int line = cur().line;
       ++i_;
       e = binary(ExprKind::kOr, "or", std::move(e), parse_and(), line);
@@ -386,7 +406,9 @@ class Parser {
 
   ExprPtr parse_and() {
     ExprPtr e = parse_not();
+    Links links(*this);
     while (is_name("and")) {
+      links.add();
       const int line = cur().line;
       ++i_;
       e = binary(ExprKind::kAnd, "and", std::move(e), parse_not(), line);
@@ -409,6 +431,7 @@ class Parser {
     const int line = cur().line;
     ExprPtr first = parse_math1();
     std::unique_ptr<Expr> cmp;
+    Links links(*this);
     while (true) {
       std::string op;
       if (cur().type == TokenType::kOp &&
@@ -425,6 +448,7 @@ class Parser {
       } else {
         break;
       }
+      links.add();
       if (!cmp) {
         cmp = node(ExprKind::kCompare, line);
         cmp->children.push_back(std::move(first));
@@ -437,7 +461,9 @@ class Parser {
 
   ExprPtr parse_math1() {
     ExprPtr e = parse_concat();
+    Links links(*this);
     while (is_op("+") || is_op("-")) {
+      links.add();
       const int line = cur().line;
       std::string op = t_[i_++].text;
       e = binary(ExprKind::kBinary, op, std::move(e), parse_concat(), line);
@@ -447,7 +473,9 @@ class Parser {
 
   ExprPtr parse_concat() {
     ExprPtr e = parse_math2();
+    Links links(*this);
     while (is_op("~")) {
+      links.add();
       const int line = cur().line;
       ++i_;
       e = binary(ExprKind::kBinary, "~", std::move(e), parse_math2(), line);
@@ -457,7 +485,9 @@ class Parser {
 
   ExprPtr parse_math2() {
     ExprPtr e = parse_pow();
+    Links links(*this);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      links.add();
       const int line = cur().line;
       std::string op = t_[i_++].text;
       e = binary(ExprKind::kBinary, op, std::move(e), parse_pow(), line);
@@ -467,7 +497,9 @@ class Parser {
 
   ExprPtr parse_pow() {
     ExprPtr e = parse_unary(true);
+    Links links(*this);
     while (is_op("**")) {
+      links.add();
       const int line = cur().line;
       ++i_;
       e = binary(ExprKind::kBinary, "**", std::move(e), parse_unary(true), line);
@@ -567,7 +599,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr e) {
+    Links links(*this);
     while (true) {
+      if (is_op(".") || is_op("[") || is_op("(")) links.add();
       if (is_op(".")) {
         const int line = cur().line;
         ++i_;
@@ -659,7 +693,9 @@ class Parser {
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {
+    Links links(*this);
     while (true) {
+      if (is_op("|") || is_name("is") || is_op("(")) links.add();
       if (is_op("|")) {
         ++i_;
         e = parse_one_filter(std::move(e));

@@ -37,20 +37,37 @@ Value Value::string(std::string s) {
   return v;
 }
 
+void Value::set_depth_from(const ValueList& items) {
+  int d = 0;
+  for (const Value& x : items) d = std::max(d, x.depth());
+  if (d + 1 > kMaxDepth) runtime_error("value nested too deeply");
+  depth_ = static_cast<uint16_t>(d + 1);
+}
+
+void Value::set_depth_from(const ValueDict& dict) {
+  int d = 0;
+  for (const auto& [k, x] : dict.items) d = std::max({d, k.depth(), x.depth()});
+  if (d + 1 > kMaxDepth) runtime_error("value nested too deeply");
+  depth_ = static_cast<uint16_t>(d + 1);
+}
+
 Value Value::list(ValueList items) {
   Value v(Type::kList);
+  v.set_depth_from(items);
   v.p_ = std::make_shared<ValueList>(std::move(items));
   return v;
 }
 
 Value Value::tuple(ValueList items) {
   Value v(Type::kTuple);
+  v.set_depth_from(items);
   v.p_ = std::make_shared<ValueList>(std::move(items));
   return v;
 }
 
 Value Value::dict(std::shared_ptr<ValueDict> d) {
   Value v(Type::kDict);
+  v.set_depth_from(*d);
   v.p_ = std::move(d);
   return v;
 }
@@ -59,6 +76,7 @@ Value Value::dict() { return dict(std::make_shared<ValueDict>()); }
 
 Value Value::object(std::shared_ptr<ValueDict> attrs, bool is_namespace) {
   Value v(Type::kObject);
+  v.set_depth_from(*attrs);
   v.p_ = std::move(attrs);
   v.is_namespace_ = is_namespace;
   return v;

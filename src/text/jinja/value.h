@@ -66,6 +66,10 @@ class Value {
   static Value from_json(const J& j, int depth = 0);
 
   Type type() const { return type_; }
+  // Container nesting (0 for scalars). Bounded (kMaxDepth) so that comparing, printing and freeing a
+  // value never recurses without limit.
+  int depth() const { return depth_; }
+  static constexpr int kMaxDepth = 512;
   bool is_undefined() const { return type_ == Type::kUndefined; }
   bool is_none() const { return type_ == Type::kNone; }
   bool is_bool() const { return type_ == Type::kBool; }
@@ -107,8 +111,12 @@ class Value {
     std::string name;
   };
 
+  void set_depth_from(const ValueList& items);
+  void set_depth_from(const ValueDict& d);
+
   Type type_ = Type::kUndefined;
   bool is_namespace_ = false;
+  uint16_t depth_ = 0;
   union {
     int64_t i_ = 0;
     double f_;
@@ -149,7 +157,7 @@ std::string json_dumps(const Value& v, const JsonDumpOptions& opts);
 // ---- template implementation ----
 template <typename J>
 Value Value::from_json(const J& j, int depth) {
-  if (depth > 512) runtime_error("value nested too deeply");
+  if (depth > kMaxDepth - 2) runtime_error("value nested too deeply");
   switch (j.type()) {
     case J::value_t::null:
       return none();
