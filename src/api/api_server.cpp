@@ -64,7 +64,9 @@ RequestPolicy ApiServer::policy(const LoadedModel& m) const {
   p.tool_parser = opt_.tool_parser;
   p.vocab_size = m.engine->vocab_size();
   p.strict_params = opt_.strict_params;
-  p.is_allowed_template_kwarg = [](std::string_view k) { return ChatTemplate::is_allowed_kwarg(k); };
+  p.is_allowed_template_kwarg = [prompts = m.prompts](std::string_view k) {
+    return prompts && prompts->chat_template().accepts_kwarg(k);
+  };
   p.default_template_kwargs = opt_.default_template_kwargs;
   return p;
 }

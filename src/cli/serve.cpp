@@ -135,19 +135,32 @@ LogLevel parse_log_level(const std::string& s) {
   fail_arg("--log-level: '{}' is not one of debug, info, warn, error, off", s);
 }
 
+// --chat-template as vLLM's: a file, else (when it contains '{', '}' or a newline) the template itself;
+// also a built-in template's name. Default: the model's chat_template.jinja, else the built-in July one.
 ChatTemplate choose_chat_template(const ServeFlags& f) {
+  const ChatTemplateSpecialTokens tokens = ChatTemplate::special_tokens_from_model_dir(f.model);
+  auto load = [&](const std::string& text, const std::string& origin) {
+    ChatTemplate t = ChatTemplate::from_template_text(text, tokens);
+    DG_LOG_INFO("serve", "chat template: {} ({})", origin, t.describe());
+    return t;
+  };
   if (!f.chat_template.empty()) {
     for (auto kind : {ChatTemplateKind::kDiffusionGemma2026_07, ChatTemplateKind::kDiffusionGemma2026_06})
-      if (f.chat_template == ChatTemplate::name(kind)) return ChatTemplate(kind);
-    if (!std::filesystem::is_regular_file(f.chat_template))
-      fail_arg("--chat-template: '{}' is neither a known template name ({}, {}) nor a file", f.chat_template,
-               ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_07),
-               ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_06));
-    return ChatTemplate::from_template_text(read_text_file(f.chat_template));
+      if (f.chat_template == ChatTemplate::name(kind)) {
+        DG_LOG_INFO("serve", "chat template: {}", ChatTemplate(kind).describe());
+        return ChatTemplate(kind);
+      }
+    if (std::filesystem::is_regular_file(f.chat_template)) return load(read_text_file(f.chat_template), f.chat_template);
+    if (f.chat_template.find_first_of("{}\n") != std::string::npos) return load(f.chat_template, "--chat-template text");
+    fail_arg("--chat-template: '{}' looks like a file path but cannot be opened (nor is it a template name: {}, {})",
+             f.chat_template, ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_07),
+             ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_06));
   }
   const auto path = std::filesystem::path(f.model) / "chat_template.jinja";
-  if (std::filesystem::is_regular_file(path)) return ChatTemplate::from_template_text(read_text_file(path.string()));
-  return ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_07);
+  if (std::filesystem::is_regular_file(path)) return load(read_text_file(path.string()), "model's chat_template.jinja");
+  const ChatTemplate builtin(ChatTemplateKind::kDiffusionGemma2026_07);
+  DG_LOG_INFO("serve", "chat template: {} (the model has no chat_template.jinja)", builtin.describe());
+  return builtin;
 }
 
 struct Prepared {
@@ -279,8 +292,6 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   if (!f.default_chat_template_kwargs.empty()) {
     a.default_template_kwargs = parse_flag_json(f.default_chat_template_kwargs, "--default-chat-template-kwargs");
     for (auto it = a.default_template_kwargs.begin(); it != a.default_template_kwargs.end(); ++it) {
-      if (!ChatTemplate::is_allowed_kwarg(it.key()))
-        fail_arg("--default-chat-template-kwargs: key '{}' is not supported by the chat template", it.key());
       if (it->is_object() || it->is_array())
         fail_arg("--default-chat-template-kwargs: '{}' must be a boolean, number or string", it.key());
     }
@@ -343,6 +354,10 @@ class SignalWatcher {
 
 int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::string& version) {
   Prepared p = prepare(f, extras);
+  const ChatTemplate tmpl = choose_chat_template(f);  // a template that does not compile is a start-up error
+  for (auto it = p.api.default_template_kwargs.begin(); it != p.api.default_template_kwargs.end(); ++it)
+    if (!tmpl.accepts_kwarg(it.key()))
+      fail_arg("--default-chat-template-kwargs: key '{}' is not read by the chat template", it.key());
   SignalWatcher signals;  // before any thread starts, so all inherit the mask
 
   p.api.version = version;
@@ -373,8 +388,6 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
   try {
     auto tokenizer = std::shared_ptr<const Tokenizer>(
         Tokenizer::from_file((std::filesystem::path(f.model) / "tokenizer.json").string()));
-    const ChatTemplate tmpl = choose_chat_template(f);
-    DG_LOG_INFO("serve", "chat template: {}", ChatTemplate::name(tmpl.kind()));
     if (!p.scripted_file.empty()) {
       const ModelConfig mc = load_model_config(f.model);
       const GenerationConfig gc = load_generation_config(f.model, mc);
@@ -452,7 +465,7 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_option("--default-chat-template-kwargs", f->default_chat_template_kwargs,
                   "JSON defaults for chat_template_kwargs, e.g. {\"enable_thinking\": true}");
   sub->add_option("--chat-template", f->chat_template,
-                  "A chat template file (recognised by content) or name: diffusiongemma-2026-07 / diffusiongemma-2026-06");
+                  "A Jinja chat template: a file, the template text itself, or a built-in: diffusiongemma-2026-07 / diffusiongemma-2026-06");
   sub->add_option("--api-key", f->api_keys, "Require this key (Bearer or X-Api-Key) on /v1/*; repeatable")
       ->envname("DGEMMA_API_KEY");
   sub->add_option("--dtype", f->dtype, "auto or bfloat16");

@@ -95,7 +95,9 @@ class Renderer {
 
 // Structural checks for what the template cannot sensibly render. The template itself would print
 // any role as a turn header and silently drop content of other types; we refuse instead.
-void validate_messages(const Json& messages) {
+}  // namespace
+
+void validate_chat_messages(const Json& messages) {
   if (!messages.is_array()) throw Error(ErrorKind::kInvalidArgument, "'messages' must be an array", "messages");
   for (size_t i = 0; i < messages.size(); ++i) {
     const Json& m = messages[i];
@@ -123,8 +125,10 @@ void validate_messages(const Json& messages) {
   }
 }
 
+namespace {
+
 std::string Renderer::render() {
-  validate_messages(messages_);
+  validate_chat_messages(messages_);
   if (!opts_.extra_kwargs.is_object())
     throw Error(ErrorKind::kInvalidArgument, "chat_template_kwargs must be an object", "chat_template_kwargs");
   auto kwarg = [&](std::string_view key) {
@@ -626,6 +630,8 @@ std::string Renderer::strip_thinking(const Value& text) {
   return py_strip(result);
 }
 
+}  // namespace
+
 std::string normalise_template_text(std::string_view text) {
   std::string s;
   s.reserve(text.size());
@@ -637,24 +643,18 @@ std::string normalise_template_text(std::string_view text) {
   return s;
 }
 
-}  // namespace
+ChatTemplate::ChatTemplate(ChatTemplateKind kind) : kind_(kind), native_(true) {}
 
-ChatTemplate::ChatTemplate(ChatTemplateKind kind) : kind_(kind) {}
-
-ChatTemplate ChatTemplate::from_template_text(std::string_view jinja_text) {
+std::optional<ChatTemplateKind> recognise_template(std::string_view jinja_text) {
   const std::string digest = sha256_hex(normalise_template_text(jinja_text));
   for (const KnownTemplate& known : kKnownTemplates)
-    if (digest == known.sha256) return ChatTemplate(known.kind);
-  throw Error(ErrorKind::kUnsupported,
-              fmt::format("unrecognised chat template (sha256 {} after normalising line endings): dgemma renders "
-                          "only the DiffusionGemma templates diffusiongemma-2026-07 and diffusiongemma-2026-06 "
-                          "natively and does not execute Jinja; use the model's published "
-                          "chat_template.jinja or select the template by name",
-                          digest));
+    if (digest == known.sha256) return known.kind;
+  return std::nullopt;
 }
 
 std::string ChatTemplate::render(const Json& messages, const Json& tools, const ChatTemplateOptions& opts) const {
-  Renderer renderer(kind_, messages, tools, opts);
+  if (!native_) return render_jinja(messages, tools, opts);
+  Renderer renderer(*kind_, messages, tools, opts);
   try {
     return renderer.render();
   } catch (const Error& e) {

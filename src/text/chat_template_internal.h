@@ -2,15 +2,17 @@
 // Internals of the chat-template renderer: a model of the Python/Jinja values the template sees
 // (jinja2's Undefined, dict/list/str semantics, the sandbox's item lookup) and the Python string
 // functions whose exact output the template exposes (str(), repr(), upper, lower, strip).
-// Only chat_template*.cpp include this.
+// Only chat_template*.cpp and the Jinja interpreter (src/text/jinja/) include this.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "text/chat_template.h"
 #include "util/json.h"
 
 namespace dgemma::chat_detail {
@@ -126,3 +128,15 @@ class Value {
 std::string concat_str(const Value& v, std::string_view what);
 
 }  // namespace dgemma::chat_detail
+
+namespace dgemma {
+
+// The request checks every chat template render starts with (chat_template.cpp): messages is an array
+// of objects with a known string role and content that is a string, null or a list of part objects.
+void validate_chat_messages(const Json& messages);
+// CRLF -> LF, trailing whitespace removed: what template recognition hashes.
+std::string normalise_template_text(std::string_view text);
+// The DiffusionGemma template `jinja_text` is (by SHA-256 of the normalised text), if any.
+std::optional<ChatTemplateKind> recognise_template(std::string_view jinja_text);
+
+}  // namespace dgemma

@@ -1,10 +1,12 @@
-// The C++ chat-template renderer against python3-jinja2 rendering the real DiffusionGemma templates
-// (tests/fixtures/chat_template/, made by tools/chat_template/render_expectations.py), plus template
-// recognition against the reference template files themselves.
+// The chat templates against python3-jinja2 rendering the real DiffusionGemma templates
+// (tests/fixtures/chat_template/, made by tools/chat_template/render_expectations.py): the native
+// renderer, and the Jinja interpreter running the reference template files themselves; plus template
+// recognition.
 #include "text/chat_template.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -20,8 +22,13 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kFixtures = fs::path(DGEMMA_SOURCE_DIR) / "tests" / "fixtures" / "chat_template";
-// The reference templates are not part of the project; CI checks ../shared out beside the checkout.
-const fs::path kReferenceTemplates = fs::path(DGEMMA_SOURCE_DIR) / ".." / "shared" / "reference" / "chat_templates";
+// The reference templates are not part of the project; CI checks ../shared out beside the checkout
+// (DGEMMA_SHARED_DIR overrides where that checkout is).
+fs::path reference_templates_dir() {
+  const char* shared = std::getenv("DGEMMA_SHARED_DIR");
+  const fs::path root = shared && *shared ? fs::path(shared) : fs::path(DGEMMA_SOURCE_DIR) / ".." / "shared";
+  return root / "reference" / "chat_templates";
+}
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -39,10 +46,9 @@ struct MatrixResult {
   int rejected = 0;  // jinja renders something we refuse on purpose (cpp_rejects)
 };
 
-MatrixResult run_matrix(ChatTemplateKind kind, const std::string& conversations_file, const std::string& expected_file) {
+MatrixResult run_matrix(const ChatTemplate& tmpl, const std::string& conversations_file, const std::string& expected_file) {
   const Json conversations = read_json(kFixtures / conversations_file);
   const Json expected = read_json(kFixtures / expected_file);
-  const ChatTemplate tmpl(kind);
   MatrixResult result;
   for (const Json& conv : conversations) {
     const std::string name = conv.at("name").get<std::string>();
@@ -84,27 +90,27 @@ MatrixResult run_matrix(ChatTemplateKind kind, const std::string& conversations_
   EXPECT_EQ(result.rendered + result.errors + result.rejected, static_cast<int>(conversations.size()));
   std::printf("[ matrix   ] %s, %s: %zu conversations: %d rendered byte-identical, %d template errors reproduced, "
               "%d rejected on purpose\n",
-              std::string(ChatTemplate::name(kind)).c_str(), conversations_file.c_str(), conversations.size(),
+              tmpl.describe().c_str(), conversations_file.c_str(), conversations.size(),
               result.rendered, result.errors, result.rejected);
   return result;
 }
 
 TEST(ChatTemplate, MatchesJinjaJuly) {
-  EXPECT_GE(run_matrix(ChatTemplateKind::kDiffusionGemma2026_07, "conversations.json", "expected_2026-07.json").rendered, 30);
+  EXPECT_GE(run_matrix(ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_07), "conversations.json", "expected_2026-07.json").rendered, 30);
 }
 
 TEST(ChatTemplate, MatchesJinjaJune) {
-  EXPECT_GE(run_matrix(ChatTemplateKind::kDiffusionGemma2026_06, "conversations.json", "expected_2026-06.json").rendered, 30);
+  EXPECT_GE(run_matrix(ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_06), "conversations.json", "expected_2026-06.json").rendered, 30);
 }
 
 // Random requests (tools/chat_template/random_conversations.py), many of them odd on purpose.
 TEST(ChatTemplate, MatchesJinjaJulyRandom) {
-  EXPECT_GE(run_matrix(ChatTemplateKind::kDiffusionGemma2026_07, "random_conversations.json", "expected_2026-07.json").rendered,
+  EXPECT_GE(run_matrix(ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_07), "random_conversations.json", "expected_2026-07.json").rendered,
             100);
 }
 
 TEST(ChatTemplate, MatchesJinjaJuneRandom) {
-  EXPECT_GE(run_matrix(ChatTemplateKind::kDiffusionGemma2026_06, "random_conversations.json", "expected_2026-06.json").rendered,
+  EXPECT_GE(run_matrix(ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_06), "random_conversations.json", "expected_2026-06.json").rendered,
             100);
 }
 
@@ -209,7 +215,7 @@ TEST(ChatTemplate, KwargsAllowList) {
 // ---- Recognition of the reference templates (read from ../shared, never copied) ----
 
 std::string reference_template(const char* file) {
-  const fs::path path = kReferenceTemplates / file;
+  const fs::path path = reference_templates_dir() / file;
   // Deliberately an error, not a skip: CI checks out ../shared beside the repository.
   if (!fs::exists(path))
     throw std::runtime_error("reference chat template missing: " + path.string() +
@@ -232,18 +238,61 @@ TEST(ChatTemplate, RecognisesReferenceTemplates) {
   EXPECT_EQ(ChatTemplate::from_template_text(crlf).kind(), ChatTemplateKind::kDiffusionGemma2026_06);
 }
 
-TEST(ChatTemplate, RejectsModifiedTemplate) {
+// The same matrices through the Jinja interpreter running the reference template files.
+TEST(ChatTemplate, InterpreterMatchesJinjaJuly) {
+  const ChatTemplate tmpl = ChatTemplate::from_template_text(reference_template("diffusiongemma-2026-07.jinja"));
+  EXPECT_GE(run_matrix(tmpl, "conversations.json", "expected_2026-07.json").rendered, 30);
+  EXPECT_GE(run_matrix(tmpl, "random_conversations.json", "expected_2026-07.json").rendered, 100);
+}
+
+TEST(ChatTemplate, InterpreterMatchesJinjaJune) {
+  const ChatTemplate tmpl = ChatTemplate::from_template_text(reference_template("diffusiongemma-2026-06.jinja"));
+  EXPECT_GE(run_matrix(tmpl, "conversations.json", "expected_2026-06.json").rendered, 30);
+  EXPECT_GE(run_matrix(tmpl, "random_conversations.json", "expected_2026-06.json").rendered, 100);
+}
+
+TEST(ChatTemplate, InterpreterKwargsAreTheTemplatesVariables) {
+  const ChatTemplate july = ChatTemplate::from_template_text(reference_template("diffusiongemma-2026-07.jinja"));
+  EXPECT_TRUE(july.accepts_kwarg("enable_thinking"));
+  EXPECT_TRUE(july.accepts_kwarg("preserve_thinking"));
+  EXPECT_FALSE(july.accepts_kwarg("messages"));
+  EXPECT_FALSE(july.accepts_kwarg("bos_token"));
+  EXPECT_FALSE(july.accepts_kwarg("add_vision_id"));
+  const ChatTemplate custom = ChatTemplate::from_template_text("{{ bos_token }}{% if add_vision_id %}v{% endif %}");
+  EXPECT_TRUE(custom.accepts_kwarg("add_vision_id"));
+  EXPECT_FALSE(custom.accepts_kwarg("enable_thinking"));
+  EXPECT_FALSE(custom.kind().has_value());
+  EXPECT_NE(custom.describe().find("jinja, sha256 "), std::string::npos) << custom.describe();
+}
+
+// A modified template is no longer refused: it runs on the interpreter, modification included.
+TEST(ChatTemplate, ModifiedTemplateRunsOnTheInterpreter) {
   std::string modified = reference_template("diffusiongemma-2026-07.jinja");
   const size_t pos = modified.find("<|turn>model\\n");
   ASSERT_NE(pos, std::string::npos);
   modified[pos + 2] = 'T';  // "<|Turn>model": one byte changed
-  for (const std::string& text : {modified, std::string(), std::string("{{ messages }}")}) {
+  const ChatTemplate tmpl = ChatTemplate::from_template_text(modified);
+  EXPECT_FALSE(tmpl.kind().has_value());
+  const std::string out = tmpl.render(Json::parse(R"([{"role":"user","content":"hi"}])"), Json(), {});
+  EXPECT_EQ(out, "<bos><|turn>user\nhi<turn|>\n<|Turn>model\n");
+}
+
+TEST(ChatTemplate, UnsupportedConstructsAreStartupErrorsNamingTheLine) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"a\nb\n{% include 'other.jinja' %}", "line 3: unsupported construct '{% include %}'"},
+      {"{{ x | frobnicate }}", "line 1: unsupported construct: filter 'frobnicate'"},
+      {"\n{% if x is prime %}{% endif %}", "line 2: unsupported construct: test 'prime'"},
+      {"{% for x in y recursive %}{% endfor %}", "unsupported construct 'recursive' loops"},
+      {"{% if x %}", "line 1: unexpected end of template, expected '{% elif %}'"},
+      {"{{ f(*args) }}", "unsupported construct '*args'"},
+  };
+  for (const auto& [text, want] : cases) {
     try {
       ChatTemplate::from_template_text(text);
-      FAIL() << "accepted a modified template";
+      ADD_FAILURE() << "accepted: " << text;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
-      EXPECT_NE(std::string(e.what()).find("unrecognised chat template"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   }
 }
