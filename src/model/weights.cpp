@@ -270,6 +270,7 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
     done += t->nbytes;
     if (progress && done < total) progress(done, total);
   }
+  if (progress && problems.empty()) progress(total, total);  // before the notes below, so a bar ends first
   // Anything left: the tied lm_head and vision tensors are expected; report the rest.
   int vision = 0;
   std::vector<std::string> unknown;
@@ -294,7 +295,6 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
     for (const auto& p : problems) msg += "\n  - " + p;
     throw Error(ErrorKind::kInvalidFile, msg);
   }
-  if (progress) progress(total, total);
   return w;
 }
 
