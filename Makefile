@@ -23,7 +23,9 @@ test: build
 
 run: build
 	bash scripts/embedded_model.sh $(BUILD)
-	$(BUILD)/dgemma serve $(BUILD)/embedded-model --load-format dummy --served-model-name dgemma-embedded --host 127.0.0.1 --port $(PORT)
+	$(BUILD)/dgemma serve $(BUILD)/embedded-model $$(test -f $(BUILD)/embedded-model/model.safetensors || echo --load-format dummy) \
+	  --served-model-name dgemma-embedded --enable-auto-tool-choice --tool-call-parser gemma4 --reasoning-parser gemma4 \
+	  --host 127.0.0.1 --port $(PORT)
 
 format:
 	find src tests -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i

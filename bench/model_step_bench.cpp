@@ -1,6 +1,6 @@
 // Model-level benchmark: dummy weights of any config (e.g. the real 26B-A4B shape) on a backend;
 // times the prompt prefill and batched denoising steps (forward + sampler + self-conditioning) with
-// the engine's BatchRunner, steps forced to the cap. Built on the GPU machine by
+// the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU machine by
 // scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
 //                [--attention cublas|fused] [--moe device|host]
@@ -11,10 +11,9 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/batch_runner.h"
+#include "engine/model_core.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "model/kv_cache.h"
 #include "model/weights.h"
 #include "util/error.h"
 #include "util/timing.h"
@@ -58,42 +57,41 @@ int main(int argc, char** argv) {
     const int64_t C = mc.canvas_length;
     std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
     for (int i = 0; i < prompt_len; ++i) prompt[i] = 1000 + (i * 7919) % 200000;
-    std::vector<SequenceKv> kvs;
-    std::vector<std::unique_ptr<Sequence>> seqs;
-    std::vector<Sequence*> ptrs;
-    for (int b = 0; b < batch; ++b) kvs.push_back(allocate_kv(mc, *be, prompt_len + (canvases + 1) * C, std::max<int64_t>(C, prompt_len)));
-    for (int b = 0; b < batch; ++b) {
-      SequenceParams p;
-      p.diffusion.max_denoising_steps = steps;
-      p.diffusion.confidence_threshold = 1e-30;  // never stop early: time the step cap
-      p.seed = static_cast<uint64_t>(b + 1);
-      p.max_tokens = canvases * C;
-      p.ignore_eos = true;
-      seqs.push_back(std::make_unique<Sequence>(b + 1, prompt, p));
-      seqs.back()->kv = &kvs[b];
-      seqs.back()->logits = be->alloc(ScalarType::kBF16, {C, mc.text.vocab_size});
-      seqs.back()->soft_embeds = be->alloc(ScalarType::kBF16, {C, mc.text.hidden_size});
-      ptrs.push_back(seqs.back().get());
-    }
-    // Prefill alone (budget = the prompts), then the denoising steps.
-    BatchRunner runner(model, static_cast<int64_t>(batch) * prompt_len, prompt_len);
-    runner.set_fuse_prefill(false);
-    std::vector<SequenceEvent> events;
+    // Prefill alone (the step budget is exactly the prompts, so no first denoising step is fused with
+    // it), then the denoising steps.
+    ModelCoreOptions o;
+    o.max_num_seqs = batch;
+    o.max_num_batched_tokens = std::max<int64_t>(static_cast<int64_t>(batch) * prompt_len, C);
+    o.prefill_chunk = prompt_len;
+    o.kv_tokens = static_cast<int64_t>(batch) * (prompt_len + (canvases + 1) * C);
+    o.prefix_caching = false;  // every round encodes its prompts
+    ModelCore core(model, o);
     for (int rep = 0; rep < 2; ++rep) {  // the first round warms up (cuBLAS handles, allocator)
-      for (auto* s : ptrs) runner.start(*s);
+      std::vector<std::unique_ptr<Sequence>> seqs;
+      for (int b = 0; b < batch; ++b) {
+        SequenceParams p;
+        p.diffusion.max_denoising_steps = steps;
+        p.diffusion.confidence_threshold = 1e-30;  // never stop early: time the step cap
+        p.seed = static_cast<uint64_t>(b + 1);
+        p.max_tokens = canvases * C;
+        p.ignore_eos = true;
+        seqs.push_back(core.make_sequence(static_cast<uint64_t>(rep * batch + b + 1), prompt, p));
+        core.core().add(seqs.back().get());
+      }
       double prefill_ms = 0, step_ms = 0;
       int64_t step_count = 0;
+      std::vector<CoreEvent> events;
       Stopwatch all;
-      bool done = false;
-      while (!done) {
-        StepStats st = runner.step(ptrs, events);
-        if (st.denoise_items == 0) prefill_ms += st.forward_ms;
-        else {
-          step_ms += st.forward_ms + st.sampler_ms;
+      while (core.core().has_work()) {
+        Stopwatch sw;
+        const StepStats st = core.core().step(events);
+        be->synchronize();
+        if (st.denoise_items == 0) {
+          prefill_ms += sw.ms();
+        } else {
+          step_ms += sw.ms();
           ++step_count;
         }
-        done = true;
-        for (auto* s : ptrs) done = done && s->state == Sequence::State::kFinished;
       }
       const double total = all.ms();
       if (rep == 1) {

@@ -11,7 +11,7 @@
 #   then: build-device/dgemma_gpu_check [name-substring...]
 # Environment: CUDA_HOME (default /usr/local/cuda), CXX (default g++), JOBS (default: all cores),
 #   DEVDEPS (default .devdeps/include), WERROR=1 to add -Werror to the C++ files.
-# Compiles: src/util, src/backend (+cpu, +cuda), src/model, the engine's batch runner, tests/gpu (no api/text/cli).
+# Compiles: src/util, src/backend (+cpu, +cuda), src/model, src/engine, tests/gpu (no api/text/cli).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,13 +43,15 @@ nvccflags="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=co
 ldflags="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcublas -lcublasLt -lcudart -pthread"
 
 cpp_sources=()
+# The engine module whole (its sources depend only on util, backend and model), so new engine files
+# need no edit here.
 for f in src/util/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp src/backend/cuda/*.cpp src/model/*.cpp \
-         src/engine/sampler.cpp src/engine/batch_runner.cpp src/engine/request.cpp tests/gpu/*.cpp; do
+         src/engine/*.cpp tests/gpu/*.cpp; do
   [ "$f" = tests/gpu/test_gpu.cpp ] && continue  # the GoogleTest driver
   cpp_sources+=("$f")
 done
 cu_sources=(src/backend/cuda/*.cu)
-# dgemma_bench (bench/model_step_bench.cpp): the library objects + the engine's batch runner.
+# dgemma_bench (bench/model_step_bench.cpp): the library objects (engine included).
 bench_sources=(bench/model_step_bench.cpp)
 
 obj_of() { echo "obj/${1%.*}.o"; }

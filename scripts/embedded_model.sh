@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
-# Writes the embedded default model that `make run` serves: a small DiffusionGemma-shaped model
-# (4 layers, hidden 64, 8 experts, canvas 64, the real 262,144-token Gemma 4 vocabulary) whose weights
-# are deterministic random numbers made at start-up (--load-format dummy). It exercises the whole
-# server — chat template, tokenizer, engine, sampler, streaming — with no download; its text is
-# gibberish. Serve the real checkpoint instead with: build/dgemma serve /path/to/diffusiongemma-26B-A4B-it
+# Writes the embedded default model that `make run` serves to BUILD/embedded-model.
+#  - models/tiny-code with its trained weights (model.safetensors): a ~10M-parameter DiffusionGemma
+#    (6 layers, hidden 256, 8 experts, canvas 64) with its own 8,192-piece tokenizer, trained by
+#    tools/tiny_model/train.py to answer small coding requests and make tool calls (tools/tiny_model/README.md).
+#  - Without those weights (before the first training run is committed): a DiffusionGemma-shaped
+#    model with the real 262,144-token Gemma 4 vocabulary and deterministic random weights made at
+#    start-up (--load-format dummy): it exercises the whole server, but its text is gibberish.
+# The Makefile serves the directory with --load-format dummy exactly when it has no model.safetensors.
+# Serve the real checkpoint instead with: build/dgemma serve /path/to/diffusiongemma-26B-A4B-it
 set -euo pipefail
 build="${1:-build}"
 out="$build/embedded-model"
+here="$(cd "$(dirname "$0")/.." && pwd)"
+tiny="$here/models/tiny-code"
+rm -rf "$out"
 mkdir -p "$out"
+if [[ -f "$tiny/model.safetensors" ]]; then
+  cp "$tiny/config.json" "$tiny/generation_config.json" "$tiny/tokenizer.json" "$tiny/tokenizer_config.json" \
+     "$tiny/model.safetensors" "$out/"
+  echo "embedded model (models/tiny-code, trained weights) written to $out"
+  exit 0
+fi
 cp "$build/gemma4-tokenizer/tokenizer.json" "$build/gemma4-tokenizer/tokenizer_config.json" "$out/"
 cat > "$out/config.json" <<'JSON'
 {
@@ -40,4 +53,4 @@ cat > "$out/generation_config.json" <<'JSON'
  "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1, "confidence_threshold": 0.005,
  "eos_token_id": [1, 106, 50], "pad_token_id": 0, "bos_token_id": 2}
 JSON
-echo "embedded model written to $out"
+echo "embedded model (random weights; models/tiny-code has no model.safetensors yet) written to $out"

@@ -1,5 +1,6 @@
 #include "api/generation.h"
 
+#include <algorithm>
 #include <ctime>
 #include <mutex>
 #include <random>
@@ -35,6 +36,7 @@ struct Generation::Choice {
   double first_canvas_s = -1, last_canvas_s = -1;
   int canvases = 0;
   int64_t denoising_steps = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the engine's prefix cache served
   OutputDelta total;     // everything produced (non-stream response)
   size_t text_len = 0;   // bytes of text streamed so far (completions text_offset)
 };
@@ -158,6 +160,7 @@ void Generation::finish_choice(Choice& c, const std::string& reason, std::vector
   c.finish_reason = reason;
   c.stop_reason = c.out->stop_reason();
   if (c.stop_reason.is_null() && engine_ev && engine_ev->stop_token_id >= 0) c.stop_reason = engine_ev->stop_token_id;
+  if (engine_ev) c.cached_tokens = engine_ev->cached_tokens;
   Event e;
   e.kind = Event::Kind::kFinish;
   e.choice = &c;
@@ -311,11 +314,17 @@ Json Generation::usage_json() const {
     canvases += c->canvases;
     steps += c->denoising_steps;
   }
+  // Cached prompt tokens per prompt (the choices of one prompt share it: the largest share counts).
+  std::vector<int64_t> cached(prompts_.size(), 0);
+  for (const auto& c : choices_) cached[c->prompt_index] = std::max(cached[c->prompt_index], c->cached_tokens);
+  int64_t cached_total = 0;
+  for (int64_t v : cached) cached_total += v;
   // dgemma extension (docs/API.md): the diffusion cost that token counts hide.
   Json ext{{"canvases", canvases}, {"denoising_steps", steps}, {"canvas_length", ctx_.engine->stats().canvas_length}};
   return Json{{"prompt_tokens", prompt},
               {"completion_tokens", completion},
               {"total_tokens", prompt + completion},
+              {"prompt_tokens_details", Json{{"cached_tokens", cached_total}}},
               {"dgemma", std::move(ext)}};
 }
 

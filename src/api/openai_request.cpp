@@ -5,6 +5,7 @@
 #include <set>
 
 #include "api/api_error.h"
+#include "engine/limits.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -179,17 +180,17 @@ void parse_stop(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
 
 // Diffusion sampler extensions, accepted at the top level and inside vllm_xargs.
 void parse_diffusion_params(Fields& f, SamplingParams& sp) {
-  if (auto v = f.integer("max_denoising_steps", 1, 1024)) sp.max_denoising_steps = static_cast<int>(*v);
-  if (auto v = f.number("entropy_bound", 0, 1e6)) {
+  if (auto v = f.integer("max_denoising_steps", 1, limits::kMaxDenoisingSteps)) sp.max_denoising_steps = static_cast<int>(*v);
+  if (auto v = f.number("entropy_bound", 0, limits::kMaxEntropyBound)) {
     if (*v <= 0) fail_param(f.name("entropy_bound"), "'{}' must be greater than 0", f.name("entropy_bound"));
     sp.entropy_bound = *v;
   }
-  if (auto v = f.number("t_min", 0, 1e4)) sp.t_min = *v;
-  if (auto v = f.number("t_max", 0, 1e4)) sp.t_max = *v;
+  if (auto v = f.number("t_min", 0, limits::kMaxScheduleTemperature)) sp.t_min = *v;
+  if (auto v = f.number("t_max", 0, limits::kMaxScheduleTemperature)) sp.t_max = *v;
   if (sp.t_min && sp.t_max && !(*sp.t_max > *sp.t_min))
     fail_param(f.name("t_max"), "'t_max' ({}) must be greater than 't_min' ({})", *sp.t_max, *sp.t_min);
-  if (auto v = f.integer("stability_threshold", 0, 64)) sp.stability_threshold = static_cast<int>(*v);
-  if (auto v = f.number("confidence_threshold", 0, 1e6)) {
+  if (auto v = f.integer("stability_threshold", 0, limits::kMaxStabilityThreshold)) sp.stability_threshold = static_cast<int>(*v);
+  if (auto v = f.number("confidence_threshold", 0, limits::kMaxConfidenceThreshold)) {
     if (*v <= 0)
       fail_param(f.name("confidence_threshold"), "'{}' must be greater than 0", f.name("confidence_threshold"));
     sp.confidence_threshold = *v;
@@ -198,7 +199,7 @@ void parse_diffusion_params(Fields& f, SamplingParams& sp) {
 
 void parse_sampling(Fields& f, ParsedRequest& out) {
   SamplingParams& sp = out.sampling;
-  if (auto t = f.number("temperature", 0, 2)) {
+  if (auto t = f.number("temperature", limits::kMinTemperature, limits::kMaxTemperature)) {
     if (*t != 1.0) sp.temperature = *t;
   }
   if (auto v = f.number("top_p", 0, 1)) {

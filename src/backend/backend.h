@@ -10,12 +10,16 @@
 
 namespace dgemma {
 
-// Attention of n new query tokens of one sequence over [cached keys ; new keys].
-// Cached keys are the sequence's most recent `cache_len` tokens at absolute positions
-// [q_pos0 - cache_len, q_pos0); new token j sits at q_pos0 + j.
+// Attention of n new query tokens of one sequence over [cached keys ; new keys]. The cached keys are
+// the sequence's tokens at absolute positions [cache_first, cache_first + cache_len) (new token j sits
+// at cache_first + cache_len + j), stored in a paged pool: position p lives in page page_table[p / P],
+// row p % P, where P = k_pages.dim(2). Pages before the ones covering cache_first may be absent
+// (sliding layers release them); their table entries are never read.
 struct AttentionArgs {
   Tensor q;                 // [n, Hq, D] (after q_norm + RoPE)
-  Tensor k_cache, v_cache;  // [Hkv, cache_cap, D]; the first cache_len rows of each head are valid
+  Tensor k_pages, v_pages;  // [num_pages, Hkv, P, D] bf16: one layer's pool
+  Tensor page_table;        // i32, on the backend's device: logical page -> pool page
+  int64_t cache_first = 0;
   int64_t cache_len = 0;
   Tensor k_new, v_new;      // [n, Hkv, D]
   bool causal = false;      // encoder: key visible iff pos_k <= pos_q (and pos_q - pos_k < window)
@@ -67,7 +71,7 @@ struct SamplerArgs {
 //   canvas[p] = accepted ? (greedy ? argmax[p] : sample[p]) : uniform_token(renoise_key, p, vocab);
 //   flags[0] = have_prev and argmax == prev_argmax at every position; then prev_argmax = argmax;
 //   flags[1] = mean entropy (fp32 sum in position order / C) < confidence_threshold.
-// The host turns flags[0] into the stability rule (a run of equal argmax canvases, engine/sampler.h).
+// The host turns flags[0] into the stability rule (a run of equal argmax canvases, engine/denoise_policy.h).
 struct DecideArgs {
   Tensor entropy;              // f32 [C]
   Tensor argmax;               // i32 [C]
@@ -84,11 +88,18 @@ struct DecideArgs {
   Tensor accept;               // optional u8 [C] out: the acceptance mask (traces)
 };
 
+// Device memory as the backend sees it (bytes).
+struct MemoryInfo {
+  uint64_t free = 0;
+  uint64_t total = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+  virtual MemoryInfo memory_info() = 0;
 
   // Memory. Weights are uploaded once; host tensors stay where they are on the CPU backend.
   virtual Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) = 0;
@@ -116,10 +127,9 @@ class Backend {
   virtual void moe(const MoeArgs& args) = 0;
   virtual void sampler(const SamplerArgs& args) = 0;
   virtual void decide(const DecideArgs& args) = 0;
-  // KV cache maintenance. cache: [Hkv, cap, D]; src: [n, Hkv, D] written at rows [offset, offset+n).
-  virtual void kv_write(const Tensor& cache, int64_t offset, const Tensor& src) = 0;
-  // Moves rows [from, from+count) of every head to [0, count) (sliding-window eviction).
-  virtual void kv_shift(const Tensor& cache, int64_t from, int64_t count) = 0;
+  // Paged KV write: src[j] ([n, Hkv, D]) goes to absolute position first_pos + j of a layer's pool
+  // pages ([num_pages, Hkv, P, D]) through page_table (i32, the backend's device; see AttentionArgs).
+  virtual void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) = 0;
   // Deterministic pseudo-random bf16 fill: mean + std * N(0,1) from the counter-based RNG keyed by
   // (seed, element index) — dummy weights for any config, on the device itself.
   virtual void fill_normal(const Tensor& t, uint64_t seed, float mean, float std) = 0;

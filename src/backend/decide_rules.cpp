@@ -5,7 +5,6 @@
 #include <numeric>
 #include <string>
 
-#include "util/counter_rng.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -33,29 +32,11 @@ std::vector<uint8_t> entropy_bound_accept(std::span<const float> entropy, float 
   return accept;
 }
 
-std::vector<float> entropy_bound_margins(std::span<const float> entropy, float bound) {
-  const std::vector<int> order = ascending_order(entropy);
-  std::vector<float> margin(entropy.size());
-  float cum = 0.0f;
-  for (int p : order) {
-    margin[p] = std::fabs(cum - bound);
-    cum += entropy[p];
-  }
-  return margin;
-}
-
 bool is_confident(std::span<const float> entropy, float threshold) {
   float sum = 0.0f;
   for (float h : entropy) sum += h;
   const float mean = entropy.empty() ? 0.0f : sum / static_cast<float>(entropy.size());
   return mean < threshold;
-}
-
-std::vector<int32_t> random_canvas(uint64_t seed, uint64_t canvas, uint64_t step, uint32_t purpose, int n, int vocab) {
-  const uint64_t key = rng::stream_key(seed, canvas, step, purpose);
-  std::vector<int32_t> out(static_cast<size_t>(n));
-  for (int p = 0; p < n; ++p) out[p] = static_cast<int32_t>(rng::uniform_token(key, static_cast<uint32_t>(p), static_cast<uint32_t>(vocab)));
-  return out;
 }
 
 int64_t check_decide_args(const DecideArgs& a, Device device) {

@@ -1,7 +1,7 @@
 #pragma once
 // The reference rules of the denoising sampler's per-step decisions (MODEL.md §6.2, §6.4), host side:
-// the CPU backend's decide op is built from them, the CUDA kernel is checked against them, and the
-// engine uses them for traces. Pure functions of their inputs.
+// the CPU backend's decide op is built from them and the CUDA kernel is checked against them. Pure
+// functions of their inputs (the engine's own rules are in engine/denoise_policy.h).
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -15,14 +15,8 @@ namespace dgemma {
 // cumsum[k] - sorted[k]). The lowest-entropy position is always accepted.
 std::vector<uint8_t> entropy_bound_accept(std::span<const float> entropy, float bound);
 
-// Per position: |sum of the entropies sorted before it - bound| (how close its accept decision was).
-std::vector<float> entropy_bound_margins(std::span<const float> entropy, float bound);
-
 // Mean of the entropies (fp32 sum in position order, / C) < threshold.
 bool is_confident(std::span<const float> entropy, float threshold);
-
-// Uniform random canvas of `n` tokens for (seed, canvas, step, purpose).
-std::vector<int32_t> random_canvas(uint64_t seed, uint64_t canvas, uint64_t step, uint32_t purpose, int n, int vocab);
 
 // Validates a DecideArgs for a backend of `device` and returns C (throws naming the bad field).
 int64_t check_decide_args(const DecideArgs& a, Device device);

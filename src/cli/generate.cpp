@@ -7,11 +7,10 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/generate_chat.h"
-#include "engine/batch_runner.h"
+#include "engine/engine_config.h"
+#include "engine/limits.h"
+#include "engine/request.h"
 #include "model/config.h"
-#include "model/diffusion_gemma.h"
-#include "model/kv_cache.h"
-#include "model/weights.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 #include "util/bf16.h"
@@ -55,18 +54,16 @@ std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
   return out;
 }
 
-void dump_tensor(Backend& be, const std::string& path, const Tensor& t) {
+// `t` is a host copy (the engine's runner copies each intermediate before calling the hook).
+void dump_tensor(const std::string& path, const Tensor& t) {
   std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.ndim);
   if (t.type == ScalarType::kBF16) {
-    std::vector<uint16_t> raw(static_cast<size_t>(t.numel()));
-    be.to_host(t, raw.data());
-    std::vector<float> f(raw.size());
-    for (size_t i = 0; i < raw.size(); ++i) f[i] = bf16_to_f32(raw[i]);
+    const uint16_t* raw = t.ptr<uint16_t>();
+    std::vector<float> f(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_f32(raw[i]);
     write_npy(path, "f4", shape, f.data(), f.size() * 4);
   } else {
-    std::vector<uint8_t> raw(t.nbytes());
-    be.to_host(t, raw.data());
-    write_npy(path, t.type == ScalarType::kF32 ? "f4" : t.type == ScalarType::kI32 ? "i4" : "u1", shape, raw.data(), raw.size());
+    write_npy(path, t.type == ScalarType::kF32 ? "f4" : t.type == ScalarType::kI32 ? "i4" : "u1", shape, t.data, t.nbytes());
   }
 }
 
@@ -74,10 +71,11 @@ int run_generate(const GenerateOptions& o) {
   if (o.chat) return run_generate_chat({o.model, o.load_format, o.device, o.max_tokens, o.seed, o.thinking, o.max_steps, o.entropy_bound});
   ModelConfig mc = load_model_config(o.model);
   if (o.canvas_length) {
+    if (*o.canvas_length < 1 || *o.canvas_length > limits::kMaxCanvasLength)
+      fail_arg("--canvas-length must be in [1, {}]", limits::kMaxCanvasLength);
     mc.canvas_length = *o.canvas_length;
     validate_model_config(mc, "--canvas-length");
   }
-  const GenerationConfig gen = load_generation_config(o.model, mc);
   std::unique_ptr<Tokenizer> tok;
   const std::string tok_path = (std::filesystem::path(o.model) / "tokenizer.json").string();
   if (std::filesystem::exists(tok_path)) tok = Tokenizer::from_file(tok_path);
@@ -98,104 +96,93 @@ int run_generate(const GenerateOptions& o) {
   } else {
     fail_arg("give a prompt: --prompt-ids 2,105,... or -p TEXT");
   }
-
-  std::string device = o.device == "auto" ? (cuda_available() ? "cuda" : "cpu") : o.device;
-  std::unique_ptr<Backend> be = device == "cuda" ? make_cuda_backend(0) : device == "cpu" ? make_cpu_backend() : nullptr;
-  if (!be) fail_arg("--device must be auto, cpu or cuda");
-  ModelWeights w = o.load_format == "dummy" ? dummy_weights(mc, *be, o.seed) : load_weights(mc, o.model, *be);
-  DiffusionGemma model(mc, std::move(w), *be);
-
-  SequenceParams p;
-  p.diffusion = resolve_diffusion_params(gen, o.max_steps, o.entropy_bound, o.t_min, o.t_max, o.stability, o.confidence);
-  p.seed = o.seed;
-  p.max_tokens = o.max_tokens;
-  if (p.max_tokens < 1) fail_arg("--max-tokens must be at least 1");
-  p.ignore_eos = o.ignore_eos;
-  p.eos_ids = gen.eos_token_ids;
-  for (int32_t id : prompt)
-    if (id < 0 || id >= mc.text.vocab_size) fail_arg("--prompt-ids: token id {} is outside the vocabulary", id);
-  if (!o.canvas_ids.empty()) {
-    p.initial_canvas = parse_ids(o.canvas_ids, "--canvas-ids");
-    if (static_cast<int>(p.initial_canvas.size()) != mc.canvas_length)
-      fail_arg("--canvas-ids needs exactly {} ids (canvas_length)", mc.canvas_length);
-    for (int32_t id : p.initial_canvas)
-      if (id >= mc.text.vocab_size) fail_arg("--canvas-ids: token id {} is outside the vocabulary", id);
-  }
-
-  const int64_t C = mc.canvas_length;
-  const int64_t max_len = static_cast<int64_t>(prompt.size()) + (p.max_tokens / C + 2) * C;
-  const int64_t chunk = std::max<int64_t>(C, std::min<int64_t>(2048, static_cast<int64_t>(prompt.size())));
+  if (o.max_tokens < 1) fail_arg("--max-tokens must be at least 1");
   if (o.batch < 1 || o.batch > 64) fail_arg("--batch must be in [1, 64]");
-  std::vector<SequenceKv> kvs;
-  std::vector<std::unique_ptr<Sequence>> owned;
-  std::vector<Sequence*> seqs;
-  for (int b = 0; b < o.batch; ++b) kvs.push_back(allocate_kv(mc, *be, max_len, chunk));
-  for (int b = 0; b < o.batch; ++b) {
-    SequenceParams pb = p;
-    pb.seed = p.seed + static_cast<uint64_t>(b);
-    owned.push_back(std::make_unique<Sequence>(b + 1, prompt, pb));
-    Sequence& s = *owned.back();
-    s.kv = &kvs[b];
-    s.logits = be->alloc(ScalarType::kBF16, {C, mc.text.vocab_size});
-    s.soft_embeds = be->alloc(ScalarType::kBF16, {C, mc.text.hidden_size});
-    seqs.push_back(&s);
-  }
-  Sequence& seq = *owned.front();
-  // The prompt is prefilled in its own pass (measured, and clean for --dump); later commits are
-  // fused with the next canvas's first denoising step.
-  BatchRunner runner(model, static_cast<int64_t>(o.batch) * chunk, chunk);
-  for (auto* s : seqs) runner.start(*s);
 
-  std::vector<SequenceEvent> events;
-  int pass = 0;
-  double prefill_ms = 0, denoise_ms = 0;
-  int64_t denoise_passes = 0;
-  Stopwatch total;
-  auto all_done = [&] {
-    for (auto* s : seqs)
-      if (s->state != Sequence::State::kFinished) return false;
-    return true;
-  };
-  while (!all_done()) {
-    if (!o.dump_dir.empty() && pass < 2) {
-      std::filesystem::create_directories(o.dump_dir);
-      const std::string prefix = pass == 0 ? "prefill." : "denoise0.";
-      model.set_dump_hook([&](const std::string& name, const Tensor& t) {
-        dump_tensor(*be, (std::filesystem::path(o.dump_dir) / (prefix + name + ".npy")).string(), t);
-      });
-    } else {
-      model.set_dump_hook(nullptr);
-    }
-    std::vector<Sequence*> live;
-    for (auto* s : seqs)
-      if (s->state != Sequence::State::kFinished) live.push_back(s);
-    StepStats st = runner.step(live, events);
-    if (st.denoise_items == 0) {
-      prefill_ms += st.forward_ms;
-    } else {
-      denoise_ms += st.forward_ms + st.sampler_ms;
-      ++denoise_passes;
-    }
-    ++pass;
-    for (auto& ev : events) {
-      if (ev.kind != SequenceEvent::Kind::kCanvas || ev.seq != &seq) continue;
-      std::fprintf(stderr, "canvas %zu: %d steps, %zu tokens, %.2f tokens/step, %.1f ms/step\n", seq.canvases.size() - 1,
-                   ev.steps, ev.tokens.size(), ev.steps ? static_cast<double>(ev.tokens.size()) / ev.steps : 0.0,
-                   ev.steps ? ev.denoise_ms / ev.steps : 0.0);
-    }
-    events.clear();
+  // The one composition root: the same engine `dgemma serve` runs.
+  EngineConfig ec;
+  ec.model_dir = o.model;
+  ec.load_format = o.load_format;
+  ec.device = o.device;
+  ec.seed = o.seed;
+  ec.canvas_length = o.canvas_length;
+  ec.max_num_seqs = o.batch;
+  const int64_t C = mc.canvas_length;
+  const int64_t plen = static_cast<int64_t>(prompt.size());
+  ec.max_model_len = std::min<int64_t>(mc.text.max_position_embeddings, plen + (o.max_tokens / C + 2) * C);
+  // The prompt is prefilled in its own pass (so --dump sees a clean prefill pass, then the first
+  // denoising pass); later commits are fused with the next canvas's first denoising step.
+  ec.max_num_batched_tokens = std::max<int64_t>(C, std::min<int64_t>(2048, plen) * o.batch);
+  if (!o.dump_dir.empty()) {
+    std::filesystem::create_directories(o.dump_dir);
+    ec.step_dump = [dir = o.dump_dir](int64_t step) -> EngineConfig::DumpHookFn {
+      if (step > 1) return nullptr;
+      const std::string prefix = step == 0 ? "prefill." : "denoise0.";
+      return [dir, prefix](const std::string& name, const Tensor& t) {
+        dump_tensor((std::filesystem::path(dir) / (prefix + name + ".npy")).string(), t);
+      };
+    };
   }
-  std::fprintf(stderr, "prefill: %zu tokens x %d in %.1f ms (%.0f tokens/s)\n", prompt.size(), o.batch, prefill_ms,
-               prefill_ms > 0 ? 1e3 * static_cast<double>(prompt.size() * o.batch) / prefill_ms : 0.0);
-  std::fprintf(stderr, "denoise: %lld batched steps of %d sequence(s), %.2f ms per step\n",
-               static_cast<long long>(denoise_passes), o.batch, denoise_passes ? denoise_ms / denoise_passes : 0.0);
-  std::fprintf(stderr, "done: %zu tokens in %.1f ms (%zu canvases), finish_reason=%s, prompt %zu tokens, %s backend\n",
-               seq.output.size(), total.ms(), seq.canvases.size(), finish_reason_name(seq.finish), prompt.size(),
-               be->name().c_str());
+  std::unique_ptr<EngineInterface> engine = create_model_engine(ec);
+
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  auto waker = std::make_shared<StreamWaker>();
+  for (int b = 0; b < o.batch; ++b) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    SamplingParams& sp = r.params;
+    sp.max_tokens = o.max_tokens;
+    sp.seed = o.seed + static_cast<uint64_t>(b);
+    sp.max_denoising_steps = o.max_steps;
+    sp.entropy_bound = o.entropy_bound;
+    sp.t_min = o.t_min;
+    sp.t_max = o.t_max;
+    sp.stability_threshold = o.stability;
+    sp.confidence_threshold = o.confidence;
+    sp.ignore_eos = o.ignore_eos;
+    if (!o.canvas_ids.empty()) sp.canvas_ids = parse_ids(o.canvas_ids, "--canvas-ids");
+    auto stream = engine->submit(std::move(r));
+    stream->set_waker(waker);
+    streams.push_back(stream);
+  }
+  // Statistics of the first sequence; the others only add to the batch.
+  Stopwatch total;
+  std::vector<int32_t> output;
+  int canvases = 0;
+  RequestEvent done;
+  std::vector<bool> finished(streams.size(), false);
+  size_t open = streams.size();
+  uint64_t seen = waker->seq();
+  while (open > 0) {
+    for (size_t b = 0; b < streams.size(); ++b) {
+      RequestEvent ev;
+      while (!finished[b] && streams[b]->try_pop(ev)) {
+        if (ev.kind == RequestEvent::Kind::kError) throw Error(ErrorKind::kInternal, ev.message);
+        if (ev.kind == RequestEvent::Kind::kFinished) {
+          finished[b] = true;
+          --open;
+          if (b == 0) done = ev;
+        } else if (ev.kind == RequestEvent::Kind::kCanvas && b == 0) {
+          std::fprintf(stderr, "canvas %d: %d steps, %zu tokens, %.2f tokens/step, %.1f ms/step\n", canvases, ev.steps,
+                       ev.tokens.size(), ev.steps ? static_cast<double>(ev.tokens.size()) / ev.steps : 0.0,
+                       ev.steps ? ev.denoise_ms / ev.steps : 0.0);
+          output.insert(output.end(), ev.tokens.begin(), ev.tokens.end());
+          ++canvases;
+        }
+      }
+    }
+    if (open > 0) seen = waker->wait(seen, std::chrono::milliseconds(100));
+  }
+  std::fprintf(stderr, "prefill: %zu tokens x %d in %.1f ms (%.0f tokens/s)\n", prompt.size(), o.batch, done.prefill_ms,
+               done.prefill_ms > 0 ? 1e3 * static_cast<double>(prompt.size() * o.batch) / done.prefill_ms : 0.0);
+  std::fprintf(stderr, "denoise: %d steps of %d sequence(s) in %.1f ms, %.2f ms per step\n", done.steps, o.batch,
+               done.decode_ms, done.steps ? done.decode_ms / done.steps : 0.0);
+  std::fprintf(stderr, "done: %zu tokens in %.1f ms (%d canvases), finish_reason=%s, prompt %zu tokens\n", output.size(),
+               total.ms(), canvases, finish_reason_name(done.reason), prompt.size());
   std::string ids;
-  for (size_t i = 0; i < seq.output.size(); ++i) ids += (i ? " " : "") + std::to_string(seq.output[i]);
+  for (size_t i = 0; i < output.size(); ++i) ids += (i ? " " : "") + std::to_string(output[i]);
   std::printf("%s\n", ids.c_str());
-  if (tok && !o.prompt_text.empty()) std::printf("%s\n", tok->decode(seq.output, /*skip_special=*/false).c_str());
+  if (tok && !o.prompt_text.empty()) std::printf("%s\n", tok->decode(output, /*skip_special=*/false).c_str());
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // dgemma serve MODEL [flags]: the OpenAI-compatible server. Flags follow `vllm serve` (SERVING.md §1.3)
 // so launch scripts carry over; vLLM knobs that mean nothing here are accepted and logged.
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "api/prompt_builder.h"
 #include "cli/commands.h"
 #include "engine/engine_config.h"
+#include "engine/limits.h"
 #include "engine/scripted_engine.h"
 #include "model/config.h"
 #include "text/chat_template.h"
@@ -53,7 +55,8 @@ struct ServeFlags {
   std::string device = "auto";
   uint64_t seed = 0;
   bool enable_chunked_prefill = true;
-  bool enable_prefix_caching = false;
+  bool enable_prefix_caching = true;
+  std::string kv_cache_memory;
   bool strict_params = false;
   double sse_ping_interval = 10;
   int64_t max_request_bytes = 32 << 20;
@@ -79,6 +82,33 @@ Json parse_flag_json(const std::string& text, const std::string& flag) {
 }
 
 // "32768", "32k", "32K" (x1000 / x1024 as vLLM: lower-case decimal, upper-case binary), "1m", "1M".
+// Bytes with an optional K/M/G/T (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024) suffix.
+uint64_t parse_byte_count(const std::string& s, const std::string& flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    fail_arg("{}: '{}' is not a byte count (e.g. 8GiB, 20G, 1073741824)", flag, s);
+  }
+  std::string unit = s.substr(used);
+  for (auto& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  double m = 1;
+  if (unit.empty() || unit == "B") m = 1;
+  else if (unit == "K" || unit == "KB") m = 1e3;
+  else if (unit == "M" || unit == "MB") m = 1e6;
+  else if (unit == "G" || unit == "GB") m = 1e9;
+  else if (unit == "T" || unit == "TB") m = 1e12;
+  else if (unit == "KIB") m = 1024.0;
+  else if (unit == "MIB") m = 1024.0 * 1024;
+  else if (unit == "GIB") m = 1024.0 * 1024 * 1024;
+  else if (unit == "TIB") m = 1024.0 * 1024 * 1024 * 1024;
+  else fail_arg("{}: unknown unit in '{}' (use B, K, M, G, T, KiB, MiB, GiB or TiB)", flag, s);
+  const double bytes = v * m;
+  if (!(bytes >= 1) || bytes > 1e15) fail_arg("{}: '{}' is out of range", flag, s);
+  return static_cast<uint64_t>(bytes);
+}
+
 int64_t parse_token_count(const std::string& s, const std::string& flag) {
   if (s.empty()) fail_arg("{}: empty value", flag);
   int64_t mult = 1;
@@ -166,12 +196,13 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   e.device = f.device;
   if (!f.max_model_len.empty()) e.max_model_len = parse_token_count(f.max_model_len, "--max-model-len");
   if (f.max_num_seqs != -1) {
-    if (f.max_num_seqs < 1 || f.max_num_seqs > 4096) fail_arg("--max-num-seqs must be between 1 and 4096");
+    if (f.max_num_seqs < 1 || f.max_num_seqs > limits::kMaxNumSeqs)
+      fail_arg("--max-num-seqs must be between 1 and {}", limits::kMaxNumSeqs);
     e.max_num_seqs = f.max_num_seqs;
   }
   if (f.max_num_batched_tokens < 0) fail_arg("--max-num-batched-tokens must be positive");
   e.max_num_batched_tokens = f.max_num_batched_tokens;
-  if (f.max_queue < 0 || f.max_queue > 1000000) fail_arg("--max-queue must be between 0 and 1000000");
+  if (f.max_queue < 0 || f.max_queue > limits::kMaxQueue) fail_arg("--max-queue must be between 0 and {}", limits::kMaxQueue);
   e.max_queue = f.max_queue;
   if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1))
     fail_arg("--gpu-memory-utilization must be in (0, 1], got {}", f.gpu_memory_utilization);
@@ -179,18 +210,19 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   e.seed = f.seed;
   e.enable_chunked_prefill = f.enable_chunked_prefill;
   e.enable_prefix_caching = f.enable_prefix_caching;
+  if (!f.kv_cache_memory.empty()) e.kv_cache_memory = parse_byte_count(f.kv_cache_memory, "--kv-cache-memory");
 
   if (!f.diffusion_config.empty()) {
     const Json dc = parse_flag_json(f.diffusion_config, "--diffusion-config");
     for (auto it = dc.begin(); it != dc.end(); ++it) {
       if (it.key() == "canvas_length") {
-        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 4096)
-          fail_arg("--diffusion-config: canvas_length must be an integer in [1, 4096]");
+        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > limits::kMaxCanvasLength)
+          fail_arg("--diffusion-config: canvas_length must be an integer in [1, {}]", limits::kMaxCanvasLength);
         e.canvas_length = it->get<int>();
       } else if (it.key() == "max_denoising_steps") {
         if (it->is_null()) continue;
-        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 1024)
-          fail_arg("--diffusion-config: max_denoising_steps must be an integer in [1, 1024]");
+        if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > limits::kMaxDenoisingSteps)
+          fail_arg("--diffusion-config: max_denoising_steps must be an integer in [1, {}]", limits::kMaxDenoisingSteps);
         e.max_denoising_steps = it->get<int>();
       } else {
         fail_arg("--diffusion-config: unknown key '{}' (accepted: canvas_length, max_denoising_steps)", it.key());
@@ -430,7 +462,9 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->enable_chunked_prefill,
                 "Split long prompts over several engine steps (default on)");
   sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f->enable_prefix_caching,
-                "Reuse the KV of shared prompt prefixes");
+                "Reuse the KV of shared prompt prefixes and committed canvases (default on)");
+  sub->add_option("--kv-cache-memory", f->kv_cache_memory,
+                  "Bytes of KV cache (e.g. 20GiB); default: what --gpu-memory-utilization leaves after weights and buffers");
   sub->add_flag("--strict-params", f->strict_params, "Reject requests with unknown fields (400) instead of ignoring them");
   sub->add_option("--sse-ping-interval", f->sse_ping_interval,
                   "Seconds between keep-alive pings while a request waits (default 10)");

@@ -3,34 +3,64 @@
 #include <algorithm>
 #include <chrono>
 
-#include "util/counter_rng.h"
+#include "engine/params.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/timing.h"
 
 namespace dgemma {
+namespace {
+
+SchedulerConfig scheduler_config(const EngineConfig& c, const ModelConfig& mc, const EngineSizing& s) {
+  SchedulerConfig sc;
+  sc.max_num_seqs = c.max_num_seqs;
+  sc.max_num_batched_tokens = s.max_num_batched_tokens;
+  sc.prefill_chunk = s.prefill_chunk;
+  sc.canvas_length = mc.canvas_length;
+  return sc;
+}
+
+BlockManagerConfig block_config(const EngineConfig& c, const ModelConfig& mc, const EngineSizing& s) {
+  BlockManagerConfig bc;
+  bc.page_size = mc.canvas_length;
+  bc.num_pages = s.kv.pages;
+  bc.sliding_keep = sliding_keep(mc);
+  bc.prefix_caching = c.enable_prefix_caching;
+  return bc;
+}
+
+}  // namespace
 
 DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Backend> backend,
-                                 std::unique_ptr<DiffusionGemma> model, GenerationConfig generation, int64_t max_model_len)
+                                 std::unique_ptr<DiffusionGemma> model, GenerationConfig generation, EngineSizing sizing)
     : config_(config),
       backend_(std::move(backend)),
       model_(std::move(model)),
+      model_config_(model_->config()),
       generation_(std::move(generation)),
-      max_model_len_(max_model_len) {
-  const ModelConfig& mc = model_->config();
-  const int64_t C = mc.canvas_length;
-  const int64_t chunk = config_.enable_chunked_prefill ? std::min<int64_t>(2048, max_model_len_) : max_model_len_;
-  const int64_t budget = config_.max_num_batched_tokens > 0
-                             ? std::max(config_.max_num_batched_tokens, 2 * C)
-                             : static_cast<int64_t>(config_.max_num_seqs) * 2 * C + chunk;
-  runner_ = std::make_unique<BatchRunner>(*model_, budget, chunk);
-  for (int i = 0; i < config_.max_num_seqs; ++i) {
-    Slot s;
-    s.kv = allocate_kv(mc, *backend_, max_model_len_, std::max(chunk, C));
-    s.logits = backend_->alloc(ScalarType::kBF16, {C, mc.text.vocab_size});
-    s.soft = backend_->alloc(ScalarType::kBF16, {C, mc.text.hidden_size});
-    slots_.push_back(std::move(s));
-  }
+      sizing_(sizing) {
+  ModelCoreOptions o;
+  o.max_num_seqs = config_.max_num_seqs;
+  o.max_num_batched_tokens = sizing_.max_num_batched_tokens;
+  o.prefill_chunk = sizing_.prefill_chunk;
+  o.kv_plan = sizing_.kv;
+  o.prefix_caching = config_.enable_prefix_caching;
+  model_core_ = std::make_unique<ModelCore>(*model_, o);
+  if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);
+  core_ = &model_core_->core();
+  start();
+}
+
+DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner, ModelConfig model_config,
+                                 GenerationConfig generation, EngineSizing sizing)
+    : config_(config), model_config_(std::move(model_config)), generation_(std::move(generation)), sizing_(sizing) {
+  own_core_ = std::make_unique<EngineCore>(scheduler_config(config_, model_config_, sizing_),
+                                           block_config(config_, model_config_, sizing_), std::move(runner));
+  core_ = own_core_.get();
+  start();
+}
+
+void DiffusionEngine::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -41,67 +71,46 @@ DiffusionEngine::~DiffusionEngine() {
 }
 
 SequenceParams DiffusionEngine::resolve(const SamplingParams& p, uint64_t request_id) const {
-  SequenceParams s;
-  s.diffusion = resolve_diffusion_params(generation_, p.max_denoising_steps, p.entropy_bound, p.t_min, p.t_max,
-                                         p.stability_threshold, p.confidence_threshold);
-  // OpenAI temperature: unset or 1 keeps the checkpoint's schedule; T > 0 scales both ends of it;
-  // T = 0 is greedy (the per-position sample is the argmax; entropies use the unscaled schedule).
-  if (p.temperature) {
-    const double t = *p.temperature;
-    if (!(t >= 0) || t > 100) throw Error(ErrorKind::kInvalidArgument, "temperature must be in [0, 100]", "temperature");
-    if (t == 0) {
-      s.greedy = true;
-    } else if (t != 1) {
-      s.diffusion.t_min *= t;
-      s.diffusion.t_max *= t;
-    }
-  }
-  s.stop_ids = p.stop_token_ids;
-  s.seed = p.seed ? *p.seed : rng::splitmix64(config_.seed ^ rng::splitmix64(request_id));
-  s.max_tokens = p.max_tokens;
-  s.ignore_eos = p.ignore_eos;
-  s.eos_ids = generation_.eos_token_ids;
-  s.previews = p.previews;
-  s.logprobs = p.logprobs;
-  if (!p.canvas_ids.empty()) {
-    const int C = model_->config().canvas_length;
-    if (static_cast<int>(p.canvas_ids.size()) != C)
-      throw Error(ErrorKind::kInvalidArgument,
-                  fmt::format("canvas_ids must have exactly canvas_length = {} token ids (got {})", C, p.canvas_ids.size()),
-                  "canvas_ids");
-    for (int32_t id : p.canvas_ids)
-      if (id < 0 || id >= vocab_size())
-        throw Error(ErrorKind::kInvalidArgument, fmt::format("canvas_ids contains an invalid token id {}", id), "canvas_ids");
-    s.initial_canvas = p.canvas_ids;
-  }
-  return s;
+  return resolve_sequence_params(p, generation_, {config_.seed, request_id, model_config_.canvas_length, vocab_size()});
 }
 
 std::shared_ptr<RequestStream> DiffusionEngine::submit(GenerationRequest request) {
   const int64_t plen = static_cast<int64_t>(request.prompt.size());
+  const int64_t max_len = sizing_.max_model_len;
   if (plen == 0) throw Error(ErrorKind::kInvalidArgument, "the prompt is empty", "prompt");
   for (int32_t id : request.prompt)
     if (id < 0 || id >= vocab_size())
       throw Error(ErrorKind::kInvalidArgument, fmt::format("Prompt contains an invalid token id {}", id), "prompt");
   if (request.params.max_tokens < 1)
     throw Error(ErrorKind::kInvalidArgument, "max_tokens must be at least 1", "max_tokens");
-  if (plen >= max_model_len_ || plen + request.params.max_tokens > max_model_len_)
+  if (plen >= max_len || plen + request.params.max_tokens > max_len)
     throw Error(ErrorKind::kInvalidArgument,
                 fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
                             "the messages, {} in the completion). Please reduce the length of the messages or completion.",
-                            max_model_len_, plen + request.params.max_tokens, plen, request.params.max_tokens),
+                            max_len, plen + request.params.max_tokens, plen, request.params.max_tokens),
+                "max_tokens");
+  if (!core_->scheduler().can_ever_fit(plen, request.params.max_tokens))
+    throw Error(ErrorKind::kInvalidArgument,
+                fmt::format("this request needs {} KV-cache pages of {} tokens ({} prompt tokens, up to {} completion "
+                            "tokens) but the whole cache holds {}; raise --gpu-memory-utilization or --kv-cache-memory, "
+                            "or shorten the request",
+                            core_->scheduler().max_pages_needed(plen, request.params.max_tokens),
+                            model_config_.canvas_length, plen, request.params.max_tokens,
+                            core_->blocks().total_pages(KvGroup::kFull)),
                 "max_tokens");
   const uint64_t id = next_id_++;
   SequenceParams sp = resolve(request.params, id);
   auto stream = std::make_shared<RequestStream>(id);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<int>(waiting_.size()) >= config_.max_queue)
+    const int64_t waiting = static_cast<int64_t>(incoming_.size()) + waiting_count_.load();
+    if (waiting >= config_.max_queue)
       throw Error(ErrorKind::kResourceExhausted,
-                  fmt::format("the server is busy: {} requests are already waiting (--max-queue)", waiting_.size()));
-    waiting_.push_back({std::make_unique<Sequence>(id, std::move(request.prompt), std::move(sp)), stream});
-    waiting_.back().seq->submit_time = now_seconds();
-    waiting_count_ = static_cast<int64_t>(waiting_.size());
+                  fmt::format("the server is busy: {} requests are already waiting (--max-queue)", waiting));
+    auto seq = std::make_unique<Sequence>(id, std::move(request.prompt), std::move(sp), model_config_.canvas_length,
+                                          vocab_size());
+    seq->submit_time = now_seconds();
+    incoming_.push_back({std::move(seq), stream});
   }
   cv_.notify_all();
   return stream;
@@ -110,129 +119,125 @@ std::shared_ptr<RequestStream> DiffusionEngine::submit(GenerationRequest request
 EngineStats DiffusionEngine::stats() const {
   EngineStats s;
   s.running = running_count_.load();
-  s.waiting = waiting_count_.load();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.waiting = waiting_count_.load() + static_cast<int64_t>(incoming_.size());
+  }
   s.kv_usage = kv_usage_.load();
   s.max_num_seqs = config_.max_num_seqs;
+  s.max_queue = config_.max_queue;
   s.requests_cancelled = cancelled_.load();
   s.engine_steps = steps_.load();
-  s.canvas_length = model_->config().canvas_length;
+  s.num_preemptions = preemptions_.load();
+  s.prefix_cache_queries = prefix_queries_.load();
+  s.prefix_cache_hits = prefix_hits_.load();
+  s.canvas_length = model_config_.canvas_length;
   return s;
 }
 
-void DiffusionEngine::finish(Running& r, FinishReason reason, const std::string& error) {
+void DiffusionEngine::finish(Entry& e, FinishReason reason, const std::string& error) {
+  const Sequence& q = *e.seq;
   RequestEvent ev;
   ev.kind = error.empty() ? RequestEvent::Kind::kFinished : RequestEvent::Kind::kError;
   ev.reason = reason;
   ev.message = error;
-  ev.prompt_tokens = static_cast<int64_t>(r.seq->prompt.size());
-  ev.completion_tokens = static_cast<int64_t>(r.seq->output.size());
-  ev.steps = static_cast<int>(r.seq->denoise_steps_total);
-  ev.stop_token_id = r.seq->stop_token_id;
+  ev.prompt_tokens = q.prompt_len();
+  ev.completion_tokens = static_cast<int64_t>(q.output().size());
+  ev.steps = static_cast<int>(q.denoise_steps_total());
+  ev.stop_token_id = q.stop_token_id();
+  ev.cached_tokens = q.cached_tokens;
   const double now = now_seconds();
-  const Sequence& q = *r.seq;
-  ev.queue_ms = (q.admit_time - q.submit_time) * 1e3;
-  ev.prefill_ms = q.prefill_done_time > 0 ? (q.prefill_done_time - q.admit_time) * 1e3 : (now - q.admit_time) * 1e3;
+  const double admit = q.admit_time > 0 ? q.admit_time : now;
+  ev.queue_ms = (admit - q.submit_time) * 1e3;
+  ev.prefill_ms = q.prefill_done_time > 0 ? (q.prefill_done_time - admit) * 1e3 : (now - admit) * 1e3;
   ev.decode_ms = q.prefill_done_time > 0 ? (now - q.prefill_done_time) * 1e3 : 0;
   if (reason == FinishReason::kAbort) ++cancelled_;
-  // Free the slot and update the counters before the client can observe the end of its request.
-  slots_[r.slot].busy = false;
-  r.slot = -1;
-  running_count_ = std::max<int64_t>(0, running_count_.load() - 1);
-  r.stream->push(std::move(ev));
-}
-
-void DiffusionEngine::admit() {
-  std::lock_guard<std::mutex> lock(mu_);
-  // Drop cancelled waiters first (a disconnect while queued frees its place).
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (it->stream->cancelled()) {
-      RequestEvent ev;
-      ev.kind = RequestEvent::Kind::kFinished;
-      ev.reason = FinishReason::kAbort;
-      ev.prompt_tokens = static_cast<int64_t>(it->seq->prompt.size());
-      it->stream->push(std::move(ev));
-      it = waiting_.erase(it);
-      ++cancelled_;
-    } else {
-      ++it;
-    }
-  }
-  for (size_t si = 0; si < slots_.size() && !waiting_.empty(); ++si) {
-    if (slots_[si].busy) continue;
-    Waiting w = std::move(waiting_.front());
-    waiting_.pop_front();
-    Slot& slot = slots_[si];
-    slot.busy = true;
-    w.seq->kv = &slot.kv;
-    w.seq->logits = slot.logits;
-    w.seq->soft_embeds = slot.soft;
-    runner_->start(*w.seq);
-    w.seq->admit_time = now_seconds();
-    running_.push_back({std::move(w.seq), std::move(w.stream), static_cast<int>(si)});
-  }
-  waiting_count_ = static_cast<int64_t>(waiting_.size());
+  e.stream->push(std::move(ev));
+  e.stream.reset();  // marks the entry done
 }
 
 void DiffusionEngine::loop() {
-  std::vector<SequenceEvent> events;
+  std::vector<CoreEvent> events;
+  if (trace_) core_->set_trace_sink(trace_);
+  auto publish_counts = [&] {
+    running_count_ = static_cast<int64_t>(core_->scheduler().running().size());
+    waiting_count_ = static_cast<int64_t>(core_->scheduler().waiting().size());
+    kv_usage_ = core_->scheduler().kv_usage();
+    const SchedulerStats& st = core_->scheduler().stats();
+    preemptions_ = st.preemptions;
+    prefix_queries_ = st.prefix_queries;
+    prefix_hits_ = st.prefix_hits;
+  };
+  auto drop_done = [&] {
+    active_.erase(std::remove_if(active_.begin(), active_.end(), [](const Entry& e) { return !e.stream; }), active_.end());
+  };
   while (!stop_) {
-    admit();
-    // Cancelled running requests free their slot right away.
-    for (auto& r : running_)
-      if (r.stream->cancelled()) finish(r, FinishReason::kAbort);
-    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Running& r) { return r.slot < 0; }),
-                   running_.end());
-    running_count_ = static_cast<int64_t>(running_.size());
-    if (running_.empty()) {
-      kv_usage_ = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (!incoming_.empty()) {
+        active_.push_back(std::move(incoming_.front()));
+        incoming_.pop_front();
+        core_->add(active_.back().seq.get());
+      }
+    }
+    if (trace_) core_->set_trace_sink(trace_);
+    // Cancelled requests (client gone) leave at once, queued or running.
+    for (auto& e : active_)
+      if (e.stream && e.stream->cancelled()) {
+        core_->abort(e.seq.get());
+        finish(e, FinishReason::kAbort);
+      }
+    drop_done();
+    publish_counts();
+    if (!core_->has_work()) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || !waiting_.empty(); });
+      cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || !incoming_.empty(); });
       continue;
     }
-    std::vector<Sequence*> seqs;
-    for (auto& r : running_) seqs.push_back(r.seq.get());
     events.clear();
     try {
-      runner_->step(seqs, events);
+      core_->step(events);
       ++steps_;
     } catch (const std::exception& e) {
       DG_LOG_ERROR("engine", "step failed: {}", e.what());
-      for (auto& r : running_) finish(r, FinishReason::kError, std::string("engine error: ") + e.what());
-      running_.clear();
-      running_count_ = 0;
+      for (auto& en : active_) {
+        core_->abort(en.seq.get());
+        finish(en, FinishReason::kError, std::string("engine error: ") + e.what());
+      }
+      active_.clear();
+      publish_counts();
       continue;
     }
     for (auto& ev : events) {
-      auto it = std::find_if(running_.begin(), running_.end(), [&](const Running& r) { return r.seq.get() == ev.seq; });
-      if (it == running_.end()) continue;
+      auto it = std::find_if(active_.begin(), active_.end(), [&](const Entry& e) { return e.seq.get() == ev.seq; });
+      if (it == active_.end() || !it->stream) continue;
       RequestEvent out;
-      out.kind = ev.kind == SequenceEvent::Kind::kCanvas ? RequestEvent::Kind::kCanvas : RequestEvent::Kind::kPreview;
+      out.kind = ev.kind == CoreEvent::Kind::kCanvas ? RequestEvent::Kind::kCanvas : RequestEvent::Kind::kPreview;
       out.tokens = std::move(ev.tokens);
       out.logprobs = std::move(ev.logprobs);
       out.steps = ev.steps;
       out.denoise_ms = ev.denoise_ms;
       it->stream->push(std::move(out));
-      if (ev.finished) finish(*it, it->seq->finish);
+      if (ev.finished) {
+        // Counters first, so a client that sees its end also sees its place freed.
+        running_count_ = static_cast<int64_t>(core_->scheduler().running().size());
+        finish(*it, it->seq->finish_reason());
+      }
     }
-    // KV usage: tokens held over the capacity of all slots (vLLM's kv_cache_usage_perc).
-    int64_t used = 0;
-    for (auto& r : running_)
-      if (r.slot >= 0) used += r.seq->kv->encoded;
-    kv_usage_ = static_cast<double>(used) / static_cast<double>(max_model_len_ * static_cast<int64_t>(slots_.size()));
-    running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Running& r) { return r.slot < 0; }),
-                   running_.end());
-    running_count_ = static_cast<int64_t>(running_.size());
+    drop_done();
+    publish_counts();
   }
   // Shutdown: everyone still here is aborted.
-  for (auto& r : running_) finish(r, FinishReason::kAbort);
+  for (auto& e : active_)
+    if (e.stream) finish(e, FinishReason::kAbort);
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& w : waiting_) {
+  for (auto& e : incoming_) {
     RequestEvent ev;
     ev.kind = RequestEvent::Kind::kFinished;
     ev.reason = FinishReason::kAbort;
-    w.stream->push(std::move(ev));
+    e.stream->push(std::move(ev));
   }
-  waiting_.clear();
+  incoming_.clear();
 }
 
 }  // namespace dgemma

@@ -1,7 +1,7 @@
 #pragma once
-// The model-backed engine: one engine thread owns the model and the device; every step batches the
-// work of all running requests (prefill chunks, commits, denoising canvases) into one forward pass.
-// --max-num-seqs requests run (each in a slot with its own KV cache and work buffers); more wait in
+// The model-backed engine: one engine thread owns the model, the device and the EngineCore; every step
+// batches the work of all running requests (prefill chunks, commits, denoising canvases) into one
+// forward pass. Up to --max-num-seqs requests run at once, as the KV pool's pages allow; more wait in
 // a FIFO queue bounded by --max-queue.
 #include <atomic>
 #include <condition_variable>
@@ -11,68 +11,75 @@
 #include <thread>
 #include <vector>
 
-#include "engine/batch_runner.h"
 #include "engine/engine_config.h"
+#include "engine/engine_core.h"
+#include "engine/kv_pool.h"
+#include "engine/model_core.h"
 #include "engine/request.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 
 namespace dgemma {
 
+// How the engine is sized (from the memory plan).
+struct EngineSizing {
+  int64_t max_model_len = 0;
+  int64_t max_num_batched_tokens = 0;
+  int64_t prefill_chunk = 0;
+  KvPoolPlan kv;
+};
+
 class DiffusionEngine final : public EngineInterface {
  public:
-  // Takes ownership of the backend and model; allocates the slots; starts the engine thread.
+  // Takes ownership of the backend and model (or of a runner, for tests); allocates the KV pool; starts
+  // the engine thread.
   DiffusionEngine(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<DiffusionGemma> model,
-                  GenerationConfig generation, int64_t max_model_len);
+                  GenerationConfig generation, EngineSizing sizing);
+  DiffusionEngine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner, ModelConfig model_config,
+                  GenerationConfig generation, EngineSizing sizing);
   ~DiffusionEngine() override;
 
   std::shared_ptr<RequestStream> submit(GenerationRequest request) override;
   EngineStats stats() const override;
-  int64_t max_model_len() const override { return max_model_len_; }
-  int vocab_size() const override { return static_cast<int>(model_->config().text.vocab_size); }
+  int64_t max_model_len() const override { return sizing_.max_model_len; }
+  int vocab_size() const override { return static_cast<int>(model_config_.text.vocab_size); }
 
-  const ModelConfig& model_config() const { return model_->config(); }
+  const ModelConfig& model_config() const { return model_config_; }
   const GenerationConfig& generation_config() const { return generation_; }
   // Resolves request parameters against the model's generation config; throws Error(kInvalidArgument).
   SequenceParams resolve(const SamplingParams& p, uint64_t request_id) const;
+  // Traces of requests whose params ask for them (tests, --dump); set before submitting.
+  void set_trace_sink(TraceSink* sink) { trace_ = sink; }
 
  private:
-  struct Slot {
-    SequenceKv kv;
-    Tensor logits, soft;
-    bool busy = false;
-  };
-  struct Running {
-    std::unique_ptr<Sequence> seq;
-    std::shared_ptr<RequestStream> stream;
-    int slot = -1;
-  };
-  struct Waiting {
+  struct Entry {
     std::unique_ptr<Sequence> seq;
     std::shared_ptr<RequestStream> stream;
   };
-
+  void start();
   void loop();
-  void admit();
-  void finish(Running& r, FinishReason reason, const std::string& error = {});
+  void finish(Entry& e, FinishReason reason, const std::string& error = {});
 
   EngineConfig config_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<DiffusionGemma> model_;
+  ModelConfig model_config_;
   GenerationConfig generation_;
-  int64_t max_model_len_;
-  std::unique_ptr<BatchRunner> runner_;
-  std::vector<Slot> slots_;
+  EngineSizing sizing_;
+  std::unique_ptr<ModelCore> model_core_;  // the model path: core, runner and KV pool
+  std::unique_ptr<EngineCore> own_core_;   // a given runner (tests, scripted server)
+  EngineCore* core_ = nullptr;
+  TraceSink* trace_ = nullptr;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Waiting> waiting_;
-  std::vector<Running> running_;  // engine thread only (sizes mirrored in stats)
+  std::deque<Entry> incoming_;  // submitted, not yet seen by the engine thread
+  std::vector<Entry> active_;   // engine thread only: in the core (waiting or running)
   std::atomic<int64_t> running_count_{0}, waiting_count_{0};
   std::atomic<double> kv_usage_{0};
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> stop_{false};
-  std::atomic<int64_t> cancelled_{0}, steps_{0};
+  std::atomic<int64_t> cancelled_{0}, steps_{0}, preemptions_{0}, prefix_queries_{0}, prefix_hits_{0};
   std::thread thread_;
 };
 

@@ -1,9 +1,12 @@
 #pragma once
 // Everything needed to build an engine from the command line (dgemma serve / generate).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+
+#include "backend/tensor.h"
 
 #include "engine/request.h"
 #include "util/json.h"
@@ -19,15 +22,20 @@ struct EngineConfig {
   int max_num_seqs = 4;                // running requests
   int64_t max_num_batched_tokens = 0;  // 0: derived (max_num_seqs * canvas + prefill chunk)
   int max_queue = 1024;                // waiting requests before 503
-  double gpu_memory_utilization = 0.9;
+  double gpu_memory_utilization = 0.9;   // share of the device's memory the engine may use (CUDA)
+  uint64_t kv_cache_memory = 0;          // --kv-cache-memory: bytes of KV pool (0: what the budget leaves)
   std::optional<int> canvas_length;        // --diffusion-config canvas_length
   std::optional<int> max_denoising_steps;  // --diffusion-config max_denoising_steps
   Json hf_overrides = Json::object();      // --hf-overrides (diffusion_sampler, diffusion_entropy_bound, ...)
   std::string generation_config;           // --generation-config: "auto" (model dir), "vllm" (built-in defaults) or a directory
   Json override_generation_config = Json::object();  // --override-generation-config
   uint64_t seed = 0;                       // --seed: base for requests without their own seed
-  bool enable_prefix_caching = false;
+  bool enable_prefix_caching = true;     // on by default, as in vLLM
   bool enable_chunked_prefill = true;
+  // Debug dumps (`dgemma generate --dump`): called before every engine step with its index; the hook it
+  // returns (may be empty) receives every named intermediate of that step's forward pass.
+  using DumpHookFn = std::function<void(const std::string& name, const Tensor& t)>;
+  std::function<DumpHookFn(int64_t step)> step_dump;
 };
 
 // Builds the model-backed engine (loads weights, allocates the KV cache, starts the engine thread).

@@ -2,12 +2,12 @@
 #include <algorithm>
 #include <filesystem>
 
-#ifdef DGEMMA_HAVE_CUDA
-#include "backend/cuda/device_info.cuh"
-#endif
 #include "engine/engine.h"
 #include "engine/engine_config.h"
-#include "model/kv_cache.h"
+#include "engine/kv_pool.h"
+#include "engine/limits.h"
+#include "engine/params.h"
+#include "model/inspect_report.h"
 #include "model/weights.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -45,6 +45,8 @@ GenerationConfig resolve_generation_config(const EngineConfig& c, const ModelCon
   if (c.max_denoising_steps) g.max_denoising_steps = *c.max_denoising_steps;
   try {
     g.validate();
+    // The checkpoint's values pass the same limits as a request's overrides, so no request fails on them.
+    (void)resolve_diffusion_params(SamplingParams{}, g);
   } catch (const Error& e) {
     fail_arg("generation settings: {}", e.what());
   }
@@ -54,7 +56,10 @@ GenerationConfig resolve_generation_config(const EngineConfig& c, const ModelCon
 }  // namespace
 
 std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
-  if (c.max_num_seqs < 1 || c.max_num_seqs > 1024) fail_arg("--max-num-seqs must be in [1, 1024] (got {})", c.max_num_seqs);
+  if (c.max_num_seqs < 1 || c.max_num_seqs > limits::kMaxNumSeqs)
+    fail_arg("--max-num-seqs must be in [1, {}] (got {})", limits::kMaxNumSeqs, c.max_num_seqs);
+  if (c.max_queue < 0 || c.max_queue > limits::kMaxQueue)
+    fail_arg("--max-queue must be in [0, {}] (got {})", limits::kMaxQueue, c.max_queue);
   if (!(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1))
     fail_arg("--gpu-memory-utilization must be in (0, 1] (got {})", c.gpu_memory_utilization);
   if (c.dtype != "auto" && c.dtype != "bfloat16" && c.dtype != "bf16")
@@ -65,6 +70,8 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
     mc.canvas_length = *c.canvas_length;
     validate_model_config(mc, "--diffusion-config canvas_length");
   }
+  if (mc.canvas_length > limits::kMaxCanvasLength)
+    fail_arg("canvas_length {} is more than the engine's limit of {}", mc.canvas_length, limits::kMaxCanvasLength);
   GenerationConfig g = resolve_generation_config(c, mc);
 
   std::string device = c.device;
@@ -86,34 +93,58 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
     fail_arg("--load-format must be auto, safetensors or dummy (got '{}')", c.load_format);
   }
 
-  // Context length and memory plan: every slot holds a KV cache for max_model_len tokens plus the
-  // logits / self-conditioning buffers of one canvas.
+  // Context length, step budget and the KV pool from the memory budget (vLLM's rule: the pool gets
+  // what the weights, the per-sequence work buffers and the activations leave of the budget). The
+  // context length no longer reserves memory: requests take pages as they grow.
   const int64_t C = mc.canvas_length;
-  int64_t max_len = c.max_model_len > 0 ? c.max_model_len : std::min<int64_t>(mc.text.max_position_embeddings, 32768);
+  const int64_t max_len = c.max_model_len > 0 ? c.max_model_len : mc.text.max_position_embeddings;
   if (max_len <= C) fail_arg("--max-model-len {} must exceed canvas_length {}", max_len, C);
-  const int64_t chunk = std::max<int64_t>(C, std::min<int64_t>(2048, max_len));
-  auto per_slot = [&](int64_t len) {
-    return kv_bytes(mc, len, chunk) + static_cast<size_t>(C) * (mc.text.vocab_size + mc.text.hidden_size) * 2;
-  };
-  double budget = 8.0 * (1ull << 30);  // CPU: keep the caches under 8 GiB
-#ifdef DGEMMA_HAVE_CUDA
-  if (device == "cuda") {
-    const auto devs = cuda::query_devices();
-    budget = devs.empty() ? 0 : static_cast<double>(devs[0].free_memory) * c.gpu_memory_utilization - 4.0 * (1ull << 30);
+  if (max_len > mc.text.max_position_embeddings)
+    fail_arg("--max-model-len {} exceeds the model's max_position_embeddings {}", max_len, mc.text.max_position_embeddings);
+  EngineSizing sz;
+  sz.max_model_len = max_len;
+  sz.prefill_chunk = c.enable_chunked_prefill ? std::min<int64_t>(2048, max_len) : max_len;
+  sz.max_num_batched_tokens = c.max_num_batched_tokens > 0 ? std::max<int64_t>(c.max_num_batched_tokens, C)
+                                                           : int64_t{c.max_num_seqs} * 2 * C + sz.prefill_chunk;
+  const KvGeometry geo = kv_geometry(mc);
+  // Tokens one step may encode (a prefill chunk always goes ahead, even over the budget).
+  const int64_t step_tokens = std::max(sz.max_num_batched_tokens, sz.prefill_chunk);
+  const uint64_t work = static_cast<uint64_t>(c.max_num_seqs) * static_cast<uint64_t>(C) *
+                        static_cast<uint64_t>(mc.text.vocab_size + mc.text.hidden_size) * 2;
+  const uint64_t act = activation_bytes_per_token(mc) * static_cast<uint64_t>(step_tokens) +
+                       kWorkspaceReserveBytes;
+  const MemoryInfo mem = backend->memory_info();
+  uint64_t kv_budget = c.kv_cache_memory;
+  if (kv_budget == 0) {
+    if (device == "cuda") {
+      const double budget = static_cast<double>(mem.total) * c.gpu_memory_utilization;
+      const double used = static_cast<double>(mem.total - mem.free);  // weights and context so far
+      const double left = budget - used - static_cast<double>(work) - static_cast<double>(act);
+      kv_budget = left > 0 ? static_cast<uint64_t>(left) : 0;
+    } else {
+      // CPU: what max_num_seqs sequences of max_model_len need, at most 4 GiB (tests, small models).
+      const uint64_t per_seq = static_cast<uint64_t>((max_len + C - 1) / C) * geo.bytes_per_page[static_cast<int>(KvGroup::kFull)];
+      kv_budget = std::min<uint64_t>(uint64_t{4} << 30, per_seq * static_cast<uint64_t>(c.max_num_seqs)) +
+                  static_cast<uint64_t>(sliding_pages_needed(geo, c.max_num_seqs, step_tokens)) *
+                      geo.bytes_per_page[static_cast<int>(KvGroup::kSliding)];
+    }
   }
-#endif
-  while (static_cast<double>(per_slot(max_len)) * c.max_num_seqs > budget && c.max_model_len == 0 && max_len > 2 * C)
-    max_len /= 2;
-  if (static_cast<double>(per_slot(max_len)) * c.max_num_seqs > budget)
+  sz.kv = plan_kv_pool(geo, kv_budget, c.max_num_seqs, step_tokens);
+  const bool has_full = geo.layers[static_cast<int>(KvGroup::kFull)] > 0;
+  if ((has_full && sz.kv.full_tokens < 2 * C) || (!has_full && sz.kv.pages[static_cast<int>(KvGroup::kSliding)] == 0))
     throw Error(ErrorKind::kResourceExhausted,
-                fmt::format("not enough memory for --max-num-seqs {} at --max-model-len {}: needs {:.2f} GiB for KV caches "
-                            "and buffers, {:.2f} GiB available; lower either flag",
-                            c.max_num_seqs, max_len, per_slot(max_len) * c.max_num_seqs / double(1ull << 30),
-                            budget / double(1ull << 30)));
-  DG_LOG_INFO("engine", "max_model_len {}, {} slots, {:.1f} MiB of KV + buffers per slot", max_len, c.max_num_seqs,
-              per_slot(max_len) / double(1 << 20));
+                fmt::format("not enough memory for the KV cache: {:.2f} GiB left for it after the weights, {:.2f} GiB of "
+                            "per-sequence buffers (--max-num-seqs {}) and {:.2f} GiB of activations; lower "
+                            "--max-num-seqs or raise --gpu-memory-utilization / --kv-cache-memory",
+                            kv_budget / double(1ull << 30), work / double(1ull << 30), c.max_num_seqs, act / double(1ull << 30)));
+  DG_LOG_INFO("engine",
+              "max_model_len {}, max_num_seqs {}, {} tokens per step; KV pool {:.2f} GiB: {} full-attention pages ({} tokens) + "
+              "{} sliding pages of {} tokens; prefix caching {}",
+              max_len, c.max_num_seqs, sz.max_num_batched_tokens, sz.kv.bytes / double(1ull << 30),
+              sz.kv.pages[static_cast<int>(KvGroup::kFull)], sz.kv.full_tokens, sz.kv.pages[static_cast<int>(KvGroup::kSliding)],
+              C, c.enable_prefix_caching ? "on" : "off");
   auto model = std::make_unique<DiffusionGemma>(mc, std::move(w), *backend);
-  return std::make_unique<DiffusionEngine>(c, std::move(backend), std::move(model), std::move(g), max_len);
+  return std::make_unique<DiffusionEngine>(c, std::move(backend), std::move(model), std::move(g), sz);
 }
 
 }  // namespace dgemma

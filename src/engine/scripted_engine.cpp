@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/limits.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mmap_file.h"
@@ -123,8 +124,8 @@ Script parse_script(const Json& j, const ScriptedEngineOptions& opt) {
       fail_file("scripted engine: \"{}\" must be a number in [{}, {}]", key, lo, hi);
     return j[key].get<double>();
   };
-  s.canvas_length = static_cast<int>(get_num("canvas_length", 1, 4096, 256));
-  s.steps = static_cast<int>(get_num("steps", 1, 1024, 8));
+  s.canvas_length = static_cast<int>(get_num("canvas_length", 1, limits::kMaxCanvasLength, 256));
+  s.steps = static_cast<int>(get_num("steps", 1, limits::kMaxDenoisingSteps, 8));
   s.canvas_delay_ms = get_num("canvas_delay_ms", 0, 600000, 20);
   s.prefill_delay_ms = get_num("prefill_delay_ms", 0, 600000, 0);
   s.preview_steps = static_cast<int>(get_num("preview_steps", 1, 64, 2));

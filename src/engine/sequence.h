@@ -1,92 +1,95 @@
 #pragma once
-// One request's state machine: PREFILL -> DENOISE <-> (COMMIT) -> FINISHED (DESIGN.md "The
-// block-diffusion engine"). The commit of a canvas is encoded together with the next canvas's first
-// denoising step in the same forward pass.
+// One request's state machine: WAITING -> PREFILL -> DENOISE <-> (COMMIT) -> FINISHED, and back to
+// WAITING when the scheduler preempts it (its cache is dropped and rebuilt later from its history; the
+// counter-based RNG makes the restarted canvas identical). The history — prompt, then every committed
+// canvas that continues the answer — is what the KV cache must hold before the current canvas; a
+// committed canvas is encoded together with the next canvas's first denoising step.
+// These methods are the one place where a canvas is trimmed at EOS / stop ids / max_tokens.
 #include <cstdint>
 #include <optional>
 #include <vector>
 
-#include "backend/tensor.h"
+#include "engine/block_manager.h"
 #include "engine/request.h"
-#include "engine/sampler.h"
-#include "model/kv_cache.h"
+#include "engine/denoise_policy.h"
+#include "engine/params.h"
 
 namespace dgemma {
 
-struct SequenceParams {
-  DiffusionParams diffusion;
-  uint64_t seed = 0;
-  int64_t max_tokens = 256;
-  bool ignore_eos = false;
-  std::vector<int32_t> eos_ids;
-  std::vector<int32_t> stop_ids;        // extra stop ids (vLLM stop_token_ids): honoured even with ignore_eos
-  bool greedy = false;                  // temperature 0: the per-position sample is the argmax
-  std::vector<int32_t> initial_canvas;  // first canvas (empty: random)
-  bool previews = false;
-  bool logprobs = false;
-  bool trace = false;                   // keep per-step records (tests, --dump)
-};
-
-// What one denoising step decided (kept when params.trace).
-struct StepRecord {
-  std::vector<int32_t> canvas_in, argmax, sample, canvas_out;
-  std::vector<float> entropy;
-  std::vector<uint8_t> accept;
-  std::vector<float> argmax_gap, sample_gap;  // decision margins (trace only)
-  std::vector<float> accept_margin;           // |prefix entropy sum - bound| per position
-  float temperature = 0;
-  bool stop = false;
-};
-
-struct CanvasRecord {
-  int index = 0;
+// What a committed canvas gives the client.
+struct CanvasCommit {
+  std::vector<int32_t> tokens;  // trimmed at EOS / stop id / max_tokens
+  std::vector<float> logprobs;
   int steps = 0;
   double denoise_ms = 0;
-  std::vector<int32_t> committed;  // the full argmax canvas
-  std::vector<StepRecord> trace;
+  bool finished = false;
 };
 
 class Sequence {
  public:
-  enum class State { kPrefill, kDenoise, kFinished };
+  enum class State { kWaiting, kPrefill, kDenoise, kFinished };
 
-  Sequence(uint64_t id, std::vector<int32_t> prompt, SequenceParams params)
-      : id(id), prompt(std::move(prompt)), params(std::move(params)),
-        stability(this->params.diffusion.stability_threshold) {}
+  Sequence(uint64_t id, std::vector<int32_t> prompt, SequenceParams params, int canvas_length, int vocab);
 
-  // The denoising loop's state on the model's backend (allocated by BatchRunner::start): the canvas
-  // never leaves the device between steps; the host reads two flags per step and the argmax canvas at
-  // a commit.
-  struct DeviceState {
-    Tensor canvas;       // i32 [C] the current (noisy) canvas
-    Tensor prev_argmax;  // i32 [C] the previous step's argmax canvas
-    Tensor entropy, argmax, sample, logprob;  // the sampler's outputs of the current step
-  };
+  uint64_t id() const { return id_; }
+  const SequenceParams& params() const { return params_; }
+  const std::vector<int32_t>& history() const { return history_; }
+  int64_t prompt_len() const { return prompt_len_; }
+  int canvas_length() const { return canvas_; }
 
-  uint64_t id;
-  std::vector<int32_t> prompt;
-  SequenceParams params;
-  State state = State::kPrefill;
-  SequenceKv* kv = nullptr;   // owned by the runner's slot
-  Tensor logits;              // [C, V] bf16 work buffer (slot-owned)
-  Tensor soft_embeds;         // [C, H] bf16 self-conditioning input (slot-owned)
-  int64_t prefilled = 0;      // prompt tokens encoded
+  // --- cache and scheduling state (the scheduler's) ---
+  State state = State::kWaiting;
+  int64_t encoded = 0;   // history tokens in the KV cache
+  SequenceBlocks blocks;
+  int64_t cached_tokens = 0;  // prompt tokens the prefix cache served at first admission
+  bool admitted_once = false;
+  int64_t pending() const { return static_cast<int64_t>(history_.size()) - encoded; }
 
-  int canvas_index = 0;
-  int step = 0;               // executed steps in the current canvas
-  bool have_soft = false;     // soft_embeds holds the previous step's signal
-  DeviceState dev;
-  std::vector<int32_t> pending_commit;  // committed canvas waiting to be encoded
-  StabilityRun stability;
-  double canvas_start = 0;
+  // --- the denoising loop ---
+  int canvas_index() const { return canvas_index_; }
+  int step() const { return step_; }
+  // Starts the current canvas (step 0); its tokens come from initial_canvas().
+  void begin_canvas(double now);
+  // The first canvas of canvas_index(): the request's canvas_ids for canvas 0, else counter-RNG tokens.
+  std::vector<int32_t> initial_canvas() const;
+  float temperature() const { return temperature_at(params_.diffusion, step_); }
+  // After a denoising step: the stop rule from decide's two flags. Returns true when this was the
+  // canvas's last step (stable and confident, or the step cap).
+  bool on_step(bool same_argmax, bool confident);
+  // Commits the last step's argmax canvas: trims it, appends it to the history when the answer goes
+  // on (and begins the next canvas), or finishes.
+  CanvasCommit commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprobs, double now);
+  // Back to WAITING with an empty cache (the caller frees its pages); the current canvas restarts.
+  void preempt();
+  void finish(FinishReason reason) {
+    state = State::kFinished;
+    finish_ = reason;
+  }
 
-  std::vector<int32_t> output;          // returned tokens (trimmed at EOS / max_tokens)
-  std::vector<float> output_logprobs;
-  FinishReason finish = FinishReason::kNone;
-  int32_t stop_token_id = -1;           // the stop_ids entry that ended the output
+  // --- results ---
+  const std::vector<int32_t>& output() const { return output_; }
+  const std::vector<float>& output_logprobs() const { return output_logprobs_; }
+  FinishReason finish_reason() const { return finish_; }
+  int32_t stop_token_id() const { return stop_token_id_; }
+  int64_t denoise_steps_total() const { return denoise_steps_total_; }
+  int canvases_committed() const { return canvas_index_; }
   double submit_time = 0, admit_time = 0, prefill_done_time = 0;
-  std::vector<CanvasRecord> canvases;   // one per committed canvas
-  int64_t denoise_steps_total = 0;
+
+ private:
+  uint64_t id_;
+  SequenceParams params_;
+  int canvas_, vocab_;
+  int64_t prompt_len_;
+  std::vector<int32_t> history_;
+  int canvas_index_ = 0;
+  int step_ = 0;
+  StabilityRun stability_;
+  double canvas_start_ = 0;
+  std::vector<int32_t> output_;
+  std::vector<float> output_logprobs_;
+  FinishReason finish_ = FinishReason::kNone;
+  int32_t stop_token_id_ = -1;
+  int64_t denoise_steps_total_ = 0;
 };
 
 }  // namespace dgemma

@@ -1,5 +1,6 @@
 #include "model/diffusion_gemma.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "util/bf16.h"
@@ -91,52 +92,65 @@ Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, int64_t total)
   return x;
 }
 
-void DiffusionGemma::forward(std::span<ForwardItem> items) {
+void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) {
   const TextConfig& t = config_.text;
   const int64_t H = t.hidden_size;
   const float eps = static_cast<float>(t.rms_norm_eps);
+  DG_CHECK(kv.layers.size() == static_cast<size_t>(t.num_hidden_layers) && kv.page_size > 0);
   std::vector<int64_t> offsets;
-  int64_t total = 0;
+  int64_t total = 0, table_entries = 0;
   for (auto& it : items) {
-    DG_CHECK(it.kv != nullptr && it.length() > 0 && (it.token_ids.empty() || it.tokens.empty()));
+    DG_CHECK(it.length() > 0 && (it.token_ids.empty() || it.tokens.empty()) && it.kv.cached >= 0);
     DG_CHECK(it.token_ids.empty() || (it.token_ids.type == ScalarType::kI32 && it.token_ids.device == backend_.device()));
     if (it.kind == ForwardItem::Kind::kEncode) {
-      DG_CHECK(it.length() <= it.kv->max_chunk);
-      DG_CHECK(it.kv->encoded + it.length() <= it.kv->max_tokens);
+      // The tables must cover the positions written.
+      const int64_t last_page = (it.kv.cached + it.length() - 1) / kv.page_size;
+      for (int g = 0; g < kKvGroups; ++g)
+        DG_CHECK(it.kv.tables[g].empty() || static_cast<int64_t>(it.kv.tables[g].size()) > last_page);
     } else {
       DG_CHECK(!it.logits.empty() && it.logits.dim(0) == it.length());
     }
+    for (const auto& tb : it.kv.tables) table_entries += static_cast<int64_t>(tb.size());
     offsets.push_back(total);
     total += it.length();
   }
   offsets.push_back(total);
   if (total == 0) return;
 
-  // Absolute positions: encode tokens continue the cache; canvas tokens sit right after it. An encode
-  // item placed before a denoise item of the same sequence (a commit fused with the next canvas's first
-  // step) is appended to the cache layer by layer before that denoise item reads it, so the canvas
-  // positions start after it.
+  // Absolute positions: an item's tokens start right after what its sequence has in the cache.
   Tensor pos_host = host_tensor(ScalarType::kI32, {total});
-  for (size_t i = 0; i < items.size(); ++i) {
-    int64_t base = items[i].kv->encoded;
-    for (size_t j = 0; j < i; ++j)
-      if (items[j].kv == items[i].kv && items[j].kind == ForwardItem::Kind::kEncode)
-        base += items[j].length();
+  for (size_t i = 0; i < items.size(); ++i)
     for (int64_t j = 0; j < offsets[i + 1] - offsets[i]; ++j)
-      pos_host.ptr<int32_t>()[offsets[i] + j] = static_cast<int32_t>(base + j);
-  }
+      pos_host.ptr<int32_t>()[offsets[i] + j] = static_cast<int32_t>(items[i].kv.cached + j);
   Tensor positions = backend_.alloc(ScalarType::kI32, {total});
   backend_.from_host(positions, pos_host.data);
 
+  // Every item's page tables go up in one copy; each item reads its own rows.
+  std::vector<std::array<Tensor, kKvGroups>> tables(items.size());
+  {
+    Tensor host = host_tensor(ScalarType::kI32, {std::max<int64_t>(table_entries, 1)});
+    Tensor dev = backend_.alloc(ScalarType::kI32, {std::max<int64_t>(table_entries, 1)});
+    int64_t off = 0;
+    std::vector<std::array<std::pair<int64_t, int64_t>, kKvGroups>> ranges(items.size());
+    for (size_t i = 0; i < items.size(); ++i)
+      for (int g = 0; g < kKvGroups; ++g) {
+        const auto& tb = items[i].kv.tables[g];
+        std::copy(tb.begin(), tb.end(), host.ptr<int32_t>() + off);
+        ranges[i][g] = {off, off + static_cast<int64_t>(tb.size())};
+        off += static_cast<int64_t>(tb.size());
+      }
+    backend_.from_host(dev, host.data);
+    for (size_t i = 0; i < items.size(); ++i)
+      for (int g = 0; g < kKvGroups; ++g)
+        if (ranges[i][g].second > ranges[i][g].first) tables[i][g] = dev.rows(ranges[i][g].first, ranges[i][g].second);
+  }
+
   Tensor x = embed_inputs(items, total);
-  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, x);
+  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, x);
 
   for (size_t i = 0; i < items.size(); ++i) {
     ForwardItem& it = items[i];
-    if (it.kind == ForwardItem::Kind::kEncode) {
-      it.kv->encoded += it.length();
-      continue;
-    }
+    if (it.kind == ForwardItem::Kind::kEncode) continue;
     // Final norm and the tied LM head; the soft-cap is applied by the sampler (in fp32).
     Tensor h = x.rows(offsets[i], offsets[i + 1]);
     Tensor hn = backend_.alloc(ScalarType::kBF16, {h.dim(0), H});
@@ -148,7 +162,8 @@ void DiffusionGemma::forward(std::span<ForwardItem> items) {
 }
 
 void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets,
-                           const Tensor& positions, Tensor& x) {
+                           const Tensor& positions, const KvStorage& kv,
+                           const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x) {
   const TextConfig& t = config_.text;
   const LayerWeights& w = weights_.layers[li];
   const LayerSpec& L = w.spec;
@@ -185,31 +200,32 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   backend_.rope(k, positions, inv_freq);
 
   Tensor attn = bf16({T, Hq, D});
+  const KvLayerPages& pages = kv.layers[li];
+  const int group = static_cast<int>(kv_group_of(L));
   for (size_t i = 0; i < items.size(); ++i) {
     ForwardItem& it = items[i];
-    LayerKv& kv = it.kv->layers[li];
-    const int64_t b = offsets[i], e = offsets[i + 1], n = e - b;
+    const int64_t b = offsets[i], e = offsets[i + 1];
+    // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
+    const int64_t cached = it.kv.cached;
+    const int64_t visible = L.type == LayerType::kSliding ? std::min<int64_t>(cached, sliding_keep(config_)) : cached;
     AttentionArgs args;
     args.q = q.rows(b, e);
-    args.k_cache = kv.k;
-    args.v_cache = kv.v;
-    args.cache_len = kv.length;
+    args.k_pages = pages.k;
+    args.v_pages = pages.v;
+    args.page_table = tables[i][group];
+    args.cache_first = cached - visible;
+    args.cache_len = visible;
     args.k_new = k.rows(b, e);
     args.v_new = v.rows(b, e);
     args.causal = it.kind == ForwardItem::Kind::kEncode;
     args.window = (args.causal && L.type == LayerType::kSliding) ? t.sliding_window : 0;
     args.out = attn.rows(b, e);
+    DG_CHECK(visible == 0 || !args.page_table.empty());
     backend_.attention(args);
     if (it.kind == ForwardItem::Kind::kEncode) {
-      // Append this chunk's K/V, then evict sliding layers down to window-1 tokens (as DynamicCache).
-      backend_.kv_write(kv.k, kv.length, args.k_new);
-      backend_.kv_write(kv.v, kv.length, args.v_new);
-      kv.length += n;
-      if (kv.length > kv.keep) {
-        backend_.kv_shift(kv.k, kv.length - kv.keep, kv.keep);
-        backend_.kv_shift(kv.v, kv.length - kv.keep, kv.keep);
-        kv.length = kv.keep;
-      }
+      DG_CHECK(!args.page_table.empty());
+      backend_.kv_write(pages.k, args.page_table, cached, args.k_new);
+      backend_.kv_write(pages.v, args.page_table, cached, args.v_new);
     }
   }
   dump(p + "attn_heads", attn);

@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
-#include "model/kv_cache.h"
+#include "model/kv_view.h"
 #include "model/weights.h"
 
 namespace dgemma {
@@ -18,11 +18,11 @@ namespace dgemma {
 struct ForwardItem {
   enum class Kind {
     kEncode,   // causal pass over tokens not yet in the cache (a prompt chunk or a committed canvas)
-    kDenoise,  // bidirectional pass over a canvas at positions [kv->encoded, +C); produces logits
+    kDenoise,  // bidirectional pass over a canvas at positions [kv.cached, +C); produces logits
   };
   Kind kind = Kind::kEncode;
   std::span<const int32_t> tokens;
-  SequenceKv* kv = nullptr;
+  ItemKv kv;           // the sequence's cache; encode items write positions [kv.cached, +n) through it
   Tensor soft_embeds;  // kDenoise: [C, H] bf16 self-conditioning soft embeddings (probs·E·scale); empty at step 1
   Tensor logits;       // kDenoise: output [C, V] bf16 LM-head logits before the soft-cap
   Tensor token_ids;    // i32 [n] on the backend's device, read instead of `tokens` when set
@@ -38,8 +38,10 @@ class DiffusionGemma {
   DiffusionGemma(ModelConfig config, ModelWeights weights, Backend& backend);
 
   // Runs all items in one pass: token-wise ops over the concatenation (weights read once), attention
-  // per item against its own cache. Encode items append to their cache; denoise items fill logits.
-  void forward(std::span<ForwardItem> items);
+  // per item against its own cache. Encode items write their K/V into the pages their tables name (the
+  // engine allocated them); denoise items fill logits. Items of one sequence are processed in order
+  // inside each layer, so a denoise item placed after an encode item of its sequence sees its K/V.
+  void forward(std::span<ForwardItem> items, const KvStorage& kv);
 
   // Self-conditioning input for the next step from this step's bf16 probabilities [C, V]:
   // out[C, H] = bf16(bf16(probs . E) * embed_scale).
@@ -58,7 +60,7 @@ class DiffusionGemma {
   }
   Tensor embed_inputs(std::span<ForwardItem> items, int64_t total);
   void layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& positions,
-             Tensor& x);
+             const KvStorage& kv, const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x);
 
   ModelConfig config_;
   ModelWeights weights_;

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "backend/backend.h"
-#include "model/kv_cache.h"
+#include "model/kv_view.h"
 #include "model/safetensors.h"
 #include "util/error.h"
 #include "util/mmap_file.h"
@@ -64,23 +64,6 @@ std::string rope_str(const RopeParams& r) {
   return fmt::format("proportional, theta {}, partial rotary factor {}", r.theta, r.partial_rotary_factor);
 }
 
-// bf16 bytes of the live intermediates of one layer for one token: an upper bound (everything summed
-// as if alive at once). Attention is fused, so no [T, T] score matrix is counted.
-uint64_t activation_bytes_per_token(const ModelConfig& c) {
-  const TextConfig& t = c.text;
-  int64_t q_width = 0, kv_width = 0;
-  for (const auto& L : t.layers) {
-    q_width = std::max<int64_t>(q_width, int64_t{t.num_attention_heads} * L.head_dim);
-    kv_width = std::max<int64_t>(kv_width, int64_t{L.num_kv_heads} * L.head_dim);
-  }
-  const int64_t H = t.hidden_size, K = t.top_k_experts;
-  int64_t elems = 6 * H;                          // residual, norm outputs, branch outputs
-  elems += 2 * q_width + 2 * kv_width;            // q, attention output, new k and v
-  elems += 3 * int64_t{t.intermediate_size};      // dense MLP gate, up, activation
-  elems += K * (2 * H + 3 * int64_t{t.moe_intermediate_size});  // per routed slot: input, gate/up, act, down
-  elems += 3 * int64_t{t.self_conditioning_size};  // SC MLP (decoder input)
-  return static_cast<uint64_t>(elems) * kBf16Bytes + static_cast<uint64_t>(t.num_experts) * 2 * 4;  // f32 router logits+probs
-}
 
 std::vector<LayerGroup> group_layers(const std::vector<LayerSpec>& layers) {
   std::vector<LayerGroup> groups;
@@ -177,6 +160,24 @@ void check_options(const InspectOptions& o) {
 
 }  // namespace
 
+// bf16 bytes of the live intermediates of one layer for one token: an upper bound (everything summed
+// as if alive at once). Attention is fused, so no [T, T] score matrix is counted.
+uint64_t activation_bytes_per_token(const ModelConfig& c) {
+  const TextConfig& t = c.text;
+  int64_t q_width = 0, kv_width = 0;
+  for (const auto& L : t.layers) {
+    q_width = std::max<int64_t>(q_width, int64_t{t.num_attention_heads} * L.head_dim);
+    kv_width = std::max<int64_t>(kv_width, int64_t{L.num_kv_heads} * L.head_dim);
+  }
+  const int64_t H = t.hidden_size, K = t.top_k_experts;
+  int64_t elems = 6 * H;                          // residual, norm outputs, branch outputs
+  elems += 2 * q_width + 2 * kv_width;            // q, attention output, new k and v
+  elems += 3 * int64_t{t.intermediate_size};      // dense MLP gate, up, activation
+  elems += K * (2 * H + 3 * int64_t{t.moe_intermediate_size});  // per routed slot: input, gate/up, act, down
+  elems += 3 * int64_t{t.self_conditioning_size};  // SC MLP (decoder input)
+  return static_cast<uint64_t>(elems) * kBf16Bytes + static_cast<uint64_t>(t.num_experts) * 2 * 4;  // f32 router logits+probs
+}
+
 std::string layer_type_pattern(const std::vector<LayerSpec>& layers) {
   const size_t n = layers.size();
   auto rle = [&](size_t len) {
@@ -221,7 +222,12 @@ MemoryPlan plan_memory(const ModelConfig& c, int64_t max_model_len, int max_num_
   }
   const int64_t C = c.canvas_length;
   p.sliding_cap_tokens = any_sliding ? std::min<int64_t>(max_model_len, int64_t{t.sliding_window} - 1 + C) : 0;
-  p.kv_bytes_per_seq = kv_bytes(c, max_model_len, C);
+  // Paged pool: a sequence of max_model_len tokens holds every full-attention page and a ring of
+  // sliding pages (its window plus a committed canvas).
+  const uint64_t pages_full = static_cast<uint64_t>((max_model_len + C - 1) / C);
+  const uint64_t pages_sliding = any_sliding ? static_cast<uint64_t>((sliding_keep(c) + 2 * C - 1) / C + 2) : 0;
+  p.kv_bytes_per_seq = sat_add(sat_mul(pages_full * static_cast<uint64_t>(C), p.kv_bytes_per_token_full),
+                               sat_mul(pages_sliding * static_cast<uint64_t>(C), p.kv_bytes_per_token_sliding));
   p.work_bytes_per_seq = static_cast<uint64_t>(C) * (static_cast<uint64_t>(t.vocab_size) + t.hidden_size) * kBf16Bytes;
   p.activation_bytes_per_token = activation_bytes_per_token(c);
   // The largest forward: a denoising canvas for every running sequence plus one canvas-sized prefill

@@ -122,6 +122,9 @@ struct InspectReport {
 InspectReport build_inspect_report(const InspectOptions& options);
 
 // The memory plan alone (also used for the "max sequences that fit" search).
+// bf16 bytes of the live intermediates of one layer for one token (an upper bound).
+uint64_t activation_bytes_per_token(const ModelConfig& config);
+
 MemoryPlan plan_memory(const ModelConfig& config, int64_t max_model_len, int max_num_seqs, uint64_t gpu_memory_bytes,
                        double gpu_memory_utilization);
 

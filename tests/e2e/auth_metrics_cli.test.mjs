@@ -133,6 +133,8 @@ describe('command line', () => {
     [['--port', 'eighty'], /port/i],
     [['--port', '70000'], /port/],
     [['--max-num-seqs', '0'], /max-num-seqs/],
+    [['--max-num-seqs', '1025'], /max-num-seqs/],  // engine/limits.h kMaxNumSeqs: the engine's bound too
+    [['--diffusion-config', '{"max_denoising_steps": 1025}'], /max_denoising_steps/],
     [['--gpu-memory-utilization', '1.5'], /gpu-memory-utilization/],
     [['--max-model-len', 'lots'], /max-model-len/],
     [['--diffusion-config', '{"canvas_length": 0}'], /canvas_length/],

@@ -2,8 +2,8 @@
 // self-conditioning, and every named intermediate of one decoder layer.
 #include <map>
 
+#include "engine/kv_pool.h"
 #include "golden_util.h"
-#include "model/kv_cache.h"
 
 namespace dgemma::golden {
 namespace {
@@ -50,28 +50,42 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
   const auto canvas = fx.ids("canvas_ids");
   const int64_t C = fx.config.canvas_length, V = fx.config.text.vocab_size, H = fx.config.text.hidden_size;
   const int64_t rows = fx.manifest["logits_rows_kept"].get<int64_t>();
-  SequenceKv kv = allocate_kv(fx.config, be, 4096, 512);
+  // A paged pool whose page tables are a permutation, so the page indirection is exercised.
+  const int64_t P = fx.config.canvas_length;
+  const int64_t npages = (static_cast<int64_t>(prompt.size()) + P - 1) / P + 1;
+  KvPoolPlan plan;
+  plan.pages = {npages, npages};
+  const KvStorage kv = allocate_kv_storage(fx.config, be, plan);
+  std::vector<int32_t> table(static_cast<size_t>(npages));
+  for (int64_t i = 0; i < npages; ++i) table[i] = static_cast<int32_t>(npages - 1 - i);
+  ItemKv item_kv;
+  item_kv.tables = {std::span<const int32_t>(table), std::span<const int32_t>(table)};
 
-  // 1. Prefill: encoder K/V per layer, after sliding-window eviction.
+  // 1. Prefill: encoder K/V per layer; the visible window of sliding layers is what the reference keeps.
   std::vector<ForwardItem> items(1);
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
-  items[0].kv = &kv;
-  fx.model->forward(items);
+  items[0].kv = item_kv;
+  fx.model->forward(items, kv);
   std::printf("%s\n", fx.name.c_str());
+  const int64_t n = static_cast<int64_t>(prompt.size());
   for (size_t li = 0; li < kv.layers.size(); ++li) {
+    const LayerSpec& spec = fx.config.text.layers[li];
+    const int64_t visible = spec.type == LayerType::kSliding ? std::min<int64_t>(n, sliding_keep(fx.config)) : n;
     for (const char* kind : {"k", "v"}) {
       const NpyArray want = fx.array("kv.layer" + std::to_string(li) + "." + kind);
-      const LayerKv& L = kv.layers[li];
-      ASSERT_EQ(want.shape[1], L.length) << "layer " << li << ": tokens kept in the cache";
-      const int64_t Hkv = L.k.dim(0), cap = L.k.dim(1), D = L.k.dim(2);
-      std::vector<float> all = tensor_to_floats(be, std::string(kind) == "k" ? L.k : L.v), got;
+      ASSERT_EQ(want.shape[1], visible) << "layer " << li << ": tokens kept in the cache";
+      const Tensor& pages = std::string(kind) == "k" ? kv.layers[li].k : kv.layers[li].v;
+      const int64_t Hkv = pages.dim(1), D = pages.dim(3);
+      std::vector<float> all = tensor_to_floats(be, pages), got;
       for (int64_t h = 0; h < Hkv; ++h)
-        for (int64_t j = 0; j < L.length; ++j)
-          for (int64_t d = 0; d < D; ++d) got.push_back(all[(h * cap + j) * D + d]);
+        for (int64_t pos = n - visible; pos < n; ++pos)
+          for (int64_t d = 0; d < D; ++d) got.push_back(all[((table[pos / P] * Hkv + h) * P + pos % P) * D + d]);
       check_close("kv.layer" + std::to_string(li) + "." + kind, got, want.as_float());
     }
   }
+  item_kv.cached = n;
+  const std::vector<float> cache_before = tensor_to_floats(be, kv.layers[0].k);
 
   // 2. Decoder without self-conditioning, with the intermediates of one layer captured.
   const int li = fx.manifest["layer_for_intermediates"].get<int>();
@@ -81,10 +95,10 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
     if (name.rfind(prefix, 0) == 0) captured[name] = tensor_to_floats(be, t);
   });
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
-  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, {}, logits, {}};
-  fx.model->forward(items);
+  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, item_kv, {}, logits, {}};
+  fx.model->forward(items, kv);
   fx.model->set_dump_hook(nullptr);
-  ASSERT_EQ(kv.encoded, static_cast<int64_t>(prompt.size())) << "the decoder must not write the cache";
+  ASSERT_EQ(tensor_to_floats(be, kv.layers[0].k), cache_before) << "the decoder must not write the cache";
 
   Tensor capped = be.alloc(ScalarType::kF32, {C, V});
   be.softcap_logits(logits, 30.0f, capped);
@@ -144,8 +158,8 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
     }
     Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
     fx.model->soft_embeddings(be.upload(probs), soft);
-    items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, soft, logits, {}};
-    fx.model->forward(items);
+    items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, item_kv, soft, logits, {}};
+    fx.model->forward(items, kv);
     be.softcap_logits(logits, 30.0f, capped);
     got = tensor_to_floats(be, capped);
     check_close("decoder.logits_sc", got, fx.array("decoder.logits_sc").as_float());

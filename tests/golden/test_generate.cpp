@@ -5,9 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "engine/batch_runner.h"
+#include "engine/model_core.h"
 #include "golden_util.h"
-#include "model/kv_cache.h"
 
 namespace dgemma::golden {
 namespace {
@@ -42,9 +41,7 @@ TEST_P(GenerateGolden, TrajectoryMatchesTokenForToken) {
   for (const auto& r : fx.manifest["runs"])
     if (r["name"] == rc.run) meta = r;
   ASSERT_FALSE(meta.is_null()) << "run " << rc.run << " not in the manifest";
-  Backend& be = *fx.backend;
   const int C = fx.config.canvas_length;
-  const int64_t V = fx.config.text.vocab_size, H = fx.config.text.hidden_size;
 
   SequenceParams p;
   p.diffusion.max_denoising_steps = meta["max_denoising_steps"].get<int>();
@@ -60,17 +57,12 @@ TEST_P(GenerateGolden, TrajectoryMatchesTokenForToken) {
   const std::string pre = "run." + rc.run + ".";
   if (meta["initial_canvas"].get<bool>()) p.initial_canvas = fx.ids(pre + "initial_canvas");
 
-  Sequence seq(1, fx.ids("prompt_ids"), p);
-  SequenceKv kv = allocate_kv(fx.config, be, 8192, 512);
-  seq.kv = &kv;
-  seq.logits = be.alloc(ScalarType::kBF16, {C, V});
-  seq.soft_embeds = be.alloc(ScalarType::kBF16, {C, H});
-  BatchRunner runner(*fx.model, 4096, 512);
-  runner.start(seq);
-  std::vector<SequenceEvent> events;
-  Sequence* seqs[] = {&seq};
-  for (int guard = 0; seq.state != Sequence::State::kFinished && guard < 10000; ++guard) runner.step(seqs, events);
+  ModelCore core(*fx.model, ModelCoreOptions{});
+  std::unique_ptr<Sequence> owned = core.make_sequence(1, fx.ids("prompt_ids"), p);
+  Sequence& seq = *owned;
+  core.run({&seq}, 10000);
   ASSERT_EQ(seq.state, Sequence::State::kFinished);
+  const std::vector<CanvasRecord> canvases = core.traces().canvases(seq.id());
 
   // Step by step, until the first step where a discrete decision differs. Our GEMMs sum in another
   // order than cuBLAS, so logits differ by bf16 rounding noise (forward test: NMSE <= 1e-4, i.e. a few
@@ -85,8 +77,8 @@ TEST_P(GenerateGolden, TrajectoryMatchesTokenForToken) {
   bool diverged = false;
   std::string divergence;
   for (size_t k = 0; k < steps_per_canvas.size() && !diverged; ++k) {
-    ASSERT_LT(k, seq.canvases.size()) << "canvas " << k << " missing before any divergence";
-    const CanvasRecord& cr = seq.canvases[k];
+    ASSERT_LT(k, canvases.size()) << "canvas " << k << " missing before any divergence";
+    const CanvasRecord& cr = canvases[k];
     const std::string ck = pre + "c" + std::to_string(k) + ".";
     const NpyArray canvas_in = fx.array(ck + "canvas_in"), temperature = fx.array(ck + "temperature"),
                    entropy = fx.array(ck + "entropy"), accept = fx.array(ck + "accept"), argmax = fx.array(ck + "argmax"),
@@ -164,16 +156,16 @@ TEST_P(GenerateGolden, TrajectoryMatchesTokenForToken) {
     std::string line = fgets(buf, sizeof(buf), pipe) ? buf : "";
     EXPECT_EQ(pclose(pipe), 0) << cmd;
     std::string want;
-    for (size_t i = 0; i < seq.output.size(); ++i) want += (i ? " " : "") + std::to_string(seq.output[i]);
+    for (size_t i = 0; i < seq.output().size(); ++i) want += (i ? " " : "") + std::to_string(seq.output()[i]);
     if (!line.empty() && line.back() == '\n') line.pop_back();
     EXPECT_EQ(line, want) << "dgemma generate output differs: " << cmd;
   }
   if (diverged) return;
-  EXPECT_EQ(seq.canvases.size(), steps_per_canvas.size()) << "number of canvases";
+  EXPECT_EQ(canvases.size(), steps_per_canvas.size()) << "number of canvases";
 
   // Final sequence in the reference's format: whole canvases, tokens after the first EOS set to pad.
   std::vector<int32_t> full;
-  for (const auto& cr : seq.canvases) full.insert(full.end(), cr.committed.begin(), cr.committed.end());
+  for (const auto& cr : canvases) full.insert(full.end(), cr.committed.begin(), cr.committed.end());
   bool seen = false;
   for (auto& t : full) {
     if (seen) t = 0;
@@ -186,8 +178,8 @@ TEST_P(GenerateGolden, TrajectoryMatchesTokenForToken) {
     if (std::find(p.eos_ids.begin(), p.eos_ids.end(), t) != p.eos_ids.end()) break;
     expected_output.push_back(t);
   }
-  EXPECT_EQ(seq.output, expected_output);
-  EXPECT_EQ(seq.finish, meta["eos_canvas"].is_null() ? FinishReason::kLength : FinishReason::kStop);
+  EXPECT_EQ(seq.output(), expected_output);
+  EXPECT_EQ(seq.finish_reason(), meta["eos_canvas"].is_null() ? FinishReason::kLength : FinishReason::kStop);
 }
 
 std::vector<RunCase> all_runs() {

@@ -80,8 +80,13 @@ int bench() {
     const int64_t D = full ? 512 : 256, Hkv = full ? 2 : 8, L = full ? 4096 : 1023;
     AttentionArgs a;
     a.q = bf({C, Hq, D}, 10, 0.25f);
-    a.k_cache = bf({Hkv, L, D}, 11, 0.25f);
-    a.v_cache = bf({Hkv, L, D}, 12, 1.0f);
+    // The cache in C-token pages, in order (as the engine's pool holds a sequence).
+    const int64_t pages = (L + C - 1) / C;
+    a.k_pages = bf({pages, Hkv, C, D}, 11, 0.25f);
+    a.v_pages = bf({pages, Hkv, C, D}, 12, 1.0f);
+    Tensor table = host_tensor(ScalarType::kI32, {pages});
+    for (int64_t i = 0; i < pages; ++i) table.ptr<int32_t>()[i] = static_cast<int32_t>(i);
+    a.page_table = be.upload(table);
     a.cache_len = L;
     a.k_new = bf({C, Hkv, D}, 13, 0.25f);
     a.v_new = bf({C, Hkv, D}, 14, 1.0f);

@@ -10,7 +10,7 @@
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "model/kv_cache.h"
+#include "engine/kv_pool.h"
 #include "model/weights.h"
 #include "util/bf16.h"
 #include "util/counter_rng.h"
@@ -96,16 +96,42 @@ void check_close(Reporter& r, const std::string& what, const std::vector<float>&
 }
 
 // Valid rows [Hkv, length, D] of a cache tensor [Hkv, cap, D].
-std::vector<float> cache_rows(Backend& be, const LayerKv& L, bool keys) {
-  const Tensor& t = keys ? L.k : L.v;
-  const int64_t Hkv = t.dim(0), cap = t.dim(1), D = t.dim(2);
-  const std::vector<float> all = floats(be, t);
-  std::vector<float> out;
-  for (int64_t h = 0; h < Hkv; ++h)
-    for (int64_t j = 0; j < L.length; ++j)
-      for (int64_t d = 0; d < D; ++d) out.push_back(all[static_cast<size_t>((h * cap + j) * D + d)]);
-  return out;
-}
+// One sequence's paged cache for hand-made forward passes: a pool of canvas-sized pages whose table
+// reverses the page order (so the indirection is exercised).
+struct PagedCache {
+  ModelConfig config;
+  KvStorage kv;
+  std::vector<int32_t> table;
+  int64_t encoded = 0;
+  PagedCache(const ModelConfig& c, Backend& be, int64_t tokens) : config(c) {
+    const int64_t npages = (tokens + c.canvas_length - 1) / c.canvas_length;
+    KvPoolPlan plan;
+    plan.pages = {npages, npages};
+    kv = allocate_kv_storage(c, be, plan);
+    for (int64_t i = 0; i < npages; ++i) table.push_back(static_cast<int32_t>(npages - 1 - i));
+  }
+  ItemKv item() const {
+    ItemKv k;
+    k.cached = encoded;
+    k.tables = {std::span<const int32_t>(table), std::span<const int32_t>(table)};
+    return k;
+  }
+  // Tokens the layer sees: all (full) or the last window-1 (sliding), as the reference keeps.
+  int64_t visible(size_t li) const {
+    return config.text.layers[li].type == LayerType::kSliding ? std::min<int64_t>(encoded, sliding_keep(config)) : encoded;
+  }
+  // The visible rows of layer li, [Hkv, visible, D] in position order.
+  std::vector<float> rows(Backend& be, size_t li, bool keys) const {
+    const Tensor& t = keys ? kv.layers[li].k : kv.layers[li].v;
+    const int64_t Hkv = t.dim(1), P = t.dim(2), D = t.dim(3);
+    const std::vector<float> all = floats(be, t);
+    std::vector<float> out;
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t pos = encoded - visible(li); pos < encoded; ++pos)
+        for (int64_t d = 0; d < D; ++d) out.push_back(all[static_cast<size_t>(((table[pos / P] * Hkv + h) * P + pos % P) * D + d)]);
+    return out;
+  }
+};
 
 int64_t argmax_agreement(const std::vector<float>& logits, const std::vector<int64_t>& want, int64_t C, int64_t V) {
   int64_t same = 0;
@@ -127,25 +153,27 @@ void golden_forward(Reporter& r, const std::string& fx) {
   const auto canvas = golden_ids(fx, "canvas_ids");
   const int64_t C = m.config.canvas_length, V = m.config.text.vocab_size, H = m.config.text.hidden_size;
   const int64_t rows = manifest["logits_rows_kept"].get<int64_t>();
-  SequenceKv kv = allocate_kv(m.config, be, 4096, 512);
+  PagedCache kv(m.config, be, static_cast<int64_t>(prompt.size()) + m.config.canvas_length);
 
   std::vector<ForwardItem> items(1);
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
-  items[0].kv = &kv;
-  m.model->forward(items);
-  for (size_t li = 0; li < kv.layers.size(); ++li) {
+  items[0].kv = kv.item();
+  m.model->forward(items, kv.kv);
+  kv.encoded = static_cast<int64_t>(prompt.size());
+  for (size_t li = 0; li < kv.kv.layers.size(); ++li) {
     for (bool keys : {true, false}) {
       const std::string key = "kv.layer" + std::to_string(li) + (keys ? ".k" : ".v");
       const NpyArray want = golden(fx, key);
-      if (want.shape[1] != kv.layers[li].length) {
-        r.fail(fx + " " + key + ": " + std::to_string(kv.layers[li].length) + " tokens kept, golden " +
+      if (want.shape[1] != kv.visible(li)) {
+        r.fail(fx + " " + key + ": " + std::to_string(kv.visible(li)) + " tokens kept, golden " +
                std::to_string(want.shape[1]));
         continue;
       }
-      check_close(r, fx + " " + key, cache_rows(be, kv.layers[li], keys), want.as_float());
+      check_close(r, fx + " " + key, kv.rows(be, li, keys), want.as_float());
     }
   }
+  const std::vector<float> cache_before = floats(be, kv.kv.layers[0].k);
 
   const int li = manifest["layer_for_intermediates"].get<int>();
   const std::string prefix = "layer" + std::to_string(li) + ".";
@@ -154,10 +182,10 @@ void golden_forward(Reporter& r, const std::string& fx) {
     if (name.rfind(prefix, 0) == 0) captured[name] = floats(be, t);
   });
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
-  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, {}, logits, {}};
-  m.model->forward(items);
+  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, kv.item(), {}, logits, {}};
+  m.model->forward(items, kv.kv);
   m.model->set_dump_hook(nullptr);
-  if (kv.encoded != static_cast<int64_t>(prompt.size())) r.fail(fx + ": the decoder wrote the cache");
+  if (floats(be, kv.kv.layers[0].k) != cache_before) r.fail(fx + ": the decoder wrote the cache");
 
   Tensor capped = be.alloc(ScalarType::kF32, {C, V});
   be.softcap_logits(logits, 30.0f, capped);
@@ -208,8 +236,8 @@ void golden_forward(Reporter& r, const std::string& fx) {
     }
     Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
     m.model->soft_embeddings(be.upload(probs), soft);
-    items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, soft, logits, {}};
-    m.model->forward(items);
+    items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, kv.item(), soft, logits, {}};
+    m.model->forward(items, kv.kv);
     be.softcap_logits(logits, 30.0f, capped);
     check_close(r, fx + " decoder.logits_sc", floats(be, capped), golden(fx, "decoder.logits_sc").as_float());
   }
@@ -223,32 +251,29 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
   const auto prompt = golden_ids(fx, "prompt_ids");
   const auto canvas = golden_ids(fx, "canvas_ids");
   const int64_t C = mc.config.canvas_length, V = mc.config.text.vocab_size, H = mc.config.text.hidden_size;
-  SequenceKv kc = allocate_kv(mc.config, cpu(), 4096, 512), kg = allocate_kv(mg.config, cuda(), 4096, 512);
-  // Prefill in two chunks (the second exercises the cache + new keys path and the sliding eviction).
+  const int64_t tokens = static_cast<int64_t>(prompt.size()) + C;
+  PagedCache kc(mc.config, cpu(), tokens), kg(mg.config, cuda(), tokens);
+  // Prefill in two chunks (the second exercises the cache + new keys path and the sliding window).
   const size_t half = prompt.size() / 2;
   for (auto [b, e] : {std::pair<size_t, size_t>{0, half}, std::pair<size_t, size_t>{half, prompt.size()}}) {
     std::span<const int32_t> chunk(prompt.data() + b, e - b);
-    std::vector<ForwardItem> ic{{ForwardItem::Kind::kEncode, chunk, &kc, {}, {}, {}}};
-    std::vector<ForwardItem> ig{{ForwardItem::Kind::kEncode, chunk, &kg, {}, {}, {}}};
-    mc.model->forward(ic);
-    mg.model->forward(ig);
+    std::vector<ForwardItem> ic{{ForwardItem::Kind::kEncode, chunk, kc.item(), {}, {}, {}}};
+    std::vector<ForwardItem> ig{{ForwardItem::Kind::kEncode, chunk, kg.item(), {}, {}, {}}};
+    mc.model->forward(ic, kc.kv);
+    mg.model->forward(ig, kg.kv);
+    kc.encoded = kg.encoded = static_cast<int64_t>(e);
   }
-  for (size_t li = 0; li < kc.layers.size(); ++li) {
-    if (kc.layers[li].length != kg.layers[li].length) {
-      r.fail(fx + ": cache lengths differ at layer " + std::to_string(li));
-      return;
-    }
-    check_close(r, fx + " cpu-vs-cuda kv.layer" + std::to_string(li) + ".k", cache_rows(cuda(), kg.layers[li], true),
-                cache_rows(cpu(), kc.layers[li], true));
-  }
+  for (size_t li = 0; li < kc.kv.layers.size(); ++li)
+    check_close(r, fx + " cpu-vs-cuda kv.layer" + std::to_string(li) + ".k", kg.rows(cuda(), li, true),
+                kc.rows(cpu(), li, true));
 
   Tensor lc = cpu().alloc(ScalarType::kBF16, {C, V}), lg = cuda().alloc(ScalarType::kBF16, {C, V});
   Tensor sc_c = cpu().alloc(ScalarType::kBF16, {C, H}), sc_g = cuda().alloc(ScalarType::kBF16, {C, H});
   for (int step = 0; step < 2; ++step) {
-    std::vector<ForwardItem> ic{{ForwardItem::Kind::kDenoise, canvas, &kc, step ? sc_c : Tensor{}, lc, {}}};
-    std::vector<ForwardItem> ig{{ForwardItem::Kind::kDenoise, canvas, &kg, step ? sc_g : Tensor{}, lg, {}}};
-    mc.model->forward(ic);
-    mg.model->forward(ig);
+    std::vector<ForwardItem> ic{{ForwardItem::Kind::kDenoise, canvas, kc.item(), step ? sc_c : Tensor{}, lc, {}}};
+    std::vector<ForwardItem> ig{{ForwardItem::Kind::kDenoise, canvas, kg.item(), step ? sc_g : Tensor{}, lg, {}}};
+    mc.model->forward(ic, kc.kv);
+    mg.model->forward(ig, kg.kv);
     const std::string s = fx + " cpu-vs-cuda step " + std::to_string(step);
     check_close(r, s + " logits", floats(cuda(), lg), floats(cpu(), lc));
     if (step == 1) break;

@@ -3,6 +3,7 @@
 // for the shared ones).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 
 #include "backend/cuda/tuning.h"
@@ -225,21 +226,29 @@ void check_matmul(Reporter& r) {
 
 void check_kv(Reporter& r) {
   Data d("kv");
-  const int64_t Hkv = 4, cap = 50, D = 32, n = 7;
-  Tensor cache = d.bf16({Hkv, cap, D}, 1.0f);
-  Tensor src = d.bf16({n, Hkv, D}, 1.0f);
-  Tensor gcache = up(cache);
-  cpu().kv_write(cache, 20, src);
-  cuda().kv_write(gcache, 20, up(src));
-  expect_bf16(r, "kv_write", u16(gcache), u16(cache), exact_tol());
-  struct Shift {
-    int64_t from, count;
-  };
-  for (const Shift s : {Shift{10, 30}, Shift{35, 15}, Shift{1, 49}, Shift{0, 20}, Shift{7, 0}}) {
-    cpu().kv_shift(cache, s.from, s.count);
-    cuda().kv_shift(gcache, s.from, s.count);
-    expect_bf16(r, "kv_shift from=" + std::to_string(s.from) + " count=" + std::to_string(s.count), u16(gcache),
-                u16(cache), exact_tol());
+  const int64_t Hkv = 4, P = 16, D = 32, npages = 6;
+  Tensor pages = d.bf16({npages, Hkv, P, D}, 1.0f);
+  Tensor gpages = up(pages);
+  Tensor table = host_tensor(ScalarType::kI32, {npages});
+  for (int64_t i = 0; i < npages; ++i) table.ptr<int32_t>()[i] = static_cast<int32_t>((i * 5 + 2) % npages);
+  Tensor gtable = up(table);
+  // Writes that start mid-page and cross page boundaries, one after the other (as prefill chunks do).
+  for (const auto [first, n] : {std::pair<int64_t, int64_t>{3, 7}, {10, 30}, {40, 1}, {41, 55}}) {
+    Tensor src = d.bf16({n, Hkv, D}, 1.0f);
+    cpu().kv_write(pages, table, first, src);
+    cuda().kv_write(gpages, gtable, first, up(src));
+    expect_bf16(r, "kv_write first=" + std::to_string(first) + " n=" + std::to_string(n), u16(gpages), u16(pages),
+                exact_tol());
+    // And by rule: row j of the source is at position first + j of its page.
+    const uint16_t* pc = pages.ptr<uint16_t>();
+    const uint16_t* sc = src.ptr<uint16_t>();
+    bool ok = true;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t h = 0; h < Hkv; ++h) {
+        const int64_t pos = first + j, page = table.ptr<int32_t>()[pos / P];
+        ok &= std::memcmp(pc + ((page * Hkv + h) * P + pos % P) * D, sc + (j * Hkv + h) * D, D * 2) == 0;
+      }
+    if (!ok) r.fail("kv_write: the CPU pool does not hold the rows where the page table says");
   }
 }
 

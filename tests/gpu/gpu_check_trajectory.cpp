@@ -1,5 +1,5 @@
 // Whole seeded trajectories on CPU and CUDA side by side: every golden fixture run (prompt, sampler
-// settings, seed) through the engine's BatchRunner on both backends, compared step by step. The
+// settings, seed) through the engine (scheduler, model runner, paged KV) on both backends, compared step by step. The
 // backends' GEMMs sum in different orders, so logits differ by bf16 rounding noise; a decision may
 // differ only where it was a near-tie at that noise level (the same criterion as the CPU-vs-
 // transformers trajectory test, tests/golden/test_generate.cpp). Comparison stops at such a point.
@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <memory>
 
-#include "engine/batch_runner.h"
+#include "engine/model_core.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "model/kv_cache.h"
 #include "model/weights.h"
+#include "util/error.h"
 #include "util/json.h"
 #include "util/mmap_file.h"
 #include "util/npy.h"
@@ -32,8 +32,9 @@ std::vector<int32_t> ids(const std::string& fixture, const std::string& key) {
 
 struct Run {
   std::unique_ptr<DiffusionGemma> model;
-  SequenceKv kv;
+  std::unique_ptr<ModelCore> core;
   std::unique_ptr<Sequence> seq;
+  std::vector<CanvasRecord> canvases;
 };
 
 Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const SequenceParams& p,
@@ -41,16 +42,14 @@ Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const
   Run r;
   const std::string dir = fixture_dir(fixture) + "/model";
   r.model = std::make_unique<DiffusionGemma>(mc, load_weights(mc, dir, be), be);
-  r.kv = allocate_kv(mc, be, 4096, 512);
-  r.seq = std::make_unique<Sequence>(1, prompt, p);
-  r.seq->kv = &r.kv;
-  r.seq->logits = be.alloc(ScalarType::kBF16, {mc.canvas_length, mc.text.vocab_size});
-  r.seq->soft_embeds = be.alloc(ScalarType::kBF16, {mc.canvas_length, mc.text.hidden_size});
-  BatchRunner runner(*r.model, 4096, 512);
-  runner.start(*r.seq);
-  std::vector<SequenceEvent> events;
-  Sequence* seqs[] = {r.seq.get()};
-  for (int guard = 0; guard < 10000 && r.seq->state != Sequence::State::kFinished; ++guard) runner.step(seqs, events);
+  r.core = std::make_unique<ModelCore>(*r.model, ModelCoreOptions{});
+  r.seq = r.core->make_sequence(1, prompt, p);
+  try {
+    r.core->run({r.seq.get()}, 10000);
+  } catch (const Error&) {
+    // Did not finish: reported by the caller from the sequence's state.
+  }
+  r.canvases = r.core->traces().canvases(1);
   return r;
 }
 
@@ -81,14 +80,14 @@ void trajectories(Reporter& rep, const std::string& fixture) {
     }
     int matched = 0, total = 0;
     std::string divergence;
-    for (const auto& cr : c.seq->canvases) total += static_cast<int>(cr.trace.size());
-    for (size_t k = 0; k < c.seq->canvases.size() && divergence.empty(); ++k) {
-      if (k >= g.seq->canvases.size()) {
+    for (const auto& cr : c.canvases) total += static_cast<int>(cr.trace.size());
+    for (size_t k = 0; k < c.canvases.size() && divergence.empty(); ++k) {
+      if (k >= g.canvases.size()) {
         rep.fail(name + ": CUDA committed fewer canvases without a recorded divergence");
         break;
       }
-      const auto& ct = c.seq->canvases[k].trace;
-      const auto& gt = g.seq->canvases[k].trace;
+      const auto& ct = c.canvases[k].trace;
+      const auto& gt = g.canvases[k].trace;
       for (size_t s = 0; s < ct.size() && divergence.empty(); ++s) {
         const std::string at = name + " canvas " + std::to_string(k) + " step " + std::to_string(s);
         if (s >= gt.size()) {
@@ -142,11 +141,11 @@ void trajectories(Reporter& rep, const std::string& fixture) {
       }
     }
     if (divergence.empty()) {
-      if (c.seq->output != g.seq->output) rep.fail(name + ": outputs differ although every step matched");
-      if (c.seq->canvases.size() != g.seq->canvases.size()) rep.fail(name + ": canvas counts differ");
+      if (c.seq->output() != g.seq->output()) rep.fail(name + ": outputs differ although every step matched");
+      if (c.canvases.size() != g.canvases.size()) rep.fail(name + ": canvas counts differ");
     }
     rep.note(name + ": " + std::to_string(matched) + " of " + std::to_string(total) + " CPU steps identical on CUDA" +
-             (divergence.empty() ? ", same output (" + std::to_string(c.seq->output.size()) + " tokens)"
+             (divergence.empty() ? ", same output (" + std::to_string(c.seq->output().size()) + " tokens)"
                                  : "; near-tie divergence at " + divergence));
   }
 }

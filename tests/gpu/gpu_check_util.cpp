@@ -215,8 +215,16 @@ AttnInputs make_attention_inputs(Data& d, const AttnCase& c) {
   ca.k_new = d.bf16({c.n, c.Hkv, c.D}, s);
   ca.v_new = d.bf16({c.n, c.Hkv, c.D}, 1.0f);
   if (c.cap > 0) {
-    ca.k_cache = d.bf16({c.Hkv, c.cap, c.D}, s);
-    ca.v_cache = d.bf16({c.Hkv, c.cap, c.D}, 1.0f);
+    // The cached keys sit in a paged pool of 16-token pages at positions [first, first + L), first not
+    // page-aligned, through a page table that reverses the page order (the indirection is exercised).
+    constexpr int64_t kPage = 16;
+    const int64_t first = c.cap - c.L;
+    const int64_t npages = (c.cap + kPage - 1) / kPage;
+    ca.k_pages = d.bf16({npages, c.Hkv, kPage, c.D}, s);
+    ca.v_pages = d.bf16({npages, c.Hkv, kPage, c.D}, 1.0f);
+    ca.page_table = host_tensor(ScalarType::kI32, {npages});
+    for (int64_t i = 0; i < npages; ++i) ca.page_table.ptr<int32_t>()[i] = static_cast<int32_t>(npages - 1 - i);
+    ca.cache_first = first;
   }
   ca.cache_len = c.L;
   ca.causal = c.causal;
@@ -229,8 +237,9 @@ AttnInputs make_attention_inputs(Data& d, const AttnCase& c) {
   ga.k_new = up(ca.k_new);
   ga.v_new = up(ca.v_new);
   if (c.cap > 0) {
-    ga.k_cache = up(ca.k_cache);
-    ga.v_cache = up(ca.v_cache);
+    ga.k_pages = up(ca.k_pages);
+    ga.v_pages = up(ca.v_pages);
+    ga.page_table = up(ca.page_table);
   }
   ga.out = poisoned(ScalarType::kBF16, {c.n, c.Hq, c.D});
   return in;

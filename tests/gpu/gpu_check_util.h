@@ -74,7 +74,7 @@ std::string fmt_double(double v);
 // sqrt(D)))).
 struct AttnCase {
   std::string name;
-  int64_t n, Hq, Hkv, D, L, cap;
+  int64_t n, Hq, Hkv, D, L, cap;  // cap: positions the pool covers (the L cached keys end there)
   bool causal;
   int64_t window;
   float scaling = 1.0f;

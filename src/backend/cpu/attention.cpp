@@ -18,23 +18,33 @@ void attention(const AttentionArgs& a) {
   const int64_t n = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2);
   const int64_t Hkv = a.k_new.dim(1);
   DG_CHECK(a.k_new.dim(0) == n && a.k_new.dim(2) == D && Hq % Hkv == 0);
-  const int64_t L = a.cache_len;
-  const int64_t cap = L > 0 ? a.k_cache.dim(1) : 0;
-  DG_CHECK(L == 0 || (a.k_cache.dim(0) == Hkv && a.k_cache.dim(2) == D && L <= cap));
+  const int64_t L = a.cache_len, first = a.cache_first;
+  const int64_t P = L > 0 ? a.k_pages.dim(2) : 1;
+  DG_CHECK(L == 0 || (a.k_pages.ndim == 4 && a.k_pages.dim(1) == Hkv && a.k_pages.dim(3) == D &&
+                      a.v_pages.numel() == a.k_pages.numel() && a.page_table.type == ScalarType::kI32 &&
+                      (first + L - 1) / P < a.page_table.numel()));
   const int64_t groups = Hq / Hkv;
   const int64_t total = L + n;
   const uint16_t* q = a.q.ptr<uint16_t>();
-  const uint16_t* kc = L > 0 ? a.k_cache.ptr<uint16_t>() : nullptr;
-  const uint16_t* vc = L > 0 ? a.v_cache.ptr<uint16_t>() : nullptr;
+  const uint16_t* kc = L > 0 ? a.k_pages.ptr<uint16_t>() : nullptr;
+  const uint16_t* vc = L > 0 ? a.v_pages.ptr<uint16_t>() : nullptr;
+  const int32_t* table = L > 0 ? a.page_table.ptr<int32_t>() : nullptr;
+  const int64_t num_pages = L > 0 ? a.k_pages.dim(0) : 0;
   const uint16_t* kn = a.k_new.ptr<uint16_t>();
   const uint16_t* vn = a.v_new.ptr<uint16_t>();
   uint16_t* out = a.out.ptr<uint16_t>();
 
+  // Cached key j (0 <= j < L) is absolute position first + j: row (pos % P) of its page.
+  auto cached_row = [&](int64_t kvh, int64_t j) -> int64_t {
+    const int64_t pos = first + j, page = table[pos / P];
+    DG_CHECK(page >= 0 && page < num_pages);
+    return ((page * Hkv + kvh) * P + pos % P) * D;
+  };
   auto key = [&](int64_t kvh, int64_t j) -> const uint16_t* {
-    return j < L ? kc + (kvh * cap + j) * D : kn + ((j - L) * Hkv + kvh) * D;
+    return j < L ? kc + cached_row(kvh, j) : kn + ((j - L) * Hkv + kvh) * D;
   };
   auto val = [&](int64_t kvh, int64_t j) -> const uint16_t* {
-    return j < L ? vc + (kvh * cap + j) * D : vn + ((j - L) * Hkv + kvh) * D;
+    return j < L ? vc + cached_row(kvh, j) : vn + ((j - L) * Hkv + kvh) * D;
   };
 
   parallel_for(static_cast<size_t>(n * Hq), [&](size_t b, size_t e) {

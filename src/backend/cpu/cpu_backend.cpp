@@ -2,6 +2,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "util/bf16.h"
@@ -16,6 +18,10 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::kCpu; }
   std::string name() const override { return "cpu"; }
+  MemoryInfo memory_info() override {
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    return {static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * page, static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * page};
+  }
 
   Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) override { return host_tensor(type, dims); }
   Tensor upload(const Tensor& host) override { return host; }
@@ -136,22 +142,20 @@ class CpuBackend final : public Backend {
   void sampler(const SamplerArgs& a) override { cpu::sampler(a); }
   void decide(const DecideArgs& a) override { cpu::decide(a); }
 
-  void kv_write(const Tensor& cache, int64_t offset, const Tensor& src) override {
-    const int64_t Hkv = cache.dim(0), cap = cache.dim(1), D = cache.dim(2), n = src.dim(0);
-    DG_CHECK(src.dim(1) == Hkv && src.dim(2) == D && offset >= 0 && offset + n <= cap);
+  void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) override {
+    DG_CHECK(pages.ndim == 4 && src.ndim == 3 && page_table.type == ScalarType::kI32);
+    const int64_t num_pages = pages.dim(0), Hkv = pages.dim(1), P = pages.dim(2), D = pages.dim(3), n = src.dim(0);
+    DG_CHECK(src.dim(1) == Hkv && src.dim(2) == D && first_pos >= 0);
+    DG_CHECK(n == 0 || (first_pos + n - 1) / P < page_table.numel());
     const uint16_t* s = src.ptr<uint16_t>();
-    uint16_t* c = cache.ptr<uint16_t>();
-    for (int64_t h = 0; h < Hkv; ++h)
-      for (int64_t j = 0; j < n; ++j)
-        std::memcpy(c + (h * cap + offset + j) * D, s + (j * Hkv + h) * D, static_cast<size_t>(D) * 2);
-  }
-
-  void kv_shift(const Tensor& cache, int64_t from, int64_t count) override {
-    const int64_t Hkv = cache.dim(0), cap = cache.dim(1), D = cache.dim(2);
-    DG_CHECK(from >= 0 && count >= 0 && from + count <= cap);
-    uint16_t* c = cache.ptr<uint16_t>();
-    for (int64_t h = 0; h < Hkv; ++h)
-      std::memmove(c + h * cap * D, c + (h * cap + from) * D, static_cast<size_t>(count * D) * 2);
+    uint16_t* c = pages.ptr<uint16_t>();
+    const int32_t* table = page_table.ptr<int32_t>();
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t pos = first_pos + j, page = table[pos / P];
+      DG_CHECK(page >= 0 && page < num_pages);
+      for (int64_t h = 0; h < Hkv; ++h)
+        std::memcpy(c + ((page * Hkv + h) * P + pos % P) * D, s + (j * Hkv + h) * D, static_cast<size_t>(D) * 2);
+    }
   }
 
   void fill_normal(const Tensor& t, uint64_t seed, float mean, float std) override {

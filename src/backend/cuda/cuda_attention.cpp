@@ -4,7 +4,7 @@
 //   O = bf16(P . V)              cuBLAS, fp32 accumulation over cached and new keys, one rounding
 // Layout: query rows are regrouped by head ([Hq, n, D]) so that the query rows of one KV head form one
 // matrix, and each GEMM is one strided-batched cuBLAS call over the KV heads (GQA without copying K/V).
-// Cached keys [Hkv, cap, D] and new keys [n, Hkv, D] are two operands of the same product: the score
+// Cached keys (gathered from the paged pool into [Hkv, L, D]) and new keys [n, Hkv, D] are two operands of the same product: the score
 // row holds the cached keys in columns [0, L) and the new ones from column Lpad (L rounded up to 8, so
 // that every operand stays 16-byte aligned); P.V accumulates both parts in fp32 (beta = 1) before the
 // single rounding. Long contexts: the queries are processed in chunks that keep the score buffer
@@ -18,6 +18,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/fused_attention.cuh"
+#include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/tuning.h"
 #include "util/error.h"
 
@@ -52,15 +53,26 @@ void attention(const Context& ctx, const AttentionArgs& a) {
   DG_CHECK(a.v_new.dim(0) == n && a.v_new.dim(1) == Hkv && a.v_new.dim(2) == D);
   DG_CHECK(a.out.numel() == n * Hq * D);
   const int64_t L = a.cache_len;
-  DG_CHECK(L >= 0);
-  int64_t cap = 0;
+  DG_CHECK(L >= 0 && a.cache_first >= 0);
+  // The cached keys of the sequence are gathered from the paged pool into contiguous [Hkv, L, D]
+  // operands (one copy of the visible cache per call), then both paths below run as on a contiguous
+  // cache with cap = L.
+  Tensor k_gathered, v_gathered;
+  const int64_t cap = L;
   if (L > 0) {
-    need_type(a.k_cache, ScalarType::kBF16, op, "k_cache");
-    need_type(a.v_cache, ScalarType::kBF16, op, "v_cache");
-    DG_CHECK(a.k_cache.ndim == 3 && a.v_cache.ndim == 3);
-    cap = a.k_cache.dim(1);
-    DG_CHECK(a.k_cache.dim(0) == Hkv && a.k_cache.dim(2) == D && L <= cap);
-    DG_CHECK(a.v_cache.dim(0) == Hkv && a.v_cache.dim(1) == cap && a.v_cache.dim(2) == D);
+    need_type(a.k_pages, ScalarType::kBF16, op, "k_pages");
+    need_type(a.v_pages, ScalarType::kBF16, op, "v_pages");
+    need_type(a.page_table, ScalarType::kI32, op, "page_table");
+    DG_CHECK(a.k_pages.ndim == 4 && a.v_pages.ndim == 4 && D % 8 == 0);
+    DG_CHECK(a.k_pages.dim(1) == Hkv && a.k_pages.dim(3) == D && a.v_pages.numel() == a.k_pages.numel());
+    const int64_t P = a.k_pages.dim(2);
+    DG_CHECK((a.cache_first + L - 1) / P < a.page_table.numel());
+    k_gathered = ctx.alloc(ScalarType::kBF16, {Hkv * L * D});
+    v_gathered = ctx.alloc(ScalarType::kBF16, {Hkv * L * D});
+    launch_kv_gather(a.k_pages.ptr<uint16_t>(), Hkv, P, D, a.page_table.ptr<int32_t>(), a.cache_first, L,
+                     k_gathered.ptr<uint16_t>(), ctx.stream);
+    launch_kv_gather(a.v_pages.ptr<uint16_t>(), Hkv, P, D, a.page_table.ptr<int32_t>(), a.cache_first, L,
+                     v_gathered.ptr<uint16_t>(), ctx.stream);
   }
   if (n == 0) return;
   if (g_fused.load()) {
@@ -68,8 +80,8 @@ void attention(const Context& ctx, const AttentionArgs& a) {
     if (plan.splits > 0) {
       Tensor ws = ctx.alloc(ScalarType::kU8, {std::max<int64_t>(plan.workspace_bytes, 16)});
       if (launch_fused_attention(plan, ws.data, a.q.ptr<uint16_t>(),
-                                 L > 0 ? a.k_cache.ptr<uint16_t>() : nullptr,
-                                 L > 0 ? a.v_cache.ptr<uint16_t>() : nullptr, a.k_new.ptr<uint16_t>(),
+                                 L > 0 ? k_gathered.ptr<uint16_t>() : nullptr,
+                                 L > 0 ? v_gathered.ptr<uint16_t>() : nullptr, a.k_new.ptr<uint16_t>(),
                                  a.v_new.ptr<uint16_t>(), a.out.ptr<uint16_t>(), n, Hq, Hkv, D, L, cap,
                                  a.causal, a.window, a.scaling, ctx.device, ctx.stream)) {
         return;
@@ -85,8 +97,8 @@ void attention(const Context& ctx, const AttentionArgs& a) {
   Tensor scores = ctx.alloc(ScalarType::kBF16, {Hq * nc * ld});
   Tensor oh = ctx.alloc(ScalarType::kF32, {Hq * nc * D});
   const uint16_t* q = a.q.ptr<uint16_t>();
-  const uint16_t* kc = L > 0 ? a.k_cache.ptr<uint16_t>() : nullptr;
-  const uint16_t* vc = L > 0 ? a.v_cache.ptr<uint16_t>() : nullptr;
+  const uint16_t* kc = L > 0 ? k_gathered.ptr<uint16_t>() : nullptr;
+  const uint16_t* vc = L > 0 ? v_gathered.ptr<uint16_t>() : nullptr;
   const uint16_t* kn = a.k_new.ptr<uint16_t>();
   const uint16_t* vn = a.v_new.ptr<uint16_t>();
   uint16_t* S = scores.ptr<uint16_t>();

@@ -93,6 +93,12 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return name_; }
+  MemoryInfo memory_info() override {
+    activate();
+    size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return {free, total};
+  }
 
   Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) override {
     activate();
@@ -273,35 +279,15 @@ class CudaBackend final : public Backend {
     launch_decide(d, ctx_.stream);
   }
 
-  void kv_write(const Tensor& cache, int64_t offset, const Tensor& src) override {
+  void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) override {
     activate();
-    DG_CHECK(cache.ndim == 3 && src.ndim == 3);
-    const int64_t Hkv = cache.dim(0), cap = cache.dim(1), D = cache.dim(2), n = src.dim(0);
-    DG_CHECK(src.dim(1) == Hkv && src.dim(2) == D && offset >= 0 && offset + n <= cap);
-    launch_kv_write(bf16_out(cache, "kv_write", "cache"), Hkv, cap, D, offset, bf16_in(src, "kv_write", "src"), n,
-                    ctx_.stream);
-  }
-
-  void kv_shift(const Tensor& cache, int64_t from, int64_t count) override {
-    activate();
-    DG_CHECK(cache.ndim == 3);
-    const int64_t Hkv = cache.dim(0), cap = cache.dim(1), D = cache.dim(2);
-    DG_CHECK(from >= 0 && count >= 0 && from + count <= cap);
-    uint8_t* base = reinterpret_cast<uint8_t*>(bf16_out(cache, "kv_shift", "cache"));
-    if (count == 0 || from == 0 || Hkv == 0 || D == 0) return;
-    const size_t width = static_cast<size_t>(count * D) * 2, pitch = static_cast<size_t>(cap * D) * 2;
-    const uint8_t* src = base + static_cast<size_t>(from * D) * 2;
-    if (from >= count) {  // source and destination rows do not overlap
-      CUDA_CHECK(cudaMemcpy2DAsync(base, pitch, src, pitch, width, static_cast<size_t>(Hkv), cudaMemcpyDeviceToDevice,
-                                   ctx_.stream));
-      return;
-    }
-    // Overlapping move (memmove semantics): through a temporary.
-    Tensor tmp = ctx_.alloc(ScalarType::kU8, {static_cast<int64_t>(width) * Hkv});
-    CUDA_CHECK(cudaMemcpy2DAsync(tmp.data, width, src, pitch, width, static_cast<size_t>(Hkv), cudaMemcpyDeviceToDevice,
-                                 ctx_.stream));
-    CUDA_CHECK(cudaMemcpy2DAsync(base, pitch, tmp.data, width, width, static_cast<size_t>(Hkv),
-                                 cudaMemcpyDeviceToDevice, ctx_.stream));
+    DG_CHECK(pages.ndim == 4 && src.ndim == 3);
+    need_type(page_table, ScalarType::kI32, "kv_write", "page_table");
+    const int64_t Hkv = pages.dim(1), P = pages.dim(2), D = pages.dim(3), n = src.dim(0);
+    DG_CHECK(src.dim(1) == Hkv && src.dim(2) == D && first_pos >= 0 && D % 8 == 0);
+    DG_CHECK(n == 0 || (first_pos + n - 1) / P < page_table.numel());
+    launch_kv_write_paged(bf16_out(pages, "kv_write", "pages"), Hkv, P, D, page_table.ptr<int32_t>(), first_pos,
+                          bf16_in(src, "kv_write", "src"), n, ctx_.stream);
   }
 
   void fill_normal(const Tensor& t, uint64_t seed, float mean, float std) override {

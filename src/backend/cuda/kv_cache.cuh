@@ -1,13 +1,19 @@
 #pragma once
-// KV-cache writes (host launcher; kernel in kv_cache.cu). kv_shift is two strided copies, in the backend.
+// Paged KV-cache kernels (host launchers; kernels in kv_cache.cu). A layer's pool is
+// [num_pages, Hkv, P, D] bf16; absolute position p lives in page table[p / P], row p % P.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
 namespace dgemma::cuda {
 
-// cache[h, offset + j, :] = src[j, h, :] for j < n, h < Hkv; cache is [Hkv, cap, D].
-void launch_kv_write(uint16_t* cache, int64_t Hkv, int64_t cap, int64_t D, int64_t offset, const uint16_t* src, int64_t n,
-                     cudaStream_t stream);
+// pages[table[(first + j) / P], h, (first + j) % P, :] = src[j, h, :] for j < n, h < Hkv.
+void launch_kv_write_paged(uint16_t* pages, int64_t Hkv, int64_t P, int64_t D, const int32_t* table, int64_t first,
+                           const uint16_t* src, int64_t n, cudaStream_t stream);
+
+// dst[h, j, :] = pages[table[(first + j) / P], h, (first + j) % P, :] for j < L: the cached keys of one
+// sequence as the contiguous [Hkv, L, D] operand of the attention GEMMs.
+void launch_kv_gather(const uint16_t* pages, int64_t Hkv, int64_t P, int64_t D, const int32_t* table, int64_t first,
+                      int64_t L, uint16_t* dst, cudaStream_t stream);
 
 }  // namespace dgemma::cuda

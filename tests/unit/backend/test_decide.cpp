@@ -109,5 +109,21 @@ TEST(Decide, RejectsBadArguments) {
   EXPECT_EQ(f.canvas, (std::vector<int32_t>{-1, -1})) << "a rejected call writes nothing";
 }
 
+// The host-side rules themselves (decide_rules.h).
+TEST(EntropyBound, AcceptsTheLowestEntropyPrefix) {
+  // sorted: 0.01 (idx 2), 0.02 (idx 0), 0.05 (idx 3), 0.5 (idx 1), 0.9 (idx 4)
+  const std::vector<float> h = {0.02f, 0.5f, 0.01f, 0.05f, 0.9f};
+  // prefix sums before each: 0, 0.01, 0.03, 0.08, 0.58
+  EXPECT_EQ(entropy_bound_accept(h, 0.1), (std::vector<uint8_t>{1, 1, 1, 1, 0}));
+  EXPECT_EQ(entropy_bound_accept(h, 0.02), (std::vector<uint8_t>{1, 0, 1, 0, 0}));
+  // The most confident position is always accepted, even with a tiny bound.
+  EXPECT_EQ(entropy_bound_accept(h, 1e-9), (std::vector<uint8_t>{0, 0, 1, 0, 0}));
+}
+
+TEST(Confidence, MeanEntropyBelowThreshold) {
+  EXPECT_TRUE(is_confident(std::vector<float>{0.001f, 0.002f}, 0.005));
+  EXPECT_FALSE(is_confident(std::vector<float>{0.001f, 0.02f}, 0.005));
+}
+
 }  // namespace
 }  // namespace dgemma

@@ -3,10 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
-#include "engine/batch_runner.h"
+#include "engine/model_core.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "model/kv_cache.h"
 #include "model/weights.h"
 
 namespace dgemma {
@@ -28,7 +27,7 @@ class BatchingTest : public ::testing::Test {
     model_ = std::make_unique<DiffusionGemma>(config_, load_weights(config_, dir, *backend_), *backend_);
   }
 
-  std::unique_ptr<Sequence> make(const Spec& s, SequenceKv& kv) {
+  static SequenceParams params(const Spec& s) {
     SequenceParams p;
     p.diffusion.max_denoising_steps = 10;
     p.diffusion.entropy_bound = 0.3;
@@ -37,35 +36,43 @@ class BatchingTest : public ::testing::Test {
     p.eos_ids = {1, 106, 50};
     p.trace = true;
     p.initial_canvas = s.initial;
-    auto seq = std::make_unique<Sequence>(s.seed, s.prompt, p);
-    seq->kv = &kv;
-    seq->logits = backend_->alloc(ScalarType::kBF16, {config_.canvas_length, config_.text.vocab_size});
-    seq->soft_embeds = backend_->alloc(ScalarType::kBF16, {config_.canvas_length, config_.text.hidden_size});
-    return seq;
+    return p;
   }
+
+  struct Run {
+    std::vector<int32_t> output;
+    FinishReason finish;
+    int64_t steps;
+    std::vector<CanvasRecord> canvases;
+  };
 
   // Runs the sequences together (prefill chunks of 7 tokens so prefills, commits and denoising steps
-  // of different sequences mix within one forward) until all finish.
-  void run(std::vector<Sequence*> seqs) {
-    BatchRunner runner(*model_, 4096, 7);
-    for (auto* s : seqs) runner.start(*s);
-    std::vector<SequenceEvent> events;
-    for (int guard = 0; guard < 2000; ++guard) {
-      std::vector<Sequence*> live;
-      for (auto* s : seqs)
-        if (s->state != Sequence::State::kFinished) live.push_back(s);
-      if (live.empty()) return;
-      runner.step(live, events);
+  // of different sequences mix within one forward) until all finish; `pages` bounds the KV pool.
+  std::vector<Run> run(const std::vector<Spec>& specs, ModelCoreOptions o = {}) {
+    o.prefill_chunk = 7;
+    ModelCore mc(*model_, o);
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    std::vector<Sequence*> ptrs;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      seqs.push_back(mc.make_sequence(i + 1, specs[i].prompt, params(specs[i])));
+      ptrs.push_back(seqs.back().get());
     }
-    FAIL() << "sequences did not finish";
+    mc.run(ptrs, 2000);
+    preemptions_ = mc.core().scheduler().stats().preemptions;
+    std::vector<Run> out;
+    for (auto& s : seqs)
+      out.push_back({s->output(), s->finish_reason(), s->denoise_steps_total(), mc.traces().canvases(s->id())});
+    return out;
   }
 
+  int64_t preemptions_ = 0;
   ModelConfig config_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<DiffusionGemma> model_;
 };
 
-void expect_same(const Sequence& a, const Sequence& b) {
+template <typename R>
+void expect_same(const R& a, const R& b) {
   EXPECT_EQ(a.output, b.output);
   EXPECT_EQ(a.finish, b.finish);
   ASSERT_EQ(a.canvases.size(), b.canvases.size());
@@ -92,38 +99,88 @@ TEST_F(BatchingTest, ThreeSequencesBatchedEqualEachAlone) {
       {{2, 40, 41, 42}, 22, 20, initial},
       {{2, 300, 301, 302, 303, 304, 305, 306, 307, 308, 309, 310, 311, 312, 313}, 33, 48, {}},
   };
-  std::vector<SequenceKv> alone_kv, batch_kv;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    alone_kv.push_back(allocate_kv(config_, *backend_, 1024, 64));
-    batch_kv.push_back(allocate_kv(config_, *backend_, 1024, 64));
-  }
-  std::vector<std::unique_ptr<Sequence>> alone, batched;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    alone.push_back(make(specs[i], alone_kv[i]));
-    run({alone.back().get()});
-    batched.push_back(make(specs[i], batch_kv[i]));
-  }
-  run({batched[0].get(), batched[1].get(), batched[2].get()});
+  std::vector<Run> alone;
+  for (const auto& s : specs) alone.push_back(run({s}).front());
+  const std::vector<Run> batched = run(specs);
   for (size_t i = 0; i < specs.size(); ++i) {
     SCOPED_TRACE("sequence " + std::to_string(i));
-    EXPECT_GE(alone[i]->denoise_steps_total, 2) << "a real trajectory";
-    expect_same(*alone[i], *batched[i]);
+    EXPECT_GE(alone[i].steps, 2) << "a real trajectory";
+    expect_same(alone[i], batched[i]);
   }
 }
 
+// A pool too small for all three at once: the scheduler preempts and later recomputes from the
+// history; the counter-based RNG makes every restarted canvas identical, so results equal the
+// unconstrained run bit for bit.
+TEST_F(BatchingTest, PreemptionUnderAFullPoolChangesNothing) {
+  std::vector<Spec> specs;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> prompt{2, 105};
+    for (int j = 0; j < 30 + 9 * i; ++j) prompt.push_back(200 + 13 * i + j);
+    specs.push_back({prompt, static_cast<uint64_t>(40 + i), 64, {}});
+  }
+  const std::vector<Run> roomy = run(specs);
+  ASSERT_EQ(preemptions_, 0);
+  ModelCoreOptions tight;
+  tight.kv_tokens = 9 * config_.canvas_length;  // 9 pages: one sequence's whole answer fits, three do not
+  tight.prefix_caching = false;
+  const std::vector<Run> squeezed = run(specs, tight);
+  EXPECT_GT(preemptions_, 0) << "the pool was meant to run out";
+  for (size_t i = 0; i < specs.size(); ++i) {
+    SCOPED_TRACE("sequence " + std::to_string(i));
+    EXPECT_EQ(roomy[i].output, squeezed[i].output);
+    EXPECT_EQ(roomy[i].finish, squeezed[i].finish);
+    ASSERT_EQ(roomy[i].canvases.size(), squeezed[i].canvases.size());
+    for (size_t k = 0; k < roomy[i].canvases.size(); ++k) EXPECT_EQ(roomy[i].canvases[k].committed, squeezed[i].canvases[k].committed);
+  }
+}
+
+// Prefix caching: a request whose prompt (or prompt + committed canvases) starts with pages that an
+// earlier request encoded reuses them, and its results are bit-identical to a run without the cache.
+TEST_F(BatchingTest, PrefixCacheHitsAreBitIdenticalToAFreshRun) {
+  const int C = config_.canvas_length;
+  std::vector<int32_t> prompt{2, 105};
+  for (int j = 0; j < 68; ++j) prompt.push_back(150 + (j * 37) % 300);
+  const Spec spec{prompt, 5, 40, {}};
+  ModelCoreOptions no_cache;
+  no_cache.prefix_caching = false;
+  const Run fresh = run({spec}, no_cache).front();
+
+  ModelCoreOptions o;
+  o.prefill_chunk = 7;
+  ModelCore core(*model_, o);
+  auto first = core.make_sequence(1, prompt, params(spec));
+  core.run({first.get()}, 2000);
+  EXPECT_EQ(first->cached_tokens, 0);
+  auto second = core.make_sequence(2, prompt, params(spec));
+  core.run({second.get()}, 2000);
+  EXPECT_EQ(second->cached_tokens, (static_cast<int64_t>(prompt.size()) - 1) / C * C) << "all whole pages but the last token's";
+  const Run hit{second->output(), second->finish_reason(), second->denoise_steps_total(), core.traces().canvases(2)};
+  expect_same(fresh, hit);
+
+  // The committed canvases are pages of the history too: a follow-up whose prompt is the first
+  // request's history (prompt + committed canvases) plus a few tokens reuses them.
+  ASSERT_GT(first->history().size(), prompt.size());
+  std::vector<int32_t> follow = first->history();
+  follow.insert(follow.end(), {7, 8, 9});
+  const Spec follow_spec{follow, 9, 24, {}};
+  auto third = core.make_sequence(3, follow, params(follow_spec));
+  core.run({third.get()}, 2000);
+  EXPECT_GT(third->cached_tokens, static_cast<int64_t>(prompt.size())) << "pages of committed canvases were reused";
+  const Run follow_fresh = run({follow_spec}, no_cache).front();
+  expect_same(follow_fresh, Run{third->output(), third->finish_reason(), third->denoise_steps_total(), core.traces().canvases(3)});
+  const SchedulerStats& st = core.core().scheduler().stats();
+  EXPECT_EQ(st.prefix_hits, second->cached_tokens + third->cached_tokens);
+  EXPECT_EQ(st.prefix_queries, static_cast<int64_t>(2 * prompt.size() + follow.size()));
+}
+
 TEST_F(BatchingTest, SeedDeterminesTheTrajectory) {
-  SequenceKv kv1 = allocate_kv(config_, *backend_, 1024, 64), kv2 = allocate_kv(config_, *backend_, 1024, 64);
-  SequenceKv kv3 = allocate_kv(config_, *backend_, 1024, 64);
   const Spec s{{2, 105, 50, 51, 52, 53}, 7, 32, {}};
-  auto a = make(s, kv1), b = make(s, kv2);
   Spec other = s;
   other.seed = 8;
-  auto c = make(other, kv3);
-  run({a.get()});
-  run({b.get()});
-  run({c.get()});
-  expect_same(*a, *b);
-  EXPECT_NE(a->canvases[0].trace[0].canvas_in, c->canvases[0].trace[0].canvas_in) << "another seed, another initial canvas";
+  const Run a = run({s}).front(), b = run({s}).front(), c = run({other}).front();
+  expect_same(a, b);
+  EXPECT_NE(a.canvases[0].trace[0].canvas_in, c.canvases[0].trace[0].canvas_in) << "another seed, another initial canvas";
 }
 
 }  // namespace

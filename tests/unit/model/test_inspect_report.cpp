@@ -15,7 +15,6 @@
 #include <random>
 
 #include "model/inspect_report.h"
-#include "model/kv_cache.h"
 #include "model/safetensors.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -177,9 +176,9 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   // Sliding layers: 25 layers × (K, V) × 8 heads × 256 × 2 bytes, for window-1 + canvas = 1279 tokens.
   EXPECT_EQ(p.kv_bytes_per_token_sliding, 25u * 2 * 8 * 256 * 2);
   EXPECT_EQ(p.sliding_cap_tokens, 1023 + 256);
-  const uint64_t kv_seq = 20480ull * 8192 + 204800ull * 1279;
+  // Paged: 32 full pages of 256 tokens, and a ring of 7 sliding pages (window-1 + a canvas, both ends partial).
+  const uint64_t kv_seq = 20480ull * 8192 + 204800ull * 7 * 256;
   EXPECT_EQ(p.kv_bytes_per_seq, kv_seq);
-  EXPECT_EQ(p.kv_bytes_per_seq, kv_bytes(r.config, 8192, 256));
   EXPECT_EQ(p.weight_bytes, static_cast<uint64_t>(kTotal) * 2);
   EXPECT_EQ(p.work_bytes_per_seq, 256ull * 262144 * 2 + 256ull * 2816 * 2);
   EXPECT_EQ(p.budget_bytes, 126'900'000'000ull);
@@ -215,7 +214,7 @@ TEST(InspectReport, DefaultModelLenAndCanvasOverride) {
   EXPECT_EQ(r.config.canvas_length, 64);
   EXPECT_EQ(r.plan.sliding_cap_tokens, 1023 + 64);
   EXPECT_EQ(r.plan.work_bytes_per_seq, 64ull * (262144 + 2816) * 2);
-  EXPECT_EQ(r.plan.kv_bytes_per_seq, kv_bytes(r.config, 32768, 64));
+  EXPECT_EQ(r.plan.kv_bytes_per_seq, 20480ull * 32768 + 204800ull * ((1023 + 2 * 64 - 1) / 64 + 2) * 64);
 }
 
 TEST(InspectReport, LayerTypePattern) {

@@ -1,7 +1,8 @@
-// Sampler decisions (MODEL.md §6) and the counter-based RNG (vectors from tools/golden/dgemma_rng.py).
+// The denoising policy (MODEL.md §6): temperature schedule, stability run, initial canvas, acceptance
+// margins, and the counter-based RNG (vectors from tools/golden/dgemma_rng.py).
 #include <gtest/gtest.h>
 
-#include "engine/sampler.h"
+#include "engine/denoise_policy.h"
 #include "util/counter_rng.h"
 
 namespace dgemma {
@@ -29,14 +30,17 @@ TEST(Temperature, LinearScheduleLikeTheReference) {
   EXPECT_GT(temperature_at(p, 10), temperature_at(p, 11));
 }
 
-TEST(EntropyBound, AcceptsTheLowestEntropyPrefix) {
-  // sorted: 0.01 (idx 2), 0.02 (idx 0), 0.05 (idx 3), 0.5 (idx 1), 0.9 (idx 4)
+TEST(EntropyBound, MarginsAreTheDistanceOfEachDecisionFromTheBound) {
+  // sorted: 0.01 (idx 2), 0.02 (idx 0), 0.05 (idx 3), 0.5 (idx 1), 0.9 (idx 4); prefix sums before
+  // each: 0, 0.01, 0.03, 0.08, 0.58 (fp32).
   const std::vector<float> h = {0.02f, 0.5f, 0.01f, 0.05f, 0.9f};
-  // prefix sums before each: 0, 0.01, 0.03, 0.08, 0.58
-  EXPECT_EQ(entropy_bound_accept(h, 0.1), (std::vector<uint8_t>{1, 1, 1, 1, 0}));
-  EXPECT_EQ(entropy_bound_accept(h, 0.02), (std::vector<uint8_t>{1, 0, 1, 0, 0}));
-  // The most confident position is always accepted, even with a tiny bound.
-  EXPECT_EQ(entropy_bound_accept(h, 1e-9), (std::vector<uint8_t>{0, 0, 1, 0, 0}));
+  const std::vector<float> m = entropy_bound_margins(h, 0.1f);
+  ASSERT_EQ(m.size(), h.size());
+  EXPECT_FLOAT_EQ(m[2], 0.1f);
+  EXPECT_FLOAT_EQ(m[0], 0.09f);
+  EXPECT_FLOAT_EQ(m[3], 0.07f);
+  EXPECT_FLOAT_EQ(m[1], 0.02f);
+  EXPECT_FLOAT_EQ(m[4], 0.48f);
 }
 
 TEST(Stability, NeverStableOnTheFirstStep) {
@@ -54,11 +58,6 @@ TEST(Stability, NeverStableOnTheFirstStep) {
   EXPECT_FALSE(t2.update(true)) << "only one repeat since the change";
   StabilityRun t0(0);
   EXPECT_TRUE(t0.update(false)) << "threshold 0 means always stable";
-}
-
-TEST(Confidence, MeanEntropyBelowThreshold) {
-  EXPECT_TRUE(is_confident(std::vector<float>{0.001f, 0.002f}, 0.005));
-  EXPECT_FALSE(is_confident(std::vector<float>{0.001f, 0.02f}, 0.005));
 }
 
 TEST(RandomCanvas, UniformOverTheVocabulary) {

@@ -1,0 +1,74 @@
+#include "engine/engine_core.h"
+
+#include "util/error.h"
+#include "util/timing.h"
+
+namespace dgemma {
+
+EngineCore::EngineCore(SchedulerConfig scheduler, BlockManagerConfig blocks, std::unique_ptr<ModelRunner> runner)
+    : blocks_(blocks), scheduler_(scheduler, blocks_), runner_(std::move(runner)) {
+  DG_CHECK(runner_ && runner_->canvas_length() == scheduler.canvas_length);
+}
+
+void EngineCore::add(Sequence* seq) { scheduler_.add(seq); }
+
+void EngineCore::abort(Sequence* seq) {
+  scheduler_.remove(seq);
+  runner_->release(*seq);
+  seq->finish(FinishReason::kAbort);
+}
+
+StepStats EngineCore::step(std::vector<CoreEvent>& events) {
+  StepStats stats;
+  StepPlan plan = scheduler_.schedule(now_seconds());
+  for (Sequence* s : plan.preempted) runner_->release(*s);
+  stats.preempted = static_cast<int>(plan.preempted.size());
+  if (plan.empty()) return stats;
+  stats.tokens = plan.tokens;
+  for (const auto& it : plan.items) (it.kind == PlannedItem::Kind::kDenoise ? stats.denoise_items : stats.encode_items)++;
+
+  const std::vector<DenoiseFlags> flags = runner_->run(plan);
+  scheduler_.on_step_done(plan, now_seconds());
+
+  size_t k = 0;
+  for (const auto& it : plan.items) {
+    if (it.kind != PlannedItem::Kind::kDenoise) continue;
+    Sequence& s = *it.seq;
+    const DenoiseFlags f = flags[k++];
+    const bool last = s.on_step(f.same_argmax, f.confident);
+    if (s.params().trace && trace_) trace_->on_step(s.id(), s.canvas_index(), runner_->read_trace(s, last));
+    // The host needs the argmax canvas only for a commit or a preview.
+    std::vector<int32_t> argmax;
+    if (last || s.params().previews) argmax = runner_->read_argmax(s);
+    if (s.params().previews) {
+      CoreEvent ev;
+      ev.seq = &s;
+      ev.kind = CoreEvent::Kind::kPreview;
+      ev.tokens = argmax;
+      ev.steps = s.step();
+      events.push_back(std::move(ev));
+    }
+    if (!last) continue;
+    const int canvas_index = s.canvas_index();
+    std::vector<float> logprobs;
+    if (s.params().logprobs) logprobs = runner_->read_logprobs(s);
+    CanvasCommit c = s.commit(argmax, logprobs, now_seconds());
+    if (trace_) trace_->on_commit(s.id(), canvas_index, c.steps, c.denoise_ms, argmax);
+    CoreEvent ev;
+    ev.seq = &s;
+    ev.kind = CoreEvent::Kind::kCanvas;
+    ev.tokens = std::move(c.tokens);
+    ev.logprobs = std::move(c.logprobs);
+    ev.steps = c.steps;
+    ev.denoise_ms = c.denoise_ms;
+    ev.finished = c.finished;
+    if (c.finished) {
+      scheduler_.remove(&s);
+      runner_->release(s);
+    }
+    events.push_back(std::move(ev));
+  }
+  return stats;
+}
+
+}  // namespace dgemma

@@ -1,0 +1,61 @@
+#pragma once
+// The engine's step loop without threads (nano-vllm's LLMEngine.step): the scheduler plans, the model
+// runner computes, the sequences apply the stop rule and commit. The threaded DiffusionEngine drives
+// it for the server; tests, `dgemma generate` and benchmarks may drive it directly.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/trace.h"
+
+namespace dgemma {
+
+// Something that happened to a sequence during a step.
+struct CoreEvent {
+  enum class Kind { kCanvas, kPreview };
+  Sequence* seq = nullptr;
+  Kind kind = Kind::kCanvas;
+  std::vector<int32_t> tokens;  // kCanvas: newly returned tokens; kPreview: the argmax canvas
+  std::vector<float> logprobs;
+  int steps = 0;
+  double denoise_ms = 0;
+  bool finished = false;  // kCanvas: the sequence is done (its pages are already freed)
+};
+
+struct StepStats {
+  int denoise_items = 0;
+  int encode_items = 0;
+  int64_t tokens = 0;
+  int preempted = 0;
+};
+
+class EngineCore {
+ public:
+  EngineCore(SchedulerConfig scheduler, BlockManagerConfig blocks, std::unique_ptr<ModelRunner> runner);
+
+  // Queues a sequence (the core does not own it; it must outlive its time in the core).
+  void add(Sequence* seq);
+  // Drops a sequence wherever it is (cancellation); frees its pages and device state.
+  void abort(Sequence* seq);
+  bool has_work() const { return !scheduler_.running().empty() || !scheduler_.waiting().empty(); }
+  // One engine step; appends what happened to `events`.
+  StepStats step(std::vector<CoreEvent>& events);
+
+  void set_trace_sink(TraceSink* sink) { trace_ = sink; }
+  Scheduler& scheduler() { return scheduler_; }
+  const Scheduler& scheduler() const { return scheduler_; }
+  BlockManager& blocks() { return blocks_; }
+  ModelRunner& runner() { return *runner_; }
+
+ private:
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  TraceSink* trace_ = nullptr;
+};
+
+}  // namespace dgemma

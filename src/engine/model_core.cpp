@@ -1,0 +1,54 @@
+#include "engine/model_core.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace dgemma {
+
+ModelCore::ModelCore(DiffusionGemma& model, ModelCoreOptions o) : model_(model) {
+  const ModelConfig& mc = model.config();
+  const KvGeometry geo = kv_geometry(mc);
+  const int64_t step_tokens = std::max(o.max_num_batched_tokens, o.prefill_chunk);
+  KvPoolPlan plan;
+  if (o.kv_plan) {
+    plan = *o.kv_plan;
+  } else {
+    if (geo.layers[static_cast<int>(KvGroup::kFull)] > 0)
+      plan.pages[static_cast<int>(KvGroup::kFull)] = (o.kv_tokens + geo.page_size - 1) / geo.page_size;
+    plan.pages[static_cast<int>(KvGroup::kSliding)] = sliding_pages_needed(geo, o.max_num_seqs, step_tokens);
+  }
+  kv_ = allocate_kv_storage(mc, model.backend(), plan);
+  auto runner = std::make_unique<DiffusionModelRunner>(model, kv_);
+  runner_ = runner.get();
+  SchedulerConfig sc;
+  sc.max_num_seqs = o.max_num_seqs;
+  sc.max_num_batched_tokens = o.max_num_batched_tokens;
+  sc.prefill_chunk = o.prefill_chunk;
+  sc.canvas_length = mc.canvas_length;
+  BlockManagerConfig bc;
+  bc.page_size = geo.page_size;
+  bc.num_pages = plan.pages;
+  bc.sliding_keep = geo.sliding_keep;
+  bc.prefix_caching = o.prefix_caching;
+  core_ = std::make_unique<EngineCore>(sc, bc, std::move(runner));
+  core_->set_trace_sink(&traces_);
+}
+
+std::unique_ptr<Sequence> ModelCore::make_sequence(uint64_t id, std::vector<int32_t> prompt, SequenceParams params) const {
+  return std::make_unique<Sequence>(id, std::move(prompt), std::move(params), model_.config().canvas_length,
+                                    static_cast<int>(model_.config().text.vocab_size));
+}
+
+std::vector<CoreEvent> ModelCore::run(const std::vector<Sequence*>& seqs, int max_steps) {
+  for (Sequence* s : seqs) core_->add(s);
+  std::vector<CoreEvent> events;
+  for (int i = 0; i < max_steps; ++i) {
+    if (std::all_of(seqs.begin(), seqs.end(), [](const Sequence* s) { return s->state == Sequence::State::kFinished; }))
+      return events;
+    core_->step(events);
+  }
+  throw Error(ErrorKind::kInternal, "ModelCore::run: sequences did not finish");
+}
+
+}  // namespace dgemma

@@ -1,0 +1,182 @@
+#include "engine/model_runner.h"
+
+#include "backend/decide_rules.h"
+#include "util/counter_rng.h"
+#include "util/error.h"
+
+namespace dgemma {
+
+DiffusionModelRunner::DiffusionModelRunner(DiffusionGemma& model, const KvStorage& kv)
+    : model_(model),
+      kv_(kv),
+      canvas_(model.config().canvas_length),
+      vocab_(static_cast<int>(model.config().text.vocab_size)) {}
+
+DiffusionModelRunner::DeviceState& DiffusionModelRunner::state_of(const Sequence& seq) {
+  auto it = state_.find(seq.id());
+  if (it != state_.end()) return it->second;
+  Backend& be = model_.backend();
+  DeviceState d;
+  d.canvas = be.alloc(ScalarType::kI32, {canvas_});
+  d.prev_argmax = be.alloc(ScalarType::kI32, {canvas_});
+  d.entropy = be.alloc(ScalarType::kF32, {canvas_});
+  d.argmax = be.alloc(ScalarType::kI32, {canvas_});
+  d.sample = be.alloc(ScalarType::kI32, {canvas_});
+  d.logprob = be.alloc(ScalarType::kF32, {canvas_});
+  d.logits = be.alloc(ScalarType::kBF16, {canvas_, model_.config().text.vocab_size});
+  d.soft = be.alloc(ScalarType::kBF16, {canvas_, model_.config().text.hidden_size});
+  return state_.emplace(seq.id(), std::move(d)).first->second;
+}
+
+std::vector<DenoiseFlags> DiffusionModelRunner::run(const StepPlan& plan) {
+  Backend& be = model_.backend();
+  std::vector<ForwardItem> items;
+  std::vector<std::pair<const Sequence*, DeviceState*>> denoising;
+  items.reserve(plan.items.size());
+  for (const PlannedItem& p : plan.items) {
+    const Sequence& s = *p.seq;
+    ForwardItem it;
+    for (int g = 0; g < kKvGroups; ++g) it.kv.tables[g] = s.blocks.tables[g];
+    if (p.kind == PlannedItem::Kind::kEncode) {
+      it.kind = ForwardItem::Kind::kEncode;
+      it.tokens = std::span<const int32_t>(s.history()).subspan(static_cast<size_t>(p.begin), static_cast<size_t>(p.end - p.begin));
+      it.kv.cached = p.begin;
+    } else {
+      DeviceState& d = state_of(s);
+      if (s.step() == 0) {
+        const std::vector<int32_t> canvas = s.initial_canvas();
+        be.from_host(d.canvas, canvas.data());
+        d.have_soft = false;
+      }
+      if (s.params().trace) {
+        d.canvas_in.resize(static_cast<size_t>(canvas_));
+        be.to_host(d.canvas, d.canvas_in.data());
+      }
+      it.kind = ForwardItem::Kind::kDenoise;
+      it.kv.cached = static_cast<int64_t>(s.history().size());
+      it.soft_embeds = d.have_soft ? d.soft : Tensor{};
+      it.logits = d.logits;
+      it.token_ids = d.canvas;
+      denoising.push_back({&s, &d});
+    }
+    items.push_back(it);
+  }
+  if (items.empty()) return {};
+  if (step_dump_) {
+    // The hook gets host copies, whatever the backend.
+    DumpHook hook = step_dump_(steps_);
+    if (hook)
+      model_.set_dump_hook([&be, hook](const std::string& name, const Tensor& t) {
+        if (t.device == Device::kCpu) return hook(name, t);
+        Tensor h = host_tensor(t.type, {t.numel()});
+        be.to_host(t, h.data);
+        h.ndim = t.ndim;
+        h.shape = t.shape;
+        hook(name, h);
+      });
+    else
+      model_.set_dump_hook(nullptr);
+  }
+  ++steps_;
+  model_.forward(items, kv_);
+
+  // Every canvas's sampler, self-conditioning GEMM and decision are queued on the device, then one
+  // read of all the flags.
+  Tensor flags = be.alloc(ScalarType::kI32, {static_cast<int64_t>(std::max<size_t>(denoising.size(), 1)), 2});
+  for (size_t i = 0; i < denoising.size(); ++i)
+    queue_sampling(*denoising[i].first, *denoising[i].second, flags.rows(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1));
+  std::vector<int32_t> values(static_cast<size_t>(flags.numel()));
+  be.to_host(flags, values.data());
+  std::vector<DenoiseFlags> out(denoising.size());
+  for (size_t i = 0; i < denoising.size(); ++i) out[i] = {values[2 * i] != 0, values[2 * i + 1] != 0};
+  return out;
+}
+
+void DiffusionModelRunner::queue_sampling(const Sequence& seq, DeviceState& d, const Tensor& flags) {
+  Backend& be = model_.backend();
+  const SequenceParams& sp = seq.params();
+  const DiffusionParams& dp = sp.diffusion;
+  SamplerArgs sa;
+  sa.logits = d.logits;
+  sa.softcap = static_cast<float>(model_.config().text.final_logit_softcapping);
+  sa.temperature = seq.temperature();
+  sa.sample_key = rng::stream_key(sp.seed, static_cast<uint64_t>(seq.canvas_index()), static_cast<uint64_t>(seq.step()), rng::kSample);
+  sa.want_probs = true;
+  sa.entropy = d.entropy;
+  sa.argmax = d.argmax;
+  sa.sample = d.sample;
+  sa.argmax_logprob = d.logprob;
+  if (sp.trace) {
+    sa.argmax_gap = d.argmax_gap = be.alloc(ScalarType::kF32, {canvas_});
+    sa.sample_gap = d.sample_gap = be.alloc(ScalarType::kF32, {canvas_});
+    d.accept = be.alloc(ScalarType::kU8, {canvas_});
+  }
+  d.temperature = sa.temperature;
+  be.sampler(sa);
+  // Self-conditioning signal for the next step: probs . E * embed_scale.
+  model_.soft_embeddings(d.logits, d.soft);
+  d.have_soft = true;
+
+  DecideArgs da;
+  da.entropy = d.entropy;
+  da.argmax = d.argmax;
+  da.sample = d.sample;
+  da.greedy = sp.greedy;  // temperature 0
+  da.entropy_bound = static_cast<float>(dp.entropy_bound);
+  da.confidence_threshold = static_cast<float>(dp.confidence_threshold);
+  da.renoise_key = rng::stream_key(sp.seed, static_cast<uint64_t>(seq.canvas_index()), static_cast<uint64_t>(seq.step()), rng::kRenoise);
+  da.vocab = vocab_;
+  da.prev_argmax = d.prev_argmax;
+  da.have_prev = seq.step() > 0;
+  da.canvas = d.canvas;
+  da.flags = flags.reshape({2});
+  if (sp.trace) da.accept = d.accept;
+  be.decide(da);
+}
+
+std::vector<int32_t> DiffusionModelRunner::read_argmax(const Sequence& seq) {
+  DeviceState& d = state_of(seq);
+  std::vector<int32_t> v(static_cast<size_t>(canvas_));
+  model_.backend().to_host(d.argmax, v.data());
+  return v;
+}
+
+std::vector<float> DiffusionModelRunner::read_logprobs(const Sequence& seq) {
+  DeviceState& d = state_of(seq);
+  std::vector<float> v(static_cast<size_t>(canvas_));
+  model_.backend().to_host(d.logprob, v.data());
+  return v;
+}
+
+StepRecord DiffusionModelRunner::read_trace(const Sequence& seq, bool stop) {
+  DeviceState& d = state_of(seq);
+  DG_CHECK(seq.params().trace && !d.accept.empty());
+  Backend& be = model_.backend();
+  const size_t C = static_cast<size_t>(canvas_);
+  auto i32 = [&](const Tensor& t) {
+    std::vector<int32_t> v(C);
+    be.to_host(t, v.data());
+    return v;
+  };
+  auto f32 = [&](const Tensor& t) {
+    std::vector<float> v(C);
+    be.to_host(t, v.data());
+    return v;
+  };
+  StepRecord r;
+  r.canvas_in = d.canvas_in;
+  r.argmax = i32(d.argmax);
+  r.sample = i32(seq.params().greedy ? d.argmax : d.sample);
+  r.canvas_out = i32(d.canvas);
+  r.entropy = f32(d.entropy);
+  r.accept.resize(C);
+  be.to_host(d.accept, r.accept.data());
+  r.temperature = d.temperature;
+  r.stop = stop;
+  r.argmax_gap = f32(d.argmax_gap);
+  r.sample_gap = f32(d.sample_gap);
+  r.accept_margin = entropy_bound_margins(r.entropy, static_cast<float>(seq.params().diffusion.entropy_bound));
+  return r;
+}
+
+}  // namespace dgemma

@@ -1,0 +1,82 @@
+#pragma once
+// Executes a StepPlan: one batched forward over every item, then for each denoising canvas the
+// sampler, the self-conditioning GEMM and the decide op (the canvas stays on the device), and one read
+// of all canvases' stop flags. The engine core owns the policy; a runner only computes. Tests and the
+// scripted server use a scripted runner behind the same interface (engine/testing/).
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "engine/step_plan.h"
+#include "engine/trace.h"
+#include "model/diffusion_gemma.h"
+#include "model/kv_view.h"
+
+namespace dgemma {
+
+// decide's two flags for one denoising canvas of the step.
+struct DenoiseFlags {
+  bool same_argmax = false;
+  bool confident = false;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual int canvas_length() const = 0;
+  virtual int vocab_size() const = 0;
+  // Runs the plan; returns the flags of its denoise items, in plan order.
+  virtual std::vector<DenoiseFlags> run(const StepPlan& plan) = 0;
+  // The argmax canvas of the sequence's last step (and the argmax log-probabilities when asked).
+  virtual std::vector<int32_t> read_argmax(const Sequence& seq) = 0;
+  virtual std::vector<float> read_logprobs(const Sequence& seq) = 0;
+  // The trace record of the sequence's last step (params().trace only), with the stop decision.
+  virtual StepRecord read_trace(const Sequence& seq, bool stop) = 0;
+  // Drops the per-sequence device state (finished, aborted or preempted).
+  virtual void release(const Sequence& seq) = 0;
+};
+
+class DiffusionModelRunner final : public ModelRunner {
+ public:
+  DiffusionModelRunner(DiffusionGemma& model, const KvStorage& kv);
+  int canvas_length() const override { return canvas_; }
+  int vocab_size() const override { return vocab_; }
+  std::vector<DenoiseFlags> run(const StepPlan& plan) override;
+  std::vector<int32_t> read_argmax(const Sequence& seq) override;
+  std::vector<float> read_logprobs(const Sequence& seq) override;
+  StepRecord read_trace(const Sequence& seq, bool stop) override;
+  void release(const Sequence& seq) override { state_.erase(seq.id()); }
+
+  DiffusionGemma& model() { return model_; }
+  // Called before each step with its index; the hook it returns gets that forward's intermediates.
+  void set_step_dump(std::function<DumpHook(int64_t)> fn) { step_dump_ = std::move(fn); }
+
+ private:
+  // The denoising loop's state of one sequence on the backend's device.
+  struct DeviceState {
+    Tensor canvas;       // i32 [C] the current (noisy) canvas
+    Tensor prev_argmax;  // i32 [C] the previous step's argmax canvas
+    Tensor entropy, argmax, sample, logprob;  // the sampler's outputs of the current step
+    Tensor logits;       // [C, V] bf16 work buffer (overwritten with probabilities)
+    Tensor soft;         // [C, H] bf16 self-conditioning input of the next step
+    bool have_soft = false;
+    // Trace of the last step (params().trace only).
+    std::vector<int32_t> canvas_in;
+    float temperature = 0;
+    Tensor accept, argmax_gap, sample_gap;
+  };
+  DeviceState& state_of(const Sequence& seq);
+  void queue_sampling(const Sequence& seq, DeviceState& d, const Tensor& flags);
+
+  DiffusionGemma& model_;
+  const KvStorage& kv_;
+  int canvas_;
+  int vocab_;
+  std::unordered_map<uint64_t, DeviceState> state_;
+  std::function<DumpHook(int64_t)> step_dump_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace dgemma

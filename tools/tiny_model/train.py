@@ -1,0 +1,426 @@
+#!/usr/bin/env python3
+"""Trains the tiny DiffusionGemma that `make run` serves (models/tiny-code) on one GPU, in minutes.
+
+    python3 tools/tiny_model/train.py --out OUT_DIR [--data tools/tiny_model/data/train.npz]
+        [--minutes 3.0] [--steps N] [--batch 128] [--lr 2e-3] [--seed 0]
+
+Needs PyTorch and transformers with the DiffusionGemma classes (the model is transformers'
+DiffusionGemmaForBlockDiffusion, so the weights mean exactly what the reference means), numpy and
+safetensors. Input: the pre-tokenised examples from build_data.py and models/tiny-code's config,
+generation config and tokenizer. Output in OUT_DIR: config.json, generation_config.json,
+model.safetensors (bf16, the released checkpoint's tensor names), tokenizer.json,
+tokenizer_config.json and train_log.txt (loss curve, samples).
+
+Objective (block diffusion, docs/ARCHITECTURE.md): each example is a chat prompt plus an answer cut
+into canvases of canvas_length tokens. A training item picks one canvas k: the context (prompt +
+the answer's first k canvases, clean) goes through the causal encoder into the KV cache; the
+canvas (answer tokens k*C.., padded with <pad> after the end-of-turn token) has each token replaced
+by a uniformly random token with probability t ~ U(0, 1) (t drawn per item); the bidirectional
+decoder predicts the clean canvas, cross-entropy over every canvas position. Self-conditioning: for
+half the items the decoder also gets the logits of a first, no-grad pass over the same input,
+divided by a temperature in [t_min, t_max] as at inference. Weights are bf16 (as served) with fp32
+master copies in AdamW.
+
+With --steps 0 (default) the step count is fixed after timing the first steps so the run fits in
+--minutes; the chosen count is printed and logged: pass it as --steps to reproduce a run exactly.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+MODEL_SRC = os.path.join(REPO, "models", "tiny-code")
+MAX_CONTEXT = 448  # < sliding_window - 1, so the sliding layers' cache holds the whole context
+PAD, TURN_END, TOOL_RESPONSE = 0, 106, 50
+
+
+class Log:
+    def __init__(self, path):
+        self.f = open(path, "w", encoding="utf-8")
+
+    def __call__(self, *parts):
+        line = " ".join(str(p) for p in parts)
+        print(line, flush=True)
+        self.f.write(line + "\n")
+        self.f.flush()
+
+
+# ---- data -----------------------------------------------------------------------------------------
+
+class Data:
+    def __init__(self, path, canvas):
+        d = np.load(path)
+        self.ids = d["ids"].astype(np.int64)
+        self.start, self.plen, self.alen = d["start"], d["prompt_len"], d["answer_len"]
+        self.kind = d["kind"]
+        self.kinds = [str(k) for k in d["kinds"]]
+        self.C = canvas
+        # Every (example, canvas index) whose context fits.
+        items = []
+        for i in range(len(self.start)):
+            for k in range(int(math.ceil(self.alen[i] / canvas))):
+                if self.plen[i] + k * canvas <= MAX_CONTEXT:
+                    items.append((i, k))
+        self.items = np.array(items, np.int64)
+
+    def batch(self, rng, n):
+        """Left-padded contexts [n, L], their validity mask, clean target canvases [n, C]."""
+        pick = self.items[rng.integers(0, len(self.items), n)]
+        ctxs, tgts = [], []
+        for i, k in pick:
+            s, p, a = self.start[i], self.plen[i], self.alen[i]
+            seq = self.ids[s:s + p + a]
+            ctx = seq[:p + k * self.C]
+            tgt = seq[p + k * self.C:p + (k + 1) * self.C]
+            tgt = np.concatenate([tgt, np.full(self.C - len(tgt), PAD, np.int64)])
+            ctxs.append(ctx)
+            tgts.append(tgt)
+        L = max(len(c) for c in ctxs)
+        ctx = np.full((n, L), PAD, np.int64)
+        valid = np.zeros((n, L), bool)
+        for r, c in enumerate(ctxs):
+            ctx[r, L - len(c):] = c
+            valid[r, L - len(c):] = True
+        return ctx, valid, np.stack(tgts)
+
+
+# ---- masks (additive, in the compute dtype: valid for eager and SDPA attention alike) --------------
+
+def masks(valid, C, dtype):
+    """Encoder: causal over the real tokens; a pad token sees only itself (no empty softmax rows).
+    Decoder: every real context token and the whole canvas."""
+    n, L = valid.shape
+    dev = valid.device
+    neg = torch.finfo(dtype).min
+    q = torch.arange(L, device=dev)
+    causal = q[None, :] <= q[:, None]  # [L(query), L(key)]
+    enc_ok = (causal[None] & valid[:, None, :]) | torch.eye(L, dtype=torch.bool, device=dev)[None]
+    enc = torch.zeros((n, 1, L, L), dtype=dtype, device=dev).masked_fill(~enc_ok[:, None], neg)
+    dec_ok = torch.cat([valid, torch.ones((n, C), dtype=torch.bool, device=dev)], dim=1)
+    dec = torch.zeros((n, 1, C, L + C), dtype=dtype, device=dev).masked_fill(~dec_ok[:, None, None, :], neg)
+    return {"full_attention": enc, "sliding_attention": enc}, {"full_attention": dec, "sliding_attention": dec}
+
+
+def positions(valid, C):
+    n_real = valid.sum(dim=1)
+    enc = (valid.long().cumsum(dim=1) - 1).clamp(min=0)
+    dec = n_real[:, None] + torch.arange(C, device=valid.device)[None, :]
+    return enc, dec
+
+
+# ---- model ------------------------------------------------------------------------------------------
+
+def hf_config(cfg):
+    from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaConfig
+    c = json.loads(json.dumps(cfg))
+    c.update(boi_token_id=255999, eoi_token_id=258882, image_token_id=258880)  # unused (no images)
+    # transformers always builds a vision tower; a tiny one keeps it out of the way (its tensors are
+    # not saved: dgemma serves text only).
+    c["vision_config"] = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                              num_attention_heads=2, num_key_value_heads=2, head_dim=8, patch_size=4,
+                              position_embedding_size=64, pooling_kernel_size=2, standardize=False,
+                              use_clipped_linears=False, rms_norm_eps=1e-6)
+    return DiffusionGemmaConfig(**c)
+
+
+def tie_encoder_to_decoder(model):
+    """The encoder and decoder share every text weight (the checkpoint stores the decoder's); make
+    sure they are the same Parameter objects so training updates both."""
+    enc = model.model.encoder.language_model
+    dec = model.model.decoder
+    dec_params = dict(dec.named_parameters())
+    for name, p in list(enc.named_parameters()):
+        target = dec_params.get(name)
+        if target is None:
+            raise SystemExit("encoder parameter %s has no decoder twin" % name)
+        if p is not target:
+            mod = enc
+            *path, leaf = name.split(".")
+            for part in path:
+                mod = getattr(mod, part)
+            setattr(mod, leaf, target)
+    model.lm_head.weight = dec.embed_tokens.weight
+    for name, p in enc.named_parameters():
+        assert p.data_ptr() == dec_params[name].data_ptr(), name
+
+
+def checkpoint_tensors(model):
+    out = {}
+    for k, v in model.state_dict().items():
+        if k.startswith("model.decoder.") or (k.startswith("model.encoder.language_model.") and
+                                              k.endswith("layer_scalar")):
+            out[k] = v.detach().to("cpu", torch.bfloat16).contiguous().clone()
+    return out
+
+
+SC_MASK_SUPPORTED = [True]  # False after a transformers without self_conditioning_mask refused it
+
+
+def forward(model, ctx, valid, canvas, sc_logits, sc_mask, C):
+    if sc_mask is not None and not SC_MASK_SUPPORTED[0]:
+        # Emulate the per-item mask: items with and without self-conditioning in separate passes.
+        out = torch.empty((canvas.shape[0], C, model.config.text_config.vocab_size), device=canvas.device)
+        on, off = sc_mask.nonzero()[:, 0], (~sc_mask).nonzero()[:, 0]
+        if len(on):
+            out[on] = forward(model, ctx[on], valid[on], canvas[on], sc_logits[on], None, C)
+        if len(off):
+            out[off] = forward(model, ctx[off], valid[off], canvas[off], None, None, C)
+        return out
+    enc_mask, dec_mask = masks(valid, C, torch.bfloat16)
+    enc_pos, dec_pos = positions(valid, C)
+    kw = dict(input_ids=ctx, attention_mask=enc_mask, position_ids=enc_pos, decoder_input_ids=canvas,
+              self_conditioning_logits=sc_logits, decoder_attention_mask=dec_mask, decoder_position_ids=dec_pos)
+    if sc_mask is not None:
+        kw["self_conditioning_mask"] = sc_mask
+    try:
+        out = model(**kw)
+    except TypeError as e:
+        if "self_conditioning_mask" not in str(e) or sc_mask is None:
+            raise
+        SC_MASK_SUPPORTED[0] = False
+        print("this transformers has no self_conditioning_mask: splitting batches instead", flush=True)
+        return forward(model, ctx, valid, canvas, sc_logits, sc_mask, C)
+    return out.logits.float()
+
+
+def padding_check(model, data, C, device, log):
+    """Left padding must change nothing: the logits of a short example in a padded batch equal its
+    logits alone (up to bf16 noise). Logged, so a mask the reference reads differently shows up at once."""
+    rng = np.random.default_rng(7)
+    ctx, valid, tgt = data.batch(rng, 2)
+    while valid[0].sum() == valid[1].sum():
+        ctx, valid, tgt = data.batch(rng, 2)
+    short = int(np.argmin(valid.sum(1)))
+    n = int(valid[short].sum())
+    to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
+    with torch.no_grad():
+        both = forward(model, to(ctx), to(valid), to(tgt), None, None, C)[short]
+        alone = forward(model, to(ctx[short:short + 1, -n:]), to(valid[short:short + 1, -n:]),
+                        to(tgt[short:short + 1]), None, None, C)[0]
+    diff = float((both - alone).abs().max())
+    scale = float(alone.abs().max())
+    log("padding check: max |logit difference| %.3g (logits up to %.3g)%s" % (
+        diff, scale, "" if diff <= 0.05 * scale + 0.02 else "  <-- WARNING: padding changes the result"))
+
+
+# ---- sampling (the reference generate loop, for the log) -------------------------------------------
+
+def sample_answers(model, enc, prompts, gen_cfg, device, log):
+    from transformers.models.diffusion_gemma import generation_diffusion_gemma as gen_mod
+    model.eval()
+    for text in prompts:
+        ids = torch.tensor([enc.encode(text)], device=device)
+        torch.manual_seed(0)
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=128, max_denoising_steps=gen_cfg["max_denoising_steps"],
+                                 t_min=gen_cfg["t_min"], t_max=gen_cfg["t_max"],
+                                 sampler_config=gen_mod.EntropyBoundSamplerConfig(
+                                     entropy_bound=gen_cfg["sampler_config"]["entropy_bound"]),
+                                 stability_threshold=gen_cfg["stability_threshold"],
+                                 confidence_threshold=gen_cfg["confidence_threshold"],
+                                 eos_token_id=gen_cfg["eos_token_id"], pad_token_id=PAD,
+                                 return_dict_in_generate=True)
+        seq = out.sequences if hasattr(out, "sequences") else out
+        gen = [t for t in seq[0, ids.shape[1]:].tolist() if t != PAD]
+        tpf = getattr(out, "tokens_per_forward", None)
+        log("--- prompt:", repr(text))
+        log("    answer:", repr(enc.decode(gen)), "| tokens/forward:", tpf)
+
+
+def chat_prompt(user_text, tools_text=None):
+    # The chat template's rendering of one user turn (thinking off); tools_text: a system turn body.
+    sys_turn = "<|turn>system\n%s<turn|>\n" % tools_text if tools_text else ""
+    return "<bos>%s<|turn>user\n%s<turn|>\n<|turn>model\n" % (sys_turn, user_text)
+
+
+# ---- main -------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--data", default=os.path.join(HERE, "data", "train.npz"))
+    ap.add_argument("--minutes", type=float, default=3.0, help="training time budget (without start-up)")
+    ap.add_argument("--steps", type=int, default=0, help="fixed step count (0: fit --minutes)")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sc-prob", type=float, default=0.5, help="share of items with self-conditioning")
+    ap.add_argument("--log-every", type=int, default=50)
+    args = ap.parse_args()
+    t_start = time.time()
+
+    os.makedirs(args.out, exist_ok=True)
+    log = Log(os.path.join(args.out, "train_log.txt"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+
+    with open(os.path.join(MODEL_SRC, "config.json")) as f:
+        cfg = json.load(f)
+    with open(os.path.join(MODEL_SRC, "generation_config.json")) as f:
+        gen_cfg = json.load(f)
+    C = cfg["canvas_length"]
+    V = cfg["text_config"]["vocab_size"]
+    t_min, t_max = gen_cfg["t_min"], gen_cfg["t_max"]
+
+    data = Data(args.data, C)
+    log("data: %d examples, %d training items (example, canvas), %d tokens; kinds %s" % (
+        len(data.start), len(data.items), len(data.ids),
+        {k: int((data.kind == i).sum()) for i, k in enumerate(data.kinds)}))
+
+    sys.path.insert(0, HERE)
+    import bpe
+    with open(os.path.join(MODEL_SRC, "tokenizer.json"), encoding="utf-8") as f:
+        enc = bpe.Encoder(json.load(f))
+    for i in (0, len(data.start) - 1):
+        s, p, a = data.start[i], data.plen[i], data.alen[i]
+        log("example %d: prompt %r -> answer %r" % (i, enc.decode(data.ids[s:s + p].tolist())[-120:],
+                                                    enc.decode(data.ids[s + p:s + p + a].tolist())[:200]))
+
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaForBlockDiffusion
+    import transformers
+    model = DiffusionGemmaForBlockDiffusion(hf_config(cfg))
+    tie_encoder_to_decoder(model)
+    model = model.to(device=device, dtype=torch.bfloat16)
+    tie_encoder_to_decoder(model)
+    if hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation("eager")  # plain autograd ops
+    model.train()
+    n_params = sum(p.numel() for p in model.model.decoder.parameters())
+    log("transformers %s, torch %s, device %s; attention %s, experts %s; decoder parameters %d" % (
+        transformers.__version__, torch.__version__, device,
+        getattr(model.config.text_config, "_attn_implementation", "?"),
+        getattr(model.config.text_config, "_experts_implementation", "?"), n_params))
+
+    padding_check(model, data, C, device, log)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    master = [p.detach().float().clone().requires_grad_(True) for p in params]
+    decay = [m for m, p in zip(master, params) if p.dim() >= 2]
+    no_decay = [m for m, p in zip(master, params) if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
+
+    def lr_at(step, total):
+        warm = 100  # the first steps (also those timed for --steps 0) do not depend on total
+        if step < warm:
+            return args.lr * (step + 1) / warm
+        frac = (step - warm) / max(1, total - warm)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+    def train_step(step, total):
+        ctx, valid, tgt = data.batch(rng, args.batch)
+        ctx = torch.from_numpy(ctx).to(device)
+        valid = torch.from_numpy(valid).to(device)
+        tgt = torch.from_numpy(tgt).to(device)
+        B = tgt.shape[0]
+        t = torch.rand((B, 1), generator=gen, device=device)
+        noise = torch.randint(0, V, tgt.shape, generator=gen, device=device)
+        noised = torch.rand(tgt.shape, generator=gen, device=device) < t
+        canvas = torch.where(noised, noise, tgt)
+        use_sc = torch.rand((B,), generator=gen, device=device) < args.sc_prob
+        sc_logits = None
+        if bool(use_sc.any()):
+            with torch.no_grad():
+                first = forward(model, ctx, valid, canvas, None, None, C)
+                temp = t_min + (t_max - t_min) * torch.rand((B, 1, 1), generator=gen, device=device)
+                sc_logits = (first / temp).to(torch.bfloat16)
+        logits = forward(model, ctx, valid, canvas, sc_logits, use_sc if sc_logits is not None else None, C)
+        loss_tok = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), reduction="none").view(B, C)
+        loss = loss_tok.mean()
+        for p in params:
+            p.grad = None
+        loss.backward()
+        for m, p in zip(master, params):
+            m.grad = p.grad.float() if p.grad is not None else torch.zeros_like(m)
+        gnorm = torch.nn.utils.clip_grad_norm_(master, 1.0)
+        lr = lr_at(step, total)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for m, p in zip(master, params):
+                p.copy_(m)
+        with torch.no_grad():
+            acc = (logits.argmax(-1) == tgt).float().mean()
+            hi = (t[:, 0] > 0.8)
+            loss_hi = loss_tok[hi].mean() if bool(hi.any()) else torch.tensor(float("nan"))
+        return loss, loss_hi, acc, gnorm, lr
+
+    total = args.steps if args.steps > 0 else 10 ** 9
+    timed = (10, 40)  # steps timed to fix the step count (after the first, slower ones)
+    step = 0
+    t_train = time.time()
+    t_timed = None
+    sums = [0.0, 0.0, 0.0]
+    while step < total:
+        if args.steps == 0 and step in timed:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if step == timed[0]:
+                t_timed = time.time()
+            else:
+                per_step = (time.time() - t_timed) / (timed[1] - timed[0])
+                total = max(200, int((args.minutes * 60 - (time.time() - t_train)) / per_step) + step)
+                log("%.1f ms/step -> %d steps in all (reproduce with --steps %d)" % (per_step * 1000, total, total))
+        loss, loss_hi, acc, gnorm, lr = train_step(step, total)
+        sums[0] += float(loss)
+        sums[1] += float(acc)
+        step += 1
+        if step % args.log_every == 0 or step == total:
+            n = args.log_every if step % args.log_every == 0 else step % args.log_every
+            log("step %5d  loss %.4f  acc %.3f  loss(t>0.8) %.3f  gnorm %.2f  lr %.2e  %.0fs" % (
+                step, sums[0] / n, sums[1] / n, float(loss_hi), float(gnorm), lr, time.time() - t_start))
+            sums = [0.0, 0.0, 0.0]
+        if not math.isfinite(float(loss)):
+            raise SystemExit("loss is not finite at step %d" % step)
+    log("trained %d steps in %.0fs (batch %d, lr %g, seed %d)" % (step, time.time() - t_train, args.batch, args.lr,
+                                                                   args.seed))
+
+    # ---- write the model directory first, then the samples (a sampling failure loses nothing) ----
+    from safetensors.torch import save_file
+    model.eval()
+    save_file(checkpoint_tensors(model), os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
+    for f in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(MODEL_SRC, f), os.path.join(args.out, f))
+    log("wrote", sorted(os.listdir(args.out)))
+
+    try:  # the reference must load the directory as written and compute the same logits
+        ctx, valid, tgt = data.batch(np.random.default_rng(123), 8)
+        ctx, valid, tgt = (torch.from_numpy(a).to(device) for a in (ctx, valid, tgt))
+        with torch.no_grad():
+            want = forward(model, ctx, valid, tgt, None, None, C)
+            reloaded = DiffusionGemmaForBlockDiffusion.from_pretrained(args.out, config=hf_config(cfg),
+                                                                       dtype=torch.bfloat16).to(device).eval()
+            got = forward(reloaded, ctx, valid, tgt, None, None, C)
+        log("reload check: max |logit difference| %.3g (expect 0), argmax agreement %.4f" % (
+            float((got - want).abs().max()), float((got.argmax(-1) == want.argmax(-1)).float().mean())))
+        del reloaded
+    except Exception as e:  # noqa: BLE001
+        log("reload check failed:", repr(e))
+
+    try:
+        sample_answers(model, enc, [
+            chat_prompt("Write a Python function that reverses a string."),
+            chat_prompt("Write a Python function that returns the largest of three numbers."),
+            chat_prompt("Write a Python function `parse_header(line)`. Split an HTTP header line into name and value."),
+            chat_prompt("What does `os.path.join` do?"),
+        ], gen_cfg, device, log)
+    except Exception as e:  # noqa: BLE001 - the samples are informative only
+        log("sampling failed (the model files are written):", repr(e))
+    log("total %.0fs" % (time.time() - t_start))
+
+
+if __name__ == "__main__":
+    main()
