@@ -28,8 +28,8 @@ port="${PORT:-8011}"
 
 model="$(mktemp -d)"
 trap 'rm -rf "$model"; [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; true' EXIT
-cp "$build/gemma4-tokenizer/tokenizer.json" "$model/"
 if [ "$shape" = 26b ]; then
+  cp "$build/gemma4-tokenizer/tokenizer.json" "$model/"
   python3 - "$root/bench" "$model" <<'PY'
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
@@ -41,7 +41,8 @@ PY
   name=diffusiongemma-26B-A4B-dummy
 else
   bash "$root/scripts/embedded_model.sh" "$build" >/dev/null
-  cp "$build/embedded-model/config.json" "$build/embedded-model/generation_config.json" "$model/"
+  cp "$build/embedded-model/config.json" "$build/embedded-model/generation_config.json" \
+     "$build/embedded-model/tokenizer.json" "$model/"  # its shape, random weights
   bench_defaults=(--concurrency 1,2 --num-prompts 2 --input-len 8 --output-len 8 --ignore-eos)
   name=dgemma-embedded
 fi

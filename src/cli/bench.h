@@ -79,7 +79,7 @@ Json bench_report_json(const BenchOptions& o, const std::string& model, const Re
                        const std::vector<RunResult>& runs);
 // The readable table of a report.
 std::string bench_report_table(const Json& report);
-// An SVG with the latency CDF of every run and output throughput vs concurrency.
+// An SVG: the latency CDF of every run, output throughput vs concurrency, effective tok/s by output length.
 std::string bench_plot_svg(const Json& report);
 
 }  // namespace dgemma::cli

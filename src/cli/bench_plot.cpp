@@ -1,5 +1,6 @@
-// dgemma bench --plot FILE.svg: latency CDFs (E2E solid, TTFT dashed) of every sweep point, and output
-// throughput vs concurrency (one line per request rate). Plain SVG 1.1, written by hand: no dependency.
+// dgemma bench --plot FILE.svg: latency CDFs (E2E solid, TTFT dashed) of every sweep point, output
+// throughput vs concurrency (one line per request rate), and effective tok/s by output length per
+// request. Plain SVG 1.1, written by hand: no dependency.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -93,7 +94,7 @@ std::vector<double> sorted_field(const Json& run, const char* field) {
 
 std::string bench_plot_svg(const Json& rep) {
   const Json& runs = rep["runs"];
-  const int width = kLeft + 2 * kPanelW + kGap + 180, height = kTop + kPanelH + 70;
+  const int width = kLeft + 2 * kPanelW + kGap + 180, height = 2 * (kTop + kPanelH + 70);
   std::string s = fmt::format(
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
@@ -163,9 +164,35 @@ std::string bench_plot_svg(const Json& rep) {
     s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"{}\">rate {}</text>\n", legend_x, legend_y, color, esc(rate));
     legend_y += 16;
   }
-  // Legend of the CDF colours.
+  // Below: effective tok/s of every request against its output length, the figure that a single
+  // tok/s number hides for a diffusion model (a short answer still pays for whole canvases).
+  double omax = 0, emax = 0;
+  for (const Json& r : runs)
+    for (const Json& q : r["requests"])
+      if (q["ok"].get<bool>()) {
+        omax = std::max(omax, static_cast<double>(q["output_tokens"].get<int64_t>()));
+        emax = std::max(emax, q["effective_tok_s"].get<double>());
+      }
+  auto [oxmax, oxstep] = nice_axis(omax);
+  auto [eymax, eystep] = nice_axis(emax);
+  Panel below{kLeft, kTop + kPanelH + 70 + kTop, oxmax, eymax};
+  axes(s, below, oxstep, eystep, "output tokens", "tokens/s of the request (tokens / E2E)",
+       "Effective tok/s by output length, per request (dotted: canvas multiples)", true);
+  for (size_t i = 0; i < runs.size(); ++i)
+    for (const Json& q : runs[i]["requests"])
+      if (q["ok"].get<bool>())
+        s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\" fill-opacity=\"0.7\"/>\n",
+                         below.px(static_cast<double>(q["output_tokens"].get<int64_t>())),
+                         below.py(q["effective_tok_s"].get<double>()), kColors[i % std::size(kColors)]);
+  const Json& first = runs.empty() ? Json() : runs[0]["diffusion"]["canvas_length"];
+  if (first.is_number_integer() && first.get<double>() <= oxmax)
+    for (double x = first.get<double>(); x <= oxmax; x += first.get<double>())
+      s += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#999\" "
+                       "stroke-dasharray=\"2,3\"/>\n", below.px(x), below.y0, below.y0 + kPanelH);
+
+  // Legend of the sweep-point colours (CDFs and the per-request points).
   legend_y += 10;
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-weight=\"bold\">latency CDF</text>\n", legend_x, legend_y);
+  s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-weight=\"bold\">sweep points</text>\n", legend_x, legend_y);
   legend_y += 16;
   for (size_t i = 0; i < runs.size() && i < 16; ++i) {
     s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"{}\">{}</text>\n", legend_x, legend_y,

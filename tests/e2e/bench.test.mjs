@@ -124,7 +124,7 @@ describe('dgemma bench', () => {
     const x = parseSvg(svg);
     assert.equal(x.tag, '{http://www.w3.org/2000/svg}svg');
     assert.equal(x.polylines, 2 * 2 + 1, 'an E2E and a TTFT CDF per run, one throughput line');
-    assert.equal(x.circles, 2, 'one throughput point per run');
+    assert.equal(x.circles, 2 + 6, 'one throughput point per run, one effective-tok/s point per request');
   });
 
   test('the same seed gives the same requests; request-rate sweeps and /v1/completions work', async () => {
