@@ -6,9 +6,10 @@
 #   bench/serve_bench.sh BUILD_DIR OUT_DIR [dgemma bench flags...]
 #
 # BUILD_DIR holds the dgemma binary and gemma4-tokenizer/tokenizer.json (a CMake build). If
-# BUILD_DIR/devlibs exists it goes first on LD_LIBRARY_PATH: the shared libraries the binary needs that
-# a machine without the Debian packages lacks (cpp-httplib, fmt, brotli), copied next to the build with
-#   mkdir -p build/devlibs && cp $(ldd build/dgemma | awk '/httplib|fmt|brotli/ {print $3}') build/devlibs/
+# BUILD_DIR/devlibs exists it goes first on dgemma's LD_LIBRARY_PATH: the shared libraries the binary
+# needs that a machine without the Debian packages lacks (cpp-httplib, fmt, brotli, gcc 12's libstdc++),
+# copied next to the build with
+#   mkdir -p build/devlibs && cp $(ldd build/dgemma | awk '/httplib|fmt|brotli|stdc/ {print $3}') build/devlibs/
 # OUT_DIR receives bench.json, bench.svg, bench.txt (the table) and serve.log.
 # Environment: DEVICE (cuda), SHAPE (26b, or "embedded" for a quick CPU check of this script), PORT (8011),
 #   MAX_NUM_SEQS (16), MAX_MODEL_LEN (8192).
@@ -21,7 +22,9 @@ out="$2"
 shift 2
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$out"
-[ -d "$build/devlibs" ] && export LD_LIBRARY_PATH="$build/devlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+libpath="${LD_LIBRARY_PATH:-}"
+[ -d "$build/devlibs" ] && libpath="$build/devlibs${libpath:+:$libpath}"
+dgemma() { LD_LIBRARY_PATH="$libpath" "$build/dgemma" "$@"; }
 device="${DEVICE:-cuda}"
 shape="${SHAPE:-26b}"
 port="${PORT:-8011}"
@@ -49,7 +52,7 @@ fi
 
 [ $# -gt 0 ] && bench_defaults=()
 
-"$build/dgemma" serve "$model" --load-format dummy --device "$device" --port "$port" \
+LD_LIBRARY_PATH="$libpath" "$build/dgemma" serve "$model" --load-format dummy --device "$device" --port "$port" \
   --served-model-name "$name" --max-num-seqs "${MAX_NUM_SEQS:-16}" \
   --max-model-len "${MAX_MODEL_LEN:-8192}" >"$out/serve.log" 2>&1 &
 pid=$!
@@ -61,6 +64,6 @@ except Exception: print(0)")" = 200 ] && break
   sleep 1
 done
 echo "serve_bench: server ready after $SECONDS s"
-"$build/dgemma" bench --base-url "http://127.0.0.1:$port" "${bench_defaults[@]}" "$@" \
+dgemma bench --base-url "http://127.0.0.1:$port" "${bench_defaults[@]}" "$@" \
   --output-json "$out/bench.json" --plot "$out/bench.svg" | tee "$out/bench.txt"
 echo "serve_bench: done after $SECONDS s"

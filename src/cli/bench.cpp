@@ -147,7 +147,10 @@ RunResult run_point(const BenchOptions& o, const std::string& model, const std::
   run.request_rate = rate;
   run.requests.resize(reqs.size());
   const std::vector<double> at = arrivals(o, rate, reqs.size());
-  const size_t workers = conc == 0 ? reqs.size() : std::min<size_t>(static_cast<size_t>(conc), reqs.size());
+  // One thread per request in flight; "unlimited" means up to kMaxInFlight.
+  constexpr size_t kMaxInFlight = 1024;
+  const size_t cap = conc == 0 ? kMaxInFlight : static_cast<size_t>(conc);
+  const size_t workers = std::min(cap, reqs.size());
   std::atomic<size_t> next{0};
   const double t0 = now_seconds();
   std::vector<std::thread> pool;
@@ -234,7 +237,7 @@ void add_bench_command(CLI::App& app, CommandList& out) {
   sub->add_option("--endpoint", o->endpoint, "/v1/chat/completions (default) or /v1/completions");
   sub->add_option("--model", o->model, "model name (default: the first of /v1/models)");
   sub->add_option("--api-key", o->api_key, "sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY)");
-  sub->add_option("--concurrency,--max-concurrency", *conc, "comma-separated sweep of requests in flight; 0 = unlimited (default 1)");
+  sub->add_option("--concurrency,--max-concurrency", *conc, "comma-separated sweep of requests in flight; 0 = unlimited (at most 1024; default 1)");
   sub->add_option("--request-rate", *rate, "comma-separated sweep of Poisson arrival rates in requests/s, or inf (default)");
   sub->add_option("--num-prompts", o->num_prompts, "requests per sweep point (default 32)");
   sub->add_option("--input-len", o->input_len, "prompt length in words, about one token each (default 64)");
