@@ -106,7 +106,13 @@ def main():
     ap.add_argument("--out", default="bench.json")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-dgemma", action="store_true")
+    ap.add_argument("--write-model", metavar="DIR", help="only write the 26B-A4B config (for dgemma_engine_bench) and exit")
     a = ap.parse_args()
+    if a.write_model:
+        os.makedirs(a.write_model, exist_ok=True)
+        json.dump(TOP, open(os.path.join(a.write_model, "config.json"), "w"))
+        json.dump(GEN, open(os.path.join(a.write_model, "generation_config.json"), "w"))
+        return
     result = {}
     if not a.skip_dgemma:
         try:

@@ -53,6 +53,7 @@ done
 cu_sources=(src/backend/cuda/*.cu)
 # dgemma_bench (bench/model_step_bench.cpp): the library objects (engine included).
 bench_sources=(bench/model_step_bench.cpp)
+# dgemma_engine_bench (bench/engine_bench.cpp): the threaded engine through create_model_engine.
 
 obj_of() { echo "obj/${1%.*}.o"; }
 
@@ -101,7 +102,11 @@ if command -v ninja >/dev/null; then
       echo "build $o: cxx $ROOT/$f"
     done
     echo "build dgemma_bench: link ${lib_objs[*]}"
-    echo "default dgemma_gpu_check dgemma_bench"
+    engine_objs=()
+    for o in "${lib_objs[@]}"; do case "$o" in obj/bench/*) ;; *) engine_objs+=("$o") ;; esac; done
+    echo "build obj/bench/engine_bench.o: cxx $ROOT/bench/engine_bench.cpp"
+    echo "build dgemma_engine_bench: link ${engine_objs[*]} obj/bench/engine_bench.o"
+    echo "default dgemma_gpu_check dgemma_bench dgemma_engine_bench"
   } > "$BUILD/build.ninja"
   ninja -C "$BUILD" -j "$JOBS"
 else

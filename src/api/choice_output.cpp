@@ -3,23 +3,6 @@
 #include <algorithm>
 
 namespace dgemma {
-namespace {
-
-// A byte-fallback piece "<0xAB>" -> its byte.
-std::optional<uint8_t> byte_piece(const std::string& piece) {
-  if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return std::nullopt;
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  const int hi = hex(piece[3]), lo = hex(piece[4]);
-  if (hi < 0 || lo < 0) return std::nullopt;
-  return static_cast<uint8_t>(hi * 16 + lo);
-}
-
-}  // namespace
 
 void OutputDelta::append(OutputDelta&& o) {
   reasoning += o.reasoning;
@@ -100,7 +83,7 @@ OutputDelta ChoiceOutput::feed(const std::vector<int32_t>& tokens, const std::ve
       lp.id = tokens[i];
       const int32_t id = tokens[i];
       lp.token = tok_.decode(std::span<const int32_t>(&id, 1), false);
-      if (auto b = byte_piece(tok_.id_to_token(id))) lp.bytes.push_back(*b);
+      if (auto b = tok_.byte_value(id)) lp.bytes.push_back(*b);
       else lp.bytes.assign(lp.token.begin(), lp.token.end());
       lp.logprob = i < logprobs.size() ? logprobs[i] : 0.0f;
       out.logprobs.push_back(std::move(lp));

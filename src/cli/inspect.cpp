@@ -1,11 +1,11 @@
 // dgemma inspect MODEL: config summary, parameter counts, bytes by dtype, the KV/memory plan and a
-// checkpoint validation (src/model/inspect_report.h builds and formats the report).
+// checkpoint validation (cli/inspect_report.h builds and formats the report).
 // Exit status: 0 when the checkpoint validates (or weights are dummy), 1 when it lists problems.
 #include <cstdio>
 #include <memory>
 
 #include "cli/commands.h"
-#include "model/inspect_report.h"
+#include "cli/inspect_report.h"
 
 namespace dgemma::cli {
 
@@ -20,8 +20,13 @@ void add_inspect_command(CLI::App& app, CommandList& out) {
                   "auto (safetensors when present, else dummy) | safetensors | dummy (shapes from the config only)")
       ->check(CLI::IsMember({"auto", "safetensors", "dummy"}))
       ->capture_default_str();
-  sub->add_option("--max-model-len", opts->max_model_len, "Tokens per sequence (default: min(max_position_embeddings, 32768))");
+  sub->add_option("--max-model-len", opts->max_model_len, "Tokens per sequence (default: max_position_embeddings)");
   sub->add_option("--max-num-seqs", opts->max_num_seqs, "Concurrent sequences in the memory plan")->capture_default_str();
+  sub->add_option("--max-num-batched-tokens", opts->max_num_batched_tokens, "Tokens per engine step (default: derived)");
+  sub->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", opts->enable_chunked_prefill,
+                "Prompts encoded in chunks of at most 2048 tokens (default on)");
+  auto* kv_mem = sub->add_option("--kv-cache-memory", opts->kv_cache_memory, "Bytes of KV pool (default: what the budget leaves)");
+  (void)kv_mem;
   auto* canvas_opt = sub->add_option("--canvas-length", *canvas, "Override config.json's canvas_length");
   sub->add_option("--gpu-memory-bytes", opts->gpu_memory_bytes, "GPU memory in bytes (default 141e9, one H200)");
   sub->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization, "Fraction of GPU memory the plan may use")

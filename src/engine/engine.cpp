@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/memory_plan.h"
 #include "engine/params.h"
 #include "util/error.h"
 #include "util/log.h"

@@ -6,8 +6,8 @@
 #include "engine/engine_config.h"
 #include "engine/kv_pool.h"
 #include "engine/limits.h"
+#include "engine/memory_plan.h"
 #include "engine/params.h"
-#include "model/inspect_report.h"
 #include "model/weights.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -93,56 +93,50 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
     fail_arg("--load-format must be auto, safetensors or dummy (got '{}')", c.load_format);
   }
 
-  // Context length, step budget and the KV pool from the memory budget (vLLM's rule: the pool gets
-  // what the weights, the per-sequence work buffers and the activations leave of the budget). The
-  // context length no longer reserves memory: requests take pages as they grow.
+  // The memory plan (engine/memory_plan.h, the same `dgemma inspect` prints): the weights are loaded,
+  // so on a GPU what they and the context use is measured, and the pool gets what the budget leaves
+  // after the per-sequence buffers and the activation workspace.
   const int64_t C = mc.canvas_length;
   const int64_t max_len = c.max_model_len > 0 ? c.max_model_len : mc.text.max_position_embeddings;
   if (max_len <= C) fail_arg("--max-model-len {} must exceed canvas_length {}", max_len, C);
   if (max_len > mc.text.max_position_embeddings)
     fail_arg("--max-model-len {} exceeds the model's max_position_embeddings {}", max_len, mc.text.max_position_embeddings);
+  MemoryPlanInputs in;
+  in.max_model_len = max_len;
+  in.max_num_seqs = c.max_num_seqs;
+  in.max_num_batched_tokens = c.max_num_batched_tokens;
+  in.enable_chunked_prefill = c.enable_chunked_prefill;
+  in.cpu = device == "cpu";
+  in.gpu_memory_utilization = c.gpu_memory_utilization;
+  in.kv_cache_memory = c.kv_cache_memory;
+  if (!in.cpu) {
+    const MemoryInfo mem = backend->memory_info();
+    in.device_bytes = mem.total;
+    in.used_bytes = mem.total - mem.free;
+  }
+  const MemoryPlan plan = plan_memory(mc, in);
+  if (!plan.fits)
+    throw Error(ErrorKind::kResourceExhausted,
+                fmt::format("not enough memory for the KV cache: {:.2f} GiB left for it after {:.2f} GiB of weights, "
+                            "{:.2f} GiB of per-sequence buffers (--max-num-seqs {}) and {:.2f} GiB of activations; lower "
+                            "--max-num-seqs or raise --gpu-memory-utilization / --kv-cache-memory",
+                            plan.kv_budget_bytes / double(1ull << 30), plan.weight_bytes / double(1ull << 30),
+                            plan.work_bytes_all_seqs / double(1ull << 30), c.max_num_seqs,
+                            plan.workspace_bytes / double(1ull << 30)));
   EngineSizing sz;
   sz.max_model_len = max_len;
-  sz.prefill_chunk = c.enable_chunked_prefill ? std::min<int64_t>(2048, max_len) : max_len;
-  sz.max_num_batched_tokens = c.max_num_batched_tokens > 0 ? std::max<int64_t>(c.max_num_batched_tokens, C)
-                                                           : int64_t{c.max_num_seqs} * 2 * C + sz.prefill_chunk;
-  const KvGeometry geo = kv_geometry(mc);
-  // Tokens one step may encode (a prefill chunk always goes ahead, even over the budget).
-  const int64_t step_tokens = std::max(sz.max_num_batched_tokens, sz.prefill_chunk);
-  const uint64_t work = static_cast<uint64_t>(c.max_num_seqs) * static_cast<uint64_t>(C) *
-                        static_cast<uint64_t>(mc.text.vocab_size + mc.text.hidden_size) * 2;
-  const uint64_t act = activation_bytes_per_token(mc) * static_cast<uint64_t>(step_tokens) +
-                       kWorkspaceReserveBytes;
-  const MemoryInfo mem = backend->memory_info();
-  uint64_t kv_budget = c.kv_cache_memory;
-  if (kv_budget == 0) {
-    if (device == "cuda") {
-      const double budget = static_cast<double>(mem.total) * c.gpu_memory_utilization;
-      const double used = static_cast<double>(mem.total - mem.free);  // weights and context so far
-      const double left = budget - used - static_cast<double>(work) - static_cast<double>(act);
-      kv_budget = left > 0 ? static_cast<uint64_t>(left) : 0;
-    } else {
-      // CPU: what max_num_seqs sequences of max_model_len need, at most 4 GiB (tests, small models).
-      const uint64_t per_seq = static_cast<uint64_t>((max_len + C - 1) / C) * geo.bytes_per_page[static_cast<int>(KvGroup::kFull)];
-      kv_budget = std::min<uint64_t>(uint64_t{4} << 30, per_seq * static_cast<uint64_t>(c.max_num_seqs)) +
-                  static_cast<uint64_t>(sliding_pages_needed(geo, c.max_num_seqs, step_tokens)) *
-                      geo.bytes_per_page[static_cast<int>(KvGroup::kSliding)];
-    }
-  }
-  sz.kv = plan_kv_pool(geo, kv_budget, c.max_num_seqs, step_tokens);
-  const bool has_full = geo.layers[static_cast<int>(KvGroup::kFull)] > 0;
-  if ((has_full && sz.kv.full_tokens < 2 * C) || (!has_full && sz.kv.pages[static_cast<int>(KvGroup::kSliding)] == 0))
-    throw Error(ErrorKind::kResourceExhausted,
-                fmt::format("not enough memory for the KV cache: {:.2f} GiB left for it after the weights, {:.2f} GiB of "
-                            "per-sequence buffers (--max-num-seqs {}) and {:.2f} GiB of activations; lower "
-                            "--max-num-seqs or raise --gpu-memory-utilization / --kv-cache-memory",
-                            kv_budget / double(1ull << 30), work / double(1ull << 30), c.max_num_seqs, act / double(1ull << 30)));
+  sz.prefill_chunk = plan.prefill_chunk;
+  sz.max_num_batched_tokens = plan.max_num_batched_tokens;
+  sz.kv = plan.pool;
   DG_LOG_INFO("engine",
-              "max_model_len {}, max_num_seqs {}, {} tokens per step; KV pool {:.2f} GiB: {} full-attention pages ({} tokens) + "
-              "{} sliding pages of {} tokens; prefix caching {}",
-              max_len, c.max_num_seqs, sz.max_num_batched_tokens, sz.kv.bytes / double(1ull << 30),
-              sz.kv.pages[static_cast<int>(KvGroup::kFull)], sz.kv.full_tokens, sz.kv.pages[static_cast<int>(KvGroup::kSliding)],
-              C, c.enable_prefix_caching ? "on" : "off");
+              "memory plan: weights {:.2f} GiB, buffers {:.2f} GiB, activations {:.2f} GiB; KV pool {:.2f} GiB: {} "
+              "full-attention pages ({} tokens, {} sequences of max_model_len {}) + {} sliding pages of {} tokens; "
+              "max_num_seqs {}, {} tokens per step; prefix caching {}",
+              plan.weight_bytes / double(1ull << 30), plan.work_bytes_all_seqs / double(1ull << 30),
+              plan.workspace_bytes / double(1ull << 30), plan.pool.bytes / double(1ull << 30),
+              plan.pool.pages[static_cast<int>(KvGroup::kFull)], plan.pool.full_tokens, plan.full_len_seqs, max_len,
+              plan.pool.pages[static_cast<int>(KvGroup::kSliding)], C, c.max_num_seqs, plan.max_num_batched_tokens,
+              c.enable_prefix_caching ? "on" : "off");
   auto model = std::make_unique<DiffusionGemma>(mc, std::move(w), *backend);
   return std::make_unique<DiffusionEngine>(c, std::move(backend), std::move(model), std::move(g), sz);
 }

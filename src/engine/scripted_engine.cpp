@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/limits.h"
+#include "util/counter_rng.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mmap_file.h"
@@ -40,13 +41,6 @@ struct Script {
   std::vector<ScriptReply> replies;
   ScriptReply fallback;          // when no reply matches
 };
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 const char* kDefaultFiller[] = {" alpha", " beta", " gamma", " delta", " river", " stone", " light", " cloud",
                                 " seven", " green", " quiet", " table", " north", " paper", " bridge", " maple"};
@@ -192,7 +186,7 @@ struct ScriptedEngine::Impl {
   std::vector<int32_t> filler_canvas(const Job& j, size_t canvas) const {
     std::vector<int32_t> out(static_cast<size_t>(script.canvas_length));
     for (size_t p = 0; p < out.size(); ++p)
-      out[p] = script.filler[splitmix64(j.seed ^ splitmix64(canvas * 1000003ULL + p)) % script.filler.size()];
+      out[p] = script.filler[rng::splitmix64(j.seed ^ rng::splitmix64(canvas * 1000003ULL + p)) % script.filler.size()];
     return out;
   }
 
@@ -288,7 +282,7 @@ struct ScriptedEngine::Impl {
     if (j.req.params.logprobs) {
       ev.logprobs.resize(tokens.size());
       for (size_t p = 0; p < tokens.size(); ++p)
-        ev.logprobs[p] = -static_cast<float>((splitmix64(j.seed + k * 4099 + p) % 1000) / 250.0);
+        ev.logprobs[p] = -static_cast<float>((rng::splitmix64(j.seed + k * 4099 + p) % 1000) / 250.0);
     }
     ev.tokens = std::move(tokens);
     j.stream->push(std::move(ev));
@@ -399,7 +393,7 @@ std::shared_ptr<RequestStream> ScriptedEngine::submit(GenerationRequest request)
                   fmt::format("The server is overloaded: {} requests are already waiting (--max-queue). Retry later.",
                               im.waiting.size()));
     job->stream = std::make_shared<RequestStream>(im.next_id++);
-    job->seed = request.params.seed ? *request.params.seed : splitmix64(0x5eed ^ ++im.unseeded ^
+    job->seed = request.params.seed ? *request.params.seed : rng::splitmix64(0x5eed ^ ++im.unseeded ^
                                                                         static_cast<uint64_t>(now_seconds() * 1e9));
     job->req = std::move(request);
     job->submitted = now_seconds();

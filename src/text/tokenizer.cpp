@@ -381,6 +381,11 @@ std::string Tokenizer::id_to_token(int32_t id) const {
   return impl_->pieces[id];
 }
 
+std::optional<uint8_t> Tokenizer::byte_value(int32_t id) const {
+  if (id < 0 || id >= impl_->vocab_size || impl_->byte_value[id] < 0) return std::nullopt;
+  return static_cast<uint8_t>(impl_->byte_value[id]);
+}
+
 int Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
 bool Tokenizer::is_special(int32_t id) const {

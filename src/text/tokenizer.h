@@ -50,6 +50,9 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The raw piece ("▁Hello", "<0x0A>", "<|turn>"); empty for an unknown id.
   std::string id_to_token(int32_t id) const;
+  // The byte a byte-fallback piece stands for ("<0x0A>" -> 0x0A) when the decoder has ByteFallback;
+  // nullopt for any other id (the table decode() uses, built once at load).
+  std::optional<uint8_t> byte_value(int32_t id) const;
   int vocab_size() const;  // max id + 1
   bool is_special(int32_t id) const;
 

@@ -5,6 +5,7 @@
 
 #include "text/gemma4_args.h"
 #include "text/markup_scan.h"
+#include "util/counter_rng.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -19,13 +20,6 @@ bool is_name_char(char c) {
          c == '.';
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 std::string make_tool_call_id() {
@@ -35,7 +29,7 @@ std::string make_tool_call_id() {
   std::string id = "call_";
   uint64_t z = 0;
   for (int i = 0; i < 24; ++i) {
-    if (i % 8 == 0) z = splitmix64(seq * 4 + static_cast<uint64_t>(i / 8));  // 8 digits per 64-bit word
+    if (i % 8 == 0) z = rng::splitmix64(seq * 4 + static_cast<uint64_t>(i / 8));  // 8 digits per 64-bit word
     id += kAlnum[z % 62];
     z /= 62;
   }

@@ -2,7 +2,7 @@
 """Trains the tiny DiffusionGemma that `make run` serves (models/tiny-code) on one GPU, in minutes.
 
     python3 tools/tiny_model/train.py --out OUT_DIR [--data tools/tiny_model/data/train.npz]
-        [--minutes 3.0] [--steps N] [--batch 128] [--lr 2e-3] [--seed 0]
+        [--minutes 4.0] [--steps N] [--batch 128] [--lr 2e-3] [--seed 0]
 
 Needs PyTorch and transformers with the DiffusionGemma classes (the model is transformers'
 DiffusionGemmaForBlockDiffusion, so the weights mean exactly what the reference means), numpy and
@@ -71,10 +71,24 @@ class Data:
                 if self.plen[i] + k * canvas <= MAX_CONTEXT:
                     items.append((i, k))
         self.items = np.array(items, np.int64)
+        self.ctx_len = self.plen[self.items[:, 0]] + self.items[:, 1] * canvas
+        self.queue = []
 
-    def batch(self, rng, n):
-        """Left-padded contexts [n, L], their validity mask, clean target canvases [n, C]."""
-        pick = self.items[rng.integers(0, len(self.items), n)]
+    def batch(self, rng, n, group=1):
+        """Left-padded contexts [n, L], their validity mask, clean target canvases [n, C]. With group > 1,
+        group*n random items are drawn at once and cut into n-item batches of similar context length
+        (in random order), so a batch pads to its own length rather than to the longest of 128 random
+        contexts: the same items, far fewer padded positions."""
+        if group <= 1:
+            return self.make(self.items[rng.integers(0, len(self.items), n)])
+        if not self.queue:
+            pick = rng.integers(0, len(self.items), n * group)
+            pick = pick[np.argsort(self.ctx_len[pick], kind="stable")]
+            self.queue = [pick[i * n:(i + 1) * n] for i in rng.permutation(group)]
+        return self.make(self.items[self.queue.pop()])
+
+    def make(self, pick):
+        n = len(pick)
         ctxs, tgts = [], []
         for i, k in pick:
             s, p, a = self.start[i], self.plen[i], self.alen[i]
@@ -162,6 +176,97 @@ def checkpoint_tensors(model):
     return out
 
 
+def to_device_bf16(model, device):
+    """Parameters and saved buffers in bf16 (as served); non-persistent float buffers (RoPE inverse
+    frequencies) stay fp32. from_pretrained computes those in fp32, and so do dgemma and the
+    reference: a plain model.to(bfloat16) would round inv_freq to bf16 and train against a RoPE that
+    drifts by up to ~1 rad at position 400 (the reloaded model would then disagree with the trained one)."""
+    saved = set(model.state_dict().keys())
+    keep = {n: b.detach().clone() for n, b in model.named_buffers()
+            if n not in saved and b.is_floating_point()}
+    model = model.to(device=device, dtype=torch.bfloat16)
+    for name, b in keep.items():
+        mod = model
+        *path, leaf = name.split(".")
+        for part in path:
+            mod = getattr(mod, part)
+        mod._buffers[leaf] = b.to(device)
+    return model, sorted(keep)
+
+
+def experts_modules(model):
+    return [m for m in model.modules() if hasattr(m, "gate_up_proj") and hasattr(m, "down_proj")]
+
+
+def set_experts(model, impl):
+    """Selects transformers' experts implementation ('eager' loops over experts in Python, with a host
+    sync per expert; 'grouped_mm' / 'batched_mm' are single batched kernels). Returns what the
+    experts modules now use."""
+    if hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation(impl)
+    # set_experts_implementation reaches the sub-models whose config class differs from the top one;
+    # the decoder's experts read the top config's text_config, so every experts module's config is
+    # also set directly (transformers keeps the value behind a property, in *_internal).
+    for m in experts_modules(model):
+        c = m.config
+        if getattr(c, "_experts_implementation", None) != impl:
+            if hasattr(c, "_experts_implementation_internal"):
+                c._experts_implementation_internal = impl
+            else:
+                c._experts_implementation = impl
+    used = {getattr(getattr(m, "config", None), "_experts_implementation", "?") for m in experts_modules(model)}
+    if used != {impl}:
+        raise RuntimeError("experts implementation %s requested, modules use %s" % (impl, sorted(used)))
+    return impl
+
+
+def pick_experts(model, device, log, candidates=("grouped_mm", "batched_mm")):
+    """The first of candidates that works here and matches eager (forward and gradients on one experts
+    module); falls back to eager. Logs the choice."""
+    mods = experts_modules(model)
+    if not mods:
+        log("experts implementation: eager (no experts modules)")
+        return "eager"
+    set_experts(model, "eager")
+    m = mods[0]
+    g = torch.Generator(device=device).manual_seed(1)
+    E, H = m.gate_up_proj.shape[0], m.gate_up_proj.shape[2]
+    K = model.config.text_config.top_k_experts
+    x = torch.randn((300, H), generator=g, device=device).to(torch.bfloat16)
+    idx = torch.stack([torch.randperm(E, generator=g, device=device)[:K] for _ in range(300)])
+    w = torch.rand((300, K), generator=g, device=device)
+
+    def run(impl):
+        set_experts(model, impl)
+        xx = x.clone().requires_grad_(True)
+        out = m(xx, idx, w)
+        (out.float() ** 2).sum().backward()
+        grads = [xx.grad.float(), m.gate_up_proj.grad.float(), m.down_proj.grad.float()]
+        m.gate_up_proj.grad = None
+        m.down_proj.grad = None
+        return out.float().detach(), grads
+
+    want, want_g = run("eager")
+    for impl in candidates:
+        try:
+            got, got_g = run(impl)
+            if torch.equal(got, want) and all(torch.equal(a, b) for a, b in zip(got_g, want_g)):
+                log("experts implementation %s gives eager's bits exactly (still eager underneath?)" % impl)
+            if device == "cuda":
+                torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - not available in this torch/transformers
+            log("experts implementation %s unavailable: %s" % (impl, repr(e)[:200]))
+            continue
+        err = max([float((got - want).abs().max()) / (float(want.abs().max()) + 1e-6)] +
+                  [float((a - b).abs().max()) / (float(b.abs().max()) + 1e-6) for a, b in zip(got_g, want_g)])
+        if err < 0.05:
+            log("experts implementation: %s (max relative difference to eager %.2g, forward and grads)" % (impl, err))
+            return set_experts(model, impl)
+        log("experts implementation %s disagrees with eager (relative %.2g): not used" % (impl, err))
+    log("experts implementation: eager (fallback)")
+    return set_experts(model, "eager")
+
+
 SC_MASK_SUPPORTED = [True]  # False after a transformers without self_conditioning_mask refused it
 
 
@@ -175,7 +280,7 @@ def forward(model, ctx, valid, canvas, sc_logits, sc_mask, C):
         if len(off):
             out[off] = forward(model, ctx[off], valid[off], canvas[off], None, None, C)
         return out
-    enc_mask, dec_mask = masks(valid, C, torch.bfloat16)
+    enc_mask, dec_mask = masks(valid, C, next(model.parameters()).dtype)
     enc_pos, dec_pos = positions(valid, C)
     kw = dict(input_ids=ctx, attention_mask=enc_mask, position_ids=enc_pos, decoder_input_ids=canvas,
               self_conditioning_logits=sc_logits, decoder_attention_mask=dec_mask, decoder_position_ids=dec_pos)
@@ -194,22 +299,34 @@ def forward(model, ctx, valid, canvas, sc_logits, sc_mask, C):
 
 def padding_check(model, data, C, device, log):
     """Left padding must change nothing: the logits of a short example in a padded batch equal its
-    logits alone (up to bf16 noise). Logged, so a mask the reference reads differently shows up at once."""
+    logits alone. Checked in fp32 (eager experts) on a copy, where only a real mask or position error
+    can make a difference; bf16 is logged too: there, rounding differences between batch shapes can
+    flip near-tied top-2 expert choices of the random-init router, which moves single tokens a lot."""
+    import copy
     rng = np.random.default_rng(7)
-    ctx, valid, tgt = data.batch(rng, 2)
-    while valid[0].sum() == valid[1].sum():
-        ctx, valid, tgt = data.batch(rng, 2)
-    short = int(np.argmin(valid.sum(1)))
-    n = int(valid[short].sum())
+    ctx, valid, tgt = data.batch(rng, 4)
+    while len(set(valid.sum(1).tolist())) < 2:
+        ctx, valid, tgt = data.batch(rng, 4)
     to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
-    with torch.no_grad():
-        both = forward(model, to(ctx), to(valid), to(tgt), None, None, C)[short]
-        alone = forward(model, to(ctx[short:short + 1, -n:]), to(valid[short:short + 1, -n:]),
-                        to(tgt[short:short + 1]), None, None, C)[0]
-    diff = float((both - alone).abs().max())
-    scale = float(alone.abs().max())
-    log("padding check: max |logit difference| %.3g (logits up to %.3g)%s" % (
-        diff, scale, "" if diff <= 0.05 * scale + 0.02 else "  <-- WARNING: padding changes the result"))
+    fp32 = copy.deepcopy(model).float()
+    set_experts(fp32, "eager")
+    fp32.eval()
+    res = {}
+    for name, m in (("fp32", fp32), ("bf16", model)):
+        worst, scale = 0.0, 0.0
+        with torch.no_grad():
+            both = forward(m, to(ctx), to(valid), to(tgt), None, None, C)
+            for r in range(len(ctx)):
+                n = int(valid[r].sum())
+                alone = forward(m, to(ctx[r:r + 1, -n:]), to(valid[r:r + 1, -n:]), to(tgt[r:r + 1]), None, None, C)[0]
+                worst = max(worst, float((both[r] - alone).abs().max()))
+                scale = max(scale, float(alone.abs().max()))
+        res[name] = (worst, scale)
+    del fp32
+    bad = res["fp32"][0] > 1e-3 * res["fp32"][1] + 1e-4
+    log("padding check: max |logit difference| fp32 %.3g, bf16 %.3g (logits up to %.3g)%s" % (
+        res["fp32"][0], res["bf16"][0], res["fp32"][1],
+        "  <-- WARNING: padding changes the result" if bad else ""))
 
 
 # ---- sampling (the reference generate loop, for the log) -------------------------------------------
@@ -248,13 +365,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--data", default=os.path.join(HERE, "data", "train.npz"))
-    ap.add_argument("--minutes", type=float, default=3.0, help="training time budget (without start-up)")
+    ap.add_argument("--minutes", type=float, default=4.0, help="training time budget (without start-up)")
     ap.add_argument("--steps", type=int, default=0, help="fixed step count (0: fit --minutes)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sc-prob", type=float, default=0.5, help="share of items with self-conditioning")
     ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--length-groups", type=int, default=8,
+                    help="batches drawn together and grouped by context length (1: plain random batches)")
+    ap.add_argument("--experts", default="auto",
+                    help="transformers experts implementation: auto (on cuda the first of grouped_mm, batched_mm "
+                         "that matches eager; eager elsewhere), or a name to force")
     args = ap.parse_args()
     t_start = time.time()
 
@@ -291,25 +413,30 @@ def main():
     import transformers
     model = DiffusionGemmaForBlockDiffusion(hf_config(cfg))
     tie_encoder_to_decoder(model)
-    model = model.to(device=device, dtype=torch.bfloat16)
+    model, fp32_buffers = to_device_bf16(model, device)
     tie_encoder_to_decoder(model)
-    if hasattr(model, "set_experts_implementation"):
-        model.set_experts_implementation("eager")  # plain autograd ops
+    set_experts(model, "eager")
     model.train()
     n_params = sum(p.numel() for p in model.model.decoder.parameters())
-    log("transformers %s, torch %s, device %s; attention %s, experts %s; decoder parameters %d" % (
+    log("transformers %s, torch %s, device %s; attention %s; decoder parameters %d; fp32 buffers %s" % (
         transformers.__version__, torch.__version__, device,
-        getattr(model.config.text_config, "_attn_implementation", "?"),
-        getattr(model.config.text_config, "_experts_implementation", "?"), n_params))
+        getattr(model.config.text_config, "_attn_implementation", "?"), n_params,
+        sorted({n.split(".")[-1] for n in fp32_buffers})))
 
     padding_check(model, data, C, device, log)
+    if args.experts == "auto":
+        experts_impl = pick_experts(model, device, log) if device == "cuda" else set_experts(model, "eager")
+    else:
+        experts_impl = set_experts(model, args.experts)
+    log("experts implementation in use:", experts_impl)
+    model.train()
 
     params = [p for p in model.parameters() if p.requires_grad]
     master = [p.detach().float().clone().requires_grad_(True) for p in params]
     decay = [m for m, p in zip(master, params) if p.dim() >= 2]
     no_decay = [m for m, p in zip(master, params) if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
+                            lr=args.lr, betas=(0.9, 0.98), eps=1e-8, **({"fused": True} if device == "cuda" else {}))
 
     def lr_at(step, total):
         warm = 100  # the first steps (also those timed for --steps 0) do not depend on total
@@ -319,7 +446,7 @@ def main():
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
     def train_step(step, total):
-        ctx, valid, tgt = data.batch(rng, args.batch)
+        ctx, valid, tgt = data.batch(rng, args.batch, args.length_groups)
         ctx = torch.from_numpy(ctx).to(device)
         valid = torch.from_numpy(valid).to(device)
         tgt = torch.from_numpy(tgt).to(device)
@@ -328,9 +455,11 @@ def main():
         noise = torch.randint(0, V, tgt.shape, generator=gen, device=device)
         noised = torch.rand(tgt.shape, generator=gen, device=device) < t
         canvas = torch.where(noised, noise, tgt)
+        # No host syncs in a step (they stall the GPU queue): the self-conditioning pass always runs
+        # (with batch 128 and sc_prob 0.5 some item always uses it), the metrics stay on the GPU.
         use_sc = torch.rand((B,), generator=gen, device=device) < args.sc_prob
         sc_logits = None
-        if bool(use_sc.any()):
+        if args.sc_prob > 0:
             with torch.no_grad():
                 first = forward(model, ctx, valid, canvas, None, None, C)
                 temp = t_min + (t_max - t_min) * torch.rand((B, 1, 1), generator=gen, device=device)
@@ -354,16 +483,16 @@ def main():
                 p.copy_(m)
         with torch.no_grad():
             acc = (logits.argmax(-1) == tgt).float().mean()
-            hi = (t[:, 0] > 0.8)
-            loss_hi = loss_tok[hi].mean() if bool(hi.any()) else torch.tensor(float("nan"))
-        return loss, loss_hi, acc, gnorm, lr
+            hi = (t[:, 0] > 0.8).float()
+            loss_hi = (loss_tok.mean(1) * hi).sum() / hi.sum()  # nan when no item has t > 0.8
+        return loss.detach(), loss_hi, acc, gnorm, lr
 
     total = args.steps if args.steps > 0 else 10 ** 9
     timed = (10, 40)  # steps timed to fix the step count (after the first, slower ones)
     step = 0
     t_train = time.time()
     t_timed = None
-    sums = [0.0, 0.0, 0.0]
+    sums = [torch.zeros((), device=device), torch.zeros((), device=device)]
     while step < total:
         if args.steps == 0 and step in timed:
             if device == "cuda":
@@ -374,17 +503,26 @@ def main():
                 per_step = (time.time() - t_timed) / (timed[1] - timed[0])
                 total = max(200, int((args.minutes * 60 - (time.time() - t_train)) / per_step) + step)
                 log("%.1f ms/step -> %d steps in all (reproduce with --steps %d)" % (per_step * 1000, total, total))
-        loss, loss_hi, acc, gnorm, lr = train_step(step, total)
-        sums[0] += float(loss)
-        sums[1] += float(acc)
+        if step == 0 and experts_impl != "eager":
+            try:  # the first step with the fast experts path; eager if it fails on the real shapes
+                loss, loss_hi, acc, gnorm, lr = train_step(step, total)
+            except Exception as e:  # noqa: BLE001
+                log("first step with experts %s failed (%s): eager instead" % (experts_impl, repr(e)[:200]))
+                experts_impl = set_experts(model, "eager")
+                loss, loss_hi, acc, gnorm, lr = train_step(step, total)
+        else:
+            loss, loss_hi, acc, gnorm, lr = train_step(step, total)
+        sums[0] += loss
+        sums[1] += acc
         step += 1
         if step % args.log_every == 0 or step == total:
             n = args.log_every if step % args.log_every == 0 else step % args.log_every
+            mean_loss = float(sums[0]) / n
             log("step %5d  loss %.4f  acc %.3f  loss(t>0.8) %.3f  gnorm %.2f  lr %.2e  %.0fs" % (
-                step, sums[0] / n, sums[1] / n, float(loss_hi), float(gnorm), lr, time.time() - t_start))
-            sums = [0.0, 0.0, 0.0]
-        if not math.isfinite(float(loss)):
-            raise SystemExit("loss is not finite at step %d" % step)
+                step, mean_loss, float(sums[1]) / n, float(loss_hi), float(gnorm), lr, time.time() - t_start))
+            sums = [torch.zeros((), device=device), torch.zeros((), device=device)]
+            if not math.isfinite(mean_loss):
+                raise SystemExit("loss is not finite before step %d" % step)
     log("trained %d steps in %.0fs (batch %d, lr %g, seed %d)" % (step, time.time() - t_train, args.batch, args.lr,
                                                                    args.seed))
 
@@ -403,9 +541,14 @@ def main():
             want = forward(model, ctx, valid, tgt, None, None, C)
             reloaded = DiffusionGemmaForBlockDiffusion.from_pretrained(args.out, config=hf_config(cfg),
                                                                        dtype=torch.bfloat16).to(device).eval()
+            set_experts(reloaded, experts_impl)  # the same kernels, so the same bits
             got = forward(reloaded, ctx, valid, tgt, None, None, C)
-        log("reload check: max |logit difference| %.3g (expect 0), argmax agreement %.4f" % (
-            float((got - want).abs().max()), float((got.argmax(-1) == want.argmax(-1)).float().mean())))
+        mine = dict(model.named_buffers())
+        odd = ["%s %s/%s" % (n, b.dtype, mine[n].dtype) for n, b in reloaded.named_buffers()
+               if n in mine and "vision" not in n and b.dtype != mine[n].dtype]
+        log("reload check: max |logit difference| %.3g (expect 0), argmax agreement %.4f%s" % (
+            float((got - want).abs().max()), float((got.argmax(-1) == want.argmax(-1)).float().mean()),
+            "; buffer dtypes differ (reloaded/trained): %s" % odd[:4] if odd else ""))
         del reloaded
     except Exception as e:  # noqa: BLE001
         log("reload check failed:", repr(e))

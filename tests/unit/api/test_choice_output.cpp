@@ -185,5 +185,23 @@ TEST(ChoiceOutput, OutOfRangeIdsAreAnError) {
   EXPECT_THROW(out.feed({-1}, {}), Error);
 }
 
+TEST(ChoiceOutput, LogprobBytesOfByteFallbackPiecesAreTheirByte) {
+  DG_API_TOKENIZER(tok);
+  const int32_t e4 = *tok->token_to_id("<0xE4>"), bd = *tok->token_to_id("<0xBD>"), a0 = *tok->token_to_id("<0xA0>");
+  const Ids word = tok->encode("Hello");
+  ASSERT_EQ(word.size(), 1u);
+  ChoiceOutputOptions opt;
+  opt.logprobs = true;
+  ChoiceOutput out(*tok, opt);
+  OutputDelta d = out.feed({word[0], e4, bd, a0}, {-0.1f, -0.2f, -0.3f, -0.4f});
+  d.append(out.finish());
+  ASSERT_EQ(d.logprobs.size(), 4u);
+  EXPECT_EQ(d.logprobs[0].bytes, (std::vector<uint8_t>{'H', 'e', 'l', 'l', 'o'}));
+  EXPECT_EQ(d.logprobs[1].bytes, (std::vector<uint8_t>{0xE4}));
+  EXPECT_EQ(d.logprobs[2].bytes, (std::vector<uint8_t>{0xBD}));
+  EXPECT_EQ(d.logprobs[3].bytes, (std::vector<uint8_t>{0xA0}));
+  EXPECT_EQ(d.content, "Hello\xE4\xBD\xA0");
+}
+
 }  // namespace
 }  // namespace dgemma

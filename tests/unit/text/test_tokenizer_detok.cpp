@@ -99,6 +99,18 @@ TEST(IncrementalDetokenizer, BadIdLeavesStateUnchanged) {
   EXPECT_EQ(d.flush(), "\xE4\xBD\xA0");
 }
 
+TEST(Tokenizer, ByteValueOfByteFallbackPieces) {
+  DG_REQUIRE_GEMMA4(tok);
+  for (int b : {0x00, 0x0A, 0x7F, 0xE4, 0xFF}) {
+    const int32_t id = *tok->token_to_id(fmt::format("<0x{:02X}>", b));
+    ASSERT_TRUE(tok->byte_value(id).has_value()) << b;
+    EXPECT_EQ(*tok->byte_value(id), b);
+  }
+  EXPECT_FALSE(tok->byte_value(tok->encode("Hello").at(0)).has_value());
+  EXPECT_FALSE(tok->byte_value(-1).has_value());
+  EXPECT_FALSE(tok->byte_value(tok->vocab_size()).has_value());
+}
+
 TEST(IncrementalDetokenizer, SkipsSpecialTokensWhenAsked) {
   DG_REQUIRE_GEMMA4(tok);
   const Ids ids = tok->encode("<|channel>thought\nhm<channel|>Hi<turn|>", true);

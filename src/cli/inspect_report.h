@@ -1,7 +1,8 @@
 #pragma once
 // `dgemma inspect MODEL`: everything worth knowing about a model directory before serving it — the
 // config, the parameter count by group, the checkpoint's bytes by dtype, the KV/memory plan on a GPU
-// of a given size, and a validation of the checkpoint against the shapes the config implies.
+// of a given size (engine/memory_plan.h, the plan the engine allocates by), and a validation of the
+// checkpoint against the shapes the config implies.
 // Built as a struct (tests read it) and formatted as aligned text or JSON (the same content).
 //
 // Parameter counts come from expected_weights(); nothing the size of the model is ever allocated.
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory_plan.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "util/json.h"
@@ -24,8 +26,11 @@ namespace dgemma {
 struct InspectOptions {
   std::string model_dir;
   std::string load_format = "auto";  // auto | safetensors | dummy
-  int64_t max_model_len = 0;         // 0: min(max_position_embeddings, kDefaultInspectModelLen)
+  int64_t max_model_len = 0;         // 0: max_position_embeddings (as the engine)
   int max_num_seqs = 4;
+  int64_t max_num_batched_tokens = 0;  // 0: as the engine derives it
+  bool enable_chunked_prefill = true;
+  uint64_t kv_cache_memory = 0;        // --kv-cache-memory (0: what the budget leaves)
   std::optional<int> canvas_length;  // overrides config.json's canvas_length
   double gpu_memory_bytes = 141e9;   // one H200
   double gpu_memory_utilization = 0.9;
@@ -33,11 +38,6 @@ struct InspectOptions {
   // smaller ones are also loaded with load_weights on the CPU backend (zero-copy mmaps).
   uint64_t full_load_limit_bytes = uint64_t{8} << 30;
 };
-
-constexpr int64_t kDefaultInspectModelLen = 32768;
-// Fixed part of the activation workspace: cuBLAS/cuBLASLt workspaces, routing index buffers, small
-// per-step tensors (a stated allowance, not a measurement).
-constexpr uint64_t kWorkspaceReserveBytes = uint64_t{256} << 20;
 
 // Distinct attention geometry and the layers that share it.
 struct LayerGroup {
@@ -77,27 +77,6 @@ struct ValidationReport {
   bool ok() const { return problems.empty(); }
 };
 
-struct MemoryPlan {
-  int64_t max_model_len = 0;
-  int max_num_seqs = 0;
-  int canvas_length = 0;
-  uint64_t gpu_memory_bytes = 0;
-  double gpu_memory_utilization = 0;
-  uint64_t budget_bytes = 0;              // gpu_memory_bytes * utilization
-  uint64_t weight_bytes = 0;              // text parameters as bf16 on the device
-  uint64_t kv_bytes_per_token_full = 0;   // all full layers, K and V
-  uint64_t kv_bytes_per_token_sliding = 0;  // all sliding layers, K and V, until their cap
-  int64_t sliding_cap_tokens = 0;         // sliding layers keep window-1 + one canvas-sized chunk
-  uint64_t kv_bytes_per_seq = 0;          // kv_bytes(config, max_model_len, canvas_length)
-  uint64_t work_bytes_per_seq = 0;        // logits [C, V] + soft embeddings [C, H], bf16
-  int64_t workspace_tokens = 0;           // tokens of the largest forward: (max_num_seqs + 1) canvases
-  uint64_t activation_bytes_per_token = 0;
-  uint64_t workspace_bytes = 0;           // workspace_tokens * per-token activations + reserve
-  uint64_t total_bytes = 0;
-  bool fits = false;
-  int64_t max_num_seqs_fit = 0;           // largest --max-num-seqs whose plan fits (0: none)
-};
-
 struct InspectReport {
   std::string model_dir;
   std::vector<std::string> architectures;  // config.json "architectures"
@@ -120,13 +99,6 @@ struct InspectReport {
 // Throws Error for a missing directory / config.json, bad JSON, an inconsistent config, bad options
 // or an unreadable checkpoint file. Checkpoint *content* problems are listed in report.validation.
 InspectReport build_inspect_report(const InspectOptions& options);
-
-// The memory plan alone (also used for the "max sequences that fit" search).
-// bf16 bytes of the live intermediates of one layer for one token (an upper bound).
-uint64_t activation_bytes_per_token(const ModelConfig& config);
-
-MemoryPlan plan_memory(const ModelConfig& config, int64_t max_model_len, int max_num_seqs, uint64_t gpu_memory_bytes,
-                       double gpu_memory_utilization);
 
 // Compact layer-type pattern: "(5×sliding, 1×full) ×5" when periodic, else a run-length list.
 std::string layer_type_pattern(const std::vector<LayerSpec>& layers);

@@ -14,7 +14,7 @@
 #include <functional>
 #include <random>
 
-#include "model/inspect_report.h"
+#include "cli/inspect_report.h"
 #include "model/safetensors.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -160,7 +160,7 @@ TEST(InspectReport, ConfigSummaryOf26B) {
   EXPECT_EQ(j["parameters"]["total"].get<int64_t>(), kTotal);
   EXPECT_EQ(j["parameters"]["by_group"]["experts"].get<int64_t>(), kExperts);
   EXPECT_EQ(j["parameters"]["active_per_token"].get<int64_t>(), kActive);
-  EXPECT_EQ(j["kv_cache"]["bytes_per_token_full"].get<uint64_t>(), 20480u);
+  EXPECT_EQ(j["kv_cache"]["bytes_per_page_full"].get<uint64_t>(), 20480u * 256);
   EXPECT_TRUE(j["memory_plan"]["fits"].get<bool>());
   EXPECT_TRUE(j["validation"]["ok"].get<bool>());
   // The JSON text parses back (it is what --json prints).
@@ -171,36 +171,54 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   require_reference();
   const InspectReport r = dummy_26b(4, 8192);
   const MemoryPlan& p = r.plan;
-  // Full layers keep every token: 5 layers × (K, V) × 2 KV heads × 512 × 2 bytes.
-  EXPECT_EQ(p.kv_bytes_per_token_full, 5u * 2 * 2 * 512 * 2);
-  // Sliding layers: 25 layers × (K, V) × 8 heads × 256 × 2 bytes, for window-1 + canvas = 1279 tokens.
-  EXPECT_EQ(p.kv_bytes_per_token_sliding, 25u * 2 * 8 * 256 * 2);
-  EXPECT_EQ(p.sliding_cap_tokens, 1023 + 256);
-  // Paged: 32 full pages of 256 tokens, and a ring of 7 sliding pages (window-1 + a canvas, both ends partial).
-  const uint64_t kv_seq = 20480ull * 8192 + 204800ull * 7 * 256;
-  EXPECT_EQ(p.kv_bytes_per_seq, kv_seq);
+  // Pages of 256 tokens (the canvas). Full layers: 5 layers × (K, V) × 2 KV heads × 512 × 2 bytes per
+  // token; sliding layers: 25 × 2 × 8 heads × 256 × 2 bytes per token.
+  const uint64_t full_page = 20480ull * 256, sliding_page = 204800ull * 256;
+  EXPECT_EQ(p.kv.bytes_per_page[static_cast<int>(KvGroup::kFull)], full_page);
+  EXPECT_EQ(p.kv.bytes_per_page[static_cast<int>(KvGroup::kSliding)], sliding_page);
+  EXPECT_EQ(p.prefill_chunk, 2048);
+  EXPECT_EQ(p.max_num_batched_tokens, 4 * 2 * 256 + 2048);
+  // A sequence of 8192 tokens: 32 full pages and a ring of 7 sliding pages (window-1 and a committed
+  // canvas, partial pages at both ends).
+  EXPECT_EQ(p.kv_bytes_per_seq, 32 * full_page + 7 * sliding_page);
   EXPECT_EQ(p.weight_bytes, static_cast<uint64_t>(kTotal) * 2);
   EXPECT_EQ(p.work_bytes_per_seq, 256ull * 262144 * 2 + 256ull * 2816 * 2);
   EXPECT_EQ(p.budget_bytes, 126'900'000'000ull);
-  EXPECT_EQ(p.workspace_tokens, 5 * 256);
-  EXPECT_EQ(p.workspace_bytes, p.workspace_tokens * p.activation_bytes_per_token + kWorkspaceReserveBytes);
-  EXPECT_EQ(p.total_bytes, p.weight_bytes + 4 * (kv_seq + p.work_bytes_per_seq) + p.workspace_bytes);
+  EXPECT_EQ(p.workspace_bytes, 4096 * p.activation_bytes_per_token + kWorkspaceReserveBytes);
+  // The pool takes what the rest leaves: sliding pages for every sequence's ring plus one step's
+  // chunks, full pages with the remainder.
+  EXPECT_EQ(p.kv_budget_bytes, p.budget_bytes - p.weight_bytes - 4 * p.work_bytes_per_seq - p.workspace_bytes);
+  EXPECT_EQ(p.pool.pages[static_cast<int>(KvGroup::kSliding)], 4 * 7 + 4096 / 256);
+  EXPECT_EQ(p.pool.pages[static_cast<int>(KvGroup::kFull)],
+            static_cast<int64_t>((p.kv_budget_bytes - 44 * sliding_page) / full_page));
+  EXPECT_EQ(p.full_len_seqs, p.pool.pages[static_cast<int>(KvGroup::kFull)] / 32);
+  EXPECT_LE(p.total_bytes, p.budget_bytes);
   EXPECT_TRUE(p.fits);
-  EXPECT_LT(p.total_bytes, 60'000'000'000ull);  // ~50.5 GB weights + ~2 GB KV + ~0.5 GB buffers + workspace
-  // The largest --max-num-seqs that fits is the boundary of the same plan.
-  ASSERT_GT(p.max_num_seqs_fit, 4);
-  const auto at = [&](int64_t n) {
-    return plan_memory(r.config, 8192, static_cast<int>(n), 141'000'000'000ull, 0.9);
-  };
-  EXPECT_TRUE(at(p.max_num_seqs_fit).fits);
-  EXPECT_FALSE(at(p.max_num_seqs_fit + 1).fits);
+  // The recipe's flags: 64 sequences at --max-model-len 262144 on one H200 — the pool holds 64 requests
+  // of 8k tokens many times over although 64 full contexts would need ~340 GB.
+  InspectOptions big;
+  big.model_dir = kRef26B;
+  big.load_format = "dummy";
+  big.max_num_seqs = 64;
+  big.max_model_len = 262144;
+  const MemoryPlan q = build_inspect_report(big).plan;
+  EXPECT_TRUE(q.fits);
+  EXPECT_GE(q.pool.full_tokens, 64 * 8192);
+  EXPECT_EQ(q.full_len_seqs, q.pool.pages[static_cast<int>(KvGroup::kFull)] / 1024);
   // Weights alone do not fit in 40 GB.
-  const MemoryPlan small = plan_memory(r.config, 8192, 4, 40'000'000'000ull, 0.9);
-  EXPECT_FALSE(small.fits);
-  EXPECT_EQ(small.max_num_seqs_fit, 0);
-  InspectReport with_small = r;
-  with_small.plan = small;
+  InspectOptions small = big;
+  small.max_num_seqs = 4;
+  small.gpu_memory_bytes = 40e9;
+  InspectReport with_small = build_inspect_report(small);
+  EXPECT_FALSE(with_small.plan.fits);
   EXPECT_THAT(format_inspect_text(with_small), HasSubstr("does not fit"));
+  // An explicit --kv-cache-memory is the pool's size.
+  InspectOptions fixed = big;
+  fixed.max_num_seqs = 4;
+  fixed.kv_cache_memory = 20ull << 30;
+  const MemoryPlan f = build_inspect_report(fixed).plan;
+  EXPECT_LE(f.pool.bytes, 20ull << 30);
+  EXPECT_GT(f.pool.bytes, (20ull << 30) - full_page);
 }
 
 TEST(InspectReport, DefaultModelLenAndCanvasOverride) {
@@ -208,13 +226,13 @@ TEST(InspectReport, DefaultModelLenAndCanvasOverride) {
   InspectOptions o;
   o.model_dir = kRef26B;
   o.load_format = "dummy";
-  EXPECT_EQ(build_inspect_report(o).plan.max_model_len, 32768);  // min(262144, 32768)
+  EXPECT_EQ(build_inspect_report(o).plan.in.max_model_len, 262144) << "the model's context, as the engine";
   o.canvas_length = 64;
   const InspectReport r = build_inspect_report(o);
   EXPECT_EQ(r.config.canvas_length, 64);
-  EXPECT_EQ(r.plan.sliding_cap_tokens, 1023 + 64);
+  EXPECT_EQ(r.plan.kv.page_size, 64);
   EXPECT_EQ(r.plan.work_bytes_per_seq, 64ull * (262144 + 2816) * 2);
-  EXPECT_EQ(r.plan.kv_bytes_per_seq, 20480ull * 32768 + 204800ull * ((1023 + 2 * 64 - 1) / 64 + 2) * 64);
+  EXPECT_EQ(r.plan.kv_bytes_per_seq, 4096 * 20480ull * 64 + ((1023 + 127) / 64 + 2) * 204800ull * 64);
 }
 
 TEST(InspectReport, LayerTypePattern) {
@@ -297,8 +315,9 @@ TEST(InspectReport, TinyBPerLayerConfig) {
   o.model_dir = kTinyB;
   const InspectReport r = build_inspect_report(o);
   // tiny_b: per_layer_config makes layer 1 full with head dim 32 and one KV head, K=V.
-  EXPECT_EQ(r.plan.kv_bytes_per_token_full, 2u * 1 * 32 * 2);
-  EXPECT_EQ(r.plan.kv_bytes_per_token_sliding, 2u * 1 * 16 * 2);
+  const int64_t P = r.config.canvas_length;
+  EXPECT_EQ(r.plan.kv.bytes_per_page[static_cast<int>(KvGroup::kFull)], 2u * 1 * 32 * 2 * P);
+  EXPECT_EQ(r.plan.kv.bytes_per_page[static_cast<int>(KvGroup::kSliding)], 2u * 1 * 16 * 2 * P);
   EXPECT_EQ(r.full_layers, (std::vector<int>{1}));
 }
 

@@ -1,4 +1,4 @@
-#include "model/inspect_report.h"
+#include "cli/inspect_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,6 @@
 #include <set>
 
 #include "backend/backend.h"
-#include "model/kv_view.h"
 #include "model/safetensors.h"
 #include "util/error.h"
 #include "util/mmap_file.h"
@@ -21,13 +20,6 @@ constexpr const char* kDecoderPrefix = "model.decoder.";
 constexpr const char* kEncoderPrefix = "model.encoder.language_model.";
 constexpr uint64_t kBf16Bytes = 2;
 
-
-uint64_t sat_add(uint64_t a, uint64_t b) {
-  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
-}
-uint64_t sat_mul(uint64_t a, uint64_t b) {
-  return (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) ? std::numeric_limits<uint64_t>::max() : a * b;
-}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -63,7 +55,6 @@ std::string rope_str(const RopeParams& r) {
   if (r.type == RopeType::kDefault) return fmt::format("default, theta {}", r.theta);
   return fmt::format("proportional, theta {}, partial rotary factor {}", r.theta, r.partial_rotary_factor);
 }
-
 
 std::vector<LayerGroup> group_layers(const std::vector<LayerSpec>& layers) {
   std::vector<LayerGroup> groups;
@@ -160,23 +151,6 @@ void check_options(const InspectOptions& o) {
 
 }  // namespace
 
-// bf16 bytes of the live intermediates of one layer for one token: an upper bound (everything summed
-// as if alive at once). Attention is fused, so no [T, T] score matrix is counted.
-uint64_t activation_bytes_per_token(const ModelConfig& c) {
-  const TextConfig& t = c.text;
-  int64_t q_width = 0, kv_width = 0;
-  for (const auto& L : t.layers) {
-    q_width = std::max<int64_t>(q_width, int64_t{t.num_attention_heads} * L.head_dim);
-    kv_width = std::max<int64_t>(kv_width, int64_t{L.num_kv_heads} * L.head_dim);
-  }
-  const int64_t H = t.hidden_size, K = t.top_k_experts;
-  int64_t elems = 6 * H;                          // residual, norm outputs, branch outputs
-  elems += 2 * q_width + 2 * kv_width;            // q, attention output, new k and v
-  elems += 3 * int64_t{t.intermediate_size};      // dense MLP gate, up, activation
-  elems += K * (2 * H + 3 * int64_t{t.moe_intermediate_size});  // per routed slot: input, gate/up, act, down
-  elems += 3 * int64_t{t.self_conditioning_size};  // SC MLP (decoder input)
-  return static_cast<uint64_t>(elems) * kBf16Bytes + static_cast<uint64_t>(t.num_experts) * 2 * 4;  // f32 router logits+probs
-}
 
 std::string layer_type_pattern(const std::vector<LayerSpec>& layers) {
   const size_t n = layers.size();
@@ -197,51 +171,6 @@ std::string layer_type_pattern(const std::vector<LayerSpec>& layers) {
     if (periodic) return fmt::format("({}) ×{}", rle(p), n / p);
   }
   return rle(n);
-}
-
-MemoryPlan plan_memory(const ModelConfig& c, int64_t max_model_len, int max_num_seqs, uint64_t gpu_memory_bytes,
-                       double gpu_memory_utilization) {
-  MemoryPlan p;
-  const TextConfig& t = c.text;
-  p.max_model_len = max_model_len;
-  p.max_num_seqs = max_num_seqs;
-  p.canvas_length = c.canvas_length;
-  p.gpu_memory_bytes = gpu_memory_bytes;
-  p.gpu_memory_utilization = gpu_memory_utilization;
-  p.budget_bytes = static_cast<uint64_t>(std::floor(static_cast<double>(gpu_memory_bytes) * gpu_memory_utilization));
-  p.weight_bytes = static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
-  bool any_sliding = false;
-  for (const auto& L : t.layers) {
-    const uint64_t per = 2 * static_cast<uint64_t>(L.num_kv_heads) * static_cast<uint64_t>(L.head_dim) * kBf16Bytes;
-    if (L.type == LayerType::kFull) {
-      p.kv_bytes_per_token_full += per;
-    } else {
-      p.kv_bytes_per_token_sliding += per;
-      any_sliding = true;
-    }
-  }
-  const int64_t C = c.canvas_length;
-  p.sliding_cap_tokens = any_sliding ? std::min<int64_t>(max_model_len, int64_t{t.sliding_window} - 1 + C) : 0;
-  // Paged pool: a sequence of max_model_len tokens holds every full-attention page and a ring of
-  // sliding pages (its window plus a committed canvas).
-  const uint64_t pages_full = static_cast<uint64_t>((max_model_len + C - 1) / C);
-  const uint64_t pages_sliding = any_sliding ? static_cast<uint64_t>((sliding_keep(c) + 2 * C - 1) / C + 2) : 0;
-  p.kv_bytes_per_seq = sat_add(sat_mul(pages_full * static_cast<uint64_t>(C), p.kv_bytes_per_token_full),
-                               sat_mul(pages_sliding * static_cast<uint64_t>(C), p.kv_bytes_per_token_sliding));
-  p.work_bytes_per_seq = static_cast<uint64_t>(C) * (static_cast<uint64_t>(t.vocab_size) + t.hidden_size) * kBf16Bytes;
-  p.activation_bytes_per_token = activation_bytes_per_token(c);
-  // The largest forward: a denoising canvas for every running sequence plus one canvas-sized prefill
-  // or commit chunk. total(n) = base + n * per_seq, so the largest n that fits is a division.
-  const uint64_t act_per_canvas = sat_mul(static_cast<uint64_t>(C), p.activation_bytes_per_token);
-  const uint64_t per_seq = sat_add(sat_add(p.kv_bytes_per_seq, p.work_bytes_per_seq), act_per_canvas);
-  const uint64_t base = sat_add(sat_add(p.weight_bytes, kWorkspaceReserveBytes), act_per_canvas);
-  p.workspace_tokens = (int64_t{max_num_seqs} + 1) * C;
-  p.workspace_bytes = sat_add(sat_mul(static_cast<uint64_t>(p.workspace_tokens), p.activation_bytes_per_token), kWorkspaceReserveBytes);
-  p.total_bytes = sat_add(sat_add(p.weight_bytes, p.workspace_bytes),
-                          sat_mul(static_cast<uint64_t>(max_num_seqs), sat_add(p.kv_bytes_per_seq, p.work_bytes_per_seq)));
-  p.fits = p.total_bytes <= p.budget_bytes;
-  p.max_num_seqs_fit = p.budget_bytes >= base ? static_cast<int64_t>((p.budget_bytes - base) / per_seq) : 0;
-  return p;
 }
 
 InspectReport build_inspect_report(const InspectOptions& o) {
@@ -277,7 +206,7 @@ InspectReport build_inspect_report(const InspectOptions& o) {
 
   const TextConfig& t = r.config.text;
   int64_t max_len = o.max_model_len;
-  if (max_len == 0) max_len = std::min<int64_t>(t.max_position_embeddings, kDefaultInspectModelLen);
+  if (max_len == 0) max_len = t.max_position_embeddings;  // as the engine: the model's context
   if (max_len > t.max_position_embeddings)
     fail_arg("--max-model-len {} exceeds the model's max_position_embeddings {}", max_len, t.max_position_embeddings);
 
@@ -329,7 +258,15 @@ InspectReport build_inspect_report(const InspectOptions& o) {
     d.bytes = static_cast<uint64_t>(r.params.total) * kBf16Bytes;
   }
 
-  r.plan = plan_memory(r.config, max_len, o.max_num_seqs, static_cast<uint64_t>(o.gpu_memory_bytes), o.gpu_memory_utilization);
+  MemoryPlanInputs in;
+  in.max_model_len = max_len;
+  in.max_num_seqs = o.max_num_seqs;
+  in.max_num_batched_tokens = o.max_num_batched_tokens;
+  in.enable_chunked_prefill = o.enable_chunked_prefill;
+  in.device_bytes = static_cast<uint64_t>(o.gpu_memory_bytes);
+  in.gpu_memory_utilization = o.gpu_memory_utilization;
+  in.kv_cache_memory = o.kv_cache_memory;
+  r.plan = plan_memory(r.config, in);
   return r;
 }
 
@@ -421,27 +358,34 @@ std::string format_inspect_text(const InspectReport& r) {
     if (!s.unexpected.empty()) o.row("unexpected tensors", std::to_string(s.unexpected.size()));
   }
 
-  o.section("KV cache (bf16)");
-  o.row("per token, full layers", fmt::format("{} bytes", group_digits(p.kv_bytes_per_token_full)));
-  if (p.kv_bytes_per_token_sliding)
-    o.row("per token, sliding layers", fmt::format("{} bytes, up to {} tokens (window-1 + canvas)",
-                                                   group_digits(p.kv_bytes_per_token_sliding), group_digits(p.sliding_cap_tokens)));
-  o.row(fmt::format("per sequence at {} tokens", group_digits(p.max_model_len)), gigabytes(p.kv_bytes_per_seq));
+  const int full = static_cast<int>(KvGroup::kFull), sliding = static_cast<int>(KvGroup::kSliding);
+  o.section(fmt::format("KV cache (bf16, paged: {} tokens per page)", p.kv.page_size));
+  o.row("per page, full layers", fmt::format("{} bytes ({} layers)", group_digits(p.kv.bytes_per_page[full]), p.kv.layers[full]));
+  if (p.kv.layers[sliding])
+    o.row("per page, sliding layers", fmt::format("{} bytes ({} layers, a ring of pages over the last {} positions)",
+                                                  group_digits(p.kv.bytes_per_page[sliding]), p.kv.layers[sliding],
+                                                  group_digits(static_cast<uint64_t>(p.kv.sliding_keep))));
+  o.row(fmt::format("one sequence of {} tokens", group_digits(p.in.max_model_len)), gigabytes(p.kv_bytes_per_seq));
 
-  o.section(fmt::format("Memory plan: {} sequences × {} tokens, canvas {}", p.max_num_seqs, group_digits(p.max_model_len), p.canvas_length));
-  o.row("GPU budget", fmt::format("{:.3f} GB × {} = {}", p.gpu_memory_bytes / 1e9, p.gpu_memory_utilization, gigabytes(p.budget_bytes)));
+  o.section(fmt::format("Memory plan: --max-num-seqs {}, --max-model-len {}, canvas {}", p.in.max_num_seqs,
+                        group_digits(p.in.max_model_len), p.canvas_length));
+  o.row("GPU budget", fmt::format("{:.3f} GB × {} = {}", p.in.device_bytes / 1e9, p.in.gpu_memory_utilization, gigabytes(p.budget_bytes)));
   o.row("weights (bf16)", gigabytes(p.weight_bytes));
-  o.row(fmt::format("KV cache, {} seqs", p.max_num_seqs), gigabytes(sat_mul(p.kv_bytes_per_seq, p.max_num_seqs)));
-  o.row(fmt::format("work buffers, {} seqs", p.max_num_seqs), gigabytes(sat_mul(p.work_bytes_per_seq, p.max_num_seqs)));
+  o.row(fmt::format("work buffers, {} seqs", p.in.max_num_seqs), gigabytes(p.work_bytes_all_seqs));
   o.line(fmt::format("  (per sequence: logits [{}, {}] + soft embeddings [{}, {}], bf16)", p.canvas_length, t.vocab_size,
                      p.canvas_length, t.hidden_size));
   o.row("activation workspace", gigabytes(p.workspace_bytes));
-  o.line(fmt::format("  (estimate: {} tokens = (seqs + 1) canvases × {} bytes of one layer's live bf16", group_digits(p.workspace_tokens),
-                     group_digits(p.activation_bytes_per_token)));
-  o.line(fmt::format("   intermediates per token, + {} MiB for GEMM workspaces and routing buffers)", kWorkspaceReserveBytes >> 20));
+  o.line(fmt::format("  (estimate: {} tokens per step × {} bytes of one layer's live bf16 intermediates per token,",
+                     group_digits(static_cast<uint64_t>(p.step_tokens)), group_digits(p.activation_bytes_per_token)));
+  o.line(fmt::format("   + {} MiB for GEMM workspaces and routing buffers)", kWorkspaceReserveBytes >> 20));
+  o.row("KV pool", fmt::format("{}: {} full-attention pages ({} tokens) + {} sliding pages", gigabytes(p.pool.bytes),
+                               group_digits(static_cast<uint64_t>(p.pool.pages[full])),
+                               group_digits(static_cast<uint64_t>(p.pool.full_tokens)),
+                               group_digits(static_cast<uint64_t>(p.pool.pages[sliding]))));
   o.row("total", gigabytes(p.total_bytes));
-  o.row("verdict", fmt::format("{}; at most {} sequences at {} tokens fit", p.fits ? "fits" : "does not fit",
-                               group_digits(static_cast<uint64_t>(p.max_num_seqs_fit)), group_digits(p.max_model_len)));
+  o.row("verdict", fmt::format("{}; the pool holds {} sequences of {} tokens at once (shorter ones: more)",
+                               p.fits ? "fits" : "does not fit", group_digits(static_cast<uint64_t>(p.full_len_seqs)),
+                               group_digits(p.in.max_model_len)));
 
   o.section("Validation");
   o.row("method", r.validation.method);
@@ -509,19 +453,24 @@ Json inspect_report_json(const InspectReport& r) {
   } else {
     j["checkpoint"] = nullptr;
   }
-  j["kv_cache"] = {{"bytes_per_token_full", p.kv_bytes_per_token_full},
-                   {"bytes_per_token_sliding", p.kv_bytes_per_token_sliding},
-                   {"sliding_cap_tokens", p.sliding_cap_tokens},
+  j["kv_cache"] = {{"page_tokens", p.kv.page_size},
+                   {"bytes_per_page_full", p.kv.bytes_per_page[static_cast<int>(KvGroup::kFull)]},
+                   {"bytes_per_page_sliding", p.kv.bytes_per_page[static_cast<int>(KvGroup::kSliding)]},
+                   {"sliding_keep_tokens", p.kv.sliding_keep},
+                   {"prefill_chunk_tokens", p.prefill_chunk},
                    {"bytes_per_sequence", p.kv_bytes_per_seq}};
-  j["memory_plan"] = {{"max_model_len", p.max_model_len}, {"max_num_seqs", p.max_num_seqs}, {"canvas_length", p.canvas_length},
-                      {"gpu_memory_bytes", p.gpu_memory_bytes}, {"gpu_memory_utilization", p.gpu_memory_utilization},
+  j["memory_plan"] = {{"max_model_len", p.in.max_model_len}, {"max_num_seqs", p.in.max_num_seqs}, {"canvas_length", p.canvas_length},
+                      {"max_num_batched_tokens", p.max_num_batched_tokens}, {"step_tokens", p.step_tokens},
+                      {"gpu_memory_bytes", p.in.device_bytes}, {"gpu_memory_utilization", p.in.gpu_memory_utilization},
                       {"budget_bytes", p.budget_bytes}, {"weight_bytes", p.weight_bytes},
-                      {"kv_bytes", sat_mul(p.kv_bytes_per_seq, p.max_num_seqs)},
-                      {"work_bytes_per_sequence", p.work_bytes_per_seq},
-                      {"work_bytes", sat_mul(p.work_bytes_per_seq, p.max_num_seqs)},
-                      {"workspace_tokens", p.workspace_tokens}, {"activation_bytes_per_token", p.activation_bytes_per_token},
+                      {"work_bytes_per_sequence", p.work_bytes_per_seq}, {"work_bytes", p.work_bytes_all_seqs},
+                      {"activation_bytes_per_token", p.activation_bytes_per_token},
                       {"workspace_reserve_bytes", kWorkspaceReserveBytes}, {"workspace_bytes", p.workspace_bytes},
-                      {"total_bytes", p.total_bytes}, {"fits", p.fits}, {"max_num_seqs_fit", p.max_num_seqs_fit}};
+                      {"kv_budget_bytes", p.kv_budget_bytes}, {"kv_pool_bytes", p.pool.bytes},
+                      {"kv_pages_full", p.pool.pages[static_cast<int>(KvGroup::kFull)]},
+                      {"kv_pages_sliding", p.pool.pages[static_cast<int>(KvGroup::kSliding)]},
+                      {"kv_pool_tokens", p.pool.full_tokens}, {"max_model_len_sequences", p.full_len_seqs},
+                      {"total_bytes", p.total_bytes}, {"fits", p.fits}};
   j["validation"] = {{"method", r.validation.method}, {"ok", r.validation.ok()}, {"loaded", r.validation.loaded},
                      {"load_error", r.validation.load_error}, {"problems", r.validation.problems},
                      {"warnings", r.validation.warnings}};

@@ -1,0 +1,86 @@
+#include "engine/memory_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "model/weights.h"
+
+namespace dgemma {
+namespace {
+
+constexpr uint64_t kBf16Bytes = 2;
+
+uint64_t sat_add(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
+}
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  return (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) ? std::numeric_limits<uint64_t>::max() : a * b;
+}
+
+}  // namespace
+
+int64_t prefill_chunk_tokens(const ModelConfig& c, int64_t max_model_len, bool enable_chunked_prefill) {
+  const int64_t chunk = enable_chunked_prefill ? std::min(kMaxPrefillChunk, max_model_len) : max_model_len;
+  return std::max<int64_t>(chunk, c.canvas_length);
+}
+
+uint64_t activation_bytes_per_token(const ModelConfig& c) {
+  const TextConfig& t = c.text;
+  int64_t q_width = 0, kv_width = 0;
+  for (const auto& L : t.layers) {
+    q_width = std::max<int64_t>(q_width, int64_t{t.num_attention_heads} * L.head_dim);
+    kv_width = std::max<int64_t>(kv_width, int64_t{L.num_kv_heads} * L.head_dim);
+  }
+  const int64_t H = t.hidden_size, K = t.top_k_experts;
+  int64_t elems = 6 * H;                          // residual, norm outputs, branch outputs
+  elems += 2 * q_width + 2 * kv_width;            // q, attention output, new k and v
+  elems += 3 * int64_t{t.intermediate_size};      // dense MLP gate, up, activation
+  elems += K * (2 * H + 3 * int64_t{t.moe_intermediate_size});  // per routed slot: input, gate/up, act, down
+  elems += 3 * int64_t{t.self_conditioning_size};  // SC MLP (decoder input)
+  return static_cast<uint64_t>(elems) * kBf16Bytes + static_cast<uint64_t>(t.num_experts) * 2 * 4;  // f32 router logits+probs
+}
+
+MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
+  MemoryPlan p;
+  p.in = in;
+  const TextConfig& t = c.text;
+  const int64_t C = c.canvas_length;
+  p.canvas_length = c.canvas_length;
+  p.prefill_chunk = prefill_chunk_tokens(c, in.max_model_len, in.enable_chunked_prefill);
+  p.max_num_batched_tokens = in.max_num_batched_tokens > 0 ? std::max<int64_t>(in.max_num_batched_tokens, C)
+                                                           : int64_t{in.max_num_seqs} * 2 * C + p.prefill_chunk;
+  p.step_tokens = std::max(p.max_num_batched_tokens, p.prefill_chunk);
+  p.budget_bytes = static_cast<uint64_t>(std::floor(static_cast<double>(in.device_bytes) * in.gpu_memory_utilization));
+  p.weight_bytes = in.used_bytes > 0 ? in.used_bytes : static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
+  p.work_bytes_per_seq = static_cast<uint64_t>(C) * (static_cast<uint64_t>(t.vocab_size) + t.hidden_size) * kBf16Bytes;
+  p.work_bytes_all_seqs = sat_mul(static_cast<uint64_t>(in.max_num_seqs), p.work_bytes_per_seq);
+  p.activation_bytes_per_token = activation_bytes_per_token(c);
+  p.workspace_bytes = sat_add(sat_mul(static_cast<uint64_t>(p.step_tokens), p.activation_bytes_per_token), kWorkspaceReserveBytes);
+  p.kv = kv_geometry(c);
+  const int full = static_cast<int>(KvGroup::kFull), sliding = static_cast<int>(KvGroup::kSliding);
+  const int64_t seq_pages = (in.max_model_len + C - 1) / C;
+  const uint64_t sliding_bytes =
+      static_cast<uint64_t>(sliding_pages_needed(p.kv, in.max_num_seqs, p.step_tokens)) * p.kv.bytes_per_page[sliding];
+  if (in.kv_cache_memory > 0) {
+    p.kv_budget_bytes = in.kv_cache_memory;
+  } else if (in.cpu) {
+    p.kv_budget_bytes = sat_add(std::min(kCpuDefaultKvBytes, sat_mul(sat_mul(static_cast<uint64_t>(seq_pages), p.kv.bytes_per_page[full]),
+                                                                     static_cast<uint64_t>(in.max_num_seqs))),
+                                sliding_bytes);
+  } else {
+    const uint64_t taken = sat_add(sat_add(p.weight_bytes, p.work_bytes_all_seqs), p.workspace_bytes);
+    p.kv_budget_bytes = p.budget_bytes > taken ? p.budget_bytes - taken : 0;
+  }
+  p.pool = plan_kv_pool(p.kv, p.kv_budget_bytes, in.max_num_seqs, p.step_tokens);
+  const int64_t ring = p.kv.layers[sliding] > 0 ? (p.kv.sliding_keep + 2 * C - 1) / C + 2 : 0;
+  p.kv_bytes_per_seq = sat_add(sat_mul(static_cast<uint64_t>(seq_pages), p.kv.bytes_per_page[full]),
+                               sat_mul(static_cast<uint64_t>(ring), p.kv.bytes_per_page[sliding]));
+  p.full_len_seqs = p.kv.layers[full] > 0 ? p.pool.pages[full] / std::max<int64_t>(seq_pages, 1)
+                                          : (ring > 0 ? p.pool.pages[sliding] / ring : 0);
+  p.total_bytes = sat_add(sat_add(p.weight_bytes, p.work_bytes_all_seqs), sat_add(p.workspace_bytes, p.pool.bytes));
+  p.fits = p.kv.layers[full] > 0 ? p.pool.full_tokens >= 2 * C : p.pool.pages[sliding] > 0;
+  return p;
+}
+
+}  // namespace dgemma
