@@ -9,6 +9,7 @@ debian_packages=(
   libgtest-dev libgmock-dev
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   python3 python3-jinja2 python3-numpy
+  chromium
 )
 
 missing=()

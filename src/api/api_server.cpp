@@ -5,6 +5,7 @@
 #include "api/api_error.h"
 #include "api/generation.h"
 #include "api/sse.h"
+#include "api/webui.h"
 #include "text/reasoning_parser.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -120,6 +121,7 @@ void ApiServer::attach(HttpServer& http) {
     return [this, h](const HttpRequest& req) { return guarded(req, h); };
   };
   http.route("GET", "/health", bind(&ApiServer::health));
+  add_webui_routes(http);
   http.route("GET", "/version", bind(&ApiServer::version));
   http.route("GET", "/metrics", bind(&ApiServer::metrics));
   http.route("GET", "/v1/models", bind(&ApiServer::models));

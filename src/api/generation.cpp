@@ -35,6 +35,7 @@ struct Generation::Choice {
   Json stop_reason = nullptr;
   double first_canvas_s = -1, last_canvas_s = -1;
   int canvases = 0;
+  int64_t denoising_steps = 0;
   int64_t cached_tokens = 0;  // prompt tokens the engine's prefix cache served
   OutputDelta total;     // everything produced (non-stream response)
   size_t text_len = 0;   // bytes of text streamed so far (completions text_offset)
@@ -45,6 +46,7 @@ struct Generation::Event {
   Choice* choice = nullptr;
   OutputDelta delta;
   std::string text;
+  std::vector<std::string> pieces;  // preview: each position's token text
   int step = 0;
   int canvas = 0;
 };
@@ -191,6 +193,7 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
       if (c.first_canvas_s < 0) c.first_canvas_s = now;
       c.last_canvas_s = now;
       ++c.canvases;
+      c.denoising_steps += ev.steps;
       if (ctx_.metrics) ctx_.metrics->on_canvas(ev.steps, ev.tokens.size(), gap);
       OutputDelta d = c.out->feed(ev.tokens, ev.logprobs);
       if (!d.empty()) {
@@ -211,6 +214,7 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
       e.kind = Event::Kind::kPreview;
       e.choice = &c;
       e.text = ctx_.tokenizer->decode(ev.tokens, false);
+      for (int32_t t : ev.tokens) e.pieces.push_back(ctx_.tokenizer->decode(std::span<const int32_t>(&t, 1), false));
       e.step = ev.steps;
       e.canvas = c.canvases;
       events.push_back(std::move(e));
@@ -304,16 +308,24 @@ Json Generation::chunk_base() const {
 Json Generation::usage_json() const {
   int64_t prompt = 0, completion = 0;
   for (const auto& p : prompts_) prompt += static_cast<int64_t>(p.tokens.size());
-  for (const auto& c : choices_) completion += c->out->completion_tokens();
+  int64_t canvases = 0, steps = 0;
+  for (const auto& c : choices_) {
+    completion += c->out->completion_tokens();
+    canvases += c->canvases;
+    steps += c->denoising_steps;
+  }
   // Cached prompt tokens per prompt (the choices of one prompt share it: the largest share counts).
   std::vector<int64_t> cached(prompts_.size(), 0);
   for (const auto& c : choices_) cached[c->prompt_index] = std::max(cached[c->prompt_index], c->cached_tokens);
   int64_t cached_total = 0;
   for (int64_t v : cached) cached_total += v;
+  // dgemma extension (docs/API.md): the diffusion cost that token counts hide.
+  Json ext{{"canvases", canvases}, {"denoising_steps", steps}, {"canvas_length", ctx_.engine->stats().canvas_length}};
   return Json{{"prompt_tokens", prompt},
               {"completion_tokens", completion},
               {"total_tokens", prompt + completion},
-              {"prompt_tokens_details", Json{{"cached_tokens", cached_total}}}};
+              {"prompt_tokens_details", Json{{"cached_tokens", cached_total}}},
+              {"dgemma", std::move(ext)}};
 }
 
 Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const {
@@ -417,7 +429,8 @@ Generation::Status Generation::stream_step(std::chrono::milliseconds timeout, st
           out += sse_comment("dgemma.preview " + json_text(Json{{"index", e.choice->index},
                                                                {"canvas", e.canvas},
                                                                {"step", e.step},
-                                                               {"text", e.text}}));
+                                                               {"text", e.text},
+                                                               {"tokens", e.pieces}}));
         break;
       case Event::Kind::kFinish: {
         Json choice{{"index", e.choice->index}};

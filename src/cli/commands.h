@@ -16,11 +16,13 @@ using CommandList = std::vector<Command>;
 void add_inspect_command(CLI::App& app, CommandList& out);
 void add_generate_command(CLI::App& app, CommandList& out);
 void add_serve_command(CLI::App& app, CommandList& out);
+void add_bench_command(CLI::App& app, CommandList& out);
 
 inline void register_commands(CLI::App& app, CommandList& out) {
   add_serve_command(app, out);
   add_generate_command(app, out);
   add_inspect_command(app, out);
+  add_bench_command(app, out);
 }
 
 }  // namespace dgemma::cli

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "cli/generate_chat.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
 #include "engine/request.h"
@@ -29,7 +30,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   std::optional<int> max_steps, stability, canvas_length;
   std::optional<double> entropy_bound, t_min, t_max, confidence;
-  bool ignore_eos = false, thinking = false, raw = false;
+  bool ignore_eos = false, thinking = false, raw = false, chat = false;
   int batch = 1;  // run this many copies (seeds seed..seed+batch-1) together, to measure batched steps
 };
 
@@ -67,6 +68,7 @@ void dump_tensor(const std::string& path, const Tensor& t) {
 }
 
 int run_generate(const GenerateOptions& o) {
+  if (o.chat) return run_generate_chat({o.model, o.load_format, o.device, o.max_tokens, o.seed, o.thinking, o.max_steps, o.entropy_bound});
   ModelConfig mc = load_model_config(o.model);
   if (o.canvas_length) {
     if (*o.canvas_length < 1 || *o.canvas_length > limits::kMaxCanvasLength)
@@ -192,6 +194,7 @@ void add_generate_command(CLI::App& app, CommandList& out) {
   sub->add_option("MODEL", o->model, "Hugging Face model directory (config.json, generation_config.json, *.safetensors)")->required();
   sub->add_option("--prompt-ids", o->prompt_ids, "comma-separated prompt token ids");
   sub->add_option("-p,--prompt", o->prompt_text, "prompt text (rendered with the chat template as one user turn; needs tokenizer.json)");
+  sub->add_flag("--chat", o->chat, "interactive chat on stdin: the canvas settles in place on a terminal, statistics per canvas");
   sub->add_flag("--raw", o->raw, "with -p: tokenize the text as is, no chat template");
   sub->add_flag("--enable-thinking", o->thinking, "with -p: render the prompt with enable_thinking=true");
   sub->add_option("--canvas-ids", o->canvas_ids, "comma-separated initial canvas (canvas_length ids) for the first canvas");

@@ -12,6 +12,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mmap_file.h"
+#include "util/progress.h"
 
 namespace dgemma {
 namespace {
@@ -86,7 +87,8 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
     w = dummy_weights(mc, *backend, c.seed);
     DG_LOG_INFO("engine", "dummy weights (deterministic random, seed {})", c.seed);
   } else if (c.load_format == "auto" || c.load_format == "safetensors") {
-    w = load_weights(mc, c.model_dir, *backend);
+    ProgressReporter progress(ProgressReporter::for_stderr("loading weights"));
+    w = load_weights(mc, c.model_dir, *backend, [&](uint64_t done, uint64_t total) { progress.update(done, total); });
   } else {
     fail_arg("--load-format must be auto, safetensors or dummy (got '{}')", c.load_format);
   }

@@ -215,13 +215,22 @@ ParameterCounts count_parameters(const ModelConfig& c) {
   return p;
 }
 
-ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend) {
+ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend,
+                          const LoadProgress& progress) {
   auto ckpt = std::make_shared<SafetensorsCheckpoint>(path);
   ModelWeights w;
   w.checkpoint = ckpt;
   std::vector<Slot> slots = bind_slots(config, w);
   std::vector<std::string> problems;
   std::set<std::string> used;
+  // Progress counts the checkpoint bytes of the tensors that get uploaded.
+  uint64_t total = 0, done = 0;
+  for (const Slot& s : slots) {
+    const TensorInfo* t = ckpt->find(kDecoderPrefix + s.spec.name);
+    if (!t) t = ckpt->find(kEncoderPrefix + s.spec.name);
+    if (t && !s.scalar_decoder) total += t->nbytes;
+  }
+  if (progress) progress(0, total);
 
   for (Slot& s : slots) {
     const TensorInfo* dec = ckpt->find(kDecoderPrefix + s.spec.name);
@@ -258,7 +267,10 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
     }
     if (!check(t)) continue;
     *s.tensor = backend.upload(to_bf16_tensor(*t, s.spec.shape));
+    done += t->nbytes;
+    if (progress && done < total) progress(done, total);
   }
+  if (progress && problems.empty()) progress(total, total);  // before the notes below, so a bar ends first
   // Anything left: the tied lm_head and vision tensors are expected; report the rest.
   int vision = 0;
   std::vector<std::string> unknown;

@@ -4,6 +4,7 @@
 // have no v_proj (K=V); the duplicated encoder layer_scalar buffers are read for the encoder pass;
 // the LM head is the tied embedding; vision tensors are ignored (logged) in text-only mode.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,9 +54,13 @@ struct ModelWeights {
   std::shared_ptr<const SafetensorsCheckpoint> checkpoint;  // keeps mmaps alive (CPU borrows them)
 };
 
+// Called with (bytes read and uploaded so far, bytes in all) before the first tensor and after each.
+using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
+
 // Loads and validates the checkpoint at `path` (directory or file) for `config`, onto `backend`.
 // Every missing, misshaped or wrongly typed tensor is reported at once in one Error(kInvalidFile).
-ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend);
+ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend,
+                          const LoadProgress& progress = {});
 
 // Deterministic random weights of the configured shape (benchmarks, tests, the embedded model).
 ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t seed = 0);

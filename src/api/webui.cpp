@@ -1,0 +1,27 @@
+#include "api/webui.h"
+
+#include <string>
+
+#include "api/http_server.h"
+
+namespace dgemma {
+
+void add_webui_routes(HttpServer& http) {
+  for (const WebAsset& a : web_assets()) {
+    auto handler = [a](const HttpRequest&) {
+      HttpResponse r;
+      r.content_type = a.content_type;
+      r.body.assign(reinterpret_cast<const char*>(a.data), a.size);
+      r.headers.emplace_back("Cache-Control", "no-cache");
+      r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+      // Only this server: no CDN, no inline script, nothing from elsewhere.
+      r.headers.emplace_back("Content-Security-Policy",
+                             "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'");
+      return r;
+    };
+    http.route("GET", std::string("/webui/") + a.name, handler);
+    if (std::string(a.name) == "index.html") http.route("GET", "/", handler);
+  }
+}
+
+}  // namespace dgemma

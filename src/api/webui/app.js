@@ -1,0 +1,321 @@
+// dgemma web page: chat over /v1/chat/completions (streamed) and the live canvas from the
+// `: dgemma.preview` comment lines (docs/API.md). No framework and nothing fetched but this server.
+'use strict';
+
+const $ = (id) => document.getElementById(id);
+const KEY_STORE = 'dgemma.apiKey';
+const state = { messages: [], abort: null, previews: 0 };
+document.body.dataset.previews = '0';
+document.body.dataset.answers = '0';
+
+function headers() {
+  const h = { 'content-type': 'application/json' };
+  const key = localStorage.getItem(KEY_STORE) || '';
+  if (key) h.authorization = 'Bearer ' + key;
+  return h;
+}
+
+function setStatus(text, ok) {
+  $('status').textContent = text;
+  $('status').className = 'status' + (ok ? ' ok' : '');
+}
+
+async function loadModels() {
+  try {
+    const r = await fetch('/v1/models', { headers: headers() });
+    if (r.status === 401) {
+      setStatus('API key required: enter it and press "save key"');
+      return;
+    }
+    if (!r.ok) {
+      setStatus('server answered ' + r.status + ' (still loading?)');
+      setTimeout(loadModels, 2000);
+      return;
+    }
+    const j = await r.json();
+    const sel = $('model');
+    sel.textContent = '';
+    for (const m of j.data) {
+      const o = document.createElement('option');
+      o.value = m.id;
+      o.textContent = m.id;
+      sel.appendChild(o);
+    }
+    setStatus('connected: ' + j.data.length + ' model(s)', true);
+    document.body.dataset.ready = '1';
+  } catch (e) {
+    setStatus('cannot reach the server: ' + e.message);
+    setTimeout(loadModels, 2000);
+  }
+}
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function addMessage(role, text) {
+  const m = el('div', 'msg ' + role);
+  m.appendChild(el('div', 'role', role));
+  const content = el('div', 'content', text || '');
+  m.appendChild(content);
+  $('chat').appendChild(m);
+  $('chat').scrollTop = $('chat').scrollHeight;
+  return m;
+}
+
+// One assistant answer being streamed: reasoning, content, tool calls, the live canvas, statistics.
+class Answer {
+  constructor() {
+    this.box = addMessage('assistant', '');
+    this.content = this.box.querySelector('.content');
+    this.live = el('span', 'live');
+    this.reasoningBox = null;
+    this.reasoning = '';
+    this.text = '';
+    this.tools = new Map();
+    this.toolBox = el('div', 'tools');
+    this.box.insertBefore(this.toolBox, this.content.nextSibling);
+    this.stats = el('div', 'stats', 'waiting…');
+    this.box.appendChild(this.stats);
+    this.content.appendChild(this.live);
+    this.start = performance.now();
+    this.firstAt = 0;
+    this.chunks = 0;
+    this.canvasSteps = new Map();  // canvas index -> last preview step seen
+    this.lastTokens = null;
+    this.lastCanvas = -1;
+  }
+
+  reasoningAppend(t) {
+    if (!this.reasoningBox) {
+      this.reasoningBox = el('details', 'reasoning');
+      this.reasoningBox.open = true;
+      this.reasoningBox.appendChild(el('summary', '', 'reasoning'));
+      this.reasoningText = el('div', '');
+      this.reasoningBox.appendChild(this.reasoningText);
+      this.box.insertBefore(this.reasoningBox, this.content);
+    }
+    this.reasoning += t;
+    this.reasoningText.textContent = this.reasoning;
+  }
+
+  toolAppend(tc) {
+    let t = this.tools.get(tc.index);
+    if (!t) {
+      t = { id: tc.id || '', name: '', args: '', node: el('div', 'tool-call') };
+      t.nameNode = el('span', 'name');
+      t.argsNode = el('span', 'args');
+      t.node.append('tool call ', t.nameNode, ' ', t.argsNode);
+      this.toolBox.appendChild(t.node);
+      this.tools.set(tc.index, t);
+    }
+    if (tc.id) t.id = tc.id;
+    if (tc.function && tc.function.name) t.name = tc.function.name;
+    if (tc.function && tc.function.arguments) t.args += tc.function.arguments;
+    t.nameNode.textContent = t.name;
+    t.argsNode.textContent = t.args;
+  }
+
+  onChunk(c) {
+    if (c.error) {
+      this.fail(c.error.message || JSON.stringify(c.error));
+      return;
+    }
+    if (c.usage) this.usage = c.usage;
+    for (const ch of c.choices || []) {
+      const d = ch.delta || {};
+      const hasOutput = (d.content && d.content.length) || (d.reasoning_content && d.reasoning_content.length) ||
+        (d.tool_calls && d.tool_calls.length);
+      if (hasOutput) {
+        if (!this.firstAt) this.firstAt = performance.now();
+        this.chunks++;
+      }
+      if (d.reasoning_content) this.reasoningAppend(d.reasoning_content);
+      if (d.content) {
+        this.text += d.content;
+        this.content.textContent = this.text;
+        this.content.appendChild(this.live);
+      }
+      this.live.textContent = '';
+      for (const tc of d.tool_calls || []) this.toolAppend(tc);
+      if (ch.finish_reason) this.finish = ch.finish_reason;
+    }
+    this.showStats(false);
+  }
+
+  onPreview(p) {
+    state.previews++;
+    document.body.dataset.previews = String(state.previews);
+    const prev = this.canvasSteps.get(p.canvas) || 0;
+    this.canvasSteps.set(p.canvas, Math.max(prev, p.step));
+    // The canvas settling in place: the argmax text of the canvas being denoised, after the committed text.
+    this.live.textContent = p.text;
+    drawCanvas(p, this.lastCanvas === p.canvas ? this.lastTokens : null);
+    if (this.lastCanvas !== p.canvas && this.lastCanvas >= 0) archiveCanvas(this.lastCanvas, this.lastText, this.canvasSteps.get(this.lastCanvas));
+    this.lastCanvas = p.canvas;
+    this.lastTokens = p.tokens || null;
+    this.lastText = p.text;
+  }
+
+  showStats(done) {
+    const secs = (performance.now() - this.start) / 1000;
+    const parts = [];
+    const u = this.usage;
+    if (u) {
+      parts.push(u.completion_tokens + ' tokens');
+      const x = u.dgemma;
+      if (x) {
+        parts.push(x.canvases + ' canvas' + (x.canvases === 1 ? '' : 'es'));
+        parts.push(x.denoising_steps + ' steps (' + (x.canvases ? (x.denoising_steps / x.canvases).toFixed(1) : '0') + ' per canvas)');
+      }
+      parts.push((u.completion_tokens / Math.max(secs, 1e-3)).toFixed(1) + ' tok/s');
+    } else {
+      parts.push(this.chunks + ' canvas chunk' + (this.chunks === 1 ? '' : 's'));
+    }
+    if (this.firstAt) parts.push('first canvas ' + ((this.firstAt - this.start) / 1000).toFixed(2) + ' s');
+    parts.push(secs.toFixed(2) + ' s');
+    if (done && this.finish) parts.push('finish: ' + this.finish);
+    this.stats.textContent = parts.join(' · ');
+  }
+
+  fail(msg) {
+    this.failed = true;
+    this.box.appendChild(el('div', 'error', 'error: ' + msg));
+  }
+
+  done() {
+    if (this.lastCanvas >= 0) archiveCanvas(this.lastCanvas, this.lastText, this.canvasSteps.get(this.lastCanvas));
+    this.live.textContent = '';
+    this.showStats(true);
+    this.stats.classList.add('final');
+    const msg = { role: 'assistant', content: this.text };
+    if (this.reasoning) msg.reasoning_content = this.reasoning;
+    if (this.tools.size) {
+      msg.tool_calls = [...this.tools.values()].map((t) => ({ id: t.id, type: 'function', function: { name: t.name, arguments: t.args } }));
+    }
+    if (!this.failed) state.messages.push(msg);
+    else if (state.messages.length && state.messages[state.messages.length - 1].role === 'user') state.messages.pop();
+    document.body.dataset.answers = String(Number(document.body.dataset.answers) + 1);
+  }
+}
+
+// Draws one preview step: each position of the canvas, marked changed (vs the previous step of the same
+// canvas) or stable.
+function drawCanvas(p, prevTokens) {
+  const grid = $('canvas-grid');
+  grid.textContent = '';
+  const toks = p.tokens || [p.text];
+  let stable = 0;
+  toks.forEach((t, i) => {
+    const same = prevTokens && prevTokens[i] === t;
+    if (same) stable++;
+    const s = el('span', 'tok ' + (same ? 'stable' : 'changed'), t.replace(/\n/g, '⏎') || '·');
+    s.title = 'position ' + i;
+    grid.appendChild(s);
+  });
+  $('canvas-info').textContent = 'canvas ' + p.canvas + ' · step ' + p.step + ' · ' + stable + '/' + toks.length + ' positions unchanged';
+}
+
+function archiveCanvas(canvas, text, steps) {
+  const row = el('div', 'row');
+  row.append(el('b', '', 'canvas ' + canvas + ' (' + steps + ' previews): '), document.createTextNode(text || ''));
+  const head = $('canvas-history').querySelector('.answer-head');
+  $('canvas-history').insertBefore(row, head ? head.nextSibling : null);
+}
+
+async function send(text) {
+  state.messages.push({ role: 'user', content: text });
+  addMessage('user', text);
+  const a = new Answer();
+  state.answers = (state.answers || 0) + 1;
+  const head = el('div', 'row answer-head', 'answer ' + state.answers);
+  $('canvas-history').prepend(head);
+  const body = {
+    model: $('model').value || undefined,
+    messages: state.messages,
+    stream: true,
+    stream_options: { include_usage: true, include_previews: $('previews').checked },
+    max_tokens: Number($('max-tokens').value) || undefined,
+    chat_template_kwargs: { enable_thinking: $('thinking').checked },
+  };
+  const tools = $('tools').value.trim();
+  if (tools) {
+    try {
+      body.tools = JSON.parse(tools);
+    } catch (e) {
+      a.fail('the tools field is not JSON: ' + e.message);
+      a.done();
+      return;
+    }
+  }
+  state.abort = new AbortController();
+  $('send').disabled = true;
+  $('stop').disabled = false;
+  try {
+    const r = await fetch('/v1/chat/completions', { method: 'POST', headers: headers(), body: JSON.stringify(body), signal: state.abort.signal });
+    if (!r.ok) {
+      let msg = 'HTTP ' + r.status;
+      try {
+        msg += ': ' + (await r.json()).error.message;
+      } catch (e) {}
+      a.fail(msg);
+    } else {
+      await readStream(r, a);
+    }
+  } catch (e) {
+    a.fail(e.name === 'AbortError' ? 'stopped' : e.message);
+  }
+  a.done();
+  state.abort = null;
+  $('send').disabled = false;
+  $('stop').disabled = true;
+}
+
+async function readStream(r, a) {
+  const reader = r.body.getReader();
+  const dec = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl).replace(/\r$/, '');
+      buf = buf.slice(nl + 1);
+      if (line.startsWith(': dgemma.preview ')) a.onPreview(JSON.parse(line.slice(17)));
+      else if (line.startsWith('data: ') && line !== 'data: [DONE]') a.onChunk(JSON.parse(line.slice(6)));
+      $('chat').scrollTop = $('chat').scrollHeight;
+    }
+  }
+}
+
+$('api-key').value = localStorage.getItem(KEY_STORE) || '';
+$('save-key').addEventListener('click', () => {
+  localStorage.setItem(KEY_STORE, $('api-key').value.trim());
+  loadModels();
+});
+$('composer').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const text = $('input').value.trim();
+  if (!text || state.abort) return;
+  $('input').value = '';
+  send(text);
+});
+$('input').addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && !e.shiftKey) {
+    e.preventDefault();
+    $('composer').requestSubmit();
+  }
+});
+$('stop').addEventListener('click', () => state.abort && state.abort.abort());
+$('clear').addEventListener('click', () => {
+  state.messages = [];
+  $('chat').textContent = '';
+  $('canvas-history').textContent = '';
+  state.answers = 0;
+});
+loadModels();

@@ -1,0 +1,165 @@
+// The web page at `/`, driven in Debian's headless Chromium (DevTools protocol over a pipe): it loads
+// from the binary, asks for the API key, chats with the real engine (dummy weights) while drawing the
+// preview canvases, and shows reasoning and tool calls (scripted engine) as such. Screenshots go to
+// <build>/test-artifacts/.
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { BIN, makeModelDir, startServer, tinyConfig, GENERATION_CONFIG, metrics, sample } from './helpers.mjs';
+import { launchChromium } from './cdp.mjs';
+
+const SRC = process.env.DGEMMA_SOURCE_DIR;
+const ARTIFACTS = path.join(path.dirname(BIN), 'test-artifacts');
+const KEY = 'page-secret';
+const CANVAS = 16;
+
+const setValue = (id, value) =>
+  `(() => { const e = document.getElementById(${JSON.stringify(id)}); e.value = ${JSON.stringify(value)}; return true; })()`;
+const say = (text) =>
+  `(() => { document.getElementById('input').value = ${JSON.stringify(text)}; document.getElementById('composer').requestSubmit(); return true; })()`;
+
+describe('web page (real engine, dummy weights)', () => {
+  let server, browser;
+  before(async () => {
+    const modelDir = makeModelDir({
+      config: tinyConfig({ canvasLength: CANVAS }),
+      generationConfig: { ...GENERATION_CONFIG, max_denoising_steps: 4 },
+    });
+    server = await startServer({
+      modelDir,
+      loadFormat: 'dummy',
+      args: ['--device', 'cpu', '--served-model-name', 'tiny-web', '--max-num-seqs', '2', '--max-model-len', '1024', '--api-key', KEY],
+    });
+    browser = await launchChromium();
+  });
+  after(async () => {
+    if (browser) await browser.close();
+    if (server) await server.stop();
+  });
+
+  test('the page and its files are served from the binary, byte for byte, without a key', async () => {
+    const r = await fetch(server.url('/'));
+    assert.equal(r.status, 200);
+    assert.match(r.headers.get('content-type'), /^text\/html/);
+    assert.match(r.headers.get('content-security-policy'), /default-src 'self'/);
+    assert.equal(await r.text(), fs.readFileSync(path.join(SRC, 'src/api/webui/index.html'), 'utf8'));
+    for (const [file, type] of [['app.js', /^text\/javascript/], ['style.css', /^text\/css/]]) {
+      const f = await fetch(server.url('/webui/' + file));
+      assert.equal(f.status, 200);
+      assert.match(f.headers.get('content-type'), type);
+      assert.equal(await f.text(), fs.readFileSync(path.join(SRC, 'src/api/webui', file), 'utf8'));
+    }
+    assert.equal((await fetch(server.url('/webui/nope.js'))).status, 404);
+  });
+
+  test('key prompt, then two answers with live canvases and per-answer statistics', async () => {
+    await browser.goto(server.url('/'));
+    await browser.waitFor(`document.getElementById('status').textContent.includes('API key required')`);
+    await browser.eval(setValue('api-key', KEY));
+    await browser.eval(`document.getElementById('save-key').click(), true`);
+    await browser.waitFor(`document.body.dataset.ready === '1'`);
+    assert.equal(await browser.eval(`document.getElementById('model').value`), 'tiny-web');
+    assert.equal(await browser.eval(`localStorage.getItem('dgemma.apiKey')`), KEY, 'the key is kept by the page');
+
+    const before = await metrics(server);
+    await browser.eval(setValue('max-tokens', '40'));
+    await browser.eval(say('Tell me a story about a river.'));
+    await browser.waitFor(`document.body.dataset.answers === '1'`, { timeoutMs: 120000 });
+    await browser.eval(say('And another one.'));
+    await browser.waitFor(`document.body.dataset.answers === '2'`, { timeoutMs: 120000 });
+
+    const page = await browser.eval(`(() => ({
+      errors: [...document.querySelectorAll('.msg .error')].map((e) => e.textContent),
+      users: document.querySelectorAll('.msg.user').length,
+      answers: document.querySelectorAll('.msg.assistant').length,
+      stats: [...document.querySelectorAll('.msg.assistant .stats.final')].map((e) => e.textContent),
+      previews: Number(document.body.dataset.previews),
+      cells: document.querySelectorAll('#canvas-grid .tok').length,
+      info: document.getElementById('canvas-info').textContent,
+      history: document.querySelectorAll('#canvas-history .row:not(.answer-head)').length,
+      heads: [...document.querySelectorAll('#canvas-history .answer-head')].map((e) => e.textContent),
+    }))()`);
+    assert.deepEqual(page.errors, []);
+    assert.equal(page.users, 2);
+    assert.equal(page.answers, 2);
+    assert.equal(page.stats.length, 2);
+    for (const s of page.stats) assert.match(s, /\d+ tokens · \d+ canvas(es)? · \d+ steps \([\d.]+ per canvas\) · [\d.]+ tok\/s/);
+    assert.ok(page.previews > 0, 'preview steps were drawn');
+    assert.equal(page.cells, CANVAS, 'one cell per canvas position');
+    assert.match(page.info, /canvas \d+ · step \d+ · \d+\/16 positions unchanged/);
+    assert.ok(page.history >= 2, 'each finished canvas is listed');
+    assert.deepEqual(page.heads, ['answer 2', 'answer 1'], 'under its answer, newest first');
+
+    const after = await metrics(server);
+    const ok = (m) => sample(m, 'dgemma:request_success_total', { finished_reason: 'stop' }) + sample(m, 'dgemma:request_success_total', { finished_reason: 'length' });
+    assert.equal(ok(after) - ok(before), 2, 'the page made exactly two successful requests');
+    const tokens = sample(after, 'dgemma:generation_tokens_total') - sample(before, 'dgemma:generation_tokens_total');
+    const shown = page.stats.map((s) => Number(s.match(/^(\d+) tokens/)[1])).reduce((a, b) => a + b, 0);
+    assert.equal(shown, tokens, 'the token counts shown are the server\'s');
+
+    const shot = await browser.screenshot(path.join(ARTIFACTS, 'webui.png'));
+    assert.ok(fs.statSync(shot).size > 10000);
+  });
+});
+
+describe('web page (scripted engine): reasoning and tool calls', () => {
+  let server, browser;
+  before(async () => {
+    const script = {
+      canvas_length: 32,
+      steps: 6,
+      canvas_delay_ms: 30,
+      preview_steps: 3,
+      filler: [' alpha', ' beta', ' gamma'],
+      replies: [
+        {
+          when: 'weather',
+          canvases: [
+            '<|channel>thought\nThe user wants the weather; I should call the tool.<channel|>',
+            '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|><|tool_response>',
+          ],
+        },
+      ],
+      default: { random_canvases: 2 },
+    };
+    const modelDir = makeModelDir({ script });
+    server = await startServer({
+      modelDir,
+      args: ['--served-model-name', 'scripted', '--enable-auto-tool-choice', '--tool-call-parser', 'gemma4', '--reasoning-parser', 'gemma4'],
+    });
+    browser = await launchChromium();
+  });
+  after(async () => {
+    if (browser) await browser.close();
+    if (server) await server.stop();
+  });
+
+  test('reasoning goes to its own block, the tool call is shown with its arguments', async () => {
+    await browser.goto(server.url('/'));
+    await browser.waitFor(`document.body.dataset.ready === '1'`);
+    const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+    await browser.eval(setValue('tools', JSON.stringify(tools)));
+    await browser.eval(`document.getElementById('thinking').checked = true`);  // a thought block counts only with thinking on
+    await browser.eval(say('What is the weather in Paris?'));
+    await browser.waitFor(`document.body.dataset.answers === '1'`);
+    const page = await browser.eval(`(() => ({
+      errors: [...document.querySelectorAll('.msg .error')].map((e) => e.textContent),
+      reasoning: document.querySelector('.msg.assistant details.reasoning div')?.textContent,
+      content: document.querySelector('.msg.assistant .content').textContent,
+      toolName: document.querySelector('.msg.assistant .tool-call .name')?.textContent,
+      toolArgs: document.querySelector('.msg.assistant .tool-call .args')?.textContent,
+      stats: document.querySelector('.msg.assistant .stats.final').textContent,
+      previews: Number(document.body.dataset.previews),
+    }))()`);
+    assert.deepEqual(page.errors, []);
+    assert.equal(page.reasoning, 'The user wants the weather; I should call the tool.');
+    assert.equal(page.toolName, 'get_weather');
+    assert.deepEqual(JSON.parse(page.toolArgs), { city: 'Paris' });
+    assert.ok(!page.content.includes('<|tool_call>') && !page.content.includes('<|channel>'), 'no raw markers in the text');
+    assert.match(page.stats, /finish: tool_calls/);
+    assert.match(page.stats, /2 canvases · 12 steps \(6\.0 per canvas\)/);
+    assert.ok(page.previews > 0);
+    await browser.screenshot(path.join(ARTIFACTS, 'webui-tools.png'));
+  });
+});
