@@ -649,6 +649,10 @@ def main():
             sums = [torch.zeros((), device=device), torch.zeros((), device=device)]
             if not math.isfinite(mean_loss):
                 raise SystemExit("loss is not finite before step %d" % step)
+    if prof is not None:  # fewer steps than the profile window
+        prof.__exit__(None, None, None)
+        profile_tables(prof, step, device, log)
+        prof = None
     log("trained %d steps in %.0fs (batch %d, lr %g, seed %d)" % (step, time.time() - t_train, args.batch, args.lr,
                                                                    args.seed))
 
