@@ -2,7 +2,8 @@
 """Trains the tiny DiffusionGemma that `make run` serves (models/tiny-code) on one GPU, in minutes.
 
     python3 tools/tiny_model/train.py --out OUT_DIR [--data tools/tiny_model/data/train.npz]
-        [--minutes 4.0] [--steps N] [--batch 128] [--lr 2e-3] [--seed 0]
+        [--minutes 4.0] [--steps N] [--batch 128] [--lr 2e-3] [--seed 0] [--len-bucket 64]
+        [--profile-steps N] [--profile]
 
 Needs PyTorch and transformers with the DiffusionGemma classes (the model is transformers'
 DiffusionGemmaForBlockDiffusion, so the weights mean exactly what the reference means), numpy and
@@ -33,7 +34,11 @@ import sys
 import time
 
 import numpy as np
-import torch
+
+# Batches come in a few fixed shapes, but the allocator still sees many sizes (logits, masks, experts
+# buffers); expandable segments keep it from fragmenting and calling cudaMalloc again and again.
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+import torch  # noqa: E402
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,7 +62,7 @@ class Log:
 # ---- data -----------------------------------------------------------------------------------------
 
 class Data:
-    def __init__(self, path, canvas):
+    def __init__(self, path, canvas, bucket=64):
         d = np.load(path)
         self.ids = d["ids"].astype(np.int64)
         self.start, self.plen, self.alen = d["start"], d["prompt_len"], d["answer_len"]
@@ -72,7 +77,20 @@ class Data:
                     items.append((i, k))
         self.items = np.array(items, np.int64)
         self.ctx_len = self.plen[self.items[:, 0]] + self.items[:, 1] * canvas
+        # Contexts are left-padded to a multiple of `bucket`: a handful of batch shapes instead of a
+        # new one nearly every step (each new shape costs the GPU side a fresh set of kernel plans,
+        # allocations and, for some attention backends, a graph build).
+        self.bucket = max(1, bucket)
+        self.padded_len = -(-self.ctx_len // self.bucket) * self.bucket
         self.queue = []
+
+    def shapes(self):
+        return sorted(set(int(x) for x in self.padded_len))
+
+    def batch_of_len(self, rng, n, L):
+        """n random items whose padded context length is L (for warming up that shape)."""
+        cand = np.nonzero(self.padded_len == L)[0]
+        return self.make(self.items[cand[rng.integers(0, len(cand), n)]], L)
 
     def batch(self, rng, n, group=1):
         """Left-padded contexts [n, L], their validity mask, clean target canvases [n, C]. With group > 1,
@@ -87,7 +105,7 @@ class Data:
             self.queue = [pick[i * n:(i + 1) * n] for i in rng.permutation(group)]
         return self.make(self.items[self.queue.pop()])
 
-    def make(self, pick):
+    def make(self, pick, L=None):
         n = len(pick)
         ctxs, tgts = [], []
         for i, k in pick:
@@ -98,13 +116,65 @@ class Data:
             tgt = np.concatenate([tgt, np.full(self.C - len(tgt), PAD, np.int64)])
             ctxs.append(ctx)
             tgts.append(tgt)
-        L = max(len(c) for c in ctxs)
+        if L is None:
+            L = max(len(c) for c in ctxs)
+            L = -(-L // self.bucket) * self.bucket
         ctx = np.full((n, L), PAD, np.int64)
         valid = np.zeros((n, L), bool)
         for r, c in enumerate(ctxs):
             ctx[r, L - len(c):] = c
             valid[r, L - len(c):] = True
         return ctx, valid, np.stack(tgts)
+
+
+# ---- per-phase timing (--profile-steps) -------------------------------------------------------------
+
+class Phases:
+    """Wall time per phase of a training step; synchronises the GPU at each boundary, so only on in
+    --profile-steps mode (a normal step has no host syncs)."""
+
+    def __init__(self, device):
+        self.device, self.on, self.t, self.n, self.last = device, False, {}, 0, 0.0
+
+    def _now(self):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def start(self):
+        if self.on:
+            self.last = self._now()
+
+    def mark(self, name):
+        if self.on:
+            now = self._now()
+            self.t[name] = self.t.get(name, 0.0) + now - self.last
+            self.last = now
+
+    def end(self):
+        if self.on:
+            self.n += 1
+
+    def report(self, log):
+        n = max(1, self.n)
+        total = sum(self.t.values()) / n
+        log("phases (mean of %d synchronised steps, %.1f ms/step in all): %s" % (
+            n, total * 1e3, ", ".join("%s %.1f ms" % (k, v / n * 1e3) for k, v in self.t.items())))
+
+
+def profile_tables(prof, n_steps, device, log):
+    ka = prof.key_averages()
+    sorts = [("self_cpu_time_total", "self CPU time"), ("cpu_time_total", "CPU time (with children)")]
+    if device == "cuda":  # the key's name changed across torch versions
+        sorts.insert(0, (("self_device_time_total", "self_cuda_time_total"), "self CUDA time"))
+    for keys, what in sorts:
+        for key in (keys if isinstance(keys, tuple) else (keys,)):
+            try:
+                table = ka.table(sort_by=key, row_limit=20)
+                break
+            except Exception as e:  # noqa: BLE001
+                table = "(no table: %r)" % (e,)
+        log("profile, %d steps, top 20 ops by %s:\n%s" % (n_steps, what, table))
 
 
 # ---- masks (additive, in the compute dtype: valid for eager and SDPA attention alike) --------------
@@ -377,6 +447,14 @@ def main():
     ap.add_argument("--experts", default="auto",
                     help="transformers experts implementation: auto (on cuda the first of grouped_mm, batched_mm "
                          "that matches eager; eager elsewhere), or a name to force")
+    ap.add_argument("--len-bucket", type=int, default=64,
+                    help="contexts are left-padded to a multiple of this (few batch shapes; 1: pad to the longest)")
+    ap.add_argument("--profile-steps", type=int, default=0,
+                    help="time the phases of the first N training steps (synchronising between phases) and log "
+                         "the mean of each")
+    ap.add_argument("--profile", action="store_true",
+                    help="run torch.profiler over 10 training steps and log the top 20 ops by self CUDA time "
+                         "and by CPU time")
     args = ap.parse_args()
     t_start = time.time()
 
@@ -395,7 +473,7 @@ def main():
     V = cfg["text_config"]["vocab_size"]
     t_min, t_max = gen_cfg["t_min"], gen_cfg["t_max"]
 
-    data = Data(args.data, C)
+    data = Data(args.data, C, args.len_bucket)
     log("data: %d examples, %d training items (example, canvas), %d tokens; kinds %s" % (
         len(data.start), len(data.items), len(data.ids),
         {k: int((data.kind == i).sum()) for i, k in enumerate(data.kinds)}))
@@ -445,16 +523,22 @@ def main():
         frac = (step - warm) / max(1, total - warm)
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
-    def train_step(step, total):
-        ctx, valid, tgt = data.batch(rng, args.batch, args.length_groups)
-        ctx = torch.from_numpy(ctx).to(device)
-        valid = torch.from_numpy(valid).to(device)
-        tgt = torch.from_numpy(tgt).to(device)
+    phases = Phases(device)
+
+    def train_step(step, total, batch=None, update=True):
+        phases.start()
+        ctx, valid, tgt = batch if batch is not None else data.batch(rng, args.batch, args.length_groups)
+        phases.mark("batch (host)")
+        ctx = torch.from_numpy(ctx).to(device, non_blocking=True)
+        valid = torch.from_numpy(valid).to(device, non_blocking=True)
+        tgt = torch.from_numpy(tgt).to(device, non_blocking=True)
+        phases.mark("h2d copies")
         B = tgt.shape[0]
         t = torch.rand((B, 1), generator=gen, device=device)
         noise = torch.randint(0, V, tgt.shape, generator=gen, device=device)
         noised = torch.rand(tgt.shape, generator=gen, device=device) < t
         canvas = torch.where(noised, noise, tgt)
+        phases.mark("noise")
         # No host syncs in a step (they stall the GPU queue): the self-conditioning pass always runs
         # (with batch 128 and sc_prob 0.5 some item always uses it), the metrics stay on the GPU.
         use_sc = torch.rand((B,), generator=gen, device=device) < args.sc_prob
@@ -464,12 +548,20 @@ def main():
                 first = forward(model, ctx, valid, canvas, None, None, C)
                 temp = t_min + (t_max - t_min) * torch.rand((B, 1, 1), generator=gen, device=device)
                 sc_logits = (first / temp).to(torch.bfloat16)
+                del first
+        phases.mark("sc no-grad pass")
         logits = forward(model, ctx, valid, canvas, sc_logits, use_sc if sc_logits is not None else None, C)
         loss_tok = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), reduction="none").view(B, C)
         loss = loss_tok.mean()
+        phases.mark("main forward + loss")
         for p in params:
             p.grad = None
         loss.backward()
+        phases.mark("backward")
+        if not update:  # shape warm-up: the gradients are dropped, nothing is learnt
+            for p in params:
+                p.grad = None
+            return None
         for m, p in zip(master, params):
             m.grad = p.grad.float() if p.grad is not None else torch.zeros_like(m)
         gnorm = torch.nn.utils.clip_grad_norm_(master, 1.0)
@@ -481,14 +573,47 @@ def main():
         with torch.no_grad():
             for m, p in zip(master, params):
                 p.copy_(m)
+        phases.mark("optimizer")
         with torch.no_grad():
             acc = (logits.argmax(-1) == tgt).float().mean()
             hi = (t[:, 0] > 0.8).float()
             loss_hi = (loss_tok.mean(1) * hi).sum() / hi.sum()  # nan when no item has t > 0.8
+        phases.mark("metrics")
+        phases.end()
         return loss.detach(), loss_hi, acc, gnorm, lr
 
+    # Every batch shape once before the clock starts (forward and backward, no update), so that no
+    # timed or counted step pays for a first-time shape.
+    t_warm = time.time()
+    warm_rng = np.random.default_rng(args.seed + 1)
+    shapes = data.shapes()
+    for i, L in enumerate(shapes):
+        b = data.batch_of_len(warm_rng, args.batch, L)
+        if i == 0 and experts_impl != "eager":
+            try:  # the fast experts path on the real shapes; eager if it fails
+                train_step(0, 1, b, update=False)
+            except Exception as e:  # noqa: BLE001
+                log("first step with experts %s failed (%s): eager instead" % (experts_impl, repr(e)[:200]))
+                experts_impl = set_experts(model, "eager")
+                train_step(0, 1, b, update=False)
+        else:
+            train_step(0, 1, b, update=False)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    log("warm-up: %d batch shapes (context lengths %s, padded to multiples of %d) in %.1fs" % (
+        len(shapes), shapes, data.bucket, time.time() - t_warm))
+
     total = args.steps if args.steps > 0 else 10 ** 9
-    timed = (10, 40)  # steps timed to fix the step count (after the first, slower ones)
+    prof_steps = (10 if args.profile else 0)
+    first_timed = max(args.profile_steps, prof_steps) + 5
+    timed = (first_timed, first_timed + 30)  # steps timed to fix the step count (after the profiled ones)
+    prof = None
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        prof = profile(activities=acts)
+        prof.__enter__()
+    phases.on = args.profile_steps > 0
     step = 0
     t_train = time.time()
     t_timed = None
@@ -503,18 +628,19 @@ def main():
                 per_step = (time.time() - t_timed) / (timed[1] - timed[0])
                 total = max(200, int((args.minutes * 60 - (time.time() - t_train)) / per_step) + step)
                 log("%.1f ms/step -> %d steps in all (reproduce with --steps %d)" % (per_step * 1000, total, total))
-        if step == 0 and experts_impl != "eager":
-            try:  # the first step with the fast experts path; eager if it fails on the real shapes
-                loss, loss_hi, acc, gnorm, lr = train_step(step, total)
-            except Exception as e:  # noqa: BLE001
-                log("first step with experts %s failed (%s): eager instead" % (experts_impl, repr(e)[:200]))
-                experts_impl = set_experts(model, "eager")
-                loss, loss_hi, acc, gnorm, lr = train_step(step, total)
-        else:
-            loss, loss_hi, acc, gnorm, lr = train_step(step, total)
+        loss, loss_hi, acc, gnorm, lr = train_step(step, total)
         sums[0] += loss
         sums[1] += acc
         step += 1
+        if phases.on and step == args.profile_steps:
+            phases.on = False
+            phases.report(log)
+        if prof is not None and step == prof_steps:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            prof.__exit__(None, None, None)
+            profile_tables(prof, prof_steps, device, log)
+            prof = None
         if step % args.log_every == 0 or step == total:
             n = args.log_every if step % args.log_every == 0 else step % args.log_every
             mean_loss = float(sums[0]) / n
@@ -523,6 +649,10 @@ def main():
             sums = [torch.zeros((), device=device), torch.zeros((), device=device)]
             if not math.isfinite(mean_loss):
                 raise SystemExit("loss is not finite before step %d" % step)
+    if prof is not None:  # fewer steps than the profile window
+        prof.__exit__(None, None, None)
+        profile_tables(prof, step, device, log)
+        prof = None
     log("trained %d steps in %.0fs (batch %d, lr %g, seed %d)" % (step, time.time() - t_train, args.batch, args.lr,
                                                                    args.seed))
 
