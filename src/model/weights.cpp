@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "model/linear_loader.h"
 #include "model/safetensors.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -27,7 +30,8 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // Binds each expected tensor to its slot in the weight structs.
 struct Slot {
   WeightSpec spec;
-  Tensor* tensor = nullptr;       // for matrices and vectors
+  Tensor* tensor = nullptr;       // for vectors and bf16-only matrices
+  Weight* weight = nullptr;       // for linear layers (any format)
   float* scalar_decoder = nullptr;  // for layer_scalar
   float* scalar_encoder = nullptr;
 };
@@ -51,29 +55,33 @@ std::vector<Slot> bind_slots(const ModelConfig& c, ModelWeights& w) {
       static const std::map<std::string, Tensor LayerWeights::*> kMembers = {
           {"input_layernorm.weight", &LayerWeights::input_norm},
           {"post_attention_layernorm.weight", &LayerWeights::post_attn_norm},
-          {"self_attn.q_proj.weight", &LayerWeights::q_proj},
-          {"self_attn.k_proj.weight", &LayerWeights::k_proj},
-          {"self_attn.v_proj.weight", &LayerWeights::v_proj},
-          {"self_attn.o_proj.weight", &LayerWeights::o_proj},
           {"self_attn.q_norm.weight", &LayerWeights::q_norm},
           {"self_attn.k_norm.weight", &LayerWeights::k_norm},
           {"pre_feedforward_layernorm.weight", &LayerWeights::pre_ff_norm},
           {"post_feedforward_layernorm_1.weight", &LayerWeights::post_ff_norm1},
-          {"mlp.gate_proj.weight", &LayerWeights::mlp_gate},
-          {"mlp.up_proj.weight", &LayerWeights::mlp_up},
-          {"mlp.down_proj.weight", &LayerWeights::mlp_down},
           {"router.proj.weight", &LayerWeights::router_proj},
           {"router.scale", &LayerWeights::router_scale},
           {"router.per_expert_scale", &LayerWeights::per_expert_scale},
           {"pre_feedforward_layernorm_2.weight", &LayerWeights::pre_ff_norm2},
           {"post_feedforward_layernorm_2.weight", &LayerWeights::post_ff_norm2},
+          {"post_feedforward_layernorm.weight", &LayerWeights::post_ff_norm},
+      };
+      static const std::map<std::string, Weight LayerWeights::*> kLinears = {
+          {"self_attn.q_proj.weight", &LayerWeights::q_proj},
+          {"self_attn.k_proj.weight", &LayerWeights::k_proj},
+          {"self_attn.v_proj.weight", &LayerWeights::v_proj},
+          {"self_attn.o_proj.weight", &LayerWeights::o_proj},
+          {"mlp.gate_proj.weight", &LayerWeights::mlp_gate},
+          {"mlp.up_proj.weight", &LayerWeights::mlp_up},
+          {"mlp.down_proj.weight", &LayerWeights::mlp_down},
           {"experts.gate_up_proj", &LayerWeights::experts_gate_up},
           {"experts.down_proj", &LayerWeights::experts_down},
-          {"post_feedforward_layernorm.weight", &LayerWeights::post_ff_norm},
       };
       if (rest == "layer_scalar") {
         slot.scalar_decoder = &L.layer_scalar_decoder;
         slot.scalar_encoder = &L.layer_scalar_encoder;
+      } else if (kLinears.count(rest)) {
+        slot.weight = &(L.*kLinears.at(rest));
       } else {
         slot.tensor = &(L.*kMembers.at(rest));
       }
@@ -81,40 +89,6 @@ std::vector<Slot> bind_slots(const ModelConfig& c, ModelWeights& w) {
     slots.push_back(slot);
   }
   return slots;
-}
-
-// Copies a checkpoint tensor into a bf16 host tensor (converting F32/F16), or borrows it when it
-// already is aligned bf16 (zero-copy from the mmap).
-Tensor to_bf16_tensor(const TensorInfo& t, const std::vector<int64_t>& shape) {
-  Tensor out;
-  out.type = ScalarType::kBF16;
-  out.ndim = static_cast<int>(shape.size());
-  for (size_t i = 0; i < shape.size(); ++i) out.shape[i] = shape[i];
-  const int64_t n = t.numel();
-  if (t.dtype == DType::kBF16 && reinterpret_cast<uintptr_t>(t.data) % 2 == 0) {
-    out.data = const_cast<uint8_t*>(t.data);
-    return out;
-  }
-  Tensor h = host_tensor(ScalarType::kBF16, {n});
-  uint16_t* dst = h.ptr<uint16_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    float v = 0;
-    if (t.dtype == DType::kBF16) {
-      uint16_t b;
-      std::memcpy(&b, t.data + 2 * i, 2);
-      v = bf16_to_f32(b);
-    } else if (t.dtype == DType::kF16) {
-      uint16_t b;
-      std::memcpy(&b, t.data + 2 * i, 2);
-      v = f16_to_f32(b);
-    } else {
-      std::memcpy(&v, t.data + 4 * i, 4);
-    }
-    dst[i] = f32_to_bf16(v);
-  }
-  out.data = h.data;
-  out.owner = h.owner;
-  return out;
 }
 
 float scalar_value(const TensorInfo& t) {
@@ -133,7 +107,61 @@ float scalar_value(const TensorInfo& t) {
   return round_bf16(v);
 }
 
+// A linear slot from its per-expert or (possibly quantised) module tensors.
+std::optional<Weight> read_linear(LinearLoader& linears, const WeightSpec& spec, const ModelConfig& c) {
+  auto pick = [&](const std::string& rest, const std::string& probe) {
+    for (const char* p : {kDecoderPrefix, kEncoderPrefix})
+      if (linears.has_module(p + rest + probe)) return std::string(p) + rest;
+    return std::string(kDecoderPrefix) + rest;
+  };
+  const bool gate_up = spec.name.ends_with("experts.gate_up_proj");
+  if (gate_up || spec.name.ends_with("experts.down_proj")) {
+    const std::string rest = spec.name.substr(0, spec.name.rfind('.'));  // layers.L.experts
+    const std::string probe = gate_up ? ".0.gate_proj" : ".0.down_proj";
+    const std::string prefix = pick(rest, probe);
+    if (!linears.has_module(prefix + probe)) {  // neither the fused tensor nor per-expert modules
+      linears.problem(fmt::format("missing tensor {}{} (expected shape {}; or per-expert {}.E.{}_proj modules)", kDecoderPrefix,
+                                  spec.name, shape_str(spec.shape), prefix, gate_up ? "{gate,up}" : "down"));
+      return std::nullopt;
+    }
+    return linears.read_experts(prefix, c.text.num_experts, c.text.moe_intermediate_size, c.text.hidden_size, gate_up);
+  }
+  const std::string rest = spec.name.substr(0, spec.name.size() - std::string(".weight").size());
+  return linears.read(pick(rest, ""), spec.shape[0], spec.shape[1]);
+}
+
+// GGUF files are a different container (and quantisation family) altogether.
+void refuse_gguf(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto is_gguf = [](const fs::path& p) { return p.extension() == ".gguf" || p.extension() == ".GGUF"; };
+  if (is_gguf(path)) throw Error(ErrorKind::kUnsupported, path + ": GGUF checkpoints are not supported (safetensors expected)");
+  if (!fs::is_directory(path, ec)) return;
+  bool safetensors = false;
+  std::string gguf;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    if (e.path().extension() == ".safetensors") safetensors = true;
+    if (is_gguf(e.path())) gguf = e.path().string();
+  }
+  if (!gguf.empty() && !safetensors)
+    throw Error(ErrorKind::kUnsupported, gguf + ": GGUF checkpoints are not supported (safetensors expected)");
+}
+
 }  // namespace
+
+std::optional<WeightFormat> check_linear_headers(const ModelConfig& config, const SafetensorsCheckpoint& ckpt,
+                                                 const WeightSpec& spec, std::set<std::string>& used,
+                                                 std::vector<std::string>& problems) {
+  LinearLoader linears(ckpt, config.quant, problems, used);
+  linears.set_headers_only(true);
+  std::optional<Weight> w = read_linear(linears, spec, config);
+  if (!w) return std::nullopt;
+  return w->format;
+}
+
+bool is_linear_group(WeightGroup g) {
+  return g == WeightGroup::kAttention || g == WeightGroup::kDenseMlp || g == WeightGroup::kExperts;
+}
 
 bool is_vision_tensor(const std::string& n) {
   for (const char* p : {"model.encoder.vision_tower.", "model.encoder.embed_vision.", "model.vision_tower.",
@@ -216,14 +244,27 @@ ParameterCounts count_parameters(const ModelConfig& c) {
 }
 
 ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend) {
+  refuse_gguf(path);
   auto ckpt = std::make_shared<SafetensorsCheckpoint>(path);
   ModelWeights w;
   w.checkpoint = ckpt;
   std::vector<Slot> slots = bind_slots(config, w);
   std::vector<std::string> problems;
   std::set<std::string> used;
+  LinearLoader linears(*ckpt, config.quant, problems, used);
+  std::map<std::string, int> formats;  // "group format" -> count, for the log
 
   for (Slot& s : slots) {
+    const bool fused_experts = s.spec.group == WeightGroup::kExperts &&
+                               (ckpt->find(kDecoderPrefix + s.spec.name) || ckpt->find(kEncoderPrefix + s.spec.name));
+    if (s.weight && !fused_experts) {
+      // Linear layers in any format (the fused bf16 experts take the plain path below).
+      std::optional<Weight> got = read_linear(linears, s.spec, config);
+      if (!got) continue;
+      formats[std::string(weight_group_name(s.spec.group)) + " " + weight_format_name(got->format)]++;
+      *s.weight = backend.upload_weight(*got);
+      continue;
+    }
     const TensorInfo* dec = ckpt->find(kDecoderPrefix + s.spec.name);
     const TensorInfo* enc = ckpt->find(kEncoderPrefix + s.spec.name);
     if (dec) used.insert(dec->name);
@@ -257,7 +298,17 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
       continue;
     }
     if (!check(t)) continue;
-    *s.tensor = backend.upload(to_bf16_tensor(*t, s.spec.shape));
+    if (s.weight) {
+      formats[std::string(weight_group_name(s.spec.group)) + " bf16"]++;
+      *s.weight = backend.upload_weight(Weight(checkpoint_bf16_tensor(*t, s.spec.shape)));
+    } else {
+      *s.tensor = backend.upload(checkpoint_bf16_tensor(*t, s.spec.shape));
+    }
+  }
+  if (config.quant.quantized()) {
+    std::string list;
+    for (const auto& [k, n] : formats) list += (list.empty() ? "" : ", ") + fmt::format("{} x{}", k, n);
+    DG_LOG_INFO("weights", "{}: {}; linears: {}", path, config.quant.summary, list);
   }
   // Anything left: the tied lm_head and vision tensors are expected; report the rest.
   int vision = 0;
@@ -310,7 +361,8 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
     const float mean = is_vector ? 1.0f : 0.0f;
     const float std = is_vector ? 0.05f : 1.0f / std::sqrt(static_cast<float>(fan_in));
     backend.fill_normal(t, seed * 1000003ull + index, mean, std);
-    *s.tensor = t;
+    if (s.weight) *s.weight = Weight(t);
+    else *s.tensor = t;
   }
   return w;
 }

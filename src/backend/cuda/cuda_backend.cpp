@@ -27,9 +27,13 @@
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/sampler.cuh"
+#include "backend/cpu/quant.h"
 #include "backend/decide_rules.h"
 #include "util/counter_rng.h"
+#include "util/bf16.h"
 #include "util/error.h"
+#include "util/log.h"
+#include "util/parallel.h"
 
 namespace dgemma::cuda {
 
@@ -110,6 +114,32 @@ class CudaBackend final : public Backend {
     return t;
   }
 
+  // Fallback until the quantised kernels land: a quantised weight is dequantised exactly on the host
+  // (the CPU reference, fp32) and rounded to bf16 once, then served by the bf16 kernels. It gives
+  // bf16 speed and memory, and FP8-dynamic's activation quantisation is not emulated.
+  Weight upload_weight(const Weight& host) override {
+    if (!host.quantized()) return Backend::upload_weight(host);
+    DG_CHECK(host.data.device == Device::kCpu);
+    if (!warned_dequant_) {
+      DG_LOG_WARN("cuda", "quantised weights ({}) are dequantised to bf16 at load: no quantised CUDA kernels yet",
+                  weight_format_name(host.format));
+      warned_dequant_ = true;
+    }
+    const int64_t E = host.experts(), N = host.rows(), K = host.cols();
+    Tensor bf = host.data.ndim == 3 ? host_tensor(ScalarType::kBF16, {E, N, K}) : host_tensor(ScalarType::kBF16, {N, K});
+    parallel_for(static_cast<size_t>(E * N), [&](size_t b, size_t e) {
+      std::vector<float> row(static_cast<size_t>(K));
+      for (size_t r = b; r < e; ++r) {
+        const int64_t ex = static_cast<int64_t>(r) / N, n = static_cast<int64_t>(r) % N;
+        cpu::dequant_rows(host, ex, n, 1, row.data());
+        const float rs = cpu::row_scales(host, ex)[n];
+        uint16_t* dst = bf.ptr<uint16_t>() + static_cast<int64_t>(r) * K;
+        for (int64_t k = 0; k < K; ++k) dst[k] = f32_to_bf16(row[static_cast<size_t>(k)] * rs);
+      }
+    });
+    return Weight(upload(bf));
+  }
+
   void to_host(const Tensor& src, void* dst) override {
     if (src.nbytes() == 0) return;
     if (src.device == Device::kCpu) {  // e.g. the MoE's host debug outputs
@@ -167,14 +197,15 @@ class CudaBackend final : public Backend {
     launch_rmsnorm(bf16_in(x, "rmsnorm", "x"), w, bf16_out(out, "rmsnorm", "out"), x.numel() / N, N, eps, ctx_.stream);
   }
 
-  void matmul(const Tensor& x, const Tensor& w, const Tensor& out) override {
+  void matmul(const Tensor& x, const Weight& weight, const Tensor& out) override {
     activate();
+    const Tensor& w = bf16_weight(weight, "matmul", "w");
     const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(0);
     DG_CHECK(w.ndim == 2 && w.dim(-1) == K && x.numel() == T * K && out.numel() == T * N);
     Gemm g;
     g.a = bf16_in(x, "matmul", "x");
     g.lda = K;
-    g.b = bf16_in(w, "matmul", "w");
+    g.b = w.ptr<uint16_t>();
     g.ldb = K;
     g.c = bf16_out(out, "matmul", "out");
     g.ldc = N;
@@ -327,6 +358,7 @@ class CudaBackend final : public Backend {
 
   Context ctx_;
   std::string name_;
+  bool warned_dequant_ = false;
 };
 
 }  // namespace
