@@ -230,6 +230,24 @@ QuantConfig load_quant_config(const std::string& model_dir, const Json& config_j
   return has_hf ? from_hf : from_config;
 }
 
+QuantConfig quant_preset(const std::string& format) {
+  auto parse = [](const char* text) { return parse_quant_config(parse_json(text, "preset", true), "preset"); };
+  if (format == "bf16") return QuantConfig{};
+  if (format == "nvfp4-modelopt")
+    return parse(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+        "ignore": ["lm_head", "*mlp*", "*router*", "*self_attn*", "*self_conditioning*"]})");
+  if (format == "nvfp4-ct")
+    return parse(R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+        "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}}},
+        "ignore": ["re:.*self_attn.*", "re:.*router.*", "re:.*self_conditioning.*", "lm_head"]})");
+  if (format == "fp8-dynamic")
+    return parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+          "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}}},
+        "ignore": ["re:.*router.*", "re:.*self_conditioning.*", "lm_head"]})");
+  fail_arg("unknown quantisation format '{}' (bf16, nvfp4-modelopt, nvfp4-ct, fp8-dynamic)", format);
+}
+
 void check_quantization_flag(const QuantConfig& q, const std::string& flag) {
   if (flag.empty() || flag == "auto") return;
   bool ok = false;

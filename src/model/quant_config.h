@@ -42,6 +42,11 @@ QuantConfig load_quant_config(const std::string& model_dir, const Json& config_j
 // compressed-tensors checkpoint; "none" only for an unquantised one). Throws Error(kInvalidArgument).
 void check_quantization_flag(const QuantConfig& q, const std::string& flag);
 
+// The quantisation of one of the published checkpoints by its tools/quant/quantize.py format name
+// ("nvfp4-modelopt", "nvfp4-ct", "fp8-dynamic"; "bf16": none), for dummy weights (benchmarks).
+// Throws Error(kInvalidArgument) for other names.
+QuantConfig quant_preset(const std::string& format);
+
 // fnmatch-style glob: '*' any run of characters (dots included), '?' one character.
 bool glob_match(const std::string& pattern, const std::string& text);
 

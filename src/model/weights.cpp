@@ -11,7 +11,9 @@
 #include "model/safetensors.h"
 #include "util/bf16.h"
 #include "util/error.h"
+#include "util/counter_rng.h"
 #include "util/log.h"
+#include "util/parallel.h"
 
 namespace dgemma {
 namespace {
@@ -345,6 +347,10 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
     ++index;
     if (s.scalar_decoder) {
       *s.scalar_decoder = *s.scalar_encoder = 1.0f;
+      continue;
+    }
+    if (s.weight && dummy_quantised(config.quant, s.spec)) {
+      *s.weight = backend.upload_weight(dummy_quant_weight(config.quant, s.spec, seed * 1000003ull + index));
       continue;
     }
     std::initializer_list<int64_t> dims = {};

@@ -68,7 +68,9 @@ std::optional<WeightFormat> check_linear_headers(const ModelConfig& config, cons
                                                  std::vector<std::string>& problems);
 bool is_linear_group(WeightGroup g);  // attention, dense MLP, experts
 
-// Deterministic random weights of the configured shape (benchmarks, tests, the embedded model).
+// Deterministic random weights of the configured shape (benchmarks, tests, the embedded model). When
+// config.quant is set (e.g. quant_preset), the linears that format quantises are random quantised
+// weights of that format (random codes, scales giving ~1/sqrt(fan_in) weights).
 ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t seed = 0);
 
 struct ParameterCounts {

@@ -418,3 +418,43 @@ TEST(QuantWeights, GgufIsRefused) {
 
 }  // namespace
 }  // namespace dgemma
+
+namespace dgemma {
+namespace {
+
+// Dummy weights in each format (the benchmarks' 26B runs use these at full size): the right slots are
+// quantised, and a forward pass on the CPU gives finite logits of a sane scale.
+TEST(QuantWeights, DummyWeightsInEachFormat) {
+  const std::string dir = std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/tiny_a/model";
+  for (const char* f : {"nvfp4-modelopt", "nvfp4-ct", "fp8-dynamic"}) {
+    SCOPED_TRACE(f);
+    ModelConfig c = load_model_config(dir);
+    c.quant = quant_preset(f);
+    auto be = make_cpu_backend();
+    ModelWeights w = dummy_weights(c, *be, 3);
+    const bool fp8 = std::string(f) == "fp8-dynamic";
+    const WeightFormat q = fp8 ? WeightFormat::kFp8Channel : WeightFormat::kNvfp4;
+    EXPECT_EQ(w.layers[1].experts_gate_up.format, q);
+    EXPECT_EQ(w.layers[1].mlp_up.format, std::string(f) == "nvfp4-modelopt" ? WeightFormat::kBF16 : q);
+    EXPECT_EQ(w.layers[1].q_proj.format, fp8 ? q : WeightFormat::kBF16);
+    EXPECT_EQ(w.layers[1].experts_down.act, fp8 ? ActQuant::kFp8Token : ActQuant::kNone);
+    std::vector<float> deq(static_cast<size_t>(w.layers[1].experts_down.experts() * w.layers[1].experts_down.rows() *
+                                               w.layers[1].experts_down.cols()));
+    cpu::dequantize(w.layers[1].experts_down, deq.data());
+    double ss = 0;
+    for (float v : deq) ss += static_cast<double>(v) * v;
+    const double rms = std::sqrt(ss / static_cast<double>(deq.size()));
+    const double want = 1.0 / std::sqrt(static_cast<double>(c.text.moe_intermediate_size));
+    EXPECT_GT(rms, 0.5 * want);
+    EXPECT_LT(rms, 2.0 * want);
+    DiffusionGemma m(c, std::move(w), *be);
+    SequenceKv kv = allocate_kv(c, *be, 64, 32);
+    std::vector<int32_t> prompt{5, 6, 7, 8};
+    std::vector<ForwardItem> items{{ForwardItem::Kind::kEncode, prompt, &kv, {}, {}, {}}};
+    m.forward(items);
+  }
+  EXPECT_THROW(quant_preset("awq"), Error);
+}
+
+}  // namespace
+}  // namespace dgemma
