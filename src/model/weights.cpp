@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -147,6 +148,55 @@ void refuse_gguf(const std::string& path) {
   }
   if (!gguf.empty() && !safetensors)
     throw Error(ErrorKind::kUnsupported, gguf + ": GGUF checkpoints are not supported (safetensors expected)");
+}
+
+// Whether a dummy weight of this slot is quantised under `q` (the published checkpoints' choices).
+bool dummy_quantised(const QuantConfig& q, const WeightSpec& spec) {
+  if (!q.quantized()) return false;
+  if (spec.group == WeightGroup::kExperts) return true;
+  if (spec.group == WeightGroup::kDenseMlp) return q.method == QuantMethod::kCompressedTensors;
+  if (spec.group == WeightGroup::kAttention) return q.fp8;
+  return false;
+}
+
+// Random quantised weight of spec's shape: NVFP4 random nibbles with block scale 1 and a row scale
+// making the rms 1/sqrt(K) (uniform E2M1 codes have rms ~2.93); FP8 random codes of magnitude
+// 2^-2 .. 2^2 (rms ~1.6).
+Weight dummy_quant_weight(const QuantConfig& q, const WeightSpec& spec, uint64_t key) {
+  const bool experts = spec.group == WeightGroup::kExperts;
+  const int64_t E = experts ? spec.shape[0] : 1, N = spec.shape[experts ? 1 : 0], K = spec.shape[experts ? 2 : 1];
+  Weight w;
+  w.format = q.nvfp4 && !q.fp8 ? WeightFormat::kNvfp4 : WeightFormat::kFp8Channel;
+  w.act = w.format == WeightFormat::kFp8Channel && q.fp8_act_token ? ActQuant::kFp8Token : ActQuant::kNone;
+  const bool fp4 = w.format == WeightFormat::kNvfp4;
+  const int64_t bytes_per_row = fp4 ? K / 2 : K;
+  const ScalarType dt = fp4 ? ScalarType::kU8 : ScalarType::kF8E4M3;
+  w.data = experts ? host_tensor(dt, {E, N, bytes_per_row}) : host_tensor(dt, {N, bytes_per_row});
+  uint8_t* d = w.data.ptr<uint8_t>();
+  const int64_t total = E * N * bytes_per_row;
+  constexpr int64_t kChunk = 4096;
+  parallel_for(static_cast<size_t>((total + kChunk - 1) / kChunk), [&](size_t b, size_t e) {
+    for (size_t c = b; c < e; ++c) {
+      const int64_t end = std::min(total, static_cast<int64_t>(c + 1) * kChunk);
+      for (int64_t i = static_cast<int64_t>(c) * kChunk; i < end; i += 8) {
+        uint64_t r = rng::splitmix64(key * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(i));
+        for (int64_t j = i; j < std::min(end, i + 8); ++j, r >>= 8) {
+          uint8_t v = static_cast<uint8_t>(r);
+          if (!fp4) v = static_cast<uint8_t>((v & 0x87) | ((5 + (v >> 3) % 5) << 3));  // sign, exp 5..9, mantissa
+          d[j] = v;
+        }
+      }
+    }
+  });
+  w.row_scale = experts ? host_tensor(ScalarType::kF32, {E, N}) : host_tensor(ScalarType::kF32, {N});
+  const float rs = 1.0f / ((fp4 ? 2.93f : 1.6f) * std::sqrt(static_cast<float>(K)));
+  std::fill_n(w.row_scale.ptr<float>(), E * N, rs);
+  if (fp4) {
+    const int64_t G = K / kNvfp4Group;
+    w.block = experts ? host_tensor(ScalarType::kF8E4M3, {E, N, G}) : host_tensor(ScalarType::kF8E4M3, {N, G});
+    std::fill_n(w.block.ptr<uint8_t>(), w.block.numel(), uint8_t{0x38});  // 1.0
+  }
+  return w;
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 //  * the W4A16 grouped expert kernels (grouped_moe_fp4.cu): NVFP4 experts kept packed on the device,
 //    random packed values, block scales spanning E4M3's range and gate / up / down global scales that
 //    all differ, at small shapes and the 26B shape (E128 k8 H2816 I704), T = 1 .. 2048, skewed routing;
+//  * the W8A16 FP8 expert kernels (the same kernel with E4M3 weights), against the CPU reference with
+//    bf16 activations;
 //  * the bf16 dequantisation fallback (FP8 weights, NVFP4 of other shapes) through matmul;
 //  * whole forward passes of the quantised fixtures (tests/fixtures/quant/*_pow2: their dequantised
 //    weights are exact bf16 values, so the CPU reference and the CUDA path compute the same maths up
@@ -43,11 +45,27 @@ Weight random_nvfp4(Data& d, int64_t E, int64_t N, int64_t K, int64_t rows_per_s
   return w;
 }
 
+// A random FP8 expert stack: E4M3 codes of magnitude 2^-2 .. 2^2 (random sign / mantissa), channel scales.
+Weight random_fp8(Data& d, int64_t E, int64_t N, int64_t K, float typical) {
+  Weight w;
+  w.format = WeightFormat::kFp8Channel;
+  w.act = ActQuant::kFp8Token;  // the checkpoint's; the CUDA kernels run W8A16 and the CPU is told so below
+  w.data = host_tensor(ScalarType::kF8E4M3, {E, N, K});
+  w.row_scale = host_tensor(ScalarType::kF32, {E, N});
+  for (int64_t i = 0; i < w.data.numel(); ++i) {
+    const uint8_t v = static_cast<uint8_t>(d.integer(0, 255));
+    w.data.ptr<uint8_t>()[i] = static_cast<uint8_t>((v & 0x87) | ((5 + d.integer(0, 4)) << 3));
+  }
+  for (int64_t i = 0; i < E * N; ++i) w.row_scale.ptr<float>()[i] = typical / 1.6f * d.uniform(0.5f, 2.0f);
+  return w;
+}
+
 struct Shape {
   std::string name;
   int64_t T, H, I, E;
   int K;
   bool skewed = false;
+  bool fp8 = false;
 };
 
 void run_fp4_moe(Reporter& r, const Shape& s) {
@@ -63,8 +81,9 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
     std::fill_n(c.router_proj.ptr<uint16_t>() + (E / 2 + 1) * H, H, f32_to_bf16(8.0f * unit));
   }
   c.per_expert_scale = d.bf16_uniform({E}, 0.5f, 1.5f);
-  c.gate_up = random_nvfp4(d, E, 2 * I, H, I, 1.0f / std::sqrt(static_cast<float>(H)));  // gate, up scales differ
-  c.down = random_nvfp4(d, E, H, I, H, 1.0f / std::sqrt(static_cast<float>(I)));
+  const float tg = 1.0f / std::sqrt(static_cast<float>(H)), td = 1.0f / std::sqrt(static_cast<float>(I));
+  c.gate_up = s.fp8 ? random_fp8(d, E, 2 * I, H, tg) : random_nvfp4(d, E, 2 * I, H, I, tg);  // gate, up scales differ
+  c.down = s.fp8 ? random_fp8(d, E, H, I, td) : random_nvfp4(d, E, H, I, H, td);
   c.top_k = static_cast<int>(K);
   c.eps = 1e-6f;
   c.out = host_tensor(ScalarType::kBF16, {T, H});
@@ -79,10 +98,11 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   g.per_expert_scale = up(c.per_expert_scale);
   g.gate_up = cuda().upload_weight(c.gate_up);
   g.down = cuda().upload_weight(c.down);
-  if (g.gate_up.format != WeightFormat::kNvfp4 || g.down.format != WeightFormat::kNvfp4) {
-    r.fail(s.name + ": the CUDA backend did not keep the NVFP4 experts packed");
+  if (g.gate_up.format != c.gate_up.format || g.down.format != c.down.format) {
+    r.fail(s.name + ": the CUDA backend did not keep the experts quantised");
     return;
   }
+  c.gate_up.act = c.down.act = ActQuant::kNone;  // W8A16 on CUDA: the reference with bf16 activations
   g.out = poisoned(ScalarType::kBF16, {T, H});
   g.dbg_probs = host_tensor(ScalarType::kF32, {T, E});
   g.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
@@ -99,7 +119,7 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   // The bound of the bf16 grouped kernel (gpu_check_grouped_moe.cpp compare_out): the weights enter
   // the MMAs as exact bf16 values and the row scale multiplies the fp32 sum once, as on the CPU, so
   // only the summation order differs.
-  expect_bf16(r, s.name + " W4A16 grouped vs CPU reference", sg, sc, Tol{4, 2e-3, 2e-2, 0.8, 1e-5});
+  expect_bf16(r, s.name + (s.fp8 ? " W8A16" : " W4A16") + " grouped vs CPU reference", sg, sc, Tol{4, 2e-3, 2e-2, 0.8, 1e-5});
   for (size_t i = 0; i < og.size(); ++i)
     if (og[i] == 0xFFFF) {
       r.fail(s.name + ": output element " + std::to_string(i) + " was not written");
@@ -193,6 +213,10 @@ std::vector<Case> quant_cases() {
       moe_case("fp4_moe_E128_k8_T1024", {"fp4 moe E128 k8 T1024", 1024, H, I, 128, 8}),
       moe_case("fp4_moe_E128_k8_T2048", {"fp4 moe E128 k8 T2048", 2048, H, I, 128, 8}),
       moe_case("fp4_moe_E128_k8_skewed", {"fp4 moe E128 k8 T256 skewed", 256, H, I, 128, 8, true}),
+      moe_case("fp8_moe_E8_k2", {"fp8 moe E8 k2 H64 I64", 37, 64, 64, 8, 2, false, true}),
+      moe_case("fp8_moe_E128_k8_T1", {"fp8 moe E128 k8 T1", 1, H, I, 128, 8, false, true}),
+      moe_case("fp8_moe_E128_k8_T256", {"fp8 moe E128 k8 T256", 256, H, I, 128, 8, false, true}),
+      moe_case("fp8_moe_E128_k8_T2048", {"fp8 moe E128 k8 T2048", 2048, H, I, 128, 8, false, true}),
       {"fp8_fallback_matmul", [](Reporter& r) { run_fp8_fallback(r); }},
       {"quant_forward_nvfp4_modelopt", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_modelopt_pow2"); }},
       {"quant_forward_nvfp4_ct", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_ct_pow2"); }},

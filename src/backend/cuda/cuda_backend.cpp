@@ -114,18 +114,18 @@ class CudaBackend final : public Backend {
     return t;
   }
 
-  // Fallback where no quantised kernel exists yet (FP8 weights, dense NVFP4 linears, NVFP4 experts of
+  // Fallback where no quantised kernel exists yet (dense FP8 / NVFP4 linears, quantised experts of
   // other shapes): the weight is dequantised exactly on the host (the CPU reference, fp32) and rounded
   // to bf16 once, then served by the bf16 kernels: bf16 speed and memory for those weights, and
   // FP8-dynamic's activation quantisation is not emulated.
   Weight upload_weight(const Weight& host) override {
     if (!host.quantized()) return Backend::upload_weight(host);
-    // NVFP4 expert stacks stay packed for the W4A16 grouped kernels (alignment holds for our allocations).
-    if (host.format == WeightFormat::kNvfp4 && host.data.ndim == 3 && host.rows() % 8 == 0 && host.cols() % 64 == 0)
-      return Backend::upload_weight(host);
+    // NVFP4 / FP8 expert stacks stay quantised for the W4A16 / W8A16 grouped kernels (their shape rule;
+    // the alignment holds for our allocations).
+    if (host.data.ndim == 3 && host.rows() % 8 == 0 && host.cols() % 64 == 0) return Backend::upload_weight(host);
     DG_CHECK(host.data.device == Device::kCpu);
     if (!warned_dequant_) {
-      DG_LOG_WARN("cuda", "{} weights without a quantised CUDA kernel (FP8, dense NVFP4) are dequantised to bf16 at load",
+      DG_LOG_WARN("cuda", "{} weights without a quantised CUDA kernel (dense linears, other expert shapes) are dequantised to bf16 at load",
                   weight_format_name(host.format));
       warned_dequant_ = true;
     }

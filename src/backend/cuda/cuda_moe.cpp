@@ -43,10 +43,12 @@ void moe(const Context& ctx, const MoeArgs& a) {
   need_type(a.router_scale, ScalarType::kBF16, op, "router_scale");
   need_type(a.router_proj, ScalarType::kBF16, op, "router_proj");
   need_type(a.per_expert_scale, ScalarType::kBF16, op, "per_expert_scale");
-  // NVFP4 experts stay packed (W4A16 kernels, grouped_moe_fp4.cuh); anything else is bf16 here.
-  const bool fp4_gu = a.gate_up.format == WeightFormat::kNvfp4, fp4_dn = a.down.format == WeightFormat::kNvfp4;
-  const Tensor& gate_up = fp4_gu ? a.gate_up.data : bf16_weight(a.gate_up, op, "gate_up");
-  const Tensor& down = fp4_dn ? a.down.data : bf16_weight(a.down, op, "down");
+  // NVFP4 and FP8 experts stay quantised (W4A16 / W8A16 kernels, grouped_moe_fp4.cuh); else bf16.
+  const WeightFormat f_gu = a.gate_up.format, f_dn = a.down.format;
+  const bool fp4_gu = f_gu == WeightFormat::kNvfp4, fp4_dn = f_dn == WeightFormat::kNvfp4;
+  const bool fp8_gu = f_gu == WeightFormat::kFp8Channel, fp8_dn = f_dn == WeightFormat::kFp8Channel;
+  const Tensor& gate_up = a.gate_up.quantized() ? a.gate_up.data : bf16_weight(a.gate_up, op, "gate_up");
+  const Tensor& down = a.down.quantized() ? a.down.data : bf16_weight(a.down, op, "down");
   need_type(a.out, ScalarType::kBF16, op, "out");
   const int64_t T = a.router_in.dim(0), H = a.router_in.dim(1);
   const int64_t E = a.router_proj.dim(0);
@@ -58,6 +60,8 @@ void moe(const Context& ctx, const MoeArgs& a) {
   DG_CHECK(down.ndim == 3 && down.dim(0) == E && down.dim(1) == H && a.down.cols() == I);
   if (fp4_gu) DG_CHECK(grouped_fp4_supported(I2, H, gate_up.data, a.gate_up.block.data));
   if (fp4_dn) DG_CHECK(grouped_fp4_supported(H, I, down.data, a.down.block.data));
+  if (fp8_gu) DG_CHECK(grouped_fp8_supported(I2, H, gate_up.data));
+  if (fp8_dn) DG_CHECK(grouped_fp8_supported(H, I, down.data));
   DG_CHECK(K >= 1 && K <= E && a.out.numel() == T * H);
   if (!a.dbg_probs.empty()) DG_CHECK(a.dbg_probs.device == Device::kCpu && a.dbg_probs.numel() == T * E);
   if (!a.dbg_weights.empty()) DG_CHECK(a.dbg_weights.device == Device::kCpu && a.dbg_weights.numel() == T * K);
@@ -115,14 +119,20 @@ void moe(const Context& ctx, const MoeArgs& a) {
     launch_moe_group(top_idx.ptr<int32_t>(), R, E, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, st);
     Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
     Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
-    if (fp4_gu)
+    if (fp8_gu)
+      launch_grouped_gate_up_fp8(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.row_scale.ptr<float>(),
+                                 offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), st);
+    else if (fp4_gu)
       launch_grouped_gate_up_fp4(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.block.ptr<uint8_t>(),
                                  a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E,
                                  K, H, I, act.ptr<uint16_t>(), st);
     else
       launch_grouped_gate_up(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
                              pairs.ptr<int32_t>(), tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
-    if (fp4_dn)
+    if (fp8_dn)
+      launch_grouped_down_fp8(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(),
+                              pairs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
+    else if (fp4_dn)
       launch_grouped_down_fp4(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.block.ptr<uint8_t>(),
                               a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
                               top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
@@ -134,9 +144,9 @@ void moe(const Context& ctx, const MoeArgs& a) {
     return;
   }
 
-  if (fp4_gu || fp4_dn)
-    fail(ErrorKind::kUnsupported, "CUDA moe: NVFP4 experts need the device-grouped path (T={}, H={}, I={}, E={}, K={})", T,
-         H, I, E, K);
+  if (a.gate_up.quantized() || a.down.quantized())
+    fail(ErrorKind::kUnsupported, "CUDA moe: quantised experts need the device-grouped path (T={}, H={}, I={}, E={}, K={})",
+         T, H, I, E, K);
 
   // 2. Group the (token, slot) pairs by expert on the host (stable: pair order within an expert).
   std::vector<int32_t> idx(static_cast<size_t>(R));

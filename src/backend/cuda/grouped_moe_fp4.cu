@@ -24,10 +24,13 @@ constexpr int kBN = 64;
 constexpr int kBK = 64;
 constexpr int kStages = 4;
 constexpr int kARowBytes = kBK * 2;   // bf16 A row of a stage
-constexpr int kBRowBytes = kBK / 2;   // packed FP4 weight row of a stage
-constexpr int kSRowBytes = kBK / 16;  // block scales of a weight row in a stage
-constexpr int kAStage = kBM * kARowBytes, kBStage = kBN * kBRowBytes, kSStage = kBN * kSRowBytes;
-constexpr int kSmem = kStages * (kAStage + kBStage + kSStage);
+constexpr int kSRowBytes = kBK / 16;  // NVFP4 block scales of a weight row in a stage
+constexpr int kAStage = kBM * kARowBytes, kSStage = kBN * kSRowBytes;
+// Weight bytes of a row in a stage: packed FP4 32, FP8 64.
+template <bool kFp8>
+__host__ __device__ constexpr int b_row_bytes() { return kFp8 ? kBK : kBK / 2; }
+template <bool kFp8>
+constexpr int smem_bytes() { return kStages * (kAStage + kBN * b_row_bytes<kFp8>() + (kFp8 ? 0 : kSStage)); }
 
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * kARowBytes + ((chunk ^ (row & 7)) << 4));
@@ -49,6 +52,22 @@ __device__ __forceinline__ float e4m3_value(uint32_t c) {
   const uint32_t e = (c >> 3) & 15u, m = c & 7u;
   if (e == 0) return static_cast<float>(m) * 0.001953125f;  // m * 2^-9
   return __uint_as_float(((e + 120u) << 23) | (m << 20));
+}
+
+__device__ __forceinline__ uint32_t lds_u16(uint32_t addr) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+// Two FP8 E4M3 weights (finite: the loader rejects nothing here, NaN codes dequantise as 480, never
+// produced by a quantiser) -> a bf16x2 register, lower k in the low half. E4M3 values are bf16 values.
+__device__ __forceinline__ uint32_t fp8_pair(uint32_t two) {
+  auto one = [](uint32_t c) {
+    const uint32_t bits = __float_as_uint(e4m3_value(c & 0x7fu)) >> 16;
+    return bits | ((c & 0x80u) << 8);
+  };
+  return one(two & 0xffu) | (one(two >> 8) << 16);
 }
 
 // E2M1 nibble -> fp32: sign bit 3; magnitude index e1 e0 m: 0, .5, 1, 1.5, 2, 3, 4, 6.
@@ -78,11 +97,14 @@ struct Fp4Args {
   int Kd, N, top_k;
 };
 
-template <bool kGateUp>
+template <bool kGateUp, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
   constexpr int MF = kBM / 16;
   constexpr int kAChunks = kBM * 8 / kThreads;  // 2
-  static_assert(kBN * kBRowBytes / 16 == kThreads && kBN <= kThreads, "one packed chunk per thread");
+  constexpr int kBRowBytes = b_row_bytes<kFp8>();
+  constexpr int kBStage = kBN * kBRowBytes;
+  constexpr int kBChunks = kBStage / 16 / kThreads;  // FP4 1, FP8 2 weight chunks per thread a stage
+  static_assert(kBChunks * 16 * kThreads == kBStage && kBN <= kThreads, "whole weight chunks per thread");
   extern __shared__ __align__(128) unsigned char smem[];
 
   const int e = blockIdx.y;
@@ -111,14 +133,22 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
     ok = n < N;
     return n;
   };
-  // Packed copy of this thread: tile row tid / 2, bytes 16 * (tid & 1) of the stage's 32.
-  bool p_ok;
-  const int p_row = weight_row(tid >> 1, p_ok);
-  const uint8_t* p_src = p_ok ? g.w + (static_cast<int64_t>(e) * Nw + p_row) * (Kd / 2) + 16 * (tid & 1) : g.w;
+  // Weight copies of this thread: chunk c = tid + kThreads j of the stage is tile row c / (row bytes / 16),
+  // bytes 16 * (c % (row bytes / 16)) of the row's stage slice.
+  constexpr int kRowChunks = kBRowBytes / 16;
+  const int64_t w_row_bytes = kFp8 ? Kd : Kd / 2;
+  bool p_ok[kBChunks];
+  const uint8_t* p_src[kBChunks];
+#pragma unroll
+  for (int j = 0; j < kBChunks; ++j) {
+    const int c = tid + kThreads * j;
+    const int row = weight_row(c / kRowChunks, p_ok[j]);
+    p_src[j] = p_ok[j] ? g.w + (static_cast<int64_t>(e) * Nw + row) * w_row_bytes + 16 * (c % kRowChunks) : g.w;
+  }
   // Scale copy (threads 0..63): tile row tid, 4 bytes a stage.
   bool s_ok = false;
   const uint8_t* s_src = g.s;
-  if (tid < kBN) {
+  if (!kFp8 && tid < kBN) {
     const int n = weight_row(tid, s_ok);
     if (s_ok) s_src = g.s + (static_cast<int64_t>(e) * Nw + n) * (Kd / 16);
   }
@@ -146,8 +176,11 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
       const int r = (tid >> 3) + 16 * j;
       cp_async16(sa + swz(r, chunk), a_ok[j] ? a_src[j] + k : g.a, a_ok[j]);
     }
-    cp_async16_hint(s_b + stage * kBStage + tid * 16, p_ok ? p_src + load_kt * kBRowBytes : g.w, p_ok, w_policy);
-    if (tid < kBN) {
+#pragma unroll
+    for (int j = 0; j < kBChunks; ++j)
+      cp_async16_hint(s_b + stage * kBStage + (tid + kThreads * j) * 16, p_ok[j] ? p_src[j] + load_kt * kBRowBytes : g.w,
+                      p_ok[j], w_policy);
+    if (!kFp8 && tid < kBN) {
       const uint32_t dst = s_s + stage * kSStage + tid * kSRowBytes;
       if (s_ok) {
         cp_async4(dst, s_src + load_kt * kSRowBytes);
@@ -176,7 +209,8 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
   }
 
   // A fragments by ldmatrix as in grouped_moe.cu. B fragment nf of warp w: tile row 32 nf + 8 w + lane / 4,
-  // k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1): packed bytes 8 kk + lane % 4 and + 4.
+  // k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1): FP4 packed bytes 8 kk + lane % 4 and + 4;
+  // FP8 byte pairs at 16 kk + 2 (lane % 4) and + 8.
   const int a_row = lane & 15, a_chunk = lane >> 4;
   const int b_row0 = 8 * warp + (lane >> 2), b_byte = lane & 3;
 
@@ -195,10 +229,16 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
 #pragma unroll
       for (int nf = 0; nf < 2; ++nf) {
         const int row = 32 * nf + b_row0;
-        const float scale = e4m3_value(lds_u8(ss + row * kSRowBytes + kk));
-        const uint32_t base = sb + row * kBRowBytes + 8 * kk + b_byte;
-        b[nf][0] = dequant_pair(lds_u8(base), scale);
-        b[nf][1] = dequant_pair(lds_u8(base + 4), scale);
+        if (kFp8) {
+          const uint32_t base = sb + row * kBRowBytes + 16 * kk + 2 * b_byte;
+          b[nf][0] = fp8_pair(lds_u16(base));
+          b[nf][1] = fp8_pair(lds_u16(base + 8));
+        } else {
+          const float scale = e4m3_value(lds_u8(ss + row * kSRowBytes + kk));
+          const uint32_t base = sb + row * kBRowBytes + 8 * kk + b_byte;
+          b[nf][0] = dequant_pair(lds_u8(base), scale);
+          b[nf][1] = dequant_pair(lds_u8(base + 4), scale);
+        }
       }
 #pragma unroll
       for (int mf = 0; mf < MF; ++mf) {
@@ -263,11 +303,12 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
   cp_async_wait<0>();
 }
 
-template <bool kGateUp>
+template <bool kGateUp, bool kFp8>
 void launch(const Fp4Args& g, int64_t E, int64_t n_tiles, cudaStream_t stream) {
-  auto* kernel = grouped_fp4_kernel<kGateUp>;
-  if (kSmem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(E)), kThreads, kSmem, stream>>>(g);
+  auto* kernel = grouped_fp4_kernel<kGateUp, kFp8>;
+  constexpr int smem = smem_bytes<kFp8>();
+  if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(E)), kThreads, smem, stream>>>(g);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -285,7 +326,7 @@ void launch_grouped_gate_up_fp4(const uint16_t* x, const uint8_t* packed, const 
   if (R <= 0 || E <= 0 || I <= 0) return;
   Fp4Args g{x, packed, block, row_scale, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
             static_cast<int>(K)};
-  launch<true>(g, E, ceil_div(I, kBN / 2), stream);
+  launch<true, false>(g, E, ceil_div(I, kBN / 2), stream);
 }
 
 void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const uint8_t* block, const float* row_scale,
@@ -293,7 +334,33 @@ void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const u
                              int64_t H, int64_t I, uint16_t* y, cudaStream_t stream) {
   if (R <= 0 || E <= 0 || H <= 0) return;
   Fp4Args g{act, packed, block, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1};
-  launch<false>(g, E, ceil_div(H, kBN), stream);
+  launch<false, false>(g, E, ceil_div(H, kBN), stream);
+}
+
+}  // namespace dgemma::cuda
+
+namespace dgemma::cuda {
+
+bool grouped_fp8_supported(int64_t rows, int64_t Kd, const void* weights) {
+  return rows >= 8 && rows % 8 == 0 && Kd >= kBK && Kd % kBK == 0 && rows * Kd < (int64_t{1} << 31) &&
+         reinterpret_cast<uintptr_t>(weights) % 16 == 0;
+}
+
+void launch_grouped_gate_up_fp8(const uint16_t* x, const uint8_t* w, const float* row_scale, const int32_t* offsets,
+                                const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
+                                uint16_t* act, cudaStream_t stream) {
+  if (R <= 0 || E <= 0 || I <= 0) return;
+  Fp4Args g{x, w, nullptr, row_scale, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
+            static_cast<int>(K)};
+  launch<true, true>(g, E, ceil_div(I, kBN / 2), stream);
+}
+
+void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float* row_scale, const int32_t* offsets,
+                             const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H, int64_t I,
+                             uint16_t* y, cudaStream_t stream) {
+  if (R <= 0 || E <= 0 || H <= 0) return;
+  Fp4Args g{act, w, nullptr, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1};
+  launch<false, true>(g, E, ceil_div(H, kBN), stream);
 }
 
 }  // namespace dgemma::cuda

@@ -1,5 +1,5 @@
 #pragma once
-// W4A16 grouped expert GEMMs for NVFP4 experts (kernels in grouped_moe_fp4.cu): the device grouping
+// W4A16 grouped expert GEMMs for NVFP4 experts and W8A16 ones for FP8 experts (kernels in grouped_moe_fp4.cu): the device grouping
 // of grouped_moe.cuh (offsets, pairs), bf16 activations, weights kept packed on the device.
 // Weights (backend/weight.h, stacked experts): packed [E, Nw, Kd/2] u8 (element 2j in the low nibble),
 // block [E, Nw, Kd/16] f8e4m3 (finite, non-negative), row_scale [E, Nw] f32 (the global scale of each
@@ -30,5 +30,19 @@ void launch_grouped_gate_up_fp4(const uint16_t* x, const uint8_t* packed, const 
 void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const uint8_t* block, const float* row_scale,
                              const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E,
                              int64_t H, int64_t I, uint16_t* y, cudaStream_t stream);
+
+// FP8 experts, W8A16 (the same kernel with E4M3 weights [E, Nw, Kd] and per-channel row scales,
+// no block scales): y = bf16(row_scale[n] * sum_k x[k] * e4m3(w[n, k])). The checkpoint prescribes
+// dynamic per-token FP8 activations (W8A8); these kernels keep the activations bf16 (W8A16), which
+// needs no FP8 tensor-core path and at ~16 rows per expert is bound by the same weight bytes; the
+// per-token quantisation's deviation (~2^-5 relative noise per input) is left out, so the result is
+// the checkpoint's weights without its activation rounding. Same shape rule as NVFP4.
+bool grouped_fp8_supported(int64_t rows, int64_t Kd, const void* weights);
+void launch_grouped_gate_up_fp8(const uint16_t* x, const uint8_t* w, const float* row_scale, const int32_t* offsets,
+                                const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
+                                uint16_t* act, cudaStream_t stream);
+void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float* row_scale, const int32_t* offsets,
+                             const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H, int64_t I,
+                             uint16_t* y, cudaStream_t stream);
 
 }  // namespace dgemma::cuda
