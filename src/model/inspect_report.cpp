@@ -213,7 +213,7 @@ MemoryPlan plan_memory(const ModelConfig& c, int64_t max_model_len, int max_num_
   p.gpu_memory_bytes = gpu_memory_bytes;
   p.gpu_memory_utilization = gpu_memory_utilization;
   p.budget_bytes = static_cast<uint64_t>(std::floor(static_cast<double>(gpu_memory_bytes) * gpu_memory_utilization));
-  p.weight_bytes = static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
+  p.weight_bytes = c.quant.quantized() ? device_weight_bytes(c) : static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
   bool any_sliding = false;
   for (const auto& L : t.layers) {
     const uint64_t per = 2 * static_cast<uint64_t>(L.num_kv_heads) * static_cast<uint64_t>(L.head_dim) * kBf16Bytes;
@@ -366,7 +366,8 @@ std::string format_inspect_text(const InspectReport& r) {
   if (!r.checkpoint.linear_formats.empty()) {
     std::string f;
     for (const auto& [name, n] : r.checkpoint.linear_formats) f += (f.empty() ? "" : ", ") + fmt::format("{} {}", n, name);
-    o.row("linear layers", f + " (CUDA serves quantised weights dequantised to bf16 for now)");
+    o.row("linear layers", f + " (CUDA: NVFP4 / FP8 experts run quantised, W4A16 / W8A16; other quantised "
+                               "linears are dequantised to bf16 at load)");
   }
   o.row("vision config", c.has_vision ? "present (ignored: text-only mode)" : "absent");
   o.row("load format", r.load_format + (r.load_format_note.empty() ? "" : " (" + r.load_format_note + ")"));
@@ -435,7 +436,7 @@ std::string format_inspect_text(const InspectReport& r) {
 
   o.section(fmt::format("Memory plan: {} sequences × {} tokens, canvas {}", p.max_num_seqs, group_digits(p.max_model_len), p.canvas_length));
   o.row("GPU budget", fmt::format("{:.3f} GB × {} = {}", p.gpu_memory_bytes / 1e9, p.gpu_memory_utilization, gigabytes(p.budget_bytes)));
-  o.row("weights (bf16)", gigabytes(p.weight_bytes));
+  o.row(r.config.quant.quantized() ? "weights (on the GPU)" : "weights (bf16)", gigabytes(p.weight_bytes));
   o.row(fmt::format("KV cache, {} seqs", p.max_num_seqs), gigabytes(sat_mul(p.kv_bytes_per_seq, p.max_num_seqs)));
   o.row(fmt::format("work buffers, {} seqs", p.max_num_seqs), gigabytes(sat_mul(p.work_bytes_per_seq, p.max_num_seqs)));
   o.line(fmt::format("  (per sequence: logits [{}, {}] + soft embeddings [{}, {}], bf16)", p.canvas_length, t.vocab_size,

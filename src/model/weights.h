@@ -80,4 +80,9 @@ struct ParameterCounts {
 };
 ParameterCounts count_parameters(const ModelConfig& config);
 
+// Bytes the text weights take on a CUDA device under config.quant: bf16 everywhere, except expert
+// stacks the quantised grouped kernels serve (NVFP4: 0.5 + 1/16 bytes a weight, FP8: 1, plus an fp32
+// scale a row); quantised dense linears are dequantised to bf16 there (the CUDA backend's fallback).
+uint64_t device_weight_bytes(const ModelConfig& config);
+
 }  // namespace dgemma
