@@ -16,6 +16,7 @@
 // Every other op is bit-identical to the CPU backend.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -24,6 +25,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/decide.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/grouped_moe_fp4.cuh"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/sampler.cuh"
@@ -122,7 +124,22 @@ class CudaBackend final : public Backend {
     if (!host.quantized()) return Backend::upload_weight(host);
     // NVFP4 / FP8 expert stacks stay quantised for the W4A16 / W8A16 grouped kernels (their shape rule;
     // the alignment holds for our allocations).
-    if (host.data.ndim == 3 && host.rows() % 8 == 0 && host.cols() % 64 == 0) return Backend::upload_weight(host);
+    if (host.data.ndim == 3 && host.rows() % 8 == 0 && host.cols() % 64 == 0) {
+      Weight w = host;
+      Tensor bytes = host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1), host.data.dim(2)});
+      const int64_t n = static_cast<int64_t>(bytes.nbytes()), chunk = int64_t{1} << 20;  // whole rows per chunk
+      const int64_t row = host.data.dim(2), rows_per_chunk = std::max<int64_t>(1, chunk / row);
+      const int64_t n_rows = n / row;
+      parallel_for(static_cast<size_t>((n_rows + rows_per_chunk - 1) / rows_per_chunk), [&](size_t b, size_t e) {
+        for (size_t c = b; c < e; ++c) {
+          const int64_t r0 = static_cast<int64_t>(c) * rows_per_chunk, r1 = std::min(n_rows, r0 + rows_per_chunk);
+          std::memcpy(bytes.ptr<uint8_t>() + r0 * row, host.data.ptr<uint8_t>() + r0 * row, static_cast<size_t>((r1 - r0) * row));
+          repack_grouped_weights(host.format == WeightFormat::kFp8Channel, bytes.ptr<uint8_t>() + r0 * row, (r1 - r0) * row);
+        }
+      });
+      w.data = bytes;
+      return Backend::upload_weight(w);
+    }
     DG_CHECK(host.data.device == Device::kCpu);
     if (!warned_dequant_) {
       DG_LOG_WARN("cuda", "{} weights without a quantised CUDA kernel (dense linears, other expert shapes) are dequantised to bf16 at load",

@@ -54,6 +54,12 @@ __device__ __forceinline__ float e4m3_value(uint32_t c) {
   return __uint_as_float(((e + 120u) << 23) | (m << 20));
 }
 
+__device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ uint32_t lds_u16(uint32_t addr) {
   uint16_t v;
   asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr) : "memory");
@@ -209,8 +215,8 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
   }
 
   // A fragments by ldmatrix as in grouped_moe.cu. B fragment nf of warp w: tile row 32 nf + 8 w + lane / 4,
-  // k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1): FP4 packed bytes 8 kk + lane % 4 and + 4;
-  // FP8 byte pairs at 16 kk + 2 (lane % 4) and + 8.
+  // k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1): in the checkpoint's order FP4 packed bytes
+  // 8 kk + lane % 4 and + 4, FP8 byte pairs at 16 kk + 2 (lane % 4) and + 8; repacked adjacent.
   const int a_row = lane & 15, a_chunk = lane >> 4;
   const int b_row0 = 8 * warp + (lane >> 2), b_byte = lane & 3;
 
@@ -229,15 +235,16 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
 #pragma unroll
       for (int nf = 0; nf < 2; ++nf) {
         const int row = 32 * nf + b_row0;
+        // Device layout (repack_grouped_weights): b0's bytes, then b1's, adjacent.
         if (kFp8) {
-          const uint32_t base = sb + row * kBRowBytes + 16 * kk + 2 * b_byte;
-          b[nf][0] = fp8_pair(lds_u16(base));
-          b[nf][1] = fp8_pair(lds_u16(base + 8));
+          const uint32_t four = lds_u32(sb + row * kBRowBytes + 16 * kk + 4 * b_byte);
+          b[nf][0] = fp8_pair(four & 0xffffu);
+          b[nf][1] = fp8_pair(four >> 16);
         } else {
           const float scale = e4m3_value(lds_u8(ss + row * kSRowBytes + kk));
-          const uint32_t base = sb + row * kBRowBytes + 8 * kk + b_byte;
-          b[nf][0] = dequant_pair(lds_u8(base), scale);
-          b[nf][1] = dequant_pair(lds_u8(base + 4), scale);
+          const uint32_t two = lds_u16(sb + row * kBRowBytes + 8 * kk + 2 * b_byte);
+          b[nf][0] = dequant_pair(two & 0xffu, scale);
+          b[nf][1] = dequant_pair(two >> 8, scale);
         }
       }
 #pragma unroll
@@ -313,6 +320,18 @@ void launch(const Fp4Args& g, int64_t E, int64_t n_tiles, cudaStream_t stream) {
 }
 
 }  // namespace
+
+void repack_grouped_weights(bool fp8, uint8_t* bytes, int64_t n_bytes) {
+  const int g = fp8 ? 16 : 8;
+  static constexpr int kFp4Order[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+  static constexpr int kFp8Order[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
+  const int* order = fp8 ? kFp8Order : kFp4Order;
+  uint8_t tmp[16];
+  for (int64_t i = 0; i + g <= n_bytes; i += g) {
+    for (int j = 0; j < g; ++j) tmp[j] = bytes[i + order[j]];
+    for (int j = 0; j < g; ++j) bytes[i + j] = tmp[j];
+  }
+}
 
 bool grouped_fp4_supported(int64_t rows, int64_t Kd, const void* packed, const void* block) {
   const auto p = reinterpret_cast<uintptr_t>(packed), b = reinterpret_cast<uintptr_t>(block);

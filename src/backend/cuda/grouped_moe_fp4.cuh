@@ -15,6 +15,12 @@
 
 namespace dgemma::cuda {
 
+// The device layout of the weight bytes (CudaBackend::upload_weight repacks on a host copy): within
+// every k16 group of a row the bytes a thread needs for its two B fragments are adjacent, so one
+// shared-memory load fetches both. NVFP4 (8 bytes a group): 0 4 1 5 2 6 3 7; FP8 (16 bytes a group):
+// 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15. `bytes` holds whole rows (rows of K / 2 or K bytes, K % 64 == 0).
+void repack_grouped_weights(bool fp8, uint8_t* bytes, int64_t n_bytes);
+
 // Shapes these kernels take: Kd a multiple of 64 (whole K stages, 16-byte aligned packed rows, 4-byte
 // aligned scale rows), output rows (N, 2N) multiples of 8, 16-byte aligned packed data and 4-byte
 // aligned block scales.
