@@ -5,6 +5,7 @@
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
 //                [--attention cublas|fused] [--moe device|host]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
+//                [--dense-quant on|off]   (quantised dense linears: W8A16 / W4A16 kernel or bf16 cuBLAS)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
                  "                   [--attention cublas|fused] [--moe device|host]   (CUDA kernel choices, for A/B runs)\n"
-                 "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n");
+                 "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
+                 "                   [--dense-quant on|off]   (quantised dense linears: quantised kernel or bf16 cuBLAS)\n");
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
@@ -46,6 +48,8 @@ int main(int argc, char** argv) {
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
       cuda::set_fused_attention(std::string(argv[i + 1]) == "fused");
+    } else if (k == "--dense-quant") {
+      cuda::set_dense_quant_weights(std::string(argv[i + 1]) != "off");
     } else if (k == "--moe") {
       cuda::set_moe_device_grouping(std::string(argv[i + 1]) != "host");
     }

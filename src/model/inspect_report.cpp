@@ -366,8 +366,7 @@ std::string format_inspect_text(const InspectReport& r) {
   if (!r.checkpoint.linear_formats.empty()) {
     std::string f;
     for (const auto& [name, n] : r.checkpoint.linear_formats) f += (f.empty() ? "" : ", ") + fmt::format("{} {}", n, name);
-    o.row("linear layers", f + " (CUDA: NVFP4 / FP8 experts run quantised, W4A16 / W8A16; other quantised "
-                               "linears are dequantised to bf16 at load)");
+    o.row("linear layers", f + " (CUDA: W4A16 / W8A16 kernels; FP8 activations stay bf16 there)");
   }
   o.row("vision config", c.has_vision ? "present (ignored: text-only mode)" : "absent");
   o.row("load format", r.load_format + (r.load_format_note.empty() ? "" : " (" + r.load_format_note + ")"));

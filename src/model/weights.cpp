@@ -300,13 +300,13 @@ uint64_t device_weight_bytes(const ModelConfig& c) {
   for (const auto& s : expected_weights(c)) {
     uint64_t n = 1;
     for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
-    const bool kernel = s.group == WeightGroup::kExperts && c.quant.quantized() && s.shape.size() == 3 &&
-                        s.shape[1] % 8 == 0 && s.shape[2] % 64 == 0;
+    const size_t nd = s.shape.size();
+    const bool kernel = dummy_quantised(c.quant, s) && nd >= 2 && s.shape[nd - 2] % 8 == 0 && s.shape[nd - 1] % 64 == 0;
     if (!kernel) {
       total += n * 2;
       continue;
     }
-    const uint64_t rows = static_cast<uint64_t>(s.shape[0] * s.shape[1]);
+    const uint64_t rows = n / static_cast<uint64_t>(s.shape[nd - 1]);
     total += (c.quant.nvfp4 && !c.quant.fp8 ? n / 2 + n / 16 : n) + rows * 4;
   }
   return total;

@@ -80,9 +80,9 @@ struct ParameterCounts {
 };
 ParameterCounts count_parameters(const ModelConfig& config);
 
-// Bytes the text weights take on a CUDA device under config.quant: bf16 everywhere, except expert
-// stacks the quantised grouped kernels serve (NVFP4: 0.5 + 1/16 bytes a weight, FP8: 1, plus an fp32
-// scale a row); quantised dense linears are dequantised to bf16 there (the CUDA backend's fallback).
+// Bytes the text weights take on a CUDA device under config.quant (the published checkpoints' choice of
+// quantised linears): NVFP4 0.5 + 1/16 bytes a weight, FP8 1, plus an fp32 scale a row, for the linears
+// the quantised kernels take (K % 64, rows % 8); bf16 for everything else.
 uint64_t device_weight_bytes(const ModelConfig& config);
 
 }  // namespace dgemma

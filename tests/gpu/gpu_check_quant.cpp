@@ -4,7 +4,7 @@
 //    all differ, at small shapes and the 26B shape (E128 k8 H2816 I704), T = 1 .. 2048, skewed routing;
 //  * the W8A16 FP8 expert kernels (the same kernel with E4M3 weights), against the CPU reference with
 //    bf16 activations;
-//  * the bf16 dequantisation fallback (FP8 weights, NVFP4 of other shapes) through matmul;
+//  * dense quantised linears: the W8A16 / W4A16 dense kernel and the bf16 dequantisation fallback;
 //  * whole forward passes of the quantised fixtures (tests/fixtures/quant/*_pow2: their dequantised
 //    weights are exact bf16 values, so the CPU reference and the CUDA path compute the same maths up
 //    to summation order; FP8-dynamic with its activation quantisation off on the CPU, since the CUDA
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cpu/quant.h"
+#include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -127,32 +128,40 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
     }
 }
 
-// FP8 (per-channel) weights through the dequantise-to-bf16 fallback equal the bf16 GEMM on
-// bf16(dequantised weights) on the CPU.
-void run_fp8_fallback(Reporter& r) {
-  Data d("fp8 fallback matmul");
-  const int64_t T = 64, N = 512, K = 2816;
-  Weight w;
-  w.format = WeightFormat::kFp8Channel;
-  w.data = host_tensor(ScalarType::kF8E4M3, {N, K});
-  for (int64_t i = 0; i < w.data.numel(); ++i) {
-    uint8_t b = static_cast<uint8_t>(d.integer(0, 255));
-    if ((b & 0x7f) == 0x7f) b = 0x30;
-    w.data.ptr<uint8_t>()[i] = b;
-  }
-  w.row_scale = host_tensor(ScalarType::kF32, {N});
-  for (int64_t n = 0; n < N; ++n) w.row_scale.ptr<float>()[n] = d.uniform(1e-4f, 1e-3f);
-  std::vector<float> deq(static_cast<size_t>(N * K));
-  cpu::dequantize(w, deq.data());
-  Tensor wb = host_tensor(ScalarType::kBF16, {N, K});
-  for (size_t i = 0; i < deq.size(); ++i) wb.ptr<uint16_t>()[i] = f32_to_bf16(deq[i]);
+// Dense quantised linears: the W8A16 / W4A16 dense kernel (set_dense_quant_weights on, the default)
+// against the CPU reference with bf16 activations, and the dequantise-to-bf16 fallback (off) against the
+// CPU's bf16 GEMM on bf16(dequantised weights).
+void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t K) {
+  Data d(std::string("dense quant ") + (fp8 ? "fp8" : "nvfp4") + (kernel ? " kernel" : " fallback"));
+  const float typical = 1.0f / std::sqrt(static_cast<float>(K));
+  Weight w = fp8 ? random_fp8(d, 1, N, K, typical) : random_nvfp4(d, 1, N, K, N, typical);
+  w.data = w.data.reshape({N, fp8 ? K : K / 2});
+  if (!fp8) w.block = w.block.reshape({N, K / 16});
+  w.row_scale = w.row_scale.reshape({N});
+  w.act = ActQuant::kNone;  // the CUDA kernels keep activations bf16
   Tensor x = d.bf16({T, K}, 1.0f);
   Tensor oc = host_tensor(ScalarType::kBF16, {T, N});
-  cpu().matmul(x, wb, oc);
+  if (kernel) {
+    cpu().matmul(x, w, oc);
+  } else {
+    std::vector<float> deq(static_cast<size_t>(N * K));
+    cpu::dequantize(w, deq.data());
+    Tensor wb = host_tensor(ScalarType::kBF16, {N, K});
+    for (size_t i = 0; i < deq.size(); ++i) wb.ptr<uint16_t>()[i] = f32_to_bf16(deq[i]);
+    cpu().matmul(x, wb, oc);
+  }
+  const bool old = cuda::set_dense_quant_weights(kernel);
   const Weight wg = cuda().upload_weight(w);
+  cuda::set_dense_quant_weights(old);
+  if (wg.quantized() != kernel) {
+    r.fail("dense quant: upload_weight kept the weight " + std::string(wg.quantized() ? "quantised" : "bf16"));
+    return;
+  }
   Tensor og = poisoned(ScalarType::kBF16, {T, N});
   cuda().matmul(up(x), wg, og);
-  expect_bf16(r, "fp8 fallback matmul vs CPU bf16 GEMM on the dequantised weights", u16(og), u16(oc), gemm_tol());
+  expect_bf16(r, std::string("dense ") + (fp8 ? "fp8" : "nvfp4") + (kernel ? " kernel" : " bf16 fallback") + " T" +
+                     std::to_string(T) + " N" + std::to_string(N) + " K" + std::to_string(K) + " vs CPU",
+              u16(og), u16(oc), gemm_tol());
 }
 
 std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, bool bf16_activations) {
@@ -217,7 +226,9 @@ std::vector<Case> quant_cases() {
       moe_case("fp8_moe_E128_k8_T1", {"fp8 moe E128 k8 T1", 1, H, I, 128, 8, false, true}),
       moe_case("fp8_moe_E128_k8_T256", {"fp8 moe E128 k8 T256", 256, H, I, 128, 8, false, true}),
       moe_case("fp8_moe_E128_k8_T2048", {"fp8 moe E128 k8 T2048", 2048, H, I, 128, 8, false, true}),
-      {"fp8_fallback_matmul", [](Reporter& r) { run_fp8_fallback(r); }},
+      {"dense_fp8_kernel", [](Reporter& r) { run_dense(r, true, true, 256, 4096, 2816); run_dense(r, true, true, 37, 2816, 2112); }},
+      {"dense_nvfp4_kernel", [](Reporter& r) { run_dense(r, false, true, 256, 2112, 2816); run_dense(r, false, true, 1, 2816, 2112); }},
+      {"dense_fp8_fallback", [](Reporter& r) { run_dense(r, true, false, 64, 512, 2816); }},
       {"quant_forward_nvfp4_modelopt", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_modelopt_pow2"); }},
       {"quant_forward_nvfp4_ct", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_ct_pow2"); }},
       {"quant_forward_fp8_dynamic", [](Reporter& r) { run_fixture(r, "tiny_a_fp8_dynamic_pow2"); }},

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 
@@ -29,6 +30,7 @@
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/sampler.cuh"
+#include "backend/cuda/tuning.h"
 #include "backend/cpu/quant.h"
 #include "backend/decide_rules.h"
 #include "util/counter_rng.h"
@@ -74,6 +76,12 @@ void sampler(const Context& ctx, const SamplerArgs& a) {
 }
 
 namespace {
+std::atomic<bool> g_dense_quant{true};
+}  // namespace
+
+bool set_dense_quant_weights(bool on) { return g_dense_quant.exchange(on); }
+
+namespace {
 
 const uint16_t* bf16_in(const Tensor& t, const char* op, const char* what) {
   need_type(t, ScalarType::kBF16, op, what);
@@ -116,19 +124,21 @@ class CudaBackend final : public Backend {
     return t;
   }
 
-  // Fallback where no quantised kernel exists yet (dense FP8 / NVFP4 linears, quantised experts of
-  // other shapes): the weight is dequantised exactly on the host (the CPU reference, fp32) and rounded
+  // Fallback for quantised weights off the kernels' shape rule (K % 64, rows % 8), and for dense
+  // linears when set_dense_quant_weights is off: the weight is dequantised exactly on the host (the CPU reference, fp32) and rounded
   // to bf16 once, then served by the bf16 kernels: bf16 speed and memory for those weights, and
   // FP8-dynamic's activation quantisation is not emulated.
   Weight upload_weight(const Weight& host) override {
     if (!host.quantized()) return Backend::upload_weight(host);
-    // NVFP4 / FP8 expert stacks stay quantised for the W4A16 / W8A16 grouped kernels (their shape rule;
-    // the alignment holds for our allocations).
-    if (host.data.ndim == 3 && host.rows() % 8 == 0 && host.cols() % 64 == 0) {
+    // NVFP4 / FP8 expert stacks (and dense linears, set_dense_quant_weights) stay quantised for the
+    // W4A16 / W8A16 kernels (their shape rule; the alignment holds for our allocations), repacked.
+    const bool kernel_shape = host.rows() % 8 == 0 && host.cols() % 64 == 0;
+    if (kernel_shape && (host.data.ndim == 3 || g_dense_quant.load())) {
       Weight w = host;
-      Tensor bytes = host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1), host.data.dim(2)});
+      Tensor bytes = host.data.ndim == 3 ? host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1), host.data.dim(2)})
+                                         : host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1)});
       const int64_t n = static_cast<int64_t>(bytes.nbytes()), chunk = int64_t{1} << 20;  // whole rows per chunk
-      const int64_t row = host.data.dim(2), rows_per_chunk = std::max<int64_t>(1, chunk / row);
+      const int64_t row = host.data.dim(-1), rows_per_chunk = std::max<int64_t>(1, chunk / row);
       const int64_t n_rows = n / row;
       parallel_for(static_cast<size_t>((n_rows + rows_per_chunk - 1) / rows_per_chunk), [&](size_t b, size_t e) {
         for (size_t c = b; c < e; ++c) {
@@ -142,7 +152,7 @@ class CudaBackend final : public Backend {
     }
     DG_CHECK(host.data.device == Device::kCpu);
     if (!warned_dequant_) {
-      DG_LOG_WARN("cuda", "{} weights without a quantised CUDA kernel (dense linears, other expert shapes) are dequantised to bf16 at load",
+      DG_LOG_WARN("cuda", "{} weights off the quantised kernels' shape rule (or with set_dense_quant_weights off) are dequantised to bf16 at load",
                   weight_format_name(host.format));
       warned_dequant_ = true;
     }
@@ -220,6 +230,17 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& x, const Weight& weight, const Tensor& out) override {
     activate();
+    if (weight.quantized()) {  // kept quantised by upload_weight: W4A16 / W8A16 (FP8 activations not quantised)
+      const int64_t T = x.dim(0), K = x.dim(-1), N = weight.rows();
+      DG_CHECK(weight.data.ndim == 2 && weight.cols() == K && x.numel() == T * K && out.numel() == T * N);
+      const bool fp8 = weight.format == WeightFormat::kFp8Channel;
+      DG_CHECK(fp8 ? grouped_fp8_supported(N, K, weight.data.data)
+                   : grouped_fp4_supported(N, K, weight.data.data, weight.block.data));
+      launch_dense_quant(fp8, bf16_in(x, "matmul", "x"), weight.data.ptr<uint8_t>(),
+                         fp8 ? nullptr : weight.block.ptr<uint8_t>(), weight.row_scale.ptr<float>(), T, N, K,
+                         bf16_out(out, "matmul", "out"), ctx_.stream);
+      return;
+    }
     const Tensor& w = bf16_weight(weight, "matmul", "w");
     const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(0);
     DG_CHECK(w.ndim == 2 && w.dim(-1) == K && x.numel() == T * K && out.numel() == T * N);

@@ -101,6 +101,8 @@ struct Fp4Args {
   const float* top_w;        // [R] by pair id (down)
   uint16_t* out;
   int Kd, N, top_k;
+  int dense_rows = 0;        // > 0: a dense matmul of that many rows (no offsets / pairs / top_w, one weight):
+                             // CTA row blockIdx.y takes rows 32 y .. (the "experts" all share weight 0)
 };
 
 template <bool kGateUp, bool kFp8>
@@ -114,8 +116,10 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
   extern __shared__ __align__(128) unsigned char smem[];
 
   const int e = blockIdx.y;
-  const int row0 = g.offsets[e];
-  const int rows = g.offsets[e + 1] - row0;
+  const bool dense = g.dense_rows > 0;
+  const int row0 = dense ? e * kBM : g.offsets[e];
+  const int rows = dense ? min(kBM, g.dense_rows - row0) : g.offsets[e + 1] - row0;
+  const int64_t we = dense ? 0 : e;  // the weight's expert
   if (rows <= 0) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int Kd = g.Kd, N = g.N;
@@ -149,14 +153,14 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
   for (int j = 0; j < kBChunks; ++j) {
     const int c = tid + kThreads * j;
     const int row = weight_row(c / kRowChunks, p_ok[j]);
-    p_src[j] = p_ok[j] ? g.w + (static_cast<int64_t>(e) * Nw + row) * w_row_bytes + 16 * (c % kRowChunks) : g.w;
+    p_src[j] = p_ok[j] ? g.w + (we * Nw + row) * w_row_bytes + 16 * (c % kRowChunks) : g.w;
   }
   // Scale copy (threads 0..63): tile row tid, 4 bytes a stage.
   bool s_ok = false;
   const uint8_t* s_src = g.s;
   if (!kFp8 && tid < kBN) {
     const int n = weight_row(tid, s_ok);
-    if (s_ok) s_src = g.s + (static_cast<int64_t>(e) * Nw + n) * (Kd / 16);
+    if (s_ok) s_src = g.s + (we * Nw + n) * (Kd / 16);
   }
   const uint16_t* a_src[kAChunks];
   bool a_ok[kAChunks];
@@ -258,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
 
     if (++kt == KT) {
       const int g_row = lane >> 2, g_col = 2 * (lane & 3);
-      const float* rs_e = g.rs + static_cast<int64_t>(e) * Nw;
+      const float* rs_e = g.rs + we * Nw;
 #pragma unroll
       for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
@@ -280,8 +284,8 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
             }
             *reinterpret_cast<uint32_t*>(g.out + r * N + i) = packed;
           } else {
-            const int p = g.pairs[r];
-            const float wt = g.top_w[p];
+            const int p = dense ? static_cast<int>(r) : g.pairs[r];
+            const float wt = dense ? 1.0f : g.top_w[p];  // dense: bf16(bf16(y) * 1) = bf16(y)
 #pragma unroll
             for (int nf = 0; nf < 2; ++nf) {
               const int n = blockIdx.x * kBN + 32 * nf + 8 * warp + g_col;
@@ -320,6 +324,16 @@ void launch(const Fp4Args& g, int64_t E, int64_t n_tiles, cudaStream_t stream) {
 }
 
 }  // namespace
+
+void launch_dense_quant(bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
+                        int64_t T, int64_t N, int64_t K, uint16_t* out, cudaStream_t stream) {
+  if (T <= 0 || N <= 0) return;
+  Fp4Args g{x, w, block, row_scale, nullptr, nullptr, nullptr, out, static_cast<int>(K), static_cast<int>(N), 1,
+            static_cast<int>(T)};
+  const int64_t m_tiles = ceil_div(T, kBM);
+  if (fp8) launch<false, true>(g, m_tiles, ceil_div(N, kBN), stream);
+  else launch<false, false>(g, m_tiles, ceil_div(N, kBN), stream);
+}
 
 void repack_grouped_weights(bool fp8, uint8_t* bytes, int64_t n_bytes) {
   const int g = fp8 ? 16 : 8;
