@@ -76,9 +76,11 @@ def bench_hf(result):
     print(f"hf prefill: {result['hf_prefill_tokens_per_s']:.0f} tokens/s", flush=True)
 
 
-def run_dgemma(binary, model_dir, batch, steps):
+def run_dgemma(binary, model_dir, batch, steps, quantization=None):
     cmd = [binary, model_dir, "--device", "cuda", "--batch", str(batch), "--steps", str(steps), "--prompt-len",
            str(len(PROMPT))]
+    if quantization:
+        cmd += ["--quantization", quantization]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:] + out.stdout[-2000:])
@@ -88,16 +90,19 @@ def run_dgemma(binary, model_dir, batch, steps):
     return float(m.group(2)), float(m.group(1)), out.stdout.strip()
 
 
-def bench_dgemma(binary, result):
+def bench_dgemma(binary, result, formats=("bf16",)):
     d = tempfile.mkdtemp()
     json.dump(TOP, open(os.path.join(d, "config.json"), "w"))
     json.dump(GEN, open(os.path.join(d, "generation_config.json"), "w"))
-    for batch in (1, 4):
-        ms, pre, line = run_dgemma(binary, d, batch, 48)
-        result[f"dgemma_ms_per_step_b{batch}"] = ms
-        result[f"dgemma_prefill_tokens_per_s_b{batch}"] = pre
-        result[f"dgemma_tokens_per_s_48steps_b{batch}"] = 256 * batch / (48 * ms / 1e3)
-        print("dgemma:", line, flush=True)
+    for fmt in formats:
+        tag = "" if fmt == "bf16" else f"_{fmt.replace('-', '_')}"  # bf16 keeps the original keys
+        for batch in (1, 4):
+            ms, pre, line = run_dgemma(binary, d, batch, 48, None if fmt == "bf16" else fmt)
+            result[f"dgemma{tag}_ms_per_step_b{batch}"] = ms
+            result[f"dgemma{tag}_prefill_tokens_per_s_b{batch}"] = pre
+            for steps in (16, 48):  # a 256-token canvas at a fixed step count (step time x steps)
+                result[f"dgemma{tag}_tokens_per_s_{steps}steps_b{batch}"] = 256 * batch / (steps * ms / 1e3)
+            print(f"dgemma {fmt}:", line, flush=True)
 
 
 def main():
@@ -107,6 +112,8 @@ def main():
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-dgemma", action="store_true")
     ap.add_argument("--write-model", metavar="DIR", help="only write the 26B-A4B config (for dgemma_engine_bench) and exit")
+    ap.add_argument("--formats", default="bf16",
+                    help="comma-separated dummy-weight formats for dgemma: bf16, nvfp4-modelopt, nvfp4-ct, fp8-dynamic")
     a = ap.parse_args()
     if a.write_model:
         os.makedirs(a.write_model, exist_ok=True)
@@ -116,7 +123,7 @@ def main():
     result = {}
     if not a.skip_dgemma:
         try:
-            bench_dgemma(a.dgemma, result)
+            bench_dgemma(a.dgemma, result, a.formats.split(","))
         except Exception as e:
             print("dgemma bench failed:", e, flush=True)
             result["dgemma_error"] = str(e)[-2000:]

@@ -4,6 +4,8 @@
 // scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
 //                [--attention cublas|fused] [--moe device|host]
+//                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
+//                [--dense-quant on|off]   (quantised dense linears: W8A16 / W4A16 kernel or bf16 cuBLAS)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,14 +29,17 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
-                 "                   [--attention cublas|fused] [--moe device|host]   (CUDA kernel choices, for A/B runs)\n");
+                 "                   [--attention cublas|fused] [--moe device|host]   (CUDA kernel choices, for A/B runs)\n"
+                 "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
+                 "                   [--dense-quant on|off]   (quantised dense linears: quantised kernel or bf16 cuBLAS)\n");
     return 2;
   }
-  std::string dir = argv[1], device = "cuda";
+  std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
   int batch = 1, prompt_len = 512, steps = 48, canvases = 1;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--device") device = argv[i + 1];
+    else if (k == "--quantization") quantization = argv[i + 1];
     else if (k == "--batch") batch = std::atoi(argv[i + 1]);
     else if (k == "--prompt-len") prompt_len = std::atoi(argv[i + 1]);
     else if (k == "--steps") steps = std::atoi(argv[i + 1]);
@@ -42,13 +47,17 @@ int main(int argc, char** argv) {
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
       cuda::set_fused_attention(std::string(argv[i + 1]) == "fused");
+    } else if (k == "--dense-quant") {
+      cuda::set_dense_quant_weights(std::string(argv[i + 1]) != "off");
     } else if (k == "--moe") {
       cuda::set_moe_device_grouping(std::string(argv[i + 1]) != "host");
     }
 #endif
   }
   try {
-    const ModelConfig mc = load_model_config(dir);
+    ModelConfig mc = load_model_config(dir);
+    if (!quantization.empty()) mc.quant = quant_preset(quantization);
+    std::fprintf(stderr, "weights: %s\n", mc.quant.quantized() ? mc.quant.summary.c_str() : "bf16");
     auto be = device == "cuda" ? make_cuda_backend(0) : make_cpu_backend();
     Stopwatch load;
     DiffusionGemma model(mc, dummy_weights(mc, *be, 1), *be);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/tensor.h"
+#include "backend/weight.h"
 
 namespace dgemma {
 
@@ -35,8 +36,8 @@ struct MoeArgs {
   Tensor router_scale;     // [H] bf16
   Tensor router_proj;      // [E, H] bf16
   Tensor per_expert_scale; // [E] bf16
-  Tensor gate_up;          // [E, 2I, H] bf16 (rows 0..I-1 gate, I..2I-1 up)
-  Tensor down;             // [E, H, I] bf16
+  Weight gate_up;          // [E, 2I, H] (rows 0..I-1 gate, I..2I-1 up), any WeightFormat
+  Weight down;             // [E, H, I]
   int top_k = 1;
   float eps = 1e-6f;
   Tensor out;              // [T, H]
@@ -108,13 +109,17 @@ class Backend {
   virtual void from_host(const Tensor& dst, const void* src) = 0;    // copies dst.nbytes()
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;       // same device, same bytes
   virtual void synchronize() {}
+  // A (possibly quantised) weight onto the device, in whatever layout the backend's kernels read.
+  // The default uploads each tensor as is.
+  virtual Weight upload_weight(const Weight& host);
 
   // out[t] = bf16(table[ids[t]] * scale)   (scale is the bf16 embed scale)
   virtual void embed(const Tensor& ids, const Tensor& table, float scale, const Tensor& out) = 0;
   // Row-wise RMSNorm over the last dim: fp32 x * (mean(x^2) + eps)^-0.5 [* w], rounded to bf16.
   virtual void rmsnorm(const Tensor& x, const Tensor* weight, float eps, const Tensor& out) = 0;
-  // out[T,N] = bf16(x[T,K] . w[N,K]^T), fp32 accumulation.
-  virtual void matmul(const Tensor& x, const Tensor& w, const Tensor& out) = 0;
+  // out[T,N] = bf16(x[T,K] . w[N,K]^T), fp32 accumulation; w in any WeightFormat (weight.h), with the
+  // activation quantisation the weight prescribes.
+  virtual void matmul(const Tensor& x, const Weight& w, const Tensor& out) = 0;
   // out[T,N] = bf16(x[T,K] . w[K,N]), fp32 accumulation (the self-conditioning GEMM probs . E).
   virtual void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) = 0;
   // In-place NeoX RoPE over x[T, heads, D] with bf16 cos/sin and bf16 arithmetic.

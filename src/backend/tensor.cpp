@@ -13,6 +13,7 @@ size_t scalar_size(ScalarType t) {
     case ScalarType::kBF16: return 2;
     case ScalarType::kI32: return 4;
     case ScalarType::kU8: return 1;
+    case ScalarType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -23,6 +24,7 @@ const char* scalar_name(ScalarType t) {
     case ScalarType::kBF16: return "bf16";
     case ScalarType::kI32: return "i32";
     case ScalarType::kU8: return "u8";
+    case ScalarType::kF8E4M3: return "f8e4m3";
   }
   return "?";
 }

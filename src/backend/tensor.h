@@ -8,7 +8,9 @@
 
 namespace dgemma {
 
-enum class ScalarType { kF32, kBF16, kI32, kU8 };
+// kF8E4M3: FP8 E4M3 (fn: no infinities) codes, one byte each (weights and block scales of
+// quantised checkpoints); packed NVFP4 (E2M1) weights are kU8 bytes, two values each.
+enum class ScalarType { kF32, kBF16, kI32, kU8, kF8E4M3 };
 enum class Device { kCpu, kCuda };
 
 size_t scalar_size(ScalarType t);

@@ -100,10 +100,15 @@ void check_checkpoint(const ModelConfig& config, const SafetensorsCheckpoint& ck
     if (enc) used.insert(enc->name);
     sum.text_tensors += (dec ? 1 : 0) + (enc ? 1 : 0);
     if (dec && enc) ++sum.encoder_copies;
+    if (is_linear_group(s.group) && (s.group != WeightGroup::kExperts || (!dec && !enc))) {  // any format
+      if (auto f = check_linear_headers(config, ckpt, s, used, v.problems)) sum.linear_formats[weight_format_name(*f)]++;
+      continue;
+    }
     if (!dec && !enc) {
       v.problems.push_back(fmt::format("missing tensor {}{} (expected shape {})", kDecoderPrefix, s.name, shape_str(s.shape)));
       continue;
     }
+    if (s.group == WeightGroup::kExperts) sum.linear_formats["bf16"]++;  // fused bf16 experts
     // load_weights reads both layer_scalar copies (the buffers are not tied); other tensors from one.
     if (s.group == WeightGroup::kScalar) {
       if (dec) check(dec, s);
@@ -300,6 +305,12 @@ std::string format_inspect_text(const InspectReport& r) {
   for (const auto& a : r.architectures) arch += (arch.empty() ? "" : ", ") + a;
   o.row("architecture", arch.empty() ? "(not given)" : arch);
   o.row("dtype", c.dtype);
+  o.row("quantization", c.quant.quantized() ? c.quant.summary : std::string("none"));
+  if (!r.checkpoint.linear_formats.empty()) {
+    std::string f;
+    for (const auto& [name, n] : r.checkpoint.linear_formats) f += (f.empty() ? "" : ", ") + fmt::format("{} {}", n, name);
+    o.row("linear layers", f + " (CUDA: W4A16 / W8A16 kernels; FP8 activations stay bf16 there)");
+  }
   o.row("vision config", c.has_vision ? "present (ignored: text-only mode)" : "absent");
   o.row("load format", r.load_format + (r.load_format_note.empty() ? "" : " (" + r.load_format_note + ")"));
 
@@ -370,7 +381,7 @@ std::string format_inspect_text(const InspectReport& r) {
   o.section(fmt::format("Memory plan: --max-num-seqs {}, --max-model-len {}, canvas {}", p.in.max_num_seqs,
                         group_digits(p.in.max_model_len), p.canvas_length));
   o.row("GPU budget", fmt::format("{:.3f} GB × {} = {}", p.in.device_bytes / 1e9, p.in.gpu_memory_utilization, gigabytes(p.budget_bytes)));
-  o.row("weights (bf16)", gigabytes(p.weight_bytes));
+  o.row(r.config.quant.quantized() ? "weights (on the GPU)" : "weights (bf16)", gigabytes(p.weight_bytes));
   o.row(fmt::format("work buffers, {} seqs", p.in.max_num_seqs), gigabytes(p.work_bytes_all_seqs));
   o.line(fmt::format("  (per sequence: logits [{}, {}] + soft embeddings [{}, {}], bf16)", p.canvas_length, t.vocab_size,
                      p.canvas_length, t.hidden_size));
@@ -410,6 +421,11 @@ Json inspect_report_json(const InspectReport& r) {
   j["text_model_type"] = r.text_model_type;
   j["architectures"] = r.architectures;
   j["dtype"] = c.dtype;
+  j["quantization"] = c.quant.quantized() ? Json{{"method", quant_method_name(c.quant.method)}, {"summary", c.quant.summary}}
+                                          : Json(nullptr);
+  Json lf = Json::object();
+  for (const auto& [name, n] : r.checkpoint.linear_formats) lf[name] = n;
+  j["linear_formats"] = lf;
   j["has_vision_config"] = c.has_vision;
   j["load_format"] = r.load_format;
   j["load_format_note"] = r.load_format_note;

@@ -66,6 +66,7 @@ struct CheckpointSummary {
   int64_t encoder_copies = 0;   // model.encoder.language_model.* copies next to model.decoder.* (layer_scalar)
   bool lm_head = false;         // an (ignored) lm_head.weight; the head is tied to the embedding
   std::vector<std::string> unexpected;  // neither text, vision nor lm_head: ignored with a warning
+  std::map<std::string, int64_t> linear_formats;  // weight format name -> linear slots (expert stacks count once)
 };
 
 struct ValidationReport {

@@ -51,6 +51,7 @@ struct ServeFlags {
   std::string chat_template;
   std::vector<std::string> api_keys;
   std::string dtype = "auto";
+  std::string quantization;
   std::string load_format = "auto";
   std::string device = "auto";
   uint64_t seed = 0;
@@ -207,6 +208,7 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   if (f.device != "auto" && f.device != "cpu" && f.device != "cuda")
     fail_arg("--device: '{}' is not one of auto, cpu, cuda", f.device);
   e.device = f.device;
+  e.quantization = f.quantization;
   if (!f.max_model_len.empty()) e.max_model_len = parse_token_count(f.max_model_len, "--max-model-len");
   if (f.max_num_seqs != -1) {
     if (f.max_num_seqs < 1 || f.max_num_seqs > limits::kMaxNumSeqs)
@@ -469,6 +471,8 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_option("--api-key", f->api_keys, "Require this key (Bearer or X-Api-Key) on /v1/*; repeatable")
       ->envname("DGEMMA_API_KEY");
   sub->add_option("--dtype", f->dtype, "auto or bfloat16");
+  sub->add_option("-q,--quantization", f->quantization,
+                  "checkpoint quantisation (auto-detected when absent): modelopt | modelopt_fp4 | compressed-tensors | fp8 | none");
   sub->add_option("--load-format", f->load_format, "auto, safetensors, dummy (random weights) or scripted:FILE (tests)");
   sub->add_option("--device", f->device, "auto, cpu or cuda");
   sub->add_option("--seed", f->seed, "Base seed for requests without their own seed");

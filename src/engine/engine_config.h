@@ -18,6 +18,7 @@ struct EngineConfig {
   std::string load_format = "auto";    // auto | safetensors | dummy  (tests may add scripted:FILE, handled by the API layer)
   std::string device = "auto";         // auto | cpu | cuda
   std::string dtype = "auto";          // auto | bfloat16
+  std::string quantization;            // vLLM's --quantization: empty/auto = what the checkpoint declares
   int64_t max_model_len = 0;           // 0: from config (max_position_embeddings), capped by memory
   int max_num_seqs = 4;                // running requests
   int64_t max_num_batched_tokens = 0;  // 0: derived (max_num_seqs * canvas + prefill chunk)

@@ -66,6 +66,7 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
     fail_arg("--dtype {} is not supported (bfloat16 only)", c.dtype);
 
   ModelConfig mc = load_model_config(c.model_dir);
+  check_quantization_flag(mc.quant, c.quantization);
   if (c.canvas_length) {
     mc.canvas_length = *c.canvas_length;
     validate_model_config(mc, "--diffusion-config canvas_length");

@@ -52,7 +52,10 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
                                                            : int64_t{in.max_num_seqs} * 2 * C + p.prefill_chunk;
   p.step_tokens = std::max(p.max_num_batched_tokens, p.prefill_chunk);
   p.budget_bytes = static_cast<uint64_t>(std::floor(static_cast<double>(in.device_bytes) * in.gpu_memory_utilization));
-  p.weight_bytes = in.used_bytes > 0 ? in.used_bytes : static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
+  // Measured when known; else the weights as the backend holds them (quantised expert stacks packed).
+  p.weight_bytes = in.used_bytes > 0 ? in.used_bytes
+                   : c.quant.quantized() ? device_weight_bytes(c)
+                                         : static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
   p.work_bytes_per_seq = static_cast<uint64_t>(C) * (static_cast<uint64_t>(t.vocab_size) + t.hidden_size) * kBf16Bytes;
   p.work_bytes_all_seqs = sat_mul(static_cast<uint64_t>(in.max_num_seqs), p.work_bytes_per_seq);
   p.activation_bytes_per_token = activation_bytes_per_token(c);

@@ -265,6 +265,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& what) {
   if (!c.tie_word_embeddings) fail_file("{}: tie_word_embeddings=false is not supported (the LM head is the embedding)", what);
   c.has_vision = f.has("vision_config");
   c.dtype = f.get_string("dtype", f.get_string("torch_dtype", "bfloat16"));
+  if (f.has("quantization_config")) c.quant = parse_quant_config(f.at("quantization_config"), what + ": quantization_config");
   validate_model_config(c, what);
   return c;
 }
@@ -272,7 +273,10 @@ ModelConfig parse_model_config(const Json& j, const std::string& what) {
 ModelConfig load_model_config(const std::string& model_dir) {
   const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
   const std::string text = read_text_file(path, 16u << 20);
-  return parse_model_config(parse_json(text, path, /*is_file=*/true), path);
+  const Json j = parse_json(text, path, /*is_file=*/true);
+  ModelConfig c = parse_model_config(j, path);
+  c.quant = load_quant_config(model_dir, j, path);
+  return c;
 }
 
 void GenerationConfig::validate() const {

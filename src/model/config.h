@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/quant_config.h"
 #include "util/json.h"
 
 namespace dgemma {
@@ -65,6 +66,7 @@ struct ModelConfig {
   bool tie_word_embeddings = true;
   bool has_vision = false;
   std::string dtype = "bfloat16";
+  QuantConfig quant;  // quantization_config / hf_quant_config.json (method none when absent)
 };
 
 // DiffusionGemmaGenerationConfig (docs/MODEL.md §1.4) with the reference's built-in defaults.

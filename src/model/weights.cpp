@@ -1,14 +1,20 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "model/linear_loader.h"
 #include "model/safetensors.h"
 #include "util/bf16.h"
 #include "util/error.h"
+#include "util/counter_rng.h"
 #include "util/log.h"
+#include "util/parallel.h"
 
 namespace dgemma {
 namespace {
@@ -27,7 +33,8 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // Binds each expected tensor to its slot in the weight structs.
 struct Slot {
   WeightSpec spec;
-  Tensor* tensor = nullptr;       // for matrices and vectors
+  Tensor* tensor = nullptr;       // for vectors and bf16-only matrices
+  Weight* weight = nullptr;       // for linear layers (any format)
   float* scalar_decoder = nullptr;  // for layer_scalar
   float* scalar_encoder = nullptr;
 };
@@ -51,29 +58,33 @@ std::vector<Slot> bind_slots(const ModelConfig& c, ModelWeights& w) {
       static const std::map<std::string, Tensor LayerWeights::*> kMembers = {
           {"input_layernorm.weight", &LayerWeights::input_norm},
           {"post_attention_layernorm.weight", &LayerWeights::post_attn_norm},
-          {"self_attn.q_proj.weight", &LayerWeights::q_proj},
-          {"self_attn.k_proj.weight", &LayerWeights::k_proj},
-          {"self_attn.v_proj.weight", &LayerWeights::v_proj},
-          {"self_attn.o_proj.weight", &LayerWeights::o_proj},
           {"self_attn.q_norm.weight", &LayerWeights::q_norm},
           {"self_attn.k_norm.weight", &LayerWeights::k_norm},
           {"pre_feedforward_layernorm.weight", &LayerWeights::pre_ff_norm},
           {"post_feedforward_layernorm_1.weight", &LayerWeights::post_ff_norm1},
-          {"mlp.gate_proj.weight", &LayerWeights::mlp_gate},
-          {"mlp.up_proj.weight", &LayerWeights::mlp_up},
-          {"mlp.down_proj.weight", &LayerWeights::mlp_down},
           {"router.proj.weight", &LayerWeights::router_proj},
           {"router.scale", &LayerWeights::router_scale},
           {"router.per_expert_scale", &LayerWeights::per_expert_scale},
           {"pre_feedforward_layernorm_2.weight", &LayerWeights::pre_ff_norm2},
           {"post_feedforward_layernorm_2.weight", &LayerWeights::post_ff_norm2},
+          {"post_feedforward_layernorm.weight", &LayerWeights::post_ff_norm},
+      };
+      static const std::map<std::string, Weight LayerWeights::*> kLinears = {
+          {"self_attn.q_proj.weight", &LayerWeights::q_proj},
+          {"self_attn.k_proj.weight", &LayerWeights::k_proj},
+          {"self_attn.v_proj.weight", &LayerWeights::v_proj},
+          {"self_attn.o_proj.weight", &LayerWeights::o_proj},
+          {"mlp.gate_proj.weight", &LayerWeights::mlp_gate},
+          {"mlp.up_proj.weight", &LayerWeights::mlp_up},
+          {"mlp.down_proj.weight", &LayerWeights::mlp_down},
           {"experts.gate_up_proj", &LayerWeights::experts_gate_up},
           {"experts.down_proj", &LayerWeights::experts_down},
-          {"post_feedforward_layernorm.weight", &LayerWeights::post_ff_norm},
       };
       if (rest == "layer_scalar") {
         slot.scalar_decoder = &L.layer_scalar_decoder;
         slot.scalar_encoder = &L.layer_scalar_encoder;
+      } else if (kLinears.count(rest)) {
+        slot.weight = &(L.*kLinears.at(rest));
       } else {
         slot.tensor = &(L.*kMembers.at(rest));
       }
@@ -81,40 +92,6 @@ std::vector<Slot> bind_slots(const ModelConfig& c, ModelWeights& w) {
     slots.push_back(slot);
   }
   return slots;
-}
-
-// Copies a checkpoint tensor into a bf16 host tensor (converting F32/F16), or borrows it when it
-// already is aligned bf16 (zero-copy from the mmap).
-Tensor to_bf16_tensor(const TensorInfo& t, const std::vector<int64_t>& shape) {
-  Tensor out;
-  out.type = ScalarType::kBF16;
-  out.ndim = static_cast<int>(shape.size());
-  for (size_t i = 0; i < shape.size(); ++i) out.shape[i] = shape[i];
-  const int64_t n = t.numel();
-  if (t.dtype == DType::kBF16 && reinterpret_cast<uintptr_t>(t.data) % 2 == 0) {
-    out.data = const_cast<uint8_t*>(t.data);
-    return out;
-  }
-  Tensor h = host_tensor(ScalarType::kBF16, {n});
-  uint16_t* dst = h.ptr<uint16_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    float v = 0;
-    if (t.dtype == DType::kBF16) {
-      uint16_t b;
-      std::memcpy(&b, t.data + 2 * i, 2);
-      v = bf16_to_f32(b);
-    } else if (t.dtype == DType::kF16) {
-      uint16_t b;
-      std::memcpy(&b, t.data + 2 * i, 2);
-      v = f16_to_f32(b);
-    } else {
-      std::memcpy(&v, t.data + 4 * i, 4);
-    }
-    dst[i] = f32_to_bf16(v);
-  }
-  out.data = h.data;
-  out.owner = h.owner;
-  return out;
 }
 
 float scalar_value(const TensorInfo& t) {
@@ -133,7 +110,110 @@ float scalar_value(const TensorInfo& t) {
   return round_bf16(v);
 }
 
+// A linear slot from its per-expert or (possibly quantised) module tensors.
+std::optional<Weight> read_linear(LinearLoader& linears, const WeightSpec& spec, const ModelConfig& c) {
+  auto pick = [&](const std::string& rest, const std::string& probe) {
+    for (const char* p : {kDecoderPrefix, kEncoderPrefix})
+      if (linears.has_module(p + rest + probe)) return std::string(p) + rest;
+    return std::string(kDecoderPrefix) + rest;
+  };
+  const bool gate_up = spec.name.ends_with("experts.gate_up_proj");
+  if (gate_up || spec.name.ends_with("experts.down_proj")) {
+    const std::string rest = spec.name.substr(0, spec.name.rfind('.'));  // layers.L.experts
+    const std::string probe = gate_up ? ".0.gate_proj" : ".0.down_proj";
+    const std::string prefix = pick(rest, probe);
+    if (!linears.has_module(prefix + probe)) {  // neither the fused tensor nor per-expert modules
+      linears.problem(fmt::format("missing tensor {}{} (expected shape {}; or per-expert {}.E.{}_proj modules)", kDecoderPrefix,
+                                  spec.name, shape_str(spec.shape), prefix, gate_up ? "{gate,up}" : "down"));
+      return std::nullopt;
+    }
+    return linears.read_experts(prefix, c.text.num_experts, c.text.moe_intermediate_size, c.text.hidden_size, gate_up);
+  }
+  const std::string rest = spec.name.substr(0, spec.name.size() - std::string(".weight").size());
+  return linears.read(pick(rest, ""), spec.shape[0], spec.shape[1]);
+}
+
+// GGUF files are a different container (and quantisation family) altogether.
+void refuse_gguf(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto is_gguf = [](const fs::path& p) { return p.extension() == ".gguf" || p.extension() == ".GGUF"; };
+  if (is_gguf(path)) throw Error(ErrorKind::kUnsupported, path + ": GGUF checkpoints are not supported (safetensors expected)");
+  if (!fs::is_directory(path, ec)) return;
+  bool safetensors = false;
+  std::string gguf;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    if (e.path().extension() == ".safetensors") safetensors = true;
+    if (is_gguf(e.path())) gguf = e.path().string();
+  }
+  if (!gguf.empty() && !safetensors)
+    throw Error(ErrorKind::kUnsupported, gguf + ": GGUF checkpoints are not supported (safetensors expected)");
+}
+
+// Whether a dummy weight of this slot is quantised under `q` (the published checkpoints' choices).
+bool dummy_quantised(const QuantConfig& q, const WeightSpec& spec) {
+  if (!q.quantized()) return false;
+  if (spec.group == WeightGroup::kExperts) return true;
+  if (spec.group == WeightGroup::kDenseMlp) return q.method == QuantMethod::kCompressedTensors;
+  if (spec.group == WeightGroup::kAttention) return q.fp8;
+  return false;
+}
+
+// Random quantised weight of spec's shape: NVFP4 random nibbles with block scale 1 and a row scale
+// making the rms 1/sqrt(K) (uniform E2M1 codes have rms ~2.93); FP8 random codes of magnitude
+// 2^-2 .. 2^2 (rms ~1.6).
+Weight dummy_quant_weight(const QuantConfig& q, const WeightSpec& spec, uint64_t key) {
+  const bool experts = spec.group == WeightGroup::kExperts;
+  const int64_t E = experts ? spec.shape[0] : 1, N = spec.shape[experts ? 1 : 0], K = spec.shape[experts ? 2 : 1];
+  Weight w;
+  w.format = q.nvfp4 && !q.fp8 ? WeightFormat::kNvfp4 : WeightFormat::kFp8Channel;
+  w.act = w.format == WeightFormat::kFp8Channel && q.fp8_act_token ? ActQuant::kFp8Token : ActQuant::kNone;
+  const bool fp4 = w.format == WeightFormat::kNvfp4;
+  const int64_t bytes_per_row = fp4 ? K / 2 : K;
+  const ScalarType dt = fp4 ? ScalarType::kU8 : ScalarType::kF8E4M3;
+  w.data = experts ? host_tensor(dt, {E, N, bytes_per_row}) : host_tensor(dt, {N, bytes_per_row});
+  uint8_t* d = w.data.ptr<uint8_t>();
+  const int64_t total = E * N * bytes_per_row;
+  constexpr int64_t kChunk = 4096;
+  parallel_for(static_cast<size_t>((total + kChunk - 1) / kChunk), [&](size_t b, size_t e) {
+    for (size_t c = b; c < e; ++c) {
+      const int64_t end = std::min(total, static_cast<int64_t>(c + 1) * kChunk);
+      for (int64_t i = static_cast<int64_t>(c) * kChunk; i < end; i += 8) {
+        uint64_t r = rng::splitmix64(key * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(i));
+        for (int64_t j = i; j < std::min(end, i + 8); ++j, r >>= 8) {
+          uint8_t v = static_cast<uint8_t>(r);
+          if (!fp4) v = static_cast<uint8_t>((v & 0x87) | ((5 + (v >> 3) % 5) << 3));  // sign, exp 5..9, mantissa
+          d[j] = v;
+        }
+      }
+    }
+  });
+  w.row_scale = experts ? host_tensor(ScalarType::kF32, {E, N}) : host_tensor(ScalarType::kF32, {N});
+  const float rs = 1.0f / ((fp4 ? 2.93f : 1.6f) * std::sqrt(static_cast<float>(K)));
+  std::fill_n(w.row_scale.ptr<float>(), E * N, rs);
+  if (fp4) {
+    const int64_t G = K / kNvfp4Group;
+    w.block = experts ? host_tensor(ScalarType::kF8E4M3, {E, N, G}) : host_tensor(ScalarType::kF8E4M3, {N, G});
+    std::fill_n(w.block.ptr<uint8_t>(), w.block.numel(), uint8_t{0x38});  // 1.0
+  }
+  return w;
+}
+
 }  // namespace
+
+std::optional<WeightFormat> check_linear_headers(const ModelConfig& config, const SafetensorsCheckpoint& ckpt,
+                                                 const WeightSpec& spec, std::set<std::string>& used,
+                                                 std::vector<std::string>& problems) {
+  LinearLoader linears(ckpt, config.quant, problems, used);
+  linears.set_headers_only(true);
+  std::optional<Weight> w = read_linear(linears, spec, config);
+  if (!w) return std::nullopt;
+  return w->format;
+}
+
+bool is_linear_group(WeightGroup g) {
+  return g == WeightGroup::kAttention || g == WeightGroup::kDenseMlp || g == WeightGroup::kExperts;
+}
 
 bool is_vision_tensor(const std::string& n) {
   for (const char* p : {"model.encoder.vision_tower.", "model.encoder.embed_vision.", "model.vision_tower.",
@@ -215,8 +295,26 @@ ParameterCounts count_parameters(const ModelConfig& c) {
   return p;
 }
 
+uint64_t device_weight_bytes(const ModelConfig& c) {
+  uint64_t total = 0;
+  for (const auto& s : expected_weights(c)) {
+    uint64_t n = 1;
+    for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
+    const size_t nd = s.shape.size();
+    const bool kernel = dummy_quantised(c.quant, s) && nd >= 2 && s.shape[nd - 2] % 8 == 0 && s.shape[nd - 1] % 64 == 0;
+    if (!kernel) {
+      total += n * 2;
+      continue;
+    }
+    const uint64_t rows = n / static_cast<uint64_t>(s.shape[nd - 1]);
+    total += (c.quant.nvfp4 && !c.quant.fp8 ? n / 2 + n / 16 : n) + rows * 4;
+  }
+  return total;
+}
+
 ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend,
                           const LoadProgress& progress) {
+  refuse_gguf(path);
   auto ckpt = std::make_shared<SafetensorsCheckpoint>(path);
   ModelWeights w;
   w.checkpoint = ckpt;
@@ -231,8 +329,20 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
     if (t && !s.scalar_decoder) total += t->nbytes;
   }
   if (progress) progress(0, total);
+  LinearLoader linears(*ckpt, config.quant, problems, used);
+  std::map<std::string, int> formats;  // "group format" -> count, for the log
 
   for (Slot& s : slots) {
+    const bool fused_experts = s.spec.group == WeightGroup::kExperts &&
+                               (ckpt->find(kDecoderPrefix + s.spec.name) || ckpt->find(kEncoderPrefix + s.spec.name));
+    if (s.weight && !fused_experts) {
+      // Linear layers in any format (the fused bf16 experts take the plain path below).
+      std::optional<Weight> got = read_linear(linears, s.spec, config);
+      if (!got) continue;
+      formats[std::string(weight_group_name(s.spec.group)) + " " + weight_format_name(got->format)]++;
+      *s.weight = backend.upload_weight(*got);
+      continue;
+    }
     const TensorInfo* dec = ckpt->find(kDecoderPrefix + s.spec.name);
     const TensorInfo* enc = ckpt->find(kEncoderPrefix + s.spec.name);
     if (dec) used.insert(dec->name);
@@ -266,9 +376,19 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
       continue;
     }
     if (!check(t)) continue;
-    *s.tensor = backend.upload(to_bf16_tensor(*t, s.spec.shape));
+    if (s.weight) {
+      formats[std::string(weight_group_name(s.spec.group)) + " bf16"]++;
+      *s.weight = backend.upload_weight(Weight(checkpoint_bf16_tensor(*t, s.spec.shape)));
+    } else {
+      *s.tensor = backend.upload(checkpoint_bf16_tensor(*t, s.spec.shape));
+    }
     done += t->nbytes;
     if (progress && done < total) progress(done, total);
+  }
+  if (config.quant.quantized()) {
+    std::string list;
+    for (const auto& [k, n] : formats) list += (list.empty() ? "" : ", ") + fmt::format("{} x{}", k, n);
+    DG_LOG_INFO("weights", "{}: {}; linears: {}", path, config.quant.summary, list);
   }
   if (progress && problems.empty()) progress(total, total);  // before the notes below, so a bar ends first
   // Anything left: the tied lm_head and vision tensors are expected; report the rest.
@@ -308,6 +428,10 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
       *s.scalar_decoder = *s.scalar_encoder = 1.0f;
       continue;
     }
+    if (s.weight && dummy_quantised(config.quant, s.spec)) {
+      *s.weight = backend.upload_weight(dummy_quant_weight(config.quant, s.spec, seed * 1000003ull + index));
+      continue;
+    }
     std::initializer_list<int64_t> dims = {};
     Tensor t;
     switch (s.spec.shape.size()) {
@@ -322,7 +446,8 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
     const float mean = is_vector ? 1.0f : 0.0f;
     const float std = is_vector ? 0.05f : 1.0f / std::sqrt(static_cast<float>(fan_in));
     backend.fill_normal(t, seed * 1000003ull + index, mean, std);
-    *s.tensor = t;
+    if (s.weight) *s.weight = Weight(t);
+    else *s.tensor = t;
   }
   return w;
 }

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,13 +36,13 @@ bool is_vision_tensor(const std::string& name);
 struct LayerWeights {
   LayerSpec spec;
   Tensor input_norm, post_attn_norm;                       // [H]
-  Tensor q_proj, k_proj, v_proj, o_proj;                   // v_proj empty on full layers (K=V)
+  Weight q_proj, k_proj, v_proj, o_proj;                   // v_proj empty on full layers (K=V)
   Tensor q_norm, k_norm;                                   // [D]
   Tensor pre_ff_norm, post_ff_norm1;                       // dense MLP pre/post norms
-  Tensor mlp_gate, mlp_up, mlp_down;
+  Weight mlp_gate, mlp_up, mlp_down;
   Tensor router_proj, router_scale, per_expert_scale;
   Tensor pre_ff_norm2, post_ff_norm2;                      // MoE pre/post norms
-  Tensor experts_gate_up, experts_down;                    // [E, 2I, H], [E, H, I]
+  Weight experts_gate_up, experts_down;                    // [E, 2I, H], [E, H, I] (stacked per-expert tensors)
   Tensor post_ff_norm;                                     // norm of the summed FFN
   float layer_scalar_decoder = 1.0f;                       // bf16 values
   float layer_scalar_encoder = 1.0f;
@@ -58,11 +60,22 @@ struct ModelWeights {
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 // Loads and validates the checkpoint at `path` (directory or file) for `config`, onto `backend`.
-// Every missing, misshaped or wrongly typed tensor is reported at once in one Error(kInvalidFile).
+// Linear layers may be quantised as config.quant allows (linear_loader.h). Every missing, misshaped
+// or wrongly typed tensor is reported at once in one Error(kInvalidFile); GGUF files are refused.
 ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend,
                           const LoadProgress& progress = {});
 
-// Deterministic random weights of the configured shape (benchmarks, tests, the embedded model).
+// Header-only check (no tensor data read) of a linear slot whose fused / bf16 name is absent: its
+// per-expert or quantised module tensors are checked by name, dtype and shape and marked used.
+// Returns the format found (nullopt after recording problems).
+std::optional<WeightFormat> check_linear_headers(const ModelConfig& config, const SafetensorsCheckpoint& ckpt,
+                                                 const WeightSpec& spec, std::set<std::string>& used,
+                                                 std::vector<std::string>& problems);
+bool is_linear_group(WeightGroup g);  // attention, dense MLP, experts
+
+// Deterministic random weights of the configured shape (benchmarks, tests, the embedded model). When
+// config.quant is set (e.g. quant_preset), the linears that format quantises are random quantised
+// weights of that format (random codes, scales giving ~1/sqrt(fan_in) weights).
 ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t seed = 0);
 
 struct ParameterCounts {
@@ -71,5 +84,10 @@ struct ParameterCounts {
   int64_t by_group[8] = {};
 };
 ParameterCounts count_parameters(const ModelConfig& config);
+
+// Bytes the text weights take on a CUDA device under config.quant (the published checkpoints' choice of
+// quantised linears): NVFP4 0.5 + 1/16 bytes a weight, FP8 1, plus an fp32 scale a row, for the linears
+// the quantised kernels take (K % 64, rows % 8); bf16 for everything else.
+uint64_t device_weight_bytes(const ModelConfig& config);
 
 }  // namespace dgemma

@@ -72,8 +72,8 @@ MoeArgs to_gpu(const MoeArgs& c, const Shape& s) {
   g.router_scale = up(c.router_scale);
   g.router_proj = up(c.router_proj);
   g.per_expert_scale = up(c.per_expert_scale);
-  g.gate_up = up(c.gate_up);
-  g.down = up(c.down);
+  g.gate_up = up(c.gate_up.data);
+  g.down = up(c.down.data);
   g.out = poisoned(ScalarType::kBF16, {s.T, s.H});
   g.dbg_probs = host_tensor(ScalarType::kF32, {s.T, s.E});
   g.dbg_weights = host_tensor(ScalarType::kF32, {s.T, s.K});

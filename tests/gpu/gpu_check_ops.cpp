@@ -345,8 +345,8 @@ void run_moe(Reporter& r, const std::string& name, int64_t T, int64_t H, int64_t
   ga.router_scale = up(ca.router_scale);
   ga.router_proj = up(ca.router_proj);
   ga.per_expert_scale = up(ca.per_expert_scale);
-  ga.gate_up = up(ca.gate_up);
-  ga.down = up(ca.down);
+  ga.gate_up = up(ca.gate_up.data);
+  ga.down = up(ca.down.data);
   ga.out = poisoned(ScalarType::kBF16, {T, H});
   ga.dbg_probs = host_tensor(ScalarType::kF32, {T, E});
   ga.dbg_weights = host_tensor(ScalarType::kF32, {T, K});

@@ -69,7 +69,7 @@ class CpuBackend final : public Backend {
     }, 16);
   }
 
-  void matmul(const Tensor& x, const Tensor& w, const Tensor& out) override { cpu::matmul(x, w, out); }
+  void matmul(const Tensor& x, const Weight& w, const Tensor& out) override { cpu::matmul(x, w, out); }
   void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) override { cpu::matmul_kn(x, w, out); }
 
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) override {

@@ -7,7 +7,7 @@
 
 namespace dgemma::cpu {
 
-void matmul(const Tensor& x, const Tensor& w, const Tensor& out);     // matmul.cpp
+void matmul(const Tensor& x, const Weight& w, const Tensor& out);     // matmul.cpp
 void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out);  // matmul.cpp
 void attention(const AttentionArgs& a);                               // attention.cpp
 void moe(const MoeArgs& a);                                           // moe.cpp

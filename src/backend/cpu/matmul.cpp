@@ -1,10 +1,11 @@
-// bf16 GEMMs on the CPU: operands converted to fp32, fixed-order fp32 dot products (dot.h), output
+// GEMMs on the CPU (bf16 or quantised weights, quant.h): operands converted to fp32, fixed-order fp32 dot products (dot.h), output
 // rounded to bf16 — what cuBLAS does with bf16 inputs and fp32 accumulation, up to summation order.
 #include <algorithm>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/dot.h"
+#include "backend/cpu/quant.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -25,13 +26,19 @@ void gemm_nt_f32(const float* x, const float* w, float* out, int64_t T, int64_t 
     for (int64_t n = 0; n < N; ++n) out[t * N + n] = dot_f32(x + t * K, w + n * K, K);
 }
 
-void matmul(const Tensor& x, const Tensor& w, const Tensor& out) {
-  DG_CHECK(x.type == ScalarType::kBF16 && w.type == ScalarType::kBF16 && out.type == ScalarType::kBF16);
-  const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(0);
-  DG_CHECK(w.dim(-1) == K && out.numel() == T * N);
+void matmul(const Tensor& x, const Weight& w, const Tensor& out) {
+  DG_CHECK(x.type == ScalarType::kBF16 && out.type == ScalarType::kBF16 && w.data.ndim == 2);
+  const int64_t T = x.dim(0), K = x.dim(-1), N = w.rows();
+  DG_CHECK(w.cols() == K && out.numel() == T * N);
   if (T == 0 || N == 0) return;
   std::vector<float> xf(static_cast<size_t>(T * K));
   to_f32(x.ptr<uint16_t>(), xf.data(), xf.size());
+  std::vector<float> xs;  // per-token activation scales (FP8-dynamic)
+  if (w.act == ActQuant::kFp8Token) {
+    xs.resize(static_cast<size_t>(T));
+    quantize_fp8_per_token(xf.data(), T, K, xs.data());
+  }
+  const float* rs = row_scales(w, 0);
   const int64_t tiles = (N + kRowTile - 1) / kRowTile;
   uint16_t* o = out.ptr<uint16_t>();
   parallel_for(static_cast<size_t>(tiles), [&](size_t b, size_t e) {
@@ -39,10 +46,14 @@ void matmul(const Tensor& x, const Tensor& w, const Tensor& out) {
     for (size_t ti = b; ti < e; ++ti) {
       const int64_t n0 = static_cast<int64_t>(ti) * kRowTile;
       const int64_t nn = std::min(kRowTile, N - n0);
-      to_f32(w.ptr<uint16_t>() + n0 * K, wf.data(), static_cast<size_t>(nn * K));
+      dequant_rows(w, 0, n0, nn, wf.data());
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < nn; ++j)
-          o[t * N + n0 + j] = f32_to_bf16(dot_f32(xf.data() + t * K, wf.data() + j * K, K));
+        for (int64_t j = 0; j < nn; ++j) {
+          float acc = dot_f32(xf.data() + t * K, wf.data() + j * K, K);
+          if (!xs.empty()) acc *= xs[t];
+          if (rs) acc *= rs[n0 + j];
+          o[t * N + n0 + j] = f32_to_bf16(acc);
+        }
     }
   });
 }

@@ -8,19 +8,44 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/dot.h"
+#include "backend/cpu/quant.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #include "util/parallel.h"
 
 namespace dgemma::cpu {
+namespace {
+
+// out[n, N] = x[n, K] . w^T of one expert (w already dequantised to fp32 value * block), then the
+// activation and row scales of a quantised weight (quant.h); x is quantised in place for FP8-dynamic.
+void expert_gemm(const Weight& w, int64_t ex, std::vector<float>& x, const std::vector<float>& wf,
+                 std::vector<float>& out, int64_t n, int64_t N, int64_t K) {
+  std::vector<float> xs;
+  if (w.act == ActQuant::kFp8Token) {
+    xs.resize(static_cast<size_t>(n));
+    quantize_fp8_per_token(x.data(), n, K, xs.data());
+  }
+  gemm_nt_f32(x.data(), wf.data(), out.data(), n, N, K);
+  const float* rs = row_scales(w, ex);
+  if (xs.empty() && !rs) return;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < N; ++j) {
+      float& v = out[r * N + j];
+      if (!xs.empty()) v *= xs[r];
+      if (rs) v *= rs[j];
+    }
+}
+
+}  // namespace
 
 void moe(const MoeArgs& a) {
   const int64_t T = a.router_in.dim(0), H = a.router_in.dim(1);
   const int64_t E = a.router_proj.dim(0);
-  const int64_t I2 = a.gate_up.dim(1), I = I2 / 2;
+  const int64_t I2 = a.gate_up.rows(), I = I2 / 2;
   const int K = a.top_k;
-  DG_CHECK(a.expert_in.dim(0) == T && a.gate_up.dim(0) == E && a.gate_up.dim(2) == H);
-  DG_CHECK(a.down.dim(0) == E && a.down.dim(1) == H && a.down.dim(2) == I && K >= 1 && K <= E);
+  DG_CHECK(a.gate_up.data.ndim == 3 && a.down.data.ndim == 3);
+  DG_CHECK(a.expert_in.dim(0) == T && a.gate_up.experts() == E && a.gate_up.cols() == H);
+  DG_CHECK(a.down.experts() == E && a.down.rows() == H && a.down.cols() == I && K >= 1 && K <= E);
   const uint16_t* rin = a.router_in.ptr<uint16_t>();
   const uint16_t* xin = a.expert_in.ptr<uint16_t>();
   const uint16_t* rscale = a.router_scale.ptr<uint16_t>();
@@ -95,17 +120,15 @@ void moe(const MoeArgs& a) {
         const uint16_t* src = xin + (list[r] / K) * H;
         for (int64_t i = 0; i < H; ++i) xs[r * H + i] = bf16_to_f32(src[i]);
       }
-      const uint16_t* gsrc = a.gate_up.ptr<uint16_t>() + ex * I2 * H;
-      for (size_t i = 0; i < wgu.size(); ++i) wgu[i] = bf16_to_f32(gsrc[i]);
-      const uint16_t* dsrc = a.down.ptr<uint16_t>() + ex * H * I;
-      for (size_t i = 0; i < wd.size(); ++i) wd[i] = bf16_to_f32(dsrc[i]);
-      gemm_nt_f32(xs.data(), wgu.data(), gu.data(), n, I2, H);
+      dequant_rows(a.gate_up, static_cast<int64_t>(ex), 0, I2, wgu.data());
+      dequant_rows(a.down, static_cast<int64_t>(ex), 0, H, wd.data());
+      expert_gemm(a.gate_up, static_cast<int64_t>(ex), xs, wgu, gu, n, I2, H);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t i = 0; i < I; ++i) {
           const float g = round_bf16(gelu_tanh(round_bf16(gu[r * I2 + i])));
           act[r * I + i] = round_bf16(g * round_bf16(gu[r * I2 + I + i]));
         }
-      gemm_nt_f32(act.data(), wd.data(), out.data(), n, H, I);
+      expert_gemm(a.down, static_cast<int64_t>(ex), act, wd, out, n, H, I);
       for (int64_t r = 0; r < n; ++r) {
         const float w = top_w[list[r]];
         uint16_t* dst = y.data() + list[r] * H;

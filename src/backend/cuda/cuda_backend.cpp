@@ -16,6 +16,8 @@
 // Every other op is bit-identical to the CPU backend.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 
@@ -24,12 +26,18 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/decide.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/grouped_moe_fp4.cuh"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/sampler.cuh"
+#include "backend/cuda/tuning.h"
+#include "backend/cpu/quant.h"
 #include "backend/decide_rules.h"
 #include "util/counter_rng.h"
+#include "util/bf16.h"
 #include "util/error.h"
+#include "util/log.h"
+#include "util/parallel.h"
 
 namespace dgemma::cuda {
 
@@ -66,6 +74,12 @@ void sampler(const Context& ctx, const SamplerArgs& a) {
   Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(sampler_workspace_bytes(C, V))});
   launch_sampler(s, workspace.data, ctx.stream);
 }
+
+namespace {
+std::atomic<bool> g_dense_quant{true};
+}  // namespace
+
+bool set_dense_quant_weights(bool on) { return g_dense_quant.exchange(on); }
 
 namespace {
 
@@ -114,6 +128,53 @@ class CudaBackend final : public Backend {
       if (host.device == Device::kCpu) ctx_.sync();
     }
     return t;
+  }
+
+  // Fallback for quantised weights off the kernels' shape rule (K % 64, rows % 8), and for dense
+  // linears when set_dense_quant_weights is off: the weight is dequantised exactly on the host (the CPU reference, fp32) and rounded
+  // to bf16 once, then served by the bf16 kernels: bf16 speed and memory for those weights, and
+  // FP8-dynamic's activation quantisation is not emulated.
+  Weight upload_weight(const Weight& host) override {
+    if (!host.quantized()) return Backend::upload_weight(host);
+    // NVFP4 / FP8 expert stacks (and dense linears, set_dense_quant_weights) stay quantised for the
+    // W4A16 / W8A16 kernels (their shape rule; the alignment holds for our allocations), repacked.
+    const bool kernel_shape = host.rows() % 8 == 0 && host.cols() % 64 == 0;
+    if (kernel_shape && (host.data.ndim == 3 || g_dense_quant.load())) {
+      Weight w = host;
+      Tensor bytes = host.data.ndim == 3 ? host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1), host.data.dim(2)})
+                                         : host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1)});
+      const int64_t n = static_cast<int64_t>(bytes.nbytes()), chunk = int64_t{1} << 20;  // whole rows per chunk
+      const int64_t row = host.data.dim(-1), rows_per_chunk = std::max<int64_t>(1, chunk / row);
+      const int64_t n_rows = n / row;
+      parallel_for(static_cast<size_t>((n_rows + rows_per_chunk - 1) / rows_per_chunk), [&](size_t b, size_t e) {
+        for (size_t c = b; c < e; ++c) {
+          const int64_t r0 = static_cast<int64_t>(c) * rows_per_chunk, r1 = std::min(n_rows, r0 + rows_per_chunk);
+          std::memcpy(bytes.ptr<uint8_t>() + r0 * row, host.data.ptr<uint8_t>() + r0 * row, static_cast<size_t>((r1 - r0) * row));
+          repack_grouped_weights(host.format == WeightFormat::kFp8Channel, bytes.ptr<uint8_t>() + r0 * row, (r1 - r0) * row);
+        }
+      });
+      w.data = bytes;
+      return Backend::upload_weight(w);
+    }
+    DG_CHECK(host.data.device == Device::kCpu);
+    if (!warned_dequant_) {
+      DG_LOG_WARN("cuda", "{} weights off the quantised kernels' shape rule (or with set_dense_quant_weights off) are dequantised to bf16 at load",
+                  weight_format_name(host.format));
+      warned_dequant_ = true;
+    }
+    const int64_t E = host.experts(), N = host.rows(), K = host.cols();
+    Tensor bf = host.data.ndim == 3 ? host_tensor(ScalarType::kBF16, {E, N, K}) : host_tensor(ScalarType::kBF16, {N, K});
+    parallel_for(static_cast<size_t>(E * N), [&](size_t b, size_t e) {
+      std::vector<float> row(static_cast<size_t>(K));
+      for (size_t r = b; r < e; ++r) {
+        const int64_t ex = static_cast<int64_t>(r) / N, n = static_cast<int64_t>(r) % N;
+        cpu::dequant_rows(host, ex, n, 1, row.data());
+        const float rs = cpu::row_scales(host, ex)[n];
+        uint16_t* dst = bf.ptr<uint16_t>() + static_cast<int64_t>(r) * K;
+        for (int64_t k = 0; k < K; ++k) dst[k] = f32_to_bf16(row[static_cast<size_t>(k)] * rs);
+      }
+    });
+    return Weight(upload(bf));
   }
 
   void to_host(const Tensor& src, void* dst) override {
@@ -173,14 +234,26 @@ class CudaBackend final : public Backend {
     launch_rmsnorm(bf16_in(x, "rmsnorm", "x"), w, bf16_out(out, "rmsnorm", "out"), x.numel() / N, N, eps, ctx_.stream);
   }
 
-  void matmul(const Tensor& x, const Tensor& w, const Tensor& out) override {
+  void matmul(const Tensor& x, const Weight& weight, const Tensor& out) override {
     activate();
+    if (weight.quantized()) {  // kept quantised by upload_weight: W4A16 / W8A16 (FP8 activations not quantised)
+      const int64_t T = x.dim(0), K = x.dim(-1), N = weight.rows();
+      DG_CHECK(weight.data.ndim == 2 && weight.cols() == K && x.numel() == T * K && out.numel() == T * N);
+      const bool fp8 = weight.format == WeightFormat::kFp8Channel;
+      DG_CHECK(fp8 ? grouped_fp8_supported(N, K, weight.data.data)
+                   : grouped_fp4_supported(N, K, weight.data.data, weight.block.data));
+      launch_dense_quant(fp8, bf16_in(x, "matmul", "x"), weight.data.ptr<uint8_t>(),
+                         fp8 ? nullptr : weight.block.ptr<uint8_t>(), weight.row_scale.ptr<float>(), T, N, K,
+                         bf16_out(out, "matmul", "out"), ctx_.stream);
+      return;
+    }
+    const Tensor& w = bf16_weight(weight, "matmul", "w");
     const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(0);
     DG_CHECK(w.ndim == 2 && w.dim(-1) == K && x.numel() == T * K && out.numel() == T * N);
     Gemm g;
     g.a = bf16_in(x, "matmul", "x");
     g.lda = K;
-    g.b = bf16_in(w, "matmul", "w");
+    g.b = w.ptr<uint16_t>();
     g.ldb = K;
     g.c = bf16_out(out, "matmul", "out");
     g.ldc = N;
@@ -313,6 +386,7 @@ class CudaBackend final : public Backend {
 
   Context ctx_;
   std::string name_;
+  bool warned_dequant_ = false;
 };
 
 }  // namespace

@@ -195,4 +195,11 @@ void need_type(const Tensor& t, ScalarType type, const char* op, const char* wha
     fail(ErrorKind::kInternal, "CUDA {}: {} is {}, expected {}", op, what, scalar_name(t.type), scalar_name(type));
 }
 
+const Tensor& bf16_weight(const Weight& w, const char* op, const char* what) {
+  if (w.format != WeightFormat::kBF16)
+    fail(ErrorKind::kInternal, "CUDA {}: {} is a {} weight; only bf16 weights have kernels", op, what, weight_format_name(w.format));
+  need_type(w.data, ScalarType::kBF16, op, what);
+  return w.data;
+}
+
 }  // namespace dgemma::cuda

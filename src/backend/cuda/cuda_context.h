@@ -89,5 +89,8 @@ void gemm(const Context& ctx, const Gemm& g);
 // Checks used by every op.
 void need_cuda(const Tensor& t, const char* op, const char* what);
 void need_type(const Tensor& t, ScalarType type, const char* op, const char* what);
+// The bf16 tensor of a weight; quantised weights reach the kernels only through upload_weight,
+// which (for now) dequantises them to bf16, so anything else is an internal error.
+const Tensor& bf16_weight(const Weight& w, const char* op, const char* what);
 
 }  // namespace dgemma::cuda

@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/grouped_moe.cuh"
+#include "backend/cuda/grouped_moe_fp4.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/tuning.h"
@@ -42,17 +43,25 @@ void moe(const Context& ctx, const MoeArgs& a) {
   need_type(a.router_scale, ScalarType::kBF16, op, "router_scale");
   need_type(a.router_proj, ScalarType::kBF16, op, "router_proj");
   need_type(a.per_expert_scale, ScalarType::kBF16, op, "per_expert_scale");
-  need_type(a.gate_up, ScalarType::kBF16, op, "gate_up");
-  need_type(a.down, ScalarType::kBF16, op, "down");
+  // NVFP4 and FP8 experts stay quantised (W4A16 / W8A16 kernels, grouped_moe_fp4.cuh); else bf16.
+  const WeightFormat f_gu = a.gate_up.format, f_dn = a.down.format;
+  const bool fp4_gu = f_gu == WeightFormat::kNvfp4, fp4_dn = f_dn == WeightFormat::kNvfp4;
+  const bool fp8_gu = f_gu == WeightFormat::kFp8Channel, fp8_dn = f_dn == WeightFormat::kFp8Channel;
+  const Tensor& gate_up = a.gate_up.quantized() ? a.gate_up.data : bf16_weight(a.gate_up, op, "gate_up");
+  const Tensor& down = a.down.quantized() ? a.down.data : bf16_weight(a.down, op, "down");
   need_type(a.out, ScalarType::kBF16, op, "out");
   const int64_t T = a.router_in.dim(0), H = a.router_in.dim(1);
   const int64_t E = a.router_proj.dim(0);
-  const int64_t I2 = a.gate_up.dim(1), I = I2 / 2;
+  const int64_t I2 = a.gate_up.rows(), I = I2 / 2;
   const int64_t K = a.top_k;
   DG_CHECK(a.router_in.ndim == 2 && a.expert_in.ndim == 2 && a.expert_in.dim(0) == T && a.expert_in.dim(1) == H);
   DG_CHECK(a.router_proj.dim(1) == H && a.router_scale.numel() == H && a.per_expert_scale.numel() == E);
-  DG_CHECK(a.gate_up.ndim == 3 && a.gate_up.dim(0) == E && a.gate_up.dim(2) == H && I2 % 2 == 0);
-  DG_CHECK(a.down.ndim == 3 && a.down.dim(0) == E && a.down.dim(1) == H && a.down.dim(2) == I);
+  DG_CHECK(gate_up.ndim == 3 && gate_up.dim(0) == E && a.gate_up.cols() == H && I2 % 2 == 0);
+  DG_CHECK(down.ndim == 3 && down.dim(0) == E && down.dim(1) == H && a.down.cols() == I);
+  if (fp4_gu) DG_CHECK(grouped_fp4_supported(I2, H, gate_up.data, a.gate_up.block.data));
+  if (fp4_dn) DG_CHECK(grouped_fp4_supported(H, I, down.data, a.down.block.data));
+  if (fp8_gu) DG_CHECK(grouped_fp8_supported(I2, H, gate_up.data));
+  if (fp8_dn) DG_CHECK(grouped_fp8_supported(H, I, down.data));
   DG_CHECK(K >= 1 && K <= E && a.out.numel() == T * H);
   if (!a.dbg_probs.empty()) DG_CHECK(a.dbg_probs.device == Device::kCpu && a.dbg_probs.numel() == T * E);
   if (!a.dbg_weights.empty()) DG_CHECK(a.dbg_weights.device == Device::kCpu && a.dbg_weights.numel() == T * K);
@@ -98,7 +107,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
 
   const int64_t R = T * K;
   if (g_device_grouping.load() &&
-      grouped_moe_supported(T, H, I, E, K, a.expert_in.data, a.gate_up.data, a.down.data)) {
+      grouped_moe_supported(T, H, I, E, K, a.expert_in.data, gate_up.data, down.data)) {
     // 2'. Group on the device; 3'. the grouped expert kernels. Nothing waits on the host unless debug
     // outputs were asked for (tests only).
     Tensor offsets = ctx.alloc(ScalarType::kI32, {E + 1});
@@ -110,14 +119,34 @@ void moe(const Context& ctx, const MoeArgs& a) {
     launch_moe_group(top_idx.ptr<int32_t>(), R, E, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, st);
     Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
     Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
-    launch_grouped_gate_up(a.expert_in.ptr<uint16_t>(), a.gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
-                           pairs.ptr<int32_t>(), tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
-    launch_grouped_down(act.ptr<uint16_t>(), a.down.ptr<uint16_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
-                        tiles_ptr, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
+    if (fp8_gu)
+      launch_grouped_gate_up_fp8(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.row_scale.ptr<float>(),
+                                 offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), st);
+    else if (fp4_gu)
+      launch_grouped_gate_up_fp4(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.block.ptr<uint8_t>(),
+                                 a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E,
+                                 K, H, I, act.ptr<uint16_t>(), st);
+    else
+      launch_grouped_gate_up(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                             pairs.ptr<int32_t>(), tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
+    if (fp8_dn)
+      launch_grouped_down_fp8(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(),
+                              pairs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
+    else if (fp4_dn)
+      launch_grouped_down_fp4(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.block.ptr<uint8_t>(),
+                              a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+                              top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
+    else
+      launch_grouped_down(act.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+                          tiles_ptr, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
     launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
     if (queue_debug_copies()) ctx.sync();
     return;
   }
+
+  if (a.gate_up.quantized() || a.down.quantized())
+    fail(ErrorKind::kUnsupported, "CUDA moe: quantised experts need the device-grouped path (T={}, H={}, I={}, E={}, K={})",
+         T, H, I, E, K);
 
   // 2. Group the (token, slot) pairs by expert on the host (stable: pair order within an expert).
   std::vector<int32_t> idx(static_cast<size_t>(R));
@@ -189,9 +218,9 @@ void moe(const Context& ctx, const MoeArgs& a) {
       gemm(ctx, g);
     }
   };
-  expert_gemm(a.gate_up.ptr<uint16_t>(), xs.ptr<uint16_t>(), H, gu.ptr<uint16_t>(), I2);
+  expert_gemm(gate_up.ptr<uint16_t>(), xs.ptr<uint16_t>(), H, gu.ptr<uint16_t>(), I2);
   launch_moe_act(gu.ptr<uint16_t>(), rows, I, act.ptr<uint16_t>(), st);
-  expert_gemm(a.down.ptr<uint16_t>(), act.ptr<uint16_t>(), I, ys.ptr<uint16_t>(), H);
+  expert_gemm(down.ptr<uint16_t>(), act.ptr<uint16_t>(), I, ys.ptr<uint16_t>(), H);
   launch_moe_weight(ys.ptr<uint16_t>(), perm_dev.ptr<int32_t>(), top_w.ptr<float>(), rows, H, y.ptr<uint16_t>(), st);
   launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
 }

@@ -18,4 +18,10 @@ bool set_fused_attention(bool on);
 // host synchronisation) instead of grouping on the host for cuBLAS. Returns the previous value.
 bool set_moe_device_grouping(bool on);
 
+// Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
+// the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to
+// bf16 for cuBLAS. On by default (half / a quarter of the bytes; its speed against cuBLAS bf16 is to
+// be measured: dgemma_bench --dense-quant on|off). Read at upload time. Returns the previous value.
+bool set_dense_quant_weights(bool on);
+
 }  // namespace dgemma::cuda

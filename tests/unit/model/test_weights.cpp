@@ -47,8 +47,8 @@ TEST(Weights, LoadsTheFixtureWithReleasedNaming) {
   ASSERT_EQ(w.layers.size(), 6u);
   EXPECT_TRUE(w.layers[2].v_proj.empty()) << "full layer: K=V, no v_proj";
   EXPECT_FALSE(w.layers[0].v_proj.empty());
-  EXPECT_EQ(w.layers[2].q_proj.dim(0), 4 * 32);
-  EXPECT_EQ(w.layers[0].q_proj.dim(0), 4 * 16);
+  EXPECT_EQ(w.layers[2].q_proj.rows(), 4 * 32);
+  EXPECT_EQ(w.layers[0].q_proj.rows(), 4 * 16);
   int non_unit = 0;
   for (const auto& L : w.layers) {
     non_unit += L.layer_scalar_decoder != 1.0f;
@@ -78,7 +78,7 @@ TEST(Weights, AcceptsTheEncoderPrefixToo) {
   const ModelWeights b = load_weights(c, dir.path.string(), *be);
   ASSERT_EQ(a.embed.nbytes(), b.embed.nbytes());
   EXPECT_EQ(0, std::memcmp(a.embed.data, b.embed.data, a.embed.nbytes()));
-  EXPECT_EQ(0, std::memcmp(a.layers[3].experts_down.data, b.layers[3].experts_down.data, a.layers[3].experts_down.nbytes()));
+  EXPECT_EQ(0, std::memcmp(a.layers[3].experts_down.data.data, b.layers[3].experts_down.data.data, a.layers[3].experts_down.nbytes()));
 }
 
 TEST(Weights, ReportsEveryProblemAtOnce) {
@@ -127,8 +127,8 @@ TEST(Weights, DummyWeightsAreDeterministic) {
   const ModelConfig c = load_model_config(kTiny);
   auto be = make_cpu_backend();
   const ModelWeights a = dummy_weights(c, *be, 7), b = dummy_weights(c, *be, 7), d = dummy_weights(c, *be, 8);
-  EXPECT_EQ(0, std::memcmp(a.layers[4].experts_gate_up.data, b.layers[4].experts_gate_up.data, a.layers[4].experts_gate_up.nbytes()));
-  EXPECT_NE(0, std::memcmp(a.layers[4].experts_gate_up.data, d.layers[4].experts_gate_up.data, a.layers[4].experts_gate_up.nbytes()));
+  EXPECT_EQ(0, std::memcmp(a.layers[4].experts_gate_up.data.data, b.layers[4].experts_gate_up.data.data, a.layers[4].experts_gate_up.nbytes()));
+  EXPECT_NE(0, std::memcmp(a.layers[4].experts_gate_up.data.data, d.layers[4].experts_gate_up.data.data, a.layers[4].experts_gate_up.nbytes()));
   EXPECT_TRUE(a.layers[5].v_proj.empty());
 }
 

@@ -1,0 +1,238 @@
+// Quantised weights on the CUDA backend against the CPU reference (backend/cpu/quant.h):
+//  * the W4A16 grouped expert kernels (grouped_moe_fp4.cu): NVFP4 experts kept packed on the device,
+//    random packed values, block scales spanning E4M3's range and gate / up / down global scales that
+//    all differ, at small shapes and the 26B shape (E128 k8 H2816 I704), T = 1 .. 2048, skewed routing;
+//  * the W8A16 FP8 expert kernels (the same kernel with E4M3 weights), against the CPU reference with
+//    bf16 activations;
+//  * dense quantised linears: the W8A16 / W4A16 dense kernel and the bf16 dequantisation fallback;
+//  * whole forward passes of the quantised fixtures (tests/fixtures/quant/*_pow2: their dequantised
+//    weights are exact bf16 values, so the CPU reference and the CUDA path compute the same maths up
+//    to summation order; FP8-dynamic with its activation quantisation off on the CPU, since the CUDA
+//    fallback runs FP8 weights as W8A16).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/quant.h"
+#include "backend/cuda/tuning.h"
+#include "gpu_check_util.h"
+#include "model/config.h"
+#include "model/diffusion_gemma.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+#include "util/bf16.h"
+
+namespace dgemma::gpu_test {
+namespace {
+
+// A random NVFP4 expert stack [E, N, K]: uniform random nibbles, block scale codes 0x20..0x5f (2^-3 ..
+// ~2^4, so products span the bf16 exponent range the kernel must keep exact), per-row scales constant
+// over each projection but different between projections (gate rows 0..N/2-1 vs up rows when split).
+Weight random_nvfp4(Data& d, int64_t E, int64_t N, int64_t K, int64_t rows_per_scale, float typical) {
+  Weight w;
+  w.format = WeightFormat::kNvfp4;
+  w.data = host_tensor(ScalarType::kU8, {E, N, K / 2});
+  w.block = host_tensor(ScalarType::kF8E4M3, {E, N, K / 16});
+  w.row_scale = host_tensor(ScalarType::kF32, {E, N});
+  for (int64_t i = 0; i < w.data.numel(); ++i) w.data.ptr<uint8_t>()[i] = static_cast<uint8_t>(d.integer(0, 255));
+  for (int64_t i = 0; i < w.block.numel(); ++i) w.block.ptr<uint8_t>()[i] = static_cast<uint8_t>(d.integer(0x20, 0x5f));
+  // A typical |e2m1 * block| is ~2 * 2; scale so the dequantised weights have rms ~ typical.
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r0 = 0; r0 < N; r0 += rows_per_scale) {
+      const float s = typical / 4.0f * d.uniform(0.5f, 2.0f);
+      for (int64_t r = r0; r < std::min(N, r0 + rows_per_scale); ++r) w.row_scale.ptr<float>()[e * N + r] = s;
+    }
+  return w;
+}
+
+// A random FP8 expert stack: E4M3 codes of magnitude 2^-2 .. 2^2 (random sign / mantissa), channel scales.
+Weight random_fp8(Data& d, int64_t E, int64_t N, int64_t K, float typical) {
+  Weight w;
+  w.format = WeightFormat::kFp8Channel;
+  w.act = ActQuant::kFp8Token;  // the checkpoint's; the CUDA kernels run W8A16 and the CPU is told so below
+  w.data = host_tensor(ScalarType::kF8E4M3, {E, N, K});
+  w.row_scale = host_tensor(ScalarType::kF32, {E, N});
+  for (int64_t i = 0; i < w.data.numel(); ++i) {
+    const uint8_t v = static_cast<uint8_t>(d.integer(0, 255));
+    w.data.ptr<uint8_t>()[i] = static_cast<uint8_t>((v & 0x87) | ((5 + d.integer(0, 4)) << 3));
+  }
+  for (int64_t i = 0; i < E * N; ++i) w.row_scale.ptr<float>()[i] = typical / 1.6f * d.uniform(0.5f, 2.0f);
+  return w;
+}
+
+struct Shape {
+  std::string name;
+  int64_t T, H, I, E;
+  int K;
+  bool skewed = false;
+  bool fp8 = false;
+};
+
+void run_fp4_moe(Reporter& r, const Shape& s) {
+  Data d("fp4 moe " + s.name);
+  const int64_t T = s.T, H = s.H, I = s.I, E = s.E, K = s.K;
+  MoeArgs c;
+  c.router_in = d.bf16({T, H}, s.skewed ? 1.0f : 3.0f, s.skewed ? 3.0f : 0.0f);
+  c.expert_in = d.bf16({T, H}, 1.0f);
+  c.router_scale = d.bf16({H}, 0.2f, 1.0f);
+  c.router_proj = d.bf16({E, H}, 1.0f);
+  if (s.skewed) {  // one expert in every token's top-k (see gpu_check_grouped_moe.cpp)
+    const float unit = 1.0f / (0.95f * std::sqrt(static_cast<float>(H)));
+    std::fill_n(c.router_proj.ptr<uint16_t>() + (E / 2 + 1) * H, H, f32_to_bf16(8.0f * unit));
+  }
+  c.per_expert_scale = d.bf16_uniform({E}, 0.5f, 1.5f);
+  const float tg = 1.0f / std::sqrt(static_cast<float>(H)), td = 1.0f / std::sqrt(static_cast<float>(I));
+  c.gate_up = s.fp8 ? random_fp8(d, E, 2 * I, H, tg) : random_nvfp4(d, E, 2 * I, H, I, tg);  // gate, up scales differ
+  c.down = s.fp8 ? random_fp8(d, E, H, I, td) : random_nvfp4(d, E, H, I, H, td);
+  c.top_k = static_cast<int>(K);
+  c.eps = 1e-6f;
+  c.out = host_tensor(ScalarType::kBF16, {T, H});
+  c.dbg_probs = host_tensor(ScalarType::kF32, {T, E});
+  c.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
+  c.dbg_index = host_tensor(ScalarType::kI32, {T, K});
+  MoeArgs g = c;
+  g.router_in = up(c.router_in);
+  g.expert_in = up(c.expert_in);
+  g.router_scale = up(c.router_scale);
+  g.router_proj = up(c.router_proj);
+  g.per_expert_scale = up(c.per_expert_scale);
+  g.gate_up = cuda().upload_weight(c.gate_up);
+  g.down = cuda().upload_weight(c.down);
+  if (g.gate_up.format != c.gate_up.format || g.down.format != c.down.format) {
+    r.fail(s.name + ": the CUDA backend did not keep the experts quantised");
+    return;
+  }
+  c.gate_up.act = c.down.act = ActQuant::kNone;  // W8A16 on CUDA: the reference with bf16 activations
+  g.out = poisoned(ScalarType::kBF16, {T, H});
+  g.dbg_probs = host_tensor(ScalarType::kF32, {T, E});
+  g.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
+  g.dbg_index = host_tensor(ScalarType::kI32, {T, K});
+  cpu().moe(c);
+  cuda().moe(g);
+  const std::vector<char> same = compare_routing(r, s.name, c, g, 4);
+  std::vector<uint16_t> oc = u16(c.out), og = u16(g.out), sc, sg;
+  for (int64_t t = 0; t < T; ++t) {
+    if (!same[static_cast<size_t>(t)]) continue;
+    sc.insert(sc.end(), oc.begin() + t * H, oc.begin() + (t + 1) * H);
+    sg.insert(sg.end(), og.begin() + t * H, og.begin() + (t + 1) * H);
+  }
+  // The bound of the bf16 grouped kernel (gpu_check_grouped_moe.cpp compare_out): the weights enter
+  // the MMAs as exact bf16 values and the row scale multiplies the fp32 sum once, as on the CPU, so
+  // only the summation order differs.
+  expect_bf16(r, s.name + (s.fp8 ? " W8A16" : " W4A16") + " grouped vs CPU reference", sg, sc, Tol{4, 2e-3, 2e-2, 0.8, 1e-5});
+  for (size_t i = 0; i < og.size(); ++i)
+    if (og[i] == 0xFFFF) {
+      r.fail(s.name + ": output element " + std::to_string(i) + " was not written");
+      break;
+    }
+}
+
+// Dense quantised linears: the W8A16 / W4A16 dense kernel (set_dense_quant_weights on, the default)
+// against the CPU reference with bf16 activations, and the dequantise-to-bf16 fallback (off) against the
+// CPU's bf16 GEMM on bf16(dequantised weights).
+void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t K) {
+  Data d(std::string("dense quant ") + (fp8 ? "fp8" : "nvfp4") + (kernel ? " kernel" : " fallback"));
+  const float typical = 1.0f / std::sqrt(static_cast<float>(K));
+  Weight w = fp8 ? random_fp8(d, 1, N, K, typical) : random_nvfp4(d, 1, N, K, N, typical);
+  w.data = w.data.reshape({N, fp8 ? K : K / 2});
+  if (!fp8) w.block = w.block.reshape({N, K / 16});
+  w.row_scale = w.row_scale.reshape({N});
+  w.act = ActQuant::kNone;  // the CUDA kernels keep activations bf16
+  Tensor x = d.bf16({T, K}, 1.0f);
+  Tensor oc = host_tensor(ScalarType::kBF16, {T, N});
+  if (kernel) {
+    cpu().matmul(x, w, oc);
+  } else {
+    std::vector<float> deq(static_cast<size_t>(N * K));
+    cpu::dequantize(w, deq.data());
+    Tensor wb = host_tensor(ScalarType::kBF16, {N, K});
+    for (size_t i = 0; i < deq.size(); ++i) wb.ptr<uint16_t>()[i] = f32_to_bf16(deq[i]);
+    cpu().matmul(x, wb, oc);
+  }
+  const bool old = cuda::set_dense_quant_weights(kernel);
+  const Weight wg = cuda().upload_weight(w);
+  cuda::set_dense_quant_weights(old);
+  if (wg.quantized() != kernel) {
+    r.fail("dense quant: upload_weight kept the weight " + std::string(wg.quantized() ? "quantised" : "bf16"));
+    return;
+  }
+  Tensor og = poisoned(ScalarType::kBF16, {T, N});
+  cuda().matmul(up(x), wg, og);
+  expect_bf16(r, std::string("dense ") + (fp8 ? "fp8" : "nvfp4") + (kernel ? " kernel" : " bf16 fallback") + " T" +
+                     std::to_string(T) + " N" + std::to_string(N) + " K" + std::to_string(K) + " vs CPU",
+              u16(og), u16(oc), gemm_tol());
+}
+
+std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, bool bf16_activations) {
+  const ModelConfig c = load_model_config(dir);
+  ModelWeights w = load_weights(c, dir, be);
+  if (bf16_activations)
+    for (auto& L : w.layers)
+      for (Weight* p : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.mlp_gate, &L.mlp_up, &L.mlp_down,
+                        &L.experts_gate_up, &L.experts_down})
+        p->act = ActQuant::kNone;
+  DiffusionGemma m(c, std::move(w), be);
+  SequenceKv kv = allocate_kv(c, be, 256, 64);
+  const int64_t V = c.text.vocab_size, C = c.canvas_length;
+  std::vector<int32_t> prompt, canvas;
+  for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + 5) % V));
+  for (int64_t i = 0; i < C; ++i) canvas.push_back(static_cast<int32_t>((i * 7 + 3) % V));
+  std::vector<ForwardItem> items{{ForwardItem::Kind::kEncode, prompt, &kv, {}, {}, {}}};
+  m.forward(items);
+  Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
+  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, {}, logits, {}};
+  m.forward(items);
+  return u16(logits);
+}
+
+// Forward of a quantised fixture: CPU reference vs CUDA. Bound: the golden forward's (NMSE 2.5e-4 of
+// the logits' scale, gpu_check_model.cpp), a few compounded bf16 roundings.
+void run_fixture(Reporter& r, const std::string& fixture) {
+  const std::string dir = std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/quant/" + fixture + "/model";
+  const std::vector<uint16_t> c = forward_logits(cpu(), dir, true), g = forward_logits(cuda(), dir, false);
+  double ss_w = 0, ss_d = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    const double a = bf16_to_f32(g[i]), b = bf16_to_f32(c[i]);
+    if (!std::isfinite(a)) {
+      r.fail(fixture + ": CUDA logit " + std::to_string(i) + " is not finite");
+      return;
+    }
+    ss_d += (a - b) * (a - b);
+    ss_w += b * b;
+  }
+  const double nmse = ss_d / ss_w;
+  r.note(fixture + " cuda vs cpu logits nmse " + fmt_double(nmse));
+  if (!(nmse <= 2.5e-4)) r.fail(fixture + ": logits NMSE " + fmt_double(nmse) + " > 2.5e-4");
+}
+
+Case moe_case(const std::string& id, Shape s) {
+  return {id, [s](Reporter& r) { run_fp4_moe(r, s); }};
+}
+
+}  // namespace
+
+std::vector<Case> quant_cases() {
+  constexpr int64_t H = 2816, I = 704;
+  return {
+      moe_case("fp4_moe_E8_k2", {"fp4 moe E8 k2 H64 I64", 37, 64, 64, 8, 2}),
+      moe_case("fp4_moe_E8_k2_H128_I192", {"fp4 moe E8 k2 H128 I192", 100, 128, 192, 8, 2}),
+      moe_case("fp4_moe_E128_k8_T1", {"fp4 moe E128 k8 T1", 1, H, I, 128, 8}),
+      moe_case("fp4_moe_E128_k8_T256", {"fp4 moe E128 k8 T256", 256, H, I, 128, 8}),
+      moe_case("fp4_moe_E128_k8_T1024", {"fp4 moe E128 k8 T1024", 1024, H, I, 128, 8}),
+      moe_case("fp4_moe_E128_k8_T2048", {"fp4 moe E128 k8 T2048", 2048, H, I, 128, 8}),
+      moe_case("fp4_moe_E128_k8_skewed", {"fp4 moe E128 k8 T256 skewed", 256, H, I, 128, 8, true}),
+      moe_case("fp8_moe_E8_k2", {"fp8 moe E8 k2 H64 I64", 37, 64, 64, 8, 2, false, true}),
+      moe_case("fp8_moe_E128_k8_T1", {"fp8 moe E128 k8 T1", 1, H, I, 128, 8, false, true}),
+      moe_case("fp8_moe_E128_k8_T256", {"fp8 moe E128 k8 T256", 256, H, I, 128, 8, false, true}),
+      moe_case("fp8_moe_E128_k8_T2048", {"fp8 moe E128 k8 T2048", 2048, H, I, 128, 8, false, true}),
+      {"dense_fp8_kernel", [](Reporter& r) { run_dense(r, true, true, 256, 4096, 2816); run_dense(r, true, true, 37, 2816, 2112); }},
+      {"dense_nvfp4_kernel", [](Reporter& r) { run_dense(r, false, true, 256, 2112, 2816); run_dense(r, false, true, 1, 2816, 2112); }},
+      {"dense_fp8_fallback", [](Reporter& r) { run_dense(r, true, false, 64, 512, 2816); }},
+      {"quant_forward_nvfp4_modelopt", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_modelopt_pow2"); }},
+      {"quant_forward_nvfp4_ct", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_ct_pow2"); }},
+      {"quant_forward_fp8_dynamic", [](Reporter& r) { run_fixture(r, "tiny_a_fp8_dynamic_pow2"); }},
+  };
+}
+
+}  // namespace dgemma::gpu_test
