@@ -19,7 +19,7 @@
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "model/kv_cache.h"
+#include "engine/kv_pool.h"
 #include "model/weights.h"
 #include "util/bf16.h"
 
@@ -173,16 +173,25 @@ std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, bool b
                         &L.experts_gate_up, &L.experts_down})
         p->act = ActQuant::kNone;
   DiffusionGemma m(c, std::move(w), be);
-  SequenceKv kv = allocate_kv(c, be, 256, 64);
+  // A paged pool of canvas-sized pages in order, enough for the prompt.
   const int64_t V = c.text.vocab_size, C = c.canvas_length;
+  const int64_t pages = (20 + C - 1) / C + 1;
+  KvPoolPlan plan;
+  plan.pages = {pages, pages};
+  const KvStorage kv = allocate_kv_storage(c, be, plan);
+  std::vector<int32_t> table(static_cast<size_t>(pages));
+  for (int64_t i = 0; i < pages; ++i) table[i] = static_cast<int32_t>(i);
+  ItemKv item;
+  item.tables = {std::span<const int32_t>(table), std::span<const int32_t>(table)};
   std::vector<int32_t> prompt, canvas;
   for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + 5) % V));
   for (int64_t i = 0; i < C; ++i) canvas.push_back(static_cast<int32_t>((i * 7 + 3) % V));
-  std::vector<ForwardItem> items{{ForwardItem::Kind::kEncode, prompt, &kv, {}, {}, {}}};
-  m.forward(items);
+  std::vector<ForwardItem> items{{ForwardItem::Kind::kEncode, prompt, item, {}, {}, {}}};
+  m.forward(items, kv);
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
-  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, {}, logits, {}};
-  m.forward(items);
+  item.cached = static_cast<int64_t>(prompt.size());
+  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, item, {}, logits, {}};
+  m.forward(items, kv);
   return u16(logits);
 }
 

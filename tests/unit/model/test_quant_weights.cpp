@@ -15,8 +15,7 @@
 #include "backend/cpu/quant.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "model/inspect_report.h"
-#include "model/kv_cache.h"
+#include "engine/kv_pool.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "util/bf16.h"
@@ -48,6 +47,24 @@ std::vector<Weight*> linears(ModelWeights& w) {
   return out;
 }
 
+// A paged pool of `pages` canvas-sized pages, tables in order.
+struct Pool {
+  KvStorage kv;
+  std::vector<int32_t> table;
+  Pool(const ModelConfig& c, Backend& be, int64_t pages) {
+    KvPoolPlan plan;
+    plan.pages = {pages, pages};
+    kv = allocate_kv_storage(c, be, plan);
+    for (int64_t i = 0; i < pages; ++i) table.push_back(static_cast<int32_t>(i));
+  }
+  ItemKv item(int64_t cached) const {
+    ItemKv k;
+    k.cached = cached;
+    k.tables = {std::span<const int32_t>(table), std::span<const int32_t>(table)};
+    return k;
+  }
+};
+
 // Prefill of a 20-token prompt, then one denoising pass over a canvas: the raw bf16 logits.
 std::vector<uint16_t> forward_logits(const std::string& dir, bool bf16_activations = false) {
   const ModelConfig c = load_model_config(dir);
@@ -56,19 +73,19 @@ std::vector<uint16_t> forward_logits(const std::string& dir, bool bf16_activatio
   if (bf16_activations)
     for (Weight* p : linears(w)) p->act = ActQuant::kNone;
   DiffusionGemma m(c, std::move(w), *be);
-  SequenceKv kv = allocate_kv(c, *be, 256, 64);
   const int64_t V = c.text.vocab_size, C = c.canvas_length;
+  const Pool pool(c, *be, (20 + C - 1) / C + 1);
   std::vector<int32_t> prompt, canvas;
   for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + 5) % V));
   for (int64_t i = 0; i < C; ++i) canvas.push_back(static_cast<int32_t>((i * 7 + 3) % V));
   std::vector<ForwardItem> items(1);
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
-  items[0].kv = &kv;
-  m.forward(items);
+  items[0].kv = pool.item(0);
+  m.forward(items, pool.kv);
   Tensor logits = be->alloc(ScalarType::kBF16, {C, V});
-  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, &kv, {}, logits, {}};
-  m.forward(items);
+  items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, pool.item(static_cast<int64_t>(prompt.size())), {}, logits, {}};
+  m.forward(items, pool.kv);
   std::vector<uint16_t> out(static_cast<size_t>(C * V));
   be->to_host(logits, out.data());
   return out;
@@ -191,19 +208,6 @@ TEST(QuantWeights, RealisticScaleFixturesRunOnTheCpu) {
     const std::vector<uint16_t> q = forward_logits(kQuant + std::string(f) + "/model");
     for (uint16_t b : q) ASSERT_TRUE(std::isfinite(bf16_to_f32(b)));
   }
-}
-
-TEST(QuantWeights, InspectShowsTheFormat) {
-  InspectOptions o;
-  o.model_dir = kQuant + "tiny_a_nvfp4_modelopt/model";
-  const InspectReport r = build_inspect_report(o);
-  EXPECT_TRUE(r.validation.ok()) << (r.validation.problems.empty() ? "" : r.validation.problems[0]);
-  EXPECT_EQ(r.checkpoint.linear_formats.at("nvfp4"), 12);  // 6 layers x (gate_up, down)
-  EXPECT_EQ(r.checkpoint.linear_formats.at("bf16"), 6 * 7 - 2);  // q,k,v,o + 3 MLP; full layers have no v_proj
-  EXPECT_EQ(r.bytes_by_dtype.at("U8").tensors, 6 * 8 * 3);
-  const std::string text = format_inspect_text(r);
-  EXPECT_NE(text.find("modelopt NVFP4"), std::string::npos) << text;
-  EXPECT_EQ(inspect_report_json(r)["quantization"]["method"], "modelopt");
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -448,10 +452,10 @@ TEST(QuantWeights, DummyWeightsInEachFormat) {
     EXPECT_GT(rms, 0.5 * want);
     EXPECT_LT(rms, 2.0 * want);
     DiffusionGemma m(c, std::move(w), *be);
-    SequenceKv kv = allocate_kv(c, *be, 64, 32);
+    const Pool pool(c, *be, 2);
     std::vector<int32_t> prompt{5, 6, 7, 8};
-    std::vector<ForwardItem> items{{ForwardItem::Kind::kEncode, prompt, &kv, {}, {}, {}}};
-    m.forward(items);
+    std::vector<ForwardItem> items{{ForwardItem::Kind::kEncode, prompt, pool.item(0), {}, {}, {}}};
+    m.forward(items, pool.kv);
   }
   EXPECT_THROW(quant_preset("awq"), Error);
 }
