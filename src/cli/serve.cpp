@@ -504,6 +504,7 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
     const ChatTemplate tmpl = choose_chat_template(f, p.tokenizer_dir);
     DG_LOG_INFO("serve", "chat template: {}", ChatTemplate::name(tmpl.kind()));
     const ModelConfig mc = load_model_config(p.model_dir);
+    log_sampler_defaults(p.engine, mc);
     if (!p.scripted_file.empty()) {
       const GenerationConfig gc = load_generation_config(p.model_dir, mc);
       ScriptedEngineOptions so;
@@ -517,7 +518,6 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
       engine = ScriptedEngine::from_file(p.scripted_file, std::move(so));
       DG_LOG_INFO("serve", "scripted engine from {} (test only)", p.scripted_file);
     } else {
-      log_sampler_defaults(p.engine, mc);
       engine = create_model_engine(p.engine);
     }
     if (engine->vocab_size() > tokenizer->vocab_size())
