@@ -11,6 +11,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <cctype>
 #include <atomic>
@@ -32,6 +35,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::string_view kStatusPrefix = "HTTP/1.1 ";
 constexpr size_t kReadChunk = 16 << 10;
+constexpr ssize_t kWouldBlock = -2;
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -165,6 +169,11 @@ Connection::~Connection() { close_now(); }
 
 void Connection::close_now() {
   if (fd_ < 0) return;
+  if (ssl_) {
+    if (handshake_done_ && !socket_error_) SSL_shutdown(ssl_);  // close_notify, best effort (non-blocking)
+    SSL_free(ssl_);
+    ssl_ = nullptr;
+  }
   ::close(fd_);
   fd_ = -1;
 }
@@ -181,22 +190,99 @@ void Connection::consume(size_t n) {
   }
 }
 
+// One non-blocking receive: > 0 bytes, 0 end of stream, kWouldBlock (wait for want_), -1 error.
+ssize_t Connection::raw_recv(char* data, size_t size) {
+  if (ssl_) {
+    ERR_clear_error();
+    const int n = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, INT32_MAX)));
+    if (n > 0) return n;
+    switch (SSL_get_error(ssl_, n)) {
+      case SSL_ERROR_WANT_READ: want_ = POLLIN; return kWouldBlock;
+      case SSL_ERROR_WANT_WRITE: want_ = POLLOUT; return kWouldBlock;
+      case SSL_ERROR_ZERO_RETURN: return 0;
+      default: return -1;
+    }
+  }
+  for (;;) {
+    const ssize_t n = ::recv(fd_, data, size, MSG_DONTWAIT);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    want_ = POLLIN;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : -1;
+  }
+}
+
+// One non-blocking send: > 0 bytes written, kWouldBlock (wait for want_), -1 error.
+ssize_t Connection::raw_send(const char* data, size_t size) {
+  if (ssl_) {
+    ERR_clear_error();
+    const int n = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+    if (n > 0) return n;
+    switch (SSL_get_error(ssl_, n)) {
+      case SSL_ERROR_WANT_READ: want_ = POLLIN; return kWouldBlock;
+      case SSL_ERROR_WANT_WRITE: want_ = POLLOUT; return kWouldBlock;
+      default: return -1;
+    }
+  }
+  for (;;) {
+    const ssize_t n = ::send(fd_, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    want_ = POLLOUT;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : -1;
+  }
+}
+
+// Sends everything within the write timeout.
+bool Connection::send_all(const char* data, size_t size) {
+  const auto deadline = Clock::now() + limits_.write_timeout;
+  while (size > 0) {
+    if (fd_ < 0) return false;
+    const ssize_t n = raw_send(data, size);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n != kWouldBlock || Clock::now() >= deadline) return false;
+    pollfd p{fd_, want_, 0};
+    if (::poll(&p, 1, poll_ms(deadline)) < 0 && errno != EINTR) return false;
+    if (p.revents & (POLLERR | POLLNVAL)) return false;
+  }
+  return true;
+}
+
+bool Connection::handshake() {
+  if (!ssl_ || handshake_done_) return true;
+  ERR_clear_error();
+  const int r = SSL_do_handshake(ssl_);
+  if (r == 1) {
+    handshake_done_ = true;
+    want_ = POLLIN;
+    return true;
+  }
+  const int e = SSL_get_error(ssl_, r);
+  if (e == SSL_ERROR_WANT_READ) want_ = POLLIN;
+  else if (e == SSL_ERROR_WANT_WRITE) want_ = POLLOUT;
+  else socket_error_ = true;
+  return false;
+}
+
 bool Connection::fill_some() {
+  if (!handshake()) return !socket_error_;
+  // Read everything there is (TLS too: nothing stays hidden in the library's buffer, where poll()
+  // would not see it).
   for (;;) {
     const size_t old = in_.size();
     in_.resize(old + kReadChunk);
-    const ssize_t n = ::recv(fd_, in_.data() + old, kReadChunk, MSG_DONTWAIT);
+    const ssize_t n = raw_recv(in_.data() + old, kReadChunk);
     in_.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
-    if (n > 0) {
-      if (static_cast<size_t>(n) < kReadChunk) return true;
-      continue;
-    }
+    if (n > 0) continue;
     if (n == 0) {
       peer_eof_ = true;
       return true;
     }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+    if (n == kWouldBlock) return true;
     socket_error_ = true;
     return false;
   }
@@ -204,23 +290,15 @@ bool Connection::fill_some() {
 
 ssize_t Connection::read(char* data, size_t size) {
   if (size == 0) return 0;
-  if (buffered() == 0) {
+  const auto deadline = request_started_ + limits_.request_timeout;
+  if (buffered() == 0) want_ = POLLIN;  // a write may have left POLLOUT
+  while (buffered() == 0) {
     if (peer_eof_ || fd_ < 0) return 0;
-    const auto deadline = request_started_ + limits_.request_timeout;
-    for (;;) {
-      if (Clock::now() >= deadline) return -1;
-      pollfd p{fd_, POLLIN, 0};
-      const int r = ::poll(&p, 1, poll_ms(deadline));
-      if (r < 0 && errno != EINTR) return -1;
-      if (r <= 0) continue;
-      const ssize_t n = ::recv(fd_, data, size, MSG_DONTWAIT);
-      if (n > 0) return n;
-      if (n == 0) {
-        peer_eof_ = true;
-        return 0;
-      }
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
-    }
+    if (socket_error_ || Clock::now() >= deadline) return -1;
+    pollfd p{fd_, want_, 0};
+    const int r = ::poll(&p, 1, poll_ms(deadline));
+    if (r < 0 && errno != EINTR) return -1;
+    if (r > 0 && !fill_some()) return -1;
   }
   const size_t n = std::min(size, buffered());
   std::memcpy(data, in_.data() + in_off_, n);
@@ -238,23 +316,7 @@ ssize_t Connection::write(const char* data, size_t size) {
     }
     ++data, --size, ++probe_matched_;
   }
-  const auto deadline = Clock::now() + limits_.write_timeout;
-  while (size > 0) {
-    if (fd_ < 0) return -1;
-    const ssize_t n = ::send(fd_, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      data += n;
-      size -= static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-    if (Clock::now() >= deadline) return -1;
-    pollfd p{fd_, POLLOUT, 0};
-    if (::poll(&p, 1, poll_ms(deadline)) < 0 && errno != EINTR) return -1;
-    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return -1;
-  }
-  return static_cast<ssize_t>(total);
+  return send_all(data, size) ? static_cast<ssize_t>(total) : -1;
 }
 
 bool Connection::readable() const {
@@ -278,9 +340,9 @@ bool Connection::client_gone() {
   if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
   if (p.revents & POLLRDHUP) peer_eof_ = true;
   if (peer_eof_ && probe_sent_ == 0) {
-    const ssize_t n = ::send(fd_, kStatusPrefix.data(), kStatusPrefix.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
-    probe_sent_ = static_cast<size_t>(n);
+    // Sent whole (a TLS record must not be left half-written before the response's own bytes).
+    if (!send_all(kStatusPrefix.data(), kStatusPrefix.size())) return true;
+    probe_sent_ = kStatusPrefix.size();
   }
   return false;
 }
@@ -291,6 +353,7 @@ struct ConnectionPoller::Impl {
   ConnectionLimits limits;
   Dispatch dispatch;
   ErrorBody error_body;
+  SSL_CTX* tls = nullptr;
   int listen_fd = -1;
   int wake_fd = -1;
   std::atomic<bool> draining{false};
@@ -312,9 +375,10 @@ struct ConnectionPoller::Impl {
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}", status,
         reason_phrase(status), error_body ? "application/json" : "text/plain", body.size(), body);
     DG_LOG_DEBUG("http", "{}:{} -> {} ({})", c.remote_ip_, c.remote_port_, status, message);
+    if (c.ssl_ && !c.handshake_done_) return;  // no channel to answer on yet
     // Best effort: a client that does not read its error is not waited for.
-    [[maybe_unused]] auto n = ::send(c.fd_, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    ::shutdown(c.fd_, SHUT_WR);
+    [[maybe_unused]] auto n = c.raw_send(text.data(), text.size());
+    if (!c.ssl_) ::shutdown(c.fd_, SHUT_WR);
   }
 
   void close_conn(const std::shared_ptr<Connection>& c) {
@@ -374,7 +438,19 @@ struct ConnectionPoller::Impl {
       }
       const int yes = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
-      waiting.push_back(std::shared_ptr<Connection>(new Connection(fd, limits)));
+      auto c = std::shared_ptr<Connection>(new Connection(fd, limits));
+      if (tls) {
+        c->ssl_ = SSL_new(tls);
+        if (!c->ssl_ || SSL_set_fd(c->ssl_, fd) != 1) {
+          DG_LOG_WARN("http", "TLS set-up failed for a connection");
+          continue;  // c closes the descriptor
+        }
+        SSL_set_accept_state(c->ssl_);
+        // The handshake counts as the start of the first request (its deadline applies).
+        c->request_in_progress_ = true;
+        c->request_started_ = Clock::now();
+      }
+      waiting.push_back(std::move(c));
       ++open;
     }
   }
@@ -409,6 +485,7 @@ struct ConnectionPoller::Impl {
       }
       c->request_in_progress_ = false;
       c->idle_since_ = Clock::now();
+      c->want_ = POLLIN;
       if (examine(c)) waiting.push_back(c);  // pipelined bytes may already hold the next request
     }
   }
@@ -447,7 +524,7 @@ struct ConnectionPoller::Impl {
       if (can_accept) fds.push_back({listen_fd, POLLIN, 0});
       auto next = Clock::now() + std::chrono::seconds(1);
       for (auto it = waiting.begin(); it != waiting.end(); ++it) {
-        fds.push_back({(*it)->fd_, POLLIN, 0});
+        fds.push_back({(*it)->fd_, (*it)->want_, 0});
         where.push_back(it);
         const Connection& c = **it;
         next = std::min(next, c.request_in_progress_ ? c.request_started_ + limits.request_timeout
@@ -481,8 +558,32 @@ struct ConnectionPoller::Impl {
   }
 };
 
-ConnectionPoller::ConnectionPoller(ConnectionLimits limits, Dispatch dispatch, ErrorBody error_body)
+namespace {
+std::string tls_error() {
+  char buf[256] = {0};
+  const unsigned long e = ERR_get_error();
+  if (e == 0) return "unknown error";
+  ERR_error_string_n(e, buf, sizeof(buf));
+  return buf;
+}
+}  // namespace
+
+ConnectionPoller::ConnectionPoller(ConnectionLimits limits, Dispatch dispatch, ErrorBody error_body, const TlsFiles& tls)
     : impl_(std::make_unique<Impl>()) {
+  if (!tls.certfile.empty() || !tls.keyfile.empty()) {
+    if (tls.certfile.empty() || tls.keyfile.empty()) fail_arg("TLS needs both --ssl-certfile and --ssl-keyfile");
+    SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx) fail_arg("TLS: {}", tls_error());
+    impl_->tls = ctx;
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if (SSL_CTX_use_certificate_chain_file(ctx, tls.certfile.c_str()) != 1)
+      fail_arg("--ssl-certfile {}: {}", tls.certfile, tls_error());
+    if (SSL_CTX_use_PrivateKey_file(ctx, tls.keyfile.c_str(), SSL_FILETYPE_PEM) != 1)
+      fail_arg("--ssl-keyfile {}: {}", tls.keyfile, tls_error());
+    if (SSL_CTX_check_private_key(ctx) != 1)
+      fail_arg("--ssl-keyfile {} does not match --ssl-certfile {}", tls.keyfile, tls.certfile);
+  }
   impl_->limits = limits;
   impl_->dispatch = std::move(dispatch);
   impl_->error_body = std::move(error_body);
@@ -505,7 +606,10 @@ ConnectionPoller::ConnectionPoller(ConnectionLimits limits, Dispatch dispatch, E
 ConnectionPoller::~ConnectionPoller() {
   if (impl_->listen_fd >= 0) ::close(impl_->listen_fd);
   for (auto& c : impl_->waiting) c->close_now();
+  impl_->waiting.clear();
   if (impl_->wake_fd >= 0) ::close(impl_->wake_fd);
+  // Busy connections hold an SSL of this context; OpenSSL counts references, so freeing here is safe.
+  if (impl_->tls) SSL_CTX_free(impl_->tls);
 }
 
 int ConnectionPoller::bind(const std::string& host, int port) {

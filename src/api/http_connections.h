@@ -15,6 +15,9 @@
 #include <string>
 #include <string_view>
 
+typedef struct ssl_st SSL;
+typedef struct ssl_ctx_st SSL_CTX;
+
 namespace dgemma {
 
 struct ConnectionLimits {
@@ -24,6 +27,12 @@ struct ConnectionLimits {
   std::chrono::milliseconds request_timeout{30000};    // first byte to last byte of one request (408)
   std::chrono::milliseconds keep_alive_timeout{5000};  // an idle connection between requests is closed
   std::chrono::milliseconds write_timeout{30000};      // a client that stops reading is dropped
+};
+
+// TLS for every connection (vLLM's --ssl-keyfile / --ssl-certfile), with OpenSSL.
+struct TlsFiles {
+  std::string certfile;  // PEM certificate chain
+  std::string keyfile;   // PEM private key
 };
 
 // How far a buffer holds one request (pure; see frame_request).
@@ -74,7 +83,11 @@ class Connection {
  private:
   friend class ConnectionPoller;
   Connection(int fd, const ConnectionLimits& limits);
-  bool fill_some();  // poller: non-blocking read of what is there; false when the socket failed
+  bool fill_some();  // non-blocking read of what is there (after the TLS handshake); false on failure
+  bool handshake();  // TLS: advances the handshake; true once done (always true without TLS)
+  ssize_t raw_recv(char* data, size_t size);
+  ssize_t raw_send(const char* data, size_t size);
+  bool send_all(const char* data, size_t size);
   size_t buffered() const { return in_.size() - in_off_; }
   std::string_view pending() const { return std::string_view(in_).substr(in_off_); }
   void consume(size_t n);
@@ -82,6 +95,9 @@ class Connection {
 
   int fd_;
   const ConnectionLimits& limits_;
+  SSL* ssl_ = nullptr;
+  bool handshake_done_ = false;
+  short want_ = 0x001;  // POLLIN, or POLLOUT when TLS waits to write
   std::string in_;
   size_t in_off_ = 0;
   bool peer_eof_ = false;
@@ -104,7 +120,8 @@ class ConnectionPoller {
   // The body of the errors the poller answers itself (400, 408, 413, 431, 501).
   using ErrorBody = std::function<std::string(int status, const std::string& message)>;
 
-  ConnectionPoller(ConnectionLimits limits, Dispatch dispatch, ErrorBody error_body);
+  // tls: empty certfile for plain HTTP; otherwise throws Error (kInvalidArgument) for unusable files.
+  ConnectionPoller(ConnectionLimits limits, Dispatch dispatch, ErrorBody error_body, const TlsFiles& tls = {});
   ~ConnectionPoller();
   ConnectionPoller(const ConnectionPoller&) = delete;
   ConnectionPoller& operator=(const ConnectionPoller&) = delete;

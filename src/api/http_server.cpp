@@ -450,7 +450,8 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
   limits.write_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(o.write_timeout);
   impl_->poller = std::make_unique<ConnectionPoller>(
       limits, [impl](std::shared_ptr<Connection> c) { impl->pool->enqueue([impl, c] { impl->answer(c); }); },
-      [impl](int status, const std::string& message) { return impl->plain_error(status, message).body; });
+      [impl](int status, const std::string& message) { return impl->plain_error(status, message).body; },
+      TlsFiles{o.ssl_certfile, o.ssl_keyfile});
   // Errors the library produces itself (404, 413, 400 on a malformed request, ...) and handler
   // responses that carry no body get a proper error body.
   s.set_error_handler(httplib::Server::HandlerWithResponse([impl](const httplib::Request& req, httplib::Response& res) {

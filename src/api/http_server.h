@@ -77,6 +77,7 @@ struct HttpServerOptions {
   int keep_alive_timeout_s = 5;
   int keep_alive_max_requests = 100;
   std::string root_path;  // e.g. "/llm": every route is also served under it
+  std::string ssl_certfile, ssl_keyfile;  // both set: HTTPS only
   CorsPolicy cors;
 };
 

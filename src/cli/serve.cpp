@@ -303,9 +303,8 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
     fail_arg("--kv-cache-dtype {}: the KV cache is bfloat16 (auto or bfloat16 are accepted)", f.kv_cache_dtype);
   if (!f.quantization.empty() && f.quantization != "none")
     fail_arg("--quantization {}: quantised weights are not supported yet; serve the bfloat16 checkpoint", f.quantization);
-  if (!f.ssl_keyfile.empty() || !f.ssl_certfile.empty())
-    fail_arg("--ssl-keyfile/--ssl-certfile: TLS is not built into dgemma's HTTP layer yet; terminate TLS in a "
-             "reverse proxy (nginx, Caddy, Envoy) in front of it");
+  if (f.ssl_keyfile.empty() != f.ssl_certfile.empty())
+    fail_arg("TLS needs both --ssl-keyfile and --ssl-certfile");
   for (const auto& [flag, value] : f.no_effect)
     DG_LOG_INFO("serve", "{}{}: accepted for vLLM compatibility; a tuning knob with no effect in dgemma", flag,
                 value.empty() ? "" : " " + value);
@@ -393,6 +392,8 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   h.cors.allowed_methods = list_flag(f.allowed_methods, "--allowed-methods", {"*"});
   h.cors.allowed_headers = list_flag(f.allowed_headers, "--allowed-headers", {"*"});
   h.cors.allow_credentials = f.allow_credentials;
+  h.ssl_certfile = f.ssl_certfile;
+  h.ssl_keyfile = f.ssl_keyfile;
   return p;
 }
 
@@ -493,8 +494,8 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
     stop_cv.notify_all();
   });
   std::thread http_thread([&] { http.serve(); });
-  DG_LOG_INFO("serve", "listening on http://{}:{}{} (model loading; /health answers 503 until ready)", p.http.host, port,
-              p.http.root_path);
+  DG_LOG_INFO("serve", "listening on {}://{}:{}{} (model loading; /health answers 503 until ready)",
+              p.http.ssl_certfile.empty() ? "http" : "https", p.http.host, port, p.http.root_path);
 
   std::shared_ptr<EngineInterface> engine;
   int rc = 0;
@@ -653,8 +654,8 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_flag("--allow-credentials", f->allow_credentials, "CORS: allow credentials");
   sub->add_option("--root-path", f->root_path, "Also serve every route under this path prefix (behind a proxy)");
   sub->add_option("--response-role", f->response_role, "Role of chat completion messages (default assistant)");
-  sub->add_option("--ssl-keyfile", f->ssl_keyfile, "Refused: terminate TLS in a reverse proxy");
-  sub->add_option("--ssl-certfile", f->ssl_certfile, "Refused: terminate TLS in a reverse proxy");
+  sub->add_option("--ssl-keyfile", f->ssl_keyfile, "PEM private key: serve HTTPS (with --ssl-certfile)");
+  sub->add_option("--ssl-certfile", f->ssl_certfile, "PEM certificate chain: serve HTTPS (with --ssl-keyfile)");
   sub->add_option("--kv-cache-dtype", f->kv_cache_dtype, "auto or bfloat16 (the KV cache is bfloat16)");
   sub->add_option("--quantization,-q", f->quantization, "none only (quantised checkpoints are not supported yet)");
   sub->add_option("--data-parallel-size", f->data_parallel_size, "Must be 1 (also accepted as -dp 1)");

@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
@@ -248,7 +249,8 @@ describe('vLLM flags and exit codes', () => {
     for (const [args, pattern] of [
       [['--quantization', 'awq'], /--quantization awq: quantised weights are not supported yet/],
       [['--kv-cache-dtype', 'fp8'], /--kv-cache-dtype fp8: the KV cache is bfloat16/],
-      [['--ssl-keyfile', 'k.pem', '--ssl-certfile', 'c.pem'], /TLS is not built into dgemma's HTTP layer yet; terminate TLS in a reverse proxy/],
+      [['--ssl-keyfile', 'k.pem'], /TLS needs both --ssl-keyfile and --ssl-certfile/],
+      [['--ssl-keyfile', '/nonexistent/k.pem', '--ssl-certfile', '/nonexistent/c.pem'], /--ssl-certfile \/nonexistent\/c\.pem: /],
       [['-dp', '2'], /--data-parallel-size 2: dgemma runs one engine per process/],
       [['--pipeline-parallel-size', '2'], /--pipeline-parallel-size 2/],
       [['--root-path', 'llm'], /--root-path 'llm' must be a path starting with '\/'/],
@@ -274,6 +276,46 @@ describe('vLLM flags and exit codes', () => {
       for (const [flag] of knobs) assert.match(s.log(), new RegExp(`${flag}.*a tuning knob with no effect in dgemma`), flag);
     } finally {
       await s.stop();
+    }
+  });
+});
+
+describe('TLS', () => {
+  test('--ssl-keyfile/--ssl-certfile serve HTTPS: requests, a stream, keep-alive reuse; plain HTTP gets nothing', async () => {
+    const dir = makeModelDir({ script });
+    const key = path.join(dir, 'key.pem');
+    const cert = path.join(dir, 'cert.pem');
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert, '-days', '2',
+      '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });
+    const port = await freePort();
+    const t = spawnServe([dir, '--port', String(port), '--load-format', `scripted:${dir}/script.json`,
+      '--ssl-keyfile', key, '--ssl-certfile', cert]);
+    const agent = new https.Agent({ ca: fs.readFileSync(cert), keepAlive: true, maxSockets: 1 });
+    const get = (p, body) => new Promise((resolve, reject) => {
+      const req = https.request({ host: '127.0.0.1', port, path: p, agent, method: body ? 'POST' : 'GET',
+        headers: body ? { 'content-type': 'application/json' } : {} }, (res) => {
+        let text = '';
+        res.on('data', (d) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode, text, reused: req.reusedSocket }));
+      });
+      req.on('error', reject);
+      req.end(body ? JSON.stringify(body) : undefined);
+    });
+    try {
+      await waitFor(async () => (await get('/health').catch(() => ({}))).status === 200, { timeoutMs: 60000 });
+      assert.match(t.log(), /listening on https:\/\/127\.0\.0\.1:/);
+      const r = await get('/v1/chat/completions', { messages: user('hello') });
+      assert.equal(r.status, 200);
+      assert.equal(JSON.parse(r.text).choices[0].message.content, ' fine');
+      const s = await get('/v1/chat/completions', { messages: user('slow'), stream: true });
+      assert.match(s.text, /data: \[DONE\]/);
+      assert.equal((await get('/version')).reused, true);
+      const plain = await fetch(`http://127.0.0.1:${port}/health`).then((x) => x.status, () => 'refused');
+      assert.equal(plain, 'refused');
+    } finally {
+      agent.destroy();
+      t.proc.kill('SIGTERM');
+      assert.equal((await exitOf(t.proc)).code, 0);
     }
   });
 });
