@@ -220,7 +220,7 @@ describe('a server with CORS rules, --root-path, --response-role and a short req
     s = await startServer({
       modelDir: makeModelDir({ script }),
       args: ['--allowed-origins', '["https://ui.example"]', '--allow-credentials', '--allowed-headers', '["authorization","content-type"]',
-        '--root-path', '/llm', '--response-role', 'bot', '--request-read-timeout', '1'],
+        '--root-path', '/llm', '--response-role', 'bot', '--request-read-timeout', '1', '--max-connections', '16'],
     });
   });
   after(async () => s?.stop());
@@ -257,6 +257,26 @@ describe('a server with CORS rules, --root-path, --response-role and a short req
     const r = await postJson(s.url('/llm/v1/chat/completions'), { messages: user('hello') });
     assert.equal(r.status, 200);
     assert.equal(r.json.choices[0].message.role, 'bot');
+  });
+
+  test('at --max-connections the longest-waiting connection is closed to make room; /health still answers', async () => {
+    const socks = [];
+    let closedByServer = 0;
+    for (let i = 0; i < 40; i++) {
+      const c = net.connect(s.port, '127.0.0.1');
+      c.on('error', () => {});
+      c.on('data', () => {});
+      c.on('end', () => closedByServer++);
+      c.write('GET /health HTTP/1.1\r\nHost: x\r\n');  // never finished
+      socks.push(c);
+      await new Promise((r) => c.on('connect', r));
+    }
+    try {
+      for (let k = 0; k < 3; k++) assert.equal((await fetch(s.url('/health'))).status, 200);
+      await waitFor(async () => closedByServer >= 40 - 16);
+    } finally {
+      for (const c of socks) c.destroy();
+    }
   });
 
   test('a request whose headers are not complete within --request-read-timeout gets 408 and is closed', async () => {
