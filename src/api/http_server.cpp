@@ -49,8 +49,8 @@ bool HttpRequest::has_header(std::string_view name) const {
 
 namespace {
 
-// Connection workers: grows on demand up to max_threads, shrinks back to min_threads after idling.
-// Jobs beyond max_threads wait in FIFO order (the listening loop never blocks).
+// Request workers: grows on demand up to max_threads, shrinks back to min_threads after idling.
+// Jobs beyond max_threads wait in FIFO order (the poller never blocks).
 class DynamicThreadPool : public httplib::TaskQueue {
  public:
   DynamicThreadPool(size_t min_threads, size_t max_threads, std::atomic<size_t>& alive)

@@ -352,8 +352,9 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   h.port = f.port;
   if (f.max_request_bytes < 1024) fail_arg("--max-request-bytes must be at least 1024");
   h.max_body_bytes = static_cast<size_t>(f.max_request_bytes);
-  // Every running or queued request pins a connection thread while it waits (streams for their whole
-  // life), so the pool must hold them all plus headroom for /health, /metrics and idle keep-alives.
+  // Every running or queued request pins a worker while it waits (streams for their whole life), so
+  // the pool must hold them all plus headroom for /health and /metrics (idle or slow connections hold
+  // no worker: the poller keeps them).
   const size_t seqs = static_cast<size_t>(e.max_num_seqs);
   h.max_threads = std::min<size_t>(seqs + static_cast<size_t>(e.max_queue) + 32, 8192);
   h.min_threads = std::min<size_t>(h.max_threads, seqs + 4);
