@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "util/error.h"
@@ -386,9 +387,33 @@ struct ConnectionPoller::Impl {
     --open;
   }
 
+  // After an error answer the client may still be sending (a body the 413 refused): reading and
+  // dropping it for a moment lets the answer arrive, where closing at once would reset the connection.
+  static constexpr auto kLinger = std::chrono::seconds(2);
+  void linger(Connection& c) {
+    c.lingering_ = true;
+    c.linger_until_ = Clock::now() + kLinger;
+    c.in_.clear();
+    c.in_off_ = 0;
+  }
+
+  Clock::time_point deadline_of(const Connection& c) const {
+    if (c.lingering_) return c.linger_until_;
+    return c.request_in_progress_ ? c.request_started_ + limits.request_timeout : c.idle_since_ + limits.keep_alive_timeout;
+  }
+
   // Looks at what `c` has buffered: dispatches a complete request, answers a bad one. Returns false
   // when the connection left the waiting set (dispatched or closed).
   bool examine(const std::shared_ptr<Connection>& c) {
+    if (c->lingering_) {
+      c->in_.clear();
+      c->in_off_ = 0;
+      if (c->peer_eof_ || c->socket_error_) {
+        close_conn(c);
+        return false;
+      }
+      return true;
+    }
     if (c->buffered() == 0) {
       if (c->peer_eof_ || c->socket_error_) {
         close_conn(c);
@@ -404,8 +429,8 @@ struct ConnectionPoller::Impl {
     c->consume(f.skip);
     if (f.kind == RequestFraming::Kind::kError) {
       answer_error(*c, f.status, f.message);
-      close_conn(c);
-      return false;
+      linger(*c);
+      return true;
     }
     if (f.kind == RequestFraming::Kind::kIncomplete) {
       if (c->peer_eof_ || c->socket_error_) {
@@ -460,13 +485,16 @@ struct ConnectionPoller::Impl {
   bool evict_one() {
     auto victim = waiting.end();
     for (auto it = waiting.begin(); it != waiting.end(); ++it) {
-      auto key = [](const Connection& c) { return std::pair(c.request_in_progress_, c.request_in_progress_ ? c.request_started_ : c.idle_since_); };
+      // Lingering ones first, then idle keep-alives, then the oldest unfinished request.
+      auto key = [](const Connection& c) {
+        return std::tuple(!c.lingering_, c.request_in_progress_, c.request_in_progress_ ? c.request_started_ : c.idle_since_);
+      };
       if (victim == waiting.end() || key(**it) < key(**victim)) victim = it;
     }
     if (victim == waiting.end()) return false;
     DG_LOG_DEBUG("http", "connection limit ({}) reached: closing {}:{}", limits.max_connections, (*victim)->remote_ip_,
                  (*victim)->remote_port_);
-    if ((*victim)->request_in_progress_) answer_error(**victim, 503, "Too many connections");
+    if ((*victim)->request_in_progress_ && !(*victim)->lingering_) answer_error(**victim, 503, "Too many connections");
     close_conn(*victim);
     waiting.erase(victim);
     return true;
@@ -493,14 +521,16 @@ struct ConnectionPoller::Impl {
   void expire(Clock::time_point now) {
     for (auto it = waiting.begin(); it != waiting.end();) {
       Connection& c = **it;
-      const bool partial = c.request_in_progress_;
-      const auto deadline = partial ? c.request_started_ + limits.request_timeout : c.idle_since_ + limits.keep_alive_timeout;
-      if (now < deadline) {
+      if (now < deadline_of(c)) {
         ++it;
         continue;
       }
-      if (partial)
+      if (c.request_in_progress_ && !c.lingering_) {
         answer_error(c, 408, fmt::format("Request not received within {} s", limits.request_timeout.count() / 1000.0));
+        linger(c);
+        ++it;
+        continue;
+      }
       close_conn(*it);
       it = waiting.erase(it);
     }
@@ -526,9 +556,7 @@ struct ConnectionPoller::Impl {
       for (auto it = waiting.begin(); it != waiting.end(); ++it) {
         fds.push_back({(*it)->fd_, (*it)->want_, 0});
         where.push_back(it);
-        const Connection& c = **it;
-        next = std::min(next, c.request_in_progress_ ? c.request_started_ + limits.request_timeout
-                                                     : c.idle_since_ + limits.keep_alive_timeout);
+        next = std::min(next, deadline_of(**it));
       }
       const int r = ::poll(fds.data(), fds.size(), poll_ms(next) + 1);
       if (r < 0 && errno != EINTR) {

@@ -108,6 +108,8 @@ class Connection {
   std::chrono::steady_clock::time_point request_started_;
   std::chrono::steady_clock::time_point idle_since_;
   bool request_in_progress_ = false;
+  bool lingering_ = false;  // answered with an error; input is dropped until linger_until_
+  std::chrono::steady_clock::time_point linger_until_;
   std::string remote_ip_, local_ip_;
   int remote_port_ = 0, local_port_ = 0;
 };
