@@ -273,7 +273,11 @@ bool Connection::fill_some() {
   if (!handshake()) return !socket_error_;
   // Read everything there is (TLS too: nothing stays hidden in the library's buffer, where poll()
   // would not see it).
+  // At most one request's worth ahead (the framing decides before more is needed), so a client that
+  // sends without pause cannot grow the buffer.
+  const size_t cap = limits_.max_header_bytes + limits_.max_body_bytes + kReadChunk;
   for (;;) {
+    if (buffered() > cap) return true;
     const size_t old = in_.size();
     in_.resize(old + kReadChunk);
     const ssize_t n = raw_recv(in_.data() + old, kReadChunk);
@@ -296,6 +300,10 @@ ssize_t Connection::read(char* data, size_t size) {
   while (buffered() == 0) {
     if (peer_eof_ || fd_ < 0) return 0;
     if (socket_error_ || Clock::now() >= deadline) return -1;
+    if (ssl_ && SSL_pending(ssl_) > 0) {  // decrypted bytes poll() cannot see
+      if (!fill_some()) return -1;
+      continue;
+    }
     pollfd p{fd_, want_, 0};
     const int r = ::poll(&p, 1, poll_ms(deadline));
     if (r < 0 && errno != EINTR) return -1;
@@ -360,6 +368,8 @@ struct ConnectionPoller::Impl {
   std::atomic<bool> draining{false};
   std::atomic<bool> stopping{false};
   std::atomic<size_t> open{0};
+  Clock::time_point accept_paused_until{};
+  Clock::time_point last_fd_warning{};
   std::list<std::shared_ptr<Connection>> waiting;  // poller thread only
   mutable std::mutex mu;
   std::vector<std::pair<std::shared_ptr<Connection>, bool>> returned;  // under mu
@@ -448,13 +458,26 @@ struct ConnectionPoller::Impl {
   }
 
   void accept_all() {
-    for (;;) {
+    // A bounded batch, so the connections just accepted get read before more arrive.
+    for (int batch = 0; batch < 64; ++batch) {
       sockaddr_storage ss{};
       socklen_t len = sizeof(ss);
       const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR) continue;
-        if (errno == EMFILE || errno == ENFILE) DG_LOG_WARN("http", "out of file descriptors; connection left in the backlog");
+        if (errno == EMFILE || errno == ENFILE) {
+          // The listening socket stays readable: pause accepting briefly instead of spinning, and
+          // make room by closing the longest-waiting connection.
+          const bool made_room = evict_one();
+          const auto now = Clock::now();
+          if (now - last_fd_warning > std::chrono::seconds(10)) {
+            last_fd_warning = now;
+            DG_LOG_WARN("http", "out of file descriptors ({} connections open); closing the longest-waiting ones",
+                        open.load());
+          }
+          if (made_room) continue;
+          accept_paused_until = now + std::chrono::milliseconds(100);  // every connection is busy
+        }
         return;
       }
       if (open.load() >= limits.max_connections && !evict_one()) {
@@ -485,9 +508,11 @@ struct ConnectionPoller::Impl {
   bool evict_one() {
     auto victim = waiting.end();
     for (auto it = waiting.begin(); it != waiting.end(); ++it) {
-      // Lingering ones first, then idle keep-alives, then the oldest unfinished request.
+      // Lingering ones first, then idle keep-alives, then by age the unfinished requests and the new
+      // connections that have sent nothing yet (so the newest goes last).
       auto key = [](const Connection& c) {
-        return std::tuple(!c.lingering_, c.request_in_progress_, c.request_in_progress_ ? c.request_started_ : c.idle_since_);
+        const bool keep_alive_idle = !c.request_in_progress_ && c.served_ > 0;
+        return std::tuple(!c.lingering_, !keep_alive_idle, keep_alive_idle ? c.idle_since_ : c.request_started_);
       };
       if (victim == waiting.end() || key(**it) < key(**victim)) victim = it;
     }
@@ -514,6 +539,7 @@ struct ConnectionPoller::Impl {
       c->request_in_progress_ = false;
       c->idle_since_ = Clock::now();
       c->want_ = POLLIN;
+      if (c->ssl_ && SSL_pending(c->ssl_) > 0) c->fill_some();  // decrypted bytes poll() cannot see
       if (examine(c)) waiting.push_back(c);  // pipelined bytes may already hold the next request
     }
   }
@@ -550,9 +576,11 @@ struct ConnectionPoller::Impl {
       fds.clear();
       where.clear();
       fds.push_back({wake_fd, POLLIN, 0});
-      const bool can_accept = listen_fd >= 0 && (open.load() < limits.max_connections || !waiting.empty());
+      const bool can_accept = listen_fd >= 0 && (open.load() < limits.max_connections || !waiting.empty()) &&
+                              Clock::now() >= accept_paused_until;
       if (can_accept) fds.push_back({listen_fd, POLLIN, 0});
       auto next = Clock::now() + std::chrono::seconds(1);
+      if (listen_fd >= 0 && !can_accept) next = std::min(next, std::max(accept_paused_until, Clock::now() + std::chrono::milliseconds(1)));
       for (auto it = waiting.begin(); it != waiting.end(); ++it) {
         fds.push_back({(*it)->fd_, (*it)->want_, 0});
         where.push_back(it);

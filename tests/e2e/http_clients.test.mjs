@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { makeModelDir, metrics, postJson, sample, sleep, startServer, streamRaw, waitFor } from './helpers.mjs';
+import { spawn } from 'node:child_process';
+import { BIN, freePort, makeModelDir, metrics, postJson, sample, sleep, startServer, streamRaw, waitFor } from './helpers.mjs';
 
 const Q = '<|"|>';
 const script = {
@@ -155,6 +156,33 @@ describe('status codes and connection handling', () => {
     } finally {
       clearInterval(trickle);
       for (const s of socks) s.destroy();
+    }
+  });
+});
+
+describe('out of file descriptors', () => {
+  test('with the descriptor limit reached, the longest-waiting connections are closed and /health answers', async () => {
+    // `ulimit -n 120` in a shell that then becomes the server: fewer descriptors than the flood below.
+    const dir = makeModelDir({ script });
+    const port = await freePort();
+    const proc = spawn('sh', ['-c', 'ulimit -n 120 && exec "$0" "$@"', BIN, 'serve', dir, '--port', String(port),
+      '--load-format', `scripted:${dir}/script.json`], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    proc.stderr.on('data', (d) => (log += d));
+    const socks = [];
+    try {
+      await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/health`).catch(() => ({}))).status === 200, { timeoutMs: 60000 });
+      for (let i = 0; i < 200; i++) {
+        const c = net.connect(port, '127.0.0.1');
+        c.on('error', () => {});
+        c.write('GET /health HTTP/1.1\r\n');
+        socks.push(c);
+      }
+      await waitFor(async () => log.includes('out of file descriptors'));
+      for (let k = 0; k < 3; k++) assert.equal((await fetch(`http://127.0.0.1:${port}/health`)).status, 200);
+    } finally {
+      for (const c of socks) c.destroy();
+      proc.kill('SIGTERM');
     }
   });
 });
