@@ -107,6 +107,20 @@ describe('model forms (vLLM): MODEL, --model, repo ids in the local cache', () =
     assert.equal((await exitOf(t.proc)).code, 0);
   });
 
+  test('--tokenizer names where tokenizer.json comes from', async () => {
+    const dir = makeModelDir({ script });
+    fs.rmSync(path.join(dir, 'tokenizer.json'));
+    const r = await runCli(['serve', dir, '--load-format', `scripted:${dir}/script.json`]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /has no tokenizer\.json \(--tokenizer names another place\)/);
+    const s = await startServer({ modelDir: dir, args: ['--tokenizer', makeModelDir({ script })] });
+    try {
+      assert.equal((await postJson(s.url('/tokenize'), { prompt: 'one two three' })).json.count, 3);
+    } finally {
+      await s.stop();
+    }
+  });
+
   test('an id absent from the cache says exactly what to download; --revision and --download-dir are honoured', async () => {
     const { root } = makeCache('acme/tiny-dg');
     const env = { HF_HUB_CACHE: root };
