@@ -315,6 +315,10 @@ struct HttpServer::Impl {
     HttpRequest r;
     r.method = req.method;
     r.path = req.path;
+    // Handlers (and the API-key check) see the path without the --root-path prefix.
+    const std::string& root = options.root_path;
+    if (!root.empty() && r.path.size() > root.size() && r.path.compare(0, root.size(), root) == 0 && r.path[root.size()] == '/')
+      r.path.erase(0, root.size());
     // The library is done with the body: take it instead of copying (a prompt may be 30 MB).
     r.body = std::move(const_cast<std::string&>(req.body));
     r.http_version = req.version;

@@ -248,7 +248,7 @@ describe('a server with CORS rules, --root-path, --response-role and a short req
     s = await startServer({
       modelDir: makeModelDir({ script }),
       args: ['--allowed-origins', '["https://ui.example"]', '--allow-credentials', '--allowed-headers', '["authorization","content-type"]',
-        '--root-path', '/llm', '--response-role', 'bot', '--request-read-timeout', '1', '--max-connections', '16'],
+        '--root-path', '/llm', '--response-role', 'bot', '--served-model-name', 'acme/tiny-root', '--request-read-timeout', '1', '--max-connections', '16'],
     });
   });
   after(async () => s?.stop());
@@ -285,6 +285,20 @@ describe('a server with CORS rules, --root-path, --response-role and a short req
     const r = await postJson(s.url('/llm/v1/chat/completions'), { messages: user('hello') });
     assert.equal(r.status, 200);
     assert.equal(r.json.choices[0].message.role, 'bot');
+    const card = await (await fetch(s.url('/llm/v1/models/acme/tiny-root'))).json();
+    assert.equal(card.id, 'acme/tiny-root');
+  });
+
+  test('the API key guards the prefixed routes as well', async () => {
+    const k = await startServer({ modelDir: makeModelDir({ script }), args: ['--root-path', '/llm', '--api-key', 'sekret'] });
+    try {
+      for (const p of ['/v1/models', '/llm/v1/models']) {
+        assert.equal((await fetch(k.url(p))).status, 401, p);
+        assert.equal((await fetch(k.url(p), { headers: { authorization: 'Bearer sekret' } })).status, 200, p);
+      }
+    } finally {
+      await k.stop();
+    }
   });
 
   test('at --max-connections the longest-waiting connection is closed to make room; /health still answers', async () => {
