@@ -735,6 +735,7 @@ void ConnectionPoller::release(std::shared_ptr<Connection> c, bool keep_open) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->busy.erase(c.get());
     ++c->served_;
+    c->probe_sent_ = c->probe_matched_ = 0;  // per response
     impl_->returned.emplace_back(std::move(c), keep_open && !impl_->stopping);
   }
   impl_->wake();
