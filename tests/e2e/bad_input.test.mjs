@@ -252,7 +252,7 @@ describe('accepted oddities', () => {
 // ---- HTTP layer, on raw sockets ----
 
 // Sends raw bytes; resolves with what came back once `until(text)` holds, the server closes, or the
-// timeout passes. The socket is never half-closed (cpp-httplib drops half-closed requests unanswered).
+// timeout passes. (Half-closed clients are covered in http_clients.test.mjs.)
 function rawExchange(data, { timeoutMs = 5000, until = (t) => /\r\n\r\n/.test(t) } = {}) {
   return new Promise((resolve) => {
     const sock = net.connect(server.port, '127.0.0.1');
