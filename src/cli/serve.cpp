@@ -474,9 +474,8 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
   api.attach(http);
   const int port = http.bind();  // a taken port is an error here, before anything loads
 
-  // 0: running; 1: a stop was asked for (drain).
-  std::atomic<bool> stop{false};
-  std::atomic<bool> loaded{false};
+  std::atomic<bool> stop{false};    // a signal asked for the drain
+  std::atomic<bool> loaded{false};  // until then a signal exits at once
   std::mutex stop_mu;
   std::condition_variable stop_cv;
   signals.start([&](int sig) {
