@@ -252,6 +252,14 @@ void add_cors_origin(const CorsPolicy& c, const std::string& origin, httplib::Re
   if (c.allow_credentials) res.set_header("Access-Control-Allow-Credentials", "true");
 }
 
+// A request path as it may appear in a log line (no control characters, bounded).
+std::string loggable_path(const std::string& path) {
+  std::string p = path.size() > 200 ? path.substr(0, 200) + "..." : path;
+  for (char& ch : p)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == ' ' || ch == 0x7f) ch = '?';
+  return p;
+}
+
 bool safe_header_value(const std::string& v) { return v.find_first_of("\r\n") == std::string::npos && v.size() < 4096; }
 
 }  // namespace
@@ -267,6 +275,14 @@ struct HttpServer::Impl {
   std::atomic<size_t> threads_alive{0};
   int bound_port = -1;
   bool registered = false;
+
+  void log_unrouted(const httplib::Request& req, int status, const std::string& message) const {
+    const std::string path = loggable_path(req.path);
+    if (options.access_log)
+      DG_LOG_INFO("access", "{} {} {} {}", req.remote_addr.empty() ? "-" : req.remote_addr,
+                  loggable_path(req.method), path, status);
+    DG_LOG_DEBUG("http", "{} {} -> {}: {}", loggable_path(req.method), path, status, loggable_path(message));
+  }
 
   HttpResponse plain_error(int status, const std::string& message) const {
     HttpResponse r;
@@ -332,6 +348,7 @@ struct HttpServer::Impl {
     auto it = methods.find(req.method);
     if (it == methods.end()) {
       out = plain_error(405, fmt::format("Method {} not allowed for {}", req.method, path));
+      log_unrouted(req, 405, "method not allowed");
       std::string allow;
       for (const auto& [m, h] : methods) allow += (allow.empty() ? "" : ", ") + m;
       out.headers.emplace_back("Allow", allow);
@@ -464,6 +481,8 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
     if (res.status == 404) message = fmt::format("Not found: {} {}", req.method, req.path);
     if (res.status == 413)
       message = fmt::format("Request body too large (limit {} bytes)", impl->options.max_body_bytes);
+    // Errors no handler saw still get their access line, and their reason at debug level.
+    impl->log_unrouted(req, res.status, message);
     HttpResponse out = impl->plain_error(res.status, message);
     res.set_content(out.body, out.content_type);
     return httplib::Server::HandlerResponse::Handled;

@@ -78,6 +78,7 @@ struct HttpServerOptions {
   int keep_alive_max_requests = 100;
   std::string root_path;  // e.g. "/llm": every route is also served under it
   std::string ssl_certfile, ssl_keyfile;  // both set: HTTPS only
+  bool access_log = true;  // an access line for the errors no handler answers (404, 405, 400 ...)
   CorsPolicy cors;
 };
 

@@ -393,6 +393,7 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   h.cors.allowed_methods = list_flag(f.allowed_methods, "--allowed-methods", {"*"});
   h.cors.allowed_headers = list_flag(f.allowed_headers, "--allowed-headers", {"*"});
   h.cors.allow_credentials = f.allow_credentials;
+  h.access_log = p.api.access_log;
   h.ssl_certfile = f.ssl_certfile;
   h.ssl_keyfile = f.ssl_keyfile;
   return p;

@@ -346,6 +346,8 @@ describe('logs', () => {
       assert.match(log, new RegExp(`access +127\\.0\\.0\\.1 POST /v1/chat/completions 200 [\\d.]+ms ${r.json.id} ` +
         `prompt_tokens=${r.json.usage.prompt_tokens} completion_tokens=${r.json.usage.completion_tokens} canvases=\\d+ steps=\\d+`));
       assert.match(log, /access +127\.0\.0\.1 GET \/health 200 /);
+      assert.equal((await fetch(s.url('/no/such/path'))).status, 404);
+      await waitFor(async () => /access +127\.0\.0\.1 GET \/no\/such\/path 404/.test(s.log()));
       assert.match(log, /stats +Avg prompt throughput: [\d.]+ tokens\/s, Avg generation throughput: [\d.]+ tokens\/s, Running: \d+ reqs, Waiting: \d+ reqs, KV cache usage: [\d.]+%, engine steps: [\d.]+\/s/);
       assert.match(log, /sampler defaults \(--generation-config auto\): max_denoising_steps 48, entropy_bound 0\.1, t_min 0\.4, t_max 0\.8/);
     } finally {
