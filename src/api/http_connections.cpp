@@ -51,6 +51,14 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// Client bytes quoted in a message: bounded, control characters replaced.
+std::string printable(std::string_view v) {
+  std::string out(v.substr(0, 40));
+  for (char& ch : out)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+  return out;
+}
+
 int poll_ms(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, 1000));
@@ -128,14 +136,13 @@ RequestFraming frame_request(std::string_view buf, const ConnectionLimits& limit
     const std::string_view value = trim(line.substr(colon + 1));
     if (iequals(name, "Content-Length")) {
       if (value.empty() || value.size() > 18 || value.find_first_not_of("0123456789") != std::string_view::npos)
-        return error(400, fmt::format("Invalid Content-Length '{}'", std::string(value.substr(0, 40))));
+        return error(400, fmt::format("Invalid Content-Length '{}'", printable(value)));
       const uint64_t v = std::stoull(std::string(value));
       if (content_length && *content_length != v) return error(400, "Conflicting Content-Length headers");
       content_length = v;
     } else if (iequals(name, "Transfer-Encoding")) {
       if (!iequals(value, "chunked"))
-        return error(501, fmt::format("Transfer-Encoding '{}' is not supported (only chunked)",
-                                      std::string(value.substr(0, 40))));
+        return error(501, fmt::format("Transfer-Encoding '{}' is not supported (only chunked)", printable(value)));
       chunked = true;
     } else if (iequals(name, "Expect")) {
       expect_continue = iequals(value, "100-continue");
@@ -385,6 +392,8 @@ struct ConnectionPoller::Impl {
     const std::string text = fmt::format(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}", status,
         reason_phrase(status), error_body ? "application/json" : "text/plain", body.size(), body);
+    // The request line is not trusted to be printable: the access line says what was refused, not what was sent.
+    if (limits.access_log) DG_LOG_INFO("access", "{} - (request refused before routing) {}", c.remote_ip_, status);
     DG_LOG_DEBUG("http", "{}:{} -> {} ({})", c.remote_ip_, c.remote_port_, status, message);
     if (c.ssl_ && !c.handshake_done_) return;  // no channel to answer on yet
     // Best effort: a client that does not read its error is not waited for.

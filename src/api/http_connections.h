@@ -27,6 +27,7 @@ struct ConnectionLimits {
   std::chrono::milliseconds request_timeout{30000};    // first byte to last byte of one request (408)
   std::chrono::milliseconds keep_alive_timeout{5000};  // an idle connection between requests is closed
   std::chrono::milliseconds write_timeout{30000};      // a client that stops reading is dropped
+  bool access_log = true;  // an access line for each error the poller answers itself
 };
 
 // TLS for every connection (vLLM's --ssl-keyfile / --ssl-certfile), with OpenSSL.

@@ -469,6 +469,7 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
   limits.request_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(o.read_timeout);
   limits.keep_alive_timeout = std::chrono::seconds(o.keep_alive_timeout_s);
   limits.write_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(o.write_timeout);
+  limits.access_log = o.access_log;
   impl_->poller = std::make_unique<ConnectionPoller>(
       limits, [impl](std::shared_ptr<Connection> c) { impl->pool->enqueue([impl, c] { impl->answer(c); }); },
       [impl](int status, const std::string& message) { return impl->plain_error(status, message).body; },
