@@ -78,29 +78,30 @@ ApiError api_error_from_exception(std::exception_ptr ep) {
   return out;
 }
 
-ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, int64_t max_tokens) {
+ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, int64_t max_tokens,
+                              const std::string& param) {
   ApiError e;
   e.status = 400;
   e.type = "invalid_request_error";
   e.code = "context_length_exceeded";
-  e.param = "messages";
+  e.param = param;
   e.message = fmt::format(
       "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
-      "messages, {} in the completion). Please reduce the length of the messages or completion.",
-      max_model_len, prompt_tokens + max_tokens, prompt_tokens, max_tokens);
+      "{}, {} in the completion). Please reduce the length of the {} or completion.",
+      max_model_len, prompt_tokens + max_tokens, prompt_tokens, param, max_tokens, param);
   return e;
 }
 
-ApiError prompt_too_long_error(int64_t max_model_len, int64_t prompt_tokens) {
+ApiError prompt_too_long_error(int64_t max_model_len, int64_t prompt_tokens, const std::string& param, bool at_least) {
   ApiError e;
   e.status = 400;
   e.type = "invalid_request_error";
   e.code = "context_length_exceeded";
-  e.param = "messages";
+  e.param = param;
   e.message = fmt::format(
-      "This model's maximum context length is {} tokens. However, your request has {} input tokens. "
-      "Please reduce the length of the input messages.",
-      max_model_len, prompt_tokens);
+      "This model's maximum context length is {} tokens. However, your request has {}{} input tokens. "
+      "Please reduce the length of the input {}.",
+      max_model_len, at_least ? "at least " : "", prompt_tokens, param == "prompt" ? "prompt" : "messages");
   return e;
 }
 

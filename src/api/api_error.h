@@ -27,8 +27,12 @@ ApiError api_error_from(const Error& e);
 ApiError api_error_from_exception(std::exception_ptr ep);
 
 // Context overflow in vLLM's wording (clients pattern-match it), code "context_length_exceeded".
-ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, int64_t max_tokens);
-ApiError prompt_too_long_error(int64_t max_model_len, int64_t prompt_tokens);
+// `param`: "messages" (chat) or "prompt" (completions). at_least: the count is a lower bound (the
+// prompt was not tokenised to its end).
+ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, int64_t max_tokens,
+                              const std::string& param = "messages");
+ApiError prompt_too_long_error(int64_t max_model_len, int64_t prompt_tokens, const std::string& param = "messages",
+                               bool at_least = false);
 
 Json error_json(const ApiError& e);
 HttpResponse error_response(const ApiError& e);

@@ -48,6 +48,10 @@ void ApiServer::set_ready(LoadedModel model) {
 }
 
 void ApiServer::begin_shutdown() { shutting_down_ = true; }
+void ApiServer::cut_running() {
+  shutting_down_ = true;
+  cut_ = true;
+}
 
 HttpResponse ApiServer::not_ready() const {
   ApiError e;
@@ -85,7 +89,17 @@ void ApiServer::log_unknown_keys(const std::vector<std::string>& keys) {
   }
 }
 
+void ApiServer::access_log(const HttpRequest& req, int status, double started, const std::string& note) const {
+  if (!opt_.access_log) return;
+  std::string path = req.path.size() > 200 ? req.path.substr(0, 200) + "..." : req.path;
+  for (char& ch : path)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == ' ') ch = '?';  // no log-line injection
+  DG_LOG_INFO("access", "{} {} {} {} {:.2f}ms{}{}", req.remote_addr.empty() ? "-" : req.remote_addr, req.method, path,
+              status, (now_seconds() - started) * 1e3, note.empty() ? "" : " ", note);
+}
+
 HttpResponse ApiServer::guarded(const HttpRequest& req, HttpResponse (ApiServer::*handler)(const HttpRequest&)) {
+  const double started = now_seconds();
   HttpResponse out;
   if (ApiKeyAuth::is_protected_path(req.path) && !auth_.check(req)) {
     ApiError e;
@@ -104,6 +118,24 @@ HttpResponse ApiServer::guarded(const HttpRequest& req, HttpResponse (ApiServer:
   }
   if (out.status >= 400 && (req.path == "/v1/chat/completions" || req.path == "/v1/completions"))
     metrics_->on_http_error();
+  if (out.status >= 400 && out.status < 500)
+    DG_LOG_DEBUG("api", "{} {} -> {}: {}", req.method, req.path.substr(0, 200), out.status, out.body.substr(0, 500));
+  if (out.stream) {
+    // A stream's line is written when it ends (its status is 200 by then; the note says how it went).
+    auto close = std::move(out.on_close);
+    auto note = out.access_note;
+    HttpRequest head;
+    head.method = req.method;
+    head.path = req.path;
+    head.remote_addr = req.remote_addr;
+    out.on_close = [this, close = std::move(close), note = std::move(note), head = std::move(head), started,
+                    status = out.status](bool completed) {
+      if (close) close(completed);
+      access_log(head, status, started, (note ? note() + " " : std::string()) + (completed ? "stream=done" : "stream=cut"));
+    };
+  } else {
+    access_log(req, out.status, started, out.access_note ? out.access_note() : std::string());
+  }
   return out;
 }
 
@@ -125,11 +157,13 @@ void ApiServer::attach(HttpServer& http) {
   http.route("GET", "/version", bind(&ApiServer::version));
   http.route("GET", "/metrics", bind(&ApiServer::metrics));
   http.route("GET", "/v1/models", bind(&ApiServer::models));
+  http.route("GET", "/v1/models/*", bind(&ApiServer::model_by_id));
   http.route("POST", "/v1/chat/completions", bind(&ApiServer::chat_completions));
   http.route("POST", "/v1/completions", bind(&ApiServer::completions));
   http.route("POST", "/tokenize", bind(&ApiServer::tokenize));
   http.route("POST", "/detokenize", bind(&ApiServer::detokenize));
-  for (const char* path : {"/v1/embeddings", "/v1/responses", "/v1/audio/transcriptions", "/v1/rerank"}) {
+  for (const char* path : {"/v1/embeddings", "/v1/responses", "/v1/audio/transcriptions", "/v1/rerank", "/v1/messages",
+                           "/v1/score", "/v1/audio/translations", "/pooling", "/classify"}) {
     http.route("POST", path, bind(&ApiServer::not_supported));
   }
 }
@@ -160,18 +194,32 @@ HttpResponse ApiServer::metrics(const HttpRequest&) {
 HttpResponse ApiServer::models(const HttpRequest&) {
   auto m = model();
   if (!m) return not_ready();
-  static const int64_t created = static_cast<int64_t>(std::time(nullptr));
   Json data = Json::array();
-  for (const auto& name : opt_.served_names)
-    data.push_back(Json{{"id", name},
-                        {"object", "model"},
-                        {"created", created},
-                        {"owned_by", "dgemma"},
-                        {"root", opt_.model_path},
-                        {"parent", nullptr},
-                        {"max_model_len", m->engine->max_model_len()},
-                        {"permission", Json::array()}});
+  for (const auto& name : opt_.served_names) data.push_back(model_card(name, *m));
   return json_response(Json{{"object", "list"}, {"data", std::move(data)}});
+}
+
+Json ApiServer::model_card(const std::string& name, const LoadedModel& m) const {
+  static const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  return Json{{"id", name},
+              {"object", "model"},
+              {"created", created},
+              {"owned_by", "dgemma"},
+              {"root", opt_.model_path},
+              {"parent", nullptr},
+              {"max_model_len", m.engine->max_model_len()},
+              {"permission", Json::array()}};
+}
+
+// GET /v1/models/{id} (the official client's models.retrieve); ids may contain '/' (org/name).
+HttpResponse ApiServer::model_by_id(const HttpRequest& req) {
+  auto m = model();
+  if (!m) return not_ready();
+  const std::string id = req.path.substr(std::string_view("/v1/models/").size());
+  for (const auto& name : opt_.served_names)
+    if (name == id) return json_response(model_card(name, *m));
+  std::string shown = id.substr(0, 200);
+  return error_response(404, "not_found_error", fmt::format("The model `{}` does not exist.", shown), "model");
 }
 
 HttpResponse ApiServer::chat_completions(const HttpRequest& req) { return generate(req, Endpoint::kChat); }
@@ -181,44 +229,59 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
   const double arrival = now_seconds();
   auto m = model();
   if (!m || shutting_down_) return not_ready();
-  const Json body = parse_request_body(req.body);
+  Json body = parse_request_body(req.body);
   ParsedRequest pr = endpoint == Endpoint::kChat ? parse_chat_request(body, policy(*m))
                                                  : parse_completion_request(body, policy(*m));
+  Json().swap(body);  // the parsed request holds what is needed (a large prompt is not kept twice)
   log_unknown_keys(pr.unknown_keys);
+  for (const auto& k : pr.ignored_sampling) {
+    std::lock_guard<std::mutex> lock(unknown_mu_);
+    if (unknown_logged_.insert("sampling:" + k).second)
+      DG_LOG_INFO("api", "'{}' accepted but has no effect: the entropy-bound diffusion sampler has no such setting "
+                  "(logged once)", k);
+  }
 
   const int64_t max_len = m->engine->max_model_len();
+  const std::string prompt_param = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  // Tokenising stops once a prompt is certainly too long (unless it is to be truncated anyway).
+  const int64_t limit = pr.truncate_prompt_tokens ? 0 : max_len - 1;
   std::vector<PreparedPrompt> prompts;
-  if (endpoint == Endpoint::kChat) {
-    ChatTemplateOptions o;
-    o.add_generation_prompt = pr.add_generation_prompt;
-    o.extra_kwargs = pr.template_kwargs;
-    PreparedPrompt p;
-    p.tokens = m->prompts->chat(pr.messages, pr.tools, o);
-    const size_t tail = std::min<size_t>(p.tokens.size(), 8);
-    p.starts_in_reasoning = prompt_opens_reasoning(
-        m->tokenizer->decode(std::span<const int32_t>(p.tokens.data() + p.tokens.size() - tail, tail), false));
-    prompts.push_back(std::move(p));
-  } else {
-    for (auto& in : pr.prompts) {
+  try {
+    if (endpoint == Endpoint::kChat) {
+      ChatTemplateOptions o;
+      o.add_generation_prompt = pr.add_generation_prompt;
+      o.extra_kwargs = pr.template_kwargs;
       PreparedPrompt p;
-      if (in.is_tokens) {
-        p.tokens = std::move(in.tokens);
-        if (pr.echo) p.echo_text = m->tokenizer->decode(p.tokens, false);
-      } else {
-        p.tokens = m->prompts->text(in.text);
-        p.echo_text = std::move(in.text);
-      }
+      p.tokens = m->prompts->chat(pr.messages, pr.tools, o, limit);
+      const size_t tail = std::min<size_t>(p.tokens.size(), 8);
+      p.starts_in_reasoning = prompt_opens_reasoning(
+          m->tokenizer->decode(std::span<const int32_t>(p.tokens.data() + p.tokens.size() - tail, tail), false));
       prompts.push_back(std::move(p));
+    } else {
+      for (auto& in : pr.prompts) {
+        PreparedPrompt p;
+        if (in.is_tokens) {
+          p.tokens = std::move(in.tokens);
+          if (pr.echo) p.echo_text = m->tokenizer->decode(p.tokens, false);
+        } else {
+          p.tokens = m->prompts->text(in.text, limit);
+          p.echo_text = std::move(in.text);
+        }
+        prompts.push_back(std::move(p));
+      }
     }
+  } catch (const PromptTooLong& e) {
+    return error_response(prompt_too_long_error(max_len, e.at_least, prompt_param, /*at_least=*/true));
   }
   for (auto& p : prompts) {
     if (pr.truncate_prompt_tokens && static_cast<int64_t>(p.tokens.size()) > *pr.truncate_prompt_tokens)
       p.tokens.erase(p.tokens.begin(), p.tokens.end() - *pr.truncate_prompt_tokens);
-    if (p.tokens.empty()) fail_param(endpoint == Endpoint::kChat ? "messages" : "prompt", "the prompt is empty");
+    if (p.tokens.empty()) fail_param(prompt_param, "the prompt is empty");
     const int64_t plen = static_cast<int64_t>(p.tokens.size());
-    if (plen >= max_len) return error_response(prompt_too_long_error(max_len, plen));
+    if (plen >= max_len) return error_response(prompt_too_long_error(max_len, plen, prompt_param));
     if (pr.max_tokens) {
-      if (*pr.max_tokens > max_len - plen) return error_response(context_length_error(max_len, plen, *pr.max_tokens));
+      if (*pr.max_tokens > max_len - plen)
+        return error_response(context_length_error(max_len, plen, *pr.max_tokens, prompt_param));
       p.max_tokens = *pr.max_tokens;
     } else {
       p.max_tokens = max_len - plen;
@@ -230,16 +293,20 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
   ctx.engine = m->engine.get();
   ctx.tokenizer = m->tokenizer.get();
   ctx.metrics = metrics_.get();
-  ctx.shutting_down = &shutting_down_;
+  ctx.shutting_down = &cut_;
   ctx.reasoning_parser = opt_.reasoning_parser;
+  ctx.response_role = opt_.response_role;
   const bool stream = pr.stream;
   const std::string id = make_request_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
   // The generation keeps the engine and tokenizer alive through `m` for as long as it runs.
   struct Holder {
     std::shared_ptr<const LoadedModel> model;
     std::unique_ptr<Generation> gen;
+    std::atomic<int>* active;
+    explicit Holder(std::atomic<int>* a) : active(a) { ++*active; }
+    ~Holder() { --*active; }
   };
-  auto holder = std::make_shared<Holder>();
+  auto holder = std::make_shared<Holder>(&active_);
   holder->model = m;
   holder->gen = std::make_unique<Generation>(ctx, std::move(pr), std::move(prompts), id, arrival);
   holder->gen->start();
@@ -247,6 +314,7 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
 
   const auto ping = opt_.ping_interval;
   HttpResponse r;
+  r.access_note = [holder] { return holder->gen->id() + " " + holder->gen->access_note(); };
   if (stream) {
     r.content_type = "text/event-stream";
     r.headers.emplace_back("Cache-Control", "no-cache");
@@ -277,40 +345,33 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
     return r;
   }
 
-  auto finished = [](const Generation& g) {
-    if (g.failed()) {
-      ApiError e;
-      e.status = 500;
-      e.type = "server_error";
-      e.message = g.error_message();
-      return error_json(e);
-    }
-    return g.response_json();
-  };
-  if (holder->gen->wait_done(ping)) {
-    HttpResponse done = json_response(finished(*holder->gen), holder->gen->failed() ? 500 : 200);
-    return done;
-  }
-  // Still running after a ping interval: switch to a chunked body that starts with JSON-insignificant
-  // whitespace written every interval, so a client that hung up is noticed and its request cancelled.
-  // (The status is 200 from here on; a later engine failure is reported in the error body.)
-  r.content_type = "application/json; charset=utf-8";
-  r.stream = [holder, ping, finished](BodyWriter& w) {
-    Generation& g = *holder->gen;
-    if (g.wait_done(ping)) {
-      w.write(json_text(finished(g)));
-      return false;
-    }
-    if (!w.write(" ")) {
+  // Non-streaming: wait for the whole answer without writing anything, so the status stays the real
+  // one (a failure after minutes is still a 500, not a 200 with an error body). A client that hangs
+  // up is noticed on its socket meanwhile, and its request is cancelled.
+  Generation& g = *holder->gen;
+  const auto check = std::min<std::chrono::milliseconds>(ping, std::chrono::milliseconds(200));
+  while (!g.wait_done(check)) {
+    if (req.client_gone && req.client_gone()) {
+      DG_LOG_DEBUG("api", "{}: client went away; cancelled", id);
       g.abandon();
-      return false;
+      HttpResponse gone = error_response(499, "client_closed_request", "The client closed the connection");
+      gone.access_note = r.access_note;
+      return gone;
     }
-    return true;
-  };
-  r.on_close = [holder](bool completed) {
-    if (!completed) holder->gen->abandon();
-  };
-  return r;
+  }
+  HttpResponse done;
+  if (g.failed()) {
+    ApiError e;
+    e.status = g.cut_by_shutdown() ? 503 : 500;
+    e.type = e.status == 503 ? "unavailable_error" : "server_error";
+    e.message = g.error_message();
+    if (e.status == 503) e.retry_after_s = 1;
+    done = error_response(e);
+  } else {
+    done = json_response(g.response_json());
+  }
+  done.access_note = r.access_note;
+  return done;
 }
 
 HttpResponse ApiServer::tokenize(const HttpRequest& req) {
@@ -332,7 +393,11 @@ HttpResponse ApiServer::tokenize(const HttpRequest& req) {
     ChatTemplateOptions o;
     o.add_generation_prompt = pr.add_generation_prompt;
     o.extra_kwargs = pr.template_kwargs;
-    tokens = m->prompts->chat(pr.messages, pr.tools, o);
+    try {
+      tokens = m->prompts->chat(pr.messages, pr.tools, o, m->engine->max_model_len());
+    } catch (const PromptTooLong& e) {
+      return error_response(prompt_too_long_error(m->engine->max_model_len(), e.at_least, "messages", true));
+    }
   } else {
     auto it = body.find("prompt");
     if (it == body.end() || !it->is_string()) fail_param("prompt", "'prompt' (a string) or 'messages' is required");
@@ -343,7 +408,11 @@ HttpResponse ApiServer::tokenize(const HttpRequest& req) {
           std::find(opt_.served_names.begin(), opt_.served_names.end(), mo->get<std::string>()) == opt_.served_names.end())
         throw Error(ErrorKind::kNotFound, fmt::format("The model `{}` does not exist.", mo->dump()), "model");
     }
-    tokens = m->prompts->text(it->get<std::string>());
+    try {
+      tokens = m->prompts->text(it->get<std::string>(), m->engine->max_model_len());
+    } catch (const PromptTooLong& e) {
+      return error_response(prompt_too_long_error(m->engine->max_model_len(), e.at_least, "prompt", true));
+    }
   }
   Json out{{"count", tokens.size()}, {"max_model_len", m->engine->max_model_len()}, {"tokens", tokens}};
   if (want_strs) {

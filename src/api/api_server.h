@@ -34,6 +34,8 @@ struct ApiServerOptions {
   std::optional<int64_t> default_max_tokens;  // --override-generation-config max_new_tokens
   int64_t max_model_len_hint = 0;             // for metric buckets before the engine is up
   std::chrono::milliseconds ping_interval{10000};
+  bool access_log = true;                 // one info line per request
+  std::string response_role = "assistant";
 };
 
 // What becomes available once the model has loaded.
@@ -52,8 +54,12 @@ class ApiServer {
   void attach(HttpServer& http);
   // Until this is called every endpoint but /health, /version and /metrics answers 503.
   void set_ready(LoadedModel model);
-  // Ends open streams with an error event and refuses new work (server shutdown).
+  // Refuses new work (503, /health too); requests already running go on (graceful drain).
   void begin_shutdown();
+  // Ends every running request: streams get an error event, waiting ones a 503 (drain time is up).
+  void cut_running();
+  // Generation requests not yet answered in full.
+  int active_requests() const { return active_.load(); }
 
   // The handlers (public for tests).
   HttpResponse health(const HttpRequest& req);
@@ -65,6 +71,7 @@ class ApiServer {
   HttpResponse tokenize(const HttpRequest& req);
   HttpResponse detokenize(const HttpRequest& req);
   HttpResponse not_supported(const HttpRequest& req);
+  HttpResponse model_by_id(const HttpRequest& req);
 
   const ServerMetrics& server_metrics() const { return *metrics_; }
 
@@ -74,6 +81,8 @@ class ApiServer {
   HttpResponse not_ready() const;
   void log_unknown_keys(const std::vector<std::string>& keys);
   RequestPolicy policy(const LoadedModel& m) const;
+  Json model_card(const std::string& name, const LoadedModel& m) const;
+  void access_log(const HttpRequest& req, int status, double started, const std::string& note) const;
   HttpResponse guarded(const HttpRequest& req, HttpResponse (ApiServer::*handler)(const HttpRequest&));
 
   ApiServerOptions opt_;
@@ -82,6 +91,8 @@ class ApiServer {
   mutable std::mutex mu_;
   std::shared_ptr<const LoadedModel> model_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> cut_{false};
+  std::atomic<int> active_{0};
   std::mutex unknown_mu_;
   std::set<std::string> unknown_logged_;
 };

@@ -40,6 +40,7 @@ OutputDelta ChoiceOutput::release(std::string_view text, bool final) {
       d.reasoning += f.reasoning;
       content += f.content;
     }
+    if (opt_.drop_reasoning) d.reasoning.clear();
   } else {
     content.assign(text);
   }

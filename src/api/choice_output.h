@@ -25,6 +25,7 @@ struct ChoiceOutputOptions {
   std::vector<int32_t> stop_token_ids;
   bool skip_special_tokens = true;  // ignored (false) when a parser is on: the parsers need the markers
   bool reasoning = false;           // split reasoning from content
+  bool drop_reasoning = false;      // ... and drop the reasoning (no --reasoning-parser, markers visible)
   bool thinking_enabled = false;
   bool starts_in_reasoning = false;  // the prompt ended inside an open thought channel
   bool tools = false;               // extract tool calls

@@ -70,9 +70,12 @@ void Generation::start() {
   base.include_stop_str = req_.include_stop_str_in_output;
   base.stop_token_ids = req_.stop_token_ids;
   base.skip_special_tokens = req_.skip_special_tokens;
-  base.reasoning = chat && ctx_.reasoning_parser;
   base.thinking_enabled = chat && thinking_enabled(req_.template_kwargs);
   base.tools = chat && req_.tool_choice == ToolChoiceMode::kAuto;
+  // The tool parser keeps the markers in the text, so the thought channel is parsed then too (and,
+  // without --reasoning-parser, dropped) rather than reaching the content raw.
+  base.reasoning = chat && (ctx_.reasoning_parser || base.tools);
+  base.drop_reasoning = !ctx_.reasoning_parser;
   base.parallel_tool_calls = req_.parallel_tool_calls;
   base.logprobs = req_.logprobs;
   if (ctx_.metrics) ctx_.metrics->on_request_params(req_.n, req_.max_tokens.value_or(0));
@@ -195,6 +198,8 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
       ++c.canvases;
       c.denoising_steps += ev.steps;
       if (ctx_.metrics) ctx_.metrics->on_canvas(ev.steps, ev.tokens.size(), gap);
+      ++canvases_;
+      steps_ += ev.steps;
       OutputDelta d = c.out->feed(ev.tokens, ev.logprobs);
       if (!d.empty()) {
         c.total.append(OutputDelta(d));
@@ -282,7 +287,8 @@ Generation::Status Generation::pump(std::chrono::milliseconds timeout, std::vect
     }
     if (!all_done() && ctx_.shutting_down && ctx_.shutting_down->load()) {
       error_ = "the server is shutting down";
-      cancel_all();
+      cut_ = true;
+      abandon();  // counted as aborted; the engine requests are cancelled
       for (auto& c : choices_) c->done = true;
       Event e;
       e.kind = Event::Kind::kError;
@@ -303,6 +309,13 @@ Json Generation::chunk_base() const {
               {"object", chat ? "chat.completion.chunk" : "text_completion"},
               {"created", created_},
               {"model", req_.model}};
+}
+
+std::string Generation::access_note() const {
+  int64_t prompt = 0, completion = 0;
+  for (const auto& p : prompts_) prompt += static_cast<int64_t>(p.tokens.size());
+  for (const auto& c : choices_) completion += c->out->completion_tokens();
+  return fmt::format("prompt_tokens={} completion_tokens={} canvases={} steps={}", prompt, completion, canvases_, steps_);
 }
 
 Json Generation::usage_json() const {
@@ -382,7 +395,7 @@ std::string Generation::stream_prologue() {
     Json chunk = chunk_base();
     if (req_.endpoint == Endpoint::kChat) {
       chunk["choices"] = Json::array({Json{{"index", c->index},
-                                           {"delta", Json{{"role", "assistant"}, {"content", ""}}},
+                                           {"delta", Json{{"role", ctx_.response_role}, {"content", ""}}},
                                            {"logprobs", nullptr},
                                            {"finish_reason", nullptr}}});
     } else {
@@ -449,8 +462,8 @@ Generation::Status Generation::stream_step(std::chrono::milliseconds timeout, st
         if (error_sent_) break;
         error_sent_ = true;
         ApiError err;
-        err.status = 500;
-        err.type = "server_error";
+        err.status = cut_ ? 503 : 500;
+        err.type = cut_ ? "unavailable_error" : "server_error";
         err.message = e.text;
         out += sse_data(error_json(err));
         break;
@@ -490,7 +503,7 @@ Json Generation::response_json() const {
     const OutputDelta& t = c->total;
     Json choice{{"index", c->index}};
     if (chat) {
-      Json msg{{"role", "assistant"}};
+      Json msg{{"role", ctx_.response_role}};
       // Tool calls: the deltas of one call concatenate to its arguments.
       Json calls = Json::array();
       for (const auto& tc : t.tool_calls) {

@@ -24,6 +24,7 @@ struct GenerationContext {
   ServerMetrics* metrics = nullptr;
   const std::atomic<bool>* shutting_down = nullptr;
   bool reasoning_parser = false;  // --reasoning-parser gemma4 (chat only)
+  std::string response_role = "assistant";  // --response-role
 };
 
 struct PreparedPrompt {
@@ -60,8 +61,12 @@ class Generation {
   Json response_json() const;
   bool failed() const { return !error_.empty(); }
   const std::string& error_message() const { return error_; }
+  // The request was cut because the server stops (answer 503, not 500).
+  bool cut_by_shutdown() const { return cut_; }
 
   const std::string& id() const { return id_; }
+  // "prompt_tokens=.. completion_tokens=.. canvases=.. steps=.." for the access log.
+  std::string access_note() const;
 
  private:
   struct Choice;
@@ -86,6 +91,8 @@ class Generation {
   std::shared_ptr<StreamWaker> waker_;
   std::string error_;
   bool error_sent_ = false;
+  bool cut_ = false;
+  int64_t canvases_ = 0, steps_ = 0;
   bool epilogue_sent_ = false;
   std::atomic<bool> cancelled_{false};
 };

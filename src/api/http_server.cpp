@@ -1,7 +1,10 @@
-// cpp-httplib 0.11.4 behind the HttpServer interface. Pitfalls handled here: Debian
-// ships the library compiled, so the thread pool is replaced through new_task_queue (the default one
-// is fixed at max(8, cores-1) threads and every open connection, streaming or keep-alive, pins one);
-// the payload cap defaults to unlimited; streamed responses must write to notice a gone client.
+// cpp-httplib 0.11.4 behind the HttpServer interface, used for what it does well: parsing a request,
+// routing, writing a response. The sockets are ours (api/http_connections.h): the library's own loop
+// pins a worker per connection, times reads out per recv (slow headers are never cut), drops bytes
+// that follow a request (pipelining) and binds with SO_REUSEPORT (a second server shares the port).
+// Each buffered request goes to Server::process_request over a Stream on our connection. Other
+// pitfalls: the payload cap defaults to unlimited; streamed responses must write
+// to notice a gone client.
 #include "api/http_server.h"
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 
 #include <httplib.h>
 
+#include "api/http_connections.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -45,8 +49,8 @@ bool HttpRequest::has_header(std::string_view name) const {
 
 namespace {
 
-// Connection workers: grows on demand up to max_threads, shrinks back to min_threads after idling.
-// Jobs beyond max_threads wait in FIFO order (the listening loop never blocks).
+// Request workers: grows on demand up to max_threads, shrinks back to min_threads after idling.
+// Jobs beyond max_threads wait in FIFO order (the poller never blocks).
 class DynamicThreadPool : public httplib::TaskQueue {
  public:
   DynamicThreadPool(size_t min_threads, size_t max_threads, std::atomic<size_t>& alive)
@@ -173,6 +177,41 @@ class SinkWriter : public BodyWriter {
   bool ok_ = true;
 };
 
+// The library's server with its request processor opened up; "live" is what its streamed responses
+// poll to learn that the server stops (it compares the listening socket with INVALID_SOCKET).
+class LibServer : public httplib::Server {
+ public:
+  using httplib::Server::process_request;
+  void set_live(bool live) { svr_sock_ = live ? 0 : INVALID_SOCKET; }
+};
+
+// A Connection seen as the library's Stream.
+class ConnectionStream : public httplib::Stream {
+ public:
+  explicit ConnectionStream(Connection& c) : c_(c) {}
+  bool is_readable() const override { return c_.readable(); }
+  bool is_writable() const override { return c_.writable(); }
+  ssize_t read(char* ptr, size_t size) override { return c_.read(ptr, size); }
+  ssize_t write(const char* ptr, size_t size) override { return c_.write(ptr, size); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = c_.remote_ip();
+    port = c_.remote_port();
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = c_.local_ip();
+    port = c_.local_port();
+  }
+  // The library reads this only for its select() guard (descriptors >= FD_SETSIZE get a 500); our
+  // I/O uses poll(), which has no such limit, so no descriptor is reported.
+  socket_t socket() const override { return INVALID_SOCKET; }
+
+ private:
+  Connection& c_;
+};
+
+// The connection whose request this worker thread is answering (for HttpRequest::client_gone).
+thread_local Connection* tl_connection = nullptr;
+
 // Shared between the provider and the releaser of one streamed response.
 struct StreamState {
   std::function<bool(BodyWriter&)> stream;
@@ -187,17 +226,63 @@ struct StreamState {
   ~StreamState() { close(false); }
 };
 
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+bool cors_origin_allowed(const CorsPolicy& c, const std::string& origin) {
+  return contains(c.allowed_origins, "*") || contains(c.allowed_origins, origin);
+}
+
+// The Access-Control-Allow-Origin/-Credentials headers for an allowed origin.
+void add_cors_origin(const CorsPolicy& c, const std::string& origin, httplib::Response& res) {
+  const bool any = contains(c.allowed_origins, "*");
+  if (any && !c.allow_credentials) {
+    res.set_header("Access-Control-Allow-Origin", "*");
+  } else {
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+  }
+  if (c.allow_credentials) res.set_header("Access-Control-Allow-Credentials", "true");
+}
+
+// A request path as it may appear in a log line (no control characters, bounded).
+std::string loggable_path(const std::string& path) {
+  std::string p = path.size() > 200 ? path.substr(0, 200) + "..." : path;
+  for (char& ch : p)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == ' ' || ch == 0x7f) ch = '?';
+  return p;
+}
+
+bool safe_header_value(const std::string& v) { return v.find_first_of("\r\n") == std::string::npos && v.size() < 4096; }
+
 }  // namespace
 
 struct HttpServer::Impl {
   HttpServerOptions options;
-  httplib::Server server;
+  LibServer server;
+  std::unique_ptr<ConnectionPoller> poller;
+  std::unique_ptr<DynamicThreadPool> pool;
   std::map<std::string, std::map<std::string, HttpHandler>> routes;  // path -> method -> handler
   std::function<HttpResponse(std::exception_ptr)> exception_mapper;
   std::function<std::string(int, const std::string&)> error_body;
   std::atomic<size_t> threads_alive{0};
   int bound_port = -1;
   bool registered = false;
+
+  void log_unrouted(const httplib::Request& req, int status, const std::string& message) const {
+    const std::string path = loggable_path(req.path);
+    if (options.access_log)
+      DG_LOG_INFO("access", "{} {} {} {}", req.remote_addr.empty() ? "-" : req.remote_addr,
+                  loggable_path(req.method), path, status);
+    DG_LOG_DEBUG("http", "{} {} -> {}: {}", loggable_path(req.method), path, status, loggable_path(message));
+  }
 
   HttpResponse plain_error(int status, const std::string& message) const {
     HttpResponse r;
@@ -246,9 +331,15 @@ struct HttpServer::Impl {
     HttpRequest r;
     r.method = req.method;
     r.path = req.path;
-    r.body = req.body;
+    // Handlers (and the API-key check) see the path without the --root-path prefix.
+    const std::string& root = options.root_path;
+    if (!root.empty() && r.path.size() > root.size() && r.path.compare(0, root.size(), root) == 0 && r.path[root.size()] == '/')
+      r.path.erase(0, root.size());
+    // The library is done with the body: take it instead of copying (a prompt may be 30 MB).
+    r.body = std::move(const_cast<std::string&>(req.body));
     r.http_version = req.version;
     r.remote_addr = req.remote_addr;
+    if (Connection* c = tl_connection) r.client_gone = [c] { return c->client_gone(); };
     r.headers.reserve(req.headers.size());
     for (const auto& [k, v] : req.headers) r.headers.emplace_back(k, v);
 
@@ -257,6 +348,7 @@ struct HttpServer::Impl {
     auto it = methods.find(req.method);
     if (it == methods.end()) {
       out = plain_error(405, fmt::format("Method {} not allowed for {}", req.method, path));
+      log_unrouted(req, 405, "method not allowed");
       std::string allow;
       for (const auto& [m, h] : methods) allow += (allow.empty() ? "" : ", ") + m;
       out.headers.emplace_back("Allow", allow);
@@ -278,11 +370,78 @@ struct HttpServer::Impl {
     apply(std::move(out), res);
   }
 
+  // A worker answers the one request `c` has buffered, then hands the connection back.
+  void answer(std::shared_ptr<Connection> c) {
+    ConnectionStream strm(*c);
+    const bool last = c->served() + 1 >= std::max(1, options.keep_alive_max_requests) || poller->draining();
+    bool closed = false, ok = false;
+    tl_connection = c.get();
+    try {
+      ok = server.process_request(strm, last, closed, nullptr);
+    } catch (const std::exception& e) {
+      DG_LOG_ERROR("http", "request processing failed: {}", e.what());
+    }
+    tl_connection = nullptr;
+    const bool keep = ok && !closed && !last;
+    poller->release(std::move(c), keep);
+  }
+
+  // A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method), answered for any path.
+  void preflight(const httplib::Request& req, httplib::Response& res) {
+    const CorsPolicy& c = options.cors;
+    std::string origin = req.get_header_value("Origin");
+    if (!safe_header_value(origin)) origin.clear();
+    const std::string method = req.get_header_value("Access-Control-Request-Method");
+    if (c.allowed_origins.empty() || origin.empty() || method.empty()) {
+      HttpResponse out = plain_error(405, fmt::format("Method OPTIONS not allowed for {}", req.path));
+      res.status = 405;
+      res.set_content(out.body, out.content_type);
+      return;
+    }
+    std::string problem;
+    if (!cors_origin_allowed(c, origin)) problem = "Disallowed CORS origin";
+    else if (!contains(c.allowed_methods, "*") && !contains(c.allowed_methods, method)) problem = "Disallowed CORS method";
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    if (problem.empty() && !asked.empty() && !contains(c.allowed_headers, "*")) {
+      size_t pos = 0;
+      while (pos <= asked.size()) {
+        size_t comma = asked.find(',', pos);
+        if (comma == std::string::npos) comma = asked.size();
+        std::string h = asked.substr(pos, comma - pos);
+        while (!h.empty() && h.front() == ' ') h.erase(0, 1);
+        while (!h.empty() && h.back() == ' ') h.pop_back();
+        bool ok = h.empty();
+        for (const auto& a : c.allowed_headers) ok = ok || header_name_equals(a, h);
+        for (const char* simple : {"Accept", "Accept-Language", "Content-Language", "Content-Type"})
+          ok = ok || header_name_equals(simple, h);
+        if (!ok) problem = "Disallowed CORS headers";
+        pos = comma + 1;
+      }
+    }
+    res.status = problem.empty() ? 200 : 400;
+    if (problem.empty() || cors_origin_allowed(c, origin)) add_cors_origin(c, origin, res);
+    res.set_header("Access-Control-Allow-Methods",
+                   contains(c.allowed_methods, "*") ? "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT" : join(c.allowed_methods));
+    if (contains(c.allowed_headers, "*")) {
+      if (!asked.empty() && safe_header_value(asked)) res.set_header("Access-Control-Allow-Headers", asked);
+    } else {
+      res.set_header("Access-Control-Allow-Headers", join(c.allowed_headers));
+    }
+    res.set_header("Access-Control-Max-Age", "600");
+    res.set_content(problem.empty() ? "OK" : problem, "text/plain; charset=utf-8");
+  }
+
   void register_routes() {
     if (registered) return;
     registered = true;
+    server.Options(".*", [this](const httplib::Request& req, httplib::Response& res) { preflight(req, res); });
     for (const auto& [path, methods] : routes) {
-      const std::string pattern = regex_escape(path);
+      // With --root-path the route also answers under the prefix (a proxy that does not strip it).
+      // A path ending in '*' matches any non-empty rest.
+      const bool prefix = !path.empty() && path.back() == '*';
+      const std::string exact = prefix ? regex_escape(path.substr(0, path.size() - 1)) + ".+" : regex_escape(path);
+      const std::string pattern =
+          options.root_path.empty() ? exact : "(?:" + regex_escape(options.root_path) + ")?" + exact;
       auto handler = [this, path = path](const httplib::Request& req, httplib::Response& res) {
         dispatch(path, req, res);
       };
@@ -300,15 +459,21 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
   auto& o = impl_->options;
   auto& s = impl_->server;
   Impl* impl = impl_.get();
-  s.new_task_queue = [impl] {
-    return new DynamicThreadPool(impl->options.min_threads, impl->options.max_threads, impl->threads_alive);
-  };
-  s.set_payload_max_length(o.max_body_bytes);
-  s.set_read_timeout(o.read_timeout);
-  s.set_write_timeout(o.write_timeout);
+  s.set_payload_max_length(o.max_body_bytes);  // chunked bodies (Content-Length ones are framed by the poller)
   s.set_keep_alive_timeout(o.keep_alive_timeout_s);
   s.set_keep_alive_max_count(static_cast<size_t>(std::max(1, o.keep_alive_max_requests)));
-  s.set_tcp_nodelay(true);
+  s.set_live(true);
+  ConnectionLimits limits;
+  limits.max_connections = o.max_connections;
+  limits.max_body_bytes = o.max_body_bytes;
+  limits.request_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(o.read_timeout);
+  limits.keep_alive_timeout = std::chrono::seconds(o.keep_alive_timeout_s);
+  limits.write_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(o.write_timeout);
+  limits.access_log = o.access_log;
+  impl_->poller = std::make_unique<ConnectionPoller>(
+      limits, [impl](std::shared_ptr<Connection> c) { impl->pool->enqueue([impl, c] { impl->answer(c); }); },
+      [impl](int status, const std::string& message) { return impl->plain_error(status, message).body; },
+      TlsFiles{o.ssl_certfile, o.ssl_keyfile});
   // Errors the library produces itself (404, 413, 400 on a malformed request, ...) and handler
   // responses that carry no body get a proper error body.
   s.set_error_handler(httplib::Server::HandlerWithResponse([impl](const httplib::Request& req, httplib::Response& res) {
@@ -317,6 +482,8 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
     if (res.status == 404) message = fmt::format("Not found: {} {}", req.method, req.path);
     if (res.status == 413)
       message = fmt::format("Request body too large (limit {} bytes)", impl->options.max_body_bytes);
+    // Errors no handler saw still get their access line, and their reason at debug level.
+    impl->log_unrouted(req, res.status, message);
     HttpResponse out = impl->plain_error(res.status, message);
     res.set_content(out.body, out.content_type);
     return httplib::Server::HandlerResponse::Handled;
@@ -335,6 +502,13 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
       if (header_name_equals(name, "Content-Type") && value.rfind("application/x-www-form-urlencoded", 0) == 0)
         value = "application/octet-stream";
     return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // CORS headers on every response to an allowed Origin (errors included, so browsers can read them).
+  s.set_post_routing_handler([impl](const httplib::Request& req, httplib::Response& res) {
+    const CorsPolicy& c = impl->options.cors;
+    if (c.allowed_origins.empty() || req.method == "OPTIONS") return;
+    const std::string origin = req.get_header_value("Origin");
+    if (!origin.empty() && safe_header_value(origin) && cors_origin_allowed(c, origin)) add_cors_origin(c, origin, res);
   });
   s.set_logger([](const httplib::Request& req, const httplib::Response& res) {
     DG_LOG_DEBUG("http", "{} {} {} -> {}", req.remote_addr, req.method, req.path, res.status);
@@ -360,15 +534,7 @@ int HttpServer::bind() {
   impl_->register_routes();
   const auto& o = impl_->options;
   if (o.port < 0 || o.port > 65535) fail_arg("invalid port {}", o.port);
-  if (o.port == 0) {
-    const int p = impl_->server.bind_to_any_port(o.host);
-    if (p <= 0) fail_arg("cannot listen on {} (any port): {}", o.host, std::strerror(errno));
-    impl_->bound_port = p;
-  } else {
-    if (!impl_->server.bind_to_port(o.host, o.port))
-      fail_arg("cannot listen on {}:{}: {}", o.host, o.port, std::strerror(errno));
-    impl_->bound_port = o.port;
-  }
+  impl_->bound_port = impl_->poller->bind(o.host, o.port);
   return impl_->bound_port;
 }
 
@@ -376,10 +542,26 @@ int HttpServer::port() const { return impl_->bound_port; }
 
 void HttpServer::serve() {
   DG_CHECK(impl_->bound_port > 0);
-  impl_->server.listen_after_bind();
+  impl_->pool = std::make_unique<DynamicThreadPool>(impl_->options.min_threads, impl_->options.max_threads,
+                                                    impl_->threads_alive);
+  impl_->poller->run();
+  impl_->pool->shutdown();  // waits for responses being written (stop() cut their sockets)
 }
 
-void HttpServer::stop() { impl_->server.stop(); }
+void HttpServer::stop_accepting() { impl_->poller->stop_accepting(); }
+
+void HttpServer::abort_responses() {
+  impl_->server.set_live(false);
+  impl_->poller->abort_busy();
+}
+
+void HttpServer::stop() {
+  impl_->poller->stop_accepting();
+  abort_responses();
+  impl_->poller->shutdown();
+}
+
+size_t HttpServer::open_connections() const { return impl_->poller->open_connections(); }
 
 size_t HttpServer::threads_alive() const { return impl_->threads_alive.load(); }
 

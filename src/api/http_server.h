@@ -20,6 +20,9 @@ struct HttpRequest {
   std::string http_version;  // "HTTP/1.1"
   std::string remote_addr;
   std::vector<std::pair<std::string, std::string>> headers;  // names as sent
+  // Set by the server while the handler runs: true once the client has certainly hung up, found
+  // without writing anything that commits the status (a half-closed client is not "gone").
+  std::function<bool()> client_gone;
 
   // First value of a header (case-insensitive name), or "" when absent.
   std::string header(std::string_view name) const;
@@ -47,20 +50,36 @@ struct HttpResponse {
   // For streamed responses: called exactly once when the response is over; completed == false when
   // the client went away, a write failed or the server shut down first.
   std::function<void(bool completed)> on_close;
+  // Extra words for the access log line (token counts, ...), asked for when the response is over.
+  std::function<std::string()> access_note;
 };
 
 using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+// Cross-origin requests (vLLM's --allowed-origins & co., with Starlette's CORS rules): preflight
+// OPTIONS requests are answered, and responses to an allowed Origin carry Access-Control-* headers.
+struct CorsPolicy {
+  std::vector<std::string> allowed_origins;  // "*": any; empty: CORS off
+  std::vector<std::string> allowed_methods{"*"};
+  std::vector<std::string> allowed_headers{"*"};
+  bool allow_credentials = false;
+};
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                        // 0: any free port (see HttpServer::port())
   size_t max_body_bytes = 32u << 20;      // larger request bodies get 413
-  size_t min_threads = 4;                 // connection workers kept alive
-  size_t max_threads = 256;               // connection workers at most (each open connection pins one)
-  std::chrono::seconds read_timeout{30};  // receiving a request
+  size_t min_threads = 4;                 // request workers kept alive
+  size_t max_threads = 256;               // requests being answered at once (more wait in FIFO order)
+  size_t max_connections = 4096;          // open connections (kept below the descriptor limit)
+  std::chrono::seconds read_timeout{30};  // receiving one request, first byte to last (then 408)
   std::chrono::seconds write_timeout{30}; // a client that stops reading its stream is dropped after this
   int keep_alive_timeout_s = 5;
   int keep_alive_max_requests = 100;
+  std::string root_path;  // e.g. "/llm": every route is also served under it
+  std::string ssl_certfile, ssl_keyfile;  // both set: HTTPS only
+  bool access_log = true;  // an access line for the errors no handler answers (404, 405, 400 ...)
+  CorsPolicy cors;
 };
 
 class HttpServer {
@@ -70,7 +89,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Registers a handler for an exact path. A path registered for some methods answers 405 to others.
+  // Registers a handler for an exact path, or for every path starting with what precedes a final '*'.
+  // A path registered for some methods answers 405 to others.
   void route(const std::string& method, const std::string& path, HttpHandler handler);
   // Turns an exception escaping a handler into a response (default: 500 with a plain message).
   void set_exception_mapper(std::function<HttpResponse(std::exception_ptr)> mapper);
@@ -83,8 +103,14 @@ class HttpServer {
   int port() const;
   // Accepts connections until stop(); call bind() first.
   void serve();
-  // Stops accepting; returns immediately. Safe from any thread, and before serve() starts.
+  // Stops accepting: closes the listening socket and idle connections; requests being answered go
+  // on, and their connections close after the response. Returns immediately; safe from any thread.
+  void stop_accepting();
+  // Cuts responses still being written (their sockets are shut down; streams end at once).
+  void abort_responses();
+  // stop_accepting() + abort_responses(), and serve() returns once the workers are done.
   void stop();
+  size_t open_connections() const;
 
   // Worker threads currently alive / busy (for logs and tests).
   size_t threads_alive() const;

@@ -220,4 +220,14 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   return w.take();
 }
 
+ServerMetrics::Totals ServerMetrics::totals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Totals t;
+  t.prompt_tokens = prompt_tokens_;
+  t.generation_tokens = generation_tokens_;
+  t.canvases = canvases_;
+  t.denoising_steps = steps_per_canvas_.sum();
+  return t;
+}
+
 }  // namespace dgemma

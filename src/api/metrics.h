@@ -58,6 +58,13 @@ class ServerMetrics {
   void on_request_done(const RequestRecord& r);
   void on_http_error();  // a request rejected before it reached the engine
 
+  // Cumulative counts for the periodic stats log line.
+  struct Totals {
+    uint64_t prompt_tokens = 0, generation_tokens = 0, canvases = 0;
+    double denoising_steps = 0;
+  };
+  Totals totals() const;
+
   // The full /metrics body; engine gauges come from `stats`.
   std::string render(const EngineStats& stats) const;
 

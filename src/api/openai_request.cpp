@@ -202,25 +202,20 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
   if (auto t = f.number("temperature", limits::kMinTemperature, limits::kMaxTemperature)) {
     if (*t != 1.0) sp.temperature = *t;
   }
+  // Common UI defaults, accepted as vLLM does. The entropy-bound diffusion sampler has no
+  // nucleus / top-k cut and no penalties, so they have no effect (docs/API.md); their ranges are still
+  // checked so a typo is not silently taken.
   if (auto v = f.number("top_p", 0, 1)) {
-    if (*v != 1.0)
-      fail_unsupported("top_p", "'top_p' is not supported by the entropy-bound diffusion sampler (only 1 is accepted)");
+    if (*v <= 0) fail_param("top_p", "'top_p' must be in (0, 1], got {}", *v);
+    out.ignored_sampling.push_back("top_p");
   }
-  if (auto v = f.integer("top_k", -1, INT32_MAX)) {
-    if (*v > 0)
-      fail_unsupported("top_k", "'top_k' is not supported by the entropy-bound diffusion sampler (only -1 or 0)");
-  }
-  if (auto v = f.number("min_p", 0, 1)) {
-    if (*v != 0) fail_unsupported("min_p", "'min_p' is not supported by the diffusion sampler (only 0 is accepted)");
-  }
-  if (auto v = f.number("presence_penalty", -2, 2)) {
-    if (*v != 0) fail_unsupported("presence_penalty", "'presence_penalty' is not supported (only 0 is accepted)");
-  }
-  if (auto v = f.number("frequency_penalty", -2, 2)) {
-    if (*v != 0) fail_unsupported("frequency_penalty", "'frequency_penalty' is not supported (only 0 is accepted)");
-  }
-  if (auto v = f.number("repetition_penalty", 1e-6, 1e6)) {
-    if (*v != 1) fail_unsupported("repetition_penalty", "'repetition_penalty' is not supported (only 1 is accepted)");
+  if (f.integer("top_k", -1, INT32_MAX)) out.ignored_sampling.push_back("top_k");
+  if (f.number("min_p", 0, 1)) out.ignored_sampling.push_back("min_p");
+  if (f.number("presence_penalty", -2, 2)) out.ignored_sampling.push_back("presence_penalty");
+  if (f.number("frequency_penalty", -2, 2)) out.ignored_sampling.push_back("frequency_penalty");
+  if (auto v = f.number("repetition_penalty", 0, 1e6)) {
+    if (*v <= 0) fail_param("repetition_penalty", "'repetition_penalty' must be greater than 0, got {}", *v);
+    out.ignored_sampling.push_back("repetition_penalty");
   }
   if (const Json* lb = f.get("logit_bias")) {
     if (!lb->is_object()) fail_param("logit_bias", "'logit_bias' must be an object, not {}", type_name(*lb));
@@ -234,6 +229,8 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
       fail_param("seed", "'seed' must be between -9223372036854775808 and 9223372036854775807");
     sp.seed = static_cast<uint64_t>(as_int64(*s, "seed", INT64_MIN, INT64_MAX));
   }
+  // A greedy request is reproducible: without a seed of its own it gets seed 0 (docs/API.md).
+  if (sp.temperature && *sp.temperature == 0 && !sp.seed) sp.seed = 0;
   sp.ignore_eos = f.boolean("ignore_eos").value_or(false);
   out.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
   if (auto v = f.boolean("spaces_between_special_tokens")) {

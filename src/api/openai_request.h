@@ -80,6 +80,7 @@ struct ParsedRequest {
   std::vector<PromptInput> prompts;
 
   std::vector<std::string> unknown_keys;
+  std::vector<std::string> ignored_sampling;  // accepted sampling fields that have no effect here
 };
 
 // Throws Error(kInvalidArgument / kUnsupported, message, param) for a bad request, Error(kNotFound)

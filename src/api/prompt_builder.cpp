@@ -90,16 +90,48 @@ Json PromptBuilder::protect_messages(const Json& messages, Protected& p) const {
   return out;
 }
 
-std::vector<int32_t> PromptBuilder::tokenize_rendered(const std::string& rendered, const Protected& p) const {
-  if (p.originals.empty()) return tok_.encode(rendered, /*allow_special=*/true);
+namespace {
+// Long texts are first counted in pieces of this size. Cutting a text changes its BPE tokens only
+// near the cut (a few tokens either side), so the pieces' total minus kCutSlack per cut is a lower
+// bound of the whole text's count.
+constexpr size_t kCountPiece = 64 << 10;
+constexpr int64_t kCutSlack = 8;
+}  // namespace
+
+void PromptBuilder::encode_bounded(std::string_view text, bool allow_special, int64_t limit,
+                                   std::vector<int32_t>& ids) const {
+  const int64_t have = static_cast<int64_t>(ids.size());
+  if (limit > 0 && text.size() > 4 * kCountPiece) {
+    int64_t counted = 0, cuts = 0;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t end = std::min(text.size(), pos + kCountPiece);
+      while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;  // whole characters
+      counted += static_cast<int64_t>(tok_.encode(text.substr(pos, end - pos), allow_special).size());
+      if (end < text.size()) ++cuts;
+      pos = end;
+      const int64_t at_least = have + counted - kCutSlack * cuts;
+      if (at_least > limit) throw PromptTooLong(at_least);
+    }
+  }
+  auto seg = tok_.encode(text, allow_special);
+  ids.insert(ids.end(), seg.begin(), seg.end());
+  if (limit > 0 && static_cast<int64_t>(ids.size()) > limit) throw PromptTooLong(static_cast<int64_t>(ids.size()));
+}
+
+std::vector<int32_t> PromptBuilder::tokenize_rendered(const std::string& rendered, const Protected& p, int64_t limit) const {
+  if (p.originals.empty()) {
+    std::vector<int32_t> ids;
+    encode_bounded(rendered, /*allow_special=*/true, limit, ids);
+    return ids;
+  }
   // Split at the template's own control tokens (leftmost-longest, as the tokenizer does); inside the
   // plain segments put the protected strings back and tokenise them with control tokens disabled.
   std::vector<int32_t> ids;
   std::string plain;
   auto flush_plain = [&] {
     if (plain.empty()) return;
-    auto seg = tok_.encode(plain, /*allow_special=*/false);
-    ids.insert(ids.end(), seg.begin(), seg.end());
+    encode_bounded(plain, /*allow_special=*/false, limit, ids);
     plain.clear();
   };
   size_t i = 0;
@@ -145,14 +177,19 @@ std::string PromptBuilder::chat_text(const Json& messages, const Json& tools, co
   return tmpl_.render(messages, tools, opts);
 }
 
-std::vector<int32_t> PromptBuilder::chat(const Json& messages, const Json& tools, const ChatTemplateOptions& opts) const {
+std::vector<int32_t> PromptBuilder::chat(const Json& messages, const Json& tools, const ChatTemplateOptions& opts,
+                                         int64_t limit) const {
   Protected p;
   const Json safe_messages = protect_messages(messages, p);
   const Json safe_tools = tools.is_null() ? Json(nullptr) : protect_value(tools, p);
   const std::string rendered = tmpl_.render(safe_messages, safe_tools, opts);
-  return tokenize_rendered(rendered, p);
+  return tokenize_rendered(rendered, p, limit);
 }
 
-std::vector<int32_t> PromptBuilder::text(std::string_view prompt) const { return tok_.encode(prompt, true); }
+std::vector<int32_t> PromptBuilder::text(std::string_view prompt, int64_t limit) const {
+  std::vector<int32_t> ids;
+  encode_bounded(prompt, /*allow_special=*/true, limit, ids);
+  return ids;
+}
 
 }  // namespace dgemma

@@ -18,7 +18,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message; its own codes (104, 106, ...) become the documented 1. --help and
+    // --version stay 0.
+    return app.exit(e) == 0 ? 0 : 1;
   }
   try {
     for (auto& c : commands)

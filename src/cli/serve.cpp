@@ -14,6 +14,8 @@
 
 #include "api/api_server.h"
 #include "api/http_server.h"
+#include "api/model_source.h"
+#include "api/stats_log.h"
 #include "api/prompt_builder.h"
 #include "cli/commands.h"
 #include "engine/engine_config.h"
@@ -31,7 +33,11 @@ namespace dgemma::cli {
 namespace {
 
 struct ServeFlags {
-  std::string model;
+  std::string model;         // positional MODEL
+  std::string model_option;  // --model (vLLM's other form)
+  std::string revision;
+  std::string download_dir;
+  std::string tokenizer;
   std::string host = "127.0.0.1";
   int port = 8000;
   std::vector<std::string> served_model_name;
@@ -62,6 +68,25 @@ struct ServeFlags {
   double sse_ping_interval = 10;
   int64_t max_request_bytes = 32 << 20;
   std::string log_level = "info";
+  double shutdown_timeout = 25;
+  double request_read_timeout = 30;
+  int max_connections = 4096;
+  // Behaviour flags of vLLM implemented here.
+  std::string allowed_origins;  // JSON list
+  std::string allowed_methods;
+  std::string allowed_headers;
+  bool allow_credentials = false;
+  std::string root_path;
+  std::string response_role = "assistant";
+  std::string ssl_keyfile;
+  std::string ssl_certfile;
+  std::string kv_cache_dtype = "auto";
+  std::string quantization;
+  int data_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  bool disable_uvicorn_access_log = false;
+  // Pure tuning knobs of vLLM: accepted and logged as having no effect (name -> value given).
+  std::vector<std::pair<std::string, std::string>> no_effect;
   // vLLM-only knobs, accepted and logged.
   std::string attention_backend;
   bool trust_remote_code = false;
@@ -138,8 +163,8 @@ LogLevel parse_log_level(const std::string& s) {
 
 // --chat-template as vLLM's: a file, else (when it contains '{', '}' or a newline) the template itself;
 // also a built-in template's name. Default: the model's chat_template.jinja, else the built-in July one.
-ChatTemplate choose_chat_template(const ServeFlags& f) {
-  const ChatTemplateSpecialTokens tokens = ChatTemplate::special_tokens_from_model_dir(f.model);
+ChatTemplate choose_chat_template(const ServeFlags& f, const std::string& tokenizer_dir) {
+  const ChatTemplateSpecialTokens tokens = ChatTemplate::special_tokens_from_model_dir(tokenizer_dir);
   auto load = [&](const std::string& text, const std::string& origin) {
     ChatTemplate t = ChatTemplate::from_template_text(text, tokens);
     DG_LOG_INFO("serve", "chat template: {} ({})", origin, t.describe());
@@ -157,7 +182,7 @@ ChatTemplate choose_chat_template(const ServeFlags& f) {
              f.chat_template, ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_07),
              ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_06));
   }
-  const auto path = std::filesystem::path(f.model) / "chat_template.jinja";
+  const auto path = std::filesystem::path(tokenizer_dir) / "chat_template.jinja";
   if (std::filesystem::is_regular_file(path)) return load(read_text_file(path.string()), "model's chat_template.jinja");
   const ChatTemplate builtin(ChatTemplateKind::kDiffusionGemma2026_07);
   DG_LOG_INFO("serve", "chat template: {} (the model has no chat_template.jinja)", builtin.describe());
@@ -165,6 +190,8 @@ ChatTemplate choose_chat_template(const ServeFlags& f) {
 }
 
 struct Prepared {
+  std::string model_dir;      // resolved MODEL (a local directory or a cache snapshot)
+  std::string tokenizer_dir;  // --tokenizer, else model_dir
   EngineConfig engine;
   ApiServerOptions api;
   HttpServerOptions http;
@@ -173,14 +200,20 @@ struct Prepared {
 
 Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   for (size_t i = 0; i < extras.size(); ++i) {
-    // "-tp N" (vLLM's short form): CLI11 only has one-letter short options, so it arrives here.
+    // vLLM's two-letter short forms (-tp N, -dp N, -pp N): CLI11 only has one-letter short options,
+    // so they arrive here.
     const std::string& a = extras[i];
-    if (a == "-tp" && i + 1 < extras.size()) {
-      f.tensor_parallel_size = static_cast<int>(parse_token_count(extras[++i], "-tp"));
+    int* target = nullptr;
+    const std::string key = a.substr(0, 3);
+    if (key == "-tp") target = &f.tensor_parallel_size;
+    else if (key == "-dp") target = &f.data_parallel_size;
+    else if (key == "-pp") target = &f.pipeline_parallel_size;
+    if (target && a.size() == 3 && i + 1 < extras.size()) {
+      *target = static_cast<int>(parse_token_count(extras[++i], key));
       continue;
     }
-    if (a.rfind("-tp=", 0) == 0) {
-      f.tensor_parallel_size = static_cast<int>(parse_token_count(a.substr(4), "-tp"));
+    if (target && a.size() > 4 && a[3] == '=') {
+      *target = static_cast<int>(parse_token_count(a.substr(4), key));
       continue;
     }
     fail_arg("serve: unknown argument '{}' (see dgemma serve --help)", a);
@@ -188,9 +221,28 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   set_log_level(parse_log_level(f.log_level));
   Prepared p;
   EngineConfig& e = p.engine;
-  if (!std::filesystem::is_directory(f.model))
-    fail_arg("MODEL '{}' is not a directory (a Hugging Face model directory with config.json is expected)", f.model);
-  e.model_dir = f.model;
+  if (!f.model_option.empty()) {
+    if (!f.model.empty() && f.model != f.model_option)
+      fail_arg("MODEL '{}' and --model '{}' disagree; give one of them", f.model, f.model_option);
+    f.model = f.model_option;
+  }
+  if (f.model.empty()) fail_arg("serve: no model given (dgemma serve MODEL, or --model MODEL)");
+  ModelSourceOptions so;
+  so.revision = f.revision;
+  so.download_dir = f.download_dir;
+  so.cache_dirs = default_cache_dirs();
+  const ResolvedModel rm = resolve_model(f.model, so);
+  if (!rm.repo_id.empty()) DG_LOG_INFO("serve", "{}: Hugging Face cache snapshot {} ({})", rm.repo_id, rm.revision, rm.dir);
+  p.model_dir = rm.dir;
+  p.tokenizer_dir = rm.dir;
+  if (!f.tokenizer.empty()) {
+    ModelSourceOptions to = so;
+    to.revision.clear();
+    p.tokenizer_dir = resolve_model(f.tokenizer, to).dir;
+  }
+  if (!std::filesystem::is_regular_file(std::filesystem::path(p.tokenizer_dir) / "tokenizer.json"))
+    fail_arg("{} has no tokenizer.json{}", p.tokenizer_dir, f.tokenizer.empty() ? " (--tokenizer names another place)" : "");
+  e.model_dir = p.model_dir;
   if (f.load_format.rfind("scripted:", 0) == 0) {
     p.scripted_file = f.load_format.substr(9);
     if (p.scripted_file.empty()) fail_arg("--load-format scripted:FILE needs a file");
@@ -209,10 +261,17 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
     fail_arg("--device: '{}' is not one of auto, cpu, cuda", f.device);
   e.device = f.device;
   e.quantization = f.quantization;
-  if (!f.max_model_len.empty()) e.max_model_len = parse_token_count(f.max_model_len, "--max-model-len");
+  // The model's limits are checked here, before the port is bound (the engine repeats them).
+  const ModelConfig mc = load_model_config(p.model_dir);
+  if (!f.max_model_len.empty()) {
+    e.max_model_len = parse_token_count(f.max_model_len, "--max-model-len");
+    if (e.max_model_len > mc.text.max_position_embeddings)
+      fail_arg("--max-model-len {} exceeds the model's max_position_embeddings ({})", e.max_model_len,
+               mc.text.max_position_embeddings);
+  }
   if (f.max_num_seqs != -1) {
     if (f.max_num_seqs < 1 || f.max_num_seqs > limits::kMaxNumSeqs)
-      fail_arg("--max-num-seqs must be between 1 and {}", limits::kMaxNumSeqs);
+      fail_arg("--max-num-seqs must be in [1, {}] (got {})", limits::kMaxNumSeqs, f.max_num_seqs);
     e.max_num_seqs = f.max_num_seqs;
   }
   if (f.max_num_batched_tokens < 0) fail_arg("--max-num-batched-tokens must be positive");
@@ -280,13 +339,37 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
                 f.attention_backend);
   if (f.trust_remote_code) DG_LOG_INFO("serve", "--trust-remote-code: accepted; dgemma never runs model code");
   if (f.enforce_eager) DG_LOG_INFO("serve", "--enforce-eager: accepted for vLLM compatibility (no effect)");
-  if (f.disable_log_requests) DG_LOG_INFO("serve", "--disable-log-requests: requests are logged at debug level only");
-  if (f.disable_log_stats) DG_LOG_INFO("serve", "--disable-log-stats: accepted (no periodic stats log)");
+  if (f.data_parallel_size != 1)
+    fail_arg("--data-parallel-size {}: dgemma runs one engine per process (only 1 is accepted; run replicas behind a "
+             "load balancer)", f.data_parallel_size);
+  if (f.pipeline_parallel_size != 1)
+    fail_arg("--pipeline-parallel-size {}: dgemma runs one model on one device (only 1 is accepted)",
+             f.pipeline_parallel_size);
+  if (f.kv_cache_dtype != "auto" && f.kv_cache_dtype != "bfloat16" && f.kv_cache_dtype != "bf16")
+    fail_arg("--kv-cache-dtype {}: the KV cache is bfloat16 (auto or bfloat16 are accepted)", f.kv_cache_dtype);
+  if (!f.quantization.empty() && f.quantization != "none")
+    fail_arg("--quantization {}: quantised weights are not supported yet; serve the bfloat16 checkpoint", f.quantization);
+  if (f.ssl_keyfile.empty() != f.ssl_certfile.empty())
+    fail_arg("TLS needs both --ssl-keyfile and --ssl-certfile");
+  for (const auto& [flag, value] : f.no_effect)
+    DG_LOG_INFO("serve", "{}{}: accepted for vLLM compatibility; a tuning knob with no effect in dgemma", flag,
+                value.empty() ? "" : " " + value);
 
   ApiServerOptions& a = p.api;
   a.served_names = f.served_model_name.empty() ? std::vector<std::string>{f.model} : f.served_model_name;
   a.model_path = f.model;
   a.api_keys = f.api_keys;
+  // --api-key, else DGEMMA_API_KEY, else vLLM's VLLM_API_KEY (so a migrated deployment stays protected).
+  for (const char* var : {"DGEMMA_API_KEY", "VLLM_API_KEY"}) {
+    if (!a.api_keys.empty()) break;
+    if (const char* v = std::getenv(var); v && *v) {
+      a.api_keys.emplace_back(v);
+      DG_LOG_INFO("serve", "API key from ${}", var);
+    }
+  }
+  a.access_log = !f.disable_log_requests && !f.disable_uvicorn_access_log;
+  a.response_role = f.response_role;
+  if (f.response_role.empty() || f.response_role.size() > 64) fail_arg("--response-role must be 1 to 64 characters");
   a.enable_auto_tool_choice = f.enable_auto_tool_choice;
   a.tool_parser = !f.tool_call_parser.empty();
   a.reasoning_parser = !f.reasoning_parser.empty();
@@ -313,15 +396,55 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   h.port = f.port;
   if (f.max_request_bytes < 1024) fail_arg("--max-request-bytes must be at least 1024");
   h.max_body_bytes = static_cast<size_t>(f.max_request_bytes);
-  // Every running or queued request pins a connection thread while it waits (streams for their whole
-  // life), so the pool must hold them all plus headroom for /health, /metrics and idle keep-alives.
+  // Every running or queued request pins a worker while it waits (streams for their whole life), so
+  // the pool must hold them all plus headroom for /health and /metrics (idle or slow connections hold
+  // no worker: the poller keeps them).
   const size_t seqs = static_cast<size_t>(e.max_num_seqs);
   h.max_threads = std::min<size_t>(seqs + static_cast<size_t>(e.max_queue) + 32, 8192);
   h.min_threads = std::min<size_t>(h.max_threads, seqs + 4);
+  if (!(f.request_read_timeout >= 1 && f.request_read_timeout <= 3600))
+    fail_arg("--request-read-timeout must be between 1 and 3600 seconds");
+  h.read_timeout = std::chrono::seconds(static_cast<int64_t>(f.request_read_timeout));
+  if (f.max_connections < 16 || f.max_connections > 1000000) fail_arg("--max-connections must be between 16 and 1000000");
+  h.max_connections = static_cast<size_t>(f.max_connections);
+  if (!(f.shutdown_timeout >= 0 && f.shutdown_timeout <= 86400))
+    fail_arg("--shutdown-timeout must be between 0 and 86400 seconds");
+  if (!f.root_path.empty()) {
+    std::string r = f.root_path;
+    while (r.size() > 1 && r.back() == '/') r.pop_back();
+    if (r.front() != '/' || r.find_first_of("?#%\\ ") != std::string::npos || r.find("..") != std::string::npos)
+      fail_arg("--root-path '{}' must be a path starting with '/' (e.g. /llm)", f.root_path);
+    if (r != "/") h.root_path = r;
+  }
+  auto list_flag = [](const std::string& text, const std::string& flag, std::vector<std::string> dflt) {
+    if (text.empty()) return dflt;
+    Json j;
+    try {
+      j = parse_json(text, flag, /*is_file=*/false);
+    } catch (const Error& e) {
+      fail_arg("{}: expected a JSON list of strings such as [\"*\"]: {}", flag, e.what());
+    }
+    std::vector<std::string> out;
+    if (!j.is_array()) fail_arg("{}: expected a JSON list of strings such as [\"*\"]", flag);
+    for (const auto& v : j) {
+      if (!v.is_string() || v.get<std::string>().find_first_of("\r\n") != std::string::npos)
+        fail_arg("{}: every entry must be a string without line breaks", flag);
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  };
+  h.cors.allowed_origins = list_flag(f.allowed_origins, "--allowed-origins", {"*"});
+  h.cors.allowed_methods = list_flag(f.allowed_methods, "--allowed-methods", {"*"});
+  h.cors.allowed_headers = list_flag(f.allowed_headers, "--allowed-headers", {"*"});
+  h.cors.allow_credentials = f.allow_credentials;
+  h.access_log = p.api.access_log;
+  h.ssl_certfile = f.ssl_certfile;
+  h.ssl_keyfile = f.ssl_keyfile;
   return p;
 }
 
-// Blocks SIGINT/SIGTERM in every thread; a watcher thread turns them into a stop request.
+// Blocks SIGINT/SIGTERM in every thread; a watcher thread turns them into calls of on_signal (the
+// first one) and exits the process at once on the second.
 class SignalWatcher {
  public:
   SignalWatcher() {
@@ -337,13 +460,17 @@ class SignalWatcher {
   }
   void start(std::function<void(int)> on_signal) {
     thread_ = std::thread([this, on_signal = std::move(on_signal)] {
+      int seen = 0;
       while (!done_) {
-        timespec ts{0, 200 * 1000 * 1000};
+        timespec ts{0, 100 * 1000 * 1000};
         const int sig = sigtimedwait(&set_, nullptr, &ts);
-        if (sig > 0) {
-          on_signal(sig);
-          return;
+        if (sig <= 0) continue;
+        if (++seen > 1) {
+          DG_LOG_WARN("serve", "second {}: exiting now", sig == SIGINT ? "SIGINT" : "SIGTERM");
+          std::fflush(stderr);
+          std::_Exit(128 + sig);
         }
+        on_signal(sig);
       }
     });
   }
@@ -354,9 +481,33 @@ class SignalWatcher {
   std::thread thread_;
 };
 
+// The sampler settings requests get by default, as the engine resolves them (engine_factory.cpp).
+void log_sampler_defaults(const EngineConfig& e, const ModelConfig& mc) {
+  try {
+    GenerationConfig g;
+    if (e.generation_config == "vllm") g = default_generation_config(mc);
+    else if (e.generation_config == "auto" || e.generation_config.empty()) g = load_generation_config(e.model_dir, mc);
+    else g = load_generation_config(e.generation_config, mc);
+    if (!e.override_generation_config.empty())
+      g = parse_generation_config(e.override_generation_config, "--override-generation-config", g);
+    if (e.max_denoising_steps) g.max_denoising_steps = *e.max_denoising_steps;
+    DG_LOG_INFO("serve",
+                "sampler defaults (--generation-config {}): max_denoising_steps {}, entropy_bound {}, t_min {}, t_max {}, "
+                "confidence_threshold {}, stability_threshold {}, max_new_tokens {}",
+                e.generation_config.empty() ? "auto" : e.generation_config, g.max_denoising_steps, g.entropy_bound,
+                g.t_min, g.t_max, g.confidence_threshold, g.stability_threshold, g.max_new_tokens);
+  } catch (const Error& err) {
+    DG_LOG_DEBUG("serve", "sampler defaults not logged: {}", err.what());
+  }
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::string& version) {
   Prepared p = prepare(f, extras);
-  const ChatTemplate tmpl = choose_chat_template(f);  // a template that does not compile is a start-up error
+  const ChatTemplate tmpl = choose_chat_template(f, p.tokenizer_dir);  // a template that does not compile is a start-up error
   for (auto it = p.api.default_template_kwargs.begin(); it != p.api.default_template_kwargs.end(); ++it)
     if (!tmpl.accepts_kwarg(it.key()))
       fail_arg("--default-chat-template-kwargs: key '{}' is not read by the chat template", it.key());
@@ -364,35 +515,46 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
 
   p.api.version = version;
   if (p.engine.max_model_len > 0) p.api.max_model_len_hint = p.engine.max_model_len;
+  if (p.api.api_keys.empty() && !is_loopback(p.http.host))
+    DG_LOG_WARN("serve", "listening on {} without an API key: anyone who can reach it may use it (set --api-key, "
+                "DGEMMA_API_KEY or VLLM_API_KEY)", p.http.host);
   ApiServer api(p.api);
   HttpServer http(p.http);
   api.attach(http);
-  const int port = http.bind();
-  std::atomic<bool> stop{false};
+  const int port = http.bind();  // a taken port is an error here, before anything loads
+
+  std::atomic<bool> stop{false};    // a signal asked for the drain
+  std::atomic<bool> loaded{false};  // until then a signal exits at once
   std::mutex stop_mu;
   std::condition_variable stop_cv;
-  auto request_stop = [&] {
+  signals.start([&](int sig) {
+    const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (!loaded) {
+      // Nothing to drain yet, and the load may take minutes: leave at once.
+      DG_LOG_INFO("serve", "received {} while loading the model: exiting", name);
+      std::fflush(stderr);
+      std::_Exit(128 + sig);
+    }
+    DG_LOG_INFO("serve", "received {}: draining (up to {} s; a second signal exits at once)", name, f.shutdown_timeout);
     {
       std::lock_guard<std::mutex> lock(stop_mu);
       stop = true;
     }
     stop_cv.notify_all();
-  };
-  signals.start([&](int sig) {
-    DG_LOG_INFO("serve", "received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    request_stop();
   });
   std::thread http_thread([&] { http.serve(); });
-  DG_LOG_INFO("serve", "listening on http://{}:{} (model loading; /health answers 503 until ready)", p.http.host, port);
+  DG_LOG_INFO("serve", "listening on {}://{}:{}{} (model loading; /health answers 503 until ready)",
+              p.http.ssl_certfile.empty() ? "http" : "https", p.http.host, port, p.http.root_path);
 
   std::shared_ptr<EngineInterface> engine;
   int rc = 0;
   try {
     auto tokenizer = std::shared_ptr<const Tokenizer>(
-        Tokenizer::from_file((std::filesystem::path(f.model) / "tokenizer.json").string()));
+        Tokenizer::from_file((std::filesystem::path(p.tokenizer_dir) / "tokenizer.json").string()));
+    const ModelConfig mc = load_model_config(p.model_dir);
+    log_sampler_defaults(p.engine, mc);
     if (!p.scripted_file.empty()) {
-      const ModelConfig mc = load_model_config(f.model);
-      const GenerationConfig gc = load_generation_config(f.model, mc);
+      const GenerationConfig gc = load_generation_config(p.model_dir, mc);
       ScriptedEngineOptions so;
       so.max_num_seqs = p.engine.max_num_seqs;
       so.max_queue = p.engine.max_queue;
@@ -414,10 +576,25 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
     m.tokenizer = tokenizer;
     m.prompts = std::make_shared<const PromptBuilder>(*tokenizer, tmpl);
     api.set_ready(std::move(m));
+    loaded = true;
     DG_LOG_INFO("serve", "ready: serving '{}' (max_model_len {}, max_num_seqs {})", p.api.served_names.front(),
                 engine->max_model_len(), engine->stats().max_num_seqs);
     std::unique_lock<std::mutex> lock(stop_mu);
-    stop_cv.wait(lock, [&] { return stop.load(); });
+    if (f.disable_log_stats) {
+      stop_cv.wait(lock, [&] { return stop.load(); });
+    } else {
+      // vLLM's interval variable, default 10 s.
+      double interval = 10;
+      if (const char* v = std::getenv("VLLM_LOG_STATS_INTERVAL"); v && *v) {
+        char* end = nullptr;
+        const double d = std::strtod(v, &end);
+        if (end && *end == 0 && d >= 0.05 && d <= 3600) interval = d;
+        else DG_LOG_WARN("serve", "VLLM_LOG_STATS_INTERVAL '{}' ignored (seconds between 0.05 and 3600)", v);
+      }
+      StatsLogger stats(*engine, api.server_metrics());
+      const auto period = std::chrono::milliseconds(static_cast<int64_t>(interval * 1000));
+      while (!stop_cv.wait_for(lock, period, [&] { return stop.load(); })) stats.tick();
+    }
   } catch (const Error& e) {
     DG_LOG_ERROR("serve", "{}", e.what());
     std::fprintf(stderr, "dgemma: error: %s\n", e.what());
@@ -426,7 +603,21 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
     std::fprintf(stderr, "dgemma: internal error: %s\n", e.what());
     rc = 2;
   }
+  loaded = true;  // from here a signal means "drain", and the second one exits
+  // Graceful drain: refuse new work, stop accepting, let running requests finish in time.
   api.begin_shutdown();
+  http.stop_accepting();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout * 1000));
+  while (api.active_requests() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (const int left = api.active_requests(); left > 0) {
+    DG_LOG_WARN("serve", "shutdown timeout ({} s): cutting {} request(s) with 503", f.shutdown_timeout, left);
+    api.cut_running();
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (api.active_requests() > 0 && std::chrono::steady_clock::now() < grace)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   http.stop();
   http_thread.join();
   engine.reset();
@@ -440,13 +631,21 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   auto f = std::make_shared<ServeFlags>();
   auto* sub = app.add_subcommand("serve", "Serve an OpenAI-compatible API (vLLM-compatible flags; docs/API.md)");
   sub->allow_extras();  // only to accept vLLM's "-tp N"; anything else left over is rejected
-  sub->add_option("MODEL", f->model, "Hugging Face model directory (config.json, tokenizer.json, ...)")->required();
+  sub->add_option("MODEL", f->model,
+                  "A model directory (config.json, tokenizer.json, weights) or a Hugging Face repo id (org/name) "
+                  "found in the local cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub); never downloads");
+  sub->add_option("--model", f->model_option, "The same as MODEL (vLLM's other form)");
+  sub->add_option("--revision", f->revision, "Branch, tag or commit of a repo id in the cache (default main)");
+  sub->add_option("--download-dir", f->download_dir, "A Hugging Face cache directory searched before the default ones");
+  sub->add_option("--tokenizer", f->tokenizer,
+                  "Directory or cached repo id with tokenizer.json (and chat_template.jinja); default: MODEL");
   sub->add_option("--host", f->host, "Address to listen on (default 127.0.0.1; use a proxy for exposure)");
   sub->add_option("--port", f->port, "Port (default 8000; 0 picks a free port)");
   sub->add_option("--served-model-name", f->served_model_name,
                   "Model name(s) accepted in requests and reported by /v1/models (default: MODEL)");
-  sub->add_option("--max-model-len", f->max_model_len, "Context length in tokens (e.g. 32768, 32k, 128K; default: from config)");
-  sub->add_option("--max-num-seqs", f->max_num_seqs, "Requests running at once (default: engine default)");
+  sub->add_option("--max-model-len", f->max_model_len, "Context length in tokens (e.g. 32768, 32k, 128K); at most the model's max_position_embeddings. "
+                  "Default: max_position_embeddings capped at 32768, halved until the KV caches fit in memory");
+  sub->add_option("--max-num-seqs", f->max_num_seqs, "Requests running at once, 1 to 1024 (default 4)");
   sub->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Token budget per engine step (0: derived)");
   sub->add_option("--max-queue", f->max_queue, "Waiting requests beyond --max-num-seqs before 503 (default 1024)");
   sub->add_option("--gpu-memory-utilization", f->gpu_memory_utilization, "Fraction of GPU memory to use (default 0.9)");
@@ -468,8 +667,8 @@ void add_serve_command(CLI::App& app, CommandList& out) {
                   "JSON defaults for chat_template_kwargs, e.g. {\"enable_thinking\": true}");
   sub->add_option("--chat-template", f->chat_template,
                   "A Jinja chat template: a file, the template text itself, or a built-in: diffusiongemma-2026-07 / diffusiongemma-2026-06");
-  sub->add_option("--api-key", f->api_keys, "Require this key (Bearer or X-Api-Key) on /v1/*; repeatable")
-      ->envname("DGEMMA_API_KEY");
+  sub->add_option("--api-key", f->api_keys,
+                  "Require this key (Bearer or X-Api-Key) on /v1/*; repeatable. Default: $DGEMMA_API_KEY, else $VLLM_API_KEY");
   sub->add_option("--dtype", f->dtype, "auto or bfloat16");
   sub->add_option("-q,--quantization", f->quantization,
                   "checkpoint quantisation (auto-detected when absent): modelopt | modelopt_fp4 | compressed-tensors | fp8 | none");
@@ -490,8 +689,42 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_option("--attention-backend", f->attention_backend, "vLLM compatibility: accepted and logged");
   sub->add_flag("--trust-remote-code", f->trust_remote_code, "vLLM compatibility: accepted and logged");
   sub->add_flag("--enforce-eager", f->enforce_eager, "vLLM compatibility: accepted and logged");
-  sub->add_flag("--disable-log-requests", f->disable_log_requests, "vLLM compatibility: accepted and logged");
-  sub->add_flag("--disable-log-stats", f->disable_log_stats, "vLLM compatibility: accepted and logged");
+  sub->add_flag("--disable-log-requests", f->disable_log_requests, "No access log line per request");
+  sub->add_flag("--disable-uvicorn-access-log", f->disable_uvicorn_access_log, "The same as --disable-log-requests");
+  sub->add_flag("--disable-log-stats", f->disable_log_stats,
+                "No periodic stats line (default: every $VLLM_LOG_STATS_INTERVAL seconds, 10)");
+  sub->add_option("--shutdown-timeout", f->shutdown_timeout,
+                  "Seconds SIGTERM/SIGINT lets running requests finish before cutting them with 503 (default 25)");
+  sub->add_option("--request-read-timeout", f->request_read_timeout,
+                  "Seconds a client has to send one whole request, headers and body (default 30; then 408)");
+  sub->add_option("--max-connections", f->max_connections,
+                  "Open connections at most; beyond it the longest-waiting idle one is closed (default 4096)");
+  sub->add_option("--allowed-origins", f->allowed_origins, "CORS: JSON list of allowed origins (default [\"*\"])");
+  sub->add_option("--allowed-methods", f->allowed_methods, "CORS: JSON list of allowed methods (default [\"*\"])");
+  sub->add_option("--allowed-headers", f->allowed_headers, "CORS: JSON list of allowed headers (default [\"*\"])");
+  sub->add_flag("--allow-credentials", f->allow_credentials, "CORS: allow credentials");
+  sub->add_option("--root-path", f->root_path, "Also serve every route under this path prefix (behind a proxy)");
+  sub->add_option("--response-role", f->response_role, "Role of chat completion messages (default assistant)");
+  sub->add_option("--ssl-keyfile", f->ssl_keyfile, "PEM private key: serve HTTPS (with --ssl-certfile)");
+  sub->add_option("--ssl-certfile", f->ssl_certfile, "PEM certificate chain: serve HTTPS (with --ssl-keyfile)");
+  sub->add_option("--kv-cache-dtype", f->kv_cache_dtype, "auto or bfloat16 (the KV cache is bfloat16)");
+  sub->add_option("--quantization,-q", f->quantization, "none only (quantised checkpoints are not supported yet)");
+  sub->add_option("--data-parallel-size", f->data_parallel_size, "Must be 1 (also accepted as -dp 1)");
+  sub->add_option("--pipeline-parallel-size", f->pipeline_parallel_size, "Must be 1 (also accepted as -pp 1)");
+  // vLLM tuning knobs that mean nothing here: accepted, and logged as having no effect.
+  for (const char* name : {"--swap-space", "--block-size", "--max-cudagraph-capture-size", "--compilation-config",
+                           "--uvicorn-log-level", "--max-log-len", "--max-logprobs", "--limit-mm-per-prompt"}) {
+    const std::string flag = name;
+    sub->add_option_function<std::string>(
+           flag, [f, flag](const std::string& v) { f->no_effect.emplace_back(flag, v); },
+           "vLLM tuning knob: accepted, no effect")
+        ->group("vLLM compatibility (no effect)");
+  }
+  for (const char* name : {"--async-scheduling", "--disable-fastapi-docs", "--enable-log-requests"}) {
+    const std::string flag = name;
+    sub->add_flag_callback(flag, [f, flag] { f->no_effect.emplace_back(flag, ""); }, "vLLM knob: accepted, no effect")
+        ->group("vLLM compatibility (no effect)");
+  }
   sub->add_option("--tensor-parallel-size", f->tensor_parallel_size, "Must be 1 (also accepted as -tp 1)");
   out.push_back({sub, [f, sub] { return run_serve(*f, sub->remaining(), DGEMMA_VERSION); }});
 }

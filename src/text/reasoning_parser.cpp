@@ -104,8 +104,26 @@ bool ReasoningParser::step(ReasoningDelta& out, bool final) {
       const Match m = markup::match_at(b, q, close_);
       if (m == Match::kPartial && !final) return false;
       pos_ = m == Match::kFull ? q + close_.size() : q;
-      state_ = State::kContent;
+      state_ = m == Match::kFull ? State::kContent : State::kUndecided;
       return true;
+    }
+
+    case State::kUndecided: {
+      // Thinking off, a non-empty block: a thought if a closer follows, else the answer.
+      Match m;
+      std::string_view which;
+      const size_t i = markup::find_marker(b, pos_, {close_, markup::kToolCallStart}, &m, &which);
+      if (m == Match::kFull && which == close_) {
+        emit(out.reasoning, i);
+        pos_ = i + close_.size();
+        state_ = State::kContent;
+        return true;
+      }
+      if (m == Match::kFull || final) {  // a tool call or the end: it was the answer
+        state_ = State::kContent;
+        return true;
+      }
+      return false;  // hold everything until it is decided
     }
 
     case State::kReasoning: {

@@ -10,10 +10,13 @@
 //  - The block ends at its closer (consumed) or at a "<|tool_call>" (kept, it belongs to the content,
 //    i.e. to the tool-call parser). A block never closed ends as reasoning at the end of output.
 //  - thinking_enabled = false: the model still opens most replies with an empty
-//    "<|channel>thought\n<channel|>" and about a third of the time omits the closer (observed
-//    in its outputs). So with thinking off a "<|channel>" block counts only if it is empty: the opener, the
-//    label and whitespace are dropped, an immediate closer is dropped too, and anything else is the
-//    answer (content). ("<think>" blocks are reasoning in both modes.)
+//    "<|channel>thought\n<channel|>" and about a third of the time omits the closer (observed in
+//    its outputs). So with thinking off the opener, the label and whitespace are dropped, an immediate
+//    closer is dropped too, and a non-empty block is undecided until the output shows what it is: a
+//    closer means the text before it was a thought (reasoning; the closer is consumed, so no raw
+//    marker reaches the content), a "<|tool_call>" or the end of output means it was the answer
+//    (content). Streaming holds such text back until then. ("<think>" blocks are reasoning in both
+//    modes.)
 //  - starts_in_reasoning: the prompt itself ended inside an open thought channel (the July 2026
 //    template ends with "<|channel>thought\n" after a tool response when thinking is on; see
 //    prompt_opens_reasoning), so the output starts as reasoning unless it opens a block itself.
@@ -43,7 +46,7 @@ class ReasoningParser {
   bool in_content() const { return state_ == State::kContent; }
 
  private:
-  enum class State { kStart, kLabel, kEmptyCheck, kReasoning, kContent };
+  enum class State { kStart, kLabel, kEmptyCheck, kUndecided, kReasoning, kContent };
   void run(ReasoningDelta& out, bool final);
   bool step(ReasoningDelta& out, bool final);  // true: state changed, run again
 

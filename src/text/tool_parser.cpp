@@ -1,6 +1,8 @@
 #include "text/tool_parser.h"
 
 #include <atomic>
+#include <chrono>
+#include <random>
 #include <optional>
 
 #include "text/gemma4_args.h"
@@ -23,7 +25,9 @@ bool is_name_char(char c) {
 }  // namespace
 
 std::string make_tool_call_id() {
-  static std::atomic<uint64_t> counter{0};
+  // Random per process, so ids do not repeat across restarts and replicas.
+  static std::atomic<uint64_t> counter{(static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}() ^
+                                       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())};
   static constexpr char kAlnum[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
   const uint64_t seq = counter.fetch_add(1, std::memory_order_relaxed);
   std::string id = "call_";

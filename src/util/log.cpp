@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <mutex>
 
 namespace dgemma {
@@ -18,9 +19,15 @@ void log_write(LogLevel level, std::string_view component, std::string_view mess
   static const char* kNames[] = {"D", "I", "W", "E", "-"};
   using namespace std::chrono;
   const auto now = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  // ISO-8601 in UTC with milliseconds, as log collectors parse it.
+  const std::time_t secs = static_cast<std::time_t>(now / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::fprintf(stderr, "%s %lld.%03lld %-8.*s %.*s\n", kNames[static_cast<int>(level)],
-               static_cast<long long>(now / 1000), static_cast<long long>(now % 1000),
+  std::fprintf(stderr, "%s %s.%03lldZ %-8.*s %.*s\n", kNames[static_cast<int>(level)], stamp,
+               static_cast<long long>(now % 1000),
                static_cast<int>(component.size()), component.data(), static_cast<int>(message.size()),
                message.data());
 }

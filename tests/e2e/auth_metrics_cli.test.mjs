@@ -164,7 +164,7 @@ describe('command line', () => {
   test('a missing model directory is a clear error', async () => {
     const r = await runCli(['serve', '/nonexistent/model']);
     assert.equal(r.code, 1);
-    assert.match(r.stderr, /not a directory/);
+    assert.match(r.stderr, /MODEL '\/nonexistent\/model' is neither a directory nor a Hugging Face repo id/);
   });
 
   test('vLLM-only knobs are accepted and logged', async () => {

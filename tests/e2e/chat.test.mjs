@@ -139,10 +139,16 @@ describe('chat completions', () => {
     assert.equal(r.choices[0].message.content, 'Café ☕ and naïve résumé 日本語');
   });
 
-  test('temperature 0 is accepted; top_p other than 1 is a 400 naming top_p', async () => {
+  test('temperature 0 is accepted; UI sampling defaults are accepted, an out-of-range top_p is a 400', async () => {
     const ok = await client.chat.completions.create({ messages: user('hello'), temperature: 0 });
     assert.equal(ok.choices[0].finish_reason, 'stop');
-    await assert.rejects(client.chat.completions.create({ messages: user('hello'), top_p: 0.9 }), (e) => {
+    const ui = await client.chat.completions.create({
+      messages: user('hello'), top_p: 0.9, top_k: 40, min_p: 0.05, presence_penalty: 0.5, frequency_penalty: 0.5,
+      repetition_penalty: 1.1,
+    });
+    assert.equal(ui.choices[0].finish_reason, 'stop');
+    assert.equal(ui.choices[0].message.content, ok.choices[0].message.content);
+    await assert.rejects(client.chat.completions.create({ messages: user('hello'), top_p: 1.5 }), (e) => {
       assert.equal(e.status, 400);
       assert.equal(e.error?.param ?? e.param, 'top_p');
       return true;

@@ -169,10 +169,13 @@ describe('client disconnects', () => {
     assert.equal(g.cancelled - before.cancelled, 1);
   });
 
-  test('a long non-streaming request still returns valid JSON (after whitespace keep-alives)', async () => {
+  test('a long non-streaming request returns plain JSON with its headers unchanged (no keep-alive bytes)', async () => {
+    // The answer takes several --sse-ping-interval periods; nothing is written before it is ready.
     const r = await postJson(server.url('/v1/chat/completions'), { messages: user('slow'), max_tokens: 6 });
     assert.equal(r.status, 200);
-    assert.ok(r.text.startsWith(' '), 'keep-alive whitespace precedes the body');
+    assert.equal(r.headers.get('content-type'), 'application/json');
+    assert.ok(r.headers.get('content-length'), 'a plain (not chunked) body');
+    assert.ok(r.text.startsWith('{'), 'the body starts with the JSON object');
     assert.equal(r.json.choices[0].finish_reason, 'length');
     assert.equal(r.json.usage.completion_tokens, 6);
   });

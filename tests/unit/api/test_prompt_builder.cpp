@@ -89,6 +89,30 @@ TEST(PromptBuilder, AssistantHistoryKeepsItsMarkers) {
   EXPECT_EQ(pb.chat(convo, nullptr, o), tok->encode(text, true));
 }
 
+TEST(PromptBuilder, LimitStopsTokenisingAHugePromptEarly) {
+  DG_API_TOKENIZER(tok);
+  PromptBuilder pb(*tok, ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_07));
+  std::string big;
+  for (int i = 0; i < 200000; ++i) big += "word" + std::to_string(i % 97) + " ";
+  // Within the limit the result is the exact tokenisation.
+  EXPECT_EQ(pb.text("hello world", 100), tok->encode("hello world", true));
+  const int64_t whole = static_cast<int64_t>(tok->encode(big, true).size());
+  ASSERT_GT(whole, 1000);
+  EXPECT_EQ(static_cast<int64_t>(pb.text(big, whole + 10).size()), whole);
+  // Past the limit: PromptTooLong with a lower bound above the limit and not above the true count.
+  try {
+    pb.text(big, 1000);
+    FAIL() << "no PromptTooLong";
+  } catch (const PromptTooLong& e) {
+    EXPECT_GT(e.at_least, 1000);
+    EXPECT_LE(e.at_least, whole);
+  }
+  // The same for chat prompts (the user's text is a plain segment of the rendered template).
+  ChatTemplateOptions o;
+  EXPECT_THROW(pb.chat(user(big), nullptr, o, 1000), PromptTooLong);
+  EXPECT_NO_THROW(pb.chat(user("short"), nullptr, o, 1000));
+}
+
 }  // namespace
 }  // namespace dgemma
 

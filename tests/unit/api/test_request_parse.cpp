@@ -68,8 +68,8 @@ std::vector<BadCase> bad_cases() {
       {"n 17", true, chat_body({{"n", 17}}), K, "n"},
       {"temperature nan-ish", true, chat_body({{"temperature", "NaN"}}), K, "temperature"},
       {"temperature 2.5", true, chat_body({{"temperature", 2.5}}), K, "temperature"},
-      {"top_p 0.9", true, chat_body({{"top_p", 0.9}}), U, "top_p"},
-      {"top_k 5", true, chat_body({{"top_k", 5}}), U, "top_k"},
+      {"top_p 0", true, chat_body({{"top_p", 0}}), K, "top_p"},
+      {"repetition_penalty 0", true, chat_body({{"repetition_penalty", 0}}), K, "repetition_penalty"},
       {"top_k -2", true, chat_body({{"top_k", -2}}), K, "top_k"},
       {"seed float", true, chat_body({{"seed", 0.5}}), K, "seed"},
       {"seed too big", true, chat_body({{"seed", 9223372036854775808ull}}), K, "seed"},
@@ -251,6 +251,25 @@ TEST(RequestParse, CompletionPrompts) {
   EXPECT_TRUE(r.logprobs);
 }
 
+TEST(RequestParse, GreedyWithoutSeedGetsAFixedSeed) {
+  // temperature 0 without a seed is reproducible: seed 0; an explicit seed and other temperatures are kept.
+  EXPECT_EQ(parse_chat_request(chat_body({{"temperature", 0}}), policy()).sampling.seed, std::optional<uint64_t>(0));
+  EXPECT_EQ(parse_chat_request(chat_body({{"temperature", 0}, {"seed", 7}}), policy()).sampling.seed,
+            std::optional<uint64_t>(7));
+  EXPECT_FALSE(parse_chat_request(chat_body({{"temperature", 0.7}}), policy()).sampling.seed.has_value());
+  EXPECT_FALSE(parse_chat_request(chat_body(), policy()).sampling.seed.has_value());
+}
+
+TEST(RequestParse, UiSamplingFieldsAreAcceptedAndListed) {
+  const ParsedRequest r = parse_chat_request(
+      chat_body({{"top_p", 0.9}, {"top_k", 40}, {"min_p", 0.05}, {"presence_penalty", 0.5}, {"frequency_penalty", -0.5},
+                 {"repetition_penalty", 1.1}}),
+      policy());
+  EXPECT_EQ(r.ignored_sampling, (std::vector<std::string>{"top_p", "top_k", "min_p", "presence_penalty",
+                                                          "frequency_penalty", "repetition_penalty"}));
+  EXPECT_TRUE(parse_chat_request(chat_body(), policy()).ignored_sampling.empty());
+}
+
 TEST(RequestParse, BodyMustBeAnObject) {
   for (const char* text : {"null", "[]", "\"s\"", "1", "", "{", "{} x", "{\"a\":1}}"}) {
     SCOPED_TRACE(text);
@@ -272,6 +291,15 @@ TEST(ApiError, ContextLengthWordingMatchesVllm) {
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_EQ(j["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(j["error"]["param"], "messages");
+}
+
+TEST(ApiError, CompletionOverflowNamesThePrompt) {
+  const ApiError e = prompt_too_long_error(4096, 5000, "prompt", /*at_least=*/true);
+  EXPECT_EQ(e.param, "prompt");
+  EXPECT_EQ(e.message,
+            "This model's maximum context length is 4096 tokens. However, your request has at least 5000 input tokens. "
+            "Please reduce the length of the input prompt.");
+  EXPECT_EQ(context_length_error(4096, 4000, 200, "prompt").param, "prompt");
 }
 
 TEST(ApiError, KindsMapToStatuses) {

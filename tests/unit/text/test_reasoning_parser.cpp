@@ -74,6 +74,25 @@ TEST(ReasoningParser, ThinkingOffMissingCloserIsTheAnswer) {
   EXPECT_SPLIT("<|channel>thought\nParis is the capital of France.", true, "Paris is the capital of France.", "");
 }
 
+TEST(ReasoningParser, ThinkingOffClosedBlockIsAThought) {
+  // Thinking off, yet a non-empty block that the model closes: the text before the closer was a
+  // thought, so it is reasoning and no raw "<channel|>" reaches the content (issue: the answer came
+  // back as "Need a lookup.<channel|>Answer.").
+  EXPECT_SPLIT("<|channel>thought\nNeed a lookup.<channel|>Answer.", false, "Need a lookup.", "Answer.");
+  EXPECT_SPLIT("<|channel>thought\n\nplan\n<channel|>\nDone", false, "plan\n", "\nDone");
+  // Undecided text followed by a tool call was the answer: it stays content, the call is kept.
+  const std::string call = "<|tool_call>call:f{a:1}<tool_call|>";
+  EXPECT_SPLIT("<|channel>thought\nLet me check." + call, false, "", "Let me check." + call);
+  // Streaming holds the undecided text back until the closer decides it.
+  ReasoningParser p(false);
+  ReasoningDelta d = p.feed("<|channel>thought\nNeed a lookup.");
+  EXPECT_EQ(d.reasoning, "");
+  EXPECT_EQ(d.content, "");
+  d = p.feed("<channel|>Answer.");
+  EXPECT_EQ(d.reasoning, "Need a lookup.");
+  EXPECT_EQ(d.content, "Answer.");
+}
+
 TEST(ReasoningParser, ChannelWithoutLabel) {
   EXPECT_SPLIT("<|channel>Reasoning here<channel|>Answer", true, "Reasoning here", "Answer");
   EXPECT_SPLIT("<|channel>thoughts are these<channel|>Answer", true, "thoughts are these", "Answer");
