@@ -81,7 +81,6 @@ struct ServeFlags {
   std::string ssl_keyfile;
   std::string ssl_certfile;
   std::string kv_cache_dtype = "auto";
-  std::string quantization;
   int data_parallel_size = 1;
   int pipeline_parallel_size = 1;
   bool disable_uvicorn_access_log = false;
@@ -263,6 +262,7 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   e.quantization = f.quantization;
   // The model's limits are checked here, before the port is bound (the engine repeats them).
   const ModelConfig mc = load_model_config(p.model_dir);
+  check_quantization_flag(mc.quant, f.quantization);
   if (!f.max_model_len.empty()) {
     e.max_model_len = parse_token_count(f.max_model_len, "--max-model-len");
     if (e.max_model_len > mc.text.max_position_embeddings)
@@ -347,8 +347,6 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
              f.pipeline_parallel_size);
   if (f.kv_cache_dtype != "auto" && f.kv_cache_dtype != "bfloat16" && f.kv_cache_dtype != "bf16")
     fail_arg("--kv-cache-dtype {}: the KV cache is bfloat16 (auto or bfloat16 are accepted)", f.kv_cache_dtype);
-  if (!f.quantization.empty() && f.quantization != "none")
-    fail_arg("--quantization {}: quantised weights are not supported yet; serve the bfloat16 checkpoint", f.quantization);
   if (f.ssl_keyfile.empty() != f.ssl_certfile.empty())
     fail_arg("TLS needs both --ssl-keyfile and --ssl-certfile");
   for (const auto& [flag, value] : f.no_effect)
@@ -708,7 +706,6 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_option("--ssl-keyfile", f->ssl_keyfile, "PEM private key: serve HTTPS (with --ssl-certfile)");
   sub->add_option("--ssl-certfile", f->ssl_certfile, "PEM certificate chain: serve HTTPS (with --ssl-keyfile)");
   sub->add_option("--kv-cache-dtype", f->kv_cache_dtype, "auto or bfloat16 (the KV cache is bfloat16)");
-  sub->add_option("--quantization,-q", f->quantization, "none only (quantised checkpoints are not supported yet)");
   sub->add_option("--data-parallel-size", f->data_parallel_size, "Must be 1 (also accepted as -dp 1)");
   sub->add_option("--pipeline-parallel-size", f->pipeline_parallel_size, "Must be 1 (also accepted as -pp 1)");
   // vLLM tuning knobs that mean nothing here: accepted, and logged as having no effect.

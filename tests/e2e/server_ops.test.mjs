@@ -261,7 +261,8 @@ describe('vLLM flags and exit codes', () => {
 
   test('behaviour flags vLLM has but dgemma cannot honour are refused with a reason', async () => {
     for (const [args, pattern] of [
-      [['--quantization', 'awq'], /--quantization awq: quantised weights are not supported yet/],
+      [['--quantization', 'awq'], /--quantization 'awq' is not supported/],
+      [['--quantization', 'fp8'], /--quantization fp8 does not match the checkpoint, which is not quantised/],
       [['--kv-cache-dtype', 'fp8'], /--kv-cache-dtype fp8: the KV cache is bfloat16/],
       [['--ssl-keyfile', 'k.pem'], /TLS needs both --ssl-keyfile and --ssl-certfile/],
       [['--ssl-keyfile', '/nonexistent/k.pem', '--ssl-certfile', '/nonexistent/c.pem'], /--ssl-certfile \/nonexistent\/c\.pem: /],
