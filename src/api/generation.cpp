@@ -1,6 +1,7 @@
 #include "api/generation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <mutex>
 #include <random>
@@ -47,6 +48,8 @@ struct Generation::Event {
   OutputDelta delta;
   std::string text;
   std::vector<std::string> pieces;  // preview: each position's token text
+  std::vector<float> entropy;       // preview: each position's entropy (model engine only)
+  std::vector<uint8_t> accepted;    // preview: each position accepted by the step (model engine only)
   int step = 0;
   int canvas = 0;
 };
@@ -222,6 +225,8 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
       for (int32_t t : ev.tokens) e.pieces.push_back(ctx_.tokenizer->decode(std::span<const int32_t>(&t, 1), false));
       e.step = ev.steps;
       e.canvas = c.canvases;
+      e.entropy = ev.entropy;
+      e.accepted = ev.accepted;
       events.push_back(std::move(e));
       return;
     }
@@ -438,12 +443,20 @@ Generation::Status Generation::stream_step(std::chrono::milliseconds timeout, st
         break;
       }
       case Event::Kind::kPreview:
-        if (req_.include_previews)
-          out += sse_comment("dgemma.preview " + json_text(Json{{"index", e.choice->index},
-                                                               {"canvas", e.canvas},
-                                                               {"step", e.step},
-                                                               {"text", e.text},
-                                                               {"tokens", e.pieces}}));
+        if (req_.include_previews) {
+          Json p{{"index", e.choice->index}, {"canvas", e.canvas}, {"step", e.step}, {"text", e.text}, {"tokens", e.pieces}};
+          if (!e.entropy.empty()) {
+            Json h = Json::array();
+            for (float v : e.entropy) h.push_back(std::round(static_cast<double>(v) * 1e4) / 1e4);
+            p["entropy"] = std::move(h);
+          }
+          if (!e.accepted.empty()) {
+            Json a = Json::array();
+            for (uint8_t v : e.accepted) a.push_back(v ? 1 : 0);
+            p["accepted"] = std::move(a);
+          }
+          out += sse_comment("dgemma.preview " + json_text(p));
+        }
         break;
       case Event::Kind::kFinish: {
         Json choice{{"index", e.choice->index}};

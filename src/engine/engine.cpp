@@ -216,6 +216,8 @@ void DiffusionEngine::loop() {
       out.kind = ev.kind == CoreEvent::Kind::kCanvas ? RequestEvent::Kind::kCanvas : RequestEvent::Kind::kPreview;
       out.tokens = std::move(ev.tokens);
       out.logprobs = std::move(ev.logprobs);
+      out.entropy = std::move(ev.entropy);
+      out.accepted = std::move(ev.accepted);
       out.steps = ev.steps;
       out.denoise_ms = ev.denoise_ms;
       it->stream->push(std::move(out));

@@ -45,6 +45,8 @@ StepStats EngineCore::step(std::vector<CoreEvent>& events) {
       ev.seq = &s;
       ev.kind = CoreEvent::Kind::kPreview;
       ev.tokens = argmax;
+      ev.entropy = runner_->read_entropy(s);
+      ev.accepted = runner_->read_accepted(s);
       ev.steps = s.step();
       events.push_back(std::move(ev));
     }

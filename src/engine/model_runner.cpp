@@ -109,8 +109,8 @@ void DiffusionModelRunner::queue_sampling(const Sequence& seq, DeviceState& d, c
   if (sp.trace) {
     sa.argmax_gap = d.argmax_gap = be.alloc(ScalarType::kF32, {canvas_});
     sa.sample_gap = d.sample_gap = be.alloc(ScalarType::kF32, {canvas_});
-    d.accept = be.alloc(ScalarType::kU8, {canvas_});
   }
+  if ((sp.trace || sp.previews) && d.accept.empty()) d.accept = be.alloc(ScalarType::kU8, {canvas_});
   d.temperature = sa.temperature;
   be.sampler(sa);
   // Self-conditioning signal for the next step: probs . E * embed_scale.
@@ -130,7 +130,7 @@ void DiffusionModelRunner::queue_sampling(const Sequence& seq, DeviceState& d, c
   da.have_prev = seq.step() > 0;
   da.canvas = d.canvas;
   da.flags = flags.reshape({2});
-  if (sp.trace) da.accept = d.accept;
+  if (sp.trace || sp.previews) da.accept = d.accept;
   be.decide(da);
 }
 
@@ -145,6 +145,21 @@ std::vector<float> DiffusionModelRunner::read_logprobs(const Sequence& seq) {
   DeviceState& d = state_of(seq);
   std::vector<float> v(static_cast<size_t>(canvas_));
   model_.backend().to_host(d.logprob, v.data());
+  return v;
+}
+
+std::vector<float> DiffusionModelRunner::read_entropy(const Sequence& seq) {
+  DeviceState& d = state_of(seq);
+  std::vector<float> v(static_cast<size_t>(canvas_));
+  model_.backend().to_host(d.entropy, v.data());
+  return v;
+}
+
+std::vector<uint8_t> DiffusionModelRunner::read_accepted(const Sequence& seq) {
+  DeviceState& d = state_of(seq);
+  if (d.accept.empty()) return {};
+  std::vector<uint8_t> v(static_cast<size_t>(canvas_));
+  model_.backend().to_host(d.accept, v.data());
   return v;
 }
 

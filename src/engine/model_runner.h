@@ -32,6 +32,10 @@ class ModelRunner {
   // The argmax canvas of the sequence's last step (and the argmax log-probabilities when asked).
   virtual std::vector<int32_t> read_argmax(const Sequence& seq) = 0;
   virtual std::vector<float> read_logprobs(const Sequence& seq) = 0;
+  // Per position of the sequence's last step: the entropy and whether decide accepted it (previews;
+  // empty when the runner does not know them).
+  virtual std::vector<float> read_entropy(const Sequence&) { return {}; }
+  virtual std::vector<uint8_t> read_accepted(const Sequence&) { return {}; }
   // The trace record of the sequence's last step (params().trace only), with the stop decision.
   virtual StepRecord read_trace(const Sequence& seq, bool stop) = 0;
   // Drops the per-sequence device state (finished, aborted or preempted).
@@ -46,6 +50,8 @@ class DiffusionModelRunner final : public ModelRunner {
   std::vector<DenoiseFlags> run(const StepPlan& plan) override;
   std::vector<int32_t> read_argmax(const Sequence& seq) override;
   std::vector<float> read_logprobs(const Sequence& seq) override;
+  std::vector<float> read_entropy(const Sequence& seq) override;
+  std::vector<uint8_t> read_accepted(const Sequence& seq) override;
   StepRecord read_trace(const Sequence& seq, bool stop) override;
   void release(const Sequence& seq) override { state_.erase(seq.id()); }
 

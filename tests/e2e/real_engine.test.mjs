@@ -3,7 +3,7 @@
 // other requests in flight, per-request diffusion parameters, denoising metrics.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { makeModelDir, startServer, tinyConfig, GENERATION_CONFIG, metrics, sample } from './helpers.mjs';
+import { makeModelDir, startServer, tinyConfig, GENERATION_CONFIG, metrics, sample, streamRaw } from './helpers.mjs';
 
 describe('real engine (dummy weights, CPU)', () => {
   let server, client;
@@ -25,6 +25,26 @@ describe('real engine (dummy weights, CPU)', () => {
     assert.equal(r.choices[0].finish_reason, 'length');
     assert.equal(r.usage.completion_tokens, 21);
     assert.equal(typeof r.choices[0].message.content, 'string');
+  });
+
+  // Previews of the model engine carry, per canvas position, the step's entropy and decide's acceptance
+  // mask. The entropy bound always accepts at least the lowest-entropy position (its prefix sum is 0).
+  test('previews carry each position\'s entropy and acceptance', async () => {
+    const r = await streamRaw(server.url('/v1/chat/completions'), {
+      model: 'tiny-real', messages: [{ role: 'user', content: 'Say something.' }], max_tokens: 16, ignore_eos: true,
+      seed: 3, stream: true, stream_options: { include_previews: true },
+    });
+    assert.equal(r.status, 200);
+    const previews = r.comments.filter((c) => c.startsWith('dgemma.preview ')).map((c) => JSON.parse(c.slice(15)));
+    assert.ok(previews.length >= 1, 'at least one preview');
+    for (const p of previews) {
+      assert.equal(p.tokens.length, 16);
+      assert.equal(p.entropy.length, 16);
+      assert.equal(p.accepted.length, 16);
+      for (const h of p.entropy) assert.ok(Number.isFinite(h) && h >= 0, `entropy ${h}`);
+      for (const a of p.accepted) assert.ok(a === 0 || a === 1);
+      assert.ok(p.accepted.reduce((x, y) => x + y, 0) >= 1, 'the lowest-entropy position is always accepted');
+    }
   });
 
   test('a seed reproduces exactly while other requests run', async () => {

@@ -87,7 +87,8 @@ describe('web page (real engine, dummy weights)', () => {
     for (const s of page.stats) assert.match(s, /\d+ tokens · \d+ canvas(es)? · \d+ steps \([\d.]+ per canvas\) · [\d.]+ tok\/s/);
     assert.ok(page.previews > 0, 'preview steps were drawn');
     assert.equal(page.cells, CANVAS, 'one cell per canvas position');
-    assert.match(page.info, /canvas \d+ · step \d+ · \d+\/16 positions unchanged/);
+    // The model engine reports each step's acceptance mask and entropies: drawn as such.
+    assert.match(page.info, /canvas \d+ · step \d+ · \d+\/16 positions unchanged · \d+\/16 accepted · mean entropy [\d.]+/);
     assert.ok(page.history >= 2, 'each finished canvas is listed');
     assert.deepEqual(page.heads, ['answer 2', 'answer 1'], 'under its answer, newest first');
 

@@ -203,20 +203,35 @@ class Answer {
 }
 
 // Draws one preview step: each position of the canvas, marked changed (vs the previous step of the same
-// canvas) or stable.
+// canvas) or stable, and — when the server reports them (the model engine) — accepted by this step or
+// renoised, with its entropy (the cell's opacity falls with it; the tooltip shows it).
 function drawCanvas(p, prevTokens) {
   const grid = $('canvas-grid');
   grid.textContent = '';
   const toks = p.tokens || [p.text];
-  let stable = 0;
+  const acc = Array.isArray(p.accepted) && p.accepted.length === toks.length ? p.accepted : null;
+  const ent = Array.isArray(p.entropy) && p.entropy.length === toks.length ? p.entropy : null;
+  let stable = 0, accepted = 0, entropySum = 0;
   toks.forEach((t, i) => {
     const same = prevTokens && prevTokens[i] === t;
     if (same) stable++;
-    const s = el('span', 'tok ' + (same ? 'stable' : 'changed'), t.replace(/\n/g, '⏎') || '·');
-    s.title = 'position ' + i;
+    let cls = 'tok ' + (same ? 'stable' : 'changed');
+    if (acc) {
+      cls += acc[i] ? ' accepted' : ' renoised';
+      if (acc[i]) accepted++;
+    }
+    const s = el('span', cls, t.replace(/\n/g, '⏎') || '·');
+    s.title = 'position ' + i + (ent ? ' · entropy ' + ent[i].toFixed(3) : '') + (acc ? (acc[i] ? ' · accepted' : ' · renoised') : '');
+    if (ent) {
+      entropySum += ent[i];
+      s.style.opacity = String(Math.max(0.35, 1 - Math.min(ent[i], 6) / 9));
+    }
     grid.appendChild(s);
   });
-  $('canvas-info').textContent = 'canvas ' + p.canvas + ' · step ' + p.step + ' · ' + stable + '/' + toks.length + ' positions unchanged';
+  let info = 'canvas ' + p.canvas + ' · step ' + p.step + ' · ' + stable + '/' + toks.length + ' positions unchanged';
+  if (acc) info += ' · ' + accepted + '/' + toks.length + ' accepted';
+  if (ent) info += ' · mean entropy ' + (entropySum / toks.length).toFixed(3);
+  $('canvas-info').textContent = info;
 }
 
 function archiveCanvas(canvas, text, steps) {
