@@ -50,7 +50,7 @@ class TempDir {
 
 void require_reference() {
   ASSERT_TRUE(fs::exists(kRef26B + "/config.json"))
-      << "reference config missing: " << kRef26B << "/config.json (the /work/shared/reference tree must be present)";
+      << "reference config missing: " << kRef26B << "/config.json (the shared reference tree beside the checkout must be present)";
 }
 
 InspectReport dummy_26b(int max_num_seqs = 4, int64_t max_model_len = 8192) {
