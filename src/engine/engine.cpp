@@ -10,28 +10,6 @@
 #include "util/timing.h"
 
 namespace dgemma {
-namespace {
-
-SchedulerConfig scheduler_config(const EngineConfig& c, const ModelConfig& mc, const EngineSizing& s) {
-  SchedulerConfig sc;
-  sc.max_num_seqs = c.max_num_seqs;
-  sc.max_num_batched_tokens = s.max_num_batched_tokens;
-  sc.prefill_chunk = s.prefill_chunk;
-  sc.canvas_length = mc.canvas_length;
-  return sc;
-}
-
-BlockManagerConfig block_config(const EngineConfig& c, const ModelConfig& mc, const EngineSizing& s) {
-  BlockManagerConfig bc;
-  bc.page_size = mc.canvas_length;
-  bc.num_pages = s.kv.pages;
-  bc.sliding_keep = sliding_keep(mc);
-  bc.prefix_caching = c.enable_prefix_caching;
-  return bc;
-}
-
-}  // namespace
-
 DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Backend> backend,
                                  std::unique_ptr<DiffusionGemma> model, GenerationConfig generation, EngineSizing sizing)
     : config_(config),
@@ -49,15 +27,6 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
   model_core_ = std::make_unique<ModelCore>(*model_, o);
   if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);
   core_ = &model_core_->core();
-  start();
-}
-
-DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner, ModelConfig model_config,
-                                 GenerationConfig generation, EngineSizing sizing)
-    : config_(config), model_config_(std::move(model_config)), generation_(std::move(generation)), sizing_(sizing) {
-  own_core_ = std::make_unique<EngineCore>(scheduler_config(config_, model_config_, sizing_),
-                                           block_config(config_, model_config_, sizing_), std::move(runner));
-  core_ = own_core_.get();
   start();
 }
 

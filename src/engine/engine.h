@@ -31,11 +31,8 @@ struct EngineSizing {
 
 class DiffusionEngine final : public EngineInterface {
  public:
-  // Takes ownership of the backend and model (or of a runner, for tests); allocates the KV pool; starts
-  // the engine thread.
+  // Takes ownership of the backend and model; allocates the KV pool; starts the engine thread.
   DiffusionEngine(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<DiffusionGemma> model,
-                  GenerationConfig generation, EngineSizing sizing);
-  DiffusionEngine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner, ModelConfig model_config,
                   GenerationConfig generation, EngineSizing sizing);
   ~DiffusionEngine() override;
 
@@ -66,9 +63,8 @@ class DiffusionEngine final : public EngineInterface {
   ModelConfig model_config_;
   GenerationConfig generation_;
   EngineSizing sizing_;
-  std::unique_ptr<ModelCore> model_core_;  // the model path: core, runner and KV pool
-  std::unique_ptr<EngineCore> own_core_;   // a given runner (tests, scripted server)
-  EngineCore* core_ = nullptr;
+  std::unique_ptr<ModelCore> model_core_;  // core, runner and KV pool
+  EngineCore* core_ = nullptr;             // model_core_->core()
   TraceSink* trace_ = nullptr;
 
   mutable std::mutex mu_;
