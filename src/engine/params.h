@@ -29,6 +29,7 @@ struct SequenceParams {
   std::vector<int32_t> stop_ids;        // extra stop ids (vLLM stop_token_ids): honoured even with ignore_eos
   bool greedy = false;                  // temperature 0: the per-position sample is the argmax
   std::vector<int32_t> initial_canvas;  // first canvas (empty: random)
+  std::vector<PinnedSpan> pins;         // validated: in bounds, sorted, non-overlapping, ids < vocab
   bool previews = false;
   bool logprobs = false;
   bool trace = false;                   // keep per-step records (tests, --dump)

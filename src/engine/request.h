@@ -14,6 +14,16 @@
 
 namespace dgemma {
 
+// A run of answer positions whose tokens are given and never renoised (pinned spans, docs/API.md).
+// `offset` counts answer positions from the first generated token: canvas k covers answer positions
+// [k * canvas_length, (k + 1) * canvas_length), so a span lies in one canvas or is split across
+// consecutive ones. A pinned position always keeps its token, counts as accepted, and feeds its one-hot
+// token to self-conditioning; the entropy bound and the stop rule see only the free positions.
+struct PinnedSpan {
+  int64_t offset = 0;
+  std::vector<int32_t> tokens;
+};
+
 // Per-request diffusion sampling parameters (docs/MODEL.md §1.4, §6). Unset optionals take the model's
 // generation_config.json values (or the reference's built-in defaults).
 struct SamplingParams {
@@ -37,6 +47,8 @@ struct SamplingParams {
   // before the id, finish reason stop, kFinished.stop_token_id set). The API layer also enforces them
   // on what it receives, so honouring them in the engine only saves work.
   std::vector<int32_t> stop_token_ids;
+  // Pinned spans of the answer (infilling, assistant prefill, forced tool-call or JSON openings).
+  std::vector<PinnedSpan> pins;
 };
 
 struct GenerationRequest {
