@@ -11,6 +11,15 @@
 
 namespace dgemma {
 
+class Collective;
+
+// Vocabulary-long sums (the sampler's softmax denominators and entropy, the self-conditioning GEMM
+// probs . E) run over this many equal blocks of the vocabulary, each block summed on its own and the
+// block sums added in block order: a vocabulary-sharded rank holds whole blocks, so tensor parallelism
+// of any size dividing it reproduces the one-rank result exactly (docs/MODEL.md "Tensor parallelism").
+// A vocabulary that is not a multiple of it is summed as one block (and cannot be sharded).
+constexpr int kVocabBlocks = 8;
+
 // Attention of n new query tokens of one sequence over [cached keys ; new keys]. The cached keys are
 // the sequence's tokens at absolute positions [cache_first, cache_first + cache_len) (new token j sits
 // at cache_first + cache_len + j), stored in a paged pool: position p lives in page page_table[p / P],
@@ -43,6 +52,12 @@ struct MoeArgs {
   Tensor out;              // [T, H]
   // Optional debug outputs (empty tensors: not produced): host f32 [T,E], f32 [T,k], i32 [T,k].
   Tensor dbg_probs, dbg_weights, dbg_index;
+  // Expert parallelism: gate_up / down hold experts [expert_first, expert_first + gate_up.experts())
+  // of router_proj's E; each token's selected expert outputs are computed by the rank holding the
+  // expert and exchanged through `collective` (an exact sum: the others contribute -0) before the
+  // accumulation in expert order, so every rank gets the one-rank output. nullptr: all experts local.
+  int64_t expert_first = 0;
+  Collective* collective = nullptr;
 };
 
 // The per-position sampler maths of one denoising step for one canvas (docs/MODEL.md §6): soft-cap,
@@ -63,6 +78,12 @@ struct SamplerArgs {
   // Optional (empty: skipped): decision margins, f32 [C] — the gap between the best and second-best
   // z (argmax) and z + Gumbel (sample). Golden tests use them to tell near-ties from real differences.
   Tensor argmax_gap, sample_gap;
+  // Vocabulary sharding (tensor parallelism): logits are columns [vocab_first, vocab_first + V) of a
+  // vocabulary of vocab_total; the per-rank statistics go through `collective` so that every output
+  // (and the probabilities of the rank's columns) equals the one-rank result. nullptr: whole vocabulary.
+  int64_t vocab_first = 0;
+  int64_t vocab_total = 0;
+  Collective* collective = nullptr;
 };
 
 // The accept / renoise / stop decision of one denoising step of one canvas (docs/MODEL.md §6.2, §6.4) on the
@@ -122,6 +143,17 @@ class Backend {
   virtual void matmul(const Tensor& x, const Weight& w, const Tensor& out) = 0;
   // out[T,N] = bf16(x[T,K] . w[K,N]), fp32 accumulation (the self-conditioning GEMM probs . E).
   virtual void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) = 0;
+
+  // Tensor-parallel pieces (the defaults throw kUnsupported; the CPU backend implements them):
+  // out[t] = bf16(table[ids[t] - first] * scale) where the id is one of the table's rows, else -0
+  // (the vocabulary-sharded embedding; ids outside [0, vocab_total) are an error).
+  virtual void embed_shard(const Tensor& ids, const Tensor& table, int64_t first, int64_t vocab_total, float scale,
+                           const Tensor& out);
+  // f32 out[T, N, B]: the B block partials of matmul_kn's dot products (K split into B equal blocks).
+  virtual void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor& out);
+  // bf16 out[M] = bf16(sum of partials[m, 0..B) added in block order): with matmul_kn_blocks, exactly
+  // the CPU matmul_kn when B = kVocabBlocks.
+  virtual void sum_blocks(const Tensor& partials, const Tensor& out);
   // In-place NeoX RoPE over x[T, heads, D] with bf16 cos/sin and bf16 arithmetic.
   virtual void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) = 0;
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;        // bf16(a + b)

@@ -2,18 +2,19 @@
 
 #include <algorithm>
 
+#include "model/shard_plan.h"
 #include "util/error.h"
 
 namespace dgemma {
 
-KvGeometry kv_geometry(const ModelConfig& c) {
+KvGeometry kv_geometry(const ModelConfig& c, int tp_size) {
   KvGeometry g;
   g.page_size = c.canvas_length;
   g.sliding_keep = sliding_keep(c);
   for (const auto& L : c.text.layers) {
     const int grp = static_cast<int>(kv_group_of(L));
     g.layers[grp] += 1;
-    g.bytes_per_page[grp] += 2 * static_cast<uint64_t>(L.num_kv_heads) * static_cast<uint64_t>(L.head_dim) * 2 *
+    g.bytes_per_page[grp] += 2 * static_cast<uint64_t>(kv_heads_per_rank(L.num_kv_heads, tp_size)) * static_cast<uint64_t>(L.head_dim) * 2 *
                              static_cast<uint64_t>(g.page_size);
   }
   return g;
@@ -39,14 +40,15 @@ KvPoolPlan plan_kv_pool(const KvGeometry& g, uint64_t budget_bytes, int max_num_
   return p;
 }
 
-KvStorage allocate_kv_storage(const ModelConfig& c, Backend& backend, const KvPoolPlan& plan) {
+KvStorage allocate_kv_storage(const ModelConfig& c, Backend& backend, const KvPoolPlan& plan, int tp_size) {
   KvStorage s;
   s.page_size = c.canvas_length;
   for (const auto& L : c.text.layers) {
     const int64_t pages = std::max<int64_t>(plan.pages[static_cast<int>(kv_group_of(L))], 1);
+    const int64_t heads = kv_heads_per_rank(L.num_kv_heads, tp_size);
     KvLayerPages lp;
-    lp.k = backend.alloc(ScalarType::kBF16, {pages, L.num_kv_heads, s.page_size, L.head_dim});
-    lp.v = backend.alloc(ScalarType::kBF16, {pages, L.num_kv_heads, s.page_size, L.head_dim});
+    lp.k = backend.alloc(ScalarType::kBF16, {pages, heads, s.page_size, L.head_dim});
+    lp.v = backend.alloc(ScalarType::kBF16, {pages, heads, s.page_size, L.head_dim});
     s.layers.push_back(std::move(lp));
   }
   return s;

@@ -17,7 +17,8 @@ struct KvGeometry {
   std::array<int, kKvGroups> layers{};
   int64_t sliding_keep = 0;                       // window - 1
 };
-KvGeometry kv_geometry(const ModelConfig& config);
+// tp_size > 1: one rank's pool under tensor parallelism (its KV heads, model/shard_plan.h).
+KvGeometry kv_geometry(const ModelConfig& config, int tp_size = 1);
 
 // Sliding pages every running sequence needs at most (its window plus a committed canvas), plus the
 // pages the prefill chunks of one step may add: with these the sliding group never runs short, so the
@@ -33,7 +34,8 @@ struct KvPoolPlan {
 // A model without sliding (or full) layers gets no pages of that group.
 KvPoolPlan plan_kv_pool(const KvGeometry& g, uint64_t budget_bytes, int max_num_seqs, int64_t max_num_batched_tokens);
 
-// Allocates the pool's storage on the backend.
-KvStorage allocate_kv_storage(const ModelConfig& config, Backend& backend, const KvPoolPlan& plan);
+// Allocates the pool's storage on the backend (tp_size > 1: one rank's, with the rank's KV heads; every
+// rank holds the same pages, so one block manager's page ids address all of them).
+KvStorage allocate_kv_storage(const ModelConfig& config, Backend& backend, const KvPoolPlan& plan, int tp_size = 1);
 
 }  // namespace dgemma

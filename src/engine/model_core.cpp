@@ -2,25 +2,42 @@
 
 #include <algorithm>
 
+#include "engine/tp_runner.h"
 #include "util/error.h"
 
 namespace dgemma {
 
-ModelCore::ModelCore(DiffusionGemma& model, ModelCoreOptions o) : model_(model) {
-  const ModelConfig& mc = model.config();
+KvPoolPlan ModelCore::pool_plan(const ModelCoreOptions& o) const {
+  if (o.kv_plan) return *o.kv_plan;
+  const ModelConfig& mc = model_.config();
   const KvGeometry geo = kv_geometry(mc);
   const int64_t step_tokens = std::max(o.max_num_batched_tokens, o.prefill_chunk);
   KvPoolPlan plan;
-  if (o.kv_plan) {
-    plan = *o.kv_plan;
-  } else {
-    if (geo.layers[static_cast<int>(KvGroup::kFull)] > 0)
-      plan.pages[static_cast<int>(KvGroup::kFull)] = (o.kv_tokens + geo.page_size - 1) / geo.page_size;
-    plan.pages[static_cast<int>(KvGroup::kSliding)] = sliding_pages_needed(geo, o.max_num_seqs, step_tokens);
-  }
-  kv_ = allocate_kv_storage(mc, model.backend(), plan);
+  if (geo.layers[static_cast<int>(KvGroup::kFull)] > 0)
+    plan.pages[static_cast<int>(KvGroup::kFull)] = (o.kv_tokens + geo.page_size - 1) / geo.page_size;
+  plan.pages[static_cast<int>(KvGroup::kSliding)] = sliding_pages_needed(geo, o.max_num_seqs, step_tokens);
+  return plan;
+}
+
+ModelCore::ModelCore(DiffusionGemma& model, ModelCoreOptions o) : model_(model) {
+  const KvPoolPlan plan = pool_plan(o);
+  kv_ = allocate_kv_storage(model.config(), model.backend(), plan);
   auto runner = std::make_unique<DiffusionModelRunner>(model, kv_);
   runner_ = runner.get();
+  start(o, plan, std::move(runner));
+}
+
+ModelCore::ModelCore(TensorParallelModel& tp, ModelCoreOptions o) : model_(tp.rank(0)) {
+  const KvPoolPlan plan = pool_plan(o);
+  for (int r = 0; r < tp.size(); ++r) rank_kv_.push_back(allocate_kv_storage(tp.config(), tp.backend(r), plan, tp.size()));
+  auto runner = std::make_unique<TensorParallelRunner>(tp, rank_kv_);
+  runner_ = &runner->rank0();
+  start(o, plan, std::move(runner));
+}
+
+void ModelCore::start(const ModelCoreOptions& o, const KvPoolPlan& plan, std::unique_ptr<ModelRunner> runner) {
+  const ModelConfig& mc = model_.config();
+  const KvGeometry geo = kv_geometry(mc);
   SchedulerConfig sc;
   sc.max_num_seqs = o.max_num_seqs;
   sc.max_num_batched_tokens = o.max_num_batched_tokens;

@@ -11,6 +11,7 @@
 #include "engine/kv_pool.h"
 #include "engine/trace.h"
 #include "model/diffusion_gemma.h"
+#include "model/tensor_parallel.h"
 
 namespace dgemma {
 
@@ -26,6 +27,9 @@ struct ModelCoreOptions {
 class ModelCore {
  public:
   ModelCore(DiffusionGemma& model, ModelCoreOptions options);
+  // A tensor-parallel model: one pool per rank (the rank's KV heads, the same pages), the ranks' runners
+  // behind one TensorParallelRunner; runner() is rank 0's.
+  ModelCore(TensorParallelModel& model, ModelCoreOptions options);
 
   EngineCore& core() { return *core_; }
   TraceRecorder& traces() { return traces_; }
@@ -37,8 +41,12 @@ class ModelCore {
   std::vector<CoreEvent> run(const std::vector<Sequence*>& seqs, int max_steps = 100000);
 
  private:
+  KvPoolPlan pool_plan(const ModelCoreOptions& o) const;
+  void start(const ModelCoreOptions& o, const KvPoolPlan& plan, std::unique_ptr<ModelRunner> runner);
+
   DiffusionGemma& model_;
   KvStorage kv_;
+  std::vector<KvStorage> rank_kv_;  // tensor parallelism: one pool per rank
   DiffusionModelRunner* runner_ = nullptr;
   std::unique_ptr<EngineCore> core_;
   TraceRecorder traces_;

@@ -23,7 +23,7 @@ DiffusionModelRunner::DeviceState& DiffusionModelRunner::state_of(const Sequence
   d.argmax = be.alloc(ScalarType::kI32, {canvas_});
   d.sample = be.alloc(ScalarType::kI32, {canvas_});
   d.logprob = be.alloc(ScalarType::kF32, {canvas_});
-  d.logits = be.alloc(ScalarType::kBF16, {canvas_, model_.config().text.vocab_size});
+  d.logits = be.alloc(ScalarType::kBF16, {canvas_, model_.logits_columns()});  // a rank: its vocabulary slice
   d.soft = be.alloc(ScalarType::kBF16, {canvas_, model_.config().text.hidden_size});
   return state_.emplace(seq.id(), std::move(d)).first->second;
 }
@@ -112,7 +112,7 @@ void DiffusionModelRunner::queue_sampling(const Sequence& seq, DeviceState& d, c
   }
   if ((sp.trace || sp.previews) && d.accept.empty()) d.accept = be.alloc(ScalarType::kU8, {canvas_});
   d.temperature = sa.temperature;
-  be.sampler(sa);
+  model_.sampler(sa);  // vocabulary-sharded under tensor parallelism
   // Self-conditioning signal for the next step: probs . E * embed_scale.
   model_.soft_embeddings(d.logits, d.soft);
   d.have_soft = true;

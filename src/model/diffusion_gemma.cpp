@@ -26,9 +26,12 @@ std::vector<float> rope_inv_freq(const RopeParams& rope, int head_dim) {
   return inv;
 }
 
-DiffusionGemma::DiffusionGemma(ModelConfig config, ModelWeights weights, Backend& backend)
-    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {
+DiffusionGemma::DiffusionGemma(ModelConfig config, ModelWeights weights, Backend& backend, TensorParallelRank tp)
+    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend), tp_(tp) {
   const TextConfig& t = config_.text;
+  if (tp_.collective == nullptr) tp_.plan = ShardPlan{};
+  DG_CHECK(tp_.collective == nullptr || (tp_.collective->size() == tp_.plan.size && tp_.collective->rank() == tp_.plan.rank));
+  if (sharded()) validate_tensor_parallel(config_, tp_.plan.size);
   embed_scale_ = round_bf16(static_cast<float>(std::sqrt(static_cast<double>(t.hidden_size))));
   router_root_ = static_cast<float>(std::pow(static_cast<double>(t.hidden_size), -0.5));
   auto upload_freq = [&](const RopeParams& rope, int head_dim) {
@@ -62,7 +65,14 @@ Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, int64_t total)
     off += it.length();
   }
   Tensor x = backend_.alloc(ScalarType::kBF16, {total, H});
-  backend_.embed(ids, weights_.embed, embed_scale_, x);
+  if (sharded()) {
+    // Each id's row lives on one rank; the others add -0 (exact).
+    backend_.embed_shard(ids, weights_.embed, tp_.plan.split(config_.text.vocab_size).begin, config_.text.vocab_size,
+                         embed_scale_, x);
+    tp_.collective->all_reduce_sum(x);
+  } else {
+    backend_.embed(ids, weights_.embed, embed_scale_, x);
+  }
 
   // Decoder inputs: x0 = rmsnorm0(E[c]*scale + SC-MLP(pre_norm(soft))), SC = 0 at the first step.
   off = 0;
@@ -71,16 +81,10 @@ Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, int64_t total)
     if (it.kind == ForwardItem::Kind::kDenoise) {
       Tensor e = x.rows(off, off + n);
       if (!it.soft_embeds.empty()) {
-        const int64_t S = config_.text.self_conditioning_size;
         Tensor u = backend_.alloc(ScalarType::kBF16, {n, H});
         backend_.rmsnorm(it.soft_embeds, &weights_.sc_pre_norm, eps, u);
-        Tensor g = backend_.alloc(ScalarType::kBF16, {n, S});
-        Tensor up = backend_.alloc(ScalarType::kBF16, {n, S});
-        backend_.matmul(u, weights_.sc_gate, g);
-        backend_.matmul(u, weights_.sc_up, up);
-        backend_.gelu_mul(g, up, g);
         Tensor sc = backend_.alloc(ScalarType::kBF16, {n, H});
-        backend_.matmul(g, weights_.sc_down, sc);
+        gated_mlp(u, weights_.sc_gate, weights_.sc_up, weights_.sc_down, sc);
         dump("sc.mlp_out", sc);
         backend_.add(e, sc, e);
       }
@@ -108,7 +112,7 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) 
       for (int g = 0; g < kKvGroups; ++g)
         DG_CHECK(it.kv.tables[g].empty() || static_cast<int64_t>(it.kv.tables[g].size()) > last_page);
     } else {
-      DG_CHECK(!it.logits.empty() && it.logits.dim(0) == it.length());
+      DG_CHECK(!it.logits.empty() && it.logits.dim(0) == it.length() && it.logits.dim(1) == logits_columns());
     }
     for (const auto& tb : it.kv.tables) table_entries += static_cast<int64_t>(tb.size());
     offsets.push_back(total);
@@ -167,10 +171,16 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   const TextConfig& t = config_.text;
   const LayerWeights& w = weights_.layers[li];
   const LayerSpec& L = w.spec;
-  const int64_t T = x.dim(0), H = t.hidden_size, Hq = t.num_attention_heads, D = L.head_dim, Hkv = L.num_kv_heads;
+  const int64_t T = x.dim(0), H = t.hidden_size, D = L.head_dim;
+  // This rank's query and KV heads (all of them unsharded).
+  const int64_t Hq = t.num_attention_heads / tp_.plan.size, Hkv = tp_.plan.kv_heads(L.num_kv_heads).size();
   const float eps = static_cast<float>(t.rms_norm_eps);
   const std::string p = "layer" + std::to_string(li) + ".";
   auto bf16 = [&](std::initializer_list<int64_t> dims) { return backend_.alloc(ScalarType::kBF16, dims); };
+  // A rank's heads are a slice: dumped unsharded only (the names denote whole tensors).
+  auto dump_heads = [&](const std::string& name, const Tensor& v) {
+    if (!sharded()) dump(name, v);
+  };
   dump(p + "input", x);
 
   // --- attention -----------------------------------------------------------------------------
@@ -180,21 +190,21 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   Tensor q = bf16({T, Hq, D}), k = bf16({T, Hkv, D});
   backend_.matmul(a, w.q_proj, q);
   backend_.matmul(a, w.k_proj, k);
-  dump(p + "q_proj", q);
-  dump(p + "k_proj", k);
+  dump_heads(p + "q_proj", q);
+  dump_heads(p + "k_proj", k);
   Tensor v = bf16({T, Hkv, D});
   if (L.k_eq_v) {
     backend_.copy(v, k);  // K=V: V is the raw K projection (before k_norm and RoPE)
   } else {
     backend_.matmul(a, w.v_proj, v);
-    dump(p + "v_proj", v);
+    dump_heads(p + "v_proj", v);
   }
   backend_.rmsnorm(q, &w.q_norm, eps, q);
   backend_.rmsnorm(k, &w.k_norm, eps, k);
   backend_.rmsnorm(v, nullptr, eps, v);
-  dump(p + "q_norm", q);
-  dump(p + "k_norm", k);
-  dump(p + "v_norm", v);
+  dump_heads(p + "q_norm", q);
+  dump_heads(p + "k_norm", k);
+  dump_heads(p + "v_norm", v);
   const Tensor& inv_freq = L.type == LayerType::kSliding ? inv_freq_sliding_ : inv_freq_full_;
   backend_.rope(q, positions, inv_freq);
   backend_.rope(k, positions, inv_freq);
@@ -228,9 +238,14 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
       backend_.kv_write(pages.v, args.page_table, cached, args.v_new);
     }
   }
-  dump(p + "attn_heads", attn);
+  dump_heads(p + "attn_heads", attn);
+  Tensor heads = attn.reshape({T, Hq * D});
+  if (sharded()) {
+    heads = bf16({T, Hq * D * tp_.plan.size});
+    tp_.collective->all_gather_last(attn.reshape({T, Hq * D}), heads);
+  }
   Tensor o = bf16({T, H});
-  backend_.matmul(attn.reshape({T, Hq * D}), w.o_proj, o);
+  linear_gathered(heads, w.o_proj, o);
   dump(p + "attn_out", o);
   backend_.rmsnorm(o, &w.post_attn_norm, eps, o);
   dump(p + "post_attn_norm", o);
@@ -238,16 +253,11 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   backend_.add(x, o, h1);
 
   // --- dense MLP and MoE in parallel on h1 ------------------------------------------------------
-  const int64_t I = t.intermediate_size;
   Tensor d = bf16({T, H});
   backend_.rmsnorm(h1, &w.pre_ff_norm, eps, d);
   dump(p + "mlp_norm", d);
-  Tensor g = bf16({T, I}), u = bf16({T, I});
-  backend_.matmul(d, w.mlp_gate, g);
-  backend_.matmul(d, w.mlp_up, u);
-  backend_.gelu_mul(g, u, g);
   Tensor m1 = bf16({T, H});
-  backend_.matmul(g, w.mlp_down, m1);
+  gated_mlp(d, w.mlp_gate, w.mlp_up, w.mlp_down, m1);
   dump(p + "mlp_out", m1);
   backend_.rmsnorm(m1, &w.post_ff_norm1, eps, m1);
   dump(p + "mlp_post_norm", m1);
@@ -265,6 +275,10 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   m.down = w.experts_down;
   m.top_k = t.top_k_experts;
   m.eps = eps;
+  if (sharded()) {
+    m.expert_first = tp_.plan.split(t.num_experts).begin;
+    m.collective = tp_.collective;
+  }
   m.out = bf16({T, H});
   if (dump_) {
     m.dbg_probs = host_tensor(ScalarType::kF32, {T, t.num_experts});
@@ -296,8 +310,50 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   dump(p + "output", x);
 }
 
+void DiffusionGemma::linear_gathered(const Tensor& x, const Weight& w, const Tensor& out) {
+  if (!sharded()) return backend_.matmul(x, w, out);
+  Tensor part = backend_.alloc(ScalarType::kBF16, {x.dim(0), w.rows()});
+  backend_.matmul(x, w, part);
+  tp_.collective->all_gather_last(part, out);
+}
+
+void DiffusionGemma::gated_mlp(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down, const Tensor& out) {
+  const int64_t T = x.dim(0), I = gate.rows();  // I: this rank's share of the width
+  Tensor g = backend_.alloc(ScalarType::kBF16, {T, I}), u = backend_.alloc(ScalarType::kBF16, {T, I});
+  backend_.matmul(x, gate, g);
+  backend_.matmul(x, up, u);
+  backend_.gelu_mul(g, u, g);
+  if (sharded()) {
+    Tensor all = backend_.alloc(ScalarType::kBF16, {T, I * tp_.plan.size});
+    tp_.collective->all_gather_last(g, all);
+    g = all;
+  }
+  linear_gathered(g, down, out);
+}
+
+void DiffusionGemma::sampler(SamplerArgs args) {
+  if (sharded()) {
+    args.vocab_first = tp_.plan.split(config_.text.vocab_size).begin;
+    args.vocab_total = config_.text.vocab_size;
+    args.collective = tp_.collective;
+  }
+  backend_.sampler(args);
+}
+
 void DiffusionGemma::soft_embeddings(const Tensor& probs, const Tensor& out) {
-  backend_.matmul_kn(probs, weights_.embed, out);
+  if (sharded()) {
+    // The rank's vocabulary blocks' partial products, gathered into block order and summed as the
+    // one-rank matmul_kn sums them (kVocabBlocks).
+    const int64_t C = probs.dim(0), H = config_.text.hidden_size;
+    const int blocks = kVocabBlocks / tp_.plan.size;
+    Tensor part = backend_.alloc(ScalarType::kF32, {C, H, blocks});
+    backend_.matmul_kn_blocks(probs, weights_.embed, blocks, part);
+    Tensor all = backend_.alloc(ScalarType::kF32, {C, H, kVocabBlocks});
+    tp_.collective->all_gather_last(part, all);
+    backend_.sum_blocks(all, out);
+  } else {
+    backend_.matmul_kn(probs, weights_.embed, out);
+  }
   backend_.scale(out, embed_scale_, out);
 }
 

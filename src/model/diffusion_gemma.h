@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/collective.h"
 #include "model/config.h"
 #include "model/kv_view.h"
+#include "model/shard_plan.h"
 #include "model/weights.h"
 
 namespace dgemma {
@@ -24,7 +26,7 @@ struct ForwardItem {
   std::span<const int32_t> tokens;
   ItemKv kv;           // the sequence's cache; encode items write positions [kv.cached, +n) through it
   Tensor soft_embeds;  // kDenoise: [C, H] bf16 self-conditioning soft embeddings (probs·E·scale); empty at step 1
-  Tensor logits;       // kDenoise: output [C, V] bf16 LM-head logits before the soft-cap
+  Tensor logits;       // kDenoise: output [C, V] bf16 LM-head logits before the soft-cap (a rank: [C, V / N])
   Tensor token_ids;    // i32 [n] on the backend's device, read instead of `tokens` when set
 
   int64_t length() const { return token_ids.empty() ? static_cast<int64_t>(tokens.size()) : token_ids.numel(); }
@@ -33,9 +35,17 @@ struct ForwardItem {
 // Receives every named intermediate of a forward pass (debug dumps, golden tests).
 using DumpHook = std::function<void(const std::string& name, const Tensor& t)>;
 
+// One rank of a tensor-parallel group: its place in the plan and its endpoint of the group's collective.
+struct TensorParallelRank {
+  ShardPlan plan;
+  Collective* collective = nullptr;  // nullptr: one rank (the unsharded model)
+};
+
 class DiffusionGemma {
  public:
-  DiffusionGemma(ModelConfig config, ModelWeights weights, Backend& backend);
+  // `weights` are the whole model, or with `tp` the rank's shard (shard_weights). Every rank runs the
+  // same calls in the same order; each returns what the unsharded model returns (logits: its columns).
+  DiffusionGemma(ModelConfig config, ModelWeights weights, Backend& backend, TensorParallelRank tp = {});
 
   // Runs all items in one pass: token-wise ops over the concatenation (weights read once), attention
   // per item against its own cache. Encode items write their K/V into the pages their tables name (the
@@ -43,9 +53,14 @@ class DiffusionGemma {
   // inside each layer, so a denoise item placed after an encode item of its sequence sees its K/V.
   void forward(std::span<ForwardItem> items, const KvStorage& kv);
 
-  // Self-conditioning input for the next step from this step's bf16 probabilities [C, V]:
-  // out[C, H] = bf16(bf16(probs . E) * embed_scale).
+  // Self-conditioning input for the next step from this step's bf16 probabilities [C, V] (a rank: its
+  // columns): out[C, H] = bf16(bf16(probs . E) * embed_scale), the full result on every rank.
   void soft_embeddings(const Tensor& probs, const Tensor& out);
+  // The backend's sampler over the logits of forward (a rank: its vocabulary columns, exchanged).
+  void sampler(SamplerArgs args);
+  // Columns of the logits forward writes: the vocabulary, or this rank's slice of it.
+  int64_t logits_columns() const { return config_.text.vocab_size / tp_.plan.size; }
+  const TensorParallelRank& tensor_parallel() const { return tp_; }
 
   void set_dump_hook(DumpHook hook) { dump_ = std::move(hook); }
   const ModelConfig& config() const { return config_; }
@@ -59,12 +74,18 @@ class DiffusionGemma {
     if (dump_) dump_(name, t);
   }
   Tensor embed_inputs(std::span<ForwardItem> items, int64_t total);
+  bool sharded() const { return tp_.collective != nullptr && tp_.plan.sharded(); }
+  // out[T, N] = x . w^T for w split on its output rows across the ranks: the rank's rows, gathered.
+  void linear_gathered(const Tensor& x, const Weight& w, const Tensor& out);
+  // The gated GELU MLP (dense and self-conditioning): down(gelu(gate(x)) * up(x)) into out [T, H].
+  void gated_mlp(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down, const Tensor& out);
   void layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& positions,
              const KvStorage& kv, const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x);
 
   ModelConfig config_;
   ModelWeights weights_;
   Backend& backend_;
+  TensorParallelRank tp_;
   float embed_scale_;
   float router_root_;
   Tensor inv_freq_sliding_, inv_freq_full_;

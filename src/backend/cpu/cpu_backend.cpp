@@ -1,10 +1,12 @@
 // The CPU backend: the reference implementation of every op (tests compare the CUDA backend with it).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/collective.h"
 #include "backend/cpu/cpu_ops.h"
 #include "util/bf16.h"
 #include "util/counter_rng.h"
@@ -71,6 +73,28 @@ class CpuBackend final : public Backend {
 
   void matmul(const Tensor& x, const Weight& w, const Tensor& out) override { cpu::matmul(x, w, out); }
   void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) override { cpu::matmul_kn(x, w, out); }
+  void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor& out) override {
+    cpu::matmul_kn_blocks(x, w, blocks, out);
+  }
+  void sum_blocks(const Tensor& partials, const Tensor& out) override { cpu::sum_blocks(partials, out); }
+
+  void embed_shard(const Tensor& ids, const Tensor& table, int64_t first, int64_t vocab_total, float scale,
+                   const Tensor& out) override {
+    const int64_t T = ids.numel(), V = table.dim(0), H = table.dim(1);
+    const int32_t* id = ids.ptr<int32_t>();
+    const uint16_t* tab = table.ptr<uint16_t>();
+    uint16_t* o = out.ptr<uint16_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      DG_CHECK(id[t] >= 0 && id[t] < vocab_total);
+      const int64_t local = static_cast<int64_t>(id[t]) - first;
+      if (local < 0 || local >= V) {
+        std::fill(o + t * H, o + (t + 1) * H, kBf16NegZero);  // the neutral element of the exchange's sum
+        continue;
+      }
+      const uint16_t* row = tab + local * H;
+      for (int64_t i = 0; i < H; ++i) o[t * H + i] = f32_to_bf16(bf16_to_f32(row[i]) * scale);
+    }
+  }
 
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) override {
     const int64_t T = x.dim(0), NH = x.dim(1), D = x.dim(2), half = D / 2;

@@ -9,6 +9,8 @@ namespace dgemma::cpu {
 
 void matmul(const Tensor& x, const Weight& w, const Tensor& out);     // matmul.cpp
 void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out);  // matmul.cpp
+void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor& out);  // matmul.cpp
+void sum_blocks(const Tensor& partials, const Tensor& out);           // matmul.cpp
 void attention(const AttentionArgs& a);                               // attention.cpp
 void moe(const MoeArgs& a);                                           // moe.cpp
 void sampler(const SamplerArgs& a);                                   // sampler.cpp

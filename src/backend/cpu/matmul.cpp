@@ -58,26 +58,80 @@ void matmul(const Tensor& x, const Weight& w, const Tensor& out) {
   });
 }
 
-void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) {
-  DG_CHECK(x.type == ScalarType::kBF16 && w.type == ScalarType::kBF16 && out.type == ScalarType::kBF16);
-  const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(-1);
-  DG_CHECK(w.dim(0) == K && out.numel() == T * N);
-  if (T == 0 || N == 0) return;
-  // Transpose w [K, N] into fp32 [N, K] so every output is a contiguous dot product.
+namespace {
+
+// w [K, N] bf16 transposed into fp32 [N, K], so every output is a contiguous dot product.
+std::vector<float> transpose_f32(const Tensor& w) {
+  const int64_t K = w.dim(0), N = w.dim(-1);
   std::vector<float> wt(static_cast<size_t>(N * K));
   const uint16_t* wp = w.ptr<uint16_t>();
   parallel_for(static_cast<size_t>(N), [&](size_t b, size_t e) {
     for (size_t n = b; n < e; ++n)
       for (int64_t k = 0; k < K; ++k) wt[n * K + k] = bf16_to_f32(wp[k * N + static_cast<int64_t>(n)]);
   });
+  return wt;
+}
+
+void check_kn(const Tensor& x, const Tensor& w) {
+  DG_CHECK(x.type == ScalarType::kBF16 && w.type == ScalarType::kBF16 && w.ndim == 2 && w.dim(0) == x.dim(-1));
+}
+
+}  // namespace
+
+void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) {
+  check_kn(x, w);
+  DG_CHECK(out.type == ScalarType::kBF16);
+  const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(-1);
+  DG_CHECK(out.numel() == T * N);
+  if (T == 0 || N == 0) return;
+  // K (the vocabulary) in kVocabBlocks blocks summed in block order: what a vocabulary-sharded
+  // model computes with matmul_kn_blocks + sum_blocks.
+  const int64_t B = K % kVocabBlocks == 0 ? kVocabBlocks : 1, Kb = K / B;
+  const std::vector<float> wt = transpose_f32(w);
   uint16_t* o = out.ptr<uint16_t>();
   parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {
     std::vector<float> xf(static_cast<size_t>(K));
     for (size_t t = b; t < e; ++t) {
       to_f32(x.ptr<uint16_t>() + t * K, xf.data(), static_cast<size_t>(K));
-      for (int64_t n = 0; n < N; ++n) o[t * N + n] = f32_to_bf16(dot_f32(xf.data(), wt.data() + n * K, K));
+      for (int64_t n = 0; n < N; ++n) {
+        float acc = 0.f;
+        for (int64_t blk = 0; blk < B; ++blk) acc += dot_f32(xf.data() + blk * Kb, wt.data() + n * K + blk * Kb, Kb);
+        o[t * N + n] = f32_to_bf16(acc);
+      }
     }
   });
+}
+
+void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor& out) {
+  check_kn(x, w);
+  const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(-1), B = blocks;
+  DG_CHECK(B >= 1 && K % B == 0 && out.type == ScalarType::kF32 && out.numel() == T * N * B);
+  if (T == 0 || N == 0) return;
+  const int64_t Kb = K / B;
+  const std::vector<float> wt = transpose_f32(w);
+  float* o = out.ptr<float>();
+  parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {
+    std::vector<float> xf(static_cast<size_t>(K));
+    for (size_t t = b; t < e; ++t) {
+      to_f32(x.ptr<uint16_t>() + t * K, xf.data(), static_cast<size_t>(K));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t blk = 0; blk < B; ++blk)
+          o[(t * N + n) * B + blk] = dot_f32(xf.data() + blk * Kb, wt.data() + n * K + blk * Kb, Kb);
+    }
+  });
+}
+
+void sum_blocks(const Tensor& partials, const Tensor& out) {
+  DG_CHECK(partials.type == ScalarType::kF32 && out.type == ScalarType::kBF16 && partials.ndim >= 1);
+  const int64_t B = partials.dim(-1), M = out.numel();
+  DG_CHECK(partials.numel() == M * B);
+  const float* p = partials.ptr<float>();
+  uint16_t* o = out.ptr<uint16_t>();
+  for (int64_t m = 0; m < M; ++m) {
+    float acc = 0.f;
+    for (int64_t blk = 0; blk < B; ++blk) acc += p[m * B + blk];
+    o[m] = f32_to_bf16(acc);
+  }
 }
 
 }  // namespace dgemma::cpu

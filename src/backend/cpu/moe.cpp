@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "backend/collective.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/dot.h"
 #include "backend/cpu/quant.h"
@@ -43,9 +44,12 @@ void moe(const MoeArgs& a) {
   const int64_t E = a.router_proj.dim(0);
   const int64_t I2 = a.gate_up.rows(), I = I2 / 2;
   const int K = a.top_k;
+  // Experts [e0, e1) are local (all of them without expert parallelism).
+  const int64_t e0 = a.expert_first, e1 = e0 + a.gate_up.experts();
   DG_CHECK(a.gate_up.data.ndim == 3 && a.down.data.ndim == 3);
-  DG_CHECK(a.expert_in.dim(0) == T && a.gate_up.experts() == E && a.gate_up.cols() == H);
-  DG_CHECK(a.down.experts() == E && a.down.rows() == H && a.down.cols() == I && K >= 1 && K <= E);
+  DG_CHECK(a.expert_in.dim(0) == T && e0 >= 0 && e1 <= E && a.gate_up.cols() == H);
+  DG_CHECK(a.collective != nullptr || (e0 == 0 && e1 == E));
+  DG_CHECK(a.down.experts() == e1 - e0 && a.down.rows() == H && a.down.cols() == I && K >= 1 && K <= E);
   const uint16_t* rin = a.router_in.ptr<uint16_t>();
   const uint16_t* xin = a.expert_in.ptr<uint16_t>();
   const uint16_t* rscale = a.router_scale.ptr<uint16_t>();
@@ -108,9 +112,11 @@ void moe(const MoeArgs& a) {
   std::vector<std::vector<int64_t>> routed(E);  // entries: t * K + slot
   for (int64_t t = 0; t < T; ++t)
     for (int k = 0; k < K; ++k) routed[top_idx[t * K + k]].push_back(t * K + k);
-  std::vector<uint16_t> y(static_cast<size_t>(T * K * H));  // bf16(expert output * weight) per slot
-  parallel_for(static_cast<size_t>(E), [&](size_t b, size_t e) {
-    for (size_t ex = b; ex < e; ++ex) {
+  // bf16(expert output * weight) per slot; slots of other ranks' experts hold -0 for the exchange.
+  std::vector<uint16_t> y(static_cast<size_t>(T * K * H), a.collective ? kBf16NegZero : uint16_t{0});
+  parallel_for(static_cast<size_t>(e1 - e0), [&](size_t b, size_t e) {
+    for (size_t le = b; le < e; ++le) {
+      const size_t ex = le + static_cast<size_t>(e0);
       const auto& list = routed[ex];
       if (list.empty()) continue;
       const int64_t n = static_cast<int64_t>(list.size());
@@ -120,15 +126,16 @@ void moe(const MoeArgs& a) {
         const uint16_t* src = xin + (list[r] / K) * H;
         for (int64_t i = 0; i < H; ++i) xs[r * H + i] = bf16_to_f32(src[i]);
       }
-      dequant_rows(a.gate_up, static_cast<int64_t>(ex), 0, I2, wgu.data());
-      dequant_rows(a.down, static_cast<int64_t>(ex), 0, H, wd.data());
-      expert_gemm(a.gate_up, static_cast<int64_t>(ex), xs, wgu, gu, n, I2, H);
+      const int64_t lx = static_cast<int64_t>(le);  // the expert's index in the local weights
+      dequant_rows(a.gate_up, lx, 0, I2, wgu.data());
+      dequant_rows(a.down, lx, 0, H, wd.data());
+      expert_gemm(a.gate_up, lx, xs, wgu, gu, n, I2, H);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t i = 0; i < I; ++i) {
           const float g = round_bf16(gelu_tanh(round_bf16(gu[r * I2 + i])));
           act[r * I + i] = round_bf16(g * round_bf16(gu[r * I2 + I + i]));
         }
-      expert_gemm(a.down, static_cast<int64_t>(ex), act, wd, out, n, H, I);
+      expert_gemm(a.down, lx, act, wd, out, n, H, I);
       for (int64_t r = 0; r < n; ++r) {
         const float w = top_w[list[r]];
         uint16_t* dst = y.data() + list[r] * H;
@@ -136,6 +143,8 @@ void moe(const MoeArgs& a) {
       }
     }
   });
+  // Every slot from the rank holding its expert (an exact sum: one value, the rest -0).
+  if (a.collective) a.collective->all_reduce_sum(borrow_tensor(y.data(), ScalarType::kBF16, {T * K, H}));
   // 3. bf16 accumulation per token in ascending expert order (the reference's index_add order).
   uint16_t* o = a.out.ptr<uint16_t>();
   parallel_for(static_cast<size_t>(T), [&](size_t b, size_t e) {

@@ -325,11 +325,16 @@ class CudaBackend final : public Backend {
 
   void moe(const MoeArgs& a) override {
     activate();
+    // Expert parallelism (MoeArgs::collective) has no CUDA kernels yet: refused, never approximated.
+    if (a.collective != nullptr || a.expert_first != 0)
+      fail(ErrorKind::kUnsupported, "tensor parallelism: the CUDA backend has no expert-parallel MoE yet");
     cuda::moe(ctx_, a);
   }
 
   void sampler(const SamplerArgs& a) override {
     activate();
+    if (a.collective != nullptr || a.vocab_first != 0)
+      fail(ErrorKind::kUnsupported, "tensor parallelism: the CUDA backend has no vocabulary-sharded sampler yet");
     cuda::sampler(ctx_, a);
   }
 
