@@ -1,5 +1,6 @@
-// make_cuda_backend() when the CUDA backend is not compiled in (no nvcc at build time).
+// make_cuda_backend() and the NCCL group when the CUDA backend is not compiled in (no nvcc at build time).
 #include "backend/backend.h"
+#include "backend/nccl.h"
 #include "util/error.h"
 
 #ifndef DGEMMA_HAVE_CUDA
@@ -9,6 +10,14 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
   fail(ErrorKind::kUnsupported, "this dgemma was built without CUDA (nvcc was not found at build time); use --device cpu");
 }
 bool cuda_available() { return false; }
+
+bool nccl_available(std::string* why) {
+  if (why) *why = "this dgemma was built without CUDA";
+  return false;
+}
+std::unique_ptr<CollectiveGroup> make_nccl_group(const std::vector<Backend*>&) {
+  fail(ErrorKind::kUnsupported, "NCCL: this dgemma was built without CUDA");
+}
 
 }  // namespace dgemma
 #endif

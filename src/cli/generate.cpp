@@ -32,6 +32,7 @@ struct GenerateOptions {
   std::optional<double> entropy_bound, t_min, t_max, confidence;
   bool ignore_eos = false, thinking = false, raw = false, chat = false;
   int batch = 1;  // run this many copies (seeds seed..seed+batch-1) together, to measure batched steps
+  int tensor_parallel_size = 1;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
@@ -107,6 +108,7 @@ int run_generate(const GenerateOptions& o) {
   ec.seed = o.seed;
   ec.canvas_length = o.canvas_length;
   ec.max_num_seqs = o.batch;
+  ec.tensor_parallel_size = o.tensor_parallel_size;
   const int64_t C = mc.canvas_length;
   const int64_t plen = static_cast<int64_t>(prompt.size());
   ec.max_model_len = std::min<int64_t>(mc.text.max_position_embeddings, plen + (o.max_tokens / C + 2) * C);
@@ -210,6 +212,8 @@ void add_generate_command(CLI::App& app, CommandList& out) {
   sub->add_flag("--ignore-eos", o->ignore_eos, "do not stop at EOS ids");
   sub->add_option("--load-format", o->load_format, "auto | safetensors | dummy")->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
   sub->add_option("--device", o->device, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub->add_option("--tensor-parallel-size", o->tensor_parallel_size,
+                  "split the model over N ranks (1, 2, 4 or 8; CPU backend: one thread per rank)");
   sub->add_option("--batch", o->batch, "run N copies (seeds seed..seed+N-1) in one batch and report batched step times");
   sub->add_option("--dump", o->dump_dir, "write every named intermediate of the prefill and the first denoising pass as .npy");
   out.push_back({sub, [o] { return run_generate(*o); }});

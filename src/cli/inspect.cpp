@@ -29,6 +29,9 @@ void add_inspect_command(CLI::App& app, CommandList& out) {
   (void)kv_mem;
   auto* canvas_opt = sub->add_option("--canvas-length", *canvas, "Override config.json's canvas_length");
   sub->add_option("--gpu-memory-bytes", opts->gpu_memory_bytes, "GPU memory in bytes (default 141e9, one H200)");
+  sub->add_option("--tensor-parallel-size", opts->tensor_parallel_size,
+                  "GPUs the model is split over: the plan is per GPU (1, 2, 4 or 8)")
+      ->capture_default_str();
   sub->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization, "Fraction of GPU memory the plan may use")
       ->capture_default_str();
   sub->add_flag("--json", *json, "Print the report as JSON");

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "model/safetensors.h"
+#include "model/shard_plan.h"
 #include "util/error.h"
 #include "util/mmap_file.h"
 
@@ -271,6 +272,8 @@ InspectReport build_inspect_report(const InspectOptions& o) {
   in.device_bytes = static_cast<uint64_t>(o.gpu_memory_bytes);
   in.gpu_memory_utilization = o.gpu_memory_utilization;
   in.kv_cache_memory = o.kv_cache_memory;
+  validate_tensor_parallel(r.config, o.tensor_parallel_size);
+  in.tensor_parallel_size = o.tensor_parallel_size;
   r.plan = plan_memory(r.config, in);
   return r;
 }
@@ -378,12 +381,17 @@ std::string format_inspect_text(const InspectReport& r) {
                                                   group_digits(static_cast<uint64_t>(p.kv.sliding_keep))));
   o.row(fmt::format("one sequence of {} tokens", group_digits(p.in.max_model_len)), gigabytes(p.kv_bytes_per_seq));
 
-  o.section(fmt::format("Memory plan: --max-num-seqs {}, --max-model-len {}, canvas {}", p.in.max_num_seqs,
+  const int tp = p.in.tensor_parallel_size;
+  o.section(fmt::format("Memory plan{}: --max-num-seqs {}, --max-model-len {}, canvas {}",
+                        tp > 1 ? fmt::format(" per GPU (--tensor-parallel-size {})", tp) : std::string(), p.in.max_num_seqs,
                         group_digits(p.in.max_model_len), p.canvas_length));
+  if (tp > 1)
+    o.line(fmt::format("(each of the {} GPUs: 1/{} of the heads, MLP widths, experts and vocabulary; norms and router "
+                       "replicated; KV heads split or replicated)", tp, tp));
   o.row("GPU budget", fmt::format("{:.3f} GB × {} = {}", p.in.device_bytes / 1e9, p.in.gpu_memory_utilization, gigabytes(p.budget_bytes)));
   o.row(r.config.quant.quantized() ? "weights (on the GPU)" : "weights (bf16)", gigabytes(p.weight_bytes));
   o.row(fmt::format("work buffers, {} seqs", p.in.max_num_seqs), gigabytes(p.work_bytes_all_seqs));
-  o.line(fmt::format("  (per sequence: logits [{}, {}] + soft embeddings [{}, {}], bf16)", p.canvas_length, t.vocab_size,
+  o.line(fmt::format("  (per sequence: logits [{}, {}] + soft embeddings [{}, {}], bf16)", p.canvas_length, t.vocab_size / tp,
                      p.canvas_length, t.hidden_size));
   o.row("activation workspace", gigabytes(p.workspace_bytes));
   o.line(fmt::format("  (estimate: {} tokens per step × {} bytes of one layer's live bf16 intermediates per token,",
@@ -475,7 +483,7 @@ Json inspect_report_json(const InspectReport& r) {
                    {"sliding_keep_tokens", p.kv.sliding_keep},
                    {"prefill_chunk_tokens", p.prefill_chunk},
                    {"bytes_per_sequence", p.kv_bytes_per_seq}};
-  j["memory_plan"] = {{"max_model_len", p.in.max_model_len}, {"max_num_seqs", p.in.max_num_seqs}, {"canvas_length", p.canvas_length},
+  j["memory_plan"] = {{"tensor_parallel_size", p.in.tensor_parallel_size}, {"max_model_len", p.in.max_model_len}, {"max_num_seqs", p.in.max_num_seqs}, {"canvas_length", p.canvas_length},
                       {"max_num_batched_tokens", p.max_num_batched_tokens}, {"step_tokens", p.step_tokens},
                       {"gpu_memory_bytes", p.in.device_bytes}, {"gpu_memory_utilization", p.in.gpu_memory_utilization},
                       {"budget_bytes", p.budget_bytes}, {"weight_bytes", p.weight_bytes},

@@ -32,7 +32,8 @@ struct InspectOptions {
   bool enable_chunked_prefill = true;
   uint64_t kv_cache_memory = 0;        // --kv-cache-memory (0: what the budget leaves)
   std::optional<int> canvas_length;  // overrides config.json's canvas_length
-  double gpu_memory_bytes = 141e9;   // one H200
+  double gpu_memory_bytes = 141e9;   // one H200 (per GPU with tensor parallelism)
+  int tensor_parallel_size = 1;      // > 1: the memory plan of each of that many GPUs
   double gpu_memory_utilization = 0.9;
   // Checkpoints larger than this are validated from their headers only (names, shapes, dtypes);
   // smaller ones are also loaded with load_weights on the CPU backend (zero-copy mmaps).

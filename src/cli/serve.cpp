@@ -332,8 +332,11 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
     if (!value.empty() && value != "gemma4") fail_arg("{}: '{}' is not supported (only gemma4)", flag, value);
   if (f.enable_auto_tool_choice && f.tool_call_parser.empty())
     fail_arg("--enable-auto-tool-choice requires --tool-call-parser gemma4");
-  if (f.tensor_parallel_size != 1)
-    fail_arg("--tensor-parallel-size {}: dgemma runs one model on one device (only 1 is accepted)", f.tensor_parallel_size);
+  if (f.tensor_parallel_size != 1 && f.tensor_parallel_size != 2 && f.tensor_parallel_size != 4 && f.tensor_parallel_size != 8)
+    fail_arg("--tensor-parallel-size must be 1, 2, 4 or 8 (got {})", f.tensor_parallel_size);
+  if (f.tensor_parallel_size != 1 && !p.scripted_file.empty())
+    fail_arg("--tensor-parallel-size {}: the scripted test engine has no model to split", f.tensor_parallel_size);
+  e.tensor_parallel_size = f.tensor_parallel_size;  // checked against the model's shapes when it loads
   if (!f.attention_backend.empty())
     DG_LOG_INFO("serve", "--attention-backend {}: accepted for vLLM compatibility; dgemma uses its own kernels",
                 f.attention_backend);
@@ -722,7 +725,8 @@ void add_serve_command(CLI::App& app, CommandList& out) {
     sub->add_flag_callback(flag, [f, flag] { f->no_effect.emplace_back(flag, ""); }, "vLLM knob: accepted, no effect")
         ->group("vLLM compatibility (no effect)");
   }
-  sub->add_option("--tensor-parallel-size", f->tensor_parallel_size, "Must be 1 (also accepted as -tp 1)");
+  sub->add_option("--tensor-parallel-size", f->tensor_parallel_size,
+                  "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CPU backend only for now");
   out.push_back({sub, [f, sub] { return run_serve(*f, sub->remaining(), DGEMMA_VERSION); }});
 }
 

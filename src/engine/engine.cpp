@@ -18,16 +18,33 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
       model_config_(model_->config()),
       generation_(std::move(generation)),
       sizing_(sizing) {
+  model_core_ = std::make_unique<ModelCore>(*model_, core_options());
+  if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);
+  core_ = &model_core_->core();
+  start();
+}
+
+DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<TensorParallelModel> model,
+                                 GenerationConfig generation, EngineSizing sizing)
+    : config_(config),
+      tp_model_(std::move(model)),
+      model_config_(tp_model_->config()),
+      generation_(std::move(generation)),
+      sizing_(sizing) {
+  model_core_ = std::make_unique<ModelCore>(*tp_model_, core_options());
+  if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);  // rank 0's tensors
+  core_ = &model_core_->core();
+  start();
+}
+
+ModelCoreOptions DiffusionEngine::core_options() const {
   ModelCoreOptions o;
   o.max_num_seqs = config_.max_num_seqs;
   o.max_num_batched_tokens = sizing_.max_num_batched_tokens;
   o.prefill_chunk = sizing_.prefill_chunk;
   o.kv_plan = sizing_.kv;
   o.prefix_caching = config_.enable_prefix_caching;
-  model_core_ = std::make_unique<ModelCore>(*model_, o);
-  if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);
-  core_ = &model_core_->core();
-  start();
+  return o;
 }
 
 void DiffusionEngine::start() {

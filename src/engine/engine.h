@@ -18,6 +18,7 @@
 #include "engine/request.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
+#include "model/tensor_parallel.h"
 
 namespace dgemma {
 
@@ -34,6 +35,9 @@ class DiffusionEngine final : public EngineInterface {
   // Takes ownership of the backend and model; allocates the KV pool; starts the engine thread.
   DiffusionEngine(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<DiffusionGemma> model,
                   GenerationConfig generation, EngineSizing sizing);
+  // A tensor-parallel model (its ranks, their backends and collectives), owned likewise.
+  DiffusionEngine(const EngineConfig& config, std::unique_ptr<TensorParallelModel> model, GenerationConfig generation,
+                  EngineSizing sizing);
   ~DiffusionEngine() override;
 
   std::shared_ptr<RequestStream> submit(GenerationRequest request) override;
@@ -53,6 +57,7 @@ class DiffusionEngine final : public EngineInterface {
     std::unique_ptr<Sequence> seq;
     std::shared_ptr<RequestStream> stream;
   };
+  ModelCoreOptions core_options() const;
   void start();
   void loop();
   void finish(Entry& e, FinishReason reason, const std::string& error = {});
@@ -60,6 +65,7 @@ class DiffusionEngine final : public EngineInterface {
   EngineConfig config_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<DiffusionGemma> model_;
+  std::unique_ptr<TensorParallelModel> tp_model_;  // instead of backend_ and model_ under tensor parallelism
   ModelConfig model_config_;
   GenerationConfig generation_;
   EngineSizing sizing_;

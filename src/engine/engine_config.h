@@ -21,6 +21,7 @@ struct EngineConfig {
   std::string quantization;            // vLLM's --quantization: empty/auto = what the checkpoint declares
   int64_t max_model_len = 0;           // 0: from config (max_position_embeddings), capped by memory
   int max_num_seqs = 4;                // running requests
+  int tensor_parallel_size = 1;        // -tp N: ranks the model is split over (CPU: threads of the simulation)
   int64_t max_num_batched_tokens = 0;  // 0: derived (max_num_seqs * canvas + prefill chunk)
   int max_queue = 1024;                // waiting requests before 503
   double gpu_memory_utilization = 0.9;   // share of the device's memory the engine may use (CUDA)

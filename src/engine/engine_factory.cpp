@@ -8,6 +8,8 @@
 #include "engine/limits.h"
 #include "engine/memory_plan.h"
 #include "engine/params.h"
+#include "model/shard_plan.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -74,6 +76,8 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   if (mc.canvas_length > limits::kMaxCanvasLength)
     fail_arg("canvas_length {} is more than the engine's limit of {}", mc.canvas_length, limits::kMaxCanvasLength);
   GenerationConfig g = resolve_generation_config(c, mc);
+  const int tp = c.tensor_parallel_size;
+  validate_tensor_parallel(mc, tp);
 
   std::string device = c.device;
   if (device == "auto") device = cuda_available() ? "cuda" : "cpu";
@@ -81,7 +85,12 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   if (device == "cuda") backend = make_cuda_backend(0);
   else if (device == "cpu") backend = make_cpu_backend();
   else fail_arg("--device must be auto, cuda or cpu (got '{}')", c.device);
-  DG_LOG_INFO("engine", "backend: {}", backend->name());
+  if (tp > 1 && device != "cpu")
+    fail(ErrorKind::kUnsupported,
+         "--tensor-parallel-size {}: the {} backend has no tensor-parallel kernels yet (the sharded model runs on the CPU "
+         "backend: --device cpu, one thread per rank)",
+         tp, backend->name());
+  DG_LOG_INFO("engine", "backend: {}{}", backend->name(), tp > 1 ? fmt::format(", tensor parallel over {} ranks (threads)", tp) : "");
 
   ModelWeights w;
   if (c.load_format == "dummy") {
@@ -110,6 +119,7 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   in.cpu = device == "cpu";
   in.gpu_memory_utilization = c.gpu_memory_utilization;
   in.kv_cache_memory = c.kv_cache_memory;
+  in.tensor_parallel_size = tp;
   if (!in.cpu) {
     const MemoryInfo mem = backend->memory_info();
     in.device_bytes = mem.total;
@@ -138,6 +148,8 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
               plan.pool.pages[static_cast<int>(KvGroup::kFull)], plan.pool.full_tokens, plan.full_len_seqs, max_len,
               plan.pool.pages[static_cast<int>(KvGroup::kSliding)], C, c.max_num_seqs, plan.max_num_batched_tokens,
               c.enable_prefix_caching ? "on" : "off");
+  if (tp > 1)  // the ranks' weights are views of the host weights just loaded
+    return std::make_unique<DiffusionEngine>(c, TensorParallelModel::cpu(mc, std::move(w), tp), std::move(g), sz);
   auto model = std::make_unique<DiffusionGemma>(mc, std::move(w), *backend);
   return std::make_unique<DiffusionEngine>(c, std::move(backend), std::move(model), std::move(g), sz);
 }

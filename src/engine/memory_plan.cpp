@@ -53,14 +53,17 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
   p.step_tokens = std::max(p.max_num_batched_tokens, p.prefill_chunk);
   p.budget_bytes = static_cast<uint64_t>(std::floor(static_cast<double>(in.device_bytes) * in.gpu_memory_utilization));
   // Measured when known; else the weights as the backend holds them (quantised expert stacks packed).
+  // Tensor parallelism: one rank's share of the weights, its vocabulary columns of the logits and its KV
+  // heads; the activation estimate stays the unsharded one (the gathered tensors are full width).
+  const int tp = std::max(1, in.tensor_parallel_size);
   p.weight_bytes = in.used_bytes > 0 ? in.used_bytes
-                   : c.quant.quantized() ? device_weight_bytes(c)
-                                         : static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
-  p.work_bytes_per_seq = static_cast<uint64_t>(C) * (static_cast<uint64_t>(t.vocab_size) + t.hidden_size) * kBf16Bytes;
+                   : c.quant.quantized() || tp > 1 ? device_weight_bytes(c, tp)
+                                                   : static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
+  p.work_bytes_per_seq = static_cast<uint64_t>(C) * (static_cast<uint64_t>(t.vocab_size / tp) + t.hidden_size) * kBf16Bytes;
   p.work_bytes_all_seqs = sat_mul(static_cast<uint64_t>(in.max_num_seqs), p.work_bytes_per_seq);
   p.activation_bytes_per_token = activation_bytes_per_token(c);
   p.workspace_bytes = sat_add(sat_mul(static_cast<uint64_t>(p.step_tokens), p.activation_bytes_per_token), kWorkspaceReserveBytes);
-  p.kv = kv_geometry(c);
+  p.kv = kv_geometry(c, tp);
   const int full = static_cast<int>(KvGroup::kFull), sliding = static_cast<int>(KvGroup::kSliding);
   const int64_t seq_pages = (in.max_model_len + C - 1) / C;
   const uint64_t sliding_bytes =

@@ -37,6 +37,7 @@ struct MemoryPlanInputs {
   double gpu_memory_utilization = 0.9;
   uint64_t used_bytes = 0;             // device memory in use before the pool (weights, context); 0: the weights counted
   uint64_t kv_cache_memory = 0;        // explicit pool size (--kv-cache-memory); 0: what the budget leaves
+  int tensor_parallel_size = 1;        // > 1: the plan of ONE rank (device_bytes / used_bytes / the pool per GPU)
 };
 
 struct MemoryPlan {
@@ -47,7 +48,7 @@ struct MemoryPlan {
   int64_t step_tokens = 0;             // tokens one step may encode (the budget, or one chunk over it)
   uint64_t budget_bytes = 0;           // device_bytes * utilization
   uint64_t weight_bytes = 0;           // used_bytes, or the text parameters as bf16
-  uint64_t work_bytes_per_seq = 0;     // logits [C, V] + soft embeddings [C, H], bf16
+  uint64_t work_bytes_per_seq = 0;     // logits [C, V] (a rank: [C, V / N]) + soft embeddings [C, H], bf16
   uint64_t work_bytes_all_seqs = 0;
   uint64_t activation_bytes_per_token = 0;
   uint64_t workspace_bytes = 0;        // step_tokens * per-token activations + reserve

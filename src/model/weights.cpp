@@ -9,6 +9,7 @@
 #include <set>
 
 #include "model/linear_loader.h"
+#include "model/shard_plan.h"
 #include "model/safetensors.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -295,11 +296,12 @@ ParameterCounts count_parameters(const ModelConfig& c) {
   return p;
 }
 
-uint64_t device_weight_bytes(const ModelConfig& c) {
+uint64_t device_weight_bytes(const ModelConfig& c, int tp_size) {
   uint64_t total = 0;
   for (const auto& s : expected_weights(c)) {
     uint64_t n = 1;
     for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
+    if (tp_size > 1) n = static_cast<uint64_t>(static_cast<double>(n) * rank_weight_share(c, s, tp_size) + 0.5);
     const size_t nd = s.shape.size();
     const bool kernel = dummy_quantised(c.quant, s) && nd >= 2 && s.shape[nd - 2] % 8 == 0 && s.shape[nd - 1] % 64 == 0;
     if (!kernel) {

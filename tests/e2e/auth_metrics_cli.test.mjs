@@ -148,7 +148,7 @@ describe('command line', () => {
     [['--default-chat-template-kwargs', '{"evil": 1}'], /evil/],
     [['--dtype', 'float16'], /dtype/],
     [['--load-format', 'gguf'], /load-format/],
-    [['-tp', '2'], /tensor-parallel-size/],
+    [['-tp', '3'], /tensor-parallel-size/],
     [['--chat-template', '/nonexistent/t.jinja'], /chat-template/],
     [['--load-format', 'scripted:/nonexistent.json'], /nonexistent/],
   ];

@@ -213,6 +213,30 @@ INSTANTIATE_TEST_SUITE_P(Cpu, TensorParallelGolden,
                            return n;
                          });
 
+// `dgemma generate --tensor-parallel-size N` (the engine factory's assembly, one thread per rank) prints
+// what the unsharded engine prints, token for token.
+TEST(TensorParallel, GenerateCommandMatchesOneRank) {
+  Fixture fx("tiny_a");
+  std::string ids;
+  for (int32_t t : fx.ids("prompt_ids")) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  auto run = [&](int tp) {
+    const std::string cmd = std::string(DGEMMA_BINARY_DIR) + "/dgemma generate " + fixture_dir("tiny_a") +
+                            "/model --device cpu --seed 11 --max-tokens 40 --prompt-ids " + ids +
+                            " --tensor-parallel-size " + std::to_string(tp) + " 2>/dev/null";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    EXPECT_NE(pipe, nullptr);
+    std::string out;
+    char buf[4096];
+    while (pipe && fgets(buf, sizeof(buf), pipe)) out += buf;
+    EXPECT_EQ(pipe ? pclose(pipe) : -1, 0) << cmd;
+    return out;
+  };
+  const std::string one = run(1);
+  EXPECT_FALSE(one.empty());
+  EXPECT_EQ(run(2), one);
+  EXPECT_EQ(run(4), one);
+}
+
 // A size the model's shapes do not divide is refused with the dimension named (tiny_b has 2 heads).
 TEST(TensorParallel, RefusesSizesTheShapesDoNotDivide) {
   const ModelConfig c = load_model_config(fixture_dir("tiny_b") + "/model");

@@ -9,6 +9,7 @@ std::vector<Case> fused_attention_cases();  // gpu_check_fused_attention.cpp
 std::vector<Case> grouped_moe_cases();      // gpu_check_grouped_moe.cpp
 std::vector<Case> decide_cases();           // gpu_check_decide.cpp
 std::vector<Case> quant_cases();            // gpu_check_quant.cpp
+std::vector<Case> nccl_cases();             // gpu_check_nccl.cpp
 
 std::vector<Case> all_cases() {
   std::vector<Case> all = op_cases();
@@ -18,6 +19,7 @@ std::vector<Case> all_cases() {
   for (auto& c : quant_cases()) all.push_back(std::move(c));
   for (auto& c : model_cases()) all.push_back(std::move(c));
   for (auto& c : trajectory_cases()) all.push_back(std::move(c));
+  for (auto& c : nccl_cases()) all.push_back(std::move(c));
   return all;
 }
 

@@ -99,6 +99,7 @@ cudaMemcpyKind kind_of(Device dst, Device src) {
 
 class CudaBackend final : public Backend {
  public:
+  const Context& context() const { return ctx_; }
   explicit CudaBackend(int device_index) : ctx_(device_index) {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, device_index));
@@ -397,5 +398,11 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> create_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
+
+const Context& context_of(Backend& backend) {
+  auto* b = dynamic_cast<CudaBackend*>(&backend);
+  if (b == nullptr) fail(ErrorKind::kInvalidArgument, "the {} backend is not a CUDA backend", backend.name());
+  return b->context();
+}
 
 }  // namespace dgemma::cuda
