@@ -25,6 +25,16 @@
 
 using namespace dgemma;
 
+namespace {
+uint64_t launches_so_far() {
+#if DGEMMA_HAVE_CUDA
+  return cuda::launches_so_far();
+#else
+  return 0;
+#endif
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
@@ -91,10 +101,12 @@ int main(int argc, char** argv) {
       }
       double prefill_ms = 0, step_ms = 0;
       int64_t step_count = 0;
+      uint64_t step_launches = 0;
       std::vector<CoreEvent> events;
       Stopwatch all;
       while (core.core().has_work()) {
         Stopwatch sw;
+        const uint64_t launches0 = launches_so_far();
         const StepStats st = core.core().step(events);
         be->synchronize();
         if (st.denoise_items == 0) {
@@ -102,15 +114,17 @@ int main(int argc, char** argv) {
         } else {
           step_ms += sw.ms();
           ++step_count;
+          step_launches += launches_so_far() - launches0;
         }
       }
       const double total = all.ms();
       if (rep == 1) {
         std::printf("batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
-                    "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s\n",
+                    "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step\n",
                     batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
                     1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count), total,
-                    1e3 * batch * canvases * C / (total - prefill_ms));
+                    1e3 * batch * canvases * C / (total - prefill_ms),
+                    static_cast<double>(step_launches) / static_cast<double>(step_count));
       }
     }
   } catch (const std::exception& e) {

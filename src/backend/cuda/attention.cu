@@ -98,6 +98,7 @@ __global__ void softmax_kernel(uint16_t* S, int64_t ld, int64_t nc, int64_t L, i
 // L + c - Lpad; padding and the tail past the last key are written as zeros, which the P.V products
 // never read.
 constexpr int kSoftmaxWarps = 8;
+constexpr int64_t kWarpRowMax = 4096;
 
 __global__ void softmax_warp_kernel(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t L, int64_t Lpad,
                                     int64_t n, int64_t i0, int causal, int64_t window, float scaling) {
@@ -116,23 +117,32 @@ __global__ void softmax_warp_kernel(uint16_t* S, int64_t rows, int64_t ld, int64
     const int64_t j = c < Lpad ? (c < L ? c : -1) : (c - Lpad < n ? L + c - Lpad : -1);
     return j >= j_lo && j < j_hi;
   };
+  // The words holding visible keys: the cached part [j_lo, min(j_hi, L)) and the new part, in columns.
+  int64_t seg[2][2] = {{j_lo, j_hi < L ? j_hi : L}, {Lpad + (j_lo > L ? j_lo - L : 0), Lpad + (j_hi - L)}};
+  auto for_visible_words = [&](auto&& f) {
+    for (auto& g : seg) {
+      if (g[0] >= g[1]) continue;
+      for (int64_t w = g[0] / 8 + lane; w < (g[1] + 7) / 8; w += 32) f(w);
+    }
+  };
+  // The two parts never share a word: Lpad is a multiple of 8.
   float mx = -INFINITY;
-  for (int64_t w = lane; w < words; w += 32) {
+  for_visible_words([&](int64_t w) {
     float v[8];
     unpack_bf16x8(s[w], v);
 #pragma unroll
     for (int k = 0; k < 8; ++k)
       if (visible(8 * w + k)) mx = fmaxf(mx, round_bf16(__fmul_rn(v[k], scaling)));
-  }
+  });
   mx = warp_reduce(mx, MaxOp{});
   float sum = 0.f;
-  for (int64_t w = lane; w < words; w += 32) {
+  for_visible_words([&](int64_t w) {
     float v[8];
     unpack_bf16x8(s[w], v);
 #pragma unroll
     for (int k = 0; k < 8; ++k)
       if (visible(8 * w + k)) sum += expf(round_bf16(__fmul_rn(v[k], scaling)) - mx);
-  }
+  });
   sum = warp_reduce(sum, SumOp{});
   const bool any = mx > -INFINITY;
   for (int64_t w = lane; w < words; w += 32) {
@@ -164,7 +174,9 @@ void launch_attn_gather_q(const uint16_t* q, int64_t Hq, int64_t D, int64_t i0, 
 void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t L, int64_t Lpad, int64_t n,
                          int64_t i0, bool causal, int64_t window, float scaling, cudaStream_t stream) {
   if (rows <= 0) return;
-  if (vec8_ok(ld, S)) {
+  // Rows up to a few thousand columns: one warp each; longer rows keep one block each (more loads in
+  // flight per row).
+  if (vec8_ok(ld, S) && Lpad + n <= kWarpRowMax) {
     const unsigned blocks = static_cast<unsigned>(ceil_div(rows, kSoftmaxWarps));
     softmax_warp_kernel<<<blocks, 32 * kSoftmaxWarps, 0, stream>>>(S, rows, ld, nc, L, Lpad, n, i0, causal ? 1 : 0,
                                                                    window, scaling);

@@ -5,6 +5,10 @@
 
 namespace dgemma::cuda {
 
+// Kernel launches (dgemma's kernels and cuBLAS calls) issued so far by this process: benchmarks
+// report launches per step from two readings.
+uint64_t launches_so_far();
+
 // Upper bound of attention's bf16 score buffer per call (default 256 MiB); queries are processed in
 // chunks that fit. Returns the previous value.
 int64_t set_attention_score_budget(int64_t bytes);
