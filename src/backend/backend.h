@@ -73,6 +73,9 @@ struct SamplerArgs {
 //   flags[0] = have_prev and argmax == prev_argmax at every position; then prev_argmax = argmax;
 //   flags[1] = mean entropy (fp32 sum in position order / C) < confidence_threshold.
 // The host turns flags[0] into the stability rule (a run of equal argmax canvases, engine/denoise_policy.h).
+// With a pin mask (pinned spans, docs/MODEL.md §6.6) pinned positions are accepted and hold
+// pin_tokens[p]; the sort, the prefix sum, the mean and the argmax comparison run over the free
+// positions only (decide_rules.h). Without one the op is exactly the rule above.
 struct DecideArgs {
   Tensor entropy;              // f32 [C]
   Tensor argmax;               // i32 [C]
@@ -87,6 +90,8 @@ struct DecideArgs {
   Tensor canvas;               // i32 [C] out: the next step's canvas
   Tensor flags;                // i32 [2] out: {same argmax as the previous step, confident}
   Tensor accept;               // optional u8 [C] out: the acceptance mask (traces)
+  Tensor pin_mask;             // optional u8 [C]: 1 = pinned position (empty: no pins)
+  Tensor pin_tokens;           // i32 [C] with pin_mask: the pinned token of each pinned position
 };
 
 // The two residual junctions of a decoder layer, each one launch on the GPU (the default

@@ -326,4 +326,8 @@ void DiffusionGemma::soft_embeddings(const Tensor& probs, const Tensor& out) {
   backend_.scale(out, embed_scale_, out);
 }
 
+void DiffusionGemma::one_hot_soft_embeddings(const Tensor& ids, const Tensor& out) {
+  backend_.embed(ids, weights_.embed, embed_scale_, out);
+}
+
 }  // namespace dgemma

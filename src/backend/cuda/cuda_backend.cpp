@@ -390,6 +390,10 @@ class CudaBackend final : public Backend {
     d.canvas = a.canvas.ptr<int32_t>();
     d.flags = a.flags.ptr<int32_t>();
     d.accept = a.accept.empty() ? nullptr : a.accept.ptr<uint8_t>();
+    if (!a.pin_mask.empty()) {
+      d.pin_mask = a.pin_mask.ptr<uint8_t>();
+      d.pin_tokens = a.pin_tokens.ptr<int32_t>();
+    }
     launch_decide(d, ctx_.stream);
   }
 
