@@ -61,6 +61,9 @@ class DiffusionGemma {
   // Columns of the logits forward writes: the vocabulary, or this rank's slice of it.
   int64_t logits_columns() const { return config_.text.vocab_size / tp_.plan.size; }
   const TensorParallelRank& tensor_parallel() const { return tp_; }
+  // The same of one-hot rows, out[T, H] = bf16(E[ids] * embed_scale): bit-identical to soft_embeddings
+  // of one-hot probabilities (a GEMM row with one term is exact). Pinned positions (docs/MODEL.md §6.6).
+  void one_hot_soft_embeddings(const Tensor& ids, const Tensor& out);
 
   void set_dump_hook(DumpHook hook) { dump_ = std::move(hook); }
   const ModelConfig& config() const { return config_; }

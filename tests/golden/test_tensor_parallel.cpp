@@ -138,7 +138,8 @@ TEST_P(TensorParallelGolden, ForwardSamplerAndSelfConditioningAreBitIdentical) {
   }
 }
 
-// Seeded generate() of two batched sequences (the manifest's runs' settings, sampled and traced): every
+// Seeded generate() of two batched sequences (the manifest's runs' settings, sampled and traced; the
+// second with a pinned span): every
 // step's record and the outputs equal the unsharded engine's.
 TEST_P(TensorParallelGolden, SeededTrajectoriesAreBitIdentical) {
   const TpCase tc = GetParam();
@@ -166,6 +167,7 @@ TEST_P(TensorParallelGolden, SeededTrajectoriesAreBitIdentical) {
     SequenceParams a = p, b = p;
     a.seed = static_cast<uint64_t>(num("seed", 1234));
     b.seed = a.seed + 101;
+    b.pins = {PinnedSpan{3, {5, 6, 7}}};  // pinned positions: one-hot self-conditioning rows on the sharded path
     seqs.push_back(core.make_sequence(1, prompt, a));
     seqs.push_back(core.make_sequence(2, shorter, b));
     core.run({seqs[0].get(), seqs[1].get()}, 10000);
