@@ -221,6 +221,37 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   EXPECT_GT(f.pool.bytes, (20ull << 30) - full_page);
 }
 
+// --tensor-parallel-size N: the plan of one GPU, by hand. Split by N: the embedding, q / o, the dense
+// and self-conditioning MLPs, the experts, the sliding layers' 8 KV heads; the full layers' 2 KV heads
+// split at N = 2 and replicated (one per GPU) at N = 4; router, norms and scalars on every GPU.
+TEST(InspectReport, PerGpuPlanOf26BUnderTensorParallelism) {
+  require_reference();
+  InspectOptions o;
+  o.model_dir = kRef26B;
+  o.load_format = "dummy";
+  o.max_model_len = 8192;
+  const MemoryPlan one = build_inspect_report(o).plan;
+  for (int64_t n : {2, 4}) {
+    SCOPED_TRACE("tp " + std::to_string(n));
+    o.tensor_parallel_size = static_cast<int>(n);
+    const InspectReport r = build_inspect_report(o);
+    const MemoryPlan& p = r.plan;
+    const int64_t full_kv = 1024 * kH / 2;  // 2 KV heads: one per GPU at N = 2 and at N = 4
+    const int64_t attn = 25 * (4096 * kH / n + 2 * (2048 * kH / n) + kH * 4096 / n) + 5 * (8192 * kH / n + full_kv + kH * 8192 / n);
+    const int64_t want = kEmbedding / n + attn + kDense / n + kRouter + kExperts / n + kNorms + kScalars + 3 * 2112 * kH / n + kH;
+    EXPECT_EQ(p.weight_bytes, static_cast<uint64_t>(want) * 2);
+    EXPECT_EQ(p.work_bytes_per_seq, 256ull * (262144 / n) * 2 + 256ull * 2816 * 2);
+    const uint64_t full_page = 20480ull * 256 / 2;  // one of the 2 full-layer KV heads per GPU
+    EXPECT_EQ(p.kv.bytes_per_page[static_cast<int>(KvGroup::kFull)], full_page);
+    EXPECT_EQ(p.kv.bytes_per_page[static_cast<int>(KvGroup::kSliding)], 204800ull * 256 / n);
+    EXPECT_GT(p.pool.full_tokens, one.pool.full_tokens) << "a GPU holds more tokens of its heads";
+    EXPECT_THAT(format_inspect_text(r), HasSubstr("per GPU (--tensor-parallel-size " + std::to_string(n) + ")"));
+    EXPECT_EQ(inspect_report_json(r)["memory_plan"]["tensor_parallel_size"].get<int>(), n);
+  }
+  o.tensor_parallel_size = 3;
+  EXPECT_THROW(build_inspect_report(o), Error);
+}
+
 TEST(InspectReport, DefaultModelLenAndCanvasOverride) {
   require_reference();
   InspectOptions o;
