@@ -30,6 +30,24 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
   start();
 }
 
+DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner, ModelConfig model_config,
+                                 GenerationConfig generation, EngineSizing sizing)
+    : config_(config), model_config_(std::move(model_config)), generation_(std::move(generation)), sizing_(sizing) {
+  SchedulerConfig sc;
+  sc.max_num_seqs = config_.max_num_seqs;
+  sc.max_num_batched_tokens = sizing_.max_num_batched_tokens;
+  sc.prefill_chunk = sizing_.prefill_chunk;
+  sc.canvas_length = model_config_.canvas_length;
+  BlockManagerConfig bc;
+  bc.page_size = model_config_.canvas_length;
+  bc.num_pages = sizing_.kv.pages;
+  bc.sliding_keep = sliding_keep(model_config_);
+  bc.prefix_caching = config_.enable_prefix_caching;
+  own_core_ = std::make_unique<EngineCore>(sc, bc, std::move(runner));
+  core_ = own_core_.get();
+  start();
+}
+
 void DiffusionEngine::start() {
   thread_ = std::thread([this] { loop(); });
 }
@@ -181,6 +199,12 @@ void DiffusionEngine::loop() {
     for (auto& ev : events) {
       auto it = std::find_if(active_.begin(), active_.end(), [&](const Entry& e) { return e.seq.get() == ev.seq; });
       if (it == active_.end() || !it->stream) continue;
+      if (ev.kind == CoreEvent::Kind::kError) {
+        // One request failed (its item or its step); the core already freed its place.
+        running_count_ = static_cast<int64_t>(core_->scheduler().running().size());
+        finish(*it, FinishReason::kError, ev.message);
+        continue;
+      }
       RequestEvent out;
       out.kind = ev.kind == CoreEvent::Kind::kCanvas ? RequestEvent::Kind::kCanvas : RequestEvent::Kind::kPreview;
       out.tokens = std::move(ev.tokens);

@@ -4,6 +4,7 @@
 // it for the server; tests, `dgemma generate` and benchmarks may drive it directly.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/block_manager.h"
@@ -16,7 +17,7 @@ namespace dgemma {
 
 // Something that happened to a sequence during a step.
 struct CoreEvent {
-  enum class Kind { kCanvas, kPreview };
+  enum class Kind { kCanvas, kPreview, kError };
   Sequence* seq = nullptr;
   Kind kind = Kind::kCanvas;
   std::vector<int32_t> tokens;  // kCanvas: newly returned tokens; kPreview: the argmax canvas
@@ -26,6 +27,7 @@ struct CoreEvent {
   int steps = 0;
   double denoise_ms = 0;
   bool finished = false;  // kCanvas: the sequence is done (its pages are already freed)
+  std::string message;    // kError: why the sequence failed (it is finished, its pages freed)
 };
 
 struct StepStats {
@@ -48,6 +50,8 @@ class EngineCore {
   StepStats step(std::vector<CoreEvent>& events);
 
   void set_trace_sink(TraceSink* sink) { trace_ = sink; }
+  // Ends a sequence with an error (a failed item or step): frees its pages and device state.
+  void fail(Sequence* seq, const std::string& message, std::vector<CoreEvent>& events);
   Scheduler& scheduler() { return scheduler_; }
   const Scheduler& scheduler() const { return scheduler_; }
   BlockManager& blocks() { return blocks_; }
