@@ -156,6 +156,8 @@ void DiffusionEngine::loop() {
     prefix_queries_ = st.prefix_queries;
     prefix_hits_ = st.prefix_hits;
   };
+  // Admissions and preemptions show before the step runs (--max-queue counts the waiting ones).
+  core_->set_plan_hook([&](const StepPlan&) { publish_counts(); });
   auto drop_done = [&] {
     active_.erase(std::remove_if(active_.begin(), active_.end(), [](const Entry& e) { return !e.stream; }), active_.end());
   };
@@ -223,6 +225,7 @@ void DiffusionEngine::loop() {
     drop_done();
     publish_counts();
   }
+  core_->set_plan_hook({});
   // Shutdown: everyone still here is aborted.
   for (auto& e : active_)
     if (e.stream) finish(e, FinishReason::kAbort);

@@ -36,6 +36,7 @@ StepStats EngineCore::step(std::vector<CoreEvent>& events) {
   StepPlan plan = scheduler_.schedule(now_seconds());
   for (Sequence* s : plan.preempted) runner_->release(*s);
   stats.preempted = static_cast<int>(plan.preempted.size());
+  if (plan_hook_) plan_hook_(plan);
   if (plan.empty()) return stats;
   stats.tokens = plan.tokens;
   for (const auto& it : plan.items) (it.kind == PlannedItem::Kind::kDenoise ? stats.denoise_items : stats.encode_items)++;

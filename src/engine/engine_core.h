@@ -3,6 +3,7 @@
 // runner computes, the sequences apply the stop rule and commit. The threaded DiffusionEngine drives
 // it for the server; tests, `dgemma generate` and benchmarks may drive it directly.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,9 @@ class EngineCore {
   StepStats step(std::vector<CoreEvent>& events);
 
   void set_trace_sink(TraceSink* sink) { trace_ = sink; }
+  // Called after each step is planned, before the runner runs it (a step may take long: the threaded
+  // engine publishes its queue counts here, so admissions show at once).
+  void set_plan_hook(std::function<void(const StepPlan&)> fn) { plan_hook_ = std::move(fn); }
   // Ends a sequence with an error (a failed item or step): frees its pages and device state.
   void fail(Sequence* seq, const std::string& message, std::vector<CoreEvent>& events);
   Scheduler& scheduler() { return scheduler_; }
@@ -62,6 +66,7 @@ class EngineCore {
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   TraceSink* trace_ = nullptr;
+  std::function<void(const StepPlan&)> plan_hook_;
 };
 
 }  // namespace dgemma

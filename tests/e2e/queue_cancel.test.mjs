@@ -8,7 +8,8 @@ const script = {
   canvas_length: 8,
   canvas_delay_ms: 100,
   replies: [
-    { when: 'slow', canvases: Array.from({ length: 10 }, (_, i) => ({ text: ` part${i}`, delay_ms: 300 })) },
+    // About 80 tokens: ten canvases of 8, 300 ms each.
+    { when: 'slow', canvases: Array.from({ length: 40 }, (_, i) => ({ text: ` part${i}`, delay_ms: 300 })) },
     { when: 'quick', canvases: [' one', ' two'] },
   ],
   default: { random_canvases: 2 },

@@ -108,10 +108,9 @@ describe('web page (scripted engine): reasoning and tool calls', () => {
   let server, browser;
   before(async () => {
     const script = {
-      canvas_length: 32,
+      canvas_length: 16,  // the thought (16 tokens) fills canvas 0, the tool call is canvas 1
       steps: 6,
       canvas_delay_ms: 30,
-      preview_steps: 3,
       filler: [' alpha', ' beta', ' gamma'],
       replies: [
         {
