@@ -10,6 +10,20 @@
 #include "util/timing.h"
 
 namespace dgemma {
+namespace {
+
+ModelCoreOptions core_options(const EngineConfig& c, const EngineSizing& s) {
+  ModelCoreOptions o;
+  o.max_num_seqs = c.max_num_seqs;
+  o.max_num_batched_tokens = s.max_num_batched_tokens;
+  o.prefill_chunk = s.prefill_chunk;
+  o.kv_plan = s.kv;
+  o.prefix_caching = c.enable_prefix_caching;
+  return o;
+}
+
+}  // namespace
+
 DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Backend> backend,
                                  std::unique_ptr<DiffusionGemma> model, GenerationConfig generation, EngineSizing sizing)
     : config_(config),
@@ -18,13 +32,7 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
       model_config_(model_->config()),
       generation_(std::move(generation)),
       sizing_(sizing) {
-  ModelCoreOptions o;
-  o.max_num_seqs = config_.max_num_seqs;
-  o.max_num_batched_tokens = sizing_.max_num_batched_tokens;
-  o.prefill_chunk = sizing_.prefill_chunk;
-  o.kv_plan = sizing_.kv;
-  o.prefix_caching = config_.enable_prefix_caching;
-  model_core_ = std::make_unique<ModelCore>(*model_, o);
+  model_core_ = std::make_unique<ModelCore>(*model_, core_options(config_, sizing_));
   if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);
   core_ = &model_core_->core();
   start();
@@ -33,17 +41,7 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
 DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner, ModelConfig model_config,
                                  GenerationConfig generation, EngineSizing sizing)
     : config_(config), model_config_(std::move(model_config)), generation_(std::move(generation)), sizing_(sizing) {
-  SchedulerConfig sc;
-  sc.max_num_seqs = config_.max_num_seqs;
-  sc.max_num_batched_tokens = sizing_.max_num_batched_tokens;
-  sc.prefill_chunk = sizing_.prefill_chunk;
-  sc.canvas_length = model_config_.canvas_length;
-  BlockManagerConfig bc;
-  bc.page_size = model_config_.canvas_length;
-  bc.num_pages = sizing_.kv.pages;
-  bc.sliding_keep = sliding_keep(model_config_);
-  bc.prefix_caching = config_.enable_prefix_caching;
-  own_core_ = std::make_unique<EngineCore>(sc, bc, std::move(runner));
+  own_core_ = make_engine_core(model_config_, core_options(config_, sizing_), sizing_.kv, std::move(runner));
   core_ = own_core_.get();
   start();
 }
@@ -169,6 +167,8 @@ void DiffusionEngine::loop() {
         incoming_.pop_front();
         core_->add(active_.back().seq.get());
       }
+      // Under the lock, so submit() never misses them between the two counts.
+      waiting_count_ = static_cast<int64_t>(core_->scheduler().waiting().size());
     }
     if (trace_) core_->set_trace_sink(trace_);
     // Cancelled requests (client gone) leave at once, queued or running.
