@@ -71,7 +71,7 @@ struct RequestEvent {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;  // same length as tokens when params.logprobs
   // kPreview from the model engine: per canvas position, the step's entropy and whether the step
-  // accepted it (kept its sample; the others were renoised). Empty when unknown (the scripted engine).
+  // accepted it (kept its sample; the others were renoised). Empty when the runner does not know them.
   std::vector<float> entropy;
   std::vector<uint8_t> accepted;
   int steps = 0;                // denoising steps used by this canvas / step index of a preview

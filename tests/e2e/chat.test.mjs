@@ -1,4 +1,4 @@
-// Chat and completions through the official openai client and raw HTTP, against the scripted engine.
+// Chat and completions through the official openai client and raw HTTP, against the scripted runner.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { makeModelDir, postJson, startServer, streamRaw } from './helpers.mjs';

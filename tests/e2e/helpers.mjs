@@ -83,7 +83,7 @@ process.on('exit', () => {
   for (const d of tempDirs) fs.rmSync(d, { recursive: true, force: true });
 });
 
-// Creates a model directory; `script` (an object) is written to script.json for the scripted engine.
+// Creates a model directory; `script` (an object) is written to script.json for the scripted runner.
 export function makeModelDir({ script, config = tinyConfig(), generationConfig = GENERATION_CONFIG } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dgemma-e2e-'));
   tempDirs.push(dir);

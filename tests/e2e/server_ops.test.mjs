@@ -211,7 +211,7 @@ describe('graceful drain', () => {
   });
 
   test('a signal while the model loads exits promptly', async () => {
-    // The scripted engine's file is a FIFO nobody writes: loading blocks until the signal.
+    // The script file is a FIFO nobody writes: loading blocks until the signal.
     const dir = makeModelDir({ script });
     const fifo = path.join(dir, 'never.fifo');
     execFileSync('mkfifo', [fifo]);
