@@ -6,7 +6,7 @@ import { makeModelDir, postJson, startServer, streamRaw } from './helpers.mjs';
 
 const Q = '<|"|>';
 const script = {
-  canvas_length: 32,
+  canvas_length: 8,  // every reply spans canvases: the parsers see markers and arguments cut anywhere
   canvas_delay_ms: 20,
   replies: [
     {
