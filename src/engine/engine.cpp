@@ -89,7 +89,10 @@ std::shared_ptr<RequestStream> DiffusionEngine::submit(GenerationRequest request
   auto stream = std::make_shared<RequestStream>(id);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t waiting = static_cast<int64_t>(incoming_.size()) + waiting_count_.load();
+    // Requests the next step admits to a free running place are not queued (admission happens
+    // when a step is planned, and the engine may be inside a long step when they arrive).
+    const int64_t free_places = std::max<int64_t>(0, config_.max_num_seqs - running_count_.load());
+    const int64_t waiting = static_cast<int64_t>(incoming_.size()) + waiting_count_.load() - free_places;
     if (waiting >= config_.max_queue)
       throw Error(ErrorKind::kResourceExhausted,
                   fmt::format("the server is busy: {} requests are already waiting (--max-queue)", waiting));
