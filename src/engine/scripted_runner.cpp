@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "engine/limits.h"
+#include "engine/pins.h"
 #include "util/counter_rng.h"
 #include "util/error.h"
 
@@ -236,22 +237,6 @@ std::vector<int32_t> ScriptedRunner::final_canvas(const Sequence& seq, const Seq
   return out;
 }
 
-namespace {
-
-// Writes the request's pinned tokens that fall in canvas k over `canvas`; marks them in `pinned`.
-void apply_pins(const Sequence& seq, int k, std::vector<int32_t>& canvas, std::vector<uint8_t>* pinned = nullptr) {
-  const int64_t C = static_cast<int64_t>(canvas.size());
-  for (const PinnedSpan& s : seq.params().pins)
-    for (size_t i = 0; i < s.tokens.size(); ++i) {
-      const int64_t a = s.offset + static_cast<int64_t>(i) - static_cast<int64_t>(k) * C;
-      if (a < 0 || a >= C) continue;
-      canvas[static_cast<size_t>(a)] = s.tokens[i];
-      if (pinned) (*pinned)[static_cast<size_t>(a)] = 1;
-    }
-}
-
-}  // namespace
-
 std::vector<DenoiseFlags> ScriptedRunner::run(const StepPlan& plan) {
   std::vector<DenoiseFlags> out;
   double sleep_ms = 0;
@@ -287,7 +272,7 @@ std::vector<int32_t> ScriptedRunner::read_argmax(const Sequence& seq) {
     canvas[static_cast<size_t>(p)] = filler(seq.params().seed ^ 0x9e3779b97f4a7c15ull,
                                             static_cast<uint64_t>(st.canvas) * 4099 + static_cast<uint64_t>(st.step),
                                             static_cast<uint64_t>(p));
-  apply_pins(seq, st.canvas, canvas);
+  apply_pins(canvas_pins(seq.params().pins, st.canvas, opt_.canvas_length), canvas);
   return canvas;
 }
 
@@ -296,8 +281,9 @@ std::vector<uint8_t> ScriptedRunner::read_accepted(const Sequence& seq) {
   std::vector<uint8_t> accepted(static_cast<size_t>(opt_.canvas_length), 0);
   const int keep = final_positions(seq, st.step, st.steps);
   std::fill(accepted.begin(), accepted.begin() + keep, 1);
-  std::vector<int32_t> scratch(accepted.size());
-  apply_pins(seq, st.canvas, scratch, &accepted);
+  const CanvasPins pins = canvas_pins(seq.params().pins, st.canvas, opt_.canvas_length);
+  for (size_t p = 0; p < accepted.size(); ++p)
+    if (pins.pinned(static_cast<int>(p))) accepted[p] = 1;  // a pinned position counts as accepted
   return accepted;
 }
 
