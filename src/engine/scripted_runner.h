@@ -25,7 +25,6 @@
 // format: docs/API.md ("Scripted runner").
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
