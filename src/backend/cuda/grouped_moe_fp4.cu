@@ -3,9 +3,12 @@
 // each CTA looping over its expert's M tiles with the (M tile, K tile) iterations flattened), with the
 // weight operand changed:
 //   * per stage a CTA copies 64 weight rows x 32 packed bytes (64 K values) and their 64 x 4 E4M3 block
-//     scales — a quarter of the bf16 kernel's weight bytes — with an L2 evict-first policy;
-//   * each thread builds its mma.sync B fragments in registers: the two packed bytes of its (row, k
-//     pair) positions become four bf16 values e2m1 * block (exact), so no bf16 weight tile exists;
+//     scales — a quarter of the bf16 kernel's weight bytes — with an L2 evict-first policy, all by
+//     16-byte cp.async (the device layout of quant_layout.h: scales stage major);
+//   * each thread builds its mma.sync B fragments in registers from one 8-byte (FP8: 16-byte) and one
+//     4-byte shared-memory load per weight row and stage (its bytes for all four k16 steps are adjacent
+//     in the device layout): the packed bytes become bf16 values e2m1 * block (exact), so no bf16
+//     weight tile exists;
 //   * the epilogue multiplies the fp32 accumulators by the rows' global scale, then applies the
 //     activation / routing weight with the bf16 kernels' roundings.
 // Why not wgmma: at ~16 rows per expert a step is bound by the weight stream (docs/QUANT.md C.4); this
@@ -14,6 +17,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/grouped_moe_fp4.cuh"
 #include "backend/cuda/ptx.cuh"
+#include "backend/cuda/quant_layout.h"
 
 namespace dgemma::cuda {
 namespace {
@@ -36,16 +40,6 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * kARowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// 4 bytes global -> shared (cp.async.ca: .cg takes 16 bytes only).
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ uint32_t lds_u8(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
 
 // E4M3 (fn) code of a finite non-negative scale -> fp32 (exact).
 __device__ __forceinline__ float e4m3_value(uint32_t c) {
@@ -60,10 +54,15 @@ __device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
   return v;
 }
 
-__device__ __forceinline__ uint32_t lds_u16(uint32_t addr) {
-  uint16_t v;
-  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr) : "memory");
-  return v;
+__device__ __forceinline__ void lds_v2(uint32_t addr, uint32_t (&v)[2]) {
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v[0]), "=r"(v[1]) : "r"(addr) : "memory");
+}
+
+__device__ __forceinline__ void lds_v4(uint32_t addr, uint32_t (&v)[4]) {
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(addr)
+               : "memory");
 }
 
 // Two FP8 E4M3 weights (finite: the loader rejects nothing here, NaN codes dequantise as 480, never
@@ -94,7 +93,7 @@ __device__ __forceinline__ uint32_t dequant_pair(uint32_t byte, float scale) {
 struct Fp4Args {
   const uint16_t* a;         // gate_up: x [T, Kd]; down: act [R, Kd]
   const uint8_t* w;          // packed [E, Nw, Kd / 2]
-  const uint8_t* s;          // block scales [E, Nw, Kd / 16]
+  const uint8_t* s;          // block scales, device layout [E, Kd / 64, Nw, 4] (quant_layout.h)
   const float* rs;           // row scales [E, Nw]
   const int32_t* offsets;    // [E + 1]
   const int32_t* pairs;      // [R]
@@ -155,12 +154,14 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
     const int row = weight_row(c / kRowChunks, p_ok[j]);
     p_src[j] = p_ok[j] ? g.w + (we * Nw + row) * w_row_bytes + 16 * (c % kRowChunks) : g.w;
   }
-  // Scale copy (threads 0..63): tile row tid, 4 bytes a stage.
+  // Scale copy (threads 0..15, NVFP4): tile rows 4 tid .. 4 tid + 3, consecutive weight rows (the
+  // 4-row groups never straddle the gate / up halves or N, a multiple of 8), 16 bytes a stage.
+  constexpr int kSChunks = kSStage / 16;
   bool s_ok = false;
   const uint8_t* s_src = g.s;
-  if (!kFp8 && tid < kBN) {
-    const int n = weight_row(tid, s_ok);
-    if (s_ok) s_src = g.s + (we * Nw + n) * (Kd / 16);
+  if (!kFp8 && tid < kSChunks) {
+    const int n = weight_row(4 * tid, s_ok);
+    if (s_ok) s_src = g.s + (we * KT * Nw + n) * 4;
   }
   const uint16_t* a_src[kAChunks];
   bool a_ok[kAChunks];
@@ -190,14 +191,8 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
     for (int j = 0; j < kBChunks; ++j)
       cp_async16_hint(s_b + stage * kBStage + (tid + kThreads * j) * 16, p_ok[j] ? p_src[j] + load_kt * kBRowBytes : g.w,
                       p_ok[j], w_policy);
-    if (!kFp8 && tid < kBN) {
-      const uint32_t dst = s_s + stage * kSStage + tid * kSRowBytes;
-      if (s_ok) {
-        cp_async4(dst, s_src + load_kt * kSRowBytes);
-      } else {
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(0u) : "memory");
-      }
-    }
+    if (!kFp8 && tid < kSChunks)
+      cp_async16(s_s + stage * kSStage + tid * 16, s_ok ? s_src + static_cast<int64_t>(load_kt) * Nw * 4 : g.s, s_ok);
     if (++load_kt == KT) {
       load_kt = 0;
       ++load_mt;
@@ -219,8 +214,8 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
   }
 
   // A fragments by ldmatrix as in grouped_moe.cu. B fragment nf of warp w: tile row 32 nf + 8 w + lane / 4,
-  // k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1): in the checkpoint's order FP4 packed bytes
-  // 8 kk + lane % 4 and + 4, FP8 byte pairs at 16 kk + 2 (lane % 4) and + 8; repacked adjacent.
+  // k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1); the device layout (quant_layout.h) puts the
+  // bytes of quad lane % 4 for the four kk of a stage at 8 (lane % 4) (FP4) / 16 (lane % 4) (FP8).
   const int a_row = lane & 15, a_chunk = lane >> 4;
   const int b_row0 = 8 * warp + (lane >> 2), b_byte = lane & 3;
 
@@ -233,20 +228,32 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
 
     const int stage = it % kStages;
     const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
+    // This thread's weight bytes of the stage (both n fragments, all four k16 steps) and block scales.
+    uint32_t wb[2][4], sc[2];
+#pragma unroll
+    for (int nf = 0; nf < 2; ++nf) {
+      const int row = 32 * nf + b_row0;
+      if (kFp8) {
+        lds_v4(sb + row * kBRowBytes + fp8_slice_pos(b_byte, 0, 0), wb[nf]);
+      } else {
+        uint32_t two[2];
+        lds_v2(sb + row * kBRowBytes + fp4_slice_pos(b_byte, 0, 0), two);
+        wb[nf][0] = two[0];
+        wb[nf][1] = two[1];
+        sc[nf] = lds_u32(ss + row * kSRowBytes);
+      }
+    }
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
       uint32_t b[2][2];
 #pragma unroll
       for (int nf = 0; nf < 2; ++nf) {
-        const int row = 32 * nf + b_row0;
-        // Device layout (repack_grouped_weights): b0's bytes, then b1's, adjacent.
-        if (kFp8) {
-          const uint32_t four = lds_u32(sb + row * kBRowBytes + 16 * kk + 4 * b_byte);
-          b[nf][0] = fp8_pair(four & 0xffffu);
-          b[nf][1] = fp8_pair(four >> 16);
-        } else {
-          const float scale = e4m3_value(lds_u8(ss + row * kSRowBytes + kk));
-          const uint32_t two = lds_u16(sb + row * kBRowBytes + 8 * kk + 2 * b_byte);
+        if (kFp8) {  // word kk: b0's byte pair, then b1's
+          b[nf][0] = fp8_pair(wb[nf][kk] & 0xffffu);
+          b[nf][1] = fp8_pair(wb[nf][kk] >> 16);
+        } else {     // bytes 2 kk (b0) and 2 kk + 1 (b1) of the 8
+          const float scale = e4m3_value((sc[nf] >> (8 * kk)) & 0xffu);
+          const uint32_t two = (wb[nf][kk >> 1] >> (16 * (kk & 1))) & 0xffffu;
           b[nf][0] = dequant_pair(two & 0xffu, scale);
           b[nf][1] = dequant_pair(two >> 8, scale);
         }
@@ -335,22 +342,10 @@ void launch_dense_quant(bool fp8, const uint16_t* x, const uint8_t* w, const uin
   else launch<false, false>(g, m_tiles, ceil_div(N, kBN), stream);
 }
 
-void repack_grouped_weights(bool fp8, uint8_t* bytes, int64_t n_bytes) {
-  const int g = fp8 ? 16 : 8;
-  static constexpr int kFp4Order[8] = {0, 4, 1, 5, 2, 6, 3, 7};
-  static constexpr int kFp8Order[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
-  const int* order = fp8 ? kFp8Order : kFp4Order;
-  uint8_t tmp[16];
-  for (int64_t i = 0; i + g <= n_bytes; i += g) {
-    for (int j = 0; j < g; ++j) tmp[j] = bytes[i + order[j]];
-    for (int j = 0; j < g; ++j) bytes[i + j] = tmp[j];
-  }
-}
-
 bool grouped_fp4_supported(int64_t rows, int64_t Kd, const void* packed, const void* block) {
   const auto p = reinterpret_cast<uintptr_t>(packed), b = reinterpret_cast<uintptr_t>(block);
   return rows >= 8 && rows % 8 == 0 && Kd >= kBK && Kd % kBK == 0 && rows * Kd < (int64_t{1} << 31) && p % 16 == 0 &&
-         b % 4 == 0;
+         b % 16 == 0;
 }
 
 void launch_grouped_gate_up_fp4(const uint16_t* x, const uint8_t* packed, const uint8_t* block, const float* row_scale,
