@@ -40,14 +40,6 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * kARowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-
-// E4M3 (fn) code of a finite non-negative scale -> fp32 (exact).
-__device__ __forceinline__ float e4m3_value(uint32_t c) {
-  const uint32_t e = (c >> 3) & 15u, m = c & 7u;
-  if (e == 0) return static_cast<float>(m) * 0.001953125f;  // m * 2^-9
-  return __uint_as_float(((e + 120u) << 23) | (m << 20));
-}
-
 __device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
@@ -65,29 +57,22 @@ __device__ __forceinline__ void lds_v4(uint32_t addr, uint32_t (&v)[4]) {
                : "memory");
 }
 
-// Two FP8 E4M3 weights (finite: the loader rejects nothing here, NaN codes dequantise as 480, never
-// produced by a quantiser) -> a bf16x2 register, lower k in the low half. E4M3 values are bf16 values.
-__device__ __forceinline__ uint32_t fp8_pair(uint32_t two) {
-  auto one = [](uint32_t c) {
-    const uint32_t bits = __float_as_uint(e4m3_value(c & 0x7fu)) >> 16;
-    return bits | ((c & 0x80u) << 8);
-  };
-  return one(two & 0xffu) | (one(two >> 8) << 16);
+// a * b in bf16x2, exact here (powers of two, or products of at most 8 significant bits in range);
+// -0 as the addend keeps a * b's sign of zero.
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
 }
 
-// E2M1 nibble -> fp32: sign bit 3; magnitude index e1 e0 m: 0, .5, 1, 1.5, 2, 3, 4, 6.
-__device__ __forceinline__ float e2m1_value(uint32_t nib) {
-  const uint32_t e = (nib >> 1) & 3u, m = nib & 1u;
-  const float mag = e == 0 ? 0.5f * static_cast<float>(m) : __uint_as_float(((e + 126u) << 23) | (m << 22));
-  return (nib & 8u) ? -mag : mag;
-}
+// Two E4M3 codes in bits 0-7 and 16-23 -> bf16x2 of their values (exact: E4M3 values are bf16 values;
+// quant_layout.h). The NaN codes, which no quantiser writes, become 480.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t x) { return bf16x2_mul(e4m3x2_bits(x), kBf16x2Pow120); }
 
-// Two packed E2M1 values (element 2j low nibble) times the block scale -> a bf16x2 register, lower k
-// in the low half. The products are bf16 values (<= 6 significant bits), so truncating is exact.
-__device__ __forceinline__ uint32_t dequant_pair(uint32_t byte, float scale) {
-  const uint32_t lo = __float_as_uint(__fmul_rn(e2m1_value(byte & 15u), scale)) >> 16;
-  const uint32_t hi = __float_as_uint(__fmul_rn(e2m1_value(byte >> 4), scale)) >> 16;
-  return lo | (hi << 16);
+// One packed byte (element 2j low nibble) times the bf16x2 block scale -> bf16x2, lower k in the low
+// half. e2m1 * block has at most 6 significant bits, so both multiplies are exact.
+__device__ __forceinline__ uint32_t e2m1x2_scaled(uint32_t byte, uint32_t scale2) {
+  return bf16x2_mul(bf16x2_mul(e2m1x2_bits(byte), kBf16x2Pow126), scale2);
 }
 
 struct Fp4Args {
@@ -229,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
     const int stage = it % kStages;
     const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
     // This thread's weight bytes of the stage (both n fragments, all four k16 steps) and block scales.
-    uint32_t wb[2][4], sc[2];
+    uint32_t wb[2][4], sc2[2][2];
 #pragma unroll
     for (int nf = 0; nf < 2; ++nf) {
       const int row = 32 * nf + b_row0;
@@ -240,7 +225,9 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
         lds_v2(sb + row * kBRowBytes + fp4_slice_pos(b_byte, 0, 0), two);
         wb[nf][0] = two[0];
         wb[nf][1] = two[1];
-        sc[nf] = lds_u32(ss + row * kSRowBytes);
+        const uint32_t sc = lds_u32(ss + row * kSRowBytes);  // the 4 scale codes, kk = 0 .. 3
+        sc2[nf][0] = e4m3x2_to_bf16x2(spread_lo(sc));          // bf16x2 (scale 0, scale 1)
+        sc2[nf][1] = e4m3x2_to_bf16x2(spread_hi(sc));          // (scale 2, scale 3)
       }
     }
 #pragma unroll
@@ -249,13 +236,13 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
 #pragma unroll
       for (int nf = 0; nf < 2; ++nf) {
         if (kFp8) {  // word kk: b0's byte pair, then b1's
-          b[nf][0] = fp8_pair(wb[nf][kk] & 0xffffu);
-          b[nf][1] = fp8_pair(wb[nf][kk] >> 16);
-        } else {     // bytes 2 kk (b0) and 2 kk + 1 (b1) of the 8
-          const float scale = e4m3_value((sc[nf] >> (8 * kk)) & 0xffu);
-          const uint32_t two = (wb[nf][kk >> 1] >> (16 * (kk & 1))) & 0xffffu;
-          b[nf][0] = dequant_pair(two & 0xffu, scale);
-          b[nf][1] = dequant_pair(two >> 8, scale);
+          b[nf][0] = e4m3x2_to_bf16x2(spread_lo(wb[nf][kk]));
+          b[nf][1] = e4m3x2_to_bf16x2(spread_hi(wb[nf][kk]));
+        } else {     // bytes 2 kk (b0) and 2 kk + 1 (b1) of the 8; scale kk in both halves
+          const uint32_t scale2 = __byte_perm(sc2[nf][kk >> 1], 0, (kk & 1) ? 0x3232 : 0x1010);
+          const uint32_t two = wb[nf][kk >> 1] >> (16 * (kk & 1));
+          b[nf][0] = e2m1x2_scaled(two & 0xffu, scale2);
+          b[nf][1] = e2m1x2_scaled((two >> 8) & 0xffu, scale2);
         }
       }
 #pragma unroll

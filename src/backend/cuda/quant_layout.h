@@ -33,6 +33,26 @@ DG_QUANT_HD constexpr int fp4_slice_src(int b, int kk, int h) { return 8 * kk + 
 DG_QUANT_HD constexpr int fp8_slice_pos(int b, int kk, int h) { return 16 * b + 4 * kk + 2 * h; }
 DG_QUANT_HD constexpr int fp8_slice_src(int b, int kk, int h) { return 16 * kk + 8 * h + 2 * b; }
 
+// Register conversions (the kernels multiply the results by kBf16x2Pow120 / kBf16x2Pow126 with one
+// exact bf16x2 FMA, which also turns the subnormal encodings into the right values):
+//   E4M3 code c (sign s, exponent e, mantissa m) -> bf16 bits s | e << 7 | m << 4, i.e. the bf16 value
+//   value(c) * 2^-120 (e == 0: (m / 8) * 2^-126 = m * 2^-9 * 2^-120, a bf16 subnormal);
+//   E2M1 nibble (sign, e, m) -> bf16 bits s | e << 7 | m << 6, the value e2m1 * 2^-126.
+constexpr uint32_t kBf16x2Pow120 = 0x7B807B80u;  // bf16 2^120 (exponent field 247) in both halves
+constexpr uint32_t kBf16x2Pow126 = 0x7E807E80u;  // bf16 2^126 (253)
+// Codes in bits 0-7 and 16-23 of x -> the two bf16 bit patterns (low half from bits 0-7).
+DG_QUANT_HD constexpr uint32_t e4m3x2_bits(uint32_t x) {
+  return ((x << 4) & 0x07f007f0u) | ((x << 8) & 0x80008000u);
+}
+// Byte c of two E2M1 nibbles (element 2j low) -> the two bf16 bit patterns (low half: the low nibble).
+DG_QUANT_HD constexpr uint32_t e2m1x2_bits(uint32_t c) {
+  const uint32_t y = (c & 0x0fu) | ((c & 0xf0u) << 12);
+  return ((y & 0x00070007u) << 6) | ((y & 0x00080008u) << 12);
+}
+// Bytes 0 and 1 (lo) or 2 and 3 (hi) of w spread to bits 0-7 and 16-23.
+DG_QUANT_HD constexpr uint32_t spread_lo(uint32_t w) { return (w & 0xffu) | ((w & 0xff00u) << 8); }
+DG_QUANT_HD constexpr uint32_t spread_hi(uint32_t w) { return ((w >> 16) & 0xffu) | ((w >> 8) & 0xff0000u); }
+
 // Reorders whole rows of packed weight bytes in place (`n_bytes` a multiple of the slice: rows of K / 2
 // or K bytes with K % 64 == 0).
 inline void repack_quant_weights(bool fp8, uint8_t* bytes, int64_t n_bytes) {

@@ -5,7 +5,9 @@
 // k = 16 kk + 2 b (+1) (register b0) and 16 kk + 8 + 2 b (+1) (b1), and their block's scale.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -81,6 +83,58 @@ TEST(QuantLayout, BlockScalesAreStageMajor) {
       for (int n = 0; n < N; ++n)
         for (int kk = 0; kk < 4; ++kk)  // the kernel: byte kk of the row's 4 is the scale of k16 step kk
           EXPECT_EQ(dev[((e * KT + kt) * N + n) * 4 + kk], src[(e * N + n) * G + (kt * 64 + 16 * kk) / 16]);
+}
+
+}  // namespace
+}  // namespace dgemma::cuda
+
+namespace dgemma::cuda {
+namespace {
+
+float bf16_bits_value(uint32_t b16) {  // exact, subnormals included
+  const uint32_t u = b16 << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The reference values (docs/QUANT.md): E4M3 fn and E2M1.
+double e4m3_ref(int c) {
+  const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+  const double v = e == 0 ? m * std::ldexp(1.0, -9) : (1 + m / 8.0) * std::ldexp(1.0, e - 7);
+  return s ? -v : v;
+}
+double e2m1_ref(int n) {
+  static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  return (n & 8) ? -mag[n & 7] : mag[n & 7];
+}
+
+TEST(QuantLayout, E4m3RegisterConversionIsExactForEveryCode) {
+  for (int c0 = 0; c0 < 256; ++c0) {
+    const int c1 = 255 - c0;
+    const uint32_t w = static_cast<uint32_t>(c0) | static_cast<uint32_t>(c1) << 8 | 0xA5u << 16 | 0x3Cu << 24;
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t bits = e4m3x2_bits(half ? spread_hi(w) : spread_lo(w));
+      const int lo = half ? 0xA5 : c0, hi = half ? 0x3C : c1;
+      if ((lo & 0x7f) != 0x7f) {  // the NaN codes (never written by a quantiser) become 480
+        EXPECT_EQ(std::ldexp(bf16_bits_value(bits & 0xffff), 120), e4m3_ref(lo)) << lo;
+      }
+      if ((hi & 0x7f) != 0x7f) {
+        EXPECT_EQ(std::ldexp(bf16_bits_value(bits >> 16), 120), e4m3_ref(hi)) << hi;
+      }
+    }
+  }
+  EXPECT_EQ(std::ldexp(1.0, 120), bf16_bits_value(kBf16x2Pow120 & 0xffff));
+  EXPECT_EQ(kBf16x2Pow120 >> 16, kBf16x2Pow120 & 0xffff);
+}
+
+TEST(QuantLayout, E2m1RegisterConversionIsExactForEveryByte) {
+  for (int c = 0; c < 256; ++c) {
+    const uint32_t bits = e2m1x2_bits(static_cast<uint32_t>(c));
+    EXPECT_EQ(std::ldexp(bf16_bits_value(bits & 0xffff), 126), e2m1_ref(c & 15)) << c;
+    EXPECT_EQ(std::ldexp(bf16_bits_value(bits >> 16), 126), e2m1_ref(c >> 4)) << c;
+  }
+  EXPECT_EQ(std::ldexp(1.0, 126), bf16_bits_value(kBf16x2Pow126 & 0xffff));
 }
 
 }  // namespace
