@@ -23,18 +23,19 @@ namespace dgemma::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kBM = 32;
+constexpr int kBM = 32;       // rows per M tile: the MoE (~16 rows an expert) and small dense inputs
+constexpr int kBMDense = 128;  // dense inputs of >= 128 rows: each weight tile is decoded once per 128 rows
 constexpr int kBN = 64;
 constexpr int kBK = 64;
 constexpr int kStages = 4;
 constexpr int kARowBytes = kBK * 2;   // bf16 A row of a stage
 constexpr int kSRowBytes = kBK / 16;  // NVFP4 block scales of a weight row in a stage
-constexpr int kAStage = kBM * kARowBytes, kSStage = kBN * kSRowBytes;
+constexpr int kSStage = kBN * kSRowBytes;
 // Weight bytes of a row in a stage: packed FP4 32, FP8 64.
 template <bool kFp8>
 __host__ __device__ constexpr int b_row_bytes() { return kFp8 ? kBK : kBK / 2; }
-template <bool kFp8>
-constexpr int smem_bytes() { return kStages * (kAStage + kBN * b_row_bytes<kFp8>() + (kFp8 ? 0 : kSStage)); }
+template <int BM, bool kFp8>
+constexpr int smem_bytes() { return kStages * (BM * kARowBytes + kBN * b_row_bytes<kFp8>() + (kFp8 ? 0 : kSStage)); }
 
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * kARowBytes + ((chunk ^ (row & 7)) << 4));
@@ -89,10 +90,11 @@ struct Fp4Args {
                              // CTA row blockIdx.y takes rows 32 y .. (the "experts" all share weight 0)
 };
 
-template <bool kGateUp, bool kFp8>
-__global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
-  constexpr int MF = kBM / 16;
-  constexpr int kAChunks = kBM * 8 / kThreads;  // 2
+template <int BM, bool kGateUp, bool kFp8>
+__global__ void __launch_bounds__(kThreads, BM == kBM ? 4 : 2) grouped_fp4_kernel(Fp4Args g) {
+  constexpr int MF = BM / 16;
+  constexpr int kAChunks = BM * 8 / kThreads;  // 2 (BM 32), 8 (BM 128)
+  constexpr int kAStage = BM * kARowBytes;
   constexpr int kBRowBytes = b_row_bytes<kFp8>();
   constexpr int kBStage = kBN * kBRowBytes;
   constexpr int kBChunks = kBStage / 16 / kThreads;  // FP4 1, FP8 2 weight chunks per thread a stage
@@ -101,15 +103,15 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
 
   const int e = blockIdx.y;
   const bool dense = g.dense_rows > 0;
-  const int row0 = dense ? e * kBM : g.offsets[e];
-  const int rows = dense ? min(kBM, g.dense_rows - row0) : g.offsets[e + 1] - row0;
+  const int row0 = dense ? e * BM : g.offsets[e];
+  const int rows = dense ? min(BM, g.dense_rows - row0) : g.offsets[e + 1] - row0;
   const int64_t we = dense ? 0 : e;  // the weight's expert
   if (rows <= 0) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int Kd = g.Kd, N = g.N;
   const int Nw = kGateUp ? 2 * N : N;
   const int KT = Kd / kBK;  // Kd % 64 == 0 (grouped_fp4_supported)
-  const int MT = (rows + kBM - 1) / kBM;
+  const int MT = (rows + BM - 1) / BM;
   const int total = MT * KT;
   const uint32_t s_a = smem_addr(smem);
   const uint32_t s_b = s_a + kStages * kAStage;
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
   auto set_a_rows = [&](int mt) {
 #pragma unroll
     for (int j = 0; j < kAChunks; ++j) {
-      const int m = mt * kBM + (tid >> 3) + 16 * j;
+      const int m = mt * BM + (tid >> 3) + 16 * j;
       a_ok[j] = m < rows;
       int64_t src_row = 0;
       if (a_ok[j]) src_row = kGateUp ? g.pairs[row0 + m] / g.top_k : row0 + m;
@@ -261,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
       for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int m = mt * kBM + mf * 16 + g_row + 8 * h;
+          const int m = mt * BM + mf * 16 + g_row + 8 * h;
           if (m >= rows) continue;
           const int64_t r = row0 + m;
           if (kGateUp) {
@@ -308,10 +310,10 @@ __global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
   cp_async_wait<0>();
 }
 
-template <bool kGateUp, bool kFp8>
+template <bool kGateUp, bool kFp8, int BM = kBM>
 void launch(const Fp4Args& g, int64_t E, int64_t n_tiles, cudaStream_t stream) {
-  auto* kernel = grouped_fp4_kernel<kGateUp, kFp8>;
-  constexpr int smem = smem_bytes<kFp8>();
+  auto* kernel = grouped_fp4_kernel<BM, kGateUp, kFp8>;
+  constexpr int smem = smem_bytes<BM, kFp8>();
   if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(E)), kThreads, smem, stream>>>(g);
   CUDA_CHECK_LAUNCH();
@@ -324,6 +326,14 @@ void launch_dense_quant(bool fp8, const uint16_t* x, const uint8_t* w, const uin
   if (T <= 0 || N <= 0) return;
   Fp4Args g{x, w, block, row_scale, nullptr, nullptr, nullptr, out, static_cast<int>(K), static_cast<int>(N), 1,
             static_cast<int>(T)};
+  // One CTA row per BM rows of x; every CTA decodes its weight tiles again (from L2), so large inputs
+  // take 128-row tiles (a quarter of the decoding per row; two CTAs per SM).
+  if (T >= kBMDense) {
+    const int64_t m_tiles = ceil_div(T, kBMDense);
+    if (fp8) launch<false, true, kBMDense>(g, m_tiles, ceil_div(N, kBN), stream);
+    else launch<false, false, kBMDense>(g, m_tiles, ceil_div(N, kBN), stream);
+    return;
+  }
   const int64_t m_tiles = ceil_div(T, kBM);
   if (fp8) launch<false, true>(g, m_tiles, ceil_div(N, kBN), stream);
   else launch<false, false>(g, m_tiles, ceil_div(N, kBN), stream);

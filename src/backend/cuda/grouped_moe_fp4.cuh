@@ -47,8 +47,9 @@ void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float*
                              uint16_t* y, cudaStream_t stream);
 
 // A dense quantised matmul with the same kernel (W4A16 / W8A16): out[T, N] = bf16(row_scale[n] *
-// x[t] . W[n]) for a 2-D weight [N, K] in the device layout; one CTA row per 32 rows of x (the weight
-// tiles are re-read from L2 by each). Shape rule: grouped_fp4_supported / grouped_fp8_supported.
+// x[t] . W[n]) for a 2-D weight [N, K] in the device layout; one CTA row per 32 rows of x, or per 128
+// rows when T >= 128 (each CTA row decodes the weight tiles again, from L2). Shape rule:
+// grouped_fp4_supported / grouped_fp8_supported.
 void launch_dense_quant(bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                         int64_t T, int64_t N, int64_t K, uint16_t* out, cudaStream_t stream);
 
