@@ -165,6 +165,36 @@ void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t
               u16(og), u16(oc), gemm_tol());
 }
 
+// The decoders' subnormal codes: every FP8 weight an E4M3 subnormal (m * 2^-9, random sign), or every
+// NVFP4 block scale one (codes 1 .. 7). The kernels build their bf16 values through a bf16 subnormal
+// pattern times 2^120 (quant_layout.h); flushing it would zero these outputs, off by 100 %.
+void run_dense_subnormal(Reporter& r, bool fp8) {
+  Data d(std::string("dense quant subnormal ") + (fp8 ? "fp8" : "nvfp4"));
+  const int64_t T = 40, N = 64, K = 256;
+  Weight w = fp8 ? random_fp8(d, 1, N, K, 1.0f) : random_nvfp4(d, 1, N, K, N, 1.0f);
+  w.data = w.data.reshape({N, fp8 ? K : K / 2});
+  w.row_scale = w.row_scale.reshape({N});
+  if (fp8) {
+    for (int64_t i = 0; i < w.data.numel(); ++i)
+      w.data.ptr<uint8_t>()[i] = static_cast<uint8_t>((d.integer(0, 1) << 7) | d.integer(1, 7));
+  } else {
+    w.block = w.block.reshape({N, K / 16});
+    for (int64_t i = 0; i < w.block.numel(); ++i) w.block.ptr<uint8_t>()[i] = static_cast<uint8_t>(d.integer(1, 7));
+  }
+  for (int64_t n = 0; n < N; ++n) w.row_scale.ptr<float>()[n] = 64.0f;  // outputs of order 1
+  w.act = ActQuant::kNone;
+  const Tensor x = d.bf16({T, K}, 1.0f);
+  Tensor oc = host_tensor(ScalarType::kBF16, {T, N});
+  cpu().matmul(x, w, oc);
+  const bool old = cuda::set_dense_quant_weights(true);
+  const Weight wg = cuda().upload_weight(w);
+  cuda::set_dense_quant_weights(old);
+  Tensor og = poisoned(ScalarType::kBF16, {T, N});
+  cuda().matmul(up(x), wg, og);
+  expect_bf16(r, std::string("dense ") + (fp8 ? "fp8 subnormal weights" : "nvfp4 subnormal block scales") + " vs CPU",
+              u16(og), u16(oc), gemm_tol());
+}
+
 std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, bool bf16_activations) {
   const ModelConfig c = load_model_config(dir);
   ModelWeights w = load_weights(c, dir, be);
@@ -318,6 +348,8 @@ std::vector<Case> quant_cases() {
       {"dense_fp8_kernel", [](Reporter& r) { run_dense(r, true, true, 256, 4096, 2816); run_dense(r, true, true, 37, 2816, 2112); }},
       {"dense_nvfp4_kernel", [](Reporter& r) { run_dense(r, false, true, 256, 2112, 2816); run_dense(r, false, true, 1, 2816, 2112); }},
       {"dense_fp8_fallback", [](Reporter& r) { run_dense(r, true, false, 64, 512, 2816); }},
+      {"dense_fp8_subnormal", [](Reporter& r) { run_dense_subnormal(r, true); }},
+      {"dense_nvfp4_subnormal", [](Reporter& r) { run_dense_subnormal(r, false); }},
       {"quant_forward_nvfp4_modelopt", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_modelopt_pow2"); }},
       {"quant_forward_nvfp4_ct", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_ct_pow2"); }},
       {"quant_forward_fp8_dynamic", [](Reporter& r) { run_fixture(r, "tiny_a_fp8_dynamic_pow2"); }},
