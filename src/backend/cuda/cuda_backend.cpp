@@ -158,7 +158,12 @@ class CudaBackend final : public Backend {
       if (host.format == WeightFormat::kNvfp4) {  // block scales stage major (quant_layout.h), same dims
         DG_CHECK(host.block.device == Device::kCpu && host.block.numel() == host.experts() * host.rows() * (host.cols() / 16));
         Tensor scales = host_tensor(host.block.type, {host.block.numel()});
-        repack_block_scales(host.block.ptr<uint8_t>(), scales.ptr<uint8_t>(), host.experts(), host.rows(), host.cols());
+        const int64_t per_expert = host.rows() * (host.cols() / 16);
+        parallel_for(static_cast<size_t>(host.experts()), [&](size_t b, size_t e) {
+          for (size_t x = b; x < e; ++x)
+            repack_block_scales(host.block.ptr<uint8_t>() + x * per_expert, scales.ptr<uint8_t>() + x * per_expert, 1,
+                                host.rows(), host.cols());
+        });
         w.block = host.block.ndim == 3 ? scales.reshape({host.experts(), host.rows(), host.cols() / 16})
                                        : scales.reshape({host.rows(), host.cols() / 16});
       }
