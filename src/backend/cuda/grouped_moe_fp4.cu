@@ -7,11 +7,11 @@
 //     16-byte cp.async (the device layout of quant_layout.h: scales stage major);
 //   * each thread builds its mma.sync B fragments in registers from one 8-byte (FP8: 16-byte) and one
 //     4-byte shared-memory load per weight row and stage (its bytes for all four k16 steps are adjacent
-//     in the device layout): the packed bytes become bf16 values e2m1 * block (exact), so no bf16
-//     weight tile exists;
+//     in the device layout): the packed bytes become bf16 values e2m1 * block (exact; bit placement and
+//     bf16x2 multiplies, quant_layout.h), so no bf16 weight tile exists;
 //   * the epilogue multiplies the fp32 accumulators by the rows' global scale, then applies the
 //     activation / routing weight with the bf16 kernels' roundings.
-// Why not wgmma: at ~16 rows per expert a step is bound by the weight stream (docs/QUANT.md C.4); this
+// Why not wgmma: at ~16 rows per expert a step is bound by the weight stream; this
 // kernel cuts the bytes 3.6x against bf16 with the existing, checked mma.sync pipeline. The large-R
 // (prefill) case runs this kernel too, looping over M tiles (more A re-reads, same weight bytes).
 #include "backend/cuda/common.cuh"
