@@ -94,6 +94,29 @@ struct DecideArgs {
   Tensor pin_tokens;           // i32 [C] with pin_mask: the pinned token of each pinned position
 };
 
+// The two residual junctions of a decoder layer, each one launch on the GPU (the default
+// implementation composes rmsnorm / add / scale, so every intermediate is rounded to bf16 exactly
+// where the unfused sequence rounds it). Row-wise over [T, H]; the optional outputs (empty: not
+// written) expose the intermediates for the model's debug dumps.
+//   after attention: o_normed = rmsnorm(o) * post_norm; h1 = bf16(x + o_normed);
+//                    out_a = rmsnorm(h1) * norm_a; out_b = rmsnorm(h1) * norm_b
+//   after the FFN:   m1n = rmsnorm(m1) * norm1; m2n = rmsnorm(m2) * norm2; f = rmsnorm(bf16(m1n + m2n)) * norm_f;
+//                    out = bf16(bf16(h1 + f) * scale)
+struct AttnResidualArgs {
+  Tensor x, o, post_norm;
+  Tensor h1;
+  Tensor norm_a, out_a, norm_b, out_b;
+  float eps = 1e-6f;
+  Tensor o_normed;  // optional
+};
+struct FfnResidualArgs {
+  Tensor h1, m1, m2, norm1, norm2, norm_f;
+  float eps = 1e-6f;
+  float scale = 1.0f;
+  Tensor out;       // may alias nothing but itself
+  Tensor m1n, m2n, f;  // optional
+};
+
 // Device memory as the backend sees it (bytes).
 struct MemoryInfo {
   uint64_t free = 0;
@@ -133,6 +156,8 @@ class Backend {
   virtual void scale(const Tensor& x, float s, const Tensor& out) = 0;             // bf16(x * s)
   virtual void mul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;       // bf16(a * b), b broadcast over rows if 1-D
   virtual void gelu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;  // bf16(bf16(gelu_tanh(g)) * u)
+  virtual void attn_residual(const AttnResidualArgs& args);
+  virtual void ffn_residual(const FfnResidualArgs& args);
   virtual void attention(const AttentionArgs& args) = 0;
   virtual void moe(const MoeArgs& args) = 0;
   virtual void sampler(const SamplerArgs& args) = 0;
