@@ -287,6 +287,11 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
       p.max_tokens = max_len - plen;
       if (opt_.default_max_tokens) p.max_tokens = std::min(p.max_tokens, *opt_.default_max_tokens);
     }
+    if (pr.infill.active()) {
+      p.infill = layout_infill(pr.infill, [&](std::string_view text) { return m->prompts->text(text); },
+                               m->engine->stats().canvas_length, p.max_tokens, max_len - plen, pr.max_tokens.has_value());
+      p.max_tokens = p.infill.max_tokens;
+    }
   }
 
   GenerationContext ctx;

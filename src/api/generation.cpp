@@ -4,6 +4,7 @@
 #include <cmath>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "api/api_error.h"
@@ -39,6 +40,7 @@ struct Generation::Choice {
   int64_t denoising_steps = 0;
   int64_t cached_tokens = 0;  // prompt tokens the engine's prefix cache served
   OutputDelta total;     // everything produced (non-stream response)
+  std::optional<PinnedOutput> pinned;  // infilling: drops / sorts the pinned tokens
   size_t text_len = 0;   // bytes of text streamed so far (completions text_offset)
 };
 
@@ -99,6 +101,10 @@ void Generation::start() {
         g.params.max_tokens = prompts_[p].max_tokens;
         g.params.stop_token_ids = req_.stop_token_ids;
         g.params.previews = req_.stream && req_.include_previews;
+        if (!prompts_[p].infill.pins.empty()) {
+          g.params.pins = prompts_[p].infill.pins;
+          c->pinned.emplace(prompts_[p].infill);
+        }
         if (req_.sampling.seed) g.params.seed = *req_.sampling.seed + static_cast<uint64_t>(j);
         c->stream = ctx_.engine->submit(std::move(g));
         c->stream->set_waker(waker_);
@@ -203,6 +209,7 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
       if (ctx_.metrics) ctx_.metrics->on_canvas(ev.steps, ev.tokens.size(), gap);
       ++canvases_;
       steps_ += ev.steps;
+      if (c.pinned) c.pinned->feed(ev.tokens, ev.logprobs, ev.pinned);
       OutputDelta d = c.out->feed(ev.tokens, ev.logprobs);
       if (!d.empty()) {
         c.total.append(OutputDelta(d));
@@ -540,6 +547,12 @@ Json Generation::response_json() const {
     } else {
       const std::string& echo = req_.echo ? prompts_[c->prompt_index].echo_text : std::string();
       choice["text"] = echo + t.content;
+      if (c->pinned && c->pinned->has_holes()) {
+        // infill_template: each hole's text (the text above is the whole filled template).
+        Json holes = Json::array();
+        for (const auto& h : c->pinned->holes()) holes.push_back(ctx_.tokenizer->decode(h, req_.skip_special_tokens));
+        choice["holes"] = std::move(holes);
+      }
     }
     choice["logprobs"] = req_.logprobs ? logprobs_json(t.logprobs, 0) : Json(nullptr);
     choice["finish_reason"] = c->finish_reason;

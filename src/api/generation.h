@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/choice_output.h"
+#include "api/infill.h"
 #include "api/metrics.h"
 #include "api/openai_request.h"
 #include "engine/request.h"
@@ -32,6 +33,7 @@ struct PreparedPrompt {
   std::string echo_text;  // completions with echo: the prompt text
   int64_t max_tokens = 0; // decided from the context budget
   bool starts_in_reasoning = false;  // chat: the prompt ends inside an open thought channel
+  InfillLayout infill;  // completions infilling: the answer's pinned spans (none: no infilling)
 };
 
 class Generation {

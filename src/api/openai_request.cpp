@@ -577,6 +577,52 @@ std::vector<PromptInput> parse_prompts(const Json* p, const RequestPolicy& polic
   return out;
 }
 
+// Completions infilling: OpenAI's `suffix`, or dgemma's `infill_template` (fixed pieces and holes).
+void parse_infill(Fields& f, ParsedRequest& out) {
+  if (auto s = f.string("suffix")) out.infill.suffix = *s;
+  const Json* t = f.get("infill_template");
+  if (!t) return;
+  if (!out.infill.suffix.empty()) fail_param("infill_template", "'infill_template' and 'suffix' cannot be combined");
+  if (!t->is_array() || t->empty())
+    fail_param("infill_template", "'infill_template' must be a non-empty array of strings (fixed text) and "
+               "{{\"max_tokens\": N}} objects (holes)");
+  if (t->size() > RequestLimits::kMaxInfillPieces)
+    fail_param("infill_template", "'infill_template' has {} pieces; at most {} are allowed", t->size(),
+               RequestLimits::kMaxInfillPieces);
+  bool previous_hole = false;
+  size_t holes = 0;
+  for (size_t i = 0; i < t->size(); ++i) {
+    const Json& e = (*t)[i];
+    const std::string name = fmt::format("infill_template[{}]", i);
+    InfillRequest::Piece piece;
+    if (e.is_string()) {
+      piece.text = e.get<std::string>();
+      if (piece.text.empty()) fail_param("infill_template", "{}: fixed text must not be empty", name);
+      previous_hole = false;
+    } else if (e.is_object()) {
+      Fields h(e, name + ".");
+      const auto n = h.integer("max_tokens", 1, RequestLimits::kMaxInfillHole);
+      if (!n) fail_param("infill_template", "{}: a hole needs \"max_tokens\" (its room in tokens)", name);
+      for (const auto& k : h.unknown()) fail_param("infill_template", "{}: unknown key '{}' (a hole has only max_tokens)", name, k);
+      // Two holes in a row would be one gap whose split nobody could tell: the texts of holes are told
+      // apart by the fixed text between them.
+      if (previous_hole) fail_param("infill_template", "{}: two holes in a row; holes must be separated by fixed text", name);
+      piece.hole = true;
+      piece.max_tokens = *n;
+      previous_hole = true;
+      ++holes;
+    } else {
+      fail_param("infill_template", "{} must be a string (fixed text) or an object (a hole), not {}", name, type_name(e));
+    }
+    out.infill.pieces.push_back(std::move(piece));
+  }
+  if (holes == 0) fail_param("infill_template", "'infill_template' has no hole to fill");
+  if (out.stream)
+    fail_unsupported("infill_template", "'infill_template' with stream: true is not supported (each hole's text is "
+                     "part of the complete response)");
+  if (!out.stop.empty()) fail_param("stop", "'stop' cannot be combined with 'infill_template' (it could cut a fixed piece)");
+}
+
 }  // namespace
 
 Json parse_request_body(std::string_view body) {
@@ -650,7 +696,7 @@ ParsedRequest parse_completion_request(const Json& body, const RequestPolicy& po
   out.echo = f.boolean("echo").value_or(false);
   if (out.echo && out.logprobs)
     fail_unsupported("echo", "'echo' together with 'logprobs' is not supported (prompt log-probabilities are not computed)");
-  f.unsupported("suffix", "'suffix' is not supported");
+  parse_infill(f, out);
   if (auto v = f.boolean("add_special_tokens")) (void)v;  // Gemma 4 adds no BOS/EOS when tokenising either way
   for (const char* key : {"tools", "tool_choice", "messages", "chat_template", "chat_template_kwargs"})
     f.unsupported(key, "only valid for /v1/chat/completions");

@@ -38,6 +38,10 @@ class DiffusionEngine final : public EngineInterface {
   // A tensor-parallel model (its ranks, their backends and collectives), owned likewise.
   DiffusionEngine(const EngineConfig& config, std::unique_ptr<TensorParallelModel> model, GenerationConfig generation,
                   EngineSizing sizing);
+  // The same engine over another runner (the scripted runner of the end-to-end tests): the KV pool is
+  // page bookkeeping only, sized by `sizing` for `model_config`.
+  DiffusionEngine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner, ModelConfig model_config,
+                  GenerationConfig generation, EngineSizing sizing);
   ~DiffusionEngine() override;
 
   std::shared_ptr<RequestStream> submit(GenerationRequest request) override;
@@ -57,7 +61,6 @@ class DiffusionEngine final : public EngineInterface {
     std::unique_ptr<Sequence> seq;
     std::shared_ptr<RequestStream> stream;
   };
-  ModelCoreOptions core_options() const;
   void start();
   void loop();
   void finish(Entry& e, FinishReason reason, const std::string& error = {});
@@ -69,8 +72,9 @@ class DiffusionEngine final : public EngineInterface {
   ModelConfig model_config_;
   GenerationConfig generation_;
   EngineSizing sizing_;
-  std::unique_ptr<ModelCore> model_core_;  // core, runner and KV pool
-  EngineCore* core_ = nullptr;             // model_core_->core()
+  std::unique_ptr<ModelCore> model_core_;  // the model path: core, runner and KV pool
+  std::unique_ptr<EngineCore> own_core_;   // a given runner
+  EngineCore* core_ = nullptr;
   TraceSink* trace_ = nullptr;
 
   mutable std::mutex mu_;

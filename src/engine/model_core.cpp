@@ -9,8 +9,7 @@ namespace dgemma {
 
 KvPoolPlan ModelCore::pool_plan(const ModelCoreOptions& o) const {
   if (o.kv_plan) return *o.kv_plan;
-  const ModelConfig& mc = model_.config();
-  const KvGeometry geo = kv_geometry(mc);
+  const KvGeometry geo = kv_geometry(model_.config());
   const int64_t step_tokens = std::max(o.max_num_batched_tokens, o.prefill_chunk);
   KvPoolPlan plan;
   if (geo.layers[static_cast<int>(KvGroup::kFull)] > 0)
@@ -24,7 +23,8 @@ ModelCore::ModelCore(DiffusionGemma& model, ModelCoreOptions o) : model_(model) 
   kv_ = allocate_kv_storage(model.config(), model.backend(), plan);
   auto runner = std::make_unique<DiffusionModelRunner>(model, kv_);
   runner_ = runner.get();
-  start(o, plan, std::move(runner));
+  core_ = make_engine_core(model.config(), o, plan, std::move(runner));
+  core_->set_trace_sink(&traces_);
 }
 
 ModelCore::ModelCore(TensorParallelModel& tp, ModelCoreOptions o) : model_(tp.rank(0)) {
@@ -32,11 +32,12 @@ ModelCore::ModelCore(TensorParallelModel& tp, ModelCoreOptions o) : model_(tp.ra
   for (int r = 0; r < tp.size(); ++r) rank_kv_.push_back(allocate_kv_storage(tp.config(), tp.backend(r), plan, tp.size()));
   auto runner = std::make_unique<TensorParallelRunner>(tp, rank_kv_);
   runner_ = &runner->rank0();
-  start(o, plan, std::move(runner));
+  core_ = make_engine_core(tp.config(), o, plan, std::move(runner));
+  core_->set_trace_sink(&traces_);
 }
 
-void ModelCore::start(const ModelCoreOptions& o, const KvPoolPlan& plan, std::unique_ptr<ModelRunner> runner) {
-  const ModelConfig& mc = model_.config();
+std::unique_ptr<EngineCore> make_engine_core(const ModelConfig& mc, const ModelCoreOptions& o, const KvPoolPlan& plan,
+                                             std::unique_ptr<ModelRunner> runner) {
   const KvGeometry geo = kv_geometry(mc);
   SchedulerConfig sc;
   sc.max_num_seqs = o.max_num_seqs;
@@ -48,8 +49,7 @@ void ModelCore::start(const ModelCoreOptions& o, const KvPoolPlan& plan, std::un
   bc.num_pages = plan.pages;
   bc.sliding_keep = geo.sliding_keep;
   bc.prefix_caching = o.prefix_caching;
-  core_ = std::make_unique<EngineCore>(sc, bc, std::move(runner));
-  core_->set_trace_sink(&traces_);
+  return std::make_unique<EngineCore>(sc, bc, std::move(runner));
 }
 
 std::unique_ptr<Sequence> ModelCore::make_sequence(uint64_t id, std::vector<int32_t> prompt, SequenceParams params) const {

@@ -208,7 +208,7 @@ StepRecord DiffusionModelRunner::read_trace(const Sequence& seq, bool stop) {
   r.stop = stop;
   r.argmax_gap = f32(d.argmax_gap);
   r.sample_gap = f32(d.sample_gap);
-  r.accept_margin = entropy_bound_margins(r.entropy, static_cast<float>(seq.params().diffusion.entropy_bound));
+  r.accept_margin = entropy_bound_margins(r.entropy, static_cast<float>(seq.params().diffusion.entropy_bound), seq.canvas_pins().mask);
   return r;
 }
 
