@@ -413,7 +413,15 @@ HttpResponse ApiServer::tokenize(const HttpRequest& req) {
     o.add_generation_prompt = pr.add_generation_prompt;
     o.extra_kwargs = pr.template_kwargs;
     try {
-      tokens = m->prompts->chat(pr.messages, pr.tools, o, m->engine->max_model_len());
+      if (pr.continue_final_message) {
+        // The prompt and its prefill: what the request would send through the model.
+        auto cont = m->prompts->chat_continue(pr.messages, pr.tools, o, message_text(pr.messages.back()),
+                                              m->engine->max_model_len());
+        tokens = std::move(cont.prompt);
+        tokens.insert(tokens.end(), cont.prefill.begin(), cont.prefill.end());
+      } else {
+        tokens = m->prompts->chat(pr.messages, pr.tools, o, m->engine->max_model_len());
+      }
     } catch (const PromptTooLong& e) {
       return error_response(prompt_too_long_error(m->engine->max_model_len(), e.at_least, "messages", true));
     }

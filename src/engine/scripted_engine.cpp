@@ -42,6 +42,8 @@ struct Script {
   ScriptReply fallback;          // when no reply matches
 };
 
+constexpr int32_t kPadId = 0;  // Gemma's <pad>
+
 const char* kDefaultFiller[] = {" alpha", " beta", " gamma", " delta", " river", " stone", " light", " cloud",
                                 " seven", " green", " quiet", " table", " north", " paper", " bridge", " maple"};
 
@@ -155,6 +157,7 @@ struct Job {
   size_t canvas = 0;        // next canvas index
   int preview = 0;          // previews already sent for the current canvas
   int64_t produced = 0;
+  int64_t position = 0;     // answer positions consumed (produced + filler dropped before the last pin)
   double submitted = 0, started = 0, prefill_done = 0;
   double next_time = 0;     // when the next event is due
 };
@@ -206,6 +209,40 @@ struct ScriptedEngine::Impl {
     return script.steps;
   }
 
+  // Pinned spans, as the model engine honours them (docs/API.md "Pinned forms"): a pinned position shows
+  // its pinned token; before the last pinned position, EOS / stop / pad tokens in free positions are
+  // dropped (a gap the reply leaves short); the reply's last canvas is extended with EOS up to the last
+  // pin, so every pinned token is committed.
+  void apply_pins(Job& j, size_t k, std::vector<int32_t>& tokens) const {
+    const auto& pins = j.req.params.pins;
+    if (pins.empty()) return;
+    int64_t last = 0;  // one past the last pinned position
+    for (const auto& span : pins) last = std::max(last, span.offset + static_cast<int64_t>(span.tokens.size()));
+    if (k + 1 >= total_canvases(j) && j.position + static_cast<int64_t>(tokens.size()) < last)
+      tokens.resize(static_cast<size_t>(last - j.position), opt.eos_ids.front());
+    for (const auto& span : pins)
+      for (size_t i = 0; i < span.tokens.size(); ++i) {
+        const int64_t at = span.offset + static_cast<int64_t>(i) - j.position;
+        if (at >= 0 && at < static_cast<int64_t>(tokens.size())) tokens[static_cast<size_t>(at)] = span.tokens[i];
+      }
+    auto pinned = [&](int64_t a) {
+      for (const auto& span : pins)
+        if (a >= span.offset && a < span.offset + static_cast<int64_t>(span.tokens.size())) return true;
+      return false;
+    };
+    const auto& extra = j.req.params.stop_token_ids;
+    std::vector<int32_t> kept;
+    for (size_t p = 0; p < tokens.size(); ++p) {
+      const int64_t a = j.position + static_cast<int64_t>(p);
+      const bool filler = tokens[p] == kPadId || is_eos(j, tokens[p]) ||
+                          std::find(extra.begin(), extra.end(), tokens[p]) != extra.end();
+      if (a < last - 1 && filler && !pinned(a)) continue;
+      kept.push_back(tokens[p]);
+    }
+    j.position += static_cast<int64_t>(tokens.size());
+    tokens = std::move(kept);
+  }
+
   void finish(Job& j, FinishReason reason, double now, int32_t stop_id = -1) {
     RequestEvent ev;
     ev.stop_token_id = stop_id;
@@ -251,6 +288,7 @@ struct ScriptedEngine::Impl {
       j.stream->push(std::move(ev));
       return false;
     }
+    apply_pins(j, k, tokens);
     FinishReason reason = FinishReason::kNone;
     int32_t stop_id = -1;
     const auto& extra = j.req.params.stop_token_ids;
@@ -375,6 +413,15 @@ std::shared_ptr<RequestStream> ScriptedEngine::submit(GenerationRequest request)
   for (int32_t id : request.prompt)
     if (id < 0 || id >= im.opt.vocab_size) fail_arg("Prompt contains invalid tokens: id {}", id);
   if (request.params.max_tokens < 1) fail_arg("max_tokens must be at least 1");
+  int64_t pinned_end = 0;
+  for (const auto& span : request.params.pins) {
+    if (span.offset < pinned_end || span.tokens.empty())
+      fail_arg("pinned spans must be non-empty, sorted and non-overlapping");
+    pinned_end = span.offset + static_cast<int64_t>(span.tokens.size());
+    if (pinned_end > request.params.max_tokens) fail_arg("a pinned span ends past max_tokens ({})", request.params.max_tokens);
+    for (int32_t id : span.tokens)
+      if (id < 0 || id >= im.opt.vocab_size) fail_arg("a pinned span holds an invalid token id {}", id);
+  }
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
   if (prompt_len >= im.opt.max_model_len || request.params.max_tokens > im.opt.max_model_len - prompt_len)
     fail_arg("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "

@@ -190,5 +190,36 @@ TEST(ScriptedEngine, BadScriptsAreFileErrors) {
   }
 }
 
+// Pins as the model engine honours them: pinned positions show their tokens, EOS / pad in a free
+// position before the last pin is dropped, the reply is extended up to the last pin, and EOS after it ends.
+TEST(ScriptedEngine, HonoursPinnedSpans) {
+  auto e = ScriptedEngine::from_json(script(), options());
+  // "eos" reply: "abc" | 1001 EOS 1002 | "never"; answer positions 0-2 | 3-5 | 6-10.
+  GenerationRequest g = req("eos", 20);
+  g.params.pins = {PinnedSpan{1, {1200}}, PinnedSpan{8, {1300, 1301}}};
+  Result r = collect(*e->submit(g));
+  ASSERT_EQ(r.canvases.size(), 3u);
+  EXPECT_EQ(r.canvases[0], (Ids{1097, 1200, 1099}));
+  // The EOS is free and before the last pin: dropped, so the reply goes on to its third canvas.
+  EXPECT_EQ(r.canvases[1], (Ids{1001, 1002}));
+  EXPECT_EQ(r.canvases[2], (Ids{1000 + 'n', 1000 + 'e', 1300, 1301, 1000 + 'r'}));
+  EXPECT_EQ(r.finished.reason, FinishReason::kStop);
+  // The last scripted canvas ends the reply: pins beyond it are committed, the EOS filler between dropped.
+  g = req("two", 20);
+  g.params.pins = {PinnedSpan{0, {1300}}, PinnedSpan{12, {1301}}};
+  r = collect(*e->submit(g));
+  ASSERT_EQ(r.canvases.size(), 2u);
+  EXPECT_EQ(r.canvases[0], (Ids{1300, 1000 + 'e', 1000 + 'l', 1000 + 'l', 1000 + 'o'}));
+  EXPECT_EQ(r.canvases[1], (Ids{1000 + ' ', 1000 + 'w', 1000 + 'o', 1000 + 'r', 1000 + 'l', 1000 + 'd', 1301}));
+  EXPECT_EQ(r.finished.completion_tokens, 12);
+  // Pins must lie inside max_tokens and be sorted.
+  g = req("two", 5);
+  g.params.pins = {PinnedSpan{4, {1300, 1301}}};
+  EXPECT_THROW(e->submit(g), Error);
+  g = req("two", 20);
+  g.params.pins = {PinnedSpan{4, {1300}}, PinnedSpan{2, {1301}}};
+  EXPECT_THROW(e->submit(g), Error);
+}
+
 }  // namespace
 }  // namespace dgemma
