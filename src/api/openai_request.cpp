@@ -250,7 +250,7 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
 
   for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
                           "guided_whitespace_pattern", "structured_outputs"})
-    f.unsupported(key, "structured output is not implemented for block diffusion");
+    f.unsupported(key, "token-level constrained decoding is not implemented for block diffusion (use response_format)");
   f.unsupported("prompt_logprobs", "prompt log-probabilities are not computed");
   f.unsupported("allowed_token_ids", "token restrictions are not implemented for the diffusion sampler");
   f.unsupported("bad_words", "token restrictions are not implemented for the diffusion sampler");
