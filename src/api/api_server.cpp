@@ -247,7 +247,7 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
   // Tokenising stops once a prompt is certainly too long (unless it is to be truncated anyway).
   const int64_t limit = pr.truncate_prompt_tokens ? 0 : max_len - 1;
   std::vector<PreparedPrompt> prompts;
-  int64_t min_answer = 0;  // answer positions a forced form's pins take (docs/API.md "Pinned forms")
+  int64_t min_answer = 0;  // answer positions a forced form's pins take (docs/API.md "Pinned chat forms")
   try {
     if (endpoint == Endpoint::kChat) {
       ChatTemplateOptions o;

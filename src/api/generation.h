@@ -31,7 +31,7 @@ struct GenerationContext {
 struct PreparedPrompt {
   std::vector<int32_t> tokens;
   std::string echo_text;  // completions with echo: the prompt text; chat with echo: the last message's text
-  // Pinned spans of the answer (docs/API.md "Pinned forms"). The first prefill_tokens answer tokens are
+  // Pinned spans of the answer (docs/API.md "Pinned chat forms"). The first prefill_tokens answer tokens are
   // an assistant prefill: pinned, counted as prompt tokens, not returned and not in max_tokens.
   std::vector<PinnedSpan> pins;
   int64_t prefill_tokens = 0;

@@ -41,7 +41,7 @@ struct RequestLimits {
 };
 
 // kRequired / kNamed force a call: its opening markup (and the name) is pinned at the start of the
-// answer and the reply is checked (docs/API.md "Pinned forms").
+// answer and the reply is checked (docs/API.md "Pinned chat forms").
 enum class ToolChoiceMode { kNone, kAuto, kRequired, kNamed };
 
 // response_format: json_object / json_schema pin the value's fixed structure and check the reply.

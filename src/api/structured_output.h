@@ -1,5 +1,5 @@
 #pragma once
-// The chat forms that pinned spans make possible (docs/API.md "Pinned forms"): forced tool calls
+// The chat forms that pinned spans make possible (docs/API.md "Pinned chat forms"): forced tool calls
 // (tool_choice "required" or a named function) and JSON output (response_format json_object /
 // json_schema). Each is a layout of pinned text and free gaps at the start of the answer, plus a
 // check of the committed output; a reply that fails the check is retried with another seed.

@@ -209,7 +209,7 @@ struct ScriptedEngine::Impl {
     return script.steps;
   }
 
-  // Pinned spans, as the model engine honours them (docs/API.md "Pinned forms"): a pinned position shows
+  // Pinned spans, as the model engine honours them (docs/API.md "Pinned chat forms"): a pinned position shows
   // its pinned token; before the last pinned position, EOS / stop / pad tokens in free positions are
   // dropped (a gap the reply leaves short); the reply's last canvas is extended with EOS up to the last
   // pin, so every pinned token is committed.
