@@ -185,6 +185,7 @@ void DiffusionEngine::loop() {
       out.kind = ev.kind == CoreEvent::Kind::kCanvas ? RequestEvent::Kind::kCanvas : RequestEvent::Kind::kPreview;
       out.tokens = std::move(ev.tokens);
       out.logprobs = std::move(ev.logprobs);
+      out.pinned = std::move(ev.pinned);
       out.entropy = std::move(ev.entropy);
       out.accepted = std::move(ev.accepted);
       out.steps = ev.steps;

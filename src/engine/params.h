@@ -30,6 +30,7 @@ struct SequenceParams {
   bool greedy = false;                  // temperature 0: the per-position sample is the argmax
   std::vector<int32_t> initial_canvas;  // first canvas (empty: random)
   std::vector<PinnedSpan> pins;         // validated: in bounds, sorted, non-overlapping, ids < vocab
+  int32_t pad_id = 0;                   // with pins: a filler token of a gap (sequence.h commit)
   bool previews = false;
   bool logprobs = false;
   bool trace = false;                   // keep per-step records (tests, --dump)

@@ -70,6 +70,9 @@ struct RequestEvent {
   Kind kind = Kind::kCanvas;
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;  // same length as tokens when params.logprobs
+  // kCanvas of a request with pins: same length as tokens, 1 where the token is a pinned one (gap
+  // filler is already dropped from tokens, so this is how a client of the engine tells gaps apart).
+  std::vector<uint8_t> pinned;
   // kPreview from the model engine: per canvas position, the step's entropy and whether the step
   // accepted it (kept its sample; the others were renoised). Empty when unknown (the scripted engine).
   std::vector<float> entropy;
