@@ -253,6 +253,13 @@ void Generation::conclude(Choice& c, const std::string& reason, std::vector<Even
   if (!why) {
     OutputDelta d = std::move(c.held);
     c.held = OutputDelta();
+    // Released as one delta: one tool_calls entry per call (id and name, then its whole arguments).
+    std::vector<ToolCallDelta> calls;
+    for (auto& tc : d.tool_calls) {
+      if (!calls.empty() && calls.back().index == tc.index && tc.id.empty()) calls.back().arguments_delta += tc.arguments_delta;
+      else calls.push_back(std::move(tc));
+    }
+    d.tool_calls = std::move(calls);
     if (!d.empty()) {
       c.total.append(OutputDelta(d));
       Event e;

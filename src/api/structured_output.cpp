@@ -5,6 +5,7 @@
 #include <set>
 
 #include "api/api_error.h"
+#include "text/tool_parser.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -214,10 +215,6 @@ std::vector<PinnedSpan> layout_pins(const std::vector<LayoutPiece>& layout, cons
   }
   length = offset;
   return pins;
-}
-
-std::string tool_call_opening(const std::string& name) {
-  return name.empty() ? std::string("<|tool_call>call:") : "<|tool_call>call:" + name + "{";
 }
 
 AnswerPlan plan_answer_pins(const ParsedRequest& req, const Tokenizer& tok, bool starts_in_reasoning) {

@@ -66,9 +66,6 @@ std::vector<LayoutPiece> schema_layout(const Json& schema);
 std::vector<PinnedSpan> layout_pins(const std::vector<LayoutPiece>& layout, const Tokenizer& tok, bool allow_special,
                                     int64_t& length);
 
-// The Gemma 4 tool-call opening: "<|tool_call>call:" (+ NAME "{" when the function is named).
-std::string tool_call_opening(const std::string& name);
-
 // The pins a chat request's forced form puts at the start of its answer (none for free text) and the
 // answer positions they take (max_tokens must leave room for them). When the prompt ends inside an open
 // thought channel, "<channel|>" is pinned first so the forced text is the answer, not a thought.
