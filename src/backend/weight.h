@@ -1,6 +1,6 @@
 #pragma once
 // A linear layer's weight with its storage format (bf16, or one of the quantised checkpoint formats,
-// docs/QUANT.md). Every format is read as
+// docs/QUANTIZATION.md). Every format is read as
 //   W[n, k] = value(data[n, k]) * block(n, k / 16) * row_scale[n]
 // with value() the format's code (bf16, FP8 E4M3 or E2M1), block() the NVFP4 E4M3 block scale (1 for
 // the other formats) and row_scale the fp32 per-output-row scale (FP8: the channel scale; NVFP4: the

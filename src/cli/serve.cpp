@@ -20,7 +20,7 @@
 #include "cli/commands.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
-#include "engine/scripted_engine.h"
+#include "engine/scripted_runner.h"
 #include "model/config.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -552,17 +552,12 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
     const ModelConfig mc = load_model_config(p.model_dir);
     log_sampler_defaults(p.engine, mc);
     if (!p.scripted_file.empty()) {
-      const GenerationConfig gc = load_generation_config(p.model_dir, mc);
-      ScriptedEngineOptions so;
-      so.max_num_seqs = p.engine.max_num_seqs;
-      so.max_queue = p.engine.max_queue;
-      so.max_model_len = p.engine.max_model_len > 0 ? p.engine.max_model_len : mc.text.max_position_embeddings;
-      so.vocab_size = static_cast<int>(mc.text.vocab_size);
-      so.eos_ids = gc.eos_token_ids.empty() ? mc.text.eos_token_ids : gc.eos_token_ids;
-      so.encode = [tokenizer](std::string_view t) { return tokenizer->encode(t, true); };
-      so.decode = [tokenizer](const std::vector<int32_t>& ids) { return tokenizer->decode(ids, false); };
-      engine = ScriptedEngine::from_file(p.scripted_file, std::move(so));
-      DG_LOG_INFO("serve", "scripted engine from {} (test only)", p.scripted_file);
+      // The real engine over a scripted model runner (tests only).
+      ScriptTokenizer st;
+      st.encode = [tokenizer](std::string_view t) { return tokenizer->encode(t, true); };
+      st.decode = [tokenizer](const std::vector<int32_t>& ids) { return tokenizer->decode(ids, false); };
+      engine = create_scripted_engine(p.engine, p.scripted_file, std::move(st));
+      DG_LOG_INFO("serve", "scripted model runner from {} (test only)", p.scripted_file);
     } else {
       engine = create_model_engine(p.engine);
     }

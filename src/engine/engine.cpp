@@ -10,6 +10,20 @@
 #include "util/timing.h"
 
 namespace dgemma {
+namespace {
+
+ModelCoreOptions core_options(const EngineConfig& c, const EngineSizing& s) {
+  ModelCoreOptions o;
+  o.max_num_seqs = c.max_num_seqs;
+  o.max_num_batched_tokens = s.max_num_batched_tokens;
+  o.prefill_chunk = s.prefill_chunk;
+  o.kv_plan = s.kv;
+  o.prefix_caching = c.enable_prefix_caching;
+  return o;
+}
+
+}  // namespace
+
 DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Backend> backend,
                                  std::unique_ptr<DiffusionGemma> model, GenerationConfig generation, EngineSizing sizing)
     : config_(config),
@@ -18,15 +32,17 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
       model_config_(model_->config()),
       generation_(std::move(generation)),
       sizing_(sizing) {
-  ModelCoreOptions o;
-  o.max_num_seqs = config_.max_num_seqs;
-  o.max_num_batched_tokens = sizing_.max_num_batched_tokens;
-  o.prefill_chunk = sizing_.prefill_chunk;
-  o.kv_plan = sizing_.kv;
-  o.prefix_caching = config_.enable_prefix_caching;
-  model_core_ = std::make_unique<ModelCore>(*model_, o);
+  model_core_ = std::make_unique<ModelCore>(*model_, core_options(config_, sizing_));
   if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);
   core_ = &model_core_->core();
+  start();
+}
+
+DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner, ModelConfig model_config,
+                                 GenerationConfig generation, EngineSizing sizing)
+    : config_(config), model_config_(std::move(model_config)), generation_(std::move(generation)), sizing_(sizing) {
+  own_core_ = make_engine_core(model_config_, core_options(config_, sizing_), sizing_.kv, std::move(runner));
+  core_ = own_core_.get();
   start();
 }
 
@@ -73,7 +89,10 @@ std::shared_ptr<RequestStream> DiffusionEngine::submit(GenerationRequest request
   auto stream = std::make_shared<RequestStream>(id);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t waiting = static_cast<int64_t>(incoming_.size()) + waiting_count_.load();
+    // Requests the next step admits to a free running place are not queued (admission happens
+    // when a step is planned, and the engine may be inside a long step when they arrive).
+    const int64_t free_places = std::max<int64_t>(0, config_.max_num_seqs - running_count_.load());
+    const int64_t waiting = static_cast<int64_t>(incoming_.size()) + waiting_count_.load() - free_places;
     if (waiting >= config_.max_queue)
       throw Error(ErrorKind::kResourceExhausted,
                   fmt::format("the server is busy: {} requests are already waiting (--max-queue)", waiting));
@@ -138,6 +157,8 @@ void DiffusionEngine::loop() {
     prefix_queries_ = st.prefix_queries;
     prefix_hits_ = st.prefix_hits;
   };
+  // Admissions and preemptions show before the step runs (--max-queue counts the waiting ones).
+  core_->set_plan_hook([&](const StepPlan&) { publish_counts(); });
   auto drop_done = [&] {
     active_.erase(std::remove_if(active_.begin(), active_.end(), [](const Entry& e) { return !e.stream; }), active_.end());
   };
@@ -149,6 +170,8 @@ void DiffusionEngine::loop() {
         incoming_.pop_front();
         core_->add(active_.back().seq.get());
       }
+      // Under the lock, so submit() never misses them between the two counts.
+      waiting_count_ = static_cast<int64_t>(core_->scheduler().waiting().size());
     }
     if (trace_) core_->set_trace_sink(trace_);
     // Cancelled requests (client gone) leave at once, queued or running.
@@ -181,6 +204,12 @@ void DiffusionEngine::loop() {
     for (auto& ev : events) {
       auto it = std::find_if(active_.begin(), active_.end(), [&](const Entry& e) { return e.seq.get() == ev.seq; });
       if (it == active_.end() || !it->stream) continue;
+      if (ev.kind == CoreEvent::Kind::kError) {
+        // One request failed (its item or its step); the core already freed its place.
+        running_count_ = static_cast<int64_t>(core_->scheduler().running().size());
+        finish(*it, FinishReason::kError, ev.message);
+        continue;
+      }
       RequestEvent out;
       out.kind = ev.kind == CoreEvent::Kind::kCanvas ? RequestEvent::Kind::kCanvas : RequestEvent::Kind::kPreview;
       out.tokens = std::move(ev.tokens);
@@ -200,6 +229,7 @@ void DiffusionEngine::loop() {
     drop_done();
     publish_counts();
   }
+  core_->set_plan_hook({});
   // Shutdown: everyone still here is aborted.
   for (auto& e : active_)
     if (e.stream) finish(e, FinishReason::kAbort);

@@ -34,6 +34,10 @@ class DiffusionEngine final : public EngineInterface {
   // Takes ownership of the backend and model; allocates the KV pool; starts the engine thread.
   DiffusionEngine(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<DiffusionGemma> model,
                   GenerationConfig generation, EngineSizing sizing);
+  // The same engine over another runner (the scripted runner of the end-to-end tests): the KV pool is
+  // page bookkeeping only, sized by `sizing` for `model_config`.
+  DiffusionEngine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner, ModelConfig model_config,
+                  GenerationConfig generation, EngineSizing sizing);
   ~DiffusionEngine() override;
 
   std::shared_ptr<RequestStream> submit(GenerationRequest request) override;
@@ -63,8 +67,9 @@ class DiffusionEngine final : public EngineInterface {
   ModelConfig model_config_;
   GenerationConfig generation_;
   EngineSizing sizing_;
-  std::unique_ptr<ModelCore> model_core_;  // core, runner and KV pool
-  EngineCore* core_ = nullptr;             // model_core_->core()
+  std::unique_ptr<ModelCore> model_core_;  // the model path: core, runner and KV pool
+  std::unique_ptr<EngineCore> own_core_;   // a given runner
+  EngineCore* core_ = nullptr;
   TraceSink* trace_ = nullptr;
 
   mutable std::mutex mu_;

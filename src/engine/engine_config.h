@@ -15,7 +15,7 @@ namespace dgemma {
 
 struct EngineConfig {
   std::string model_dir;               // HF model directory
-  std::string load_format = "auto";    // auto | safetensors | dummy  (tests may add scripted:FILE, handled by the API layer)
+  std::string load_format = "auto";    // auto | safetensors | dummy  (serve also takes scripted:FILE: create_scripted_engine)
   std::string device = "auto";         // auto | cpu | cuda
   std::string dtype = "auto";          // auto | bfloat16
   std::string quantization;            // vLLM's --quantization: empty/auto = what the checkpoint declares

@@ -1,5 +1,7 @@
 #include "engine/engine_core.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 #include "util/timing.h"
 
@@ -18,16 +20,39 @@ void EngineCore::abort(Sequence* seq) {
   seq->finish(FinishReason::kAbort);
 }
 
+void EngineCore::fail(Sequence* seq, const std::string& message, std::vector<CoreEvent>& events) {
+  scheduler_.remove(seq);
+  runner_->release(*seq);
+  seq->finish(FinishReason::kError);
+  CoreEvent ev;
+  ev.seq = seq;
+  ev.kind = CoreEvent::Kind::kError;
+  ev.message = message;
+  events.push_back(std::move(ev));
+}
+
 StepStats EngineCore::step(std::vector<CoreEvent>& events) {
   StepStats stats;
   StepPlan plan = scheduler_.schedule(now_seconds());
   for (Sequence* s : plan.preempted) runner_->release(*s);
   stats.preempted = static_cast<int>(plan.preempted.size());
+  if (plan_hook_) plan_hook_(plan);
   if (plan.empty()) return stats;
   stats.tokens = plan.tokens;
   for (const auto& it : plan.items) (it.kind == PlannedItem::Kind::kDenoise ? stats.denoise_items : stats.encode_items)++;
 
-  const std::vector<DenoiseFlags> flags = runner_->run(plan);
+  std::vector<DenoiseFlags> flags;
+  try {
+    flags = runner_->run(plan);
+  } catch (const std::exception& e) {
+    // The step failed as a whole (a device error): each of its sequences fails, the rest go on.
+    std::vector<Sequence*> seqs;
+    for (const auto& it : plan.items)
+      if (std::find(seqs.begin(), seqs.end(), it.seq) == seqs.end()) seqs.push_back(it.seq);
+    for (Sequence* s : seqs) fail(s, std::string("engine error: ") + e.what(), events);
+    return stats;
+  }
+  DG_CHECK(flags.size() == static_cast<size_t>(stats.denoise_items));
   scheduler_.on_step_done(plan, now_seconds());
 
   size_t k = 0;
@@ -35,6 +60,10 @@ StepStats EngineCore::step(std::vector<CoreEvent>& events) {
     if (it.kind != PlannedItem::Kind::kDenoise) continue;
     Sequence& s = *it.seq;
     const DenoiseFlags f = flags[k++];
+    if (std::string error = runner_->read_error(s); !error.empty()) {
+      fail(&s, error, events);
+      continue;
+    }
     const bool last = s.on_step(f.same_argmax, f.confident);
     if (s.params().trace && trace_) trace_->on_step(s.id(), s.canvas_index(), runner_->read_trace(s, last));
     // The host needs the argmax canvas only for a commit or a preview.

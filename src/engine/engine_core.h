@@ -3,7 +3,9 @@
 // runner computes, the sequences apply the stop rule and commit. The threaded DiffusionEngine drives
 // it for the server; tests, `dgemma generate` and benchmarks may drive it directly.
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/block_manager.h"
@@ -16,7 +18,7 @@ namespace dgemma {
 
 // Something that happened to a sequence during a step.
 struct CoreEvent {
-  enum class Kind { kCanvas, kPreview };
+  enum class Kind { kCanvas, kPreview, kError };
   Sequence* seq = nullptr;
   Kind kind = Kind::kCanvas;
   std::vector<int32_t> tokens;  // kCanvas: newly returned tokens; kPreview: the argmax canvas
@@ -27,6 +29,7 @@ struct CoreEvent {
   int steps = 0;
   double denoise_ms = 0;
   bool finished = false;  // kCanvas: the sequence is done (its pages are already freed)
+  std::string message;    // kError: why the sequence failed (it is finished, its pages freed)
 };
 
 struct StepStats {
@@ -49,6 +52,11 @@ class EngineCore {
   StepStats step(std::vector<CoreEvent>& events);
 
   void set_trace_sink(TraceSink* sink) { trace_ = sink; }
+  // Called after each step is planned, before the runner runs it (a step may take long: the threaded
+  // engine publishes its queue counts here, so admissions show at once).
+  void set_plan_hook(std::function<void(const StepPlan&)> fn) { plan_hook_ = std::move(fn); }
+  // Ends a sequence with an error (a failed item or step): frees its pages and device state.
+  void fail(Sequence* seq, const std::string& message, std::vector<CoreEvent>& events);
   Scheduler& scheduler() { return scheduler_; }
   const Scheduler& scheduler() const { return scheduler_; }
   BlockManager& blocks() { return blocks_; }
@@ -59,6 +67,7 @@ class EngineCore {
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   TraceSink* trace_ = nullptr;
+  std::function<void(const StepPlan&)> plan_hook_;
 };
 
 }  // namespace dgemma

@@ -1,4 +1,6 @@
-// create_model_engine: flags -> backend, model config, generation config, weights, memory plan, engine.
+// The composition root. create_model_engine: flags -> backend, model config, generation config,
+// weights, memory plan, engine. create_scripted_engine: the same flags, configs and memory plan, with
+// the scripted runner in place of the backend, the weights and the model.
 #include <algorithm>
 #include <filesystem>
 
@@ -8,6 +10,7 @@
 #include "engine/limits.h"
 #include "engine/memory_plan.h"
 #include "engine/params.h"
+#include "engine/scripted_runner.h"
 #include "model/weights.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -53,9 +56,7 @@ GenerationConfig resolve_generation_config(const EngineConfig& c, const ModelCon
   return g;
 }
 
-}  // namespace
-
-std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
+void check_engine_flags(const EngineConfig& c) {
   if (c.max_num_seqs < 1 || c.max_num_seqs > limits::kMaxNumSeqs)
     fail_arg("--max-num-seqs must be in [1, {}] (got {})", limits::kMaxNumSeqs, c.max_num_seqs);
   if (c.max_queue < 0 || c.max_queue > limits::kMaxQueue)
@@ -64,15 +65,57 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
     fail_arg("--gpu-memory-utilization must be in (0, 1] (got {})", c.gpu_memory_utilization);
   if (c.dtype != "auto" && c.dtype != "bfloat16" && c.dtype != "bf16")
     fail_arg("--dtype {} is not supported (bfloat16 only)", c.dtype);
+}
 
+// The model's config with the canvas length the engine runs at (--diffusion-config canvas_length,
+// else `fallback_canvas`, else the checkpoint's).
+ModelConfig engine_model_config(const EngineConfig& c, std::optional<int> fallback_canvas = std::nullopt) {
   ModelConfig mc = load_model_config(c.model_dir);
   check_quantization_flag(mc.quant, c.quantization);
-  if (c.canvas_length) {
-    mc.canvas_length = *c.canvas_length;
-    validate_model_config(mc, "--diffusion-config canvas_length");
+  if (c.canvas_length || fallback_canvas) {
+    mc.canvas_length = c.canvas_length ? *c.canvas_length : *fallback_canvas;
+    validate_model_config(mc, c.canvas_length ? "--diffusion-config canvas_length" : "the script's canvas_length");
   }
   if (mc.canvas_length > limits::kMaxCanvasLength)
     fail_arg("canvas_length {} is more than the engine's limit of {}", mc.canvas_length, limits::kMaxCanvasLength);
+  return mc;
+}
+
+int64_t engine_max_model_len(const EngineConfig& c, const ModelConfig& mc) {
+  const int64_t C = mc.canvas_length;
+  const int64_t max_len = c.max_model_len > 0 ? c.max_model_len : mc.text.max_position_embeddings;
+  if (max_len <= C) fail_arg("--max-model-len {} must exceed canvas_length {}", max_len, C);
+  if (max_len > mc.text.max_position_embeddings)
+    fail_arg("--max-model-len {} exceeds the model's max_position_embeddings {}", max_len, mc.text.max_position_embeddings);
+  return max_len;
+}
+
+MemoryPlanInputs memory_plan_inputs(const EngineConfig& c, int64_t max_len, bool cpu) {
+  MemoryPlanInputs in;
+  in.max_model_len = max_len;
+  in.max_num_seqs = c.max_num_seqs;
+  in.max_num_batched_tokens = c.max_num_batched_tokens;
+  in.enable_chunked_prefill = c.enable_chunked_prefill;
+  in.cpu = cpu;
+  in.gpu_memory_utilization = c.gpu_memory_utilization;
+  in.kv_cache_memory = c.kv_cache_memory;
+  return in;
+}
+
+EngineSizing engine_sizing(const MemoryPlan& plan, int64_t max_len) {
+  EngineSizing sz;
+  sz.max_model_len = max_len;
+  sz.prefill_chunk = plan.prefill_chunk;
+  sz.max_num_batched_tokens = plan.max_num_batched_tokens;
+  sz.kv = plan.pool;
+  return sz;
+}
+
+}  // namespace
+
+std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
+  check_engine_flags(c);
+  ModelConfig mc = engine_model_config(c);
   GenerationConfig g = resolve_generation_config(c, mc);
 
   std::string device = c.device;
@@ -98,18 +141,8 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   // so on a GPU what they and the context use is measured, and the pool gets what the budget leaves
   // after the per-sequence buffers and the activation workspace.
   const int64_t C = mc.canvas_length;
-  const int64_t max_len = c.max_model_len > 0 ? c.max_model_len : mc.text.max_position_embeddings;
-  if (max_len <= C) fail_arg("--max-model-len {} must exceed canvas_length {}", max_len, C);
-  if (max_len > mc.text.max_position_embeddings)
-    fail_arg("--max-model-len {} exceeds the model's max_position_embeddings {}", max_len, mc.text.max_position_embeddings);
-  MemoryPlanInputs in;
-  in.max_model_len = max_len;
-  in.max_num_seqs = c.max_num_seqs;
-  in.max_num_batched_tokens = c.max_num_batched_tokens;
-  in.enable_chunked_prefill = c.enable_chunked_prefill;
-  in.cpu = device == "cpu";
-  in.gpu_memory_utilization = c.gpu_memory_utilization;
-  in.kv_cache_memory = c.kv_cache_memory;
+  const int64_t max_len = engine_max_model_len(c, mc);
+  MemoryPlanInputs in = memory_plan_inputs(c, max_len, device == "cpu");
   if (!in.cpu) {
     const MemoryInfo mem = backend->memory_info();
     in.device_bytes = mem.total;
@@ -124,11 +157,7 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
                             plan.kv_budget_bytes / double(1ull << 30), plan.weight_bytes / double(1ull << 30),
                             plan.work_bytes_all_seqs / double(1ull << 30), c.max_num_seqs,
                             plan.workspace_bytes / double(1ull << 30)));
-  EngineSizing sz;
-  sz.max_model_len = max_len;
-  sz.prefill_chunk = plan.prefill_chunk;
-  sz.max_num_batched_tokens = plan.max_num_batched_tokens;
-  sz.kv = plan.pool;
+  const EngineSizing sz = engine_sizing(plan, max_len);
   DG_LOG_INFO("engine",
               "memory plan: weights {:.2f} GiB, buffers {:.2f} GiB, activations {:.2f} GiB; KV pool {:.2f} GiB: {} "
               "full-attention pages ({} tokens, {} sequences of max_model_len {}) + {} sliding pages of {} tokens; "
@@ -140,6 +169,32 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
               c.enable_prefix_caching ? "on" : "off");
   auto model = std::make_unique<DiffusionGemma>(mc, std::move(w), *backend);
   return std::make_unique<DiffusionEngine>(c, std::move(backend), std::move(model), std::move(g), sz);
+}
+
+std::unique_ptr<EngineInterface> create_scripted_engine(const EngineConfig& c, const Json& script, ScriptTokenizer tokenizer) {
+  check_engine_flags(c);
+  const ModelConfig mc = engine_model_config(c, ScriptedRunner::canvas_length_of(script));
+  GenerationConfig g = resolve_generation_config(c, mc);
+  const int64_t max_len = engine_max_model_len(c, mc);
+  // Sized as the CPU model engine would be: nothing is allocated, but admission, page accounting and
+  // preemption follow the same plan.
+  const MemoryPlan plan = plan_memory(mc, memory_plan_inputs(c, max_len, /*cpu=*/true));
+  if (!plan.fits) fail(ErrorKind::kResourceExhausted, "--kv-cache-memory is too small for two canvases");
+  ScriptedRunnerOptions o;
+  o.canvas_length = mc.canvas_length;
+  o.vocab_size = static_cast<int>(mc.text.vocab_size);
+  o.eos_ids = g.eos_token_ids;
+  o.tokenizer = std::move(tokenizer);
+  auto runner = ScriptedRunner::from_json(script, std::move(o));
+  DG_LOG_INFO("engine", "scripted runner (test only): canvas_length {}, {} full-attention pages, max_num_seqs {}, {} tokens per step",
+              mc.canvas_length, plan.pool.pages[static_cast<int>(KvGroup::kFull)], c.max_num_seqs, plan.max_num_batched_tokens);
+  return std::make_unique<DiffusionEngine>(c, std::move(runner), mc, std::move(g), engine_sizing(plan, max_len));
+}
+
+std::unique_ptr<EngineInterface> create_scripted_engine(const EngineConfig& c, const std::string& script_file,
+                                                        ScriptTokenizer tokenizer) {
+  const std::string text = read_text_file(script_file, 16u << 20);
+  return create_scripted_engine(c, parse_json(text, script_file, /*is_file=*/true), std::move(tokenizer));
 }
 
 }  // namespace dgemma

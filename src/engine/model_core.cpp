@@ -21,6 +21,13 @@ ModelCore::ModelCore(DiffusionGemma& model, ModelCoreOptions o) : model_(model) 
   kv_ = allocate_kv_storage(mc, model.backend(), plan);
   auto runner = std::make_unique<DiffusionModelRunner>(model, kv_);
   runner_ = runner.get();
+  core_ = make_engine_core(mc, o, plan, std::move(runner));
+  core_->set_trace_sink(&traces_);
+}
+
+std::unique_ptr<EngineCore> make_engine_core(const ModelConfig& mc, const ModelCoreOptions& o, const KvPoolPlan& plan,
+                                             std::unique_ptr<ModelRunner> runner) {
+  const KvGeometry geo = kv_geometry(mc);
   SchedulerConfig sc;
   sc.max_num_seqs = o.max_num_seqs;
   sc.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -31,8 +38,7 @@ ModelCore::ModelCore(DiffusionGemma& model, ModelCoreOptions o) : model_(model) 
   bc.num_pages = plan.pages;
   bc.sliding_keep = geo.sliding_keep;
   bc.prefix_caching = o.prefix_caching;
-  core_ = std::make_unique<EngineCore>(sc, bc, std::move(runner));
-  core_->set_trace_sink(&traces_);
+  return std::make_unique<EngineCore>(sc, bc, std::move(runner));
 }
 
 std::unique_ptr<Sequence> ModelCore::make_sequence(uint64_t id, std::vector<int32_t> prompt, SequenceParams params) const {

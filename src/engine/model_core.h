@@ -23,6 +23,12 @@ struct ModelCoreOptions {
   bool prefix_caching = true;
 };
 
+// The one assembly of an engine core: scheduler and page bookkeeping sized by `plan` for `config`
+// (page = canvas), over any runner. ModelCore builds the model's with it; the threaded engine over the
+// scripted runner uses it too.
+std::unique_ptr<EngineCore> make_engine_core(const ModelConfig& config, const ModelCoreOptions& options,
+                                             const KvPoolPlan& plan, std::unique_ptr<ModelRunner> runner);
+
 class ModelCore {
  public:
   ModelCore(DiffusionGemma& model, ModelCoreOptions options);

@@ -2,9 +2,13 @@
 // Executes a StepPlan: one batched forward over every item, then for each denoising canvas the
 // sampler, the self-conditioning GEMM and the decide op (the canvas stays on the device), and one read
 // of all canvases' stop flags. The engine core owns the policy; a runner only computes. Tests and the
-// scripted server use a scripted runner behind the same interface (engine/testing/).
+// scripted server use a scripted runner behind the same interface (engine/scripted_runner.h).
+// Failures: an item that fails alone reports it through read_error (the engine fails that request,
+// the others go on); an exception from run() fails every sequence of the plan (a device error), and the
+// engine keeps serving the rest.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -36,6 +40,8 @@ class ModelRunner {
   // empty when the runner does not know them).
   virtual std::vector<float> read_entropy(const Sequence&) { return {}; }
   virtual std::vector<uint8_t> read_accepted(const Sequence&) { return {}; }
+  // Non-empty when the sequence's denoising item of the last step failed: why (its flags are ignored).
+  virtual std::string read_error(const Sequence&) { return {}; }
   // The trace record of the sequence's last step (params().trace only), with the stop decision.
   virtual StepRecord read_trace(const Sequence& seq, bool stop) = 0;
   // Drops the per-sequence device state (finished, aborted or preempted).

@@ -74,7 +74,7 @@ struct RequestEvent {
   // filler is already dropped from tokens, so this is how a client of the engine tells gaps apart).
   std::vector<uint8_t> pinned;
   // kPreview from the model engine: per canvas position, the step's entropy and whether the step
-  // accepted it (kept its sample; the others were renoised). Empty when unknown (the scripted engine).
+  // accepted it (kept its sample; the others were renoised). Empty when the runner does not know them.
   std::vector<float> entropy;
   std::vector<uint8_t> accepted;
   int steps = 0;                // denoising steps used by this canvas / step index of a preview

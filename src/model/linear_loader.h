@@ -1,6 +1,6 @@
 #pragma once
 // Reads one linear layer's weight from a checkpoint in whichever format its tensors are stored
-// (docs/QUANT.md), deciding per module from what is present:
+// (docs/QUANTIZATION.md), deciding per module from what is present:
 //   <m>.weight BF16/F16/F32                               -> bf16
 //   <m>.weight F8_E4M3 + <m>.weight_scale [N,1]/[N]/[]     -> FP8 per channel (compressed-tensors)
 //   <m>.weight U8 [N,K/2] + weight_scale F8 [N,K/16] + weight_scale_2 F32 []  -> NVFP4 (ModelOpt)

@@ -1,5 +1,5 @@
 #pragma once
-// The quantisation a checkpoint declares (docs/QUANT.md): config.json's quantization_config and/or
+// The quantisation a checkpoint declares (docs/QUANTIZATION.md): config.json's quantization_config and/or
 // hf_quant_config.json (NVIDIA ModelOpt). Which tensors are quantised, and how, is decided per tensor
 // by the loader from what the checkpoint holds; this says what the checkpoint is allowed to hold
 // (method, formats, modules left in bf16) and how activations are treated.

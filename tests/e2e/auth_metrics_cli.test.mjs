@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { makeModelDir, metrics, parseMetrics, postJson, runCli, sample, startServer } from './helpers.mjs';
 
-const script = { canvas_length: 8, canvas_delay_ms: 10, steps: 6, replies: [{ when: 'hello', canvases: ['Hi there,', ' friend!<turn|>'] }] };
+// Canvases of 4 tokens: the 'hello' reply (6 tokens with its <turn|>) takes two.
+const script = { canvas_length: 4, canvas_delay_ms: 10, steps: 6, replies: [{ when: 'hello', canvases: ['Hi there,', ' friend!<turn|>'] }] };
 const KEY = 'sk-test-0123456789';
 let server;
 let modelDir;

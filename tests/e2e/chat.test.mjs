@@ -1,21 +1,24 @@
-// Chat and completions through the official openai client and raw HTTP, against the scripted engine.
+// Chat and completions through the official openai client and raw HTTP, against the scripted runner.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { makeModelDir, postJson, startServer, streamRaw } from './helpers.mjs';
 
 const HELLO = ['Hello there! How', ' can I help you today?<turn|>'];
 const STORY = ['Once upon a time', ' there was a STOP', ' sign. The end.'];
+// Canvases of 4 tokens: HELLO is 11 tokens (3 canvases), each STORY segment starts a canvas, and the
+// 4 tokens of 'Partial answer so far' are one canvas committed before the failing one.
+const CANVAS = 4;
 const script = {
-  canvas_length: 16,
+  canvas_length: CANVAS,
   canvas_delay_ms: 30,
   steps: 4,
   replies: [
     { when: 'hello', canvases: HELLO },
     { when: 'story', canvases: STORY },
     { when: 'unicode', canvases: ['Café ☕ and ', 'naïve résumé 日本語'] },
-    { when: 'explode', canvases: ['Partial answer', { error: 'device lost (scripted)' }] },
+    { when: 'explode', canvases: ['Partial answer so far', { error: 'device lost (scripted)' }] },
   ],
-  default: { random_canvases: 3 },
+  default: { random_canvases: 12 },
 };
 
 let server;
@@ -66,7 +69,8 @@ describe('chat completions', () => {
     const ids = new Set(chunks.map((c) => c.id));
     assert.equal(ids.size, 1, 'one id for every chunk');
     const contentChunks = chunks.filter((c) => c.choices[0]?.delta?.content);
-    assert.equal(contentChunks.length, 2, 'one content delta per committed canvas');
+    const nonStream = await client.chat.completions.create({ messages: user('hello') });
+    assert.equal(contentChunks.length, Math.ceil(nonStream.usage.completion_tokens / CANVAS), 'one content delta per committed canvas');
     const text = contentChunks.map((c) => c.choices[0].delta.content).join('');
     assert.equal(text, 'Hello there! How can I help you today?');
     const finish = chunks.filter((c) => c.choices[0]?.finish_reason);
@@ -74,7 +78,6 @@ describe('chat completions', () => {
     assert.equal(finish[0].choices[0].finish_reason, 'stop');
     const last = chunks.at(-1);
     assert.deepEqual(last.choices, []);
-    const nonStream = await client.chat.completions.create({ messages: user('hello') });
     assert.deepEqual(last.usage, nonStream.usage);
   });
 
@@ -191,7 +194,7 @@ describe('streams with several choices; engine failures', () => {
     assert.notEqual(last, '[DONE]');
     assert.equal(last.error.type, 'server_error');
     assert.match(last.error.message, /device lost/);
-    assert.equal(r.events.filter((e) => e.choices?.[0]?.delta?.content).map((e) => e.choices[0].delta.content).join(''), 'Partial answer');
+    assert.equal(r.events.filter((e) => e.choices?.[0]?.delta?.content).map((e) => e.choices[0].delta.content).join(''), 'Partial answer so far');
     // The openai client surfaces it as an error.
     await assert.rejects(async () => {
       const stream = await client.chat.completions.create({ messages: user('explode'), stream: true });
@@ -361,7 +364,8 @@ describe('previews (dgemma extension)', () => {
       assert.equal(typeof p.text, 'string');
       assert.ok(p.step >= 1);
     }
-    assert.deepEqual([...new Set(previews.map((p) => p.canvas))], [0, 1]);
+    const canvases = Math.ceil((await tokenize(HELLO.join(''))).length / CANVAS);
+    assert.deepEqual([...new Set(previews.map((p) => p.canvas))], [...Array(canvases).keys()]);
     assert.equal(r.events.at(-1), '[DONE]');
   });
 

@@ -1,6 +1,6 @@
 // Shared e2e helpers: a throw-away model directory, the real `dgemma serve` binary on a free port, and
-// small HTTP/SSE/Prometheus readers. Tests pick the engine with loadFormat: 'scripted' (a JSON script of
-// canvases, test-only) or 'dummy' (the real model engine on random weights).
+// small HTTP/SSE/Prometheus readers. Tests pick the engine with loadFormat: 'scripted' (the real engine over
+// a scripted model runner: a JSON script of replies, test-only) or 'dummy' (the model on random weights).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -83,7 +83,7 @@ process.on('exit', () => {
   for (const d of tempDirs) fs.rmSync(d, { recursive: true, force: true });
 });
 
-// Creates a model directory; `script` (an object) is written to script.json for the scripted engine.
+// Creates a model directory; `script` (an object) is written to script.json for the scripted runner.
 export function makeModelDir({ script, config = tinyConfig(), generationConfig = GENERATION_CONFIG } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dgemma-e2e-'));
   tempDirs.push(dir);

@@ -14,7 +14,8 @@ const script = {
   canvas_delay_ms: 20,
   replies: [
     { when: 'fail late', canvases: [{ text: ' a', delay_ms: 300 }, { error: 'boom after a while', delay_ms: 600 }] },
-    { when: 'slow', canvases: Array.from({ length: 4 }, (_, i) => ({ text: ` s${i}`, delay_ms: 250 })) },
+    // 8 tokens: one canvas of 16, taking a second.
+    { when: 'slow', canvases: Array.from({ length: 4 }, (_, i) => ({ text: ` s${i}`, delay_ms: 1000 })) },
     { when: 'lookup', canvases: ['<|channel>thought\nNeed a lookup.', '<channel|>Answer.<turn|>'] },
     { when: 'weather', canvases: [`<|tool_call>call:get_weather{location:${Q}Paris${Q}}<tool_call|><|tool_response>`] },
   ],

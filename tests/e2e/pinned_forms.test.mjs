@@ -1,7 +1,8 @@
 // The pinned chat forms through the server: assistant prefill (continue_final_message), forced tool
 // calls (tool_choice required / named), response_format json_object and json_schema, with the retry
-// and model_error paths and the 400s. The scripted engine honours pins the way the model engine does:
-// pinned positions show the pinned tokens, and EOS in a free position before the last pin is dropped.
+// and model_error paths and the 400s. The scripted runner sits behind the real engine, so pins go
+// through the engine's mechanism: pinned positions hold the pinned tokens, and an EOS in a free
+// position before the last pin is dropped (a script writes a JSON value, then EOS to the end of its gap).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { makeModelDir, postJson, startServer, streamRaw } from './helpers.mjs';

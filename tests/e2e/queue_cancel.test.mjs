@@ -8,7 +8,8 @@ const script = {
   canvas_length: 8,
   canvas_delay_ms: 100,
   replies: [
-    { when: 'slow', canvases: Array.from({ length: 10 }, (_, i) => ({ text: ` part${i}`, delay_ms: 300 })) },
+    // About 80 tokens: ten canvases of 8, 300 ms each.
+    { when: 'slow', canvases: Array.from({ length: 40 }, (_, i) => ({ text: ` part${i}`, delay_ms: 300 })) },
     { when: 'quick', canvases: [' one', ' two'] },
   ],
   default: { random_canvases: 2 },
@@ -178,5 +179,36 @@ describe('client disconnects', () => {
     assert.ok(r.text.startsWith('{'), 'the body starts with the JSON object');
     assert.equal(r.json.choices[0].finish_reason, 'length');
     assert.equal(r.json.usage.completion_tokens, 6);
+  });
+});
+
+describe('a KV pool smaller than the running requests', () => {
+  // 8 pages of 8 tokens: a 'long' request (11 prompt tokens, 5 canvases) needs up to 6 as it grows,
+  // two need 12, so the scheduler preempts the newer one and recomputes it when pages come back.
+  const WORDS = Array.from({ length: 16 }, (_, i) => ` w${i}`);  // 38 tokens
+  let small;
+  before(async () => {
+    small = await startServer({
+      modelDir: makeModelDir({ script: { canvas_length: 8, canvas_delay_ms: 100, replies: [{ when: 'long', canvases: WORDS }] } }),
+      args: ['--max-num-seqs', '2', '--kv-cache-memory', '72k', '--max-model-len', '256', '--max-num-batched-tokens', '64'],
+    });
+  });
+  after(async () => small?.stop());
+
+  test('preemption: both replies arrive whole, one of them recomputed', async () => {
+    assert.match(small.log(), /8 full-attention pages/);
+    const before = sample(await metrics(small), 'dgemma:num_preemptions_total');
+    const ask = (c) => postJson(small.url('/v1/chat/completions'), { messages: user(c), max_tokens: 40 });
+    const [a, b] = await Promise.all([ask('long A'), ask('long B')]);
+    for (const r of [a, b]) {
+      assert.equal(r.status, 200);
+      assert.equal(r.json.choices[0].message.content, WORDS.join(''));
+      assert.equal(r.json.choices[0].finish_reason, 'stop');
+    }
+    assert.ok(sample(await metrics(small), 'dgemma:num_preemptions_total') > before, 'a request was preempted');
+    // A request that could never fit is refused up front.
+    const never = await postJson(small.url('/v1/chat/completions'), { messages: user('long'), max_tokens: 200 });
+    assert.equal(never.status, 400);
+    assert.match(never.json.error.message, /KV-cache pages/);
   });
 });

@@ -15,7 +15,8 @@ const script = {
   canvas_length: 8,
   canvas_delay_ms: 20,
   replies: [
-    { when: 'slow', canvases: Array.from({ length: 6 }, (_, i) => ({ text: ` s${i}`, delay_ms: 250 })) },
+    // 12 tokens: two canvases of 8, 750 ms each.
+    { when: 'slow', canvases: Array.from({ length: 6 }, (_, i) => ({ text: ` s${i}`, delay_ms: 750 })) },
     { when: 'endless', canvases: Array.from({ length: 200 }, (_, i) => ({ text: ` e${i}`, delay_ms: 250 })) },
   ],
   default: { canvases: [' fine'] },
@@ -211,7 +212,7 @@ describe('graceful drain', () => {
   });
 
   test('a signal while the model loads exits promptly', async () => {
-    // The scripted engine's file is a FIFO nobody writes: loading blocks until the signal.
+    // The script file is a FIFO nobody writes: loading blocks until the signal.
     const dir = makeModelDir({ script });
     const fifo = path.join(dir, 'never.fifo');
     execFileSync('mkfifo', [fifo]);

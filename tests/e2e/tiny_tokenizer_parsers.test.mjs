@@ -1,5 +1,5 @@
 // The tiny model's own tokenizer (models/tiny-code/tokenizer.json) behind the real server with the
-// scripted engine: the chat template, the gemma4 tool-call and reasoning parsers and /tokenize work
+// scripted runner: the chat template, the gemma4 tool-call and reasoning parsers and /tokenize work
 // unchanged, because the Gemma 4 control tokens keep their ids and pieces.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,12 +1,12 @@
 // Tool calls and reasoning through the gemma4 parsers, streamed and not. A random model never writes a
-// tool call, so the scripted engine emits the canvases a real DiffusionGemma reply would commit.
+// tool call, so the scripted runner emits the canvases a real DiffusionGemma reply would commit.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { makeModelDir, postJson, startServer, streamRaw } from './helpers.mjs';
 
 const Q = '<|"|>';
 const script = {
-  canvas_length: 32,
+  canvas_length: 8,  // every reply spans canvases: the parsers see markers and arguments cut anywhere
   canvas_delay_ms: 20,
   replies: [
     {

@@ -1,6 +1,6 @@
 // The web page at `/`, driven in Debian's headless Chromium (DevTools protocol over a pipe): it loads
 // from the binary, asks for the API key, chats with the real engine (dummy weights) while drawing the
-// preview canvases, and shows reasoning and tool calls (scripted engine) as such. Screenshots go to
+// preview canvases, and shows reasoning and tool calls (scripted runner) as such. Screenshots go to
 // <build>/test-artifacts/.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -104,14 +104,13 @@ describe('web page (real engine, dummy weights)', () => {
   });
 });
 
-describe('web page (scripted engine): reasoning and tool calls', () => {
+describe('web page (scripted runner): reasoning and tool calls', () => {
   let server, browser;
   before(async () => {
     const script = {
-      canvas_length: 32,
+      canvas_length: 16,  // the thought (16 tokens) fills canvas 0, the tool call is canvas 1
       steps: 6,
       canvas_delay_ms: 30,
-      preview_steps: 3,
       filler: [' alpha', ' beta', ' gamma'],
       replies: [
         {

@@ -4,6 +4,7 @@
 
 #include "engine/kv_pool.h"
 #include "golden_util.h"
+#include "layer_replay.h"
 
 namespace dgemma::golden {
 namespace {
@@ -41,10 +42,45 @@ void check_close(const std::string& what, const std::vector<float>& got, const s
   EXPECT_LE(norm_abs, max_norm_abs) << what;
 }
 
+// The bounds of one fixture. bf16 weights and W4A16 (exact dequantised weights, bf16 activations):
+// the bf16 bounds above everywhere. FP8-dynamic (W8A8, per-token E4M3 activations): two
+// implementations that differ only in fp32 rounding (summation order; x * (1 / s) for x / s) put
+// some activation on the other side of an E4M3 rounding boundary, which moves it by up to 2^-4
+// instead of 2^-8, and every later layer compounds that. Measured on these fixtures between two
+// such CPU variants: layer 0 K/V identical (it sees the same embeddings), later K/V NMSE <= 9.5e-4,
+// layer intermediates NMSE <= 4.3e-3 and max|d|/rms <= 0.33, logits NMSE <= 1.9e-3, 2 of 32 router
+// choices flipped, every argmax equal. So the free-running FP8 tensors get bounds of about 5x that
+// (NMSE 2e-2, max|d|/rms 1.0; a structural error is NMSE > 1e-1), and what checks the FP8 maths is
+// (a) layer 0's K/V at the bf16 bounds and (b) the teacher-forced replay of layer 2's blocks
+// (layer_replay.h) at the bf16 NMSE bound: the same variants stay within NMSE 5.6e-5 there, while
+// leaving the activation quantisation out gives 5.2e-4 .. 2.2e-3. Its max|d|/rms bound is 0.25: one
+// isolated E4M3 boundary flip in a down projection's input moved an output element by 0.09 rms.
+struct Bounds {
+  double nmse = kMaxNmse, norm_abs = kMaxNormAbs;          // free-running tensors after layer 0
+  double router_index_frac = 0.98, router_abs = 0.02;      // agreement of the routing at the captured layer
+  double argmax_frac = 31.0 / 32.0;
+  double replay_norm_abs = kMaxNormAbs;
+  bool router_relative = false;                            // FP8: router probs / weights by the tensor bounds
+};
+
+Bounds bounds_for(const Json& manifest) {
+  Bounds b;
+  if (manifest.contains("quant_format") && manifest["quant_format"].get<std::string>() == "fp8-dynamic") {
+    b.nmse = 2e-2;
+    b.norm_abs = 1.0;
+    b.router_index_frac = 0.85;
+    b.router_relative = true;
+    b.argmax_frac = 7.0 / 8.0;
+    b.replay_norm_abs = 0.25;
+  }
+  return b;
+}
+
 class ForwardGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
   Fixture fx(GetParam());
+  const Bounds bounds = bounds_for(fx.manifest);
   Backend& be = *fx.backend;
   const auto prompt = fx.ids("prompt_ids");
   const auto canvas = fx.ids("canvas_ids");
@@ -81,7 +117,10 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
       for (int64_t h = 0; h < Hkv; ++h)
         for (int64_t pos = n - visible; pos < n; ++pos)
           for (int64_t d = 0; d < D; ++d) got.push_back(all[((table[pos / P] * Hkv + h) * P + pos % P) * D + d]);
-      check_close("kv.layer" + std::to_string(li) + "." + kind, got, want.as_float());
+      if (li == 0)  // the first layer sees the same inputs as the reference: the bf16 bounds for every format
+        check_close("kv.layer0." + std::string(kind), got, want.as_float());
+      else
+        check_close("kv.layer" + std::to_string(li) + "." + kind, got, want.as_float(), bounds.nmse, bounds.norm_abs);
     }
   }
   item_kv.cached = n;
@@ -104,7 +143,7 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
   be.softcap_logits(logits, 30.0f, capped);
   std::vector<float> got = tensor_to_floats(be, capped);
   got.resize(static_cast<size_t>(rows * V));
-  check_close("decoder.logits_no_sc", got, fx.array("decoder.logits_no_sc").as_float());
+  check_close("decoder.logits_no_sc", got, fx.array("decoder.logits_no_sc").as_float(), bounds.nmse, bounds.norm_abs);
   {
     const auto want_argmax = fx.array("decoder.argmax_no_sc").as_int();
     std::vector<float> all = tensor_to_floats(be, capped);
@@ -116,7 +155,7 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
       same += am == want_argmax[p];
     }
     std::printf("  argmax agreement (no SC): %ld / %ld\n", static_cast<long>(same), static_cast<long>(C));
-    EXPECT_GE(same, C - C / 32) << "argmax of the decoder logits";
+    EXPECT_GE(static_cast<double>(same), bounds.argmax_frac * static_cast<double>(C)) << "argmax of the decoder logits";
   }
 
   for (const auto& name : fx.manifest["intermediates"]) {
@@ -131,17 +170,26 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
       int64_t same = 0;
       for (size_t i = 0; i < wi.size(); ++i) same += static_cast<int64_t>(g[i]) == wi[i];
       std::printf("  %-34s %ld / %zu equal\n", key.c_str(), static_cast<long>(same), wi.size());
-      EXPECT_GE(static_cast<double>(same), 0.98 * static_cast<double>(wi.size())) << key;
-    } else if (key.find("router_probs") != std::string::npos || key.find("router_weights") != std::string::npos) {
+      EXPECT_GE(static_cast<double>(same), bounds.router_index_frac * static_cast<double>(wi.size())) << key;
+    } else if (!bounds.router_relative &&
+               (key.find("router_probs") != std::string::npos || key.find("router_weights") != std::string::npos)) {
       // fp32 values computed from bf16 router logits: compare with an fp32-scale tolerance.
       const auto w = want.as_float();
       double worst = 0;
       for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(g[i]) - w[i]));
       std::printf("  %-34s max_abs=%.3g\n", key.c_str(), worst);
-      EXPECT_LT(worst, 0.02) << key;
+      EXPECT_LT(worst, bounds.router_abs) << key;
     } else {
-      check_close(key, g, want.as_float());
+      check_close(key, g, want.as_float(), bounds.nmse, bounds.norm_abs);
     }
+  }
+
+  // 2'. The blocks of that layer replayed on the reference's own inputs (layer_replay.h).
+  {
+    const ModelWeights w = load_weights(fx.config, fixture_dir(fx.name) + "/model", be);
+    for (const ReplayCase& rc : replay_layer(be, fx.config, w.layers[static_cast<size_t>(li)], li,
+                                             [&](const std::string& k) { return fx.array("inter." + k).as_float(); }))
+      check_close("replay " + rc.name, rc.got, fx.array("inter." + rc.name).as_float(), kMaxNmse, bounds.replay_norm_abs);
   }
 
   // 3. Decoder with self-conditioning from the reference's own signal (bf16 z = logits / 0.8).
@@ -162,14 +210,15 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
     fx.model->forward(items, kv);
     be.softcap_logits(logits, 30.0f, capped);
     got = tensor_to_floats(be, capped);
-    check_close("decoder.logits_sc", got, fx.array("decoder.logits_sc").as_float());
+    check_close("decoder.logits_sc", got, fx.array("decoder.logits_sc").as_float(), bounds.nmse, bounds.norm_abs);
   }
 }
 
-// Quantised fixtures (tools/quant/quantize.py) against transformers run on their dequantised weights
-// (tools/quant/golden_quant.py): the reference for a quantised checkpoint is the model its weights
-// dequantise to. (The ModelOpt fixture with non-power-of-two scales and the FP8-dynamic ones do not
-// meet these bounds yet: docs/QUANTIZATION.md.)
+// Quantised fixtures (tools/quant/quantize.py) against transformers on their dequantised weights with
+// every quantised linear computed as the checkpoint prescribes (tools/quant/golden_quant.py: exact fp32
+// dequantised weights for NVFP4, E4M3 weights and per-token E4M3 activations for FP8-dynamic).
+// tiny_a_nvfp4_modelopt, tiny_a_fp8_dynamic and tiny_a_fp8_dynamic_pow2 join the list once their
+// goldens are made with that script (docs/QUANTIZATION.md).
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardGolden,
                          ::testing::Values("tiny_a", "tiny_b", "quant/tiny_a_nvfp4_modelopt_pow2", "quant/tiny_a_nvfp4_ct",
                                            "quant/tiny_a_nvfp4_ct_pow2"));

@@ -147,6 +147,7 @@ int bench() {
     row("moe T=2048 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m8); }));
     cuda::set_moe_device_grouping(was);
   }
+  gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
   {
     DecideArgs d;
     d.entropy = be.alloc(ScalarType::kF32, {C});

@@ -11,6 +11,7 @@
 //    fallback runs FP8 weights as W8A16).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,36 @@ void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t
               u16(og), u16(oc), gemm_tol());
 }
 
+// The decoders' subnormal codes: every FP8 weight an E4M3 subnormal (m * 2^-9, random sign), or every
+// NVFP4 block scale one (codes 1 .. 7). The kernels build their bf16 values through a bf16 subnormal
+// pattern times 2^120 (quant_layout.h); flushing it would zero these outputs, off by 100 %.
+void run_dense_subnormal(Reporter& r, bool fp8) {
+  Data d(std::string("dense quant subnormal ") + (fp8 ? "fp8" : "nvfp4"));
+  const int64_t T = 40, N = 64, K = 256;
+  Weight w = fp8 ? random_fp8(d, 1, N, K, 1.0f) : random_nvfp4(d, 1, N, K, N, 1.0f);
+  w.data = w.data.reshape({N, fp8 ? K : K / 2});
+  w.row_scale = w.row_scale.reshape({N});
+  if (fp8) {
+    for (int64_t i = 0; i < w.data.numel(); ++i)
+      w.data.ptr<uint8_t>()[i] = static_cast<uint8_t>((d.integer(0, 1) << 7) | d.integer(1, 7));
+  } else {
+    w.block = w.block.reshape({N, K / 16});
+    for (int64_t i = 0; i < w.block.numel(); ++i) w.block.ptr<uint8_t>()[i] = static_cast<uint8_t>(d.integer(1, 7));
+  }
+  for (int64_t n = 0; n < N; ++n) w.row_scale.ptr<float>()[n] = 64.0f;  // outputs of order 1
+  w.act = ActQuant::kNone;
+  const Tensor x = d.bf16({T, K}, 1.0f);
+  Tensor oc = host_tensor(ScalarType::kBF16, {T, N});
+  cpu().matmul(x, w, oc);
+  const bool old = cuda::set_dense_quant_weights(true);
+  const Weight wg = cuda().upload_weight(w);
+  cuda::set_dense_quant_weights(old);
+  Tensor og = poisoned(ScalarType::kBF16, {T, N});
+  cuda().matmul(up(x), wg, og);
+  expect_bf16(r, std::string("dense ") + (fp8 ? "fp8 subnormal weights" : "nvfp4 subnormal block scales") + " vs CPU",
+              u16(og), u16(oc), gemm_tol());
+}
+
 std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, bool bf16_activations) {
   const ModelConfig c = load_model_config(dir);
   ModelWeights w = load_weights(c, dir, be);
@@ -219,7 +250,86 @@ Case moe_case(const std::string& id, Shape s) {
   return {id, [s](Reporter& r) { run_fp4_moe(r, s); }};
 }
 
+// Random bytes fast enough for the 26B shapes (hundreds of MB), mapped by `f`.
+template <typename F>
+void fill_bytes(Data& d, const Tensor& t, F f) {
+  uint8_t* p = t.ptr<uint8_t>();
+  const int64_t n = static_cast<int64_t>(t.nbytes());
+  for (int64_t i = 0; i < n; i += 8) {
+    uint64_t v = d.engine()();
+    for (int64_t j = i; j < std::min(n, i + 8); ++j, v >>= 8) p[j] = f(static_cast<uint8_t>(v));
+  }
+}
+
+Weight bench_weight(Data& d, bool fp8, int64_t E, int64_t N, int64_t K) {
+  Weight w;
+  w.format = fp8 ? WeightFormat::kFp8Channel : WeightFormat::kNvfp4;
+  auto dims = [&](ScalarType type, int64_t last) {
+    return E > 0 ? host_tensor(type, {E, N, last}) : host_tensor(type, {N, last});
+  };
+  w.data = dims(fp8 ? ScalarType::kF8E4M3 : ScalarType::kU8, fp8 ? K : K / 2);
+  if (fp8) {
+    fill_bytes(d, w.data, [](uint8_t v) { return static_cast<uint8_t>((v & 0x87) | ((5 + ((v >> 3) & 3)) << 3)); });
+  } else {
+    fill_bytes(d, w.data, [](uint8_t v) { return v; });
+    w.block = dims(ScalarType::kF8E4M3, K / 16);
+    fill_bytes(d, w.block, [](uint8_t v) { return static_cast<uint8_t>(0x20 + (v & 0x3f)); });
+  }
+  const int64_t rows = std::max<int64_t>(E, 1) * N;
+  w.row_scale = E > 0 ? host_tensor(ScalarType::kF32, {E, N}) : host_tensor(ScalarType::kF32, {N});
+  for (int64_t i = 0; i < rows; ++i) w.row_scale.ptr<float>()[i] = 0.01f;
+  return w;
+}
+
 }  // namespace
+
+void quant_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                 const std::function<void(const char*, double)>& row) {
+  constexpr int64_t C = 256, H = 2816, I = 704, E = 128, K = 8, Hq = 16, D = 256, Im = 2112;
+  Backend& be = cuda();
+  Data d("quant bench");
+  for (bool fp8 : {false, true}) {
+    MoeArgs m;
+    m.router_in = up(d.bf16({4 * C, H}, 1.0f));
+    m.expert_in = up(d.bf16({4 * C, H}, 1.0f));
+    m.router_scale = up(d.bf16({H}, 0.1f, 1.0f));
+    m.router_proj = up(d.bf16({E, H}, 1.0f));
+    m.per_expert_scale = up(d.bf16({E}, 0.1f, 1.0f));
+    m.gate_up = be.upload_weight(bench_weight(d, fp8, E, 2 * I, H));
+    m.down = be.upload_weight(bench_weight(d, fp8, E, H, I));
+    m.top_k = static_cast<int>(K);
+    m.eps = 1e-6f;
+    for (int64_t T : {C, 4 * C}) {
+      MoeArgs mt = m;
+      mt.router_in = m.router_in.rows(0, T);
+      mt.expert_in = m.expert_in.rows(0, T);
+      mt.out = be.alloc(ScalarType::kBF16, {T, H});
+      const std::string what = std::string("moe T=") + std::to_string(T) + " E=128 k=8 " + (fp8 ? "FP8 W8A16" : "NVFP4 W4A16");
+      row(what.c_str(), time_ms([&] { be.moe(mt); }));
+    }
+  }
+  // Dense linears at T = 256: q_proj (FP8 checkpoint) and the MLP's gate (FP8 and CT NVFP4), quantised
+  // kernel against the bf16 fallback (the same weights dequantised, cuBLAS).
+  struct Dense {
+    const char* name;
+    bool fp8;
+    int64_t N, Kd;
+  };
+  for (const Dense& c : {Dense{"q_proj [4096,2816]", true, Hq * D, H}, Dense{"mlp gate [2112,2816]", true, Im, H},
+                         Dense{"mlp gate [2112,2816]", false, Im, H}, Dense{"mlp down [2816,2112]", false, H, Im}}) {
+    const Weight host = bench_weight(d, c.fp8, 0, c.N, c.Kd);
+    const Tensor x = up(d.bf16({C, c.Kd}, 1.0f));
+    Tensor out = be.alloc(ScalarType::kBF16, {C, c.N});
+    for (bool kernel : {true, false}) {
+      const bool old = cuda::set_dense_quant_weights(kernel);
+      const Weight w = be.upload_weight(host);
+      cuda::set_dense_quant_weights(old);
+      const std::string what = std::string("matmul T=256 ") + c.name + (c.fp8 ? " FP8" : " NVFP4") +
+                               (kernel ? " kernel" : " bf16 cuBLAS");
+      row(what.c_str(), time_ms([&] { be.matmul(x, w, out); }));
+    }
+  }
+}
 
 std::vector<Case> quant_cases() {
   constexpr int64_t H = 2816, I = 704;
@@ -238,9 +348,16 @@ std::vector<Case> quant_cases() {
       {"dense_fp8_kernel", [](Reporter& r) { run_dense(r, true, true, 256, 4096, 2816); run_dense(r, true, true, 37, 2816, 2112); }},
       {"dense_nvfp4_kernel", [](Reporter& r) { run_dense(r, false, true, 256, 2112, 2816); run_dense(r, false, true, 1, 2816, 2112); }},
       {"dense_fp8_fallback", [](Reporter& r) { run_dense(r, true, false, 64, 512, 2816); }},
+      {"dense_fp8_subnormal", [](Reporter& r) { run_dense_subnormal(r, true); }},
+      {"dense_nvfp4_subnormal", [](Reporter& r) { run_dense_subnormal(r, false); }},
       {"quant_forward_nvfp4_modelopt", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_modelopt_pow2"); }},
       {"quant_forward_nvfp4_ct", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_ct_pow2"); }},
       {"quant_forward_fp8_dynamic", [](Reporter& r) { run_fixture(r, "tiny_a_fp8_dynamic_pow2"); }},
+      // The exporters' own (non-power-of-two) scales: the same maths on both backends (exact dequantised
+      // weights; CUDA applies the row scale after the fp32 sum as the CPU does), so the same bound.
+      {"quant_forward_realistic_scales", [](Reporter& r) {
+         for (const char* f : {"tiny_a_nvfp4_modelopt", "tiny_a_nvfp4_ct", "tiny_a_fp8_dynamic"}) run_fixture(r, f);
+       }},
   };
 }
 

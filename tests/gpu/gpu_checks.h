@@ -37,4 +37,10 @@ Backend& cuda();
 // (printed by the drivers, so a failure can be replayed).
 uint64_t run_seed();
 
+// `dgemma_gpu_check --bench` rows of the quantised kernels at the 26B-A4B shapes (gpu_check_quant.cpp):
+// the MoE block with NVFP4 / FP8 experts and the dense quantised matmuls, each next to its bf16 cost.
+// `time_ms` times a callable (synchronised median), `row` prints one line.
+void quant_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                 const std::function<void(const char*, double)>& row);
+
 }  // namespace dgemma::gpu_test

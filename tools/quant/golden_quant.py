@@ -9,17 +9,20 @@ checkpoint. Run on the GPU machine, from the repo root:
 For each fixture <F> (with <F>/model the quantised checkpoint) it
   1. dequantises every quantised module exactly as tools/quant/quantize.py defines it (fp32:
      value * block scale, then * the row's global / channel scale) and writes <F>/golden/dequant_model
-     (bf16, the released checkpoint's naming, fused experts) — rounded to bf16 once, as any bf16
-     model holds weights;
+     (bf16, the released checkpoint's naming, fused experts): the model transformers loads;
   2. loads it with DiffusionGemmaForBlockDiffusion (bf16, eager attention and experts) and writes,
      with tiny_a's prompt and canvas, the same forward goldens as tools/golden/make_fixtures.py:
      encoder K/V per layer, decoder logits without / with self-conditioning, argmax, and the
      intermediates of layer 2, plus manifest.json;
-  3. for FP8-dynamic checkpoints emulates the activation quantisation the checkpoint prescribes in
-     every quantised linear and expert projection: s_t = max(amax_t / 448, 1/(448*512)),
-     x_q = e4m3(clamp(x / s_t, +-448)), y = bf16((x_q . q^T in fp32) * s_t * channel_scale), with q the
-     stored E4M3 weights (torch.nn.functional.linear is intercepted by weight identity; the script
-     fails loudly if a quantised weight is never seen, e.g. if the experts stop calling F.linear).
+  3. computes every quantised linear and expert projection as the checkpoint prescribes, not with
+     the bf16-rounded weights of step 1 (rounding a non-power-of-two scale's products to bf16 moves
+     each weight by up to 2^-9 and the compounded difference exceeds the bf16 bounds of the test):
+     torch.nn.functional.linear is intercepted by weight identity and
+       NVFP4 (W4A16):       y = bf16(x . W^T in fp32), W the exact fp32 dequantised weights;
+       FP8-dynamic (W8A8):  s_t = max(amax_t / 448, 1/(448*512)), x_q = e4m3(clamp(x / s_t, +-448)),
+                            y = bf16((x_q . q^T in fp32) * s_t * channel_scale), q the stored E4M3 weights.
+     The script fails loudly if a quantised weight is never seen (e.g. if the experts stop calling
+     F.linear).
 The dequant_model directory is an input of the golden only; delete it before committing (the test
 reads <F>/golden/*.npy and manifest.json). Expected run time: well under a minute per fixture.
 """
@@ -51,7 +54,8 @@ def detect_format(qc):
 
 def dequantised_checkpoint(model_dir):
     """(bf16 tensors in the released naming, config without quantization_config, format,
-    {bf16 name: (fp8 codes, channel scales) [per expert for fused experts]} for FP8)."""
+    {bf16 name: exact maths [a list per expert for fused experts]}): for FP8 (codes, channel scales),
+    for NVFP4 the exact fp32 dequantised weight [N, K]."""
     tensors, _ = read_safetensors(os.path.join(model_dir, "model.safetensors"))
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
@@ -70,52 +74,61 @@ def dequantised_checkpoint(model_dir):
         else:
             plain[name] = t
     out = dict(plain)
-    fp8 = {}
+    exact = {}
     experts = {}
     for base, parts in modules.items():
         w = dequantize(fmt, parts)
-        codes = (parts["weight"].array, parts["weight_scale"].f32().reshape(-1)) if fmt == "fp8-dynamic" else None
+        maths = (parts["weight"].array, parts["weight_scale"].f32().reshape(-1)) if fmt == "fp8-dynamic" else w
         if ".experts." in base:
             stack, e, proj = base.rsplit(".", 2)
-            experts.setdefault(stack, {})[(int(e), proj)] = (w, codes)
+            experts.setdefault(stack, {})[(int(e), proj)] = (w, maths)
         else:
             out[base + ".weight"] = Tensor("BF16", f32_to_bf16(w))
-            if codes:
-                fp8[base + ".weight"] = codes
+            exact[base + ".weight"] = maths
     for stack, d in experts.items():
         E = 1 + max(e for e, _ in d)
         gu = np.stack([np.concatenate([d[(e, "gate_proj")][0], d[(e, "up_proj")][0]]) for e in range(E)])
         dn = np.stack([d[(e, "down_proj")][0] for e in range(E)])
         out[stack + ".gate_up_proj"] = Tensor("BF16", f32_to_bf16(gu))
         out[stack + ".down_proj"] = Tensor("BF16", f32_to_bf16(dn))
-        if fmt == "fp8-dynamic":
-            fp8[stack + ".gate_up_proj"] = [(np.concatenate([d[(e, "gate_proj")][1][0], d[(e, "up_proj")][1][0]]),
-                                             np.concatenate([d[(e, "gate_proj")][1][1], d[(e, "up_proj")][1][1]]))
-                                            for e in range(E)]
-            fp8[stack + ".down_proj"] = [d[(e, "down_proj")][1] for e in range(E)]
-    return out, config, fmt, fp8
+        if fmt == "fp8-dynamic":  # gate rows, then up rows, as the fused tensor
+            exact[stack + ".gate_up_proj"] = [
+                (np.concatenate([d[(e, "gate_proj")][1][0], d[(e, "up_proj")][1][0]]),
+                 np.concatenate([d[(e, "gate_proj")][1][1], d[(e, "up_proj")][1][1]])) for e in range(E)]
+        else:
+            exact[stack + ".gate_up_proj"] = [np.concatenate([d[(e, "gate_proj")][1], d[(e, "up_proj")][1]])
+                                              for e in range(E)]
+        exact[stack + ".down_proj"] = [d[(e, "down_proj")][1] for e in range(E)]
+    return out, config, fmt, exact
 
 
-class Fp8DynamicLinear:
+class QuantLinear:
     """Intercepts torch.nn.functional.linear for the quantised weights (matched by storage address:
-    nn.Linear passes its parameter, the eager experts pass self.gate_up_proj[e] views)."""
+    nn.Linear passes its parameter, the eager experts pass self.gate_up_proj[e] views) and computes
+    them as the checkpoint prescribes (module docstring, step 3)."""
 
-    def __init__(self, torch, model, fp8):
+    def __init__(self, torch, model, exact, fp8):
         self.torch = torch
+        self.fp8 = fp8
         self.by_ptr = {}
         self.seen = {}
         params = dict(model.named_parameters(remove_duplicate=False))
-        for name, codes in fp8.items():
+        for name, maths in exact.items():
             p = params.get(name)
             if p is None:
                 raise SystemExit(f"golden_quant: no parameter {name} in the reference model")
-            per = codes if isinstance(codes, list) else [codes]
-            stride = p[0].numel() * p.element_size() if isinstance(codes, list) else 0
-            for e, (q, s) in enumerate(per):
-                qf = torch.from_numpy(e4m3_to_f32(q).reshape(q.shape)).to(p.device)
-                sf = torch.from_numpy(np.ascontiguousarray(s, dtype=np.float32)).to(p.device)
+            per = maths if isinstance(maths, list) else [maths]
+            stride = p[0].numel() * p.element_size() if isinstance(maths, list) else 0
+            for e, m in enumerate(per):
+                if fp8:
+                    q, s = m
+                    w32 = torch.from_numpy(e4m3_to_f32(q).reshape(q.shape)).to(p.device)
+                    sf = torch.from_numpy(np.ascontiguousarray(s, dtype=np.float32)).to(p.device)
+                else:
+                    w32 = torch.from_numpy(np.ascontiguousarray(m, dtype=np.float32)).to(p.device)
+                    sf = None
                 key = p.data_ptr() + e * stride
-                self.by_ptr[key] = (f"{name}[{e}]" if isinstance(codes, list) else name, qf, sf)
+                self.by_ptr[key] = (f"{name}[{e}]" if isinstance(maths, list) else name, w32, sf)
         self.orig = torch.nn.functional.linear
 
     def __enter__(self):
@@ -126,13 +139,15 @@ class Fp8DynamicLinear:
             hit = self.by_ptr.get(w.data_ptr())
             if hit is None or w.dim() != 2 or tuple(w.shape) != tuple(hit[1].shape):
                 return self.orig(x, w, b)
-            name, qf, sf = hit
+            name, w32, sf = hit
             self.seen[name] = self.seen.get(name, 0) + 1
             x32 = x.float()
-            s = (x32.abs().amax(-1, keepdim=True) / 448.0).clamp(min=1.0 / (448.0 * 512.0))
-            xq = (x32 / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
-            y = torch.matmul(xq, qf.t())
-            y = (y * s) * sf
+            if self.fp8:
+                s = (x32.abs().amax(-1, keepdim=True) / 448.0).clamp(min=1.0 / (448.0 * 512.0))
+                xq = (x32 / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
+                y = (torch.matmul(xq, w32.t()) * s) * sf
+            else:
+                y = torch.matmul(x32, w32.t())
             if b is not None:
                 y = y + b.float()
             return y.to(x.dtype)
@@ -145,14 +160,16 @@ class Fp8DynamicLinear:
         self.torch.nn.functional.linear = self.orig
         self.torch.nn.modules.linear.F.linear = self.orig
 
-    def check(self, expected_dense):
-        dense_seen = {n for n in self.seen if "[" not in n}
-        expert_seen = {n for n in self.seen if "[" in n}
-        missing = sorted(set(expected_dense) - dense_seen)
-        if missing or not expert_seen:
-            raise SystemExit("golden_quant: FP8 activation emulation did not intercept "
-                             + (f"dense linears {missing[:4]}" if missing else "any expert projection")
-                             + " — the reference no longer calls F.linear there; adapt Fp8DynamicLinear")
+    def check(self):
+        """Every quantised dense weight was computed by the interceptor, and each expert stack at least
+        once (an expert no token routed to is never called)."""
+        names = set(n for n, _, _ in self.by_ptr.values())
+        dense = sorted(n for n in names if "[" not in n and n not in self.seen)
+        stacks = set(n.split("[")[0] for n in names if "[" in n)
+        unseen = sorted(st for st in stacks if not any(n.startswith(st + "[") for n in self.seen))
+        if dense or unseen:
+            raise SystemExit(f"golden_quant: the quantised-linear emulation never saw {(dense + unseen)[:4]} — the "
+                             "reference no longer calls F.linear there; adapt QuantLinear")
 
 
 def make_golden(fx_dir, tiny_golden):
@@ -170,7 +187,7 @@ def make_golden(fx_dir, tiny_golden):
         shutil.rmtree(golden_dir)
     deq_dir = os.path.join(golden_dir, "dequant_model")
     os.makedirs(deq_dir)
-    tensors, config, fmt, fp8 = dequantised_checkpoint(os.path.join(fx_dir, "model"))
+    tensors, config, fmt, exact = dequantised_checkpoint(os.path.join(fx_dir, "model"))
     write_safetensors(os.path.join(deq_dir, "model.safetensors"), tensors)
     with open(os.path.join(deq_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
@@ -187,9 +204,8 @@ def make_golden(fx_dir, tiny_golden):
     canvas = torch.from_numpy(canvas_np).unsqueeze(0).to(device)
     P, C = prompt.shape[1], canvas.shape[1]
     li = 2
-    emu = Fp8DynamicLinear(torch, model, fp8) if fmt == "fp8-dynamic" else None
-    if emu:
-        emu.__enter__()
+    emu = QuantLinear(torch, model, exact, fmt == "fp8-dynamic")
+    emu.__enter__()
     try:
         with torch.no_grad():
             cache = DynamicCache(config=model.config.get_text_config(decoder=True))
@@ -208,11 +224,9 @@ def make_golden(fx_dir, tiny_golden):
             out1 = model(past_key_values=cache, decoder_input_ids=canvas, decoder_position_ids=dpos,
                          self_conditioning_logits=sc.unsqueeze(0))
             logits1 = out1.logits[0]
-        if emu:
-            emu.check([n for n in fp8 if ".experts." not in n])
+        emu.check()
     finally:
-        if emu:
-            emu.__exit__()
+        emu.__exit__()
     keep = C
     saver.arr("decoder.logits_no_sc", mf.np32(logits0[:keep]))
     saver.arr("decoder.logits_sc", mf.np32(logits1[:keep]))
@@ -227,8 +241,9 @@ def make_golden(fx_dir, tiny_golden):
         inter.append(k)
     saver.finish({
         "fixture": os.path.basename(fx_dir), "quant_format": fmt,
-        "reference": "transformers on the dequantised weights (bf16)"
-                     + ("; FP8 per-token activation quantisation emulated" if emu else ""),
+        "reference": "transformers on the dequantised weights (bf16); quantised linears with the exact "
+                     + ("E4M3 weights and the per-token FP8 activation quantisation (W8A8-dynamic)"
+                        if fmt == "fp8-dynamic" else "fp32 dequantised weights (W4A16)"),
         "transformers_version": transformers.__version__, "torch_version": torch.__version__,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "dtype": "bfloat16", "attn_implementation": "eager", "experts_implementation": "eager",

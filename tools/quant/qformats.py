@@ -1,6 +1,6 @@
 """Number formats and safetensors I/O of dgemma's quantised-checkpoint tools (numpy only).
 
-The codes follow docs/QUANT.md:
+The codes follow docs/QUANTIZATION.md:
   * FP8 E4M3 (fn): no infinities, 0x7f / 0xff are NaN, largest finite 448;
   * E2M1 (NVFP4 values): sign bit 3, magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6; two per byte, element 2j in
     the low nibble;

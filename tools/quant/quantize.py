@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a quantised copy of a bf16 DiffusionGemma checkpoint in one of the three on-disk formats of
-the published quantised checkpoints (docs/QUANT.md), tensor by tensor as they are stored:
+the published quantised checkpoints (docs/QUANTIZATION.md), tensor by tensor as they are stored:
 
   nvfp4-modelopt  NVIDIA ModelOpt NVFP4: routed experts only. Per expert projection
                   <m>.weight U8 [N, K/2], <m>.weight_scale F8_E4M3 [N, K/16], <m>.weight_scale_2 F32 [],

@@ -27,6 +27,7 @@
 #include "backend/cuda/decide.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/grouped_moe_fp4.cuh"
+#include "backend/cuda/quant_layout.h"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/sampler.cuh"
@@ -150,10 +151,22 @@ class CudaBackend final : public Backend {
         for (size_t c = b; c < e; ++c) {
           const int64_t r0 = static_cast<int64_t>(c) * rows_per_chunk, r1 = std::min(n_rows, r0 + rows_per_chunk);
           std::memcpy(bytes.ptr<uint8_t>() + r0 * row, host.data.ptr<uint8_t>() + r0 * row, static_cast<size_t>((r1 - r0) * row));
-          repack_grouped_weights(host.format == WeightFormat::kFp8Channel, bytes.ptr<uint8_t>() + r0 * row, (r1 - r0) * row);
+          repack_quant_weights(host.format == WeightFormat::kFp8Channel, bytes.ptr<uint8_t>() + r0 * row, (r1 - r0) * row);
         }
       });
       w.data = bytes;
+      if (host.format == WeightFormat::kNvfp4) {  // block scales stage major (quant_layout.h), same dims
+        DG_CHECK(host.block.device == Device::kCpu && host.block.numel() == host.experts() * host.rows() * (host.cols() / 16));
+        Tensor scales = host_tensor(host.block.type, {host.block.numel()});
+        const int64_t per_expert = host.rows() * (host.cols() / 16);
+        parallel_for(static_cast<size_t>(host.experts()), [&](size_t b, size_t e) {
+          for (size_t x = b; x < e; ++x)
+            repack_block_scales(host.block.ptr<uint8_t>() + x * per_expert, scales.ptr<uint8_t>() + x * per_expert, 1,
+                                host.rows(), host.cols());
+        });
+        w.block = host.block.ndim == 3 ? scales.reshape({host.experts(), host.rows(), host.cols() / 16})
+                                       : scales.reshape({host.rows(), host.cols() / 16});
+      }
       return Backend::upload_weight(w);
     }
     DG_CHECK(host.data.device == Device::kCpu);

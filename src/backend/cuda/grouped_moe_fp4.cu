@@ -1,399 +1,71 @@
-// W4A16 grouped expert GEMMs for NVFP4 weights (grouped_moe_fp4.cuh). The structure is the small-R
-// bf16 kernel of grouped_moe.cu (tile 32 rows x 64 columns, BK = 64, 4 cp.async stages, 128 threads,
-// each CTA looping over its expert's M tiles with the (M tile, K tile) iterations flattened), with the
-// weight operand changed:
-//   * per stage a CTA copies 64 weight rows x 32 packed bytes (64 K values) and their 64 x 4 E4M3 block
-//     scales — a quarter of the bf16 kernel's weight bytes — with an L2 evict-first policy;
-//   * each thread builds its mma.sync B fragments in registers: the two packed bytes of its (row, k
-//     pair) positions become four bf16 values e2m1 * block (exact), so no bf16 weight tile exists;
-//   * the epilogue multiplies the fp32 accumulators by the rows' global scale, then applies the
-//     activation / routing weight with the bf16 kernels' roundings.
-// Why not wgmma: at ~16 rows per expert a step is bound by the weight stream (docs/QUANT.md C.4); this
-// kernel cuts the bytes 3.6x against bf16 with the existing, checked mma.sync pipeline. The large-R
-// (prefill) case runs this kernel too, looping over M tiles (more A re-reads, same weight bytes).
+// Launchers of the W4A16 / W8A16 kernels (the kernel and its launch plans: grouped_moe_fp4_kernel.cuh)
+// and their shape rules.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/grouped_moe_fp4.cuh"
 #include "backend/cuda/ptx.cuh"
+#include "backend/cuda/quant_ptx.cuh"
+#include "backend/cuda/grouped_moe_fp4_kernel.cuh"
 
 namespace dgemma::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kBM = 32;
-constexpr int kBN = 64;
-constexpr int kBK = 64;
-constexpr int kStages = 4;
-constexpr int kARowBytes = kBK * 2;   // bf16 A row of a stage
-constexpr int kSRowBytes = kBK / 16;  // NVFP4 block scales of a weight row in a stage
-constexpr int kAStage = kBM * kARowBytes, kSStage = kBN * kSRowBytes;
-// Weight bytes of a row in a stage: packed FP4 32, FP8 64.
-template <bool kFp8>
-__host__ __device__ constexpr int b_row_bytes() { return kFp8 ? kBK : kBK / 2; }
-template <bool kFp8>
-constexpr int smem_bytes() { return kStages * (kAStage + kBN * b_row_bytes<kFp8>() + (kFp8 ? 0 : kSStage)); }
-
-__device__ __forceinline__ uint32_t swz(int row, int chunk) {
-  return static_cast<uint32_t>(row * kARowBytes + ((chunk ^ (row & 7)) << 4));
-}
-
-// 4 bytes global -> shared (cp.async.ca: .cg takes 16 bytes only).
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ uint32_t lds_u8(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-
-// E4M3 (fn) code of a finite non-negative scale -> fp32 (exact).
-__device__ __forceinline__ float e4m3_value(uint32_t c) {
-  const uint32_t e = (c >> 3) & 15u, m = c & 7u;
-  if (e == 0) return static_cast<float>(m) * 0.001953125f;  // m * 2^-9
-  return __uint_as_float(((e + 120u) << 23) | (m << 20));
-}
-
-__device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ uint32_t lds_u16(uint32_t addr) {
-  uint16_t v;
-  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr) : "memory");
-  return v;
-}
-
-// Two FP8 E4M3 weights (finite: the loader rejects nothing here, NaN codes dequantise as 480, never
-// produced by a quantiser) -> a bf16x2 register, lower k in the low half. E4M3 values are bf16 values.
-__device__ __forceinline__ uint32_t fp8_pair(uint32_t two) {
-  auto one = [](uint32_t c) {
-    const uint32_t bits = __float_as_uint(e4m3_value(c & 0x7fu)) >> 16;
-    return bits | ((c & 0x80u) << 8);
-  };
-  return one(two & 0xffu) | (one(two >> 8) << 16);
-}
-
-// E2M1 nibble -> fp32: sign bit 3; magnitude index e1 e0 m: 0, .5, 1, 1.5, 2, 3, 4, 6.
-__device__ __forceinline__ float e2m1_value(uint32_t nib) {
-  const uint32_t e = (nib >> 1) & 3u, m = nib & 1u;
-  const float mag = e == 0 ? 0.5f * static_cast<float>(m) : __uint_as_float(((e + 126u) << 23) | (m << 22));
-  return (nib & 8u) ? -mag : mag;
-}
-
-// Two packed E2M1 values (element 2j low nibble) times the block scale -> a bf16x2 register, lower k
-// in the low half. The products are bf16 values (<= 6 significant bits), so truncating is exact.
-__device__ __forceinline__ uint32_t dequant_pair(uint32_t byte, float scale) {
-  const uint32_t lo = __float_as_uint(__fmul_rn(e2m1_value(byte & 15u), scale)) >> 16;
-  const uint32_t hi = __float_as_uint(__fmul_rn(e2m1_value(byte >> 4), scale)) >> 16;
-  return lo | (hi << 16);
-}
-
-struct Fp4Args {
-  const uint16_t* a;         // gate_up: x [T, Kd]; down: act [R, Kd]
-  const uint8_t* w;          // packed [E, Nw, Kd / 2]
-  const uint8_t* s;          // block scales [E, Nw, Kd / 16]
-  const float* rs;           // row scales [E, Nw]
-  const int32_t* offsets;    // [E + 1]
-  const int32_t* pairs;      // [R]
-  const float* top_w;        // [R] by pair id (down)
-  uint16_t* out;
-  int Kd, N, top_k;
-  int dense_rows = 0;        // > 0: a dense matmul of that many rows (no offsets / pairs / top_w, one weight):
-                             // CTA row blockIdx.y takes rows 32 y .. (the "experts" all share weight 0)
+struct DeviceLauncher {
+  cudaStream_t stream;
+  template <int BM, bool kGateUp, bool kFp8>
+  void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
+    auto* kernel = grouped_fp4_kernel<BM, kGateUp, kFp8>;
+    constexpr int smem = smem_bytes<BM, kFp8>();
+    if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), kThreads, smem, stream>>>(g);
+    CUDA_CHECK_LAUNCH();
+  }
 };
-
-template <bool kGateUp, bool kFp8>
-__global__ void __launch_bounds__(kThreads, 4) grouped_fp4_kernel(Fp4Args g) {
-  constexpr int MF = kBM / 16;
-  constexpr int kAChunks = kBM * 8 / kThreads;  // 2
-  constexpr int kBRowBytes = b_row_bytes<kFp8>();
-  constexpr int kBStage = kBN * kBRowBytes;
-  constexpr int kBChunks = kBStage / 16 / kThreads;  // FP4 1, FP8 2 weight chunks per thread a stage
-  static_assert(kBChunks * 16 * kThreads == kBStage && kBN <= kThreads, "whole weight chunks per thread");
-  extern __shared__ __align__(128) unsigned char smem[];
-
-  const int e = blockIdx.y;
-  const bool dense = g.dense_rows > 0;
-  const int row0 = dense ? e * kBM : g.offsets[e];
-  const int rows = dense ? min(kBM, g.dense_rows - row0) : g.offsets[e + 1] - row0;
-  const int64_t we = dense ? 0 : e;  // the weight's expert
-  if (rows <= 0) return;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int Kd = g.Kd, N = g.N;
-  const int Nw = kGateUp ? 2 * N : N;
-  const int KT = Kd / kBK;  // Kd % 64 == 0 (grouped_fp4_supported)
-  const int MT = (rows + kBM - 1) / kBM;
-  const int total = MT * KT;
-  const uint32_t s_a = smem_addr(smem);
-  const uint32_t s_b = s_a + kStages * kAStage;
-  const uint32_t s_s = s_b + kStages * kBStage;
-  const int chunk = tid & 7;
-
-  // Weight tile row s -> weight row n (gate_up: s < 32 gate row i, else up row N + i).
-  auto weight_row = [&](int s, bool& ok) {
-    if (kGateUp) {
-      const int i = blockIdx.x * (kBN / 2) + (s & (kBN / 2 - 1));
-      ok = i < N;
-      return s < kBN / 2 ? i : N + i;
-    }
-    const int n = blockIdx.x * kBN + s;
-    ok = n < N;
-    return n;
-  };
-  // Weight copies of this thread: chunk c = tid + kThreads j of the stage is tile row c / (row bytes / 16),
-  // bytes 16 * (c % (row bytes / 16)) of the row's stage slice.
-  constexpr int kRowChunks = kBRowBytes / 16;
-  const int64_t w_row_bytes = kFp8 ? Kd : Kd / 2;
-  bool p_ok[kBChunks];
-  const uint8_t* p_src[kBChunks];
-#pragma unroll
-  for (int j = 0; j < kBChunks; ++j) {
-    const int c = tid + kThreads * j;
-    const int row = weight_row(c / kRowChunks, p_ok[j]);
-    p_src[j] = p_ok[j] ? g.w + (we * Nw + row) * w_row_bytes + 16 * (c % kRowChunks) : g.w;
-  }
-  // Scale copy (threads 0..63): tile row tid, 4 bytes a stage.
-  bool s_ok = false;
-  const uint8_t* s_src = g.s;
-  if (!kFp8 && tid < kBN) {
-    const int n = weight_row(tid, s_ok);
-    if (s_ok) s_src = g.s + (we * Nw + n) * (Kd / 16);
-  }
-  const uint16_t* a_src[kAChunks];
-  bool a_ok[kAChunks];
-  auto set_a_rows = [&](int mt) {
-#pragma unroll
-    for (int j = 0; j < kAChunks; ++j) {
-      const int m = mt * kBM + (tid >> 3) + 16 * j;
-      a_ok[j] = m < rows;
-      int64_t src_row = 0;
-      if (a_ok[j]) src_row = kGateUp ? g.pairs[row0 + m] / g.top_k : row0 + m;
-      a_src[j] = a_ok[j] ? g.a + src_row * Kd : g.a;
-    }
-  };
-
-  const uint64_t w_policy = evict_first_policy();
-  int load_mt = 0, load_kt = 0;
-  auto load_next = [&](int stage) {
-    if (load_kt == 0) set_a_rows(load_mt);
-    const int k = load_kt * kBK + chunk * 8;
-    const uint32_t sa = s_a + stage * kAStage;
-#pragma unroll
-    for (int j = 0; j < kAChunks; ++j) {
-      const int r = (tid >> 3) + 16 * j;
-      cp_async16(sa + swz(r, chunk), a_ok[j] ? a_src[j] + k : g.a, a_ok[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < kBChunks; ++j)
-      cp_async16_hint(s_b + stage * kBStage + (tid + kThreads * j) * 16, p_ok[j] ? p_src[j] + load_kt * kBRowBytes : g.w,
-                      p_ok[j], w_policy);
-    if (!kFp8 && tid < kBN) {
-      const uint32_t dst = s_s + stage * kSStage + tid * kSRowBytes;
-      if (s_ok) {
-        cp_async4(dst, s_src + load_kt * kSRowBytes);
-      } else {
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(0u) : "memory");
-      }
-    }
-    if (++load_kt == KT) {
-      load_kt = 0;
-      ++load_mt;
-    }
-  };
-
-  float acc[MF][2][4];
-#pragma unroll
-  for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-    for (int nf = 0; nf < 2; ++nf)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
-
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < total) load_next(s);
-    cp_async_commit();
-  }
-
-  // A fragments by ldmatrix as in grouped_moe.cu. B fragment nf of warp w: tile row 32 nf + 8 w + lane / 4,
-  // k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1): in the checkpoint's order FP4 packed bytes
-  // 8 kk + lane % 4 and + 4, FP8 byte pairs at 16 kk + 2 (lane % 4) and + 8; repacked adjacent.
-  const int a_row = lane & 15, a_chunk = lane >> 4;
-  const int b_row0 = 8 * warp + (lane >> 2), b_byte = lane & 3;
-
-  int mt = 0, kt = 0;
-  for (int it = 0; it < total; ++it) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    if (it + kStages - 1 < total) load_next((it + kStages - 1) % kStages);
-    cp_async_commit();
-
-    const int stage = it % kStages;
-    const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      uint32_t b[2][2];
-#pragma unroll
-      for (int nf = 0; nf < 2; ++nf) {
-        const int row = 32 * nf + b_row0;
-        // Device layout (repack_grouped_weights): b0's bytes, then b1's, adjacent.
-        if (kFp8) {
-          const uint32_t four = lds_u32(sb + row * kBRowBytes + 16 * kk + 4 * b_byte);
-          b[nf][0] = fp8_pair(four & 0xffffu);
-          b[nf][1] = fp8_pair(four >> 16);
-        } else {
-          const float scale = e4m3_value(lds_u8(ss + row * kSRowBytes + kk));
-          const uint32_t two = lds_u16(sb + row * kBRowBytes + 8 * kk + 2 * b_byte);
-          b[nf][0] = dequant_pair(two & 0xffu, scale);
-          b[nf][1] = dequant_pair(two >> 8, scale);
-        }
-      }
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf) {
-        uint32_t a[4];
-        ldmatrix_x4(sa + swz(mf * 16 + a_row, 2 * kk + a_chunk), a[0], a[1], a[2], a[3]);
-        mma_bf16(acc[mf][0], a, b[0][0], b[0][1]);
-        mma_bf16(acc[mf][1], a, b[1][0], b[1][1]);
-      }
-    }
-
-    if (++kt == KT) {
-      const int g_row = lane >> 2, g_col = 2 * (lane & 3);
-      const float* rs_e = g.rs + we * Nw;
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int m = mt * kBM + mf * 16 + g_row + 8 * h;
-          if (m >= rows) continue;
-          const int64_t r = row0 + m;
-          if (kGateUp) {
-            const int i = blockIdx.x * (kBN / 2) + 8 * warp + g_col;
-            if (i >= N) continue;
-            uint32_t packed = 0;
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              const float gv = __fmul_rn(acc[mf][0][2 * h + c], rs_e[i + c]);
-              const float uv = __fmul_rn(acc[mf][1][2 * h + c], rs_e[N + i + c]);
-              const float gate = round_bf16(gelu_tanh(round_bf16(gv)));
-              const uint16_t v = f32_to_bf16(__fmul_rn(gate, round_bf16(uv)));
-              packed |= static_cast<uint32_t>(v) << (16 * c);
-            }
-            *reinterpret_cast<uint32_t*>(g.out + r * N + i) = packed;
-          } else {
-            const int p = dense ? static_cast<int>(r) : g.pairs[r];
-            const float wt = dense ? 1.0f : g.top_w[p];  // dense: bf16(bf16(y) * 1) = bf16(y)
-#pragma unroll
-            for (int nf = 0; nf < 2; ++nf) {
-              const int n = blockIdx.x * kBN + 32 * nf + 8 * warp + g_col;
-              if (n >= N) continue;
-              uint32_t packed = 0;
-#pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                const float yv = __fmul_rn(acc[mf][nf][2 * h + c], rs_e[n + c]);
-                const uint16_t v = f32_to_bf16(__fmul_rn(round_bf16(yv), wt));
-                packed |= static_cast<uint32_t>(v) << (16 * c);
-              }
-              *reinterpret_cast<uint32_t*>(g.out + static_cast<int64_t>(p) * N + n) = packed;
-            }
-          }
-        }
-#pragma unroll
-      for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-        for (int nf = 0; nf < 2; ++nf)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
-      kt = 0;
-      ++mt;
-    }
-  }
-  cp_async_wait<0>();
-}
-
-template <bool kGateUp, bool kFp8>
-void launch(const Fp4Args& g, int64_t E, int64_t n_tiles, cudaStream_t stream) {
-  auto* kernel = grouped_fp4_kernel<kGateUp, kFp8>;
-  constexpr int smem = smem_bytes<kFp8>();
-  if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<dim3(static_cast<unsigned>(n_tiles), static_cast<unsigned>(E)), kThreads, smem, stream>>>(g);
-  CUDA_CHECK_LAUNCH();
-}
 
 }  // namespace
 
 void launch_dense_quant(bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                         int64_t T, int64_t N, int64_t K, uint16_t* out, cudaStream_t stream) {
-  if (T <= 0 || N <= 0) return;
-  Fp4Args g{x, w, block, row_scale, nullptr, nullptr, nullptr, out, static_cast<int>(K), static_cast<int>(N), 1,
-            static_cast<int>(T)};
-  const int64_t m_tiles = ceil_div(T, kBM);
-  if (fp8) launch<false, true>(g, m_tiles, ceil_div(N, kBN), stream);
-  else launch<false, false>(g, m_tiles, ceil_div(N, kBN), stream);
-}
-
-void repack_grouped_weights(bool fp8, uint8_t* bytes, int64_t n_bytes) {
-  const int g = fp8 ? 16 : 8;
-  static constexpr int kFp4Order[8] = {0, 4, 1, 5, 2, 6, 3, 7};
-  static constexpr int kFp8Order[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
-  const int* order = fp8 ? kFp8Order : kFp4Order;
-  uint8_t tmp[16];
-  for (int64_t i = 0; i + g <= n_bytes; i += g) {
-    for (int j = 0; j < g; ++j) tmp[j] = bytes[i + order[j]];
-    for (int j = 0; j < g; ++j) bytes[i + j] = tmp[j];
-  }
+  DeviceLauncher l{stream};
+  run_dense(l, fp8, x, w, block, row_scale, T, N, K, out);
 }
 
 bool grouped_fp4_supported(int64_t rows, int64_t Kd, const void* packed, const void* block) {
   const auto p = reinterpret_cast<uintptr_t>(packed), b = reinterpret_cast<uintptr_t>(block);
   return rows >= 8 && rows % 8 == 0 && Kd >= kBK && Kd % kBK == 0 && rows * Kd < (int64_t{1} << 31) && p % 16 == 0 &&
-         b % 4 == 0;
+         b % 16 == 0;
 }
-
-void launch_grouped_gate_up_fp4(const uint16_t* x, const uint8_t* packed, const uint8_t* block, const float* row_scale,
-                                const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K,
-                                int64_t H, int64_t I, uint16_t* act, cudaStream_t stream) {
-  if (R <= 0 || E <= 0 || I <= 0) return;
-  Fp4Args g{x, packed, block, row_scale, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
-            static_cast<int>(K)};
-  launch<true, false>(g, E, ceil_div(I, kBN / 2), stream);
-}
-
-void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const uint8_t* block, const float* row_scale,
-                             const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E,
-                             int64_t H, int64_t I, uint16_t* y, cudaStream_t stream) {
-  if (R <= 0 || E <= 0 || H <= 0) return;
-  Fp4Args g{act, packed, block, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1};
-  launch<false, false>(g, E, ceil_div(H, kBN), stream);
-}
-
-}  // namespace dgemma::cuda
-
-namespace dgemma::cuda {
 
 bool grouped_fp8_supported(int64_t rows, int64_t Kd, const void* weights) {
   return rows >= 8 && rows % 8 == 0 && Kd >= kBK && Kd % kBK == 0 && rows * Kd < (int64_t{1} << 31) &&
          reinterpret_cast<uintptr_t>(weights) % 16 == 0;
 }
 
+void launch_grouped_gate_up_fp4(const uint16_t* x, const uint8_t* packed, const uint8_t* block, const float* row_scale,
+                                const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K,
+                                int64_t H, int64_t I, uint16_t* act, cudaStream_t stream) {
+  DeviceLauncher l{stream};
+  run_gate_up(l, false, x, packed, block, row_scale, offsets, pairs, R, E, K, H, I, act);
+}
+
+void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const uint8_t* block, const float* row_scale,
+                             const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E,
+                             int64_t H, int64_t I, uint16_t* y, cudaStream_t stream) {
+  DeviceLauncher l{stream};
+  run_down(l, false, act, packed, block, row_scale, offsets, pairs, top_w, R, E, H, I, y);
+}
+
 void launch_grouped_gate_up_fp8(const uint16_t* x, const uint8_t* w, const float* row_scale, const int32_t* offsets,
                                 const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
                                 uint16_t* act, cudaStream_t stream) {
-  if (R <= 0 || E <= 0 || I <= 0) return;
-  Fp4Args g{x, w, nullptr, row_scale, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
-            static_cast<int>(K)};
-  launch<true, true>(g, E, ceil_div(I, kBN / 2), stream);
+  DeviceLauncher l{stream};
+  run_gate_up(l, true, x, w, nullptr, row_scale, offsets, pairs, R, E, K, H, I, act);
 }
 
 void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float* row_scale, const int32_t* offsets,
                              const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H, int64_t I,
                              uint16_t* y, cudaStream_t stream) {
-  if (R <= 0 || E <= 0 || H <= 0) return;
-  Fp4Args g{act, w, nullptr, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1};
-  launch<false, true>(g, E, ceil_div(H, kBN), stream);
+  DeviceLauncher l{stream};
+  run_down(l, true, act, w, nullptr, row_scale, offsets, pairs, top_w, R, E, H, I, y);
 }
 
 }  // namespace dgemma::cuda

@@ -2,8 +2,9 @@
 // W4A16 grouped expert GEMMs for NVFP4 experts and W8A16 ones for FP8 experts (kernels in grouped_moe_fp4.cu): the device grouping
 // of grouped_moe.cuh (offsets, pairs), bf16 activations, weights kept packed on the device.
 // Weights (backend/weight.h, stacked experts): packed [E, Nw, Kd/2] u8 (element 2j in the low nibble),
-// block [E, Nw, Kd/16] f8e4m3 (finite, non-negative), row_scale [E, Nw] f32 (the global scale of each
-// row's projection: gate and up rows keep their own).
+// block [E, Nw, Kd/16] f8e4m3 (finite, non-negative), both in the device layout of quant_layout.h
+// (CudaBackend::upload_weight repacks them on a host copy), row_scale [E, Nw] f32 (the global scale of
+// each row's projection: gate and up rows keep their own).
 // Maths, as the CPU reference (cpu/quant.h, cpu/moe.cpp): every output element is
 //   bf16( row_scale[n] * sum_k x[k] * (e2m1(q[n, k]) * block[n, k / 16]) )
 // with the fp32 sum on tensor cores: e2m1 * block is exact in bf16 (at most 6 significant bits), so
@@ -15,15 +16,9 @@
 
 namespace dgemma::cuda {
 
-// The device layout of the weight bytes (CudaBackend::upload_weight repacks on a host copy): within
-// every k16 group of a row the bytes a thread needs for its two B fragments are adjacent, so one
-// shared-memory load fetches both. NVFP4 (8 bytes a group): 0 4 1 5 2 6 3 7; FP8 (16 bytes a group):
-// 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15. `bytes` holds whole rows (rows of K / 2 or K bytes, K % 64 == 0).
-void repack_grouped_weights(bool fp8, uint8_t* bytes, int64_t n_bytes);
-
-// Shapes these kernels take: Kd a multiple of 64 (whole K stages, 16-byte aligned packed rows, 4-byte
-// aligned scale rows), output rows (N, 2N) multiples of 8, 16-byte aligned packed data and 4-byte
-// aligned block scales.
+// Shapes these kernels take: Kd a multiple of 64 (whole K stages, 16-byte aligned packed rows and scale
+// runs), output rows (N, 2N) multiples of 8, 16-byte aligned packed data and block
+// scales.
 bool grouped_fp4_supported(int64_t rows, int64_t Kd, const void* packed, const void* block);
 
 // act[r, i] = bf16(bf16(gelu_tanh(bf16(g))) * bf16(u)), g = rs[e, i] * x[t] . Wg[i], u = rs[e, I + i] *
@@ -52,8 +47,9 @@ void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float*
                              uint16_t* y, cudaStream_t stream);
 
 // A dense quantised matmul with the same kernel (W4A16 / W8A16): out[T, N] = bf16(row_scale[n] *
-// x[t] . W[n]) for a 2-D weight [N, K] in the device layout; one CTA row per 32 rows of x (the weight
-// tiles are re-read from L2 by each). Shape rule: grouped_fp4_supported / grouped_fp8_supported.
+// x[t] . W[n]) for a 2-D weight [N, K] in the device layout; one CTA row per 32 rows of x, or per 128
+// rows when T >= 128 (each CTA row decodes the weight tiles again, from L2). Shape rule:
+// grouped_fp4_supported / grouped_fp8_supported.
 void launch_dense_quant(bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                         int64_t T, int64_t N, int64_t K, uint16_t* out, cudaStream_t stream);
 
