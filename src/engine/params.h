@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/sample_filter.h"
 #include "engine/request.h"
 #include "model/config.h"
 
@@ -32,6 +33,8 @@ struct SequenceParams {
   std::vector<PinnedSpan> pins;         // validated: in bounds, sorted, non-overlapping, ids < vocab
   bool previews = false;
   bool logprobs = false;
+  int top_logprobs = 0;                 // alternatives per committed token (needs logprobs)
+  SampleFilter filter;                  // support of the per-position sample (off when greedy)
   bool trace = false;                   // keep per-step records (tests, --dump)
 };
 

@@ -283,6 +283,16 @@ struct ScriptedEngine::Impl {
       ev.logprobs.resize(tokens.size());
       for (size_t p = 0; p < tokens.size(); ++p)
         ev.logprobs[p] = -static_cast<float>((rng::splitmix64(j.seed + k * 4099 + p) % 1000) / 250.0);
+      // Scripted alternatives: the token itself first, then its successors in the vocabulary, each
+      // half a nat less likely (the format's shape, not a model's distribution).
+      if (const int n = j.req.params.top_logprobs; n > 0) {
+        ev.top_n = n;
+        for (size_t p = 0; p < tokens.size(); ++p)
+          for (int a = 0; a < n; ++a) {
+            ev.top_ids.push_back(static_cast<int32_t>((tokens[p] + a) % opt.vocab_size));
+            ev.top_logprobs.push_back(ev.logprobs[p] - 0.5f * static_cast<float>(a));
+          }
+      }
     }
     ev.tokens = std::move(tokens);
     j.stream->push(std::move(ev));

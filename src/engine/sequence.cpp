@@ -39,7 +39,8 @@ bool Sequence::on_step(bool same_argmax, bool confident) {
   return last;
 }
 
-CanvasCommit Sequence::commit(const std::vector<int32_t>& committed, const std::vector<float>& logprob, double now) {
+CanvasCommit Sequence::commit(const std::vector<int32_t>& committed, const std::vector<float>& logprob, double now,
+                              const TopAlternatives& top) {
   DG_CHECK(static_cast<int>(committed.size()) == canvas_);
   // Returned tokens stop before the first EOS id (the reference keeps it and pads after; clients get
   // text up to it and finish_reason "stop"), and never exceed max_tokens.
@@ -66,6 +67,13 @@ CanvasCommit Sequence::commit(const std::vector<int32_t>& committed, const std::
   if (params_.logprobs) {
     DG_CHECK(static_cast<int>(logprob.size()) == canvas_);
     c.logprobs.assign(logprob.begin(), logprob.begin() + n);
+  }
+  if (params_.top_logprobs > 0 && top.n > 0) {  // n = 0: a runner that does not compute them
+    const size_t k = static_cast<size_t>(top.n);
+    DG_CHECK(top.n == params_.top_logprobs && top.ids.size() == k * canvas_ && top.logprobs.size() == k * canvas_);
+    c.top.n = top.n;
+    c.top.ids.assign(top.ids.begin(), top.ids.begin() + static_cast<ptrdiff_t>(k * n));
+    c.top.logprobs.assign(top.logprobs.begin(), top.logprobs.begin() + static_cast<ptrdiff_t>(k * n));
   }
   c.steps = step_;
   c.denoise_ms = (now - canvas_start_) * 1e3;

@@ -16,10 +16,18 @@
 
 namespace dgemma {
 
+// The top-n alternatives of every position of one step's canvas, row-major [C, n].
+struct TopAlternatives {
+  int n = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+};
+
 // What a committed canvas gives the client.
 struct CanvasCommit {
   std::vector<int32_t> tokens;  // trimmed at EOS / stop id / max_tokens
   std::vector<float> logprobs;
+  TopAlternatives top;          // the rows of the returned tokens (params().top_logprobs > 0)
   int steps = 0;
   double denoise_ms = 0;
   bool finished = false;
@@ -58,7 +66,8 @@ class Sequence {
   bool on_step(bool same_argmax, bool confident);
   // Commits the last step's argmax canvas: trims it, appends it to the history when the answer goes
   // on (and begins the next canvas), or finishes.
-  CanvasCommit commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprobs, double now);
+  CanvasCommit commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprobs, double now,
+                      const TopAlternatives& top = TopAlternatives{});
   // Back to WAITING with an empty cache (the caller frees its pages); the current canvas restarts.
   void preempt();
   void finish(FinishReason reason) {
