@@ -102,7 +102,8 @@ void run_filter(Reporter& r, const std::string& name, int64_t C, int64_t V, floa
   // hits at the scales checked here; report every difference above 4e-5.
   const auto fc = f32(c.sample_floor), fg = f32(g.sample_floor);
   expect_f32(r, name + " sample_floor", fg, fc, 4e-5, 0.0);
-  const auto sc = i32(c.sample), sg = i32(g.sample), gap = f32(c.sample_gap);
+  const auto sc = i32(c.sample), sg = i32(g.sample);
+  const auto gap = f32(c.sample_gap);
   int64_t near = 0;
   for (int64_t i = 0; i < C; ++i) {
     if (gap[i] > 1e-4f) {
@@ -128,7 +129,8 @@ void run_filter(Reporter& r, const std::string& name, int64_t C, int64_t V, floa
         r.fail(name + ": alternative " + std::to_string(j) + " of row " + std::to_string(i / top_n) + " is " +
                std::to_string(ig[i]) + ", CPU " + std::to_string(ic[i]));
     }
-    const auto am = i32(g.argmax), alp = f32(g.argmax_logprob);
+    const auto am = i32(g.argmax);
+    const auto alp = f32(g.argmax_logprob);
     for (int64_t i = 0; i < C; ++i) {
       if (ig[i * top_n] != am[i]) r.fail(name + ": the first alternative is not the argmax");
       if (lg[i * top_n] != alp[i]) r.fail(name + ": the first alternative's log-probability is not argmax_logprob");

@@ -437,7 +437,7 @@ __global__ void finalize_kernel(SamplerLaunch a, int splits, const float* slice_
   if (a.sample_floor != nullptr) a.sample_floor[pos] = row_floor != nullptr ? row_floor[pos] : -INFINITY;
   a.entropy[pos] = static_cast<float>(log(st.s1) - st.s2 / st.s1);
   a.argmax[pos] = st.z.i1;
-  a.sample[pos] = st.g.i1;
+  a.sample[pos] = st.g.i1 == INT_MAX ? 0 : st.g.i1;  // no candidate (NaN logits, nothing allowed): token 0, as the CPU
   if (a.argmax_logprob != nullptr) a.argmax_logprob[pos] = static_cast<float>(static_cast<double>(st.z.v1) - lse);
   if (a.argmax_gap != nullptr) a.argmax_gap[pos] = __fsub_rn(st.z.v1, st.z.v2);
   if (a.sample_gap != nullptr) a.sample_gap[pos] = static_cast<float>(st.g.v1 - st.g.v2);
