@@ -3,7 +3,7 @@
 // the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU machine by
 // scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
-//                [--attention cublas|fused] [--moe device|host]
+//                [--attention cublas|fused|fused256] [--moe device|host]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
 //                [--dense-quant on|off]   (quantised dense linears: W8A16 / W4A16 kernel or bf16 cuBLAS)
 #include <cstdio>
@@ -25,11 +25,21 @@
 
 using namespace dgemma;
 
+namespace {
+uint64_t launches_so_far() {
+#if DGEMMA_HAVE_CUDA
+  return cuda::launches_so_far();
+#else
+  return 0;
+#endif
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
-                 "                   [--attention cublas|fused] [--moe device|host]   (CUDA kernel choices, for A/B runs)\n"
+                 "                   [--attention cublas|fused|fused256] [--moe device|host]   (CUDA kernel choices, for A/B runs)\n"
                  "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
                  "                   [--dense-quant on|off]   (quantised dense linears: quantised kernel or bf16 cuBLAS)\n");
     return 2;
@@ -46,7 +56,9 @@ int main(int argc, char** argv) {
     else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
-      cuda::set_fused_attention(std::string(argv[i + 1]) == "fused");
+      const std::string v = argv[i + 1];  // cublas | fused | fused256 (fused for head dim <= 256 only)
+      cuda::set_fused_attention(v == "fused" || v == "fused256");
+      cuda::set_fused_attention_max_dim(v == "fused256" ? 256 : 0);
     } else if (k == "--dense-quant") {
       cuda::set_dense_quant_weights(std::string(argv[i + 1]) != "off");
     } else if (k == "--moe") {
@@ -89,10 +101,12 @@ int main(int argc, char** argv) {
       }
       double prefill_ms = 0, step_ms = 0;
       int64_t step_count = 0;
+      uint64_t step_launches = 0;
       std::vector<CoreEvent> events;
       Stopwatch all;
       while (core.core().has_work()) {
         Stopwatch sw;
+        const uint64_t launches0 = launches_so_far();
         const StepStats st = core.core().step(events);
         be->synchronize();
         if (st.denoise_items == 0) {
@@ -100,15 +114,17 @@ int main(int argc, char** argv) {
         } else {
           step_ms += sw.ms();
           ++step_count;
+          step_launches += launches_so_far() - launches0;
         }
       }
       const double total = all.ms();
       if (rep == 1) {
         std::printf("batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
-                    "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s\n",
+                    "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step\n",
                     batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
                     1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count), total,
-                    1e3 * batch * canvases * C / (total - prefill_ms));
+                    1e3 * batch * canvases * C / (total - prefill_ms),
+                    static_cast<double>(step_launches) / static_cast<double>(step_count));
       }
     }
   } catch (const std::exception& e) {

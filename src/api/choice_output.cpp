@@ -95,6 +95,7 @@ OutputDelta ChoiceOutput::feed(const std::vector<int32_t>& tokens, const std::ve
       lp.logprob = i < logprobs.size() ? logprobs[i] : 0.0f;
       if (top_n > 0 && top_ids.size() >= (i + 1) * static_cast<size_t>(top_n) && top_logprobs.size() == top_ids.size()) {
         for (int a = 0; a < top_n; ++a) {
+          if (top_ids[i * top_n + a] == -1) continue;  // none (a pinned token is its own only alternative)
           TokenLogprob::Alternative alt;
           text_of(top_ids[i * top_n + a], alt.token, alt.bytes);
           alt.logprob = top_logprobs[i * top_n + a];

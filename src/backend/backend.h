@@ -83,6 +83,9 @@ struct SamplerArgs {
 //   flags[0] = have_prev and argmax == prev_argmax at every position; then prev_argmax = argmax;
 //   flags[1] = mean entropy (fp32 sum in position order / C) < confidence_threshold.
 // The host turns flags[0] into the stability rule (a run of equal argmax canvases, engine/denoise_policy.h).
+// With a pin mask (pinned spans, docs/MODEL.md §6.6) pinned positions are accepted and hold
+// pin_tokens[p]; the sort, the prefix sum, the mean and the argmax comparison run over the free
+// positions only (decide_rules.h). Without one the op is exactly the rule above.
 struct DecideArgs {
   Tensor entropy;              // f32 [C]
   Tensor argmax;               // i32 [C]
@@ -97,6 +100,31 @@ struct DecideArgs {
   Tensor canvas;               // i32 [C] out: the next step's canvas
   Tensor flags;                // i32 [2] out: {same argmax as the previous step, confident}
   Tensor accept;               // optional u8 [C] out: the acceptance mask (traces)
+  Tensor pin_mask;             // optional u8 [C]: 1 = pinned position (empty: no pins)
+  Tensor pin_tokens;           // i32 [C] with pin_mask: the pinned token of each pinned position
+};
+
+// The two residual junctions of a decoder layer, each one launch on the GPU (the default
+// implementation composes rmsnorm / add / scale, so every intermediate is rounded to bf16 exactly
+// where the unfused sequence rounds it). Row-wise over [T, H]; the optional outputs (empty: not
+// written) expose the intermediates for the model's debug dumps.
+//   after attention: o_normed = rmsnorm(o) * post_norm; h1 = bf16(x + o_normed);
+//                    out_a = rmsnorm(h1) * norm_a; out_b = rmsnorm(h1) * norm_b
+//   after the FFN:   m1n = rmsnorm(m1) * norm1; m2n = rmsnorm(m2) * norm2; f = rmsnorm(bf16(m1n + m2n)) * norm_f;
+//                    out = bf16(bf16(h1 + f) * scale)
+struct AttnResidualArgs {
+  Tensor x, o, post_norm;
+  Tensor h1;
+  Tensor norm_a, out_a, norm_b, out_b;
+  float eps = 1e-6f;
+  Tensor o_normed;  // optional
+};
+struct FfnResidualArgs {
+  Tensor h1, m1, m2, norm1, norm2, norm_f;
+  float eps = 1e-6f;
+  float scale = 1.0f;
+  Tensor out;       // may alias nothing but itself
+  Tensor m1n, m2n, f;  // optional
 };
 
 // Device memory as the backend sees it (bytes).
@@ -138,6 +166,8 @@ class Backend {
   virtual void scale(const Tensor& x, float s, const Tensor& out) = 0;             // bf16(x * s)
   virtual void mul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;       // bf16(a * b), b broadcast over rows if 1-D
   virtual void gelu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;  // bf16(bf16(gelu_tanh(g)) * u)
+  virtual void attn_residual(const AttnResidualArgs& args);
+  virtual void ffn_residual(const FfnResidualArgs& args);
   virtual void attention(const AttentionArgs& args) = 0;
   virtual void moe(const MoeArgs& args) = 0;
   virtual void sampler(const SamplerArgs& args) = 0;

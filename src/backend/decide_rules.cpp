@@ -20,10 +20,22 @@ std::vector<int> ascending_order(std::span<const float> entropy) {
 }  // namespace
 
 std::vector<uint8_t> entropy_bound_accept(std::span<const float> entropy, float bound) {
+  return entropy_bound_accept(entropy, bound, {});
+}
+
+bool is_confident(std::span<const float> entropy, float threshold) { return is_confident(entropy, threshold, {}); }
+
+std::vector<uint8_t> entropy_bound_accept(std::span<const float> entropy, float bound, std::span<const uint8_t> pinned) {
+  const bool any_pins = !pinned.empty();
   const std::vector<int> order = ascending_order(entropy);
   std::vector<uint8_t> accept(entropy.size(), 0);
   float cum = 0.0f;  // fp32 prefix sum, as torch.cumsum
   for (int p : order) {
+    // The stable order of the free positions is the full stable order with the pinned ones skipped.
+    if (any_pins && pinned[p]) {
+      accept[p] = 1;
+      continue;
+    }
     const float h = entropy[p];
     const float before = (cum + h) - h;  // the reference computes cumsum[k] - sorted[k]
     cum += h;
@@ -32,10 +44,16 @@ std::vector<uint8_t> entropy_bound_accept(std::span<const float> entropy, float 
   return accept;
 }
 
-bool is_confident(std::span<const float> entropy, float threshold) {
+bool is_confident(std::span<const float> entropy, float threshold, std::span<const uint8_t> pinned) {
+  const bool any_pins = !pinned.empty();
   float sum = 0.0f;
-  for (float h : entropy) sum += h;
-  const float mean = entropy.empty() ? 0.0f : sum / static_cast<float>(entropy.size());
+  int64_t n = 0;
+  for (size_t p = 0; p < entropy.size(); ++p) {
+    if (any_pins && pinned[p]) continue;
+    sum += entropy[p];
+    ++n;
+  }
+  const float mean = n == 0 ? 0.0f : sum / static_cast<float>(n);
   return mean < threshold;
 }
 
@@ -60,6 +78,12 @@ int64_t check_decide_args(const DecideArgs& a, Device device) {
   need(a.flags, ScalarType::kI32, "flags");
   if (a.flags.numel() != 2) throw Error(ErrorKind::kInvalidArgument, "decide: flags must have 2 elements");
   if (!a.accept.empty()) need_c(a.accept, ScalarType::kU8, "accept");
+  if (!a.pin_mask.empty()) {
+    need_c(a.pin_mask, ScalarType::kU8, "pin_mask");
+    need_c(a.pin_tokens, ScalarType::kI32, "pin_tokens");
+  } else if (!a.pin_tokens.empty()) {
+    throw Error(ErrorKind::kInvalidArgument, "decide: pin_tokens needs pin_mask");
+  }
   if (a.vocab < 1) throw Error(ErrorKind::kInvalidArgument, "decide: vocab must be positive");
   return C;
 }

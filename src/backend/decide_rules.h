@@ -18,6 +18,14 @@ std::vector<uint8_t> entropy_bound_accept(std::span<const float> entropy, float 
 // Mean of the entropies (fp32 sum in position order, / C) < threshold.
 bool is_confident(std::span<const float> entropy, float threshold);
 
+// The same rules on a canvas with pinned positions (pinned[p] != 0; docs/MODEL.md §6.6): pinned
+// positions are accepted and take no part in the sort or the prefix sum, which run over the free
+// positions alone (so the lowest-entropy *free* position is always accepted); the confidence mean is
+// the fp32 sum of the free entropies in position order divided by their count (a canvas without free
+// positions is confident). An empty mask is the unpinned rule above, bit for bit.
+std::vector<uint8_t> entropy_bound_accept(std::span<const float> entropy, float bound, std::span<const uint8_t> pinned);
+bool is_confident(std::span<const float> entropy, float threshold, std::span<const uint8_t> pinned);
+
 // Validates a DecideArgs for a backend of `device` and returns C (throws naming the bad field).
 int64_t check_decide_args(const DecideArgs& a, Device device);
 

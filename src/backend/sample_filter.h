@@ -1,5 +1,5 @@
 #pragma once
-// The support filters of the per-position sample (vLLM's min_p, top_k, top_p; docs/MODEL.md §6.6) and
+// The support filters of the per-position sample (vLLM's min_p, top_k, top_p; docs/MODEL.md §6.7) and
 // the arithmetic both backends share to find a row's threshold exactly.
 //
 // Over one canvas row, z = softcap(logit) / T (fp32) and p = softmax(z). In this order:

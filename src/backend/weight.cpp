@@ -49,17 +49,3 @@ uint8_t f32_to_f8e4m3(float x) {
 }
 
 }  // namespace dgemma
-
-#include "backend/backend.h"
-
-namespace dgemma {
-
-Weight Backend::upload_weight(const Weight& host) {
-  Weight w = host;
-  w.data = upload(host.data);
-  if (!host.block.empty()) w.block = upload(host.block);
-  if (!host.row_scale.empty()) w.row_scale = upload(host.row_scale);
-  return w;
-}
-
-}  // namespace dgemma

@@ -188,6 +188,7 @@ void DiffusionEngine::loop() {
       out.top_n = ev.top.n;
       out.top_ids = std::move(ev.top.ids);
       out.top_logprobs = std::move(ev.top.logprobs);
+      out.pinned = std::move(ev.pinned);
       out.entropy = std::move(ev.entropy);
       out.accepted = std::move(ev.accepted);
       out.steps = ev.steps;

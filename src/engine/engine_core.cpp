@@ -39,7 +39,10 @@ StepStats EngineCore::step(std::vector<CoreEvent>& events) {
     if (s.params().trace && trace_) trace_->on_step(s.id(), s.canvas_index(), runner_->read_trace(s, last));
     // The host needs the argmax canvas only for a commit or a preview.
     std::vector<int32_t> argmax;
-    if (last || s.params().previews) argmax = runner_->read_argmax(s);
+    if (last || s.params().previews) {
+      argmax = runner_->read_argmax(s);
+      apply_pins(s.canvas_pins(), argmax);  // pinned positions show (and commit) their tokens
+    }
     if (s.params().previews) {
       CoreEvent ev;
       ev.seq = &s;
@@ -64,6 +67,7 @@ StepStats EngineCore::step(std::vector<CoreEvent>& events) {
     ev.tokens = std::move(c.tokens);
     ev.logprobs = std::move(c.logprobs);
     ev.top = std::move(c.top);
+    ev.pinned = std::move(c.pinned);
     ev.steps = c.steps;
     ev.denoise_ms = c.denoise_ms;
     ev.finished = c.finished;

@@ -47,6 +47,16 @@ std::vector<DenoiseFlags> DiffusionModelRunner::run(const StepPlan& plan) {
         const std::vector<int32_t> canvas = s.initial_canvas();
         be.from_host(d.canvas, canvas.data());
         d.have_soft = false;
+        const CanvasPins& pins = s.canvas_pins();
+        d.pinned = !pins.empty();
+        if (d.pinned) {
+          if (d.pin_mask.empty()) {
+            d.pin_mask = be.alloc(ScalarType::kU8, {canvas_});
+            d.pin_tokens = be.alloc(ScalarType::kI32, {canvas_});
+          }
+          be.from_host(d.pin_mask, pins.mask.data());
+          be.from_host(d.pin_tokens, pins.tokens.data());
+        }
       }
       if (s.params().trace) {
         d.canvas_in.resize(static_cast<size_t>(canvas_));
@@ -125,6 +135,10 @@ void DiffusionModelRunner::queue_sampling(const Sequence& seq, DeviceState& d, c
   be.sampler(sa);
   // Self-conditioning signal for the next step: probs . E * embed_scale.
   model_.soft_embeddings(d.logits, d.soft);
+  // Pinned positions feed their one-hot token instead of their softmax row.
+  if (d.pinned)
+    for (const auto& [b, e] : seq.canvas_pins().runs)
+      model_.one_hot_soft_embeddings(d.pin_tokens.rows(b, e), d.soft.rows(b, e));
   d.have_soft = true;
 
   DecideArgs da;
@@ -141,6 +155,10 @@ void DiffusionModelRunner::queue_sampling(const Sequence& seq, DeviceState& d, c
   da.canvas = d.canvas;
   da.flags = flags.reshape({2});
   if (sp.trace || sp.previews) da.accept = d.accept;
+  if (d.pinned) {
+    da.pin_mask = d.pin_mask;
+    da.pin_tokens = d.pin_tokens;
+  }
   be.decide(da);
 }
 

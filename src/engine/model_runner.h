@@ -73,6 +73,10 @@ class DiffusionModelRunner final : public ModelRunner {
     Tensor logits;       // [C, V] bf16 work buffer (overwritten with probabilities)
     Tensor soft;         // [C, H] bf16 self-conditioning input of the next step
     bool have_soft = false;
+    // The current canvas's pinned positions (docs/MODEL.md §6.6); pinned false: none.
+    Tensor pin_mask;     // u8 [C]
+    Tensor pin_tokens;   // i32 [C]
+    bool pinned = false;
     // Trace of the last step (params().trace only).
     std::vector<int32_t> canvas_in;
     float temperature = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/limits.h"
+#include "engine/pins.h"
 #include "util/counter_rng.h"
 #include "util/error.h"
 
@@ -60,6 +61,7 @@ SequenceParams resolve_sequence_params(const SamplingParams& p, const Generation
   s.max_tokens = p.max_tokens;
   s.ignore_eos = p.ignore_eos;
   s.eos_ids = g.eos_token_ids;
+  s.pad_id = g.pad_token_id;
   s.previews = p.previews;
   s.logprobs = p.logprobs;
   if (p.top_logprobs < 0 || p.top_logprobs > limits::kMaxTopLogprobs)
@@ -93,6 +95,8 @@ SequenceParams resolve_sequence_params(const SamplingParams& p, const Generation
         throw Error(ErrorKind::kInvalidArgument, fmt::format("canvas_ids contains an invalid token id {}", id), "canvas_ids");
     s.initial_canvas = p.canvas_ids;
   }
+  validate_pins(p.pins, p.max_tokens, ctx.vocab_size);
+  s.pins = p.pins;
   return s;
 }
 

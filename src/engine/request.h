@@ -41,7 +41,7 @@ struct SamplingParams {
   bool logprobs = false;                    // log-probability of each committed token at its last step
   int top_logprobs = 0;                     // with logprobs: that many most likely tokens per position, 0..20
   // vLLM's filters, restricting the support of the per-position sample (docs/API.md, docs/MODEL.md
-  // §6.6); unset = off. They never change entropies, the argmax or the committed canvas directly.
+  // §6.7); unset = off. They never change entropies, the argmax or the committed canvas directly.
   std::optional<int> top_k;                 // -1 / 0: off
   std::optional<double> top_p;              // (0, 1]; 1: off
   std::optional<double> min_p;              // [0, 1]; 0: off
@@ -81,6 +81,9 @@ struct RequestEvent {
   int top_n = 0;
   std::vector<int32_t> top_ids;
   std::vector<float> top_logprobs;
+  // kCanvas of a request with pins: same length as tokens, 1 where the token is a pinned one (gap
+  // filler is already dropped from tokens, so this is how a client of the engine tells gaps apart).
+  std::vector<uint8_t> pinned;
   // kPreview from the model engine: per canvas position, the step's entropy and whether the step
   // accepted it (kept its sample; the others were renoised). Empty when unknown (the scripted engine).
   std::vector<float> entropy;

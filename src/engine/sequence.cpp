@@ -18,6 +18,8 @@ Sequence::Sequence(uint64_t id, std::vector<int32_t> prompt, SequenceParams para
       stability_(params_.diffusion.stability_threshold) {
   DG_CHECK(canvas_ > 0 && vocab_ > 0 && !history_.empty());
   DG_CHECK(params_.initial_canvas.empty() || static_cast<int>(params_.initial_canvas.size()) == canvas_);
+  pins_ = dgemma::canvas_pins(params_.pins, 0, canvas_);
+  pins_end_ = dgemma::pins_end(params_.pins);
 }
 
 void Sequence::begin_canvas(double now) {
@@ -27,8 +29,11 @@ void Sequence::begin_canvas(double now) {
 }
 
 std::vector<int32_t> Sequence::initial_canvas() const {
-  if (canvas_index_ == 0 && !params_.initial_canvas.empty()) return params_.initial_canvas;
-  return random_canvas(params_.seed, static_cast<uint64_t>(canvas_index_), 0, rng::kInitCanvas, canvas_, vocab_);
+  std::vector<int32_t> c = canvas_index_ == 0 && !params_.initial_canvas.empty()
+                               ? params_.initial_canvas
+                               : random_canvas(params_.seed, static_cast<uint64_t>(canvas_index_), 0, rng::kInitCanvas, canvas_, vocab_);
+  apply_pins(pins_, c);
+  return c;
 }
 
 bool Sequence::on_step(bool same_argmax, bool confident) {
@@ -39,49 +44,65 @@ bool Sequence::on_step(bool same_argmax, bool confident) {
   return last;
 }
 
-CanvasCommit Sequence::commit(const std::vector<int32_t>& committed, const std::vector<float>& logprob, double now,
+CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprob, double now,
                               const TopAlternatives& top) {
-  DG_CHECK(static_cast<int>(committed.size()) == canvas_);
+  DG_CHECK(static_cast<int>(argmax.size()) == canvas_);
+  std::vector<int32_t> committed = argmax;
+  apply_pins(pins_, committed);  // a pinned position commits its pinned token whatever its argmax
+  if (params_.logprobs) DG_CHECK(static_cast<int>(logprob.size()) == canvas_);
+  // Alternatives (n = 0: a runner that does not compute them).
+  const bool want_top = params_.top_logprobs > 0 && top.n > 0;
+  const size_t k = static_cast<size_t>(top.n);
+  if (want_top)
+    DG_CHECK(top.n == params_.top_logprobs && top.ids.size() == k * canvas_ && top.logprobs.size() == k * canvas_);
   // Returned tokens stop before the first EOS id (the reference keeps it and pads after; clients get
-  // text up to it and finish_reason "stop"), and never exceed max_tokens.
-  int n = canvas_;
-  bool eos = false;
+  // text up to it and finish_reason "stop"), and never go past answer position max_tokens. With pins:
+  // before the last pinned position an EOS / stop id / pad in a free position is filler (a gap ended
+  // early) and is dropped; pinned tokens are never end markers.
   auto is_in = [](const std::vector<int32_t>& ids, int32_t t) { return std::find(ids.begin(), ids.end(), t) != ids.end(); };
-  for (int p = 0; p < canvas_ && !eos; ++p) {
-    const bool stop_id = is_in(params_.stop_ids, committed[p]);
-    if (stop_id || (!params_.ignore_eos && is_in(params_.eos_ids, committed[p]))) {
-      n = p;
+  const int64_t base = static_cast<int64_t>(canvas_index_) * canvas_;
+  const bool with_pins = !params_.pins.empty();
+  CanvasCommit c;
+  bool eos = false, length = false;
+  for (int p = 0; p < canvas_; ++p) {
+    const int64_t a = base + p;
+    const int32_t t = committed[p];
+    const bool pinned = pins_.pinned(p);
+    const bool stop_id = !pinned && is_in(params_.stop_ids, t);
+    const bool end = stop_id || (!pinned && !params_.ignore_eos && is_in(params_.eos_ids, t));
+    if (a < pins_end_ && !pinned && (end || t == params_.pad_id)) continue;
+    if (end) {
       eos = true;
-      if (stop_id) stop_token_id_ = committed[p];
+      if (stop_id) stop_token_id_ = t;
+      break;
+    }
+    if (a >= params_.max_tokens) {
+      length = true;
+      break;
+    }
+    c.tokens.push_back(t);
+    if (params_.logprobs) c.logprobs.push_back(pinned ? 0.0f : logprob[p]);
+    if (with_pins) c.pinned.push_back(pinned ? 1 : 0);
+    if (want_top) {
+      // A pinned token was forced (log-probability 0): it is its own only alternative (-1: none).
+      c.top.n = top.n;
+      for (size_t j = 0; j < k; ++j) {
+        c.top.ids.push_back(pinned ? (j == 0 ? t : -1) : top.ids[static_cast<size_t>(p) * k + j]);
+        c.top.logprobs.push_back(pinned ? 0.0f : top.logprobs[static_cast<size_t>(p) * k + j]);
+      }
     }
   }
-  const int64_t room = params_.max_tokens - static_cast<int64_t>(output_.size());
-  bool length = false;
-  if (n > room || (!eos && n == room)) {
-    length = !eos || n > room;
-    if (n > room) eos = false;
-    n = static_cast<int>(std::max<int64_t>(0, room));
-  }
-  CanvasCommit c;
-  c.tokens.assign(committed.begin(), committed.begin() + n);
-  if (params_.logprobs) {
-    DG_CHECK(static_cast<int>(logprob.size()) == canvas_);
-    c.logprobs.assign(logprob.begin(), logprob.begin() + n);
-  }
-  if (params_.top_logprobs > 0 && top.n > 0) {  // n = 0: a runner that does not compute them
-    const size_t k = static_cast<size_t>(top.n);
-    DG_CHECK(top.n == params_.top_logprobs && top.ids.size() == k * canvas_ && top.logprobs.size() == k * canvas_);
-    c.top.n = top.n;
-    c.top.ids.assign(top.ids.begin(), top.ids.begin() + static_cast<ptrdiff_t>(k * n));
-    c.top.logprobs.assign(top.logprobs.begin(), top.logprobs.begin() + static_cast<ptrdiff_t>(k * n));
-  }
+  if (!eos && base + canvas_ >= params_.max_tokens) length = true;
   c.steps = step_;
   c.denoise_ms = (now - canvas_start_) * 1e3;
   output_.insert(output_.end(), c.tokens.begin(), c.tokens.end());
   output_logprobs_.insert(output_logprobs_.end(), c.logprobs.begin(), c.logprobs.end());
   canvas_index_ += 1;
+  pins_ = dgemma::canvas_pins(params_.pins, canvas_index_, canvas_);
   if (eos || length) {
-    finish(eos ? FinishReason::kStop : FinishReason::kLength);
+    // An answer that ends at its last pinned position (a filled template) is complete: stop.
+    const bool complete = length && pins_end_ > 0 && pins_end_ == params_.max_tokens;
+    finish(eos || complete ? FinishReason::kStop : FinishReason::kLength);
     c.finished = true;
   } else {
     // The whole argmax canvas (not the trimmed part) conditions the next one, as in the reference.

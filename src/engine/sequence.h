@@ -4,7 +4,8 @@
 // counter-based RNG makes the restarted canvas identical). The history — prompt, then every committed
 // canvas that continues the answer — is what the KV cache must hold before the current canvas; a
 // committed canvas is encoded together with the next canvas's first denoising step.
-// These methods are the one place where a canvas is trimmed at EOS / stop ids / max_tokens.
+// These methods are the one place where a canvas is trimmed at EOS / stop ids / max_tokens, and where
+// pinned spans are laid on the canvas and dropped filler is decided (docs/MODEL.md §6.6).
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "engine/request.h"
 #include "engine/denoise_policy.h"
 #include "engine/params.h"
+#include "engine/pins.h"
 
 namespace dgemma {
 
@@ -25,9 +27,10 @@ struct TopAlternatives {
 
 // What a committed canvas gives the client.
 struct CanvasCommit {
-  std::vector<int32_t> tokens;  // trimmed at EOS / stop id / max_tokens
+  std::vector<int32_t> tokens;  // trimmed at EOS / stop id / max_tokens, gap filler dropped
   std::vector<float> logprobs;
   TopAlternatives top;          // the rows of the returned tokens (params().top_logprobs > 0)
+  std::vector<uint8_t> pinned;  // requests with pins: per token, 1 = a pinned token
   int steps = 0;
   double denoise_ms = 0;
   bool finished = false;
@@ -58,14 +61,17 @@ class Sequence {
   int step() const { return step_; }
   // Starts the current canvas (step 0); its tokens come from initial_canvas().
   void begin_canvas(double now);
-  // The first canvas of canvas_index(): the request's canvas_ids for canvas 0, else counter-RNG tokens.
+  // The first canvas of canvas_index(): the request's canvas_ids for canvas 0, else counter-RNG tokens;
+  // pinned positions hold their pinned tokens.
   std::vector<int32_t> initial_canvas() const;
+  // The pinned positions of the current canvas (empty for most requests).
+  const CanvasPins& canvas_pins() const { return pins_; }
   float temperature() const { return temperature_at(params_.diffusion, step_); }
   // After a denoising step: the stop rule from decide's two flags. Returns true when this was the
   // canvas's last step (stable and confident, or the step cap).
   bool on_step(bool same_argmax, bool confident);
-  // Commits the last step's argmax canvas: trims it, appends it to the history when the answer goes
-  // on (and begins the next canvas), or finishes.
+  // Commits the last step's argmax canvas (pinned positions: their pinned tokens): trims it, appends it
+  // to the history when the answer goes on (and begins the next canvas), or finishes.
   CanvasCommit commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprobs, double now,
                       const TopAlternatives& top = TopAlternatives{});
   // Back to WAITING with an empty cache (the caller frees its pages); the current canvas restarts.
@@ -99,6 +105,8 @@ class Sequence {
   FinishReason finish_ = FinishReason::kNone;
   int32_t stop_token_id_ = -1;
   int64_t denoise_steps_total_ = 0;
+  CanvasPins pins_;       // of canvas_index_
+  int64_t pins_end_ = 0;  // answer position after the last pinned one
 };
 
 }  // namespace dgemma

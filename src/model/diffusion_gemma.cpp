@@ -232,16 +232,28 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   Tensor o = bf16({T, H});
   backend_.matmul(attn.reshape({T, Hq * D}), w.o_proj, o);
   dump(p + "attn_out", o);
-  backend_.rmsnorm(o, &w.post_attn_norm, eps, o);
-  dump(p + "post_attn_norm", o);
-  Tensor h1 = bf16({T, H});
-  backend_.add(x, o, h1);
+  // h1 = x + post_attn_norm(o), and the two FFN inputs normed from it (one fused op).
+  Tensor h1 = bf16({T, H}), d = bf16({T, H}), xe = bf16({T, H});
+  {
+    AttnResidualArgs r;
+    r.x = x;
+    r.o = o;
+    r.post_norm = w.post_attn_norm;
+    r.h1 = h1;
+    r.norm_a = w.pre_ff_norm;
+    r.out_a = d;
+    r.norm_b = w.pre_ff_norm2;
+    r.out_b = xe;
+    r.eps = eps;
+    if (dump_) r.o_normed = bf16({T, H});
+    backend_.attn_residual(r);
+    dump(p + "post_attn_norm", r.o_normed);
+  }
+  dump(p + "mlp_norm", d);
+  dump(p + "moe_norm", xe);
 
   // --- dense MLP and MoE in parallel on h1 ------------------------------------------------------
   const int64_t I = t.intermediate_size;
-  Tensor d = bf16({T, H});
-  backend_.rmsnorm(h1, &w.pre_ff_norm, eps, d);
-  dump(p + "mlp_norm", d);
   Tensor g = bf16({T, I}), u = bf16({T, I});
   backend_.matmul(d, w.mlp_gate, g);
   backend_.matmul(d, w.mlp_up, u);
@@ -249,12 +261,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   Tensor m1 = bf16({T, H});
   backend_.matmul(g, w.mlp_down, m1);
   dump(p + "mlp_out", m1);
-  backend_.rmsnorm(m1, &w.post_ff_norm1, eps, m1);
-  dump(p + "mlp_post_norm", m1);
 
-  Tensor xe = bf16({T, H});
-  backend_.rmsnorm(h1, &w.pre_ff_norm2, eps, xe);
-  dump(p + "moe_norm", xe);
   MoeArgs m;
   m.router_in = h1;
   m.expert_in = xe;
@@ -278,27 +285,49 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     dump(p + "router_index", m.dbg_index);
   }
   dump(p + "moe_out", m.out);
-  Tensor m2 = m.out;
-  backend_.rmsnorm(m2, &w.post_ff_norm2, eps, m2);
-  dump(p + "moe_post_norm", m2);
 
-  Tensor f = bf16({T, H});
-  backend_.add(m1, m2, f);
-  backend_.rmsnorm(f, &w.post_ff_norm, eps, f);
-  dump(p + "ffn_post_norm", f);
-  backend_.add(h1, f, x);
-  // The whole residual stream times the layer's scalar (encoder and decoder buffers are separate).
-  for (size_t i = 0; i < items.size(); ++i) {
-    const float s = items[i].kind == ForwardItem::Kind::kEncode ? w.layer_scalar_encoder : w.layer_scalar_decoder;
-    Tensor rows = x.rows(offsets[i], offsets[i + 1]);
-    backend_.scale(rows, s, rows);
+  // x = (h1 + post_ff_norm(post_ff_norm1(m1) + post_ff_norm2(moe))) * the layer's scalar, one fused op
+  // per run of items of one kind (encoder and decoder rows have their own scalar).
+  Tensor m1n, m2n, f;
+  if (dump_) {
+    m1n = bf16({T, H});
+    m2n = bf16({T, H});
+    f = bf16({T, H});
   }
+  auto rows_of = [](const Tensor& t, int64_t b, int64_t e) { return t.empty() ? t : t.rows(b, e); };
+  for (size_t i = 0; i < items.size();) {
+    size_t j = i + 1;
+    while (j < items.size() && items[j].kind == items[i].kind) ++j;
+    const int64_t b = offsets[i], e = offsets[j];
+    FfnResidualArgs r;
+    r.h1 = h1.rows(b, e);
+    r.m1 = m1.rows(b, e);
+    r.m2 = m.out.rows(b, e);
+    r.norm1 = w.post_ff_norm1;
+    r.norm2 = w.post_ff_norm2;
+    r.norm_f = w.post_ff_norm;
+    r.eps = eps;
+    r.scale = items[i].kind == ForwardItem::Kind::kEncode ? w.layer_scalar_encoder : w.layer_scalar_decoder;
+    r.out = x.rows(b, e);
+    r.m1n = rows_of(m1n, b, e);
+    r.m2n = rows_of(m2n, b, e);
+    r.f = rows_of(f, b, e);
+    backend_.ffn_residual(r);
+    i = j;
+  }
+  dump(p + "mlp_post_norm", m1n);
+  dump(p + "moe_post_norm", m2n);
+  dump(p + "ffn_post_norm", f);
   dump(p + "output", x);
 }
 
 void DiffusionGemma::soft_embeddings(const Tensor& probs, const Tensor& out) {
   backend_.matmul_kn(probs, weights_.embed, out);
   backend_.scale(out, embed_scale_, out);
+}
+
+void DiffusionGemma::one_hot_soft_embeddings(const Tensor& ids, const Tensor& out) {
+  backend_.embed(ids, weights_.embed, embed_scale_, out);
 }
 
 }  // namespace dgemma

@@ -46,6 +46,9 @@ class DiffusionGemma {
   // Self-conditioning input for the next step from this step's bf16 probabilities [C, V]:
   // out[C, H] = bf16(bf16(probs . E) * embed_scale).
   void soft_embeddings(const Tensor& probs, const Tensor& out);
+  // The same of one-hot rows, out[T, H] = bf16(E[ids] * embed_scale): bit-identical to soft_embeddings
+  // of one-hot probabilities (a GEMM row with one term is exact). Pinned positions (docs/MODEL.md §6.6).
+  void one_hot_soft_embeddings(const Tensor& ids, const Tensor& out);
 
   void set_dump_hook(DumpHook hook) { dump_ = std::move(hook); }
   const ModelConfig& config() const { return config_; }

@@ -20,6 +20,8 @@ struct DecideCase {
   bool greedy, have_prev;
   double prev_differs;  // fraction of positions where prev_argmax differs from argmax
   bool want_accept;
+  double pinned = 0;           // fraction of pinned positions (pin mask given when > 0)
+  bool differs_at_pins = false;  // prev_argmax differs from argmax at the pinned positions only
 };
 
 void run_decide(Reporter& r, const DecideCase& c) {
@@ -35,6 +37,16 @@ void run_decide(Reporter& r, const DecideCase& c) {
     am[p] = static_cast<int32_t>(d.integer(0, vocab - 1));
     sm[p] = static_cast<int32_t>(d.integer(0, vocab - 1));
     prev[p] = d.uniform(0.0f, 1.0f) < c.prev_differs ? am[p] ^ 1 : am[p];
+  }
+  std::vector<uint8_t> mask;
+  std::vector<int32_t> pin_tok(static_cast<size_t>(C), 0);
+  if (c.pinned > 0) {
+    mask.assign(static_cast<size_t>(C), 0);
+    for (int64_t p = 0; p < C; ++p) {
+      mask[p] = d.uniform(0.0f, 1.0f) < c.pinned ? 1 : 0;
+      pin_tok[p] = mask[p] ? static_cast<int32_t>(d.integer(0, vocab - 1)) : 0;
+      if (c.differs_at_pins) prev[p] = mask[p] ? am[p] ^ 1 : am[p];
+    }
   }
   if (c.levels == 0 && C > 4) h[3] = h[1];  // at least one exact tie
   const uint64_t key = rng::stream_key(d.integer(0, 1 << 30), 2, 5, rng::kRenoise);
@@ -66,6 +78,11 @@ void run_decide(Reporter& r, const DecideCase& c) {
       const std::vector<uint8_t> nine(static_cast<size_t>(C), 9);
       be.from_host(a.accept, nine.data());
     }
+    if (!mask.empty()) {
+      a.pin_mask = be.alloc(ScalarType::kU8, {C});
+      be.from_host(a.pin_mask, mask.data());
+      a.pin_tokens = put_i32(pin_tok);
+    }
     a.greedy = c.greedy;
     a.have_prev = c.have_prev;
     a.entropy_bound = c.bound;
@@ -84,7 +101,7 @@ void run_decide(Reporter& r, const DecideCase& c) {
   const std::vector<int32_t> flags_c = i32(ca.flags), flags_g = i32(ga.flags);
   const std::vector<int32_t> prev_c = i32(ca.prev_argmax), prev_g = i32(ga.prev_argmax);
   int64_t accepted = 0, mismatches = 0;
-  const std::vector<uint8_t> acc_ref = entropy_bound_accept(h, c.bound);
+  const std::vector<uint8_t> acc_ref = entropy_bound_accept(h, c.bound, mask);
   for (int64_t p = 0; p < C; ++p) {
     accepted += acc_ref[p];
     mismatches += canvas_c[p] != canvas_g[p];
@@ -103,16 +120,18 @@ void run_decide(Reporter& r, const DecideCase& c) {
   // The op's semantics, not just agreement: accepted positions hold the chosen token, the others the
   // renoise token of their position.
   for (int64_t p = 0; p < C; ++p) {
-    const int32_t want = acc_ref[p] ? (c.greedy ? am[p] : sm[p])
-                                    : static_cast<int32_t>(rng::uniform_token(key, static_cast<uint32_t>(p), vocab));
+    const bool pinned = !mask.empty() && mask[p];
+    const int32_t want = pinned       ? pin_tok[p]
+                         : acc_ref[p] ? (c.greedy ? am[p] : sm[p])
+                                      : static_cast<int32_t>(rng::uniform_token(key, static_cast<uint32_t>(p), vocab));
     if (canvas_g[p] != want) {
       r.fail(c.name + ": position " + std::to_string(p) + " holds the wrong token");
       break;
     }
   }
-  const bool same_want = c.have_prev && c.prev_differs == 0.0;
+  const bool same_want = c.have_prev && (c.prev_differs == 0.0 || c.differs_at_pins);
   if ((flags_g[0] != 0) != same_want) r.fail(c.name + ": same-argmax flag wrong");
-  if ((flags_g[1] != 0) != is_confident(h, 0.3f)) r.fail(c.name + ": confidence flag wrong");
+  if ((flags_g[1] != 0) != is_confident(h, 0.3f, mask)) r.fail(c.name + ": confidence flag wrong");
 }
 
 void check_decide(Reporter& r) {
@@ -124,6 +143,14 @@ void check_decide(Reporter& r) {
   run_decide(r, {"c17 ties", 17, 2, 0.02f, true, true, 0.0, true});
   run_decide(r, {"c3000 (shared memory > 48 KB)", 3000, 0, 5.0f, false, true, 0.001, true});
   run_decide(r, {"c8192 max", kMaxDecideCanvas, 50, 2.0f, false, true, 0.0, true});
+  // Pinned positions (docs/MODEL.md §6.6): the free-positions rule, bit-identical to the CPU op.
+  run_decide(r, {"c256 pinned 30%", 256, 0, 0.1f, false, true, 0.0, true, 0.3});
+  run_decide(r, {"c256 pinned ties", 256, 5, 0.3f, false, true, 0.01, true, 0.5});
+  run_decide(r, {"c256 pinned, argmax changes at pins only", 256, 0, 1.0f, true, true, 0.0, true, 0.2, true});
+  run_decide(r, {"c256 all pinned", 256, 0, 0.1f, false, true, 0.0, true, 1.01});
+  run_decide(r, {"c256 all-zero mask", 256, 0, 0.1f, false, true, 0.0, true, 1e-9});
+  run_decide(r, {"c3000 pinned", 3000, 0, 5.0f, false, true, 0.001, true, 0.1});
+  run_decide(r, {"c8192 pinned", kMaxDecideCanvas, 50, 2.0f, false, true, 0.0, true, 0.4});
 }
 
 }  // namespace

@@ -93,6 +93,35 @@ void check_elementwise(Reporter& r) {
   cuda().gelu_mul(gg, gb, gg);
   expect_bf16(r, "gelu_mul in place", u16(gg), u16(co), libm_tol());
 
+  // The vectorised forms (n a multiple of 8, 16-byte aligned buffers): the same per-element maths.
+  {
+    const int64_t n8 = 100000;
+    Tensor a8 = d.bf16({n8}, 2.0f), b8 = d.bf16({n8}, 2.0f), g8 = d.bf16({n8}, 3.0f);
+    Tensor ga8 = up(a8), gb8 = up(b8), gg8 = up(g8);
+    Tensor c8 = host_tensor(ScalarType::kBF16, {n8});
+    Tensor o8 = poisoned(ScalarType::kBF16, {n8});
+    cpu().add(a8, b8, c8);
+    cuda().add(ga8, gb8, o8);
+    expect_bf16(r, "add (vectorised)", u16(o8), u16(c8), exact_tol());
+    poison(o8);
+    cpu().scale(a8, 0.7f, c8);
+    cuda().scale(ga8, 0.7f, o8);
+    expect_bf16(r, "scale (vectorised)", u16(o8), u16(c8), exact_tol());
+    poison(o8);
+    cpu().mul(a8, b8, c8);
+    cuda().mul(ga8, gb8, o8);
+    expect_bf16(r, "mul (vectorised)", u16(o8), u16(c8), exact_tol());
+    Tensor w8 = d.bf16({800}, 0.5f, 1.0f);
+    poison(o8);
+    cpu().mul(a8.reshape({125, 800}), w8, c8.reshape({125, 800}));
+    cuda().mul(ga8.reshape({125, 800}), up(w8), o8.reshape({125, 800}));
+    expect_bf16(r, "mul broadcast (vectorised)", u16(o8), u16(c8), exact_tol());
+    poison(o8);
+    cpu().gelu_mul(g8, b8, c8);
+    cuda().gelu_mul(gg8, gb8, o8);
+    expect_bf16(r, "gelu_mul (vectorised)", u16(o8), u16(c8), libm_tol());
+  }
+
   // softcap_logits (f32 out): tanh in double vs glibc tanhf, then x 30: a few fp32 ulps at most.
   Tensor x = d.bf16({n}, 20.0f);
   Tensor cf = host_tensor(ScalarType::kF32, {n});
@@ -137,6 +166,49 @@ void check_embed(Reporter& r) {
   expect_bf16(r, "embed after the error", u16(go), u16(co), exact_tol());
 }
 
+// ---- the residual junctions: the fused CUDA kernels against the CPU's composed ops ---------------
+
+void check_residual(Reporter& r) {
+  Data d("residual");
+  // The norms' 1/sqrt (double on the GPU, glibc powf on the CPU) is the only libm difference; every
+  // later rounding follows from it (libm_tol).
+  for (const int64_t T : {1, 37, 256}) {
+    const int64_t H = 2816;
+    const std::string sz = std::to_string(T) + "x" + std::to_string(H);
+    Tensor x = d.bf16({T, H}, 3.0f), o = d.bf16({T, H}, 0.5f);
+    Tensor wp = d.bf16({H}, 0.3f, 1.0f), wa = d.bf16({H}, 0.3f, 1.0f), wb = d.bf16({H}, 0.3f, 1.0f);
+    auto host = [&] { return host_tensor(ScalarType::kBF16, {T, H}); };
+    auto dev = [&] { return poisoned(ScalarType::kBF16, {T, H}); };
+    AttnResidualArgs c{x, o, wp, host(), wa, host(), wb, host(), 1e-6f, host()};
+    AttnResidualArgs g{up(x), up(o), up(wp), dev(), up(wa), dev(), up(wb), dev(), 1e-6f, dev()};
+    cpu().attn_residual(c);
+    cuda().attn_residual(g);
+    expect_bf16(r, "attn_residual h1 " + sz, u16(g.h1), u16(c.h1), libm_tol());
+    expect_bf16(r, "attn_residual out_a " + sz, u16(g.out_a), u16(c.out_a), libm_tol());
+    expect_bf16(r, "attn_residual out_b " + sz, u16(g.out_b), u16(c.out_b), libm_tol());
+    expect_bf16(r, "attn_residual o_normed " + sz, u16(g.o_normed), u16(c.o_normed), libm_tol());
+    g.o_normed = Tensor{};  // without the optional output
+    poison(g.h1);
+    cuda().attn_residual(g);
+    expect_bf16(r, "attn_residual h1 (no dump) " + sz, u16(g.h1), u16(c.h1), libm_tol());
+
+    Tensor m1 = d.bf16({T, H}, 2.0f), m2 = d.bf16({T, H}, 0.2f);
+    Tensor w1 = d.bf16({H}, 0.3f, 1.0f), w2 = d.bf16({H}, 0.3f, 1.0f), wf = d.bf16({H}, 0.3f, 1.0f);
+    FfnResidualArgs cf{x, m1, m2, w1, w2, wf, 1e-6f, 0.37f, host(), host(), host(), host()};
+    FfnResidualArgs gf{up(x), up(m1), up(m2), up(w1), up(w2), up(wf), 1e-6f, 0.37f, dev(), dev(), dev(), dev()};
+    cpu().ffn_residual(cf);
+    cuda().ffn_residual(gf);
+    expect_bf16(r, "ffn_residual out " + sz, u16(gf.out), u16(cf.out), libm_tol());
+    expect_bf16(r, "ffn_residual m1n " + sz, u16(gf.m1n), u16(cf.m1n), libm_tol());
+    expect_bf16(r, "ffn_residual m2n " + sz, u16(gf.m2n), u16(cf.m2n), libm_tol());
+    expect_bf16(r, "ffn_residual f " + sz, u16(gf.f), u16(cf.f), libm_tol());
+    gf.m1n = gf.m2n = gf.f = Tensor{};
+    poison(gf.out);
+    cuda().ffn_residual(gf);
+    expect_bf16(r, "ffn_residual out (no dump) " + sz, u16(gf.out), u16(cf.out), libm_tol());
+  }
+}
+
 // ---- rmsnorm, rope ----------------------------------------------------------------------------
 
 void check_rmsnorm(Reporter& r) {
@@ -146,7 +218,7 @@ void check_rmsnorm(Reporter& r) {
     bool weight;
   };
   // 1/sqrt of the fp32 mean square: double on the GPU vs glibc powf on the CPU (libm_tol).
-  for (const Shape s : {Shape{7, 16, true}, Shape{33, 64, false}, Shape{300, 256, true}, Shape{64, 512, true},
+  for (const Shape s : {Shape{5, 20, true}, Shape{3, 1030, false}, Shape{7, 16, true}, Shape{33, 64, false}, Shape{300, 256, true}, Shape{64, 512, true},
                         Shape{19, 2816, true}, Shape{19, 2816, false}}) {
     Tensor x = d.bf16({s.rows, s.n}, 5.0f);
     // A few rows of tiny values, where eps matters.
@@ -494,6 +566,7 @@ std::vector<Case> op_cases() {
       {"elementwise", check_elementwise},
       {"embed", check_embed},
       {"rmsnorm", check_rmsnorm},
+      {"residual", check_residual},
       {"rope", check_rope},
       {"matmul", check_matmul},
       {"kv_cache", check_kv},

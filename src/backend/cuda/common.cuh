@@ -25,6 +25,30 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
 
 __device__ __forceinline__ float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
+// Eight bf16 values as one 16-byte word (vectorised loads and stores of bandwidth-bound kernels).
+__device__ __forceinline__ void unpack_bf16x8(const uint4 v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    f[2 * k] = __uint_as_float(w[k] << 16);
+    f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    w[k] = static_cast<uint32_t>(f32_to_bf16(f[2 * k])) | (static_cast<uint32_t>(f32_to_bf16(f[2 * k + 1])) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// True when every pointer is 16-byte aligned and n is a multiple of 8 (the vectorised kernels' terms).
+inline bool vec8_ok(int64_t n, const void* a, const void* b = nullptr, const void* c = nullptr) {
+  auto al = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return n % 8 == 0 && al(a) && al(b) && al(c);
+}
+
 // ---- fp32 functions matched to the CPU reference ---------------------------------------------------
 // The CPU calls glibc's expf/tanhf/cosf/sinf, which return the correctly rounded fp32 result in all
 // but rare cases; CUDA's fp32 versions are allowed 1-2 ulp of error. Evaluating in double and

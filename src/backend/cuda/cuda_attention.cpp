@@ -10,8 +10,10 @@
 // single rounding. Long contexts: the queries are processed in chunks that keep the score buffer
 // under a budget (256 MiB, tuning.h); there is no limit on the number of keys beyond memory.
 // With the fused-attention knob on (off by default; see g_fused), head dims
-// 64/128/256/512 run fused_attention.cu instead (two passes over key splits + a reduce, same rounding points,
-// no score buffer; a workspace of splits x rows x (D + 2) fp32); other shapes keep this path.
+// 64/128/256/512 (up to set_fused_attention_max_dim) run fused_attention.cu instead: two passes over key
+// splits + a reduce, same rounding points, no score buffer (a workspace of splits x rows x (D + 2) fp32),
+// reading the cached keys straight from the paged pool (no gather) when the page size is a power of
+// two; other shapes keep this path.
 #include <algorithm>
 #include <atomic>
 
@@ -33,11 +35,13 @@ std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
 // cost more between the other ops than the launches it saves. Head dim 512 (0.708 vs 0.227 ms) and
 // causal prompt chunks (0.104 vs 0.108 ms) gain nothing either.
 std::atomic<bool> g_fused{false};
+std::atomic<int64_t> g_fused_max_dim{1 << 30};  // head dims above it keep the cuBLAS path
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
 
 int64_t set_attention_score_budget(int64_t bytes) { return g_score_bytes.exchange(std::max<int64_t>(bytes, 1)); }
 bool set_fused_attention(bool on) { return g_fused.exchange(on); }
+int64_t set_fused_attention_max_dim(int64_t d) { return g_fused_max_dim.exchange(d > 0 ? d : int64_t{1} << 30); }
 
 void attention(const Context& ctx, const AttentionArgs& a) {
   const char* op = "attention";
@@ -54,19 +58,41 @@ void attention(const Context& ctx, const AttentionArgs& a) {
   DG_CHECK(a.out.numel() == n * Hq * D);
   const int64_t L = a.cache_len;
   DG_CHECK(L >= 0 && a.cache_first >= 0);
-  // The cached keys of the sequence are gathered from the paged pool into contiguous [Hkv, L, D]
-  // operands (one copy of the visible cache per call), then both paths below run as on a contiguous
-  // cache with cap = L.
-  Tensor k_gathered, v_gathered;
-  const int64_t cap = L;
   if (L > 0) {
     need_type(a.k_pages, ScalarType::kBF16, op, "k_pages");
     need_type(a.v_pages, ScalarType::kBF16, op, "v_pages");
     need_type(a.page_table, ScalarType::kI32, op, "page_table");
     DG_CHECK(a.k_pages.ndim == 4 && a.v_pages.ndim == 4 && D % 8 == 0);
     DG_CHECK(a.k_pages.dim(1) == Hkv && a.k_pages.dim(3) == D && a.v_pages.numel() == a.k_pages.numel());
+    DG_CHECK((a.cache_first + L - 1) / a.k_pages.dim(2) < a.page_table.numel());
+  }
+  // The fused kernel reads the paged pool itself (pages of a power-of-two size), so no gather.
+  if (n > 0 && g_fused.load() && D <= g_fused_max_dim.load()) {
+    const int64_t P = L > 0 ? a.k_pages.dim(2) : 1;
+    const bool pow2 = (P & (P - 1)) == 0;
+    const FusedAttentionPlan plan = plan_fused_attention(n, Hq, Hkv, D, L, a.causal, a.window, ctx.device);
+    if (plan.splits > 0 && pow2) {
+      PagedCache paged;
+      if (L > 0) {
+        paged.table = a.page_table.ptr<int32_t>();
+        paged.first = a.cache_first;
+        while ((int64_t{1} << paged.page_shift) < P) ++paged.page_shift;
+      }
+      Tensor ws = ctx.alloc(ScalarType::kU8, {std::max<int64_t>(plan.workspace_bytes, 16)});
+      if (launch_fused_attention(plan, ws.data, a.q.ptr<uint16_t>(), L > 0 ? a.k_pages.ptr<uint16_t>() : nullptr,
+                                 L > 0 ? a.v_pages.ptr<uint16_t>() : nullptr, a.k_new.ptr<uint16_t>(),
+                                 a.v_new.ptr<uint16_t>(), a.out.ptr<uint16_t>(), n, Hq, Hkv, D, L, L, a.causal,
+                                 a.window, a.scaling, ctx.device, ctx.stream, L > 0 ? &paged : nullptr))
+        return;
+    }
+  }
+  // The cached keys of the sequence are gathered from the paged pool into contiguous [Hkv, L, D]
+  // operands (one copy of the visible cache per call), then both paths below run as on a contiguous
+  // cache with cap = L.
+  Tensor k_gathered, v_gathered;
+  const int64_t cap = L;
+  if (L > 0) {
     const int64_t P = a.k_pages.dim(2);
-    DG_CHECK((a.cache_first + L - 1) / P < a.page_table.numel());
     k_gathered = ctx.alloc(ScalarType::kBF16, {Hkv * L * D});
     v_gathered = ctx.alloc(ScalarType::kBF16, {Hkv * L * D});
     launch_kv_gather(a.k_pages.ptr<uint16_t>(), Hkv, P, D, a.page_table.ptr<int32_t>(), a.cache_first, L,
@@ -75,19 +101,6 @@ void attention(const Context& ctx, const AttentionArgs& a) {
                      v_gathered.ptr<uint16_t>(), ctx.stream);
   }
   if (n == 0) return;
-  if (g_fused.load()) {
-    const FusedAttentionPlan plan = plan_fused_attention(n, Hq, Hkv, D, L, a.causal, a.window, ctx.device);
-    if (plan.splits > 0) {
-      Tensor ws = ctx.alloc(ScalarType::kU8, {std::max<int64_t>(plan.workspace_bytes, 16)});
-      if (launch_fused_attention(plan, ws.data, a.q.ptr<uint16_t>(),
-                                 L > 0 ? k_gathered.ptr<uint16_t>() : nullptr,
-                                 L > 0 ? v_gathered.ptr<uint16_t>() : nullptr, a.k_new.ptr<uint16_t>(),
-                                 a.v_new.ptr<uint16_t>(), a.out.ptr<uint16_t>(), n, Hq, Hkv, D, L, cap,
-                                 a.causal, a.window, a.scaling, ctx.device, ctx.stream)) {
-        return;
-      }
-    }
-  }
 
   const int64_t groups = Hq / Hkv;
   const int64_t Lpad = round_up(L, 8);

@@ -303,6 +303,47 @@ class CudaBackend final : public Backend {
     launch_rope(bf16_out(x, "rope", "x"), positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, NH, D, ctx_.stream);
   }
 
+  void attn_residual(const AttnResidualArgs& a) override {
+    activate();
+    const int64_t H = a.x.dim(-1), T = a.x.numel() / std::max<int64_t>(H, 1);
+    auto opt = [](const Tensor& t) { return t.empty() ? nullptr : t.ptr<uint16_t>(); };
+    const char* op = "attn_residual";
+    DG_CHECK(a.o.numel() == T * H && a.h1.numel() == T * H && a.out_a.numel() == T * H && a.out_b.numel() == T * H);
+    DG_CHECK(a.post_norm.numel() == H && a.norm_a.numel() == H && a.norm_b.numel() == H);
+    DG_CHECK(a.o_normed.empty() || a.o_normed.numel() == T * H);
+    const uint16_t* x = bf16_in(a.x, op, "x");
+    const uint16_t* o = bf16_in(a.o, op, "o");
+    const uint16_t* wp = bf16_in(a.post_norm, op, "post_norm");
+    const uint16_t* wa = bf16_in(a.norm_a, op, "norm_a");
+    const uint16_t* wb = bf16_in(a.norm_b, op, "norm_b");
+    uint16_t* h1 = bf16_out(a.h1, op, "h1");
+    uint16_t* oa = bf16_out(a.out_a, op, "out_a");
+    uint16_t* ob = bf16_out(a.out_b, op, "out_b");
+    uint16_t* on = opt(a.o_normed);
+    if (!residual_fusable(H, {x, o, wp, wa, wb, h1, oa, ob, on})) return Backend::attn_residual(a);
+    launch_attn_residual(x, o, wp, h1, wa, oa, wb, ob, on, T, H, a.eps, ctx_.stream);
+  }
+
+  void ffn_residual(const FfnResidualArgs& a) override {
+    activate();
+    const int64_t H = a.h1.dim(-1), T = a.h1.numel() / std::max<int64_t>(H, 1);
+    auto opt = [](const Tensor& t) { return t.empty() ? nullptr : t.ptr<uint16_t>(); };
+    const char* op = "ffn_residual";
+    DG_CHECK(a.m1.numel() == T * H && a.m2.numel() == T * H && a.out.numel() == T * H);
+    DG_CHECK(a.norm1.numel() == H && a.norm2.numel() == H && a.norm_f.numel() == H);
+    for (const Tensor* t : {&a.m1n, &a.m2n, &a.f}) DG_CHECK(t->empty() || t->numel() == T * H);
+    const uint16_t* h1 = bf16_in(a.h1, op, "h1");
+    const uint16_t* m1 = bf16_in(a.m1, op, "m1");
+    const uint16_t* m2 = bf16_in(a.m2, op, "m2");
+    const uint16_t* w1 = bf16_in(a.norm1, op, "norm1");
+    const uint16_t* w2 = bf16_in(a.norm2, op, "norm2");
+    const uint16_t* wf = bf16_in(a.norm_f, op, "norm_f");
+    uint16_t* out = bf16_out(a.out, op, "out");
+    uint16_t *m1n = opt(a.m1n), *m2n = opt(a.m2n), *f = opt(a.f);
+    if (!residual_fusable(H, {h1, m1, m2, w1, w2, wf, out, m1n, m2n, f})) return Backend::ffn_residual(a);
+    launch_ffn_residual(h1, m1, m2, w1, w2, wf, a.scale, out, m1n, m2n, f, T, H, a.eps, ctx_.stream);
+  }
+
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
     activate();
     DG_CHECK(a.numel() == b.numel() && a.numel() == out.numel());
@@ -360,6 +401,10 @@ class CudaBackend final : public Backend {
     d.canvas = a.canvas.ptr<int32_t>();
     d.flags = a.flags.ptr<int32_t>();
     d.accept = a.accept.empty() ? nullptr : a.accept.ptr<uint8_t>();
+    if (!a.pin_mask.empty()) {
+      d.pin_mask = a.pin_mask.ptr<uint8_t>();
+      d.pin_tokens = a.pin_tokens.ptr<int32_t>();
+    }
     launch_decide(d, ctx_.stream);
   }
 

@@ -3,9 +3,19 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+
+#include "backend/cuda/tuning.h"
 #include "util/error.h"
 
 namespace dgemma::cuda {
+
+namespace {
+std::atomic<uint64_t> g_launches{0};
+}  // namespace
+
+void count_launch() { g_launches.fetch_add(1, std::memory_order_relaxed); }
+uint64_t launches_so_far() { return g_launches.load(std::memory_order_relaxed); }
 
 void fail_cuda(int code, const char* expr, const char* file, int line) {
   const auto err = static_cast<cudaError_t>(code);

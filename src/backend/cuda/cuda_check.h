@@ -8,6 +8,8 @@ namespace dgemma::cuda {
 
 [[noreturn]] void fail_cuda(int code, const char* expr, const char* file, int line);
 [[noreturn]] void fail_cublas(int status, const char* expr, const char* file, int line);
+// Kernel launches issued by this process (dgemma's kernels and cuBLAS calls), for "launches per step".
+void count_launch();
 
 }  // namespace dgemma::cuda
 
@@ -24,4 +26,8 @@ namespace dgemma::cuda {
   } while (0)
 
 // After every kernel launch: launch-configuration errors surface here, at the launch site.
-#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+#define CUDA_CHECK_LAUNCH()          \
+  do {                               \
+    ::dgemma::cuda::count_launch();  \
+    CUDA_CHECK(cudaGetLastError());  \
+  } while (0)

@@ -169,11 +169,13 @@ void gemm(const Context& ctx, const Gemm& g) {
   const cudaDataType_t c_type = g.c_f32 ? CUDA_R_32F : CUDA_R_16BF;
   // Row-major C = A . op(B) is column-major C^T = op(B)^T . A^T: cuBLAS sees m = N, n = M.
   if (g.batch == 1) {
+    count_launch();
     CUBLAS_CHECK(cublasGemmEx(ctx.cublas, op_b, CUBLAS_OP_N, static_cast<int>(g.N), static_cast<int>(g.M),
                               static_cast<int>(g.K), &alpha, g.b, CUDA_R_16BF, static_cast<int>(g.ldb), g.a, CUDA_R_16BF,
                               static_cast<int>(g.lda), &beta, g.c, c_type, static_cast<int>(g.ldc), CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
   } else {
+    count_launch();
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         ctx.cublas, op_b, CUBLAS_OP_N, static_cast<int>(g.N), static_cast<int>(g.M), static_cast<int>(g.K), &alpha, g.b,
         CUDA_R_16BF, static_cast<int>(g.ldb), g.stride_b, g.a, CUDA_R_16BF, static_cast<int>(g.lda), g.stride_a, &beta,

@@ -7,6 +7,10 @@
 //      entropies in position order for the confidence test;
 //   3. every position writes its next-canvas token (the sample if accepted, else a renoise token from
 //      the counter-based RNG) and compares its argmax with the previous step's.
+// Pinned positions (a pin mask given) sort after every free one, so the walk of step 2 covers the
+// free positions alone (decide_rules.h); they are accepted, keep their pinned token and are left out
+// of the mean and the argmax comparison. Without a mask every position is free: the same operations
+// in the same order as before pins existed.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/decide.cuh"
 #include "util/counter_rng.h"
@@ -23,15 +27,21 @@ __global__ void __launch_bounds__(kThreads) decide_kernel(DecideLaunch d) {
   float* sorted = smem + C;                               // [C] entropies in ascending order
   int* rank = reinterpret_cast<int*>(smem + 2 * C);       // [C] position -> sorted index
   int* accepted = reinterpret_cast<int*>(smem + 3 * C);   // [C] sorted index -> accepted
-  for (int p = threadIdx.x; p < C; p += blockDim.x) h[p] = d.entropy[p];
+  int* pin = accepted;  // scratch while ranking (1 = pinned); accepted is written only afterwards
+  for (int p = threadIdx.x; p < C; p += blockDim.x) {
+    h[p] = d.entropy[p];
+    pin[p] = d.pin_mask != nullptr && d.pin_mask[p] != 0 ? 1 : 0;
+  }
   __syncthreads();
 
   for (int p = threadIdx.x; p < C; p += blockDim.x) {
     const float e = h[p];
+    const int mp = pin[p];
     int r = 0;
     for (int q = 0; q < C; ++q) {
       const float o = h[q];
-      r += (o < e || (o == e && q < p)) ? 1 : 0;
+      const int mq = pin[q];
+      r += (mq == mp ? (o < e || (o == e && q < p)) : mq < mp) ? 1 : 0;
     }
     rank[p] = r;
     sorted[r] = e;
@@ -39,16 +49,27 @@ __global__ void __launch_bounds__(kThreads) decide_kernel(DecideLaunch d) {
   __syncthreads();
 
   if (threadIdx.x == 0) {
+    // The mean first: it reads the pin flags that the walk below overwrites.
+    float sum = 0.0f;
+    int n_free = 0;
+    for (int p = 0; p < C; ++p) {
+      if (pin[p]) continue;
+      sum = __fadd_rn(sum, h[p]);
+      ++n_free;
+    }
+    const float mean = n_free == 0 ? 0.0f : __fdiv_rn(sum, static_cast<float>(n_free));
+    d.flags[1] = mean < d.confidence_threshold ? 1 : 0;
     float cum = 0.0f;
     for (int k = 0; k < C; ++k) {
+      if (k >= n_free) {
+        accepted[k] = 1;  // a pinned position
+        continue;
+      }
       const float v = sorted[k];
       const float before = __fsub_rn(__fadd_rn(cum, v), v);  // cumsum[k] - sorted[k], as the reference
       cum = __fadd_rn(cum, v);
       accepted[k] = before <= d.entropy_bound ? 1 : 0;
     }
-    float sum = 0.0f;
-    for (int p = 0; p < C; ++p) sum = __fadd_rn(sum, h[p]);
-    d.flags[1] = __fdiv_rn(sum, static_cast<float>(C)) < d.confidence_threshold ? 1 : 0;
   }
   __syncthreads();
 
@@ -56,10 +77,14 @@ __global__ void __launch_bounds__(kThreads) decide_kernel(DecideLaunch d) {
   for (int p = threadIdx.x; p < C; p += blockDim.x) {
     const int acc = accepted[rank[p]];
     const int32_t am = d.argmax[p];
-    const int32_t chosen = d.sample != nullptr ? d.sample[p] : am;
-    d.canvas[p] = acc ? chosen : static_cast<int32_t>(rng::uniform_token(d.renoise_key, static_cast<uint32_t>(p), d.vocab));
+    if (d.pin_mask != nullptr && d.pin_mask[p] != 0) {
+      d.canvas[p] = d.pin_tokens[p];
+    } else {
+      const int32_t chosen = d.sample != nullptr ? d.sample[p] : am;
+      d.canvas[p] = acc ? chosen : static_cast<int32_t>(rng::uniform_token(d.renoise_key, static_cast<uint32_t>(p), d.vocab));
+      if (d.have_prev && d.prev_argmax[p] != am) same = 0;
+    }
     if (d.accept != nullptr) d.accept[p] = static_cast<uint8_t>(acc);
-    if (d.have_prev && d.prev_argmax[p] != am) same = 0;
     d.prev_argmax[p] = am;  // read above by this same thread only
   }
   same = __syncthreads_and(same);

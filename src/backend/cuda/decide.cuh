@@ -20,6 +20,8 @@ struct DecideLaunch {
   int32_t* canvas = nullptr;        // [C]
   int32_t* flags = nullptr;         // [2]
   uint8_t* accept = nullptr;        // [C] or null
+  const uint8_t* pin_mask = nullptr;    // [C] or null: 1 = pinned
+  const int32_t* pin_tokens = nullptr;  // [C] with pin_mask
 };
 void launch_decide(const DecideLaunch& d, cudaStream_t stream);
 

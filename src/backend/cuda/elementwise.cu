@@ -33,6 +33,58 @@ __global__ void gelu_mul_kernel(const uint16_t* g, const uint16_t* u, uint16_t* 
     out[i] = f32_to_bf16(__fmul_rn(round_bf16(gelu_tanh(bf16_to_f32(g[i]))), bf16_to_f32(u[i])));
 }
 
+// Vectorised forms (16-byte words of eight bf16; vec8_ok holds): the same per-element maths.
+template <typename F>
+__device__ __forceinline__ void for_each_word(int64_t words, F f) {
+  for (int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; w < words;
+       w += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    f(w);
+}
+
+__global__ void add_vec_kernel(const uint4* a, const uint4* b, uint4* out, int64_t words) {
+  for_each_word(words, [&](int64_t w) {
+    float x[8], y[8];
+    unpack_bf16x8(a[w], x);
+    unpack_bf16x8(b[w], y);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] = __fadd_rn(x[k], y[k]);
+    out[w] = pack_bf16x8(x);
+  });
+}
+
+__global__ void scale_vec_kernel(const uint4* x, float s, uint4* out, int64_t words) {
+  for_each_word(words, [&](int64_t w) {
+    float v[8];
+    unpack_bf16x8(x[w], v);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(v[k], s);
+    out[w] = pack_bf16x8(v);
+  });
+}
+
+// b broadcast over rows of m elements (m a multiple of 8): word w of a pairs with word w % (m / 8) of b.
+__global__ void mul_vec_kernel(const uint4* a, const uint4* b, uint4* out, int64_t words, int64_t mwords) {
+  for_each_word(words, [&](int64_t w) {
+    float x[8], y[8];
+    unpack_bf16x8(a[w], x);
+    unpack_bf16x8(b[mwords == words ? w : w % mwords], y);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(x[k], y[k]);
+    out[w] = pack_bf16x8(x);
+  });
+}
+
+__global__ void gelu_mul_vec_kernel(const uint4* g, const uint4* u, uint4* out, int64_t words) {
+  for_each_word(words, [&](int64_t w) {
+    float x[8], y[8];
+    unpack_bf16x8(g[w], x);
+    unpack_bf16x8(u[w], y);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(round_bf16(gelu_tanh(x[k])), y[k]);
+    out[w] = pack_bf16x8(x);
+  });
+}
+
 __global__ void softcap_kernel(const uint16_t* __restrict__ in, float cap, float* __restrict__ out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -64,24 +116,51 @@ __global__ void embed_kernel(const int32_t* __restrict__ ids, const uint16_t* __
 
 void launch_add(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
+  if (vec8_ok(n, a, b, out)) {
+    add_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(a),
+                                                                        reinterpret_cast<const uint4*>(b),
+                                                                        reinterpret_cast<uint4*>(out), n / 8);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, b, out, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_scale(const uint16_t* x, float s, uint16_t* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
+  if (vec8_ok(n, x, out)) {
+    scale_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(x), s,
+                                                                          reinterpret_cast<uint4*>(out), n / 8);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, s, out, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_mul(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, int64_t m, cudaStream_t stream) {
   if (n <= 0) return;
+  if (vec8_ok(n, a, b, out) && m % 8 == 0 && m > 0 && n % m == 0) {
+    mul_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(a),
+                                                                        reinterpret_cast<const uint4*>(b),
+                                                                        reinterpret_cast<uint4*>(out), n / 8, m / 8);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   mul_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, b, out, n, m);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_gelu_mul(const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
+  if (vec8_ok(n, gate, up, out)) {
+    gelu_mul_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(gate),
+                                                                             reinterpret_cast<const uint4*>(up),
+                                                                             reinterpret_cast<uint4*>(out), n / 8);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   gelu_mul_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(gate, up, out, n);
   CUDA_CHECK_LAUNCH();
 }

@@ -52,6 +52,11 @@ struct Params {
   float* opart;   // [splits][Hkv][rpad][D] partial O of pass 2 (splits > 1; else null)
   int64_t n, Hq, Hkv, L, cap;
   int64_t window;
+  // Paged cache (table != null): kc / vc are a layer's pools [pages, Hkv, 2^page_shift, D] and cached
+  // key j sits at absolute position first + j, in pool page table[pos >> page_shift].
+  const int32_t* table;
+  int64_t first;
+  int page_shift;
   int64_t rpad;  // rows per KV head rounded up to the row block
   int causal;
   int splits;
@@ -169,6 +174,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) fused_attention_ke
     }
   };
 
+  // Row of cached key j of this KV head, contiguous or through the page table.
+  auto cached_row = [&](const uint16_t* cache, int64_t j) -> const uint16_t* {
+    if (p.table == nullptr) return cache + (kvh * p.cap + j) * D;
+    const int64_t pos = p.first + j;
+    const int64_t page = p.table[pos >> p.page_shift];
+    return cache + (((page * p.Hkv + kvh) << p.page_shift) + (pos & ((int64_t{1} << p.page_shift) - 1))) * D;
+  };
+
   // Loads keys (or values) [js, js + BN) of this KV head into dst; keys >= k_hi are zero rows.
   auto load_keys = [&](uint16_t* dst, const uint16_t* cache, const uint16_t* fresh, int64_t js) {
     for (int c = tid; c < BN * C::kChunks; c += C::kThreads) {
@@ -176,7 +189,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) fused_attention_ke
       const int64_t j = js + kr;
       const bool ok = j < k_hi;
       const uint16_t* src = fresh;
-      if (ok) src = (j < L ? cache + (kvh * p.cap + j) * D : fresh + ((j - L) * p.Hkv + kvh) * D) + cc * 8;
+      if (ok) src = (j < L ? cached_row(cache, j) : fresh + ((j - L) * p.Hkv + kvh) * D) + cc * 8;
       cp_async16(dst + kr * LDK + cc * 8, src, ok);
     }
   };
@@ -569,8 +582,10 @@ bool launch_fused_attention(const FusedAttentionPlan& plan, void* workspace, con
                             const uint16_t* k_cache, const uint16_t* v_cache, const uint16_t* k_new,
                             const uint16_t* v_new, uint16_t* out, int64_t n, int64_t Hq, int64_t Hkv,
                             int64_t D, int64_t L, int64_t cap, bool causal, int64_t window, float scaling,
-                            int device, cudaStream_t stream) {
-  if (plan.splits <= 0 || !shape_ok(n, Hq, Hkv, L) || (L > 0 && cap < L)) return false;
+                            int device, cudaStream_t stream, const PagedCache* paged) {
+  if (paged != nullptr && (paged->table == nullptr || paged->page_shift < 0 || paged->page_shift > 20 || paged->first < 0))
+    return false;
+  if (plan.splits <= 0 || !shape_ok(n, Hq, Hkv, L) || (paged == nullptr && L > 0 && cap < L)) return false;
   // cp.async moves 16-byte chunks, the output is stored in 4-byte pairs and the partials are read as
   // float4: every base must be 16-byte aligned (rows are, since D is a multiple of 8).
   if (workspace == nullptr || !aligned16(workspace)) return false;
@@ -591,6 +606,9 @@ bool launch_fused_attention(const FusedAttentionPlan& plan, void* workspace, con
            L,
            cap,
            window,
+           paged != nullptr ? paged->table : nullptr,
+           paged != nullptr ? paged->first : 0,
+           paged != nullptr ? paged->page_shift : 0,
            0,
            causal ? 1 : 0,
            0,

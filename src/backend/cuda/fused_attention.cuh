@@ -29,11 +29,19 @@ FusedAttentionPlan plan_fused_attention(int64_t n, int64_t Hq, int64_t Hkv, int6
 // `plan` comes from plan_fused_attention with the same shape; `workspace` is device memory of at least
 // plan.workspace_bytes, 16-byte aligned. Returns false, launching nothing, when the plan is empty or
 // a pointer is not 16-byte aligned; the caller then takes another path.
+// A paged cache instead of contiguous ones: k_cache / v_cache are one layer's pools [pages, Hkv, P, D]
+// with P = 2^page_shift, and cached key j is absolute position first + j, in page table[pos / P].
+struct PagedCache {
+  const int32_t* table = nullptr;  // device
+  int64_t first = 0;
+  int page_shift = 0;
+};
+
 bool launch_fused_attention(const FusedAttentionPlan& plan, void* workspace, const uint16_t* q,
                             const uint16_t* k_cache, const uint16_t* v_cache, const uint16_t* k_new,
                             const uint16_t* v_new, uint16_t* out, int64_t n, int64_t Hq, int64_t Hkv,
                             int64_t D, int64_t L, int64_t cap, bool causal, int64_t window, float scaling,
-                            int device, cudaStream_t stream);
+                            int device, cudaStream_t stream, const PagedCache* paged = nullptr);
 
 // Tests: forces the number of key splits of every plan (clamped to [1, 64]; 0 restores the automatic
 // choice). Returns the previous setting.

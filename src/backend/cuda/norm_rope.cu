@@ -51,6 +51,190 @@ __global__ void router_norm_kernel(const uint16_t* __restrict__ x, const uint16_
   }
 }
 
+// Vectorised RMSNorm (rows of n = 8 * words elements, vec8_ok): the same maths as above, read as
+// 16-byte words. kRouter selects the router's form (no weight; * scale, * root, with its roundings).
+// Rows of up to 64 words get one warp each (no block barrier; the per-head q/k norms), longer rows
+// one block. Each word is read and written by the same thread, so x and out may alias.
+template <bool kRouter>
+__device__ __forceinline__ void norm_word(const uint4* xr, const uint4* w, const uint4* scale, float root, float inv,
+                                          uint4* o, int64_t i) {
+  float v[8];
+  unpack_bf16x8(xr[i], v);
+  float ww[8];
+  if (kRouter) {
+    unpack_bf16x8(scale[i], ww);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(round_bf16(__fmul_rn(round_bf16(__fmul_rn(v[k], inv)), ww[k])), root);
+  } else if (w != nullptr) {
+    unpack_bf16x8(w[i], ww);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(__fmul_rn(v[k], inv), ww[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(v[k], inv);
+  }
+  o[i] = pack_bf16x8(v);
+}
+
+__device__ __forceinline__ double word_squares(const uint4 u) {
+  float v[8];
+  unpack_bf16x8(u, v);
+  double ss = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) ss += static_cast<double>(v[k]) * v[k];
+  return ss;
+}
+
+__device__ __forceinline__ float inv_rms_of(double ss, int64_t n, float eps) {
+  const float ms = __fadd_rn(static_cast<float>(ss / static_cast<double>(n)), eps);
+  return static_cast<float>(1.0 / sqrt(static_cast<double>(ms)));
+}
+
+template <bool kRouter>
+__global__ void rmsnorm_warp_kernel(const uint4* x, const uint4* __restrict__ w, const uint4* __restrict__ scale,
+                                    float root, uint4* out, int64_t rows, int64_t words, float eps) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;  // whole warps leave together
+  const int lane = threadIdx.x & 31;
+  const uint4* xr = x + row * words;
+  uint4* o = out + row * words;
+  double ss = 0;
+  for (int64_t i = lane; i < words; i += 32) ss += word_squares(xr[i]);
+  ss = warp_reduce(ss, SumOp{});
+  const float inv = inv_rms_of(ss, words * 8, eps);
+  for (int64_t i = lane; i < words; i += 32) norm_word<kRouter>(xr, w, scale, root, inv, o, i);
+}
+
+template <bool kRouter>
+__global__ void rmsnorm_block_kernel(const uint4* x, const uint4* __restrict__ w, const uint4* __restrict__ scale,
+                                     float root, uint4* out, int64_t words, float eps) {
+  __shared__ double shared[32];
+  const int64_t row = blockIdx.x;
+  const uint4* xr = x + row * words;
+  uint4* o = out + row * words;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) ss += word_squares(xr[i]);
+  ss = block_reduce(ss, SumOp{}, 0.0, shared);
+  const float inv = inv_rms_of(ss, words * 8, eps);
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) norm_word<kRouter>(xr, w, scale, root, inv, o, i);
+}
+
+template <bool kRouter>
+void launch_norm_vec(const uint16_t* x, const uint16_t* w, const uint16_t* scale, float root, uint16_t* out,
+                     int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+  const int64_t words = n / 8;
+  auto* xv = reinterpret_cast<const uint4*>(x);
+  auto* wv = reinterpret_cast<const uint4*>(w);
+  auto* sv = reinterpret_cast<const uint4*>(scale);
+  auto* ov = reinterpret_cast<uint4*>(out);
+  if (words <= 64) {
+    constexpr int kWarpsPerBlock = 8;
+    const unsigned blocks = static_cast<unsigned>(ceil_div(rows, kWarpsPerBlock));
+    rmsnorm_warp_kernel<kRouter><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(xv, wv, sv, root, ov, rows, words, eps);
+  } else {
+    const int threads = threads_for_row(ceil_div(words, 2));
+    rmsnorm_block_kernel<kRouter><<<static_cast<unsigned>(rows), threads, 0, stream>>>(xv, wv, sv, root, ov, words, eps);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+// The residual junctions: one block per row, three passes over the row's words (the row stays in L1/L2
+// between them); each word is read back only by the thread that wrote it. Same roundings as the
+// composed ops (backend.cpp).
+constexpr int kResidualThreads = 128;
+
+__device__ __forceinline__ void load8(const uint4* p, int64_t i, float (&v)[8]) { unpack_bf16x8(p[i], v); }
+
+__global__ void __launch_bounds__(kResidualThreads)
+    attn_residual_kernel(const uint4* __restrict__ x, const uint4* __restrict__ o, const uint4* __restrict__ wp,
+                         uint4* __restrict__ h1, const uint4* __restrict__ wa, uint4* __restrict__ oa,
+                         const uint4* __restrict__ wb, uint4* __restrict__ ob, uint4* __restrict__ on_out,
+                         int64_t words, float eps) {
+  __shared__ double shared[32];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * words;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) ss += word_squares(o[base + i]);
+  const float inv_o = inv_rms_of(block_reduce(ss, SumOp{}, 0.0, shared), words * 8, eps);
+  double sh = 0;
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    float ov[8], w[8], xv[8], h[8];
+    load8(o, base + i, ov);
+    load8(wp, i, w);
+    load8(x, base + i, xv);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      ov[k] = round_bf16(__fmul_rn(__fmul_rn(ov[k], inv_o), w[k]));
+      h[k] = round_bf16(__fadd_rn(xv[k], ov[k]));
+      sh += static_cast<double>(h[k]) * h[k];
+    }
+    h1[base + i] = pack_bf16x8(h);
+    if (on_out != nullptr) on_out[base + i] = pack_bf16x8(ov);
+  }
+  const float inv_h = inv_rms_of(block_reduce(sh, SumOp{}, 0.0, shared), words * 8, eps);
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    float h[8], w[8], y[8];
+    load8(h1, base + i, h);
+    load8(wa, i, w);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(__fmul_rn(h[k], inv_h), w[k]);
+    oa[base + i] = pack_bf16x8(y);
+    load8(wb, i, w);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(__fmul_rn(h[k], inv_h), w[k]);
+    ob[base + i] = pack_bf16x8(y);
+  }
+}
+
+__global__ void __launch_bounds__(kResidualThreads)
+    ffn_residual_kernel(const uint4* __restrict__ h1, const uint4* __restrict__ m1, const uint4* __restrict__ m2,
+                        const uint4* __restrict__ w1, const uint4* __restrict__ w2, const uint4* __restrict__ wf,
+                        float scale, uint4* __restrict__ out, uint4* __restrict__ m1n, uint4* __restrict__ m2n,
+                        uint4* __restrict__ f_out, int64_t words, float eps) {
+  __shared__ double shared[32];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * words;
+  double s1 = 0, s2 = 0;
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    s1 += word_squares(m1[base + i]);
+    s2 += word_squares(m2[base + i]);
+  }
+  const float inv1 = inv_rms_of(block_reduce(s1, SumOp{}, 0.0, shared), words * 8, eps);
+  const float inv2 = inv_rms_of(block_reduce(s2, SumOp{}, 0.0, shared), words * 8, eps);
+  uint4* const fbuf = f_out != nullptr ? f_out : out;  // bf16(m1n + m2n) until pass 3
+  double sf = 0;
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    float a[8], b[8], w[8], f[8];
+    load8(m1, base + i, a);
+    load8(w1, i, w);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) a[k] = round_bf16(__fmul_rn(__fmul_rn(a[k], inv1), w[k]));
+    load8(m2, base + i, b);
+    load8(w2, i, w);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      b[k] = round_bf16(__fmul_rn(__fmul_rn(b[k], inv2), w[k]));
+      f[k] = round_bf16(__fadd_rn(a[k], b[k]));
+      sf += static_cast<double>(f[k]) * f[k];
+    }
+    if (m1n != nullptr) m1n[base + i] = pack_bf16x8(a);
+    if (m2n != nullptr) m2n[base + i] = pack_bf16x8(b);
+    fbuf[base + i] = pack_bf16x8(f);
+  }
+  const float inv_f = inv_rms_of(block_reduce(sf, SumOp{}, 0.0, shared), words * 8, eps);
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    float f[8], w[8], h[8];
+    load8(fbuf, base + i, f);
+    load8(wf, i, w);
+    load8(h1, base + i, h);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      f[k] = round_bf16(__fmul_rn(__fmul_rn(f[k], inv_f), w[k]));
+      h[k] = __fmul_rn(round_bf16(__fadd_rn(h[k], f[k])), scale);
+    }
+    if (f_out != nullptr) f_out[base + i] = pack_bf16x8(f);
+    out[base + i] = pack_bf16x8(h);
+  }
+}
+
 // One block per token: bf16 cos/sin of the token's angles in shared memory, then every (head, pair).
 __global__ void rope_kernel(uint16_t* x, const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
                             int64_t heads, int64_t D) {
@@ -83,6 +267,7 @@ __global__ void rope_kernel(uint16_t* x, const int32_t* __restrict__ positions, 
 void launch_rmsnorm(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t rows, int64_t n, float eps,
                     cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return;
+  if (vec8_ok(n, x, w, out)) return launch_norm_vec<false>(x, w, nullptr, 1.0f, out, rows, n, eps, stream);
   rmsnorm_kernel<<<static_cast<unsigned>(rows), threads_for_row(n), 0, stream>>>(x, w, out, n, eps);
   CUDA_CHECK_LAUNCH();
 }
@@ -90,7 +275,37 @@ void launch_rmsnorm(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t
 void launch_router_norm(const uint16_t* x, const uint16_t* scale, float root, uint16_t* out, int64_t rows, int64_t n,
                         float eps, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return;
+  if (vec8_ok(n, x, scale, out)) return launch_norm_vec<true>(x, nullptr, scale, root, out, rows, n, eps, stream);
   router_norm_kernel<<<static_cast<unsigned>(rows), threads_for_row(n), 0, stream>>>(x, scale, root, out, n, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+bool residual_fusable(int64_t n, std::initializer_list<const void*> ptrs) {
+  if (n <= 0 || n % 8 != 0) return false;
+  for (const void* p : ptrs)
+    if ((reinterpret_cast<uintptr_t>(p) & 15u) != 0) return false;
+  return true;
+}
+
+void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* post_norm, uint16_t* h1,
+                          const uint16_t* norm_a, uint16_t* out_a, const uint16_t* norm_b, uint16_t* out_b,
+                          uint16_t* o_normed, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+  if (rows <= 0) return;
+  auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
+  auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
+  attn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
+      v(x), v(o), v(post_norm), m(h1), v(norm_a), m(out_a), v(norm_b), m(out_b), m(o_normed), n / 8, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, const uint16_t* norm1,
+                         const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out, uint16_t* m1n,
+                         uint16_t* m2n, uint16_t* f, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+  if (rows <= 0) return;
+  auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
+  auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
+  ffn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
+      v(h1), v(m1), v(m2), v(norm1), v(norm2), v(norm_f), scale, m(out), m(m1n), m(m2n), m(f), n / 8, eps);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,10 @@
 
 namespace dgemma::cuda {
 
+// Kernel launches (dgemma's kernels and cuBLAS calls) issued so far by this process: benchmarks
+// report launches per step from two readings.
+uint64_t launches_so_far();
+
 // Upper bound of attention's bf16 score buffer per call (default 256 MiB); queries are processed in
 // chunks that fit. Returns the previous value.
 int64_t set_attention_score_budget(int64_t bytes);
@@ -13,6 +17,8 @@ int64_t set_attention_score_budget(int64_t bytes);
 // the cuBLAS score / softmax / P.V path. Off by default: a whole model step measured slower with it
 // (cuda_attention.cpp). Returns the previous value; tests and benchmarks compare the two.
 bool set_fused_attention(bool on);
+// With the fused kernel on: only head dims <= d take it (<= 0: all). Returns the previous limit.
+int64_t set_fused_attention_max_dim(int64_t d);
 
 // Whether the MoE block groups tokens by expert on the device and runs the grouped expert kernel (no
 // host synchronisation) instead of grouping on the host for cuBLAS. Returns the previous value.
