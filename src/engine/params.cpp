@@ -67,6 +67,9 @@ SequenceParams resolve_sequence_params(const SamplingParams& p, const Generation
   if (p.top_logprobs < 0 || p.top_logprobs > limits::kMaxTopLogprobs)
     throw Error(ErrorKind::kInvalidArgument, fmt::format("top_logprobs must be in [0, {}]", limits::kMaxTopLogprobs),
                 "top_logprobs");
+  if (ctx.vocab_size > 0 && p.top_logprobs > ctx.vocab_size)
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("top_logprobs must be at most the vocabulary size {}", ctx.vocab_size),
+                "top_logprobs");
   if (p.top_logprobs > 0 && !p.logprobs)
     throw Error(ErrorKind::kInvalidArgument, "top_logprobs needs logprobs", "top_logprobs");
   s.top_logprobs = p.top_logprobs;

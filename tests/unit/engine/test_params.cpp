@@ -171,6 +171,12 @@ TEST(Params, SampleFiltersAndTopLogprobsAreCarriedAndChecked) {
               q.top_logprobs = 21;
             }),
             "top_logprobs");
+  SamplingParams small;
+  small.logprobs = true;
+  small.top_logprobs = 20;
+  ParamsContext tiny = context();
+  tiny.vocab_size = 10;
+  EXPECT_THROW((void)resolve_sequence_params(small, checkpoint(), tiny), Error) << "more alternatives than tokens";
 }
 
 TEST(Params, AGenerationConfigOutsideTheLimitsIsRefused) {
