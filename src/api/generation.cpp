@@ -209,8 +209,8 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
       if (ctx_.metrics) ctx_.metrics->on_canvas(ev.steps, ev.tokens.size(), gap);
       ++canvases_;
       steps_ += ev.steps;
-      if (c.pinned) c.pinned->feed(ev.tokens, ev.logprobs, ev.pinned);
-      OutputDelta d = c.out->feed(ev.tokens, ev.logprobs);
+      if (c.pinned) c.pinned->feed(ev.tokens, ev.logprobs, ev.pinned, ev.top_n, &ev.top_ids, &ev.top_logprobs);
+      OutputDelta d = c.out->feed(ev.tokens, ev.logprobs, ev.top_n, ev.top_ids, ev.top_logprobs);
       if (!d.empty()) {
         c.total.append(OutputDelta(d));
         Event e;
@@ -356,9 +356,12 @@ Json Generation::usage_json() const {
 Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const {
   if (req_.endpoint == Endpoint::kChat) {
     Json content = Json::array();
-    for (const auto& lp : lps)
+    for (const auto& lp : lps) {
+      Json top = Json::array();
+      for (const auto& a : lp.top) top.push_back(Json{{"token", a.token}, {"logprob", a.logprob}, {"bytes", a.bytes}});
       content.push_back(Json{{"token", lp.token}, {"logprob", lp.logprob}, {"bytes", lp.bytes},
-                             {"top_logprobs", Json::array()}});
+                             {"top_logprobs", std::move(top)}});
+    }
     return Json{{"content", std::move(content)}};
   }
   Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
@@ -366,8 +369,11 @@ Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text
   for (const auto& lp : lps) {
     tokens.push_back(lp.token);
     token_logprobs.push_back(lp.logprob);
+    // The returned token and its alternatives (vLLM's dict: the first of equal strings stays).
     Json t = Json::object();
     t[lp.token] = lp.logprob;
+    for (const auto& a : lp.top)
+      if (!t.contains(a.token)) t[a.token] = a.logprob;
     top.push_back(std::move(t));
     offsets.push_back(off);
     off += lp.token.size();

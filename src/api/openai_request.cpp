@@ -202,15 +202,14 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
   if (auto t = f.number("temperature", limits::kMinTemperature, limits::kMaxTemperature)) {
     if (*t != 1.0) sp.temperature = *t;
   }
-  // Common UI defaults, accepted as vLLM does. The entropy-bound diffusion sampler has no
-  // nucleus / top-k cut and no penalties, so they have no effect (docs/API.md); their ranges are still
-  // checked so a typo is not silently taken.
+  // vLLM's filters restrict the support of each position's sample (docs/API.md); the penalties are
+  // accepted (common UI defaults) with no effect, their ranges still checked so a typo is not taken.
   if (auto v = f.number("top_p", 0, 1)) {
     if (*v <= 0) fail_param("top_p", "'top_p' must be in (0, 1], got {}", *v);
-    out.ignored_sampling.push_back("top_p");
+    sp.top_p = *v;
   }
-  if (f.integer("top_k", -1, INT32_MAX)) out.ignored_sampling.push_back("top_k");
-  if (f.number("min_p", 0, 1)) out.ignored_sampling.push_back("min_p");
+  if (auto v = f.integer("top_k", -1, INT32_MAX)) sp.top_k = static_cast<int>(*v);
+  if (auto v = f.number("min_p", 0, 1)) sp.min_p = *v;
   if (f.number("presence_penalty", -2, 2)) out.ignored_sampling.push_back("presence_penalty");
   if (f.number("frequency_penalty", -2, 2)) out.ignored_sampling.push_back("frequency_penalty");
   if (auto v = f.number("repetition_penalty", 0, 1e6)) {
@@ -659,11 +658,9 @@ ParsedRequest parse_chat_request(const Json& body, const RequestPolicy& policy) 
   parse_template_options(f, policy, out);
   parse_misc_openai(f);
   out.logprobs = f.boolean("logprobs").value_or(false);
-  if (auto tl = f.integer("top_logprobs", 0, 20)) {
+  if (auto tl = f.integer("top_logprobs", 0, limits::kMaxTopLogprobs)) {
     if (!out.logprobs) fail_param("top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.");
-    if (*tl > 0)
-      fail_unsupported("top_logprobs", "'top_logprobs' > 0 is not supported: only the committed token's log-probability "
-                       "is computed");
+    out.sampling.top_logprobs = static_cast<int>(*tl);
   }
   out.sampling.logprobs = out.logprobs;
   finish_unknown(f, policy, out);
@@ -687,10 +684,8 @@ ParsedRequest parse_completion_request(const Json& body, const RequestPolicy& po
     fail_param("n", "{} prompts x n={} exceeds the limit of {} choices per request", out.prompts.size(), out.n,
                RequestLimits::kMaxChoices);
   if (auto lp = f.integer("logprobs", 0, 5)) {
-    if (*lp > 0)
-      fail_unsupported("logprobs", "'logprobs' > 0 is not supported: only the committed token's log-probability is "
-                       "computed (use logprobs: 0)");
     out.logprobs = true;
+    out.sampling.top_logprobs = static_cast<int>(*lp);
   }
   out.sampling.logprobs = out.logprobs;
   out.echo = f.boolean("echo").value_or(false);
