@@ -306,6 +306,11 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
       fail_param(pr.max_tokens ? "max_tokens" : prompt_param,
                  "the pinned layout of the reply takes {} answer tokens, but at most {} may be generated", min_answer,
                  p.max_tokens);
+    if (pr.infill.active()) {
+      p.infill = layout_infill(pr.infill, [&](std::string_view text) { return m->prompts->text(text); },
+                               m->engine->stats().canvas_length, p.max_tokens, max_len - plen, pr.max_tokens.has_value());
+      p.max_tokens = p.infill.max_tokens;
+    }
   }
 
   GenerationContext ctx;

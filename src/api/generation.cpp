@@ -4,6 +4,7 @@
 #include <cmath>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "api/api_error.h"
@@ -40,6 +41,7 @@ struct Generation::Choice {
   int64_t denoising_steps = 0;
   int64_t cached_tokens = 0;  // prompt tokens the engine's prefix cache served
   OutputDelta total;     // everything produced (non-stream response)
+  std::optional<PinnedOutput> pinned;  // infilling: drops / sorts the pinned tokens
   size_t text_len = 0;   // bytes of text streamed so far (completions text_offset)
   GenerationRequest request;  // as first submitted (retries resubmit it with another seed)
   int attempt = 0;            // 0-based attempt of a checked form
@@ -128,6 +130,10 @@ void Generation::start() {
         g.params.stop_token_ids = req_.stop_token_ids;
         g.params.previews = req_.stream && req_.include_previews;
         g.params.pins = prompts_[p].pins;
+        if (!prompts_[p].infill.pins.empty()) {
+          g.params.pins = prompts_[p].infill.pins;
+          c->pinned.emplace(prompts_[p].infill);
+        }
         if (req_.sampling.seed) g.params.seed = *req_.sampling.seed + static_cast<uint64_t>(j);
         choices_.push_back(std::move(c));
         submit(*choices_.back());
@@ -312,9 +318,18 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
         if (!ev.logprobs.empty())
           ev.logprobs.erase(ev.logprobs.begin(),
                             ev.logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(drop, ev.logprobs.size())));
+        if (ev.top_n > 0) {
+          const auto n = static_cast<std::ptrdiff_t>(drop) * ev.top_n;
+          ev.top_ids.erase(ev.top_ids.begin(), ev.top_ids.begin() + std::min<std::ptrdiff_t>(n, ev.top_ids.size()));
+          ev.top_logprobs.erase(ev.top_logprobs.begin(),
+                                ev.top_logprobs.begin() + std::min<std::ptrdiff_t>(n, ev.top_logprobs.size()));
+        }
+        if (!ev.pinned.empty())
+          ev.pinned.erase(ev.pinned.begin(), ev.pinned.begin() + static_cast<std::ptrdiff_t>(std::min(drop, ev.pinned.size())));
         c.skip -= static_cast<int64_t>(drop);
       }
-      emit(c, c.out->feed(ev.tokens, ev.logprobs), events);
+      if (c.pinned) c.pinned->feed(ev.tokens, ev.logprobs, ev.pinned, ev.top_n, &ev.top_ids, &ev.top_logprobs);
+      emit(c, c.out->feed(ev.tokens, ev.logprobs, ev.top_n, ev.top_ids, ev.top_logprobs), events);
       if (c.out->stopped()) {
         c.stream->cancel();  // a stop string or id ended the output inside this canvas
         conclude(c, "stop", events, nullptr);
@@ -449,9 +464,12 @@ Json Generation::usage_json() const {
 Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const {
   if (req_.endpoint == Endpoint::kChat) {
     Json content = Json::array();
-    for (const auto& lp : lps)
+    for (const auto& lp : lps) {
+      Json top = Json::array();
+      for (const auto& a : lp.top) top.push_back(Json{{"token", a.token}, {"logprob", a.logprob}, {"bytes", a.bytes}});
       content.push_back(Json{{"token", lp.token}, {"logprob", lp.logprob}, {"bytes", lp.bytes},
-                             {"top_logprobs", Json::array()}});
+                             {"top_logprobs", std::move(top)}});
+    }
     return Json{{"content", std::move(content)}};
   }
   Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
@@ -459,8 +477,11 @@ Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text
   for (const auto& lp : lps) {
     tokens.push_back(lp.token);
     token_logprobs.push_back(lp.logprob);
+    // The returned token and its alternatives (vLLM's dict: the first of equal strings stays).
     Json t = Json::object();
     t[lp.token] = lp.logprob;
+    for (const auto& a : lp.top)
+      if (!t.contains(a.token)) t[a.token] = a.logprob;
     top.push_back(std::move(t));
     offsets.push_back(off);
     off += lp.token.size();
@@ -650,6 +671,12 @@ Json Generation::response_json() const {
     } else {
       const std::string& echo = req_.echo ? prompts_[c->prompt_index].echo_text : std::string();
       choice["text"] = echo + t.content;
+      if (c->pinned && c->pinned->has_holes()) {
+        // infill_template: each hole's text (the text above is the whole filled template).
+        Json holes = Json::array();
+        for (const auto& h : c->pinned->holes()) holes.push_back(ctx_.tokenizer->decode(h, req_.skip_special_tokens));
+        choice["holes"] = std::move(holes);
+      }
     }
     choice["logprobs"] = req_.logprobs ? logprobs_json(t.logprobs, 0) : Json(nullptr);
     choice["finish_reason"] = c->finish_reason;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/choice_output.h"
+#include "api/infill.h"
 #include "api/metrics.h"
 #include "api/openai_request.h"
 #include "engine/request.h"
@@ -37,6 +38,7 @@ struct PreparedPrompt {
   int64_t prefill_tokens = 0;
   int64_t max_tokens = 0; // decided from the context budget
   bool starts_in_reasoning = false;  // chat: the prompt ends inside an open thought channel
+  InfillLayout infill;  // completions infilling: the answer's pinned spans (none: no infilling)
 };
 
 class Generation {

@@ -203,15 +203,14 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
   if (auto t = f.number("temperature", limits::kMinTemperature, limits::kMaxTemperature)) {
     if (*t != 1.0) sp.temperature = *t;
   }
-  // Common UI defaults, accepted as vLLM does. The entropy-bound diffusion sampler has no
-  // nucleus / top-k cut and no penalties, so they have no effect (docs/API.md); their ranges are still
-  // checked so a typo is not silently taken.
+  // vLLM's filters restrict the support of each position's sample (docs/API.md); the penalties are
+  // accepted (common UI defaults) with no effect, their ranges still checked so a typo is not taken.
   if (auto v = f.number("top_p", 0, 1)) {
     if (*v <= 0) fail_param("top_p", "'top_p' must be in (0, 1], got {}", *v);
-    out.ignored_sampling.push_back("top_p");
+    sp.top_p = *v;
   }
-  if (f.integer("top_k", -1, INT32_MAX)) out.ignored_sampling.push_back("top_k");
-  if (f.number("min_p", 0, 1)) out.ignored_sampling.push_back("min_p");
+  if (auto v = f.integer("top_k", -1, INT32_MAX)) sp.top_k = static_cast<int>(*v);
+  if (auto v = f.number("min_p", 0, 1)) sp.min_p = *v;
   if (f.number("presence_penalty", -2, 2)) out.ignored_sampling.push_back("presence_penalty");
   if (f.number("frequency_penalty", -2, 2)) out.ignored_sampling.push_back("frequency_penalty");
   if (auto v = f.number("repetition_penalty", 0, 1e6)) {
@@ -628,6 +627,52 @@ std::vector<PromptInput> parse_prompts(const Json* p, const RequestPolicy& polic
   return out;
 }
 
+// Completions infilling: OpenAI's `suffix`, or dgemma's `infill_template` (fixed pieces and holes).
+void parse_infill(Fields& f, ParsedRequest& out) {
+  if (auto s = f.string("suffix")) out.infill.suffix = *s;
+  const Json* t = f.get("infill_template");
+  if (!t) return;
+  if (!out.infill.suffix.empty()) fail_param("infill_template", "'infill_template' and 'suffix' cannot be combined");
+  if (!t->is_array() || t->empty())
+    fail_param("infill_template", "'infill_template' must be a non-empty array of strings (fixed text) and "
+               "{{\"max_tokens\": N}} objects (holes)");
+  if (t->size() > RequestLimits::kMaxInfillPieces)
+    fail_param("infill_template", "'infill_template' has {} pieces; at most {} are allowed", t->size(),
+               RequestLimits::kMaxInfillPieces);
+  bool previous_hole = false;
+  size_t holes = 0;
+  for (size_t i = 0; i < t->size(); ++i) {
+    const Json& e = (*t)[i];
+    const std::string name = fmt::format("infill_template[{}]", i);
+    InfillRequest::Piece piece;
+    if (e.is_string()) {
+      piece.text = e.get<std::string>();
+      if (piece.text.empty()) fail_param("infill_template", "{}: fixed text must not be empty", name);
+      previous_hole = false;
+    } else if (e.is_object()) {
+      Fields h(e, name + ".");
+      const auto n = h.integer("max_tokens", 1, RequestLimits::kMaxInfillHole);
+      if (!n) fail_param("infill_template", "{}: a hole needs \"max_tokens\" (its room in tokens)", name);
+      for (const auto& k : h.unknown()) fail_param("infill_template", "{}: unknown key '{}' (a hole has only max_tokens)", name, k);
+      // Two holes in a row would be one gap whose split nobody could tell: the texts of holes are told
+      // apart by the fixed text between them.
+      if (previous_hole) fail_param("infill_template", "{}: two holes in a row; holes must be separated by fixed text", name);
+      piece.hole = true;
+      piece.max_tokens = *n;
+      previous_hole = true;
+      ++holes;
+    } else {
+      fail_param("infill_template", "{} must be a string (fixed text) or an object (a hole), not {}", name, type_name(e));
+    }
+    out.infill.pieces.push_back(std::move(piece));
+  }
+  if (holes == 0) fail_param("infill_template", "'infill_template' has no hole to fill");
+  if (out.stream)
+    fail_unsupported("infill_template", "'infill_template' with stream: true is not supported (each hole's text is "
+                     "part of the complete response)");
+  if (!out.stop.empty()) fail_param("stop", "'stop' cannot be combined with 'infill_template' (it could cut a fixed piece)");
+}
+
 }  // namespace
 
 Json parse_request_body(std::string_view body) {
@@ -677,11 +722,9 @@ ParsedRequest parse_chat_request(const Json& body, const RequestPolicy& policy) 
   parse_misc_openai(f);
   check_pinned_forms(out);
   out.logprobs = f.boolean("logprobs").value_or(false);
-  if (auto tl = f.integer("top_logprobs", 0, 20)) {
+  if (auto tl = f.integer("top_logprobs", 0, limits::kMaxTopLogprobs)) {
     if (!out.logprobs) fail_param("top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.");
-    if (*tl > 0)
-      fail_unsupported("top_logprobs", "'top_logprobs' > 0 is not supported: only the committed token's log-probability "
-                       "is computed");
+    out.sampling.top_logprobs = static_cast<int>(*tl);
   }
   out.sampling.logprobs = out.logprobs;
   finish_unknown(f, policy, out);
@@ -705,16 +748,14 @@ ParsedRequest parse_completion_request(const Json& body, const RequestPolicy& po
     fail_param("n", "{} prompts x n={} exceeds the limit of {} choices per request", out.prompts.size(), out.n,
                RequestLimits::kMaxChoices);
   if (auto lp = f.integer("logprobs", 0, 5)) {
-    if (*lp > 0)
-      fail_unsupported("logprobs", "'logprobs' > 0 is not supported: only the committed token's log-probability is "
-                       "computed (use logprobs: 0)");
     out.logprobs = true;
+    out.sampling.top_logprobs = static_cast<int>(*lp);
   }
   out.sampling.logprobs = out.logprobs;
   out.echo = f.boolean("echo").value_or(false);
   if (out.echo && out.logprobs)
     fail_unsupported("echo", "'echo' together with 'logprobs' is not supported (prompt log-probabilities are not computed)");
-  f.unsupported("suffix", "'suffix' is not supported");
+  parse_infill(f, out);
   if (auto v = f.boolean("add_special_tokens")) (void)v;  // Gemma 4 adds no BOS/EOS when tokenising either way
   for (const char* key : {"tools", "tool_choice", "messages", "chat_template", "chat_template_kwargs"})
     f.unsupported(key, "only valid for /v1/chat/completions");

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "api/infill.h"
 #include "engine/request.h"
 #include "util/json.h"
 
@@ -38,6 +39,8 @@ struct RequestLimits {
   static constexpr size_t kMaxTools = 256;
   static constexpr size_t kMaxPrompts = 64;
   static constexpr size_t kMaxKwargBytes = 1024;
+  static constexpr size_t kMaxInfillPieces = 64;
+  static constexpr int64_t kMaxInfillHole = 1 << 20;
 };
 
 // kRequired / kNamed force a call: its opening markup (and the name) is pinned at the start of the
@@ -90,6 +93,7 @@ struct ParsedRequest {
 
   // Completions only.
   std::vector<PromptInput> prompts;
+  InfillRequest infill;             // `suffix` / `infill_template` (docs/API.md "Infilling")
 
   std::vector<std::string> unknown_keys;
   std::vector<std::string> ignored_sampling;  // accepted sampling fields that have no effect here

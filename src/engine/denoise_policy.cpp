@@ -30,6 +30,19 @@ std::vector<float> entropy_bound_margins(std::span<const float> entropy, float b
   return margin;
 }
 
+std::vector<float> entropy_bound_margins(std::span<const float> entropy, float bound, std::span<const uint8_t> pinned) {
+  if (pinned.empty()) return entropy_bound_margins(entropy, bound);
+  std::vector<float> free_h;
+  for (size_t p = 0; p < entropy.size(); ++p)
+    if (!pinned[p]) free_h.push_back(entropy[p]);
+  const std::vector<float> free_margin = entropy_bound_margins(free_h, bound);
+  std::vector<float> margin(entropy.size(), INFINITY);
+  size_t k = 0;
+  for (size_t p = 0; p < entropy.size(); ++p)
+    if (!pinned[p]) margin[p] = free_margin[k++];
+  return margin;
+}
+
 float temperature_at(const DiffusionParams& p, int step) {
   const int n = p.max_denoising_steps;
   const float frac = static_cast<float>(n - step) / static_cast<float>(n);

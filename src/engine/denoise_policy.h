@@ -17,6 +17,9 @@ std::vector<int32_t> random_canvas(uint64_t seed, uint64_t canvas, uint64_t step
 // Per position: |sum of the entropies sorted before it - bound| (how close its accept decision was;
 // traces only — the decision itself is backend/decide_rules.h entropy_bound_accept).
 std::vector<float> entropy_bound_margins(std::span<const float> entropy, float bound);
+// The same under the pinned rule (docs/MODEL.md §6.6): over the free positions only; a pinned
+// position's margin is +infinity (its decision is never close).
+std::vector<float> entropy_bound_margins(std::span<const float> entropy, float bound, std::span<const uint8_t> pinned);
 
 // T at executed step `step` (0-based) of a canvas: t_min + (t_max - t_min) * (N - step) / N, in fp32
 // exactly as the reference's LinearTemperatureScheduleLogitsProcessor computes it.

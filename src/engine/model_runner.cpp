@@ -116,6 +116,16 @@ void DiffusionModelRunner::queue_sampling(const Sequence& seq, DeviceState& d, c
   sa.argmax = d.argmax;
   sa.sample = d.sample;
   sa.argmax_logprob = d.logprob;
+  sa.filter = sp.filter;  // off unless the request sets one (and always when greedy)
+  if (sp.top_logprobs > 0) {
+    if (d.top_ids.empty()) {
+      d.top_ids = be.alloc(ScalarType::kI32, {canvas_, sp.top_logprobs});
+      d.top_logprobs = be.alloc(ScalarType::kF32, {canvas_, sp.top_logprobs});
+    }
+    sa.top_n = sp.top_logprobs;
+    sa.top_ids = d.top_ids;
+    sa.top_logprobs = d.top_logprobs;
+  }
   if (sp.trace) {
     sa.argmax_gap = d.argmax_gap = be.alloc(ScalarType::kF32, {canvas_});
     sa.sample_gap = d.sample_gap = be.alloc(ScalarType::kF32, {canvas_});
@@ -166,6 +176,18 @@ std::vector<float> DiffusionModelRunner::read_logprobs(const Sequence& seq) {
   return v;
 }
 
+TopAlternatives DiffusionModelRunner::read_top_logprobs(const Sequence& seq) {
+  DeviceState& d = state_of(seq);
+  TopAlternatives t;
+  if (d.top_ids.empty()) return t;
+  t.n = static_cast<int>(d.top_ids.dim(1));
+  t.ids.resize(static_cast<size_t>(d.top_ids.numel()));
+  t.logprobs.resize(t.ids.size());
+  model_.backend().to_host(d.top_ids, t.ids.data());
+  model_.backend().to_host(d.top_logprobs, t.logprobs.data());
+  return t;
+}
+
 std::vector<float> DiffusionModelRunner::read_entropy(const Sequence& seq) {
   DeviceState& d = state_of(seq);
   std::vector<float> v(static_cast<size_t>(canvas_));
@@ -208,7 +230,7 @@ StepRecord DiffusionModelRunner::read_trace(const Sequence& seq, bool stop) {
   r.stop = stop;
   r.argmax_gap = f32(d.argmax_gap);
   r.sample_gap = f32(d.sample_gap);
-  r.accept_margin = entropy_bound_margins(r.entropy, static_cast<float>(seq.params().diffusion.entropy_bound));
+  r.accept_margin = entropy_bound_margins(r.entropy, static_cast<float>(seq.params().diffusion.entropy_bound), seq.canvas_pins().mask);
   return r;
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "backend/decide_rules.h"
+#include "engine/denoise_policy.h"
 #include "engine/kv_pool.h"
 #include "engine/model_core.h"
 #include "golden_util.h"
@@ -139,17 +140,8 @@ TEST_P(PinsGolden, StepZeroOfAPinnedRequestIsTheReferenceStepFromThatCanvas) {
   const auto wa = g.ids("step0.argmax"), ws = g.ids("step0.sample");
   const auto wacc = g.array("step0.accept_pinned_rule").as_int();
   const CanvasPins cp = canvas_pins(g.pins, 0, C);
-  // Margins of the pinned rule on our entropies (for the near-tie allowance of an accept decision).
-  std::vector<float> free_h;
-  std::vector<int> free_pos;
-  for (int q = 0; q < C; ++q)
-    if (!cp.pinned(q)) {
-      free_h.push_back(r.entropy[q]);
-      free_pos.push_back(q);
-    }
-  const std::vector<float> free_margin = entropy_bound_margins(free_h, static_cast<float>(p.diffusion.entropy_bound));
-  std::vector<float> margin(static_cast<size_t>(C), 1e9f);
-  for (size_t i = 0; i < free_pos.size(); ++i) margin[free_pos[i]] = free_margin[i];
+  // Margins of the pinned rule on our entropies (the near-tie allowance of an accept decision).
+  const std::vector<float> margin = entropy_bound_margins(r.entropy, static_cast<float>(p.diffusion.entropy_bound), cp.mask);
   int ties = 0;
   for (int q = 0; q < C; ++q) {
     EXPECT_LE(std::fabs(static_cast<double>(r.entropy[q]) - we[q]), 0.1 + 0.05 * std::fabs(we[q])) << "entropy at " << q;

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "engine/model_core.h"
+#include "engine/pins.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -53,6 +54,86 @@ Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const
   return r;
 }
 
+// One seeded trajectory on both backends, compared step by step (pinned runs: the free-positions rule).
+void compare_run(Reporter& rep, const std::string& fixture, const ModelConfig& mc, const std::vector<int32_t>& prompt,
+                 const std::string& name, const SequenceParams& p) {
+  Run c = run_on(cpu(), fixture, mc, p, prompt);
+  Run g = run_on(cuda(), fixture, mc, p, prompt);
+  if (c.seq->state != Sequence::State::kFinished || g.seq->state != Sequence::State::kFinished) {
+    rep.fail(name + ": a trajectory did not finish");
+    return;
+  }
+  int matched = 0, total = 0;
+  std::string divergence;
+  for (const auto& cr : c.canvases) total += static_cast<int>(cr.trace.size());
+  for (size_t k = 0; k < c.canvases.size() && divergence.empty(); ++k) {
+    if (k >= g.canvases.size()) {
+      rep.fail(name + ": CUDA committed fewer canvases without a recorded divergence");
+      break;
+    }
+    const auto& ct = c.canvases[k].trace;
+    const auto& gt = g.canvases[k].trace;
+    for (size_t s = 0; s < ct.size() && divergence.empty(); ++s) {
+      const std::string at = name + " canvas " + std::to_string(k) + " step " + std::to_string(s);
+      if (s >= gt.size()) {
+        rep.fail(at + ": CUDA stopped earlier without a recorded divergence");
+        divergence = at;
+        break;
+      }
+      const StepRecord& a = ct[s];
+      const StepRecord& b = gt[s];
+      if (a.canvas_in != b.canvas_in) {
+        rep.fail(at + ": input canvases differ without a recorded divergence");
+        divergence = at;
+        break;
+      }
+      if (a.temperature != b.temperature) rep.fail(at + ": temperatures differ");
+      for (size_t i = 0; i < a.entropy.size(); ++i)
+        if (std::fabs(static_cast<double>(a.entropy[i]) - b.entropy[i]) > 0.1 + 0.05 * std::fabs(a.entropy[i])) {
+          rep.fail(at + ": entropy differs at " + std::to_string(i));
+          break;
+        }
+      bool differs = false;
+      for (size_t i = 0; i < a.argmax.size(); ++i) {
+        if (a.argmax[i] != b.argmax[i]) {
+          differs = true;
+          if (a.argmax_gap[i] >= kTieZ) rep.fail(at + ": argmax differs at " + std::to_string(i) + " without a near-tie");
+        }
+        if (a.sample[i] != b.sample[i]) {
+          differs = true;
+          if (a.sample_gap[i] >= kTieZ) rep.fail(at + ": sample differs at " + std::to_string(i) + " without a near-tie");
+        }
+        if (a.accept[i] != b.accept[i]) {
+          differs = true;
+          if (a.accept_margin[i] >= kTieH) rep.fail(at + ": accept differs at " + std::to_string(i) + " without a near-tie");
+        }
+      }
+      if (a.stop != b.stop) {
+        differs = true;
+        if (a.argmax == b.argmax) {
+          float sum = 0;
+          for (float h : a.entropy) sum += h;
+          if (std::fabs(sum / a.entropy.size() - p.diffusion.confidence_threshold) >= kTieH)
+            rep.fail(at + ": stop decision differs without a near-tie");
+        }
+      }
+      if (differs) {
+        divergence = at;
+        break;
+      }
+      if (a.canvas_out != b.canvas_out) rep.fail(at + ": renoised canvases differ");
+      ++matched;
+    }
+  }
+  if (divergence.empty()) {
+    if (c.seq->output() != g.seq->output()) rep.fail(name + ": outputs differ although every step matched");
+    if (c.canvases.size() != g.canvases.size()) rep.fail(name + ": canvas counts differ");
+  }
+  rep.note(name + ": " + std::to_string(matched) + " of " + std::to_string(total) + " CPU steps identical on CUDA" +
+           (divergence.empty() ? ", same output (" + std::to_string(c.seq->output().size()) + " tokens)"
+                               : "; near-tie divergence at " + divergence));
+}
+
 void trajectories(Reporter& rep, const std::string& fixture) {
   const std::string dir = fixture_dir(fixture) + "/model";
   const ModelConfig mc = load_model_config(dir);
@@ -72,81 +153,26 @@ void trajectories(Reporter& rep, const std::string& fixture) {
     p.eos_ids = {1, 106, 50};
     p.trace = true;
     if (m["initial_canvas"].get<bool>()) p.initial_canvas = ids(fixture, "run." + m["name"].get<std::string>() + ".initial_canvas");
-    Run c = run_on(cpu(), fixture, mc, p, prompt);
-    Run g = run_on(cuda(), fixture, mc, p, prompt);
-    if (c.seq->state != Sequence::State::kFinished || g.seq->state != Sequence::State::kFinished) {
-      rep.fail(name + ": a trajectory did not finish");
-      continue;
-    }
-    int matched = 0, total = 0;
-    std::string divergence;
-    for (const auto& cr : c.canvases) total += static_cast<int>(cr.trace.size());
-    for (size_t k = 0; k < c.canvases.size() && divergence.empty(); ++k) {
-      if (k >= g.canvases.size()) {
-        rep.fail(name + ": CUDA committed fewer canvases without a recorded divergence");
-        break;
-      }
-      const auto& ct = c.canvases[k].trace;
-      const auto& gt = g.canvases[k].trace;
-      for (size_t s = 0; s < ct.size() && divergence.empty(); ++s) {
-        const std::string at = name + " canvas " + std::to_string(k) + " step " + std::to_string(s);
-        if (s >= gt.size()) {
-          rep.fail(at + ": CUDA stopped earlier without a recorded divergence");
-          divergence = at;
-          break;
-        }
-        const StepRecord& a = ct[s];
-        const StepRecord& b = gt[s];
-        if (a.canvas_in != b.canvas_in) {
-          rep.fail(at + ": input canvases differ without a recorded divergence");
-          divergence = at;
-          break;
-        }
-        if (a.temperature != b.temperature) rep.fail(at + ": temperatures differ");
-        for (size_t i = 0; i < a.entropy.size(); ++i)
-          if (std::fabs(static_cast<double>(a.entropy[i]) - b.entropy[i]) > 0.1 + 0.05 * std::fabs(a.entropy[i])) {
-            rep.fail(at + ": entropy differs at " + std::to_string(i));
-            break;
-          }
-        bool differs = false;
-        for (size_t i = 0; i < a.argmax.size(); ++i) {
-          if (a.argmax[i] != b.argmax[i]) {
-            differs = true;
-            if (a.argmax_gap[i] >= kTieZ) rep.fail(at + ": argmax differs at " + std::to_string(i) + " without a near-tie");
-          }
-          if (a.sample[i] != b.sample[i]) {
-            differs = true;
-            if (a.sample_gap[i] >= kTieZ) rep.fail(at + ": sample differs at " + std::to_string(i) + " without a near-tie");
-          }
-          if (a.accept[i] != b.accept[i]) {
-            differs = true;
-            if (a.accept_margin[i] >= kTieH) rep.fail(at + ": accept differs at " + std::to_string(i) + " without a near-tie");
-          }
-        }
-        if (a.stop != b.stop) {
-          differs = true;
-          if (a.argmax == b.argmax) {
-            float sum = 0;
-            for (float h : a.entropy) sum += h;
-            if (std::fabs(sum / a.entropy.size() - p.diffusion.confidence_threshold) >= kTieH)
-              rep.fail(at + ": stop decision differs without a near-tie");
-          }
-        }
-        if (differs) {
-          divergence = at;
-          break;
-        }
-        if (a.canvas_out != b.canvas_out) rep.fail(at + ": renoised canvases differ");
-        ++matched;
-      }
-    }
-    if (divergence.empty()) {
-      if (c.seq->output() != g.seq->output()) rep.fail(name + ": outputs differ although every step matched");
-      if (c.canvases.size() != g.canvases.size()) rep.fail(name + ": canvas counts differ");
-    }
-    rep.note(name + ": " + std::to_string(matched) + " of " + std::to_string(total) + " CPU steps identical on CUDA" +
-             (divergence.empty() ? ", same output (" + std::to_string(c.seq->output().size()) + " tokens)"
-                                 : "; near-tie divergence at " + divergence));
+    compare_run(rep, fixture, mc, prompt, name, p);
+  }
+  // Pinned spans (docs/MODEL.md §6.6) with the default run's settings: a span in the first canvas and
+  // one across into the second.
+  for (const auto& m : manifest["runs"]) {
+    if (m["name"] != "default") continue;
+    const int C = mc.canvas_length;
+    SequenceParams p;
+    p.diffusion.max_denoising_steps = m["max_denoising_steps"].get<int>();
+    p.diffusion.entropy_bound = m["entropy_bound"].get<double>();
+    p.diffusion.t_min = m["t_min"].get<double>();
+    p.diffusion.t_max = m["t_max"].get<double>();
+    p.diffusion.stability_threshold = m["stability_threshold"].get<int>();
+    p.diffusion.confidence_threshold = m["confidence_threshold"].get<double>();
+    p.seed = m["seed"].get<uint64_t>() + 1;
+    p.max_tokens = 2 * C;
+    p.eos_ids = {1, 106, 50};
+    p.trace = true;
+    p.pins = {{3, {11, 12, 13, 14}}, {C - 2, {21, 22, 23, 24}}};
+    compare_run(rep, fixture, mc, prompt, fixture + "/pinned", p);
   }
 }
 

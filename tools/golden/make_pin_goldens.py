@@ -37,7 +37,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Pinned spans per fixture (answer positions; the last span of each crosses into the second canvas).
 CASES = {
     "tiny_a": dict(seed=4242, pins=[(4, [11, 12, 13]), (13, [21, 22, 23, 24, 25])], max_tokens=24,
-                   max_denoising_steps=8, t_min=0.4, t_max=0.8, entropy_bound=0.3, stability_threshold=1,
+                   max_denoising_steps=8, t_min=0.4, t_max=0.8, entropy_bound=0.1, stability_threshold=1,
                    confidence_threshold=0.005),
     "tiny_b": dict(seed=777, pins=[(5, list(range(101, 109))), (20, [300, 301]), (250, list(range(7, 15)))],
                    max_tokens=300, max_denoising_steps=6, t_min=0.4, t_max=0.8, entropy_bound=0.5,

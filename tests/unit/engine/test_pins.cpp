@@ -5,6 +5,9 @@
 
 #include <string>
 
+#include <cmath>
+
+#include "engine/denoise_policy.h"
 #include "engine/params.h"
 #include "engine/pins.h"
 #include "engine/sequence.h"
@@ -144,6 +147,18 @@ TEST(Pins, GapsAcrossCanvasesKeepAnswerPositions) {
   EXPECT_EQ(c.pinned, (std::vector<uint8_t>{0, 0, 1}));
   EXPECT_EQ(s.finish_reason(), FinishReason::kStop);
   EXPECT_EQ(s.output(), (std::vector<int32_t>{20, 40, 23, 50, 51, 41}));
+}
+
+TEST(Pins, TraceMarginsFollowThePinnedRule) {
+  const std::vector<float> h = {0.02f, 0.5f, 0.01f, 0.05f};
+  const std::vector<uint8_t> mask = {0, 0, 1, 0};
+  const std::vector<float> m = entropy_bound_margins(h, 0.04f, mask);
+  const std::vector<float> sub = entropy_bound_margins(std::vector<float>{0.02f, 0.5f, 0.05f}, 0.04f);
+  EXPECT_EQ(m[0], sub[0]);
+  EXPECT_EQ(m[1], sub[1]);
+  EXPECT_EQ(m[3], sub[2]);
+  EXPECT_TRUE(std::isinf(m[2])) << "a pinned decision is never a near-tie";
+  EXPECT_EQ(entropy_bound_margins(h, 0.04f, {}), entropy_bound_margins(h, 0.04f));
 }
 
 TEST(Pins, WithoutPinsNothingChanges) {
