@@ -5,6 +5,7 @@
 #include "api/api_error.h"
 #include "api/generation.h"
 #include "api/sse.h"
+#include "api/structured_output.h"
 #include "api/webui.h"
 #include "text/reasoning_parser.h"
 #include "util/error.h"
@@ -246,16 +247,30 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
   // Tokenising stops once a prompt is certainly too long (unless it is to be truncated anyway).
   const int64_t limit = pr.truncate_prompt_tokens ? 0 : max_len - 1;
   std::vector<PreparedPrompt> prompts;
+  int64_t min_answer = 0;  // answer positions a forced form's pins take (docs/API.md "Pinned chat forms")
   try {
     if (endpoint == Endpoint::kChat) {
       ChatTemplateOptions o;
       o.add_generation_prompt = pr.add_generation_prompt;
       o.extra_kwargs = pr.template_kwargs;
       PreparedPrompt p;
-      p.tokens = m->prompts->chat(pr.messages, pr.tools, o, limit);
+      const Json& last = pr.messages.back();
+      if (pr.continue_final_message) {
+        auto cont = m->prompts->chat_continue(pr.messages, pr.tools, o, message_text(last), limit);
+        p.tokens = std::move(cont.prompt);
+        p.prefill_tokens = static_cast<int64_t>(cont.prefill.size());
+        p.pins.push_back(PinnedSpan{0, std::move(cont.prefill)});
+      } else {
+        p.tokens = m->prompts->chat(pr.messages, pr.tools, o, limit);
+      }
       const size_t tail = std::min<size_t>(p.tokens.size(), 8);
       p.starts_in_reasoning = prompt_opens_reasoning(
           m->tokenizer->decode(std::span<const int32_t>(p.tokens.data() + p.tokens.size() - tail, tail), false));
+      if (pr.echo && last.value("role", "") == opt_.response_role) p.echo_text = message_text(last);
+      if (AnswerPlan plan = plan_answer_pins(pr, *m->tokenizer, p.starts_in_reasoning); !plan.pins.empty()) {
+        p.pins = std::move(plan.pins);
+        min_answer = plan.min_tokens;
+      }
       prompts.push_back(std::move(p));
     } else {
       for (auto& in : pr.prompts) {
@@ -277,7 +292,7 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
     if (pr.truncate_prompt_tokens && static_cast<int64_t>(p.tokens.size()) > *pr.truncate_prompt_tokens)
       p.tokens.erase(p.tokens.begin(), p.tokens.end() - *pr.truncate_prompt_tokens);
     if (p.tokens.empty()) fail_param(prompt_param, "the prompt is empty");
-    const int64_t plen = static_cast<int64_t>(p.tokens.size());
+    const int64_t plen = static_cast<int64_t>(p.tokens.size()) + p.prefill_tokens;  // a prefill is prompt
     if (plen >= max_len) return error_response(prompt_too_long_error(max_len, plen, prompt_param));
     if (pr.max_tokens) {
       if (*pr.max_tokens > max_len - plen)
@@ -287,6 +302,10 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
       p.max_tokens = max_len - plen;
       if (opt_.default_max_tokens) p.max_tokens = std::min(p.max_tokens, *opt_.default_max_tokens);
     }
+    if (min_answer > p.max_tokens)
+      fail_param(pr.max_tokens ? "max_tokens" : prompt_param,
+                 "the pinned layout of the reply takes {} answer tokens, but at most {} may be generated", min_answer,
+                 p.max_tokens);
     if (pr.infill.active()) {
       p.infill = layout_infill(pr.infill, [&](std::string_view text) { return m->prompts->text(text); },
                                m->engine->stats().canvas_length, p.max_tokens, max_len - plen, pr.max_tokens.has_value());
@@ -367,8 +386,8 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
   HttpResponse done;
   if (g.failed()) {
     ApiError e;
-    e.status = g.cut_by_shutdown() ? 503 : 500;
-    e.type = e.status == 503 ? "unavailable_error" : "server_error";
+    e.status = g.cut_by_shutdown() ? 503 : g.error_status();
+    e.type = g.cut_by_shutdown() ? "unavailable_error" : g.error_type();
     e.message = g.error_message();
     if (e.status == 503) e.retry_after_s = 1;
     done = error_response(e);
@@ -399,7 +418,15 @@ HttpResponse ApiServer::tokenize(const HttpRequest& req) {
     o.add_generation_prompt = pr.add_generation_prompt;
     o.extra_kwargs = pr.template_kwargs;
     try {
-      tokens = m->prompts->chat(pr.messages, pr.tools, o, m->engine->max_model_len());
+      if (pr.continue_final_message) {
+        // The prompt and its prefill: what the request would send through the model.
+        auto cont = m->prompts->chat_continue(pr.messages, pr.tools, o, message_text(pr.messages.back()),
+                                              m->engine->max_model_len());
+        tokens = std::move(cont.prompt);
+        tokens.insert(tokens.end(), cont.prefill.begin(), cont.prefill.end());
+      } else {
+        tokens = m->prompts->chat(pr.messages, pr.tools, o, m->engine->max_model_len());
+      }
     } catch (const PromptTooLong& e) {
       return error_response(prompt_too_long_error(m->engine->max_model_len(), e.at_least, "messages", true));
     }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "util/error.h"
+
 namespace dgemma {
 
 void OutputDelta::append(OutputDelta&& o) {
@@ -60,7 +62,8 @@ OutputDelta ChoiceOutput::release(std::string_view text, bool final) {
   return d;
 }
 
-OutputDelta ChoiceOutput::feed(const std::vector<int32_t>& tokens, const std::vector<float>& logprobs) {
+OutputDelta ChoiceOutput::feed(const std::vector<int32_t>& tokens, const std::vector<float>& logprobs, int top_n,
+                               const std::vector<int32_t>& top_ids, const std::vector<float>& top_logprobs) {
   OutputDelta out;
   if (stopped_ || finished_) return out;
 
@@ -82,11 +85,23 @@ OutputDelta ChoiceOutput::feed(const std::vector<int32_t>& tokens, const std::ve
     for (size_t i = 0; i < n; ++i) {
       TokenLogprob lp;
       lp.id = tokens[i];
-      const int32_t id = tokens[i];
-      lp.token = tok_.decode(std::span<const int32_t>(&id, 1), false);
-      if (auto b = tok_.byte_value(id)) lp.bytes.push_back(*b);
-      else lp.bytes.assign(lp.token.begin(), lp.token.end());
+      auto text_of = [&](int32_t id, std::string& token, std::vector<uint8_t>& bytes) {
+        if (id < 0 || id >= tok_.vocab_size()) throw Error(ErrorKind::kInvalidArgument, "engine returned an invalid token id");
+        token = tok_.decode(std::span<const int32_t>(&id, 1), false);
+        if (auto b = tok_.byte_value(id)) bytes.push_back(*b);
+        else bytes.assign(token.begin(), token.end());
+      };
+      text_of(tokens[i], lp.token, lp.bytes);
       lp.logprob = i < logprobs.size() ? logprobs[i] : 0.0f;
+      if (top_n > 0 && top_ids.size() >= (i + 1) * static_cast<size_t>(top_n) && top_logprobs.size() == top_ids.size()) {
+        for (int a = 0; a < top_n; ++a) {
+          if (top_ids[i * top_n + a] == -1) continue;  // none (a pinned token is its own only alternative)
+          TokenLogprob::Alternative alt;
+          text_of(top_ids[i * top_n + a], alt.token, alt.bytes);
+          alt.logprob = top_logprobs[i * top_n + a];
+          lp.top.push_back(std::move(alt));
+        }
+      }
       out.logprobs.push_back(std::move(lp));
     }
   }

@@ -38,6 +38,12 @@ struct TokenLogprob {
   std::string token;         // the token's own text (decoded alone)
   std::vector<uint8_t> bytes;
   float logprob = 0;
+  struct Alternative {
+    std::string token;
+    std::vector<uint8_t> bytes;
+    float logprob = 0;
+  };
+  std::vector<Alternative> top;  // the most likely tokens of the committing step, descending
 };
 
 struct OutputDelta {
@@ -53,9 +59,11 @@ class ChoiceOutput {
  public:
   ChoiceOutput(const Tokenizer& tok, ChoiceOutputOptions options);
 
-  // One committed canvas (logprobs: empty or one per token). Returns what became final.
+  // One committed canvas (logprobs: empty or one per token; top_ids / top_logprobs: empty or top_n
+  // per token, row-major). Returns what became final.
   // Throws Error(kInvalidArgument) on an out-of-range token id from the engine.
-  OutputDelta feed(const std::vector<int32_t>& tokens, const std::vector<float>& logprobs);
+  OutputDelta feed(const std::vector<int32_t>& tokens, const std::vector<float>& logprobs, int top_n = 0,
+                   const std::vector<int32_t>& top_ids = {}, const std::vector<float>& top_logprobs = {});
   // End of output: releases everything held back and closes the parsers. Idempotent.
   OutputDelta finish();
 

@@ -9,6 +9,7 @@
 
 #include "api/api_error.h"
 #include "api/sse.h"
+#include "api/structured_output.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/timing.h"
@@ -42,6 +43,10 @@ struct Generation::Choice {
   OutputDelta total;     // everything produced (non-stream response)
   std::optional<PinnedOutput> pinned;  // infilling: drops / sorts the pinned tokens
   size_t text_len = 0;   // bytes of text streamed so far (completions text_offset)
+  GenerationRequest request;  // as first submitted (retries resubmit it with another seed)
+  int attempt = 0;            // 0-based attempt of a checked form
+  int64_t skip = 0;           // prefill tokens still to drop from the engine's output
+  OutputDelta held;           // a checked form's output, released once it passes its check
 };
 
 struct Generation::Event {
@@ -68,15 +73,40 @@ Generation::Generation(GenerationContext ctx, ParsedRequest req, std::vector<Pre
 
 Generation::~Generation() { cancel_all(); }
 
+std::unique_ptr<ChoiceOutput> Generation::make_output(size_t prompt_index) const {
+  ChoiceOutputOptions opts = base_options_;
+  opts.starts_in_reasoning = opts.reasoning && prompts_[prompt_index].starts_in_reasoning;
+  return std::make_unique<ChoiceOutput>(*ctx_.tokenizer, std::move(opts));
+}
+
+bool Generation::checked_form() const {
+  return req_.tool_choice == ToolChoiceMode::kRequired || req_.tool_choice == ToolChoiceMode::kNamed ||
+         req_.response_format != ResponseFormat::kText;
+}
+
+int64_t Generation::prompt_tokens(size_t prompt_index) const {
+  const PreparedPrompt& p = prompts_[prompt_index];
+  return static_cast<int64_t>(p.tokens.size()) + p.prefill_tokens;
+}
+
+// Submits the choice's current attempt. Seeds: docs/API.md, structured_output.h (kRetrySeedStride).
+void Generation::submit(Choice& c) {
+  GenerationRequest g = c.request;
+  if (g.params.seed) g.params.seed = *g.params.seed + static_cast<uint64_t>(c.attempt) * kRetrySeedStride;
+  c.skip = prompts_[c.prompt_index].prefill_tokens;
+  c.stream = ctx_.engine->submit(std::move(g));
+  c.stream->set_waker(waker_);
+}
+
 void Generation::start() {
   const bool chat = req_.endpoint == Endpoint::kChat;
-  ChoiceOutputOptions base;
+  ChoiceOutputOptions& base = base_options_;
   base.stop = req_.stop;
   base.include_stop_str = req_.include_stop_str_in_output;
   base.stop_token_ids = req_.stop_token_ids;
   base.skip_special_tokens = req_.skip_special_tokens;
   base.thinking_enabled = chat && thinking_enabled(req_.template_kwargs);
-  base.tools = chat && req_.tool_choice == ToolChoiceMode::kAuto;
+  base.tools = chat && req_.tool_choice != ToolChoiceMode::kNone;
   // The tool parser keeps the markers in the text, so the thought channel is parsed then too (and,
   // without --reasoning-parser, dropped) rather than reaching the content raw.
   base.reasoning = chat && (ctx_.reasoning_parser || base.tools);
@@ -92,23 +122,21 @@ void Generation::start() {
         auto c = std::make_unique<Choice>();
         c->index = index++;
         c->prompt_index = p;
-        ChoiceOutputOptions opts = base;
-        opts.starts_in_reasoning = base.reasoning && prompts_[p].starts_in_reasoning;
-        c->out = std::make_unique<ChoiceOutput>(*ctx_.tokenizer, std::move(opts));
-        GenerationRequest g;
+        c->out = make_output(p);
+        GenerationRequest& g = c->request;
         g.prompt = prompts_[p].tokens;
         g.params = req_.sampling;
-        g.params.max_tokens = prompts_[p].max_tokens;
+        g.params.max_tokens = prompts_[p].max_tokens + prompts_[p].prefill_tokens;
         g.params.stop_token_ids = req_.stop_token_ids;
         g.params.previews = req_.stream && req_.include_previews;
+        g.params.pins = prompts_[p].pins;
         if (!prompts_[p].infill.pins.empty()) {
           g.params.pins = prompts_[p].infill.pins;
           c->pinned.emplace(prompts_[p].infill);
         }
         if (req_.sampling.seed) g.params.seed = *req_.sampling.seed + static_cast<uint64_t>(j);
-        c->stream = ctx_.engine->submit(std::move(g));
-        c->stream->set_waker(waker_);
         choices_.push_back(std::move(c));
+        submit(*choices_.back());
       }
     }
   } catch (...) {
@@ -132,7 +160,7 @@ void Generation::abandon() {
     if (!ctx_.metrics) continue;
     RequestRecord r;
     r.finished_reason = "abort";
-    r.prompt_tokens = static_cast<int64_t>(prompts_[c->prompt_index].tokens.size());
+    r.prompt_tokens = prompt_tokens(c->prompt_index);
     r.generation_tokens = c->out->completion_tokens();
     r.max_tokens_param = req_.max_tokens.value_or(0);
     r.n = req_.n;
@@ -181,7 +209,7 @@ void Generation::finish_choice(Choice& c, const std::string& reason, std::vector
   const double now = now_seconds();
   RequestRecord r;
   r.finished_reason = reason == "tool_calls" ? "stop" : reason;
-  r.prompt_tokens = static_cast<int64_t>(prompts_[c.prompt_index].tokens.size());
+  r.prompt_tokens = prompt_tokens(c.prompt_index);
   r.generation_tokens = c.out->completion_tokens();
   r.max_tokens_param = req_.max_tokens.value_or(0);
   r.n = req_.n;
@@ -197,6 +225,80 @@ void Generation::finish_choice(Choice& c, const std::string& reason, std::vector
                r.prompt_tokens, r.generation_tokens, r.e2e_s);
 }
 
+void Generation::emit(Choice& c, OutputDelta&& d, std::vector<Event>& events) {
+  if (d.empty()) return;
+  if (checked_form()) {
+    c.held.append(std::move(d));  // released once the whole reply passes its check
+    return;
+  }
+  c.total.append(OutputDelta(d));
+  Event e;
+  e.choice = &c;
+  e.delta = std::move(d);
+  events.push_back(std::move(e));
+}
+
+std::optional<std::string> Generation::check_output(const Choice& c) const {
+  if (req_.tool_choice == ToolChoiceMode::kRequired || req_.tool_choice == ToolChoiceMode::kNamed) {
+    std::vector<ToolCallSummary> calls;
+    for (const auto& tc : c.held.tool_calls)
+      if (!tc.id.empty()) calls.push_back(ToolCallSummary{tc.name});
+    const std::vector<std::string> allowed =
+        req_.tool_choice == ToolChoiceMode::kNamed ? std::vector<std::string>{req_.tool_choice_name} : req_.tool_names;
+    return check_forced_tool_calls(calls, c.held.content, allowed);
+  }
+  if (req_.response_format == ResponseFormat::kJsonObject) return check_json_output(c.held.content, nullptr);
+  if (req_.response_format == ResponseFormat::kJsonSchema) return check_json_output(c.held.content, &req_.response_schema);
+  return std::nullopt;
+}
+
+void Generation::conclude(Choice& c, const std::string& reason, std::vector<Event>& events,
+                          const RequestEvent* engine_ev) {
+  if (!checked_form()) return finish_choice(c, reason, events, engine_ev);
+  const auto why = check_output(c);
+  if (!why) {
+    OutputDelta d = std::move(c.held);
+    c.held = OutputDelta();
+    // Released as one delta: one tool_calls entry per call (id and name, then its whole arguments).
+    std::vector<ToolCallDelta> calls;
+    for (auto& tc : d.tool_calls) {
+      if (!calls.empty() && calls.back().index == tc.index && tc.id.empty()) calls.back().arguments_delta += tc.arguments_delta;
+      else calls.push_back(std::move(tc));
+    }
+    d.tool_calls = std::move(calls);
+    if (!d.empty()) {
+      c.total.append(OutputDelta(d));
+      Event e;
+      e.choice = &c;
+      e.delta = std::move(d);
+      events.push_back(std::move(e));
+    }
+    return finish_choice(c, reason, events, engine_ev);
+  }
+  if (c.attempt + 1 >= kMaxStructuredAttempts) {
+    DG_LOG_INFO("api", "{} choice {}: attempt {} failed its check ({}); giving up", id_, c.index, c.attempt + 1, *why);
+    error_ = fmt::format("The model produced invalid content after {} attempts: {}", kMaxStructuredAttempts, *why);
+    error_status_ = 500;
+    error_type_ = "model_error";
+    return fail_request(c, events);
+  }
+  DG_LOG_DEBUG("api", "{} choice {}: attempt {} failed its check ({}); retrying", id_, c.index, c.attempt + 1, *why);
+  c.stream->cancel();
+  ++c.attempt;
+  c.out = make_output(c.prompt_index);
+  c.held = OutputDelta();
+  try {
+    submit(c);
+  } catch (const Error& e) {
+    error_ = fmt::format("retrying a reply that failed its check: {}", e.what());
+    if (e.kind() == ErrorKind::kResourceExhausted) {
+      error_status_ = 503;
+      error_type_ = "unavailable_error";
+    }
+    fail_request(c, events);
+  }
+}
+
 void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events) {
   switch (ev.kind) {
     case RequestEvent::Kind::kCanvas: {
@@ -209,18 +311,28 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
       if (ctx_.metrics) ctx_.metrics->on_canvas(ev.steps, ev.tokens.size(), gap);
       ++canvases_;
       steps_ += ev.steps;
-      if (c.pinned) c.pinned->feed(ev.tokens, ev.logprobs, ev.pinned);
-      OutputDelta d = c.out->feed(ev.tokens, ev.logprobs);
-      if (!d.empty()) {
-        c.total.append(OutputDelta(d));
-        Event e;
-        e.choice = &c;
-        e.delta = std::move(d);
-        events.push_back(std::move(e));
+      if (c.skip > 0) {
+        // The assistant prefill: pinned, already the client's, not returned.
+        const size_t drop = static_cast<size_t>(std::min<int64_t>(c.skip, static_cast<int64_t>(ev.tokens.size())));
+        ev.tokens.erase(ev.tokens.begin(), ev.tokens.begin() + static_cast<std::ptrdiff_t>(drop));
+        if (!ev.logprobs.empty())
+          ev.logprobs.erase(ev.logprobs.begin(),
+                            ev.logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(drop, ev.logprobs.size())));
+        if (ev.top_n > 0) {
+          const auto n = static_cast<std::ptrdiff_t>(drop) * ev.top_n;
+          ev.top_ids.erase(ev.top_ids.begin(), ev.top_ids.begin() + std::min<std::ptrdiff_t>(n, ev.top_ids.size()));
+          ev.top_logprobs.erase(ev.top_logprobs.begin(),
+                                ev.top_logprobs.begin() + std::min<std::ptrdiff_t>(n, ev.top_logprobs.size()));
+        }
+        if (!ev.pinned.empty())
+          ev.pinned.erase(ev.pinned.begin(), ev.pinned.begin() + static_cast<std::ptrdiff_t>(std::min(drop, ev.pinned.size())));
+        c.skip -= static_cast<int64_t>(drop);
       }
+      if (c.pinned) c.pinned->feed(ev.tokens, ev.logprobs, ev.pinned, ev.top_n, &ev.top_ids, &ev.top_logprobs);
+      emit(c, c.out->feed(ev.tokens, ev.logprobs, ev.top_n, ev.top_ids, ev.top_logprobs), events);
       if (c.out->stopped()) {
         c.stream->cancel();  // a stop string or id ended the output inside this canvas
-        finish_choice(c, "stop", events, nullptr);
+        conclude(c, "stop", events, nullptr);
       }
       return;
     }
@@ -238,14 +350,7 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
       return;
     }
     case RequestEvent::Kind::kFinished: {
-      OutputDelta d = c.out->finish();
-      if (!d.empty()) {
-        c.total.append(OutputDelta(d));
-        Event e;
-        e.choice = &c;
-        e.delta = std::move(d);
-        events.push_back(std::move(e));
-      }
+      emit(c, c.out->finish(), events);
       std::string reason;
       switch (ev.reason) {
         case FinishReason::kStop: reason = c.out->saw_tool_calls() ? "tool_calls" : "stop"; break;
@@ -265,7 +370,7 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
         fail_request(c, events);
         return;
       }
-      finish_choice(c, reason, events, &ev);
+      conclude(c, reason, events, &ev);
       return;
     }
     case RequestEvent::Kind::kError: {
@@ -325,19 +430,20 @@ Json Generation::chunk_base() const {
 
 std::string Generation::access_note() const {
   int64_t prompt = 0, completion = 0;
-  for (const auto& p : prompts_) prompt += static_cast<int64_t>(p.tokens.size());
+  for (size_t p = 0; p < prompts_.size(); ++p) prompt += prompt_tokens(p);
   for (const auto& c : choices_) completion += c->out->completion_tokens();
   return fmt::format("prompt_tokens={} completion_tokens={} canvases={} steps={}", prompt, completion, canvases_, steps_);
 }
 
 Json Generation::usage_json() const {
   int64_t prompt = 0, completion = 0;
-  for (const auto& p : prompts_) prompt += static_cast<int64_t>(p.tokens.size());
-  int64_t canvases = 0, steps = 0;
+  for (size_t p = 0; p < prompts_.size(); ++p) prompt += prompt_tokens(p);
+  int64_t canvases = 0, steps = 0, retries = 0;
   for (const auto& c : choices_) {
     completion += c->out->completion_tokens();
     canvases += c->canvases;
     steps += c->denoising_steps;
+    retries += c->attempt;
   }
   // Cached prompt tokens per prompt (the choices of one prompt share it: the largest share counts).
   std::vector<int64_t> cached(prompts_.size(), 0);
@@ -345,7 +451,9 @@ Json Generation::usage_json() const {
   int64_t cached_total = 0;
   for (int64_t v : cached) cached_total += v;
   // dgemma extension (docs/API.md): the diffusion cost that token counts hide.
-  Json ext{{"canvases", canvases}, {"denoising_steps", steps}, {"canvas_length", ctx_.engine->stats().canvas_length}};
+  // canvases / denoising_steps include the attempts a checked form retried (`retries`).
+  Json ext{{"canvases", canvases}, {"denoising_steps", steps}, {"canvas_length", ctx_.engine->stats().canvas_length},
+           {"retries", retries}};
   return Json{{"prompt_tokens", prompt},
               {"completion_tokens", completion},
               {"total_tokens", prompt + completion},
@@ -356,9 +464,12 @@ Json Generation::usage_json() const {
 Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const {
   if (req_.endpoint == Endpoint::kChat) {
     Json content = Json::array();
-    for (const auto& lp : lps)
+    for (const auto& lp : lps) {
+      Json top = Json::array();
+      for (const auto& a : lp.top) top.push_back(Json{{"token", a.token}, {"logprob", a.logprob}, {"bytes", a.bytes}});
       content.push_back(Json{{"token", lp.token}, {"logprob", lp.logprob}, {"bytes", lp.bytes},
-                             {"top_logprobs", Json::array()}});
+                             {"top_logprobs", std::move(top)}});
+    }
     return Json{{"content", std::move(content)}};
   }
   Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
@@ -366,8 +477,11 @@ Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text
   for (const auto& lp : lps) {
     tokens.push_back(lp.token);
     token_logprobs.push_back(lp.logprob);
+    // The returned token and its alternatives (vLLM's dict: the first of equal strings stays).
     Json t = Json::object();
     t[lp.token] = lp.logprob;
+    for (const auto& a : lp.top)
+      if (!t.contains(a.token)) t[a.token] = a.logprob;
     top.push_back(std::move(t));
     offsets.push_back(off);
     off += lp.token.size();
@@ -410,6 +524,15 @@ std::string Generation::stream_prologue() {
                                            {"delta", Json{{"role", ctx_.response_role}, {"content", ""}}},
                                            {"logprobs", nullptr},
                                            {"finish_reason", nullptr}}});
+      const std::string& echo = prompts_[c->prompt_index].echo_text;
+      if (req_.echo && !echo.empty()) {
+        // vLLM: the echoed last message follows the role chunk as content of its own.
+        if (req_.continuous_usage) chunk["usage"] = usage_json();
+        out += sse_data(chunk);
+        chunk = chunk_base();
+        chunk["choices"] = Json::array({Json{{"index", c->index}, {"delta", Json{{"content", echo}}}, {"logprobs", nullptr},
+                                             {"finish_reason", nullptr}}});
+      }
     } else {
       const std::string& echo = prompts_[c->prompt_index].echo_text;
       if (!req_.echo) continue;
@@ -482,8 +605,8 @@ Generation::Status Generation::stream_step(std::chrono::milliseconds timeout, st
         if (error_sent_) break;
         error_sent_ = true;
         ApiError err;
-        err.status = cut_ ? 503 : 500;
-        err.type = cut_ ? "unavailable_error" : "server_error";
+        err.status = cut_ ? 503 : error_status_;
+        err.type = cut_ ? "unavailable_error" : error_type_;
         err.message = e.text;
         out += sse_data(error_json(err));
         break;
@@ -537,7 +660,8 @@ Json Generation::response_json() const {
             calls.back()["function"]["arguments"].get<std::string>() + tc.arguments_delta;
       }
       for (auto& call : calls) call.erase("_index");
-      msg["content"] = (t.content.empty() && !calls.empty()) ? Json(nullptr) : Json(t.content);
+      const std::string echo = req_.echo ? prompts_[c->prompt_index].echo_text : std::string();
+      msg["content"] = (t.content.empty() && echo.empty() && !calls.empty()) ? Json(nullptr) : Json(echo + t.content);
       if (!calls.empty()) msg["tool_calls"] = std::move(calls);
       if (ctx_.reasoning_parser) {
         msg["reasoning_content"] = t.reasoning.empty() ? Json(nullptr) : Json(t.reasoning);

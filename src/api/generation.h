@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,11 @@ struct GenerationContext {
 
 struct PreparedPrompt {
   std::vector<int32_t> tokens;
-  std::string echo_text;  // completions with echo: the prompt text
+  std::string echo_text;  // completions with echo: the prompt text; chat with echo: the last message's text
+  // Pinned spans of the answer (docs/API.md "Pinned chat forms"). The first prefill_tokens answer tokens are
+  // an assistant prefill: pinned, counted as prompt tokens, not returned and not in max_tokens.
+  std::vector<PinnedSpan> pins;
+  int64_t prefill_tokens = 0;
   int64_t max_tokens = 0; // decided from the context budget
   bool starts_in_reasoning = false;  // chat: the prompt ends inside an open thought channel
   InfillLayout infill;  // completions infilling: the answer's pinned spans (none: no infilling)
@@ -65,6 +70,10 @@ class Generation {
   const std::string& error_message() const { return error_; }
   // The request was cut because the server stops (answer 503, not 500).
   bool cut_by_shutdown() const { return cut_; }
+  // The status and error type of a failed request: 500 server_error, or 500 model_error when a
+  // checked form (forced tool call, JSON) still failed its check after every attempt.
+  int error_status() const { return error_status_; }
+  const std::string& error_type() const { return error_type_; }
 
   const std::string& id() const { return id_; }
   // "prompt_tokens=.. completion_tokens=.. canvases=.. steps=.." for the access log.
@@ -77,6 +86,15 @@ class Generation {
   void handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events);
   void finish_choice(Choice& c, const std::string& reason, std::vector<Event>& events, const RequestEvent* engine_ev);
   void fail_request(Choice& c, std::vector<Event>& events);
+  std::unique_ptr<ChoiceOutput> make_output(size_t prompt_index) const;
+  void submit(Choice& c);
+  // A choice's output is complete: free text finishes; a checked form is checked, then released,
+  // retried or failed.
+  void conclude(Choice& c, const std::string& reason, std::vector<Event>& events, const RequestEvent* engine_ev);
+  void emit(Choice& c, OutputDelta&& d, std::vector<Event>& events);
+  std::optional<std::string> check_output(const Choice& c) const;
+  bool checked_form() const;
+  int64_t prompt_tokens(size_t prompt_index) const;
   Json chunk_base() const;
   Json usage_json() const;
   Json delta_json(const Choice& c, const OutputDelta& d) const;
@@ -94,6 +112,9 @@ class Generation {
   std::string error_;
   bool error_sent_ = false;
   bool cut_ = false;
+  int error_status_ = 500;
+  std::string error_type_ = "server_error";
+  ChoiceOutputOptions base_options_;
   int64_t canvases_ = 0, steps_ = 0;
   bool epilogue_sent_ = false;
   std::atomic<bool> cancelled_{false};

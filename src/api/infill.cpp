@@ -48,7 +48,11 @@ InfillLayout layout_infill(const InfillRequest& r, const std::function<std::vect
 PinnedOutput::PinnedOutput(const InfillLayout& layout)
     : hide_(layout.hide_pinned), hole_pins_before_(layout.hole_pins_before), holes_(layout.hole_pins_before.size()) {}
 
-void PinnedOutput::feed(std::vector<int32_t>& tokens, std::vector<float>& logprobs, const std::vector<uint8_t>& pinned) {
+void PinnedOutput::feed(std::vector<int32_t>& tokens, std::vector<float>& logprobs, const std::vector<uint8_t>& pinned,
+                        int top_n, std::vector<int32_t>* top_ids, std::vector<float>* top_logprobs) {
+  const size_t n = static_cast<size_t>(top_n > 0 ? top_n : 0);
+  const bool tops = n > 0 && top_ids != nullptr && top_logprobs != nullptr && top_ids->size() == n * tokens.size() &&
+                    top_logprobs->size() == n * tokens.size();
   if (pinned.size() != tokens.size()) return;  // a request without pins
   size_t kept = 0;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -63,10 +67,19 @@ void PinnedOutput::feed(std::vector<int32_t>& tokens, std::vector<float>& logpro
     if (hide_ && pinned[i]) continue;
     tokens[kept] = tokens[i];
     if (!logprobs.empty()) logprobs[kept] = logprobs[i];
+    if (tops)
+      for (size_t k = 0; k < n; ++k) {
+        (*top_ids)[kept * n + k] = (*top_ids)[i * n + k];
+        (*top_logprobs)[kept * n + k] = (*top_logprobs)[i * n + k];
+      }
     ++kept;
   }
   tokens.resize(kept);
   if (!logprobs.empty()) logprobs.resize(kept);
+  if (tops) {
+    top_ids->resize(kept * n);
+    top_logprobs->resize(kept * n);
+  }
 }
 
 }  // namespace dgemma

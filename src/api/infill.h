@@ -44,7 +44,9 @@ class PinnedOutput {
  public:
   explicit PinnedOutput(const InfillLayout& layout);
   // Returns the tokens (and log-probabilities, when given) the text is made of.
-  void feed(std::vector<int32_t>& tokens, std::vector<float>& logprobs, const std::vector<uint8_t>& pinned);
+  // The per-token alternatives (top_n per token, when given) are kept aligned with the tokens.
+  void feed(std::vector<int32_t>& tokens, std::vector<float>& logprobs, const std::vector<uint8_t>& pinned,
+            int top_n = 0, std::vector<int32_t>* top_ids = nullptr, std::vector<float>* top_logprobs = nullptr);
   const std::vector<std::vector<int32_t>>& holes() const { return holes_; }
   bool has_holes() const { return !hole_pins_before_.empty(); }
 

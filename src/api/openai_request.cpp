@@ -5,6 +5,7 @@
 #include <set>
 
 #include "api/api_error.h"
+#include "api/structured_output.h"
 #include "engine/limits.h"
 #include "util/error.h"
 
@@ -202,15 +203,14 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
   if (auto t = f.number("temperature", limits::kMinTemperature, limits::kMaxTemperature)) {
     if (*t != 1.0) sp.temperature = *t;
   }
-  // Common UI defaults, accepted as vLLM does. The entropy-bound diffusion sampler has no
-  // nucleus / top-k cut and no penalties, so they have no effect (docs/API.md); their ranges are still
-  // checked so a typo is not silently taken.
+  // vLLM's filters restrict the support of each position's sample (docs/API.md); the penalties are
+  // accepted (common UI defaults) with no effect, their ranges still checked so a typo is not taken.
   if (auto v = f.number("top_p", 0, 1)) {
     if (*v <= 0) fail_param("top_p", "'top_p' must be in (0, 1], got {}", *v);
-    out.ignored_sampling.push_back("top_p");
+    sp.top_p = *v;
   }
-  if (f.integer("top_k", -1, INT32_MAX)) out.ignored_sampling.push_back("top_k");
-  if (f.number("min_p", 0, 1)) out.ignored_sampling.push_back("min_p");
+  if (auto v = f.integer("top_k", -1, INT32_MAX)) sp.top_k = static_cast<int>(*v);
+  if (auto v = f.number("min_p", 0, 1)) sp.min_p = *v;
   if (f.number("presence_penalty", -2, 2)) out.ignored_sampling.push_back("presence_penalty");
   if (f.number("frequency_penalty", -2, 2)) out.ignored_sampling.push_back("frequency_penalty");
   if (auto v = f.number("repetition_penalty", 0, 1e6)) {
@@ -249,7 +249,7 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
 
   for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
                           "guided_whitespace_pattern", "structured_outputs"})
-    f.unsupported(key, "structured output is not implemented for block diffusion");
+    f.unsupported(key, "token-level constrained decoding is not implemented for block diffusion (use response_format)");
   f.unsupported("prompt_logprobs", "prompt log-probabilities are not computed");
   f.unsupported("allowed_token_ids", "token restrictions are not implemented for the diffusion sampler");
   f.unsupported("bad_words", "token restrictions are not implemented for the diffusion sampler");
@@ -269,7 +269,7 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
   }
 }
 
-void parse_response_format(Fields& f) {
+void parse_response_format(Fields& f, ParsedRequest& out) {
   const Json* rf = f.get("response_format");
   if (!rf) return;
   if (!rf->is_object()) fail_param("response_format", "'response_format' must be an object, not {}", type_name(*rf));
@@ -277,14 +277,32 @@ void parse_response_format(Fields& f) {
   if (t == rf->end() || !t->is_string()) fail_param("response_format.type", "'response_format.type' must be a string");
   const std::string type = t->get<std::string>();
   if (type == "text") return;
-  if (type == "json_schema") {
+  if (type == "json_object" || type == "json_schema") {
+    if (out.endpoint != Endpoint::kChat)
+      fail_unsupported("response_format", "response_format type '{}' is supported on /v1/chat/completions only", type);
+    if (type == "json_object") {
+      out.response_format = ResponseFormat::kJsonObject;
+      return;
+    }
     auto js = rf->find("json_schema");
     if (js == rf->end() || !js->is_object())
-      fail_param("response_format.json_schema", "'response_format.json_schema' must be an object when type is json_schema");
+      fail_param("response_format.json_schema", "When response_format type is 'json_schema', the 'json_schema' field "
+                 "must be provided.");
+    if (auto n = js->find("name"); n != js->end() && !n->is_null() && !n->is_string())
+      fail_param("response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
+    if (auto st = js->find("strict"); st != js->end() && !st->is_null() && !st->is_boolean())
+      fail_param("response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean");
+    auto schema = js->find("schema");
+    if (schema == js->end() || schema->is_null())
+      fail_param("response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
+    check_schema_supported(*schema, "response_format.json_schema.schema");
+    out.response_format = ResponseFormat::kJsonSchema;
+    out.response_schema = *schema;
+    return;
   }
-  if (type == "json_object" || type == "json_schema" || type == "structural_tag" || type == "grammar" || type == "regex")
-    fail_unsupported("response_format", "response_format type '{}' is not supported yet (structured output is not "
-                     "implemented for block diffusion)", type);
+  if (type == "structural_tag" || type == "grammar" || type == "regex")
+    fail_unsupported("response_format", "response_format type '{}' is not supported (only text, json_object and "
+                     "json_schema)", type);
   fail_param("response_format.type", "unknown response_format type '{}'", type);
 }
 
@@ -446,10 +464,13 @@ void parse_tools(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
     }
     if (choice != "none" && names.empty()) fail_param("tool_choice", "When using `tool_choice`, `tools` must be set.");
   }
-  if (choice == "required" || choice == "named")
-    fail_unsupported("tool_choice", "tool_choice '{}' needs constrained decoding, which block diffusion does not "
-                     "support yet; use \"auto\"", choice == "named" ? "function" : choice);
-  if (choice == "auto") {
+  out.tool_names = names;
+  if (choice == "required") {
+    out.tool_choice = ToolChoiceMode::kRequired;
+  } else if (choice == "named") {
+    out.tool_choice = ToolChoiceMode::kNamed;
+    out.tool_choice_name = (*f.get("tool_choice"))["function"]["name"].get<std::string>();
+  } else if (choice == "auto") {
     if (!policy.enable_auto_tool_choice || !policy.tool_parser)
       fail_param("tool_choice", "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
     out.tool_choice = ToolChoiceMode::kAuto;
@@ -466,6 +487,20 @@ void check_kwarg_value(const Json& v, const std::string& param) {
     fail_param(param, "'{}' must be a boolean, number or string", param);
   if (v.is_string() && v.get_ref<const std::string&>().size() > RequestLimits::kMaxKwargBytes)
     fail_param(param, "'{}' is longer than {} bytes", param, RequestLimits::kMaxKwargBytes);
+}
+
+// The message continue_final_message continues: an assistant message with text and no tool calls.
+void check_continued_message(const Json& messages) {
+  const Json& last = messages.back();
+  const std::string p = fmt::format("messages[{}]", messages.size() - 1);
+  if (last.value("role", "") != "assistant")
+    fail_param("continue_final_message",
+               "Cannot set `continue_final_message` to True when the last message is not from the assistant.");
+  if (last.contains("tool_calls") && !last["tool_calls"].is_null())
+    fail_unsupported(p + ".tool_calls", "'continue_final_message' cannot continue a message with tool_calls");
+  const std::string text = message_text(last);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    fail_param(p + ".content", "'continue_final_message' needs text to continue: '{}.content' is empty", p);
 }
 
 void parse_template_options(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
@@ -491,12 +526,16 @@ void parse_template_options(Fields& f, const RequestPolicy& policy, ParsedReques
     else fail_param("reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high");
     if (!explicit_thinking) out.template_kwargs["enable_thinking"] = on;
   }
-  out.add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
-  if (auto v = f.boolean("continue_final_message"); v && *v)
-    fail_unsupported("continue_final_message", "'continue_final_message' is not supported");
+  const auto add_prompt = f.boolean("add_generation_prompt");
+  out.continue_final_message = f.boolean("continue_final_message").value_or(false);
+  if (out.continue_final_message && add_prompt && *add_prompt)
+    fail_param("continue_final_message", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+  // vLLM: continue_final_message without an explicit add_generation_prompt renders no generation prompt.
+  out.add_generation_prompt = out.continue_final_message ? false : add_prompt.value_or(true);
+  if (out.continue_final_message) check_continued_message(out.messages);
   if (auto v = f.boolean("add_special_tokens"); v && *v)
     fail_unsupported("add_special_tokens", "'add_special_tokens' must be false for chat (the template adds <bos>)");
-  if (auto v = f.boolean("echo"); v && *v) fail_unsupported("echo", "'echo' is not supported for chat completions");
+  out.echo = f.boolean("echo").value_or(false);
   f.unsupported("chat_template", "request-supplied chat templates are not accepted (start the server with --chat-template)");
   f.unsupported("documents", "'documents' are not supported by the DiffusionGemma chat template");
   f.unsupported("mm_processor_kwargs", "multimodal input is not supported");
@@ -515,6 +554,17 @@ void parse_misc_openai(Fields& f) {
     for (const auto& m : *mod)
       if (m != "text") fail_unsupported("modalities", "only the \"text\" modality is supported");
   }
+}
+
+// Each pinned form owns the start of the answer: at most one per request.
+void check_pinned_forms(const ParsedRequest& out) {
+  const bool forced_call = out.tool_choice == ToolChoiceMode::kRequired || out.tool_choice == ToolChoiceMode::kNamed;
+  const bool json = out.response_format != ResponseFormat::kText;
+  if (out.continue_final_message && (forced_call || json))
+    fail_unsupported("continue_final_message", "'continue_final_message' cannot be combined with {}",
+                     forced_call ? "a forced tool_choice" : "a JSON response_format");
+  if (forced_call && json)
+    fail_unsupported("response_format", "a JSON response_format cannot be combined with a forced tool_choice");
 }
 
 void finish_unknown(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
@@ -631,6 +681,18 @@ Json parse_request_body(std::string_view body) {
   return j;
 }
 
+std::string message_text(const Json& message) {
+  auto c = message.find("content");
+  if (c == message.end() || c->is_null()) return {};
+  if (c->is_string()) return c->get<std::string>();
+  std::string out;
+  if (c->is_array())
+    for (const auto& part : *c)
+      if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string())
+        out += part["text"].get<std::string>();
+  return out;
+}
+
 bool thinking_enabled(const Json& kwargs) {
   if (!kwargs.is_object()) return false;
   auto it = kwargs.find("enable_thinking");
@@ -654,16 +716,15 @@ ParsedRequest parse_chat_request(const Json& body, const RequestPolicy& policy) 
   parse_max_tokens(f, out);
   parse_stop(f, policy, out);
   parse_sampling(f, out);
-  parse_response_format(f);
+  parse_response_format(f, out);
   parse_tools(f, policy, out);
   parse_template_options(f, policy, out);
   parse_misc_openai(f);
+  check_pinned_forms(out);
   out.logprobs = f.boolean("logprobs").value_or(false);
-  if (auto tl = f.integer("top_logprobs", 0, 20)) {
+  if (auto tl = f.integer("top_logprobs", 0, limits::kMaxTopLogprobs)) {
     if (!out.logprobs) fail_param("top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.");
-    if (*tl > 0)
-      fail_unsupported("top_logprobs", "'top_logprobs' > 0 is not supported: only the committed token's log-probability "
-                       "is computed");
+    out.sampling.top_logprobs = static_cast<int>(*tl);
   }
   out.sampling.logprobs = out.logprobs;
   finish_unknown(f, policy, out);
@@ -681,16 +742,14 @@ ParsedRequest parse_completion_request(const Json& body, const RequestPolicy& po
   parse_max_tokens(f, out);
   parse_stop(f, policy, out);
   parse_sampling(f, out);
-  parse_response_format(f);
+  parse_response_format(f, out);
   parse_misc_openai(f);
   if (out.prompts.size() * static_cast<size_t>(out.n) > static_cast<size_t>(RequestLimits::kMaxChoices))
     fail_param("n", "{} prompts x n={} exceeds the limit of {} choices per request", out.prompts.size(), out.n,
                RequestLimits::kMaxChoices);
   if (auto lp = f.integer("logprobs", 0, 5)) {
-    if (*lp > 0)
-      fail_unsupported("logprobs", "'logprobs' > 0 is not supported: only the committed token's log-probability is "
-                       "computed (use logprobs: 0)");
     out.logprobs = true;
+    out.sampling.top_logprobs = static_cast<int>(*lp);
   }
   out.sampling.logprobs = out.logprobs;
   out.echo = f.boolean("echo").value_or(false);

@@ -43,7 +43,12 @@ struct RequestLimits {
   static constexpr int64_t kMaxInfillHole = 1 << 20;
 };
 
-enum class ToolChoiceMode { kNone, kAuto };
+// kRequired / kNamed force a call: its opening markup (and the name) is pinned at the start of the
+// answer and the reply is checked (docs/API.md "Pinned chat forms").
+enum class ToolChoiceMode { kNone, kAuto, kRequired, kNamed };
+
+// response_format: json_object / json_schema pin the value's fixed structure and check the reply.
+enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
 
 struct PromptInput {
   bool is_tokens = false;
@@ -67,7 +72,7 @@ struct ParsedRequest {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   bool logprobs = false;            // chat logprobs=true / completions logprobs=0
-  bool echo = false;                // completions: prepend the prompt text
+  bool echo = false;                // completions: prepend the prompt text; chat: the last message's (same role)
   std::optional<int64_t> truncate_prompt_tokens;
   SamplingParams sampling;          // everything but max_tokens (decided once the prompt length is known)
 
@@ -75,9 +80,16 @@ struct ParsedRequest {
   Json messages = Json::array();    // validated; tool-call arguments given as JSON strings are parsed to objects
   Json tools = nullptr;             // null or a non-empty array of function tools
   ToolChoiceMode tool_choice = ToolChoiceMode::kNone;
+  std::string tool_choice_name;     // kNamed: the function
+  std::vector<std::string> tool_names;  // the names in `tools`, in order
   bool parallel_tool_calls = true;
   Json template_kwargs = Json::object();  // server defaults merged with the request's chat_template_kwargs
   bool add_generation_prompt = true;
+  // Assistant prefill (vLLM's continue_final_message): the last message is an assistant message whose
+  // text is pinned at the start of the answer; the response holds only the continuation.
+  bool continue_final_message = false;
+  ResponseFormat response_format = ResponseFormat::kText;
+  Json response_schema = nullptr;   // kJsonSchema: the schema (checked by check_schema_supported)
 
   // Completions only.
   std::vector<PromptInput> prompts;
@@ -94,6 +106,9 @@ ParsedRequest parse_completion_request(const Json& body, const RequestPolicy& po
 
 // Parses a request body (depth-limited JSON); requires a JSON object.
 Json parse_request_body(std::string_view body);
+
+// A chat message's text: its string content, or its text parts concatenated (as the templates render them).
+std::string message_text(const Json& message);
 
 // True when chat_template_kwargs asks for thinking (enable_thinking truthy).
 bool thinking_enabled(const Json& template_kwargs);

@@ -186,6 +186,37 @@ std::vector<int32_t> PromptBuilder::chat(const Json& messages, const Json& tools
   return tokenize_rendered(rendered, p, limit);
 }
 
+PromptBuilder::Continuation PromptBuilder::chat_continue(const Json& messages, const Json& tools,
+                                                        const ChatTemplateOptions& opts, const std::string& final_text,
+                                                        int64_t limit) const {
+  Protected p;
+  const Json safe_messages = protect_messages(messages, p);
+  const Json safe_tools = tools.is_null() ? Json(nullptr) : protect_value(tools, p);
+  const std::string rendered = tmpl_.render(safe_messages, safe_tools, opts);
+  const std::string_view ws = " \t\r\n";
+  const size_t b = final_text.find_first_not_of(ws);
+  if (b == std::string::npos) fail_arg("'continue_final_message' needs text to continue");
+  const std::string lstripped = final_text.substr(b);
+  const std::string stripped = lstripped.substr(0, lstripped.find_last_not_of(ws) + 1);
+  const size_t loc = rendered.rfind(stripped);
+  if (loc == std::string::npos)
+    throw Error(ErrorKind::kInvalidArgument,
+                "continue_final_message is set but the final message does not appear in the chat after applying the "
+                "chat template (the template rewrites it, e.g. strips a thought block)",
+                "continue_final_message");
+  const size_t end = rendered.compare(loc, lstripped.size(), lstripped) == 0 ? loc + lstripped.size()
+                                                                             : loc + stripped.size();
+  std::vector<int32_t> full = tokenize_rendered(rendered.substr(0, end), p, limit);
+  const std::vector<int32_t> before = tokenize_rendered(rendered.substr(0, loc), p, limit);
+  const size_t common =
+      static_cast<size_t>(std::mismatch(full.begin(), full.end(), before.begin(), before.end()).first - full.begin());
+  Continuation out;
+  out.prefill.assign(full.begin() + static_cast<std::ptrdiff_t>(common), full.end());
+  full.resize(common);
+  out.prompt = std::move(full);
+  return out;
+}
+
 std::vector<int32_t> PromptBuilder::text(std::string_view prompt, int64_t limit) const {
   std::vector<int32_t> ids;
   encode_bounded(prompt, /*allow_special=*/true, limit, ids);

@@ -31,6 +31,19 @@ class PromptBuilder {
   // PromptTooLong as soon as the prompt is certainly longer than `limit` tokens.
   std::vector<int32_t> chat(const Json& messages, const Json& tools, const ChatTemplateOptions& opts,
                             int64_t limit = 0) const;
+  // Assistant prefill (continue_final_message): the chat rendered without a generation prompt and cut
+  // right after the final message's text, found the way transformers' apply_chat_template finds it
+  // (the last occurrence of `final_text` stripped; its trailing whitespace kept only where the template
+  // kept it). The tokens of that text are split where the prompt without the final text stops
+  // agreeing with them: `prompt` + `prefill` is exactly the tokenised cut text, `prefill` is what the
+  // answer starts with (pinned). Throws Error(kInvalidArgument) when the template does not render the
+  // text verbatim (e.g. a thought block it strips).
+  struct Continuation {
+    std::vector<int32_t> prompt;
+    std::vector<int32_t> prefill;
+  };
+  Continuation chat_continue(const Json& messages, const Json& tools, const ChatTemplateOptions& opts,
+                             const std::string& final_text, int64_t limit = 0) const;
   // The rendered chat prompt text (control tokens as text), for /tokenize-style inspection and tests.
   std::string chat_text(const Json& messages, const Json& tools, const ChatTemplateOptions& opts) const;
   // Completions: the client writes the whole prompt, control tokens included.

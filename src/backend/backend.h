@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/sample_filter.h"
 #include "backend/tensor.h"
 #include "backend/weight.h"
 
@@ -78,6 +79,15 @@ struct SamplerArgs {
   // Optional (empty: skipped): decision margins, f32 [C] — the gap between the best and second-best
   // z (argmax) and z + Gumbel (sample). Golden tests use them to tell near-ties from real differences.
   Tensor argmax_gap, sample_gap;
+  // The support of the sample (sample_filter.h; off by default: no extra pass). Entropy, argmax,
+  // log-probabilities and the self-conditioning probabilities ignore it. sample_floor (optional, f32
+  // [C]) receives each row's least allowed z (-inf when the filter is off).
+  SampleFilter filter;
+  Tensor sample_floor;
+  // The top_n largest z per row (ordered by z descending, then token id ascending) and their
+  // log softmax(z): i32 / f32 [C, top_n]; top_n = 0 skips them.
+  int top_n = 0;
+  Tensor top_ids, top_logprobs;
   // Vocabulary sharding (tensor parallelism): logits are columns [vocab_first, vocab_first + V) of a
   // vocabulary of vocab_total; the per-rank statistics go through `collective` so that every output
   // (and the probabilities of the rank's columns) equals the one-rank result. nullptr: whole vocabulary.

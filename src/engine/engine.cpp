@@ -227,6 +227,9 @@ void DiffusionEngine::loop() {
       out.kind = ev.kind == CoreEvent::Kind::kCanvas ? RequestEvent::Kind::kCanvas : RequestEvent::Kind::kPreview;
       out.tokens = std::move(ev.tokens);
       out.logprobs = std::move(ev.logprobs);
+      out.top_n = ev.top.n;
+      out.top_ids = std::move(ev.top.ids);
+      out.top_logprobs = std::move(ev.top.logprobs);
       out.pinned = std::move(ev.pinned);
       out.entropy = std::move(ev.entropy);
       out.accepted = std::move(ev.accepted);

@@ -86,13 +86,16 @@ StepStats EngineCore::step(std::vector<CoreEvent>& events) {
     const int canvas_index = s.canvas_index();
     std::vector<float> logprobs;
     if (s.params().logprobs) logprobs = runner_->read_logprobs(s);
-    CanvasCommit c = s.commit(argmax, logprobs, now_seconds());
+    TopAlternatives top;
+    if (s.params().top_logprobs > 0) top = runner_->read_top_logprobs(s);
+    CanvasCommit c = s.commit(argmax, logprobs, now_seconds(), top);
     if (trace_) trace_->on_commit(s.id(), canvas_index, c.steps, c.denoise_ms, argmax);
     CoreEvent ev;
     ev.seq = &s;
     ev.kind = CoreEvent::Kind::kCanvas;
     ev.tokens = std::move(c.tokens);
     ev.logprobs = std::move(c.logprobs);
+    ev.top = std::move(c.top);
     ev.pinned = std::move(c.pinned);
     ev.steps = c.steps;
     ev.denoise_ms = c.denoise_ms;

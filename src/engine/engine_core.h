@@ -23,6 +23,7 @@ struct CoreEvent {
   Kind kind = Kind::kCanvas;
   std::vector<int32_t> tokens;  // kCanvas: newly returned tokens; kPreview: the argmax canvas
   std::vector<float> logprobs;
+  TopAlternatives top;            // kCanvas with params().top_logprobs: the returned tokens' rows
   std::vector<uint8_t> pinned;    // kCanvas of a request with pins: per token, 1 = pinned
   std::vector<float> entropy;     // kPreview: per position of the step (when the runner knows it)
   std::vector<uint8_t> accepted;  // kPreview: decide's acceptance mask of the step

@@ -31,4 +31,8 @@ inline constexpr double kMaxScheduleTemperature = 1e4;  // t_min, t_max: >= 0
 inline constexpr int kMaxStabilityThreshold = 64;       // >= 0
 inline constexpr double kMaxConfidenceThreshold = 1e6;  // > 0
 
+// Alternatives per committed token (chat top_logprobs; completions logprobs is at most 5), as vLLM's
+// default --max-logprobs; the backends keep each row's list in registers.
+inline constexpr int kMaxTopLogprobs = 20;
+
 }  // namespace dgemma::limits

@@ -116,6 +116,16 @@ void DiffusionModelRunner::queue_sampling(const Sequence& seq, DeviceState& d, c
   sa.argmax = d.argmax;
   sa.sample = d.sample;
   sa.argmax_logprob = d.logprob;
+  sa.filter = sp.filter;  // off unless the request sets one (and always when greedy)
+  if (sp.top_logprobs > 0) {
+    if (d.top_ids.empty()) {
+      d.top_ids = be.alloc(ScalarType::kI32, {canvas_, sp.top_logprobs});
+      d.top_logprobs = be.alloc(ScalarType::kF32, {canvas_, sp.top_logprobs});
+    }
+    sa.top_n = sp.top_logprobs;
+    sa.top_ids = d.top_ids;
+    sa.top_logprobs = d.top_logprobs;
+  }
   if (sp.trace) {
     sa.argmax_gap = d.argmax_gap = be.alloc(ScalarType::kF32, {canvas_});
     sa.sample_gap = d.sample_gap = be.alloc(ScalarType::kF32, {canvas_});
@@ -164,6 +174,18 @@ std::vector<float> DiffusionModelRunner::read_logprobs(const Sequence& seq) {
   std::vector<float> v(static_cast<size_t>(canvas_));
   model_.backend().to_host(d.logprob, v.data());
   return v;
+}
+
+TopAlternatives DiffusionModelRunner::read_top_logprobs(const Sequence& seq) {
+  DeviceState& d = state_of(seq);
+  TopAlternatives t;
+  if (d.top_ids.empty()) return t;
+  t.n = static_cast<int>(d.top_ids.dim(1));
+  t.ids.resize(static_cast<size_t>(d.top_ids.numel()));
+  t.logprobs.resize(t.ids.size());
+  model_.backend().to_host(d.top_ids, t.ids.data());
+  model_.backend().to_host(d.top_logprobs, t.logprobs.data());
+  return t;
 }
 
 std::vector<float> DiffusionModelRunner::read_entropy(const Sequence& seq) {

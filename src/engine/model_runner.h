@@ -36,6 +36,9 @@ class ModelRunner {
   // The argmax canvas of the sequence's last step (and the argmax log-probabilities when asked).
   virtual std::vector<int32_t> read_argmax(const Sequence& seq) = 0;
   virtual std::vector<float> read_logprobs(const Sequence& seq) = 0;
+  // The top params().top_logprobs alternatives of every position of the last step (empty when the
+  // runner does not compute them).
+  virtual TopAlternatives read_top_logprobs(const Sequence&) { return {}; }
   // Per position of the sequence's last step: the entropy and whether decide accepted it (previews;
   // empty when the runner does not know them).
   virtual std::vector<float> read_entropy(const Sequence&) { return {}; }
@@ -56,6 +59,7 @@ class DiffusionModelRunner final : public ModelRunner {
   std::vector<DenoiseFlags> run(const StepPlan& plan) override;
   std::vector<int32_t> read_argmax(const Sequence& seq) override;
   std::vector<float> read_logprobs(const Sequence& seq) override;
+  TopAlternatives read_top_logprobs(const Sequence& seq) override;
   std::vector<float> read_entropy(const Sequence& seq) override;
   std::vector<uint8_t> read_accepted(const Sequence& seq) override;
   StepRecord read_trace(const Sequence& seq, bool stop) override;
@@ -71,6 +75,7 @@ class DiffusionModelRunner final : public ModelRunner {
     Tensor canvas;       // i32 [C] the current (noisy) canvas
     Tensor prev_argmax;  // i32 [C] the previous step's argmax canvas
     Tensor entropy, argmax, sample, logprob;  // the sampler's outputs of the current step
+    Tensor top_ids, top_logprobs;             // [C, top_logprobs] when the request asks
     Tensor logits;       // [C, V] bf16 work buffer (overwritten with probabilities)
     Tensor soft;         // [C, H] bf16 self-conditioning input of the next step
     bool have_soft = false;

@@ -1,5 +1,7 @@
 #include "engine/params.h"
 
+#include <algorithm>
+
 #include "engine/limits.h"
 #include "engine/pins.h"
 #include "util/counter_rng.h"
@@ -62,6 +64,29 @@ SequenceParams resolve_sequence_params(const SamplingParams& p, const Generation
   s.pad_id = g.pad_token_id;
   s.previews = p.previews;
   s.logprobs = p.logprobs;
+  if (p.top_logprobs < 0 || p.top_logprobs > limits::kMaxTopLogprobs)
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("top_logprobs must be in [0, {}]", limits::kMaxTopLogprobs),
+                "top_logprobs");
+  if (ctx.vocab_size > 0 && p.top_logprobs > ctx.vocab_size)
+    throw Error(ErrorKind::kInvalidArgument, fmt::format("top_logprobs must be at most the vocabulary size {}", ctx.vocab_size),
+                "top_logprobs");
+  if (p.top_logprobs > 0 && !p.logprobs)
+    throw Error(ErrorKind::kInvalidArgument, "top_logprobs needs logprobs", "top_logprobs");
+  s.top_logprobs = p.top_logprobs;
+  if (p.top_k) {
+    if (*p.top_k < -1) throw Error(ErrorKind::kInvalidArgument, "top_k must be -1, 0 (off) or at least 1", "top_k");
+    s.filter.top_k = std::max(*p.top_k, 0);
+  }
+  if (p.top_p) {
+    if (!(*p.top_p > 0 && *p.top_p <= 1)) throw Error(ErrorKind::kInvalidArgument, "top_p must be in (0, 1]", "top_p");
+    s.filter.top_p = *p.top_p;
+  }
+  if (p.min_p) {
+    if (!(*p.min_p >= 0 && *p.min_p <= 1)) throw Error(ErrorKind::kInvalidArgument, "min_p must be in [0, 1]", "min_p");
+    s.filter.min_p = *p.min_p;
+  }
+  // Greedy takes the argmax, which every filter keeps: the filter would only cost time.
+  if (s.greedy) s.filter = SampleFilter{};
   if (!p.canvas_ids.empty()) {
     const int C = ctx.canvas_length;
     if (static_cast<int>(p.canvas_ids.size()) != C)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/sample_filter.h"
 #include "engine/request.h"
 #include "model/config.h"
 
@@ -33,6 +34,8 @@ struct SequenceParams {
   int32_t pad_id = 0;                   // with pins: a filler token of a gap (sequence.h commit)
   bool previews = false;
   bool logprobs = false;
+  int top_logprobs = 0;                 // alternatives per committed token (needs logprobs)
+  SampleFilter filter;                  // support of the per-position sample (off when greedy)
   bool trace = false;                   // keep per-step records (tests, --dump)
 };
 

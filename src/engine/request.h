@@ -39,6 +39,12 @@ struct SamplingParams {
   std::vector<int32_t> canvas_ids;          // initial canvas of the first canvas (reference's decoder_input_ids)
   bool previews = false;                    // emit per-step argmax canvas previews
   bool logprobs = false;                    // log-probability of each committed token at its last step
+  int top_logprobs = 0;                     // with logprobs: that many most likely tokens per position, 0..20
+  // vLLM's filters, restricting the support of the per-position sample (docs/API.md, docs/MODEL.md
+  // §6.7); unset = off. They never change entropies, the argmax or the committed canvas directly.
+  std::optional<int> top_k;                 // -1 / 0: off
+  std::optional<double> top_p;              // (0, 1]; 1: off
+  std::optional<double> min_p;              // [0, 1]; 0: off
   // OpenAI `temperature` (added by the API layer; see docs/API.md): unset or 1 = the checkpoint's
   // t_min/t_max schedule; T > 0 multiplies both t_min and t_max by T; T == 0 means greedy: the
   // per-position sample is the argmax (no sampling noise) while entropies use the unscaled schedule.
@@ -70,6 +76,11 @@ struct RequestEvent {
   Kind kind = Kind::kCanvas;
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;  // same length as tokens when params.logprobs
+  // With params.top_logprobs = N > 0: per token, the N most likely tokens of the step that committed it
+  // and their log-probabilities (row-major, tokens.size() x N; descending, the token itself first).
+  int top_n = 0;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
   // kCanvas of a request with pins: same length as tokens, 1 where the token is a pinned one (gap
   // filler is already dropped from tokens, so this is how a client of the engine tells gaps apart).
   std::vector<uint8_t> pinned;

@@ -44,11 +44,17 @@ bool Sequence::on_step(bool same_argmax, bool confident) {
   return last;
 }
 
-CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprob, double now) {
+CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprob, double now,
+                              const TopAlternatives& top) {
   DG_CHECK(static_cast<int>(argmax.size()) == canvas_);
   std::vector<int32_t> committed = argmax;
   apply_pins(pins_, committed);  // a pinned position commits its pinned token whatever its argmax
   if (params_.logprobs) DG_CHECK(static_cast<int>(logprob.size()) == canvas_);
+  // Alternatives (n = 0: a runner that does not compute them).
+  const bool want_top = params_.top_logprobs > 0 && top.n > 0;
+  const size_t k = static_cast<size_t>(top.n);
+  if (want_top)
+    DG_CHECK(top.n == params_.top_logprobs && top.ids.size() == k * canvas_ && top.logprobs.size() == k * canvas_);
   // Returned tokens stop before the first EOS id (the reference keeps it and pads after; clients get
   // text up to it and finish_reason "stop"), and never go past answer position max_tokens. With pins:
   // before the last pinned position an EOS / stop id / pad in a free position is filler (a gap ended
@@ -77,6 +83,14 @@ CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vec
     c.tokens.push_back(t);
     if (params_.logprobs) c.logprobs.push_back(pinned ? 0.0f : logprob[p]);
     if (with_pins) c.pinned.push_back(pinned ? 1 : 0);
+    if (want_top) {
+      // A pinned token was forced (log-probability 0): it is its own only alternative (-1: none).
+      c.top.n = top.n;
+      for (size_t j = 0; j < k; ++j) {
+        c.top.ids.push_back(pinned ? (j == 0 ? t : -1) : top.ids[static_cast<size_t>(p) * k + j]);
+        c.top.logprobs.push_back(pinned ? 0.0f : top.logprobs[static_cast<size_t>(p) * k + j]);
+      }
+    }
   }
   if (!eos && base + canvas_ >= params_.max_tokens) length = true;
   c.steps = step_;

@@ -18,10 +18,18 @@
 
 namespace dgemma {
 
+// The top-n alternatives of every position of one step's canvas, row-major [C, n].
+struct TopAlternatives {
+  int n = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+};
+
 // What a committed canvas gives the client.
 struct CanvasCommit {
   std::vector<int32_t> tokens;  // trimmed at EOS / stop id / max_tokens, gap filler dropped
   std::vector<float> logprobs;
+  TopAlternatives top;          // the rows of the returned tokens (params().top_logprobs > 0)
   std::vector<uint8_t> pinned;  // requests with pins: per token, 1 = a pinned token
   int steps = 0;
   double denoise_ms = 0;
@@ -64,7 +72,8 @@ class Sequence {
   bool on_step(bool same_argmax, bool confident);
   // Commits the last step's argmax canvas (pinned positions: their pinned tokens): trims it, appends it
   // to the history when the answer goes on (and begins the next canvas), or finishes.
-  CanvasCommit commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprobs, double now);
+  CanvasCommit commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprobs, double now,
+                      const TopAlternatives& top = TopAlternatives{});
   // Back to WAITING with an empty cache (the caller frees its pages); the current canvas restarts.
   void preempt();
   void finish(FinishReason reason) {

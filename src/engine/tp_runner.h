@@ -19,6 +19,7 @@ class TensorParallelRunner final : public ModelRunner {
   std::vector<DenoiseFlags> run(const StepPlan& plan) override;
   std::vector<int32_t> read_argmax(const Sequence& seq) override { return ranks_.front()->read_argmax(seq); }
   std::vector<float> read_logprobs(const Sequence& seq) override { return ranks_.front()->read_logprobs(seq); }
+  TopAlternatives read_top_logprobs(const Sequence& seq) override { return ranks_.front()->read_top_logprobs(seq); }
   std::vector<float> read_entropy(const Sequence& seq) override { return ranks_.front()->read_entropy(seq); }
   std::vector<uint8_t> read_accepted(const Sequence& seq) override { return ranks_.front()->read_accepted(seq); }
   StepRecord read_trace(const Sequence& seq, bool stop) override { return ranks_.front()->read_trace(seq, stop); }

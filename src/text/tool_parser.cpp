@@ -24,6 +24,15 @@ bool is_name_char(char c) {
 
 }  // namespace
 
+std::string tool_call_opening(std::string_view name) {
+  std::string out = "<|tool_call>call:";
+  if (!name.empty()) {
+    out += name;
+    out += '{';
+  }
+  return out;
+}
+
 std::string make_tool_call_id() {
   // Random per process, so ids do not repeat across restarts and replicas.
   static std::atomic<uint64_t> counter{(static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}() ^

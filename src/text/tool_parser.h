@@ -47,6 +47,11 @@ struct ToolParseResult {
 // process and deterministic for a given call sequence (tests compare ids only for shape).
 std::string make_tool_call_id();
 
+// The opening a forced call is pinned with (docs/API.md "Pinned chat forms"): "<|tool_call>call:", and
+// NAME "{" after it when the function is named. NAME must be a valid tool name ([A-Za-z0-9_.-]), so
+// only the markup holds control tokens.
+std::string tool_call_opening(std::string_view name);
+
 // Non-streaming: content (text outside calls) + calls in order.
 ToolParseResult parse_tool_calls(std::string_view text);
 

@@ -8,6 +8,7 @@
 
 #include "api/api_error.h"
 #include "api/openai_request.h"
+#include "api/structured_output.h"
 #include "api/sse.h"
 #include "util/error.h"
 
@@ -44,6 +45,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // Whatever was accepted serialises cleanly.
       (void)dgemma::sse_data(r.messages);
       (void)dgemma::json_text(r.template_kwargs);
+      // An accepted schema lays out and validates without throwing.
+      if (r.response_format == dgemma::ResponseFormat::kJsonSchema) {
+        (void)dgemma::schema_layout(r.response_schema);
+        (void)dgemma::validate_against_schema(r.response_schema, r.response_schema);
+      }
     } catch (const dgemma::Error& e) {
       (void)dgemma::error_json(dgemma::api_error_from(e));
     }

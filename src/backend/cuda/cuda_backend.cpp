@@ -72,7 +72,18 @@ void sampler(const Context& ctx, const SamplerArgs& a) {
   s.argmax_logprob = optional(a.argmax_logprob, "argmax_logprob");
   s.argmax_gap = optional(a.argmax_gap, "argmax_gap");
   s.sample_gap = optional(a.sample_gap, "sample_gap");
-  Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(sampler_workspace_bytes(C, V))});
+  s.sample_floor = optional(a.sample_floor, "sample_floor");
+  s.filter = a.filter;
+  if (a.top_n > 0) {
+    DG_CHECK(a.top_n <= kMaxTopN && a.top_n <= V);
+    need_type(a.top_ids, ScalarType::kI32, op, "top_ids");
+    need_type(a.top_logprobs, ScalarType::kF32, op, "top_logprobs");
+    DG_CHECK(a.top_ids.numel() == C * a.top_n && a.top_logprobs.numel() == C * a.top_n);
+    s.top_n = a.top_n;
+    s.top_ids = a.top_ids.ptr<int32_t>();
+    s.top_logprobs = a.top_logprobs.ptr<float>();
+  }
+  Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(sampler_workspace_bytes(s))});
   launch_sampler(s, workspace.data, ctx.stream);
 }
 

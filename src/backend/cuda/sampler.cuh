@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/sample_filter.h"
+
 namespace dgemma::cuda {
 
 struct SamplerLaunch {
@@ -19,9 +21,15 @@ struct SamplerLaunch {
   float* argmax_logprob = nullptr;  // [C] or null
   float* argmax_gap = nullptr;      // [C] or null
   float* sample_gap = nullptr;      // [C] or null
+  SampleFilter filter;              // the support of the sample (off: no extra pass)
+  float* sample_floor = nullptr;    // [C] or null: each row's least allowed z
+  int top_n = 0;                    // 0..kMaxTopN alternatives per row
+  int32_t* top_ids = nullptr;       // [C, top_n]
+  float* top_logprobs = nullptr;    // [C, top_n]
 };
+constexpr int kMaxTopN = 20;
 // Scratch the launch needs (device memory of at least this many bytes, 16-byte aligned).
-size_t sampler_workspace_bytes(int64_t C, int64_t V);
+size_t sampler_workspace_bytes(const SamplerLaunch& s);
 int sampler_splits(int64_t V);
 void launch_sampler(const SamplerLaunch& s, void* workspace, cudaStream_t stream);
 

@@ -203,5 +203,39 @@ TEST(ChoiceOutput, LogprobBytesOfByteFallbackPiecesAreTheirByte) {
   EXPECT_EQ(d.content, "Hello\xE4\xBD\xA0");
 }
 
+TEST(ChoiceOutput, AlternativesFollowTheirTokensThroughAStopString) {
+  DG_API_TOKENIZER(tok);
+  const Ids ids = tok->encode("one two three four");
+  ASSERT_GE(ids.size(), 4u);
+  ChoiceOutputOptions opt;
+  opt.logprobs = true;
+  opt.stop = {" three"};
+  ChoiceOutput out(*tok, opt);
+  // Two alternatives per token: the token itself, then the token of "!" (a different text).
+  const int32_t bang = tok->encode("!")[0];
+  std::vector<float> lps;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_lps;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    lps.push_back(-0.25f * static_cast<float>(i + 1));
+    top_ids.insert(top_ids.end(), {ids[i], bang});
+    top_lps.insert(top_lps.end(), {lps.back(), lps.back() - 1.0f});
+  }
+  OutputDelta d = out.feed(ids, lps, 2, top_ids, top_lps);
+  d.append(out.finish());
+  ASSERT_EQ(d.logprobs.size(), 3u) << "up to and including the token that completed the stop string";
+  for (size_t i = 0; i < d.logprobs.size(); ++i) {
+    const TokenLogprob& lp = d.logprobs[i];
+    ASSERT_EQ(lp.top.size(), 2u);
+    EXPECT_EQ(lp.top[0].token, lp.token);
+    EXPECT_EQ(lp.top[0].bytes, lp.bytes);
+    EXPECT_EQ(lp.top[0].logprob, lps[i]);
+    EXPECT_EQ(lp.top[1].token, "!");
+    EXPECT_EQ(lp.top[1].logprob, lps[i] - 1.0f);
+  }
+  ChoiceOutput bad(*tok, opt);
+  EXPECT_THROW(bad.feed({ids[0]}, {-1.0f}, 1, {-3}, {-1.0f}), Error) << "an alternative outside the vocabulary";
+}
+
 }  // namespace
 }  // namespace dgemma

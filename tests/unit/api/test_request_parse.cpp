@@ -83,13 +83,15 @@ std::vector<BadCase> bad_cases() {
        "stream_options.include_usage"},
       {"top_logprobs no logprobs", true, chat_body({{"top_logprobs", 1}}), K, "top_logprobs"},
       {"top_logprobs 21", true, chat_body({{"logprobs", true}, {"top_logprobs", 21}}), K, "top_logprobs"},
-      {"top_logprobs 3", true, chat_body({{"logprobs", true}, {"top_logprobs", 3}}), U, "top_logprobs"},
-      {"response_format json", true, chat_body({{"response_format", {{"type", "json_object"}}}}), U, "response_format"},
+      {"top_k huge", true, chat_body({{"top_k", 4294967296ll}}), K, "top_k"},
+      {"min_p -0.1", true, chat_body({{"min_p", -0.1}}), K, "min_p"},
+      {"top_p string", true, chat_body({{"top_p", "0.9"}}), K, "top_p"},
+      {"response_format grammar", true, chat_body({{"response_format", {{"type", "grammar"}}}}), U, "response_format"},
       {"response_format bad", true, chat_body({{"response_format", {{"type", "toml"}}}}), K, "response_format.type"},
       {"tools empty", true, chat_body({{"tools", Json::array()}}), K, "tools"},
       {"tool bad name", true,
        chat_body({{"tools", {{{"type", "function"}, {"function", {{"name", "bad name!"}}}}}}}), K, "tools[0].function.name"},
-      {"tool_choice required", true, chat_body({{"tools", {kTool}}, {"tool_choice", "required"}}), U, "tool_choice"},
+      {"tool_choice required no tools", true, chat_body({{"tool_choice", "required"}}), K, "tool_choice"},
       {"tool_choice missing", true,
        chat_body({{"tools", {kTool}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "x"}}}}}}), K,
        "tool_choice"},
@@ -112,7 +114,6 @@ std::vector<BadCase> bad_cases() {
       {"prompt negative", false, {{"prompt", {-1}}}, K, "prompt"},
       {"prompt list too long", false, {{"prompt", Json(std::vector<std::string>(65, "x"))}}, K, "prompt"},
       {"choices", false, {{"prompt", Json(std::vector<std::string>(5, "x"))}, {"n", 16}}, K, "n"},
-      {"logprobs 2", false, {{"prompt", "x"}, {"logprobs", 2}}, U, "logprobs"},
       {"logprobs 6", false, {{"prompt", "x"}, {"logprobs", 6}}, K, "logprobs"},
       {"echo+logprobs", false, {{"prompt", "x"}, {"logprobs", 0}, {"echo", true}}, U, "echo"},
       {"suffix not a string", false, {{"prompt", "x"}, {"suffix", 3}}, K, "suffix"},
@@ -272,14 +273,27 @@ TEST(RequestParse, GreedyWithoutSeedGetsAFixedSeed) {
   EXPECT_FALSE(parse_chat_request(chat_body(), policy()).sampling.seed.has_value());
 }
 
-TEST(RequestParse, UiSamplingFieldsAreAcceptedAndListed) {
+TEST(RequestParse, SampleFiltersAreCarriedAndPenaltiesListedAsIgnored) {
   const ParsedRequest r = parse_chat_request(
       chat_body({{"top_p", 0.9}, {"top_k", 40}, {"min_p", 0.05}, {"presence_penalty", 0.5}, {"frequency_penalty", -0.5},
                  {"repetition_penalty", 1.1}}),
       policy());
-  EXPECT_EQ(r.ignored_sampling, (std::vector<std::string>{"top_p", "top_k", "min_p", "presence_penalty",
-                                                          "frequency_penalty", "repetition_penalty"}));
-  EXPECT_TRUE(parse_chat_request(chat_body(), policy()).ignored_sampling.empty());
+  EXPECT_EQ(r.sampling.top_p, std::optional<double>(0.9));
+  EXPECT_EQ(r.sampling.top_k, std::optional<int>(40));
+  EXPECT_EQ(r.sampling.min_p, std::optional<double>(0.05));
+  EXPECT_EQ(r.ignored_sampling, (std::vector<std::string>{"presence_penalty", "frequency_penalty", "repetition_penalty"}));
+  const ParsedRequest none = parse_chat_request(chat_body(), policy());
+  EXPECT_TRUE(none.ignored_sampling.empty());
+  EXPECT_FALSE(none.sampling.top_k || none.sampling.top_p || none.sampling.min_p);
+}
+
+TEST(RequestParse, TopLogprobsCountsAlternatives) {
+  EXPECT_EQ(parse_chat_request(chat_body({{"logprobs", true}, {"top_logprobs", 20}}), policy()).sampling.top_logprobs, 20);
+  EXPECT_EQ(parse_chat_request(chat_body({{"logprobs", true}}), policy()).sampling.top_logprobs, 0);
+  const ParsedRequest c = parse_completion_request({{"prompt", "x"}, {"logprobs", 5}}, policy());
+  EXPECT_TRUE(c.sampling.logprobs);
+  EXPECT_EQ(c.sampling.top_logprobs, 5);
+  EXPECT_EQ(parse_completion_request({{"prompt", "x"}, {"logprobs", 0}}, policy()).sampling.top_logprobs, 0);
 }
 
 TEST(RequestParse, BodyMustBeAnObject) {

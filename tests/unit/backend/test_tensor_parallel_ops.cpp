@@ -1,9 +1,11 @@
 // The pieces tensor parallelism is built from, on the CPU backend: the in-process collective (layout,
 // exact sums with -0, abort without a hang) and each sharded op against the one-rank op, bit for bit —
-// the vocabulary-sharded sampler (ties placed across shard boundaries), the expert-parallel MoE, the
-// blocked self-conditioning GEMM and the sharded embedding lookup — for 2, 4 and 8 ranks.
+// the vocabulary-sharded sampler (ties placed across shard boundaries; its sample filters and top-N
+// lists too), the expert-parallel MoE, the blocked self-conditioning GEMM and the sharded embedding
+// lookup — for 2, 4 and 8 ranks.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -129,6 +131,72 @@ TEST_P(ShardedOps, VocabularyShardedSamplerEqualsOneRank) {
     be->sampler(args(want_probs, want));
     EXPECT_EQ(want[1].ptr<int32_t>()[1], static_cast<int32_t>(Vr - 1)) << "first of the tied maxima";
     EXPECT_EQ(want[4].ptr<float>()[2], 0.0f) << "tied runner-up";
+
+    ThreadCollectiveGroup g(n);
+    std::vector<std::vector<Tensor>> got(n);
+    std::vector<Tensor> probs(n);
+    run_ranks(n, [&](int r) {
+      auto rb = make_cpu_backend();
+      probs[r] = cols(logits, r * Vr, Vr);
+      got[r] = outputs(*rb);
+      SamplerArgs a = args(probs[r], got[r]);
+      a.vocab_first = r * Vr;
+      a.vocab_total = V;
+      a.collective = &g.rank(r);
+      rb->sampler(a);
+    });
+    for (int r = 0; r < n; ++r) {
+      for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(same_bits(got[r][k], want[k])) << "rank " << r << " output " << k;
+      EXPECT_TRUE(same_bits(probs[r], cols(want_probs, r * Vr, Vr))) << "rank " << r << " probabilities";
+    }
+  }
+}
+
+// The sample filters (one floor from the ranks' histograms added) and the top-N lists (the ranks'
+// lists merged by z, then id) against the one-rank sampler, bit for bit; ties straddle the shard
+// boundaries so that both the floor and the id order are exercised.
+TEST_P(ShardedOps, ShardedSampleFiltersAndTopLogprobsEqualOneRank) {
+  const int n = GetParam();
+  auto be = make_cpu_backend();
+  const int64_t C = 6, V = 1024, Vr = V / n;
+  const int top_n = 5;
+  Tensor logits = random_bf16({C, V}, 3.0f, 11);
+  uint16_t* l = logits.ptr<uint16_t>();
+  for (int64_t b = 1; b < n; ++b) l[1 * V + b * Vr - 1] = l[1 * V + b * Vr] = f32_to_bf16(30.0f);
+  for (int64_t v = 0; v < V; v += Vr / 2) l[2 * V + v] = f32_to_bf16(12.0f);  // a wide tie at the top
+  struct Case {
+    SampleFilter f;
+    const char* name;
+  };
+  const Case cases[] = {{{4, 1.0, 0.0}, "top_k 4"},
+                        {{0, 0.7, 0.0}, "top_p 0.7"},
+                        {{0, 1.0, 0.02}, "min_p 0.02"},
+                        {{40, 0.9, 0.001}, "all three"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    // entropy, argmax, sample, argmax log-probability, sample floor, top ids, top log-probabilities
+    auto outputs = [&](Backend& b) {
+      return std::vector<Tensor>{b.alloc(ScalarType::kF32, {C}),        b.alloc(ScalarType::kI32, {C}),
+                                 b.alloc(ScalarType::kI32, {C}),        b.alloc(ScalarType::kF32, {C}),
+                                 b.alloc(ScalarType::kF32, {C}),        b.alloc(ScalarType::kI32, {C, top_n}),
+                                 b.alloc(ScalarType::kF32, {C, top_n})};
+    };
+    auto args = [&](const Tensor& lg, std::vector<Tensor>& o) {
+      SamplerArgs a;
+      a.logits = lg;
+      a.temperature = 0.8f;
+      a.sample_key = rng::stream_key(4, 2, 1, rng::kSample);
+      a.entropy = o[0], a.argmax = o[1], a.sample = o[2], a.argmax_logprob = o[3], a.sample_floor = o[4];
+      a.filter = c.f;
+      a.top_n = top_n, a.top_ids = o[5], a.top_logprobs = o[6];
+      return a;
+    };
+    Tensor want_probs = host_tensor(ScalarType::kBF16, {C, V});
+    std::memcpy(want_probs.data, logits.data, logits.nbytes());
+    std::vector<Tensor> want = outputs(*be);
+    be->sampler(args(want_probs, want));
+    EXPECT_EQ(want[5].ptr<int32_t>()[1 * top_n], static_cast<int32_t>(Vr - 1)) << "first of the tied maxima";
+    for (int64_t p = 0; p < C; ++p) EXPECT_GT(want[4].ptr<float>()[p], -INFINITY) << "row " << p << " is restricted";
 
     ThreadCollectiveGroup g(n);
     std::vector<std::vector<Tensor>> got(n);

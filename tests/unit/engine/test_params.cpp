@@ -138,6 +138,47 @@ TEST(Params, BadValuesNameTheirParameter) {
   EXPECT_EQ(with([](SamplingParams& p) { p.temperature = std::nan(""); }), "temperature");
 }
 
+TEST(Params, SampleFiltersAndTopLogprobsAreCarriedAndChecked) {
+  SamplingParams p;
+  EXPECT_FALSE(resolve_sequence_params(p, checkpoint(), context()).filter.active()) << "off by default";
+  p.top_k = 40;
+  p.top_p = 0.9;
+  p.min_p = 0.05;
+  p.logprobs = true;
+  p.top_logprobs = 20;
+  SequenceParams s = resolve_sequence_params(p, checkpoint(), context());
+  EXPECT_EQ(s.filter.top_k, 40);
+  EXPECT_EQ(s.filter.top_p, 0.9);
+  EXPECT_EQ(s.filter.min_p, 0.05);
+  EXPECT_EQ(s.top_logprobs, 20);
+  p.top_k = -1;  // vLLM's "off"
+  EXPECT_EQ(resolve_sequence_params(p, checkpoint(), context()).filter.top_k, 0);
+  p.temperature = 0;
+  EXPECT_FALSE(resolve_sequence_params(p, checkpoint(), context()).filter.active())
+      << "greedy takes the argmax, which every filter keeps";
+  auto with = [](auto set) {
+    SamplingParams q;
+    set(q);
+    return refused_param(q);
+  };
+  EXPECT_EQ(with([](SamplingParams& q) { q.top_k = -2; }), "top_k");
+  EXPECT_EQ(with([](SamplingParams& q) { q.top_p = 0; }), "top_p");
+  EXPECT_EQ(with([](SamplingParams& q) { q.top_p = 1.5; }), "top_p");
+  EXPECT_EQ(with([](SamplingParams& q) { q.min_p = std::nan(""); }), "min_p");
+  EXPECT_EQ(with([](SamplingParams& q) { q.top_logprobs = 3; }), "top_logprobs") << "needs logprobs";
+  EXPECT_EQ(with([](SamplingParams& q) {
+              q.logprobs = true;
+              q.top_logprobs = 21;
+            }),
+            "top_logprobs");
+  SamplingParams small;
+  small.logprobs = true;
+  small.top_logprobs = 20;
+  ParamsContext tiny = context();
+  tiny.vocab_size = 10;
+  EXPECT_THROW((void)resolve_sequence_params(small, checkpoint(), tiny), Error) << "more alternatives than tokens";
+}
+
 TEST(Params, AGenerationConfigOutsideTheLimitsIsRefused) {
   // The engine factory resolves the bare generation config at start with this function.
   GenerationConfig g = checkpoint();

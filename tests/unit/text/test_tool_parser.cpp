@@ -39,6 +39,24 @@ TEST(ToolParser, NativeCall) {
             calls("", {{"get_weather", R"({"location": "Paris", "unit": "celsius"})"}}));
 }
 
+// The opening a forced call is pinned with, followed by what the model writes, parses as that call;
+// an opening with nothing after it (no room left) is a call without arguments.
+TEST(ToolParser, ForcedOpeningsParse) {
+  EXPECT_EQ(tool_call_opening(""), "<|tool_call>call:");
+  EXPECT_EQ(tool_call_opening("get_weather"), "<|tool_call>call:get_weather{");
+  auto r = parse_tool_calls(tool_call_opening("get_weather") + "city:<|\"|>Paris<|\"|>}<tool_call|>");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments_json, "{\"city\": \"Paris\"}");
+  EXPECT_EQ(r.content, "");
+  r = parse_tool_calls(tool_call_opening("get_time"));
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments_json, "{}");
+  r = parse_tool_calls(tool_call_opening("") + "get_time{}<tool_call|>");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "get_time");
+}
+
 TEST(ToolParser, NoToolCallIsAllContent) {
   EXPECT_EQ(parse_checked("Just an answer, with {braces} and <tags> and a < sign."),
             calls("Just an answer, with {braces} and <tags> and a < sign.", {}));
