@@ -5,6 +5,7 @@
 #include "engine/kv_pool.h"
 #include "golden_util.h"
 #include "layer_replay.h"
+#include "routing_ties.h"
 
 namespace dgemma::golden {
 namespace {
@@ -207,23 +208,23 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
     Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
     fx.model->soft_embeddings(be.upload(probs), soft);
     items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, item_kv, soft, logits, {}};
-    fx.model->forward(items, kv);
+    // The soft embeddings are a GEMM over the vocabulary, summed in another order than cuBLAS: a
+    // rounding boundary there can route a row near a routing tie differently (routing_ties.h).
+    const std::vector<float> margin = routing_margins(fx, C, [&] { fx.model->forward(items, kv); });
     be.softcap_logits(logits, 30.0f, capped);
     got = tensor_to_floats(be, capped);
-    check_close("decoder.logits_sc", got, fx.array("decoder.logits_sc").as_float(), bounds.nmse, bounds.norm_abs);
+    check_logits_with_routing_ties("decoder.logits_sc", got, fx.array("decoder.logits_sc").as_float(), V, margin,
+                                   bounds.nmse, bounds.norm_abs);
   }
 }
 
 // Quantised fixtures (tools/quant/quantize.py) against transformers on their dequantised weights with
 // every quantised linear computed as the checkpoint prescribes (tools/quant/golden_quant.py: exact fp32
 // dequantised weights for NVFP4, E4M3 weights and per-token E4M3 activations for FP8-dynamic).
-// tiny_a_nvfp4_modelopt (non-power-of-two scales) misses the bound on the self-conditioned logits
-// with that script's golden (max|d|/rms 0.16, docs/QUANTIZATION.md) and is not listed yet;
-// tiny_a_nvfp4_ct keeps the golden of the first method (bf16-rounded dequantised weights), which it
-// meets, while the current script's golden misses the bound there too (0.45).
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardGolden,
-                         ::testing::Values("tiny_a", "tiny_b", "quant/tiny_a_nvfp4_modelopt_pow2",
-                                           "quant/tiny_a_nvfp4_ct", "quant/tiny_a_nvfp4_ct_pow2", "quant/tiny_a_fp8_dynamic",
+                         ::testing::Values("tiny_a", "tiny_b", "quant/tiny_a_nvfp4_modelopt",
+                                           "quant/tiny_a_nvfp4_modelopt_pow2", "quant/tiny_a_nvfp4_ct",
+                                           "quant/tiny_a_nvfp4_ct_pow2", "quant/tiny_a_fp8_dynamic",
                                            "quant/tiny_a_fp8_dynamic_pow2"));
 
 }  // namespace

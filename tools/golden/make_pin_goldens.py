@@ -6,7 +6,9 @@ made by make_fixtures.py); nothing there is rewritten. Writes tests/fixtures/NAM
 The reference has no pins, but two of its operations are exactly what a pinned canvas does:
   A. the decoder forward of a canvas that holds the pinned tokens (decoder_input_ids), and the forward
      of a later step whose self-conditioning rows of the pinned positions are one-hot: logits of 0 at
-     the pinned token and -inf elsewhere give softmax rows of exactly 1 and 0 (what dgemma feeds).
+     the pinned token and -inf elsewhere give softmax rows of exactly 1 and 0 (what dgemma feeds). The
+     signal of the other rows (and of the comparison forward logits1_softmax_sc) is the bf16 logits of
+     the unpinned initial canvas / 0.8, whose pinned rows favour other tokens.
   B. generate() from that initial canvas (decoder_input_ids) with the project's counter-based noise
      injected (make_fixtures.NoiseInjector): its step 0 is dgemma's step 0 of the pinned request (the
      same forward, no self-conditioning yet) — entropies, argmax and sample at every position.
@@ -106,7 +108,16 @@ def make(name, case, fixtures):
         # Step 1's canvas: a fixed one (the step-0 argmax at free positions, the pins at pinned ones).
         canvas1 = np.where(mask == 1, toks, argmax0.cpu().numpy())
         c1 = torch.tensor(canvas1, device=DEVICE).unsqueeze(0)
-        sc_plain = (logits0 / 0.8).to(torch.bfloat16)
+        # The self-conditioning signal: the logits of the *unpinned* initial canvas (its random tokens
+        # everywhere), not logits0. The fixture models predict their input token with p ~ 1, so logits0
+        # already peaks at the pinned token in every pinned row: its softmax rows are one-hot up to
+        # bf16 rounding and the one-hot replacement changed the reference's logits by NMSE 1.6e-4 —
+        # below the bf16 noise floor of a free-running self-conditioned forward (~1e-4 for one ulp of
+        # one input element), so the test could not tell the two apart. From the unpinned canvas the
+        # pinned rows peak at other tokens and the one-hot rows are a whole-token change.
+        c_init = torch.tensor(init, device=DEVICE).unsqueeze(0)
+        logits_init = model(past_key_values=cache, decoder_input_ids=c_init, decoder_position_ids=dpos).logits[0]
+        sc_plain = (logits_init / 0.8).to(torch.bfloat16)
         sc = sc_plain.clone()
         for p in np.nonzero(mask)[0].tolist():
             sc[p] = float("-inf")
@@ -114,6 +125,9 @@ def make(name, case, fixtures):
         pinned_rows = torch.tensor(mask == 1, device=DEVICE)
         assert torch.equal(torch.softmax(sc[pinned_rows].float(), -1).max(-1).values,
                            torch.ones(int(mask.sum()), device=DEVICE)), "one-hot rows"
+        pin_ids = torch.tensor(toks[mask == 1], device=DEVICE)
+        p_pin = torch.softmax(sc_plain[pinned_rows].float(), -1).gather(-1, pin_ids.unsqueeze(-1)).squeeze(-1)
+        assert float(p_pin.mean()) < 0.5, f"the plain signal already favours the pinned tokens ({p_pin.tolist()})"
         logits1 = model(past_key_values=cache, decoder_input_ids=c1, decoder_position_ids=dpos,
                         self_conditioning_logits=sc.unsqueeze(0)).logits[0]
         logits1_plain = model(past_key_values=cache, decoder_input_ids=c1, decoder_position_ids=dpos,
@@ -149,7 +163,8 @@ def make(name, case, fixtures):
                 "t_max": case["t_max"], "entropy_bound": case["entropy_bound"],
                 "stability_threshold": case["stability_threshold"],
                 "confidence_threshold": case["confidence_threshold"], "canvas_length": C, "vocab_size": V,
-                "logits_rows_kept": keep, "sc_temperature": 0.8, "eos_token_ids": EOS_IDS,
+                "logits_rows_kept": keep, "sc_temperature": 0.8,
+                "sc_source": "logits of the unpinned initial canvas / sc_temperature, bf16", "eos_token_ids": EOS_IDS,
                 "torch_version": torch.__version__, "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"})
     print(f"{name}: wrote {out.root}; pinned {int(mask.sum())} of {C} positions of canvas 0; "
           f"step-0 accepted (pinned rule) {int(pinned_accept(entropy0, mask, case['entropy_bound']).sum())}")
