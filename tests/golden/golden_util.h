@@ -2,6 +2,7 @@
 // Helpers for tests against the reference's golden fixtures (tests/fixtures/*/golden).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -94,6 +95,21 @@ inline std::vector<float> tensor_to_floats(Backend& backend, const Tensor& t) {
     for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(raw[i]);
   }
   return out;
+}
+
+// The reference's self-conditioning probabilities from its signal z [C, V]: an fp32 softmax per row,
+// rounded to bf16 (host tensor).
+inline Tensor bf16_softmax_rows(const std::vector<float>& z, int64_t C, int64_t V) {
+  Tensor probs = host_tensor(ScalarType::kBF16, {C, V});
+  std::vector<float> e(static_cast<size_t>(V));
+  for (int64_t p = 0; p < C; ++p) {
+    float mx = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, z[p * V + v]);
+    float sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += (e[v] = std::exp(z[p * V + v] - mx));
+    for (int64_t v = 0; v < V; ++v) probs.ptr<uint16_t>()[p * V + v] = f32_to_bf16(e[v] / sum);
+  }
+  return probs;
 }
 
 }  // namespace dgemma::golden

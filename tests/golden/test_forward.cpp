@@ -196,15 +196,7 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
   // 3. Decoder with self-conditioning from the reference's own signal (bf16 z = logits / 0.8).
   if (rows == C) {
     const auto sc = fx.array("decoder.sc_input").as_float();
-    Tensor probs = host_tensor(ScalarType::kBF16, {C, V});
-    for (int64_t p = 0; p < C; ++p) {
-      float mx = -INFINITY;
-      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, sc[p * V + v]);
-      float sum = 0;
-      std::vector<float> e(V);
-      for (int64_t v = 0; v < V; ++v) sum += (e[v] = std::exp(sc[p * V + v] - mx));
-      for (int64_t v = 0; v < V; ++v) probs.ptr<uint16_t>()[p * V + v] = f32_to_bf16(e[v] / sum);
-    }
+    Tensor probs = bf16_softmax_rows(sc, C, V);
     Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
     fx.model->soft_embeddings(be.upload(probs), soft);
     items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, item_kv, soft, logits, {}};

@@ -95,15 +95,7 @@ TEST_P(PinsGolden, ForwardsOfAPinnedCanvasAndOneHotSelfConditioning) {
   if (rows != C) return;
   const auto sc = g.array("sc_input").as_float();
   ASSERT_EQ(sc.size(), static_cast<size_t>(C * V)) << "sc_input is not [C, V]";
-  Tensor probs = host_tensor(ScalarType::kBF16, {C, V});
-  for (int64_t p = 0; p < C; ++p) {
-    float mx = -INFINITY;
-    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, sc[p * V + v]);
-    float sum = 0;
-    std::vector<float> e(V);
-    for (int64_t v = 0; v < V; ++v) sum += (e[v] = std::exp(sc[p * V + v] - mx));
-    for (int64_t v = 0; v < V; ++v) probs.ptr<uint16_t>()[p * V + v] = f32_to_bf16(e[v] / sum);
-  }
+  Tensor probs = bf16_softmax_rows(sc, C, V);
   Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
   fx.model->soft_embeddings(be.upload(probs), soft);
   Tensor pin_ids = be.alloc(ScalarType::kI32, {C});
