@@ -6,9 +6,9 @@ real server on the CPU backend and prints what came back, to judge a training ru
 
 For each request and seed: the answer (content, reasoning, tool calls), the finish reason, the
 completion tokens, the denoising steps per canvas (from /metrics) and, for code, whether the
-```python block parses. The requests mix those the data teaches (as the acceptance test asks them)
-with a few it does not (to see how the model fails). The summary's last lines are the acceptance
-test's criteria in numbers. Needs nothing beyond the standard library.
+```python block parses. The requests mix those the data teaches (as tests/e2e/tiny_model.test.mjs
+asks them) with a few it does not (to see how the model fails). The summary lines are that test's
+criteria in numbers. Needs nothing beyond the standard library.
 """
 import argparse
 import ast

@@ -7,7 +7,7 @@ import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { startServer, metrics, sample } from '../../tests/e2e/helpers.mjs';
+import { startServer, metrics, sample } from './helpers.mjs';
 
 const MODEL_DIR = path.join(process.env.DGEMMA_SOURCE_DIR, 'models', 'tiny-code');
 const NAME = 'tiny-code';
