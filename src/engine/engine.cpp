@@ -37,7 +37,7 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
   model_core_ = std::make_unique<ModelCore>(*model_, core_options(config_, sizing_));
   if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);
   core_ = &model_core_->core();
-  if (backend_->device() == Device::kCuda && config_.warmup) warm_up();
+  if (config_.warmup) warm_up();
   start();
 }
 
