@@ -66,8 +66,9 @@ void DiffusionEngine::warm_up() {
   // The first steps of a process pay one-time costs: kernel modules load on first use, cuBLAS picks
   // and loads its kernels per shape, the allocator's cache grows. Paying them here, once per
   // batch-size bucket (1, 2, 4, ... up to --max-num-seqs), makes the first request as fast as the
-  // tenth. Each warm-up sequence prefills a short prompt and runs two steps of one canvas; its pages
-  // are freed, and its ids are far above the request ids.
+  // tenth. Each warm-up sequence prefills a prompt of its own (no prefix hits) and runs two steps of one
+  // canvas; its pages are freed and dropped from the prefix cache, the scheduler's statistics reset,
+  // and its ids are far above the request ids.
   Stopwatch sw;
   const int64_t C = model_config_.canvas_length;
   const int64_t prompt_len = std::min<int64_t>(2 * C, sizing_.max_model_len - C - 1);
@@ -86,12 +87,14 @@ void DiffusionEngine::warm_up() {
       p.diffusion.max_denoising_steps = 2;
       std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
       for (int64_t j = 0; j < prompt_len; ++j)
-        prompt[static_cast<size_t>(j)] = static_cast<int32_t>((j * 7919 + i) % model_config_.text.vocab_size);
+        prompt[static_cast<size_t>(j)] = static_cast<int32_t>((j * 7919 + static_cast<int64_t>(id % 4096) * 131) % model_config_.text.vocab_size);
       seqs.push_back(model_core_->make_sequence(id++, std::move(prompt), p));
       ptrs.push_back(seqs.back().get());
     }
     model_core_->run(ptrs);
   }
+  core_->blocks().drop_unreferenced_cache();
+  core_->scheduler().reset_stats();
   DG_LOG_INFO("engine", "warm-up: batch sizes {} in {:.0f} ms", fmt::join(buckets, ","), sw.ms());
 }
 
