@@ -17,6 +17,7 @@
 #include "backend/cuda/flash_attention.cuh"
 #include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
+#include "util/bf16.h"
 
 namespace dgemma::gpu_test {
 namespace {
@@ -123,6 +124,50 @@ void make_batch(Data& d, const FlashCase& c, BatchInputs& in) {
   g.out = poisoned(ScalarType::kBF16, {T, c.Hq, c.D});
 }
 
+// |x| of a host bf16 tensor (a new tensor).
+Tensor abs_of(const Tensor& x) {
+  Tensor y = clone(x);
+  uint16_t* p = y.ptr<uint16_t>();
+  for (int64_t i = 0; i < y.numel(); ++i) p[i] &= 0x7fff;
+  return y;
+}
+
+// got against want element by element with the probability-rounding bound: |got - want| <=
+// 1.25 * 2^-8 * A + 1.5 bf16 steps of want, A = sum_j P_j |v_j| (the reference over |V|). Each side
+// rounds every probability once to bf16 (at most 2^-9 of itself), each side's output once. Up to
+// `max_bad_fraction` of the elements may exceed it (rows whose dominant score rounded the other way:
+// fp32 dot products in another order), and the NMSE must stay below max_nmse.
+void expect_rounding_bound(Reporter& r, const std::string& what, const std::vector<uint16_t>& got,
+                           const std::vector<uint16_t>& want, const std::vector<uint16_t>& abs_ref,
+                           double max_bad_fraction, double min_exact, double max_nmse) {
+  size_t exact = 0, bad = 0, unwritten = 0;
+  double err2 = 0, ref2 = 0, worst = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    const double g = bf16_to_f32(got[e]), w = bf16_to_f32(want[e]), A = bf16_to_f32(abs_ref[e]);
+    if (!std::isfinite(g)) {
+      ++unwritten;
+      continue;
+    }
+    err2 += (g - w) * (g - w);
+    ref2 += w * w;
+    exact += got[e] == want[e];
+    const double step = std::ldexp(1.0, std::ilogb(std::max(std::abs(w), 1e-30)) - 7);
+    const double bound = 1.25 * std::ldexp(A, -8) + 1.5 * step;
+    worst = std::max(worst, std::abs(g - w) / bound);
+    bad += std::abs(g - w) > bound;
+  }
+  const double n = static_cast<double>(std::max<size_t>(got.size(), 1));
+  const double nmse = err2 / std::max(ref2, 1e-30);
+  r.note(what + ": n=" + std::to_string(got.size()) + " exact=" + fmt_double(exact / n) + " beyond_bound=" +
+         std::to_string(bad) + " worst/bound=" + fmt_double(worst) + " nmse=" + fmt_double(nmse));
+  if (unwritten > 0) r.fail(what + ": " + std::to_string(unwritten) + " elements not finite (unwritten?)");
+  if (bad / n > max_bad_fraction)
+    r.fail(what + ": " + std::to_string(bad) + " elements beyond the rounding bound (allowed fraction " +
+           fmt_double(max_bad_fraction) + ")");
+  if (exact / n < min_exact) r.fail(what + ": bit-identical fraction " + fmt_double(exact / n) + " < " + fmt_double(min_exact));
+  if (nmse > max_nmse) r.fail(what + ": nmse " + fmt_double(nmse) + " > " + fmt_double(max_nmse));
+}
+
 void run_flash(Reporter& r, const FlashCase& c) {
   Data d("flash attention " + c.name);
   BatchInputs in;
@@ -135,6 +180,11 @@ void run_flash(Reporter& r, const FlashCase& c) {
   if (plan.splits <= 0) r.fail(c.name + ": no flash plan (the check would test the per-item path)");
 
   cpu().attention_batch(in.host);
+  AttentionBatchArgs abs_args = in.host;  // the same probabilities over |V|
+  abs_args.v_new = abs_of(in.host.v_new);
+  abs_args.v_pages = abs_of(in.host.v_pages);
+  abs_args.out = host_tensor(ScalarType::kBF16, {T, c.Hq, c.D});
+  cpu().attention_batch(abs_args);
   {
     FlashKnob knob(true);
     cuda().attention_batch(in.gpu);
@@ -145,26 +195,22 @@ void run_flash(Reporter& r, const FlashCase& c) {
     FlashKnob knob(false);
     cuda().attention_batch(ua);
   }
-  const auto flash = u16(in.gpu.out), want = u16(in.host.out), unfused = u16(ua.out);
+  const auto flash = u16(in.gpu.out), want = u16(in.host.out), unfused = u16(ua.out), A = u16(abs_args.out);
 
-  // Against the CPU: the differences of the fused kernel's check (gpu_check_fused_attention.cpp:
-  // scores summed in MMA order, a bf16 score now and then rounding to its other neighbour and moving
-  // its whole row when it dominates, the softmax sum in another order) plus one: the kernel rounds each
-  // probability relative to the running maximum and divides the fp32 output by the sum, where the
-  // reference rounds p / sum. Both are one bf16 rounding of each probability, so the per-element bound
-  // and the NMSE bound stay those of gemm_tol; fewer outputs are bit-identical.
+  // Against the CPU: the scores are fp32 dot products in MMA order, so a bf16 score now and then
+  // rounds to its other neighbour and, when it dominates, moves its whole row (the outlier allowance:
+  // two rows, at least 1e-3 of the elements, as in the fused kernel's check); the softmax sum runs in
+  // another order; and the kernel rounds each probability relative to the running maximum and divides
+  // the fp32 output by the sum where the reference rounds p / sum (expect_rounding_bound). The NMSE of
+  // the latter is ~5 single bf16 roundings (measured 6-8e-6 in the emulated test): bound 2e-5.
   const double rows = static_cast<double>(T * c.Hq);
-  Tol tol = gemm_tol();
-  tol.max_bad_fraction = std::max(1e-3, 2.0 / rows);
-  tol.min_exact = 0.6;
-  expect_bf16(r, c.name + " flash vs cpu", flash, want, tol);
-  Tol tol_u = tol;
-  tol_u.max_bad_fraction = std::max(2e-3, 4.0 / rows);
-  tol_u.min_exact = 0.5;
-  expect_bf16(r, c.name + " flash vs per-item cuda", flash, unfused, tol_u);
-  Tol tol_c = tol;
+  const double outliers = std::max(1e-3, 2.0 / rows);
+  expect_rounding_bound(r, c.name + " flash vs cpu", flash, want, A, outliers, 0.5, 2e-5);
+  expect_rounding_bound(r, c.name + " flash vs per-item cuda", flash, unfused, A, 2 * outliers, 0.5, 2e-5);
+  Tol tol_c = gemm_tol();  // control: the per-item path against the CPU (gpu_check_ops' attention bounds)
+  tol_c.max_bad_fraction = outliers;
   tol_c.min_exact = 0.8;
-  expect_bf16(r, c.name + " per-item cuda vs cpu", unfused, want, tol_c);  // control: the inputs
+  expect_bf16(r, c.name + " per-item cuda vs cpu", unfused, want, tol_c);
 
   // Deterministic: a second run into a fresh poisoned output is bit-identical.
   AttentionBatchArgs again = in.gpu;
@@ -207,7 +253,7 @@ void check_flash_splits(Reporter& r) {
     const std::string p = "splits" + std::to_string(s) + " ";
     run_flash(r, {p + "d64 P16", 4, 2, 64, 16, false, {{20, 37, 5, false, 0}, {33, 0, 0, true, 0}, {17, 50, 40, true, 24}}});
     run_flash(r, {p + "d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
-    run_flash(r, {p + "d512 K=V", 16, 2, 512, 256, true, {{256, 3000, 0, false, 0}, {1, 5, 0, false, 0}}});
+    run_flash(r, {p + "d512 K=V", 16, 2, 512, 256, true, {{256, 1000, 0, false, 0}, {1, 5, 0, false, 0}}});
   }
 }
 

@@ -85,10 +85,20 @@ FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* i
   if (resident <= 0) return {};
   int64_t splits = g_forced_splits.load();
   if (splits <= 0) {
-    // One wave of CTAs at least, but at least 4 key tiles a split and at most 8 splits (the partials
-    // are fp32 rows of the whole head dim); then the fewest splits with the same tiles per split.
+    // The split count with the least time in waves of CTAs (waves(s) / s: each CTA's work shrinks
+    // with s), ties to fewer splits; at most 8 splits (the partials are fp32 rows of the whole head
+    // dim) and at least 4 key tiles a split. Then the fewest splits with the same tiles per split.
     const int64_t ctas = tiles * Hkv * kDChunks, slots = int64_t{sm_count(device)} * resident;
-    splits = ctas >= slots ? 1 : std::clamp<int64_t>(std::min(ceil_div(slots, ctas), max_key_tiles / 4), 1, 8);
+    const int64_t max_splits = std::clamp<int64_t>(max_key_tiles / 4, 1, 8);
+    splits = 1;
+    double best = static_cast<double>(ceil_div(ctas, slots));
+    for (int64_t s = 2; s <= max_splits; ++s) {
+      const double t = static_cast<double>(ceil_div(ctas * s, slots)) / static_cast<double>(s);
+      if (t < 0.9 * best) {
+        best = t;
+        splits = s;
+      }
+    }
     const int64_t per = ceil_div(max_key_tiles, splits);
     splits = std::max<int64_t>(1, ceil_div(max_key_tiles, per));
   }
