@@ -101,9 +101,25 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * cols * 2 + ((chunk ^ (row & 7)) << 4));
 }
 
+// Round-to-nearest-even to bf16 of finite values (scores and probabilities are never NaN): one cvt
+// instruction on the device, common.cuh's rounding (the same for finite values) in the emulation.
+#ifdef __CUDACC__
+__device__ __forceinline__ float round_score(float x) {
+  uint16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+#else
+inline float round_score(float x) { return round_bf16(x); }
+inline uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
 }
+#endif
 
 // The item of row tile `tile` (counting every item's tiles of one KV head in item order) and the
 // tile's index within it; -1 past the last tile.
@@ -240,19 +256,21 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const Params 
 
     // The reference's score roundings, the masks, base-2 scores; row maxima over the quad.
     const int jt = j_lo + kt * BN;
+    // Whether any (row, key) of the tile is masked (uniform over the CTA: its token range).
+    const bool masked = jt + BN > j_hi || (causal && (i_lo - (jt + BN - 1 - L) < 0 ||
+                                                      (window > 0 && i_hi - (jt - L) >= window)));
     float mx[2] = {-INFINITY, -INFINITY};
     DG_UNROLL
     for (int nb = 0; nb < BN / 8; ++nb)
       DG_UNROLL
       for (int e = 0; e < 4; ++e) {
-        const int j = jt + nb * 8 + 2 * t4 + (e & 1);
-        const int i = e < 2 ? tok_a : tok_b;
-        bool vis = j < j_hi;
-        if (causal) {
-          const int dq = i - (j - L);
-          vis = vis && dq >= 0 && (window <= 0 || dq < window);
+        bool vis = true;
+        if (masked) {
+          const int j = jt + nb * 8 + 2 * t4 + (e & 1);
+          const int dq = (e < 2 ? tok_a : tok_b) - (j - L);
+          vis = j < j_hi && (!causal || (dq >= 0 && (window <= 0 || dq < window)));
         }
-        const float s = vis ? round_bf16(round_bf16(s_acc[nb][e]) * p.scaling) * kLog2e : -INFINITY;
+        const float s = vis ? round_score(round_score(s_acc[nb][e]) * p.scaling) * kLog2e : -INFINITY;
         s_acc[nb][e] = s;
         mx[e >> 1] = fmaxf(mx[e >> 1], s);
       }
