@@ -33,6 +33,17 @@ class FlashKnob {
   bool old_;
 };
 
+class FlashSplitDKnob {
+ public:
+  explicit FlashSplitDKnob(bool on) : old_(cuda::set_flash_attention_split_d(on)) {}
+  ~FlashSplitDKnob() { cuda::set_flash_attention_split_d(old_); }
+  FlashSplitDKnob(const FlashSplitDKnob&) = delete;
+  FlashSplitDKnob& operator=(const FlashSplitDKnob&) = delete;
+
+ private:
+  bool old_;
+};
+
 class FlashSplitsKnob {
  public:
   explicit FlashSplitsKnob(int splits) : old_(cuda::set_flash_attention_splits(splits)) {}
@@ -234,6 +245,16 @@ void check_flash_small(Reporter& r) {
                 6.0f});
 }
 
+// Head dim 512 with the output halves in CTAs of their own (set_flash_attention_split_d off), the
+// scores recomputed by each.
+void check_flash_halves(Reporter& r) {
+  FlashSplitDKnob knob(false);
+  run_flash(r, {"halves d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}});
+  run_flash(r, {"halves full denoise batch2 K=V", 16, 2, 512, 256, true, {{256, 1000, 0, false, 0}, {256, 700, 0, false, 0}}});
+  FlashSplitsKnob splits(3);
+  run_flash(r, {"halves splits3 full prefill 300 causal", 16, 2, 512, 256, true, {{300, 1500, 0, true, 0}}});
+}
+
 // The model's shapes: 26B-A4B sliding (D 256, 16 / 8 heads, window 1024: a canvas sees 1023 cached
 // keys) and full layers (D 512, 16 / 2 heads, K = V), page size 256, a prompt chunk next to canvases.
 void check_flash_model(Reporter& r) {
@@ -285,7 +306,7 @@ std::vector<Case> flash_attention_cases() {
   return {
       {"flash_attention_small", check_flash_small}, {"flash_attention_model", check_flash_model},
       {"flash_attention_splits", check_flash_splits}, {"flash_attention_long", check_flash_long},
-      {"flash_attention_plan", check_flash_plan},
+      {"flash_attention_halves", check_flash_halves}, {"flash_attention_plan", check_flash_plan},
   };
 }
 
@@ -345,15 +366,19 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     a.out = be.alloc(ScalarType::kBF16, {T, Hq, s.D});
     const bool was = cuda::set_flash_attention(false);
     const bool fused_was = cuda::set_fused_attention(false);
-    for (int flash = 0; flash < 2; ++flash) {
-      cuda::set_flash_attention(flash != 0);
+    // 0: cuBLAS per item; 1: flash; 2 (D 512): flash with output halves in CTAs of their own.
+    for (int mode = 0; mode < (s.D == 512 ? 3 : 2); ++mode) {
+      cuda::set_flash_attention(mode != 0);
+      const bool split_d_was = cuda::set_flash_attention_split_d(mode != 2);
       const uint64_t l0 = cuda::launches_so_far();
       be.attention_batch(a);
       be.synchronize();
       const uint64_t launches = cuda::launches_so_far() - l0;
-      const std::string name = std::string("attn ") + s.name + " b" + std::to_string(s.batch) +
-                               (flash ? " flash" : " cublas") + " (" + std::to_string(launches) + " launches)";
+      const char* what = mode == 0 ? " cublas" : mode == 1 ? " flash" : " flash-halves";
+      const std::string name = std::string("attn ") + s.name + " b" + std::to_string(s.batch) + what + " (" +
+                               std::to_string(launches) + " launches)";
       row(name.c_str(), time_ms([&] { be.attention_batch(a); }));
+      cuda::set_flash_attention_split_d(split_d_was);
     }
     cuda::set_fused_attention(fused_was);
     cuda::set_flash_attention(was);

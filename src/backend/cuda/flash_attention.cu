@@ -3,7 +3,10 @@
 // launches. Tile shapes (BM = 64 query rows, 4 warps):
 //   D 64 / 128: BN 64 keys, the whole head dim in one CTA (41 / 81 KB of shared memory);
 //   D 256:      BN 32, 97 KB (two CTAs an SM; 128 fp32 output registers a thread);
-//   D 512:      BN 32, output halves of 256 columns in CTAs of their own (scores recomputed), 161 KB.
+//   D 512:      BN 32, 8 warps: two groups of 4 split the head dim (partial scores added through
+//               shared memory; each group 256 output columns), 209 KB; or (set_flash_attention_split_d
+//               off) 4 warps with the two 256-column output halves in CTAs of their own, each
+//               recomputing the scores, 161 KB.
 #include <algorithm>
 #include <atomic>
 
@@ -27,27 +30,31 @@ std::atomic<int> g_forced_splits{0};
 using flash::Cfg;
 using flash::ShapeOf;
 
-template <int D>
+std::atomic<bool> g_split_d{true};
+
+template <int D, bool SD>
 void* kernel_ptr() {
-  return reinterpret_cast<void*>(flash::flash_attention_kernel<D, Cfg<D>::DV, Cfg<D>::BN>);
+  using C = Cfg<D, SD>;
+  return reinterpret_cast<void*>(flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>);
 }
 
 // CTAs of the kernel one SM holds (0: too little shared memory), after allowing the kernel its
 // dynamic shared memory on `device`; remembered per device.
-template <int D>
+template <int D, bool SD>
 int resident_ctas(int device) {
   static std::atomic<int> cache[kCachedDevices] = {};  // value + 1; 0: not known yet
   if (device >= 0 && device < kCachedDevices) {
     const int v = cache[device].load();
     if (v > 0) return v - 1;
   }
-  constexpr int bytes = ShapeOf<D>::kSmemBytes;
+  constexpr int bytes = ShapeOf<D, SD>::kSmemBytes;
   int optin = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   int result = 0;
   if (optin >= bytes) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_ptr<D>(), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&result, kernel_ptr<D>(), kThreads, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_ptr<D, SD>(), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&result, kernel_ptr<D, SD>(),
+                                                             ShapeOf<D, SD>::kThreads, bytes));
     result = std::max(result, 0);
   }
   if (device >= 0 && device < kCachedDevices) cache[device].store(result + 1);
@@ -66,9 +73,9 @@ int sm_count(int device) {
 
 int64_t ml_bytes(int64_t splits, int64_t rows) { return (splits * rows * 2 * 4 + 15) / 16 * 16; }
 
-template <int D>
+template <int D, bool SD>
 FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* items, int num_items, int device) {
-  constexpr int BN = Cfg<D>::BN, kDChunks = ShapeOf<D>::kDChunks;
+  constexpr int BN = Cfg<D, SD>::BN, kDChunks = ShapeOf<D, SD>::kDChunks;
   const int64_t groups = Hq / Hkv;
   int64_t tiles = 0, max_key_tiles = 0;
   for (int i = 0; i < num_items; ++i) {
@@ -81,7 +88,7 @@ FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* i
     max_key_tiles = std::max(max_key_tiles, ceil_div(span, BN));
   }
   if (tiles == 0 || tiles > 0x7fffffff) return {};
-  const int resident = resident_ctas<D>(device);
+  const int resident = resident_ctas<D, SD>(device);
   if (resident <= 0) return {};
   int64_t splits = g_forced_splits.load();
   if (splits <= 0) {
@@ -111,10 +118,13 @@ FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* i
   return plan;
 }
 
-template <int D>
+template <int D, bool SD>
 void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, cudaStream_t stream) {
-  constexpr int kDChunks = ShapeOf<D>::kDChunks;
-  DG_CHECK(resident_ctas<D>(device) > 0);  // also sets the kernel's shared-memory limit
+  using S = ShapeOf<D, SD>;
+  using C = Cfg<D, SD>;
+  constexpr int kDChunks = S::kDChunks;
+  const bool ready = plan.split_d == SD && resident_ctas<D, SD>(device) > 0;  // also sets the smem limit
+  DG_CHECK(ready);
   p.splits = plan.splits;
   const int64_t rows = int64_t{p.T} * p.Hq;
   if (plan.splits > 1) {
@@ -124,8 +134,7 @@ void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, 
   }
   const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(p.Hkv),
                   static_cast<unsigned>(plan.splits * kDChunks));
-  flash::flash_attention_kernel<D, Cfg<D>::DV, Cfg<D>::BN>
-      <<<grid, kThreads, ShapeOf<D>::kSmemBytes, stream>>>(p);
+  flash::flash_attention_kernel<D, C::DV, C::BN, C::KG><<<grid, S::kThreads, S::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
   if (plan.splits > 1) {
     const int64_t threads = rows * (D / 4);
@@ -136,6 +145,8 @@ void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, 
 
 }  // namespace
 
+bool set_flash_attention_split_d(bool on) { return g_split_d.exchange(on); }
+
 int set_flash_attention_splits(int splits) {
   return g_forced_splits.exchange(splits <= 0 ? 0 : std::min(splits, kMaxSplits));
 }
@@ -144,10 +155,15 @@ FlashAttentionPlan plan_flash_attention(int64_t T, int64_t Hq, int64_t Hkv, int6
                                         int num_items, int device) {
   if (Hkv <= 0 || Hkv > 65535 || Hq % Hkv != 0 || T <= 0 || T * Hq > 0x7fffffff) return {};
   switch (D) {
-    case 64: return plan_for<64>(T, Hq, Hkv, host_items, num_items, device);
-    case 128: return plan_for<128>(T, Hq, Hkv, host_items, num_items, device);
-    case 256: return plan_for<256>(T, Hq, Hkv, host_items, num_items, device);
-    case 512: return plan_for<512>(T, Hq, Hkv, host_items, num_items, device);
+    case 64: return plan_for<64, true>(T, Hq, Hkv, host_items, num_items, device);
+    case 128: return plan_for<128, true>(T, Hq, Hkv, host_items, num_items, device);
+    case 256: return plan_for<256, true>(T, Hq, Hkv, host_items, num_items, device);
+    case 512: {
+      FlashAttentionPlan plan = g_split_d.load() ? plan_for<512, true>(T, Hq, Hkv, host_items, num_items, device)
+                                                 : plan_for<512, false>(T, Hq, Hkv, host_items, num_items, device);
+      plan.split_d = g_split_d.load();
+      return plan;
+    }
     default: return {};
   }
 }
@@ -175,10 +191,12 @@ void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, con
   p.page_size = static_cast<int>(page_size);
   p.scaling = scaling;
   switch (D) {
-    case 64: return launch_for<64>(plan, p, workspace, device, stream);
-    case 128: return launch_for<128>(plan, p, workspace, device, stream);
-    case 256: return launch_for<256>(plan, p, workspace, device, stream);
-    case 512: return launch_for<512>(plan, p, workspace, device, stream);
+    case 64: return launch_for<64, true>(plan, p, workspace, device, stream);
+    case 128: return launch_for<128, true>(plan, p, workspace, device, stream);
+    case 256: return launch_for<256, true>(plan, p, workspace, device, stream);
+    case 512:
+      if (plan.split_d) return launch_for<512, true>(plan, p, workspace, device, stream);
+      return launch_for<512, false>(plan, p, workspace, device, stream);
     default: DG_CHECK(false);
   }
 }

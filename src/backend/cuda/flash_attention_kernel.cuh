@@ -66,33 +66,46 @@ struct Params {
 // Item fields (AttentionItem, backend.h).
 enum : int { kQFirst = 0, kQLen, kCacheFirst, kCacheLen, kTableFirst, kTableLen, kCausal, kWindow, kFields };
 
-template <int DQK, int DV, int BN>
+// KG warp groups of 4 warps split the head dim: group g sums the scores over its DQK / KG dims
+// (the partial scores meet in shared memory, added in group order so every group holds the same
+// scores) and produces output columns [g DV, (g + 1) DV) of the CTA's DV * KG columns.
+template <int DQK, int DV, int BN, int KG>
 struct Shape {
-  static constexpr int kDChunks = DQK / DV;   // CTAs per row tile along the output columns
+  static constexpr int kThreads = 128 * KG;
+  static constexpr int kVCols = DV * KG;          // output columns of a CTA
+  static constexpr int kDChunks = DQK / kVCols;   // CTAs per row tile along the output columns
   static constexpr int kQBytes = kBM * DQK * 2;
   static constexpr int kKBytes = BN * DQK * 2;  // one buffer
-  static constexpr int kVBytes = BN * DV * 2;
+  static constexpr int kVBytes = BN * kVCols * 2;
   static constexpr int kKOff = kQBytes;
   static constexpr int kVOff = kKOff + 2 * kKBytes;
   static constexpr int kOffsOff = kVOff + 2 * kVBytes;
-  static constexpr int kSmemBytes = kOffsOff + 2 * BN * 8;
-  static_assert(DQK % DV == 0 && DV % 16 == 0 && BN % 16 == 0 && DQK >= 64 && DV >= 64);
+  static constexpr int kXOff = kOffsOff + 2 * BN * 8;              // partial scores (KG > 1)
+  static constexpr int kXBytes = KG > 1 ? kThreads * (BN / 2) * 4 : 0;
+  static constexpr int kSmemBytes = kXOff + kXBytes;
+  static_assert(DQK % kVCols == 0 && DV % 16 == 0 && BN % 16 == 0 && DQK >= 64 && DV >= 64);
+  static_assert(KG == 1 || KG == 2);
+  static_assert((DQK / KG) % 16 == 0);
 };
 
 // The tile shapes by head dim (flash_attention.cu): D 64 / 128 take BN 64 keys and the whole head dim
-// in one CTA; D 256 BN 32 (two CTAs an SM); D 512 BN 32 with 256-column output halves.
-template <int D>
+// in one CTA of 4 warps; D 256 BN 32 (two CTAs an SM); D 512 BN 32 with 8 warps, two groups splitting
+// the head dim (kSplitD) or 4 warps with 256-column output halves in CTAs of their own (the scores
+// recomputed by each).
+template <int D, bool kSplitD = true>
 struct Cfg;
+template <bool x>
+struct Cfg<64, x> { static constexpr int DV = 64, BN = 64, KG = 1; };
+template <bool x>
+struct Cfg<128, x> { static constexpr int DV = 128, BN = 64, KG = 1; };
+template <bool x>
+struct Cfg<256, x> { static constexpr int DV = 256, BN = 32, KG = 1; };
 template <>
-struct Cfg<64> { static constexpr int DV = 64, BN = 64; };
+struct Cfg<512, true> { static constexpr int DV = 256, BN = 32, KG = 2; };
 template <>
-struct Cfg<128> { static constexpr int DV = 128, BN = 64; };
-template <>
-struct Cfg<256> { static constexpr int DV = 256, BN = 32; };
-template <>
-struct Cfg<512> { static constexpr int DV = 256, BN = 32; };
-template <int D>
-using ShapeOf = Shape<D, Cfg<D>::DV, Cfg<D>::BN>;
+struct Cfg<512, false> { static constexpr int DV = 256, BN = 32, KG = 1; };
+template <int D, bool kSplitD = true>
+using ShapeOf = Shape<D, Cfg<D, kSplitD>::DV, Cfg<D, kSplitD>::BN, Cfg<D, kSplitD>::KG>;
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of `cols` bf16: chunks are
 // XOR-swizzled by the row's low 3 bits so that the 8 row addresses of an ldmatrix hit distinct banks.
@@ -135,12 +148,13 @@ __device__ __forceinline__ int find_item(const Params& p, int tile, int& local) 
   return -1;
 }
 
-// grid: (row tiles of all items, Hkv, splits * kDChunks); block: kThreads.
-template <int DQK, int DV, int BN>
-__global__ void __launch_bounds__(kThreads) flash_attention_kernel(const Params p) {
-  using S = Shape<DQK, DV, BN>;
+// grid: (row tiles of all items, Hkv, splits * kDChunks); block: Shape::kThreads.
+template <int DQK, int DV, int BN, int KG>
+__global__ void __launch_bounds__(128 * KG) flash_attention_kernel(const Params p) {
+  using S = Shape<DQK, DV, BN, KG>;
+  constexpr int kThreadsCta = S::kThreads, kVCols = S::kVCols, kDK = DQK / KG;
   DG_KERNEL_DYNAMIC_SMEM(smem);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, wgrp = tid >> 7;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z / S::kDChunks, dc = blockIdx.z % S::kDChunks;
   int tile = 0;
@@ -184,18 +198,19 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const Params 
     o[tid] = v;
   };
   auto load_kv = [&](int buf, const int64_t* o) {
-    constexpr int kc = DQK / 8, vc = DV / 8;
-    for (int c = tid; c < BN * kc; c += kThreads) {
+    constexpr int kc = DQK / 8, vc = kVCols / 8;
+    for (int c = tid; c < BN * kc; c += kThreadsCta) {
       const int row = c / kc, ch = c % kc;
       const int64_t v = o[row];
       const uint16_t* src = v >= 0 ? p.k_pages + v * DQK : p.k_new + (v == -1 ? 0 : (-2 - v) * DQK);
       cp_async16(k_s + buf * S::kKBytes + swz<DQK>(row, ch), src + (v == -1 ? 0 : ch * 8), v != -1);
     }
-    for (int c = tid; c < BN * vc; c += kThreads) {
+    for (int c = tid; c < BN * vc; c += kThreadsCta) {
       const int row = c / vc, ch = c % vc;
       const int64_t v = o[row];
       const uint16_t* src = v >= 0 ? p.v_pages + v * DQK : p.v_new + (v == -1 ? 0 : (-2 - v) * DQK);
-      cp_async16(v_s + buf * S::kVBytes + swz<DV>(row, ch), src + (v == -1 ? 0 : dc * DV + ch * 8), v != -1);
+      cp_async16(v_s + buf * S::kVBytes + swz<kVCols>(row, ch), src + (v == -1 ? 0 : dc * kVCols + ch * 8),
+                 v != -1);
     }
   };
 
@@ -203,7 +218,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const Params 
   if (kt0 < kt1 && tid < BN) key_offsets(kt0, offs);
   {
     constexpr int qc = DQK / 8;
-    for (int c = tid; c < kBM * qc; c += kThreads) {
+    for (int c = tid; c < kBM * qc; c += kThreadsCta) {
       const int row = c / qc, ch = c % qc, rr = r0 + row;
       const bool valid = rr < rows;
       const int tok = valid ? rr / groups : 0, head = kvh * groups + (valid ? rr % groups : 0);
@@ -234,13 +249,13 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const Params 
     cp_async_wait<1>();
     __syncthreads();  // tile kt (and the query tile) landed for every thread
 
-    // S = Q . K^T for the warp's 16 rows x BN keys, fp32.
+    // S = Q . K^T for the warp's 16 rows x BN keys, fp32 (this group's dims [wgrp kDK, + kDK)).
     float s_acc[BN / 8][4];
     DG_UNROLL
     for (int nb = 0; nb < BN / 8; ++nb) s_acc[nb][0] = s_acc[nb][1] = s_acc[nb][2] = s_acc[nb][3] = 0.f;
     const uint32_t kb = k_s + buf * S::kKBytes;
     DG_UNROLL
-    for (int kk = 0; kk < DQK / 16; ++kk) {
+    for (int kk = wgrp * (kDK / 16); kk < (wgrp + 1) * (kDK / 16); ++kk) {
       uint32_t a[4];
       ldmatrix_x4(q_s + swz<DQK>(warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * kk + (lane >> 4)), a[0], a[1],
                   a[2], a[3]);
@@ -254,6 +269,23 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const Params 
       }
     }
 
+    if constexpr (KG > 1) {
+      // The other group's partial scores (same rows): both groups add group 0's part first.
+      float* x = reinterpret_cast<float*>(smem + S::kXOff);
+      DG_UNROLL
+      for (int nb = 0; nb < BN / 8; ++nb)
+        DG_UNROLL
+        for (int e = 0; e < 4; ++e) x[(nb * 4 + e) * kThreadsCta + tid] = s_acc[nb][e];
+      __syncthreads();
+      const int other = tid ^ 128;
+      DG_UNROLL
+      for (int nb = 0; nb < BN / 8; ++nb)
+        DG_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          const float o = x[(nb * 4 + e) * kThreadsCta + other];
+          s_acc[nb][e] = wgrp == 0 ? s_acc[nb][e] + o : o + s_acc[nb][e];
+        }
+    }
     // The reference's score roundings, the masks, base-2 scores; row maxima over the quad.
     const int jt = j_lo + kt * BN;
     // Whether any (row, key) of the tile is masked (uniform over the CTA: its token range).
@@ -312,8 +344,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const Params 
       DG_UNROLL
       for (int np = 0; np < DV / 16; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(vb + swz<DV>(16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * np + (lane >> 4)), b[0],
-                          b[1], b[2], b[3]);
+        ldmatrix_x4_trans(vb + swz<kVCols>(16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1),
+                                           wgrp * (DV / 8) + 2 * np + (lane >> 4)),
+                          b[0], b[1], b[2], b[3]);
         mma_bf16(o_acc[2 * np], pa[kk], b[0], b[1]);
         mma_bf16(o_acc[2 * np + 1], pa[kk], b[2], b[3]);
       }
@@ -334,19 +367,19 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const Params 
     const int64_t orow = static_cast<int64_t>(q_first + tok) * p.Hq + head;
     if (p.splits == 1) {
       const float inv = l_run[h] > 0.f ? 1.f / l_run[h] : 0.f;
-      uint16_t* dst = p.out + orow * DQK + dc * DV + 2 * t4;
+      uint16_t* dst = p.out + orow * DQK + dc * kVCols + wgrp * DV + 2 * t4;
       DG_UNROLL
       for (int nb = 0; nb < DV / 8; ++nb)
         *reinterpret_cast<uint32_t*>(dst + nb * 8) = pack_bf16x2(o_acc[nb][2 * h] * inv, o_acc[nb][2 * h + 1] * inv);
     } else {
       const int64_t wrow = static_cast<int64_t>(split) * p.T * p.Hq + orow;
-      float* dst = p.ws_o + wrow * DQK + dc * DV + 2 * t4;
+      float* dst = p.ws_o + wrow * DQK + dc * kVCols + wgrp * DV + 2 * t4;
       DG_UNROLL
       for (int nb = 0; nb < DV / 8; ++nb) {
         dst[nb * 8] = o_acc[nb][2 * h];
         dst[nb * 8 + 1] = o_acc[nb][2 * h + 1];
       }
-      if (dc == 0 && t4 == 0) {
+      if (dc == 0 && wgrp == 0 && t4 == 0) {
         p.ws_ml[wrow * 2] = m_run[h];
         p.ws_ml[wrow * 2 + 1] = l_run[h];
       }

@@ -2,7 +2,7 @@
 // A host emulation of the CUDA operations the quantised GEMM kernel and the flash attention kernel use
 // (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh and flash_attention_kernel.cuh;
 // ldmatrix .trans, warp shuffles and a grid z dimension for the latter), so that the kernels run in the unit tests of a
-// machine without a GPU: a block is 128 std::threads with std::barrier for __syncthreads and for the
+// machine without a GPU: a block is 128 (or up to 256) std::threads with std::barrier for __syncthreads and for the
 // warp-collective ldmatrix / mma.sync, shared memory a buffer whose every access is bounds- and
 // alignment-checked, cp.async a synchronous copy. The fragment layouts are the PTX ISA's
 // (ldmatrix: lane i gets word i % 4 of row i / 4 of each matrix, whose row addresses come from lanes
@@ -50,10 +50,13 @@ inline void chk_global(const void* p, size_t n) {
   std::abort();
 }
 inline std::barrier<>* g_block_bar = nullptr;
-inline std::barrier<>* g_warp_bar[4];
-inline uint32_t g_scratch[4][32][8];
+constexpr int kMaxWarps = 8;
+inline std::barrier<>* g_warp_bar[kMaxWarps];
+inline uint32_t g_scratch[kMaxWarps][32][8];
 inline unsigned char* smem() { return g_smem; }
-inline void launch(std::function<void()> fn, int gx, int gy, int gz, int smem_bytes) {
+// Runs the grid block after block, each block `threads` (a multiple of 32, at most 32 kMaxWarps) threads.
+inline void launch(std::function<void()> fn, int gx, int gy, int gz, int smem_bytes, int threads = 128) {
+  if (threads % 32 != 0 || threads < 32 || threads > 32 * kMaxWarps) std::abort();
   std::vector<unsigned char> buf(static_cast<size_t>(smem_bytes) + 256, 0xCD);
   for (int bz = 0; bz < gz; ++bz)
   for (int by = 0; by < gy; ++by)
@@ -61,12 +64,15 @@ inline void launch(std::function<void()> fn, int gx, int gy, int gz, int smem_by
       g_smem = buf.data();
       g_smem_bytes = static_cast<uint32_t>(smem_bytes);
       std::fill(buf.begin(), buf.end(), 0xCD);
-      std::barrier<> bb(128);
-      std::barrier<> w0(32), w1(32), w2(32), w3(32);
+      std::barrier<> bb(threads);
+      std::vector<std::unique_ptr<std::barrier<>>> wb;
+      for (int w = 0; w < threads / 32; ++w) {
+        wb.push_back(std::make_unique<std::barrier<>>(32));
+        g_warp_bar[w] = wb.back().get();
+      }
       g_block_bar = &bb;
-      g_warp_bar[0] = &w0; g_warp_bar[1] = &w1; g_warp_bar[2] = &w2; g_warp_bar[3] = &w3;
       std::vector<std::thread> th;
-      for (int t = 0; t < 128; ++t)
+      for (int t = 0; t < threads; ++t)
         th.emplace_back([&, t] {
           t_thread.x = t;
           t_block.x = bx;

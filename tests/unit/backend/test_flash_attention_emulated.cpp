@@ -52,11 +52,12 @@ Tensor wrap(ScalarType t, std::initializer_list<int64_t> dims, void* data) {
   return x;
 }
 
-template <int D>
+template <int D, bool kSplitD = true>
 void launch_emulated(const cuda::flash::Params& p, int tiles) {
-  using S = cuda::flash::ShapeOf<D>;
-  emu::launch([p] { cuda::flash::flash_attention_kernel<D, cuda::flash::Cfg<D>::DV, cuda::flash::Cfg<D>::BN>(p); },
-              tiles, p.Hkv, p.splits * S::kDChunks, S::kSmemBytes);
+  using S = cuda::flash::ShapeOf<D, kSplitD>;
+  using C = cuda::flash::Cfg<D, kSplitD>;
+  emu::launch([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>(p); }, tiles, p.Hkv,
+              p.splits * S::kDChunks, S::kSmemBytes, S::kThreads);
   if (p.splits > 1) {
     const int64_t threads = int64_t{p.T} * p.Hq * (D / 4);
     emu::launch([p] { cuda::flash::flash_combine_kernel<D>(p); },
@@ -64,8 +65,9 @@ void launch_emulated(const cuda::flash::Params& p, int tiles) {
   }
 }
 
-void run_case(const Case& c, int splits) {
-  SCOPED_TRACE(c.name + " splits " + std::to_string(splits));
+// split_d: D 512 with the head dim split across two warp groups (else output halves in CTAs of their own).
+void run_case(const Case& c, int splits, bool split_d = true) {
+  SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + (split_d ? "" : " (halves)"));
   std::mt19937 rng(1234 + c.D + splits);
   const int groups = c.Hq / c.Hkv;
   int T = 0;
@@ -168,7 +170,10 @@ void run_case(const Case& c, int splits) {
     case 64: launch_emulated<64>(p, tiles); break;
     case 128: launch_emulated<128>(p, tiles); break;
     case 256: launch_emulated<256>(p, tiles); break;
-    case 512: launch_emulated<512>(p, tiles); break;
+    case 512:
+      if (split_d) launch_emulated<512, true>(p, tiles);
+      else launch_emulated<512, false>(p, tiles);
+      break;
     default: FAIL() << "head dim";
   }
   emu::g_global.clear();
@@ -193,7 +198,7 @@ void run_case(const Case& c, int splits) {
   }
   const double n = static_cast<double>(got.size()), out_rows = static_cast<double>(T) * c.Hq;
   const double nmse = err2 / std::max(ref2, 1e-30);
-  std::printf("  %s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), splits, nmse,
+  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), split_d ? "" : " (halves)", splits, nmse,
               exact / n, bad / n);
   EXPECT_LT(nmse, 2e-5) << "relative mean-square error";
   EXPECT_LE(bad / n, std::max(1e-3, 1.0 / out_rows)) << "fraction of elements beyond the rounding bound";
@@ -222,6 +227,8 @@ TEST(FlashAttentionEmulated, HeadDim512KEqV) {
   const Case c{"d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}};
   run_case(c, 1);
   run_case(c, 2);
+  run_case(c, 1, false);
+  run_case(c, 2, false);
 }
 
 // The default attention_batch (one attention() per item) refuses items outside the batch's rows or
