@@ -13,7 +13,9 @@
 // 64/128/256/512 (up to set_fused_attention_max_dim) run fused_attention.cu instead: two passes over key
 // splits + a reduce, same rounding points, no score buffer (a workspace of splits x rows x (D + 2) fp32),
 // reading the cached keys straight from the paged pool (no gather) when the page size is a power of
-// two; other shapes keep this path.
+// two; other shapes keep this path. attention_batch (all items of a layer) runs flash_attention.cu in
+// one launch when set_flash_attention is on and the head dim is 64/128/256/512, else the backend's
+// default (this attention() per item).
 #include <algorithm>
 #include <atomic>
 
