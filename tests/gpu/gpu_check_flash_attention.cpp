@@ -380,6 +380,18 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
       row(name.c_str(), time_ms([&] { be.attention_batch(a); }));
       cuda::set_flash_attention_split_d(split_d_was);
     }
+    if (s.batch == 1 && s.L > 0) {  // the split heuristic's alternatives where the grid is small
+      cuda::set_flash_attention(true);
+      const auto* w = reinterpret_cast<const int32_t*>(items.data());
+      const auto plan = cuda::plan_flash_attention(T, Hq, s.Hkv, s.D, w, static_cast<int>(items.size()), 0);
+      for (int forced : {1, 2, 4, 8}) {
+        const int old = cuda::set_flash_attention_splits(forced);
+        const std::string name = std::string("attn ") + s.name + " b1 flash splits " + std::to_string(forced) +
+                                 (forced == plan.splits ? " (auto)" : "");
+        row(name.c_str(), time_ms([&] { be.attention_batch(a); }));
+        cuda::set_flash_attention_splits(old);
+      }
+    }
     cuda::set_fused_attention(fused_was);
     cuda::set_flash_attention(was);
   }
