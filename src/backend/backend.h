@@ -4,6 +4,7 @@
 // implementation; tests compare the two. Activations are bf16 unless noted.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/sample_filter.h"
@@ -37,6 +38,33 @@ struct AttentionArgs {
   int64_t window = 0;       // sliding window for causal passes (0: none)
   float scaling = 1.0f;
   Tensor out;               // [n, Hq, D]
+};
+
+// Attention of every item (sequence) of a forward pass for one layer, in one op: item i's queries are
+// rows [q_first, q_first + q_len) of q / k_new / v_new / out and it attends exactly as AttentionArgs
+// with its own cache range and mask, its page table being entries [table_first, table_first +
+// table_len) of page_tables. The item rows live on the backend's device (`items`, i32 [N, 8] in the
+// field order of AttentionItem) so that kernels read the lengths from device memory; `host_items` is
+// the same table on the host (the default implementation, and launch planning). The default runs
+// attention() once per item; the CUDA backend can run all items in one launch.
+struct AttentionItem {
+  int32_t q_first = 0, q_len = 0;
+  int32_t cache_first = 0, cache_len = 0;
+  int32_t table_first = 0, table_len = 0;
+  int32_t causal = 0;  // 0 / 1
+  int32_t window = 0;  // causal items only (0: none)
+};
+constexpr int kAttentionItemFields = 8;
+static_assert(sizeof(AttentionItem) == kAttentionItemFields * sizeof(int32_t));
+struct AttentionBatchArgs {
+  Tensor q;                 // [T, Hq, D]
+  Tensor k_pages, v_pages;  // [num_pages, Hkv, P, D] (may be empty when no item has a cache)
+  Tensor page_tables;       // i32, the backend's device: every item's table, concatenated
+  Tensor k_new, v_new;      // [T, Hkv, D]
+  Tensor items;             // i32 [N, kAttentionItemFields], the backend's device
+  std::span<const AttentionItem> host_items;  // the same N rows on the host
+  float scaling = 1.0f;
+  Tensor out;               // [T, Hq, D]
 };
 
 // The MoE block of one layer for T tokens (router on the raw residual, experts on the normed one).
@@ -201,6 +229,7 @@ class Backend {
   virtual void attn_residual(const AttnResidualArgs& args);
   virtual void ffn_residual(const FfnResidualArgs& args);
   virtual void attention(const AttentionArgs& args) = 0;
+  virtual void attention_batch(const AttentionBatchArgs& args);
   virtual void moe(const MoeArgs& args) = 0;
   virtual void sampler(const SamplerArgs& args) = 0;
   virtual void decide(const DecideArgs& args) = 0;

@@ -129,11 +129,15 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) 
   Tensor positions = backend_.alloc(ScalarType::kI32, {total});
   backend_.from_host(positions, pos_host.data);
 
-  // Every item's page tables go up in one copy; each item reads its own rows.
+  // Every item's page tables and both KV groups' attention items (AttentionBatchArgs) go up in one
+  // copy; each item's kv_write reads its own table rows, each layer's attention its group's items.
   std::vector<std::array<Tensor, kKvGroups>> tables(items.size());
+  std::array<GroupAttention, kKvGroups> attention;
   {
-    Tensor host = host_tensor(ScalarType::kI32, {std::max<int64_t>(table_entries, 1)});
-    Tensor dev = backend_.alloc(ScalarType::kI32, {std::max<int64_t>(table_entries, 1)});
+    const int64_t item_words = static_cast<int64_t>(items.size()) * kAttentionItemFields;
+    const int64_t words = std::max<int64_t>(table_entries, 1) + kKvGroups * item_words;
+    Tensor host = host_tensor(ScalarType::kI32, {words});
+    Tensor dev = backend_.alloc(ScalarType::kI32, {words});
     int64_t off = 0;
     std::vector<std::array<std::pair<int64_t, int64_t>, kKvGroups>> ranges(items.size());
     for (size_t i = 0; i < items.size(); ++i)
@@ -143,14 +147,43 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) 
         ranges[i][g] = {off, off + static_cast<int64_t>(tb.size())};
         off += static_cast<int64_t>(tb.size());
       }
+    const int64_t items_at = std::max<int64_t>(table_entries, 1);
+    for (int g = 0; g < kKvGroups; ++g) {
+      GroupAttention& ga = attention[g];
+      const bool sliding = g == static_cast<int>(KvGroup::kSliding);
+      for (size_t i = 0; i < items.size(); ++i) {
+        const ForwardItem& it = items[i];
+        // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
+        const int64_t cached = it.kv.cached;
+        const int64_t visible = sliding ? std::min<int64_t>(cached, sliding_keep(config_)) : cached;
+        DG_CHECK(visible == 0 || ranges[i][g].second > ranges[i][g].first);
+        DG_CHECK(offsets[i + 1] <= INT32_MAX && cached <= INT32_MAX);
+        AttentionItem a;
+        a.q_first = static_cast<int32_t>(offsets[i]);
+        a.q_len = static_cast<int32_t>(offsets[i + 1] - offsets[i]);
+        a.cache_first = static_cast<int32_t>(cached - visible);
+        a.cache_len = static_cast<int32_t>(visible);
+        a.table_first = static_cast<int32_t>(ranges[i][g].first);
+        a.table_len = static_cast<int32_t>(ranges[i][g].second - ranges[i][g].first);
+        a.causal = it.kind == ForwardItem::Kind::kEncode ? 1 : 0;
+        a.window = (a.causal && sliding) ? t.sliding_window : 0;
+        ga.host.push_back(a);
+      }
+      std::copy_n(reinterpret_cast<const int32_t*>(ga.host.data()), item_words,
+                  host.ptr<int32_t>() + items_at + g * item_words);
+    }
     backend_.from_host(dev, host.data);
     for (size_t i = 0; i < items.size(); ++i)
       for (int g = 0; g < kKvGroups; ++g)
         if (ranges[i][g].second > ranges[i][g].first) tables[i][g] = dev.rows(ranges[i][g].first, ranges[i][g].second);
+    for (int g = 0; g < kKvGroups; ++g) {
+      attention[g].tables = dev.rows(0, items_at);
+      attention[g].items = dev.rows(items_at + g * item_words, items_at + (g + 1) * item_words);
+    }
   }
 
   Tensor x = embed_inputs(items, total);
-  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, x);
+  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, attention, x);
 
   for (size_t i = 0; i < items.size(); ++i) {
     ForwardItem& it = items[i];
@@ -167,7 +200,8 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) 
 
 void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets,
                            const Tensor& positions, const KvStorage& kv,
-                           const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x) {
+                           const std::vector<std::array<Tensor, kKvGroups>>& tables,
+                           const std::array<GroupAttention, kKvGroups>& attention, Tensor& x) {
   const TextConfig& t = config_.text;
   const LayerWeights& w = weights_.layers[li];
   const LayerSpec& L = w.spec;
@@ -212,31 +246,28 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   Tensor attn = bf16({T, Hq, D});
   const KvLayerPages& pages = kv.layers[li];
   const int group = static_cast<int>(kv_group_of(L));
+  // Encode items write their keys first (positions past every cache range of this layer's items, so
+  // no item's attention reads them unless it follows the encode item in its sequence, as it should).
   for (size_t i = 0; i < items.size(); ++i) {
-    ForwardItem& it = items[i];
-    const int64_t b = offsets[i], e = offsets[i + 1];
-    // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
-    const int64_t cached = it.kv.cached;
-    const int64_t visible = L.type == LayerType::kSliding ? std::min<int64_t>(cached, sliding_keep(config_)) : cached;
-    AttentionArgs args;
-    args.q = q.rows(b, e);
+    if (items[i].kind != ForwardItem::Kind::kEncode) continue;
+    const Tensor& table = tables[i][group];
+    DG_CHECK(!table.empty());
+    backend_.kv_write(pages.k, table, items[i].kv.cached, k.rows(offsets[i], offsets[i + 1]));
+    backend_.kv_write(pages.v, table, items[i].kv.cached, v.rows(offsets[i], offsets[i + 1]));
+  }
+  {
+    const GroupAttention& ga = attention[group];
+    AttentionBatchArgs args;
+    args.q = q;
     args.k_pages = pages.k;
     args.v_pages = pages.v;
-    args.page_table = tables[i][group];
-    args.cache_first = cached - visible;
-    args.cache_len = visible;
-    args.k_new = k.rows(b, e);
-    args.v_new = v.rows(b, e);
-    args.causal = it.kind == ForwardItem::Kind::kEncode;
-    args.window = (args.causal && L.type == LayerType::kSliding) ? t.sliding_window : 0;
-    args.out = attn.rows(b, e);
-    DG_CHECK(visible == 0 || !args.page_table.empty());
-    backend_.attention(args);
-    if (it.kind == ForwardItem::Kind::kEncode) {
-      DG_CHECK(!args.page_table.empty());
-      backend_.kv_write(pages.k, args.page_table, cached, args.k_new);
-      backend_.kv_write(pages.v, args.page_table, cached, args.v_new);
-    }
+    args.page_tables = ga.tables;
+    args.k_new = k;
+    args.v_new = v;
+    args.items = ga.items;
+    args.host_items = ga.host;
+    args.out = attn;
+    backend_.attention_batch(args);
   }
   dump_heads(p + "attn_heads", attn);
   Tensor heads = attn.reshape({T, Hq * D});

@@ -1,6 +1,7 @@
 #pragma once
 // THE model: DiffusionGemma's encoder (causal, writes K/V) and decoder (bidirectional over the canvas,
 // reads K/V, never writes), written once against the backend op interface (docs/MODEL.md §3-5).
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -48,9 +49,10 @@ class DiffusionGemma {
   DiffusionGemma(ModelConfig config, ModelWeights weights, Backend& backend, TensorParallelRank tp = {});
 
   // Runs all items in one pass: token-wise ops over the concatenation (weights read once), attention
-  // per item against its own cache. Encode items write their K/V into the pages their tables name (the
-  // engine allocated them); denoise items fill logits. Items of one sequence are processed in order
-  // inside each layer, so a denoise item placed after an encode item of its sequence sees its K/V.
+  // per item against its own cache (one attention_batch of all items per layer). Encode items write
+  // their K/V into the pages their tables name (the engine allocated them) before the layer's
+  // attention reads the caches, so a denoise item placed after an encode item of its sequence sees its
+  // K/V; denoise items fill logits.
   void forward(std::span<ForwardItem> items, const KvStorage& kv);
 
   // Self-conditioning input for the next step from this step's bf16 probabilities [C, V] (a rank: its
@@ -82,8 +84,15 @@ class DiffusionGemma {
   void linear_gathered(const Tensor& x, const Weight& w, const Tensor& out);
   // The gated GELU MLP (dense and self-conditioning): down(gelu(gate(x)) * up(x)) into out [T, H].
   void gated_mlp(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down, const Tensor& out);
+  // One KV group's attention items of a forward pass (AttentionBatchArgs): built and uploaded once per
+  // forward together with the page tables, read by every layer of the group.
+  struct GroupAttention {
+    Tensor tables, items;                 // device: all page tables; [N * kAttentionItemFields] i32
+    std::vector<AttentionItem> host;      // the same items on the host
+  };
   void layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& positions,
-             const KvStorage& kv, const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x);
+             const KvStorage& kv, const std::vector<std::array<Tensor, kKvGroups>>& tables,
+             const std::array<GroupAttention, kKvGroups>& attention, Tensor& x);
 
   ModelConfig config_;
   ModelWeights weights_;

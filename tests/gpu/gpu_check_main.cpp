@@ -48,7 +48,10 @@ int bench() {
     return t;
   };
   std::printf("%-44s %10s\n", "op (26B-A4B shapes, canvas 256)", "median ms");
-  auto row = [](const char* what, double ms) { std::printf("%-44s %10.3f\n", what, ms); };
+  auto row = [](const char* what, double ms) {
+    std::printf("%-44s %10.3f\n", what, ms);
+    std::fflush(stdout);
+  };
   {
     Tensor x = bf({C, H}, 1, 1.0f), w = bf({Hq * 256, H}, 2, 0.02f), o = be.alloc(ScalarType::kBF16, {C, Hq * 256});
     row("matmul q_proj [256,2816]x[4096,2816]^T", time_ms(be, [&] { be.matmul(x, w, o); }));
@@ -148,6 +151,7 @@ int bench() {
     cuda::set_moe_device_grouping(was);
   }
   gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+  gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
   {
     DecideArgs d;
     d.entropy = be.alloc(ScalarType::kF32, {C});

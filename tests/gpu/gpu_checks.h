@@ -43,4 +43,9 @@ uint64_t run_seed();
 void quant_bench(const std::function<double(const std::function<void()>&)>& time_ms,
                  const std::function<void(const char*, double)>& row);
 
+// `dgemma_gpu_check --bench` rows of one layer's attention over all items of a step (gpu_check_flash_attention.cpp):
+// the flash kernel against the per-item cuBLAS path at batch 1 / 4 / 16 and causal prefill chunks.
+void flash_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                 const std::function<void(const char*, double)>& row);
+
 }  // namespace dgemma::gpu_test

@@ -394,6 +394,11 @@ class CudaBackend final : public Backend {
     cuda::attention(ctx_, a);
   }
 
+  void attention_batch(const AttentionBatchArgs& a) override {
+    activate();
+    if (!cuda::attention_batch(ctx_, a)) Backend::attention_batch(a);
+  }
+
   void moe(const MoeArgs& a) override {
     activate();
     // Expert parallelism (MoeArgs::collective) has no CUDA kernels yet: refused, never approximated.

@@ -6,6 +6,9 @@
 namespace dgemma::cuda {
 
 void attention(const Context& ctx, const AttentionArgs& a);  // cuda_attention.cpp
+// The flash kernel over every item when set_flash_attention is on and the shape is supported; false
+// (nothing launched): the caller runs the per-item path.
+bool attention_batch(const Context& ctx, const AttentionBatchArgs& a);  // cuda_attention.cpp
 void moe(const Context& ctx, const MoeArgs& a);              // cuda_moe.cpp
 
 }  // namespace dgemma::cuda

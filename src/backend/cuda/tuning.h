@@ -19,6 +19,10 @@ int64_t set_attention_score_budget(int64_t bytes);
 bool set_fused_attention(bool on);
 // With the fused kernel on: only head dims <= d take it (<= 0: all). Returns the previous limit.
 int64_t set_fused_attention_max_dim(int64_t d);
+// Whether attention_batch runs the one-launch flash kernel (flash_attention.cu; head dims
+// 64/128/256/512) for all items of a layer instead of attention() per item. Off by default until a
+// whole model step measures faster with it. Returns the previous value.
+bool set_flash_attention(bool on);
 
 // Whether the MoE block groups tokens by expert on the device and runs the grouped expert kernel (no
 // host synchronisation) instead of grouping on the host for cuBLAS. Returns the previous value.

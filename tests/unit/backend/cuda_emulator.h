@@ -1,7 +1,8 @@
 #pragma once
-// A host emulation of the CUDA operations the quantised GEMM kernel uses (the list is in
-// src/backend/cuda/grouped_moe_fp4_kernel.cuh), so that the kernel itself runs in the unit tests of a
-// machine without a GPU: a block is 128 std::threads with std::barrier for __syncthreads and for the
+// A host emulation of the CUDA operations the quantised GEMM kernel and the flash attention kernel use
+// (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh and flash_attention_kernel.cuh;
+// ldmatrix .trans, warp shuffles and a grid z dimension for the latter), so that the kernels run in the unit tests of a
+// machine without a GPU: a block is 128 (or up to 256) std::threads with std::barrier for __syncthreads and for the
 // warp-collective ldmatrix / mma.sync, shared memory a buffer whose every access is bounds- and
 // alignment-checked, cp.async a synchronous copy. The fragment layouts are the PTX ISA's
 // (ldmatrix: lane i gets word i % 4 of row i / 4 of each matrix, whose row addresses come from lanes
@@ -18,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 #define __global__
 #define __device__
@@ -37,27 +39,45 @@ inline void chk(uint32_t a, uint32_t n, uint32_t align) {
     std::abort();
   }
 }
+// Global buffers a test declares (none declared: unchecked); every valid cp.async source must lie in one.
+inline std::vector<std::pair<const unsigned char*, size_t>> g_global;
+inline void chk_global(const void* p, size_t n) {
+  if (g_global.empty()) return;
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (const auto& [base, size] : g_global)
+    if (b >= base && b + n <= base + size) return;
+  std::fprintf(stderr, "emulated kernel: global read at %p (+%zu) outside every declared buffer\n", p, n);
+  std::abort();
+}
 inline std::barrier<>* g_block_bar = nullptr;
-inline std::barrier<>* g_warp_bar[4];
-inline uint32_t g_scratch[4][32][8];
+constexpr int kMaxWarps = 8;
+inline std::barrier<>* g_warp_bar[kMaxWarps];
+inline uint32_t g_scratch[kMaxWarps][32][8];
 inline unsigned char* smem() { return g_smem; }
-inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes) {
+// Runs the grid block after block, each block `threads` (a multiple of 32, at most 32 kMaxWarps) threads.
+inline void launch(std::function<void()> fn, int gx, int gy, int gz, int smem_bytes, int threads = 128) {
+  if (threads % 32 != 0 || threads < 32 || threads > 32 * kMaxWarps) std::abort();
   std::vector<unsigned char> buf(static_cast<size_t>(smem_bytes) + 256, 0xCD);
+  for (int bz = 0; bz < gz; ++bz)
   for (int by = 0; by < gy; ++by)
     for (int bx = 0; bx < gx; ++bx) {
       g_smem = buf.data();
       g_smem_bytes = static_cast<uint32_t>(smem_bytes);
       std::fill(buf.begin(), buf.end(), 0xCD);
-      std::barrier<> bb(128);
-      std::barrier<> w0(32), w1(32), w2(32), w3(32);
+      std::barrier<> bb(threads);
+      std::vector<std::unique_ptr<std::barrier<>>> wb;
+      for (int w = 0; w < threads / 32; ++w) {
+        wb.push_back(std::make_unique<std::barrier<>>(32));
+        g_warp_bar[w] = wb.back().get();
+      }
       g_block_bar = &bb;
-      g_warp_bar[0] = &w0; g_warp_bar[1] = &w1; g_warp_bar[2] = &w2; g_warp_bar[3] = &w3;
       std::vector<std::thread> th;
-      for (int t = 0; t < 128; ++t)
+      for (int t = 0; t < threads; ++t)
         th.emplace_back([&, t] {
           t_thread.x = t;
           t_block.x = bx;
           t_block.y = by;
+          t_block.z = bz;
           fn();
           // an exiting thread must not leave others waiting at a barrier: drop it from future phases
           g_block_bar->arrive_and_drop();
@@ -66,6 +86,7 @@ inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes) {
       for (auto& x : th) x.join();
     }
 }
+inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes) { launch(std::move(fn), gx, gy, 1, smem_bytes); }
 }  // namespace emu
 #define threadIdx emu::t_thread
 #define blockIdx emu::t_block
@@ -81,6 +102,17 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   return r;
 }
 using std::min;
+using std::max;
+// A warp shuffle: every lane of the warp publishes its value, then reads its partner's.
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  if (mask != 0xffffffffu) std::abort();  // the emulation knows full warps only
+  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
+  emu::g_scratch[w][i][6] = __float_as_uint(v);
+  emu::g_warp_bar[w]->arrive_and_wait();
+  const uint32_t r = emu::g_scratch[w][(i ^ lane_mask) & 31][6];
+  emu::g_warp_bar[w]->arrive_and_wait();
+  return __uint_as_float(r);
+}
 namespace dgemma::cuda {
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline float bf16_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
@@ -98,6 +130,7 @@ inline float gelu_tanh(float x) {
 inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - emu::g_smem); }
 inline void cp_async16(uint32_t dst, const void* src, bool valid) {
   emu::chk(dst, 16, 16);
+  if (valid) emu::chk_global(src, 16);
   if (valid) std::memcpy(emu::g_smem + dst, src, 16); else std::memset(emu::g_smem + dst, 0, 16);
 }
 inline void cp_async16_hint(uint32_t dst, const void* src, bool valid, uint64_t) { cp_async16(dst, src, valid); }
@@ -121,6 +154,25 @@ inline void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
   emu::g_warp_bar[w]->arrive_and_wait();
   uint32_t out[4];
   for (int j = 0; j < 4; ++j) out[j] = lds_u32(emu::g_scratch[w][8 * j + i / 4][0] + 4 * (i % 4));
+  emu::g_warp_bar[w]->arrive_and_wait();
+  r0 = out[0]; r1 = out[1]; r2 = out[2]; r3 = out[3];
+}
+// Transposed: lane i gets, of each matrix, the two b16 elements (rows 2 (i % 4), 2 (i % 4) + 1; column
+// i / 4), lower row in the low half.
+inline void ldmatrix_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
+  emu::g_scratch[w][i][0] = addr;
+  emu::g_warp_bar[w]->arrive_and_wait();
+  uint32_t out[4];
+  for (int j = 0; j < 4; ++j) {
+    uint32_t half[2];
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t row = emu::g_scratch[w][8 * j + 2 * (i % 4) + h][0];
+      const uint32_t word = lds_u32(row + 4 * ((i / 4) / 2));
+      half[h] = (word >> (16 * ((i / 4) % 2))) & 0xffffu;
+    }
+    out[j] = half[0] | (half[1] << 16);
+  }
   emu::g_warp_bar[w]->arrive_and_wait();
   r0 = out[0]; r1 = out[1]; r2 = out[2]; r3 = out[3];
 }
