@@ -33,4 +33,12 @@ void Backend::ffn_residual(const FfnResidualArgs& a) {
   scale(a.out, a.scale, a.out);
 }
 
+void Backend::sampler_batch(std::span<const SamplerArgs> canvases) {
+  for (const SamplerArgs& a : canvases) sampler(a);
+}
+
+void Backend::decide_batch(std::span<const DecideArgs> canvases) {
+  for (const DecideArgs& a : canvases) decide(a);
+}
+
 }  // namespace dgemma
