@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/tuning.h"
 #include "backend/decide_rules.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
@@ -95,7 +96,7 @@ void expect_cpu(Reporter& r, const std::string& name, const SamplerArgs& g, cons
 void run_sampler_batch(Reporter& r, const std::string& name, int64_t C, int64_t V, const std::vector<CanvasCase>& cases) {
   Data d("sampler batch " + name);
   std::vector<Tensor> logits;
-  std::vector<SamplerArgs> cpu_args, gpu_args, single_args;
+  std::vector<SamplerArgs> cpu_args, gpu_args, single_args, direct_args;
   for (size_t i = 0; i < cases.size(); ++i) {
     // Broad noise plus a few strong candidates per row (as run_sampler's), a different draw per canvas.
     Tensor l = d.bf16({C, V}, 2.0f);
@@ -107,13 +108,19 @@ void run_sampler_batch(Reporter& r, const std::string& name, int64_t C, int64_t 
     cpu_args.push_back(make_canvas(l, false, key, cases[i]));
     gpu_args.push_back(make_canvas(l, true, key, cases[i]));
     single_args.push_back(make_canvas(l, true, key, cases[i]));
+    direct_args.push_back(make_canvas(l, true, key, cases[i]));
   }
   for (const SamplerArgs& a : cpu_args) cpu().sampler(a);
   cuda().sampler_batch(gpu_args);
   for (const SamplerArgs& a : single_args) cuda().sampler(a);
+  // z evaluated per element instead of read from the table: the same z, so everything bit for bit.
+  const bool was = cuda::set_sampler_z_table(false);
+  cuda().sampler_batch(direct_args);
+  cuda::set_sampler_z_table(was);
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string at = name + " canvas " + std::to_string(i);
     expect_same(r, at, gpu_args[i], single_args[i]);
+    expect_same(r, at + " (z per element)", direct_args[i], single_args[i]);
     expect_cpu(r, at, gpu_args[i], cpu_args[i], logits[i]);
   }
 }

@@ -75,6 +75,14 @@ int bench() {
           be.sampler(sa);
         }));
     row("  of which the copy of the logits", time_ms(be, [&] { be.copy(logits, raw); }));
+    {
+      const bool was = cuda::set_sampler_z_table(false);
+      row("sampler C=256 (+probs), z per element", time_ms(be, [&] {
+            be.copy(logits, raw);
+            be.sampler(sa);
+          }));
+      cuda::set_sampler_z_table(was);
+    }
     sa.want_sample = false;
     row("sampler C=256 greedy (no noise drawn)", time_ms(be, [&] {
           be.copy(logits, raw);

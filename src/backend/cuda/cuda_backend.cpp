@@ -92,6 +92,12 @@ SamplerLaunch sampler_launch(const SamplerArgs& a) {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_sampler_z_table{true};
+}  // namespace
+
+bool set_sampler_z_table(bool on) { return g_sampler_z_table.exchange(on); }
+
 void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases) {
   std::vector<SamplerLaunch> all;
   all.reserve(canvases.size());
@@ -105,7 +111,7 @@ void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases) {
   for (size_t i = 0; i < all.size(); i += kMaxSamplerBatch) {
     const int n = static_cast<int>(std::min<size_t>(kMaxSamplerBatch, all.size() - i));
     Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(sampler_workspace_bytes(all.data() + i, n))});
-    launch_sampler(all.data() + i, n, workspace.data, ctx.stream);
+    launch_sampler(all.data() + i, n, workspace.data, ctx.stream, g_sampler_z_table.load());
   }
 }
 

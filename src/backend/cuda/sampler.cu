@@ -177,6 +177,17 @@ __device__ __forceinline__ float row_shift(const SamplerLaunch& a, int splits, c
   return processed(xmax, a.softcap, a.temperature);
 }
 
+// z of every bf16 value, per canvas (slice_stats_kernel<true> reads it instead of evaluating the
+// soft-cap per element: the same function of the same input, so the same z bit for bit). A real
+// row's logits take a few thousand distinct values, so the lookups hit the L1 cache.
+constexpr int kZTable = 65536;
+__global__ void z_table_kernel(const SamplerBatch b, float* z_tables) {
+  const SamplerLaunch& a = b.c[blockIdx.y];
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  z_tables[static_cast<size_t>(blockIdx.y) * kZTable + k] =
+      processed(bf16_to_f32(static_cast<uint16_t>(k)), a.softcap, a.temperature);
+}
+
 // Bounds of the Gumbel noise of 64 random bits: u = (m + 0.5) / 2^53 lies in [2^-54, 1 - 2^-54], so
 // g = -log(-log u) lies in [-log(54 ln 2), 54 ln 2] = [-3.6225, 37.4299]; these are a little wider.
 constexpr float kGumbelMin = -3.63f;
@@ -204,8 +215,10 @@ __device__ __forceinline__ void atomic_max_f32(float* addr, float v) {
 //           skips the random bits altogether (exact, and cheap where the distribution is peaked).
 // The warps sweep the slice in lockstep rounds (a lane past the end contributes nothing), so the
 // warp-wide maxima are well defined.
+template <bool kTable>
 __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatch b, const float* slice_max,
-                                                               const float* row_floor, Stats* partials) {
+                                                               const float* row_floor, const float* z_tables,
+                                                               Stats* partials) {
   __shared__ Stats warp_partials[kWarps];
   __shared__ float block_screen;
   const SamplerLaunch& a = b.c[blockIdx.z];
@@ -222,6 +235,7 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
   const bool all_exact = a.sample_gap != nullptr;  // the runner-up of z + g is wanted: no screening
   const uint64_t key = a.sample_key;
   const float floor = a.filter.active() ? row_floor[a.row0 + pos] : -INFINITY;
+  const float* z_table = kTable ? z_tables + static_cast<size_t>(blockIdx.z) * kZTable : nullptr;
   // The row's best z + g is at least m + kGumbelMin (the argmax is always in the support).
   const float best_floor = __fadd_rn(m, kGumbelMin);
   int64_t v0, v1;
@@ -246,7 +260,9 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
     const bool live = v < v1;
     float gf = -INFINITY;
     if (live) {
-      const float z = processed(bf16_to_f32(row[v]), cap, temp);
+      float z;
+      if constexpr (kTable) z = __ldg(z_table + row[v]);  // the same processed() of the same value
+      else z = processed(bf16_to_f32(row[v]), cap, temp);
       st.z.push(z, static_cast<int>(v));
       const float dz = __fsub_rn(z, m);
       const float e = expf(dz);  // terms far below 1 carry the rounding of z - m
@@ -577,7 +593,7 @@ namespace {
 // asks, [row floor rows][histograms of up to kFilterRows rows] and [top-N partials]; each part
 // 256-byte aligned. Row r of canvas i is workspace row row0(i) + r.
 struct Workspace {
-  size_t partials = 0, slice_max = 0, row_bsum = 0, row_floor = 0, hist = 0, top = 0, bytes = 0;
+  size_t partials = 0, slice_max = 0, row_bsum = 0, row_floor = 0, hist = 0, top = 0, z_tables = 0, bytes = 0;
 };
 
 // Also assigns each canvas its row0 / top0.
@@ -611,6 +627,8 @@ Workspace workspace_layout(SamplerLaunch* c, int n) {
   }
   w.top = at;
   at = up(at + top_entries * sizeof(TopEntry));
+  w.z_tables = at;
+  at = up(at + static_cast<size_t>(n) * kZTable * sizeof(float));
   w.bytes = at;
   return w;
 }
@@ -640,7 +658,7 @@ size_t sampler_workspace_bytes(const SamplerLaunch* canvases, int n) {
   return workspace_layout(b.c, n).bytes;
 }
 
-void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaStream_t stream) {
+void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaStream_t stream, bool z_table) {
   SamplerBatch b = make_batch(canvases, n);
   const Workspace w = workspace_layout(b.c, n);
   int64_t max_c = 0;
@@ -678,7 +696,14 @@ void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaS
     topn_partial_kernel<<<grid, kTopThreads, 0, stream>>>(b, top);
     CUDA_CHECK_LAUNCH();
   }
-  slice_stats_kernel<<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, partials);
+  float* z_tables = reinterpret_cast<float*>(base + w.z_tables);
+  if (z_table) {
+    z_table_kernel<<<dim3(kZTable / 256, static_cast<unsigned>(n)), 256, 0, stream>>>(b, z_tables);
+    CUDA_CHECK_LAUNCH();
+    slice_stats_kernel<true><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, z_tables, partials);
+  } else {
+    slice_stats_kernel<false><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, nullptr, partials);
+  }
   CUDA_CHECK_LAUNCH();
   finalize_kernel<<<dim3(static_cast<unsigned>(max_c), static_cast<unsigned>(n)), 32, 0, stream>>>(
       b, slice_max, partials, row_bsum, row_floor, top);

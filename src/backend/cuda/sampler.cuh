@@ -41,7 +41,8 @@ constexpr int kMaxSamplerBatch = 16;
 // Scratch a launch of these canvases needs (device memory of at least this many bytes, 16-byte aligned).
 size_t sampler_workspace_bytes(const SamplerLaunch* canvases, int n);
 int sampler_splits(int64_t V);
-// All canvases share V; n <= kMaxSamplerBatch.
-void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaStream_t stream);
+// All canvases share V; n <= kMaxSamplerBatch. z_table: read z from a per-canvas table of the bf16
+// values (tuning.h set_sampler_z_table).
+void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaStream_t stream, bool z_table);
 
 }  // namespace dgemma::cuda
