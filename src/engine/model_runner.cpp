@@ -57,6 +57,7 @@ std::vector<DenoiseFlags> DiffusionModelRunner::run(const StepPlan& plan) {
         const std::vector<int32_t> canvas = s.initial_canvas();
         be.from_host(d.canvas, canvas.data());
         d.have_soft = false;
+        d.soft = Tensor{};  // lets go of the last step's buffer (rows of a step's buffer, shared)
         const CanvasPins& pins = s.canvas_pins();
         d.pinned = !pins.empty();
         if (d.pinned) {
