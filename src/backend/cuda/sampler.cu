@@ -40,26 +40,33 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 
-// Gumbel noise of 64 random bits in fp32, within 2e-5 of rng::gumbel_from_bits (the double value):
-// t = -log(u) from u's 53-bit mantissa integer m (through log1p of -(1 - u) when u >= 1/2, where
-// 1 - u is exact in the integer domain), then -log(t); fp32 logs are within 1 ulp, so the error is
-// a few 1e-7 relative in t and a few ulps of |g| <= 37.
+// Gumbel noise of 64 random bits in fp32, within 2e-5 of rng::gumbel_from_bits (the double value),
+// without branches (a warp's lanes take both halves of u's range alike). With m = b >> 11, u = (m +
+// 0.5) / 2^53 and x = u (u < 1/2) or x = 1 - u (exact in the integer domain), t = -log(u) is
+//   u < 1/2:          -__logf(u): 3 ulp of |log u| >= 0.69, a few 1e-7 relative in t;
+//   1/2 <= u <= 15/16: -__logf(1 - x): the intrinsic's 2^-21.4 absolute error on [1/2, 2] is under
+//                      6e-6 of t >= 0.0645;
+//   u > 15/16:        x (1 + x/2 + x^2/3 + x^3/4), the series of -log(1 - x) cut after its fourth
+//                      term: within x^4 / 5 / (1 - x) <= 3.3e-6 relative;
+// then g = -__logf(t): 3 ulp of |log t| <= 37.5, at most 1.2e-5; in all at most 2e-5.
 __device__ __forceinline__ float gumbel_approx(uint64_t b) {
-  const uint64_t m = b >> 11;  // u = (m + 0.5) / 2^53
+  const uint64_t m = b >> 11;
   constexpr float kInv53 = 1.0f / 9007199254740992.0f;
-  float t;
-  if (m < (uint64_t{1} << 52)) {
-    t = -logf((static_cast<float>(m) + 0.5f) * kInv53);
-  } else {
-    const float w = (static_cast<float>((uint64_t{1} << 53) - m) - 0.5f) * kInv53;  // 1 - u
-    t = -log1pf(-w);
-  }
-  return -logf(t);
+  const bool low = m < (uint64_t{1} << 52);
+  const uint64_t k = low ? m : (uint64_t{1} << 53) - m;  // >= 1
+  const float x = (static_cast<float>(k) + (low ? 0.5f : -0.5f)) * kInv53;  // u, or 1 - u
+  const float series = x * fmaf(x, fmaf(x, fmaf(x, 0.25f, 1.0f / 3.0f), 0.5f), 1.0f);
+  const float by_log = -__logf(low ? x : 1.0f - x);
+  const float t = !low && x < 0.0625f ? series : by_log;
+  return -__logf(t);
 }
 
-// Per-element values the fp32 screen lets through to the exact double Gumbel: anything within this
-// of the thread's running best z + g (fp32 error of z + gumbel_approx < 3e-5 at |z + g| < 128).
+// Per-element values the fp32 screen lets through to the exact double Gumbel: anything within
+// kGumbelScreen + |estimate| 2^-18 of the block's best estimate so far. An estimate z + g is within
+// 2e-5 + 2^-24 |z + g| of the double value (the noise above, the fp32 addition; z is the same fp32
+// value on both paths), so twice that error is below the margin at every magnitude.
 constexpr float kGumbelScreen = 1e-3f;
+constexpr float kGumbelScreenRel = 1.0f / 262144.0f;  // 2^-18
 
 __device__ __forceinline__ float processed(float x, float cap, float temperature) {
   return __fdiv_rn(__fmul_rn(tanhf(__fdiv_rn(x, cap)), cap), temperature);
@@ -222,7 +229,7 @@ __device__ __forceinline__ void atomic_max_f32(float* addr, float v) {
 // output unless sample_gap is asked, when every element takes the exact double path as before):
 //   screen: the largest estimate seen so far by the block (shared memory, raised by each warp after
 //           each sweep) less kGumbelScreen; an element whose estimate is below it cannot be the row's
-//           best nor tie it (its exact value is within 3e-5 of its estimate, the screen's source
+//           best nor tie it (its exact value is within half the margin of its estimate, the screen's source
 //           element's exact value is above the screen), so only estimates at or above the screen
 //           take the double path. Any element tying the best exactly passes, so ties still go to the
 //           lowest index at the merge. Reading a stale screen only lets more elements through.
@@ -306,7 +313,7 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
       float w = gf;
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, o));
-      const float mine = __fsub_rn(w, kGumbelScreen);
+      const float mine = __fsub_rn(w, __fmaf_rn(fabsf(w), kGumbelScreenRel, kGumbelScreen));
       const float shared_screen = *static_cast<volatile float*>(&block_screen);
       if ((threadIdx.x & 31) == 0 && mine > shared_screen) atomic_max_f32(&block_screen, mine);
       screen = fmaxf(screen, fmaxf(mine, shared_screen));
