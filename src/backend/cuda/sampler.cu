@@ -233,8 +233,8 @@ __device__ __forceinline__ void atomic_max_f32(float* addr, float v) {
 // The Gumbel-max sample, exactly as the CPU's double z + gumbel_from_bits with the lowest index on
 // ties, at the cost of an fp32 estimate for most elements (the row's exact best is all that is
 // output unless sample_gap is asked, when every element takes the exact double path as before):
-//   screen: the largest estimate seen so far by the block (shared memory, raised by each warp after
-//           each sweep) less kGumbelScreen; an element whose estimate is below it cannot be the row's
+//   screen: the largest estimate seen so far by the block (shared memory, raised by each warp each
+//           of its first rounds, then every fourth) less the margin (kGumbelScreen); an element whose estimate is below it cannot be the row's
 //           best nor tie it (its exact value is within half the margin of its estimate, the screen's source
 //           element's exact value is above the screen), so only estimates at or above the screen
 //           take the double path. Any element tying the best exactly passes, so ties still go to the
@@ -284,6 +284,8 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
   constexpr int kRun = 8;
   float r1 = 0.0f, r2 = 0.0f, rb = 0.0f;
   int run = 0;
+  float pending = -INFINITY;  // the lane's best estimate since the last exchange of the screen
+  unsigned rounds = 0;
   for (int64_t base = v0; base < v1; base += kThreads) {
     const int64_t v = base + threadIdx.x;
     const bool live = v < v1;
@@ -314,9 +316,15 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
         }
       }
     }
-    if (want_sample && !all_exact) {
-      // Raise the screen to this round's best estimate of the warp, then share it with the block.
-      float w = gf;
+    pending = fmaxf(pending, gf);
+    const bool last = base + kThreads >= v1;
+    ++rounds;
+    if (want_sample && !all_exact && (rounds <= 4 || (rounds & 3) == 0 || last)) {
+      // Each of the first rounds, then every fourth: raise the screen to the warp's best estimate
+      // since the last exchange, then share it with the block (in between, the elements face a
+      // screen a few rounds old: still exact, it only lets more through).
+      float w = pending;
+      pending = -INFINITY;
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, o));
       const float mine = __fsub_rn(w, __fmaf_rn(fabsf(w), kGumbelScreenRel, kGumbelScreen));
@@ -324,7 +332,7 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
       if ((threadIdx.x & 31) == 0 && mine > shared_screen) atomic_max_f32(&block_screen, mine);
       screen = fmaxf(screen, fmaxf(mine, shared_screen));
     }
-    if (++run == kRun || base + kThreads >= v1) {
+    if (++run == kRun || last) {
       st.s1 += static_cast<double>(r1);
       st.s2 += static_cast<double>(r2);
       st.bsum += static_cast<double>(rb);
