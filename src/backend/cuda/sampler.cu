@@ -286,14 +286,24 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
   int run = 0;
   float pending = -INFINITY;  // the lane's best estimate since the last exchange of the screen
   unsigned rounds = 0;
+  // The next round's logit (and its z) is loaded while this round's is processed: the thread's own
+  // elements only, so the store of bf16(z) below never meets a prefetched one.
+  uint16_t next = v0 + threadIdx.x < v1 ? row[v0 + threadIdx.x] : 0;
+  float next_z = kTable ? __ldg(z_table + next) : 0.0f;
   for (int64_t base = v0; base < v1; base += kThreads) {
     const int64_t v = base + threadIdx.x;
     const bool live = v < v1;
+    const uint16_t x = next;
+    const float zt = next_z;
+    if (v + kThreads < v1) {
+      next = row[v + kThreads];
+      if constexpr (kTable) next_z = __ldg(z_table + next);
+    }
     float gf = -INFINITY;
     if (live) {
       float z;
-      if constexpr (kTable) z = __ldg(z_table + row[v]);  // the same processed() of the same value
-      else z = processed(bf16_to_f32(row[v]), cap, temp);
+      if constexpr (kTable) z = zt;  // the same processed() of the same value
+      else z = processed(bf16_to_f32(x), cap, temp);
       st.z.push(z, static_cast<int>(v));
       const float dz = __fsub_rn(z, m);
       const float e = expf(dz);  // terms far below 1 carry the rounding of z - m
