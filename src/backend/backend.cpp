@@ -64,4 +64,12 @@ void Backend::attention_batch(const AttentionBatchArgs& a) {
   }
 }
 
+void Backend::sampler_batch(std::span<const SamplerArgs> canvases) {
+  for (const SamplerArgs& a : canvases) sampler(a);
+}
+
+void Backend::decide_batch(std::span<const DecideArgs> canvases) {
+  for (const DecideArgs& a : canvases) decide(a);
+}
+
 }  // namespace dgemma

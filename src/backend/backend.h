@@ -99,6 +99,9 @@ struct SamplerArgs {
   float temperature = 1.0f;
   uint64_t sample_key = 0;  // rng stream key of this step's Gumbel noise
   bool want_probs = true;   // write the self-conditioning probabilities over `logits`
+  // false (a greedy canvas: decide takes the argmax): no Gumbel noise is drawn; `sample` receives the
+  // argmax and sample_gap (if given) the argmax gap.
+  bool want_sample = true;
   // outputs, [C] each, on the backend's device
   Tensor entropy;           // f32
   Tensor argmax;            // i32
@@ -233,6 +236,11 @@ class Backend {
   virtual void moe(const MoeArgs& args) = 0;
   virtual void sampler(const SamplerArgs& args) = 0;
   virtual void decide(const DecideArgs& args) = 0;
+  // The same ops over several canvases of one denoising step, each element exactly as the single op
+  // on it (the defaults loop; the CUDA backend runs each pass of all canvases in one launch). The
+  // canvases' tensors must not overlap.
+  virtual void sampler_batch(std::span<const SamplerArgs> canvases);
+  virtual void decide_batch(std::span<const DecideArgs> canvases);
   // Paged KV write: src[j] ([n, Hkv, D]) goes to absolute position first_pos + j of a layer's pool
   // pages ([num_pages, Hkv, P, D]) through page_table (i32, the backend's device; see AttentionArgs).
   virtual void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) = 0;

@@ -78,6 +78,51 @@ int bench() {
           be.sampler(sa);
         }));
     row("  of which the copy of the logits", time_ms(be, [&] { be.copy(logits, raw); }));
+    {
+      const bool was = cuda::set_sampler_z_table(false);
+      row("sampler C=256 (+probs), z per element", time_ms(be, [&] {
+            be.copy(logits, raw);
+            be.sampler(sa);
+          }));
+      cuda::set_sampler_z_table(was);
+    }
+    sa.want_sample = false;
+    row("sampler C=256 greedy (no noise drawn)", time_ms(be, [&] {
+          be.copy(logits, raw);
+          be.sampler(sa);
+        }));
+    sa.want_sample = true;
+    // Batch 4: the tail of a step with four denoising canvases, batched against one call per canvas.
+    const int64_t B = 4;
+    Tensor raw4 = bf({B * C, V}, 7, 3.0f), logits4 = be.alloc(ScalarType::kBF16, {B * C, V});
+    std::vector<SamplerArgs> four;
+    for (int64_t i = 0; i < B; ++i) {
+      SamplerArgs a = sa;
+      a.logits = logits4.rows(i * C, (i + 1) * C);
+      a.temperature = 0.6f + 0.2f * static_cast<float>(i);
+      a.sample_key = 42 + static_cast<uint64_t>(i);
+      a.entropy = be.alloc(ScalarType::kF32, {C});
+      a.argmax_logprob = be.alloc(ScalarType::kF32, {C});
+      a.argmax = be.alloc(ScalarType::kI32, {C});
+      a.sample = be.alloc(ScalarType::kI32, {C});
+      four.push_back(a);
+    }
+    const double copy4 = time_ms(be, [&] { be.copy(logits4, raw4); });
+    row("sampler 4 x C=256, 4 calls (-copy)", time_ms(be, [&] {
+          be.copy(logits4, raw4);
+          for (const SamplerArgs& a : four) be.sampler(a);
+        }) - copy4);
+    row("sampler 4 x C=256, one batch (-copy)", time_ms(be, [&] {
+          be.copy(logits4, raw4);
+          be.sampler_batch(four);
+        }) - copy4);
+    Tensor x4 = bf({B * C, H}, 8, 1.0f), soft4 = be.alloc(ScalarType::kBF16, {B * C, H});
+    row("matmul LM head [1024,2816]x[262144,2816]^T", time_ms(be, [&] { be.matmul(x4, e, logits4); }));
+    Tensor probs4 = bf({B * C, V}, 9, 1e-6f, 4e-6f);
+    row("matmul_kn SC [1024,262144]x[262144,2816]", time_ms(be, [&] { be.matmul_kn(probs4, e, soft4); }));
+    row("matmul_kn SC 4 x [256,262144] calls", time_ms(be, [&] {
+          for (int64_t i = 0; i < B; ++i) be.matmul_kn(probs4.rows(i * C, (i + 1) * C), e, soft4.rows(i * C, (i + 1) * C));
+        }));
   }
   for (int full = 0; full < 2; ++full) {
     const int64_t D = full ? 512 : 256, Hkv = full ? 2 : 8, L = full ? 4096 : 1023;
@@ -171,6 +216,19 @@ int bench() {
     d.vocab = static_cast<int32_t>(V);
     d.have_prev = true;
     row("decide C=256 (accept, renoise, flags)", time_ms(be, [&] { be.decide(d); }));
+    std::vector<DecideArgs> four;
+    for (int i = 0; i < 4; ++i) {
+      DecideArgs di = d;
+      di.prev_argmax = be.alloc(ScalarType::kI32, {C});
+      di.canvas = be.alloc(ScalarType::kI32, {C});
+      di.flags = be.alloc(ScalarType::kI32, {2});
+      be.from_host(di.prev_argmax, ids.data());
+      four.push_back(di);
+    }
+    row("decide 4 x C=256, 4 calls", time_ms(be, [&] {
+          for (const DecideArgs& a : four) be.decide(a);
+        }));
+    row("decide 4 x C=256, one batch", time_ms(be, [&] { be.decide_batch(four); }));
   }
   return 0;
 }

@@ -44,7 +44,10 @@
 
 namespace dgemma::cuda {
 
-void sampler(const Context& ctx, const SamplerArgs& a) {
+namespace {
+
+// One canvas's sampler arguments, validated, as the kernels take them.
+SamplerLaunch sampler_launch(const SamplerArgs& a) {
   const char* op = "sampler";
   need_type(a.logits, ScalarType::kBF16, op, "logits");
   DG_CHECK(a.logits.ndim == 2);
@@ -62,6 +65,7 @@ void sampler(const Context& ctx, const SamplerArgs& a) {
   s.temperature = a.temperature;
   s.sample_key = a.sample_key;
   s.want_probs = a.want_probs;
+  s.want_sample = a.want_sample;
   s.entropy = a.entropy.ptr<float>();
   s.argmax = a.argmax.ptr<int32_t>();
   s.sample = a.sample.ptr<int32_t>();
@@ -85,9 +89,35 @@ void sampler(const Context& ctx, const SamplerArgs& a) {
     s.top_ids = a.top_ids.ptr<int32_t>();
     s.top_logprobs = a.top_logprobs.ptr<float>();
   }
-  Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(sampler_workspace_bytes(s))});
-  launch_sampler(s, workspace.data, ctx.stream);
+  return s;
 }
+
+}  // namespace
+
+namespace {
+std::atomic<bool> g_sampler_z_table{true};
+}  // namespace
+
+bool set_sampler_z_table(bool on) { return g_sampler_z_table.exchange(on); }
+
+void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases) {
+  std::vector<SamplerLaunch> all;
+  all.reserve(canvases.size());
+  for (const SamplerArgs& a : canvases) {
+    all.push_back(sampler_launch(a));
+    if (all.back().V != all.front().V)
+      fail(ErrorKind::kInternal, "sampler_batch: canvases of {} and {} columns", all.front().V, all.back().V);
+  }
+  // Groups of kMaxSamplerBatch canvases, one launch per pass each (one group for any engine batch of
+  // up to that many canvases).
+  for (size_t i = 0; i < all.size(); i += kMaxSamplerBatch) {
+    const int n = static_cast<int>(std::min<size_t>(kMaxSamplerBatch, all.size() - i));
+    Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(sampler_workspace_bytes(all.data() + i, n))});
+    launch_sampler(all.data() + i, n, workspace.data, ctx.stream, g_sampler_z_table.load());
+  }
+}
+
+void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std::span<const SamplerArgs>(&a, 1)); }
 
 namespace {
 std::atomic<bool> g_dense_quant{true};
@@ -407,15 +437,28 @@ class CudaBackend final : public Backend {
     cuda::moe(ctx_, a);
   }
 
-  void sampler(const SamplerArgs& a) override {
+  void sampler(const SamplerArgs& a) override { sampler_batch(std::span<const SamplerArgs>(&a, 1)); }
+
+  void sampler_batch(std::span<const SamplerArgs> canvases) override {
     activate();
-    if (a.collective != nullptr || a.vocab_first != 0)
-      fail(ErrorKind::kUnsupported, "tensor parallelism: the CUDA backend has no vocabulary-sharded sampler yet");
-    cuda::sampler(ctx_, a);
+    for (const SamplerArgs& a : canvases)
+      if (a.collective != nullptr || a.vocab_first != 0)
+        fail(ErrorKind::kUnsupported, "tensor parallelism: the CUDA backend has no vocabulary-sharded sampler yet");
+    if (!canvases.empty()) cuda::sampler_batch(ctx_, canvases);
   }
 
-  void decide(const DecideArgs& a) override {
+  void decide(const DecideArgs& a) override { decide_batch(std::span<const DecideArgs>(&a, 1)); }
+
+  void decide_batch(std::span<const DecideArgs> canvases) override {
     activate();
+    std::vector<DecideLaunch> all;
+    all.reserve(canvases.size());
+    for (const DecideArgs& a : canvases) all.push_back(decide_launch(a));
+    for (size_t i = 0; i < all.size(); i += kMaxDecideBatch)
+      launch_decide(all.data() + i, static_cast<int>(std::min<size_t>(kMaxDecideBatch, all.size() - i)), ctx_.stream);
+  }
+
+  static DecideLaunch decide_launch(const DecideArgs& a) {
     DecideLaunch d;
     d.C = check_decide_args(a, Device::kCuda);
     d.entropy = a.entropy.ptr<float>();
@@ -434,7 +477,7 @@ class CudaBackend final : public Backend {
       d.pin_mask = a.pin_mask.ptr<uint8_t>();
       d.pin_tokens = a.pin_tokens.ptr<int32_t>();
     }
-    launch_decide(d, ctx_.stream);
+    return d;
   }
 
   void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) override {

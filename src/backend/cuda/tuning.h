@@ -34,4 +34,9 @@ bool set_moe_device_grouping(bool on);
 // be measured: dgemma_bench --dense-quant on|off). Read at upload time. Returns the previous value.
 bool set_dense_quant_weights(bool on);
 
+// Whether the sampler reads z = softcap * tanh(x / softcap) / T from a per-canvas table of the 65,536
+// bf16 values (built by one small kernel, the same function: bit-identical z) instead of evaluating
+// it per element. Returns the previous value; the bench compares the two.
+bool set_sampler_z_table(bool on);
+
 }  // namespace dgemma::cuda
