@@ -42,5 +42,9 @@ uint64_t run_seed();
 // `time_ms` times a callable (synchronised median), `row` prints one line.
 void quant_bench(const std::function<double(const std::function<void()>&)>& time_ms,
                  const std::function<void(const char*, double)>& row);
+// Rows of the fused small kernels (gpu_check_small_kernels.cpp): the attention prologue and the MoE
+// routing, the sequences they replace against them, at T = 256 and 1024.
+void small_kernel_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                        const std::function<void(const char*, double)>& row);
 
 }  // namespace dgemma::gpu_test

@@ -106,6 +106,8 @@ Context::Context(int device_index) : device(device_index) {
   CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&error_host), sizeof(unsigned), cudaHostAllocMapped));
   *error_host = 0;
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_dev), error_host, 0));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ticket), sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(ticket, 0, sizeof(unsigned)));
 }
 
 Context::~Context() {
@@ -113,6 +115,7 @@ Context::~Context() {
   if (cublas != nullptr) cublasDestroy(cublas);
   if (cublas_workspace != nullptr) cudaFree(cublas_workspace);
   if (error_host != nullptr) cudaFreeHost(error_host);
+  if (ticket != nullptr) cudaFree(ticket);
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
