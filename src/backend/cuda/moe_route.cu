@@ -161,11 +161,15 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
   const int nb = static_cast<int>(gridDim.x);
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int run = 0;
-    for (int b = 0; b < nb; ++b) {
-      int32_t* c = a.block_count + static_cast<int64_t>(b) * E + e;
-      const int n = __ldcg(c);
-      __stcg(c, run);
-      run += n;
+    for (int b0 = 0; b0 < nb; b0 += 8) {  // eight loads in flight, then their prefix
+      int n[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) n[q] = b0 + q < nb ? __ldcg(a.block_count + static_cast<int64_t>(b0 + q) * E + e) : 0;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        if (b0 + q < nb) __stcg(a.block_count + static_cast<int64_t>(b0 + q) * E + e, run);
+        run += n[q];
+      }
     }
     base[e] = run;
   }
@@ -193,10 +197,24 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
   __syncthreads();
   const int64_t R = a.T * K;
   const int per_block = kRouteWarps * K;
-  for (int64_t p = threadIdx.x; p < R; p += blockDim.x) {
-    const int e = __ldcg(a.top_idx + p);
-    const int64_t b = p / per_block;
-    a.pairs[base[e] + __ldcg(a.block_count + b * E + e) + __ldcg(a.local_rank + p)] = static_cast<int32_t>(p);
+  constexpr int kUnroll = 4;  // independent pairs per thread and round: their loads in flight together
+  for (int64_t p0 = threadIdx.x; p0 < R; p0 += kUnroll * static_cast<int64_t>(blockDim.x)) {
+    int e[kUnroll], at[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
+      e[u] = p < R ? __ldcg(a.top_idx + p) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
+      at[u] = p < R ? base[e[u]] + __ldcg(a.block_count + (p / per_block) * E + e[u]) + __ldcg(a.local_rank + p) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
+      if (p < R) a.pairs[at[u]] = static_cast<int32_t>(p);
+    }
   }
   if (warp == 0 && a.tiles != nullptr) {  // the tile list, as group_kernel
     int carry = 0;
