@@ -45,8 +45,13 @@ __device__ __forceinline__ void route_token(const uint16_t* __restrict__ logits,
   for (int m = 0; m < kPer; ++m)
     if (lane + 32 * m < E) ps[lane + 32 * m] = exp_f32(__fsub_rn(x[m], mx));
   __syncwarp();
-  float sum = 0.f;
-  for (int e = 0; e < E; ++e) sum = __fadd_rn(sum, ps[e]);  // the CPU's order (broadcast reads)
+  float sum = 0.f;  // the CPU's order, in 16-byte broadcast reads (ps is 16-byte aligned)
+  int e4 = 0;
+  for (; e4 + 4 <= E; e4 += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(ps + e4);
+    sum = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(sum, v.x), v.y), v.z), v.w);
+  }
+  for (; e4 < E; ++e4) sum = __fadd_rn(sum, ps[e4]);
   __syncwarp();  // every lane has read the exps before the probabilities replace them
   float p[kPer];
 #pragma unroll
@@ -98,7 +103,7 @@ __global__ void __launch_bounds__(kTopkWarps * 32)
     topk_reg_kernel(const uint16_t* __restrict__ logits, int64_t T, int E, int K, const uint16_t* __restrict__ pes,
                     float* __restrict__ probs_out, int32_t* __restrict__ top_idx, float* __restrict__ top_w,
                     int32_t* __restrict__ order) {
-  __shared__ float ps_all[kTopkWarps][32 * kPer];
+  __shared__ __align__(16) float ps_all[kTopkWarps][32 * kPer];
   __shared__ int sel_all[kTopkWarps][32 * kPer];
   const int warp = threadIdx.x >> 5;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + warp;
@@ -126,7 +131,7 @@ struct RouteLaunch {
 
 template <int kPer>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaunch a) {
-  __shared__ float ps_all[kRouteWarps][32 * kPer];
+  __shared__ __align__(16) float ps_all[kRouteWarps][32 * kPer];
   __shared__ int blk[kRouteWarps * kRouteMaxK];  // the block's selected experts, in pair order
   __shared__ int base[32 * kPer];
   __shared__ bool last;
