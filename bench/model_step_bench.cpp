@@ -6,6 +6,7 @@
 //                [--attention cublas|fused|fused256|flash] [--moe device|host]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
 //                [--dense-quant on|off]   (quantised dense linears: W8A16 / W4A16 kernel or bf16 cuBLAS)
+//                [--small-kernels fused|ops]   (the fused qkv prologue and MoE routing, or the earlier kernels)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
                  "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
                  "                   [--attention cublas|fused|fused256|flash] [--moe device|host]   (CUDA kernel choices, for A/B runs)\n"
                  "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
-                 "                   [--dense-quant on|off]   (quantised dense linears: quantised kernel or bf16 cuBLAS)\n");
+                 "                   [--dense-quant on|off]   (quantised dense linears: quantised kernel or bf16 cuBLAS)\n"
+                 "                   [--small-kernels fused|ops]   (fused qkv prologue and MoE routing, or the earlier kernels)\n");
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
@@ -65,6 +67,10 @@ int main(int argc, char** argv) {
       cuda::set_dense_quant_weights(std::string(argv[i + 1]) != "off");
     } else if (k == "--moe") {
       cuda::set_moe_device_grouping(std::string(argv[i + 1]) != "host");
+    } else if (k == "--small-kernels") {
+      const bool fused = std::string(argv[i + 1]) != "ops";
+      cuda::set_fused_qkv_prologue(fused);
+      cuda::set_fused_moe_routing(fused);
     }
 #endif
   }

@@ -257,21 +257,35 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   dump_heads(p + "q_proj", q);
   dump_heads(p + "k_proj", k);
   Tensor v = bf16({T, Hkv, D});
-  if (L.k_eq_v) {
-    backend_.copy(v, k);  // K=V: V is the raw K projection (before k_norm and RoPE)
-  } else {
+  if (!L.k_eq_v) {
     backend_.matmul(a, w.v_proj, v);
     dump_heads(p + "v_proj", v);
   }
-  backend_.rmsnorm(q, &w.q_norm, eps, q);
-  backend_.rmsnorm(k, &w.k_norm, eps, k);
-  backend_.rmsnorm(v, nullptr, eps, v);
-  dump_heads(p + "q_norm", q);
-  dump_heads(p + "k_norm", k);
-  dump_heads(p + "v_norm", v);
-  const Tensor& inv_freq = L.type == LayerType::kSliding ? inv_freq_sliding_ : inv_freq_full_;
-  backend_.rope(q, positions, inv_freq);
-  backend_.rope(k, positions, inv_freq);
+  // q_norm + RoPE, k_norm + RoPE, v's unit norm (K=V: V is the raw K projection, before k_norm and
+  // RoPE): one fused op, or the op-by-op sequence when the dumps want the pre-RoPE norms.
+  QkvPrologueArgs qkv;
+  qkv.q = q;
+  qkv.k = k;
+  qkv.v = v;
+  qkv.k_eq_v = L.k_eq_v;
+  qkv.q_norm = w.q_norm;
+  qkv.k_norm = w.k_norm;
+  qkv.positions = positions;
+  qkv.inv_freq = L.type == LayerType::kSliding ? inv_freq_sliding_ : inv_freq_full_;
+  qkv.eps = eps;
+  if (dump_) {
+    if (L.k_eq_v) backend_.copy(v, k);
+    backend_.rmsnorm(q, &w.q_norm, eps, q);
+    backend_.rmsnorm(k, &w.k_norm, eps, k);
+    backend_.rmsnorm(v, nullptr, eps, v);
+    dump_heads(p + "q_norm", q);
+    dump_heads(p + "k_norm", k);
+    dump_heads(p + "v_norm", v);
+    backend_.rope(q, positions, qkv.inv_freq);
+    backend_.rope(k, positions, qkv.inv_freq);
+  } else {
+    backend_.qkv_prologue(qkv);
+  }
 
   Tensor attn = bf16({T, Hq, D});
   const KvLayerPages& pages = kv.layers[li];

@@ -197,6 +197,7 @@ int bench() {
   }
   gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
   gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+  gpu_test::small_kernel_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
   {
     DecideArgs d;
     d.entropy = be.alloc(ScalarType::kF32, {C});

@@ -32,6 +32,7 @@
 #include "backend/cuda/quant_layout.h"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm_rope.cuh"
+#include "backend/cuda/qkv_prologue.cuh"
 #include "backend/cuda/sampler.cuh"
 #include "backend/cuda/tuning.h"
 #include "backend/cpu/quant.h"
@@ -121,9 +122,11 @@ void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std:
 
 namespace {
 std::atomic<bool> g_dense_quant{true};
+std::atomic<bool> g_fused_qkv{true};
 }  // namespace
 
 bool set_dense_quant_weights(bool on) { return g_dense_quant.exchange(on); }
+bool set_fused_qkv_prologue(bool on) { return g_fused_qkv.exchange(on); }
 
 namespace {
 
@@ -391,6 +394,26 @@ class CudaBackend final : public Backend {
     uint16_t *m1n = opt(a.m1n), *m2n = opt(a.m2n), *f = opt(a.f);
     if (!residual_fusable(H, {h1, m1, m2, w1, w2, wf, out, m1n, m2n, f})) return Backend::ffn_residual(a);
     launch_ffn_residual(h1, m1, m2, w1, w2, wf, a.scale, out, m1n, m2n, f, T, H, a.eps, ctx_.stream);
+  }
+
+  void qkv_prologue(const QkvPrologueArgs& a) override {
+    activate();
+    const char* op = "qkv_prologue";
+    DG_CHECK(a.q.ndim == 3 && a.k.ndim == 3 && a.v.ndim == 3);
+    const int64_t T = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2), Hkv = a.k.dim(1);
+    DG_CHECK(a.k.dim(0) == T && a.k.dim(2) == D && a.v.dim(0) == T && a.v.dim(1) == Hkv && a.v.dim(2) == D);
+    DG_CHECK(D % 2 == 0 && a.q_norm.numel() == D && a.k_norm.numel() == D);
+    need_type(a.positions, ScalarType::kI32, op, "positions");
+    need_type(a.inv_freq, ScalarType::kF32, op, "inv_freq");
+    DG_CHECK(a.positions.numel() == T && a.inv_freq.numel() == D / 2);
+    uint16_t* q = bf16_out(a.q, op, "q");
+    uint16_t* k = bf16_out(a.k, op, "k");
+    uint16_t* v = bf16_out(a.v, op, "v");
+    const uint16_t* wq = bf16_in(a.q_norm, op, "q_norm");
+    const uint16_t* wk = bf16_in(a.k_norm, op, "k_norm");
+    if (!g_fused_qkv.load() || !qkv_prologue_fusable(D, {q, k, v, wq, wk})) return Backend::qkv_prologue(a);
+    launch_qkv_prologue(q, k, v, a.k_eq_v, wq, wk, a.positions.ptr<int32_t>(), a.inv_freq.ptr<float>(), T, Hq, Hkv, D,
+                        a.eps, ctx_.stream);
   }
 
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override {

@@ -141,6 +141,8 @@ Context::Context(int device_index) : device(device_index) {
   *error_host = 0;
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_dev), error_host, 0));
   staging = std::make_unique<StagingRing>(size_t{16} << 20);
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ticket), sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(ticket, 0, sizeof(unsigned)));
 }
 
 Context::~Context() {
@@ -149,6 +151,7 @@ Context::~Context() {
   if (cublas != nullptr) cublasDestroy(cublas);
   if (cublas_workspace != nullptr) cudaFree(cublas_workspace);
   if (error_host != nullptr) cudaFreeHost(error_host);
+  if (ticket != nullptr) cudaFree(ticket);
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 

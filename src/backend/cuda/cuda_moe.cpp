@@ -1,6 +1,7 @@
 // The MoE block on the GPU (cpu/moe.cpp is the spec):
 //   router: z = bf16(bf16(bf16(rmsnorm0(h1)) * scale) * H^-0.5) (norm_rope.cu), bf16 logits = z . W_r^T
-//           (cuBLAS), fp32 softmax, top-k, renormalised weights * per_expert_scale (moe.cu);
+//           (cuBLAS), fp32 softmax, top-k, renormalised weights * per_expert_scale (moe.cu; fused with
+//           the device grouping below in moe_route.cu);
 //   experts: the (token, slot) pairs grouped by expert, per expert one gate_up GEMM and one down GEMM
 //           (bf16 out), gelu(gate) * up between them, each output row times its fp32 weight rounded to
 //           bf16, then per token a bf16 running sum in ascending expert order (moe.cu).
@@ -32,9 +33,12 @@ namespace dgemma::cuda {
 
 namespace {
 std::atomic<bool> g_device_grouping{true};
+std::atomic<bool> g_fused_routing{true};
 }  // namespace
 
 bool set_moe_device_grouping(bool on) { return g_device_grouping.exchange(on); }
+bool set_fused_moe_routing(bool on) { return g_fused_routing.exchange(on); }
+bool fused_moe_routing() { return g_fused_routing.load(std::memory_order_relaxed); }
 
 void moe(const Context& ctx, const MoeArgs& a) {
   const char* op = "moe";
@@ -90,9 +94,11 @@ void moe(const Context& ctx, const MoeArgs& a) {
   Tensor top_idx = ctx.alloc(ScalarType::kI32, {T, K});
   Tensor top_w = ctx.alloc(ScalarType::kF32, {T, K});
   Tensor order = ctx.alloc(ScalarType::kI32, {T, K});
-  launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, a.per_expert_scale.ptr<uint16_t>(),
-                  probs.empty() ? nullptr : probs.ptr<float>(), top_idx.ptr<int32_t>(), top_w.ptr<float>(),
-                  order.ptr<int32_t>(), st);
+  float* probs_ptr = probs.empty() ? nullptr : probs.ptr<float>();
+  auto topk = [&] {
+    launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, a.per_expert_scale.ptr<uint16_t>(), probs_ptr,
+                    top_idx.ptr<int32_t>(), top_w.ptr<float>(), order.ptr<int32_t>(), st);
+  };
 
   // The routing's debug outputs (tests), copied to the host after the routing kernels; true if any.
   auto queue_debug_copies = [&] {
@@ -116,7 +122,18 @@ void moe(const Context& ctx, const MoeArgs& a) {
     Tensor tiles;
     if (n_tiles > 0) tiles = ctx.alloc(ScalarType::kI32, {4 * n_tiles});
     int32_t* tiles_ptr = n_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
-    launch_moe_group(top_idx.ptr<int32_t>(), R, E, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, st);
+    // The top-k and the grouping: one kernel where it takes the shape, else two.
+    const int64_t scratch_n = fused_moe_routing() ? moe_route_group_scratch(T, E, K) : 0;
+    if (scratch_n > 0) {
+      Tensor scratch = ctx.alloc(ScalarType::kI32, {scratch_n});
+      launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, a.per_expert_scale.ptr<uint16_t>(), probs_ptr,
+                             top_idx.ptr<int32_t>(), top_w.ptr<float>(), order.ptr<int32_t>(), offsets.ptr<int32_t>(),
+                             pairs.ptr<int32_t>(), tiles_ptr, n_tiles, grouped_moe_tile_rows(), scratch.ptr<int32_t>(),
+                             ctx.ticket, st);
+    } else {
+      topk();
+      launch_moe_group(top_idx.ptr<int32_t>(), R, E, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, st);
+    }
     Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
     Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
     if (fp8_gu)
@@ -149,6 +166,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
          T, H, I, E, K);
 
   // 2. Group the (token, slot) pairs by expert on the host (stable: pair order within an expert).
+  topk();
   std::vector<int32_t> idx(static_cast<size_t>(R));
   CUDA_CHECK(cudaMemcpyAsync(idx.data(), top_idx.data, static_cast<size_t>(R) * 4, cudaMemcpyDeviceToHost, st));
   queue_debug_copies();

@@ -580,6 +580,8 @@ int64_t grouped_moe_tiles(int64_t R, int64_t E) {
   return R / kBigBM + E;  // sum over experts of ceil(rows / kBigBM) <= floor(R / kBigBM) + E
 }
 
+int grouped_moe_tile_rows() { return kBigBM; }
+
 void launch_moe_group(const int32_t* top_idx, int64_t R, int64_t E, int32_t* offsets, int32_t* pairs,
                       int32_t* tiles, cudaStream_t stream) {
   if (E <= 0) return;

@@ -24,6 +24,8 @@ bool grouped_moe_supported(int64_t T, int64_t H, int64_t I, int64_t E, int64_t K
 
 // Entries of the tile list for R grouped rows over E experts; 0 when the GEMMs use none (small R).
 int64_t grouped_moe_tiles(int64_t R, int64_t E);
+// Rows of a tile of the tile list (the fused routing kernel, moe.cuh, writes the list too).
+int grouped_moe_tile_rows();
 
 // offsets [E + 1] i32, pairs [R] i32 and, when grouped_moe_tiles(R, E) > 0, the tile list
 // tiles [4 * grouped_moe_tiles(R, E)] i32 (else unused, may be null) from top_idx [R] i32 (values in

@@ -28,6 +28,13 @@ bool set_flash_attention(bool on);
 // host synchronisation) instead of grouping on the host for cuBLAS. Returns the previous value.
 bool set_moe_device_grouping(bool on);
 
+// Whether qkv_prologue runs the fused kernel (qkv_prologue.cu) instead of the rmsnorm / rope / copy
+// sequence, and whether the MoE routing runs the register top-k that also groups the pairs by expert
+// and the vectorised combine (moe.cu) instead of the earlier topk / group / combine kernels. On by
+// default; bit-identical either way (benchmarks and checks compare them). Return the previous value.
+bool set_fused_qkv_prologue(bool on);
+bool set_fused_moe_routing(bool on);
+
 // Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
 // the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to
 // bf16 for cuBLAS. On by default (half / a quarter of the bytes; its speed against cuBLAS bf16 is to
