@@ -6,22 +6,52 @@
 #include "backend/cuda/quant_ptx.cuh"
 #include "backend/cuda/grouped_moe_fp4_kernel.cuh"
 
+#include <atomic>
+#include <cstdlib>
+
+#include "backend/cuda/tuning.h"
+
 namespace dgemma::cuda {
 namespace {
 
 struct DeviceLauncher {
   cudaStream_t stream;
-  template <int BM, bool kGateUp, bool kFp8>
+  template <int MF, int W, bool kGateUp, bool kFp8>
   void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
-    auto* kernel = grouped_fp4_kernel<BM, kGateUp, kFp8>;
-    constexpr int smem = smem_bytes<BM, kFp8>();
+    auto* kernel = grouped_fp4_kernel<MF, W, kGateUp, kFp8>;
+    constexpr int smem = smem_bytes<MF, W, kFp8>();
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), kThreads, smem, stream>>>(g);
+    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), 32 * W, smem, stream>>>(g);
     CUDA_CHECK_LAUNCH();
   }
 };
 
+// The tile variants in use (set_quant_moe_tiles); the environment's DGEMMA_QUANT_MOE_TILE ("gu" or
+// "gu,down", kQuantTiles ids) sets the start values, so that whole-model benchmarks can compare them.
+std::atomic<int>& tile_setting(bool gate_up) {
+  static std::atomic<int> gu{0}, dn{0};
+  static const bool from_env = [] {
+    if (const char* v = std::getenv("DGEMMA_QUANT_MOE_TILE")) {
+      char* end = nullptr;
+      const long a = std::strtol(v, &end, 10);
+      const long b = (end && *end == ',') ? std::strtol(end + 1, nullptr, 10) : a;
+      gu = static_cast<int>(a);
+      dn = static_cast<int>(b);
+    }
+    return true;
+  }();
+  (void)from_env;
+  return gate_up ? gu : dn;
+}
+
 }  // namespace
+
+QuantMoeTiles set_quant_moe_tiles(QuantMoeTiles t) {
+  QuantMoeTiles old;
+  old.gate_up = tile_setting(true).exchange(t.gate_up);
+  old.down = tile_setting(false).exchange(t.down);
+  return old;
+}
 
 void launch_dense_quant(bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                         int64_t T, int64_t N, int64_t K, uint16_t* out, cudaStream_t stream) {
@@ -44,28 +74,28 @@ void launch_grouped_gate_up_fp4(const uint16_t* x, const uint8_t* packed, const 
                                 const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K,
                                 int64_t H, int64_t I, uint16_t* act, cudaStream_t stream) {
   DeviceLauncher l{stream};
-  run_gate_up(l, false, x, packed, block, row_scale, offsets, pairs, R, E, K, H, I, act);
+  run_gate_up(l, false, x, packed, block, row_scale, offsets, pairs, R, E, K, H, I, act, tile_setting(true).load());
 }
 
 void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const uint8_t* block, const float* row_scale,
                              const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E,
                              int64_t H, int64_t I, uint16_t* y, cudaStream_t stream) {
   DeviceLauncher l{stream};
-  run_down(l, false, act, packed, block, row_scale, offsets, pairs, top_w, R, E, H, I, y);
+  run_down(l, false, act, packed, block, row_scale, offsets, pairs, top_w, R, E, H, I, y, tile_setting(false).load());
 }
 
 void launch_grouped_gate_up_fp8(const uint16_t* x, const uint8_t* w, const float* row_scale, const int32_t* offsets,
                                 const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
                                 uint16_t* act, cudaStream_t stream) {
   DeviceLauncher l{stream};
-  run_gate_up(l, true, x, w, nullptr, row_scale, offsets, pairs, R, E, K, H, I, act);
+  run_gate_up(l, true, x, w, nullptr, row_scale, offsets, pairs, R, E, K, H, I, act, tile_setting(true).load());
 }
 
 void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float* row_scale, const int32_t* offsets,
                              const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H, int64_t I,
                              uint16_t* y, cudaStream_t stream) {
   DeviceLauncher l{stream};
-  run_down(l, true, act, w, nullptr, row_scale, offsets, pairs, top_w, R, E, H, I, y);
+  run_down(l, true, act, w, nullptr, row_scale, offsets, pairs, top_w, R, E, H, I, y, tile_setting(false).load());
 }
 
 }  // namespace dgemma::cuda

@@ -1,13 +1,13 @@
 #pragma once
 // A host emulation of the CUDA operations the quantised GEMM kernel uses (the list is in
 // src/backend/cuda/grouped_moe_fp4_kernel.cuh), so that the kernel itself runs in the unit tests of a
-// machine without a GPU: a block is 128 std::threads with std::barrier for __syncthreads and for the
+// machine without a GPU: a block is one std::thread per CUDA thread with std::barrier for __syncthreads and for the
 // warp-collective ldmatrix / mma.sync, shared memory a buffer whose every access is bounds- and
 // alignment-checked, cp.async a synchronous copy. The fragment layouts are the PTX ISA's
 // (ldmatrix: lane i gets word i % 4 of row i / 4 of each matrix, whose row addresses come from lanes
 // 8 j .. 8 j + 7; m16n8k16: A row g = lane / 4 (+8), k = 2 (lane % 4) (+8); B k likewise, n = lane / 4;
 // C rows g (+8), cols 2 (lane % 4) (+1)). The device path is checked by tests/gpu; this checks the
-// kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
+// kernel's indexing, device layout and decoding wherever the unit tests run. Blocks of up to 8 warps. Not a general emulator:
 // no asynchrony, no memory model, a warp's lanes only meet at the collectives.
 #include <algorithm>
 #include <barrier>
@@ -38,22 +38,27 @@ inline void chk(uint32_t a, uint32_t n, uint32_t align) {
   }
 }
 inline std::barrier<>* g_block_bar = nullptr;
-inline std::barrier<>* g_warp_bar[4];
-inline uint32_t g_scratch[4][32][8];
+constexpr int kMaxWarps = 8;
+inline std::barrier<>* g_warp_bar[kMaxWarps];
+inline uint32_t g_scratch[kMaxWarps][32][8];
 inline unsigned char* smem() { return g_smem; }
-inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes) {
+inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes, int threads = 128) {
+  if (threads % 32 || threads / 32 > kMaxWarps) std::abort();
   std::vector<unsigned char> buf(static_cast<size_t>(smem_bytes) + 256, 0xCD);
   for (int by = 0; by < gy; ++by)
     for (int bx = 0; bx < gx; ++bx) {
       g_smem = buf.data();
       g_smem_bytes = static_cast<uint32_t>(smem_bytes);
       std::fill(buf.begin(), buf.end(), 0xCD);
-      std::barrier<> bb(128);
-      std::barrier<> w0(32), w1(32), w2(32), w3(32);
+      std::barrier<> bb(threads);
+      std::vector<std::unique_ptr<std::barrier<>>> wb;
+      for (int w = 0; w < threads / 32; ++w) {
+        wb.push_back(std::make_unique<std::barrier<>>(32));
+        g_warp_bar[w] = wb.back().get();
+      }
       g_block_bar = &bb;
-      g_warp_bar[0] = &w0; g_warp_bar[1] = &w1; g_warp_bar[2] = &w2; g_warp_bar[3] = &w3;
       std::vector<std::thread> th;
-      for (int t = 0; t < 128; ++t)
+      for (int t = 0; t < threads; ++t)
         th.emplace_back([&, t] {
           t_thread.x = t;
           t_block.x = bx;
