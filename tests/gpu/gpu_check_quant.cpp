@@ -75,7 +75,7 @@ struct Shape {
   int K;
   bool skewed = false;
   bool fp8 = false;
-  bool every_tile = false;  // also each tile variant of the kernels (cuda::set_quant_moe_tiles ids 1 .. 6)
+  bool every_tile = false;  // also each tile variant of the kernels (cuda::set_quant_moe_tiles ids 1 .. 9)
 };
 
 void run_fp4_moe(Reporter& r, const Shape& s) {
@@ -140,7 +140,7 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   };
   check(s.name);
   if (!s.every_tile) return;
-  for (int v = 1; v <= 6; ++v) {
+  for (int v = 1; v < cuda::kQuantMoeTileCount; ++v) {
     const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v});
     g.out = poisoned(ScalarType::kBF16, {T, H});
     cuda().moe(g);
@@ -307,8 +307,9 @@ Weight bench_weight(Data& d, bool fp8, int64_t E, int64_t N, int64_t K) {
 // stream's rate (packed weights + block scales over the time).
 void tile_bench(Data& d, const MoeArgs& m, bool fp8, const std::function<void(const char*, double)>& row) {
   constexpr int64_t H = 2816, I = 704, E = 128, K = 8;
-  static const char* const kNames[] = {"auto", "BM16xBN64 4w", "BM32xBN64 4w", "BM64xBN64 4w",
-                                       "BM32xBN128 8w", "BM64xBN128 8w", "BM128xBN64 4w"};
+  static const char* const kNames[cuda::kQuantMoeTileCount] = {
+      "auto", "BM16xBN64 4w", "BM32xBN64 4w", "BM64xBN64 4w", "BM32xBN128 8w", "BM64xBN128 8w", "BM128xBN64 4w",
+      "BM16xBN64 4w s8", "BM32xBN64 4w s6", "BM32xBN128 8w s6"};
   for (int64_t T : {int64_t{256}, int64_t{1024}}) {
     const int64_t R = T * K;
     std::vector<int32_t> offsets(E + 1, 0), pairs;
@@ -336,7 +337,7 @@ void tile_bench(Data& d, const MoeArgs& m, bool fp8, const std::function<void(co
     const Tensor top_w32 = up(h_top_w);
     Tensor act_out = cuda().alloc(ScalarType::kBF16, {R, I}), y = cuda().alloc(ScalarType::kBF16, {R, H});
     const double w_bytes = static_cast<double>(E) * 2 * I * H * (fp8 ? 1.0 : 0.5 + 1.0 / 16);  // gate_up; down half
-    for (int v = 0; v < 7; ++v) {
+    for (int v = 0; v < cuda::kQuantMoeTileCount; ++v) {
       const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v});
       for (int proj = 0; proj < 2; ++proj) {
         auto launch = [&] {

@@ -16,10 +16,10 @@ namespace {
 
 struct DeviceLauncher {
   cudaStream_t stream;
-  template <int MF, int W, bool kGateUp, bool kFp8>
+  template <int MF, int W, int S, bool kGateUp, bool kFp8>
   void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
-    auto* kernel = grouped_fp4_kernel<MF, W, kGateUp, kFp8>;
-    constexpr int smem = smem_bytes<MF, W, kFp8>();
+    auto* kernel = grouped_fp4_kernel<MF, W, S, kGateUp, kFp8>;
+    constexpr int smem = smem_bytes<MF, W, S, kFp8>();
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), 32 * W, smem, stream>>>(g);
     CUDA_CHECK_LAUNCH();
@@ -28,6 +28,8 @@ struct DeviceLauncher {
 
 // The tile variants in use (set_quant_moe_tiles); the environment's DGEMMA_QUANT_MOE_TILE ("gu" or
 // "gu,down", kQuantTiles ids) sets the start values, so that whole-model benchmarks can compare them.
+static_assert(kQuantTileCount == kQuantMoeTileCount, "tuning.h lists the tile variants");
+
 std::atomic<int>& tile_setting(bool gate_up) {
   static std::atomic<int> gu{0}, dn{0};
   static const bool from_env = [] {

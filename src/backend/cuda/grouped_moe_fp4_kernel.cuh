@@ -9,7 +9,7 @@
 // the dynamic shared-memory buffer.
 //
 // W4A16 grouped expert GEMMs for NVFP4 weights (grouped_moe_fp4.cuh). The structure is the small-R
-// bf16 kernel of grouped_moe.cu (BK = 64, 4 cp.async stages, each CTA looping over its expert's M
+// bf16 kernel of grouped_moe.cu (BK = 64, 4 to 8 cp.async stages, each CTA looping over its expert's M
 // tiles with the (M tile, K tile) iterations flattened), with the weight operand changed:
 //   * per stage a CTA copies BN weight rows x 32 packed bytes (64 K values) and their BN x 4 block
 //     scale codes with an L2 evict-first policy, all by 16-byte cp.async (quant_layout.h);
@@ -21,7 +21,7 @@
 //   * the epilogue multiplies the fp32 accumulators by 2^7 (NVFP4, undoing the scale code's offset:
 //     exact) and the rows' global scale, then applies the activation / routing weight with the bf16
 //     kernels' roundings.
-// Tile variants (QuantTile: MF m fragments, W warps = BN / 16 weight rows) are chosen at run time
+// Tile variants (QuantTile: MF m fragments, W warps = BN / 16 weight rows, S stages) are chosen at run time
 // (grouped_moe_fp4.cu; dgemma_gpu_check --bench times them). Why not wgmma: at ~16 rows per expert a
 // step is bound by the weight stream; mma.sync with register-built B fragments keeps the weights packed.
 #include <cstdint>
@@ -41,15 +41,14 @@ namespace dgemma::cuda {
 namespace {
 
 constexpr int kBK = 64;
-constexpr int kStages = 4;
 constexpr int kARowBytes = kBK * 2;   // bf16 A row of a stage
 constexpr int kSRowBytes = kBK / 16;  // NVFP4 block scale codes of a weight row in a stage
 // Weight bytes of a row in a stage: packed FP4 32, FP8 64.
 template <bool kFp8>
 __host__ __device__ constexpr int b_row_bytes() { return kFp8 ? kBK : kBK / 2; }
-template <int MF, int W, bool kFp8>
+template <int MF, int W, int S, bool kFp8>
 constexpr int smem_bytes() {
-  return kStages * (16 * MF * kARowBytes + 16 * W * b_row_bytes<kFp8>() + (kFp8 ? 0 : 16 * W * kSRowBytes));
+  return S * (16 * MF * kARowBytes + 16 * W * b_row_bytes<kFp8>() + (kFp8 ? 0 : 16 * W * kSRowBytes));
 }
 constexpr float kFp4AccScale = 128.0f;  // 2^7: the scale codes' offset (quant_layout.h)
 
@@ -76,8 +75,9 @@ struct Fp4Args {
 template <int MF, int W>
 constexpr int min_blocks() { return MF >= 8 ? (W >= 8 ? 1 : 2) : (W >= 8 ? 2 : 4); }  // 128 registers but MF 8
 
-template <int MF, int W, bool kGateUp, bool kFp8>
+template <int MF, int W, int S, bool kGateUp, bool kFp8>
 __global__ void __launch_bounds__(32 * W, min_blocks<MF, W>()) grouped_fp4_kernel(Fp4Args g) {
+  constexpr int kStages = S;
   constexpr int kThreads = 32 * W;
   constexpr int BM = 16 * MF;
   constexpr int BN = 16 * W;
@@ -304,12 +304,14 @@ DG_UNROLL
   cp_async_wait<0>();
 }
 
-// Tile variants (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows), by id: 0 automatic.
+// Tile variants (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows, S cp.async stages of 64
+// K values), by id; 0 automatic.
 struct QuantTile {
-  int mf, w;
+  int mf, w, stages;
 };
-constexpr QuantTile kQuantTiles[] = {{0, 0}, {1, 4}, {2, 4}, {4, 4}, {2, 8}, {4, 8}, {8, 4}};
-constexpr int kQuantTileCount = 7;
+constexpr QuantTile kQuantTiles[] = {{0, 0, 0}, {1, 4, 4}, {2, 4, 4}, {4, 4, 4}, {2, 8, 4}, {4, 8, 4},
+                                     {8, 4, 4}, {1, 4, 8}, {2, 4, 6}, {2, 8, 6}};
+constexpr int kQuantTileCount = 10;
 
 // The automatic choice from the mean rows per expert (the routing is on the device): M tiles that hold
 // an expert's rows at once (a second M tile re-reads the weights), 8 warps (half the A re-reads).
@@ -318,25 +320,28 @@ inline int auto_quant_tile(int64_t R, int64_t E) {
   return mean <= 20 ? 4 : mean <= 48 ? 5 : 6;
 }
 
-template <int MF, int W, bool kGateUp, bool kFp8, typename L>
+template <int MF, int W, int S, bool kGateUp, bool kFp8, typename L>
 void go_tile(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   const int64_t cols = kGateUp ? 8 * W : 16 * W;  // output columns of a CTA
-  l.template go<MF, W, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
+  l.template go<MF, W, S, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
 }
 template <bool kGateUp, bool kFp8, typename L>
 void go_variant(L& l, int variant, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   switch (variant) {
-    case 1: go_tile<1, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 2: go_tile<2, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 3: go_tile<4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 4: go_tile<2, 8, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 5: go_tile<4, 8, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    default: go_tile<8, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 1: go_tile<1, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 2: go_tile<2, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 3: go_tile<4, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 4: go_tile<2, 8, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 5: go_tile<4, 8, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 7: go_tile<1, 4, 8, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 8: go_tile<2, 4, 6, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 9: go_tile<2, 8, 6, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    default: go_tile<8, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
   }
 }
 
 // The launches of the public entry points (grouped_moe_fp4.cuh), for any launcher: `l.template
-// go<MF, W, kGateUp, kFp8>(args, grid_x, grid_y)` runs the kernel over that grid (the device: a CUDA
+// go<MF, W, S, kGateUp, kFp8>(args, grid_x, grid_y)` runs the kernel over that grid (the device: a CUDA
 // launch; the unit tests: the emulator). `variant`: a kQuantTiles id, 0 automatic.
 template <typename L>
 void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
@@ -372,11 +377,11 @@ void run_dense(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_
   const int bm = T >= 128 ? 128 : 32;
   const int64_t m_tiles = (T + bm - 1) / bm;
   if (bm == 128) {
-    if (fp8) go_tile<8, 4, false, true>(l, g, N, m_tiles);
-    else go_tile<8, 4, false, false>(l, g, N, m_tiles);
+    if (fp8) go_tile<8, 4, 4, false, true>(l, g, N, m_tiles);
+    else go_tile<8, 4, 4, false, false>(l, g, N, m_tiles);
   } else {
-    if (fp8) go_tile<2, 4, false, true>(l, g, N, m_tiles);
-    else go_tile<2, 4, false, false>(l, g, N, m_tiles);
+    if (fp8) go_tile<2, 4, 4, false, true>(l, g, N, m_tiles);
+    else go_tile<2, 4, 4, false, false>(l, g, N, m_tiles);
   }
 }
 

@@ -18,10 +18,10 @@ namespace dgemma::cuda {
 namespace {
 
 struct EmuLauncher {
-  template <int MF, int W, bool kGateUp, bool kFp8>
+  template <int MF, int W, int S, bool kGateUp, bool kFp8>
   void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
-    emu::launch([g] { grouped_fp4_kernel<MF, W, kGateUp, kFp8>(g); }, static_cast<int>(grid_x), static_cast<int>(grid_y),
-                smem_bytes<MF, W, kFp8>(), 32 * W);
+    emu::launch([g] { grouped_fp4_kernel<MF, W, S, kGateUp, kFp8>(g); }, static_cast<int>(grid_x), static_cast<int>(grid_y),
+                smem_bytes<MF, W, S, kFp8>(), 32 * W);
     ++launches;
   }
   int launches = 0;
@@ -125,7 +125,7 @@ void dense(bool fp8, int T, int N, int K, bool sub = false, bool zeros = false) 
   for (int t = 0; t < T; ++t) for (int n = 0; n < N; ++n) { float s = 0; for (int k = 0; k < K; ++k) s += bf16_to_f32(x[size_t(t) * K + k]) * float(w.at(0, n, k)); ref[size_t(t) * N + n] = round_bf16(s * w.rs[n]); }
   compare(std::string(fp8 ? "fp8" : "nvfp4") + " dense T" + std::to_string(T), out, ref);
 }
-// Every tile variant (kQuantTiles ids 1 .. 6) and the automatic choice (0): M tiles of 16 .. 128 rows,
+// Every tile variant (kQuantTiles ids 1 .. 9) and the automatic choice (0): M tiles of 16 .. 128 rows,
 // 4 and 8 warps, m fragments without rows skipped, experts with several M tiles (the skewed routing).
 TEST(QuantKernelEmulated, GroupedNvfp4GateUpAndDownEveryVariant) {
   for (int v = 0; v < kQuantTileCount; ++v) moe(false, 37, 64, 64, 8, 2, v);
