@@ -195,18 +195,22 @@ DG_UNROLL
   // A fragments by ldmatrix as in grouped_moe.cu. B fragment nf of warp w: tile row 8 (W nf + w) + lane / 4
   // (gate_up: nf 0 gate, nf 1 the matching up row), k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1);
   // quad lane % 4's words are bytes 8 (lane % 4) (FP4) / 16 (lane % 4) (FP8) of the row's slice.
-  const int a_row = lane & 15, a_chunk = lane >> 4;
+  // This lane's ldmatrix offsets in an A stage for m fragment 0 and each k16 step (fragment mf adds
+  // 16 mf rows, which keeps the swizzle: 16 mf % 8 == 0).
+  uint32_t a_off[kBK / 16];
+DG_UNROLL
+  for (int kk = 0; kk < kBK / 16; ++kk) a_off[kk] = swz(lane & 15, 2 * kk + (lane >> 4));
   const int b_row0 = 8 * warp + (lane >> 2), b_quad = lane & 3;
 
   int mt = 0, kt = 0;
   int m_frags = min(MF, (rows + 15) / 16);  // m fragments with rows in this M tile
+  int stage = 0, load_stage = kStages - 1;
   for (int it = 0; it < total; ++it) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    if (it + kStages - 1 < total) load_next((it + kStages - 1) % kStages);
+    if (it + kStages - 1 < total) load_next(load_stage);
     cp_async_commit();
-
-    const int stage = it % kStages;
+    load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;
     const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
     // This thread's weight words of the stage (both n fragments, all four k16 steps) and scale codes.
     uint32_t wb[2][4], sc[2];
@@ -241,7 +245,7 @@ DG_UNROLL
       for (int mf = 0; mf < MF; ++mf) {
         if (mf >= m_frags) break;  // uniform over the CTA
         uint32_t a[4];
-        ldmatrix_x4(sa + swz(mf * 16 + a_row, 2 * kk + a_chunk), a[0], a[1], a[2], a[3]);
+        ldmatrix_x4(sa + a_off[kk] + mf * 16 * kARowBytes, a[0], a[1], a[2], a[3]);
         mma_bf16(acc[mf][0], a, b[0][0], b[0][1]);
         mma_bf16(acc[mf][1], a, b[1][0], b[1][1]);
       }
@@ -300,6 +304,7 @@ DG_UNROLL
       ++mt;
       m_frags = min(MF, (rows - mt * BM + 15) / 16);
     }
+    stage = stage + 1 == kStages ? 0 : stage + 1;
   }
   cp_async_wait<0>();
 }
