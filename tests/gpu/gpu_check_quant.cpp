@@ -428,6 +428,12 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
       const std::string what = std::string("matmul T=256 ") + c.name + (c.fp8 ? " FP8" : " NVFP4") +
                                (kernel ? " kernel" : " bf16 cuBLAS");
       row(what.c_str(), time_ms([&] { be.matmul(x, w, out); }));
+      if (!kernel) continue;
+      for (int v = 1; v < cuda::kQuantMoeTileCount; ++v) {  // the dense kernel's tile variants
+        const int old_tile = cuda::set_quant_dense_tile(v);
+        row(("  tile " + std::to_string(v)).c_str(), time_ms([&] { be.matmul(x, w, out); }));
+        cuda::set_quant_dense_tile(old_tile);
+      }
     }
   }
 }

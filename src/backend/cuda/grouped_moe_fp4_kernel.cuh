@@ -371,23 +371,19 @@ void run_down(L& l, bool fp8, const uint16_t* act, const uint8_t* w, const uint8
   else go_variant<false, false>(l, variant, g, H, E);
 }
 
-// One CTA row per 32 rows of x (variant 2) or, for inputs of 128 rows or more, per 128 rows
-// (variant 6: every CTA row decodes the weight tiles again, from L2, so a quarter of the decoding).
+// Dense: one CTA row per BM rows of x; every CTA row decodes the weight tiles again (from L2). Automatic
+// (variant 0): 32-row tiles (variant 2), or 128-row tiles (variant 6: a quarter of the decoding) from 128
+// rows on.
 template <typename L>
 void run_dense(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
-               int64_t T, int64_t N, int64_t K, uint16_t* out) {
+               int64_t T, int64_t N, int64_t K, uint16_t* out, int variant = 0) {
   if (T <= 0 || N <= 0) return;
   const Fp4Args g{x, w, block, row_scale, nullptr, nullptr, nullptr, out, static_cast<int>(K), static_cast<int>(N), 1,
                   static_cast<int>(T)};
-  const int bm = T >= 128 ? 128 : 32;
-  const int64_t m_tiles = (T + bm - 1) / bm;
-  if (bm == 128) {
-    if (fp8) go_tile<8, 4, 4, false, true>(l, g, N, m_tiles);
-    else go_tile<8, 4, 4, false, false>(l, g, N, m_tiles);
-  } else {
-    if (fp8) go_tile<2, 4, 4, false, true>(l, g, N, m_tiles);
-    else go_tile<2, 4, 4, false, false>(l, g, N, m_tiles);
-  }
+  if (variant <= 0 || variant >= kQuantTileCount) variant = T >= 128 ? 6 : 2;
+  const int64_t bm = 16 * kQuantTiles[variant].mf, m_tiles = (T + bm - 1) / bm;
+  if (fp8) go_variant<false, true>(l, variant, g, N, m_tiles);
+  else go_variant<false, false>(l, variant, g, N, m_tiles);
 }
 
 }  // namespace

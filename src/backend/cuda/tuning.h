@@ -41,5 +41,8 @@ struct QuantMoeTiles {
   int gate_up = 0, down = 0;
 };
 QuantMoeTiles set_quant_moe_tiles(QuantMoeTiles t);
+// The same for the dense quantised matmul (launch_dense_quant; 0 automatic: BM32, or BM128 from 128
+// rows on); environment DGEMMA_QUANT_DENSE_TILE. Returns the previous id.
+int set_quant_dense_tile(int variant);
 
 }  // namespace dgemma::cuda

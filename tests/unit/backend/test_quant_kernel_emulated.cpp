@@ -114,16 +114,16 @@ void moe(bool fp8, int T, int H, int I, int E, int K, int variant, bool skew = f
   compare(what + " down", y, y_ref);
   EXPECT_EQ(l.launches, 2);
 }
-void dense(bool fp8, int T, int N, int K, bool sub = false, bool zeros = false) {
+void dense(bool fp8, int T, int N, int K, bool sub = false, bool zeros = false, int variant = 0) {
   EmuLauncher l;
   W w = make(fp8, 1, N, K, sub, zeros);
   auto x = randx(T, K);
   auto d = w.dev_data(), b = w.dev_block();
   std::vector<uint16_t> out(size_t(T) * N, 0xFFFF);
-  run_dense(l, fp8, x.data(), d.data(), fp8 ? nullptr : b.data(), w.rs.data(), T, N, K, out.data());
+  run_dense(l, fp8, x.data(), d.data(), fp8 ? nullptr : b.data(), w.rs.data(), T, N, K, out.data(), variant);
   std::vector<float> ref(size_t(T) * N);
   for (int t = 0; t < T; ++t) for (int n = 0; n < N; ++n) { float s = 0; for (int k = 0; k < K; ++k) s += bf16_to_f32(x[size_t(t) * K + k]) * float(w.at(0, n, k)); ref[size_t(t) * N + n] = round_bf16(s * w.rs[n]); }
-  compare(std::string(fp8 ? "fp8" : "nvfp4") + " dense T" + std::to_string(T), out, ref);
+  compare(std::string(fp8 ? "fp8" : "nvfp4") + " dense T" + std::to_string(T) + " variant " + std::to_string(variant), out, ref);
 }
 // Every tile variant (kQuantTiles ids 1 .. 9) and the automatic choice (0): M tiles of 16 .. 128 rows,
 // 4 and 8 warps, m fragments without rows skipped, experts with several M tiles (the skewed routing).
@@ -145,6 +145,7 @@ TEST(QuantKernelEmulated, DenseBothTileHeights) {
     dense(fp8, 37, 128, 128);   // 32-row tiles, a partial one
     dense(fp8, 130, 64, 128);   // 128-row tiles, a partial one
   }
+  for (int v = 1; v < kQuantTileCount; ++v) dense(v % 2 == 0, 37, 128, 64, false, false, v);
 }
 TEST(QuantKernelEmulated, DenseSubnormalAndZeroBlockScales) {
   dense(false, 40, 64, 256, true);
