@@ -2,7 +2,8 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench          times the CUDA ops at the 26B-A4B shapes (canvas 256) instead
+//   dgemma_gpu_check --bench [quant]  times the CUDA ops at the 26B-A4B shapes (canvas 256) instead
+//                                     (quant: only the quantised kernels' rows)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -38,9 +39,15 @@ double time_ms(dgemma::Backend& be, const std::function<void()>& fn, int reps = 
 
 // The ops at the released model's shapes on random device data (fill_normal): one line each with the
 // time and the bytes / FLOP floor numbers a reader needs to judge it.
-int bench() {
+int bench(bool quant_only) {
   using namespace dgemma;
   Backend& be = gpu_test::cuda();
+  if (quant_only) {  // --bench quant: the quantised kernels' rows only
+    std::printf("%-44s %10s\n", "op (26B-A4B shapes, canvas 256)", "median ms");
+    gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+                          [](const char* what, double ms) { std::printf("%-44s %10.3f\n", what, ms); });
+    return 0;
+  }
   const int64_t C = 256, H = 2816, V = 262144, Hq = 16, E = 128, K = 8, I = 704;
   auto bf = [&](std::initializer_list<int64_t> dims, uint64_t seed, float std, float mean = 0.0f) {
     Tensor t = be.alloc(ScalarType::kBF16, dims);
@@ -254,7 +261,7 @@ int main(int argc, char** argv) {
   }
   std::printf("random inputs: DGEMMA_TEST_SEED=%llu\n", static_cast<unsigned long long>(run_seed()));
   std::printf("backend: %s\n", cuda().name().c_str());
-  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) return bench();
+  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) return bench(argc > 2 && std::strcmp(argv[2], "quant") == 0);
   int passed = 0, failed = 0;
   for (const Case& c : all_cases()) {
     bool selected = argc <= 1;

@@ -189,6 +189,8 @@ class CudaBackend final : public Backend {
     const bool kernel_shape = host.rows() % 8 == 0 && host.cols() % 64 == 0;
     if (kernel_shape && (host.data.ndim == 3 || g_dense_quant.load())) {
       Weight w = host;
+      if (host.format == WeightFormat::kNvfp4)
+        DG_CHECK(host.block.device == Device::kCpu && host.block.numel() == host.experts() * host.rows() * (host.cols() / 16));
       Tensor bytes = host.data.ndim == 3 ? host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1), host.data.dim(2)})
                                          : host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1)});
       const int64_t n = static_cast<int64_t>(bytes.nbytes()), chunk = int64_t{1} << 20;  // whole rows per chunk
@@ -198,6 +200,9 @@ class CudaBackend final : public Backend {
         for (size_t c = b; c < e; ++c) {
           const int64_t r0 = static_cast<int64_t>(c) * rows_per_chunk, r1 = std::min(n_rows, r0 + rows_per_chunk);
           std::memcpy(bytes.ptr<uint8_t>() + r0 * row, host.data.ptr<uint8_t>() + r0 * row, static_cast<size_t>((r1 - r0) * row));
+          if (host.format == WeightFormat::kNvfp4)  // the device scale codes have no zero (quant_layout.h)
+            zero_unscaled_blocks(bytes.ptr<uint8_t>() + r0 * row, host.block.ptr<uint8_t>() + r0 * (host.cols() / 16),
+                                 r1 - r0, host.cols());
           repack_quant_weights(host.format == WeightFormat::kFp8Channel, bytes.ptr<uint8_t>() + r0 * row, (r1 - r0) * row);
         }
       });

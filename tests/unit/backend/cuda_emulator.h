@@ -2,13 +2,13 @@
 // A host emulation of the CUDA operations the quantised GEMM kernel and the flash attention kernel use
 // (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh and flash_attention_kernel.cuh;
 // ldmatrix .trans, warp shuffles and a grid z dimension for the latter), so that the kernels run in the unit tests of a
-// machine without a GPU: a block is 128 (or up to 256) std::threads with std::barrier for __syncthreads and for the
+// machine without a GPU: a block is one std::thread per CUDA thread (up to 8 warps) with std::barrier for __syncthreads and for the
 // warp-collective ldmatrix / mma.sync, shared memory a buffer whose every access is bounds- and
 // alignment-checked, cp.async a synchronous copy. The fragment layouts are the PTX ISA's
 // (ldmatrix: lane i gets word i % 4 of row i / 4 of each matrix, whose row addresses come from lanes
 // 8 j .. 8 j + 7; m16n8k16: A row g = lane / 4 (+8), k = 2 (lane % 4) (+8); B k likewise, n = lane / 4;
 // C rows g (+8), cols 2 (lane % 4) (+1)). The device path is checked by tests/gpu; this checks the
-// kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
+// kernel's indexing, device layout and decoding wherever the unit tests run. Blocks of up to 8 warps. Not a general emulator:
 // no asynchrony, no memory model, a warp's lanes only meet at the collectives.
 #include <algorithm>
 #include <barrier>
@@ -55,7 +55,7 @@ inline std::barrier<>* g_warp_bar[kMaxWarps];
 inline uint32_t g_scratch[kMaxWarps][32][8];
 inline unsigned char* smem() { return g_smem; }
 // Runs the grid block after block, each block `threads` (a multiple of 32, at most 32 kMaxWarps) threads.
-inline void launch(std::function<void()> fn, int gx, int gy, int gz, int smem_bytes, int threads = 128) {
+inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem_bytes, int threads = 128) {
   if (threads % 32 != 0 || threads < 32 || threads > 32 * kMaxWarps) std::abort();
   std::vector<unsigned char> buf(static_cast<size_t>(smem_bytes) + 256, 0xCD);
   for (int bz = 0; bz < gz; ++bz)
@@ -86,7 +86,9 @@ inline void launch(std::function<void()> fn, int gx, int gy, int gz, int smem_by
       for (auto& x : th) x.join();
     }
 }
-inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes) { launch(std::move(fn), gx, gy, 1, smem_bytes); }
+inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes, int threads = 128) {
+  launch_3d(std::move(fn), gx, gy, 1, smem_bytes, threads);
+}
 }  // namespace emu
 #define threadIdx emu::t_thread
 #define blockIdx emu::t_block
