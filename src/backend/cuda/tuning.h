@@ -24,6 +24,12 @@ int64_t set_fused_attention_max_dim(int64_t d);
 // host synchronisation) instead of grouping on the host for cuBLAS. Returns the previous value.
 bool set_moe_device_grouping(bool on);
 
+// The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
+// (by rows per expert, the default), 1 the small kernel (32-row tiles looping over an expert's rows),
+// 2 .. kGroupedMoeVariants the tile-list shapes listed there. For benchmarks and tests. Returns the previous value.
+constexpr int kGroupedMoeVariants = 8;
+int set_grouped_moe_variant(int variant);
+
 // Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
 // the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to
 // bf16 for cuBLAS. On by default (half / a quarter of the bytes; its speed against cuBLAS bf16 is to
