@@ -277,7 +277,10 @@ struct TileCfg {
 //      expert (T = 1024) nearly every expert fits one tile, and no fragment is wasted on rows 80 .. 127;
 //   6: 128 x 256, 8 warps 2 x 4 (warp 64 x 64), 4 stages, 192 KB: the compute-bound shape (T >= 4096);
 //   7: 128 x 128, 8 warps 2 x 4 (warp 64 x 32), 3 stages, 96 KB, 2 CTAs per SM (16 warps per SM);
-//   8:  80 x 256, 8 warps 1 x 8 (warp 80 x 32), 3 stages, 126 KB.
+//   8:  80 x 256, 8 warps 1 x 8 (warp 80 x 32), 3 stages, 126 KB;
+//   9:  80 x 256, 4 warps 1 x 4 (warp 80 x 64), 3 stages, 126 KB: variant 3's reads per MMA, one tile
+//      for nearly every expert at T = 1024;
+//  10: 128 x 256, 8 warps 2 x 4 (warp 64 x 64), 3 stages, 144 KB.
 using Tile2 = TileCfg<1, 4, 8, 4, 3, 2>;
 using Tile3 = TileCfg<1, 4, 4, 8, 4, 1>;
 using Tile4 = TileCfg<1, 8, 4, 4, 4, 1>;
@@ -285,9 +288,12 @@ using Tile5 = TileCfg<1, 4, 5, 4, 4, 2>;
 using Tile6 = TileCfg<2, 4, 4, 8, 4, 1>;
 using Tile7 = TileCfg<2, 4, 4, 4, 3, 2>;
 using Tile8 = TileCfg<1, 8, 5, 4, 3, 1>;
-constexpr int kFirstTileVariant = 2, kLastTileVariant = 8;
-constexpr int kTileRows[kLastTileVariant + 1] = {0, 0, Tile2::kBM, Tile3::kBM, Tile4::kBM, Tile5::kBM,
-                                                 Tile6::kBM, Tile7::kBM, Tile8::kBM};
+using Tile9 = TileCfg<1, 4, 5, 8, 3, 1>;
+using Tile10 = TileCfg<2, 4, 4, 8, 3, 1>;
+constexpr int kFirstTileVariant = 2, kLastTileVariant = 10;
+constexpr int kTileRows[kLastTileVariant + 1] = {0,          0,          Tile2::kBM, Tile3::kBM,
+                                                 Tile4::kBM, Tile5::kBM, Tile6::kBM, Tile7::kBM,
+                                                 Tile8::kBM, Tile9::kBM, Tile10::kBM};
 
 // Grid (tile list entries, N tiles). Tile rows s of B: down: weight row n0 + s; gate_up: s < kBN / 2
 // gate row i = n0 + s, else the up row N + i of i = n0 + s - kBN / 2. Warp (wm, wn): m16 fragments
@@ -531,6 +537,8 @@ void run_grouped(L& l, const GroupedPlanImpl& plan, const GroupedArgs& g, const 
     case 6: return run_tiled<Tile6, kGateUp>(l, g, tiles, plan.max_tiles);
     case 7: return run_tiled<Tile7, kGateUp>(l, g, tiles, plan.max_tiles);
     case 8: return run_tiled<Tile8, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 9: return run_tiled<Tile9, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 10: return run_tiled<Tile10, kGateUp>(l, g, tiles, plan.max_tiles);
     default: {
       const int64_t cols = kGateUp ? kSmallBN / 2 : kSmallBN;
       l.template small<32, kGateUp>(g, (g.N + cols - 1) / cols, E);
