@@ -177,7 +177,8 @@ Case make_case(const std::string& id, Shape s) {
 
 // Every bf16 grouped GEMM variant (set_grouped_moe_variant: the small kernel and each tile-list shape)
 // on one shape: the CPU runs once, each variant's output against it on the identically routed tokens,
-// and bit-identical to the automatic choice (every variant accumulates each element in the same order).
+// and bit-identical to the automatic choice (every mma.sync variant accumulates each element in the
+// same order; the wgmma ones only report how many elements differ).
 void run_variants(Reporter& r, const Shape& s) {
   Data d("grouped moe variants " + s.name);
   const int64_t T = s.T, E = s.E, K = s.K;
@@ -207,7 +208,12 @@ void run_variants(Reporter& r, const Shape& s) {
     const std::vector<uint16_t> out = u16(dev.out);
     size_t diff = 0;
     for (size_t i = 0; i < out.size(); ++i) diff += out[i] != auto_out[i];
-    if (diff != 0) r.fail(what + ": " + std::to_string(diff) + " elements differ from the automatic choice's output");
+    // The wgmma variants (11 ..) sum in the tensor cores' order: a note, the CPU comparison above decides.
+    if (v >= 11)
+      r.note(what + ": " + std::to_string(diff) + " of " + std::to_string(out.size()) +
+             " elements differ from the automatic choice's output");
+    else if (diff != 0)
+      r.fail(what + ": " + std::to_string(diff) + " elements differ from the automatic choice's output");
   }
 }
 

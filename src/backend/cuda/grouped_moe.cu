@@ -6,6 +6,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/grouped_moe.cuh"
 #include "backend/cuda/ptx.cuh"
+#include "backend/cuda/wgmma_ptx.cuh"
 #include "backend/cuda/grouped_moe_kernel.cuh"
 #include "backend/cuda/tuning.h"
 
@@ -128,7 +129,15 @@ struct DeviceLauncher {
   }
   template <class C, bool kGateUp>
   void tile(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
-    auto* kernel = grouped_tile_kernel<C, kGateUp>;
+    go<C>(grouped_tile_kernel<C, kGateUp>, g, tiles, grid_x, grid_y);
+  }
+  template <class C, bool kGateUp>
+  void wg(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
+    go<C>(grouped_wgmma_kernel<C, kGateUp>, g, tiles, grid_x, grid_y);
+  }
+  template <class C>
+  void go(void (*kernel)(GroupedArgs, const int32_t*), const GroupedArgs& g, const int32_t* tiles, int64_t grid_x,
+          int64_t grid_y) {
     if (C::kSmem > 48 * 1024)
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     // The most shared memory the SM offers, whatever the driver would pick otherwise.
@@ -138,10 +147,19 @@ struct DeviceLauncher {
   }
 };
 
-static_assert(kGroupedMoeVariants == kLastTileVariant, "tuning.h lists the variants");
+static_assert(kGroupedMoeVariants == kLastVariant, "tuning.h lists the variants");
 std::atomic<int> g_variant{0};
 
 GroupedPlanImpl to_impl(const GroupedPlan& p) { return {p.variant, p.tile_rows, p.max_tiles}; }
+
+// Whether the current device runs the sm_90a code (the wgmma variants).
+bool device_is_sm90() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major == 9;
+}
 
 }  // namespace
 
@@ -157,7 +175,9 @@ bool grouped_moe_supported(int64_t T, int64_t H, int64_t I, int64_t E, int64_t K
 }
 
 GroupedPlan grouped_moe_plan(int64_t R, int64_t E) {
-  const GroupedPlanImpl p = grouped_plan(g_variant.load(), R, E);
+  int variant = g_variant.load();
+  if (variant >= kFirstWgmmaVariant && !device_is_sm90()) variant = kFirstTileVariant;
+  const GroupedPlanImpl p = grouped_plan(variant, R, E);
   return {p.variant, p.tile_rows, p.max_tiles};
 }
 

@@ -291,9 +291,6 @@ using Tile8 = TileCfg<1, 8, 5, 4, 3, 1>;
 using Tile9 = TileCfg<1, 4, 5, 8, 3, 1>;
 using Tile10 = TileCfg<2, 4, 4, 8, 3, 1>;
 constexpr int kFirstTileVariant = 2, kLastTileVariant = 10;
-constexpr int kTileRows[kLastTileVariant + 1] = {0,          0,          Tile2::kBM, Tile3::kBM,
-                                                 Tile4::kBM, Tile5::kBM, Tile6::kBM, Tile7::kBM,
-                                                 Tile8::kBM, Tile9::kBM, Tile10::kBM};
 
 // Grid (tile list entries, N tiles). Tile rows s of B: down: weight row n0 + s; gate_up: s < kBN / 2
 // gate row i = n0 + s, else the up row N + i of i = n0 + s - kBN / 2. Warp (wm, wn): m16 fragments
@@ -496,20 +493,45 @@ DG_UNROLL
   }
 }
 
+}  // namespace
+}  // namespace dgemma::cuda
+
+#include "backend/cuda/grouped_moe_wgmma_kernel.cuh"
+
+namespace dgemma::cuda {
+namespace {
+
+// The wgmma shapes (variants 11 .. 14; sm_90 only, grouped_moe.cu falls back to variant 2 elsewhere):
+//  11:  64 x 256, one warpgroup, 4 stages, 161 KB: one m64 block, the weights' 256 rows read once per
+//       64 tokens of an expert;
+//  12: 128 x 256, two warpgroups, 4 stages, 193 KB: the compute-bound shape (T >= 2048);
+//  13: 128 x 128, two warpgroups, 4 stages, 129 KB;
+//  14:  64 x 128, one warpgroup, 4 stages, 97 KB, 2 CTAs per SM.
+using Wg11 = WgCfg<1, 256, 4, 1>;
+using Wg12 = WgCfg<2, 256, 4, 1>;
+using Wg13 = WgCfg<2, 128, 4, 1>;
+using Wg14 = WgCfg<1, 128, 4, 2>;
+constexpr int kFirstWgmmaVariant = 11, kLastVariant = 14;
+
 // ---- launch plans ---------------------------------------------------------------------------------
 
 // Which kernel a grouped MoE call runs and the tile list it needs (the grouping writes the list).
 struct GroupedPlanImpl {
-  int variant = 1;        // 1: the small kernel; kFirstTileVariant .. kLastTileVariant: grouped_tile_kernel
+  int variant = 1;        // 1: the small kernel; kFirstTileVariant ..: grouped_tile_kernel, then grouped_wgmma_kernel
   int tile_rows = 0;      // the tile list's tile height (0: no list)
   int64_t max_tiles = 0;  // entries of the tile list
 };
+
+// Tile rows of each variant (0: the small kernel, no tile list).
+constexpr int kTileRows[kLastVariant + 1] = {0,          0,          Tile2::kBM,  Tile3::kBM, Tile4::kBM,
+                                             Tile5::kBM, Tile6::kBM, Tile7::kBM,  Tile8::kBM, Tile9::kBM,
+                                             Tile10::kBM, Wg11::kBM, Wg12::kBM, Wg13::kBM, Wg14::kBM};
 
 // variant 0: automatic (by rows per expert); else that variant whenever R > 0.
 inline GroupedPlanImpl grouped_plan(int variant, int64_t R, int64_t E) {
   GroupedPlanImpl p;
   if (R <= 0 || E <= 0) return p;
-  if (variant < 1 || variant > kLastTileVariant) variant = R <= 24 * E ? 1 : 2;
+  if (variant < 1 || variant > kLastVariant) variant = R <= 24 * E ? 1 : 2;
   p.variant = variant;
   if (variant >= kFirstTileVariant) {
     p.tile_rows = kTileRows[variant];
@@ -519,12 +541,18 @@ inline GroupedPlanImpl grouped_plan(int variant, int64_t R, int64_t E) {
 }
 
 // The launches of the public entry points (grouped_moe.cuh), for any launcher L with
-//   l.template small<BM, kGateUp>(args, grid_x, grid_y) and l.template tile<Cfg, kGateUp>(args, tiles, grid_x, grid_y)
-// (the device: CUDA launches; the unit tests: the emulator).
+//   l.template small<BM, kGateUp>(args, grid_x, grid_y), l.template tile<Cfg, kGateUp>(args, tiles, grid_x,
+//   grid_y) and l.template wg<Cfg, kGateUp>(...) likewise (the device: CUDA launches; the unit tests: the
+// emulator).
 template <class C, bool kGateUp, class L>
 void run_tiled(L& l, const GroupedArgs& g, const int32_t* tiles, int64_t max_tiles) {
   const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
   l.template tile<C, kGateUp>(g, tiles, max_tiles, (g.N + cols - 1) / cols);
+}
+template <class C, bool kGateUp, class L>
+void run_wg(L& l, const GroupedArgs& g, const int32_t* tiles, int64_t max_tiles) {
+  const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
+  l.template wg<C, kGateUp>(g, tiles, max_tiles, (g.N + cols - 1) / cols);
 }
 
 template <bool kGateUp, class L>
@@ -539,6 +567,10 @@ void run_grouped(L& l, const GroupedPlanImpl& plan, const GroupedArgs& g, const 
     case 8: return run_tiled<Tile8, kGateUp>(l, g, tiles, plan.max_tiles);
     case 9: return run_tiled<Tile9, kGateUp>(l, g, tiles, plan.max_tiles);
     case 10: return run_tiled<Tile10, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 11: return run_wg<Wg11, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 12: return run_wg<Wg12, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 13: return run_wg<Wg13, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 14: return run_wg<Wg14, kGateUp>(l, g, tiles, plan.max_tiles);
     default: {
       const int64_t cols = kGateUp ? kSmallBN / 2 : kSmallBN;
       l.template small<32, kGateUp>(g, (g.N + cols - 1) / cols, E);

@@ -243,4 +243,36 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
     d[q] = s;
   }
 }
+// Warpgroup MMA (wgmma_ptx.cuh): no asynchrony here, so the fences and waits are no-ops and each
+// thread computes its own accumulator elements from shared memory through the descriptors (K-major,
+// 128-byte swizzle: row r, element k at start + (r / 8) * stride + (r % 8) * 128 + 2 k, 16-byte chunk
+// bits 4-6 XOR row bits 7-9), summing k in order as the mma above.
+inline void fence_proxy_async() {}
+inline void wgmma_fence() {}
+inline void wgmma_commit() {}
+template <int N> inline void wgmma_wait() {}
+inline float wgmma_operand(uint64_t desc, int row, int k) {
+  if ((desc >> 62) != 1) {
+    std::fprintf(stderr, "emulated wgmma: descriptor swizzle mode %u (only 128-byte swizzle emulated)\n", static_cast<unsigned>(desc >> 62));
+    std::abort();
+  }
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3FFF) << 4, stride = static_cast<uint32_t>((desc >> 32) & 0x3FFF) << 4;
+  uint32_t a = start + static_cast<uint32_t>(row / 8) * stride + static_cast<uint32_t>(row % 8) * 128 + 2 * static_cast<uint32_t>(k);
+  a ^= ((a >> 7) & 7) << 4;
+  emu::chk(a, 2, 2);
+  uint16_t v;
+  std::memcpy(&v, emu::g_smem + a, 2);
+  return bf16_to_f32(v);
+}
+inline void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
+  const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 16; ++i)
+    for (int q = 0; q < 4; ++q) {
+      const int r = 16 * wq + g + 8 * (q / 2), c = 8 * i + 2 * t + q % 2;
+      float s = d[4 * i + q];
+      for (int k = 0; k < 16; ++k) s += wgmma_operand(da, r, k) * wgmma_operand(db, c, k);
+      d[4 * i + q] = s;
+    }
+}
 }  // namespace dgemma::cuda

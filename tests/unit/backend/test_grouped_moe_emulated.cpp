@@ -1,5 +1,6 @@
 // The bf16 grouped expert GEMM kernels (src/backend/cuda/grouped_moe_kernel.cuh) run on the host
-// through cuda_emulator.h: every variant (the small kernel and each tile-list shape) on routings of 0,
+// through cuda_emulator.h: every variant (the small kernel, each mma.sync tile-list shape and each
+// wgmma shape, whose emulation sums k in order like the mma's) on routings of 0,
 // 1 .. 200 rows per expert, with N and K tails, against the MoE maths of cpu/moe.cpp computed here
 // (each element one fp32 dot product in k order, as the emulated mma sums, rounded at the CPU's
 // points): a tiling, indexing or epilogue error moves elements, a summation-order difference none.
@@ -27,6 +28,11 @@ struct EmuLauncher {
   template <class C, bool kGateUp>
   void tile(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
     emu::launch([g, tiles] { grouped_tile_kernel<C, kGateUp>(g, tiles); }, static_cast<int>(grid_x),
+                static_cast<int>(grid_y), C::kSmem, C::kThreads);
+  }
+  template <class C, bool kGateUp>
+  void wg(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
+    emu::launch([g, tiles] { grouped_wgmma_kernel<C, kGateUp>(g, tiles); }, static_cast<int>(grid_x),
                 static_cast<int>(grid_y), C::kSmem, C::kThreads);
   }
 };
@@ -101,7 +107,7 @@ void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
     }
 
   EmuLauncher l;
-  for (int v = 1; v <= kLastTileVariant; ++v) {
+  for (int v = 1; v <= kLastVariant; ++v) {
     const GroupedPlanImpl plan = grouped_plan(v, R, E);
     ASSERT_EQ(plan.variant, v);
     const std::vector<int32_t> tiles = plan.max_tiles > 0 ? tile_list(offsets, plan.tile_rows, plan.max_tiles)
