@@ -7,7 +7,7 @@
 //
 // Same tile list, grid, copies and epilogue roundings as grouped_tile_kernel; per CTA kWarpGroups
 // warpgroups, warpgroup j computing tile rows 64 j .. 64 j + 63 by all kBN columns (kBN / 128 wgmma per
-// k16 step), skipped whole when the tile has no rows there. The stage layout is already the 128-byte
+// k16 step; a warpgroup past the tile's rows multiplies stale rows and stores nothing). The stage layout is already the 128-byte
 // swizzle of wgmma's K-major operands (rows of 128 bytes, 16-byte chunk c of row r at c ^ (r % 8),
 // groups of 8 rows 1024 bytes apart, stages 1024-byte aligned), so a descriptor is the address of the
 // first row plus 32 bytes per k16 step. Per K tile: cp.async wait, async-proxy fence, barrier, the
@@ -78,7 +78,7 @@ DG_UNROLL
     }
     b_src[j] = b_ok[j] ? w_e + static_cast<int64_t>(n) * Kd : g.w;
   }
-  int a_row[kACopies];  // -2 not copied (an inactive warpgroup's rows), -1 zero-filled, else the source row
+  int a_row[kACopies];  // -2 not copied (an inactive warpgroup's rows: never stored), -1 zero-filled, else the source row
 DG_UNROLL
   for (int j = 0; j < kACopies; ++j) {
     const int m = trow + kRowsPerPass * j;
@@ -123,7 +123,8 @@ DG_UNROLL
     __syncthreads();               // ... everyone's; and no warpgroup still reads the stage refilled below
     if (kt + kStages - 1 < KT) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);
     cp_async_commit();
-    if (!active) continue;
+    // Every warpgroup multiplies, also one without rows (its A rows are stale, its outputs never
+    // stored): a branch around the wgmma makes ptxas serialise them (C7520).
     const int stage = kt % kStages;
     const uint32_t sa = s_a + stage * kAStage + wg * 64 * kRowBytes, sb = s_b + stage * kBStage;
     wgmma_fence();
