@@ -135,12 +135,13 @@ struct DeviceLauncher {
   void wg(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
     go<C>(grouped_wgmma_kernel<C, kGateUp>, g, tiles, grid_x, grid_y);
   }
+  // Per launch (the attributes belong to the current device): the shared memory beyond 48 KB, and the
+  // most the SM offers, whatever the driver would pick otherwise.
   template <class C>
   void go(void (*kernel)(GroupedArgs, const int32_t*), const GroupedArgs& g, const int32_t* tiles, int64_t grid_x,
           int64_t grid_y) {
     if (C::kSmem > 48 * 1024)
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
-    // The most shared memory the SM offers, whatever the driver would pick otherwise.
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, C::kSmem, stream>>>(g, tiles);
     CUDA_CHECK_LAUNCH();

@@ -11,8 +11,9 @@
 // swizzle of wgmma's K-major operands (rows of 128 bytes, 16-byte chunk c of row r at c ^ (r % 8),
 // groups of 8 rows 1024 bytes apart, stages 1024-byte aligned), so a descriptor is the address of the
 // first row plus 32 bytes per k16 step. Per K tile: cp.async wait, async-proxy fence, barrier, the
-// next stage's copies, then the wgmma of the stage, committed and waited for before the next barrier
-// (so the stage refilled there is no longer read). The tensor cores sum in their own order: outputs
+// copies of K tile kt + kStages - 2 into the stage of kt - 2, then the wgmma of kt, committed; before
+// the next barrier each warpgroup waits for kt - 1's (one group stays in flight, and the stage
+// refilled after the barrier is no longer read). The tensor cores sum in their own order: outputs
 // match the mma.sync kernels to fp32 rounding, not bit for bit.
 #include <cstdint>
 
@@ -46,6 +47,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_wgmma_kern
   constexpr int kBCopies = kBN / kRowsPerPass;
   constexpr int NF = kBN / 8;  // n8 fragments of a thread's accumulator rows
   constexpr int NH = kBN / 128;  // wgmma per k16 step
+  // K tiles copied ahead: one stage is being refilled, one read by the wgmma still in flight.
+  constexpr int kAhead = kStages - 2;
+  static_assert(kAhead >= 1, "a wgmma group in flight needs three stages at least");
   DG_KERNEL_DYNAMIC_SMEM(smem);
 
   const int e = tiles[4 * blockIdx.x];
@@ -111,17 +115,19 @@ DG_UNROLL
     for (int q = 0; q < 64; ++q) acc[h][q] = 0.f;
   auto frag = [&](int nf, int q) -> float& { return acc[nf >> 4][4 * (nf & 15) + q]; };
 
+  // Prologue: K tiles 0 .. kAhead - 1 (a group is committed even when empty, so the wait counts hold:
+  // before iteration kt, kAhead + kt groups are committed and group kt is K tile kt).
 DG_UNROLL
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kAhead; ++s) {
     if (s < KT) load_stage(s, s);
     cp_async_commit();
   }
 
   for (int kt = 0; kt < KT; ++kt) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of K tile kt have landed ...
-    fence_proxy_async();           // ... visible to the tensor cores' reads ...
-    __syncthreads();               // ... everyone's; and no warpgroup still reads the stage refilled below
-    if (kt + kStages - 1 < KT) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);
+    cp_async_wait<kAhead - 1>();  // this thread's copies of K tile kt have landed ...
+    fence_proxy_async();          // ... visible to the tensor cores' reads ...
+    __syncthreads();              // ... everyone's; and every warpgroup's wgmma of K tile kt - 2 is done
+    if (kt + kAhead < KT) load_stage((kt + kAhead) % kStages, kt + kAhead);  // the stage of K tile kt - 2
     cp_async_commit();
     // Every warpgroup multiplies, also one without rows (its A rows are stale, its outputs never
     // stored): a branch around the wgmma makes ptxas serialise them (C7520).
@@ -135,8 +141,9 @@ DG_UNROLL
         wgmma_m64n128k16(acc[h], sw128_desc(sa + 32 * kk),
                          sw128_desc(sb + h * 128 * kRowBytes + 32 * kk));
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // K tile kt - 1's wgmma done: kt runs on while the next barrier and copies go
   }
+  wgmma_wait<0>();
   cp_async_wait<0>();
   if (!active) return;
 
