@@ -114,6 +114,12 @@ DG_UNROLL
 DG_UNROLL
     for (int q = 0; q < 64; ++q) acc[h][q] = 0.f;
   auto frag = [&](int nf, int q) -> float& { return acc[nf >> 4][4 * (nf & 15) + q]; };
+  auto fence_acc = [&] {
+DG_UNROLL
+    for (int h = 0; h < NH; ++h)
+DG_UNROLL
+      for (int q = 0; q < 64; ++q) wgmma_fence_operand(acc[h][q]);
+  };
 
   // Prologue: K tiles 0 .. kAhead - 1 (a group is committed even when empty, so the wait counts hold:
   // before iteration kt, kAhead + kt groups are committed and group kt is K tile kt).
@@ -133,6 +139,7 @@ DG_UNROLL
     // stored): a branch around the wgmma makes ptxas serialise them (C7520).
     const int stage = kt % kStages;
     const uint32_t sa = s_a + stage * kAStage + wg * 64 * kRowBytes, sb = s_b + stage * kBStage;
+    fence_acc();
     wgmma_fence();
 DG_UNROLL
     for (int kk = 0; kk < kBK / 16; ++kk)
@@ -141,9 +148,12 @@ DG_UNROLL
         wgmma_m64n128k16(acc[h], sw128_desc(sa + 32 * kk),
                          sw128_desc(sb + h * 128 * kRowBytes + 32 * kk));
     wgmma_commit();
+    fence_acc();
     wgmma_wait<1>();  // K tile kt - 1's wgmma done: kt runs on while the next barrier and copies go
+    fence_acc();
   }
   wgmma_wait<0>();
+  fence_acc();
   cp_async_wait<0>();
   if (!active) return;
 

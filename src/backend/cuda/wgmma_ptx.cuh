@@ -16,6 +16,9 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
+// Pins an accumulator register at this point (no instruction): keeps the compiler from moving
+// register copies of it between a wgmma and its wait, which would serialise the wgmma (ptxas C7514).
+__device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void wgmma_fence() {
 #ifdef DG_HAVE_WGMMA
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

@@ -249,6 +249,7 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
 // bits 4-6 XOR row bits 7-9), summing k in order as the mma above.
 inline void fence_proxy_async() {}
 inline void wgmma_fence() {}
+inline void wgmma_fence_operand(float&) {}
 inline void wgmma_commit() {}
 template <int N> inline void wgmma_wait() {}
 inline float wgmma_operand(uint64_t desc, int row, int k) {
