@@ -200,6 +200,24 @@ int bench(bool quant_only) {
     row("moe T=2048 E=128 k=8 (host-grouped, cuBLAS)", time_ms(be, [&] { be.moe(m8); }));
     cuda::set_moe_device_grouping(true);
     row("moe T=2048 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m8); }));
+    // Each bf16 grouped GEMM variant (tuning.h set_grouped_moe_variant; 0 the automatic choice) at
+    // batch 1, 4, 8 and 16 canvases: the whole MoE block, so the router / grouping / combine are in
+    // every row alike. Floors: the expert weights are 1.52 GB (0.38 ms at 4 TB/s); the expert FLOPs
+    // 0.095 TFLOP per 1,024 tokens.
+    for (const int64_t n : {1, 4, 8, 16}) {
+      MoeArgs mv = m;
+      mv.router_in = bf({n * C, H}, 40 + static_cast<uint64_t>(n), 1.0f);
+      mv.expert_in = bf({n * C, H}, 60 + static_cast<uint64_t>(n), 1.0f);
+      mv.out = be.alloc(ScalarType::kBF16, {n * C, H});
+      for (int v = 0; v <= cuda::kGroupedMoeVariants; ++v) {
+        const int old = cuda::set_grouped_moe_variant(v);
+        char what[96];
+        std::snprintf(what, sizeof what, "moe T=%lld bf16 grouped variant %d%s", static_cast<long long>(n * C), v,
+                      v == 0 ? " (auto)" : "");
+        row(what, time_ms(be, [&] { be.moe(mv); }));
+        cuda::set_grouped_moe_variant(old);
+      }
+    }
     cuda::set_moe_device_grouping(was);
   }
   gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);

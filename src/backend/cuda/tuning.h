@@ -34,6 +34,12 @@ bool set_moe_device_grouping(bool on);
 // default; bit-identical either way (benchmarks and checks compare them). Return the previous value.
 bool set_fused_qkv_prologue(bool on);
 bool set_fused_moe_routing(bool on);
+// The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
+// (by rows per expert, the default), 1 the small kernel (32-row tiles looping over an expert's rows),
+// 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 14 the wgmma ones (sm_90; variant 2 on other
+// GPUs). For benchmarks and tests. Returns the previous value.
+constexpr int kGroupedMoeVariants = 14;
+int set_grouped_moe_variant(int variant);
 
 // Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
 // the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to
