@@ -239,7 +239,8 @@ void check_moe_grouping(Reporter& r) {
       if (g.skewed) l[t * E + E / 2] = f32_to_bf16(9.0f);
     }
     Tensor logits = up(lh), pes = up(d.bf16_uniform({E}, 0.5f, 1.5f));
-    const int64_t n_tiles = cuda::grouped_moe_tiles(R, E);
+    const cuda::GroupedPlan plan = cuda::grouped_moe_plan(R, E);
+    const int64_t n_tiles = plan.max_tiles;
     struct Out {
       Tensor top_idx, top_w, order, offsets, pairs, tiles;
     };
@@ -254,8 +255,8 @@ void check_moe_grouping(Reporter& r) {
       Switch off(cuda::set_fused_moe_routing, false);
       cuda::launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, o.top_idx.ptr<int32_t>(),
                             o.top_w.ptr<float>(), o.order.ptr<int32_t>(), ctx.stream);
-      cuda::launch_moe_group(o.top_idx.ptr<int32_t>(), R, E, o.offsets.ptr<int32_t>(), o.pairs.ptr<int32_t>(), tiles_of(o),
-                             ctx.stream);
+      cuda::launch_moe_group(o.top_idx.ptr<int32_t>(), R, E, plan, o.offsets.ptr<int32_t>(), o.pairs.ptr<int32_t>(),
+                             tiles_of(o), ctx.stream);
     }
     const int64_t scratch_n = cuda::moe_route_group_scratch(T, E, K);
     if (scratch_n == 0) {
@@ -266,7 +267,7 @@ void check_moe_grouping(Reporter& r) {
     for (int rep = 0; rep < 2; ++rep)  // twice: the ticket must be back at zero after a launch
       cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n.top_idx.ptr<int32_t>(),
                                    n.top_w.ptr<float>(), n.order.ptr<int32_t>(), n.offsets.ptr<int32_t>(),
-                                   n.pairs.ptr<int32_t>(), tiles_of(n), n_tiles, cuda::grouped_moe_tile_rows(),
+                                   n.pairs.ptr<int32_t>(), tiles_of(n), n_tiles, plan.tile_rows,
                                    scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
     cuda().synchronize();
     auto same = [&](const char* what, const Tensor& a, const Tensor& b) {
@@ -338,7 +339,8 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
       cuda::launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, top_idx.ptr<int32_t>(),
                             top_w.ptr<float>(), order.ptr<int32_t>(), ctx.stream);
     };
-    const int64_t n_tiles = cuda::grouped_moe_tiles(T * K, E);
+    const cuda::GroupedPlan plan = cuda::grouped_moe_plan(T * K, E);
+    const int64_t n_tiles = plan.max_tiles;
     Tensor offsets = be.alloc(ScalarType::kI32, {E + 1}), pairs = be.alloc(ScalarType::kI32, {T * K});
     Tensor tiles = be.alloc(ScalarType::kI32, {4 * std::max<int64_t>(n_tiles, 1)});
     Tensor scratch = be.alloc(ScalarType::kI32, {std::max<int64_t>(cuda::moe_route_group_scratch(T, E, K), 1)});
@@ -352,10 +354,10 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
               cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr,
                                            top_idx.ptr<int32_t>(), top_w.ptr<float>(), order.ptr<int32_t>(),
                                            offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, n_tiles,
-                                           cuda::grouped_moe_tile_rows(), scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
+                                           plan.tile_rows, scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
             } else {
               topk();
-              cuda::launch_moe_group(top_idx.ptr<int32_t>(), T * K, E, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+              cuda::launch_moe_group(top_idx.ptr<int32_t>(), T * K, E, plan, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
                                      tiles_ptr, ctx.stream);
             }
           }));
