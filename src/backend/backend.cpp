@@ -1,6 +1,8 @@
-// The Backend defaults: weights uploaded as they are, and the residual junctions of a layer composed
-// of the element-wise ops (the CUDA backend fuses them into one launch each).
+// The Backend defaults: weights uploaded as they are, and the residual junctions and the attention
+// prologue of a layer composed of the element-wise ops (the CUDA backend fuses each into one launch).
 #include "backend/backend.h"
+
+#include "util/error.h"
 
 namespace dgemma {
 
@@ -31,6 +33,52 @@ void Backend::ffn_residual(const FfnResidualArgs& a) {
   rmsnorm(f, &a.norm_f, a.eps, f);
   add(a.h1, f, a.out);
   scale(a.out, a.scale, a.out);
+}
+
+// One attention() per item, each on its rows and its slice of the page tables.
+void Backend::attention_batch(const AttentionBatchArgs& a) {
+  DG_CHECK(a.items.empty() || a.items.numel() == static_cast<int64_t>(a.host_items.size()) * kAttentionItemFields);
+  const int64_t T = a.q.dim(0);
+  for (const AttentionItem& it : a.host_items) {
+    DG_CHECK(it.q_first >= 0 && it.q_len >= 0 && it.q_first + int64_t{it.q_len} <= T);
+    DG_CHECK(it.table_first >= 0 && it.table_len >= 0 &&
+             (it.table_len == 0 || it.table_first + int64_t{it.table_len} <= a.page_tables.numel()));
+    if (it.q_len == 0) continue;
+    AttentionArgs one;
+    one.q = a.q.rows(it.q_first, it.q_first + it.q_len);
+    one.k_new = a.k_new.rows(it.q_first, it.q_first + it.q_len);
+    one.v_new = a.v_new.rows(it.q_first, it.q_first + it.q_len);
+    one.out = a.out.rows(it.q_first, it.q_first + it.q_len);
+    one.cache_first = it.cache_first;
+    one.cache_len = it.cache_len;
+    if (it.cache_len > 0) {
+      DG_CHECK(it.table_len > 0);
+      one.k_pages = a.k_pages;
+      one.v_pages = a.v_pages;
+      one.page_table = a.page_tables.rows(it.table_first, it.table_first + it.table_len);
+    }
+    one.causal = it.causal != 0;
+    one.window = it.window;
+    one.scaling = a.scaling;
+    attention(one);
+  }
+}
+
+void Backend::sampler_batch(std::span<const SamplerArgs> canvases) {
+  for (const SamplerArgs& a : canvases) sampler(a);
+}
+
+void Backend::decide_batch(std::span<const DecideArgs> canvases) {
+  for (const DecideArgs& a : canvases) decide(a);
+}
+
+void Backend::qkv_prologue(const QkvPrologueArgs& a) {
+  if (a.k_eq_v) copy(a.v, a.k);
+  rmsnorm(a.q, &a.q_norm, a.eps, a.q);
+  rmsnorm(a.k, &a.k_norm, a.eps, a.k);
+  rmsnorm(a.v, nullptr, a.eps, a.v);
+  rope(a.q, a.positions, a.inv_freq);
+  rope(a.k, a.positions, a.inv_freq);
 }
 
 }  // namespace dgemma

@@ -4,6 +4,7 @@
 // implementation; tests compare the two. Activations are bf16 unless noted.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/sample_filter.h"
@@ -39,6 +40,33 @@ struct AttentionArgs {
   Tensor out;               // [n, Hq, D]
 };
 
+// Attention of every item (sequence) of a forward pass for one layer, in one op: item i's queries are
+// rows [q_first, q_first + q_len) of q / k_new / v_new / out and it attends exactly as AttentionArgs
+// with its own cache range and mask, its page table being entries [table_first, table_first +
+// table_len) of page_tables. The item rows live on the backend's device (`items`, i32 [N, 8] in the
+// field order of AttentionItem) so that kernels read the lengths from device memory; `host_items` is
+// the same table on the host (the default implementation, and launch planning). The default runs
+// attention() once per item; the CUDA backend can run all items in one launch.
+struct AttentionItem {
+  int32_t q_first = 0, q_len = 0;
+  int32_t cache_first = 0, cache_len = 0;
+  int32_t table_first = 0, table_len = 0;
+  int32_t causal = 0;  // 0 / 1
+  int32_t window = 0;  // causal items only (0: none)
+};
+constexpr int kAttentionItemFields = 8;
+static_assert(sizeof(AttentionItem) == kAttentionItemFields * sizeof(int32_t));
+struct AttentionBatchArgs {
+  Tensor q;                 // [T, Hq, D]
+  Tensor k_pages, v_pages;  // [num_pages, Hkv, P, D] (may be empty when no item has a cache)
+  Tensor page_tables;       // i32, the backend's device: every item's table, concatenated
+  Tensor k_new, v_new;      // [T, Hkv, D]
+  Tensor items;             // i32 [N, kAttentionItemFields], the backend's device
+  std::span<const AttentionItem> host_items;  // the same N rows on the host
+  float scaling = 1.0f;
+  Tensor out;               // [T, Hq, D]
+};
+
 // The MoE block of one layer for T tokens (router on the raw residual, experts on the normed one).
 struct MoeArgs {
   Tensor router_in;        // [T, H] raw residual h1
@@ -71,6 +99,9 @@ struct SamplerArgs {
   float temperature = 1.0f;
   uint64_t sample_key = 0;  // rng stream key of this step's Gumbel noise
   bool want_probs = true;   // write the self-conditioning probabilities over `logits`
+  // false (a greedy canvas: decide takes the argmax): no Gumbel noise is drawn; `sample` receives the
+  // argmax and sample_gap (if given) the argmax gap.
+  bool want_sample = true;
   // outputs, [C] each, on the backend's device
   Tensor entropy;           // f32
   Tensor argmax;            // i32
@@ -148,6 +179,23 @@ struct FfnResidualArgs {
   Tensor m1n, m2n, f;  // optional
 };
 
+// The attention prologue of a decoder layer: the per-head norms and RoPE of the q / k / v projections,
+// in place, one launch on the GPU (the default composes rmsnorm / rope / copy, so every intermediate
+// is rounded to bf16 exactly where the unfused sequence rounds it):
+//   k_eq_v: v = k (the raw K projection, before k_norm and RoPE); then
+//   q = rope(rmsnorm(q) * q_norm); k = rope(rmsnorm(k) * k_norm); v = rmsnorm(v)   (per head of D)
+// with rope as Backend::rope (NeoX, bf16 cos/sin of positions[t] * inv_freq).
+struct QkvPrologueArgs {
+  Tensor q;              // [T, Hq, D] in / out
+  Tensor k;              // [T, Hkv, D] in / out
+  Tensor v;              // [T, Hkv, D] in / out (k_eq_v: out only)
+  bool k_eq_v = false;
+  Tensor q_norm, k_norm; // [D] bf16
+  Tensor positions;      // i32 [T]
+  Tensor inv_freq;       // f32 [D / 2]
+  float eps = 1e-6f;
+};
+
 // Device memory as the backend sees it (bytes).
 struct MemoryInfo {
   uint64_t free = 0;
@@ -200,10 +248,17 @@ class Backend {
   virtual void gelu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;  // bf16(bf16(gelu_tanh(g)) * u)
   virtual void attn_residual(const AttnResidualArgs& args);
   virtual void ffn_residual(const FfnResidualArgs& args);
+  virtual void qkv_prologue(const QkvPrologueArgs& args);
   virtual void attention(const AttentionArgs& args) = 0;
+  virtual void attention_batch(const AttentionBatchArgs& args);
   virtual void moe(const MoeArgs& args) = 0;
   virtual void sampler(const SamplerArgs& args) = 0;
   virtual void decide(const DecideArgs& args) = 0;
+  // The same ops over several canvases of one denoising step, each element exactly as the single op
+  // on it (the defaults loop; the CUDA backend runs each pass of all canvases in one launch). The
+  // canvases' tensors must not overlap.
+  virtual void sampler_batch(std::span<const SamplerArgs> canvases);
+  virtual void decide_batch(std::span<const DecideArgs> canvases);
   // Paged KV write: src[j] ([n, Hkv, D]) goes to absolute position first_pos + j of a layer's pool
   // pages ([num_pages, Hkv, P, D]) through page_table (i32, the backend's device; see AttentionArgs).
   virtual void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) = 0;

@@ -98,8 +98,6 @@ Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, int64_t total)
 
 void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) {
   const TextConfig& t = config_.text;
-  const int64_t H = t.hidden_size;
-  const float eps = static_cast<float>(t.rms_norm_eps);
   DG_CHECK(kv.layers.size() == static_cast<size_t>(t.num_hidden_layers) && kv.page_size > 0);
   std::vector<int64_t> offsets;
   int64_t total = 0, table_entries = 0;
@@ -129,11 +127,15 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) 
   Tensor positions = backend_.alloc(ScalarType::kI32, {total});
   backend_.from_host(positions, pos_host.data);
 
-  // Every item's page tables go up in one copy; each item reads its own rows.
+  // Every item's page tables and both KV groups' attention items (AttentionBatchArgs) go up in one
+  // copy; each item's kv_write reads its own table rows, each layer's attention its group's items.
   std::vector<std::array<Tensor, kKvGroups>> tables(items.size());
+  std::array<GroupAttention, kKvGroups> attention;
   {
-    Tensor host = host_tensor(ScalarType::kI32, {std::max<int64_t>(table_entries, 1)});
-    Tensor dev = backend_.alloc(ScalarType::kI32, {std::max<int64_t>(table_entries, 1)});
+    const int64_t item_words = static_cast<int64_t>(items.size()) * kAttentionItemFields;
+    const int64_t words = std::max<int64_t>(table_entries, 1) + kKvGroups * item_words;
+    Tensor host = host_tensor(ScalarType::kI32, {words});
+    Tensor dev = backend_.alloc(ScalarType::kI32, {words});
     int64_t off = 0;
     std::vector<std::array<std::pair<int64_t, int64_t>, kKvGroups>> ranges(items.size());
     for (size_t i = 0; i < items.size(); ++i)
@@ -143,31 +145,93 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) 
         ranges[i][g] = {off, off + static_cast<int64_t>(tb.size())};
         off += static_cast<int64_t>(tb.size());
       }
+    const int64_t items_at = std::max<int64_t>(table_entries, 1);
+    for (int g = 0; g < kKvGroups; ++g) {
+      GroupAttention& ga = attention[g];
+      const bool sliding = g == static_cast<int>(KvGroup::kSliding);
+      for (size_t i = 0; i < items.size(); ++i) {
+        const ForwardItem& it = items[i];
+        // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
+        const int64_t cached = it.kv.cached;
+        const int64_t visible = sliding ? std::min<int64_t>(cached, sliding_keep(config_)) : cached;
+        DG_CHECK(visible == 0 || ranges[i][g].second > ranges[i][g].first);
+        DG_CHECK(offsets[i + 1] <= INT32_MAX && cached <= INT32_MAX);
+        AttentionItem a;
+        a.q_first = static_cast<int32_t>(offsets[i]);
+        a.q_len = static_cast<int32_t>(offsets[i + 1] - offsets[i]);
+        a.cache_first = static_cast<int32_t>(cached - visible);
+        a.cache_len = static_cast<int32_t>(visible);
+        a.table_first = static_cast<int32_t>(ranges[i][g].first);
+        a.table_len = static_cast<int32_t>(ranges[i][g].second - ranges[i][g].first);
+        a.causal = it.kind == ForwardItem::Kind::kEncode ? 1 : 0;
+        a.window = (a.causal && sliding) ? t.sliding_window : 0;
+        ga.host.push_back(a);
+      }
+      std::copy_n(reinterpret_cast<const int32_t*>(ga.host.data()), item_words,
+                  host.ptr<int32_t>() + items_at + g * item_words);
+    }
     backend_.from_host(dev, host.data);
     for (size_t i = 0; i < items.size(); ++i)
       for (int g = 0; g < kKvGroups; ++g)
         if (ranges[i][g].second > ranges[i][g].first) tables[i][g] = dev.rows(ranges[i][g].first, ranges[i][g].second);
+    for (int g = 0; g < kKvGroups; ++g) {
+      attention[g].tables = dev.rows(0, items_at);
+      attention[g].items = dev.rows(items_at + g * item_words, items_at + (g + 1) * item_words);
+    }
   }
 
   Tensor x = embed_inputs(items, total);
-  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, x);
+  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, attention, x);
 
-  for (size_t i = 0; i < items.size(); ++i) {
-    ForwardItem& it = items[i];
-    if (it.kind == ForwardItem::Kind::kEncode) continue;
-    // Final norm and the tied LM head; the soft-cap is applied by the sampler (in fp32).
-    Tensor h = x.rows(offsets[i], offsets[i + 1]);
-    Tensor hn = backend_.alloc(ScalarType::kBF16, {h.dim(0), H});
-    backend_.rmsnorm(h, &weights_.final_norm, eps, hn);
-    dump("final_norm", hn);
-    backend_.matmul(hn, weights_.embed, it.logits);
-    if (!sharded()) dump("logits", it.logits);  // a rank holds its vocabulary columns only
+  lm_head(items, offsets, x);
+}
+
+void DiffusionGemma::lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& x) {
+  const int64_t H = config_.text.hidden_size;
+  const float eps = static_cast<float>(config_.text.rms_norm_eps);
+  // Final norm and the tied LM head; the soft-cap is applied by the sampler (in fp32). Denoise items
+  // whose logits are consecutive rows of one buffer (the runner's step buffer) share one GEMM: the
+  // norm is row-wise and every logits row is its own dot products, so each item's rows are what
+  // its own GEMM would give (bit for bit on the CPU; the GPU's GEMM may tile a taller matrix
+  // differently: fp32 summation order only).
+  size_t i = 0;
+  while (i < items.size()) {
+    if (items[i].kind != ForwardItem::Kind::kDenoise) {
+      ++i;
+      continue;
+    }
+    // The run [i, j) of denoise items with adjacent logits.
+    size_t j = i + 1;
+    int64_t rows = items[i].logits.dim(0);
+    while (j < items.size() && items[j].kind == ForwardItem::Kind::kDenoise &&
+           items[j].logits.type == items[i].logits.type && items[j].logits.dim(1) == items[i].logits.dim(1) &&
+           items[j].logits.data == static_cast<char*>(items[i].logits.data) +
+                                       static_cast<size_t>(items[i].logits.dim(1) * rows) * scalar_size(items[i].logits.type)) {
+      rows += items[j].logits.dim(0);
+      ++j;
+    }
+    // Consecutive items: their hidden rows are adjacent in x too.
+    DG_CHECK(offsets[j] - offsets[i] == rows);
+    Tensor hn = backend_.alloc(ScalarType::kBF16, {rows, H});
+    backend_.rmsnorm(x.rows(offsets[i], offsets[j]), &weights_.final_norm, eps, hn);
+    Tensor logits = items[i].logits;
+    logits.shape[0] = rows;  // the run's rows of the one buffer
+    backend_.matmul(hn, weights_.embed, logits);
+    int64_t r = 0;
+    for (size_t k = i; k < j; ++k) {
+      const int64_t n = items[k].length();
+      dump("final_norm", hn.rows(r, r + n));
+      if (!sharded()) dump("logits", items[k].logits);  // a rank holds its vocabulary columns only
+      r += n;
+    }
+    i = j;
   }
 }
 
 void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets,
                            const Tensor& positions, const KvStorage& kv,
-                           const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x) {
+                           const std::vector<std::array<Tensor, kKvGroups>>& tables,
+                           const std::array<GroupAttention, kKvGroups>& attention, Tensor& x) {
   const TextConfig& t = config_.text;
   const LayerWeights& w = weights_.layers[li];
   const LayerSpec& L = w.spec;
@@ -193,50 +257,61 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   dump_heads(p + "q_proj", q);
   dump_heads(p + "k_proj", k);
   Tensor v = bf16({T, Hkv, D});
-  if (L.k_eq_v) {
-    backend_.copy(v, k);  // K=V: V is the raw K projection (before k_norm and RoPE)
-  } else {
+  if (!L.k_eq_v) {
     backend_.matmul(a, w.v_proj, v);
     dump_heads(p + "v_proj", v);
   }
-  backend_.rmsnorm(q, &w.q_norm, eps, q);
-  backend_.rmsnorm(k, &w.k_norm, eps, k);
-  backend_.rmsnorm(v, nullptr, eps, v);
-  dump_heads(p + "q_norm", q);
-  dump_heads(p + "k_norm", k);
-  dump_heads(p + "v_norm", v);
-  const Tensor& inv_freq = L.type == LayerType::kSliding ? inv_freq_sliding_ : inv_freq_full_;
-  backend_.rope(q, positions, inv_freq);
-  backend_.rope(k, positions, inv_freq);
+  // q_norm + RoPE, k_norm + RoPE, v's unit norm (K=V: V is the raw K projection, before k_norm and
+  // RoPE): one fused op, or the op-by-op sequence when the dumps want the pre-RoPE norms.
+  QkvPrologueArgs qkv;
+  qkv.q = q;
+  qkv.k = k;
+  qkv.v = v;
+  qkv.k_eq_v = L.k_eq_v;
+  qkv.q_norm = w.q_norm;
+  qkv.k_norm = w.k_norm;
+  qkv.positions = positions;
+  qkv.inv_freq = L.type == LayerType::kSliding ? inv_freq_sliding_ : inv_freq_full_;
+  qkv.eps = eps;
+  if (dump_) {
+    if (L.k_eq_v) backend_.copy(v, k);
+    backend_.rmsnorm(q, &w.q_norm, eps, q);
+    backend_.rmsnorm(k, &w.k_norm, eps, k);
+    backend_.rmsnorm(v, nullptr, eps, v);
+    dump_heads(p + "q_norm", q);
+    dump_heads(p + "k_norm", k);
+    dump_heads(p + "v_norm", v);
+    backend_.rope(q, positions, qkv.inv_freq);
+    backend_.rope(k, positions, qkv.inv_freq);
+  } else {
+    backend_.qkv_prologue(qkv);
+  }
 
   Tensor attn = bf16({T, Hq, D});
   const KvLayerPages& pages = kv.layers[li];
   const int group = static_cast<int>(kv_group_of(L));
+  // Encode items write their keys first (positions past every cache range of this layer's items, so
+  // no item's attention reads them unless it follows the encode item in its sequence, as it should).
   for (size_t i = 0; i < items.size(); ++i) {
-    ForwardItem& it = items[i];
-    const int64_t b = offsets[i], e = offsets[i + 1];
-    // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
-    const int64_t cached = it.kv.cached;
-    const int64_t visible = L.type == LayerType::kSliding ? std::min<int64_t>(cached, sliding_keep(config_)) : cached;
-    AttentionArgs args;
-    args.q = q.rows(b, e);
+    if (items[i].kind != ForwardItem::Kind::kEncode) continue;
+    const Tensor& table = tables[i][group];
+    DG_CHECK(!table.empty());
+    backend_.kv_write(pages.k, table, items[i].kv.cached, k.rows(offsets[i], offsets[i + 1]));
+    backend_.kv_write(pages.v, table, items[i].kv.cached, v.rows(offsets[i], offsets[i + 1]));
+  }
+  {
+    const GroupAttention& ga = attention[group];
+    AttentionBatchArgs args;
+    args.q = q;
     args.k_pages = pages.k;
     args.v_pages = pages.v;
-    args.page_table = tables[i][group];
-    args.cache_first = cached - visible;
-    args.cache_len = visible;
-    args.k_new = k.rows(b, e);
-    args.v_new = v.rows(b, e);
-    args.causal = it.kind == ForwardItem::Kind::kEncode;
-    args.window = (args.causal && L.type == LayerType::kSliding) ? t.sliding_window : 0;
-    args.out = attn.rows(b, e);
-    DG_CHECK(visible == 0 || !args.page_table.empty());
-    backend_.attention(args);
-    if (it.kind == ForwardItem::Kind::kEncode) {
-      DG_CHECK(!args.page_table.empty());
-      backend_.kv_write(pages.k, args.page_table, cached, args.k_new);
-      backend_.kv_write(pages.v, args.page_table, cached, args.v_new);
-    }
+    args.page_tables = ga.tables;
+    args.k_new = k;
+    args.v_new = v;
+    args.items = ga.items;
+    args.host_items = ga.host;
+    args.out = attn;
+    backend_.attention_batch(args);
   }
   dump_heads(p + "attn_heads", attn);
   Tensor heads = attn.reshape({T, Hq * D});
@@ -356,13 +431,16 @@ void DiffusionGemma::gated_mlp(const Tensor& x, const Weight& gate, const Weight
   linear_gathered(g, down, out);
 }
 
-void DiffusionGemma::sampler(SamplerArgs args) {
-  if (sharded()) {
-    args.vocab_first = tp_.plan.split(config_.text.vocab_size).begin;
-    args.vocab_total = config_.text.vocab_size;
-    args.collective = tp_.collective;
-  }
-  backend_.sampler(args);
+void DiffusionGemma::sampler(SamplerArgs args) { sampler_batch(std::span<SamplerArgs>(&args, 1)); }
+
+void DiffusionGemma::sampler_batch(std::span<SamplerArgs> canvases) {
+  if (sharded())
+    for (SamplerArgs& a : canvases) {
+      a.vocab_first = tp_.plan.split(config_.text.vocab_size).begin;
+      a.vocab_total = config_.text.vocab_size;
+      a.collective = tp_.collective;
+    }
+  backend_.sampler_batch(canvases);
 }
 
 void DiffusionGemma::soft_embeddings(const Tensor& probs, const Tensor& out) {

@@ -1,6 +1,7 @@
 #pragma once
 // THE model: DiffusionGemma's encoder (causal, writes K/V) and decoder (bidirectional over the canvas,
 // reads K/V, never writes), written once against the backend op interface (docs/MODEL.md §3-5).
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -26,7 +27,8 @@ struct ForwardItem {
   std::span<const int32_t> tokens;
   ItemKv kv;           // the sequence's cache; encode items write positions [kv.cached, +n) through it
   Tensor soft_embeds;  // kDenoise: [C, H] bf16 self-conditioning soft embeddings (probs·E·scale); empty at step 1
-  Tensor logits;       // kDenoise: output [C, V] bf16 LM-head logits before the soft-cap (a rank: [C, V / N])
+  Tensor logits;       // kDenoise: output [C, V] bf16 LM-head logits before the soft-cap (a rank: [C, V / N]);
+                       // consecutive denoise items whose logits are adjacent rows of one buffer get one GEMM
   Tensor token_ids;    // i32 [n] on the backend's device, read instead of `tokens` when set
 
   int64_t length() const { return token_ids.empty() ? static_cast<int64_t>(tokens.size()) : token_ids.numel(); }
@@ -48,16 +50,19 @@ class DiffusionGemma {
   DiffusionGemma(ModelConfig config, ModelWeights weights, Backend& backend, TensorParallelRank tp = {});
 
   // Runs all items in one pass: token-wise ops over the concatenation (weights read once), attention
-  // per item against its own cache. Encode items write their K/V into the pages their tables name (the
-  // engine allocated them); denoise items fill logits. Items of one sequence are processed in order
-  // inside each layer, so a denoise item placed after an encode item of its sequence sees its K/V.
+  // per item against its own cache (one attention_batch of all items per layer). Encode items write
+  // their K/V into the pages their tables name (the engine allocated them) before the layer's
+  // attention reads the caches, so a denoise item placed after an encode item of its sequence sees its
+  // K/V; denoise items fill logits.
   void forward(std::span<ForwardItem> items, const KvStorage& kv);
 
   // Self-conditioning input for the next step from this step's bf16 probabilities [C, V] (a rank: its
   // columns): out[C, H] = bf16(bf16(probs . E) * embed_scale), the full result on every rank.
   void soft_embeddings(const Tensor& probs, const Tensor& out);
-  // The backend's sampler over the logits of forward (a rank: its vocabulary columns, exchanged).
+  // The backend's sampler over the logits of forward (a rank: its vocabulary columns, exchanged);
+  // sampler_batch: all denoising canvases of a step at once (each as sampler of it).
   void sampler(SamplerArgs args);
+  void sampler_batch(std::span<SamplerArgs> canvases);
   // Columns of the logits forward writes: the vocabulary, or this rank's slice of it.
   int64_t logits_columns() const { return config_.text.vocab_size / tp_.plan.size; }
   const TensorParallelRank& tensor_parallel() const { return tp_; }
@@ -82,8 +87,16 @@ class DiffusionGemma {
   void linear_gathered(const Tensor& x, const Weight& w, const Tensor& out);
   // The gated GELU MLP (dense and self-conditioning): down(gelu(gate(x)) * up(x)) into out [T, H].
   void gated_mlp(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down, const Tensor& out);
+  // One KV group's attention items of a forward pass (AttentionBatchArgs): built and uploaded once per
+  // forward together with the page tables, read by every layer of the group.
+  struct GroupAttention {
+    Tensor tables, items;                 // device: all page tables; [N * kAttentionItemFields] i32
+    std::vector<AttentionItem> host;      // the same items on the host
+  };
+  void lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& x);
   void layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& positions,
-             const KvStorage& kv, const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x);
+             const KvStorage& kv, const std::vector<std::array<Tensor, kKvGroups>>& tables,
+             const std::array<GroupAttention, kKvGroups>& attention, Tensor& x);
 
   ModelConfig config_;
   ModelWeights weights_;

@@ -13,12 +13,15 @@
 // 64/128/256/512 (up to set_fused_attention_max_dim) run fused_attention.cu instead: two passes over key
 // splits + a reduce, same rounding points, no score buffer (a workspace of splits x rows x (D + 2) fp32),
 // reading the cached keys straight from the paged pool (no gather) when the page size is a power of
-// two; other shapes keep this path.
+// two; other shapes keep this path. attention_batch (all items of a layer) runs flash_attention.cu in
+// one launch when set_flash_attention is on and the head dim is 64/128/256/512, else the backend's
+// default (this attention() per item).
 #include <algorithm>
 #include <atomic>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/flash_attention.cuh"
 #include "backend/cuda/fused_attention.cuh"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/tuning.h"
@@ -36,11 +39,16 @@ std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
 // causal prompt chunks (0.104 vs 0.108 ms) gain nothing either.
 std::atomic<bool> g_fused{false};
 std::atomic<int64_t> g_fused_max_dim{1 << 30};  // head dims above it keep the cuBLAS path
+// The one-launch flash kernel for attention_batch (flash_attention.cu); off until measured faster in a
+// whole step (dgemma_bench --attention flash|cublas).
+std::atomic<bool> g_flash{false};
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
 
 int64_t set_attention_score_budget(int64_t bytes) { return g_score_bytes.exchange(std::max<int64_t>(bytes, 1)); }
 bool set_fused_attention(bool on) { return g_fused.exchange(on); }
+bool set_flash_attention(bool on) { return g_flash.exchange(on); }
 int64_t set_fused_attention_max_dim(int64_t d) { return g_fused_max_dim.exchange(d > 0 ? d : int64_t{1} << 30); }
 
 void attention(const Context& ctx, const AttentionArgs& a) {
@@ -178,6 +186,57 @@ void attention(const Context& ctx, const AttentionArgs& a) {
 
     launch_attn_scatter_out(oh.ptr<float>(), Hq, D, i0, c, a.out.ptr<uint16_t>(), ctx.stream);
   }
+}
+
+bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
+  if (!g_flash.load()) return false;
+  const char* op = "attention_batch";
+  need_type(a.q, ScalarType::kBF16, op, "q");
+  need_type(a.k_new, ScalarType::kBF16, op, "k_new");
+  need_type(a.v_new, ScalarType::kBF16, op, "v_new");
+  need_type(a.out, ScalarType::kBF16, op, "out");
+  need_type(a.items, ScalarType::kI32, op, "items");
+  DG_CHECK(a.q.ndim == 3 && a.k_new.ndim == 3 && a.v_new.ndim == 3);
+  const int64_t T = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2), Hkv = a.k_new.dim(1);
+  DG_CHECK(Hkv > 0 && Hq % Hkv == 0 && a.k_new.dim(0) == T && a.k_new.dim(2) == D);
+  DG_CHECK(a.v_new.dim(0) == T && a.v_new.dim(1) == Hkv && a.v_new.dim(2) == D && a.out.numel() == T * Hq * D);
+  const int64_t N = static_cast<int64_t>(a.host_items.size());
+  DG_CHECK(a.items.numel() == N * kAttentionItemFields);
+  if (N == 0 || T == 0) return true;
+  // Every item's ranges are checked here, on the host copy (the kernel trusts the device rows).
+  bool any_cache = false;
+  const int64_t P = a.k_pages.ndim == 4 ? a.k_pages.dim(2) : 0;
+  for (const AttentionItem& it : a.host_items) {
+    DG_CHECK(it.q_first >= 0 && it.q_len >= 0 && it.q_first + int64_t{it.q_len} <= T);
+    DG_CHECK(it.cache_first >= 0 && it.cache_len >= 0 && it.window >= 0 && (it.causal == 0 || it.causal == 1));
+    if (it.cache_len == 0) continue;
+    any_cache = true;
+    DG_CHECK(P > 0 && it.table_first >= 0 && it.table_len > 0 &&
+             it.table_first + int64_t{it.table_len} <= a.page_tables.numel() &&
+             (it.cache_first + int64_t{it.cache_len} - 1) / P < it.table_len);
+  }
+  if (any_cache) {
+    need_type(a.k_pages, ScalarType::kBF16, op, "k_pages");
+    need_type(a.v_pages, ScalarType::kBF16, op, "v_pages");
+    need_type(a.page_tables, ScalarType::kI32, op, "page_tables");
+    DG_CHECK(a.k_pages.dim(1) == Hkv && a.k_pages.dim(3) == D && a.v_pages.numel() == a.k_pages.numel());
+    if (!aligned16(a.k_pages.data) || !aligned16(a.v_pages.data)) return false;
+  }
+  if (!aligned16(a.q.data) || !aligned16(a.k_new.data) || !aligned16(a.v_new.data) || !aligned16(a.out.data))
+    return false;
+  const auto* host_items = reinterpret_cast<const int32_t*>(a.host_items.data());
+  const FlashAttentionPlan plan = plan_flash_attention(T, Hq, Hkv, D, host_items, static_cast<int>(N), ctx.device);
+  if (plan.splits <= 0) return false;  // another head dim: the per-item path
+  Tensor ws;
+  if (plan.workspace_bytes > 0) ws = ctx.alloc(ScalarType::kU8, {plan.workspace_bytes});
+  launch_flash_attention(plan, plan.workspace_bytes > 0 ? ws.data : nullptr, a.q.ptr<uint16_t>(),
+                         a.k_new.ptr<uint16_t>(), a.v_new.ptr<uint16_t>(),
+                         any_cache ? a.k_pages.ptr<uint16_t>() : nullptr,
+                         any_cache ? a.v_pages.ptr<uint16_t>() : nullptr, any_cache ? P : 1,
+                         any_cache ? a.page_tables.ptr<int32_t>() : nullptr, a.items.ptr<int32_t>(),
+                         static_cast<int>(N), a.out.ptr<uint16_t>(), T, Hq, Hkv, D, a.scaling, ctx.device,
+                         ctx.stream);
+  return true;
 }
 
 }  // namespace dgemma::cuda

@@ -1,0 +1,204 @@
+// Host side of the flash attention kernels (flash_attention_kernel.cuh): the per-head-dim tile shapes,
+// the launch plan (row tiles of all items, key splits when the grid would leave SMs idle) and the
+// launches. Tile shapes (BM = 64 query rows, 4 warps):
+//   D 64 / 128: BN 64 keys, the whole head dim in one CTA (41 / 81 KB of shared memory);
+//   D 256:      BN 32, 97 KB (two CTAs an SM; 128 fp32 output registers a thread);
+//   D 512:      BN 32, 8 warps: two groups of 4 split the head dim (partial scores added through
+//               shared memory; each group 256 output columns), 209 KB; or (set_flash_attention_split_d
+//               off) 4 warps with the two 256-column output halves in CTAs of their own, each
+//               recomputing the scores, 161 KB.
+#include <algorithm>
+#include <atomic>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/ptx.cuh"
+#include "backend/cuda/flash_attention.cuh"
+#include "backend/cuda/flash_attention_kernel.cuh"
+#include "util/error.h"
+
+namespace dgemma::cuda {
+namespace {
+
+using flash::kBM;
+using flash::kThreads;
+using flash::Params;
+
+constexpr int kMaxSplits = 32;
+constexpr int kCachedDevices = 16;
+std::atomic<int> g_forced_splits{0};
+
+using flash::Cfg;
+using flash::ShapeOf;
+
+std::atomic<bool> g_split_d{true};
+
+template <int D, bool SD>
+void* kernel_ptr() {
+  using C = Cfg<D, SD>;
+  return reinterpret_cast<void*>(flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>);
+}
+
+// CTAs of the kernel one SM holds (0: too little shared memory), after allowing the kernel its
+// dynamic shared memory on `device`; remembered per device.
+template <int D, bool SD>
+int resident_ctas(int device) {
+  static std::atomic<int> cache[kCachedDevices] = {};  // value + 1; 0: not known yet
+  if (device >= 0 && device < kCachedDevices) {
+    const int v = cache[device].load();
+    if (v > 0) return v - 1;
+  }
+  constexpr int bytes = ShapeOf<D, SD>::kSmemBytes;
+  int optin = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int result = 0;
+  if (optin >= bytes) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_ptr<D, SD>(), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&result, kernel_ptr<D, SD>(),
+                                                             ShapeOf<D, SD>::kThreads, bytes));
+    result = std::max(result, 0);
+  }
+  if (device >= 0 && device < kCachedDevices) cache[device].store(result + 1);
+  return result;
+}
+
+int sm_count(int device) {
+  static std::atomic<int> cache[kCachedDevices] = {};
+  if (device >= 0 && device < kCachedDevices && cache[device].load() > 0) return cache[device].load();
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  sms = std::max(sms, 1);
+  if (device >= 0 && device < kCachedDevices) cache[device].store(sms);
+  return sms;
+}
+
+int64_t ml_bytes(int64_t splits, int64_t rows) { return (splits * rows * 2 * 4 + 15) / 16 * 16; }
+
+template <int D, bool SD>
+FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* items, int num_items, int device) {
+  constexpr int BN = Cfg<D, SD>::BN, kDChunks = ShapeOf<D, SD>::kDChunks;
+  const int64_t groups = Hq / Hkv;
+  int64_t tiles = 0, max_key_tiles = 0;
+  for (int i = 0; i < num_items; ++i) {
+    const int32_t* it = items + i * flash::kFields;
+    const int64_t n = it[flash::kQLen], L = it[flash::kCacheLen], window = it[flash::kWindow];
+    if (n <= 0) continue;
+    tiles += ceil_div(n * groups, kBM);
+    int64_t span = L + n;
+    if (it[flash::kCausal] && window > 0) span = std::min<int64_t>(span, window + kBM / groups + 1);
+    max_key_tiles = std::max(max_key_tiles, ceil_div(span, BN));
+  }
+  if (tiles == 0 || tiles > 0x7fffffff) return {};
+  const int resident = resident_ctas<D, SD>(device);
+  if (resident <= 0) return {};
+  int64_t splits = g_forced_splits.load();
+  if (splits <= 0) {
+    // The split count with the least time in waves of CTAs (waves(s) / s: each CTA's work shrinks
+    // with s), ties to fewer splits; at most 8 splits (the partials are fp32 rows of the whole head
+    // dim) and at least 4 key tiles a split. Then the fewest splits with the same tiles per split.
+    const int64_t ctas = tiles * Hkv * kDChunks, slots = int64_t{sm_count(device)} * resident;
+    const int64_t max_splits = std::clamp<int64_t>(max_key_tiles / 4, 1, 8);
+    splits = 1;
+    double best = static_cast<double>(ceil_div(ctas, slots));
+    for (int64_t s = 2; s <= max_splits; ++s) {
+      const double t = static_cast<double>(ceil_div(ctas * s, slots)) / static_cast<double>(s);
+      if (t < 0.9 * best) {
+        best = t;
+        splits = s;
+      }
+    }
+    const int64_t per = ceil_div(max_key_tiles, splits);
+    splits = std::max<int64_t>(1, ceil_div(max_key_tiles, per));
+  }
+  splits = std::clamp<int64_t>(splits, 1, kMaxSplits);
+  FlashAttentionPlan plan;
+  plan.tiles = static_cast<int>(tiles);
+  plan.splits = static_cast<int>(splits);
+  const int64_t rows = T * Hq;
+  plan.workspace_bytes = splits > 1 ? ml_bytes(splits, rows) + splits * rows * D * 4 : 0;
+  return plan;
+}
+
+template <int D, bool SD>
+void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, cudaStream_t stream) {
+  using S = ShapeOf<D, SD>;
+  using C = Cfg<D, SD>;
+  constexpr int kDChunks = S::kDChunks;
+  const bool ready = plan.split_d == SD && resident_ctas<D, SD>(device) > 0;  // also sets the smem limit
+  DG_CHECK(ready);
+  p.splits = plan.splits;
+  const int64_t rows = int64_t{p.T} * p.Hq;
+  if (plan.splits > 1) {
+    DG_CHECK(ws != nullptr && plan.workspace_bytes >= ml_bytes(plan.splits, rows) + plan.splits * rows * D * 4);
+    p.ws_ml = static_cast<float*>(ws);
+    p.ws_o = reinterpret_cast<float*>(static_cast<char*>(ws) + ml_bytes(plan.splits, rows));
+  }
+  const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(p.Hkv),
+                  static_cast<unsigned>(plan.splits * kDChunks));
+  flash::flash_attention_kernel<D, C::DV, C::BN, C::KG><<<grid, S::kThreads, S::kSmemBytes, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+  if (plan.splits > 1) {
+    const int64_t threads = rows * (D / 4);
+    flash::flash_combine_kernel<D><<<static_cast<unsigned>(ceil_div(threads, kThreads)), kThreads, 0, stream>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+bool set_flash_attention_split_d(bool on) { return g_split_d.exchange(on); }
+
+int set_flash_attention_splits(int splits) {
+  return g_forced_splits.exchange(splits <= 0 ? 0 : std::min(splits, kMaxSplits));
+}
+
+FlashAttentionPlan plan_flash_attention(int64_t T, int64_t Hq, int64_t Hkv, int64_t D, const int32_t* host_items,
+                                        int num_items, int device) {
+  if (Hkv <= 0 || Hkv > 65535 || Hq % Hkv != 0 || T <= 0 || T * Hq > 0x7fffffff) return {};
+  switch (D) {
+    case 64: return plan_for<64, true>(T, Hq, Hkv, host_items, num_items, device);
+    case 128: return plan_for<128, true>(T, Hq, Hkv, host_items, num_items, device);
+    case 256: return plan_for<256, true>(T, Hq, Hkv, host_items, num_items, device);
+    case 512: {
+      FlashAttentionPlan plan = g_split_d.load() ? plan_for<512, true>(T, Hq, Hkv, host_items, num_items, device)
+                                                 : plan_for<512, false>(T, Hq, Hkv, host_items, num_items, device);
+      plan.split_d = g_split_d.load();
+      return plan;
+    }
+    default: return {};
+  }
+}
+
+void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, const uint16_t* q,
+                            const uint16_t* k_new, const uint16_t* v_new, const uint16_t* k_pages,
+                            const uint16_t* v_pages, int64_t page_size, const int32_t* tables,
+                            const int32_t* items, int num_items, uint16_t* out, int64_t T, int64_t Hq,
+                            int64_t Hkv, int64_t D, float scaling, int device, cudaStream_t stream) {
+  DG_CHECK(plan.splits > 0 && plan.tiles > 0 && page_size > 0 && page_size <= 0x7fffffff);
+  Params p{};
+  p.q = q;
+  p.k_new = k_new;
+  p.v_new = v_new;
+  p.k_pages = k_pages;
+  p.v_pages = v_pages;
+  p.tables = tables;
+  p.items = items;
+  p.out = out;
+  p.num_items = num_items;
+  p.T = static_cast<int>(T);
+  p.Hq = static_cast<int>(Hq);
+  p.Hkv = static_cast<int>(Hkv);
+  p.groups = static_cast<int>(Hq / Hkv);
+  p.page_size = static_cast<int>(page_size);
+  p.scaling = scaling;
+  switch (D) {
+    case 64: return launch_for<64, true>(plan, p, workspace, device, stream);
+    case 128: return launch_for<128, true>(plan, p, workspace, device, stream);
+    case 256: return launch_for<256, true>(plan, p, workspace, device, stream);
+    case 512:
+      if (plan.split_d) return launch_for<512, true>(plan, p, workspace, device, stream);
+      return launch_for<512, false>(plan, p, workspace, device, stream);
+    default: DG_CHECK(false);
+  }
+}
+
+}  // namespace dgemma::cuda

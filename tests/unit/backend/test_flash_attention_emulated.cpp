@@ -1,0 +1,265 @@
+// The flash attention kernel (src/backend/cuda/flash_attention_kernel.cuh) run on the host through
+// cuda_emulator.h against the CPU backend's attention (the reference), on small random batches: several
+// items in one launch (row tiles of several items, an item of more than one tile), head dims 64 to 512
+// (512: two output halves), bidirectional / causal / causal with a window, caches over several pages
+// of a shuffled page table with cache_first > 0 (the table entries of pages before the cache are -1:
+// the emulator aborts on any read outside the declared buffers), page sizes that are and are not
+// powers of two, K = V (one pool and one new-key tensor for both), and forced key splits (the fp32
+// partials and their merge). The same kernel source the GPU runs; tests/gpu checks it there.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/tensor.h"
+#include "util/bf16.h"
+#include "util/error.h"
+
+#include "cuda_emulator.h"
+#include "backend/cuda/flash_attention_kernel.cuh"
+
+namespace dgemma {
+namespace {
+
+struct ItemSpec {
+  int n, L, first;
+  bool causal;
+  int window;
+};
+
+struct Case {
+  std::string name;
+  int Hq, Hkv, D, P;
+  bool k_eq_v;
+  std::vector<ItemSpec> items;
+};
+
+std::vector<uint16_t> random_bf16(std::mt19937& rng, size_t n, float std) {
+  std::normal_distribution<float> nd(0.f, std);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = dgemma::f32_to_bf16(nd(rng));
+  return v;
+}
+
+Tensor wrap(ScalarType t, std::initializer_list<int64_t> dims, void* data) {
+  Tensor x = host_tensor(t, dims);
+  std::memcpy(x.data, data, static_cast<size_t>(x.nbytes()));
+  return x;
+}
+
+template <int D, bool kSplitD = true>
+void launch_emulated(const cuda::flash::Params& p, int tiles) {
+  using S = cuda::flash::ShapeOf<D, kSplitD>;
+  using C = cuda::flash::Cfg<D, kSplitD>;
+  emu::launch_3d([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>(p); }, tiles, p.Hkv,
+              p.splits * S::kDChunks, S::kSmemBytes, S::kThreads);
+  if (p.splits > 1) {
+    const int64_t threads = int64_t{p.T} * p.Hq * (D / 4);
+    emu::launch([p] { cuda::flash::flash_combine_kernel<D>(p); },
+                static_cast<int>((threads + cuda::flash::kThreads - 1) / cuda::flash::kThreads), 1, 0);
+  }
+}
+
+// split_d: D 512 with the head dim split across two warp groups (else output halves in CTAs of their own).
+void run_case(const Case& c, int splits, bool split_d = true) {
+  SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + (split_d ? "" : " (halves)"));
+  std::mt19937 rng(1234 + c.D + splits);
+  const int groups = c.Hq / c.Hkv;
+  int T = 0;
+  for (const auto& it : c.items) T += it.n;
+  // Pages: every item's positions [0, first + L) in its own pages of one shuffled pool; the table
+  // entries of pages wholly before `first` are -1 (absent, never read).
+  std::vector<int32_t> tables;
+  std::vector<AttentionItem> items;
+  int pages = 0;
+  for (const auto& it : c.items) pages += (it.first + it.L + c.P - 1) / c.P;
+  std::vector<int32_t> perm(std::max(pages, 1));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int q0 = 0, next_page = 0;
+  for (const auto& it : c.items) {
+    AttentionItem a;
+    a.q_first = q0;
+    a.q_len = it.n;
+    a.cache_first = it.first;
+    a.cache_len = it.L;
+    a.table_first = static_cast<int32_t>(tables.size());
+    const int np = (it.first + it.L + c.P - 1) / c.P;
+    a.table_len = np;
+    for (int pg = 0; pg < np; ++pg) tables.push_back((pg + 1) * c.P <= it.first ? -1 : perm[next_page++]);
+    a.causal = it.causal ? 1 : 0;
+    a.window = it.window;
+    items.push_back(a);
+    q0 += it.n;
+  }
+  if (tables.empty()) tables.push_back(-1);
+  const size_t pool_elems = static_cast<size_t>(std::max(pages, 1)) * c.Hkv * c.P * c.D;
+  // Score scale ~3 (peaked softmaxes, as in the model) with unit-variance q and k.
+  const float scaling = 3.0f / std::sqrt(static_cast<float>(c.D));
+  auto q = random_bf16(rng, size_t(T) * c.Hq * c.D, 1.f);
+  auto kn = random_bf16(rng, size_t(T) * c.Hkv * c.D, 1.f);
+  auto vn = c.k_eq_v ? kn : random_bf16(rng, size_t(T) * c.Hkv * c.D, 1.f);
+  auto kp = random_bf16(rng, pool_elems, 1.f);
+  auto vp = c.k_eq_v ? kp : random_bf16(rng, pool_elems, 1.f);
+
+  // The reference: the CPU backend (its attention_batch is the default, one attention() per item).
+  auto cpu = make_cpu_backend();
+  AttentionBatchArgs a;
+  a.q = wrap(ScalarType::kBF16, {T, c.Hq, c.D}, q.data());
+  a.k_new = wrap(ScalarType::kBF16, {T, c.Hkv, c.D}, kn.data());
+  a.v_new = wrap(ScalarType::kBF16, {T, c.Hkv, c.D}, vn.data());
+  a.k_pages = wrap(ScalarType::kBF16, {std::max(pages, 1), c.Hkv, c.P, c.D}, kp.data());
+  a.v_pages = wrap(ScalarType::kBF16, {std::max(pages, 1), c.Hkv, c.P, c.D}, vp.data());
+  a.page_tables = wrap(ScalarType::kI32, {static_cast<int64_t>(tables.size())}, tables.data());
+  a.items = wrap(ScalarType::kI32, {static_cast<int64_t>(items.size()), kAttentionItemFields}, items.data());
+  a.host_items = items;
+  a.scaling = scaling;
+  a.out = host_tensor(ScalarType::kBF16, {T, c.Hq, c.D});
+  cpu->attention_batch(a);
+  const uint16_t* want = a.out.ptr<uint16_t>();
+  // The same probabilities over |V|: A = sum_j P_j |v_j|, the scale of the probability roundings'
+  // effect on each output element (the per-element bound below).
+  std::vector<uint16_t> vn_abs(vn), vp_abs(vp);
+  for (auto& x : vn_abs) x &= 0x7fff;
+  for (auto& x : vp_abs) x &= 0x7fff;
+  AttentionBatchArgs b = a;
+  b.v_new = wrap(ScalarType::kBF16, {T, c.Hkv, c.D}, vn_abs.data());
+  b.v_pages = wrap(ScalarType::kBF16, {std::max(pages, 1), c.Hkv, c.P, c.D}, vp_abs.data());
+  b.out = host_tensor(ScalarType::kBF16, {T, c.Hq, c.D});
+  cpu->attention_batch(b);
+  const uint16_t* abs_ref = b.out.ptr<uint16_t>();
+
+  // The kernel, emulated, on the same buffers (a poisoned output).
+  std::vector<uint16_t> got(size_t(T) * c.Hq * c.D, 0x7fc1);
+  const size_t rows = size_t(T) * c.Hq;
+  std::vector<float> ws_o(splits > 1 ? splits * rows * c.D : 0), ws_ml(splits > 1 ? splits * rows * 2 : 0);
+  cuda::flash::Params p{};
+  p.q = q.data();
+  p.k_new = kn.data();
+  p.v_new = vn.data();
+  p.k_pages = kp.data();
+  p.v_pages = vp.data();
+  p.tables = tables.data();
+  p.items = reinterpret_cast<const int32_t*>(items.data());
+  p.out = got.data();
+  p.ws_o = ws_o.data();
+  p.ws_ml = ws_ml.data();
+  p.num_items = static_cast<int>(items.size());
+  p.T = T;
+  p.Hq = c.Hq;
+  p.Hkv = c.Hkv;
+  p.groups = groups;
+  p.page_size = c.P;
+  p.splits = splits;
+  p.scaling = scaling;
+  int tiles = 0;
+  for (const auto& it : items) tiles += (it.q_len * groups + cuda::flash::kBM - 1) / cuda::flash::kBM;
+  tiles += 1;  // one CTA past the last tile: it must exit without writing
+  auto bytes = [](const auto& v) { return v.size() * sizeof(v[0]); };
+  emu::g_global = {{reinterpret_cast<const unsigned char*>(q.data()), bytes(q)},
+                   {reinterpret_cast<const unsigned char*>(kn.data()), bytes(kn)},
+                   {reinterpret_cast<const unsigned char*>(vn.data()), bytes(vn)},
+                   {reinterpret_cast<const unsigned char*>(kp.data()), bytes(kp)},
+                   {reinterpret_cast<const unsigned char*>(vp.data()), bytes(vp)}};
+  switch (c.D) {
+    case 64: launch_emulated<64>(p, tiles); break;
+    case 128: launch_emulated<128>(p, tiles); break;
+    case 256: launch_emulated<256>(p, tiles); break;
+    case 512:
+      if (split_d) launch_emulated<512, true>(p, tiles);
+      else launch_emulated<512, false>(p, tiles);
+      break;
+    default: FAIL() << "head dim";
+  }
+  emu::g_global.clear();
+
+  // Differences from the reference: the fp32 dot products and P.V sums run in MMA order (a bf16 score
+  // now and then rounds to its other neighbour: outliers, whole rows when the key dominates), and the
+  // kernel rounds each probability relative to the running maximum before dividing by the sum, where
+  // the reference rounds p / sum. Each side's rounding moves a probability by at most 2^-9 of itself,
+  // so an output element moves by at most 2^-8 sum_j P_j |v_j| (= A), plus half a bf16 step of each
+  // side's output rounding. An indexing, masking or layout error breaks this bound on most elements.
+  size_t exact = 0, bad = 0;
+  double err2 = 0, ref2 = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    ASSERT_FALSE(std::isnan(dgemma::bf16_to_f32(got[e]))) << "element " << e << " not written";
+    const double g = dgemma::bf16_to_f32(got[e]), w = dgemma::bf16_to_f32(want[e]);
+    const double A = dgemma::bf16_to_f32(abs_ref[e]);
+    err2 += (g - w) * (g - w);
+    ref2 += w * w;
+    exact += got[e] == want[e];
+    const double step = std::ldexp(1.0, std::ilogb(std::max(std::abs(w), 1e-30)) - 7);  // one bf16 step at w
+    bad += std::abs(g - w) > 1.25 * std::ldexp(A, -8) + 1.5 * step;
+  }
+  const double n = static_cast<double>(got.size()), out_rows = static_cast<double>(T) * c.Hq;
+  const double nmse = err2 / std::max(ref2, 1e-30);
+  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), split_d ? "" : " (halves)", splits, nmse,
+              exact / n, bad / n);
+  EXPECT_LT(nmse, 2e-5) << "relative mean-square error";
+  EXPECT_LE(bad / n, std::max(1e-3, 1.0 / out_rows)) << "fraction of elements beyond the rounding bound";
+  EXPECT_GT(exact / n, 0.5) << "bit-identical fraction";
+}
+
+TEST(FlashAttentionEmulated, HeadDim64) {
+  const Case c{"d64 P16", 4, 2, 64, 16, false,
+               {{20, 37, 5, false, 0}, {33, 0, 0, true, 0}, {17, 50, 40, true, 24}}};
+  run_case(c, 1);
+  run_case(c, 3);
+}
+
+TEST(FlashAttentionEmulated, HeadDim128Gqa8) {
+  const Case c{"d128 P12 g8", 8, 1, 128, 12, false, {{9, 70, 0, false, 0}, {12, 19, 100, true, 0}}};
+  run_case(c, 1);
+  run_case(c, 2);
+}
+
+TEST(FlashAttentionEmulated, HeadDim256) {
+  const Case c{"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}};
+  run_case(c, 1);
+}
+
+TEST(FlashAttentionEmulated, HeadDim512KEqV) {
+  const Case c{"d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}};
+  run_case(c, 1);
+  run_case(c, 2);
+  run_case(c, 1, false);
+  run_case(c, 2, false);
+}
+
+// The default attention_batch (one attention() per item) refuses items outside the batch's rows or
+// page tables instead of reading past them.
+TEST(AttentionBatchDefault, RejectsItemsOutsideTheBatch) {
+  auto cpu = make_cpu_backend();
+  std::vector<uint16_t> x(size_t(4) * 2 * 64, 0);
+  std::vector<int32_t> table = {0};
+  std::vector<uint16_t> pool(size_t(1) * 1 * 16 * 64, 0);
+  auto args = [&](std::vector<AttentionItem>& items) {
+    AttentionBatchArgs a;
+    a.q = wrap(ScalarType::kBF16, {4, 2, 64}, x.data());
+    a.k_new = wrap(ScalarType::kBF16, {4, 1, 64}, x.data());
+    a.v_new = a.k_new;
+    a.k_pages = wrap(ScalarType::kBF16, {1, 1, 16, 64}, pool.data());
+    a.v_pages = a.k_pages;
+    a.page_tables = wrap(ScalarType::kI32, {1}, table.data());
+    a.items = wrap(ScalarType::kI32, {static_cast<int64_t>(items.size()), kAttentionItemFields}, items.data());
+    a.host_items = items;
+    a.out = host_tensor(ScalarType::kBF16, {4, 2, 64});
+    return a;
+  };
+  std::vector<AttentionItem> ok = {{0, 4, 0, 16, 0, 1, 0, 0}};
+  EXPECT_NO_THROW(cpu->attention_batch(args(ok)));
+  std::vector<AttentionItem> rows = {{1, 4, 0, 0, 0, 0, 0, 0}};
+  EXPECT_THROW(cpu->attention_batch(args(rows)), Error);
+  std::vector<AttentionItem> tables = {{0, 4, 0, 4, 0, 2, 0, 0}};
+  EXPECT_THROW(cpu->attention_batch(args(tables)), Error);
+  std::vector<AttentionItem> cache = {{0, 4, 10, 7, 0, 1, 0, 0}};  // positions 10..16 need two pages
+  EXPECT_THROW(cpu->attention_batch(args(cache)), Error);
+}
+
+}  // namespace
+}  // namespace dgemma
