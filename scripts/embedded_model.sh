@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes the embedded default model that `make run` serves to BUILD/embedded-model.
-#  - models/tiny-code with its trained weights (model.safetensors): a ~10M-parameter DiffusionGemma
+#  - models/tiny-code with its trained weights (model.safetensors): a 7.7M-parameter DiffusionGemma
 #    (6 layers, hidden 256, 8 experts, canvas 64) with its own 8,192-piece tokenizer, trained by
 #    tools/tiny_model/train.py to answer small coding requests and make tool calls (tools/tiny_model/README.md).
 #  - Without those weights (before the first training run is committed): a DiffusionGemma-shaped
