@@ -1,7 +1,7 @@
 #pragma once
 // A host emulation of the CUDA operations the quantised GEMM kernel and the flash attention kernel use
-// (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh and flash_attention_kernel.cuh;
-// ldmatrix .trans, warp shuffles and a grid z dimension for the latter), so that the kernels run in the unit tests of a
+// (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh and flash_attention_kernel.cuh:
+// ldmatrix .trans and warp shuffles for the latter), so that the kernels run in the unit tests of a
 // machine without a GPU: a block is 128 (or up to 256) std::threads with std::barrier for __syncthreads and for the
 // warp-collective ldmatrix / mma.sync, shared memory a buffer whose every access is bounds- and
 // alignment-checked, cp.async a synchronous copy. The fragment layouts are the PTX ISA's
@@ -54,8 +54,9 @@ constexpr int kMaxWarps = 8;
 inline std::barrier<>* g_warp_bar[kMaxWarps];
 inline uint32_t g_scratch[kMaxWarps][32][8];
 inline unsigned char* smem() { return g_smem; }
-// Runs the grid block after block, each block `threads` (a multiple of 32, at most 32 kMaxWarps) threads.
-inline void launch(std::function<void()> fn, int gx, int gy, int gz, int smem_bytes, int threads = 128) {
+// Runs fn as every thread of every block of a gx x gy x gz grid, blocks of `threads` (a multiple of 32,
+// at most 32 kMaxWarps) threads, one block at a time.
+inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem_bytes, int threads = 128) {
   if (threads % 32 != 0 || threads < 32 || threads > 32 * kMaxWarps) std::abort();
   std::vector<unsigned char> buf(static_cast<size_t>(smem_bytes) + 256, 0xCD);
   for (int bz = 0; bz < gz; ++bz)
@@ -86,7 +87,9 @@ inline void launch(std::function<void()> fn, int gx, int gy, int gz, int smem_by
       for (auto& x : th) x.join();
     }
 }
-inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes) { launch(std::move(fn), gx, gy, 1, smem_bytes); }
+inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes, int threads = 128) {
+  launch_3d(std::move(fn), gx, gy, 1, smem_bytes, threads);
+}
 }  // namespace emu
 #define threadIdx emu::t_thread
 #define blockIdx emu::t_block
@@ -101,8 +104,8 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   for (int n = 0; n < 4; ++n) r |= static_cast<uint32_t>((in >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
   return r;
 }
-using std::min;
 using std::max;
+using std::min;
 // A warp shuffle: every lane of the warp publishes its value, then reads its partner's.
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
   if (mask != 0xffffffffu) std::abort();  // the emulation knows full warps only

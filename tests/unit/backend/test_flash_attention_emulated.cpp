@@ -56,8 +56,8 @@ template <int D, bool kSplitD = true>
 void launch_emulated(const cuda::flash::Params& p, int tiles) {
   using S = cuda::flash::ShapeOf<D, kSplitD>;
   using C = cuda::flash::Cfg<D, kSplitD>;
-  emu::launch([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>(p); }, tiles, p.Hkv,
-              p.splits * S::kDChunks, S::kSmemBytes, S::kThreads);
+  emu::launch_3d([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>(p); }, tiles, p.Hkv,
+                 p.splits * S::kDChunks, S::kSmemBytes, S::kThreads);
   if (p.splits > 1) {
     const int64_t threads = int64_t{p.T} * p.Hq * (D / 4);
     emu::launch([p] { cuda::flash::flash_combine_kernel<D>(p); },
