@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
-      // cublas | fused | fused256 (fused for head dim <= 256 only) | flash (one launch per layer)
+      // flash (the default: one launch per layer) | cublas | fused | fused256 (fused for head dim <= 256)
       const std::string v = argv[i + 1];
       cuda::set_fused_attention(v == "fused" || v == "fused256");
       cuda::set_fused_attention_max_dim(v == "fused256" ? 256 : 0);
