@@ -88,24 +88,29 @@ struct Shape {
   static_assert((DQK / KG) % 16 == 0);
 };
 
-// The tile shapes by head dim (flash_attention.cu): D 64 / 128 take BN 64 keys and the whole head dim
-// in one CTA of 4 warps; D 256 BN 32 (two CTAs an SM); D 512 BN 32 with 8 warps, two groups splitting
-// the head dim (kSplitD) or 4 warps with 256-column output halves in CTAs of their own (the scores
-// recomputed by each).
-template <int D, bool kSplitD = true>
+// The tile shapes by head dim and variant (flash_attention.cu; set_flash_attention_variant):
+//   D 64 / 128: BN 64 keys, the whole head dim in one CTA of 4 warps;
+//   D 256: variant 0 BN 32, 4 warps (two CTAs an SM); variant 1 8 warps, two groups splitting the head
+//          dim (128 output columns each: half the accumulator registers, two CTAs an SM);
+//   D 512: variant 0 BN 32, 8 warps, two groups splitting the head dim (256 output columns each);
+//          variant 1 4 warps with the two 256-column output halves in CTAs of their own (the scores
+//          recomputed by each).
+template <int D, int kVariant = 0>
 struct Cfg;
-template <bool x>
-struct Cfg<64, x> { static constexpr int DV = 64, BN = 64, KG = 1; };
-template <bool x>
-struct Cfg<128, x> { static constexpr int DV = 128, BN = 64, KG = 1; };
-template <bool x>
-struct Cfg<256, x> { static constexpr int DV = 256, BN = 32, KG = 1; };
+template <int V>
+struct Cfg<64, V> { static constexpr int DV = 64, BN = 64, KG = 1; };
+template <int V>
+struct Cfg<128, V> { static constexpr int DV = 128, BN = 64, KG = 1; };
 template <>
-struct Cfg<512, true> { static constexpr int DV = 256, BN = 32, KG = 2; };
+struct Cfg<256, 0> { static constexpr int DV = 256, BN = 32, KG = 1; };
 template <>
-struct Cfg<512, false> { static constexpr int DV = 256, BN = 32, KG = 1; };
-template <int D, bool kSplitD = true>
-using ShapeOf = Shape<D, Cfg<D, kSplitD>::DV, Cfg<D, kSplitD>::BN, Cfg<D, kSplitD>::KG>;
+struct Cfg<256, 1> { static constexpr int DV = 128, BN = 32, KG = 2; };
+template <>
+struct Cfg<512, 0> { static constexpr int DV = 256, BN = 32, KG = 2; };
+template <>
+struct Cfg<512, 1> { static constexpr int DV = 256, BN = 32, KG = 1; };
+template <int D, int kVariant = 0>
+using ShapeOf = Shape<D, Cfg<D, kVariant>::DV, Cfg<D, kVariant>::BN, Cfg<D, kVariant>::KG>;
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of `cols` bf16: chunks are
 // XOR-swizzled by the row's low 3 bits so that the 8 row addresses of an ldmatrix hit distinct banks.
@@ -150,7 +155,7 @@ __device__ __forceinline__ int find_item(const Params& p, int tile, int& local) 
 
 // grid: (row tiles of all items, Hkv, splits * kDChunks); block: Shape::kThreads.
 template <int DQK, int DV, int BN, int KG>
-__global__ void __launch_bounds__(128 * KG) flash_attention_kernel(const Params p) {
+__global__ void __launch_bounds__(128 * KG, (KG == 2 && DV <= 128) ? 2 : 1) flash_attention_kernel(const Params p) {
   using S = Shape<DQK, DV, BN, KG>;
   constexpr int kThreadsCta = S::kThreads, kVCols = S::kVCols, kDK = DQK / KG;
   DG_KERNEL_DYNAMIC_SMEM(smem);

@@ -52,10 +52,10 @@ Tensor wrap(ScalarType t, std::initializer_list<int64_t> dims, void* data) {
   return x;
 }
 
-template <int D, bool kSplitD = true>
+template <int D, int kVariant = 0>
 void launch_emulated(const cuda::flash::Params& p, int tiles) {
-  using S = cuda::flash::ShapeOf<D, kSplitD>;
-  using C = cuda::flash::Cfg<D, kSplitD>;
+  using S = cuda::flash::ShapeOf<D, kVariant>;
+  using C = cuda::flash::Cfg<D, kVariant>;
   emu::launch_3d([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>(p); }, tiles, p.Hkv,
                  p.splits * S::kDChunks, S::kSmemBytes, S::kThreads);
   if (p.splits > 1) {
@@ -65,9 +65,9 @@ void launch_emulated(const cuda::flash::Params& p, int tiles) {
   }
 }
 
-// split_d: D 512 with the head dim split across two warp groups (else output halves in CTAs of their own).
-void run_case(const Case& c, int splits, bool split_d = true) {
-  SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + (split_d ? "" : " (halves)"));
+// variant: the kernel variant of D 256 / 512 (flash_attention_kernel.cuh Cfg).
+void run_case(const Case& c, int splits, int variant = 0) {
+  SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + " variant " + std::to_string(variant));
   std::mt19937 rng(1234 + c.D + splits);
   const int groups = c.Hq / c.Hkv;
   int T = 0;
@@ -169,10 +169,13 @@ void run_case(const Case& c, int splits, bool split_d = true) {
   switch (c.D) {
     case 64: launch_emulated<64>(p, tiles); break;
     case 128: launch_emulated<128>(p, tiles); break;
-    case 256: launch_emulated<256>(p, tiles); break;
+    case 256:
+      if (variant) launch_emulated<256, 1>(p, tiles);
+      else launch_emulated<256, 0>(p, tiles);
+      break;
     case 512:
-      if (split_d) launch_emulated<512, true>(p, tiles);
-      else launch_emulated<512, false>(p, tiles);
+      if (variant) launch_emulated<512, 1>(p, tiles);
+      else launch_emulated<512, 0>(p, tiles);
       break;
     default: FAIL() << "head dim";
   }
@@ -198,7 +201,7 @@ void run_case(const Case& c, int splits, bool split_d = true) {
   }
   const double n = static_cast<double>(got.size()), out_rows = static_cast<double>(T) * c.Hq;
   const double nmse = err2 / std::max(ref2, 1e-30);
-  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), split_d ? "" : " (halves)", splits, nmse,
+  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), variant ? " (variant 1)" : "", splits, nmse,
               exact / n, bad / n);
   EXPECT_LT(nmse, 2e-5) << "relative mean-square error";
   EXPECT_LE(bad / n, std::max(1e-3, 1.0 / out_rows)) << "fraction of elements beyond the rounding bound";
@@ -221,14 +224,16 @@ TEST(FlashAttentionEmulated, HeadDim128Gqa8) {
 TEST(FlashAttentionEmulated, HeadDim256) {
   const Case c{"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}};
   run_case(c, 1);
+  run_case(c, 1, 1);
+  run_case(c, 2, 1);
 }
 
 TEST(FlashAttentionEmulated, HeadDim512KEqV) {
   const Case c{"d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}};
   run_case(c, 1);
   run_case(c, 2);
-  run_case(c, 1, false);
-  run_case(c, 2, false);
+  run_case(c, 1, 1);
+  run_case(c, 2, 1);
 }
 
 // The default attention_batch (one attention() per item) refuses items outside the batch's rows or
