@@ -16,6 +16,7 @@
 #include "backend/cuda/ptx.cuh"
 #include "backend/cuda/flash_attention.cuh"
 #include "backend/cuda/flash_attention_kernel.cuh"
+#include "backend/cuda/tuning.h"
 #include "util/error.h"
 
 namespace dgemma::cuda {

@@ -12,7 +12,7 @@ struct FlashAttentionPlan {
   int tiles = 0;      // row tiles of one KV head over all items (the grid's x)
   int splits = 0;     // key splits per row tile; 0: not supported (take another path)
   int64_t workspace_bytes = 0;  // device workspace of the split partials (0 with one split)
-  int variant = 0;              // D 256 / 512: the kernel variant (set_flash_attention_variant)
+  int variant = 0;              // D 256 / 512: the kernel variant (set_flash_attention_variant, tuning.h)
 };
 
 // Supported: D in {64, 128, 256, 512}, Hq a multiple of Hkv, a device with enough shared memory
@@ -31,11 +31,6 @@ void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, con
                             const uint16_t* v_pages, int64_t page_size, const int32_t* tables,
                             const int32_t* items, int num_items, uint16_t* out, int64_t T, int64_t Hq,
                             int64_t Hkv, int64_t D, float scaling, int device, cudaStream_t stream);
-
-// The kernel variant of head dims 256 and 512 (for A/B runs; read when planning; flash_attention.cu):
-// 0 (default): D 256 one CTA of 4 warps, D 512 8 warps splitting the head dim; 1: D 256 8 warps
-// splitting the head dim, D 512 two output halves in CTAs of their own. Returns the previous value.
-int set_flash_attention_variant(int v);
 
 // Tests: forces the number of key splits of every plan (clamped to [1, 32]; 0 restores the automatic
 // choice). Returns the previous setting.
