@@ -8,7 +8,7 @@
 //               the two 256-column output halves in CTAs of their own, each recomputing the scores,
 //               161 KB.
 //   D 256 variant 1: 8 warps splitting the head dim (128 output columns a group), 113 KB, two CTAs
-//               an SM (128 registers a thread).
+//               an SM (128 registers a thread); variant 2: 8 warps over 128 query rows, 129 KB.
 #include <algorithm>
 #include <atomic>
 
@@ -22,7 +22,6 @@
 namespace dgemma::cuda {
 namespace {
 
-using flash::kBM;
 using flash::kThreads;
 using flash::Params;
 
@@ -38,7 +37,7 @@ std::atomic<int> g_variant{0};
 template <int D, int V>
 void* kernel_ptr() {
   using C = Cfg<D, V>;
-  return reinterpret_cast<void*>(flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>);
+  return reinterpret_cast<void*>(flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG>);
 }
 
 // CTAs of the kernel one SM holds (0: too little shared memory), after allowing the kernel its
@@ -78,16 +77,16 @@ int64_t ml_bytes(int64_t splits, int64_t rows) { return (splits * rows * 2 * 4 +
 
 template <int D, int V>
 FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* items, int num_items, int device) {
-  constexpr int BN = Cfg<D, V>::BN, kDChunks = ShapeOf<D, V>::kDChunks;
+  constexpr int BN = Cfg<D, V>::BN, kDChunks = ShapeOf<D, V>::kDChunks, kRows = ShapeOf<D, V>::kRows;
   const int64_t groups = Hq / Hkv;
   int64_t tiles = 0, max_key_tiles = 0;
   for (int i = 0; i < num_items; ++i) {
     const int32_t* it = items + i * flash::kFields;
     const int64_t n = it[flash::kQLen], L = it[flash::kCacheLen], window = it[flash::kWindow];
     if (n <= 0) continue;
-    tiles += ceil_div(n * groups, kBM);
+    tiles += ceil_div(n * groups, kRows);
     int64_t span = L + n;
-    if (it[flash::kCausal] && window > 0) span = std::min<int64_t>(span, window + kBM / groups + 1);
+    if (it[flash::kCausal] && window > 0) span = std::min<int64_t>(span, window + kRows / groups + 1);
     max_key_tiles = std::max(max_key_tiles, ceil_div(span, BN));
   }
   if (tiles == 0 || tiles > 0x7fffffff) return {};
@@ -137,7 +136,7 @@ void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, 
   }
   const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(p.Hkv),
                   static_cast<unsigned>(plan.splits * kDChunks));
-  flash::flash_attention_kernel<D, C::DV, C::BN, C::KG><<<grid, S::kThreads, S::kSmemBytes, stream>>>(p);
+  flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG><<<grid, S::kThreads, S::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
   if (plan.splits > 1) {
     const int64_t threads = rows * (D / 4);
@@ -148,7 +147,7 @@ void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, 
 
 }  // namespace
 
-int set_flash_attention_variant(int v) { return g_variant.exchange(v == 1 ? 1 : 0); }
+int set_flash_attention_variant(int v) { return g_variant.exchange(v >= 0 && v <= 2 ? v : 0); }
 
 int set_flash_attention_splits(int splits) {
   return g_forced_splits.exchange(splits <= 0 ? 0 : std::min(splits, kMaxSplits));
@@ -162,10 +161,11 @@ FlashAttentionPlan plan_flash_attention(int64_t T, int64_t Hq, int64_t Hkv, int6
     case 128: return plan_for<128, 0>(T, Hq, Hkv, host_items, num_items, device);
     case 256:
     case 512: {
-      const int v = g_variant.load();
+      const int v = D == 512 && g_variant.load() == 2 ? 0 : g_variant.load();  // D 512 has variants 0 and 1
       FlashAttentionPlan plan;
-      if (D == 256) plan = v ? plan_for<256, 1>(T, Hq, Hkv, host_items, num_items, device)
-                             : plan_for<256, 0>(T, Hq, Hkv, host_items, num_items, device);
+      if (D == 256) plan = v == 2 ? plan_for<256, 2>(T, Hq, Hkv, host_items, num_items, device)
+                           : v == 1 ? plan_for<256, 1>(T, Hq, Hkv, host_items, num_items, device)
+                                    : plan_for<256, 0>(T, Hq, Hkv, host_items, num_items, device);
       else plan = v ? plan_for<512, 1>(T, Hq, Hkv, host_items, num_items, device)
                     : plan_for<512, 0>(T, Hq, Hkv, host_items, num_items, device);
       plan.variant = v;
@@ -201,7 +201,8 @@ void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, con
     case 64: return launch_for<64, 0>(plan, p, workspace, device, stream);
     case 128: return launch_for<128, 0>(plan, p, workspace, device, stream);
     case 256:
-      if (plan.variant) return launch_for<256, 1>(plan, p, workspace, device, stream);
+      if (plan.variant == 2) return launch_for<256, 2>(plan, p, workspace, device, stream);
+      if (plan.variant == 1) return launch_for<256, 1>(plan, p, workspace, device, stream);
       return launch_for<256, 0>(plan, p, workspace, device, stream);
     case 512:
       if (plan.variant) return launch_for<512, 1>(plan, p, workspace, device, stream);

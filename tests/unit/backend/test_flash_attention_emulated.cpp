@@ -56,7 +56,7 @@ template <int D, int kVariant = 0>
 void launch_emulated(const cuda::flash::Params& p, int tiles) {
   using S = cuda::flash::ShapeOf<D, kVariant>;
   using C = cuda::flash::Cfg<D, kVariant>;
-  emu::launch_3d([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>(p); }, tiles, p.Hkv,
+  emu::launch_3d([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG>(p); }, tiles, p.Hkv,
                  p.splits * S::kDChunks, S::kSmemBytes, S::kThreads);
   if (p.splits > 1) {
     const int64_t threads = int64_t{p.T} * p.Hq * (D / 4);
@@ -158,7 +158,8 @@ void run_case(const Case& c, int splits, int variant = 0) {
   p.splits = splits;
   p.scaling = scaling;
   int tiles = 0;
-  for (const auto& it : items) tiles += (it.q_len * groups + cuda::flash::kBM - 1) / cuda::flash::kBM;
+  const int cta_rows = c.D == 256 && variant == 2 ? 2 * cuda::flash::kBM : cuda::flash::kBM;
+  for (const auto& it : items) tiles += (it.q_len * groups + cta_rows - 1) / cta_rows;
   tiles += 1;  // one CTA past the last tile: it must exit without writing
   auto bytes = [](const auto& v) { return v.size() * sizeof(v[0]); };
   emu::g_global = {{reinterpret_cast<const unsigned char*>(q.data()), bytes(q)},
@@ -170,7 +171,8 @@ void run_case(const Case& c, int splits, int variant = 0) {
     case 64: launch_emulated<64>(p, tiles); break;
     case 128: launch_emulated<128>(p, tiles); break;
     case 256:
-      if (variant) launch_emulated<256, 1>(p, tiles);
+      if (variant == 2) launch_emulated<256, 2>(p, tiles);
+      else if (variant == 1) launch_emulated<256, 1>(p, tiles);
       else launch_emulated<256, 0>(p, tiles);
       break;
     case 512:
@@ -201,7 +203,7 @@ void run_case(const Case& c, int splits, int variant = 0) {
   }
   const double n = static_cast<double>(got.size()), out_rows = static_cast<double>(T) * c.Hq;
   const double nmse = err2 / std::max(ref2, 1e-30);
-  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), variant ? " (variant 1)" : "", splits, nmse,
+  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), variant == 2 ? " (variant 2)" : variant ? " (variant 1)" : "", splits, nmse,
               exact / n, bad / n);
   EXPECT_LT(nmse, 2e-5) << "relative mean-square error";
   EXPECT_LE(bad / n, std::max(1e-3, 1.0 / out_rows)) << "fraction of elements beyond the rounding bound";
@@ -226,6 +228,10 @@ TEST(FlashAttentionEmulated, HeadDim256) {
   run_case(c, 1);
   run_case(c, 1, 1);
   run_case(c, 2, 1);
+  run_case(c, 1, 2);
+  run_case(c, 3, 2);
+  // Variant 2's 128-row tiles: an item of more than one of them (160 rows).
+  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, 2);
 }
 
 TEST(FlashAttentionEmulated, HeadDim512KEqV) {
