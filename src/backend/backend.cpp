@@ -1,5 +1,5 @@
-// The Backend defaults: weights uploaded as they are, and the residual junctions of a layer composed
-// of the element-wise ops (the CUDA backend fuses them into one launch each).
+// The Backend defaults: weights uploaded as they are, and the residual junctions and the attention
+// prologue of a layer composed of the element-wise ops (the CUDA backend fuses each into one launch).
 #include "backend/backend.h"
 
 #include "util/error.h"
@@ -62,6 +62,23 @@ void Backend::attention_batch(const AttentionBatchArgs& a) {
     one.scaling = a.scaling;
     attention(one);
   }
+}
+
+void Backend::sampler_batch(std::span<const SamplerArgs> canvases) {
+  for (const SamplerArgs& a : canvases) sampler(a);
+}
+
+void Backend::decide_batch(std::span<const DecideArgs> canvases) {
+  for (const DecideArgs& a : canvases) decide(a);
+}
+
+void Backend::qkv_prologue(const QkvPrologueArgs& a) {
+  if (a.k_eq_v) copy(a.v, a.k);
+  rmsnorm(a.q, &a.q_norm, a.eps, a.q);
+  rmsnorm(a.k, &a.k_norm, a.eps, a.k);
+  rmsnorm(a.v, nullptr, a.eps, a.v);
+  rope(a.q, a.positions, a.inv_freq);
+  rope(a.k, a.positions, a.inv_freq);
 }
 
 }  // namespace dgemma

@@ -99,6 +99,9 @@ struct SamplerArgs {
   float temperature = 1.0f;
   uint64_t sample_key = 0;  // rng stream key of this step's Gumbel noise
   bool want_probs = true;   // write the self-conditioning probabilities over `logits`
+  // false (a greedy canvas: decide takes the argmax): no Gumbel noise is drawn; `sample` receives the
+  // argmax and sample_gap (if given) the argmax gap.
+  bool want_sample = true;
   // outputs, [C] each, on the backend's device
   Tensor entropy;           // f32
   Tensor argmax;            // i32
@@ -176,6 +179,23 @@ struct FfnResidualArgs {
   Tensor m1n, m2n, f;  // optional
 };
 
+// The attention prologue of a decoder layer: the per-head norms and RoPE of the q / k / v projections,
+// in place, one launch on the GPU (the default composes rmsnorm / rope / copy, so every intermediate
+// is rounded to bf16 exactly where the unfused sequence rounds it):
+//   k_eq_v: v = k (the raw K projection, before k_norm and RoPE); then
+//   q = rope(rmsnorm(q) * q_norm); k = rope(rmsnorm(k) * k_norm); v = rmsnorm(v)   (per head of D)
+// with rope as Backend::rope (NeoX, bf16 cos/sin of positions[t] * inv_freq).
+struct QkvPrologueArgs {
+  Tensor q;              // [T, Hq, D] in / out
+  Tensor k;              // [T, Hkv, D] in / out
+  Tensor v;              // [T, Hkv, D] in / out (k_eq_v: out only)
+  bool k_eq_v = false;
+  Tensor q_norm, k_norm; // [D] bf16
+  Tensor positions;      // i32 [T]
+  Tensor inv_freq;       // f32 [D / 2]
+  float eps = 1e-6f;
+};
+
 // Device memory as the backend sees it (bytes).
 struct MemoryInfo {
   uint64_t free = 0;
@@ -228,11 +248,17 @@ class Backend {
   virtual void gelu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;  // bf16(bf16(gelu_tanh(g)) * u)
   virtual void attn_residual(const AttnResidualArgs& args);
   virtual void ffn_residual(const FfnResidualArgs& args);
+  virtual void qkv_prologue(const QkvPrologueArgs& args);
   virtual void attention(const AttentionArgs& args) = 0;
   virtual void attention_batch(const AttentionBatchArgs& args);
   virtual void moe(const MoeArgs& args) = 0;
   virtual void sampler(const SamplerArgs& args) = 0;
   virtual void decide(const DecideArgs& args) = 0;
+  // The same ops over several canvases of one denoising step, each element exactly as the single op
+  // on it (the defaults loop; the CUDA backend runs each pass of all canvases in one launch). The
+  // canvases' tensors must not overlap.
+  virtual void sampler_batch(std::span<const SamplerArgs> canvases);
+  virtual void decide_batch(std::span<const DecideArgs> canvases);
   // Paged KV write: src[j] ([n, Hkv, D]) goes to absolute position first_pos + j of a layer's pool
   // pages ([num_pages, Hkv, P, D]) through page_table (i32, the backend's device; see AttentionArgs).
   virtual void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) = 0;

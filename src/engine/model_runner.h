@@ -1,7 +1,8 @@
 #pragma once
-// Executes a StepPlan: one batched forward over every item, then for each denoising canvas the
-// sampler, the self-conditioning GEMM and the decide op (the canvas stays on the device), and one read
-// of all canvases' stop flags. The engine core owns the policy; a runner only computes. Tests and the
+// Executes a StepPlan: one batched forward over every item (the denoising canvases' LM-head rows in
+// one GEMM into one logits buffer), then over all denoising canvases at once the sampler, the
+// self-conditioning GEMM and the decide op (the canvases stay on the device), and one read of all
+// canvases' stop flags and argmax rows. The engine core owns the policy; a runner only computes. Tests and the
 // scripted server use a scripted runner behind the same interface (engine/scripted_runner.h).
 // Failures: an item that fails alone reports it through read_error (the engine fails that request,
 // the others go on); an exception from run() fails every sequence of the plan (a device error), and the
@@ -74,10 +75,11 @@ class DiffusionModelRunner final : public ModelRunner {
   struct DeviceState {
     Tensor canvas;       // i32 [C] the current (noisy) canvas
     Tensor prev_argmax;  // i32 [C] the previous step's argmax canvas
-    Tensor entropy, argmax, sample, logprob;  // the sampler's outputs of the current step
+    Tensor entropy, sample, logprob;  // the sampler's outputs of the current step
+    Tensor argmax;       // i32 [C]: rows of the step's output buffer (read back with the flags)
+    std::vector<int32_t> argmax_host;  // its host copy, read with the step's flags
     Tensor top_ids, top_logprobs;             // [C, top_logprobs] when the request asks
-    Tensor logits;       // [C, V] bf16 work buffer (overwritten with probabilities)
-    Tensor soft;         // [C, H] bf16 self-conditioning input of the next step
+    Tensor soft;         // [C, H] bf16 self-conditioning input of the next step: rows of a step's buffer
     bool have_soft = false;
     // The current canvas's pinned positions (docs/MODEL.md §6.6); pinned false: none.
     Tensor pin_mask;     // u8 [C]
@@ -89,13 +91,17 @@ class DiffusionModelRunner final : public ModelRunner {
     Tensor accept, argmax_gap, sample_gap;
   };
   DeviceState& state_of(const Sequence& seq);
-  void queue_sampling(const Sequence& seq, DeviceState& d, const Tensor& flags);
+  SamplerArgs sampler_args(const Sequence& seq, DeviceState& d, const Tensor& logits);
+  DecideArgs decide_args(const Sequence& seq, DeviceState& d, const Tensor& flags);
 
   DiffusionGemma& model_;
   const KvStorage& kv_;
   int canvas_;
   int vocab_;
   std::unordered_map<uint64_t, DeviceState> state_;
+  // [rows, V] bf16 logits of a step's denoising canvases (canvas i: rows [i C, (i + 1) C)), grown to
+  // the largest step seen; overwritten with the probabilities by the sampler.
+  Tensor logits_;
   std::function<DumpHook(int64_t)> step_dump_;
   int64_t steps_ = 0;
 };

@@ -98,8 +98,6 @@ Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, int64_t total)
 
 void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) {
   const TextConfig& t = config_.text;
-  const int64_t H = t.hidden_size;
-  const float eps = static_cast<float>(t.rms_norm_eps);
   DG_CHECK(kv.layers.size() == static_cast<size_t>(t.num_hidden_layers) && kv.page_size > 0);
   std::vector<int64_t> offsets;
   int64_t total = 0, table_entries = 0;
@@ -185,16 +183,48 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) 
   Tensor x = embed_inputs(items, total);
   for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, attention, x);
 
-  for (size_t i = 0; i < items.size(); ++i) {
-    ForwardItem& it = items[i];
-    if (it.kind == ForwardItem::Kind::kEncode) continue;
-    // Final norm and the tied LM head; the soft-cap is applied by the sampler (in fp32).
-    Tensor h = x.rows(offsets[i], offsets[i + 1]);
-    Tensor hn = backend_.alloc(ScalarType::kBF16, {h.dim(0), H});
-    backend_.rmsnorm(h, &weights_.final_norm, eps, hn);
-    dump("final_norm", hn);
-    backend_.matmul(hn, weights_.embed, it.logits);
-    if (!sharded()) dump("logits", it.logits);  // a rank holds its vocabulary columns only
+  lm_head(items, offsets, x);
+}
+
+void DiffusionGemma::lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& x) {
+  const int64_t H = config_.text.hidden_size;
+  const float eps = static_cast<float>(config_.text.rms_norm_eps);
+  // Final norm and the tied LM head; the soft-cap is applied by the sampler (in fp32). Denoise items
+  // whose logits are consecutive rows of one buffer (the runner's step buffer) share one GEMM: the
+  // norm is row-wise and every logits row is its own dot products, so each item's rows are what
+  // its own GEMM would give (bit for bit on the CPU; the GPU's GEMM may tile a taller matrix
+  // differently: fp32 summation order only).
+  size_t i = 0;
+  while (i < items.size()) {
+    if (items[i].kind != ForwardItem::Kind::kDenoise) {
+      ++i;
+      continue;
+    }
+    // The run [i, j) of denoise items with adjacent logits.
+    size_t j = i + 1;
+    int64_t rows = items[i].logits.dim(0);
+    while (j < items.size() && items[j].kind == ForwardItem::Kind::kDenoise &&
+           items[j].logits.type == items[i].logits.type && items[j].logits.dim(1) == items[i].logits.dim(1) &&
+           items[j].logits.data == static_cast<char*>(items[i].logits.data) +
+                                       static_cast<size_t>(items[i].logits.dim(1) * rows) * scalar_size(items[i].logits.type)) {
+      rows += items[j].logits.dim(0);
+      ++j;
+    }
+    // Consecutive items: their hidden rows are adjacent in x too.
+    DG_CHECK(offsets[j] - offsets[i] == rows);
+    Tensor hn = backend_.alloc(ScalarType::kBF16, {rows, H});
+    backend_.rmsnorm(x.rows(offsets[i], offsets[j]), &weights_.final_norm, eps, hn);
+    Tensor logits = items[i].logits;
+    logits.shape[0] = rows;  // the run's rows of the one buffer
+    backend_.matmul(hn, weights_.embed, logits);
+    int64_t r = 0;
+    for (size_t k = i; k < j; ++k) {
+      const int64_t n = items[k].length();
+      dump("final_norm", hn.rows(r, r + n));
+      if (!sharded()) dump("logits", items[k].logits);  // a rank holds its vocabulary columns only
+      r += n;
+    }
+    i = j;
   }
 }
 
@@ -227,21 +257,35 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   dump_heads(p + "q_proj", q);
   dump_heads(p + "k_proj", k);
   Tensor v = bf16({T, Hkv, D});
-  if (L.k_eq_v) {
-    backend_.copy(v, k);  // K=V: V is the raw K projection (before k_norm and RoPE)
-  } else {
+  if (!L.k_eq_v) {
     backend_.matmul(a, w.v_proj, v);
     dump_heads(p + "v_proj", v);
   }
-  backend_.rmsnorm(q, &w.q_norm, eps, q);
-  backend_.rmsnorm(k, &w.k_norm, eps, k);
-  backend_.rmsnorm(v, nullptr, eps, v);
-  dump_heads(p + "q_norm", q);
-  dump_heads(p + "k_norm", k);
-  dump_heads(p + "v_norm", v);
-  const Tensor& inv_freq = L.type == LayerType::kSliding ? inv_freq_sliding_ : inv_freq_full_;
-  backend_.rope(q, positions, inv_freq);
-  backend_.rope(k, positions, inv_freq);
+  // q_norm + RoPE, k_norm + RoPE, v's unit norm (K=V: V is the raw K projection, before k_norm and
+  // RoPE): one fused op, or the op-by-op sequence when the dumps want the pre-RoPE norms.
+  QkvPrologueArgs qkv;
+  qkv.q = q;
+  qkv.k = k;
+  qkv.v = v;
+  qkv.k_eq_v = L.k_eq_v;
+  qkv.q_norm = w.q_norm;
+  qkv.k_norm = w.k_norm;
+  qkv.positions = positions;
+  qkv.inv_freq = L.type == LayerType::kSliding ? inv_freq_sliding_ : inv_freq_full_;
+  qkv.eps = eps;
+  if (dump_) {
+    if (L.k_eq_v) backend_.copy(v, k);
+    backend_.rmsnorm(q, &w.q_norm, eps, q);
+    backend_.rmsnorm(k, &w.k_norm, eps, k);
+    backend_.rmsnorm(v, nullptr, eps, v);
+    dump_heads(p + "q_norm", q);
+    dump_heads(p + "k_norm", k);
+    dump_heads(p + "v_norm", v);
+    backend_.rope(q, positions, qkv.inv_freq);
+    backend_.rope(k, positions, qkv.inv_freq);
+  } else {
+    backend_.qkv_prologue(qkv);
+  }
 
   Tensor attn = bf16({T, Hq, D});
   const KvLayerPages& pages = kv.layers[li];
@@ -387,13 +431,16 @@ void DiffusionGemma::gated_mlp(const Tensor& x, const Weight& gate, const Weight
   linear_gathered(g, down, out);
 }
 
-void DiffusionGemma::sampler(SamplerArgs args) {
-  if (sharded()) {
-    args.vocab_first = tp_.plan.split(config_.text.vocab_size).begin;
-    args.vocab_total = config_.text.vocab_size;
-    args.collective = tp_.collective;
-  }
-  backend_.sampler(args);
+void DiffusionGemma::sampler(SamplerArgs args) { sampler_batch(std::span<SamplerArgs>(&args, 1)); }
+
+void DiffusionGemma::sampler_batch(std::span<SamplerArgs> canvases) {
+  if (sharded())
+    for (SamplerArgs& a : canvases) {
+      a.vocab_first = tp_.plan.split(config_.text.vocab_size).begin;
+      a.vocab_total = config_.text.vocab_size;
+      a.collective = tp_.collective;
+    }
+  backend_.sampler_batch(canvases);
 }
 
 void DiffusionGemma::soft_embeddings(const Tensor& probs, const Tensor& out) {

@@ -27,7 +27,8 @@ struct ForwardItem {
   std::span<const int32_t> tokens;
   ItemKv kv;           // the sequence's cache; encode items write positions [kv.cached, +n) through it
   Tensor soft_embeds;  // kDenoise: [C, H] bf16 self-conditioning soft embeddings (probs·E·scale); empty at step 1
-  Tensor logits;       // kDenoise: output [C, V] bf16 LM-head logits before the soft-cap (a rank: [C, V / N])
+  Tensor logits;       // kDenoise: output [C, V] bf16 LM-head logits before the soft-cap (a rank: [C, V / N]);
+                       // consecutive denoise items whose logits are adjacent rows of one buffer get one GEMM
   Tensor token_ids;    // i32 [n] on the backend's device, read instead of `tokens` when set
 
   int64_t length() const { return token_ids.empty() ? static_cast<int64_t>(tokens.size()) : token_ids.numel(); }
@@ -58,8 +59,10 @@ class DiffusionGemma {
   // Self-conditioning input for the next step from this step's bf16 probabilities [C, V] (a rank: its
   // columns): out[C, H] = bf16(bf16(probs . E) * embed_scale), the full result on every rank.
   void soft_embeddings(const Tensor& probs, const Tensor& out);
-  // The backend's sampler over the logits of forward (a rank: its vocabulary columns, exchanged).
+  // The backend's sampler over the logits of forward (a rank: its vocabulary columns, exchanged);
+  // sampler_batch: all denoising canvases of a step at once (each as sampler of it).
   void sampler(SamplerArgs args);
+  void sampler_batch(std::span<SamplerArgs> canvases);
   // Columns of the logits forward writes: the vocabulary, or this rank's slice of it.
   int64_t logits_columns() const { return config_.text.vocab_size / tp_.plan.size; }
   const TensorParallelRank& tensor_parallel() const { return tp_; }
@@ -90,6 +93,7 @@ class DiffusionGemma {
     Tensor tables, items;                 // device: all page tables; [N * kAttentionItemFields] i32
     std::vector<AttentionItem> host;      // the same items on the host
   };
+  void lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& x);
   void layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& positions,
              const KvStorage& kv, const std::vector<std::array<Tensor, kKvGroups>>& tables,
              const std::array<GroupAttention, kKvGroups>& attention, Tensor& x);

@@ -1,9 +1,10 @@
 // Checks of the device-grouped MoE (grouping kernel + grouped expert GEMMs, grouped_moe.cu) against
 // the CPU backend and against the host-grouped CUDA path (cuBLAS), on random, completely skewed and
 // sparse routings, at the small test shapes (including N and K tails of the tiles) and the real one
-// (E128 k8 H2816 I704) at T = 1 .. 2048. Both GEMM kernels run: the small-R one (32-row tiles, up to
-// 24 rows per expert on average) and the large-R one (128 x 128 tiles from the tile list; experts with
-// more than 128 rows get several tiles). Outputs are poisoned, so unwritten elements show.
+// (E128 k8 H2816 I704) at T = 1 .. 2048. Both GEMM kernels of the automatic choice run: the small-R
+// one (32-row tiles, up to 24 rows per expert on average) and the large-R one (tiles from the tile
+// list; experts with more rows than a tile get several), and the grouped_moe_variants_* cases run
+// every variant (set_grouped_moe_variant). Outputs are poisoned, so unwritten elements show.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -174,6 +175,52 @@ Case make_case(const std::string& id, Shape s) {
   return {id, [s](Reporter& r) { run_grouped(r, s); }};
 }
 
+// Every bf16 grouped GEMM variant (set_grouped_moe_variant: the small kernel and each tile-list shape)
+// on one shape: the CPU runs once, each variant's output against it on the identically routed tokens,
+// and bit-identical to the automatic choice (every mma.sync variant accumulates each element in the
+// same order; the wgmma ones only report how many elements differ).
+void run_variants(Reporter& r, const Shape& s) {
+  Data d("grouped moe variants " + s.name);
+  const int64_t T = s.T, E = s.E, K = s.K;
+  MoeArgs ca = make_inputs(d, s);
+  ca.out = host_tensor(ScalarType::kBF16, {T, s.H});
+  ca.dbg_probs = host_tensor(ScalarType::kF32, {T, E});
+  ca.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
+  ca.dbg_index = host_tensor(ScalarType::kI32, {T, K});
+  cpu().moe(ca);
+  check_routing_shape(r, s, i32(ca.dbg_index));
+  MoeArgs first = to_gpu(ca, s);
+  run_cuda(first, true);
+  const std::vector<char> same = compare_routing(r, s.name, ca, first, 4);
+  const std::vector<uint16_t> auto_out = u16(first.out);
+  for (int v = 1; v <= cuda::kGroupedMoeVariants; ++v) {
+    MoeArgs dev = to_gpu(ca, s);
+    const int old = cuda::set_grouped_moe_variant(v);
+    try {
+      run_cuda(dev, true);
+    } catch (...) {
+      cuda::set_grouped_moe_variant(old);
+      throw;
+    }
+    cuda::set_grouped_moe_variant(old);
+    const std::string what = s.name + " variant " + std::to_string(v);
+    compare_out(r, what + " vs CPU (identically routed tokens)", s, ca, dev, same);
+    const std::vector<uint16_t> out = u16(dev.out);
+    size_t diff = 0;
+    for (size_t i = 0; i < out.size(); ++i) diff += out[i] != auto_out[i];
+    // The wgmma variants (11 ..) sum in the tensor cores' order: a note, the CPU comparison above decides.
+    if (v >= 11)
+      r.note(what + ": " + std::to_string(diff) + " of " + std::to_string(out.size()) +
+             " elements differ from the automatic choice's output");
+    else if (diff != 0)
+      r.fail(what + ": " + std::to_string(diff) + " elements differ from the automatic choice's output");
+  }
+}
+
+Case make_variants_case(const std::string& id, Shape s) {
+  return {id, [s](Reporter& r) { run_variants(r, s); }};
+}
+
 }  // namespace
 
 std::vector<Case> grouped_moe_cases() {
@@ -212,6 +259,15 @@ std::vector<Case> grouped_moe_cases() {
       make_case("grouped_moe_E128_k8_sparse", {"grouped moe E128 k8 T300 sparse", 300, H, I, 128, 8, Routing::kSparse}),
       make_case("grouped_moe_E128_k8_sparse_T1000",
                 {"grouped moe E128 k8 T1000 sparse", 1000, H, I, 128, 8, Routing::kSparse}),
+      // Every kernel variant: tails of every tile shape (gate_up 72 columns, down 136; K = 136 and 72),
+      // ~37 rows per expert and a skewed routing (one expert with all 700 rows: several tiles of
+      // every height); then the real shape at T = 1000 (~62 rows per expert) and sparse (~670).
+      make_variants_case("grouped_moe_variants_tails", {"E8 k2 T150 H136 I72", 150, 136, 72, 8, 2}),
+      make_variants_case("grouped_moe_variants_skewed",
+                         {"E8 k2 T700 H136 I72 skewed", 700, 136, 72, 8, 2, Routing::kSkewed}),
+      make_variants_case("grouped_moe_variants_E128_T1000", {"E128 k8 T1000", 1000, H, I, 128, 8}),
+      make_variants_case("grouped_moe_variants_E128_sparse",
+                         {"E128 k8 T1000 sparse", 1000, H, I, 128, 8, Routing::kSparse}),
   };
 }
 

@@ -2,8 +2,9 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench [flash]  times the CUDA ops at the 26B-A4B shapes (canvas 256) instead
-//                                     (flash: only the attention_batch rows)
+//   dgemma_gpu_check --bench [quant|flash]  times the CUDA ops at the 26B-A4B shapes (canvas 256)
+//                                     instead (quant: only the quantised kernels' rows; flash: only the
+//                                     attention_batch rows)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -39,9 +40,15 @@ double time_ms(dgemma::Backend& be, const std::function<void()>& fn, int reps = 
 
 // The ops at the released model's shapes on random device data (fill_normal): one line each with the
 // time and the bytes / FLOP floor numbers a reader needs to judge it.
-int bench(bool flash_only) {
+int bench(bool quant_only, bool flash_only) {
   using namespace dgemma;
   Backend& be = gpu_test::cuda();
+  if (quant_only) {  // --bench quant: the quantised kernels' rows only
+    std::printf("%-44s %10s\n", "op (26B-A4B shapes, canvas 256)", "median ms");
+    gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+                          [](const char* what, double ms) { std::printf("%-44s %10.3f\n", what, ms); });
+    return 0;
+  }
   const int64_t C = 256, H = 2816, V = 262144, Hq = 16, E = 128, K = 8, I = 704;
   auto bf = [&](std::initializer_list<int64_t> dims, uint64_t seed, float std, float mean = 0.0f) {
     Tensor t = be.alloc(ScalarType::kBF16, dims);
@@ -83,6 +90,51 @@ int bench(bool flash_only) {
           be.sampler(sa);
         }));
     row("  of which the copy of the logits", time_ms(be, [&] { be.copy(logits, raw); }));
+    {
+      const bool was = cuda::set_sampler_z_table(false);
+      row("sampler C=256 (+probs), z per element", time_ms(be, [&] {
+            be.copy(logits, raw);
+            be.sampler(sa);
+          }));
+      cuda::set_sampler_z_table(was);
+    }
+    sa.want_sample = false;
+    row("sampler C=256 greedy (no noise drawn)", time_ms(be, [&] {
+          be.copy(logits, raw);
+          be.sampler(sa);
+        }));
+    sa.want_sample = true;
+    // Batch 4: the tail of a step with four denoising canvases, batched against one call per canvas.
+    const int64_t B = 4;
+    Tensor raw4 = bf({B * C, V}, 7, 3.0f), logits4 = be.alloc(ScalarType::kBF16, {B * C, V});
+    std::vector<SamplerArgs> four;
+    for (int64_t i = 0; i < B; ++i) {
+      SamplerArgs a = sa;
+      a.logits = logits4.rows(i * C, (i + 1) * C);
+      a.temperature = 0.6f + 0.2f * static_cast<float>(i);
+      a.sample_key = 42 + static_cast<uint64_t>(i);
+      a.entropy = be.alloc(ScalarType::kF32, {C});
+      a.argmax_logprob = be.alloc(ScalarType::kF32, {C});
+      a.argmax = be.alloc(ScalarType::kI32, {C});
+      a.sample = be.alloc(ScalarType::kI32, {C});
+      four.push_back(a);
+    }
+    const double copy4 = time_ms(be, [&] { be.copy(logits4, raw4); });
+    row("sampler 4 x C=256, 4 calls (-copy)", time_ms(be, [&] {
+          be.copy(logits4, raw4);
+          for (const SamplerArgs& a : four) be.sampler(a);
+        }) - copy4);
+    row("sampler 4 x C=256, one batch (-copy)", time_ms(be, [&] {
+          be.copy(logits4, raw4);
+          be.sampler_batch(four);
+        }) - copy4);
+    Tensor x4 = bf({B * C, H}, 8, 1.0f), soft4 = be.alloc(ScalarType::kBF16, {B * C, H});
+    row("matmul LM head [1024,2816]x[262144,2816]^T", time_ms(be, [&] { be.matmul(x4, e, logits4); }));
+    Tensor probs4 = bf({B * C, V}, 9, 1e-6f, 4e-6f);
+    row("matmul_kn SC [1024,262144]x[262144,2816]", time_ms(be, [&] { be.matmul_kn(probs4, e, soft4); }));
+    row("matmul_kn SC 4 x [256,262144] calls", time_ms(be, [&] {
+          for (int64_t i = 0; i < B; ++i) be.matmul_kn(probs4.rows(i * C, (i + 1) * C), e, soft4.rows(i * C, (i + 1) * C));
+        }));
   }
   for (int full = 0; full < 2; ++full) {
     const int64_t D = full ? 512 : 256, Hkv = full ? 2 : 8, L = full ? 4096 : 1023;
@@ -153,10 +205,29 @@ int bench(bool flash_only) {
     row("moe T=2048 E=128 k=8 (host-grouped, cuBLAS)", time_ms(be, [&] { be.moe(m8); }));
     cuda::set_moe_device_grouping(true);
     row("moe T=2048 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m8); }));
+    // Each bf16 grouped GEMM variant (tuning.h set_grouped_moe_variant; 0 the automatic choice) at
+    // batch 1, 4, 8 and 16 canvases: the whole MoE block, so the router / grouping / combine are in
+    // every row alike. Floors: the expert weights are 1.52 GB (0.38 ms at 4 TB/s); the expert FLOPs
+    // 0.095 TFLOP per 1,024 tokens.
+    for (const int64_t n : {1, 4, 8, 16}) {
+      MoeArgs mv = m;
+      mv.router_in = bf({n * C, H}, 40 + static_cast<uint64_t>(n), 1.0f);
+      mv.expert_in = bf({n * C, H}, 60 + static_cast<uint64_t>(n), 1.0f);
+      mv.out = be.alloc(ScalarType::kBF16, {n * C, H});
+      for (int v = 0; v <= cuda::kGroupedMoeVariants; ++v) {
+        const int old = cuda::set_grouped_moe_variant(v);
+        char what[96];
+        std::snprintf(what, sizeof what, "moe T=%lld bf16 grouped variant %d%s", static_cast<long long>(n * C), v,
+                      v == 0 ? " (auto)" : "");
+        row(what, time_ms(be, [&] { be.moe(mv); }));
+        cuda::set_grouped_moe_variant(old);
+      }
+    }
     cuda::set_moe_device_grouping(was);
   }
   gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
   gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+  gpu_test::small_kernel_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
   {
     DecideArgs d;
     d.entropy = be.alloc(ScalarType::kF32, {C});
@@ -176,6 +247,19 @@ int bench(bool flash_only) {
     d.vocab = static_cast<int32_t>(V);
     d.have_prev = true;
     row("decide C=256 (accept, renoise, flags)", time_ms(be, [&] { be.decide(d); }));
+    std::vector<DecideArgs> four;
+    for (int i = 0; i < 4; ++i) {
+      DecideArgs di = d;
+      di.prev_argmax = be.alloc(ScalarType::kI32, {C});
+      di.canvas = be.alloc(ScalarType::kI32, {C});
+      di.flags = be.alloc(ScalarType::kI32, {2});
+      be.from_host(di.prev_argmax, ids.data());
+      four.push_back(di);
+    }
+    row("decide 4 x C=256, 4 calls", time_ms(be, [&] {
+          for (const DecideArgs& a : four) be.decide(a);
+        }));
+    row("decide 4 x C=256, one batch", time_ms(be, [&] { be.decide_batch(four); }));
   }
   return 0;
 }
@@ -200,7 +284,8 @@ int main(int argc, char** argv) {
   }
   std::printf("random inputs: DGEMMA_TEST_SEED=%llu\n", static_cast<unsigned long long>(run_seed()));
   std::printf("backend: %s\n", cuda().name().c_str());
-  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) return bench(argc > 2 && std::strcmp(argv[2], "flash") == 0);
+  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0)
+    return bench(argc > 2 && std::strcmp(argv[2], "quant") == 0, argc > 2 && std::strcmp(argv[2], "flash") == 0);
   int passed = 0, failed = 0;
   for (const Case& c : all_cases()) {
     bool selected = argc <= 1;

@@ -9,13 +9,17 @@
 //    weights are exact bf16 values, so the CPU reference and the CUDA path compute the same maths up
 //    to summation order; FP8-dynamic with its activation quantisation off on the CPU, since the CUDA
 //    fallback runs FP8 weights as W8A16).
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/quant.h"
+#include "backend/cuda/grouped_moe_fp4.cuh"
 #include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
@@ -38,6 +42,9 @@ Weight random_nvfp4(Data& d, int64_t E, int64_t N, int64_t K, int64_t rows_per_s
   w.row_scale = host_tensor(ScalarType::kF32, {E, N});
   for (int64_t i = 0; i < w.data.numel(); ++i) w.data.ptr<uint8_t>()[i] = static_cast<uint8_t>(d.integer(0, 255));
   for (int64_t i = 0; i < w.block.numel(); ++i) w.block.ptr<uint8_t>()[i] = static_cast<uint8_t>(d.integer(0x20, 0x5f));
+  // about one block in 64 with a zero scale (its values, random nibbles, are zero)
+  for (int64_t i = 0; i < w.block.numel(); ++i)
+    if (d.integer(0, 63) == 0) w.block.ptr<uint8_t>()[i] = 0;
   // A typical |e2m1 * block| is ~2 * 2; scale so the dequantised weights have rms ~ typical.
   for (int64_t e = 0; e < E; ++e)
     for (int64_t r0 = 0; r0 < N; r0 += rows_per_scale) {
@@ -68,6 +75,7 @@ struct Shape {
   int K;
   bool skewed = false;
   bool fp8 = false;
+  bool every_tile = false;  // also each tile variant of the kernels (cuda::set_quant_moe_tiles ids 1 .. 9)
 };
 
 void run_fp4_moe(Reporter& r, const Shape& s) {
@@ -112,21 +120,33 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   cpu().moe(c);
   cuda().moe(g);
   const std::vector<char> same = compare_routing(r, s.name, c, g, 4);
-  std::vector<uint16_t> oc = u16(c.out), og = u16(g.out), sc, sg;
-  for (int64_t t = 0; t < T; ++t) {
-    if (!same[static_cast<size_t>(t)]) continue;
-    sc.insert(sc.end(), oc.begin() + t * H, oc.begin() + (t + 1) * H);
-    sg.insert(sg.end(), og.begin() + t * H, og.begin() + (t + 1) * H);
+  const std::vector<uint16_t> oc = u16(c.out);
+  std::vector<uint16_t> sc;
+  for (int64_t t = 0; t < T; ++t)
+    if (same[static_cast<size_t>(t)]) sc.insert(sc.end(), oc.begin() + t * H, oc.begin() + (t + 1) * H);
+  auto check = [&](const std::string& what) {
+    std::vector<uint16_t> og = u16(g.out), sg;
+    for (int64_t t = 0; t < T; ++t)
+      if (same[static_cast<size_t>(t)]) sg.insert(sg.end(), og.begin() + t * H, og.begin() + (t + 1) * H);
+    // The bound of the bf16 grouped kernel (gpu_check_grouped_moe.cpp compare_out): the weights enter
+    // the MMAs as exact bf16 values and the row scale multiplies the fp32 sum once, as on the CPU, so
+    // only the summation order differs.
+    expect_bf16(r, what + (s.fp8 ? " W8A16" : " W4A16") + " grouped vs CPU reference", sg, sc, Tol{4, 2e-3, 2e-2, 0.8, 1e-5});
+    for (size_t i = 0; i < og.size(); ++i)
+      if (og[i] == 0xFFFF) {
+        r.fail(what + ": output element " + std::to_string(i) + " was not written");
+        break;
+      }
+  };
+  check(s.name);
+  if (!s.every_tile) return;
+  for (int v = 1; v < cuda::kQuantMoeTileCount; ++v) {
+    const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v});
+    g.out = poisoned(ScalarType::kBF16, {T, H});
+    cuda().moe(g);
+    cuda::set_quant_moe_tiles(old);
+    check(s.name + " tile " + std::to_string(v));
   }
-  // The bound of the bf16 grouped kernel (gpu_check_grouped_moe.cpp compare_out): the weights enter
-  // the MMAs as exact bf16 values and the row scale multiplies the fp32 sum once, as on the CPU, so
-  // only the summation order differs.
-  expect_bf16(r, s.name + (s.fp8 ? " W8A16" : " W4A16") + " grouped vs CPU reference", sg, sc, Tol{4, 2e-3, 2e-2, 0.8, 1e-5});
-  for (size_t i = 0; i < og.size(); ++i)
-    if (og[i] == 0xFFFF) {
-      r.fail(s.name + ": output element " + std::to_string(i) + " was not written");
-      break;
-    }
 }
 
 // Dense quantised linears: the W8A16 / W4A16 dense kernel (set_dense_quant_weights on, the default)
@@ -281,6 +301,86 @@ Weight bench_weight(Data& d, bool fp8, int64_t E, int64_t N, int64_t K) {
   return w;
 }
 
+// The grouped expert kernels alone, each tile variant (cuda::set_quant_moe_tiles; 0 = the automatic
+// choice) at T = 256 and 1024 (uniform random top-8 routing: ~16 / ~64 rows an expert), gate_up and
+// down: the time of one launch (the mean of 20 back-to-back on the default stream) and the weight
+// stream's rate (packed weights + block scales over the time).
+void tile_bench(Data& d, const MoeArgs& m, bool fp8, const std::function<void(const char*, double)>& row) {
+  constexpr int64_t H = 2816, I = 704, E = 128, K = 8;
+  static const char* const kNames[cuda::kQuantMoeTileCount] = {
+      "auto", "BM16xBN64 4w", "BM32xBN64 4w", "BM64xBN64 4w", "BM32xBN128 8w", "BM64xBN128 8w", "BM128xBN64 4w",
+      "BM16xBN64 4w s8", "BM32xBN64 4w s6", "BM32xBN128 8w s6"};
+  for (int64_t T : {int64_t{256}, int64_t{1024}}) {
+    const int64_t R = T * K;
+    std::vector<int32_t> offsets(E + 1, 0), pairs;
+    std::vector<std::vector<int32_t>> by_expert(E);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int32_t> p(E);
+      for (int64_t e = 0; e < E; ++e) p[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+      for (int64_t k = 0; k < K; ++k) {  // a partial Fisher-Yates: K distinct experts
+        std::swap(p[static_cast<size_t>(k)], p[static_cast<size_t>(d.integer(k, E - 1))]);
+        by_expert[static_cast<size_t>(p[static_cast<size_t>(k)])].push_back(static_cast<int32_t>(t * K + k));
+      }
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      offsets[static_cast<size_t>(e)] = static_cast<int32_t>(pairs.size());
+      pairs.insert(pairs.end(), by_expert[static_cast<size_t>(e)].begin(), by_expert[static_cast<size_t>(e)].end());
+    }
+    offsets[E] = static_cast<int32_t>(R);
+    Tensor h_off = host_tensor(ScalarType::kI32, {E + 1}), h_pairs = host_tensor(ScalarType::kI32, {R});
+    std::copy(offsets.begin(), offsets.end(), h_off.ptr<int32_t>());
+    std::copy(pairs.begin(), pairs.end(), h_pairs.ptr<int32_t>());
+    const Tensor off = up(h_off), prs = up(h_pairs);
+    const Tensor x = up(d.bf16({T, H}, 1.0f)), act = up(d.bf16({R, I}, 0.5f));
+    Tensor h_top_w = host_tensor(ScalarType::kF32, {R});
+    std::fill_n(h_top_w.ptr<float>(), R, 0.125f);
+    const Tensor top_w32 = up(h_top_w);
+    Tensor act_out = cuda().alloc(ScalarType::kBF16, {R, I}), y = cuda().alloc(ScalarType::kBF16, {R, H});
+    const double w_bytes = static_cast<double>(E) * 2 * I * H * (fp8 ? 1.0 : 0.5 + 1.0 / 16);  // gate_up; down half
+    for (int v = 0; v < cuda::kQuantMoeTileCount; ++v) {
+      const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v});
+      for (int proj = 0; proj < 2; ++proj) {
+        auto launch = [&] {
+          if (proj == 0 && fp8)
+            cuda::launch_grouped_gate_up_fp8(x.ptr<uint16_t>(), m.gate_up.data.ptr<uint8_t>(), m.gate_up.row_scale.ptr<float>(),
+                                             off.ptr<int32_t>(), prs.ptr<int32_t>(), R, E, K, H, I, act_out.ptr<uint16_t>(), nullptr);
+          else if (proj == 0)
+            cuda::launch_grouped_gate_up_fp4(x.ptr<uint16_t>(), m.gate_up.data.ptr<uint8_t>(), m.gate_up.block.ptr<uint8_t>(),
+                                             m.gate_up.row_scale.ptr<float>(), off.ptr<int32_t>(), prs.ptr<int32_t>(), R, E, K,
+                                             H, I, act_out.ptr<uint16_t>(), nullptr);
+          else if (fp8)
+            cuda::launch_grouped_down_fp8(act.ptr<uint16_t>(), m.down.data.ptr<uint8_t>(), m.down.row_scale.ptr<float>(),
+                                          off.ptr<int32_t>(), prs.ptr<int32_t>(), top_w32.ptr<float>(), R, E, H, I,
+                                          y.ptr<uint16_t>(), nullptr);
+          else
+            cuda::launch_grouped_down_fp4(act.ptr<uint16_t>(), m.down.data.ptr<uint8_t>(), m.down.block.ptr<uint8_t>(),
+                                          m.down.row_scale.ptr<float>(), off.ptr<int32_t>(), prs.ptr<int32_t>(),
+                                          top_w32.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), nullptr);
+        };
+        for (int i = 0; i < 3; ++i) launch();
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        cudaEventRecord(e0, nullptr);
+        constexpr int kReps = 20;
+        for (int i = 0; i < kReps; ++i) launch();
+        cudaEventRecord(e1, nullptr);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        const double per = ms / kReps, bytes = proj == 0 ? w_bytes : w_bytes / 2;
+        char what[160];
+        std::snprintf(what, sizeof what, "%s %s T=%lld tile %d %-14s %5.2f TB/s", fp8 ? "FP8  " : "NVFP4",
+                      proj == 0 ? "gate_up" : "down   ", static_cast<long long>(T), v, kNames[v], bytes / (per * 1e-3) / 1e12);
+        row(what, per);
+      }
+      cuda::set_quant_moe_tiles(old);
+    }
+  }
+}
+
 }  // namespace
 
 void quant_bench(const std::function<double(const std::function<void()>&)>& time_ms,
@@ -307,6 +407,7 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
       const std::string what = std::string("moe T=") + std::to_string(T) + " E=128 k=8 " + (fp8 ? "FP8 W8A16" : "NVFP4 W4A16");
       row(what.c_str(), time_ms([&] { be.moe(mt); }));
     }
+    tile_bench(d, m, fp8, row);
   }
   // Dense linears at T = 256: q_proj (FP8 checkpoint) and the MLP's gate (FP8 and CT NVFP4), quantised
   // kernel against the bf16 fallback (the same weights dequantised, cuBLAS).
@@ -327,6 +428,12 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
       const std::string what = std::string("matmul T=256 ") + c.name + (c.fp8 ? " FP8" : " NVFP4") +
                                (kernel ? " kernel" : " bf16 cuBLAS");
       row(what.c_str(), time_ms([&] { be.matmul(x, w, out); }));
+      if (!kernel) continue;
+      for (int v = 1; v < cuda::kQuantMoeTileCount; ++v) {  // the dense kernel's tile variants
+        const int old_tile = cuda::set_quant_dense_tile(v);
+        row(("  tile " + std::to_string(v)).c_str(), time_ms([&] { be.matmul(x, w, out); }));
+        cuda::set_quant_dense_tile(old_tile);
+      }
     }
   }
 }
@@ -334,16 +441,16 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
 std::vector<Case> quant_cases() {
   constexpr int64_t H = 2816, I = 704;
   return {
-      moe_case("fp4_moe_E8_k2", {"fp4 moe E8 k2 H64 I64", 37, 64, 64, 8, 2}),
+      moe_case("fp4_moe_E8_k2", {"fp4 moe E8 k2 H64 I64", 37, 64, 64, 8, 2, false, false, true}),
       moe_case("fp4_moe_E8_k2_H128_I192", {"fp4 moe E8 k2 H128 I192", 100, 128, 192, 8, 2}),
       moe_case("fp4_moe_E128_k8_T1", {"fp4 moe E128 k8 T1", 1, H, I, 128, 8}),
-      moe_case("fp4_moe_E128_k8_T256", {"fp4 moe E128 k8 T256", 256, H, I, 128, 8}),
+      moe_case("fp4_moe_E128_k8_T256", {"fp4 moe E128 k8 T256", 256, H, I, 128, 8, false, false, true}),
       moe_case("fp4_moe_E128_k8_T1024", {"fp4 moe E128 k8 T1024", 1024, H, I, 128, 8}),
       moe_case("fp4_moe_E128_k8_T2048", {"fp4 moe E128 k8 T2048", 2048, H, I, 128, 8}),
-      moe_case("fp4_moe_E128_k8_skewed", {"fp4 moe E128 k8 T256 skewed", 256, H, I, 128, 8, true}),
-      moe_case("fp8_moe_E8_k2", {"fp8 moe E8 k2 H64 I64", 37, 64, 64, 8, 2, false, true}),
+      moe_case("fp4_moe_E128_k8_skewed", {"fp4 moe E128 k8 T256 skewed", 256, H, I, 128, 8, true, false, true}),
+      moe_case("fp8_moe_E8_k2", {"fp8 moe E8 k2 H64 I64", 37, 64, 64, 8, 2, false, true, true}),
       moe_case("fp8_moe_E128_k8_T1", {"fp8 moe E128 k8 T1", 1, H, I, 128, 8, false, true}),
-      moe_case("fp8_moe_E128_k8_T256", {"fp8 moe E128 k8 T256", 256, H, I, 128, 8, false, true}),
+      moe_case("fp8_moe_E128_k8_T256", {"fp8 moe E128 k8 T256", 256, H, I, 128, 8, false, true, true}),
       moe_case("fp8_moe_E128_k8_T2048", {"fp8 moe E128 k8 T2048", 2048, H, I, 128, 8, false, true}),
       {"dense_fp8_kernel", [](Reporter& r) { run_dense(r, true, true, 256, 4096, 2816); run_dense(r, true, true, 37, 2816, 2112); }},
       {"dense_nvfp4_kernel", [](Reporter& r) { run_dense(r, false, true, 256, 2112, 2816); run_dense(r, false, true, 1, 2816, 2112); }},

@@ -54,25 +54,67 @@ Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const
   return r;
 }
 
+// The trajectory of one sequence: its state at the end and its canvases' step traces.
+struct Trajectory {
+  const Sequence* seq;
+  const std::vector<CanvasRecord>* canvases;
+};
+
+void compare(Reporter& rep, const std::string& name, const SequenceParams& p, const Trajectory& c, const Trajectory& g);
+
 // One seeded trajectory on both backends, compared step by step (pinned runs: the free-positions rule).
 void compare_run(Reporter& rep, const std::string& fixture, const ModelConfig& mc, const std::vector<int32_t>& prompt,
                  const std::string& name, const SequenceParams& p) {
   Run c = run_on(cpu(), fixture, mc, p, prompt);
   Run g = run_on(cuda(), fixture, mc, p, prompt);
+  compare(rep, name, p, {c.seq.get(), &c.canvases}, {g.seq.get(), &g.canvases});
+}
+
+// Several sequences in one engine on CUDA (the step's canvases batched through one LM-head GEMM, one
+// sampler, one self-conditioning GEMM and one decide) against each alone on the CPU (whose results
+// do not depend on the batch: tests/unit/engine/test_batching.cpp).
+void compare_batched(Reporter& rep, const std::string& fixture, const ModelConfig& mc, const std::vector<int32_t>& prompt,
+                     const std::vector<std::pair<std::string, SequenceParams>>& runs) {
+  const std::string dir = fixture_dir(fixture) + "/model";
+  DiffusionGemma model(mc, load_weights(mc, dir, cuda()), cuda());
+  ModelCoreOptions o;
+  o.max_num_seqs = static_cast<int>(runs.size());
+  o.max_num_batched_tokens = static_cast<int64_t>(runs.size()) * (static_cast<int64_t>(prompt.size()) + 2 * mc.canvas_length);
+  o.prefix_caching = false;  // every sequence encodes its prompt, as alone
+  ModelCore core(model, o);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<Sequence*> all;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    seqs.push_back(core.make_sequence(static_cast<uint64_t>(i + 1), prompt, runs[i].second));
+    all.push_back(seqs.back().get());
+  }
+  try {
+    core.run(all, 10000);
+  } catch (const Error&) {
+    // Did not finish: reported by compare from the sequences' states.
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    Run c = run_on(cpu(), fixture, mc, runs[i].second, prompt);
+    const std::vector<CanvasRecord> g = core.traces().canvases(static_cast<uint64_t>(i + 1));
+    compare(rep, runs[i].first + " (batched on CUDA)", runs[i].second, {c.seq.get(), &c.canvases}, {seqs[i].get(), &g});
+  }
+}
+
+void compare(Reporter& rep, const std::string& name, const SequenceParams& p, const Trajectory& c, const Trajectory& g) {
   if (c.seq->state != Sequence::State::kFinished || g.seq->state != Sequence::State::kFinished) {
     rep.fail(name + ": a trajectory did not finish");
     return;
   }
   int matched = 0, total = 0;
   std::string divergence;
-  for (const auto& cr : c.canvases) total += static_cast<int>(cr.trace.size());
-  for (size_t k = 0; k < c.canvases.size() && divergence.empty(); ++k) {
-    if (k >= g.canvases.size()) {
+  for (const auto& cr : (*c.canvases)) total += static_cast<int>(cr.trace.size());
+  for (size_t k = 0; k < (*c.canvases).size() && divergence.empty(); ++k) {
+    if (k >= (*g.canvases).size()) {
       rep.fail(name + ": CUDA committed fewer canvases without a recorded divergence");
       break;
     }
-    const auto& ct = c.canvases[k].trace;
-    const auto& gt = g.canvases[k].trace;
+    const auto& ct = (*c.canvases)[k].trace;
+    const auto& gt = (*g.canvases)[k].trace;
     for (size_t s = 0; s < ct.size() && divergence.empty(); ++s) {
       const std::string at = name + " canvas " + std::to_string(k) + " step " + std::to_string(s);
       if (s >= gt.size()) {
@@ -127,7 +169,7 @@ void compare_run(Reporter& rep, const std::string& fixture, const ModelConfig& m
   }
   if (divergence.empty()) {
     if (c.seq->output() != g.seq->output()) rep.fail(name + ": outputs differ although every step matched");
-    if (c.canvases.size() != g.canvases.size()) rep.fail(name + ": canvas counts differ");
+    if ((*c.canvases).size() != (*g.canvases).size()) rep.fail(name + ": canvas counts differ");
   }
   rep.note(name + ": " + std::to_string(matched) + " of " + std::to_string(total) + " CPU steps identical on CUDA" +
            (divergence.empty() ? ", same output (" + std::to_string(c.seq->output().size()) + " tokens)"
@@ -139,6 +181,7 @@ void trajectories(Reporter& rep, const std::string& fixture) {
   const ModelConfig mc = load_model_config(dir);
   const Json manifest = parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
   const auto prompt = ids(fixture, "prompt_ids");
+  std::vector<std::pair<std::string, SequenceParams>> batch;
   for (const auto& m : manifest["runs"]) {
     const std::string name = fixture + "/" + m["name"].get<std::string>();
     SequenceParams p;
@@ -154,6 +197,7 @@ void trajectories(Reporter& rep, const std::string& fixture) {
     p.trace = true;
     if (m["initial_canvas"].get<bool>()) p.initial_canvas = ids(fixture, "run." + m["name"].get<std::string>() + ".initial_canvas");
     compare_run(rep, fixture, mc, prompt, name, p);
+    batch.push_back({name, p});
   }
   // Pinned spans (docs/MODEL.md §6.6) with the default run's settings: a span in the first canvas and
   // one across into the second.
@@ -173,7 +217,15 @@ void trajectories(Reporter& rep, const std::string& fixture) {
     p.trace = true;
     p.pins = {{3, {11, 12, 13, 14}}, {C - 2, {21, 22, 23, 24}}};
     compare_run(rep, fixture, mc, prompt, fixture + "/pinned", p);
+    batch.push_back({fixture + "/pinned", p});
+    // A greedy run (temperature 0: no noise drawn, the sample is the argmax).
+    SequenceParams greedy = p;
+    greedy.pins.clear();
+    greedy.greedy = true;
+    greedy.seed += 1;
+    batch.push_back({fixture + "/greedy", greedy});
   }
+  compare_batched(rep, fixture, mc, prompt, batch);
 }
 
 }  // namespace

@@ -42,6 +42,10 @@ uint64_t run_seed();
 // `time_ms` times a callable (synchronised median), `row` prints one line.
 void quant_bench(const std::function<double(const std::function<void()>&)>& time_ms,
                  const std::function<void(const char*, double)>& row);
+// Rows of the fused small kernels (gpu_check_small_kernels.cpp): the attention prologue and the MoE
+// routing, the sequences they replace against them, at T = 256 and 1024.
+void small_kernel_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                        const std::function<void(const char*, double)>& row);
 
 // `dgemma_gpu_check --bench` rows of one layer's attention over all items of a step (gpu_check_flash_attention.cpp):
 // the flash kernel against the per-item cuBLAS path at batch 1 / 4 / 16 and causal prefill chunks.

@@ -3,21 +3,24 @@
 
     python3 tools/tiny_model/build_data.py OUT.npz [--dgemma build/dgemma] [--stdlib DIR]
 
-Examples (deterministic, seeded):
-  * docstring -> code: a request made from a standard-library function's docstring, answered with
-    the function's source (docstring removed) in a ```python block;
-  * small everyday functions (tasks.py), several phrasings each;
-  * "what does X do?" -> the docstring's first paragraph;
+Examples (deterministic, seeded), aimed at what a 7.7M-parameter model can master:
+  * small functions (code_tasks.py: ~270 tasks, string, list, dict, math, file and class helpers),
+    each requested 28 times in varied phrasings (a signature in the request renames the function
+    and its arguments), always answered in one style (a ```python block, nothing else) that fits
+    one 64-token canvas with the end-of-turn, so every answer is a function of its request;
+  * a small share of docstring -> code (short standard-library functions, requested from their
+    docstrings) and of "what does X do?" -> the docstring's first paragraph;
   * tool calls in the Gemma 4 format (tools declared in the system turn, the answer is
     <|tool_call>call:NAME{...}<tool_call|><|tool_response>), turns after a tool result, and requests
     that need no tool although tools are declared;
-  * a share with thinking on (the answer opens with a short <|channel>thought ...<channel|> block).
+  * a share of the small functions with thinking on (the answer opens with a short
+    <|channel>thought ...<channel|> block naming the function).
 Prompts are rendered and tokenised by dgemma itself (`dgemma serve` on models/tiny-code with dummy
 weights, POST /tokenize), so they are exactly what the server feeds the model; answers are tokenised
 with bpe.Encoder (identical ids, tests/unit/text/test_tiny_tokenizer.cpp).
 
 Output arrays: ids (uint16, all examples back to back), start, prompt_len, answer_len (int32),
-kind (uint8, index into kinds). Takes a few minutes on 2 cores.
+kind (uint8, index into kinds). Takes about a minute on 2 cores.
 """
 import argparse
 import ast
@@ -40,11 +43,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import bpe  # noqa: E402
+import code_tasks  # noqa: E402
 import tasks  # noqa: E402
 
 SEED = 1234
 MAX_ANSWER_TOKENS = 192  # three canvases of 64
 MAX_TOTAL_TOKENS = 512
+CANVAS = 64  # models/tiny-code canvas_length: every small-function answer fits one canvas
+CODE_ROUNDS = 28  # requests per small-function task
+THINK_SHARE = 0.08
+N_DOC_CODE = 300
+N_DOC_QA = 400
+N_TOOL_CALLS = 4000
+N_TOOLS_NO_CALL = 1200
 KINDS = ["doc_code", "simple_code", "doc_qa", "tool_call", "tool_followup", "tools_no_call", "chat", "think_code"]
 
 
@@ -157,16 +168,14 @@ def code_request(rng, f):
     return rng.choice(forms)
 
 
-def code_answer(rng, code):
-    lead = rng.choice(["", "", "", "Here is the function:\n\n", "Sure:\n\n"])
-    return lead + "```python\n" + code + "\n```"
+def code_answer(code):
+    """One fixed style: no lead-in, a ```python block, nothing after it (a lead-in chosen at random
+    would shift every later token by a random amount, which a small model can only learn as a blur)."""
+    return "```python\n" + code + "\n```"
 
 
-def thought_for(request):
-    first = request.split("\n")[0].rstrip(".?!")
-    if len(first) > 120:
-        first = first[:117].rsplit(" ", 1)[0]
-    return "The user asks: %s. I will answer with a short Python function." % first
+def thought_for(fn):
+    return "I will write `%s` in Python." % fn
 
 
 # ---- tool calls ----------------------------------------------------------------------------------
@@ -199,37 +208,46 @@ def user(text):
     return {"role": "user", "content": text}
 
 
-def build_examples(files):
+def build_examples(files, enc):
     rng = random.Random(SEED)
     funcs = stdlib_functions(files)
+    n_tasks = code_tasks.check_tasks()
     ex = []
 
     def add(kind, messages, answer, tools=None, thinking=False):
         ex.append({"kind": kind, "messages": messages, "tools": tools, "thinking": thinking, "answer": answer})
 
-    for f in funcs + funcs:  # two requests per function
-        req = code_request(rng, f)
-        ans = code_answer(rng, f["code"])
-        if rng.random() < 0.1:
-            add("think_code", [user(req)], "<|channel>thought\n%s<channel|>%s" % (thought_for(req), ans), thinking=True)
-        else:
-            add("doc_code", [user(req)], ans)
-    for f in rng.sample(funcs, min(len(funcs), 2500)):
+    def code_item(task):
+        req, code, fn = code_tasks.request(rng, task)
+        ans = code_answer(code)
+        n = len(enc.encode(ans, allow_special=True)) + 1  # + <turn|>
+        if n > CANVAS:
+            raise SystemExit("task %s: answer of %d tokens does not fit one %d-token canvas:\n%s" % (
+                task["names"][0], n, CANVAS, ans))
+        return req, ans, fn
+
+    # Small functions the model can master: every task many times, in varied phrasings.
+    for _ in range(CODE_ROUNDS):
+        for task in code_tasks.TASKS:
+            req, ans, fn = code_item(task)
+            if rng.random() < THINK_SHARE:
+                add("think_code", [user(req)], "<|channel>thought\n%s<channel|>%s" % (thought_for(fn), ans),
+                    thinking=True)
+            else:
+                add("simple_code", [user(req)], ans)
+    # A small share of standard-library code (short functions, the signature in the request) and of
+    # "what does X do?": variety, not something a model this size can reproduce.
+    short = [f for f in funcs if len(enc.encode(code_answer(f["code"]))) < CANVAS]
+    for f in rng.sample(short, min(len(short), N_DOC_CODE)):
+        add("doc_code", [user(code_request(rng, f))], code_answer(f["code"]))
+    for f in rng.sample(funcs, min(len(funcs), N_DOC_QA)):
         what = "%s.%s.%s" % (f["module"], f["cls"], f["name"]) if f["cls"] else "%s.%s" % (f["module"], f["name"])
         q = rng.choice(["What does `%s` do?", "Explain `%s`.", "What is `%s` for?"]) % what
         add("doc_qa", [user(q)], f["doc"])
-    for _ in range(25):
-        for requests, code in tasks.SIMPLE_FUNCTIONS:
-            req = rng.choice(requests)
-            ans = code_answer(rng, code)
-            if rng.random() < 0.15:
-                add("think_code", [user(req)], "<|channel>thought\n%s<channel|>%s" % (thought_for(req), ans), thinking=True)
-            else:
-                add("simple_code", [user(req)], ans)
     for _ in range(40):
         for requests, answer in tasks.SHORT_ANSWERS:
             add("chat", [user(rng.choice(requests))], answer)
-    for _ in range(4500):
+    for _ in range(N_TOOL_CALLS):
         name, req, args, result, final = tasks.tool_requests(rng)
         tools = declared_tools(rng, name)
         add("tool_call", [user(req)], tool_call_text(name, args) + "<|tool_response>", tools=tools)
@@ -238,11 +256,10 @@ def build_examples(files):
             msgs = [user(req), {"role": "assistant", "content": "", "tool_calls": [call]},
                     {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(result)}]
             add("tool_followup", msgs, final, tools=tools)
-    for _ in range(1200):
-        requests, code = rng.choice(tasks.SIMPLE_FUNCTIONS)
-        add("tools_no_call", [user(rng.choice(requests))], code_answer(rng, code), tools=declared_tools(rng, None) or
-            [tasks.tool_spec("search_web")])
-    return ex, len(funcs)
+    for _ in range(N_TOOLS_NO_CALL):
+        req, ans, _ = code_item(rng.choice(code_tasks.TASKS))
+        add("tools_no_call", [user(req)], ans, tools=declared_tools(rng, None) or [tasks.tool_spec("search_web")])
+    return ex, len(funcs), n_tasks
 
 
 # ---- tokenising through dgemma -------------------------------------------------------------------
@@ -301,11 +318,14 @@ def main():
     ap.add_argument("--limit", type=int, default=0, help="only the first N examples (for a quick check)")
     args = ap.parse_args()
 
-    examples, n_funcs = build_examples(bpe.stdlib_files(args.stdlib))
-    if args.limit:
-        examples = examples[:args.limit]
     with open(os.path.join(REPO, "models", "tiny-code", "tokenizer.json"), encoding="utf-8") as f:
         enc = bpe.Encoder(json.load(f))
+    with open(os.path.join(REPO, "models", "tiny-code", "config.json"), encoding="utf-8") as f:
+        if json.load(f)["canvas_length"] != CANVAS:
+            raise SystemExit("models/tiny-code canvas_length is not %d: update CANVAS" % CANVAS)
+    examples, n_funcs, n_tasks = build_examples(bpe.stdlib_files(args.stdlib), enc)
+    if args.limit:
+        examples = examples[:args.limit]
     turn_end = enc.added["<turn|>"]
 
     ids, start, plen, alen, kind = [], [], [], [], []
@@ -341,8 +361,8 @@ def main():
                         prompt_len=np.array(plen, np.int32), answer_len=np.array(alen, np.int32),
                         kind=np.array(kind, np.uint8), kinds=np.array(KINDS))
     counts = {k: int(np.sum(np.array(kind) == i)) for i, k in enumerate(KINDS)}
-    print("%d stdlib functions; %d examples kept, %d dropped (too long); %d tokens; %s" % (
-        n_funcs, len(start), dropped, len(ids), counts))
+    print("%d small-function tasks, %d stdlib functions; %d examples kept, %d dropped (too long); %d tokens; %s" % (
+        n_tasks, n_funcs, len(start), dropped, len(ids), counts))
 
 
 if __name__ == "__main__":

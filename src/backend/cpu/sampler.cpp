@@ -125,7 +125,7 @@ float histogram_floor(const uint32_t* hist, float cap, float T, const SampleFilt
   return row_floor(hist, kmax, cap, T, f);
 }
 
-Stats local_stats(const float* z, int64_t n, int64_t first, uint64_t key, uint32_t pos, float floor) {
+Stats local_stats(const float* z, int64_t n, int64_t first, uint64_t key, uint32_t pos, float floor, bool want_sample) {
   Stats st;
   for (int64_t v = 0; v < n; ++v) {
     const float zv = z[v];
@@ -137,7 +137,7 @@ Stats local_stats(const float* z, int64_t n, int64_t first, uint64_t key, uint32
     } else if (zv > st.z2) {
       st.z2 = zv;
     }
-    if (!(zv >= floor)) continue;  // outside the sample's support (NaN never enters it)
+    if (!want_sample || !(zv >= floor)) continue;  // outside the sample's support (NaN never enters it)
     const double g = static_cast<double>(zv) + rng::gumbel(key, pos, static_cast<uint32_t>(id));
     if (g > st.best) {
       st.best2 = st.best;
@@ -214,10 +214,11 @@ struct Outputs {
     const double lse = st.zmax + std::log(s);
     a.entropy.ptr<float>()[p] = static_cast<float>(std::log(s) - sz / s);
     a.argmax.ptr<int32_t>()[p] = st.am;
-    a.sample.ptr<int32_t>()[p] = st.smp;
+    a.sample.ptr<int32_t>()[p] = a.want_sample ? st.smp : st.am;
     if (!a.argmax_logprob.empty()) a.argmax_logprob.ptr<float>()[p] = static_cast<float>(static_cast<double>(st.zmax) - lse);
     if (!a.argmax_gap.empty()) a.argmax_gap.ptr<float>()[p] = st.zmax - st.z2;
-    if (!a.sample_gap.empty()) a.sample_gap.ptr<float>()[p] = static_cast<float>(st.best - st.best2);
+    if (!a.sample_gap.empty())
+      a.sample_gap.ptr<float>()[p] = a.want_sample ? static_cast<float>(st.best - st.best2) : st.zmax - st.z2;
     if (!a.sample_floor.empty()) a.sample_floor.ptr<float>()[p] = floor;
     if (a.top_n > 0) {
       const size_t n = static_cast<size_t>(a.top_n);
@@ -290,7 +291,7 @@ void sampler_sharded(const SamplerArgs& a) {
     std::vector<float> z(static_cast<size_t>(V));
     for (size_t p = b; p < e; ++p) {
       compute_z(logits + p * V, V, cap, T, z.data());
-      const Stats st = local_stats(z.data(), V, a.vocab_first, a.sample_key, static_cast<uint32_t>(p), floor[p]);
+      const Stats st = local_stats(z.data(), V, a.vocab_first, a.sample_key, static_cast<uint32_t>(p), floor[p], a.want_sample);
       std::memcpy(mine.data() + p * sizeof(Stats), &st, sizeof(Stats));
     }
   });
@@ -367,7 +368,7 @@ void sampler(const SamplerArgs& a) {
         add_histogram(row, V, hist.data());
         floor = histogram_floor(hist.data(), a.softcap, a.temperature, a.filter);
       }
-      const Stats st = local_stats(z.data(), V, 0, a.sample_key, static_cast<uint32_t>(p), floor);
+      const Stats st = local_stats(z.data(), V, 0, a.sample_key, static_cast<uint32_t>(p), floor, a.want_sample);
       block_sums(z.data(), V, blocks, st.zmax, sums.data());
       if (a.top_n > 0) local_top(z.data(), V, 0, a.top_n, scratch, top.data());
       const float bsum = out.finish(static_cast<int64_t>(p), st, sums.data(), blocks, floor, top.data(), top.size());

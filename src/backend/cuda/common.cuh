@@ -43,6 +43,23 @@ __device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// RMSNorm pieces shared by the norm kernels (norm_rope.cu, qkv_prologue.cu): the sum of squares of
+// a word in double (exact, and the row's sum too for any realistic dynamic range) and the row's
+// (mean + eps)^-0.5 from it, evaluated as 1/sqrt in double and rounded once.
+__device__ __forceinline__ double word_squares(const uint4 u) {
+  float v[8];
+  unpack_bf16x8(u, v);
+  double ss = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) ss += static_cast<double>(v[k]) * v[k];
+  return ss;
+}
+
+__device__ __forceinline__ float inv_rms_of(double ss, int64_t n, float eps) {
+  const float ms = __fadd_rn(static_cast<float>(ss / static_cast<double>(n)), eps);
+  return static_cast<float>(1.0 / sqrt(static_cast<double>(ms)));
+}
+
 // True when every pointer is 16-byte aligned and n is a multiple of 8 (the vectorised kernels' terms).
 inline bool vec8_ok(int64_t n, const void* a, const void* b = nullptr, const void* c = nullptr) {
   auto al = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };

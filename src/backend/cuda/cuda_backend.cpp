@@ -1,9 +1,11 @@
 // The CUDA backend: every op of backend.h on one stream of one GPU, bf16 activations with fp32
 // maths and the CPU reference's bf16 rounding points (tests/gpu compare the two op by op).
 //
-// Memory: a caching allocator (cuda_context.cpp); alloc() memory is not zeroed. Host <-> device copies
-// synchronise the stream (to_host must, from_host/upload do so that the caller may reuse its buffer
-// at once). Ops only enqueue work; synchronize() waits and reports kernel-detected input errors.
+// Memory: a caching allocator (cuda_context.cpp); alloc() memory is not zeroed. to_host synchronises
+// the stream; from_host of a small buffer is staged through a pinned ring and copied asynchronously
+// (the caller may reuse its buffer at once; a step's inputs go up without a synchronisation), larger
+// ones and upload() synchronise. Ops only enqueue work; synchronize() and to_host wait and report
+// kernel-detected input errors.
 //
 // Where results can differ from the CPU backend (and by how much) — the GPU tests' tolerances:
 //  * GEMMs (matmul, attention scores and P.V, router, experts) sum in another order than the CPU's
@@ -30,6 +32,7 @@
 #include "backend/cuda/quant_layout.h"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm_rope.cuh"
+#include "backend/cuda/qkv_prologue.cuh"
 #include "backend/cuda/sampler.cuh"
 #include "backend/cuda/tuning.h"
 #include "backend/cpu/quant.h"
@@ -42,7 +45,10 @@
 
 namespace dgemma::cuda {
 
-void sampler(const Context& ctx, const SamplerArgs& a) {
+namespace {
+
+// One canvas's sampler arguments, validated, as the kernels take them.
+SamplerLaunch sampler_launch(const SamplerArgs& a) {
   const char* op = "sampler";
   need_type(a.logits, ScalarType::kBF16, op, "logits");
   DG_CHECK(a.logits.ndim == 2);
@@ -60,6 +66,7 @@ void sampler(const Context& ctx, const SamplerArgs& a) {
   s.temperature = a.temperature;
   s.sample_key = a.sample_key;
   s.want_probs = a.want_probs;
+  s.want_sample = a.want_sample;
   s.entropy = a.entropy.ptr<float>();
   s.argmax = a.argmax.ptr<int32_t>();
   s.sample = a.sample.ptr<int32_t>();
@@ -83,15 +90,43 @@ void sampler(const Context& ctx, const SamplerArgs& a) {
     s.top_ids = a.top_ids.ptr<int32_t>();
     s.top_logprobs = a.top_logprobs.ptr<float>();
   }
-  Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(sampler_workspace_bytes(s))});
-  launch_sampler(s, workspace.data, ctx.stream);
+  return s;
 }
+
+}  // namespace
+
+namespace {
+std::atomic<bool> g_sampler_z_table{true};
+}  // namespace
+
+bool set_sampler_z_table(bool on) { return g_sampler_z_table.exchange(on); }
+
+void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases) {
+  std::vector<SamplerLaunch> all;
+  all.reserve(canvases.size());
+  for (const SamplerArgs& a : canvases) {
+    all.push_back(sampler_launch(a));
+    if (all.back().V != all.front().V)
+      fail(ErrorKind::kInternal, "sampler_batch: canvases of {} and {} columns", all.front().V, all.back().V);
+  }
+  // Groups of kMaxSamplerBatch canvases, one launch per pass each (one group for any engine batch of
+  // up to that many canvases).
+  for (size_t i = 0; i < all.size(); i += kMaxSamplerBatch) {
+    const int n = static_cast<int>(std::min<size_t>(kMaxSamplerBatch, all.size() - i));
+    Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(sampler_workspace_bytes(all.data() + i, n))});
+    launch_sampler(all.data() + i, n, workspace.data, ctx.stream, g_sampler_z_table.load());
+  }
+}
+
+void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std::span<const SamplerArgs>(&a, 1)); }
 
 namespace {
 std::atomic<bool> g_dense_quant{true};
+std::atomic<bool> g_fused_qkv{true};
 }  // namespace
 
 bool set_dense_quant_weights(bool on) { return g_dense_quant.exchange(on); }
+bool set_fused_qkv_prologue(bool on) { return g_fused_qkv.exchange(on); }
 
 namespace {
 
@@ -154,6 +189,8 @@ class CudaBackend final : public Backend {
     const bool kernel_shape = host.rows() % 8 == 0 && host.cols() % 64 == 0;
     if (kernel_shape && (host.data.ndim == 3 || g_dense_quant.load())) {
       Weight w = host;
+      if (host.format == WeightFormat::kNvfp4)
+        DG_CHECK(host.block.device == Device::kCpu && host.block.numel() == host.experts() * host.rows() * (host.cols() / 16));
       Tensor bytes = host.data.ndim == 3 ? host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1), host.data.dim(2)})
                                          : host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1)});
       const int64_t n = static_cast<int64_t>(bytes.nbytes()), chunk = int64_t{1} << 20;  // whole rows per chunk
@@ -163,6 +200,9 @@ class CudaBackend final : public Backend {
         for (size_t c = b; c < e; ++c) {
           const int64_t r0 = static_cast<int64_t>(c) * rows_per_chunk, r1 = std::min(n_rows, r0 + rows_per_chunk);
           std::memcpy(bytes.ptr<uint8_t>() + r0 * row, host.data.ptr<uint8_t>() + r0 * row, static_cast<size_t>((r1 - r0) * row));
+          if (host.format == WeightFormat::kNvfp4)  // the device scale codes have no zero (quant_layout.h)
+            zero_unscaled_blocks(bytes.ptr<uint8_t>() + r0 * row, host.block.ptr<uint8_t>() + r0 * (host.cols() / 16),
+                                 r1 - r0, host.cols());
           repack_quant_weights(host.format == WeightFormat::kFp8Channel, bytes.ptr<uint8_t>() + r0 * row, (r1 - r0) * row);
         }
       });
@@ -220,6 +260,9 @@ class CudaBackend final : public Backend {
       return;
     }
     activate();
+    // Small buffers (token ids, positions, page tables, canvases) go through the pinned staging ring:
+    // no synchronisation inside a step. Input errors the kernels find surface at the next sync.
+    if (ctx_.staging->copy_to_device(dst.data, src, dst.nbytes(), ctx_.stream)) return;
     CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, ctx_.stream));
     ctx_.sync();
   }
@@ -358,6 +401,26 @@ class CudaBackend final : public Backend {
     launch_ffn_residual(h1, m1, m2, w1, w2, wf, a.scale, out, m1n, m2n, f, T, H, a.eps, ctx_.stream);
   }
 
+  void qkv_prologue(const QkvPrologueArgs& a) override {
+    activate();
+    const char* op = "qkv_prologue";
+    DG_CHECK(a.q.ndim == 3 && a.k.ndim == 3 && a.v.ndim == 3);
+    const int64_t T = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2), Hkv = a.k.dim(1);
+    DG_CHECK(a.k.dim(0) == T && a.k.dim(2) == D && a.v.dim(0) == T && a.v.dim(1) == Hkv && a.v.dim(2) == D);
+    DG_CHECK(D % 2 == 0 && a.q_norm.numel() == D && a.k_norm.numel() == D);
+    need_type(a.positions, ScalarType::kI32, op, "positions");
+    need_type(a.inv_freq, ScalarType::kF32, op, "inv_freq");
+    DG_CHECK(a.positions.numel() == T && a.inv_freq.numel() == D / 2);
+    uint16_t* q = bf16_out(a.q, op, "q");
+    uint16_t* k = bf16_out(a.k, op, "k");
+    uint16_t* v = bf16_out(a.v, op, "v");
+    const uint16_t* wq = bf16_in(a.q_norm, op, "q_norm");
+    const uint16_t* wk = bf16_in(a.k_norm, op, "k_norm");
+    if (!g_fused_qkv.load() || !qkv_prologue_fusable(D, {q, k, v, wq, wk})) return Backend::qkv_prologue(a);
+    launch_qkv_prologue(q, k, v, a.k_eq_v, wq, wk, a.positions.ptr<int32_t>(), a.inv_freq.ptr<float>(), T, Hq, Hkv, D,
+                        a.eps, ctx_.stream);
+  }
+
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
     activate();
     DG_CHECK(a.numel() == b.numel() && a.numel() == out.numel());
@@ -402,15 +465,28 @@ class CudaBackend final : public Backend {
     cuda::moe(ctx_, a);
   }
 
-  void sampler(const SamplerArgs& a) override {
+  void sampler(const SamplerArgs& a) override { sampler_batch(std::span<const SamplerArgs>(&a, 1)); }
+
+  void sampler_batch(std::span<const SamplerArgs> canvases) override {
     activate();
-    if (a.collective != nullptr || a.vocab_first != 0)
-      fail(ErrorKind::kUnsupported, "tensor parallelism: the CUDA backend has no vocabulary-sharded sampler yet");
-    cuda::sampler(ctx_, a);
+    for (const SamplerArgs& a : canvases)
+      if (a.collective != nullptr || a.vocab_first != 0)
+        fail(ErrorKind::kUnsupported, "tensor parallelism: the CUDA backend has no vocabulary-sharded sampler yet");
+    if (!canvases.empty()) cuda::sampler_batch(ctx_, canvases);
   }
 
-  void decide(const DecideArgs& a) override {
+  void decide(const DecideArgs& a) override { decide_batch(std::span<const DecideArgs>(&a, 1)); }
+
+  void decide_batch(std::span<const DecideArgs> canvases) override {
     activate();
+    std::vector<DecideLaunch> all;
+    all.reserve(canvases.size());
+    for (const DecideArgs& a : canvases) all.push_back(decide_launch(a));
+    for (size_t i = 0; i < all.size(); i += kMaxDecideBatch)
+      launch_decide(all.data() + i, static_cast<int>(std::min<size_t>(kMaxDecideBatch, all.size() - i)), ctx_.stream);
+  }
+
+  static DecideLaunch decide_launch(const DecideArgs& a) {
     DecideLaunch d;
     d.C = check_decide_args(a, Device::kCuda);
     d.entropy = a.entropy.ptr<float>();
@@ -429,7 +505,7 @@ class CudaBackend final : public Backend {
       d.pin_mask = a.pin_mask.ptr<uint8_t>();
       d.pin_tokens = a.pin_tokens.ptr<int32_t>();
     }
-    launch_decide(d, ctx_.stream);
+    return d;
   }
 
   void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) override {

@@ -1,6 +1,7 @@
 // The MoE block on the GPU (cpu/moe.cpp is the spec):
 //   router: z = bf16(bf16(bf16(rmsnorm0(h1)) * scale) * H^-0.5) (norm_rope.cu), bf16 logits = z . W_r^T
-//           (cuBLAS), fp32 softmax, top-k, renormalised weights * per_expert_scale (moe.cu);
+//           (cuBLAS), fp32 softmax, top-k, renormalised weights * per_expert_scale (moe.cu; fused with
+//           the device grouping below in moe_route.cu);
 //   experts: the (token, slot) pairs grouped by expert, per expert one gate_up GEMM and one down GEMM
 //           (bf16 out), gelu(gate) * up between them, each output row times its fp32 weight rounded to
 //           bf16, then per token a bf16 running sum in ascending expert order (moe.cu).
@@ -8,7 +9,7 @@
 //   device grouping (default, set_moe_device_grouping): the grouping is one kernel and both
 //           projections are grouped GEMM kernels with the gather, the activation and the routing
 //           weight fused (grouped_moe.cu); no host synchronisation, fixed grids (at large R the
-//           grouping also writes a tile list, one 128-row tile per CTA). Used whenever
+//           grouping also writes a tile list, one tile per CTA). Used whenever
 //           grouped_moe_supported() accepts the shape (H, I multiples of 8, 16-byte aligned weights).
 //   host grouping (the fallback): the selected experts are copied back (a stream synchronisation per
 //           MoE call), counting-sorted, and the projections run as cuBLAS GEMMs.
@@ -32,9 +33,12 @@ namespace dgemma::cuda {
 
 namespace {
 std::atomic<bool> g_device_grouping{true};
+std::atomic<bool> g_fused_routing{true};
 }  // namespace
 
 bool set_moe_device_grouping(bool on) { return g_device_grouping.exchange(on); }
+bool set_fused_moe_routing(bool on) { return g_fused_routing.exchange(on); }
+bool fused_moe_routing() { return g_fused_routing.load(std::memory_order_relaxed); }
 
 void moe(const Context& ctx, const MoeArgs& a) {
   const char* op = "moe";
@@ -90,9 +94,11 @@ void moe(const Context& ctx, const MoeArgs& a) {
   Tensor top_idx = ctx.alloc(ScalarType::kI32, {T, K});
   Tensor top_w = ctx.alloc(ScalarType::kF32, {T, K});
   Tensor order = ctx.alloc(ScalarType::kI32, {T, K});
-  launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, a.per_expert_scale.ptr<uint16_t>(),
-                  probs.empty() ? nullptr : probs.ptr<float>(), top_idx.ptr<int32_t>(), top_w.ptr<float>(),
-                  order.ptr<int32_t>(), st);
+  float* probs_ptr = probs.empty() ? nullptr : probs.ptr<float>();
+  auto topk = [&] {
+    launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, a.per_expert_scale.ptr<uint16_t>(), probs_ptr,
+                    top_idx.ptr<int32_t>(), top_w.ptr<float>(), order.ptr<int32_t>(), st);
+  };
 
   // The routing's debug outputs (tests), copied to the host after the routing kernels; true if any.
   auto queue_debug_copies = [&] {
@@ -112,11 +118,26 @@ void moe(const Context& ctx, const MoeArgs& a) {
     // outputs were asked for (tests only).
     Tensor offsets = ctx.alloc(ScalarType::kI32, {E + 1});
     Tensor pairs = ctx.alloc(ScalarType::kI32, {R});
-    const int64_t n_tiles = grouped_moe_tiles(R, E);  // the large-R GEMMs' tile list (4 i32 an entry)
+    // The bf16 GEMMs' kernel and tile list (4 i32 an entry); with quantised experts (no list) a bf16
+    // projection, if any, takes the small kernel.
+    const bool any_quant = fp8_gu || fp4_gu || fp8_dn || fp4_dn;
+    const GroupedPlan plan = any_quant ? GroupedPlan{} : grouped_moe_plan(R, E);
     Tensor tiles;
-    if (n_tiles > 0) tiles = ctx.alloc(ScalarType::kI32, {4 * n_tiles});
-    int32_t* tiles_ptr = n_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
-    launch_moe_group(top_idx.ptr<int32_t>(), R, E, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, st);
+    if (plan.max_tiles > 0) tiles = ctx.alloc(ScalarType::kI32, {4 * plan.max_tiles});
+    int32_t* tiles_ptr = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
+    // The top-k and the grouping: one kernel where it takes the shape, else two (both write the
+    // plan's tile list, int4 entries of plan.tile_rows rows).
+    const int64_t scratch_n = fused_moe_routing() ? moe_route_group_scratch(T, E, K) : 0;
+    if (scratch_n > 0) {
+      Tensor scratch = ctx.alloc(ScalarType::kI32, {scratch_n});
+      launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, a.per_expert_scale.ptr<uint16_t>(), probs_ptr,
+                             top_idx.ptr<int32_t>(), top_w.ptr<float>(), order.ptr<int32_t>(), offsets.ptr<int32_t>(),
+                             pairs.ptr<int32_t>(), tiles_ptr, plan.max_tiles, plan.tile_rows, scratch.ptr<int32_t>(),
+                             ctx.ticket, st);
+    } else {
+      topk();
+      launch_moe_group(top_idx.ptr<int32_t>(), R, E, plan, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, st);
+    }
     Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
     Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
     if (fp8_gu)
@@ -127,7 +148,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
                                  a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E,
                                  K, H, I, act.ptr<uint16_t>(), st);
     else
-      launch_grouped_gate_up(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+      launch_grouped_gate_up(plan, a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
                              pairs.ptr<int32_t>(), tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
     if (fp8_dn)
       launch_grouped_down_fp8(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(),
@@ -137,7 +158,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
                               a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
                               top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
     else
-      launch_grouped_down(act.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+      launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
                           tiles_ptr, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
     launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
     if (queue_debug_copies()) ctx.sync();
@@ -149,6 +170,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
          T, H, I, E, K);
 
   // 2. Group the (token, slot) pairs by expert on the host (stable: pair order within an expert).
+  topk();
   std::vector<int32_t> idx(static_cast<size_t>(R));
   CUDA_CHECK(cudaMemcpyAsync(idx.data(), top_idx.data, static_cast<size_t>(R) * 4, cudaMemcpyDeviceToHost, st));
   queue_debug_copies();

@@ -16,6 +16,7 @@ void moe(const Context& ctx, const MoeArgs& a);              // cuda_moe.cpp
 namespace dgemma::cuda {
 
 void sampler(const Context& ctx, const SamplerArgs& a);      // cuda_backend.cpp
+void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases);  // cuda_backend.cpp
 std::unique_ptr<Backend> create_backend(int device_index);   // cuda_backend.cpp
 // The device and stream of a CUDA backend (throws for another backend): the NCCL collective's.
 const Context& context_of(Backend& backend);                 // cuda_backend.cpp

@@ -1,4 +1,4 @@
-// The decide op in one block per canvas (the CPU reference is backend/cpu/decide.cpp with the rules of
+// The decide op in one block per canvas (all canvases of a step in one launch) (the CPU reference is backend/cpu/decide.cpp with the rules of
 // backend/decide_rules.h; the results are bit-identical):
 //   1. every position's rank in the stable ascending order of the entropies (an all-pairs count:
 //      C^2 comparisons, 65,536 at C = 256 — cheaper than a sort's barriers at this size);
@@ -20,8 +20,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void __launch_bounds__(kThreads) decide_kernel(DecideLaunch d) {
+struct DecideBatch {
+  DecideLaunch c[kMaxDecideBatch];
+};
+static_assert(sizeof(DecideBatch) <= 4000, "the batch must fit the 4 KiB of kernel parameters");
+
+__global__ void __launch_bounds__(kThreads) decide_kernel(const DecideBatch b) {
   extern __shared__ float smem[];
+  const DecideLaunch& d = b.c[blockIdx.x];
   const int C = static_cast<int>(d.C);
   float* h = smem;                                        // [C] entropies by position
   float* sorted = smem + C;                               // [C] entropies in ascending order
@@ -93,14 +99,22 @@ __global__ void __launch_bounds__(kThreads) decide_kernel(DecideLaunch d) {
 
 }  // namespace
 
-void launch_decide(const DecideLaunch& d, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(d.C) * 16;
+void launch_decide(const DecideLaunch* canvases, int n, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (n > kMaxDecideBatch) CUDA_CHECK(cudaErrorInvalidValue);  // the caller groups the canvases
+  DecideBatch b;
+  int64_t max_c = 0;
+  for (int i = 0; i < n; ++i) {
+    b.c[i] = canvases[i];
+    max_c = max_c > canvases[i].C ? max_c : canvases[i].C;
+  }
+  const size_t smem = static_cast<size_t>(max_c) * 16;  // each block uses its own canvas's C of it
   if (smem > 48 * 1024) {
     static const cudaError_t attr =
         cudaFuncSetAttribute(decide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 8192);
     CUDA_CHECK(attr);
   }
-  decide_kernel<<<1, kThreads, smem, stream>>>(d);
+  decide_kernel<<<n, kThreads, smem, stream>>>(b);
   CUDA_CHECK_LAUNCH();
 }
 

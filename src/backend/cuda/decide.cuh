@@ -1,6 +1,6 @@
 #pragma once
-// The accept / renoise / stop decision of one denoising step (backend.h DecideArgs) in one block
-// (host launcher; kernel in decide.cu).
+// The accept / renoise / stop decision of one denoising step (backend.h DecideArgs), one block per
+// canvas, all canvases of a batch in one launch (host launcher; kernel in decide.cu).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -23,6 +23,8 @@ struct DecideLaunch {
   const uint8_t* pin_mask = nullptr;    // [C] or null: 1 = pinned
   const int32_t* pin_tokens = nullptr;  // [C] with pin_mask
 };
-void launch_decide(const DecideLaunch& d, cudaStream_t stream);
+// Canvases per launch (they ride in the kernel parameters, at most 4 KiB).
+constexpr int kMaxDecideBatch = 16;
+void launch_decide(const DecideLaunch* canvases, int n, cudaStream_t stream);
 
 }  // namespace dgemma::cuda

@@ -9,21 +9,21 @@
 // the dynamic shared-memory buffer.
 //
 // W4A16 grouped expert GEMMs for NVFP4 weights (grouped_moe_fp4.cuh). The structure is the small-R
-// bf16 kernel of grouped_moe.cu (tile 32 rows x 64 columns, BK = 64, 4 cp.async stages, 128 threads,
-// each CTA looping over its expert's M tiles with the (M tile, K tile) iterations flattened), with the
-// weight operand changed:
-//   * per stage a CTA copies 64 weight rows x 32 packed bytes (64 K values) and their 64 x 4 E4M3 block
-//     scales — a quarter of the bf16 kernel's weight bytes — with an L2 evict-first policy, all by
-//     16-byte cp.async (the device layout of quant_layout.h: scales stage major);
-//   * each thread builds its mma.sync B fragments in registers from one 8-byte (FP8: 16-byte) and one
-//     4-byte shared-memory load per weight row and stage (its bytes for all four k16 steps are adjacent
-//     in the device layout): the packed bytes become bf16 values e2m1 * block (exact; bit placement and
-//     bf16x2 multiplies, quant_layout.h), so no bf16 weight tile exists;
-//   * the epilogue multiplies the fp32 accumulators by the rows' global scale, then applies the
-//     activation / routing weight with the bf16 kernels' roundings.
-// Why not wgmma: at ~16 rows per expert a step is bound by the weight stream; this
-// kernel cuts the bytes 3.6x against bf16 with the existing, checked mma.sync pipeline. The large-R
-// (prefill) case runs this kernel too, looping over M tiles (more A re-reads, same weight bytes).
+// bf16 kernel of grouped_moe.cu (BK = 64, 4 to 8 cp.async stages, each CTA looping over its expert's M
+// tiles with the (M tile, K tile) iterations flattened), with the weight operand changed:
+//   * per stage a CTA copies BN weight rows x 32 packed bytes (64 K values) and their BN x 4 block
+//     scale codes with an L2 evict-first policy, all by 16-byte cp.async (quant_layout.h);
+//   * each warp owns 16 weight rows (two n fragments) for all rows of the M tile, so every weight is
+//     decoded once per CTA and M tile; each thread builds its mma.sync B fragments from one 8-byte
+//     (FP8: 16-byte) and one 4-byte shared-memory load per row and stage: per bf16x2 fragment register
+//     one rotate + mask (quant_layout.h) and one exact bf16x2 multiply by the block scale (FP8: 2^120);
+//   * M tiles of BM = 16 MF rows skip the m fragments without rows (an expert with 16 rows runs one);
+//   * the epilogue multiplies the fp32 accumulators by 2^7 (NVFP4, undoing the scale code's offset:
+//     exact) and the rows' global scale, then applies the activation / routing weight with the bf16
+//     kernels' roundings.
+// Tile variants (QuantTile: MF m fragments, W warps = BN / 16 weight rows, S stages) are chosen at run time
+// (grouped_moe_fp4.cu; dgemma_gpu_check --bench times them). Why not wgmma: at ~16 rows per expert a
+// step is bound by the weight stream; mma.sync with register-built B fragments keeps the weights packed.
 #include <cstdint>
 
 #include "backend/cuda/quant_layout.h"
@@ -40,39 +40,28 @@
 namespace dgemma::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kBM = 32;       // rows per M tile: the MoE (~16 rows an expert) and small dense inputs
-constexpr int kBMDense = 128;  // dense inputs of >= 128 rows: each weight tile is decoded once per 128 rows
-constexpr int kBN = 64;
 constexpr int kBK = 64;
-constexpr int kStages = 4;
 constexpr int kARowBytes = kBK * 2;   // bf16 A row of a stage
-constexpr int kSRowBytes = kBK / 16;  // NVFP4 block scales of a weight row in a stage
-constexpr int kSStage = kBN * kSRowBytes;
+constexpr int kSRowBytes = kBK / 16;  // NVFP4 block scale codes of a weight row in a stage
 // Weight bytes of a row in a stage: packed FP4 32, FP8 64.
 template <bool kFp8>
 __host__ __device__ constexpr int b_row_bytes() { return kFp8 ? kBK : kBK / 2; }
-template <int BM, bool kFp8>
-constexpr int smem_bytes() { return kStages * (BM * kARowBytes + kBN * b_row_bytes<kFp8>() + (kFp8 ? 0 : kSStage)); }
+template <int MF, int W, int S, bool kFp8>
+constexpr int smem_bytes() {
+  return S * (16 * MF * kARowBytes + 16 * W * b_row_bytes<kFp8>() + (kFp8 ? 0 : 16 * W * kSRowBytes));
+}
+constexpr float kFp4AccScale = 128.0f;  // 2^7: the scale codes' offset (quant_layout.h)
 
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * kARowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// Two E4M3 codes in bits 0-7 and 16-23 -> bf16x2 of their values (exact: E4M3 values are bf16 values;
-// quant_layout.h). The NaN codes, which no quantiser writes, become 480.
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t x) { return bf16x2_mul(e4m3x2_bits(x), kBf16x2Pow120); }
-
-// One packed byte (element 2j low nibble) times the bf16x2 block scale -> bf16x2, lower k in the low
-// half. e2m1 * block has at most 6 significant bits, so both multiplies are exact.
-__device__ __forceinline__ uint32_t e2m1x2_scaled(uint32_t byte, uint32_t scale2) {
-  return bf16x2_mul(bf16x2_mul(e2m1x2_bits(byte), kBf16x2Pow126), scale2);
-}
+constexpr uint32_t kBf16x2Pow120 = 0x7B807B80u;  // bf16 2^120 (exponent field 247) in both halves
 
 struct Fp4Args {
   const uint16_t* a;         // gate_up: x [T, Kd]; down: act [R, Kd]
   const uint8_t* w;          // packed [E, Nw, Kd / 2]
-  const uint8_t* s;          // block scales, device layout [E, Kd / 64, Nw, 4] (quant_layout.h)
+  const uint8_t* s;          // block scale codes, device layout [E, Kd / 64, Nw, 4] (quant_layout.h)
   const float* rs;           // row scales [E, Nw]
   const int32_t* offsets;    // [E + 1]
   const int32_t* pairs;      // [R]
@@ -80,18 +69,26 @@ struct Fp4Args {
   uint16_t* out;
   int Kd, N, top_k;
   int dense_rows = 0;        // > 0: a dense matmul of that many rows (no offsets / pairs / top_w, one weight):
-                             // CTA row blockIdx.y takes rows 32 y .. (the "experts" all share weight 0)
+                             // CTA row blockIdx.y takes rows BM y .. (the "experts" all share weight 0)
 };
 
-template <int BM, bool kGateUp, bool kFp8>
-__global__ void __launch_bounds__(kThreads, BM == kBM ? 4 : 2) grouped_fp4_kernel(Fp4Args g) {
-  constexpr int MF = BM / 16;
-  constexpr int kAChunks = BM * 8 / kThreads;  // 2 (BM 32), 8 (BM 128)
+template <int MF, int W>
+constexpr int min_blocks() { return MF >= 8 ? (W >= 8 ? 1 : 2) : (W >= 8 ? 2 : 4); }  // 128 registers but MF 8
+
+template <int MF, int W, int S, bool kGateUp, bool kFp8>
+__global__ void __launch_bounds__(32 * W, min_blocks<MF, W>()) grouped_fp4_kernel(Fp4Args g) {
+  constexpr int kStages = S;
+  constexpr int kThreads = 32 * W;
+  constexpr int BM = 16 * MF;
+  constexpr int BN = 16 * W;
+  constexpr int kAChunks = BM * 8 / kThreads;
+  static_assert(kAChunks * kThreads == BM * 8, "whole A chunks per thread");
   constexpr int kAStage = BM * kARowBytes;
   constexpr int kBRowBytes = b_row_bytes<kFp8>();
-  constexpr int kBStage = kBN * kBRowBytes;
+  constexpr int kBStage = BN * kBRowBytes;
+  constexpr int kSStage = BN * kSRowBytes;
   constexpr int kBChunks = kBStage / 16 / kThreads;  // FP4 1, FP8 2 weight chunks per thread a stage
-  static_assert(kBChunks * 16 * kThreads == kBStage && kBN <= kThreads, "whole weight chunks per thread");
+  static_assert(kBChunks * 16 * kThreads == kBStage, "whole weight chunks per thread");
   DG_KERNEL_DYNAMIC_SMEM(smem);
 
   const int e = blockIdx.y;
@@ -111,14 +108,14 @@ __global__ void __launch_bounds__(kThreads, BM == kBM ? 4 : 2) grouped_fp4_kerne
   const uint32_t s_s = s_b + kStages * kBStage;
   const int chunk = tid & 7;
 
-  // Weight tile row s -> weight row n (gate_up: s < 32 gate row i, else up row N + i).
+  // Weight tile row s -> weight row n (gate_up: s < BN / 2 gate row i, else up row N + i).
   auto weight_row = [&](int s, bool& ok) {
     if (kGateUp) {
-      const int i = blockIdx.x * (kBN / 2) + (s & (kBN / 2 - 1));
+      const int i = blockIdx.x * (BN / 2) + (s & (BN / 2 - 1));
       ok = i < N;
-      return s < kBN / 2 ? i : N + i;
+      return s < BN / 2 ? i : N + i;
     }
-    const int n = blockIdx.x * kBN + s;
+    const int n = blockIdx.x * BN + s;
     ok = n < N;
     return n;
   };
@@ -134,8 +131,8 @@ DG_UNROLL
     const int row = weight_row(c / kRowChunks, p_ok[j]);
     p_src[j] = p_ok[j] ? g.w + (we * Nw + row) * w_row_bytes + 16 * (c % kRowChunks) : g.w;
   }
-  // Scale copy (threads 0..15, NVFP4): tile rows 4 tid .. 4 tid + 3, consecutive weight rows (the
-  // 4-row groups never straddle the gate / up halves or N, a multiple of 8), 16 bytes a stage.
+  // Scale copy (threads 0 .. BN / 4 - 1, NVFP4): tile rows 4 tid .. 4 tid + 3, consecutive weight rows
+  // (the 4-row groups never straddle the gate / up halves or N, a multiple of 8), 16 bytes a stage.
   constexpr int kSChunks = kSStage / 16;
   bool s_ok = false;
   const uint8_t* s_src = g.s;
@@ -148,7 +145,7 @@ DG_UNROLL
   auto set_a_rows = [&](int mt) {
 DG_UNROLL
     for (int j = 0; j < kAChunks; ++j) {
-      const int m = mt * BM + (tid >> 3) + 16 * j;
+      const int m = mt * BM + (tid >> 3) + (kThreads / 8) * j;
       a_ok[j] = m < rows;
       int64_t src_row = 0;
       if (a_ok[j]) src_row = kGateUp ? g.pairs[row0 + m] / g.top_k : row0 + m;
@@ -162,10 +159,12 @@ DG_UNROLL
     if (load_kt == 0) set_a_rows(load_mt);
     const int k = load_kt * kBK + chunk * 8;
     const uint32_t sa = s_a + stage * kAStage;
+    // A rows past the expert's are not copied: their m fragments are skipped or their output rows
+    // dropped (an mma row depends only on its own A row).
 DG_UNROLL
     for (int j = 0; j < kAChunks; ++j) {
-      const int r = (tid >> 3) + 16 * j;
-      cp_async16(sa + swz(r, chunk), a_ok[j] ? a_src[j] + k : g.a, a_ok[j]);
+      const int r = (tid >> 3) + (kThreads / 8) * j;
+      if (a_ok[j]) cp_async16(sa + swz(r, chunk), a_src[j] + k, true);
     }
 DG_UNROLL
     for (int j = 0; j < kBChunks; ++j)
@@ -193,36 +192,39 @@ DG_UNROLL
     cp_async_commit();
   }
 
-  // A fragments by ldmatrix as in grouped_moe.cu. B fragment nf of warp w: tile row 32 nf + 8 w + lane / 4,
-  // k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1); the device layout (quant_layout.h) puts the
-  // bytes of quad lane % 4 for the four kk of a stage at 8 (lane % 4) (FP4) / 16 (lane % 4) (FP8).
-  const int a_row = lane & 15, a_chunk = lane >> 4;
-  const int b_row0 = 8 * warp + (lane >> 2), b_byte = lane & 3;
+  // A fragments by ldmatrix as in grouped_moe.cu. B fragment nf of warp w: tile row 8 (W nf + w) + lane / 4
+  // (gate_up: nf 0 gate, nf 1 the matching up row), k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1);
+  // quad lane % 4's words are bytes 8 (lane % 4) (FP4) / 16 (lane % 4) (FP8) of the row's slice.
+  // This lane's ldmatrix offsets in an A stage for m fragment 0 and each k16 step (fragment mf adds
+  // 16 mf rows, which keeps the swizzle: 16 mf % 8 == 0).
+  uint32_t a_off[kBK / 16];
+DG_UNROLL
+  for (int kk = 0; kk < kBK / 16; ++kk) a_off[kk] = swz(lane & 15, 2 * kk + (lane >> 4));
+  const int b_row0 = 8 * warp + (lane >> 2), b_quad = lane & 3;
 
   int mt = 0, kt = 0;
+  int m_frags = min(MF, (rows + 15) / 16);  // m fragments with rows in this M tile
+  int stage = 0, load_stage = kStages - 1;
   for (int it = 0; it < total; ++it) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    if (it + kStages - 1 < total) load_next((it + kStages - 1) % kStages);
+    if (it + kStages - 1 < total) load_next(load_stage);
     cp_async_commit();
-
-    const int stage = it % kStages;
+    load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;
     const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
-    // This thread's weight bytes of the stage (both n fragments, all four k16 steps) and block scales.
-    uint32_t wb[2][4], sc2[2][2];
+    // This thread's weight words of the stage (both n fragments, all four k16 steps) and scale codes.
+    uint32_t wb[2][4], sc[2];
 DG_UNROLL
     for (int nf = 0; nf < 2; ++nf) {
-      const int row = 32 * nf + b_row0;
+      const int row = 8 * W * nf + b_row0;
       if (kFp8) {
-        lds_v4(sb + row * kBRowBytes + fp8_slice_pos(b_byte, 0, 0), wb[nf]);
+        lds_v4(sb + row * kBRowBytes + 16 * b_quad, wb[nf]);
       } else {
         uint32_t two[2];
-        lds_v2(sb + row * kBRowBytes + fp4_slice_pos(b_byte, 0, 0), two);
+        lds_v2(sb + row * kBRowBytes + 8 * b_quad, two);
         wb[nf][0] = two[0];
         wb[nf][1] = two[1];
-        const uint32_t sc = lds_u32(ss + row * kSRowBytes);  // the 4 scale codes, kk = 0 .. 3
-        sc2[nf][0] = e4m3x2_to_bf16x2(spread_lo(sc));          // bf16x2 (scale 0, scale 1)
-        sc2[nf][1] = e4m3x2_to_bf16x2(spread_hi(sc));          // (scale 2, scale 3)
+        sc[nf] = lds_u32(ss + row * kSRowBytes);  // the 4 scale codes, kk = 0 .. 3
       }
     }
 DG_UNROLL
@@ -230,20 +232,20 @@ DG_UNROLL
       uint32_t b[2][2];
 DG_UNROLL
       for (int nf = 0; nf < 2; ++nf) {
-        if (kFp8) {  // word kk: b0's byte pair, then b1's
-          b[nf][0] = e4m3x2_to_bf16x2(spread_lo(wb[nf][kk]));
-          b[nf][1] = e4m3x2_to_bf16x2(spread_hi(wb[nf][kk]));
-        } else {     // bytes 2 kk (b0) and 2 kk + 1 (b1) of the 8; scale kk in both halves
-          const uint32_t scale2 = __byte_perm(sc2[nf][kk >> 1], 0, (kk & 1) ? 0x3232 : 0x1010);
-          const uint32_t two = wb[nf][kk >> 1] >> (16 * (kk & 1));
-          b[nf][0] = e2m1x2_scaled(two & 0xffu, scale2);
-          b[nf][1] = e2m1x2_scaled((two >> 8) & 0xffu, scale2);
+        if (kFp8) {  // word kk: pair 0 b0, pair 1 b1
+          b[nf][0] = bf16x2_mul(fp8_pair_bits(wb[nf][kk], 0), kBf16x2Pow120);
+          b[nf][1] = bf16x2_mul(fp8_pair_bits(wb[nf][kk], 1), kBf16x2Pow120);
+        } else {     // word kk / 2, pairs 2 (kk & 1) + h; scale code kk in both halves
+          const uint32_t scale2 = scale_code_bits(__byte_perm(sc[nf], 0, 0x4040u | (kk << 8) | kk));
+          b[nf][0] = bf16x2_mul(fp4_pair_bits(wb[nf][kk >> 1], 2 * (kk & 1)), scale2);
+          b[nf][1] = bf16x2_mul(fp4_pair_bits(wb[nf][kk >> 1], 2 * (kk & 1) + 1), scale2);
         }
       }
 DG_UNROLL
       for (int mf = 0; mf < MF; ++mf) {
+        if (mf >= m_frags) break;  // uniform over the CTA
         uint32_t a[4];
-        ldmatrix_x4(sa + swz(mf * 16 + a_row, 2 * kk + a_chunk), a[0], a[1], a[2], a[3]);
+        ldmatrix_x4(sa + a_off[kk] + mf * 16 * kARowBytes, a[0], a[1], a[2], a[3]);
         mma_bf16(acc[mf][0], a, b[0][0], b[0][1]);
         mma_bf16(acc[mf][1], a, b[1][0], b[1][1]);
       }
@@ -252,6 +254,8 @@ DG_UNROLL
     if (++kt == KT) {
       const int g_row = lane >> 2, g_col = 2 * (lane & 3);
       const float* rs_e = g.rs + we * Nw;
+      // NVFP4: acc * 2^7 is exact, so this is bf16(acc_true * rs) as with unscaled weights.
+      auto scaled = [&](float v, float rs) { return __fmul_rn(kFp8 ? v : __fmul_rn(v, kFp4AccScale), rs); };
 DG_UNROLL
       for (int mf = 0; mf < MF; ++mf)
 DG_UNROLL
@@ -260,13 +264,13 @@ DG_UNROLL
           if (m >= rows) continue;
           const int64_t r = row0 + m;
           if (kGateUp) {
-            const int i = blockIdx.x * (kBN / 2) + 8 * warp + g_col;
+            const int i = blockIdx.x * (BN / 2) + 8 * warp + g_col;
             if (i >= N) continue;
             uint32_t packed = 0;
 DG_UNROLL
             for (int c = 0; c < 2; ++c) {
-              const float gv = __fmul_rn(acc[mf][0][2 * h + c], rs_e[i + c]);
-              const float uv = __fmul_rn(acc[mf][1][2 * h + c], rs_e[N + i + c]);
+              const float gv = scaled(acc[mf][0][2 * h + c], rs_e[i + c]);
+              const float uv = scaled(acc[mf][1][2 * h + c], rs_e[N + i + c]);
               const float gate = round_bf16(gelu_tanh(round_bf16(gv)));
               const uint16_t v = f32_to_bf16(__fmul_rn(gate, round_bf16(uv)));
               packed |= static_cast<uint32_t>(v) << (16 * c);
@@ -277,12 +281,12 @@ DG_UNROLL
             const float wt = dense ? 1.0f : g.top_w[p];  // dense: bf16(bf16(y) * 1) = bf16(y)
 DG_UNROLL
             for (int nf = 0; nf < 2; ++nf) {
-              const int n = blockIdx.x * kBN + 32 * nf + 8 * warp + g_col;
+              const int n = blockIdx.x * BN + 8 * W * nf + 8 * warp + g_col;
               if (n >= N) continue;
               uint32_t packed = 0;
 DG_UNROLL
               for (int c = 0; c < 2; ++c) {
-                const float yv = __fmul_rn(acc[mf][nf][2 * h + c], rs_e[n + c]);
+                const float yv = scaled(acc[mf][nf][2 * h + c], rs_e[n + c]);
                 const uint16_t v = f32_to_bf16(__fmul_rn(round_bf16(yv), wt));
                 packed |= static_cast<uint32_t>(v) << (16 * c);
               }
@@ -298,55 +302,88 @@ DG_UNROLL
           for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
       kt = 0;
       ++mt;
+      m_frags = min(MF, (rows - mt * BM + 15) / 16);
     }
+    stage = stage + 1 == kStages ? 0 : stage + 1;
   }
   cp_async_wait<0>();
 }
 
+// Tile variants (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows, S cp.async stages of 64
+// K values), by id; 0 automatic.
+struct QuantTile {
+  int mf, w, stages;
+};
+constexpr QuantTile kQuantTiles[] = {{0, 0, 0}, {1, 4, 4}, {2, 4, 4}, {4, 4, 4}, {2, 8, 4}, {4, 8, 4},
+                                     {8, 4, 4}, {1, 4, 8}, {2, 4, 6}, {2, 8, 6}};
+constexpr int kQuantTileCount = 10;
+
+// The automatic choice from the mean rows per expert (the routing is on the device): M tiles that hold
+// an expert's rows at once (a second M tile re-reads the weights), 8 warps (half the A re-reads).
+inline int auto_quant_tile(int64_t R, int64_t E) {
+  const int64_t mean = R / (E > 0 ? E : 1);
+  return mean <= 20 ? 4 : mean <= 48 ? 5 : 6;
+}
+
+template <int MF, int W, int S, bool kGateUp, bool kFp8, typename L>
+void go_tile(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
+  const int64_t cols = kGateUp ? 8 * W : 16 * W;  // output columns of a CTA
+  l.template go<MF, W, S, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
+}
+template <bool kGateUp, bool kFp8, typename L>
+void go_variant(L& l, int variant, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
+  switch (variant) {
+    case 1: go_tile<1, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 2: go_tile<2, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 3: go_tile<4, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 4: go_tile<2, 8, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 5: go_tile<4, 8, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 7: go_tile<1, 4, 8, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 8: go_tile<2, 4, 6, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 9: go_tile<2, 8, 6, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    default: go_tile<8, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+  }
+}
+
 // The launches of the public entry points (grouped_moe_fp4.cuh), for any launcher: `l.template
-// go<BM, kGateUp, kFp8>(args, grid_x, grid_y)` runs the kernel over that grid (the device: a CUDA
-// launch; the unit tests: the emulator).
+// go<MF, W, S, kGateUp, kFp8>(args, grid_x, grid_y)` runs the kernel over that grid (the device: a CUDA
+// launch; the unit tests: the emulator). `variant`: a kQuantTiles id, 0 automatic.
 template <typename L>
 void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                  const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
-                 uint16_t* act) {
+                 uint16_t* act, int variant = 0) {
   if (R <= 0 || E <= 0 || I <= 0) return;
   const Fp4Args g{x, w, block, row_scale, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
                   static_cast<int>(K)};
-  const int64_t n_tiles = (I + kBN / 2 - 1) / (kBN / 2);
-  if (fp8) l.template go<kBM, true, true>(g, n_tiles, E);
-  else l.template go<kBM, true, false>(g, n_tiles, E);
+  if (variant <= 0 || variant >= kQuantTileCount) variant = auto_quant_tile(R, E);
+  if (fp8) go_variant<true, true>(l, variant, g, I, E);
+  else go_variant<true, false>(l, variant, g, I, E);
 }
 
 template <typename L>
 void run_down(L& l, bool fp8, const uint16_t* act, const uint8_t* w, const uint8_t* block, const float* row_scale,
               const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H,
-              int64_t I, uint16_t* y) {
+              int64_t I, uint16_t* y, int variant = 0) {
   if (R <= 0 || E <= 0 || H <= 0) return;
   const Fp4Args g{act, w, block, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1};
-  const int64_t n_tiles = (H + kBN - 1) / kBN;
-  if (fp8) l.template go<kBM, false, true>(g, n_tiles, E);
-  else l.template go<kBM, false, false>(g, n_tiles, E);
+  if (variant <= 0 || variant >= kQuantTileCount) variant = auto_quant_tile(R, E);
+  if (fp8) go_variant<false, true>(l, variant, g, H, E);
+  else go_variant<false, false>(l, variant, g, H, E);
 }
 
-// One CTA row per BM rows of x; every CTA decodes its weight tiles again (from L2), so inputs of 128
-// rows or more take 128-row tiles (a quarter of the decoding per row; two CTAs per SM).
+// Dense: one CTA row per BM rows of x; every CTA row decodes the weight tiles again (from L2). Automatic
+// (variant 0): 32-row tiles (variant 2), or 128-row tiles (variant 6: a quarter of the decoding) from 128
+// rows on.
 template <typename L>
 void run_dense(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
-               int64_t T, int64_t N, int64_t K, uint16_t* out) {
+               int64_t T, int64_t N, int64_t K, uint16_t* out, int variant = 0) {
   if (T <= 0 || N <= 0) return;
   const Fp4Args g{x, w, block, row_scale, nullptr, nullptr, nullptr, out, static_cast<int>(K), static_cast<int>(N), 1,
                   static_cast<int>(T)};
-  const int64_t n_tiles = (N + kBN - 1) / kBN;
-  if (T >= kBMDense) {
-    const int64_t m_tiles = (T + kBMDense - 1) / kBMDense;
-    if (fp8) l.template go<kBMDense, false, true>(g, n_tiles, m_tiles);
-    else l.template go<kBMDense, false, false>(g, n_tiles, m_tiles);
-    return;
-  }
-  const int64_t m_tiles = (T + kBM - 1) / kBM;
-  if (fp8) l.template go<kBM, false, true>(g, n_tiles, m_tiles);
-  else l.template go<kBM, false, false>(g, n_tiles, m_tiles);
+  if (variant <= 0 || variant >= kQuantTileCount) variant = T >= 128 ? 6 : 2;
+  const int64_t bm = 16 * kQuantTiles[variant].mf, m_tiles = (T + bm - 1) / bm;
+  if (fp8) go_variant<false, true>(l, variant, g, N, m_tiles);
+  else go_variant<false, false>(l, variant, g, N, m_tiles);
 }
 
 }  // namespace

@@ -145,6 +145,8 @@ __global__ void combine_kernel(const uint16_t* __restrict__ y, const int32_t* __
 void launch_moe_topk(const uint16_t* logits, int64_t T, int64_t E, int64_t K, const uint16_t* per_expert_scale,
                      float* probs, int32_t* top_idx, float* top_w, int32_t* order, cudaStream_t stream) {
   if (T <= 0) return;
+  if (fused_moe_routing() && launch_moe_topk_reg(logits, T, E, K, per_expert_scale, probs, top_idx, top_w, order, stream))
+    return;
   const size_t shared = static_cast<size_t>(kTopkWarps) * static_cast<size_t>(2 * E + K) * 4;
   if (shared > 48 * 1024) {
     CUDA_CHECK(cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
@@ -177,6 +179,7 @@ void launch_moe_weight(const uint16_t* ys, const int32_t* perm, const float* w, 
 void launch_moe_combine(const uint16_t* y, const int32_t* order, int64_t T, int64_t K, int64_t H, uint16_t* out,
                         cudaStream_t stream) {
   if (T <= 0 || H <= 0) return;
+  if (fused_moe_routing() && launch_moe_combine_vec(y, order, T, K, H, out, stream)) return;
   combine_kernel<<<static_cast<unsigned>(T), threads_for_row(H), 0, stream>>>(y, order, K, H, out);
   CUDA_CHECK_LAUNCH();
 }

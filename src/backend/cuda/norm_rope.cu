@@ -76,20 +76,6 @@ __device__ __forceinline__ void norm_word(const uint4* xr, const uint4* w, const
   o[i] = pack_bf16x8(v);
 }
 
-__device__ __forceinline__ double word_squares(const uint4 u) {
-  float v[8];
-  unpack_bf16x8(u, v);
-  double ss = 0;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) ss += static_cast<double>(v[k]) * v[k];
-  return ss;
-}
-
-__device__ __forceinline__ float inv_rms_of(double ss, int64_t n, float eps) {
-  const float ms = __fadd_rn(static_cast<float>(ss / static_cast<double>(n)), eps);
-  return static_cast<float>(1.0 / sqrt(static_cast<double>(ms)));
-}
-
 template <bool kRouter>
 __global__ void rmsnorm_warp_kernel(const uint4* x, const uint4* __restrict__ w, const uint4* __restrict__ scale,
                                     float root, uint4* out, int64_t rows, int64_t words, float eps) {

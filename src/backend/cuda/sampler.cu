@@ -1,26 +1,31 @@
-// The sampler (docs/MODEL.md §6), each canvas row cut into slices with one block per (slice, position),
-// never materialising fp32 [C, V]:
+// The sampler (docs/MODEL.md §6) over the canvases of one denoising step: each canvas row cut into
+// slices with one block per (slice, position, canvas), all canvases of a batch in each launch (their
+// parameters ride in the kernel parameters: SamplerBatch), never materialising fp32 [C, V]:
 //   pass 0: max of the raw bf16 logits (z is a non-decreasing function of the logit, so this fixes
 //           the shift of the exponentials below to the row's max z exactly);
 //   pass 1: z = softcap * tanh(x / softcap) / T per element in fp32 (CUDA's tanhf, as torch's
 //           soft-cap on the GPU; the CPU backend's glibc tanhf agrees but for ulp-level cases);
 //           argmax and the second-best z; the entropy sums accumulated in double from fp32 exps
 //           (H = log S1 - S2 / S1 with S1 = sum e^(z - m), S2 = sum e^(z - m) (z - m));
-//           Gumbel-max with the counter-based noise in double (screened by an fp32 estimate); the
-//           softmax denominator of bf16(z) for the self-conditioning probabilities (double sum);
+//           Gumbel-max with the counter-based noise in double, screened by fp32 estimates against
+//           the block's best so far and skipped outright where the noise's bound rules an element
+//           out (slice_stats_kernel says why both are exact); the softmax denominator of bf16(z)
+//           for the self-conditioning probabilities (double sum);
 //   then one warp per row merges the slices' partial results in slice order (deterministic);
 //   pass 2 (want_probs): the row (holding bf16(z) since pass 1) is overwritten with
 //           bf16(exp(bf16(z) - max) / sum).
-// Everything per element is fp32 or integer maths: double-precision transcendentals over 67 M
-// elements per canvas step made this op compute-bound (1.6-1.9 ms on an H200).
+// Everything per element is fp32 or integer maths but the rare exact Gumbel values: double-precision
+// transcendentals over 67 M elements per canvas step made this op compute-bound.
 // Ties: the lowest index wins (the CPU's strict '>' over ascending indices).
 // Only when asked (no extra pass otherwise):
 //   filter (sample_filter.h): per chunk of rows a 65,536-bin histogram of the bf16 logits (global
 //           atomics), then one block per row finds the floor by scans over the bins (128-bit
-//           fixed-point masses: the CPU's sums exactly), and pass 1 draws the sample among z >= floor;
+//           fixed-point masses: the CPU's sums exactly), and pass 1 draws the sample among z >= floor
+//           (a canvas at a time: filters are per request);
 //   top_n:  before pass 1 (which overwrites the row), each block keeps its slice's top_n (z, id) in
 //           the total order z descending, id ascending; finalize merges the slices and writes
 //           z - logsumexp.
+//   want_sample false (greedy canvases): no noise is drawn; the sample is the argmax.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -35,26 +40,36 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 
-// Gumbel noise of 64 random bits in fp32, within 2e-5 of rng::gumbel_from_bits (the double value):
-// t = -log(u) from u's 53-bit mantissa integer m (through log1p of -(1 - u) when u >= 1/2, where
-// 1 - u is exact in the integer domain), then -log(t); fp32 logs are within 1 ulp, so the error is
-// a few 1e-7 relative in t and a few ulps of |g| <= 37.
+// Gumbel noise of 64 random bits in fp32, within 2e-5 of rng::gumbel_from_bits (the double value),
+// without branches (a warp's lanes take both halves of u's range alike). With m = b >> 11 the
+// reference's u is double(m) + 0.5 rounded, / 2^53: (m + 0.5) / 2^53 below 2^52, and above it the
+// halfway m + 0.5 rounds to the even neighbour, so 1 - u = k / 2^53 with k = 2^53 - m - (m & 1)
+// exactly (k = 0, u = 1 when m = 2^53 - 1: the noise is +inf, as the reference's). With x = u
+// (u < 1/2) or x = 1 - u, t = -log(u) is
+//   u < 1/2:          -__logf(u): 3 ulp of |log u| >= 0.69, a few 1e-7 relative in t;
+//   1/2 <= u <= 15/16: -__logf(1 - x): the intrinsic's 2^-21.4 absolute error on [1/2, 2] is under
+//                      6e-6 of t >= 0.0645;
+//   u > 15/16:        x (1 + x/2 + x^2/3 + x^3/4), the series of -log(1 - x) cut after its fourth
+//                      term: within x^4 / 5 / (1 - x) <= 3.3e-6 relative;
+// then g = -__logf(t): 3 ulp of |log t| <= 37.5, at most 1.2e-5; in all at most 2e-5.
 __device__ __forceinline__ float gumbel_approx(uint64_t b) {
-  const uint64_t m = b >> 11;  // u = (m + 0.5) / 2^53
+  const uint64_t m = b >> 11;
   constexpr float kInv53 = 1.0f / 9007199254740992.0f;
-  float t;
-  if (m < (uint64_t{1} << 52)) {
-    t = -logf((static_cast<float>(m) + 0.5f) * kInv53);
-  } else {
-    const float w = (static_cast<float>((uint64_t{1} << 53) - m) - 0.5f) * kInv53;  // 1 - u
-    t = -log1pf(-w);
-  }
-  return -logf(t);
+  const bool low = m < (uint64_t{1} << 52);
+  const float x = low ? (static_cast<float>(m) + 0.5f) * kInv53                                    // u
+                      : static_cast<float>((uint64_t{1} << 53) - m - (m & 1)) * kInv53;           // 1 - u
+  const float series = x * fmaf(x, fmaf(x, fmaf(x, 0.25f, 1.0f / 3.0f), 0.5f), 1.0f);
+  const float by_log = -__logf(low ? x : 1.0f - x);
+  const float t = !low && x < 0.0625f ? series : by_log;
+  return -__logf(t);
 }
 
-// Per-element values the fp32 screen lets through to the exact double Gumbel: anything within this
-// of the thread's running best z + g (fp32 error of z + gumbel_approx < 3e-5 at |z + g| < 128).
+// Per-element values the fp32 screen lets through to the exact double Gumbel: anything within
+// kGumbelScreen + |estimate| 2^-18 of the block's best estimate so far. An estimate z + g is within
+// 2e-5 + 2^-24 |z + g| of the double value (the noise above, the fp32 addition; z is the same fp32
+// value on both paths), so twice that error is below the margin at every magnitude.
 constexpr float kGumbelScreen = 1e-3f;
+constexpr float kGumbelScreenRel = 1.0f / 262144.0f;  // 2^-18
 
 __device__ __forceinline__ float processed(float x, float cap, float temperature) {
   return __fdiv_rn(__fmul_rn(tanhf(__fdiv_rn(x, cap)), cap), temperature);
@@ -142,72 +157,201 @@ __device__ __forceinline__ void slice_of(int64_t V, int splits, int64_t& v0, int
   v1 = v0 + per < V ? v0 + per : V;
 }
 
-// Pass 0: each block's largest raw logit of its slice.
-__global__ void __launch_bounds__(kThreads) slice_max_kernel(SamplerLaunch a, int splits, float* slice_max) {
+// The batch of canvases one launch covers (kernel parameters: read through the constant bank).
+struct SamplerBatch {
+  SamplerLaunch c[kMaxSamplerBatch];
+  int n = 0;
+  int splits = 1;
+};
+static_assert(sizeof(SamplerBatch) <= 4000, "the batch must fit the 4 KiB of kernel parameters");
+
+// Whether a slice can be streamed in 16-byte accesses (8 bf16): aligned and a multiple of 8 long.
+__device__ __forceinline__ bool vectorisable(const uint16_t* row, int64_t v0, int64_t v1) {
+  return ((reinterpret_cast<uintptr_t>(row + v0) & 15) == 0) && ((v1 - v0) % 8 == 0);
+}
+
+// Pass 0: each block's largest raw logit of its slice (fmaxf ignores NaN, as the scalar loop).
+__global__ void __launch_bounds__(kThreads) slice_max_kernel(const SamplerBatch b, float* slice_max) {
   __shared__ float shared_f[32];
+  const SamplerLaunch& a = b.c[blockIdx.z];
   const int64_t pos = blockIdx.y;
+  if (pos >= a.C) return;
   const uint16_t* row = a.logits + pos * a.V;
   int64_t v0, v1;
-  slice_of(a.V, splits, v0, v1);
+  slice_of(a.V, b.splits, v0, v1);
   float xmax = -INFINITY;
-  for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) xmax = fmaxf(xmax, bf16_to_f32(row[v]));
+  if (vectorisable(row, v0, v1)) {
+    const uint4* vec = reinterpret_cast<const uint4*>(row + v0);
+    for (int64_t c = threadIdx.x; c < (v1 - v0) / 8; c += kThreads) {
+      const uint4 q = vec[c];
+      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        xmax = fmaxf(xmax, fmaxf(__uint_as_float(w[k] << 16), __uint_as_float(w[k] & 0xFFFF0000u)));
+    }
+  } else {
+    for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) xmax = fmaxf(xmax, bf16_to_f32(row[v]));
+  }
   xmax = block_reduce(xmax, MaxOp{}, -INFINITY, shared_f);
-  if (threadIdx.x == 0) slice_max[pos * splits + blockIdx.x] = xmax;
+  if (threadIdx.x == 0) slice_max[(a.row0 + pos) * b.splits + blockIdx.x] = xmax;
 }
 
 // The row's shift m = z(max logit) from the slice maxima.
 __device__ __forceinline__ float row_shift(const SamplerLaunch& a, int splits, const float* slice_max, int64_t pos) {
   float xmax = -INFINITY;
-  for (int s = 0; s < splits; ++s) xmax = fmaxf(xmax, slice_max[pos * splits + s]);
+  for (int s = 0; s < splits; ++s) xmax = fmaxf(xmax, slice_max[(a.row0 + pos) * splits + s]);
   return processed(xmax, a.softcap, a.temperature);
 }
 
+// z of every bf16 value, per canvas (slice_stats_kernel<true> reads it instead of evaluating the
+// soft-cap per element: the same function of the same input, so the same z bit for bit). A real
+// row's logits take a few thousand distinct values, so the lookups hit the L1 cache.
+constexpr int kZTable = 65536;
+__global__ void z_table_kernel(const SamplerBatch b, float* z_tables) {
+  const SamplerLaunch& a = b.c[blockIdx.y];
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  z_tables[static_cast<size_t>(blockIdx.y) * kZTable + k] =
+      processed(bf16_to_f32(static_cast<uint16_t>(k)), a.softcap, a.temperature);
+}
+
+// Bounds of the Gumbel noise of 64 random bits (gumbel_approx's u): u >= 2^-54, so g >= -log(54 ln 2)
+// = -3.6225; and 1 - u >= 2^-52 but for u = 1, so g <= 52 ln 2 = 36.0437 but for the one value
+// m = 2^53 - 1 of the 53 bits, where the reference's noise is +inf. These are a little wider. The
+// bound test below is exact but for that value (probability 2^-53 per element: an element whose z
+// is over 39.7 below the row's best, and whose u rounds to 1, would be the reference's sample).
+constexpr float kGumbelMin = -3.63f;
+constexpr float kGumbelMax = 36.06f;
+
+// max for floats of any sign through the integer atomics (the stored value starts at -inf).
+__device__ __forceinline__ void atomic_max_f32(float* addr, float v) {
+  if (v >= 0.0f) atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
+  else atomicMin(reinterpret_cast<unsigned int*>(addr), __float_as_uint(v));
+}
+
 // Pass 1 over a slice: argmax and second-best z, the entropy sums, Gumbel-max, the bf16 softmax sum.
-template <bool kFiltered>
-__global__ void __launch_bounds__(kThreads) slice_stats_kernel(SamplerLaunch a, int splits, const float* slice_max,
-                                                               const float* row_floor, Stats* partials) {
+//
+// The Gumbel-max sample, exactly as the CPU's double z + gumbel_from_bits with the lowest index on
+// ties, at the cost of an fp32 estimate for most elements (the row's exact best is all that is
+// output unless sample_gap is asked, when every element takes the exact double path as before):
+//   screen: the largest estimate seen so far by the block (shared memory, raised by each warp each
+//           of its first rounds, then every fourth) less the margin (kGumbelScreen); an element whose estimate is below it cannot be the row's
+//           best nor tie it (its exact value is within half the margin of its estimate, the screen's source
+//           element's exact value is above the screen), so only estimates at or above the screen
+//           take the double path. Any element tying the best exactly passes, so ties still go to the
+//           lowest index at the merge. Reading a stale screen only lets more elements through.
+//   bound:  the noise is at most kGumbelMax, so an element whose z + kGumbelMax is below the screen,
+//           or below m + kGumbelMin (the row's argmax alone reaches that), cannot win either: it
+//           skips the random bits altogether (exact, and cheap where the distribution is peaked).
+// The warps sweep the slice in lockstep rounds (a lane past the end contributes nothing), so the
+// warp-wide maxima are well defined.
+template <bool kTable>
+__global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatch b, const float* slice_max,
+                                                               const float* row_floor, const float* z_tables,
+                                                               Stats* partials) {
   __shared__ Stats warp_partials[kWarps];
+  __shared__ float block_screen;
+  const SamplerLaunch& a = b.c[blockIdx.z];
   const int64_t pos = blockIdx.y;
+  if (pos >= a.C) return;
+  const int splits = b.splits;
+  if (threadIdx.x == 0) block_screen = -INFINITY;
+  __syncthreads();
   uint16_t* row = a.logits + pos * a.V;
   const float cap = a.softcap, temp = a.temperature;
   const float m = row_shift(a, splits, slice_max, pos);
-  const double md = static_cast<double>(m);
   const float bmax = round_bf16(m);  // = max of bf16(z): rounding is monotonic
+  const bool want_probs = a.want_probs, want_sample = a.want_sample;
+  const bool all_exact = a.sample_gap != nullptr;  // the runner-up of z + g is wanted: no screening
+  const uint64_t key = a.sample_key;
+  const float floor = a.filter.active() ? row_floor[a.row0 + pos] : -INFINITY;
+  const float* z_table = kTable ? z_tables + static_cast<size_t>(blockIdx.z) * kZTable : nullptr;
+  // The row's best z + g is at least m + kGumbelMin (the argmax is always in the support).
+  const float best_floor = __fadd_rn(m, kGumbelMin);
   int64_t v0, v1;
   slice_of(a.V, splits, v0, v1);
   Stats st;
   empty_stats(st);
   float screen = -INFINITY;
-  float floor = -INFINITY;
-  if constexpr (kFiltered) floor = row_floor[pos];
-  for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) {
-    const float z = processed(bf16_to_f32(row[v]), cap, temp);
-    st.z.push(z, static_cast<int>(v));
-    const double dz = static_cast<double>(z) - md;
-    const double e = static_cast<double>(expf(__fsub_rn(z, m)));  // terms far below 1 carry the rounding of z - m
-    st.s1 += e;
-    st.s2 += e * dz;
-    if (a.want_probs) {
-      const uint16_t zb = f32_to_bf16(z);
-      st.bsum += static_cast<double>(expf(__fsub_rn(bf16_to_f32(zb), bmax)));
-      row[v] = zb;  // pass 2 reads bf16(z) back instead of recomputing the soft-cap (one thread per element)
+  // The sums over runs of kRun of the thread's elements in fp32, each run's sum then added in double:
+  // a run's sum of k same-sign terms, each within 2u of its double value (the fp32 z - m and the
+  // fused multiply-add), is within (k + 1) u = 5.4e-7 relative of the double sum (u = 2^-24), so
+  // S1, S2 and the probabilities' denominator are within that of the double sums; the entropy
+  // log S1 - S2 / S1 then moves by at most 5.4e-7 (1 + 2 |S2 / S1|) <= 5.4e-7 (1 + 2 H) (S1 >= 1,
+  // so -S2 / S1 <= H), under the 1e-5 (1 + H) the CUDA-vs-CPU checks allow, and the fp32
+  // denominator by an ulp or so (a probability then rounds to its other bf16 neighbour about
+  // never). Per element this replaces three fp32->fp64 conversions and four fp64 operations with
+  // four fp32 ones.
+  constexpr int kRun = 8;
+  float r1 = 0.0f, r2 = 0.0f, rb = 0.0f;
+  int run = 0;
+  float pending = -INFINITY;  // the lane's best estimate since the last exchange of the screen
+  unsigned rounds = 0;
+  // The next round's logit (and its z) is loaded while this round's is processed: the thread's own
+  // elements only, so the store of bf16(z) below never meets a prefetched one.
+  uint16_t next = v0 + threadIdx.x < v1 ? row[v0 + threadIdx.x] : 0;
+  float next_z = kTable ? __ldg(z_table + next) : 0.0f;
+  for (int64_t base = v0; base < v1; base += kThreads) {
+    const int64_t v = base + threadIdx.x;
+    const bool live = v < v1;
+    const uint16_t x = next;
+    const float zt = next_z;
+    if (v + kThreads < v1) {
+      next = row[v + kThreads];
+      if constexpr (kTable) next_z = __ldg(z_table + next);
     }
-    // Gumbel-max: the exact double value (two double logs) only where the fp32 estimate can be the
-    // thread's best — every element when the second-best value is wanted (the sample gap). The
-    // thread's exact best always passes the screen: its estimate is within 2 errors of every
-    // earlier element's. Elements arrive in ascending v, so exact ties resolve as before.
-    if constexpr (kFiltered) {
-      if (!(z >= floor)) continue;  // outside the sample's support
+    float gf = -INFINITY;
+    if (live) {
+      float z;
+      if constexpr (kTable) z = zt;  // the same processed() of the same value
+      else z = processed(bf16_to_f32(x), cap, temp);
+      st.z.push(z, static_cast<int>(v));
+      const float dz = __fsub_rn(z, m);
+      const float e = expf(dz);  // terms far below 1 carry the rounding of z - m
+      r1 = __fadd_rn(r1, e);
+      r2 = __fmaf_rn(e, dz, r2);
+      if (want_probs) {
+        const uint16_t zb = f32_to_bf16(z);
+        rb = __fadd_rn(rb, expf(__fsub_rn(bf16_to_f32(zb), bmax)));
+        row[v] = zb;  // pass 2 reads bf16(z) back instead of recomputing the soft-cap (one thread per element)
+      }
+      // z >= floor: in the sample's support (NaN never is; floor is -inf without a filter).
+      if (want_sample && z >= floor) {
+        if (all_exact) {
+          const uint64_t bits = rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
+          st.g.push(static_cast<double>(z) + rng::gumbel_from_bits(bits), static_cast<int>(v));
+        } else if (!(__fadd_rn(z, kGumbelMax) < fmaxf(screen, best_floor))) {
+          const uint64_t bits = rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
+          gf = __fadd_rn(z, gumbel_approx(bits));
+          if (gf >= screen) st.g.push(static_cast<double>(z) + rng::gumbel_from_bits(bits), static_cast<int>(v));
+        }
+      }
     }
-    const uint64_t b = rng::bits(a.sample_key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
-    const float gf = __fadd_rn(z, gumbel_approx(b));
-    if (a.sample_gap != nullptr || gf >= screen) {
-      st.g.push(static_cast<double>(z) + rng::gumbel_from_bits(b), static_cast<int>(v));
-      screen = fmaxf(screen, __fsub_rn(gf, kGumbelScreen));
+    pending = fmaxf(pending, gf);
+    const bool last = base + kThreads >= v1;
+    ++rounds;
+    if (want_sample && !all_exact && (rounds <= 4 || (rounds & 3) == 0 || last)) {
+      // Each of the first rounds, then every fourth: raise the screen to the warp's best estimate
+      // since the last exchange, then share it with the block (in between, the elements face a
+      // screen a few rounds old: still exact, it only lets more through).
+      float w = pending;
+      pending = -INFINITY;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, o));
+      const float mine = __fsub_rn(w, __fmaf_rn(fabsf(w), kGumbelScreenRel, kGumbelScreen));
+      const float shared_screen = *static_cast<volatile float*>(&block_screen);
+      if ((threadIdx.x & 31) == 0 && mine > shared_screen) atomic_max_f32(&block_screen, mine);
+      screen = fmaxf(screen, fmaxf(mine, shared_screen));
+    }
+    if (++run == kRun || last) {
+      st.s1 += static_cast<double>(r1);
+      st.s2 += static_cast<double>(r2);
+      st.bsum += static_cast<double>(rb);
+      r1 = r2 = rb = 0.0f;
+      run = 0;
     }
   }
   block_reduce_stats(st, warp_partials);
-  if (threadIdx.x == 0) partials[pos * splits + blockIdx.x] = st;
+  if (threadIdx.x == 0) partials[(a.row0 + pos) * splits + blockIdx.x] = st;
 }
 
 // ---- sample filter ---------------------------------------------------------------------------
@@ -217,7 +361,9 @@ constexpr int kFilterRows = 64;      // rows per histogram chunk (64 x 256 KiB o
 constexpr int kFloorThreads = 1024;  // one block per row, 64 keys per thread
 constexpr int kKeysPerThread = static_cast<int>(sample_filter::kBins) / kFloorThreads;
 
-__global__ void __launch_bounds__(kThreads) hist_kernel(SamplerLaunch a, int splits, int64_t row0, uint32_t* hist) {
+__global__ void __launch_bounds__(kThreads) hist_kernel(const SamplerBatch b, int canvas, int64_t row0, uint32_t* hist) {
+  const SamplerLaunch& a = b.c[canvas];
+  const int splits = b.splits;
   const int64_t pos = row0 + blockIdx.y;
   const uint16_t* row = a.logits + pos * a.V;
   uint32_t* h = hist + static_cast<size_t>(blockIdx.y) * sample_filter::kBins;
@@ -258,8 +404,9 @@ __device__ uint32_t block_max_u32(uint32_t v, uint32_t* sh) {
 
 // One row's floor (sample_filter.h's stages, the CPU's row_floor over the same bins). Thread t owns
 // the keys [top - 63, top], top = 65535 - 64 t, so prefixes in thread order are suffixes by key.
-__global__ void __launch_bounds__(kFloorThreads) floor_kernel(SamplerLaunch a, int64_t row0, const uint32_t* hist,
-                                                              float* row_floor) {
+__global__ void __launch_bounds__(kFloorThreads) floor_kernel(const SamplerBatch b, int canvas, int64_t row0,
+                                                              const uint32_t* hist, float* row_floor) {
+  const SamplerLaunch& a = b.c[canvas];
   __shared__ Mass scan[kFloorThreads];
   __shared__ uint32_t shared_u[kFloorThreads / 32];
   __shared__ uint32_t found;
@@ -280,7 +427,7 @@ __global__ void __launch_bounds__(kFloorThreads) floor_kernel(SamplerLaunch a, i
     }
   const uint32_t kmax = block_max_u32(mine, shared_u);
   if (kmax == 0) {  // only NaN logits: nothing is allowed
-    if (t == 0) row_floor[pos] = INFINITY;
+    if (t == 0) row_floor[a.row0 + pos] = INFINITY;
     return;
   }
   const float m = zf(kmax);
@@ -347,7 +494,7 @@ __global__ void __launch_bounds__(kFloorThreads) floor_kernel(SamplerLaunch a, i
       break;
     }
   const uint32_t lowest = ~block_max_u32(~least, shared_u);
-  if (t == 0) row_floor[pos] = zf(lowest);
+  if (t == 0) row_floor[a.row0 + pos] = zf(lowest);
 }
 
 // ---- top-N alternatives --------------------------------------------------------------------------
@@ -373,9 +520,12 @@ __device__ __forceinline__ TopEntry best_of_warp(TopEntry e) {
 }
 
 // Each block: the top_n of its slice, in order, to partials[pos][slice][0..top_n).
-__global__ void __launch_bounds__(kTopThreads) topn_partial_kernel(SamplerLaunch a, int splits, TopEntry* partials) {
+__global__ void __launch_bounds__(kTopThreads) topn_partial_kernel(const SamplerBatch b, TopEntry* partials) {
   __shared__ TopEntry warp_best[kTopThreads / 32];
+  const SamplerLaunch& a = b.c[blockIdx.z];
+  const int splits = b.splits;
   const int64_t pos = blockIdx.y;
+  if (pos >= a.C || a.top_n == 0) return;
   const uint16_t* row = a.logits + pos * a.V;
   const int n = a.top_n, t = threadIdx.x;
   int64_t v0, v1;
@@ -391,7 +541,7 @@ __global__ void __launch_bounds__(kTopThreads) topn_partial_kernel(SamplerLaunch
     mine[j] = {z, id};
   }
   int head = 0;
-  TopEntry* out = partials + (pos * splits + blockIdx.x) * n;
+  TopEntry* out = partials + a.top0 + (pos * splits + blockIdx.x) * n;
   for (int r = 0; r < n; ++r) {
     const TopEntry cand = head < n ? mine[head] : TopEntry{-INFINITY, INT_MAX};
     TopEntry b = best_of_warp(cand);
@@ -407,21 +557,25 @@ __global__ void __launch_bounds__(kTopThreads) topn_partial_kernel(SamplerLaunch
 }
 
 // Merges a row's slice partials in slice order (one warp per row) and writes the per-position outputs.
-__global__ void finalize_kernel(SamplerLaunch a, int splits, const float* slice_max, const Stats* partials,
-                                float* row_bsum, const float* row_floor, const TopEntry* top_partials) {
+__global__ void finalize_kernel(const SamplerBatch b, const float* slice_max, const Stats* partials, float* row_bsum,
+                                const float* row_floor, const TopEntry* top_partials) {
+  const SamplerLaunch& a = b.c[blockIdx.y];
+  const int splits = b.splits;
   const int64_t pos = blockIdx.x;
+  if (pos >= a.C) return;
+  const int64_t r = a.row0 + pos;  // the row in the batch's workspace
   const int lane = threadIdx.x;
   Stats st;
   empty_stats(st);
   // Lane l merges slices l, l + 32, ... in order; then the warp reduction (fixed order).
-  for (int s = lane; s < splits; s += 32) st.merge(partials[pos * splits + s]);
+  for (int s = lane; s < splits; s += 32) st.merge(partials[r * splits + s]);
   st.warp_reduce_all();
   const double md = static_cast<double>(row_shift(a, splits, slice_max, pos));
   const double lse = md + log(st.s1);
   if (a.top_n > 0) {
     // Lane l holds slice l's ordered list (splits <= 32); each round takes the best head.
     const int n = a.top_n;
-    const TopEntry* mine = top_partials + (pos * splits + lane) * n;
+    const TopEntry* mine = top_partials + a.top0 + (pos * splits + lane) * n;
     int head = 0;
     for (int r = 0; r < n; ++r) {
       const TopEntry cand = lane < splits && head < n ? mine[head] : TopEntry{-INFINITY, INT_MAX};
@@ -434,29 +588,53 @@ __global__ void finalize_kernel(SamplerLaunch a, int splits, const float* slice_
     }
   }
   if (lane != 0) return;
-  if (a.sample_floor != nullptr) a.sample_floor[pos] = row_floor != nullptr ? row_floor[pos] : -INFINITY;
+  if (a.sample_floor != nullptr) a.sample_floor[pos] = a.filter.active() ? row_floor[r] : -INFINITY;
   a.entropy[pos] = static_cast<float>(log(st.s1) - st.s2 / st.s1);
-  a.argmax[pos] = st.z.i1;
-  a.sample[pos] = st.g.i1 == INT_MAX ? 0 : st.g.i1;  // no candidate (NaN logits, nothing allowed): token 0, as the CPU
+  // No argmax candidate (NaN logits only): token 0, as the CPU (whose argmax starts at 0).
+  const int32_t am = st.z.i1 == INT_MAX ? 0 : st.z.i1;
+  a.argmax[pos] = am;
+  if (a.want_sample) {
+    a.sample[pos] = st.g.i1 == INT_MAX ? 0 : st.g.i1;  // no candidate (NaN logits, nothing allowed): token 0, as the CPU
+  } else {
+    a.sample[pos] = am;
+  }
   if (a.argmax_logprob != nullptr) a.argmax_logprob[pos] = static_cast<float>(static_cast<double>(st.z.v1) - lse);
   if (a.argmax_gap != nullptr) a.argmax_gap[pos] = __fsub_rn(st.z.v1, st.z.v2);
-  if (a.sample_gap != nullptr) a.sample_gap[pos] = static_cast<float>(st.g.v1 - st.g.v2);
-  row_bsum[pos] = static_cast<float>(st.bsum);
+  if (a.sample_gap != nullptr)
+    a.sample_gap[pos] = a.want_sample ? static_cast<float>(st.g.v1 - st.g.v2) : __fsub_rn(st.z.v1, st.z.v2);
+  row_bsum[r] = static_cast<float>(st.bsum);
 }
 
 // Pass 2: the slice is overwritten with bf16(exp(bf16(z) - max) / sum).
-__global__ void __launch_bounds__(kThreads) probs_kernel(SamplerLaunch a, int splits, const float* slice_max,
+__global__ void __launch_bounds__(kThreads) probs_kernel(const SamplerBatch b, const float* slice_max,
                                                          const float* row_bsum) {
+  const SamplerLaunch& a = b.c[blockIdx.z];
+  const int splits = b.splits;
   const int64_t pos = blockIdx.y;
+  if (pos >= a.C || !a.want_probs) return;
   uint16_t* row = a.logits + pos * a.V;
   const float bmax = round_bf16(row_shift(a, splits, slice_max, pos));
-  const float bsum = row_bsum[pos];
+  const float bsum = row_bsum[a.row0 + pos];
   int64_t v0, v1;
   slice_of(a.V, splits, v0, v1);
-  for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) {
-    const float zb = bf16_to_f32(row[v]);  // bf16(z), stored by pass 1
-    row[v] = f32_to_bf16(__fdiv_rn(expf(__fsub_rn(zb, bmax)), bsum));
+  auto prob = [&](uint16_t zbits) {  // zbits: bf16(z), stored by pass 1
+    return f32_to_bf16(__fdiv_rn(expf(__fsub_rn(bf16_to_f32(zbits), bmax)), bsum));
+  };
+  if (vectorisable(row, v0, v1)) {
+    // 8 elements per 16-byte access: enough bytes in flight to stream at the memory's rate.
+    uint4* vec = reinterpret_cast<uint4*>(row + v0);
+    for (int64_t c = threadIdx.x; c < (v1 - v0) / 8; c += kThreads) {
+      uint4 q = vec[c];
+      uint32_t* w = reinterpret_cast<uint32_t*>(&q);
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        w[k] = static_cast<uint32_t>(prob(static_cast<uint16_t>(w[k] & 0xFFFFu))) |
+               (static_cast<uint32_t>(prob(static_cast<uint16_t>(w[k] >> 16))) << 16);
+      vec[c] = q;
+    }
+    return;
   }
+  for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) row[v] = prob(row[v]);
 }
 
 
@@ -472,77 +650,129 @@ int sampler_splits(int64_t V) {
 
 namespace {
 
-// The workspace: [Stats n][slice max n][row bsum C] then, when asked, [row floor C][histograms of
-// up to kFilterRows rows] and [top-N partials n x top_n]; each part 256-byte aligned.
+// The workspace: [Stats rows x splits][slice max rows x splits][row bsum rows] then, when a canvas
+// asks, [row floor rows][histograms of up to kFilterRows rows] and [top-N partials]; each part
+// 256-byte aligned. Row r of canvas i is workspace row row0(i) + r.
 struct Workspace {
-  size_t partials = 0, slice_max = 0, row_bsum = 0, row_floor = 0, hist = 0, top = 0, bytes = 0;
+  size_t partials = 0, slice_max = 0, row_bsum = 0, row_floor = 0, hist = 0, top = 0, z_tables = 0, bytes = 0;
 };
 
-Workspace workspace_layout(const SamplerLaunch& s) {
+// Also assigns each canvas its row0 / top0.
+Workspace workspace_layout(SamplerLaunch* c, int n) {
   auto up = [](size_t x) { return (x + 255) & ~size_t{255}; };
-  const size_t C = static_cast<size_t>(s.C), n = C * static_cast<size_t>(sampler_splits(s.V));
+  size_t rows = 0, top_entries = 0, max_c = 0;
+  bool filtered = false;
+  const size_t splits = static_cast<size_t>(sampler_splits(c[0].V));
+  for (int i = 0; i < n; ++i) {
+    c[i].row0 = static_cast<int64_t>(rows);
+    c[i].top0 = static_cast<int64_t>(top_entries);
+    rows += static_cast<size_t>(c[i].C);
+    top_entries += static_cast<size_t>(c[i].C) * splits * static_cast<size_t>(c[i].top_n);
+    filtered |= c[i].filter.active();
+    max_c = std::max(max_c, static_cast<size_t>(c[i].C));
+  }
+  const size_t cells = rows * splits;
   Workspace w;
   size_t at = 0;
   w.partials = at;
-  at = up(at + n * sizeof(Stats));
+  at = up(at + cells * sizeof(Stats));
   w.slice_max = at;
-  at = up(at + n * sizeof(float));
+  at = up(at + cells * sizeof(float));
   w.row_bsum = at;
-  at = up(at + C * sizeof(float));
-  if (s.filter.active()) {
-    w.row_floor = at;
-    at = up(at + C * sizeof(float));
+  at = up(at + rows * sizeof(float));
+  w.row_floor = at;
+  at = up(at + rows * sizeof(float));
+  if (filtered) {
     w.hist = at;
-    at = up(at + std::min<size_t>(C, kFilterRows) * sample_filter::kBins * sizeof(uint32_t));
+    at = up(at + std::min<size_t>(max_c, kFilterRows) * sample_filter::kBins * sizeof(uint32_t));
   }
-  if (s.top_n > 0) {
-    w.top = at;
-    at = up(at + n * static_cast<size_t>(s.top_n) * sizeof(TopEntry));
-  }
+  w.top = at;
+  at = up(at + top_entries * sizeof(TopEntry));
+  w.z_tables = at;
+  at = up(at + static_cast<size_t>(n) * kZTable * sizeof(float));
   w.bytes = at;
   return w;
 }
 
+// The callers (cuda_backend.cpp) validate; a violated precondition here is an invalid-value error.
+#define SAMPLER_REQUIRE(cond) \
+  do {                        \
+    if (!(cond)) CUDA_CHECK(cudaErrorInvalidValue); \
+  } while (0)
+
+SamplerBatch make_batch(const SamplerLaunch* canvases, int n) {
+  SAMPLER_REQUIRE(n >= 1 && n <= kMaxSamplerBatch);
+  SamplerBatch b;
+  b.n = n;
+  for (int i = 0; i < n; ++i) {
+    b.c[i] = canvases[i];
+    SAMPLER_REQUIRE(b.c[i].V == b.c[0].V && b.c[i].top_n >= 0 && b.c[i].top_n <= kMaxTopN);
+  }
+  b.splits = sampler_splits(b.c[0].V);
+  return b;
+}
+
 }  // namespace
 
-size_t sampler_workspace_bytes(const SamplerLaunch& s) { return workspace_layout(s).bytes; }
+size_t sampler_workspace_bytes(const SamplerLaunch* canvases, int n) {
+  SamplerBatch b = make_batch(canvases, n);
+  return workspace_layout(b.c, n).bytes;
+}
 
-void launch_sampler(const SamplerLaunch& s, void* workspace, cudaStream_t stream) {
-  if (s.C <= 0 || s.V <= 0) return;
-  const int splits = sampler_splits(s.V);
-  const Workspace w = workspace_layout(s);
+void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaStream_t stream, bool z_table) {
+  SamplerBatch b = make_batch(canvases, n);
+  const Workspace w = workspace_layout(b.c, n);
+  int64_t max_c = 0;
+  bool any_top = false;
+  for (int i = 0; i < n; ++i) {
+    max_c = std::max(max_c, b.c[i].C);
+    any_top |= b.c[i].top_n > 0;
+  }
+  if (max_c <= 0 || b.c[0].V <= 0) return;
+  const int splits = b.splits;
   char* base = static_cast<char*>(workspace);
   Stats* partials = reinterpret_cast<Stats*>(base + w.partials);
   float* slice_max = reinterpret_cast<float*>(base + w.slice_max);
   float* row_bsum = reinterpret_cast<float*>(base + w.row_bsum);
-  const bool filtered = s.filter.active();
-  float* row_floor = filtered ? reinterpret_cast<float*>(base + w.row_floor) : nullptr;
-  TopEntry* top = s.top_n > 0 ? reinterpret_cast<TopEntry*>(base + w.top) : nullptr;
-  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(s.C));
-  slice_max_kernel<<<grid, kThreads, 0, stream>>>(s, splits, slice_max);
+  float* row_floor = reinterpret_cast<float*>(base + w.row_floor);
+  TopEntry* top = reinterpret_cast<TopEntry*>(base + w.top);
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(max_c), static_cast<unsigned>(n));
+  slice_max_kernel<<<grid, kThreads, 0, stream>>>(b, slice_max);
   CUDA_CHECK_LAUNCH();
-  if (filtered) {
+  // The filters' histograms and floors (only canvases that ask; a canvas at a time, in chunks of rows).
+  for (int i = 0; i < n; ++i) {
+    const SamplerLaunch& s = b.c[i];
+    if (!s.filter.active() || s.C <= 0) continue;
     uint32_t* hist = reinterpret_cast<uint32_t*>(base + w.hist);
     for (int64_t r0 = 0; r0 < s.C; r0 += kFilterRows) {
       const int64_t rows = std::min<int64_t>(kFilterRows, s.C - r0);
       CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(rows) * sample_filter::kBins * sizeof(uint32_t), stream));
-      hist_kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(s, splits, r0, hist);
+      hist_kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(b, i, r0, hist);
       CUDA_CHECK_LAUNCH();
-      floor_kernel<<<static_cast<unsigned>(rows), kFloorThreads, 0, stream>>>(s, r0, hist, row_floor);
+      floor_kernel<<<static_cast<unsigned>(rows), kFloorThreads, 0, stream>>>(b, i, r0, hist, row_floor);
       CUDA_CHECK_LAUNCH();
     }
   }
-  if (s.top_n > 0) {
-    topn_partial_kernel<<<grid, kTopThreads, 0, stream>>>(s, splits, top);
+  if (any_top) {
+    topn_partial_kernel<<<grid, kTopThreads, 0, stream>>>(b, top);
     CUDA_CHECK_LAUNCH();
   }
-  if (filtered) slice_stats_kernel<true><<<grid, kThreads, 0, stream>>>(s, splits, slice_max, row_floor, partials);
-  else slice_stats_kernel<false><<<grid, kThreads, 0, stream>>>(s, splits, slice_max, nullptr, partials);
+  float* z_tables = reinterpret_cast<float*>(base + w.z_tables);
+  if (z_table) {
+    z_table_kernel<<<dim3(kZTable / 256, static_cast<unsigned>(n)), 256, 0, stream>>>(b, z_tables);
+    CUDA_CHECK_LAUNCH();
+    slice_stats_kernel<true><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, z_tables, partials);
+  } else {
+    slice_stats_kernel<false><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, nullptr, partials);
+  }
   CUDA_CHECK_LAUNCH();
-  finalize_kernel<<<static_cast<unsigned>(s.C), 32, 0, stream>>>(s, splits, slice_max, partials, row_bsum, row_floor, top);
+  finalize_kernel<<<dim3(static_cast<unsigned>(max_c), static_cast<unsigned>(n)), 32, 0, stream>>>(
+      b, slice_max, partials, row_bsum, row_floor, top);
   CUDA_CHECK_LAUNCH();
-  if (!s.want_probs) return;
-  probs_kernel<<<grid, kThreads, 0, stream>>>(s, splits, slice_max, row_bsum);
+  bool any_probs = false;
+  for (int i = 0; i < n; ++i) any_probs |= b.c[i].want_probs;
+  if (!any_probs) return;
+  probs_kernel<<<grid, kThreads, 0, stream>>>(b, slice_max, row_bsum);
   CUDA_CHECK_LAUNCH();
 }
 

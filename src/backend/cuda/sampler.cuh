@@ -1,5 +1,7 @@
 #pragma once
-// The fused per-position sampler of one denoising step (host launcher; kernel in sampler.cu).
+// The fused per-position sampler of one denoising step over one or several canvases (host launcher;
+// kernels in sampler.cu). Every pass covers all canvases of a batch in one launch: the per-canvas
+// parameters travel in the kernel parameters (SamplerBatch), so nothing is uploaded first.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -9,12 +11,14 @@
 
 namespace dgemma::cuda {
 
+// One canvas.
 struct SamplerLaunch {
   uint16_t* logits = nullptr;  // [C, V] bf16, overwritten with the bf16 probabilities when want_probs
   int64_t C = 0, V = 0;
   float softcap = 30.0f, temperature = 1.0f;
   uint64_t sample_key = 0;
   bool want_probs = true;
+  bool want_sample = true;        // false: no Gumbel noise; sample = argmax (sample_gap = argmax gap)
   float* entropy = nullptr;       // [C]
   int32_t* argmax = nullptr;      // [C]
   int32_t* sample = nullptr;      // [C]
@@ -26,11 +30,19 @@ struct SamplerLaunch {
   int top_n = 0;                    // 0..kMaxTopN alternatives per row
   int32_t* top_ids = nullptr;       // [C, top_n]
   float* top_logprobs = nullptr;    // [C, top_n]
+  // Set by the launcher: this canvas's first row and first top-N entry in the batch's workspace.
+  int64_t row0 = 0, top0 = 0;
 };
 constexpr int kMaxTopN = 20;
-// Scratch the launch needs (device memory of at least this many bytes, 16-byte aligned).
-size_t sampler_workspace_bytes(const SamplerLaunch& s);
+// Canvases per launch (the batch rides in the kernel parameters, at most 4 KiB); a larger batch is
+// launched in groups of this many.
+constexpr int kMaxSamplerBatch = 16;
+
+// Scratch a launch of these canvases needs (device memory of at least this many bytes, 16-byte aligned).
+size_t sampler_workspace_bytes(const SamplerLaunch* canvases, int n);
 int sampler_splits(int64_t V);
-void launch_sampler(const SamplerLaunch& s, void* workspace, cudaStream_t stream);
+// All canvases share V; n <= kMaxSamplerBatch. z_table: read z from a per-canvas table of the bf16
+// values (tuning.h set_sampler_z_table).
+void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaStream_t stream, bool z_table);
 
 }  // namespace dgemma::cuda

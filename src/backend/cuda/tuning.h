@@ -34,10 +34,42 @@ int set_flash_attention_variant(int v);
 // host synchronisation) instead of grouping on the host for cuBLAS. Returns the previous value.
 bool set_moe_device_grouping(bool on);
 
+// Whether qkv_prologue runs the fused kernel (qkv_prologue.cu) instead of the rmsnorm / rope / copy
+// sequence, and whether the MoE routing runs the register top-k that also groups the pairs by expert
+// and the vectorised combine (moe.cu) instead of the earlier topk / group / combine kernels. On by
+// default; bit-identical either way (benchmarks and checks compare them). Return the previous value.
+bool set_fused_qkv_prologue(bool on);
+bool set_fused_moe_routing(bool on);
+// The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
+// (by rows per expert, the default), 1 the small kernel (32-row tiles looping over an expert's rows),
+// 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 14 the wgmma ones (sm_90; variant 2 on other
+// GPUs). For benchmarks and tests. Returns the previous value.
+constexpr int kGroupedMoeVariants = 14;
+int set_grouped_moe_variant(int variant);
+
 // Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
 // the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to
 // bf16 for cuBLAS. On by default (half / a quarter of the bytes; its speed against cuBLAS bf16 is to
 // be measured: dgemma_bench --dense-quant on|off). Read at upload time. Returns the previous value.
 bool set_dense_quant_weights(bool on);
+
+// Whether the sampler reads z = softcap * tanh(x / softcap) / T from a per-canvas table of the 65,536
+// bf16 values (built by one small kernel, the same function: bit-identical z) instead of evaluating
+// it per element. Returns the previous value; the bench compares the two.
+bool set_sampler_z_table(bool on);
+// Tile variant of the W4A16 / W8A16 grouped expert kernels (grouped_moe_fp4_kernel.cuh kQuantTiles),
+// M rows x N columns per CTA, warps, cp.async stages: 1 BM16 x BN64 4 warps 4 stages, 2 BM32 x 64,
+// 3 BM64 x 64, 4 BM32 x 128 (8 warps), 5 BM64 x 128 (8 warps), 6 BM128 x 64, 7 BM16 x 64 8 stages,
+// 8 BM32 x 64 6 stages, 9 BM32 x 128 8 warps 6 stages; 0 automatic (by the mean rows per expert), for
+// gate_up and down separately. The environment's DGEMMA_QUANT_MOE_TILE ("gu" or "gu,down") gives the
+// start values. Returns the previous pair.
+constexpr int kQuantMoeTileCount = 10;  // ids 0 .. 9
+struct QuantMoeTiles {
+  int gate_up = 0, down = 0;
+};
+QuantMoeTiles set_quant_moe_tiles(QuantMoeTiles t);
+// The same for the dense quantised matmul (launch_dense_quant; 0 automatic: BM32, or BM128 from 128
+// rows on); environment DGEMMA_QUANT_DENSE_TILE. Returns the previous id.
+int set_quant_dense_tile(int variant);
 
 }  // namespace dgemma::cuda

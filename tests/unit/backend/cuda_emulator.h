@@ -1,24 +1,24 @@
 #pragma once
-// A host emulation of the CUDA operations the quantised GEMM kernel and the flash attention kernel use
-// (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh and flash_attention_kernel.cuh:
-// ldmatrix .trans and warp shuffles for the latter), so that the kernels run in the unit tests of a
-// machine without a GPU: a block is 128 (or up to 256) std::threads with std::barrier for __syncthreads and for the
-// warp-collective ldmatrix / mma.sync, shared memory a buffer whose every access is bounds- and
-// alignment-checked, cp.async a synchronous copy. The fragment layouts are the PTX ISA's
+// A host emulation of the CUDA operations the quantised and bf16 grouped GEMM kernels and the flash
+// attention kernel use (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh,
+// grouped_moe_kernel.cuh and flash_attention_kernel.cuh), so that the kernels themselves run in the
+// unit tests of a machine without a GPU: a block is 128 (up to 256) fibers with a barrier for
+// __syncthreads and for the warp-collective ldmatrix / mma.sync / shuffles, shared memory a buffer whose
+// every access is bounds- and alignment-checked, cp.async a synchronous copy (its global source checked
+// against the buffers a test declares). The fragment layouts are the PTX ISA's
 // (ldmatrix: lane i gets word i % 4 of row i / 4 of each matrix, whose row addresses come from lanes
 // 8 j .. 8 j + 7; m16n8k16: A row g = lane / 4 (+8), k = 2 (lane % 4) (+8); B k likewise, n = lane / 4;
 // C rows g (+8), cols 2 (lane % 4) (+1)). The device path is checked by tests/gpu; this checks the
 // kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
 // no asynchrony, no memory model, a warp's lanes only meet at the collectives.
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <thread>
+#include <ucontext.h>
 #include <utility>
 #include <vector>
 #define __global__
@@ -49,43 +49,122 @@ inline void chk_global(const void* p, size_t n) {
   std::fprintf(stderr, "emulated kernel: global read at %p (+%zu) outside every declared buffer\n", p, n);
   std::abort();
 }
-inline std::barrier<>* g_block_bar = nullptr;
+// The threads of a block are fibers (ucontext) of the calling thread, switched only at barriers: a
+// barrier phase costs a few context switches per thread instead of waking OS threads, and a barrier
+// that some thread never reaches is reported (abort) instead of hanging.
+struct Fiber {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  bool done = false;
+};
+inline ucontext_t g_sched_ctx;
+inline std::vector<Fiber>* g_fibers = nullptr;
+inline int g_cur = -1;
+inline uint64_t g_progress = 0;  // barrier phases completed and threads finished
+inline void yield_fiber() { swapcontext(&(*g_fibers)[static_cast<size_t>(g_cur)].ctx, &g_sched_ctx); }
+class Barrier {
+ public:
+  explicit Barrier(int expected) : expected_(expected) {}
+  void arrive_and_wait() {
+    const uint64_t my = phase_;
+    if (++arrived_ >= expected_) {
+      complete();
+      return;
+    }
+    while (phase_ == my) yield_fiber();
+  }
+  void arrive_and_drop() {  // counts for this phase, leaves the later ones
+    --expected_;
+    if (arrived_ > 0 && arrived_ >= expected_) complete();
+  }
+
+ private:
+  void complete() {
+    arrived_ = 0;
+    ++phase_;
+    ++g_progress;
+  }
+  int expected_, arrived_ = 0;
+  uint64_t phase_ = 0;
+};
+inline Barrier* g_block_bar = nullptr;
 constexpr int kMaxWarps = 8;
-inline std::barrier<>* g_warp_bar[kMaxWarps];
-inline uint32_t g_scratch[kMaxWarps][32][8];
+inline Barrier* g_warp_bar[kMaxWarps];
+inline uint32_t g_scratch[2][kMaxWarps][32][8];
+inline uint8_t g_parity[kMaxWarps][32];
 inline unsigned char* smem() { return g_smem; }
+inline std::function<void()>* g_fn = nullptr;
+inline void fiber_main() {
+  (*g_fn)();
+  // an exiting thread must not leave others waiting at a barrier: drop it from future phases
+  g_block_bar->arrive_and_drop();
+  g_warp_bar[g_cur / 32]->arrive_and_drop();
+  (*g_fibers)[static_cast<size_t>(g_cur)].done = true;
+  ++g_progress;
+}  // returns to g_sched_ctx (uc_link)
+// The context calls out of line: getcontext / swapcontext return twice, which must not touch the
+// scheduler's locals.
+[[gnu::noinline]] inline void start_fiber(Fiber& f) {
+  f.done = false;
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.data();
+  f.ctx.uc_stack.ss_size = f.stack.size();
+  f.ctx.uc_link = &g_sched_ctx;
+  makecontext(&f.ctx, fiber_main, 0);
+}
+[[gnu::noinline]] inline void resume_fiber(Fiber& f) { swapcontext(&g_sched_ctx, &f.ctx); }
 // Runs fn as every thread of every block of a gx x gy x gz grid, blocks of `threads` (a multiple of 32,
 // at most 32 kMaxWarps) threads, one block at a time.
 inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem_bytes, int threads = 128) {
-  if (threads % 32 != 0 || threads < 32 || threads > 32 * kMaxWarps) std::abort();
+  if (threads <= 0 || threads % 32 != 0 || threads > 32 * kMaxWarps) {
+    std::fprintf(stderr, "emulated kernel: %d threads per block\n", threads);
+    std::abort();
+  }
+  const int warps = threads / 32;
   std::vector<unsigned char> buf(static_cast<size_t>(smem_bytes) + 256, 0xCD);
+  std::vector<Fiber> fibers(static_cast<size_t>(threads));
+  for (auto& f : fibers) f.stack.resize(size_t{256} << 10);
+  g_fibers = &fibers;
+  g_fn = &fn;
   for (int bz = 0; bz < gz; ++bz)
   for (int by = 0; by < gy; ++by)
     for (int bx = 0; bx < gx; ++bx) {
       g_smem = buf.data();
       g_smem_bytes = static_cast<uint32_t>(smem_bytes);
       std::fill(buf.begin(), buf.end(), 0xCD);
-      std::barrier<> bb(threads);
-      std::vector<std::unique_ptr<std::barrier<>>> wb;
-      for (int w = 0; w < threads / 32; ++w) {
-        wb.push_back(std::make_unique<std::barrier<>>(32));
+      Barrier bb(threads);
+      std::vector<std::unique_ptr<Barrier>> wb;
+      for (int w = 0; w < warps; ++w) {
+        wb.push_back(std::make_unique<Barrier>(32));
         g_warp_bar[w] = wb.back().get();
       }
       g_block_bar = &bb;
-      std::vector<std::thread> th;
-      for (int t = 0; t < threads; ++t)
-        th.emplace_back([&, t] {
-          t_thread.x = t;
-          t_block.x = bx;
-          t_block.y = by;
-          t_block.z = bz;
-          fn();
-          // an exiting thread must not leave others waiting at a barrier: drop it from future phases
-          g_block_bar->arrive_and_drop();
-          g_warp_bar[t / 32]->arrive_and_drop();
-        });
-      for (auto& x : th) x.join();
+      std::memset(g_parity, 0, sizeof g_parity);
+      t_block.x = static_cast<unsigned>(bx);
+      t_block.y = static_cast<unsigned>(by);
+      t_block.z = static_cast<unsigned>(bz);
+      for (auto& f : fibers) start_fiber(f);
+      // Round robin until every thread has finished; a round in which nothing progressed while
+      // threads remain means they wait at barriers that the others will never reach.
+      for (;;) {
+        const uint64_t before = g_progress;
+        int live = 0;
+        for (int t = 0; t < threads; ++t) {
+          if (fibers[static_cast<size_t>(t)].done) continue;
+          g_cur = t;
+          t_thread.x = static_cast<unsigned>(t);
+          resume_fiber(fibers[static_cast<size_t>(t)]);
+          live += !fibers[static_cast<size_t>(t)].done;
+        }
+        if (live == 0) break;
+        if (g_progress == before) {
+          std::fprintf(stderr, "emulated kernel: block (%d, %d, %d) deadlocked at a barrier\n", bx, by, bz);
+          std::abort();
+        }
+      }
     }
+  g_fibers = nullptr;
+  g_cur = -1;
 }
 inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes, int threads = 128) {
   launch_3d(std::move(fn), gx, gy, 1, smem_bytes, threads);
@@ -106,16 +185,6 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 }
 using std::max;
 using std::min;
-// A warp shuffle: every lane of the warp publishes its value, then reads its partner's.
-inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
-  if (mask != 0xffffffffu) std::abort();  // the emulation knows full warps only
-  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
-  emu::g_scratch[w][i][6] = __float_as_uint(v);
-  emu::g_warp_bar[w]->arrive_and_wait();
-  const uint32_t r = emu::g_scratch[w][(i ^ lane_mask) & 31][6];
-  emu::g_warp_bar[w]->arrive_and_wait();
-  return __uint_as_float(r);
-}
 namespace dgemma::cuda {
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline float bf16_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
@@ -151,57 +220,106 @@ inline uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   }
   return r;
 }
+// The warp collectives exchange their operands through scratch[parity][warp]: a lane's calls alternate
+// buffers, so one barrier per call suffices (a lane can only overwrite a buffer two calls later, past
+// the next call's barrier, which every lane reaches only after reading this one).
+inline uint32_t (&collective_scratch(int w, int lane))[32][8] {
+  uint8_t& par = emu::g_parity[w][lane];
+  uint32_t(&sc)[32][8] = emu::g_scratch[par][w];
+  par ^= 1;
+  return sc;
+}
 inline void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
   const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
-  emu::g_scratch[w][i][0] = addr;
+  uint32_t(&sc)[32][8] = collective_scratch(w, i);
+  sc[i][0] = addr;
   emu::g_warp_bar[w]->arrive_and_wait();
   uint32_t out[4];
-  for (int j = 0; j < 4; ++j) out[j] = lds_u32(emu::g_scratch[w][8 * j + i / 4][0] + 4 * (i % 4));
-  emu::g_warp_bar[w]->arrive_and_wait();
+  for (int j = 0; j < 4; ++j) out[j] = lds_u32(sc[8 * j + i / 4][0] + 4 * (i % 4));
   r0 = out[0]; r1 = out[1]; r2 = out[2]; r3 = out[3];
 }
 // Transposed: lane i gets, of each matrix, the two b16 elements (rows 2 (i % 4), 2 (i % 4) + 1; column
 // i / 4), lower row in the low half.
 inline void ldmatrix_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
   const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
-  emu::g_scratch[w][i][0] = addr;
+  uint32_t(&sc)[32][8] = collective_scratch(w, i);
+  sc[i][0] = addr;
   emu::g_warp_bar[w]->arrive_and_wait();
   uint32_t out[4];
   for (int j = 0; j < 4; ++j) {
     uint32_t half[2];
     for (int h = 0; h < 2; ++h) {
-      const uint32_t row = emu::g_scratch[w][8 * j + 2 * (i % 4) + h][0];
+      const uint32_t row = sc[8 * j + 2 * (i % 4) + h][0];
       const uint32_t word = lds_u32(row + 4 * ((i / 4) / 2));
       half[h] = (word >> (16 * ((i / 4) % 2))) & 0xffffu;
     }
     out[j] = half[0] | (half[1] << 16);
   }
-  emu::g_warp_bar[w]->arrive_and_wait();
   r0 = out[0]; r1 = out[1]; r2 = out[2]; r3 = out[3];
 }
 inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
-  for (int q = 0; q < 4; ++q) emu::g_scratch[w][i][q] = a[q];
-  emu::g_scratch[w][i][4] = b0;
-  emu::g_scratch[w][i][5] = b1;
+  uint32_t(&sc)[32][8] = collective_scratch(w, i);
+  for (int q = 0; q < 4; ++q) sc[i][q] = a[q];
+  sc[i][4] = b0;
+  sc[i][5] = b1;
   emu::g_warp_bar[w]->arrive_and_wait();
   auto A = [&](int r, int k) {
-    const uint32_t reg = emu::g_scratch[w][(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
+    const uint32_t reg = sc[(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
     return bf16_to_f32(static_cast<uint16_t>(reg >> (16 * (k % 2))));
   };
   auto B = [&](int k, int n) {
-    const uint32_t reg = emu::g_scratch[w][n * 4 + (k % 8) / 2][4 + (k >= 8)];
+    const uint32_t reg = sc[n * 4 + (k % 8) / 2][4 + (k >= 8)];
     return bf16_to_f32(static_cast<uint16_t>(reg >> (16 * (k % 2))));
   };
   const int g = i / 4, t = i % 4;
   const int rr[4] = {g, g, g + 8, g + 8}, cc[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-  float out[4];
   for (int q = 0; q < 4; ++q) {
     float s = d[q];
     for (int k = 0; k < 16; ++k) s += A(rr[q], k) * B(k, cc[q]);
-    out[q] = s;
+    d[q] = s;
   }
-  emu::g_warp_bar[w]->arrive_and_wait();
-  for (int q = 0; q < 4; ++q) d[q] = out[q];
+}
+// Warpgroup MMA (wgmma_ptx.cuh): no asynchrony here, so the fences and waits are no-ops and each
+// thread computes its own accumulator elements from shared memory through the descriptors (K-major,
+// 128-byte swizzle: row r, element k at start + (r / 8) * stride + (r % 8) * 128 + 2 k, 16-byte chunk
+// bits 4-6 XOR row bits 7-9), summing k in order as the mma above.
+inline void fence_proxy_async() {}
+inline void wgmma_fence() {}
+inline void wgmma_fence_operand(float&) {}
+inline void wgmma_commit() {}
+template <int N> inline void wgmma_wait() {}
+inline float wgmma_operand(uint64_t desc, int row, int k) {
+  if ((desc >> 62) != 1) {
+    std::fprintf(stderr, "emulated wgmma: descriptor swizzle mode %u (only 128-byte swizzle emulated)\n", static_cast<unsigned>(desc >> 62));
+    std::abort();
+  }
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3FFF) << 4, stride = static_cast<uint32_t>((desc >> 32) & 0x3FFF) << 4;
+  uint32_t a = start + static_cast<uint32_t>(row / 8) * stride + static_cast<uint32_t>(row % 8) * 128 + 2 * static_cast<uint32_t>(k);
+  a ^= ((a >> 7) & 7) << 4;
+  emu::chk(a, 2, 2);
+  uint16_t v;
+  std::memcpy(&v, emu::g_smem + a, 2);
+  return bf16_to_f32(v);
+}
+inline void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
+  const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 16; ++i)
+    for (int q = 0; q < 4; ++q) {
+      const int r = 16 * wq + g + 8 * (q / 2), c = 8 * i + 2 * t + q % 2;
+      float s = d[4 * i + q];
+      for (int k = 0; k < 16; ++k) s += wgmma_operand(da, r, k) * wgmma_operand(db, c, k);
+      d[4 * i + q] = s;
+    }
 }
 }  // namespace dgemma::cuda
+// A warp shuffle: every lane of the warp publishes its value, then reads its partner's.
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  if (mask != 0xffffffffu) std::abort();  // the emulation knows full warps only
+  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
+  uint32_t(&sc)[32][8] = dgemma::cuda::collective_scratch(w, i);
+  sc[i][6] = __float_as_uint(v);
+  emu::g_warp_bar[w]->arrive_and_wait();
+  return __uint_as_float(sc[(i ^ lane_mask) & 31][6]);
+}

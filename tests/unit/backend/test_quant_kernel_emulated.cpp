@@ -1,7 +1,8 @@
 // The quantised GEMM kernel (src/backend/cuda/grouped_moe_fp4_kernel.cuh) run on the host through
-// cuda_emulator.h: grouped gate_up / down (NVFP4 and FP8, random routing) and the dense matmul (32- and
-// 128-row tiles, subnormal E4M3 block scales) on weights in the device layout, against the format's
-// definition computed here. The same kernel source the GPU runs; tests/gpu checks it there.
+// cuda_emulator.h: grouped gate_up / down (NVFP4 and FP8, random and skewed routing, every tile
+// variant) and the dense matmul (32- and 128-row tiles, subnormal and zero E4M3 block scales) on weights
+// in the device layout, against the format's definition computed here. The same kernel source the GPU
+// runs; tests/gpu checks it there.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,11 +18,13 @@ namespace dgemma::cuda {
 namespace {
 
 struct EmuLauncher {
-  template <int BM, bool kGateUp, bool kFp8>
+  template <int MF, int W, int S, bool kGateUp, bool kFp8>
   void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
-    emu::launch([g] { grouped_fp4_kernel<BM, kGateUp, kFp8>(g); }, static_cast<int>(grid_x), static_cast<int>(grid_y),
-                smem_bytes<BM, kFp8>());
+    emu::launch([g] { grouped_fp4_kernel<MF, W, S, kGateUp, kFp8>(g); }, static_cast<int>(grid_x), static_cast<int>(grid_y),
+                smem_bytes<MF, W, S, kFp8>(), 32 * W);
+    ++launches;
   }
+  int launches = 0;
 };
 
 std::mt19937 rng(7);
@@ -33,15 +36,27 @@ struct W { bool fp8; int E, N, K; std::vector<uint8_t> data, block; std::vector<
     const uint8_t b = data[(size_t(e) * N + n) * (K / 2) + k / 2];
     return e2m1((b >> (4 * (k & 1))) & 15) * e4m3(block[(size_t(e) * N + n) * (K / 16) + k / 16]);
   }
-  std::vector<uint8_t> dev_data() const { auto d = data; repack_quant_weights(fp8, d.data(), d.size()); return d; }
+  std::vector<uint8_t> dev_data() const {
+    auto d = data;
+    if (!fp8) zero_unscaled_blocks(d.data(), block.data(), int64_t(E) * N, K);
+    repack_quant_weights(fp8, d.data(), d.size());
+    return d;
+  }
   std::vector<uint8_t> dev_block() const { std::vector<uint8_t> d(block.size()); if (!fp8) repack_block_scales(block.data(), d.data(), E, N, K); return d; }
 };
-W make(bool fp8, int E, int N, int K, bool sub = false) {
+// sub: subnormal block scales; zeros: about one block in 8 with a zero scale (+0 or -0) over random nibbles.
+W make(bool fp8, int E, int N, int K, bool sub = false, bool zeros = false) {
   W w{fp8, E, N, K, {}, {}, {}};
   std::uniform_int_distribution<int> byte(0, 255);
   w.data.resize(size_t(E) * N * (fp8 ? K : K / 2));
   for (auto& b : w.data) { b = byte(rng); if (fp8 && (b & 0x7f) == 0x7f) b = 0x3f; }
-  if (!fp8) { w.block.resize(size_t(E) * N * K / 16); for (auto& b : w.block) b = sub ? 1 + byte(rng) % 7 : 0x20 + byte(rng) % 0x40; }
+  if (!fp8) {
+    w.block.resize(size_t(E) * N * K / 16);
+    for (auto& b : w.block) {
+      b = sub ? 1 + byte(rng) % 7 : 0x20 + byte(rng) % 0x40;
+      if (zeros && byte(rng) % 8 == 0) b = byte(rng) % 2 ? 0x80 : 0;
+    }
+  }
   w.rs.resize(size_t(E) * N);
   std::uniform_real_distribution<float> u(0.5f, 2.0f);
   for (int e = 0; e < E; ++e) for (int n0 = 0; n0 < N; n0 += N / 2) { float s = u(rng) * 0.05f; for (int n = n0; n < n0 + N / 2; ++n) w.rs[size_t(e) * N + n] = s; }
@@ -58,12 +73,19 @@ void compare(const std::string& what, const std::vector<uint16_t>& got, const st
   EXPECT_EQ(off, 0u) << what << ": " << off << " of " << got.size() << " elements differ";
 }
 
-void moe(bool fp8, int T, int H, int I, int E, int K) {
+// skew: every token's first choice is expert 1 (one expert with T rows: several M tiles of every variant).
+void moe(bool fp8, int T, int H, int I, int E, int K, int variant, bool skew = false, bool zeros = false) {
   EmuLauncher l;
-  W gu = make(fp8, E, 2 * I, H), dn = make(fp8, E, H, I);
+  W gu = make(fp8, E, 2 * I, H, false, zeros), dn = make(fp8, E, H, I, false, zeros);
   auto x = randx(T, H);
   std::vector<int> idx(size_t(T) * K);
-  for (int t = 0; t < T; ++t) { std::vector<int> p(E); for (int e = 0; e < E; ++e) p[e] = e; std::shuffle(p.begin(), p.end(), rng); for (int k = 0; k < K; ++k) idx[t * K + k] = p[k]; }
+  for (int t = 0; t < T; ++t) {
+    std::vector<int> p(E);
+    for (int e = 0; e < E; ++e) p[e] = e;
+    std::shuffle(p.begin(), p.end(), rng);
+    if (skew) std::swap(p[0], *std::find(p.begin(), p.end(), 1));
+    for (int k = 0; k < K; ++k) idx[t * K + k] = p[k];
+  }
   const int R = T * K;
   std::vector<int32_t> offsets(E + 1, 0), pairs;
   for (int e = 0; e < E; ++e) { offsets[e] = pairs.size(); for (int p = 0; p < R; ++p) if (idx[p] == e) pairs.push_back(p); }
@@ -71,8 +93,8 @@ void moe(bool fp8, int T, int H, int I, int E, int K) {
   std::vector<float> top_w(R); for (auto& v : top_w) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
   auto gud = gu.dev_data(), gub = gu.dev_block(), dnd = dn.dev_data(), dnb = dn.dev_block();
   std::vector<uint16_t> act(size_t(R) * I, 0xFFFF), y(size_t(R) * H, 0xFFFF);
-  if (fp8) run_gate_up(l, true, x.data(), gud.data(), nullptr, gu.rs.data(), offsets.data(), pairs.data(), R, E, K, H, I, act.data());
-  else run_gate_up(l, false, x.data(), gud.data(), gub.data(), gu.rs.data(), offsets.data(), pairs.data(), R, E, K, H, I, act.data());
+  if (fp8) run_gate_up(l, true, x.data(), gud.data(), nullptr, gu.rs.data(), offsets.data(), pairs.data(), R, E, K, H, I, act.data(), variant);
+  else run_gate_up(l, false, x.data(), gud.data(), gub.data(), gu.rs.data(), offsets.data(), pairs.data(), R, E, K, H, I, act.data(), variant);
   std::vector<float> act_ref(size_t(R) * I);
   std::vector<uint16_t> act_ref_b(size_t(R) * I);
   for (int e = 0; e < E; ++e) for (int r = offsets[e]; r < offsets[e + 1]; ++r) { const int t = pairs[r] / K;
@@ -80,36 +102,55 @@ void moe(bool fp8, int T, int H, int I, int E, int K) {
       for (int k = 0; k < H; ++k) { const float xv = bf16_to_f32(x[size_t(t) * H + k]); sg += xv * float(gu.at(e, i, k)); su += xv * float(gu.at(e, I + i, k)); }
       const float g = round_bf16(gelu_tanh(round_bf16(sg * gu.rs[size_t(e) * 2 * I + i]))), u = round_bf16(su * gu.rs[size_t(e) * 2 * I + I + i]);
       act_ref[size_t(r) * I + i] = round_bf16(g * u); act_ref_b[size_t(r) * I + i] = f32_to_bf16(g * u); } }
-  compare(std::string(fp8 ? "fp8" : "nvfp4") + " gate_up", act, act_ref);
+  const std::string what = std::string(fp8 ? "fp8" : "nvfp4") + " variant " + std::to_string(variant) + (skew ? " skewed" : "");
+  compare(what + " gate_up", act, act_ref);
   // down on the reference act (isolates the kernel)
-  if (fp8) run_down(l, true, act_ref_b.data(), dnd.data(), nullptr, dn.rs.data(), offsets.data(), pairs.data(), top_w.data(), R, E, H, I, y.data());
-  else run_down(l, false, act_ref_b.data(), dnd.data(), dnb.data(), dn.rs.data(), offsets.data(), pairs.data(), top_w.data(), R, E, H, I, y.data());
+  if (fp8) run_down(l, true, act_ref_b.data(), dnd.data(), nullptr, dn.rs.data(), offsets.data(), pairs.data(), top_w.data(), R, E, H, I, y.data(), variant);
+  else run_down(l, false, act_ref_b.data(), dnd.data(), dnb.data(), dn.rs.data(), offsets.data(), pairs.data(), top_w.data(), R, E, H, I, y.data(), variant);
   std::vector<float> y_ref(size_t(R) * H);
   for (int e = 0; e < E; ++e) for (int r = offsets[e]; r < offsets[e + 1]; ++r) { const int p = pairs[r];
     for (int n = 0; n < H; ++n) { float s = 0; for (int k = 0; k < I; ++k) s += bf16_to_f32(act_ref_b[size_t(r) * I + k]) * float(dn.at(e, n, k));
       y_ref[size_t(p) * H + n] = round_bf16(round_bf16(s * dn.rs[size_t(e) * H + n]) * top_w[p]); } }
-  compare(std::string(fp8 ? "fp8" : "nvfp4") + " down", y, y_ref);
+  compare(what + " down", y, y_ref);
+  EXPECT_EQ(l.launches, 2);
 }
-void dense(bool fp8, int T, int N, int K, bool sub = false) {
+void dense(bool fp8, int T, int N, int K, bool sub = false, bool zeros = false, int variant = 0) {
   EmuLauncher l;
-  W w = make(fp8, 1, N, K, sub);
+  W w = make(fp8, 1, N, K, sub, zeros);
   auto x = randx(T, K);
   auto d = w.dev_data(), b = w.dev_block();
   std::vector<uint16_t> out(size_t(T) * N, 0xFFFF);
-  run_dense(l, fp8, x.data(), d.data(), fp8 ? nullptr : b.data(), w.rs.data(), T, N, K, out.data());
+  run_dense(l, fp8, x.data(), d.data(), fp8 ? nullptr : b.data(), w.rs.data(), T, N, K, out.data(), variant);
   std::vector<float> ref(size_t(T) * N);
   for (int t = 0; t < T; ++t) for (int n = 0; n < N; ++n) { float s = 0; for (int k = 0; k < K; ++k) s += bf16_to_f32(x[size_t(t) * K + k]) * float(w.at(0, n, k)); ref[size_t(t) * N + n] = round_bf16(s * w.rs[n]); }
-  compare(std::string(fp8 ? "fp8" : "nvfp4") + " dense T" + std::to_string(T), out, ref);
+  compare(std::string(fp8 ? "fp8" : "nvfp4") + " dense T" + std::to_string(T) + " variant " + std::to_string(variant), out, ref);
 }
-TEST(QuantKernelEmulated, GroupedNvfp4GateUpAndDown) { moe(false, 37, 64, 64, 8, 2); moe(false, 20, 128, 128, 4, 2); }
-TEST(QuantKernelEmulated, GroupedFp8GateUpAndDown) { moe(true, 37, 64, 64, 8, 2); moe(true, 20, 128, 128, 4, 2); }
+// Every tile variant (kQuantTiles ids 1 .. 9) and the automatic choice (0): M tiles of 16 .. 128 rows,
+// 4 and 8 warps, m fragments without rows skipped, experts with several M tiles (the skewed routing).
+TEST(QuantKernelEmulated, GroupedNvfp4GateUpAndDownEveryVariant) {
+  for (int v = 0; v < kQuantTileCount; ++v) moe(false, 37, 64, 64, 8, 2, v);
+  moe(false, 20, 128, 128, 4, 2, 0);
+}
+TEST(QuantKernelEmulated, GroupedNvfp4SkewedRoutingAndZeroScales) {
+  for (int v = 1; v < kQuantTileCount; ++v) moe(false, 70, 64, 64, 4, 2, v, true, v % 2 == 1);
+}
+TEST(QuantKernelEmulated, GroupedFp8GateUpAndDownEveryVariant) {
+  for (int v = 0; v < kQuantTileCount; ++v) moe(true, 37, 64, 64, 8, 2, v);
+  moe(true, 20, 128, 128, 4, 2, 0);
+  moe(true, 70, 64, 64, 4, 2, 1, true);
+  moe(true, 70, 64, 64, 4, 2, 5, true);
+}
 TEST(QuantKernelEmulated, DenseBothTileHeights) {
   for (bool fp8 : {false, true}) {
     dense(fp8, 37, 128, 128);   // 32-row tiles, a partial one
     dense(fp8, 130, 64, 128);   // 128-row tiles, a partial one
   }
+  for (int v = 1; v < kQuantTileCount; ++v) dense(v % 2 == 0, 37, 128, 64, false, false, v);
 }
-TEST(QuantKernelEmulated, DenseSubnormalBlockScales) { dense(false, 40, 64, 256, true); }
+TEST(QuantKernelEmulated, DenseSubnormalAndZeroBlockScales) {
+  dense(false, 40, 64, 256, true);
+  dense(false, 40, 64, 256, false, true);
+}
 
 }  // namespace
 }  // namespace dgemma::cuda

@@ -1,0 +1,601 @@
+#pragma once
+// The bf16 grouped expert GEMM kernels of grouped_moe.cu and their launch plans, in a header so that
+// the unit tests compile them on the host against an emulation of the CUDA operations they use
+// (tests/unit/backend/cuda_emulator.h): the includer provides them. On the device, grouped_moe.cu
+// includes common.cuh and ptx.cuh first. What the kernels need: threadIdx / blockIdx, __syncthreads,
+// __fmul_rn, min; smem_addr, cp_async16(_hint), evict_first_policy, cp_async_commit / wait,
+// ldmatrix_x4, mma_bf16 (ptx.cuh); f32_to_bf16, round_bf16, gelu_tanh (common.cuh); and
+// DG_KERNEL_DYNAMIC_SMEM(name), the dynamic shared-memory buffer.
+//
+// Tensor cores via mma.sync m16n8k16 bf16 -> fp32, cp.async multi-stage pipelines, with the rounding
+// points of the CPU reference (cpu/moe.cpp): every output element is one fp32 dot product rounded once
+// to bf16; the gate_up epilogue applies the activation exactly as launch_moe_act, the down epilogue the
+// routing weight exactly as launch_moe_weight. Every kernel and tile shape accumulates each output
+// element over K in the same order (K tiles of 64, four k16 MMAs each), so all variants give the same
+// bits.
+//
+// Common to both kernels: BK = 64, cp.async.cg 16-byte chunks into XOR-swizzled rows of 128 bytes
+// (ldmatrix bank-conflict free). For gate_up a tile's weight rows are half gate rows (i0 ..) and half
+// the matching up rows (I + i0 ..), laid out so that each thread holds gate and up of the same (row, i)
+// and the activation is fused into the epilogue. The A rows are read by index (gate_up: expert_in rows
+// pairs[r] / K, fusing the gather; down: act rows r). Missing rows / columns / K tails are zero-filled
+// (cp.async src-size 0) and never stored. Weight copies carry an L2 evict-first policy (streamed once;
+// the A rows are re-read per N tile).
+//
+// Small R (the average expert has few rows; T = 256 denoising, memory bound: ~16 rows per expert):
+//   grouped_gemm_kernel<32>: tile 32 x 64 columns, 4 stages, 128 threads, grid (N tiles, E); each CTA
+//   loops over its expert's M tiles with the (M tile, K tile) iterations flattened so the pipeline runs
+//   on across M tiles. Warp w computes all 32 rows of the tile columns {8w .. 8w+7} and {32+8w .. 32+8w+7}.
+// Large R (prefill chunks, batched denoising: ~64+ rows per expert):
+//   grouped_tile_kernel<Cfg>: one tile of up to Cfg::kBM rows x Cfg::kBN columns per CTA from a tile
+//   list written by the grouping kernel (expert, first row, rows <= kBM), warps arranged kWarpsM x
+//   kWarpsN, each computing kMF m16 x kNF n8 fragments. Why a tile list: an expert's weights are read
+//   from HBM once per tile, and the tiles of an expert (and one N tile) sit next to each other in
+//   blockIdx.x (the fastest grid index), so they run together and share the weight lines through L2.
+//   m16 fragments past the tile's rows are neither copied nor multiplied (per warp), so a 70-row tile
+//   costs 80 rows of MMAs. The shapes (kTileConfigs) trade shared-memory reads per MMA (warp tile
+//   64 x 64 the fewest), warps per SM (latency hiding) and A re-reads (one per N tile); which wins at
+//   which rows per expert is measured (dgemma_gpu_check --bench), and grouped_plan picks.
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define DG_UNROLL _Pragma("unroll")
+#else
+#define DG_UNROLL  // the host compiler of the emulated tests
+#endif
+#ifndef DG_KERNEL_DYNAMIC_SMEM
+#define DG_KERNEL_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+
+namespace dgemma::cuda {
+namespace {
+
+constexpr int kBK = 64;  // K per stage: a smem row is 128 bytes = 8 chunks of 16 bytes
+constexpr int kRowBytes = kBK * 2;
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile (rows of 128 bytes).
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+struct GroupedArgs {
+  const uint16_t* a;        // gate_up: x [T, Kd]; down: act [R, Kd]
+  const uint16_t* w;        // [E, Nw, Kd]
+  const int32_t* offsets;   // [E + 1]
+  const int32_t* pairs;     // [R]
+  const float* top_w;       // [R] by pair id (down)
+  uint16_t* out;            // gate_up: act [R, N]; down: y [R, N] by pair id
+  int Kd;                   // reduction length (H for gate_up, I for down)
+  int N;                    // output columns (I for gate_up, H for down)
+  int top_k;                // K (gate_up: token of a pair)
+};
+
+// ---- small R: grouped_gemm_kernel<32> -----------------------------------------------------------
+
+constexpr int kSmallThreads = 128;  // 4 warps
+constexpr int kSmallBN = 64;        // output columns per CTA (gate_up: 32 gate + 32 up)
+constexpr int kSmallStages = 4;
+template <int BM>
+constexpr int small_smem_bytes() { return kSmallStages * (BM + kSmallBN) * kRowBytes; }
+
+template <int BM, bool kGateUp>
+__global__ void __launch_bounds__(kSmallThreads, BM == 32 ? 4 : 3) grouped_gemm_kernel(GroupedArgs g) {
+  constexpr int kThreads = kSmallThreads, kBN = kSmallBN, kStages = kSmallStages;
+  constexpr int MF = BM / 16;              // m16 fragments per warp
+  constexpr int kAChunks = BM * 8 / kThreads;  // 16-byte chunks per thread per A stage
+  constexpr int kBChunks = kBN * 8 / kThreads;
+  constexpr int kAStage = BM * kRowBytes, kBStage = kBN * kRowBytes;
+  static_assert(BM % 16 == 0 && kAChunks >= 1 && kBChunks == 4, "tile shape");
+  DG_KERNEL_DYNAMIC_SMEM(smem);
+
+  const int e = blockIdx.y;
+  const int row0 = g.offsets[e];
+  const int rows = g.offsets[e + 1] - row0;
+  if (rows <= 0) return;  // uniform over the CTA, before any barrier
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int Kd = g.Kd, N = g.N;
+  const int KT = (Kd + kBK - 1) / kBK;
+  const int MT = (rows + BM - 1) / BM;
+  const int total = MT * KT;
+  const uint32_t s_base = smem_addr(smem);
+  const uint32_t s_b = s_base + kStages * kAStage;
+  const int chunk = tid & 7;  // the 16-byte chunk (K offset chunk * 8) this thread copies
+
+  // Weight rows this thread copies (fixed for the CTA): tile row s = tid / 8 + 16 j.
+  const uint16_t* w_e = g.w + static_cast<int64_t>(e) * (kGateUp ? 2 * N : N) * Kd;
+  const uint16_t* b_src[kBChunks];
+  bool b_ok[kBChunks];
+DG_UNROLL
+  for (int j = 0; j < kBChunks; ++j) {
+    const int s = (tid >> 3) + 16 * j;
+    int n;  // weight row
+    if (kGateUp) {
+      const int i = blockIdx.x * (kBN / 2) + (s & (kBN / 2 - 1));
+      b_ok[j] = i < N;
+      n = s < kBN / 2 ? i : N + i;
+    } else {
+      n = blockIdx.x * kBN + s;
+      b_ok[j] = n < N;
+    }
+    b_src[j] = b_ok[j] ? w_e + static_cast<int64_t>(n) * Kd : g.w;
+  }
+  // A rows this thread copies for the M tile being loaded: tile row tid / 8 + 16 j.
+  const uint16_t* a_src[kAChunks];
+  bool a_ok[kAChunks];
+  auto set_a_rows = [&](int mt) {
+DG_UNROLL
+    for (int j = 0; j < kAChunks; ++j) {
+      const int m = mt * BM + (tid >> 3) + 16 * j;
+      a_ok[j] = m < rows;
+      int64_t src_row = 0;
+      if (a_ok[j]) src_row = kGateUp ? g.pairs[row0 + m] / g.top_k : row0 + m;
+      a_src[j] = a_ok[j] ? g.a + src_row * Kd : g.a;
+    }
+  };
+
+  const uint64_t w_policy = evict_first_policy();
+  int load_mt = 0, load_kt = 0;  // the next (M tile, K tile) to copy
+  auto load_next = [&](int stage) {
+    if (load_kt == 0) set_a_rows(load_mt);
+    const int k = load_kt * kBK + chunk * 8;
+    const bool k_ok = k < Kd;  // Kd % 8 == 0: a chunk is entirely inside or outside
+    const uint32_t sa = s_base + stage * kAStage, sb = s_b + stage * kBStage;
+DG_UNROLL
+    for (int j = 0; j < kAChunks; ++j) {
+      const int r = (tid >> 3) + 16 * j;
+      const bool ok = a_ok[j] && k_ok;
+      cp_async16(sa + swz(r, chunk), ok ? a_src[j] + k : g.a, ok);
+    }
+DG_UNROLL
+    for (int j = 0; j < kBChunks; ++j) {
+      const int r = (tid >> 3) + 16 * j;
+      const bool ok = b_ok[j] && k_ok;
+      cp_async16_hint(sb + swz(r, chunk), ok ? b_src[j] + k : g.w, ok, w_policy);
+    }
+    if (++load_kt == KT) {
+      load_kt = 0;
+      ++load_mt;
+    }
+  };
+
+  float acc[MF][2][4];
+DG_UNROLL
+  for (int mf = 0; mf < MF; ++mf)
+DG_UNROLL
+    for (int nf = 0; nf < 2; ++nf)
+DG_UNROLL
+      for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
+
+  // Prologue: stages 0 .. kStages - 2 (a group is committed even when empty, so the wait counts hold).
+DG_UNROLL
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < total) load_next(s);
+    cp_async_commit();
+  }
+
+  // ldmatrix lane addressing. A: lane -> tile row (lane & 15), chunk + (lane >> 4) (the four 8x8
+  // matrices are a0..a3 of the m16n8k16 A fragment). B: matrix q = lane >> 3 -> n fragment q >> 1
+  // (tile rows 32 (q >> 1) + 8 warp + (lane & 7)), chunk + (q & 1) (b0, b1 of each fragment).
+  const int a_row = lane & 15, a_chunk = lane >> 4;
+  const int b_row = ((lane >> 4) << 5) + 8 * warp + (lane & 7), b_chunk = (lane >> 3) & 1;
+
+  int mt = 0, kt = 0;
+  for (int it = 0; it < total; ++it) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of iteration `it` have landed ...
+    __syncthreads();               // ... everyone's; and everyone is done with the stage refilled below
+    if (it + kStages - 1 < total) load_next((it + kStages - 1) % kStages);
+    cp_async_commit();
+
+    const int stage = it % kStages;
+    const uint32_t sa = s_base + stage * kAStage, sb = s_b + stage * kBStage;
+DG_UNROLL
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      uint32_t b[4];
+      ldmatrix_x4(sb + swz(b_row, 2 * kk + b_chunk), b[0], b[1], b[2], b[3]);
+DG_UNROLL
+      for (int mf = 0; mf < MF; ++mf) {
+        uint32_t a[4];
+        ldmatrix_x4(sa + swz(mf * 16 + a_row, 2 * kk + a_chunk), a[0], a[1], a[2], a[3]);
+        mma_bf16(acc[mf][0], a, b[0], b[1]);
+        mma_bf16(acc[mf][1], a, b[2], b[3]);
+      }
+    }
+
+    if (++kt == KT) {  // epilogue of M tile mt: registers -> global (no shared memory involved)
+      const int g_row = lane >> 2, g_col = 2 * (lane & 3);
+DG_UNROLL
+      for (int mf = 0; mf < MF; ++mf)
+DG_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const int m = mt * BM + mf * 16 + g_row + 8 * h;
+          if (m >= rows) continue;
+          const int64_t r = row0 + m;
+          if (kGateUp) {
+            const int i = blockIdx.x * (kBN / 2) + 8 * warp + g_col;
+            if (i >= N) continue;  // N % 8 == 0, so i + 1 < N as well
+            uint32_t packed = 0;
+DG_UNROLL
+            for (int c = 0; c < 2; ++c) {
+              const float gate = round_bf16(gelu_tanh(round_bf16(acc[mf][0][2 * h + c])));
+              const uint16_t v = f32_to_bf16(__fmul_rn(gate, round_bf16(acc[mf][1][2 * h + c])));
+              packed |= static_cast<uint32_t>(v) << (16 * c);
+            }
+            *reinterpret_cast<uint32_t*>(g.out + r * N + i) = packed;
+          } else {
+            const int p = g.pairs[r];
+            const float wt = g.top_w[p];
+DG_UNROLL
+            for (int nf = 0; nf < 2; ++nf) {
+              const int n = blockIdx.x * kBN + 32 * nf + 8 * warp + g_col;
+              if (n >= N) continue;
+              uint32_t packed = 0;
+DG_UNROLL
+              for (int c = 0; c < 2; ++c) {
+                const uint16_t v = f32_to_bf16(__fmul_rn(round_bf16(acc[mf][nf][2 * h + c]), wt));
+                packed |= static_cast<uint32_t>(v) << (16 * c);
+              }
+              *reinterpret_cast<uint32_t*>(g.out + static_cast<int64_t>(p) * N + n) = packed;
+            }
+          }
+        }
+DG_UNROLL
+      for (int mf = 0; mf < MF; ++mf)
+DG_UNROLL
+        for (int nf = 0; nf < 2; ++nf)
+DG_UNROLL
+          for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
+      kt = 0;
+      ++mt;
+    }
+  }
+  cp_async_wait<0>();  // nothing is outstanding (the last groups are empty), but leave no copy behind
+}
+
+// ---- large R: one tile per CTA from the tile list -------------------------------------------------
+
+// Warps kWarpsM x kWarpsN (warp w: wm = w / kWarpsN, wn = w % kWarpsN), each kMF m16 x kNF n8 fragments:
+// tile kBM = 16 kMF kWarpsM rows x kBN = 8 kNF kWarpsN columns, kStages cp.async stages.
+template <int WM, int WN, int MF, int NF, int S, int MinBlocks>
+struct TileCfg {
+  static constexpr int kWarpsM = WM, kWarpsN = WN, kMF = MF, kNF = NF, kStages = S, kMinBlocks = MinBlocks;
+  static constexpr int kThreads = 32 * WM * WN;
+  static constexpr int kBM = 16 * MF * WM;
+  static constexpr int kBN = 8 * NF * WN;
+  static constexpr int kAStage = kBM * kRowBytes, kBStage = kBN * kRowBytes;
+  static constexpr int kSmem = S * (kAStage + kBStage);
+  static_assert(NF % 2 == 0, "B fragments come in ldmatrix.x4 pairs; gate_up needs gate and up halves");
+  static_assert((kBN * 8) % kThreads == 0, "whole weight chunks per thread");
+  static_assert(kThreads % 8 == 0 && S >= 2, "copy layout, pipeline");
+};
+
+// The large-R shapes (grouped_plan's variants 2 .. ; variant 1 is the small kernel):
+//   2: 128 x 128, 4 warps 1 x 4 (warp: all rows x 32 columns), 3 stages, 96 KB, 2 CTAs per SM — the
+//      first large-R kernel: 8 warps per SM, each B fragment feeds up to 8 MMAs;
+//   3:  64 x 256, 4 warps 1 x 4 (warp 64 x 64: half the ldmatrix per MMA of 64 x 32), 4 stages, 160 KB;
+//   4:  64 x 256, 8 warps 1 x 8 (warp 64 x 32), 4 stages, 160 KB: 8 warps on one A tile;
+//   5:  80 x 128, 4 warps 1 x 4 (warp 80 x 32), 4 stages, 104 KB, 2 CTAs per SM: at ~64 +- 8 rows per
+//      expert (T = 1024) nearly every expert fits one tile, and no fragment is wasted on rows 80 .. 127;
+//   6: 128 x 256, 8 warps 2 x 4 (warp 64 x 64), 4 stages, 192 KB: the compute-bound shape (T >= 4096);
+//   7: 128 x 128, 8 warps 2 x 4 (warp 64 x 32), 3 stages, 96 KB, 2 CTAs per SM (16 warps per SM);
+//   8:  80 x 256, 8 warps 1 x 8 (warp 80 x 32), 3 stages, 126 KB;
+//   9:  80 x 256, 4 warps 1 x 4 (warp 80 x 64), 3 stages, 126 KB: variant 3's reads per MMA, one tile
+//      for nearly every expert at T = 1024;
+//  10: 128 x 256, 8 warps 2 x 4 (warp 64 x 64), 3 stages, 144 KB.
+using Tile2 = TileCfg<1, 4, 8, 4, 3, 2>;
+using Tile3 = TileCfg<1, 4, 4, 8, 4, 1>;
+using Tile4 = TileCfg<1, 8, 4, 4, 4, 1>;
+using Tile5 = TileCfg<1, 4, 5, 4, 4, 2>;
+using Tile6 = TileCfg<2, 4, 4, 8, 4, 1>;
+using Tile7 = TileCfg<2, 4, 4, 4, 3, 2>;
+using Tile8 = TileCfg<1, 8, 5, 4, 3, 1>;
+using Tile9 = TileCfg<1, 4, 5, 8, 3, 1>;
+using Tile10 = TileCfg<2, 4, 4, 8, 3, 1>;
+constexpr int kFirstTileVariant = 2, kLastTileVariant = 10;
+
+// Grid (tile list entries, N tiles). Tile rows s of B: down: weight row n0 + s; gate_up: s < kBN / 2
+// gate row i = n0 + s, else the up row N + i of i = n0 + s - kBN / 2. Warp (wm, wn): m16 fragments
+// wm kMF + mf (tile rows 16 (wm kMF + mf) ..) and n8 fragments nf: down tile columns wn kNF 8 + 8 nf;
+// gate_up nf < kNF / 2 the gate rows wn (kNF / 2) 8 + 8 nf and nf >= kNF / 2 the matching up rows
+// (tile rows kBN / 2 + ..), so acc[mf][nf] and acc[mf][nf + kNF / 2] are gate and up of one (row, i).
+template <class C, bool kGateUp>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_tile_kernel(GroupedArgs g, const int32_t* __restrict__ tiles) {
+  constexpr int kThreads = C::kThreads, MF = C::kMF, NF = C::kNF, kStages = C::kStages;
+  constexpr int kBM = C::kBM, kBN = C::kBN, kAStage = C::kAStage, kBStage = C::kBStage;
+  constexpr int kRowsPerPass = kThreads / 8;                       // rows one copy pass covers
+  constexpr int kACopies = (kBM + kRowsPerPass - 1) / kRowsPerPass;  // A chunks per thread (the last partial)
+  constexpr int kBCopies = kBN / kRowsPerPass;
+  constexpr int kHalf = NF / 2;
+  DG_KERNEL_DYNAMIC_SMEM(smem);
+
+  const int e = tiles[4 * blockIdx.x];
+  if (e < 0) return;  // past the list's used entries; uniform over the CTA, before any barrier
+  const int row0 = tiles[4 * blockIdx.x + 1], rows = tiles[4 * blockIdx.x + 2];  // 1 <= rows <= kBM
+  const int used = (rows + 15) & ~15;  // tile rows that are copied (fragments in use), zero-filled past rows
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
+  const int mfs = min(MF, max(0, (used >> 4) - wm * MF));  // this warp's fragments in use (warp-uniform)
+  const int Kd = g.Kd, N = g.N;
+  const int KT = (Kd + kBK - 1) / kBK;
+  const int n0 = blockIdx.y * (kGateUp ? kBN / 2 : kBN);  // first output column (gate_up: i)
+  const uint32_t s_a = smem_addr(smem), s_b = s_a + kStages * kAStage;
+  const int trow = tid >> 3, chunk = tid & 7;  // copies: tile rows trow + kRowsPerPass j, K offset chunk * 8
+
+  const uint16_t* w_e = g.w + static_cast<int64_t>(e) * (kGateUp ? 2 * N : N) * Kd;
+  const uint16_t* b_src[kBCopies];
+  bool b_ok[kBCopies];
+DG_UNROLL
+  for (int j = 0; j < kBCopies; ++j) {
+    const int s = trow + kRowsPerPass * j;
+    int n;
+    if (kGateUp) {
+      const int i = n0 + (s < kBN / 2 ? s : s - kBN / 2);
+      b_ok[j] = i < N;
+      n = s < kBN / 2 ? i : N + i;
+    } else {
+      n = n0 + s;
+      b_ok[j] = n < N;
+    }
+    b_src[j] = b_ok[j] ? w_e + static_cast<int64_t>(n) * Kd : g.w;
+  }
+  // A rows: -2 not copied (past the used fragments or the tile), -1 zero-filled, else the source row.
+  int a_row[kACopies];
+DG_UNROLL
+  for (int j = 0; j < kACopies; ++j) {
+    const int m = trow + kRowsPerPass * j;
+    a_row[j] = m < used && m < kBM ? -1 : -2;
+    if (m < rows) a_row[j] = kGateUp ? g.pairs[row0 + m] / g.top_k : row0 + m;
+  }
+
+  const uint64_t w_policy = evict_first_policy();
+  auto load_stage = [&](int stage, int kt) {
+    const int k = kt * kBK + chunk * 8;
+    const bool k_ok = k < Kd;  // Kd % 8 == 0: a chunk is entirely inside or outside
+    const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage;
+DG_UNROLL
+    for (int j = 0; j < kACopies; ++j) {
+      if (a_row[j] == -2) continue;  // never read by ldmatrix
+      const bool ok = a_row[j] >= 0 && k_ok;
+      cp_async16(sa + swz(trow + kRowsPerPass * j, chunk), ok ? g.a + static_cast<int64_t>(a_row[j]) * Kd + k : g.a, ok);
+    }
+DG_UNROLL
+    for (int j = 0; j < kBCopies; ++j) {
+      const bool ok = b_ok[j] && k_ok;
+      cp_async16_hint(sb + swz(trow + kRowsPerPass * j, chunk), ok ? b_src[j] + k : g.w, ok, w_policy);
+    }
+  };
+
+  float acc[MF][NF][4];
+DG_UNROLL
+  for (int mf = 0; mf < MF; ++mf)
+DG_UNROLL
+    for (int nf = 0; nf < NF; ++nf)
+DG_UNROLL
+      for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
+
+  // Prologue: K tiles 0 .. kStages - 2 (a group is committed even when empty, so the wait counts
+  // hold: before iteration kt, kStages - 1 + kt groups are committed and group kt is K tile kt).
+DG_UNROLL
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < KT) load_stage(s, s);
+    cp_async_commit();
+  }
+
+  // ldmatrix lane addressing. A: lane -> tile row 16 (wm MF + mf) + (lane & 15), chunk 2 kk + (lane >> 4)
+  // (the four 8x8 matrices are a0..a3). B, x4 number p covers n fragments 2p, 2p + 1: matrix q = lane >> 3
+  // -> fragment 2p + (q >> 1), chunk 2 kk + (q & 1) (b0, b1); its rows from lanes 8q .. 8q + 7.
+  const int a_row0 = 16 * wm * MF + (lane & 15), a_chunk = lane >> 4, b_chunk = (lane >> 3) & 1;
+  int b_row[kHalf];
+DG_UNROLL
+  for (int p = 0; p < kHalf; ++p) {
+    const int nf = 2 * p + (lane >> 4);
+    const int base = kGateUp ? (nf < kHalf ? wn * kHalf * 8 + 8 * nf : kBN / 2 + wn * kHalf * 8 + 8 * (nf - kHalf))
+                             : wn * NF * 8 + 8 * nf;
+    b_row[p] = base + (lane & 7);
+  }
+
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of K tile kt have landed ...
+    __syncthreads();               // ... everyone's; and everyone is done with the stage refilled below
+    if (kt + kStages - 1 < KT) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);
+    cp_async_commit();
+    if (mfs == 0) continue;  // a warp without rows (warp-uniform: its ldmatrix / mma are skipped whole)
+
+    const int stage = kt % kStages;
+    const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage;
+DG_UNROLL
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      uint32_t b[NF][2];
+DG_UNROLL
+      for (int p = 0; p < kHalf; ++p)
+        ldmatrix_x4(sb + swz(b_row[p], 2 * kk + b_chunk), b[2 * p][0], b[2 * p][1], b[2 * p + 1][0], b[2 * p + 1][1]);
+      // A fragments double-buffered: fragment mf + 1 is loaded before the MMAs of fragment mf.
+      uint32_t a[2][4];
+      ldmatrix_x4(sa + swz(a_row0, 2 * kk + a_chunk), a[0][0], a[0][1], a[0][2], a[0][3]);
+DG_UNROLL
+      for (int mf = 0; mf < MF; ++mf) {
+        if (mf >= mfs) break;  // warp-uniform
+        if (mf + 1 < mfs) {
+          uint32_t(&nx)[4] = a[(mf + 1) & 1];
+          ldmatrix_x4(sa + swz(a_row0 + 16 * (mf + 1), 2 * kk + a_chunk), nx[0], nx[1], nx[2], nx[3]);
+        }
+DG_UNROLL
+        for (int nf = 0; nf < NF; ++nf) mma_bf16(acc[mf][nf], a[mf & 1], b[nf][0], b[nf][1]);
+      }
+    }
+  }
+  cp_async_wait<0>();  // nothing is outstanding (the last groups are empty), but leave no copy behind
+
+  // Epilogue: registers -> global (no shared memory involved). Thread: rows 16 (wm MF + mf) + g_row + 8 h,
+  // column pairs g_col, g_col + 1 of each n fragment.
+  const int g_row = lane >> 2, g_col = 2 * (lane & 3);
+  const int m_base = 16 * wm * MF + g_row;
+  if (kGateUp) {
+DG_UNROLL
+    for (int mf = 0; mf < MF; ++mf) {
+      if (mf >= mfs) break;
+DG_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int m = m_base + 16 * mf + 8 * h;
+        if (m >= rows) continue;
+        const int64_t r = row0 + m;
+DG_UNROLL
+        for (int nf = 0; nf < kHalf; ++nf) {
+          const int i = n0 + wn * kHalf * 8 + 8 * nf + g_col;
+          if (i >= N) continue;  // N % 8 == 0, so i + 1 < N as well
+          uint32_t packed = 0;
+DG_UNROLL
+          for (int c = 0; c < 2; ++c) {
+            const float gate = round_bf16(gelu_tanh(round_bf16(acc[mf][nf][2 * h + c])));
+            const uint16_t v = f32_to_bf16(__fmul_rn(gate, round_bf16(acc[mf][nf + kHalf][2 * h + c])));
+            packed |= static_cast<uint32_t>(v) << (16 * c);
+          }
+          *reinterpret_cast<uint32_t*>(g.out + r * N + i) = packed;
+        }
+      }
+    }
+  } else {
+    // The pair ids and routing weights of the thread's rows first (two dependent loads in all, not two
+    // per row: the stores below may alias them as far as the compiler knows).
+    int pid[MF][2];
+    float wt[MF][2];
+DG_UNROLL
+    for (int mf = 0; mf < MF; ++mf)
+DG_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int m = m_base + 16 * mf + 8 * h;
+        pid[mf][h] = mf < mfs && m < rows ? g.pairs[row0 + m] : -1;
+      }
+DG_UNROLL
+    for (int mf = 0; mf < MF; ++mf)
+DG_UNROLL
+      for (int h = 0; h < 2; ++h) wt[mf][h] = pid[mf][h] >= 0 ? g.top_w[pid[mf][h]] : 0.f;
+DG_UNROLL
+    for (int mf = 0; mf < MF; ++mf) {
+      if (mf >= mfs) break;
+DG_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        if (pid[mf][h] < 0) continue;
+        const int64_t p = pid[mf][h];
+DG_UNROLL
+        for (int nf = 0; nf < NF; ++nf) {
+          const int n = n0 + wn * NF * 8 + 8 * nf + g_col;
+          if (n >= N) continue;
+          uint32_t packed = 0;
+DG_UNROLL
+          for (int c = 0; c < 2; ++c) {
+            const uint16_t v = f32_to_bf16(__fmul_rn(round_bf16(acc[mf][nf][2 * h + c]), wt[mf][h]));
+            packed |= static_cast<uint32_t>(v) << (16 * c);
+          }
+          *reinterpret_cast<uint32_t*>(g.out + p * N + n) = packed;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dgemma::cuda
+
+#include "backend/cuda/grouped_moe_wgmma_kernel.cuh"
+
+namespace dgemma::cuda {
+namespace {
+
+// The wgmma shapes (variants 11 .. 14; sm_90 only, grouped_moe.cu falls back to variant 2 elsewhere):
+//  11:  64 x 256, one warpgroup, 4 stages, 161 KB: one m64 block, the weights' 256 rows read once per
+//       64 tokens of an expert;
+//  12: 128 x 256, two warpgroups, 4 stages, 193 KB: the compute-bound shape (T >= 2048);
+//  13: 128 x 128, two warpgroups, 4 stages, 129 KB;
+//  14:  64 x 128, one warpgroup, 4 stages, 97 KB, 2 CTAs per SM.
+using Wg11 = WgCfg<1, 256, 4, 1>;
+using Wg12 = WgCfg<2, 256, 4, 1>;
+using Wg13 = WgCfg<2, 128, 4, 1>;
+using Wg14 = WgCfg<1, 128, 4, 2>;
+constexpr int kFirstWgmmaVariant = 11, kLastVariant = 14;
+
+// ---- launch plans ---------------------------------------------------------------------------------
+
+// Which kernel a grouped MoE call runs and the tile list it needs (the grouping writes the list).
+struct GroupedPlanImpl {
+  int variant = 1;        // 1: the small kernel; kFirstTileVariant ..: grouped_tile_kernel, then grouped_wgmma_kernel
+  int tile_rows = 0;      // the tile list's tile height (0: no list)
+  int64_t max_tiles = 0;  // entries of the tile list
+};
+
+// Tile rows of each variant (0: the small kernel, no tile list).
+constexpr int kTileRows[kLastVariant + 1] = {0,          0,          Tile2::kBM,  Tile3::kBM, Tile4::kBM,
+                                             Tile5::kBM, Tile6::kBM, Tile7::kBM,  Tile8::kBM, Tile9::kBM,
+                                             Tile10::kBM, Wg11::kBM, Wg12::kBM, Wg13::kBM, Wg14::kBM};
+
+// variant 0: automatic (by rows per expert); else that variant whenever R > 0.
+inline GroupedPlanImpl grouped_plan(int variant, int64_t R, int64_t E) {
+  GroupedPlanImpl p;
+  if (R <= 0 || E <= 0) return p;
+  if (variant < 1 || variant > kLastVariant) variant = R <= 24 * E ? 1 : 2;
+  p.variant = variant;
+  if (variant >= kFirstTileVariant) {
+    p.tile_rows = kTileRows[variant];
+    p.max_tiles = R / p.tile_rows + E;  // sum over experts of ceil(rows / tile_rows) <= floor(R / tile_rows) + E
+  }
+  return p;
+}
+
+// The launches of the public entry points (grouped_moe.cuh), for any launcher L with
+//   l.template small<BM, kGateUp>(args, grid_x, grid_y), l.template tile<Cfg, kGateUp>(args, tiles, grid_x,
+//   grid_y) and l.template wg<Cfg, kGateUp>(...) likewise (the device: CUDA launches; the unit tests: the
+// emulator).
+template <class C, bool kGateUp, class L>
+void run_tiled(L& l, const GroupedArgs& g, const int32_t* tiles, int64_t max_tiles) {
+  const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
+  l.template tile<C, kGateUp>(g, tiles, max_tiles, (g.N + cols - 1) / cols);
+}
+template <class C, bool kGateUp, class L>
+void run_wg(L& l, const GroupedArgs& g, const int32_t* tiles, int64_t max_tiles) {
+  const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
+  l.template wg<C, kGateUp>(g, tiles, max_tiles, (g.N + cols - 1) / cols);
+}
+
+template <bool kGateUp, class L>
+void run_grouped(L& l, const GroupedPlanImpl& plan, const GroupedArgs& g, const int32_t* tiles, int64_t E) {
+  switch (plan.variant) {
+    case 2: return run_tiled<Tile2, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 3: return run_tiled<Tile3, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 4: return run_tiled<Tile4, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 5: return run_tiled<Tile5, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 6: return run_tiled<Tile6, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 7: return run_tiled<Tile7, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 8: return run_tiled<Tile8, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 9: return run_tiled<Tile9, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 10: return run_tiled<Tile10, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 11: return run_wg<Wg11, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 12: return run_wg<Wg12, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 13: return run_wg<Wg13, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 14: return run_wg<Wg14, kGateUp>(l, g, tiles, plan.max_tiles);
+    default: {
+      const int64_t cols = kGateUp ? kSmallBN / 2 : kSmallBN;
+      l.template small<32, kGateUp>(g, (g.N + cols - 1) / cols, E);
+    }
+  }
+}
+
+template <class L>
+void run_grouped_gate_up(L& l, const GroupedPlanImpl& plan, const uint16_t* x, const uint16_t* gate_up,
+                         const int32_t* offsets, const int32_t* pairs, const int32_t* tiles, int64_t R, int64_t E,
+                         int64_t K, int64_t H, int64_t I, uint16_t* act) {
+  if (R <= 0 || E <= 0 || I <= 0) return;
+  const GroupedArgs g{x, gate_up, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
+                      static_cast<int>(K)};
+  run_grouped<true>(l, plan, g, tiles, E);
+}
+
+template <class L>
+void run_grouped_down(L& l, const GroupedPlanImpl& plan, const uint16_t* act, const uint16_t* down,
+                      const int32_t* offsets, const int32_t* pairs, const int32_t* tiles, const float* top_w, int64_t R,
+                      int64_t E, int64_t H, int64_t I, uint16_t* y) {
+  if (R <= 0 || E <= 0 || H <= 0) return;
+  const GroupedArgs g{act, down, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1};
+  run_grouped<false>(l, plan, g, tiles, E);
+}
+
+}  // namespace
+}  // namespace dgemma::cuda

@@ -1,0 +1,387 @@
+// Checks of the fused small kernels of a layer against the sequences they replace: the attention
+// prologue (qkv_prologue.cu: q/k norms + RoPE, v's unit norm) against the rmsnorm / rope / copy ops
+// on the GPU (bit-identical) and the CPU's composition; the MoE routing (register top-k, vectorised
+// combine, moe.cu) against the earlier routing kernels (bit-identical probabilities, experts, weights
+// and outputs) on random, tied and NaN router logits. Plus `dgemma_gpu_check --bench` rows of both,
+// old against new.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/grouped_moe.cuh"
+#include "backend/cuda/moe.cuh"
+#include "backend/cuda/tuning.h"
+#include "gpu_check_util.h"
+#include "model/config.h"
+#include "model/diffusion_gemma.h"
+#include "util/bf16.h"
+
+namespace dgemma::gpu_test {
+namespace {
+
+// Restores a tuning switch on scope exit (checks throw on failure).
+struct Switch {
+  bool (*set)(bool);
+  bool old;
+  Switch(bool (*s)(bool), bool on) : set(s), old(s(on)) {}
+  ~Switch() { set(old); }
+  Switch(const Switch&) = delete;
+  Switch& operator=(const Switch&) = delete;
+};
+
+// ---- qkv prologue -----------------------------------------------------------------------------
+
+struct QkvShape {
+  int64_t T, Hq, Hkv, D;
+  bool k_eq_v;
+  RopeParams rope;
+};
+
+std::string qkv_name(const QkvShape& s) {
+  return "qkv_prologue T=" + std::to_string(s.T) + " Hq=" + std::to_string(s.Hq) + " Hkv=" + std::to_string(s.Hkv) +
+         " D=" + std::to_string(s.D) + (s.k_eq_v ? " K=V" : "");
+}
+
+void check_qkv_prologue(Reporter& r) {
+  Data d("qkv_prologue");
+  // The rope tolerance of gpu_check_ops (cos/sin in double against glibc's cosf/sinf), and the norms'
+  // 1/sqrt: the CPU comparison only; fused against unfused on the GPU is exact.
+  const Tol rope_tol{4, 0.0, 1e-4, 0.999, 1e-5};
+  const Tol libm_tol{1, 0.0, 1e-4, 0.9999, 1e-6};
+  const RopeParams sliding{RopeType::kDefault, 10000.0, 1.0}, full{RopeType::kProportional, 1e6, 0.25};
+  for (const QkvShape& s : {QkvShape{37, 16, 8, 256, false, sliding}, QkvShape{29, 16, 2, 512, true, full},
+                            QkvShape{20, 4, 2, 16, false, sliding}, QkvShape{300, 8, 4, 128, false, sliding},
+                            QkvShape{3, 5, 1, 64, true, sliding},
+                            QkvShape{7, 3, 1, 20, true, sliding} /* D % 16 != 0: the composed ops */}) {
+    const std::string name = qkv_name(s);
+    std::vector<float> inv = rope_inv_freq(s.rope, static_cast<int>(s.D));
+    std::vector<int32_t> pos(static_cast<size_t>(s.T));
+    for (auto& p : pos) p = static_cast<int32_t>(d.integer(0, 9000));
+    pos[0] = 0;
+    Tensor q = d.bf16({s.T, s.Hq, s.D}, 2.0f), k = d.bf16({s.T, s.Hkv, s.D}, 1.0f), v = d.bf16({s.T, s.Hkv, s.D}, 3.0f);
+    // A head row of tiny values (eps matters there) in each.
+    for (Tensor* t : {&q, &k, &v})
+      for (int64_t i = 0; i < s.D; ++i) t->ptr<uint16_t>()[i] = f32_to_bf16(1e-4f * bf16_to_f32(t->ptr<uint16_t>()[i]));
+    Tensor wq = d.bf16({s.D}, 0.3f, 1.0f), wk = d.bf16({s.D}, 0.3f, 1.0f);
+    QkvPrologueArgs c;
+    c.q = clone(q);
+    c.k = clone(k);
+    c.v = s.k_eq_v ? host_tensor(ScalarType::kBF16, {s.T, s.Hkv, s.D}) : clone(v);
+    c.k_eq_v = s.k_eq_v;
+    c.q_norm = wq;
+    c.k_norm = wk;
+    c.positions = host_i32(pos);
+    c.inv_freq = host_f32(inv);
+    c.eps = 1e-6f;
+    cpu().qkv_prologue(c);
+    auto gpu_args = [&] {
+      QkvPrologueArgs g = c;
+      g.q = up(q);
+      g.k = up(k);
+      g.v = s.k_eq_v ? poisoned(ScalarType::kBF16, {s.T, s.Hkv, s.D}) : up(v);  // K=V: output only
+      g.q_norm = up(wq);
+      g.k_norm = up(wk);
+      g.positions = up(c.positions);
+      g.inv_freq = up(c.inv_freq);
+      return g;
+    };
+    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args();
+    {
+      Switch off(cuda::set_fused_qkv_prologue, false);
+      cuda().qkv_prologue(unfused);
+    }
+    {
+      Switch on(cuda::set_fused_qkv_prologue, true);
+      cuda().qkv_prologue(fused);
+    }
+    expect_bf16(r, name + " q (fused vs ops)", u16(fused.q), u16(unfused.q), exact_tol());
+    expect_bf16(r, name + " k (fused vs ops)", u16(fused.k), u16(unfused.k), exact_tol());
+    expect_bf16(r, name + " v (fused vs ops)", u16(fused.v), u16(unfused.v), exact_tol());
+    expect_bf16(r, name + " q (vs CPU)", u16(fused.q), u16(c.q), rope_tol);
+    expect_bf16(r, name + " k (vs CPU)", u16(fused.k), u16(c.k), rope_tol);
+    expect_bf16(r, name + " v (vs CPU)", u16(fused.v), u16(c.v), libm_tol);
+  }
+}
+
+// ---- MoE routing ------------------------------------------------------------------------------
+
+enum class Logits { kRandom, kTied, kNan };
+
+struct RouteShape {
+  int64_t T, H, I, E;
+  int K;
+  Logits logits = Logits::kRandom;
+};
+
+MoeArgs route_inputs(Data& d, const RouteShape& s) {
+  MoeArgs a;
+  a.router_in = d.bf16({s.T, s.H}, 3.0f);
+  a.expert_in = d.bf16({s.T, s.H}, 1.0f);
+  a.router_scale = d.bf16({s.H}, 0.2f, 1.0f);
+  a.router_proj = d.bf16({s.E, s.H}, 1.0f);
+  a.per_expert_scale = d.bf16_uniform({s.E}, 0.5f, 1.5f);
+  a.gate_up = d.bf16({s.E, 2 * s.I, s.H}, 1.0f / std::sqrt(static_cast<float>(s.H)));
+  a.down = d.bf16({s.E, s.H, s.I}, 1.0f / std::sqrt(static_cast<float>(s.I)));
+  a.top_k = s.K;
+  a.eps = 1e-6f;
+  uint16_t* w = a.router_proj.ptr<uint16_t>();
+  if (s.logits == Logits::kTied) {
+    // Every fourth expert a copy of the one before it: equal logits, equal probabilities, and the tie
+    // goes to the lower index.
+    for (int64_t e = 1; e < s.E; e += 4) std::memcpy(w + e * s.H, w + (e - 1) * s.H, static_cast<size_t>(s.H) * 2);
+  } else if (s.logits == Logits::kNan) {
+    // An infinite router input element in some tokens: their norm and every logit turn NaN, and the
+    // routing falls back to the lowest indices.
+    for (int64_t t = 0; t < s.T; t += 5) a.router_in.ptr<uint16_t>()[t * s.H + 1] = 0x7f80;
+  }
+  return a;
+}
+
+MoeArgs route_on_gpu(const MoeArgs& h, const RouteShape& s) {
+  MoeArgs g = h;
+  g.router_in = up(h.router_in);
+  g.expert_in = up(h.expert_in);
+  g.router_scale = up(h.router_scale);
+  g.router_proj = up(h.router_proj);
+  g.per_expert_scale = up(h.per_expert_scale);
+  g.gate_up = up(h.gate_up.data);
+  g.down = up(h.down.data);
+  g.out = poisoned(ScalarType::kBF16, {s.T, s.H});
+  g.dbg_probs = host_tensor(ScalarType::kF32, {s.T, s.E});
+  g.dbg_weights = host_tensor(ScalarType::kF32, {s.T, s.K});
+  g.dbg_index = host_tensor(ScalarType::kI32, {s.T, s.K});
+  std::fill_n(g.dbg_probs.ptr<float>(), s.T * s.E, 0.5f);
+  std::fill_n(g.dbg_weights.ptr<float>(), s.T * s.K, 0.5f);
+  std::fill_n(g.dbg_index.ptr<int32_t>(), s.T * s.K, -7);
+  return g;
+}
+
+// Bitwise equality of two host buffers, reporting the first difference.
+void expect_same_bits(Reporter& r, const std::string& what, const void* got, const void* want, int64_t n, int64_t elem) {
+  const auto* a = static_cast<const unsigned char*>(got);
+  const auto* b = static_cast<const unsigned char*>(want);
+  for (int64_t i = 0; i < n; ++i)
+    if (std::memcmp(a + i * elem, b + i * elem, static_cast<size_t>(elem)) != 0) {
+      r.fail(what + ": element " + std::to_string(i) + " of " + std::to_string(n) + " differs");
+      return;
+    }
+  r.note(what + ": " + std::to_string(n) + " elements bit-identical");
+}
+
+void check_moe_routing(Reporter& r) {
+  Data d("moe_routing");
+  for (const RouteShape& s : {RouteShape{37, 64, 32, 8, 2}, RouteShape{37, 64, 32, 8, 2, Logits::kNan},
+                              RouteShape{64, 2816, 704, 128, 8}, RouteShape{300, 2816, 704, 128, 8, Logits::kTied},
+                              RouteShape{45, 96, 16, 48, 5, Logits::kTied}, RouteShape{33, 64, 16, 200, 6},
+                              RouteShape{21, 64, 16, 300, 4} /* E > 256: the earlier top-k kernel */,
+                              RouteShape{1024, 2816, 704, 128, 8}, RouteShape{19, 2816, 704, 128, 8, Logits::kNan},
+                              RouteShape{9, 40, 16, 32, 32} /* K = E */}) {
+    const std::string name = "routing T=" + std::to_string(s.T) + " E=" + std::to_string(s.E) + " k=" +
+                             std::to_string(s.K) + (s.logits == Logits::kTied ? " tied" : s.logits == Logits::kNan ? " NaN" : "");
+    const MoeArgs h = route_inputs(d, s);
+    MoeArgs old_args = route_on_gpu(h, s), new_args = route_on_gpu(h, s);
+    {
+      Switch off(cuda::set_fused_moe_routing, false);
+      cuda().moe(old_args);
+      cuda().synchronize();
+    }
+    {
+      Switch on(cuda::set_fused_moe_routing, true);
+      cuda().moe(new_args);
+      cuda().synchronize();
+    }
+    expect_same_bits(r, name + " probs", new_args.dbg_probs.data, old_args.dbg_probs.data, s.T * s.E, 4);
+    expect_same_bits(r, name + " experts", new_args.dbg_index.data, old_args.dbg_index.data, s.T * s.K, 4);
+    expect_same_bits(r, name + " weights", new_args.dbg_weights.data, old_args.dbg_weights.data, s.T * s.K, 4);
+    const std::vector<uint16_t> on = u16(new_args.out), oo = u16(old_args.out);
+    expect_same_bits(r, name + " out", on.data(), oo.data(), s.T * s.H, 2);
+    if (s.logits == Logits::kNan) {
+      // The NaN tokens take experts 0 .. K-1 (the lowest untaken index each round).
+      const int32_t* idx = new_args.dbg_index.ptr<int32_t>();
+      for (int64_t t = 0; t < s.T; t += 5)
+        for (int k = 0; k < s.K; ++k)
+          if (idx[t * s.K + k] != k) {
+            r.fail(name + ": NaN token " + std::to_string(t) + " slot " + std::to_string(k) + " took expert " +
+                   std::to_string(idx[t * s.K + k]));
+            t = s.T;
+            break;
+          }
+    }
+  }
+}
+
+// The fused top-k + grouping kernel against the top-k and grouping kernels it replaces, output by
+// output (the MoE check above cannot see the order of the pairs within an expert): random logits,
+// ties, one expert in every token's top-k, and T from 1 to 2048 (R past the tile list's threshold).
+void check_moe_grouping(Reporter& r) {
+  Data d("moe_grouping");
+  const cuda::Context& ctx = cuda::context_of(cuda());
+  struct G {
+    int64_t T, E, K;
+    bool skewed;
+  };
+  for (const G g : {G{1, 128, 8, false}, G{37, 8, 2, false}, G{256, 128, 8, false}, G{256, 128, 8, true},
+                    G{1024, 128, 8, false}, G{2048, 128, 8, true}, G{77, 200, 6, false}, G{50, 32, 32, false},
+                    G{300, 64, 3, true}}) {
+    const std::string name = "grouping T=" + std::to_string(g.T) + " E=" + std::to_string(g.E) + " k=" +
+                             std::to_string(g.K) + (g.skewed ? " skewed" : "");
+    const int64_t T = g.T, E = g.E, K = g.K, R = T * K;
+    Tensor lh = d.bf16({T, E}, 2.0f);
+    uint16_t* l = lh.ptr<uint16_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      if (t % 3 == 0) l[t * E + E - 1] = l[t * E + 1];  // a tie
+      if (g.skewed) l[t * E + E / 2] = f32_to_bf16(9.0f);
+    }
+    Tensor logits = up(lh), pes = up(d.bf16_uniform({E}, 0.5f, 1.5f));
+    const cuda::GroupedPlan plan = cuda::grouped_moe_plan(R, E);
+    const int64_t n_tiles = plan.max_tiles;
+    struct Out {
+      Tensor top_idx, top_w, order, offsets, pairs, tiles;
+    };
+    auto outputs = [&] {
+      return Out{poisoned(ScalarType::kI32, {T, K}), poisoned(ScalarType::kF32, {T, K}), poisoned(ScalarType::kI32, {T, K}),
+                 poisoned(ScalarType::kI32, {E + 1}), poisoned(ScalarType::kI32, {R}),
+                 poisoned(ScalarType::kI32, {4 * std::max<int64_t>(n_tiles, 1)})};
+    };
+    Out o = outputs(), n = outputs();
+    auto tiles_of = [&](Out& x) { return n_tiles > 0 ? x.tiles.ptr<int32_t>() : nullptr; };
+    {
+      Switch off(cuda::set_fused_moe_routing, false);
+      cuda::launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, o.top_idx.ptr<int32_t>(),
+                            o.top_w.ptr<float>(), o.order.ptr<int32_t>(), ctx.stream);
+      cuda::launch_moe_group(o.top_idx.ptr<int32_t>(), R, E, plan, o.offsets.ptr<int32_t>(), o.pairs.ptr<int32_t>(),
+                             tiles_of(o), ctx.stream);
+    }
+    const int64_t scratch_n = cuda::moe_route_group_scratch(T, E, K);
+    if (scratch_n == 0) {
+      r.fail(name + ": the fused kernel refuses the shape");
+      continue;
+    }
+    Tensor scratch = cuda().alloc(ScalarType::kI32, {scratch_n});
+    for (int rep = 0; rep < 2; ++rep)  // twice: the ticket must be back at zero after a launch
+      cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n.top_idx.ptr<int32_t>(),
+                                   n.top_w.ptr<float>(), n.order.ptr<int32_t>(), n.offsets.ptr<int32_t>(),
+                                   n.pairs.ptr<int32_t>(), tiles_of(n), n_tiles, plan.tile_rows,
+                                   scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
+    cuda().synchronize();
+    auto same = [&](const char* what, const Tensor& a, const Tensor& b) {
+      const std::vector<int32_t> x = i32(a), y = i32(b);
+      expect_same_bits(r, name + " " + what, x.data(), y.data(), static_cast<int64_t>(x.size()), 4);
+    };
+    same("experts", n.top_idx, o.top_idx);
+    same("weights", n.top_w, o.top_w);
+    same("order", n.order, o.order);
+    same("offsets", n.offsets, o.offsets);
+    same("pairs", n.pairs, o.pairs);
+    if (n_tiles > 0) same("tiles", n.tiles, o.tiles);
+  }
+}
+
+}  // namespace
+
+std::vector<Case> small_kernel_cases() {
+  return {
+      {"qkv_prologue", check_qkv_prologue},
+      {"moe_routing", check_moe_routing},
+      {"moe_grouping", check_moe_grouping},
+  };
+}
+
+void small_kernel_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                        const std::function<void(const char*, double)>& row) {
+  Backend& be = cuda();
+  auto bf = [&](std::initializer_list<int64_t> dims, uint64_t seed, float std, float mean = 0.0f) {
+    Tensor t = be.alloc(ScalarType::kBF16, dims);
+    be.fill_normal(t, seed, mean, std);
+    return t;
+  };
+  // The attention prologue at the 26B-A4B shapes: sliding layers (Hq 16, Hkv 8, D 256) and full K=V
+  // layers (Hq 16, Hkv 2, D 512), the op sequence against the fused kernel.
+  for (int64_t T : {256, 1024}) {
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(1000 + i);
+    for (bool full : {false, true}) {
+      const int64_t Hq = 16, Hkv = full ? 2 : 8, D = full ? 512 : 256;
+      const RopeParams rope = full ? RopeParams{RopeType::kProportional, 1e6, 0.25} : RopeParams{RopeType::kDefault, 10000.0, 1.0};
+      QkvPrologueArgs a;
+      a.q = bf({T, Hq, D}, 40, 1.0f);
+      a.k = bf({T, Hkv, D}, 41, 1.0f);
+      a.v = bf({T, Hkv, D}, 42, 1.0f);
+      a.k_eq_v = full;
+      a.q_norm = bf({D}, 43, 0.1f, 1.0f);
+      a.k_norm = bf({D}, 44, 0.1f, 1.0f);
+      a.positions = be.upload(host_i32(pos));
+      a.inv_freq = be.upload(host_f32(rope_inv_freq(rope, static_cast<int>(D))));
+      for (bool fused : {false, true}) {
+        Switch sw(cuda::set_fused_qkv_prologue, fused);
+        const std::string what = "qkv prologue T=" + std::to_string(T) + (full ? " full K=V D=512" : " sliding D=256") +
+                                 (fused ? " (fused)" : " (ops)");
+        row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
+      }
+    }
+  }
+  // The MoE routing kernels alone (top-k, combine) at E 128, k 8, H 2816, earlier against new, and the
+  // whole MoE block with each.
+  const cuda::Context& ctx = cuda::context_of(be);
+  const int64_t H = 2816, I = 704, E = 128, K = 8;
+  for (int64_t T : {256, 1024}) {
+    Tensor logits = bf({T, E}, 50, 2.0f), pes = bf({E}, 51, 0.1f, 1.0f);
+    Tensor top_idx = be.alloc(ScalarType::kI32, {T, K}), order = be.alloc(ScalarType::kI32, {T, K});
+    Tensor top_w = be.alloc(ScalarType::kF32, {T, K});
+    Tensor y = bf({T * K, H}, 52, 1.0f), out = be.alloc(ScalarType::kBF16, {T, H});
+    auto topk = [&] {
+      cuda::launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, top_idx.ptr<int32_t>(),
+                            top_w.ptr<float>(), order.ptr<int32_t>(), ctx.stream);
+    };
+    const cuda::GroupedPlan plan = cuda::grouped_moe_plan(T * K, E);
+    const int64_t n_tiles = plan.max_tiles;
+    Tensor offsets = be.alloc(ScalarType::kI32, {E + 1}), pairs = be.alloc(ScalarType::kI32, {T * K});
+    Tensor tiles = be.alloc(ScalarType::kI32, {4 * std::max<int64_t>(n_tiles, 1)});
+    Tensor scratch = be.alloc(ScalarType::kI32, {std::max<int64_t>(cuda::moe_route_group_scratch(T, E, K), 1)});
+    int32_t* tiles_ptr = n_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
+    for (bool fused : {false, true}) {
+      Switch sw(cuda::set_fused_moe_routing, fused);
+      const std::string suffix = std::string(" T=") + std::to_string(T) + (fused ? " (new)" : " (earlier)");
+      row(("moe top-k E=128 k=8" + suffix).c_str(), time_ms(topk));
+      row(("moe top-k + grouping" + suffix).c_str(), time_ms([&] {
+            if (fused) {
+              cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr,
+                                           top_idx.ptr<int32_t>(), top_w.ptr<float>(), order.ptr<int32_t>(),
+                                           offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, n_tiles,
+                                           plan.tile_rows, scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
+            } else {
+              topk();
+              cuda::launch_moe_group(top_idx.ptr<int32_t>(), T * K, E, plan, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+                                     tiles_ptr, ctx.stream);
+            }
+          }));
+      topk();  // a valid order for the combine
+      row(("moe combine H=2816 k=8" + suffix).c_str(), time_ms([&] {
+            cuda::launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, out.ptr<uint16_t>(), ctx.stream);
+          }));
+    }
+    MoeArgs m;
+    m.router_in = bf({T, H}, 53, 1.0f);
+    m.expert_in = bf({T, H}, 54, 1.0f);
+    m.router_scale = bf({H}, 55, 0.1f, 1.0f);
+    m.router_proj = bf({E, H}, 56, 1.0f);
+    m.per_expert_scale = pes;
+    m.gate_up = bf({E, 2 * I, H}, 57, 0.02f);
+    m.down = bf({E, H, I}, 58, 0.04f);
+    m.top_k = static_cast<int>(K);
+    m.out = be.alloc(ScalarType::kBF16, {T, H});
+    for (bool fused : {false, true}) {
+      Switch sw(cuda::set_fused_moe_routing, fused);
+      const std::string what = "moe block T=" + std::to_string(T) + (fused ? " (new routing)" : " (earlier routing)");
+      row(what.c_str(), time_ms([&] { be.moe(m); }));
+    }
+  }
+}
+
+}  // namespace dgemma::gpu_test

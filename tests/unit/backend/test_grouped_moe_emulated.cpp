@@ -1,0 +1,148 @@
+// The bf16 grouped expert GEMM kernels (src/backend/cuda/grouped_moe_kernel.cuh) run on the host
+// through cuda_emulator.h: every variant (the small kernel, each mma.sync tile-list shape and each
+// wgmma shape, whose emulation sums k in order like the mma's) on routings of 0,
+// 1 .. 200 rows per expert, with N and K tails, against the MoE maths of cpu/moe.cpp computed here
+// (each element one fp32 dot product in k order, as the emulated mma sums, rounded at the CPU's
+// points): a tiling, indexing or epilogue error moves elements, a summation-order difference none.
+// The same kernel source the GPU runs; tests/gpu checks it there against the CPU backend.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_emulator.h"
+#include "backend/cuda/grouped_moe_kernel.cuh"
+
+namespace dgemma::cuda {
+namespace {
+
+struct EmuLauncher {
+  template <int BM, bool kGateUp>
+  void small(const GroupedArgs& g, int64_t grid_x, int64_t grid_y) {
+    emu::launch([g] { grouped_gemm_kernel<BM, kGateUp>(g); }, static_cast<int>(grid_x), static_cast<int>(grid_y),
+                small_smem_bytes<BM>(), kSmallThreads);
+  }
+  template <class C, bool kGateUp>
+  void tile(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
+    emu::launch([g, tiles] { grouped_tile_kernel<C, kGateUp>(g, tiles); }, static_cast<int>(grid_x),
+                static_cast<int>(grid_y), C::kSmem, C::kThreads);
+  }
+  template <class C, bool kGateUp>
+  void wg(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
+    emu::launch([g, tiles] { grouped_wgmma_kernel<C, kGateUp>(g, tiles); }, static_cast<int>(grid_x),
+                static_cast<int>(grid_y), C::kSmem, C::kThreads);
+  }
+};
+
+std::vector<uint16_t> randn(size_t n, float std, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, std);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = f32_to_bf16(nd(rng));
+  return v;
+}
+
+// The grouping kernel's tile list (grouped_moe.cu group_kernel): each expert's rows cut into tiles of
+// tile_rows in expert order, then {-1, 0, 0, 0} up to max_tiles entries.
+std::vector<int32_t> tile_list(const std::vector<int32_t>& offsets, int tile_rows, int64_t max_tiles) {
+  std::vector<int32_t> t;
+  for (size_t e = 0; e + 1 < offsets.size(); ++e)
+    for (int32_t r = offsets[e]; r < offsets[e + 1]; r += tile_rows)
+      t.insert(t.end(), {static_cast<int32_t>(e), r, std::min(tile_rows, offsets[e + 1] - r), 0});
+  EXPECT_LE(static_cast<int64_t>(t.size()) / 4, max_tiles);
+  while (static_cast<int64_t>(t.size()) < 4 * max_tiles) t.insert(t.end(), {-1, 0, 0, 0});
+  return t;
+}
+
+size_t count_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
+  return n;
+}
+
+// Routing `counts` rows per expert (pair ids a random permutation, token = pair / K), hidden H,
+// intermediate I; every variant's gate_up and down against the reference.
+void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int E = static_cast<int>(counts.size());
+  const int R = std::accumulate(counts.begin(), counts.end(), 0);
+  const int T = (R + K - 1) / K;
+  std::vector<int32_t> offsets(static_cast<size_t>(E) + 1, 0);
+  for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + counts[e];
+  std::vector<int32_t> pairs(static_cast<size_t>(R));
+  std::iota(pairs.begin(), pairs.end(), 0);
+  std::shuffle(pairs.begin(), pairs.end(), rng);
+  std::vector<float> top_w(static_cast<size_t>(R));
+  for (auto& w : top_w) w = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
+  const auto x = randn(static_cast<size_t>(T) * H, 1.0f, rng);
+  const auto gate_up = randn(static_cast<size_t>(E) * 2 * I * H, 0.2f, rng);
+  const auto down = randn(static_cast<size_t>(E) * H * I, 0.2f, rng);
+
+  // Reference (cpu/moe.cpp's rounding points).
+  std::vector<uint16_t> act_ref(static_cast<size_t>(R) * I), y_ref(static_cast<size_t>(R) * H);
+  for (int e = 0; e < E; ++e)
+    for (int r = offsets[e]; r < offsets[e + 1]; ++r) {
+      const int t = pairs[r] / K;
+      for (int i = 0; i < I; ++i) {
+        float sg = 0, su = 0;
+        const uint16_t* wg = gate_up.data() + (static_cast<size_t>(e) * 2 * I + i) * H;
+        const uint16_t* wu = wg + static_cast<size_t>(I) * H;
+        for (int k = 0; k < H; ++k) {
+          const float xv = bf16_to_f32(x[static_cast<size_t>(t) * H + k]);
+          sg += xv * bf16_to_f32(wg[k]);
+          su += xv * bf16_to_f32(wu[k]);
+        }
+        const float g = round_bf16(gelu_tanh(round_bf16(sg)));
+        act_ref[static_cast<size_t>(r) * I + i] = f32_to_bf16(g * round_bf16(su));
+      }
+      const int p = pairs[r];
+      for (int n = 0; n < H; ++n) {
+        float s = 0;
+        const uint16_t* wd = down.data() + (static_cast<size_t>(e) * H + n) * I;
+        for (int k = 0; k < I; ++k) s += bf16_to_f32(act_ref[static_cast<size_t>(r) * I + k]) * bf16_to_f32(wd[k]);
+        y_ref[static_cast<size_t>(p) * H + n] = f32_to_bf16(round_bf16(s) * top_w[p]);
+      }
+    }
+
+  EmuLauncher l;
+  for (int v = 1; v <= kLastVariant; ++v) {
+    const GroupedPlanImpl plan = grouped_plan(v, R, E);
+    ASSERT_EQ(plan.variant, v);
+    const std::vector<int32_t> tiles = plan.max_tiles > 0 ? tile_list(offsets, plan.tile_rows, plan.max_tiles)
+                                                          : std::vector<int32_t>{};
+    const int32_t* tp = tiles.empty() ? nullptr : tiles.data();
+    std::vector<uint16_t> act(static_cast<size_t>(R) * I, 0xFFFF), y(static_cast<size_t>(R) * H, 0xFFFF);
+    run_grouped_gate_up(l, plan, x.data(), gate_up.data(), offsets.data(), pairs.data(), tp, R, E, K, H, I, act.data());
+    EXPECT_EQ(count_diff(act, act_ref), 0u) << "variant " << v << " gate_up H" << H << " I" << I;
+    run_grouped_down(l, plan, act_ref.data(), down.data(), offsets.data(), pairs.data(), tp, top_w.data(), R, E, H, I,
+                     y.data());
+    EXPECT_EQ(count_diff(y, y_ref), 0u) << "variant " << v << " down H" << H << " I" << I;
+  }
+}
+
+// One K tile + 8 (gate_up K = 72), one partial K tile (down K = 40); gate_up 40 and down 72 columns:
+// partial N tiles everywhere. Rows: empty experts, 1 row, 200 rows (several tiles of every height,
+// the last partial), and counts around the tile heights 64, 80 and 128.
+TEST(GroupedMoeEmulated, EveryVariantOnRaggedRouting) {
+  check(72, 40, 2, {0, 1, 200, 17, 0, 64, 65, 129, 80, 81, 3, 0}, 11);
+}
+
+// Several N tiles of every shape (gate_up 136 columns, down 264) and several K tiles with tails
+// (K = 264 and 136).
+TEST(GroupedMoeEmulated, EveryVariantOnSeveralNAndKTiles) { check(264, 136, 4, {0, 3, 130}, 12); }
+
+// The automatic choice: the small kernel up to 24 rows per expert on average, a tile list beyond.
+TEST(GroupedMoeEmulated, AutomaticPlan) {
+  EXPECT_EQ(grouped_plan(0, 0, 128).max_tiles, 0);
+  EXPECT_EQ(grouped_plan(0, 256 * 8, 128).variant, 1);
+  EXPECT_EQ(grouped_plan(0, 256 * 8, 128).max_tiles, 0);
+  const GroupedPlanImpl big = grouped_plan(0, 1024 * 8, 128);
+  EXPECT_GE(big.variant, kFirstTileVariant);
+  EXPECT_EQ(big.tile_rows, kTileRows[big.variant]);
+  EXPECT_EQ(big.max_tiles, 1024 * 8 / big.tile_rows + 128);
+}
+
+}  // namespace
+}  // namespace dgemma::cuda
