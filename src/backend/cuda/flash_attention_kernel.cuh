@@ -8,9 +8,9 @@
 //
 // One launch computes one layer's attention for every item (sequence) of a forward pass
 // (AttentionBatchArgs, backend.h), FlashAttention-2 style on bf16 mma.sync m16n8k16:
-//   * a CTA (4 warps, 16 query rows each) owns 64 query rows of one KV head: the rows are the pairs
-//     (token, query head of the KV head's group), token-major, so one K/V tile serves the whole GQA
-//     group; the CTA walks its visible key range in tiles of BN keys, double-buffered by cp.async
+//   * a group of 4 warps (16 query rows each) owns 64 query rows of one KV head: the rows are the
+//     pairs (token, query head of the KV head's group), token-major, so one K/V tile serves the whole
+//     GQA group; the CTA walks its visible key range in tiles of BN keys, double-buffered by cp.async
 //     straight from the paged pool (through the item's page table) and, for the new keys, from
 //     k_new / v_new;
 //   * scores keep the reference's rounding points, s = bf16(bf16(q . k) * scaling) (cheap: two
@@ -19,10 +19,12 @@
 //     fp32 row sum at the end. The only rounding point that moves: the reference rounds p / sum, this
 //     kernel p (relative to the running max) — one bf16 rounding of each probability either way;
 //   * head dim 512: the fp32 output of 16 rows x 512 columns (256 registers a thread) does not fit a
-//     warp, so each CTA produces one 256-column half of the output (a grid dimension) and recomputes
-//     the scores over the full 512 dims. That costs a second score GEMM on the full layers (1.5x the
-//     MMA work) but no cross-warp exchange, the same code as the other head dims and twice the CTAs
-//     for the denoise shape (which has few row tiles: 2 KV heads);
+//     warp, so two warp groups of a CTA (8 warps) split the head dim: each sums the scores over its
+//     256 dims, the partial scores meet in shared memory (added in group order: both groups hold the
+//     same scores and softmax state) and each produces 256 output columns. No MMA work is repeated;
+//     the cost is one shared-memory exchange of the 16 x BN partial scores per key tile. (Variant 1
+//     instead runs the two 256-column halves in CTAs of their own, each recomputing all scores: 1.5x
+//     the MMA work; Cfg below lists the variants, set_flash_attention_variant picks one);
 //   * split-K: when the grid is small (few queries over long caches) the key range of every row
 //     tile is cut into `splits` parts, each writing an fp32 partial (output, max, sum) that
 //     flash_combine_kernel merges in split order (deterministic).
