@@ -3,7 +3,7 @@
 // the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU machine by
 // scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
-//                [--attention cublas|fused|fused256|flash] [--moe device|host] [--moe-variant V]
+//                [--attention flash|flash-v1|flash-v2|cublas|fused|fused256] [--moe device|host] [--moe-variant V]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
 //                [--dense-quant on|off]   (quantised dense linears: W8A16 / W4A16 kernel or bf16 cuBLAS)
 //                [--small-kernels fused|ops]   (the fused qkv prologue and MoE routing, or the earlier kernels)
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
-                 "                   [--attention cublas|fused|fused256|flash] [--moe device|host] [--moe-variant V]   (CUDA kernel choices, for A/B runs)\n"
+                 "                   [--attention flash|flash-v1|flash-v2|cublas|fused|fused256] [--moe device|host] [--moe-variant V]   (CUDA kernel choices, for A/B runs)\n"
                  "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
                  "                   [--dense-quant on|off]   (quantised dense linears: quantised kernel or bf16 cuBLAS)\n"
                  "                   [--small-kernels fused|ops]   (fused qkv prologue and MoE routing, or the earlier kernels)\n");
@@ -58,11 +58,13 @@ int main(int argc, char** argv) {
     else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
-      // cublas | fused | fused256 (fused for head dim <= 256 only) | flash (one launch per layer)
+      // flash (the default: one launch per layer) | flash-v1 / flash-v2 (its other kernel variants,
+      // set_flash_attention_variant) | cublas | fused | fused256 (fused for head dim <= 256)
       const std::string v = argv[i + 1];
       cuda::set_fused_attention(v == "fused" || v == "fused256");
       cuda::set_fused_attention_max_dim(v == "fused256" ? 256 : 0);
-      cuda::set_flash_attention(v == "flash");
+      cuda::set_flash_attention(v == "flash" || v == "flash-v1" || v == "flash-v2");
+      cuda::set_flash_attention_variant(v == "flash-v1" ? 1 : v == "flash-v2" ? 2 : 0);  // tuning.h
     } else if (k == "--dense-quant") {
       cuda::set_dense_quant_weights(std::string(argv[i + 1]) != "off");
     } else if (k == "--moe") {

@@ -33,15 +33,15 @@ class FlashKnob {
   bool old_;
 };
 
-class FlashSplitDKnob {
+class FlashVariantKnob {
  public:
-  explicit FlashSplitDKnob(bool on) : old_(cuda::set_flash_attention_split_d(on)) {}
-  ~FlashSplitDKnob() { cuda::set_flash_attention_split_d(old_); }
-  FlashSplitDKnob(const FlashSplitDKnob&) = delete;
-  FlashSplitDKnob& operator=(const FlashSplitDKnob&) = delete;
+  explicit FlashVariantKnob(int v) : old_(cuda::set_flash_attention_variant(v)) {}
+  ~FlashVariantKnob() { cuda::set_flash_attention_variant(old_); }
+  FlashVariantKnob(const FlashVariantKnob&) = delete;
+  FlashVariantKnob& operator=(const FlashVariantKnob&) = delete;
 
  private:
-  bool old_;
+  int old_;
 };
 
 class FlashSplitsKnob {
@@ -245,14 +245,34 @@ void check_flash_small(Reporter& r) {
                 6.0f});
 }
 
-// Head dim 512 with the output halves in CTAs of their own (set_flash_attention_split_d off), the
-// scores recomputed by each.
-void check_flash_halves(Reporter& r) {
-  FlashSplitDKnob knob(false);
+// Kernel variant 1 (set_flash_attention_variant): head dim 512 with the output halves in CTAs of
+// their own (the scores recomputed by each), head dim 256 with 8 warps splitting the head dim.
+void check_flash_variant1(Reporter& r) {
+  FlashVariantKnob knob(1);
+  run_flash(r, {"v1 d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}});
+  run_flash(r, {"v1 sliding denoise batch4", 16, 8, 256, 256, false,
+                {{256, 1023, 0, false, 0}, {256, 1023, 300, false, 0}, {256, 500, 0, false, 0},
+                 {256, 1023, 4000, false, 0}}});
+  run_flash(r, {"v1 sliding prefill 600 w1024 + canvas", 16, 8, 256, 256, false,
+                {{600, 1023, 977, true, 1024}, {256, 1023, 0, false, 0}}});
   run_flash(r, {"halves d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}});
   run_flash(r, {"halves full denoise batch2 K=V", 16, 2, 512, 256, true, {{256, 1000, 0, false, 0}, {256, 700, 0, false, 0}}});
   FlashSplitsKnob splits(3);
   run_flash(r, {"halves splits3 full prefill 300 causal", 16, 2, 512, 256, true, {{300, 1500, 0, true, 0}}});
+  run_flash(r, {"v1 splits3 d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
+}
+
+// Variant 2: head dim 256 with 8 warps over 128 query rows a CTA.
+void check_flash_variant2(Reporter& r) {
+  FlashVariantKnob knob(2);
+  run_flash(r, {"v2 d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}, {80, 20, 5, true, 30}}});
+  run_flash(r, {"v2 sliding denoise batch4", 16, 8, 256, 256, false,
+                {{256, 1023, 0, false, 0}, {256, 1023, 300, false, 0}, {256, 500, 0, false, 0},
+                 {256, 1023, 4000, false, 0}}});
+  run_flash(r, {"v2 sliding prefill 600 w1024 + canvas", 16, 8, 256, 256, false,
+                {{600, 1023, 977, true, 1024}, {256, 1023, 0, false, 0}}});
+  FlashSplitsKnob splits(3);
+  run_flash(r, {"v2 splits3 d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
 }
 
 // The model's shapes: 26B-A4B sliding (D 256, 16 / 8 heads, window 1024: a canvas sees 1023 cached
@@ -306,7 +326,8 @@ std::vector<Case> flash_attention_cases() {
   return {
       {"flash_attention_small", check_flash_small}, {"flash_attention_model", check_flash_model},
       {"flash_attention_splits", check_flash_splits}, {"flash_attention_long", check_flash_long},
-      {"flash_attention_halves", check_flash_halves}, {"flash_attention_plan", check_flash_plan},
+      {"flash_attention_variant1", check_flash_variant1}, {"flash_attention_variant2", check_flash_variant2},
+      {"flash_attention_plan", check_flash_plan},
   };
 }
 
@@ -366,30 +387,36 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     a.out = be.alloc(ScalarType::kBF16, {T, Hq, s.D});
     const bool was = cuda::set_flash_attention(false);
     const bool fused_was = cuda::set_fused_attention(false);
-    // 0: cuBLAS per item; 1: flash; 2 (D 512): flash with output halves in CTAs of their own.
-    for (int mode = 0; mode < (s.D == 512 ? 3 : 2); ++mode) {
+    // 0: cuBLAS per item; 1: flash; 2: flash variant 1 (D 256: 8 warps splitting the head dim; D 512:
+    // output halves in CTAs of their own); 3 (D 256): variant 2 (8 warps over 128 query rows).
+    for (int mode = 0; mode < (s.D == 256 ? 4 : 3); ++mode) {
       cuda::set_flash_attention(mode != 0);
-      const bool split_d_was = cuda::set_flash_attention_split_d(mode != 2);
+      const int variant_was = cuda::set_flash_attention_variant(mode >= 2 ? mode - 1 : 0);
       const uint64_t l0 = cuda::launches_so_far();
       be.attention_batch(a);
       be.synchronize();
       const uint64_t launches = cuda::launches_so_far() - l0;
-      const char* what = mode == 0 ? " cublas" : mode == 1 ? " flash" : " flash-halves";
+      const char* what = mode == 0 ? " cublas" : mode == 1 ? " flash" : mode == 2 ? " flash-v1" : " flash-v2";
       const std::string name = std::string("attn ") + s.name + " b" + std::to_string(s.batch) + what + " (" +
                                std::to_string(launches) + " launches)";
       row(name.c_str(), time_ms([&] { be.attention_batch(a); }));
-      cuda::set_flash_attention_split_d(split_d_was);
+      cuda::set_flash_attention_variant(variant_was);
     }
     if (s.batch == 1 && s.L > 0) {  // the split heuristic's alternatives where the grid is small
       cuda::set_flash_attention(true);
       const auto* w = reinterpret_cast<const int32_t*>(items.data());
-      const auto plan = cuda::plan_flash_attention(T, Hq, s.Hkv, s.D, w, static_cast<int>(items.size()), 0);
-      for (int forced : {1, 2, 4, 8}) {
-        const int old = cuda::set_flash_attention_splits(forced);
-        const std::string name = std::string("attn ") + s.name + " b1 flash splits " + std::to_string(forced) +
-                                 (forced == plan.splits ? " (auto)" : "");
-        row(name.c_str(), time_ms([&] { be.attention_batch(a); }));
-        cuda::set_flash_attention_splits(old);
+      for (int variant = 0; variant < (s.D == 256 ? 3 : 2); ++variant) {
+        const int variant_was = cuda::set_flash_attention_variant(variant);
+        const auto plan = cuda::plan_flash_attention(T, Hq, s.Hkv, s.D, w, static_cast<int>(items.size()), 0);
+        for (int forced : {1, 2, 4, 8}) {
+          const int old = cuda::set_flash_attention_splits(forced);
+          const std::string name = std::string("attn ") + s.name + " b1 flash" +
+                                   (variant ? "-v" + std::to_string(variant) : std::string()) +
+                                   " splits " + std::to_string(forced) + (forced == plan.splits ? " (auto)" : "");
+          row(name.c_str(), time_ms([&] { be.attention_batch(a); }));
+          cuda::set_flash_attention_splits(old);
+        }
+        cuda::set_flash_attention_variant(variant_was);
       }
     }
     cuda::set_fused_attention(fused_was);

@@ -2,8 +2,9 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench [quant]  times the CUDA ops at the 26B-A4B shapes (canvas 256) instead
-//                                     (quant: only the quantised kernels' rows)
+//   dgemma_gpu_check --bench [quant|flash]  times the CUDA ops at the 26B-A4B shapes (canvas 256)
+//                                     instead (quant: only the quantised kernels' rows; flash: only the
+//                                     attention_batch rows)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -39,7 +40,7 @@ double time_ms(dgemma::Backend& be, const std::function<void()>& fn, int reps = 
 
 // The ops at the released model's shapes on random device data (fill_normal): one line each with the
 // time and the bytes / FLOP floor numbers a reader needs to judge it.
-int bench(bool quant_only) {
+int bench(bool quant_only, bool flash_only) {
   using namespace dgemma;
   Backend& be = gpu_test::cuda();
   if (quant_only) {  // --bench quant: the quantised kernels' rows only
@@ -59,6 +60,10 @@ int bench(bool quant_only) {
     std::printf("%-44s %10.3f\n", what, ms);
     std::fflush(stdout);
   };
+  if (flash_only) {
+    gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+    return 0;
+  }
   {
     Tensor x = bf({C, H}, 1, 1.0f), w = bf({Hq * 256, H}, 2, 0.02f), o = be.alloc(ScalarType::kBF16, {C, Hq * 256});
     row("matmul q_proj [256,2816]x[4096,2816]^T", time_ms(be, [&] { be.matmul(x, w, o); }));
@@ -279,7 +284,8 @@ int main(int argc, char** argv) {
   }
   std::printf("random inputs: DGEMMA_TEST_SEED=%llu\n", static_cast<unsigned long long>(run_seed()));
   std::printf("backend: %s\n", cuda().name().c_str());
-  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) return bench(argc > 2 && std::strcmp(argv[2], "quant") == 0);
+  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0)
+    return bench(argc > 2 && std::strcmp(argv[2], "quant") == 0, argc > 2 && std::strcmp(argv[2], "flash") == 0);
   int passed = 0, failed = 0;
   for (const Case& c : all_cases()) {
     bool selected = argc <= 1;

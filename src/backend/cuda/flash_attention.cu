@@ -4,9 +4,11 @@
 //   D 64 / 128: BN 64 keys, the whole head dim in one CTA (41 / 81 KB of shared memory);
 //   D 256:      BN 32, 97 KB (two CTAs an SM; 128 fp32 output registers a thread);
 //   D 512:      BN 32, 8 warps: two groups of 4 split the head dim (partial scores added through
-//               shared memory; each group 256 output columns), 209 KB; or (set_flash_attention_split_d
-//               off) 4 warps with the two 256-column output halves in CTAs of their own, each
-//               recomputing the scores, 161 KB.
+//               shared memory; each group 256 output columns), 209 KB; or (variant 1) 4 warps with
+//               the two 256-column output halves in CTAs of their own, each recomputing the scores,
+//               161 KB.
+//   D 256 variant 1: 8 warps splitting the head dim (128 output columns a group), 113 KB, two CTAs
+//               an SM (128 registers a thread); variant 2: 8 warps over 128 query rows, 129 KB.
 #include <algorithm>
 #include <atomic>
 
@@ -14,12 +16,12 @@
 #include "backend/cuda/ptx.cuh"
 #include "backend/cuda/flash_attention.cuh"
 #include "backend/cuda/flash_attention_kernel.cuh"
+#include "backend/cuda/tuning.h"
 #include "util/error.h"
 
 namespace dgemma::cuda {
 namespace {
 
-using flash::kBM;
 using flash::kThreads;
 using flash::Params;
 
@@ -30,31 +32,31 @@ std::atomic<int> g_forced_splits{0};
 using flash::Cfg;
 using flash::ShapeOf;
 
-std::atomic<bool> g_split_d{true};
+std::atomic<int> g_variant{0};
 
-template <int D, bool SD>
+template <int D, int V>
 void* kernel_ptr() {
-  using C = Cfg<D, SD>;
-  return reinterpret_cast<void*>(flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>);
+  using C = Cfg<D, V>;
+  return reinterpret_cast<void*>(flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG>);
 }
 
 // CTAs of the kernel one SM holds (0: too little shared memory), after allowing the kernel its
 // dynamic shared memory on `device`; remembered per device.
-template <int D, bool SD>
+template <int D, int V>
 int resident_ctas(int device) {
   static std::atomic<int> cache[kCachedDevices] = {};  // value + 1; 0: not known yet
   if (device >= 0 && device < kCachedDevices) {
     const int v = cache[device].load();
     if (v > 0) return v - 1;
   }
-  constexpr int bytes = ShapeOf<D, SD>::kSmemBytes;
+  constexpr int bytes = ShapeOf<D, V>::kSmemBytes;
   int optin = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   int result = 0;
   if (optin >= bytes) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_ptr<D, SD>(), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&result, kernel_ptr<D, SD>(),
-                                                             ShapeOf<D, SD>::kThreads, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_ptr<D, V>(), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&result, kernel_ptr<D, V>(),
+                                                             ShapeOf<D, V>::kThreads, bytes));
     result = std::max(result, 0);
   }
   if (device >= 0 && device < kCachedDevices) cache[device].store(result + 1);
@@ -73,22 +75,22 @@ int sm_count(int device) {
 
 int64_t ml_bytes(int64_t splits, int64_t rows) { return (splits * rows * 2 * 4 + 15) / 16 * 16; }
 
-template <int D, bool SD>
+template <int D, int V>
 FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* items, int num_items, int device) {
-  constexpr int BN = Cfg<D, SD>::BN, kDChunks = ShapeOf<D, SD>::kDChunks;
+  constexpr int BN = Cfg<D, V>::BN, kDChunks = ShapeOf<D, V>::kDChunks, kRows = ShapeOf<D, V>::kRows;
   const int64_t groups = Hq / Hkv;
   int64_t tiles = 0, max_key_tiles = 0;
   for (int i = 0; i < num_items; ++i) {
     const int32_t* it = items + i * flash::kFields;
     const int64_t n = it[flash::kQLen], L = it[flash::kCacheLen], window = it[flash::kWindow];
     if (n <= 0) continue;
-    tiles += ceil_div(n * groups, kBM);
+    tiles += ceil_div(n * groups, kRows);
     int64_t span = L + n;
-    if (it[flash::kCausal] && window > 0) span = std::min<int64_t>(span, window + kBM / groups + 1);
+    if (it[flash::kCausal] && window > 0) span = std::min<int64_t>(span, window + kRows / groups + 1);
     max_key_tiles = std::max(max_key_tiles, ceil_div(span, BN));
   }
   if (tiles == 0 || tiles > 0x7fffffff) return {};
-  const int resident = resident_ctas<D, SD>(device);
+  const int resident = resident_ctas<D, V>(device);
   if (resident <= 0) return {};
   int64_t splits = g_forced_splits.load();
   if (splits <= 0) {
@@ -118,12 +120,12 @@ FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* i
   return plan;
 }
 
-template <int D, bool SD>
+template <int D, int V>
 void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, cudaStream_t stream) {
-  using S = ShapeOf<D, SD>;
-  using C = Cfg<D, SD>;
+  using S = ShapeOf<D, V>;
+  using C = Cfg<D, V>;
   constexpr int kDChunks = S::kDChunks;
-  const bool ready = plan.split_d == SD && resident_ctas<D, SD>(device) > 0;  // also sets the smem limit
+  const bool ready = plan.variant == V && resident_ctas<D, V>(device) > 0;  // also sets the smem limit
   DG_CHECK(ready);
   p.splits = plan.splits;
   const int64_t rows = int64_t{p.T} * p.Hq;
@@ -134,7 +136,7 @@ void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, 
   }
   const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(p.Hkv),
                   static_cast<unsigned>(plan.splits * kDChunks));
-  flash::flash_attention_kernel<D, C::DV, C::BN, C::KG><<<grid, S::kThreads, S::kSmemBytes, stream>>>(p);
+  flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG><<<grid, S::kThreads, S::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
   if (plan.splits > 1) {
     const int64_t threads = rows * (D / 4);
@@ -145,7 +147,7 @@ void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, 
 
 }  // namespace
 
-bool set_flash_attention_split_d(bool on) { return g_split_d.exchange(on); }
+int set_flash_attention_variant(int v) { return g_variant.exchange(v >= 0 && v <= 2 ? v : 0); }
 
 int set_flash_attention_splits(int splits) {
   return g_forced_splits.exchange(splits <= 0 ? 0 : std::min(splits, kMaxSplits));
@@ -155,13 +157,18 @@ FlashAttentionPlan plan_flash_attention(int64_t T, int64_t Hq, int64_t Hkv, int6
                                         int num_items, int device) {
   if (Hkv <= 0 || Hkv > 65535 || Hq % Hkv != 0 || T <= 0 || T * Hq > 0x7fffffff) return {};
   switch (D) {
-    case 64: return plan_for<64, true>(T, Hq, Hkv, host_items, num_items, device);
-    case 128: return plan_for<128, true>(T, Hq, Hkv, host_items, num_items, device);
-    case 256: return plan_for<256, true>(T, Hq, Hkv, host_items, num_items, device);
+    case 64: return plan_for<64, 0>(T, Hq, Hkv, host_items, num_items, device);
+    case 128: return plan_for<128, 0>(T, Hq, Hkv, host_items, num_items, device);
+    case 256:
     case 512: {
-      FlashAttentionPlan plan = g_split_d.load() ? plan_for<512, true>(T, Hq, Hkv, host_items, num_items, device)
-                                                 : plan_for<512, false>(T, Hq, Hkv, host_items, num_items, device);
-      plan.split_d = g_split_d.load();
+      const int v = D == 512 && g_variant.load() == 2 ? 0 : g_variant.load();  // D 512 has variants 0 and 1
+      FlashAttentionPlan plan;
+      if (D == 256) plan = v == 2 ? plan_for<256, 2>(T, Hq, Hkv, host_items, num_items, device)
+                           : v == 1 ? plan_for<256, 1>(T, Hq, Hkv, host_items, num_items, device)
+                                    : plan_for<256, 0>(T, Hq, Hkv, host_items, num_items, device);
+      else plan = v ? plan_for<512, 1>(T, Hq, Hkv, host_items, num_items, device)
+                    : plan_for<512, 0>(T, Hq, Hkv, host_items, num_items, device);
+      plan.variant = v;
       return plan;
     }
     default: return {};
@@ -191,12 +198,15 @@ void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, con
   p.page_size = static_cast<int>(page_size);
   p.scaling = scaling;
   switch (D) {
-    case 64: return launch_for<64, true>(plan, p, workspace, device, stream);
-    case 128: return launch_for<128, true>(plan, p, workspace, device, stream);
-    case 256: return launch_for<256, true>(plan, p, workspace, device, stream);
+    case 64: return launch_for<64, 0>(plan, p, workspace, device, stream);
+    case 128: return launch_for<128, 0>(plan, p, workspace, device, stream);
+    case 256:
+      if (plan.variant == 2) return launch_for<256, 2>(plan, p, workspace, device, stream);
+      if (plan.variant == 1) return launch_for<256, 1>(plan, p, workspace, device, stream);
+      return launch_for<256, 0>(plan, p, workspace, device, stream);
     case 512:
-      if (plan.split_d) return launch_for<512, true>(plan, p, workspace, device, stream);
-      return launch_for<512, false>(plan, p, workspace, device, stream);
+      if (plan.variant) return launch_for<512, 1>(plan, p, workspace, device, stream);
+      return launch_for<512, 0>(plan, p, workspace, device, stream);
     default: DG_CHECK(false);
   }
 }

@@ -12,7 +12,7 @@ struct FlashAttentionPlan {
   int tiles = 0;      // row tiles of one KV head over all items (the grid's x)
   int splits = 0;     // key splits per row tile; 0: not supported (take another path)
   int64_t workspace_bytes = 0;  // device workspace of the split partials (0 with one split)
-  bool split_d = true;          // D 512: the head dim split across two warp groups of one CTA
+  int variant = 0;              // D 256 / 512: the kernel variant (set_flash_attention_variant, tuning.h)
 };
 
 // Supported: D in {64, 128, 256, 512}, Hq a multiple of Hkv, a device with enough shared memory
@@ -31,11 +31,6 @@ void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, con
                             const uint16_t* v_pages, int64_t page_size, const int32_t* tables,
                             const int32_t* items, int num_items, uint16_t* out, int64_t T, int64_t Hq,
                             int64_t Hkv, int64_t D, float scaling, int device, cudaStream_t stream);
-
-// D 512: true (default) splits the head dim across two warp groups of one CTA; false runs the two
-// output halves in CTAs of their own, each recomputing the scores (for A/B runs). Read when planning.
-// Returns the previous value.
-bool set_flash_attention_split_d(bool on);
 
 // Tests: forces the number of key splits of every plan (clamped to [1, 32]; 0 restores the automatic
 // choice). Returns the previous setting.

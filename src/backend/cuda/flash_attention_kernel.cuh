@@ -8,9 +8,9 @@
 //
 // One launch computes one layer's attention for every item (sequence) of a forward pass
 // (AttentionBatchArgs, backend.h), FlashAttention-2 style on bf16 mma.sync m16n8k16:
-//   * a CTA (4 warps, 16 query rows each) owns 64 query rows of one KV head: the rows are the pairs
-//     (token, query head of the KV head's group), token-major, so one K/V tile serves the whole GQA
-//     group; the CTA walks its visible key range in tiles of BN keys, double-buffered by cp.async
+//   * a group of 4 warps (16 query rows each) owns 64 query rows of one KV head: the rows are the
+//     pairs (token, query head of the KV head's group), token-major, so one K/V tile serves the whole
+//     GQA group; the CTA walks its visible key range in tiles of BN keys, double-buffered by cp.async
 //     straight from the paged pool (through the item's page table) and, for the new keys, from
 //     k_new / v_new;
 //   * scores keep the reference's rounding points, s = bf16(bf16(q . k) * scaling) (cheap: two
@@ -19,10 +19,12 @@
 //     fp32 row sum at the end. The only rounding point that moves: the reference rounds p / sum, this
 //     kernel p (relative to the running max) — one bf16 rounding of each probability either way;
 //   * head dim 512: the fp32 output of 16 rows x 512 columns (256 registers a thread) does not fit a
-//     warp, so each CTA produces one 256-column half of the output (a grid dimension) and recomputes
-//     the scores over the full 512 dims. That costs a second score GEMM on the full layers (1.5x the
-//     MMA work) but no cross-warp exchange, the same code as the other head dims and twice the CTAs
-//     for the denoise shape (which has few row tiles: 2 KV heads);
+//     warp, so two warp groups of a CTA (8 warps) split the head dim: each sums the scores over its
+//     256 dims, the partial scores meet in shared memory (added in group order: both groups hold the
+//     same scores and softmax state) and each produces 256 output columns. No MMA work is repeated;
+//     the cost is one shared-memory exchange of the 16 x BN partial scores per key tile. (Variant 1
+//     instead runs the two 256-column halves in CTAs of their own, each recomputing all scores: 1.5x
+//     the MMA work; Cfg below lists the variants, set_flash_attention_variant picks one);
 //   * split-K: when the grid is small (few queries over long caches) the key range of every row
 //     tile is cut into `splits` parts, each writing an fp32 partial (output, max, sum) that
 //     flash_combine_kernel merges in split order (deterministic).
@@ -69,12 +71,15 @@ enum : int { kQFirst = 0, kQLen, kCacheFirst, kCacheLen, kTableFirst, kTableLen,
 // KG warp groups of 4 warps split the head dim: group g sums the scores over its DQK / KG dims
 // (the partial scores meet in shared memory, added in group order so every group holds the same
 // scores) and produces output columns [g DV, (g + 1) DV) of the CTA's DV * KG columns.
-template <int DQK, int DV, int BN, int KG>
+// RG row groups of 4 warps (KG == 1 only) give a CTA 64 RG query rows: each K/V tile then serves
+// twice the rows (half the K/V reads from L2 per score).
+template <int DQK, int DV, int BN, int KG, int RG = 1>
 struct Shape {
-  static constexpr int kThreads = 128 * KG;
+  static constexpr int kThreads = 128 * KG * RG;
+  static constexpr int kRows = kBM * RG;          // query rows of a CTA
   static constexpr int kVCols = DV * KG;          // output columns of a CTA
   static constexpr int kDChunks = DQK / kVCols;   // CTAs per row tile along the output columns
-  static constexpr int kQBytes = kBM * DQK * 2;
+  static constexpr int kQBytes = kRows * DQK * 2;
   static constexpr int kKBytes = BN * DQK * 2;  // one buffer
   static constexpr int kVBytes = BN * kVCols * 2;
   static constexpr int kKOff = kQBytes;
@@ -85,27 +90,36 @@ struct Shape {
   static constexpr int kSmemBytes = kXOff + kXBytes;
   static_assert(DQK % kVCols == 0 && DV % 16 == 0 && BN % 16 == 0 && DQK >= 64 && DV >= 64);
   static_assert(KG == 1 || KG == 2);
+  static_assert(RG == 1 || (RG == 2 && KG == 1));
   static_assert((DQK / KG) % 16 == 0);
 };
 
-// The tile shapes by head dim (flash_attention.cu): D 64 / 128 take BN 64 keys and the whole head dim
-// in one CTA of 4 warps; D 256 BN 32 (two CTAs an SM); D 512 BN 32 with 8 warps, two groups splitting
-// the head dim (kSplitD) or 4 warps with 256-column output halves in CTAs of their own (the scores
-// recomputed by each).
-template <int D, bool kSplitD = true>
+// The tile shapes by head dim and variant (flash_attention.cu; set_flash_attention_variant):
+//   D 64 / 128: BN 64 keys, the whole head dim in one CTA of 4 warps;
+//   D 256: variant 0 BN 32, 4 warps (two CTAs an SM); variant 1 8 warps, two groups splitting the head
+//          dim (128 output columns each: half the accumulator registers, two CTAs an SM); variant 2
+//          8 warps over 128 query rows (half the K/V reads a score);
+//   D 512: variant 0 BN 32, 8 warps, two groups splitting the head dim (256 output columns each);
+//          variant 1 4 warps with the two 256-column output halves in CTAs of their own (the scores
+//          recomputed by each).
+template <int D, int kVariant = 0>
 struct Cfg;
-template <bool x>
-struct Cfg<64, x> { static constexpr int DV = 64, BN = 64, KG = 1; };
-template <bool x>
-struct Cfg<128, x> { static constexpr int DV = 128, BN = 64, KG = 1; };
-template <bool x>
-struct Cfg<256, x> { static constexpr int DV = 256, BN = 32, KG = 1; };
+template <int V>
+struct Cfg<64, V> { static constexpr int DV = 64, BN = 64, KG = 1, RG = 1; };
+template <int V>
+struct Cfg<128, V> { static constexpr int DV = 128, BN = 64, KG = 1, RG = 1; };
 template <>
-struct Cfg<512, true> { static constexpr int DV = 256, BN = 32, KG = 2; };
+struct Cfg<256, 0> { static constexpr int DV = 256, BN = 32, KG = 1, RG = 1; };
 template <>
-struct Cfg<512, false> { static constexpr int DV = 256, BN = 32, KG = 1; };
-template <int D, bool kSplitD = true>
-using ShapeOf = Shape<D, Cfg<D, kSplitD>::DV, Cfg<D, kSplitD>::BN, Cfg<D, kSplitD>::KG>;
+struct Cfg<256, 1> { static constexpr int DV = 128, BN = 32, KG = 2, RG = 1; };
+template <>
+struct Cfg<256, 2> { static constexpr int DV = 256, BN = 32, KG = 1, RG = 2; };
+template <>
+struct Cfg<512, 0> { static constexpr int DV = 256, BN = 32, KG = 2, RG = 1; };
+template <>
+struct Cfg<512, 1> { static constexpr int DV = 256, BN = 32, KG = 1, RG = 1; };
+template <int D, int kVariant = 0>
+using ShapeOf = Shape<D, Cfg<D, kVariant>::DV, Cfg<D, kVariant>::BN, Cfg<D, kVariant>::KG, Cfg<D, kVariant>::RG>;
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of `cols` bf16: chunks are
 // XOR-swizzled by the row's low 3 bits so that the 8 row addresses of an ldmatrix hit distinct banks.
@@ -136,9 +150,10 @@ inline uint32_t pack_bf16x2(float lo, float hi) {
 
 // The item of row tile `tile` (counting every item's tiles of one KV head in item order) and the
 // tile's index within it; -1 past the last tile.
+template <int kRows>
 __device__ __forceinline__ int find_item(const Params& p, int tile, int& local) {
   for (int i = 0; i < p.num_items; ++i) {
-    const int tiles = (p.items[i * kFields + kQLen] * p.groups + kBM - 1) / kBM;
+    const int tiles = (p.items[i * kFields + kQLen] * p.groups + kRows - 1) / kRows;
     if (tile < tiles) {
       local = tile;
       return i;
@@ -149,25 +164,27 @@ __device__ __forceinline__ int find_item(const Params& p, int tile, int& local) 
 }
 
 // grid: (row tiles of all items, Hkv, splits * kDChunks); block: Shape::kThreads.
-template <int DQK, int DV, int BN, int KG>
-__global__ void __launch_bounds__(128 * KG) flash_attention_kernel(const Params p) {
-  using S = Shape<DQK, DV, BN, KG>;
-  constexpr int kThreadsCta = S::kThreads, kVCols = S::kVCols, kDK = DQK / KG;
+template <int DQK, int DV, int BN, int KG, int RG = 1>
+__global__ void __launch_bounds__(128 * KG * RG, (KG == 2 && DV <= 128) ? 2 : 1) flash_attention_kernel(const Params p) {
+  using S = Shape<DQK, DV, BN, KG, RG>;
+  constexpr int kThreadsCta = S::kThreads, kVCols = S::kVCols, kDK = DQK / KG, kRows = S::kRows;
   DG_KERNEL_DYNAMIC_SMEM(smem);
-  const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, wgrp = tid >> 7;
+  // wgrp: the warp group (a compile-time 0 with one group, so that the loops over it unroll).
+  // warp: the warp's 16-row slice of the CTA's rows (row groups included).
+  const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & (4 * RG - 1), wgrp = KG > 1 ? tid >> 7 : 0;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z / S::kDChunks, dc = blockIdx.z % S::kDChunks;
   int tile = 0;
-  const int item = find_item(p, blockIdx.x, tile);
+  const int item = find_item<kRows>(p, blockIdx.x, tile);
   if (item < 0) return;  // the whole CTA leaves together
   const int* meta = p.items + item * kFields;
   const int q_first = meta[kQFirst], n = meta[kQLen], cache_first = meta[kCacheFirst], L = meta[kCacheLen];
   const int table_first = meta[kTableFirst], causal = meta[kCausal], window = meta[kWindow];
-  const int groups = p.groups, rows = n * groups, r0 = tile * kBM;
+  const int groups = p.groups, rows = n * groups, r0 = tile * kRows;
 
   // The keys any row of the tile sees: [j_lo, j_hi) of [cached ; new] (key j >= L is new token j - L;
   // query token i sees key j iff causal ? 0 <= i - (j - L) < window : always).
-  const int i_lo = r0 / groups, i_hi = (min(r0 + kBM, rows) - 1) / groups;
+  const int i_lo = r0 / groups, i_hi = (min(r0 + kRows, rows) - 1) / groups;
   int j_lo = 0, j_hi = L + n;
   if (causal) {
     j_hi = min(j_hi, L + i_hi + 1);
@@ -218,7 +235,7 @@ __global__ void __launch_bounds__(128 * KG) flash_attention_kernel(const Params 
   if (kt0 < kt1 && tid < BN) key_offsets(kt0, offs);
   {
     constexpr int qc = DQK / 8;
-    for (int c = tid; c < kBM * qc; c += kThreadsCta) {
+    for (int c = tid; c < kRows * qc; c += kThreadsCta) {
       const int row = c / qc, ch = c % qc, rr = r0 + row;
       const bool valid = rr < rows;
       const int tok = valid ? rr / groups : 0, head = kvh * groups + (valid ? rr % groups : 0);
@@ -255,7 +272,8 @@ __global__ void __launch_bounds__(128 * KG) flash_attention_kernel(const Params 
     for (int nb = 0; nb < BN / 8; ++nb) s_acc[nb][0] = s_acc[nb][1] = s_acc[nb][2] = s_acc[nb][3] = 0.f;
     const uint32_t kb = k_s + buf * S::kKBytes;
     DG_UNROLL
-    for (int kk = wgrp * (kDK / 16); kk < (wgrp + 1) * (kDK / 16); ++kk) {
+    for (int k16 = 0; k16 < kDK / 16; ++k16) {
+      const int kk = wgrp * (kDK / 16) + k16;
       uint32_t a[4];
       ldmatrix_x4(q_s + swz<DQK>(warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * kk + (lane >> 4)), a[0], a[1],
                   a[2], a[3]);

@@ -20,9 +20,15 @@ bool set_fused_attention(bool on);
 // With the fused kernel on: only head dims <= d take it (<= 0: all). Returns the previous limit.
 int64_t set_fused_attention_max_dim(int64_t d);
 // Whether attention_batch runs the one-launch flash kernel (flash_attention.cu; head dims
-// 64/128/256/512) for all items of a layer instead of attention() per item. Off by default until a
-// whole model step measures faster with it. Returns the previous value.
+// 64/128/256/512) for all items of a layer instead of attention() per item (the cuBLAS path above).
+// On by default (a whole model step measured faster with it, cuda_attention.cpp). Returns the
+// previous value.
 bool set_flash_attention(bool on);
+// The flash kernel's variant for head dims 256 and 512 (A/B runs; read when planning): 0 (default):
+// D 256 one CTA of 4 warps, D 512 8 warps splitting the head dim; 1: D 256 8 warps splitting the head
+// dim, D 512 two output halves in CTAs of their own; 2: D 256 8 warps over 128 query rows (D 512 as
+// 0). Returns the previous value.
+int set_flash_attention_variant(int v);
 
 // Whether the MoE block groups tokens by expert on the device and runs the grouped expert kernel (no
 // host synchronisation) instead of grouping on the host for cuBLAS. Returns the previous value.

@@ -52,12 +52,12 @@ Tensor wrap(ScalarType t, std::initializer_list<int64_t> dims, void* data) {
   return x;
 }
 
-template <int D, bool kSplitD = true>
+template <int D, int kVariant = 0>
 void launch_emulated(const cuda::flash::Params& p, int tiles) {
-  using S = cuda::flash::ShapeOf<D, kSplitD>;
-  using C = cuda::flash::Cfg<D, kSplitD>;
-  emu::launch_3d([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>(p); }, tiles, p.Hkv,
-              p.splits * S::kDChunks, S::kSmemBytes, S::kThreads);
+  using S = cuda::flash::ShapeOf<D, kVariant>;
+  using C = cuda::flash::Cfg<D, kVariant>;
+  emu::launch_3d([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG>(p); }, tiles, p.Hkv,
+                 p.splits * S::kDChunks, S::kSmemBytes, S::kThreads);
   if (p.splits > 1) {
     const int64_t threads = int64_t{p.T} * p.Hq * (D / 4);
     emu::launch([p] { cuda::flash::flash_combine_kernel<D>(p); },
@@ -65,9 +65,9 @@ void launch_emulated(const cuda::flash::Params& p, int tiles) {
   }
 }
 
-// split_d: D 512 with the head dim split across two warp groups (else output halves in CTAs of their own).
-void run_case(const Case& c, int splits, bool split_d = true) {
-  SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + (split_d ? "" : " (halves)"));
+// variant: the kernel variant of D 256 / 512 (flash_attention_kernel.cuh Cfg).
+void run_case(const Case& c, int splits, int variant = 0) {
+  SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + " variant " + std::to_string(variant));
   std::mt19937 rng(1234 + c.D + splits);
   const int groups = c.Hq / c.Hkv;
   int T = 0;
@@ -158,7 +158,8 @@ void run_case(const Case& c, int splits, bool split_d = true) {
   p.splits = splits;
   p.scaling = scaling;
   int tiles = 0;
-  for (const auto& it : items) tiles += (it.q_len * groups + cuda::flash::kBM - 1) / cuda::flash::kBM;
+  const int cta_rows = c.D == 256 && variant == 2 ? 2 * cuda::flash::kBM : cuda::flash::kBM;
+  for (const auto& it : items) tiles += (it.q_len * groups + cta_rows - 1) / cta_rows;
   tiles += 1;  // one CTA past the last tile: it must exit without writing
   auto bytes = [](const auto& v) { return v.size() * sizeof(v[0]); };
   emu::g_global = {{reinterpret_cast<const unsigned char*>(q.data()), bytes(q)},
@@ -169,10 +170,14 @@ void run_case(const Case& c, int splits, bool split_d = true) {
   switch (c.D) {
     case 64: launch_emulated<64>(p, tiles); break;
     case 128: launch_emulated<128>(p, tiles); break;
-    case 256: launch_emulated<256>(p, tiles); break;
+    case 256:
+      if (variant == 2) launch_emulated<256, 2>(p, tiles);
+      else if (variant == 1) launch_emulated<256, 1>(p, tiles);
+      else launch_emulated<256, 0>(p, tiles);
+      break;
     case 512:
-      if (split_d) launch_emulated<512, true>(p, tiles);
-      else launch_emulated<512, false>(p, tiles);
+      if (variant) launch_emulated<512, 1>(p, tiles);
+      else launch_emulated<512, 0>(p, tiles);
       break;
     default: FAIL() << "head dim";
   }
@@ -198,7 +203,7 @@ void run_case(const Case& c, int splits, bool split_d = true) {
   }
   const double n = static_cast<double>(got.size()), out_rows = static_cast<double>(T) * c.Hq;
   const double nmse = err2 / std::max(ref2, 1e-30);
-  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), split_d ? "" : " (halves)", splits, nmse,
+  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), variant == 2 ? " (variant 2)" : variant ? " (variant 1)" : "", splits, nmse,
               exact / n, bad / n);
   EXPECT_LT(nmse, 2e-5) << "relative mean-square error";
   EXPECT_LE(bad / n, std::max(1e-3, 1.0 / out_rows)) << "fraction of elements beyond the rounding bound";
@@ -221,14 +226,20 @@ TEST(FlashAttentionEmulated, HeadDim128Gqa8) {
 TEST(FlashAttentionEmulated, HeadDim256) {
   const Case c{"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}};
   run_case(c, 1);
+  run_case(c, 1, 1);
+  run_case(c, 2, 1);
+  run_case(c, 1, 2);
+  run_case(c, 3, 2);
+  // Variant 2's 128-row tiles: an item of more than one of them (160 rows).
+  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, 2);
 }
 
 TEST(FlashAttentionEmulated, HeadDim512KEqV) {
   const Case c{"d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}};
   run_case(c, 1);
   run_case(c, 2);
-  run_case(c, 1, false);
-  run_case(c, 2, false);
+  run_case(c, 1, 1);
+  run_case(c, 2, 1);
 }
 
 // The default attention_batch (one attention() per item) refuses items outside the batch's rows or
