@@ -2,7 +2,8 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench          times the CUDA ops at the 26B-A4B shapes (canvas 256) instead
+//   dgemma_gpu_check --bench [tail]   times the CUDA ops at the 26B-A4B shapes (canvas 256) instead
+//                                     (tail: the LM head, sampler, self-conditioning GEMM and decide only)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -37,8 +38,9 @@ double time_ms(dgemma::Backend& be, const std::function<void()>& fn, int reps = 
 }
 
 // The ops at the released model's shapes on random device data (fill_normal): one line each with the
-// time and the bytes / FLOP floor numbers a reader needs to judge it.
-int bench() {
+// time and the bytes / FLOP floor numbers a reader needs to judge it. tail_only (`--bench tail`): the
+// vocabulary-wide tail of a step alone (LM head, sampler, self-conditioning GEMM, decide).
+int bench(bool tail_only) {
   using namespace dgemma;
   Backend& be = gpu_test::cuda();
   const int64_t C = 256, H = 2816, V = 262144, Hq = 16, E = 128, K = 8, I = 704;
@@ -121,7 +123,7 @@ int bench() {
           for (int64_t i = 0; i < B; ++i) be.matmul_kn(probs4.rows(i * C, (i + 1) * C), e, soft4.rows(i * C, (i + 1) * C));
         }));
   }
-  for (int full = 0; full < 2; ++full) {
+  for (int full = 0; full < 2 && !tail_only; ++full) {
     const int64_t D = full ? 512 : 256, Hkv = full ? 2 : 8, L = full ? 4096 : 1023;
     AttentionArgs a;
     a.q = bf({C, Hq, D}, 10, 0.25f);
@@ -144,7 +146,7 @@ int bench() {
         time_ms(be, [&] { be.attention(a); }));
     cuda::set_fused_attention(was);
   }
-  {  // the encoder's causal pass over a 512-token prompt chunk
+  if (!tail_only) {  // the encoder's causal pass over a 512-token prompt chunk
     const int64_t D = 256, Hkv = 8, n = 512;
     AttentionArgs a;
     a.q = bf({n, Hq, D}, 15, 0.25f);
@@ -159,7 +161,7 @@ int bench() {
     row("attention prefill 512 causal D=256 (fused)", time_ms(be, [&] { be.attention(a); }));
     cuda::set_fused_attention(was);
   }
-  {
+  if (!tail_only) {
     MoeArgs m;
     m.router_in = bf({C, H}, 20, 1.0f);
     m.expert_in = bf({C, H}, 21, 1.0f);
@@ -192,7 +194,7 @@ int bench() {
     row("moe T=2048 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m8); }));
     cuda::set_moe_device_grouping(was);
   }
-  gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+  if (!tail_only) gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
   {
     DecideArgs d;
     d.entropy = be.alloc(ScalarType::kF32, {C});
@@ -249,7 +251,7 @@ int main(int argc, char** argv) {
   }
   std::printf("random inputs: DGEMMA_TEST_SEED=%llu\n", static_cast<unsigned long long>(run_seed()));
   std::printf("backend: %s\n", cuda().name().c_str());
-  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) return bench();
+  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) return bench(argc > 2 && std::strcmp(argv[2], "tail") == 0);
   int passed = 0, failed = 0;
   for (const Case& c : all_cases()) {
     bool selected = argc <= 1;
