@@ -2,9 +2,10 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench [quant|flash]  times the CUDA ops at the 26B-A4B shapes (canvas 256)
+//   dgemma_gpu_check --bench [quant|flash|tail]  times the CUDA ops at the 26B-A4B shapes (canvas 256)
 //                                     instead (quant: only the quantised kernels' rows; flash: only the
-//                                     attention_batch rows)
+//                                     attention_batch rows; tail: the LM head, sampler, self-conditioning
+//                                     GEMM and decide only)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -39,8 +40,9 @@ double time_ms(dgemma::Backend& be, const std::function<void()>& fn, int reps = 
 }
 
 // The ops at the released model's shapes on random device data (fill_normal): one line each with the
-// time and the bytes / FLOP floor numbers a reader needs to judge it.
-int bench(bool quant_only, bool flash_only) {
+// time and the bytes / FLOP floor numbers a reader needs to judge it. tail_only (`--bench tail`): the
+// vocabulary-wide tail of a step alone (LM head, sampler, self-conditioning GEMM, decide).
+int bench(bool quant_only, bool flash_only, bool tail_only) {
   using namespace dgemma;
   Backend& be = gpu_test::cuda();
   if (quant_only) {  // --bench quant: the quantised kernels' rows only
@@ -136,7 +138,7 @@ int bench(bool quant_only, bool flash_only) {
           for (int64_t i = 0; i < B; ++i) be.matmul_kn(probs4.rows(i * C, (i + 1) * C), e, soft4.rows(i * C, (i + 1) * C));
         }));
   }
-  for (int full = 0; full < 2; ++full) {
+  for (int full = 0; full < 2 && !tail_only; ++full) {
     const int64_t D = full ? 512 : 256, Hkv = full ? 2 : 8, L = full ? 4096 : 1023;
     AttentionArgs a;
     a.q = bf({C, Hq, D}, 10, 0.25f);
@@ -159,7 +161,7 @@ int bench(bool quant_only, bool flash_only) {
         time_ms(be, [&] { be.attention(a); }));
     cuda::set_fused_attention(was);
   }
-  {  // the encoder's causal pass over a 512-token prompt chunk
+  if (!tail_only) {  // the encoder's causal pass over a 512-token prompt chunk
     const int64_t D = 256, Hkv = 8, n = 512;
     AttentionArgs a;
     a.q = bf({n, Hq, D}, 15, 0.25f);
@@ -174,7 +176,7 @@ int bench(bool quant_only, bool flash_only) {
     row("attention prefill 512 causal D=256 (fused)", time_ms(be, [&] { be.attention(a); }));
     cuda::set_fused_attention(was);
   }
-  {
+  if (!tail_only) {
     MoeArgs m;
     m.router_in = bf({C, H}, 20, 1.0f);
     m.expert_in = bf({C, H}, 21, 1.0f);
@@ -225,9 +227,11 @@ int bench(bool quant_only, bool flash_only) {
     }
     cuda::set_moe_device_grouping(was);
   }
-  gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
-  gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
-  gpu_test::small_kernel_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+  if (!tail_only) {
+    gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+    gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+    gpu_test::small_kernel_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+  }
   {
     DecideArgs d;
     d.entropy = be.alloc(ScalarType::kF32, {C});
@@ -284,8 +288,10 @@ int main(int argc, char** argv) {
   }
   std::printf("random inputs: DGEMMA_TEST_SEED=%llu\n", static_cast<unsigned long long>(run_seed()));
   std::printf("backend: %s\n", cuda().name().c_str());
-  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0)
-    return bench(argc > 2 && std::strcmp(argv[2], "quant") == 0, argc > 2 && std::strcmp(argv[2], "flash") == 0);
+  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) {
+    auto mode = [&](const char* m) { return argc > 2 && std::strcmp(argv[2], m) == 0; };
+    return bench(mode("quant"), mode("flash"), mode("tail"));
+  }
   int passed = 0, failed = 0;
   for (const Case& c : all_cases()) {
     bool selected = argc <= 1;

@@ -206,12 +206,13 @@ __device__ __forceinline__ float row_shift(const SamplerLaunch& a, int splits, c
 // z of every bf16 value, per canvas (slice_stats_kernel<true> reads it instead of evaluating the
 // soft-cap per element: the same function of the same input, so the same z bit for bit). A real
 // row's logits take a few thousand distinct values, so the lookups hit the L1 cache.
+// Each entry holds z's fp32 bits (low word) and bf16(z) (high word): one 8-byte load per element.
 constexpr int kZTable = 65536;
-__global__ void z_table_kernel(const SamplerBatch b, float* z_tables) {
+__global__ void z_table_kernel(const SamplerBatch b, uint2* z_tables) {
   const SamplerLaunch& a = b.c[blockIdx.y];
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  z_tables[static_cast<size_t>(blockIdx.y) * kZTable + k] =
-      processed(bf16_to_f32(static_cast<uint16_t>(k)), a.softcap, a.temperature);
+  const float z = processed(bf16_to_f32(static_cast<uint16_t>(k)), a.softcap, a.temperature);
+  z_tables[static_cast<size_t>(blockIdx.y) * kZTable + k] = make_uint2(__float_as_uint(z), f32_to_bf16(z));
 }
 
 // Bounds of the Gumbel noise of 64 random bits (gumbel_approx's u): u >= 2^-54, so g >= -log(54 ln 2)
@@ -246,7 +247,7 @@ __device__ __forceinline__ void atomic_max_f32(float* addr, float v) {
 // warp-wide maxima are well defined.
 template <bool kTable>
 __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatch b, const float* slice_max,
-                                                               const float* row_floor, const float* z_tables,
+                                                               const float* row_floor, const uint2* z_tables,
                                                                Stats* partials) {
   __shared__ Stats warp_partials[kWarps];
   __shared__ float block_screen;
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
   const bool all_exact = a.sample_gap != nullptr;  // the runner-up of z + g is wanted: no screening
   const uint64_t key = a.sample_key;
   const float floor = a.filter.active() ? row_floor[a.row0 + pos] : -INFINITY;
-  const float* z_table = kTable ? z_tables + static_cast<size_t>(blockIdx.z) * kZTable : nullptr;
+  const uint2* z_table = kTable ? z_tables + static_cast<size_t>(blockIdx.z) * kZTable : nullptr;
   // The row's best z + g is at least m + kGumbelMin (the argmax is always in the support).
   const float best_floor = __fadd_rn(m, kGumbelMin);
   int64_t v0, v1;
@@ -289,12 +290,12 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
   // The next round's logit (and its z) is loaded while this round's is processed: the thread's own
   // elements only, so the store of bf16(z) below never meets a prefetched one.
   uint16_t next = v0 + threadIdx.x < v1 ? row[v0 + threadIdx.x] : 0;
-  float next_z = kTable ? __ldg(z_table + next) : 0.0f;
+  uint2 next_z = kTable ? __ldg(z_table + next) : make_uint2(0, 0);
   for (int64_t base = v0; base < v1; base += kThreads) {
     const int64_t v = base + threadIdx.x;
     const bool live = v < v1;
     const uint16_t x = next;
-    const float zt = next_z;
+    const uint2 zt = next_z;
     if (v + kThreads < v1) {
       next = row[v + kThreads];
       if constexpr (kTable) next_z = __ldg(z_table + next);
@@ -302,15 +303,20 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
     float gf = -INFINITY;
     if (live) {
       float z;
-      if constexpr (kTable) z = zt;  // the same processed() of the same value
-      else z = processed(bf16_to_f32(x), cap, temp);
+      uint16_t zb;
+      if constexpr (kTable) {  // the same processed() of the same value, and its bf16 rounding
+        z = __uint_as_float(zt.x);
+        zb = static_cast<uint16_t>(zt.y);
+      } else {
+        z = processed(bf16_to_f32(x), cap, temp);
+        zb = f32_to_bf16(z);
+      }
       st.z.push(z, static_cast<int>(v));
       const float dz = __fsub_rn(z, m);
       const float e = expf(dz);  // terms far below 1 carry the rounding of z - m
       r1 = __fadd_rn(r1, e);
       r2 = __fmaf_rn(e, dz, r2);
       if (want_probs) {
-        const uint16_t zb = f32_to_bf16(z);
         rb = __fadd_rn(rb, expf(__fsub_rn(bf16_to_f32(zb), bmax)));
         row[v] = zb;  // pass 2 reads bf16(z) back instead of recomputing the soft-cap (one thread per element)
       }
@@ -689,7 +695,7 @@ Workspace workspace_layout(SamplerLaunch* c, int n) {
   w.top = at;
   at = up(at + top_entries * sizeof(TopEntry));
   w.z_tables = at;
-  at = up(at + static_cast<size_t>(n) * kZTable * sizeof(float));
+  at = up(at + static_cast<size_t>(n) * kZTable * sizeof(uint2));
   w.bytes = at;
   return w;
 }
@@ -757,7 +763,7 @@ void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaS
     topn_partial_kernel<<<grid, kTopThreads, 0, stream>>>(b, top);
     CUDA_CHECK_LAUNCH();
   }
-  float* z_tables = reinterpret_cast<float*>(base + w.z_tables);
+  uint2* z_tables = reinterpret_cast<uint2*>(base + w.z_tables);
   if (z_table) {
     z_table_kernel<<<dim3(kZTable / 256, static_cast<unsigned>(n)), 256, 0, stream>>>(b, z_tables);
     CUDA_CHECK_LAUNCH();

@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -110,8 +111,9 @@ TEST_P(ShardedOps, VocabularyShardedSamplerEqualsOneRank) {
   // runner-up equals its maximum.
   for (int64_t b = 1; b < n; ++b) l[1 * V + b * Vr - 1] = l[1 * V + b * Vr] = f32_to_bf16(40.0f);
   l[2 * V + 3] = l[2 * V + V - 1] = f32_to_bf16(35.0f);
-  for (float temperature : {1.0f, 0.55f}) {
-    SCOPED_TRACE("temperature " + std::to_string(temperature));
+  // The last case draws no noise (a greedy canvas: sample = argmax).
+  for (const auto& [temperature, want_sample] : {std::pair{1.0f, true}, std::pair{0.55f, true}, std::pair{0.55f, false}}) {
+    SCOPED_TRACE("temperature " + std::to_string(temperature) + (want_sample ? "" : ", no sampling"));
     // entropy, argmax, sample, argmax log-probability, argmax margin, sample margin
     auto outputs = [&](Backend& b) {
       return std::vector<Tensor>{b.alloc(ScalarType::kF32, {C}), b.alloc(ScalarType::kI32, {C}), b.alloc(ScalarType::kI32, {C}),
@@ -122,6 +124,7 @@ TEST_P(ShardedOps, VocabularyShardedSamplerEqualsOneRank) {
       a.logits = lg;
       a.temperature = temperature;
       a.sample_key = rng::stream_key(3, 1, 2, rng::kSample);
+      a.want_sample = want_sample;
       a.entropy = o[0], a.argmax = o[1], a.sample = o[2], a.argmax_logprob = o[3], a.argmax_gap = o[4], a.sample_gap = o[5];
       return a;
     };
@@ -129,6 +132,9 @@ TEST_P(ShardedOps, VocabularyShardedSamplerEqualsOneRank) {
     std::memcpy(want_probs.data, logits.data, logits.nbytes());
     std::vector<Tensor> want = outputs(*be);
     be->sampler(args(want_probs, want));
+    if (!want_sample) {
+      EXPECT_TRUE(same_bits(want[2], want[1])) << "sample = argmax without sampling";
+    }
     EXPECT_EQ(want[1].ptr<int32_t>()[1], static_cast<int32_t>(Vr - 1)) << "first of the tied maxima";
     EXPECT_EQ(want[4].ptr<float>()[2], 0.0f) << "tied runner-up";
 
