@@ -261,8 +261,9 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   Tensor o = bf16({T, H});
   linear_gathered(heads, w.o_proj, o);
   dump(p + "attn_out", o);
-  // h1 = x + post_attn_norm(o), and the two FFN inputs normed from it (one fused op).
-  Tensor h1 = bf16({T, H}), d = bf16({T, H}), xe = bf16({T, H});
+  // h1 = x + post_attn_norm(o), and the two FFN inputs and the router's input normed from it (one
+  // fused op).
+  Tensor h1 = bf16({T, H}), d = bf16({T, H}), xe = bf16({T, H}), router_z = bf16({T, H});
   {
     AttnResidualArgs r;
     r.x = x;
@@ -274,6 +275,9 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     r.norm_b = w.pre_ff_norm2;
     r.out_b = xe;
     r.eps = eps;
+    r.router_scale = w.router_scale;
+    r.router_root = router_root_;
+    r.router_out = router_z;
     if (dump_) r.o_normed = bf16({T, H});
     backend_.attn_residual(r);
     dump(p + "post_attn_norm", r.o_normed);
@@ -290,6 +294,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   m.router_in = h1;
   m.expert_in = xe;
   m.router_scale = w.router_scale;
+  m.router_z = router_z;
   m.router_proj = w.router_proj;
   m.per_expert_scale = w.per_expert_scale;
   m.gate_up = w.experts_gate_up;

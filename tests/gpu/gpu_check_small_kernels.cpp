@@ -1,9 +1,10 @@
 // Checks of the fused small kernels of a layer against the sequences they replace: the attention
 // prologue (qkv_prologue.cu: q/k norms + RoPE, v's unit norm) against the rmsnorm / rope / copy ops
-// on the GPU (bit-identical) and the CPU's composition; the MoE routing (register top-k, vectorised
-// combine, moe.cu) against the earlier routing kernels (bit-identical probabilities, experts, weights
-// and outputs) on random, tied and NaN router logits. Plus `dgemma_gpu_check --bench` rows of both,
-// old against new.
+// on the GPU (bit-identical) and the CPU's composition; the MoE routing (register top-k fused with
+// the grouping, vectorised combine, moe_route.cu) against the earlier routing kernels (bit-identical
+// probabilities, experts, weights, grouping and outputs) on random, tied, skewed and NaN router
+// logits; the router's input computed by the attention's residual junction. Plus
+// `dgemma_gpu_check --bench` rows, the earlier sequence against the new one.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -216,6 +217,68 @@ void check_moe_routing(Reporter& r) {
   }
 }
 
+// The router's input from the attention's residual junction (AttnResidualArgs::router_out) against
+// the composed ops on the GPU (exact) and the CPU (the norms' 1/sqrt: libm_tol), and the MoE block
+// given it (MoeArgs::router_z) against the MoE block norming h1 itself: the same routing and output,
+// bit for bit.
+void check_router_input(Reporter& r) {
+  Data d("router_input");
+  const Tol libm_tol{1, 0.0, 1e-4, 0.9999, 1e-6};
+  for (const int64_t T : {1, 37, 256}) {
+    const int64_t H = 2816, I = 704, E = 128;
+    const int K = 8;
+    const std::string sz = " T=" + std::to_string(T);
+    const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+    Tensor x = d.bf16({T, H}, 3.0f), o = d.bf16({T, H}, 0.5f);
+    Tensor wp = d.bf16({H}, 0.3f, 1.0f), wa = d.bf16({H}, 0.3f, 1.0f), wb = d.bf16({H}, 0.3f, 1.0f);
+    Tensor ws = d.bf16({H}, 0.2f, 1.0f);
+    auto host = [&] { return host_tensor(ScalarType::kBF16, {T, H}); };
+    auto dev = [&] { return poisoned(ScalarType::kBF16, {T, H}); };
+    AttnResidualArgs c{x, o, wp, host(), wa, host(), wb, host(), 1e-6f, Tensor{}, ws, host(), root};
+    AttnResidualArgs g{up(x), up(o), up(wp), dev(), up(wa), dev(), up(wb), dev(), 1e-6f, Tensor{}, up(ws), dev(), root};
+    AttnResidualArgs gc = g;  // the composed ops on the GPU
+    gc.h1 = dev();
+    gc.out_a = dev();
+    gc.out_b = dev();
+    gc.router_out = dev();
+    cpu().attn_residual(c);
+    cuda().attn_residual(g);
+    cuda().Backend::attn_residual(gc);
+    expect_bf16(r, "router_out (fused vs ops)" + sz, u16(g.router_out), u16(gc.router_out), exact_tol());
+    expect_bf16(r, "h1 (fused vs ops)" + sz, u16(g.h1), u16(gc.h1), exact_tol());
+    expect_bf16(r, "router_out (vs CPU)" + sz, u16(g.router_out), u16(c.router_out), libm_tol);
+
+    MoeArgs m;
+    m.router_in = g.h1;
+    m.expert_in = g.out_b;
+    m.router_scale = up(ws);
+    m.router_proj = up(d.bf16({E, H}, 1.0f));
+    m.per_expert_scale = up(d.bf16_uniform({E}, 0.5f, 1.5f));
+    m.gate_up = up(d.bf16({E, 2 * I, H}, 1.0f / std::sqrt(static_cast<float>(H))));
+    m.down = up(d.bf16({E, H, I}, 1.0f / std::sqrt(static_cast<float>(I))));
+    m.top_k = K;
+    m.eps = 1e-6f;
+    auto with_outputs = [&](MoeArgs a) {
+      a.out = poisoned(ScalarType::kBF16, {T, H});
+      a.dbg_probs = host_tensor(ScalarType::kF32, {T, E});
+      a.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
+      a.dbg_index = host_tensor(ScalarType::kI32, {T, K});
+      return a;
+    };
+    MoeArgs own = with_outputs(m), given = with_outputs(m);
+    given.router_z = g.router_out;
+    given.router_in = poisoned(ScalarType::kBF16, {T, H});  // not read
+    cuda().moe(own);
+    cuda().moe(given);
+    cuda().synchronize();
+    expect_same_bits(r, "moe router_z probs" + sz, given.dbg_probs.data, own.dbg_probs.data, T * E, 4);
+    expect_same_bits(r, "moe router_z experts" + sz, given.dbg_index.data, own.dbg_index.data, T * K, 4);
+    expect_same_bits(r, "moe router_z weights" + sz, given.dbg_weights.data, own.dbg_weights.data, T * K, 4);
+    const std::vector<uint16_t> a = u16(given.out), b = u16(own.out);
+    expect_same_bits(r, "moe router_z out" + sz, a.data(), b.data(), T * H, 2);
+  }
+}
+
 // The fused top-k + grouping kernel against the top-k and grouping kernels it replaces, output by
 // output (the MoE check above cannot see the order of the pairs within an expert): random logits,
 // ties, one expert in every token's top-k, and T from 1 to 2048 (R past the tile list's threshold).
@@ -289,6 +352,7 @@ std::vector<Case> small_kernel_cases() {
       {"qkv_prologue", check_qkv_prologue},
       {"moe_routing", check_moe_routing},
       {"moe_grouping", check_moe_grouping},
+      {"router_input", check_router_input},
   };
 }
 
@@ -364,6 +428,16 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
             cuda::launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, out.ptr<uint16_t>(), ctx.stream);
           }));
     }
+    {  // the attention's residual junction, alone and also writing the router's input
+      Tensor x = bf({T, H}, 60, 1.0f), o = bf({T, H}, 61, 1.0f), w = bf({H}, 62, 0.1f, 1.0f);
+      Tensor h1 = be.alloc(ScalarType::kBF16, {T, H}), oa = be.alloc(ScalarType::kBF16, {T, H});
+      Tensor ob = be.alloc(ScalarType::kBF16, {T, H}), z = be.alloc(ScalarType::kBF16, {T, H});
+      AttnResidualArgs ra{x, o, w, h1, w, oa, w, ob, 1e-6f, Tensor{}, Tensor{}, Tensor{}, 1.0f};
+      row(("attn_residual T=" + std::to_string(T)).c_str(), time_ms([&] { be.attn_residual(ra); }));
+      ra.router_scale = w;
+      ra.router_out = z;
+      row(("attn_residual T=" + std::to_string(T) + " + router input").c_str(), time_ms([&] { be.attn_residual(ra); }));
+    }
     MoeArgs m;
     m.router_in = bf({T, H}, 53, 1.0f);
     m.expert_in = bf({T, H}, 54, 1.0f);
@@ -379,6 +453,8 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
       const std::string what = "moe block T=" + std::to_string(T) + (fused ? " (new routing)" : " (earlier routing)");
       row(what.c_str(), time_ms([&] { be.moe(m); }));
     }
+    m.router_z = bf({T, H}, 59, 0.02f);
+    row(("moe block T=" + std::to_string(T) + " (new routing, router input given)").c_str(), time_ms([&] { be.moe(m); }));
   }
 }
 

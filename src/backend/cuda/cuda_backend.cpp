@@ -337,8 +337,16 @@ class CudaBackend final : public Backend {
     uint16_t* oa = bf16_out(a.out_a, op, "out_a");
     uint16_t* ob = bf16_out(a.out_b, op, "out_b");
     uint16_t* on = opt(a.o_normed);
-    if (!residual_fusable(H, {x, o, wp, wa, wb, h1, oa, ob, on})) return Backend::attn_residual(a);
-    launch_attn_residual(x, o, wp, h1, wa, oa, wb, ob, on, T, H, a.eps, ctx_.stream);
+    DG_CHECK(a.router_out.empty() == a.router_scale.empty());
+    const uint16_t* wr = nullptr;
+    uint16_t* z = nullptr;
+    if (!a.router_out.empty()) {
+      DG_CHECK(a.router_scale.numel() == H && a.router_out.numel() == T * H);
+      wr = bf16_in(a.router_scale, op, "router_scale");
+      z = bf16_out(a.router_out, op, "router_out");
+    }
+    if (!residual_fusable(H, {x, o, wp, wa, wb, h1, oa, ob, on, wr, z})) return Backend::attn_residual(a);
+    launch_attn_residual(x, o, wp, h1, wa, oa, wb, ob, on, wr, a.router_root, z, T, H, a.eps, ctx_.stream);
   }
 
   void ffn_residual(const FfnResidualArgs& a) override {

@@ -135,7 +135,8 @@ __global__ void __launch_bounds__(kResidualThreads)
     attn_residual_kernel(const uint4* __restrict__ x, const uint4* __restrict__ o, const uint4* __restrict__ wp,
                          uint4* __restrict__ h1, const uint4* __restrict__ wa, uint4* __restrict__ oa,
                          const uint4* __restrict__ wb, uint4* __restrict__ ob, uint4* __restrict__ on_out,
-                         int64_t words, float eps) {
+                         const uint4* __restrict__ wr, float root, uint4* __restrict__ z_out, int64_t words,
+                         float eps) {
   __shared__ double shared[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * words;
   double ss = 0;
@@ -168,6 +169,11 @@ __global__ void __launch_bounds__(kResidualThreads)
 #pragma unroll
     for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(__fmul_rn(h[k], inv_h), w[k]);
     ob[base + i] = pack_bf16x8(y);
+    if (z_out == nullptr) continue;
+    load8(wr, i, w);  // the router's input, as router_norm_kernel
+#pragma unroll
+    for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(round_bf16(__fmul_rn(round_bf16(__fmul_rn(h[k], inv_h)), w[k])), root);
+    z_out[base + i] = pack_bf16x8(y);
   }
 }
 
@@ -275,12 +281,14 @@ bool residual_fusable(int64_t n, std::initializer_list<const void*> ptrs) {
 
 void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* post_norm, uint16_t* h1,
                           const uint16_t* norm_a, uint16_t* out_a, const uint16_t* norm_b, uint16_t* out_b,
-                          uint16_t* o_normed, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+                          uint16_t* o_normed, const uint16_t* router_scale, float router_root, uint16_t* router_out,
+                          int64_t rows, int64_t n, float eps, cudaStream_t stream) {
   if (rows <= 0) return;
   auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
   auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
   attn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
-      v(x), v(o), v(post_norm), m(h1), v(norm_a), m(out_a), v(norm_b), m(out_b), m(o_normed), n / 8, eps);
+      v(x), v(o), v(post_norm), m(h1), v(norm_a), m(out_a), v(norm_b), m(out_b), m(o_normed), v(router_scale),
+      router_root, m(router_out), n / 8, eps);
   CUDA_CHECK_LAUNCH();
 }
 
