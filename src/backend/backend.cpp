@@ -36,6 +36,7 @@ void Backend::ffn_residual(const FfnResidualArgs& a) {
   rmsnorm(f, &a.norm_f, a.eps, f);
   add(a.h1, f, a.out);
   scale(a.out, a.scale, a.out);
+  if (!a.next_out.empty()) rmsnorm(a.out, &a.next_norm, a.eps, a.next_out);
 }
 
 void Backend::qkv_prologue(const QkvPrologueArgs& a) {

@@ -136,7 +136,8 @@ struct DecideArgs {
 //                    out_a = rmsnorm(h1) * norm_a; out_b = rmsnorm(h1) * norm_b;
 //                    router_out = bf16(bf16(rmsnorm(h1) * router_scale) * router_root) (MoeArgs::router_z)
 //   after the FFN:   m1n = rmsnorm(m1) * norm1; m2n = rmsnorm(m2) * norm2; f = rmsnorm(bf16(m1n + m2n)) * norm_f;
-//                    out = bf16(bf16(h1 + f) * scale)
+//                    out = bf16(bf16(h1 + f) * scale); next_out = rmsnorm(out) * next_norm (the next layer's
+//                    attention input norm)
 struct AttnResidualArgs {
   Tensor x, o, post_norm;
   Tensor h1;
@@ -152,6 +153,7 @@ struct FfnResidualArgs {
   float scale = 1.0f;
   Tensor out;       // may alias nothing but itself
   Tensor m1n, m2n, f;  // optional
+  Tensor next_norm, next_out;  // optional (both or neither)
 };
 
 // The attention prologue of a decoder layer: the per-head norms and RoPE of the q / k / v projections,

@@ -150,7 +150,8 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) 
   }
 
   Tensor x = embed_inputs(items, total);
-  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, x);
+  Tensor normed;  // each layer's attention input norm, computed by the layer before it
+  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, x, normed);
 
   for (size_t i = 0; i < items.size(); ++i) {
     ForwardItem& it = items[i];
@@ -167,7 +168,7 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) 
 
 void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets,
                            const Tensor& positions, const KvStorage& kv,
-                           const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x) {
+                           const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x, Tensor& normed) {
   const TextConfig& t = config_.text;
   const LayerWeights& w = weights_.layers[li];
   const LayerSpec& L = w.spec;
@@ -184,8 +185,11 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   dump(p + "input", x);
 
   // --- attention -----------------------------------------------------------------------------
-  Tensor a = bf16({T, H});
-  backend_.rmsnorm(x, &w.input_norm, eps, a);
+  Tensor a = normed;
+  if (a.empty()) {
+    a = bf16({T, H});
+    backend_.rmsnorm(x, &w.input_norm, eps, a);
+  }
   dump(p + "attn_norm", a);
   Tensor q = bf16({T, Hq, D}), k = bf16({T, Hkv, D});
   backend_.matmul(a, w.q_proj, q);
@@ -319,8 +323,11 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   }
   dump(p + "moe_out", m.out);
 
-  // x = (h1 + post_ff_norm(post_ff_norm1(m1) + post_ff_norm2(moe))) * the layer's scalar, one fused op
-  // per run of items of one kind (encoder and decoder rows have their own scalar).
+  // x = (h1 + post_ff_norm(post_ff_norm1(m1) + post_ff_norm2(moe))) * the layer's scalar, and the
+  // next layer's attention input norm of it: one fused op per run of items of one kind (encoder and
+  // decoder rows have their own scalar).
+  const bool has_next = li + 1 < t.num_hidden_layers;
+  normed = has_next ? bf16({T, H}) : Tensor{};
   Tensor m1n, m2n, f;
   if (dump_) {
     m1n = bf16({T, H});
@@ -345,6 +352,10 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     r.m1n = rows_of(m1n, b, e);
     r.m2n = rows_of(m2n, b, e);
     r.f = rows_of(f, b, e);
+    if (has_next) {
+      r.next_norm = weights_.layers[li + 1].input_norm;
+      r.next_out = normed.rows(b, e);
+    }
     backend_.ffn_residual(r);
     i = j;
   }

@@ -82,8 +82,11 @@ class DiffusionGemma {
   void linear_gathered(const Tensor& x, const Weight& w, const Tensor& out);
   // The gated GELU MLP (dense and self-conditioning): down(gelu(gate(x)) * up(x)) into out [T, H].
   void gated_mlp(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down, const Tensor& out);
+  // x: the residual stream, updated in place. normed: the layer's attention input norm when the
+  // previous layer computed it (else empty); on return the next layer's (empty after the last).
   void layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& positions,
-             const KvStorage& kv, const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x);
+             const KvStorage& kv, const std::vector<std::array<Tensor, kKvGroups>>& tables, Tensor& x,
+             Tensor& normed);
 
   ModelConfig config_;
   ModelWeights weights_;

@@ -3,7 +3,8 @@
 // on the GPU (bit-identical) and the CPU's composition; the MoE routing (register top-k fused with
 // the grouping, vectorised combine, moe_route.cu) against the earlier routing kernels (bit-identical
 // probabilities, experts, weights, grouping and outputs) on random, tied, skewed and NaN router
-// logits; the router's input computed by the attention's residual junction. Plus
+// logits; the router's input computed by the attention's residual junction and the next layer's
+// input norm by the FFN's. Plus
 // `dgemma_gpu_check --bench` rows, the earlier sequence against the new one.
 #include <algorithm>
 #include <cmath>
@@ -279,6 +280,34 @@ void check_router_input(Reporter& r) {
   }
 }
 
+// The next layer's attention input norm from the FFN's residual junction (FfnResidualArgs::next_out)
+// against the composed ops on the GPU (exact) and the CPU (libm_tol).
+void check_next_norm(Reporter& r) {
+  Data d("next_norm");
+  const Tol libm_tol{1, 0.0, 1e-4, 0.9999, 1e-6};
+  for (const int64_t T : {1, 37, 256}) {
+    const int64_t H = 2816;
+    const std::string sz = " T=" + std::to_string(T);
+    Tensor h1 = d.bf16({T, H}, 3.0f), m1 = d.bf16({T, H}, 2.0f), m2 = d.bf16({T, H}, 0.2f);
+    Tensor w1 = d.bf16({H}, 0.3f, 1.0f), w2 = d.bf16({H}, 0.3f, 1.0f), wf = d.bf16({H}, 0.3f, 1.0f);
+    Tensor wn = d.bf16({H}, 0.3f, 1.0f);
+    auto host = [&] { return host_tensor(ScalarType::kBF16, {T, H}); };
+    auto dev = [&] { return poisoned(ScalarType::kBF16, {T, H}); };
+    FfnResidualArgs c{h1, m1, m2, w1, w2, wf, 1e-6f, 0.37f, host(), Tensor{}, Tensor{}, Tensor{}, wn, host()};
+    FfnResidualArgs g{up(h1), up(m1), up(m2), up(w1), up(w2), up(wf), 1e-6f, 0.37f, dev(), Tensor{}, Tensor{}, Tensor{},
+                      up(wn), dev()};
+    FfnResidualArgs gc = g;
+    gc.out = dev();
+    gc.next_out = dev();
+    cpu().ffn_residual(c);
+    cuda().ffn_residual(g);
+    cuda().Backend::ffn_residual(gc);
+    expect_bf16(r, "ffn_residual next_out (fused vs ops)" + sz, u16(g.next_out), u16(gc.next_out), exact_tol());
+    expect_bf16(r, "ffn_residual out (fused vs ops)" + sz, u16(g.out), u16(gc.out), exact_tol());
+    expect_bf16(r, "ffn_residual next_out (vs CPU)" + sz, u16(g.next_out), u16(c.next_out), libm_tol);
+  }
+}
+
 // The fused top-k + grouping kernel against the top-k and grouping kernels it replaces, output by
 // output (the MoE check above cannot see the order of the pairs within an expert): random logits,
 // ties, one expert in every token's top-k, and T from 1 to 2048 (R past the tile list's threshold).
@@ -353,6 +382,7 @@ std::vector<Case> small_kernel_cases() {
       {"moe_routing", check_moe_routing},
       {"moe_grouping", check_moe_grouping},
       {"router_input", check_router_input},
+      {"next_norm", check_next_norm},
   };
 }
 
@@ -437,6 +467,13 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
       ra.router_scale = w;
       ra.router_out = z;
       row(("attn_residual T=" + std::to_string(T) + " + router input").c_str(), time_ms([&] { be.attn_residual(ra); }));
+      FfnResidualArgs rf{h1, x, o, w, w, w, 1e-6f, 0.5f, oa, Tensor{}, Tensor{}, Tensor{}, Tensor{}, Tensor{}};
+      row(("ffn_residual T=" + std::to_string(T)).c_str(), time_ms([&] { be.ffn_residual(rf); }));
+      rf.next_norm = w;
+      rf.next_out = ob;
+      row(("ffn_residual T=" + std::to_string(T) + " + next input norm").c_str(), time_ms([&] { be.ffn_residual(rf); }));
+      row(("rmsnorm T=" + std::to_string(T) + " H=2816 (what they replace)").c_str(),
+          time_ms([&] { be.rmsnorm(x, &w, 1e-6f, z); }));
     }
     MoeArgs m;
     m.router_in = bf({T, H}, 53, 1.0f);

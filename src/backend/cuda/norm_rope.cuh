@@ -23,7 +23,8 @@ void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* 
                           int64_t rows, int64_t n, float eps, cudaStream_t stream);
 void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, const uint16_t* norm1,
                          const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out, uint16_t* m1n,
-                         uint16_t* m2n, uint16_t* f, int64_t rows, int64_t n, float eps, cudaStream_t stream);
+                         uint16_t* m2n, uint16_t* f, const uint16_t* next_norm, uint16_t* next_out, int64_t rows,
+                         int64_t n, float eps, cudaStream_t stream);
 // x[T, heads, D] rotated in place with bf16 cos/sin of positions[t] * inv_freq[j] (j < D/2).
 void launch_rope(uint16_t* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t heads, int64_t D,
                  cudaStream_t stream);
