@@ -4,9 +4,13 @@ HF transformers (grouped_mm experts, sdpa attention) and dgemma (CUDA backend), 
 
 Run on the GPU machine from the repo root, after building dgemma there:
   scripts/device_build.sh build-device && python3 bench/denoise_step_bench.py --dgemma build-device/dgemma_bench --out $OUT/bench.json
-Reports ms per denoising step at batch 1 and 4 (canvas 256, 512-token prompt), prefill tokens/s, and
-tokens/s for a 256-token canvas at 48 steps. The per-step time is measured as the difference between
-runs with 48 and 8 forced steps (no early stop), divided by 40, so prefill and commit costs cancel.
+transformers: ms per denoising step at batch 1 and 4 (canvas 256, 512-token prompt), measured as the
+difference between runs with 48 and 8 forced steps (no early stop) divided by 40, so prefill and commit
+costs cancel; the 256-token canvas's tokens/s at 48 and 16 forced steps; prefill tokens/s.
+dgemma (`dgemma_bench`, which times each engine step): ms per step and kernel launches per step at
+batch 1, 4, 8, 16; prefill tokens/s and the time to the first canvas (prefill + 48 steps + commit) at a
+512- and a 4,000-token prompt; tokens/s of a 256-token canvas at 48 and 16 forced steps, alone (batch 1)
+and aggregate (batch 4, 16). --full adds batches 8/16, the long prompt and the 16-step runs.
 """
 import argparse, json, os, re, subprocess, sys, tempfile, time
 
@@ -30,6 +34,21 @@ GEN = {"max_new_tokens": 256, "max_denoising_steps": 48,
        "sampler_config": {"entropy_bound": 0.1, "_cls_name": "EntropyBoundSamplerConfig"},
        "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1, "confidence_threshold": 0.005,
        "eos_token_id": [1, 106, 50], "pad_token_id": 0, "bos_token_id": 2}
+# The quantisation configs of the three quantised checkpoints' dummy stand-ins, as config.json's
+# quantization_config (the same as dgemma_bench's --quantization presets, src/model/quant_config.cpp).
+QUANT_CONFIGS = {
+    "nvfp4-modelopt": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                       "ignore": ["lm_head", "*mlp*", "*router*", "*self_attn*", "*self_conditioning*"]},
+    "nvfp4-ct": {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+                 "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                                                     "group_size": 16}}},
+                 "ignore": ["re:.*self_attn.*", "re:.*router.*", "re:.*self_conditioning.*", "lm_head"]},
+    "fp8-dynamic": {"quant_method": "compressed-tensors", "format": "float-quantized",
+                    "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+                                            "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+                                                                  "dynamic": True}}},
+                    "ignore": ["re:.*router.*", "re:.*self_conditioning.*", "lm_head"]},
+}
 PROMPT = [2] + [1000 + (i * 7919) % 200000 for i in range(511)]
 
 
@@ -59,11 +78,15 @@ def bench_hf(result):
 
     for batch in (1, 4):
         gen(batch, 2)  # warm-up
-        t48, t8 = gen(batch, 48), gen(batch, 8)
+        t48, t16, t8 = gen(batch, 48), gen(batch, 16), gen(batch, 8)
         result[f"hf_ms_per_step_b{batch}"] = (t48 - t8) / 40
         result[f"hf_canvas48_ms_b{batch}"] = t48
-        result[f"hf_tokens_per_s_48steps_b{batch}"] = 256 * batch / (48 * (t48 - t8) / 40 / 1e3)
-        print(f"hf batch {batch}: 48 steps {t48:.0f} ms, 8 steps {t8:.0f} ms -> {(t48 - t8) / 40:.2f} ms/step", flush=True)
+        result[f"hf_canvas16_ms_b{batch}"] = t16
+        # a whole generate() call: prefill, the steps and the commit of one 256-token canvas
+        result[f"hf_tokens_per_s_48steps_b{batch}"] = 256 * batch / (t48 / 1e3)
+        result[f"hf_tokens_per_s_16steps_b{batch}"] = 256 * batch / (t16 / 1e3)
+        print(f"hf batch {batch}: 48 steps {t48:.0f} ms, 16 steps {t16:.0f} ms, 8 steps {t8:.0f} ms -> "
+              f"{(t48 - t8) / 40:.2f} ms/step", flush=True)
     from transformers import DynamicCache
     ids = torch.tensor([PROMPT], device="cuda")
     with torch.no_grad():
@@ -76,33 +99,56 @@ def bench_hf(result):
     print(f"hf prefill: {result['hf_prefill_tokens_per_s']:.0f} tokens/s", flush=True)
 
 
-def run_dgemma(binary, model_dir, batch, steps, quantization=None):
+LINE = re.compile(r"prefill ([\d.]+) ms \(([\d.]+|inf) tokens/s\), ([\d.]+) ms per denoising step \((\d+) steps\), "
+                  r"([\d.]+) ms total, ([\d.]+) tokens/s, ([\d.]+) launches per step")
+
+
+def run_dgemma(binary, model_dir, batch, steps, prompt_len=len(PROMPT), quantization=None):
+    """One dgemma_bench run (one 256-token canvas per sequence); returns its figures."""
     cmd = [binary, model_dir, "--device", "cuda", "--batch", str(batch), "--steps", str(steps), "--prompt-len",
-           str(len(PROMPT))]
+           str(prompt_len)]
     if quantization:
         cmd += ["--quantization", quantization]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:] + out.stdout[-2000:])
-    m = re.search(r"prefill [\d.]+ ms \(([\d.]+) tokens/s\), ([\d.]+) ms per denoising step", out.stdout)
+    m = LINE.search(out.stdout)
     if not m:
         raise RuntimeError("unexpected output: " + out.stdout[-1000:] + out.stderr[-1000:])
-    return float(m.group(2)), float(m.group(1)), out.stdout.strip()
+    prefill_ms, _, ms, _, total, tps, launches = m.groups()
+    prefill_ms = float(prefill_ms)
+    r = dict(ms_per_step=float(ms), total_ms=float(total), launches=float(launches),
+             tokens_per_s=256 * batch / (float(total) / 1e3))  # prefill, steps and commit included
+    if prefill_ms > 0:  # batch > 1 fuses the prompts' last chunk with the first step: no separate figure
+        r["prefill_tokens_per_s"] = batch * prompt_len / (prefill_ms / 1e3)
+    print(f"dgemma {quantization or 'bf16'} batch {batch} steps {steps} prompt {prompt_len}:", out.stdout.strip(), flush=True)
+    return r
 
 
-def bench_dgemma(binary, result, formats=("bf16",)):
+def bench_dgemma(binary, result, formats=("bf16",), full=False):
     d = tempfile.mkdtemp()
     json.dump(TOP, open(os.path.join(d, "config.json"), "w"))
     json.dump(GEN, open(os.path.join(d, "generation_config.json"), "w"))
     for fmt in formats:
         tag = "" if fmt == "bf16" else f"_{fmt.replace('-', '_')}"  # bf16 keeps the original keys
-        for batch in (1, 4):
-            ms, pre, line = run_dgemma(binary, d, batch, 48, None if fmt == "bf16" else fmt)
-            result[f"dgemma{tag}_ms_per_step_b{batch}"] = ms
-            result[f"dgemma{tag}_prefill_tokens_per_s_b{batch}"] = pre
-            for steps in (16, 48):  # a 256-token canvas at a fixed step count (step time x steps)
-                result[f"dgemma{tag}_tokens_per_s_{steps}steps_b{batch}"] = 256 * batch / (steps * ms / 1e3)
-            print(f"dgemma {fmt}:", line, flush=True)
+        q = None if fmt == "bf16" else fmt
+        for batch in ((1, 4, 8, 16) if full and fmt == "bf16" else (1, 4)):
+            r = run_dgemma(binary, d, batch, 48, quantization=q)
+            result[f"dgemma{tag}_ms_per_step_b{batch}"] = r["ms_per_step"]
+            result[f"dgemma{tag}_launches_per_step_b{batch}"] = r["launches"]
+            result[f"dgemma{tag}_tokens_per_s_48steps_b{batch}"] = r["tokens_per_s"]
+            if "prefill_tokens_per_s" in r:
+                result[f"dgemma{tag}_prefill_tokens_per_s_b{batch}"] = r["prefill_tokens_per_s"]
+            if batch == 1:
+                result[f"dgemma{tag}_first_canvas_ms_prompt512"] = r["total_ms"]
+            if full:
+                r16 = run_dgemma(binary, d, batch, 16, quantization=q)
+                result[f"dgemma{tag}_tokens_per_s_16steps_b{batch}"] = r16["tokens_per_s"]
+        if full:
+            r = run_dgemma(binary, d, 1, 48, prompt_len=4000, quantization=q)
+            result[f"dgemma{tag}_first_canvas_ms_prompt4000"] = r["total_ms"]
+            result[f"dgemma{tag}_prefill_tokens_per_s_prompt4000"] = r.get("prefill_tokens_per_s", 0.0)
+            result[f"dgemma{tag}_ms_per_step_prompt4000"] = r["ms_per_step"]
 
 
 def main():
@@ -111,6 +157,7 @@ def main():
     ap.add_argument("--out", default="bench.json")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-dgemma", action="store_true")
+    ap.add_argument("--full", action="store_true", help="also batches 8 and 16, 16-step runs and a 4,000-token prompt")
     ap.add_argument("--write-model", metavar="DIR", help="only write the 26B-A4B config (for dgemma_engine_bench) and exit")
     ap.add_argument("--formats", default="bf16",
                     help="comma-separated dummy-weight formats for dgemma: bf16, nvfp4-modelopt, nvfp4-ct, fp8-dynamic")
@@ -123,7 +170,7 @@ def main():
     result = {}
     if not a.skip_dgemma:
         try:
-            bench_dgemma(a.dgemma, result, a.formats.split(","))
+            bench_dgemma(a.dgemma, result, a.formats.split(","), a.full)
         except Exception as e:
             print("dgemma bench failed:", e, flush=True)
             result["dgemma_error"] = str(e)[-2000:]

@@ -12,7 +12,10 @@
 #   mkdir -p build/devlibs && cp $(ldd build/dgemma | awk '/httplib|fmt|brotli|stdc/ {print $3}') build/devlibs/
 # OUT_DIR receives bench.json, bench.svg, bench.txt (the table) and serve.log.
 # Environment: DEVICE (cuda), SHAPE (26b, or "embedded" for a quick CPU check of this script), PORT (8011),
-#   MAX_NUM_SEQS (16), MAX_MODEL_LEN (8192).
+#   MAX_NUM_SEQS (16), MAX_MODEL_LEN (8192), QUANT (bf16; or nvfp4-modelopt, nvfp4-ct, fp8-dynamic: the
+#   dummy weights in that checkpoint format, 26b only), GPU_MEMORY_UTILIZATION (the server's default; e.g.
+#   0.227 of an H200's 141 GB is a 32 GB card's budget). With nvidia-smi present, OUT_DIR/gpu_memory.txt
+#   gets the peak GPU memory the server used (sampled every 0.2 s).
 # Default sweep: concurrency 1,4,16; 32 requests each; 512-word prompts; 256 output tokens +-50%,
 # ignore_eos (random weights rarely stop). Bench flags given on the command line replace that sweep.
 set -euo pipefail
@@ -37,7 +40,11 @@ if [ "$shape" = 26b ]; then
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 import denoise_step_bench as d  # the 26B-A4B config and the checkpoint's generation config
-json.dump(d.TOP, open(os.path.join(sys.argv[2], "config.json"), "w"))
+top = dict(d.TOP)
+quant = os.environ.get("QUANT", "bf16")
+if quant != "bf16":
+    top["quantization_config"] = d.QUANT_CONFIGS[quant]
+json.dump(top, open(os.path.join(sys.argv[2], "config.json"), "w"))
 json.dump(d.GEN, open(os.path.join(sys.argv[2], "generation_config.json"), "w"))
 PY
   bench_defaults=(--concurrency 1,4,16 --num-prompts 32 --input-len 512 --output-len 256 --range-ratio 0.5 --ignore-eos)
@@ -54,8 +61,18 @@ fi
 
 LD_LIBRARY_PATH="$libpath" "$build/dgemma" serve "$model" --load-format dummy --device "$device" --port "$port" \
   --served-model-name "$name" --max-num-seqs "${MAX_NUM_SEQS:-16}" \
-  --max-model-len "${MAX_MODEL_LEN:-8192}" >"$out/serve.log" 2>&1 &
+  --max-model-len "${MAX_MODEL_LEN:-8192}" ${GPU_MEMORY_UTILIZATION:+--gpu-memory-utilization "$GPU_MEMORY_UTILIZATION"} \
+  >"$out/serve.log" 2>&1 &
 pid=$!
+if command -v nvidia-smi >/dev/null; then
+  ( peak=0
+    while kill -0 "$pid" 2>/dev/null; do
+      used=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+             awk -F', ' -v p="$pid" '$1 == p {print $2}')
+      [ -n "$used" ] && [ "$used" -gt "$peak" ] && { peak=$used; echo "peak GPU memory of the server: $peak MiB" >"$out/gpu_memory.txt"; }
+      sleep 0.2
+    done ) &
+fi
 for _ in $(seq 1 600); do
   if ! kill -0 "$pid" 2>/dev/null; then echo "serve exited:"; tail -20 "$out/serve.log"; exit 1; fi
   [ "$(python3 -c "import urllib.request as u

@@ -17,6 +17,7 @@
 #include "api/model_source.h"
 #include "api/stats_log.h"
 #include "api/prompt_builder.h"
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
@@ -90,6 +91,7 @@ struct ServeFlags {
   std::string attention_backend;
   bool trust_remote_code = false;
   bool enforce_eager = false;
+  bool no_warmup = false;
   bool disable_log_requests = false;
   bool disable_log_stats = false;
   int tensor_parallel_size = 1;
@@ -284,6 +286,8 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   e.seed = f.seed;
   e.enable_chunked_prefill = f.enable_chunked_prefill;
   e.enable_prefix_caching = f.enable_prefix_caching;
+  // The warm-up pays the GPU's one-time start-up costs; the CPU backend has none worth a delay.
+  e.warmup = !f.no_warmup && (f.device == "cuda" || (f.device == "auto" && cuda_available()));
   if (!f.kv_cache_memory.empty()) e.kv_cache_memory = parse_byte_count(f.kv_cache_memory, "--kv-cache-memory");
 
   if (!f.diffusion_config.empty()) {
@@ -685,6 +689,9 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_option("--attention-backend", f->attention_backend, "vLLM compatibility: accepted and logged");
   sub->add_flag("--trust-remote-code", f->trust_remote_code, "vLLM compatibility: accepted and logged");
   sub->add_flag("--enforce-eager", f->enforce_eager, "vLLM compatibility: accepted and logged");
+  sub->add_flag("--no-warmup", f->no_warmup,
+                "Skip the start-up warm-up (GPU: a short prefill and two steps per batch-size bucket, so that the first "
+                "request is as fast as the next ones)");
   sub->add_flag("--disable-log-requests", f->disable_log_requests, "No access log line per request");
   sub->add_flag("--disable-uvicorn-access-log", f->disable_uvicorn_access_log, "The same as --disable-log-requests");
   sub->add_flag("--disable-log-stats", f->disable_log_stats,

@@ -172,6 +172,18 @@ int32_t BlockManager::take(Group& grp) {
   return page;
 }
 
+void BlockManager::drop_unreferenced_cache() {
+  for (Group& grp : groups_) {
+    for (int32_t page : grp.lru) {
+      Page& p = grp.pages[page];
+      grp.cached.erase(p.hash);
+      p.hashed = false;
+      grp.free.push_back(page);
+    }
+    grp.lru.clear();
+  }
+}
+
 void BlockManager::ref(Group& grp, int32_t page) {
   Page& p = grp.pages[page];
   if (p.refs == 0) {

@@ -67,6 +67,9 @@ class BlockManager {
   int64_t share_prefix(SequenceBlocks& s, std::span<const int32_t> history, int64_t max_tokens);
   // Releases every page of the sequence (cached ones stay in the prefix cache).
   void free(SequenceBlocks& s);
+  // Forgets every unreferenced cached page (they become free pages): the engine's start-up warm-up
+  // leaves no prompt of its own in the prefix cache.
+  void drop_unreferenced_cache();
 
   int64_t free_pages(KvGroup g) const;   // never used, released or evictable cached pages
   int64_t total_pages(KvGroup g) const { return config_.num_pages[static_cast<int>(g)]; }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <fmt/ranges.h>
+
 #include "engine/memory_plan.h"
 #include "engine/params.h"
 #include "util/error.h"
@@ -35,6 +37,7 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
   model_core_ = std::make_unique<ModelCore>(*model_, core_options(config_, sizing_));
   if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);
   core_ = &model_core_->core();
+  if (config_.warmup) warm_up();
   start();
 }
 
@@ -57,6 +60,42 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Mod
   own_core_ = make_engine_core(model_config_, core_options(config_, sizing_), sizing_.kv, std::move(runner));
   core_ = own_core_.get();
   start();
+}
+
+void DiffusionEngine::warm_up() {
+  // The first steps of a process pay one-time costs: kernel modules load on first use, cuBLAS picks
+  // and loads its kernels per shape, the allocator's cache grows. Paying them here, once per
+  // batch-size bucket (1, 2, 4, ... up to --max-num-seqs), makes the first request as fast as the
+  // tenth. Each warm-up sequence prefills a prompt of its own (no prefix hits) and runs two steps of one
+  // canvas; its pages are freed and dropped from the prefix cache, the scheduler's statistics reset,
+  // and its ids are far above the request ids.
+  Stopwatch sw;
+  const int64_t C = model_config_.canvas_length;
+  const int64_t prompt_len = std::min<int64_t>(2 * C, sizing_.max_model_len - C - 1);
+  if (prompt_len < 1) return;
+  std::vector<int> buckets;
+  for (int b = 1; b < config_.max_num_seqs; b *= 2) buckets.push_back(b);
+  buckets.push_back(config_.max_num_seqs);
+  uint64_t id = uint64_t{1} << 62;
+  for (int b : buckets) {
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    std::vector<Sequence*> ptrs;
+    for (int i = 0; i < b; ++i) {
+      SequenceParams p = resolve(SamplingParams{}, id);
+      p.max_tokens = C;
+      p.ignore_eos = true;
+      p.diffusion.max_denoising_steps = 2;
+      std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+      for (int64_t j = 0; j < prompt_len; ++j)
+        prompt[static_cast<size_t>(j)] = static_cast<int32_t>((j * 7919 + static_cast<int64_t>(id % 4096) * 131) % model_config_.text.vocab_size);
+      seqs.push_back(model_core_->make_sequence(id++, std::move(prompt), p));
+      ptrs.push_back(seqs.back().get());
+    }
+    model_core_->run(ptrs);
+  }
+  core_->blocks().drop_unreferenced_cache();
+  core_->scheduler().reset_stats();
+  DG_LOG_INFO("engine", "warm-up: batch sizes {} in {:.0f} ms", fmt::join(buckets, ","), sw.ms());
 }
 
 void DiffusionEngine::start() {

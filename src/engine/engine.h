@@ -61,6 +61,7 @@ class DiffusionEngine final : public EngineInterface {
     std::unique_ptr<Sequence> seq;
     std::shared_ptr<RequestStream> stream;
   };
+  void warm_up();  // one-time start-up costs paid before the first request (CUDA backend)
   void start();
   void loop();
   void finish(Entry& e, FinishReason reason, const std::string& error = {});

@@ -34,6 +34,7 @@ struct EngineConfig {
   uint64_t seed = 0;                       // --seed: base for requests without their own seed
   bool enable_prefix_caching = true;     // on by default, as in vLLM
   bool enable_chunked_prefill = true;
+  bool warmup = false;  // engine.cpp warm_up; serve turns it on for the GPU unless --no-warmup
   // Debug dumps (`dgemma generate --dump`): called before every engine step with its index; the hook it
   // returns (may be empty) receives every named intermediate of that step's forward pass.
   using DumpHookFn = std::function<void(const std::string& name, const Tensor& t)>;

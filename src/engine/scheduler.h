@@ -53,6 +53,7 @@ class Scheduler {
   const std::deque<Sequence*>& waiting() const { return waiting_; }
   const std::vector<Sequence*>& running() const { return running_; }
   const SchedulerStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = SchedulerStats{}; }
   const SchedulerConfig& config() const { return config_; }
   double kv_usage() const;
 

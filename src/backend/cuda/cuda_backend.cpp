@@ -1,9 +1,11 @@
 // The CUDA backend: every op of backend.h on one stream of one GPU, bf16 activations with fp32
 // maths and the CPU reference's bf16 rounding points (tests/gpu compare the two op by op).
 //
-// Memory: a caching allocator (cuda_context.cpp); alloc() memory is not zeroed. Host <-> device copies
-// synchronise the stream (to_host must, from_host/upload do so that the caller may reuse its buffer
-// at once). Ops only enqueue work; synchronize() waits and reports kernel-detected input errors.
+// Memory: a caching allocator (cuda_context.cpp); alloc() memory is not zeroed. to_host synchronises
+// the stream; from_host of a small buffer is staged through a pinned ring and copied asynchronously
+// (the caller may reuse its buffer at once; a step's inputs go up without a synchronisation), larger
+// ones and upload() synchronise. Ops only enqueue work; synchronize() and to_host wait and report
+// kernel-detected input errors.
 //
 // Where results can differ from the CPU backend (and by how much) — the GPU tests' tolerances:
 //  * GEMMs (matmul, attention scores and P.V, router, experts) sum in another order than the CPU's
@@ -223,6 +225,9 @@ class CudaBackend final : public Backend {
       return;
     }
     activate();
+    // Small buffers (token ids, positions, page tables, canvases) go through the pinned staging ring:
+    // no synchronisation inside a step. Input errors the kernels find surface at the next sync.
+    if (ctx_.staging->copy_to_device(dst.data, src, dst.nbytes(), ctx_.stream)) return;
     CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, ctx_.stream));
     ctx_.sync();
   }

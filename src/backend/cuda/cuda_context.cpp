@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <cstring>
 
 #include "backend/cuda/cuda_check.h"
 #include "util/error.h"
@@ -86,6 +87,39 @@ DeviceAllocator::~DeviceAllocator() {
     for (void* p : list) cudaFree(p);
 }
 
+// ---- StagingRing ----------------------------------------------------------------------------------
+
+StagingRing::StagingRing(size_t bytes) : size_(bytes) {
+  CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&base_), size_, cudaHostAllocDefault));
+  CUDA_CHECK(cudaEventCreateWithFlags(&last_, cudaEventDisableTiming));
+}
+
+StagingRing::~StagingRing() {
+  if (last_ != nullptr) {
+    cudaEventSynchronize(last_);
+    cudaEventDestroy(last_);
+  }
+  if (base_ != nullptr) cudaFreeHost(base_);
+}
+
+bool StagingRing::copy_to_device(void* dst, const void* src, size_t n, cudaStream_t stream) {
+  constexpr size_t kAlign = 256;
+  const size_t need = (n + kAlign - 1) / kAlign * kAlign;
+  if (need > size_ / 4) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (head_ + need > size_) {
+    if (pending_) CUDA_CHECK(cudaEventSynchronize(last_));  // every earlier copy has read its bytes
+    head_ = 0;
+  }
+  unsigned char* slot = base_ + head_;
+  std::memcpy(slot, src, n);
+  CUDA_CHECK(cudaMemcpyAsync(dst, slot, n, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaEventRecord(last_, stream));
+  pending_ = true;
+  head_ += need;
+  return true;
+}
+
 // ---- Context --------------------------------------------------------------------------------------
 
 Context::Context(int device_index) : device(device_index) {
@@ -108,10 +142,12 @@ Context::Context(int device_index) : device(device_index) {
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_dev), error_host, 0));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ticket), sizeof(unsigned)));
   CUDA_CHECK(cudaMemset(ticket, 0, sizeof(unsigned)));
+  staging = std::make_unique<StagingRing>(size_t{16} << 20);
 }
 
 Context::~Context() {
   cudaStreamSynchronize(stream);
+  staging.reset();
   if (cublas != nullptr) cublasDestroy(cublas);
   if (cublas_workspace != nullptr) cudaFree(cublas_workspace);
   if (error_host != nullptr) cudaFreeHost(error_host);

@@ -43,6 +43,27 @@ class DeviceAllocator {
   size_t in_use_ = 0, cached_ = 0;
 };
 
+// Host-to-device copies of small host buffers without a stream synchronisation: the bytes are first
+// copied into a pinned ring (so the caller may reuse its buffer at once), then copied to the device
+// asynchronously on the stream, ordered with the kernels around them. A wrap of the ring waits for the
+// copies still reading from it (the event of the latest one); larger buffers take the synchronous path.
+class StagingRing {
+ public:
+  explicit StagingRing(size_t bytes);
+  ~StagingRing();
+  StagingRing(const StagingRing&) = delete;
+  StagingRing& operator=(const StagingRing&) = delete;
+  // false: too large for the ring (the caller copies synchronously).
+  bool copy_to_device(void* dst, const void* src, size_t n, cudaStream_t stream);
+
+ private:
+  std::mutex mu_;
+  unsigned char* base_ = nullptr;
+  size_t size_ = 0, head_ = 0;
+  cudaEvent_t last_ = nullptr;
+  bool pending_ = false;
+};
+
 struct Context {
   int device = 0;
   cudaStream_t stream = nullptr;
@@ -55,6 +76,7 @@ struct Context {
   // A device word that is zero between kernels: the ticket of kernels whose last block finishes the
   // work and sets it back to zero (moe.cuh launch_moe_route_group). Ops run on one stream, in order.
   unsigned* ticket = nullptr;
+  std::unique_ptr<StagingRing> staging;  // asynchronous small host-to-device copies
 
   explicit Context(int device_index);
   ~Context();

@@ -137,6 +137,26 @@ TEST(BlockManager, LruEvictsTheOldestReleasedPageFirst) {
   bm.free(e);
 }
 
+TEST(BlockManager, DropUnreferencedCacheKeepsPagesInUse) {
+  BlockManager bm(config(16, 16));
+  const auto h = tokens(12);
+  SequenceBlocks a, b;
+  ASSERT_TRUE(bm.extend(a, 0, 12));
+  bm.on_encoded(a, h, 12);
+  ASSERT_TRUE(bm.extend(b, 0, 8));
+  bm.on_encoded(b, tokens(8, 500), 8);
+  bm.free(a);  // a's pages: cached, unreferenced; b's: cached and in use
+  bm.drop_unreferenced_cache();
+  SequenceBlocks c;
+  EXPECT_EQ(bm.share_prefix(c, h, 12), 0) << "a's prompt is forgotten";
+  SequenceBlocks d;
+  EXPECT_EQ(bm.share_prefix(d, tokens(8, 500), 8), 8) << "b's pages are still referenced and cached";
+  bm.free(b);
+  bm.free(c);
+  bm.free(d);
+  EXPECT_EQ(bm.free_pages(KvGroup::kFull), 16);
+}
+
 TEST(BlockManager, PrefixCachingOffSharesNothing) {
   BlockManager bm(config(16, 16, /*prefix=*/false));
   const auto h = tokens(12);
