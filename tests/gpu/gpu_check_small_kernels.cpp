@@ -128,8 +128,8 @@ MoeArgs route_inputs(Data& d, const RouteShape& s) {
   a.router_scale = d.bf16({s.H}, 0.2f, 1.0f);
   a.router_proj = d.bf16({s.E, s.H}, 1.0f);
   a.per_expert_scale = d.bf16_uniform({s.E}, 0.5f, 1.5f);
-  a.gate_up = d.bf16({s.E, 2 * s.I, s.H}, 1.0f / std::sqrt(static_cast<float>(s.H)));
-  a.down = d.bf16({s.E, s.H, s.I}, 1.0f / std::sqrt(static_cast<float>(s.I)));
+  // The expert weights straight on the device (route_on_gpu): only GPU runs are compared here, and
+  // host random numbers for E x 2I x H would dominate the check's time.
   a.top_k = s.K;
   a.eps = 1e-6f;
   uint16_t* w = a.router_proj.ptr<uint16_t>();
@@ -145,15 +145,23 @@ MoeArgs route_inputs(Data& d, const RouteShape& s) {
   return a;
 }
 
-MoeArgs route_on_gpu(const MoeArgs& h, const RouteShape& s) {
+// A bf16 device tensor of N(0, std^2) values from the backend's counter-based fill (fresh per call).
+Tensor device_normal(std::initializer_list<int64_t> dims, float std) {
+  static uint64_t calls = 0;
+  Tensor t = cuda().alloc(ScalarType::kBF16, dims);
+  cuda().fill_normal(t, run_seed() + ++calls, 0.0f, std);
+  return t;
+}
+
+MoeArgs route_on_gpu(const MoeArgs& h, const RouteShape& s, const Tensor& gate_up, const Tensor& down) {
   MoeArgs g = h;
   g.router_in = up(h.router_in);
   g.expert_in = up(h.expert_in);
   g.router_scale = up(h.router_scale);
   g.router_proj = up(h.router_proj);
   g.per_expert_scale = up(h.per_expert_scale);
-  g.gate_up = up(h.gate_up.data);
-  g.down = up(h.down.data);
+  g.gate_up = gate_up;
+  g.down = down;
   g.out = poisoned(ScalarType::kBF16, {s.T, s.H});
   g.dbg_probs = host_tensor(ScalarType::kF32, {s.T, s.E});
   g.dbg_weights = host_tensor(ScalarType::kF32, {s.T, s.K});
@@ -187,7 +195,9 @@ void check_moe_routing(Reporter& r) {
     const std::string name = "routing T=" + std::to_string(s.T) + " E=" + std::to_string(s.E) + " k=" +
                              std::to_string(s.K) + (s.logits == Logits::kTied ? " tied" : s.logits == Logits::kNan ? " NaN" : "");
     const MoeArgs h = route_inputs(d, s);
-    MoeArgs old_args = route_on_gpu(h, s), new_args = route_on_gpu(h, s);
+    const Tensor gate_up = device_normal({s.E, 2 * s.I, s.H}, 1.0f / std::sqrt(static_cast<float>(s.H)));
+    const Tensor down = device_normal({s.E, s.H, s.I}, 1.0f / std::sqrt(static_cast<float>(s.I)));
+    MoeArgs old_args = route_on_gpu(h, s, gate_up, down), new_args = route_on_gpu(h, s, gate_up, down);
     {
       Switch off(cuda::set_fused_moe_routing, false);
       cuda().moe(old_args);
@@ -255,8 +265,8 @@ void check_router_input(Reporter& r) {
     m.router_scale = up(ws);
     m.router_proj = up(d.bf16({E, H}, 1.0f));
     m.per_expert_scale = up(d.bf16_uniform({E}, 0.5f, 1.5f));
-    m.gate_up = up(d.bf16({E, 2 * I, H}, 1.0f / std::sqrt(static_cast<float>(H))));
-    m.down = up(d.bf16({E, H, I}, 1.0f / std::sqrt(static_cast<float>(I))));
+    m.gate_up = device_normal({E, 2 * I, H}, 1.0f / std::sqrt(static_cast<float>(H)));
+    m.down = device_normal({E, H, I}, 1.0f / std::sqrt(static_cast<float>(I)));
     m.top_k = K;
     m.eps = 1e-6f;
     auto with_outputs = [&](MoeArgs a) {
