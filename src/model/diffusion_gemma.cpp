@@ -267,7 +267,8 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   dump(p + "attn_out", o);
   // h1 = x + post_attn_norm(o), and the two FFN inputs and the router's input normed from it (one
   // fused op).
-  Tensor h1 = bf16({T, H}), d = bf16({T, H}), xe = bf16({T, H}), router_z = bf16({T, H});
+  Tensor h1 = bf16({T, H}), d = bf16({T, H}), xe = bf16({T, H});
+  Tensor router_z = fused_norms_ ? bf16({T, H}) : Tensor{};
   {
     AttnResidualArgs r;
     r.x = x;
@@ -279,9 +280,11 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     r.norm_b = w.pre_ff_norm2;
     r.out_b = xe;
     r.eps = eps;
-    r.router_scale = w.router_scale;
-    r.router_root = router_root_;
-    r.router_out = router_z;
+    if (fused_norms_) {
+      r.router_scale = w.router_scale;
+      r.router_root = router_root_;
+      r.router_out = router_z;
+    }
     if (dump_) r.o_normed = bf16({T, H});
     backend_.attn_residual(r);
     dump(p + "post_attn_norm", r.o_normed);
@@ -326,7 +329,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   // x = (h1 + post_ff_norm(post_ff_norm1(m1) + post_ff_norm2(moe))) * the layer's scalar, and the
   // next layer's attention input norm of it: one fused op per run of items of one kind (encoder and
   // decoder rows have their own scalar).
-  const bool has_next = li + 1 < t.num_hidden_layers;
+  const bool has_next = fused_norms_ && li + 1 < t.num_hidden_layers;
   normed = has_next ? bf16({T, H}) : Tensor{};
   Tensor m1n, m2n, f;
   if (dump_) {

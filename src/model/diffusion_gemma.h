@@ -66,6 +66,9 @@ class DiffusionGemma {
   void one_hot_soft_embeddings(const Tensor& ids, const Tensor& out);
 
   void set_dump_hook(DumpHook hook) { dump_ = std::move(hook); }
+  // Whether the residual junctions also produce the router's input and the next layer's attention
+  // input norm (on by default; off: those norms run as ops of their own — A/B benchmarks). Same bits.
+  void set_fused_junction_norms(bool on) { fused_norms_ = on; }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() { return backend_; }
@@ -96,6 +99,7 @@ class DiffusionGemma {
   float router_root_;
   Tensor inv_freq_sliding_, inv_freq_full_;
   DumpHook dump_;
+  bool fused_norms_ = true;
 };
 
 // RoPE inverse frequencies [head_dim / 2] of a layer type (default or proportional), in fp32.
