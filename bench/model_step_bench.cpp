@@ -6,7 +6,8 @@
 //                [--attention flash|flash-v1|flash-v2|cublas|fused|fused256] [--moe device|host] [--moe-variant V]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
 //                [--dense-quant on|off]   (quantised dense linears: W8A16 / W4A16 kernel or bf16 cuBLAS)
-//                [--small-kernels fused|ops]   (the fused qkv prologue and MoE routing, or the earlier kernels)
+//                [--small-kernels fused|ops]   (the fused qkv prologue, MoE routing and junction norms, or
+//                                               the earlier kernels)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,11 +44,12 @@ int main(int argc, char** argv) {
                  "                   [--attention flash|flash-v1|flash-v2|cublas|fused|fused256] [--moe device|host] [--moe-variant V]   (CUDA kernel choices, for A/B runs)\n"
                  "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
                  "                   [--dense-quant on|off]   (quantised dense linears: quantised kernel or bf16 cuBLAS)\n"
-                 "                   [--small-kernels fused|ops]   (fused qkv prologue and MoE routing, or the earlier kernels)\n");
+                 "                   [--small-kernels fused|ops]   (fused qkv prologue, MoE routing and junction norms, or the earlier kernels)\n");
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
   int batch = 1, prompt_len = 512, steps = 48, canvases = 1;
+  bool small_fused = true;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--device") device = argv[i + 1];
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
     else if (k == "--prompt-len") prompt_len = std::atoi(argv[i + 1]);
     else if (k == "--steps") steps = std::atoi(argv[i + 1]);
     else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
+    else if (k == "--small-kernels") small_fused = std::string(argv[i + 1]) != "ops";
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
       // flash (the default: one launch per layer) | flash-v1 / flash-v2 (its other kernel variants,
@@ -69,15 +72,15 @@ int main(int argc, char** argv) {
       cuda::set_dense_quant_weights(std::string(argv[i + 1]) != "off");
     } else if (k == "--moe") {
       cuda::set_moe_device_grouping(std::string(argv[i + 1]) != "host");
-    } else if (k == "--small-kernels") {
-      const bool fused = std::string(argv[i + 1]) != "ops";
-      cuda::set_fused_qkv_prologue(fused);
-      cuda::set_fused_moe_routing(fused);
     } else if (k == "--moe-variant") {
       cuda::set_grouped_moe_variant(std::atoi(argv[i + 1]));  // 0 automatic (tuning.h)
     }
 #endif
   }
+#if DGEMMA_HAVE_CUDA
+  cuda::set_fused_qkv_prologue(small_fused);
+  cuda::set_fused_moe_routing(small_fused);
+#endif
   try {
     ModelConfig mc = load_model_config(dir);
     if (!quantization.empty()) mc.quant = quant_preset(quantization);
@@ -85,6 +88,7 @@ int main(int argc, char** argv) {
     auto be = device == "cuda" ? make_cuda_backend(0) : make_cpu_backend();
     Stopwatch load;
     DiffusionGemma model(mc, dummy_weights(mc, *be, 1), *be);
+    model.set_fused_junction_norms(small_fused);
     be->synchronize();
     std::fprintf(stderr, "dummy weights in %.1f s\n", load.seconds());
     const int64_t C = mc.canvas_length;

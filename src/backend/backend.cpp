@@ -21,6 +21,11 @@ void Backend::attn_residual(const AttnResidualArgs& a) {
   add(a.x, on, a.h1);
   rmsnorm(a.h1, &a.norm_a, a.eps, a.out_a);
   rmsnorm(a.h1, &a.norm_b, a.eps, a.out_b);
+  if (!a.router_out.empty()) {
+    rmsnorm(a.h1, nullptr, a.eps, a.router_out);
+    mul(a.router_out, a.router_scale, a.router_out);
+    scale(a.router_out, a.router_root, a.router_out);
+  }
 }
 
 void Backend::ffn_residual(const FfnResidualArgs& a) {
@@ -33,6 +38,7 @@ void Backend::ffn_residual(const FfnResidualArgs& a) {
   rmsnorm(f, &a.norm_f, a.eps, f);
   add(a.h1, f, a.out);
   scale(a.out, a.scale, a.out);
+  if (!a.next_out.empty()) rmsnorm(a.out, &a.next_norm, a.eps, a.next_out);
 }
 
 // One attention() per item, each on its rows and its slice of the page tables.

@@ -72,6 +72,9 @@ struct MoeArgs {
   Tensor router_in;        // [T, H] raw residual h1
   Tensor expert_in;        // [T, H] pre_feedforward_layernorm_2(h1)
   Tensor router_scale;     // [H] bf16
+  // Optional: the router's input z = bf16(bf16(bf16(rmsnorm(h1)) * router_scale) * H^-0.5) already
+  // computed (AttnResidualArgs::router_out); then router_in is not read.
+  Tensor router_z;         // [T, H] bf16
   Tensor router_proj;      // [E, H] bf16
   Tensor per_expert_scale; // [E] bf16
   Weight gate_up;          // [E, 2I, H] (rows 0..I-1 gate, I..2I-1 up), any WeightFormat
@@ -161,15 +164,19 @@ struct DecideArgs {
 // where the unfused sequence rounds it). Row-wise over [T, H]; the optional outputs (empty: not
 // written) expose the intermediates for the model's debug dumps.
 //   after attention: o_normed = rmsnorm(o) * post_norm; h1 = bf16(x + o_normed);
-//                    out_a = rmsnorm(h1) * norm_a; out_b = rmsnorm(h1) * norm_b
+//                    out_a = rmsnorm(h1) * norm_a; out_b = rmsnorm(h1) * norm_b;
+//                    router_out = bf16(bf16(rmsnorm(h1) * router_scale) * router_root) (MoeArgs::router_z)
 //   after the FFN:   m1n = rmsnorm(m1) * norm1; m2n = rmsnorm(m2) * norm2; f = rmsnorm(bf16(m1n + m2n)) * norm_f;
-//                    out = bf16(bf16(h1 + f) * scale)
+//                    out = bf16(bf16(h1 + f) * scale); next_out = rmsnorm(out) * next_norm (the next layer's
+//                    attention input norm)
 struct AttnResidualArgs {
   Tensor x, o, post_norm;
   Tensor h1;
   Tensor norm_a, out_a, norm_b, out_b;
   float eps = 1e-6f;
   Tensor o_normed;  // optional
+  Tensor router_scale, router_out;  // optional (both or neither)
+  float router_root = 1.0f;
 };
 struct FfnResidualArgs {
   Tensor h1, m1, m2, norm1, norm2, norm_f;
@@ -177,6 +184,7 @@ struct FfnResidualArgs {
   float scale = 1.0f;
   Tensor out;       // may alias nothing but itself
   Tensor m1n, m2n, f;  // optional
+  Tensor next_norm, next_out;  // optional (both or neither)
 };
 
 // The attention prologue of a decoder layer: the per-head norms and RoPE of the q / k / v projections,

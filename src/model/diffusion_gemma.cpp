@@ -181,7 +181,8 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) 
   }
 
   Tensor x = embed_inputs(items, total);
-  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, attention, x);
+  Tensor normed;  // each layer's attention input norm, computed by the layer before it
+  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, attention, x, normed);
 
   lm_head(items, offsets, x);
 }
@@ -231,7 +232,7 @@ void DiffusionGemma::lm_head(std::span<ForwardItem> items, const std::vector<int
 void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets,
                            const Tensor& positions, const KvStorage& kv,
                            const std::vector<std::array<Tensor, kKvGroups>>& tables,
-                           const std::array<GroupAttention, kKvGroups>& attention, Tensor& x) {
+                           const std::array<GroupAttention, kKvGroups>& attention, Tensor& x, Tensor& normed) {
   const TextConfig& t = config_.text;
   const LayerWeights& w = weights_.layers[li];
   const LayerSpec& L = w.spec;
@@ -248,8 +249,11 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   dump(p + "input", x);
 
   // --- attention -----------------------------------------------------------------------------
-  Tensor a = bf16({T, H});
-  backend_.rmsnorm(x, &w.input_norm, eps, a);
+  Tensor a = normed;
+  if (a.empty()) {
+    a = bf16({T, H});
+    backend_.rmsnorm(x, &w.input_norm, eps, a);
+  }
   dump(p + "attn_norm", a);
   Tensor q = bf16({T, Hq, D}), k = bf16({T, Hkv, D});
   backend_.matmul(a, w.q_proj, q);
@@ -322,8 +326,10 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   Tensor o = bf16({T, H});
   linear_gathered(heads, w.o_proj, o);
   dump(p + "attn_out", o);
-  // h1 = x + post_attn_norm(o), and the two FFN inputs normed from it (one fused op).
+  // h1 = x + post_attn_norm(o), and the two FFN inputs and the router's input normed from it (one
+  // fused op).
   Tensor h1 = bf16({T, H}), d = bf16({T, H}), xe = bf16({T, H});
+  Tensor router_z = fused_norms_ ? bf16({T, H}) : Tensor{};
   {
     AttnResidualArgs r;
     r.x = x;
@@ -335,6 +341,11 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     r.norm_b = w.pre_ff_norm2;
     r.out_b = xe;
     r.eps = eps;
+    if (fused_norms_) {
+      r.router_scale = w.router_scale;
+      r.router_root = router_root_;
+      r.router_out = router_z;
+    }
     if (dump_) r.o_normed = bf16({T, H});
     backend_.attn_residual(r);
     dump(p + "post_attn_norm", r.o_normed);
@@ -351,6 +362,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   m.router_in = h1;
   m.expert_in = xe;
   m.router_scale = w.router_scale;
+  m.router_z = router_z;
   m.router_proj = w.router_proj;
   m.per_expert_scale = w.per_expert_scale;
   m.gate_up = w.experts_gate_up;
@@ -375,8 +387,11 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   }
   dump(p + "moe_out", m.out);
 
-  // x = (h1 + post_ff_norm(post_ff_norm1(m1) + post_ff_norm2(moe))) * the layer's scalar, one fused op
-  // per run of items of one kind (encoder and decoder rows have their own scalar).
+  // x = (h1 + post_ff_norm(post_ff_norm1(m1) + post_ff_norm2(moe))) * the layer's scalar, and the
+  // next layer's attention input norm of it: one fused op per run of items of one kind (encoder and
+  // decoder rows have their own scalar).
+  const bool has_next = fused_norms_ && li + 1 < t.num_hidden_layers;
+  normed = has_next ? bf16({T, H}) : Tensor{};
   Tensor m1n, m2n, f;
   if (dump_) {
     m1n = bf16({T, H});
@@ -401,6 +416,10 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     r.m1n = rows_of(m1n, b, e);
     r.m2n = rows_of(m2n, b, e);
     r.f = rows_of(f, b, e);
+    if (has_next) {
+      r.next_norm = weights_.layers[li + 1].input_norm;
+      r.next_out = normed.rows(b, e);
+    }
     backend_.ffn_residual(r);
     i = j;
   }

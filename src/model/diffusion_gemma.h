@@ -71,6 +71,9 @@ class DiffusionGemma {
   void one_hot_soft_embeddings(const Tensor& ids, const Tensor& out);
 
   void set_dump_hook(DumpHook hook) { dump_ = std::move(hook); }
+  // Whether the residual junctions also produce the router's input and the next layer's attention
+  // input norm (on by default; off: those norms run as ops of their own — A/B benchmarks). Same bits.
+  void set_fused_junction_norms(bool on) { fused_norms_ = on; }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() { return backend_; }
@@ -94,9 +97,11 @@ class DiffusionGemma {
     std::vector<AttentionItem> host;      // the same items on the host
   };
   void lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& x);
+  // x: the residual stream, updated in place. normed: the layer's attention input norm when the
+  // previous layer computed it (else empty); on return the next layer's (empty after the last).
   void layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& positions,
              const KvStorage& kv, const std::vector<std::array<Tensor, kKvGroups>>& tables,
-             const std::array<GroupAttention, kKvGroups>& attention, Tensor& x);
+             const std::array<GroupAttention, kKvGroups>& attention, Tensor& x, Tensor& normed);
 
   ModelConfig config_;
   ModelWeights weights_;
@@ -106,6 +111,7 @@ class DiffusionGemma {
   float router_root_;
   Tensor inv_freq_sliding_, inv_freq_full_;
   DumpHook dump_;
+  bool fused_norms_ = true;
 };
 
 // RoPE inverse frequencies [head_dim / 2] of a layer type (default or proportional), in fp32.

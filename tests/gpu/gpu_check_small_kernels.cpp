@@ -1,9 +1,11 @@
 // Checks of the fused small kernels of a layer against the sequences they replace: the attention
 // prologue (qkv_prologue.cu: q/k norms + RoPE, v's unit norm) against the rmsnorm / rope / copy ops
-// on the GPU (bit-identical) and the CPU's composition; the MoE routing (register top-k, vectorised
-// combine, moe.cu) against the earlier routing kernels (bit-identical probabilities, experts, weights
-// and outputs) on random, tied and NaN router logits. Plus `dgemma_gpu_check --bench` rows of both,
-// old against new.
+// on the GPU (bit-identical) and the CPU's composition; the MoE routing (register top-k fused with
+// the grouping, vectorised combine, moe_route.cu) against the earlier routing kernels (bit-identical
+// probabilities, experts, weights, grouping and outputs) on random, tied, skewed and NaN router
+// logits; the router's input computed by the attention's residual junction and the next layer's
+// input norm by the FFN's. Plus
+// `dgemma_gpu_check --bench` rows, the earlier sequence against the new one.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -126,8 +128,8 @@ MoeArgs route_inputs(Data& d, const RouteShape& s) {
   a.router_scale = d.bf16({s.H}, 0.2f, 1.0f);
   a.router_proj = d.bf16({s.E, s.H}, 1.0f);
   a.per_expert_scale = d.bf16_uniform({s.E}, 0.5f, 1.5f);
-  a.gate_up = d.bf16({s.E, 2 * s.I, s.H}, 1.0f / std::sqrt(static_cast<float>(s.H)));
-  a.down = d.bf16({s.E, s.H, s.I}, 1.0f / std::sqrt(static_cast<float>(s.I)));
+  // The expert weights straight on the device (route_on_gpu): only GPU runs are compared here, and
+  // host random numbers for E x 2I x H would dominate the check's time.
   a.top_k = s.K;
   a.eps = 1e-6f;
   uint16_t* w = a.router_proj.ptr<uint16_t>();
@@ -143,15 +145,23 @@ MoeArgs route_inputs(Data& d, const RouteShape& s) {
   return a;
 }
 
-MoeArgs route_on_gpu(const MoeArgs& h, const RouteShape& s) {
+// A bf16 device tensor of N(0, std^2) values from the backend's counter-based fill (fresh per call).
+Tensor device_normal(std::initializer_list<int64_t> dims, float std) {
+  static uint64_t calls = 0;
+  Tensor t = cuda().alloc(ScalarType::kBF16, dims);
+  cuda().fill_normal(t, run_seed() + ++calls, 0.0f, std);
+  return t;
+}
+
+MoeArgs route_on_gpu(const MoeArgs& h, const RouteShape& s, const Tensor& gate_up, const Tensor& down) {
   MoeArgs g = h;
   g.router_in = up(h.router_in);
   g.expert_in = up(h.expert_in);
   g.router_scale = up(h.router_scale);
   g.router_proj = up(h.router_proj);
   g.per_expert_scale = up(h.per_expert_scale);
-  g.gate_up = up(h.gate_up.data);
-  g.down = up(h.down.data);
+  g.gate_up = gate_up;
+  g.down = down;
   g.out = poisoned(ScalarType::kBF16, {s.T, s.H});
   g.dbg_probs = host_tensor(ScalarType::kF32, {s.T, s.E});
   g.dbg_weights = host_tensor(ScalarType::kF32, {s.T, s.K});
@@ -185,7 +195,9 @@ void check_moe_routing(Reporter& r) {
     const std::string name = "routing T=" + std::to_string(s.T) + " E=" + std::to_string(s.E) + " k=" +
                              std::to_string(s.K) + (s.logits == Logits::kTied ? " tied" : s.logits == Logits::kNan ? " NaN" : "");
     const MoeArgs h = route_inputs(d, s);
-    MoeArgs old_args = route_on_gpu(h, s), new_args = route_on_gpu(h, s);
+    const Tensor gate_up = device_normal({s.E, 2 * s.I, s.H}, 1.0f / std::sqrt(static_cast<float>(s.H)));
+    const Tensor down = device_normal({s.E, s.H, s.I}, 1.0f / std::sqrt(static_cast<float>(s.I)));
+    MoeArgs old_args = route_on_gpu(h, s, gate_up, down), new_args = route_on_gpu(h, s, gate_up, down);
     {
       Switch off(cuda::set_fused_moe_routing, false);
       cuda().moe(old_args);
@@ -213,6 +225,96 @@ void check_moe_routing(Reporter& r) {
             break;
           }
     }
+  }
+}
+
+// The router's input from the attention's residual junction (AttnResidualArgs::router_out) against
+// the composed ops on the GPU (exact) and the CPU (the norms' 1/sqrt: libm_tol), and the MoE block
+// given it (MoeArgs::router_z) against the MoE block norming h1 itself: the same routing and output,
+// bit for bit.
+void check_router_input(Reporter& r) {
+  Data d("router_input");
+  const Tol libm_tol{1, 0.0, 1e-4, 0.9999, 1e-6};
+  for (const int64_t T : {1, 37, 256}) {
+    const int64_t H = 2816, I = 704, E = 128;
+    const int K = 8;
+    const std::string sz = " T=" + std::to_string(T);
+    const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+    Tensor x = d.bf16({T, H}, 3.0f), o = d.bf16({T, H}, 0.5f);
+    Tensor wp = d.bf16({H}, 0.3f, 1.0f), wa = d.bf16({H}, 0.3f, 1.0f), wb = d.bf16({H}, 0.3f, 1.0f);
+    Tensor ws = d.bf16({H}, 0.2f, 1.0f);
+    auto host = [&] { return host_tensor(ScalarType::kBF16, {T, H}); };
+    auto dev = [&] { return poisoned(ScalarType::kBF16, {T, H}); };
+    AttnResidualArgs c{x, o, wp, host(), wa, host(), wb, host(), 1e-6f, Tensor{}, ws, host(), root};
+    AttnResidualArgs g{up(x), up(o), up(wp), dev(), up(wa), dev(), up(wb), dev(), 1e-6f, Tensor{}, up(ws), dev(), root};
+    AttnResidualArgs gc = g;  // the composed ops on the GPU
+    gc.h1 = dev();
+    gc.out_a = dev();
+    gc.out_b = dev();
+    gc.router_out = dev();
+    cpu().attn_residual(c);
+    cuda().attn_residual(g);
+    cuda().Backend::attn_residual(gc);
+    expect_bf16(r, "router_out (fused vs ops)" + sz, u16(g.router_out), u16(gc.router_out), exact_tol());
+    expect_bf16(r, "h1 (fused vs ops)" + sz, u16(g.h1), u16(gc.h1), exact_tol());
+    expect_bf16(r, "router_out (vs CPU)" + sz, u16(g.router_out), u16(c.router_out), libm_tol);
+
+    MoeArgs m;
+    m.router_in = g.h1;
+    m.expert_in = g.out_b;
+    m.router_scale = up(ws);
+    m.router_proj = up(d.bf16({E, H}, 1.0f));
+    m.per_expert_scale = up(d.bf16_uniform({E}, 0.5f, 1.5f));
+    m.gate_up = device_normal({E, 2 * I, H}, 1.0f / std::sqrt(static_cast<float>(H)));
+    m.down = device_normal({E, H, I}, 1.0f / std::sqrt(static_cast<float>(I)));
+    m.top_k = K;
+    m.eps = 1e-6f;
+    auto with_outputs = [&](MoeArgs a) {
+      a.out = poisoned(ScalarType::kBF16, {T, H});
+      a.dbg_probs = host_tensor(ScalarType::kF32, {T, E});
+      a.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
+      a.dbg_index = host_tensor(ScalarType::kI32, {T, K});
+      return a;
+    };
+    MoeArgs own = with_outputs(m), given = with_outputs(m);
+    given.router_z = g.router_out;
+    given.router_in = poisoned(ScalarType::kBF16, {T, H});  // not read
+    cuda().moe(own);
+    cuda().moe(given);
+    cuda().synchronize();
+    expect_same_bits(r, "moe router_z probs" + sz, given.dbg_probs.data, own.dbg_probs.data, T * E, 4);
+    expect_same_bits(r, "moe router_z experts" + sz, given.dbg_index.data, own.dbg_index.data, T * K, 4);
+    expect_same_bits(r, "moe router_z weights" + sz, given.dbg_weights.data, own.dbg_weights.data, T * K, 4);
+    const std::vector<uint16_t> a = u16(given.out), b = u16(own.out);
+    expect_same_bits(r, "moe router_z out" + sz, a.data(), b.data(), T * H, 2);
+  }
+}
+
+// The next layer's attention input norm from the FFN's residual junction (FfnResidualArgs::next_out)
+// against the composed ops on the GPU (exact) and the CPU (libm_tol).
+void check_next_norm(Reporter& r) {
+  Data d("next_norm");
+  const Tol libm_tol{1, 0.0, 1e-4, 0.9999, 1e-6};
+  for (const int64_t T : {1, 37, 256}) {
+    const int64_t H = 2816;
+    const std::string sz = " T=" + std::to_string(T);
+    Tensor h1 = d.bf16({T, H}, 3.0f), m1 = d.bf16({T, H}, 2.0f), m2 = d.bf16({T, H}, 0.2f);
+    Tensor w1 = d.bf16({H}, 0.3f, 1.0f), w2 = d.bf16({H}, 0.3f, 1.0f), wf = d.bf16({H}, 0.3f, 1.0f);
+    Tensor wn = d.bf16({H}, 0.3f, 1.0f);
+    auto host = [&] { return host_tensor(ScalarType::kBF16, {T, H}); };
+    auto dev = [&] { return poisoned(ScalarType::kBF16, {T, H}); };
+    FfnResidualArgs c{h1, m1, m2, w1, w2, wf, 1e-6f, 0.37f, host(), Tensor{}, Tensor{}, Tensor{}, wn, host()};
+    FfnResidualArgs g{up(h1), up(m1), up(m2), up(w1), up(w2), up(wf), 1e-6f, 0.37f, dev(), Tensor{}, Tensor{}, Tensor{},
+                      up(wn), dev()};
+    FfnResidualArgs gc = g;
+    gc.out = dev();
+    gc.next_out = dev();
+    cpu().ffn_residual(c);
+    cuda().ffn_residual(g);
+    cuda().Backend::ffn_residual(gc);
+    expect_bf16(r, "ffn_residual next_out (fused vs ops)" + sz, u16(g.next_out), u16(gc.next_out), exact_tol());
+    expect_bf16(r, "ffn_residual out (fused vs ops)" + sz, u16(g.out), u16(gc.out), exact_tol());
+    expect_bf16(r, "ffn_residual next_out (vs CPU)" + sz, u16(g.next_out), u16(c.next_out), libm_tol);
   }
 }
 
@@ -290,6 +392,8 @@ std::vector<Case> small_kernel_cases() {
       {"qkv_prologue", check_qkv_prologue},
       {"moe_routing", check_moe_routing},
       {"moe_grouping", check_moe_grouping},
+      {"router_input", check_router_input},
+      {"next_norm", check_next_norm},
   };
 }
 
@@ -366,6 +470,23 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
             cuda::launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, out.ptr<uint16_t>(), ctx.stream);
           }));
     }
+    {  // the attention's residual junction, alone and also writing the router's input
+      Tensor x = bf({T, H}, 60, 1.0f), o = bf({T, H}, 61, 1.0f), w = bf({H}, 62, 0.1f, 1.0f);
+      Tensor h1 = be.alloc(ScalarType::kBF16, {T, H}), oa = be.alloc(ScalarType::kBF16, {T, H});
+      Tensor ob = be.alloc(ScalarType::kBF16, {T, H}), z = be.alloc(ScalarType::kBF16, {T, H});
+      AttnResidualArgs ra{x, o, w, h1, w, oa, w, ob, 1e-6f, Tensor{}, Tensor{}, Tensor{}, 1.0f};
+      row(("attn_residual T=" + std::to_string(T)).c_str(), time_ms([&] { be.attn_residual(ra); }));
+      ra.router_scale = w;
+      ra.router_out = z;
+      row(("attn_residual T=" + std::to_string(T) + " + router input").c_str(), time_ms([&] { be.attn_residual(ra); }));
+      FfnResidualArgs rf{h1, x, o, w, w, w, 1e-6f, 0.5f, oa, Tensor{}, Tensor{}, Tensor{}, Tensor{}, Tensor{}};
+      row(("ffn_residual T=" + std::to_string(T)).c_str(), time_ms([&] { be.ffn_residual(rf); }));
+      rf.next_norm = w;
+      rf.next_out = ob;
+      row(("ffn_residual T=" + std::to_string(T) + " + next input norm").c_str(), time_ms([&] { be.ffn_residual(rf); }));
+      row(("rmsnorm T=" + std::to_string(T) + " H=2816 (what they replace)").c_str(),
+          time_ms([&] { be.rmsnorm(x, &w, 1e-6f, z); }));
+    }
     MoeArgs m;
     m.router_in = bf({T, H}, 53, 1.0f);
     m.expert_in = bf({T, H}, 54, 1.0f);
@@ -381,6 +502,8 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
       const std::string what = "moe block T=" + std::to_string(T) + (fused ? " (new routing)" : " (earlier routing)");
       row(what.c_str(), time_ms([&] { be.moe(m); }));
     }
+    m.router_z = bf({T, H}, 59, 0.02f);
+    row(("moe block T=" + std::to_string(T) + " (new routing, router input given)").c_str(), time_ms([&] { be.moe(m); }));
   }
 }
 

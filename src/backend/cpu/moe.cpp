@@ -37,6 +37,30 @@ void expert_gemm(const Weight& w, int64_t ex, std::vector<float>& x, const std::
     }
 }
 
+// z = bf16(bf16(bf16(rmsnorm(h1[t])) * router.scale) * H^-0.5), or the precomputed one.
+void router_input(const MoeArgs& a, int64_t t, float root, std::vector<float>& z) {
+  const int64_t H = a.router_in.dim(1);
+  if (!a.router_z.empty()) {
+    const uint16_t* zt = a.router_z.ptr<uint16_t>() + t * H;
+    for (int64_t i = 0; i < H; ++i) z[i] = bf16_to_f32(zt[i]);
+    return;
+  }
+  const uint16_t* r = a.router_in.ptr<uint16_t>() + t * H;
+  const uint16_t* rscale = a.router_scale.ptr<uint16_t>();
+  double ss = 0;
+  for (int64_t i = 0; i < H; ++i) {
+    const float v = bf16_to_f32(r[i]);
+    ss += static_cast<double>(v) * v;
+  }
+  const float ms = static_cast<float>(ss / static_cast<double>(H)) + a.eps;
+  const float inv = std::pow(ms, -0.5f);
+  for (int64_t i = 0; i < H; ++i) {
+    float v = round_bf16(bf16_to_f32(r[i]) * inv);  // rmsnorm without scale
+    v = round_bf16(v * bf16_to_f32(rscale[i]));      // * router.scale (bf16)
+    z[i] = round_bf16(v * root);                     // * hidden^-0.5
+  }
+}
+
 }  // namespace
 
 void moe(const MoeArgs& a) {
@@ -50,9 +74,7 @@ void moe(const MoeArgs& a) {
   DG_CHECK(a.expert_in.dim(0) == T && e0 >= 0 && e1 <= E && a.gate_up.cols() == H);
   DG_CHECK(a.collective != nullptr || (e0 == 0 && e1 == E));
   DG_CHECK(a.down.experts() == e1 - e0 && a.down.rows() == H && a.down.cols() == I && K >= 1 && K <= E);
-  const uint16_t* rin = a.router_in.ptr<uint16_t>();
   const uint16_t* xin = a.expert_in.ptr<uint16_t>();
-  const uint16_t* rscale = a.router_scale.ptr<uint16_t>();
   const uint16_t* rproj = a.router_proj.ptr<uint16_t>();
   const uint16_t* pes = a.per_expert_scale.ptr<uint16_t>();
   const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
@@ -64,19 +86,7 @@ void moe(const MoeArgs& a) {
     std::vector<float> z(H), logits(E), probs(E), wrow(H);
     std::vector<int32_t> order(E);
     for (size_t t = b; t < e; ++t) {
-      const uint16_t* r = rin + t * H;
-      double ss = 0;
-      for (int64_t i = 0; i < H; ++i) {
-        const float v = bf16_to_f32(r[i]);
-        ss += static_cast<double>(v) * v;
-      }
-      const float ms = static_cast<float>(ss / static_cast<double>(H)) + a.eps;
-      const float inv = std::pow(ms, -0.5f);
-      for (int64_t i = 0; i < H; ++i) {
-        float v = round_bf16(bf16_to_f32(r[i]) * inv);  // rmsnorm without scale
-        v = round_bf16(v * bf16_to_f32(rscale[i]));      // * router.scale (bf16)
-        z[i] = round_bf16(v * root);                     // * hidden^-0.5
-      }
+      router_input(a, static_cast<int64_t>(t), root, z);
       float mx = -INFINITY;
       for (int64_t ex = 0; ex < E; ++ex) {
         const uint16_t* w = rproj + ex * H;

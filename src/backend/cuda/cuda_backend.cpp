@@ -377,8 +377,16 @@ class CudaBackend final : public Backend {
     uint16_t* oa = bf16_out(a.out_a, op, "out_a");
     uint16_t* ob = bf16_out(a.out_b, op, "out_b");
     uint16_t* on = opt(a.o_normed);
-    if (!residual_fusable(H, {x, o, wp, wa, wb, h1, oa, ob, on})) return Backend::attn_residual(a);
-    launch_attn_residual(x, o, wp, h1, wa, oa, wb, ob, on, T, H, a.eps, ctx_.stream);
+    DG_CHECK(a.router_out.empty() == a.router_scale.empty());
+    const uint16_t* wr = nullptr;
+    uint16_t* z = nullptr;
+    if (!a.router_out.empty()) {
+      DG_CHECK(a.router_scale.numel() == H && a.router_out.numel() == T * H);
+      wr = bf16_in(a.router_scale, op, "router_scale");
+      z = bf16_out(a.router_out, op, "router_out");
+    }
+    if (!residual_fusable(H, {x, o, wp, wa, wb, h1, oa, ob, on, wr, z})) return Backend::attn_residual(a);
+    launch_attn_residual(x, o, wp, h1, wa, oa, wb, ob, on, wr, a.router_root, z, T, H, a.eps, ctx_.stream);
   }
 
   void ffn_residual(const FfnResidualArgs& a) override {
@@ -397,8 +405,16 @@ class CudaBackend final : public Backend {
     const uint16_t* wf = bf16_in(a.norm_f, op, "norm_f");
     uint16_t* out = bf16_out(a.out, op, "out");
     uint16_t *m1n = opt(a.m1n), *m2n = opt(a.m2n), *f = opt(a.f);
-    if (!residual_fusable(H, {h1, m1, m2, w1, w2, wf, out, m1n, m2n, f})) return Backend::ffn_residual(a);
-    launch_ffn_residual(h1, m1, m2, w1, w2, wf, a.scale, out, m1n, m2n, f, T, H, a.eps, ctx_.stream);
+    DG_CHECK(a.next_out.empty() == a.next_norm.empty());
+    const uint16_t* wn = nullptr;
+    uint16_t* next = nullptr;
+    if (!a.next_out.empty()) {
+      DG_CHECK(a.next_norm.numel() == H && a.next_out.numel() == T * H);
+      wn = bf16_in(a.next_norm, op, "next_norm");
+      next = bf16_out(a.next_out, op, "next_out");
+    }
+    if (!residual_fusable(H, {h1, m1, m2, w1, w2, wf, out, m1n, m2n, f, wn, next})) return Backend::ffn_residual(a);
+    launch_ffn_residual(h1, m1, m2, w1, w2, wf, a.scale, out, m1n, m2n, f, wn, next, T, H, a.eps, ctx_.stream);
   }
 
   void qkv_prologue(const QkvPrologueArgs& a) override {

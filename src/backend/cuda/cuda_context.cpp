@@ -140,9 +140,9 @@ Context::Context(int device_index) : device(device_index) {
   CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&error_host), sizeof(unsigned), cudaHostAllocMapped));
   *error_host = 0;
   CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_dev), error_host, 0));
-  staging = std::make_unique<StagingRing>(size_t{16} << 20);
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ticket), sizeof(unsigned)));
   CUDA_CHECK(cudaMemset(ticket, 0, sizeof(unsigned)));
+  staging = std::make_unique<StagingRing>(size_t{16} << 20);
 }
 
 Context::~Context() {

@@ -73,10 +73,10 @@ struct Context {
   std::shared_ptr<DeviceAllocator> allocator;
   unsigned* error_host = nullptr;  // pinned, mapped word the kernels set bits in (common.cuh DeviceErrorBits)
   unsigned* error_dev = nullptr;   // its device address
-  std::unique_ptr<StagingRing> staging;  // asynchronous small host-to-device copies
   // A device word that is zero between kernels: the ticket of kernels whose last block finishes the
   // work and sets it back to zero (moe.cuh launch_moe_route_group). Ops run on one stream, in order.
   unsigned* ticket = nullptr;
+  std::unique_ptr<StagingRing> staging;  // asynchronous small host-to-device copies
 
   explicit Context(int device_index);
   ~Context();

@@ -75,8 +75,14 @@ void moe(const Context& ctx, const MoeArgs& a) {
 
   // 1. Router.
   const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
-  Tensor z = ctx.alloc(ScalarType::kBF16, {T, H});
-  launch_router_norm(a.router_in.ptr<uint16_t>(), a.router_scale.ptr<uint16_t>(), root, z.ptr<uint16_t>(), T, H, a.eps, st);
+  Tensor z = a.router_z;  // precomputed by the attention's residual junction, or here
+  if (z.empty()) {
+    z = ctx.alloc(ScalarType::kBF16, {T, H});
+    launch_router_norm(a.router_in.ptr<uint16_t>(), a.router_scale.ptr<uint16_t>(), root, z.ptr<uint16_t>(), T, H, a.eps, st);
+  } else {
+    need_type(z, ScalarType::kBF16, op, "router_z");
+    DG_CHECK(z.numel() == T * H);
+  }
   Tensor logits = ctx.alloc(ScalarType::kBF16, {T, E});
   Gemm r;
   r.a = z.ptr<uint16_t>();

@@ -135,7 +135,8 @@ __global__ void __launch_bounds__(kResidualThreads)
     attn_residual_kernel(const uint4* __restrict__ x, const uint4* __restrict__ o, const uint4* __restrict__ wp,
                          uint4* __restrict__ h1, const uint4* __restrict__ wa, uint4* __restrict__ oa,
                          const uint4* __restrict__ wb, uint4* __restrict__ ob, uint4* __restrict__ on_out,
-                         int64_t words, float eps) {
+                         const uint4* __restrict__ wr, float root, uint4* __restrict__ z_out, int64_t words,
+                         float eps) {
   __shared__ double shared[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * words;
   double ss = 0;
@@ -168,6 +169,11 @@ __global__ void __launch_bounds__(kResidualThreads)
 #pragma unroll
     for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(__fmul_rn(h[k], inv_h), w[k]);
     ob[base + i] = pack_bf16x8(y);
+    if (z_out == nullptr) continue;
+    load8(wr, i, w);  // the router's input, as router_norm_kernel
+#pragma unroll
+    for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(round_bf16(__fmul_rn(round_bf16(__fmul_rn(h[k], inv_h)), w[k])), root);
+    z_out[base + i] = pack_bf16x8(y);
   }
 }
 
@@ -175,7 +181,8 @@ __global__ void __launch_bounds__(kResidualThreads)
     ffn_residual_kernel(const uint4* __restrict__ h1, const uint4* __restrict__ m1, const uint4* __restrict__ m2,
                         const uint4* __restrict__ w1, const uint4* __restrict__ w2, const uint4* __restrict__ wf,
                         float scale, uint4* __restrict__ out, uint4* __restrict__ m1n, uint4* __restrict__ m2n,
-                        uint4* __restrict__ f_out, int64_t words, float eps) {
+                        uint4* __restrict__ f_out, const uint4* __restrict__ wn, uint4* __restrict__ next_out,
+                        int64_t words, float eps) {
   __shared__ double shared[32];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * words;
   double s1 = 0, s2 = 0;
@@ -206,6 +213,7 @@ __global__ void __launch_bounds__(kResidualThreads)
     fbuf[base + i] = pack_bf16x8(f);
   }
   const float inv_f = inv_rms_of(block_reduce(sf, SumOp{}, 0.0, shared), words * 8, eps);
+  double sn = 0;
   for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
     float f[8], w[8], h[8];
     load8(fbuf, base + i, f);
@@ -214,10 +222,22 @@ __global__ void __launch_bounds__(kResidualThreads)
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       f[k] = round_bf16(__fmul_rn(__fmul_rn(f[k], inv_f), w[k]));
-      h[k] = __fmul_rn(round_bf16(__fadd_rn(h[k], f[k])), scale);
+      h[k] = round_bf16(__fmul_rn(round_bf16(__fadd_rn(h[k], f[k])), scale));
+      sn += static_cast<double>(h[k]) * h[k];
     }
     if (f_out != nullptr) f_out[base + i] = pack_bf16x8(f);
     out[base + i] = pack_bf16x8(h);
+  }
+  if (next_out == nullptr) return;  // block-uniform
+  // The next layer's attention input norm of out (read back by the thread that wrote it).
+  const float inv_n = inv_rms_of(block_reduce(sn, SumOp{}, 0.0, shared), words * 8, eps);
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    float h[8], w[8];
+    load8(out, base + i, h);
+    load8(wn, i, w);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) h[k] = __fmul_rn(__fmul_rn(h[k], inv_n), w[k]);
+    next_out[base + i] = pack_bf16x8(h);
   }
 }
 
@@ -275,23 +295,27 @@ bool residual_fusable(int64_t n, std::initializer_list<const void*> ptrs) {
 
 void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* post_norm, uint16_t* h1,
                           const uint16_t* norm_a, uint16_t* out_a, const uint16_t* norm_b, uint16_t* out_b,
-                          uint16_t* o_normed, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+                          uint16_t* o_normed, const uint16_t* router_scale, float router_root, uint16_t* router_out,
+                          int64_t rows, int64_t n, float eps, cudaStream_t stream) {
   if (rows <= 0) return;
   auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
   auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
   attn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
-      v(x), v(o), v(post_norm), m(h1), v(norm_a), m(out_a), v(norm_b), m(out_b), m(o_normed), n / 8, eps);
+      v(x), v(o), v(post_norm), m(h1), v(norm_a), m(out_a), v(norm_b), m(out_b), m(o_normed), v(router_scale),
+      router_root, m(router_out), n / 8, eps);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, const uint16_t* norm1,
                          const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out, uint16_t* m1n,
-                         uint16_t* m2n, uint16_t* f, int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+                         uint16_t* m2n, uint16_t* f, const uint16_t* next_norm, uint16_t* next_out, int64_t rows,
+                         int64_t n, float eps, cudaStream_t stream) {
   if (rows <= 0) return;
   auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
   auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
   ffn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
-      v(h1), v(m1), v(m2), v(norm1), v(norm2), v(norm_f), scale, m(out), m(m1n), m(m2n), m(f), n / 8, eps);
+      v(h1), v(m1), v(m2), v(norm1), v(norm2), v(norm_f), scale, m(out), m(m1n), m(m2n), m(f), v(next_norm),
+      m(next_out), n / 8, eps);
   CUDA_CHECK_LAUNCH();
 }
 
