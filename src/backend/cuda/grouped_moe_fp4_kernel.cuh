@@ -3,7 +3,7 @@
 // unit tests compile it on the host against an emulation of the few CUDA operations it uses
 // (tests/unit/backend/cuda_emulator.h): the includer provides them. On the device, grouped_moe_fp4.cu
 // includes common.cuh, ptx.cuh and quant_ptx.cuh first. What the kernel needs: threadIdx / blockIdx,
-// __syncthreads, __byte_perm, __fmul_rn, min; smem_addr, cp_async16(_hint), evict_first_policy,
+// __syncthreads, __syncwarp, __byte_perm, __fmul_rn, min; smem_addr, cp_async16(_hint), evict_first_policy,
 // cp_async_commit / wait, ldmatrix_x4, mma_bf16 (ptx.cuh); lds_u32 / v2 / v4, bf16x2_mul
 // (quant_ptx.cuh); f32_to_bf16, round_bf16, gelu_tanh (common.cuh); and DG_KERNEL_DYNAMIC_SMEM(name),
 // the dynamic shared-memory buffer.
@@ -142,14 +142,16 @@ DG_UNROLL
   }
   const uint16_t* a_src[kAChunks];
   bool a_ok[kAChunks];
+  // Branch-free (selects, and copies of zero bytes for rows past the expert's): no divergence inside
+  // the main loop, whose ldmatrix / mma.sync need converged warps.
   auto set_a_rows = [&](int mt) {
 DG_UNROLL
     for (int j = 0; j < kAChunks; ++j) {
       const int m = mt * BM + (tid >> 3) + (kThreads / 8) * j;
       a_ok[j] = m < rows;
-      int64_t src_row = 0;
-      if (a_ok[j]) src_row = kGateUp ? g.pairs[row0 + m] / g.top_k : row0 + m;
-      a_src[j] = a_ok[j] ? g.a + src_row * Kd : g.a;
+      const int r = row0 + (a_ok[j] ? m : 0);  // row0 itself is a row of the expert
+      const int64_t src_row = kGateUp ? g.pairs[r] / g.top_k : r;
+      a_src[j] = g.a + (a_ok[j] ? src_row * Kd : 0);
     }
   };
 
@@ -159,12 +161,11 @@ DG_UNROLL
     if (load_kt == 0) set_a_rows(load_mt);
     const int k = load_kt * kBK + chunk * 8;
     const uint32_t sa = s_a + stage * kAStage;
-    // A rows past the expert's are not copied: their m fragments are skipped or their output rows
-    // dropped (an mma row depends only on its own A row).
+    // A rows past the expert's are zero-filled (no global read).
 DG_UNROLL
     for (int j = 0; j < kAChunks; ++j) {
       const int r = (tid >> 3) + (kThreads / 8) * j;
-      if (a_ok[j]) cp_async16(sa + swz(r, chunk), a_src[j] + k, true);
+      cp_async16(sa + swz(r, chunk), a_ok[j] ? a_src[j] + k : g.a, a_ok[j]);
     }
 DG_UNROLL
     for (int j = 0; j < kBChunks; ++j)
@@ -211,6 +212,7 @@ DG_UNROLL
     if (it + kStages - 1 < total) load_next(load_stage);
     cp_async_commit();
     load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;
+    __syncwarp();  // converged warps for ldmatrix / mma.sync (the scale copies above are per thread)
     const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
     // This thread's weight words of the stage (both n fragments, all four k16 steps) and scale codes.
     uint32_t wb[2][4], sc[2];
@@ -303,6 +305,7 @@ DG_UNROLL
       kt = 0;
       ++mt;
       m_frags = min(MF, (rows - mt * BM + 15) / 16);
+      __syncwarp();  // after the epilogue's per-lane branches
     }
     stage = stage + 1 == kStages ? 0 : stage + 1;
   }
@@ -318,11 +321,12 @@ constexpr QuantTile kQuantTiles[] = {{0, 0, 0}, {1, 4, 4}, {2, 4, 4}, {4, 4, 4},
                                      {8, 4, 4}, {1, 4, 8}, {2, 4, 6}, {2, 8, 6}};
 constexpr int kQuantTileCount = 10;
 
-// The automatic choice from the mean rows per expert (the routing is on the device): M tiles that hold
-// an expert's rows at once (a second M tile re-reads the weights), 8 warps (half the A re-reads).
+// The automatic choice from the mean rows per expert (the routing is on the device): 8 warps (half the A
+// re-reads), 32-row M tiles (the first H200 timings: at T = 256 and 1024 ahead of 16 / 64 / 128-row
+// ones), 128-row ones for prefill-sized groups (each further M tile re-reads the weights).
 inline int auto_quant_tile(int64_t R, int64_t E) {
   const int64_t mean = R / (E > 0 ? E : 1);
-  return mean <= 20 ? 4 : mean <= 48 ? 5 : 6;
+  return mean <= 20 ? 4 : mean <= 96 ? 9 : 6;
 }
 
 template <int MF, int W, int S, bool kGateUp, bool kFp8, typename L>

@@ -173,6 +173,7 @@ inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes, int
 #define threadIdx emu::t_thread
 #define blockIdx emu::t_block
 inline void __syncthreads() { emu::g_block_bar->arrive_and_wait(); }
+inline void __syncwarp() {}  // a warp's lanes only meet at the collectives
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __fmul_rn(float a, float b) { return a * b; }
