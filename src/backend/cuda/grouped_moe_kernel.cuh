@@ -527,11 +527,25 @@ constexpr int kTileRows[kLastVariant + 1] = {0,          0,          Tile2::kBM,
                                              Tile5::kBM, Tile6::kBM, Tile7::kBM,  Tile8::kBM, Tile9::kBM,
                                              Tile10::kBM, Wg11::kBM, Wg12::kBM, Wg13::kBM, Wg14::kBM};
 
-// variant 0: automatic (by rows per expert); else that variant whenever R > 0.
+// The automatic choice by the mean rows per expert R / E: the first step whose bound it does not
+// exceed. The small kernel streams the weights at ~16 rows per expert (T = 256, batch 1); beyond, the
+// tile list.
+struct AutoStep {
+  int64_t max_mean_rows;
+  int variant;
+};
+constexpr AutoStep kAutoSteps[] = {{24, 1}, {int64_t{1} << 40, 2}};
+
+// variant 0: automatic (kAutoSteps); else that variant whenever R > 0.
 inline GroupedPlanImpl grouped_plan(int variant, int64_t R, int64_t E) {
   GroupedPlanImpl p;
   if (R <= 0 || E <= 0) return p;
-  if (variant < 1 || variant > kLastVariant) variant = R <= 24 * E ? 1 : 2;
+  if (variant < 1 || variant > kLastVariant)
+    for (const AutoStep& a : kAutoSteps)
+      if (R <= a.max_mean_rows * E) {
+        variant = a.variant;
+        break;
+      }
   p.variant = variant;
   if (variant >= kFirstTileVariant) {
     p.tile_rows = kTileRows[variant];
