@@ -144,5 +144,18 @@ TEST(GroupedMoeEmulated, AutomaticPlan) {
   EXPECT_EQ(big.max_tiles, 1024 * 8 / big.tile_rows + 128);
 }
 
+// The emulator reports a barrier that some thread never reaches instead of hanging: thread 0 waits at
+// its warp's collective while the others wait at __syncthreads.
+TEST(GroupedMoeEmulated, EmulatorReportsADeadlockedBarrier) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(emu::launch(
+                   [] {
+                     if (threadIdx.x == 0) emu::g_warp_bar[0]->arrive_and_wait();
+                     __syncthreads();
+                   },
+                   1, 1, 0),
+               "deadlocked at a barrier");
+}
+
 }  // namespace
 }  // namespace dgemma::cuda
