@@ -5,11 +5,20 @@
 // one (32-row tiles, up to 24 rows per expert on average) and the large-R one (tiles from the tile
 // list; experts with more rows than a tile get several), and the grouped_moe_variants_* cases run
 // every variant (set_grouped_moe_variant). Outputs are poisoned, so unwritten elements show.
+#include <cuda_runtime.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/grouped_moe.cuh"
 #include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
@@ -221,7 +230,78 @@ Case make_variants_case(const std::string& id, Shape s) {
   return {id, [s](Reporter& r) { run_variants(r, s); }};
 }
 
+// Median wall time of fn over 10 runs after 2 warm-ups, the device synchronised around each, in ms.
+double device_ms(const std::function<void()>& fn) {
+  for (int i = 0; i < 2; ++i) fn();
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("grouped moe bench: a kernel failed");
+  std::vector<double> t;
+  for (int i = 0; i < 10; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("grouped moe bench: a kernel failed");
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 }  // namespace
+
+void grouped_moe_bench() {
+  constexpr int64_t H = 2816, I = 704, E = 128, K = 8, kMaxT = 4096;
+  Backend& be = cuda();
+  auto bf = [&](std::initializer_list<int64_t> dims, uint64_t seed, float std) {
+    Tensor t = be.alloc(ScalarType::kBF16, dims);
+    be.fill_normal(t, seed, 0.0f, std);
+    return t;
+  };
+  const Tensor x = bf({kMaxT, H}, 91, 1.0f), gate_up = bf({E, 2 * I, H}, 92, 0.02f), down = bf({E, H, I}, 93, 0.04f);
+  const Tensor act = bf({kMaxT * K, I}, 94, 1.0f);
+  Tensor y = be.alloc(ScalarType::kBF16, {kMaxT * K, H});
+  Tensor top_idx = be.alloc(ScalarType::kI32, {kMaxT * K}), top_w = be.alloc(ScalarType::kF32, {kMaxT * K});
+  Tensor offsets = be.alloc(ScalarType::kI32, {E + 1}), pairs = be.alloc(ScalarType::kI32, {kMaxT * K});
+  Tensor tiles = be.alloc(ScalarType::kI32, {4 * (kMaxT * K / 64 + E)});
+  {  // top-8 of a random permutation per token: ~T K / E rows per expert
+    std::mt19937 rng(5);
+    std::vector<int32_t> idx(static_cast<size_t>(kMaxT * K)), perm(static_cast<size_t>(E));
+    for (int64_t t = 0; t < kMaxT; ++t) {
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::copy_n(perm.begin(), K, idx.begin() + t * K);
+    }
+    std::vector<float> w(static_cast<size_t>(kMaxT * K), 0.125f);
+    be.from_host(top_idx, idx.data());
+    be.from_host(top_w, w.data());
+    be.synchronize();
+  }
+  const double gu_bytes = 2.0 * E * 2 * I * H, dn_bytes = 2.0 * E * H * I;
+  std::printf("%-34s %9s %7s %7s %9s %7s %7s\n", "grouped bf16 GEMMs (26B-A4B)", "gate_up", "TB/s", "TF/s", "down",
+              "TB/s", "TF/s");
+  for (const int64_t T : {256, 1024, 2048, 4096}) {
+    const int64_t R = T * K;
+    for (int v = 1; v <= cuda::kGroupedMoeVariants; ++v) {
+      const int old = cuda::set_grouped_moe_variant(v);
+      const cuda::GroupedPlan plan = cuda::grouped_moe_plan(R, E);
+      cuda::set_grouped_moe_variant(old);
+      int32_t* tl = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
+      cuda::launch_moe_group(top_idx.ptr<int32_t>(), R, E, plan, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tl, nullptr);
+      const double gu = device_ms([&] {
+        cuda::launch_grouped_gate_up(plan, x.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                                     pairs.ptr<int32_t>(), tl, R, E, K, H, I, act.ptr<uint16_t>(), nullptr);
+      });
+      const double dn = device_ms([&] {
+        cuda::launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                                  pairs.ptr<int32_t>(), tl, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), nullptr);
+      });
+      char what[64];
+      std::snprintf(what, sizeof what, "T=%lld variant %d (rows %d)", static_cast<long long>(T), plan.variant,
+                    plan.tile_rows);
+      const double flop = 2.0 * static_cast<double>(R) * 2 * I * H;  // per projection (down: R H I x 2 as well)
+      std::printf("%-34s %9.3f %7.2f %7.0f %9.3f %7.2f %7.0f\n", what, gu, gu_bytes / gu * 1e-9, flop / gu * 1e-9, dn,
+                  dn_bytes / dn * 1e-9, flop / 2 / dn * 1e-9);
+    }
+  }
+}
 
 std::vector<Case> grouped_moe_cases() {
   constexpr int64_t H = 2816, I = 704;

@@ -166,6 +166,7 @@ int bench() {
     cuda::set_moe_device_grouping(was);
   }
   gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+  gpu_test::grouped_moe_bench();
   {
     DecideArgs d;
     d.entropy = be.alloc(ScalarType::kF32, {C});
