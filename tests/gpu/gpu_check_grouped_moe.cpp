@@ -230,6 +230,103 @@ Case make_variants_case(const std::string& id, Shape s) {
   return {id, [s](Reporter& r) { run_variants(r, s); }};
 }
 
+// The projections alone, every tile-list variant against the mma.sync variant 2 on the same grouped
+// rows (random top-K routing at T tokens, E experts, the real H / I): an element is off when it differs
+// by more than 2% of the output's RMS and 2% of itself. The mma.sync variants must match bit for bit; the
+// wgmma ones within that bound, and when they do not, where the off elements sit (row % 64 in 8-row
+// groups, column % 128 in n8 fragments) tells a layout error from a rounding one.
+void run_gemm_layouts(Reporter& r, int64_t T, int64_t E) {
+  constexpr int64_t H = 2816, I = 704, K = 8;
+  const int64_t R = T * K;
+  Backend& be = cuda();
+  const uint64_t seed = run_seed();
+  auto dev = [&](std::initializer_list<int64_t> dims, uint64_t salt, float std) {
+    Tensor t = be.alloc(ScalarType::kBF16, dims);
+    be.fill_normal(t, seed + salt, 0.0f, std);
+    return t;
+  };
+  const Tensor x = dev({T, H}, 1, 1.0f), gate_up = dev({E, 2 * I, H}, 2, 0.05f), down = dev({E, H, I}, 3, 0.05f),
+               act_in = dev({R, I}, 4, 1.0f);
+  std::vector<int32_t> idx(static_cast<size_t>(R)), perm(static_cast<size_t>(E));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::copy_n(perm.begin(), K, idx.begin() + t * K);
+  }
+  std::vector<float> w(static_cast<size_t>(R));
+  for (auto& v : w) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
+  Tensor top_idx = be.alloc(ScalarType::kI32, {R}), top_w = be.alloc(ScalarType::kF32, {R});
+  be.from_host(top_idx, idx.data());
+  be.from_host(top_w, w.data());
+  Tensor offsets = be.alloc(ScalarType::kI32, {E + 1}), pairs = be.alloc(ScalarType::kI32, {R});
+  Tensor tiles = be.alloc(ScalarType::kI32, {4 * (R / 64 + E)});
+  be.synchronize();
+  auto run = [&](int v, std::vector<uint16_t>& act, std::vector<uint16_t>& y) {
+    const int old = cuda::set_grouped_moe_variant(v);
+    const cuda::GroupedPlan plan = cuda::grouped_moe_plan(R, E);
+    cuda::set_grouped_moe_variant(old);
+    int32_t* tl = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
+    Tensor a = poisoned(ScalarType::kBF16, {R, I}), yy = poisoned(ScalarType::kBF16, {R, H});
+    cuda::launch_moe_group(top_idx.ptr<int32_t>(), R, E, plan, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tl, nullptr);
+    cuda::launch_grouped_gate_up(plan, x.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                                 pairs.ptr<int32_t>(), tl, R, E, K, H, I, a.ptr<uint16_t>(), nullptr);
+    cuda::launch_grouped_down(plan, act_in.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                              pairs.ptr<int32_t>(), tl, top_w.ptr<float>(), R, E, H, I, yy.ptr<uint16_t>(), nullptr);
+    if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("grouped gemm layouts: a kernel failed");
+    act = u16(a);
+    y = u16(yy);
+  };
+  std::vector<uint16_t> act_ref, y_ref;
+  run(2, act_ref, y_ref);
+  // The grouped row of each pair (the act rows are grouped rows, y rows pair ids): rows by position in
+  // the expert's tile list are what a layout error would follow.
+  std::vector<int64_t> count(static_cast<size_t>(E), 0), row_in_expert(static_cast<size_t>(R));
+  for (int64_t p = 0; p < R; ++p) row_in_expert[static_cast<size_t>(p)] = count[static_cast<size_t>(idx[p])]++;
+  std::vector<int64_t> first(static_cast<size_t>(E) + 1, 0);
+  for (int64_t e = 0; e < E; ++e) first[e + 1] = first[e] + count[e];
+  std::vector<int64_t> grouped_row_pos(static_cast<size_t>(R));  // grouped row -> row within its expert
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t j = 0; j < count[e]; ++j) grouped_row_pos[static_cast<size_t>(first[e] + j)] = j;
+  auto compare = [&](const std::string& what, const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
+                     int64_t cols, const std::vector<int64_t>& row_pos, bool exact) {
+    double ss = 0;
+    for (uint16_t v : want) ss += static_cast<double>(bf16_to_f32(v)) * bf16_to_f32(v);
+    const double rms = std::sqrt(ss / static_cast<double>(want.size()));
+    size_t off = 0, diff = 0, unwritten = 0;
+    int64_t by_row[8] = {}, by_col[16] = {};
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (got[i] == 0xFFFF) ++unwritten;
+      if (got[i] == want[i]) continue;
+      ++diff;
+      const double a = bf16_to_f32(got[i]), b = bf16_to_f32(want[i]);
+      if (!(std::fabs(a - b) <= 0.02 * rms + 0.02 * std::fabs(b))) {
+        ++off;
+        const int64_t row = row_pos[i / static_cast<size_t>(cols)], col = static_cast<int64_t>(i % static_cast<size_t>(cols));
+        ++by_row[(row % 64) / 8];
+        ++by_col[(col % 128) / 8];
+      }
+    }
+    std::string where = " off by row%64/8:";
+    for (int64_t v : by_row) where += " " + std::to_string(v);
+    where += "; by col%128/8:";
+    for (int64_t v : by_col) where += " " + std::to_string(v);
+    r.note(what + ": " + std::to_string(diff) + " of " + std::to_string(got.size()) + " differ, " + std::to_string(off) +
+           " off, " + std::to_string(unwritten) + " unwritten" + (off ? where : ""));
+    if (unwritten) r.fail(what + ": elements not written");
+    if (exact ? diff != 0 : off * 1000 > got.size()) r.fail(what + ": differs from variant 2");
+  };
+  // y rows are pair ids: their row within the expert.
+  for (int v = 1; v <= cuda::kGroupedMoeVariants; ++v) {
+    if (v == 2) continue;
+    std::vector<uint16_t> act, y;
+    run(v, act, y);
+    const std::string name = "T" + std::to_string(T) + " variant " + std::to_string(v);
+    compare(name + " gate_up", act, act_ref, I, grouped_row_pos, v < 11);
+    compare(name + " down", y, y_ref, H, row_in_expert, v < 11);
+  }
+}
+
 // Median wall time of fn over 10 runs after 2 warm-ups, the device synchronised around each, in ms.
 double device_ms(const std::function<void()>& fn) {
   for (int i = 0; i < 2; ++i) fn();
@@ -342,6 +439,9 @@ std::vector<Case> grouped_moe_cases() {
       // Every kernel variant: tails of every tile shape (gate_up 72 columns, down 136; K = 136 and 72),
       // ~37 rows per expert and a skewed routing (one expert with all 700 rows: several tiles of
       // every height); then the real shape at T = 1000 (~62 rows per expert) and sparse (~670).
+      // The projections alone (no CPU: every variant against variant 2), with where the off elements sit.
+      {"grouped_moe_variants_gemm_T256", [](Reporter& r) { run_gemm_layouts(r, 256, 128); }},
+      {"grouped_moe_variants_gemm_T2048", [](Reporter& r) { run_gemm_layouts(r, 2048, 128); }},
       make_variants_case("grouped_moe_variants_tails", {"E8 k2 T150 H136 I72", 150, 136, 72, 8, 2}),
       make_variants_case("grouped_moe_variants_skewed",
                          {"E8 k2 T700 H136 I72 skewed", 700, 136, 72, 8, 2, Routing::kSkewed}),
