@@ -3,6 +3,7 @@
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
 //   dgemma_gpu_check --bench          times the CUDA ops at the 26B-A4B shapes (canvas 256) instead
+//   dgemma_gpu_check --bench-moe      only the bf16 MoE rows (each grouped GEMM variant, the GEMMs alone)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -38,7 +39,7 @@ double time_ms(dgemma::Backend& be, const std::function<void()>& fn, int reps = 
 
 // The ops at the released model's shapes on random device data (fill_normal): one line each with the
 // time and the bytes / FLOP floor numbers a reader needs to judge it.
-int bench() {
+int bench(bool moe_only) {
   using namespace dgemma;
   Backend& be = gpu_test::cuda();
   const int64_t C = 256, H = 2816, V = 262144, Hq = 16, E = 128, K = 8, I = 704;
@@ -49,71 +50,73 @@ int bench() {
   };
   std::printf("%-44s %10s\n", "op (26B-A4B shapes, canvas 256)", "median ms");
   auto row = [](const char* what, double ms) { std::printf("%-44s %10.3f\n", what, ms); };
-  {
-    Tensor x = bf({C, H}, 1, 1.0f), w = bf({Hq * 256, H}, 2, 0.02f), o = be.alloc(ScalarType::kBF16, {C, Hq * 256});
-    row("matmul q_proj [256,2816]x[4096,2816]^T", time_ms(be, [&] { be.matmul(x, w, o); }));
-    Tensor e = bf({V, H}, 3, 1.0f), logits = be.alloc(ScalarType::kBF16, {C, V});
-    row("matmul LM head [256,2816]x[262144,2816]^T", time_ms(be, [&] { be.matmul(x, e, logits); }));
-    Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
-    Tensor probs = bf({C, V}, 4, 1e-6f, 4e-6f);
-    row("matmul_kn SC [256,262144]x[262144,2816]", time_ms(be, [&] { be.matmul_kn(probs, e, soft); }));
-    Tensor n = be.alloc(ScalarType::kBF16, {C, H}), wn = bf({H}, 5, 0.1f, 1.0f);
-    row("rmsnorm [256,2816]", time_ms(be, [&] { be.rmsnorm(x, &wn, 1e-6f, n); }));
-    Tensor raw = bf({C, V}, 6, 3.0f);
-    Tensor ent = be.alloc(ScalarType::kF32, {C}), lp = be.alloc(ScalarType::kF32, {C});
-    Tensor am = be.alloc(ScalarType::kI32, {C}), sm = be.alloc(ScalarType::kI32, {C});
-    SamplerArgs sa;
-    sa.temperature = 0.8f;
-    sa.sample_key = 42;
-    sa.entropy = ent;
-    sa.argmax = am;
-    sa.sample = sm;
-    sa.argmax_logprob = lp;
-    sa.logits = logits;
-    row("sampler C=256 V=262144 (+probs)", time_ms(be, [&] {
-          be.copy(logits, raw);
-          be.sampler(sa);
-        }));
-    row("  of which the copy of the logits", time_ms(be, [&] { be.copy(logits, raw); }));
-  }
-  for (int full = 0; full < 2; ++full) {
-    const int64_t D = full ? 512 : 256, Hkv = full ? 2 : 8, L = full ? 4096 : 1023;
-    AttentionArgs a;
-    a.q = bf({C, Hq, D}, 10, 0.25f);
-    // The cache in C-token pages, in order (as the engine's pool holds a sequence).
-    const int64_t pages = (L + C - 1) / C;
-    a.k_pages = bf({pages, Hkv, C, D}, 11, 0.25f);
-    a.v_pages = bf({pages, Hkv, C, D}, 12, 1.0f);
-    Tensor table = host_tensor(ScalarType::kI32, {pages});
-    for (int64_t i = 0; i < pages; ++i) table.ptr<int32_t>()[i] = static_cast<int32_t>(i);
-    a.page_table = be.upload(table);
-    a.cache_len = L;
-    a.k_new = bf({C, Hkv, D}, 13, 0.25f);
-    a.v_new = bf({C, Hkv, D}, 14, 1.0f);
-    a.out = be.alloc(ScalarType::kBF16, {C, Hq, D});
-    const bool was = cuda::set_fused_attention(false);
-    row(full ? "attention denoise D=512 Hkv=2 cache 4096 (cuBLAS)" : "attention denoise D=256 Hkv=8 cache 1023 (cuBLAS)",
-        time_ms(be, [&] { be.attention(a); }));
-    cuda::set_fused_attention(true);
-    row(full ? "attention denoise D=512 Hkv=2 cache 4096 (fused)" : "attention denoise D=256 Hkv=8 cache 1023 (fused)",
-        time_ms(be, [&] { be.attention(a); }));
-    cuda::set_fused_attention(was);
-  }
-  {  // the encoder's causal pass over a 512-token prompt chunk
-    const int64_t D = 256, Hkv = 8, n = 512;
-    AttentionArgs a;
-    a.q = bf({n, Hq, D}, 15, 0.25f);
-    a.k_new = bf({n, Hkv, D}, 16, 0.25f);
-    a.v_new = bf({n, Hkv, D}, 17, 1.0f);
-    a.causal = true;
-    a.window = 1024;
-    a.out = be.alloc(ScalarType::kBF16, {n, Hq, D});
-    const bool was = cuda::set_fused_attention(false);
-    row("attention prefill 512 causal D=256 (cuBLAS)", time_ms(be, [&] { be.attention(a); }));
-    cuda::set_fused_attention(true);
-    row("attention prefill 512 causal D=256 (fused)", time_ms(be, [&] { be.attention(a); }));
-    cuda::set_fused_attention(was);
-  }
+  if (!moe_only) {
+    {
+      Tensor x = bf({C, H}, 1, 1.0f), w = bf({Hq * 256, H}, 2, 0.02f), o = be.alloc(ScalarType::kBF16, {C, Hq * 256});
+      row("matmul q_proj [256,2816]x[4096,2816]^T", time_ms(be, [&] { be.matmul(x, w, o); }));
+      Tensor e = bf({V, H}, 3, 1.0f), logits = be.alloc(ScalarType::kBF16, {C, V});
+      row("matmul LM head [256,2816]x[262144,2816]^T", time_ms(be, [&] { be.matmul(x, e, logits); }));
+      Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
+      Tensor probs = bf({C, V}, 4, 1e-6f, 4e-6f);
+      row("matmul_kn SC [256,262144]x[262144,2816]", time_ms(be, [&] { be.matmul_kn(probs, e, soft); }));
+      Tensor n = be.alloc(ScalarType::kBF16, {C, H}), wn = bf({H}, 5, 0.1f, 1.0f);
+      row("rmsnorm [256,2816]", time_ms(be, [&] { be.rmsnorm(x, &wn, 1e-6f, n); }));
+      Tensor raw = bf({C, V}, 6, 3.0f);
+      Tensor ent = be.alloc(ScalarType::kF32, {C}), lp = be.alloc(ScalarType::kF32, {C});
+      Tensor am = be.alloc(ScalarType::kI32, {C}), sm = be.alloc(ScalarType::kI32, {C});
+      SamplerArgs sa;
+      sa.temperature = 0.8f;
+      sa.sample_key = 42;
+      sa.entropy = ent;
+      sa.argmax = am;
+      sa.sample = sm;
+      sa.argmax_logprob = lp;
+      sa.logits = logits;
+      row("sampler C=256 V=262144 (+probs)", time_ms(be, [&] {
+            be.copy(logits, raw);
+            be.sampler(sa);
+          }));
+      row("  of which the copy of the logits", time_ms(be, [&] { be.copy(logits, raw); }));
+    }
+    for (int full = 0; full < 2; ++full) {
+      const int64_t D = full ? 512 : 256, Hkv = full ? 2 : 8, L = full ? 4096 : 1023;
+      AttentionArgs a;
+      a.q = bf({C, Hq, D}, 10, 0.25f);
+      // The cache in C-token pages, in order (as the engine's pool holds a sequence).
+      const int64_t pages = (L + C - 1) / C;
+      a.k_pages = bf({pages, Hkv, C, D}, 11, 0.25f);
+      a.v_pages = bf({pages, Hkv, C, D}, 12, 1.0f);
+      Tensor table = host_tensor(ScalarType::kI32, {pages});
+      for (int64_t i = 0; i < pages; ++i) table.ptr<int32_t>()[i] = static_cast<int32_t>(i);
+      a.page_table = be.upload(table);
+      a.cache_len = L;
+      a.k_new = bf({C, Hkv, D}, 13, 0.25f);
+      a.v_new = bf({C, Hkv, D}, 14, 1.0f);
+      a.out = be.alloc(ScalarType::kBF16, {C, Hq, D});
+      const bool was = cuda::set_fused_attention(false);
+      row(full ? "attention denoise D=512 Hkv=2 cache 4096 (cuBLAS)" : "attention denoise D=256 Hkv=8 cache 1023 (cuBLAS)",
+          time_ms(be, [&] { be.attention(a); }));
+      cuda::set_fused_attention(true);
+      row(full ? "attention denoise D=512 Hkv=2 cache 4096 (fused)" : "attention denoise D=256 Hkv=8 cache 1023 (fused)",
+          time_ms(be, [&] { be.attention(a); }));
+      cuda::set_fused_attention(was);
+    }
+    {  // the encoder's causal pass over a 512-token prompt chunk
+      const int64_t D = 256, Hkv = 8, n = 512;
+      AttentionArgs a;
+      a.q = bf({n, Hq, D}, 15, 0.25f);
+      a.k_new = bf({n, Hkv, D}, 16, 0.25f);
+      a.v_new = bf({n, Hkv, D}, 17, 1.0f);
+      a.causal = true;
+      a.window = 1024;
+      a.out = be.alloc(ScalarType::kBF16, {n, Hq, D});
+      const bool was = cuda::set_fused_attention(false);
+      row("attention prefill 512 causal D=256 (cuBLAS)", time_ms(be, [&] { be.attention(a); }));
+      cuda::set_fused_attention(true);
+      row("attention prefill 512 causal D=256 (fused)", time_ms(be, [&] { be.attention(a); }));
+      cuda::set_fused_attention(was);
+    }
+  }  // !moe_only
   {
     MoeArgs m;
     m.router_in = bf({C, H}, 20, 1.0f);
@@ -165,8 +168,9 @@ int bench() {
     }
     cuda::set_moe_device_grouping(was);
   }
-  gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
   gpu_test::grouped_moe_bench();
+  if (moe_only) return 0;
+  gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
   {
     DecideArgs d;
     d.entropy = be.alloc(ScalarType::kF32, {C});
@@ -210,7 +214,8 @@ int main(int argc, char** argv) {
   }
   std::printf("random inputs: DGEMMA_TEST_SEED=%llu\n", static_cast<unsigned long long>(run_seed()));
   std::printf("backend: %s\n", cuda().name().c_str());
-  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) return bench();
+  if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) return bench(false);
+  if (argc > 1 && std::strcmp(argv[1], "--bench-moe") == 0) return bench(true);
   int passed = 0, failed = 0;
   for (const Case& c : all_cases()) {
     bool selected = argc <= 1;
