@@ -419,7 +419,7 @@ std::vector<Case> grouped_moe_cases() {
       make_case("grouped_moe_E8_k2", {"grouped moe E8 k2", 37, 64, 32, 8, 2}),
       // N and K tails: gate_up 40 columns (a 32-wide tile + 8), down 72 columns (64 + 8), K = 72 and 40.
       make_case("grouped_moe_E8_k2_tails", {"grouped moe E8 k2 H72 I40", 45, 72, 40, 8, 2}),
-      // The large-R kernel (R = 300 > 24 E) on the tails: gate_up 40 of a tile's 64 i, down 72 of 128
+      // The large-R kernel (R = 300 > 24 E) on the tails: gate_up 40 of a tile's i, down 72 of its
       // columns, K = 72 (64 + 8) and 40; ~37 rows per expert, one partial tile each.
       make_case("grouped_moe_E8_k2_big_tails", {"grouped moe E8 k2 T150 H72 I40 (large R)", 150, 72, 40, 8, 2}),
       // ~175 rows per expert: two tiles each, the second partial; skewed: one expert with all 700 rows
@@ -432,12 +432,13 @@ std::vector<Case> grouped_moe_cases() {
       make_case("grouped_moe_E128_k8_T1", {"grouped moe E128 k8 T1", 1, H, I, 128, 8}),
       make_case("grouped_moe_E128_k8_T64", {"grouped moe E128 k8 T64", 64, H, I, 128, 8}),
       make_case("grouped_moe_E128_k8_T256", {"grouped moe E128 k8 T256", 256, H, I, 128, 8}),
-      // 62.5 rows per expert on average: the large-R kernel, one partial 128-row tile per expert.
+      // 62.5 rows per expert on average: the automatic choice's tile-list kernel (64-row wgmma tiles on
+      // sm_90: about half the experts get a second, short tile).
       make_case("grouped_moe_E128_k8_T1000", {"grouped moe E128 k8 T1000", 1000, H, I, 128, 8}),
-      // 128 rows per expert on average: about half the experts get a second tile.
+      // 128 rows per expert on average: two or three tiles each.
       make_case("grouped_moe_E128_k8_T2048", {"grouped moe E128 k8 T2048", 2048, H, I, 128, 8}),
-      // One expert with every token: 8 M tiles of 32 rows in one CTA (T=256, small R); 7 full tiles of
-      // 128 + 104 rows (T=1000) and exactly 16 full tiles (T=2048) from the tile list (large R).
+      // One expert with every token: 8 M tiles of 32 rows in one CTA (T=256, small R); many full tiles
+      // and a partial one (T=1000) or only full ones (T=2048) from the tile list (large R).
       make_case("grouped_moe_E128_k8_skewed", {"grouped moe E128 k8 T256 skewed", 256, H, I, 128, 8, Routing::kSkewed}),
       make_case("grouped_moe_E128_k8_skewed_T1000",
                 {"grouped moe E128 k8 T1000 skewed", 1000, H, I, 128, 8, Routing::kSkewed}),
@@ -448,12 +449,13 @@ std::vector<Case> grouped_moe_cases() {
       make_case("grouped_moe_E128_k8_sparse", {"grouped moe E128 k8 T300 sparse", 300, H, I, 128, 8, Routing::kSparse}),
       make_case("grouped_moe_E128_k8_sparse_T1000",
                 {"grouped moe E128 k8 T1000 sparse", 1000, H, I, 128, 8, Routing::kSparse}),
-      // Every kernel variant: tails of every tile shape (gate_up 72 columns, down 136; K = 136 and 72),
-      // ~37 rows per expert and a skewed routing (one expert with all 700 rows: several tiles of
-      // every height); then the real shape at T = 1000 (~62 rows per expert) and sparse (~670).
-      // The projections alone (no CPU: every variant against variant 2), with where the off elements sit.
+      // Every kernel variant. The projections alone (no CPU: every variant against variant 2), with
+      // where the off elements sit.
       {"grouped_moe_variants_gemm_T256", [](Reporter& r) { run_gemm_layouts(r, 256, 128); }},
       {"grouped_moe_variants_gemm_T2048", [](Reporter& r) { run_gemm_layouts(r, 2048, 128); }},
+      // The MoE vs the CPU: tails of every tile shape (gate_up 72 columns, down 136; K = 136 and 72),
+      // ~37 rows per expert and a skewed routing (one expert with all 700 rows: several tiles of
+      // every height); then the real shape at T = 1000 (~62 rows per expert) and sparse (~670).
       make_variants_case("grouped_moe_variants_tails", {"E8 k2 T150 H136 I72", 150, 136, 72, 8, 2}),
       make_variants_case("grouped_moe_variants_skewed",
                          {"E8 k2 T700 H136 I72 skewed", 700, 136, 72, 8, 2, Routing::kSkewed}),
