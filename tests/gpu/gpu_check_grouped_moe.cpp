@@ -5,11 +5,20 @@
 // one (32-row tiles, up to 24 rows per expert on average) and the large-R one (tiles from the tile
 // list; experts with more rows than a tile get several), and the grouped_moe_variants_* cases run
 // every variant (set_grouped_moe_variant). Outputs are poisoned, so unwritten elements show.
+#include <cuda_runtime.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/grouped_moe.cuh"
 #include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
@@ -177,8 +186,8 @@ Case make_case(const std::string& id, Shape s) {
 
 // Every bf16 grouped GEMM variant (set_grouped_moe_variant: the small kernel and each tile-list shape)
 // on one shape: the CPU runs once, each variant's output against it on the identically routed tokens,
-// and bit-identical to the automatic choice (every mma.sync variant accumulates each element in the
-// same order; the wgmma ones only report how many elements differ).
+// and bit-identical to variant 2 (every mma.sync variant accumulates each element in the same order;
+// the wgmma ones only report how many elements differ). The automatic choice runs first (the routing).
 void run_variants(Reporter& r, const Shape& s) {
   Data d("grouped moe variants " + s.name);
   const int64_t T = s.T, E = s.E, K = s.K;
@@ -192,7 +201,7 @@ void run_variants(Reporter& r, const Shape& s) {
   MoeArgs first = to_gpu(ca, s);
   run_cuda(first, true);
   const std::vector<char> same = compare_routing(r, s.name, ca, first, 4);
-  const std::vector<uint16_t> auto_out = u16(first.out);
+  std::vector<uint16_t> ref_out;  // variant 2's (mma.sync, 128 x 128 tiles)
   for (int v = 1; v <= cuda::kGroupedMoeVariants; ++v) {
     MoeArgs dev = to_gpu(ca, s);
     const int old = cuda::set_grouped_moe_variant(v);
@@ -206,14 +215,26 @@ void run_variants(Reporter& r, const Shape& s) {
     const std::string what = s.name + " variant " + std::to_string(v);
     compare_out(r, what + " vs CPU (identically routed tokens)", s, ca, dev, same);
     const std::vector<uint16_t> out = u16(dev.out);
+    if (v == 1) {  // variant 2 next: the reference of the bit-for-bit comparisons
+      MoeArgs ref = to_gpu(ca, s);
+      const int was = cuda::set_grouped_moe_variant(2);
+      try {
+        run_cuda(ref, true);
+      } catch (...) {
+        cuda::set_grouped_moe_variant(was);
+        throw;
+      }
+      cuda::set_grouped_moe_variant(was);
+      ref_out = u16(ref.out);
+    }
     size_t diff = 0;
-    for (size_t i = 0; i < out.size(); ++i) diff += out[i] != auto_out[i];
+    for (size_t i = 0; i < out.size(); ++i) diff += out[i] != ref_out[i];
     // The wgmma variants (11 ..) sum in the tensor cores' order: a note, the CPU comparison above decides.
     if (v >= 11)
       r.note(what + ": " + std::to_string(diff) + " of " + std::to_string(out.size()) +
-             " elements differ from the automatic choice's output");
+             " elements differ from variant 2's output");
     else if (diff != 0)
-      r.fail(what + ": " + std::to_string(diff) + " elements differ from the automatic choice's output");
+      r.fail(what + ": " + std::to_string(diff) + " elements differ from variant 2's output");
   }
 }
 
@@ -221,7 +242,175 @@ Case make_variants_case(const std::string& id, Shape s) {
   return {id, [s](Reporter& r) { run_variants(r, s); }};
 }
 
+// The projections alone, every tile-list variant against the mma.sync variant 2 on the same grouped
+// rows (random top-K routing at T tokens, E experts, the real H / I): an element is off when it differs
+// by more than 2% of the output's RMS and 2% of itself. The mma.sync variants must match bit for bit; the
+// wgmma ones within that bound, and when they do not, where the off elements sit (row % 64 in 8-row
+// groups, column % 128 in n8 fragments) tells a layout error from a rounding one.
+void run_gemm_layouts(Reporter& r, int64_t T, int64_t E) {
+  constexpr int64_t H = 2816, I = 704, K = 8;
+  const int64_t R = T * K;
+  Backend& be = cuda();
+  const uint64_t seed = run_seed();
+  auto dev = [&](std::initializer_list<int64_t> dims, uint64_t salt, float std) {
+    Tensor t = be.alloc(ScalarType::kBF16, dims);
+    be.fill_normal(t, seed + salt, 0.0f, std);
+    return t;
+  };
+  const Tensor x = dev({T, H}, 1, 1.0f), gate_up = dev({E, 2 * I, H}, 2, 0.05f), down = dev({E, H, I}, 3, 0.05f),
+               act_in = dev({R, I}, 4, 1.0f);
+  std::vector<int32_t> idx(static_cast<size_t>(R)), perm(static_cast<size_t>(E));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::copy_n(perm.begin(), K, idx.begin() + t * K);
+  }
+  std::vector<float> w(static_cast<size_t>(R));
+  for (auto& v : w) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
+  Tensor top_idx = be.alloc(ScalarType::kI32, {R}), top_w = be.alloc(ScalarType::kF32, {R});
+  be.from_host(top_idx, idx.data());
+  be.from_host(top_w, w.data());
+  Tensor offsets = be.alloc(ScalarType::kI32, {E + 1}), pairs = be.alloc(ScalarType::kI32, {R});
+  Tensor tiles = be.alloc(ScalarType::kI32, {4 * (R / 64 + E)});
+  be.synchronize();
+  auto run = [&](int v, std::vector<uint16_t>& act, std::vector<uint16_t>& y) {
+    const int old = cuda::set_grouped_moe_variant(v);
+    const cuda::GroupedPlan plan = cuda::grouped_moe_plan(R, E);
+    cuda::set_grouped_moe_variant(old);
+    int32_t* tl = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
+    Tensor a = poisoned(ScalarType::kBF16, {R, I}), yy = poisoned(ScalarType::kBF16, {R, H});
+    cuda::launch_moe_group(top_idx.ptr<int32_t>(), R, E, plan, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tl, nullptr);
+    cuda::launch_grouped_gate_up(plan, x.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                                 pairs.ptr<int32_t>(), tl, R, E, K, H, I, a.ptr<uint16_t>(), nullptr);
+    cuda::launch_grouped_down(plan, act_in.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                              pairs.ptr<int32_t>(), tl, top_w.ptr<float>(), R, E, H, I, yy.ptr<uint16_t>(), nullptr);
+    if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("grouped gemm layouts: a kernel failed");
+    act = u16(a);
+    y = u16(yy);
+  };
+  std::vector<uint16_t> act_ref, y_ref;
+  run(2, act_ref, y_ref);
+  // The grouped row of each pair (the act rows are grouped rows, y rows pair ids): rows by position in
+  // the expert's tile list are what a layout error would follow.
+  std::vector<int64_t> count(static_cast<size_t>(E), 0), row_in_expert(static_cast<size_t>(R));
+  for (int64_t p = 0; p < R; ++p) row_in_expert[static_cast<size_t>(p)] = count[static_cast<size_t>(idx[p])]++;
+  std::vector<int64_t> first(static_cast<size_t>(E) + 1, 0);
+  for (int64_t e = 0; e < E; ++e) first[e + 1] = first[e] + count[e];
+  std::vector<int64_t> grouped_row_pos(static_cast<size_t>(R));  // grouped row -> row within its expert
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t j = 0; j < count[e]; ++j) grouped_row_pos[static_cast<size_t>(first[e] + j)] = j;
+  auto compare = [&](const std::string& what, const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
+                     int64_t cols, const std::vector<int64_t>& row_pos, bool exact) {
+    double ss = 0;
+    for (uint16_t v : want) ss += static_cast<double>(bf16_to_f32(v)) * bf16_to_f32(v);
+    const double rms = std::sqrt(ss / static_cast<double>(want.size()));
+    size_t off = 0, diff = 0, unwritten = 0;
+    int64_t by_row[8] = {}, by_col[16] = {};
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (got[i] == 0xFFFF) ++unwritten;
+      if (got[i] == want[i]) continue;
+      ++diff;
+      const double a = bf16_to_f32(got[i]), b = bf16_to_f32(want[i]);
+      if (!(std::fabs(a - b) <= 0.02 * rms + 0.02 * std::fabs(b))) {
+        ++off;
+        const int64_t row = row_pos[i / static_cast<size_t>(cols)], col = static_cast<int64_t>(i % static_cast<size_t>(cols));
+        ++by_row[(row % 64) / 8];
+        ++by_col[(col % 128) / 8];
+      }
+    }
+    std::string where = " off by row%64/8:";
+    for (int64_t v : by_row) where += " " + std::to_string(v);
+    where += "; by col%128/8:";
+    for (int64_t v : by_col) where += " " + std::to_string(v);
+    r.note(what + ": " + std::to_string(diff) + " of " + std::to_string(got.size()) + " differ, " + std::to_string(off) +
+           " off, " + std::to_string(unwritten) + " unwritten" + (off ? where : ""));
+    if (unwritten) r.fail(what + ": elements not written");
+    if (exact ? diff != 0 : off * 1000 > got.size()) r.fail(what + ": differs from variant 2");
+  };
+  // y rows are pair ids: their row within the expert.
+  for (int v = 1; v <= cuda::kGroupedMoeVariants; ++v) {
+    if (v == 2) continue;
+    std::vector<uint16_t> act, y;
+    run(v, act, y);
+    const std::string name = "T" + std::to_string(T) + " variant " + std::to_string(v);
+    compare(name + " gate_up", act, act_ref, I, grouped_row_pos, v < 11);
+    compare(name + " down", y, y_ref, H, row_in_expert, v < 11);
+  }
+}
+
+// Time per call of fn in ms: the fastest of 7 samples of 5 back-to-back calls after 2 warm-ups, the
+// device synchronised around each sample (the minimum: a GPU shared with other work inflates samples).
+double device_ms(const std::function<void()>& fn) {
+  for (int i = 0; i < 2; ++i) fn();
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("grouped moe bench: a kernel failed");
+  double best = 1e30;
+  for (int i = 0; i < 7; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int j = 0; j < 5; ++j) fn();
+    if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("grouped moe bench: a kernel failed");
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 5);
+  }
+  return best;
+}
+
 }  // namespace
+
+void grouped_moe_bench() {
+  constexpr int64_t H = 2816, I = 704, E = 128, K = 8, kMaxT = 4096;
+  Backend& be = cuda();
+  auto bf = [&](std::initializer_list<int64_t> dims, uint64_t seed, float std) {
+    Tensor t = be.alloc(ScalarType::kBF16, dims);
+    be.fill_normal(t, seed, 0.0f, std);
+    return t;
+  };
+  const Tensor x = bf({kMaxT, H}, 91, 1.0f), gate_up = bf({E, 2 * I, H}, 92, 0.02f), down = bf({E, H, I}, 93, 0.04f);
+  const Tensor act = bf({kMaxT * K, I}, 94, 1.0f);
+  Tensor y = be.alloc(ScalarType::kBF16, {kMaxT * K, H});
+  Tensor top_idx = be.alloc(ScalarType::kI32, {kMaxT * K}), top_w = be.alloc(ScalarType::kF32, {kMaxT * K});
+  Tensor offsets = be.alloc(ScalarType::kI32, {E + 1}), pairs = be.alloc(ScalarType::kI32, {kMaxT * K});
+  Tensor tiles = be.alloc(ScalarType::kI32, {4 * (kMaxT * K / 64 + E)});
+  {  // top-8 of a random permutation per token: ~T K / E rows per expert
+    std::mt19937 rng(5);
+    std::vector<int32_t> idx(static_cast<size_t>(kMaxT * K)), perm(static_cast<size_t>(E));
+    for (int64_t t = 0; t < kMaxT; ++t) {
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::copy_n(perm.begin(), K, idx.begin() + t * K);
+    }
+    std::vector<float> w(static_cast<size_t>(kMaxT * K), 0.125f);
+    be.from_host(top_idx, idx.data());
+    be.from_host(top_w, w.data());
+    be.synchronize();
+  }
+  const double gu_bytes = 2.0 * E * 2 * I * H, dn_bytes = 2.0 * E * H * I;
+  std::printf("%-34s %9s %7s %7s %9s %7s %7s\n", "grouped bf16 GEMMs (26B-A4B)", "gate_up", "TB/s", "TF/s", "down",
+              "TB/s", "TF/s");
+  for (const int64_t T : {256, 512, 1024, 2048, 4096}) {
+    const int64_t R = T * K;
+    for (int v = 0; v <= cuda::kGroupedMoeVariants; ++v) {
+      const int old = cuda::set_grouped_moe_variant(v);
+      const cuda::GroupedPlan plan = cuda::grouped_moe_plan(R, E);
+      cuda::set_grouped_moe_variant(old);
+      int32_t* tl = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
+      cuda::launch_moe_group(top_idx.ptr<int32_t>(), R, E, plan, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tl, nullptr);
+      const double gu = device_ms([&] {
+        cuda::launch_grouped_gate_up(plan, x.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                                     pairs.ptr<int32_t>(), tl, R, E, K, H, I, act.ptr<uint16_t>(), nullptr);
+      });
+      const double dn = device_ms([&] {
+        cuda::launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                                  pairs.ptr<int32_t>(), tl, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), nullptr);
+      });
+      char what[64];
+      std::snprintf(what, sizeof what, "T=%lld variant %d%s (rows %d)", static_cast<long long>(T), plan.variant,
+                    v == 0 ? " auto" : "", plan.tile_rows);
+      const double flop = 2.0 * static_cast<double>(R) * 2 * I * H;  // per projection (down: R H I x 2 as well)
+      std::printf("%-34s %9.3f %7.2f %7.0f %9.3f %7.2f %7.0f\n", what, gu, gu_bytes / gu * 1e-9, flop / gu * 1e-9, dn,
+                  dn_bytes / dn * 1e-9, flop / 2 / dn * 1e-9);
+    }
+  }
+}
 
 std::vector<Case> grouped_moe_cases() {
   constexpr int64_t H = 2816, I = 704;
@@ -230,7 +419,7 @@ std::vector<Case> grouped_moe_cases() {
       make_case("grouped_moe_E8_k2", {"grouped moe E8 k2", 37, 64, 32, 8, 2}),
       // N and K tails: gate_up 40 columns (a 32-wide tile + 8), down 72 columns (64 + 8), K = 72 and 40.
       make_case("grouped_moe_E8_k2_tails", {"grouped moe E8 k2 H72 I40", 45, 72, 40, 8, 2}),
-      // The large-R kernel (R = 300 > 24 E) on the tails: gate_up 40 of a tile's 64 i, down 72 of 128
+      // The large-R kernel (R = 300 > 24 E) on the tails: gate_up 40 of a tile's i, down 72 of its
       // columns, K = 72 (64 + 8) and 40; ~37 rows per expert, one partial tile each.
       make_case("grouped_moe_E8_k2_big_tails", {"grouped moe E8 k2 T150 H72 I40 (large R)", 150, 72, 40, 8, 2}),
       // ~175 rows per expert: two tiles each, the second partial; skewed: one expert with all 700 rows
@@ -243,12 +432,13 @@ std::vector<Case> grouped_moe_cases() {
       make_case("grouped_moe_E128_k8_T1", {"grouped moe E128 k8 T1", 1, H, I, 128, 8}),
       make_case("grouped_moe_E128_k8_T64", {"grouped moe E128 k8 T64", 64, H, I, 128, 8}),
       make_case("grouped_moe_E128_k8_T256", {"grouped moe E128 k8 T256", 256, H, I, 128, 8}),
-      // 62.5 rows per expert on average: the large-R kernel, one partial 128-row tile per expert.
+      // 62.5 rows per expert on average: the automatic choice's tile-list kernel (64-row wgmma tiles on
+      // sm_90: about half the experts get a second, short tile).
       make_case("grouped_moe_E128_k8_T1000", {"grouped moe E128 k8 T1000", 1000, H, I, 128, 8}),
-      // 128 rows per expert on average: about half the experts get a second tile.
+      // 128 rows per expert on average: two or three tiles each.
       make_case("grouped_moe_E128_k8_T2048", {"grouped moe E128 k8 T2048", 2048, H, I, 128, 8}),
-      // One expert with every token: 8 M tiles of 32 rows in one CTA (T=256, small R); 7 full tiles of
-      // 128 + 104 rows (T=1000) and exactly 16 full tiles (T=2048) from the tile list (large R).
+      // One expert with every token: 8 M tiles of 32 rows in one CTA (T=256, small R); many full tiles
+      // and a partial one (T=1000) or only full ones (T=2048) from the tile list (large R).
       make_case("grouped_moe_E128_k8_skewed", {"grouped moe E128 k8 T256 skewed", 256, H, I, 128, 8, Routing::kSkewed}),
       make_case("grouped_moe_E128_k8_skewed_T1000",
                 {"grouped moe E128 k8 T1000 skewed", 1000, H, I, 128, 8, Routing::kSkewed}),
@@ -259,7 +449,11 @@ std::vector<Case> grouped_moe_cases() {
       make_case("grouped_moe_E128_k8_sparse", {"grouped moe E128 k8 T300 sparse", 300, H, I, 128, 8, Routing::kSparse}),
       make_case("grouped_moe_E128_k8_sparse_T1000",
                 {"grouped moe E128 k8 T1000 sparse", 1000, H, I, 128, 8, Routing::kSparse}),
-      // Every kernel variant: tails of every tile shape (gate_up 72 columns, down 136; K = 136 and 72),
+      // Every kernel variant. The projections alone (no CPU: every variant against variant 2), with
+      // where the off elements sit.
+      {"grouped_moe_variants_gemm_T256", [](Reporter& r) { run_gemm_layouts(r, 256, 128); }},
+      {"grouped_moe_variants_gemm_T2048", [](Reporter& r) { run_gemm_layouts(r, 2048, 128); }},
+      // The MoE vs the CPU: tails of every tile shape (gate_up 72 columns, down 136; K = 136 and 72),
       // ~37 rows per expert and a skewed routing (one expert with all 700 rows: several tiles of
       // every height); then the real shape at T = 1000 (~62 rows per expert) and sparse (~670).
       make_variants_case("grouped_moe_variants_tails", {"E8 k2 T150 H136 I72", 150, 136, 72, 8, 2}),

@@ -228,6 +228,7 @@ int bench(bool quant_only, bool flash_only, bool tail_only) {
     cuda::set_moe_device_grouping(was);
   }
   if (!tail_only) {
+    gpu_test::grouped_moe_bench();  // the bf16 grouped GEMMs alone, per variant
     gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
     gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
     gpu_test::small_kernel_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);

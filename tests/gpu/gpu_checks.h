@@ -52,4 +52,9 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
 void flash_bench(const std::function<double(const std::function<void()>&)>& time_ms,
                  const std::function<void(const char*, double)>& row);
 
+// `dgemma_gpu_check --bench` rows of the bf16 grouped expert GEMMs alone (gpu_check_grouped_moe.cpp):
+// gate_up and down of the automatic choice and every kernel variant at T = 256 .. 4096 on a random
+// top-8 routing, with the weight-stream rate and the tensor-core rate each reaches.
+void grouped_moe_bench();
+
 }  // namespace dgemma::gpu_test

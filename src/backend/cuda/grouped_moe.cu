@@ -176,9 +176,8 @@ bool grouped_moe_supported(int64_t T, int64_t H, int64_t I, int64_t E, int64_t K
 }
 
 GroupedPlan grouped_moe_plan(int64_t R, int64_t E) {
-  int variant = g_variant.load();
-  if (variant >= kFirstWgmmaVariant && !device_is_sm90()) variant = kFirstTileVariant;
-  const GroupedPlanImpl p = grouped_plan(variant, R, E);
+  GroupedPlanImpl p = grouped_plan(g_variant.load(), R, E);
+  if (p.variant >= kFirstWgmmaVariant && !device_is_sm90()) p = grouped_plan(kFirstTileVariant, R, E);
   return {p.variant, p.tile_rows, p.max_tiles};
 }
 

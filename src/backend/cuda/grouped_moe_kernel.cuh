@@ -527,11 +527,29 @@ constexpr int kTileRows[kLastVariant + 1] = {0,          0,          Tile2::kBM,
                                              Tile5::kBM, Tile6::kBM, Tile7::kBM,  Tile8::kBM, Tile9::kBM,
                                              Tile10::kBM, Wg11::kBM, Wg12::kBM, Wg13::kBM, Wg14::kBM};
 
-// variant 0: automatic (by rows per expert); else that variant whenever R > 0.
+// The automatic choice by the mean rows per expert R / E: the first step whose bound it does not
+// exceed (grouped_moe.cu replaces a wgmma variant by variant 2 off sm_90). Measured on the H200 at the
+// 26B-A4B shapes (dgemma_gpu_check --bench, whole MoE block, E128 top-8; a busy GPU, so only the
+// larger gaps count): ~16 rows per expert (T = 256) the small kernel streams the weights at their
+// floor; ~64 (T = 1024) the wgmma 64 x 128 tiles (14) edge out the rest; ~128 (T = 2048) the wgmma
+// 64 x 256 tiles (11) clearly lead; ~256 (T = 4096) the wgmma 128 x 256 tiles (12), about 1.8x the
+// mma.sync 128 x 128 kernel (2) that large R used before.
+struct AutoStep {
+  int64_t max_mean_rows;
+  int variant;
+};
+constexpr AutoStep kAutoSteps[] = {{24, 1}, {96, 14}, {192, 11}, {int64_t{1} << 40, 12}};
+
+// variant 0: automatic (kAutoSteps); else that variant whenever R > 0.
 inline GroupedPlanImpl grouped_plan(int variant, int64_t R, int64_t E) {
   GroupedPlanImpl p;
   if (R <= 0 || E <= 0) return p;
-  if (variant < 1 || variant > kLastVariant) variant = R <= 24 * E ? 1 : 2;
+  if (variant < 1 || variant > kLastVariant)
+    for (const AutoStep& a : kAutoSteps)
+      if (R <= a.max_mean_rows * E) {
+        variant = a.variant;
+        break;
+      }
   p.variant = variant;
   if (variant >= kFirstTileVariant) {
     p.tile_rows = kTileRows[variant];

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <cstdio>
 #include <functional>
+#include <utility>
 #include <memory>
 #include <ucontext.h>
 #include <utility>
@@ -90,7 +91,9 @@ class Barrier {
 inline Barrier* g_block_bar = nullptr;
 constexpr int kMaxWarps = 8;
 inline Barrier* g_warp_bar[kMaxWarps];
-inline uint32_t g_scratch[2][kMaxWarps][32][8];
+inline uint32_t g_scratch[kMaxWarps][32][8];  // per-warp exchange of collectives that wait twice
+// The double-buffered exchange of ldmatrix / mma (collective_scratch below): one barrier a call.
+inline uint32_t g_xchg[2][kMaxWarps][32][8];
 inline uint8_t g_parity[kMaxWarps][32];
 inline unsigned char* smem() { return g_smem; }
 inline std::function<void()>* g_fn = nullptr;
@@ -127,42 +130,42 @@ inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem
   g_fibers = &fibers;
   g_fn = &fn;
   for (int bz = 0; bz < gz; ++bz)
-  for (int by = 0; by < gy; ++by)
-    for (int bx = 0; bx < gx; ++bx) {
-      g_smem = buf.data();
-      g_smem_bytes = static_cast<uint32_t>(smem_bytes);
-      std::fill(buf.begin(), buf.end(), 0xCD);
-      Barrier bb(threads);
-      std::vector<std::unique_ptr<Barrier>> wb;
-      for (int w = 0; w < warps; ++w) {
-        wb.push_back(std::make_unique<Barrier>(32));
-        g_warp_bar[w] = wb.back().get();
-      }
-      g_block_bar = &bb;
-      std::memset(g_parity, 0, sizeof g_parity);
-      t_block.x = static_cast<unsigned>(bx);
-      t_block.y = static_cast<unsigned>(by);
-      t_block.z = static_cast<unsigned>(bz);
-      for (auto& f : fibers) start_fiber(f);
-      // Round robin until every thread has finished; a round in which nothing progressed while
-      // threads remain means they wait at barriers that the others will never reach.
-      for (;;) {
-        const uint64_t before = g_progress;
-        int live = 0;
-        for (int t = 0; t < threads; ++t) {
-          if (fibers[static_cast<size_t>(t)].done) continue;
-          g_cur = t;
-          t_thread.x = static_cast<unsigned>(t);
-          resume_fiber(fibers[static_cast<size_t>(t)]);
-          live += !fibers[static_cast<size_t>(t)].done;
+    for (int by = 0; by < gy; ++by)
+      for (int bx = 0; bx < gx; ++bx) {
+        g_smem = buf.data();
+        g_smem_bytes = static_cast<uint32_t>(smem_bytes);
+        std::fill(buf.begin(), buf.end(), 0xCD);
+        Barrier bb(threads);
+        std::vector<std::unique_ptr<Barrier>> wb;
+        for (int w = 0; w < warps; ++w) {
+          wb.push_back(std::make_unique<Barrier>(32));
+          g_warp_bar[w] = wb.back().get();
         }
-        if (live == 0) break;
-        if (g_progress == before) {
-          std::fprintf(stderr, "emulated kernel: block (%d, %d, %d) deadlocked at a barrier\n", bx, by, bz);
-          std::abort();
+        g_block_bar = &bb;
+        std::memset(g_parity, 0, sizeof g_parity);
+        t_block.x = static_cast<unsigned>(bx);
+        t_block.y = static_cast<unsigned>(by);
+        t_block.z = static_cast<unsigned>(bz);
+        for (auto& f : fibers) start_fiber(f);
+        // Round robin until every thread has finished; a round in which nothing progressed while
+        // threads remain means they wait at barriers that the others will never reach.
+        for (;;) {
+          const uint64_t before = g_progress;
+          int live = 0;
+          for (int t = 0; t < threads; ++t) {
+            if (fibers[static_cast<size_t>(t)].done) continue;
+            g_cur = t;
+            t_thread.x = static_cast<unsigned>(t);
+            resume_fiber(fibers[static_cast<size_t>(t)]);
+            live += !fibers[static_cast<size_t>(t)].done;
+          }
+          if (live == 0) break;
+          if (g_progress == before) {
+            std::fprintf(stderr, "emulated kernel: block (%d, %d, %d) deadlocked at a barrier\n", bx, by, bz);
+            std::abort();
+          }
         }
       }
-    }
   g_fibers = nullptr;
   g_cur = -1;
 }
@@ -221,12 +224,12 @@ inline uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   }
   return r;
 }
-// The warp collectives exchange their operands through scratch[parity][warp]: a lane's calls alternate
+// ldmatrix and mma exchange their operands through g_xchg[parity][warp]: a lane's calls alternate
 // buffers, so one barrier per call suffices (a lane can only overwrite a buffer two calls later, past
 // the next call's barrier, which every lane reaches only after reading this one).
 inline uint32_t (&collective_scratch(int w, int lane))[32][8] {
   uint8_t& par = emu::g_parity[w][lane];
-  uint32_t(&sc)[32][8] = emu::g_scratch[par][w];
+  uint32_t(&sc)[32][8] = emu::g_xchg[par][w];
   par ^= 1;
   return sc;
 }
