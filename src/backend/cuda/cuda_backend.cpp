@@ -186,7 +186,11 @@ class CudaBackend final : public Backend {
     if (!host.quantized()) return Backend::upload_weight(host);
     // NVFP4 / FP8 expert stacks (and dense linears, set_dense_quant_weights) stay quantised for the
     // W4A16 / W8A16 kernels (their shape rule; the alignment holds for our allocations), repacked.
-    const bool kernel_shape = host.rows() % 8 == 0 && host.cols() % 64 == 0;
+    // FP8 weights take the exact bf16 dequantisation below: the W8A16 kernel's FP8 variants stopped
+    // with cudaErrorIllegalInstruction at the 26B-A4B shapes on the H200 (2026-12-01), so until they
+    // are fixed an FP8 checkpoint is served from bf16 copies of its weights (correct, bf16's speed and
+    // memory) instead of crashing. NVFP4 keeps its kernel.
+    const bool kernel_shape = host.format != WeightFormat::kFp8Channel && host.rows() % 8 == 0 && host.cols() % 64 == 0;
     if (kernel_shape && (host.data.ndim == 3 || g_dense_quant.load())) {
       Weight w = host;
       if (host.format == WeightFormat::kNvfp4)
