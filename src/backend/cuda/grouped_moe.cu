@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/expert_groups.cuh"
 #include "backend/cuda/grouped_moe.cuh"
 #include "backend/cuda/ptx.cuh"
 #include "backend/cuda/wgmma_ptx.cuh"
@@ -60,25 +61,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __r
     base[e] = run;  // the total for now
   }
   __syncthreads();
-  if (warp == 0) {
-    int carry = 0;
-    for (int e0 = 0; e0 < E; e0 += 32) {
-      const int e = e0 + lane;
-      const int v = e < E ? base[e] : 0;
-      int incl = v;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int n = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += n;
-      }
-      if (e < E) {
-        base[e] = carry + incl - v;
-        offsets[e] = carry + incl - v;
-      }
-      carry += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    if (lane == 0) offsets[E] = carry;
-  }
+  if (warp == 0) expert_offsets_warp(base, E, offsets, lane);
   __syncthreads();
   for (int b = begin; b < end; b += 32) {
     const int p = b + lane;
@@ -91,24 +74,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __r
     __syncwarp();
   }
   if (tiles == nullptr || warp != 0) return;
-  int carry = 0;  // tiles of the experts before this chunk
-  for (int e0 = 0; e0 < E; e0 += 32) {
-    const int e = e0 + lane;
-    const int first_row = e < E ? base[e] : 0;
-    const int n_rows = e < E ? (e + 1 < E ? base[e + 1] : R) - first_row : 0;
-    const int n_tiles = (n_rows + tile_rows - 1) / tile_rows;
-    int incl = n_tiles;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int n = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += n;
-    }
-    const int first_tile = carry + incl - n_tiles;
-    for (int j = 0; j < n_tiles; ++j)  // usually 1 or 2; an expert with every token: T / tile_rows
-      tiles[first_tile + j] = make_int4(e, first_row + j * tile_rows, min(tile_rows, n_rows - j * tile_rows), 0);
-    carry += __shfl_sync(0xffffffffu, incl, 31);
-  }
-  for (int j = carry + lane; j < max_tiles; j += 32) tiles[j] = make_int4(-1, 0, 0, 0);
+  expert_tiles_warp(base, E, R, tile_rows, tiles, max_tiles, lane);
 }
 
 int group_warps(int64_t E) {

@@ -14,6 +14,7 @@
 #include <climits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/expert_groups.cuh"
 #include "backend/cuda/moe.cuh"
 
 namespace dgemma::cuda {
@@ -179,25 +180,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
     base[e] = run;
   }
   __syncthreads();
-  if (warp == 0) {  // totals -> offsets, as group_kernel
-    int carry = 0;
-    for (int e0 = 0; e0 < E; e0 += 32) {
-      const int e = e0 + lane;
-      const int v = e < E ? base[e] : 0;
-      int incl = v;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int n = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += n;
-      }
-      if (e < E) {
-        base[e] = carry + incl - v;
-        a.offsets[e] = carry + incl - v;
-      }
-      carry += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    if (lane == 0) a.offsets[E] = carry;
-  }
+  if (warp == 0) expert_offsets_warp(base, E, a.offsets, lane);  // totals -> offsets
   __threadfence_block();
   __syncthreads();
   const int64_t R = a.T * K;
@@ -221,26 +204,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
       if (p < R) a.pairs[at[u]] = static_cast<int32_t>(p);
     }
   }
-  if (warp == 0 && a.tiles != nullptr) {  // the tile list, as group_kernel
-    int carry = 0;
-    for (int e0 = 0; e0 < E; e0 += 32) {
-      const int e = e0 + lane;
-      const int first_row = e < E ? base[e] : 0;
-      const int n_rows = e < E ? (e + 1 < E ? base[e + 1] : static_cast<int>(R)) - first_row : 0;
-      const int n_tiles = (n_rows + a.tile_rows - 1) / a.tile_rows;
-      int incl = n_tiles;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int n = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += n;
-      }
-      const int first_tile = carry + incl - n_tiles;
-      for (int j = 0; j < n_tiles; ++j)
-        a.tiles[first_tile + j] = make_int4(e, first_row + j * a.tile_rows, min(a.tile_rows, n_rows - j * a.tile_rows), 0);
-      carry += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    for (int j = carry + lane; j < a.max_tiles; j += 32) a.tiles[j] = make_int4(-1, 0, 0, 0);
-  }
+  if (warp == 0 && a.tiles != nullptr) expert_tiles_warp(base, E, static_cast<int>(R), a.tile_rows, a.tiles, a.max_tiles, lane);
   if (threadIdx.x == 0) atomicExch(a.ticket, 0u);  // for the next launch (stream-ordered after this one)
 }
 
