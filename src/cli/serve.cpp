@@ -17,7 +17,6 @@
 #include "api/model_source.h"
 #include "api/stats_log.h"
 #include "api/prompt_builder.h"
-#include "backend/backend.h"
 #include "cli/commands.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
@@ -287,7 +286,7 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   e.enable_chunked_prefill = f.enable_chunked_prefill;
   e.enable_prefix_caching = f.enable_prefix_caching;
   // The warm-up pays the GPU's one-time start-up costs; the CPU backend has none worth a delay.
-  e.warmup = !f.no_warmup && (f.device == "cuda" || (f.device == "auto" && cuda_available()));
+  e.warmup = !f.no_warmup && resolve_device(f.device) == "cuda";
   if (!f.kv_cache_memory.empty()) e.kv_cache_memory = parse_byte_count(f.kv_cache_memory, "--kv-cache-memory");
 
   if (!f.diffusion_config.empty()) {

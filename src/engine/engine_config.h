@@ -44,5 +44,7 @@ struct EngineConfig {
 // Builds the model-backed engine (loads weights, allocates the KV cache, starts the engine thread).
 // Throws Error with a clear message on a bad model directory or an impossible memory plan.
 std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& config);
+// --device as the engine resolves it: "auto" becomes "cuda" when a GPU is usable, else "cpu".
+std::string resolve_device(const std::string& device);
 
 }  // namespace dgemma

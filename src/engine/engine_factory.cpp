@@ -115,6 +115,11 @@ EngineSizing engine_sizing(const MemoryPlan& plan, int64_t max_len) {
 
 }  // namespace
 
+std::string resolve_device(const std::string& device) {
+  if (device == "auto") return cuda_available() ? "cuda" : "cpu";
+  return device;
+}
+
 std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   check_engine_flags(c);
   ModelConfig mc = engine_model_config(c);
@@ -122,8 +127,7 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   const int tp = c.tensor_parallel_size;
   validate_tensor_parallel(mc, tp);
 
-  std::string device = c.device;
-  if (device == "auto") device = cuda_available() ? "cuda" : "cpu";
+  const std::string device = resolve_device(c.device);
   std::unique_ptr<Backend> backend;
   if (device == "cuda") backend = make_cuda_backend(0);
   else if (device == "cpu") backend = make_cpu_backend();
