@@ -32,16 +32,7 @@
 // of the row tiles (extra CTAs exit).
 #include <cstdint>
 
-#ifndef DG_UNROLL
-#ifdef __CUDACC__
-#define DG_UNROLL _Pragma("unroll")
-#else
-#define DG_UNROLL  // the host compiler of the emulated tests
-#endif
-#endif
-#ifndef DG_KERNEL_DYNAMIC_SMEM
-#define DG_KERNEL_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
-#endif
+#include "backend/cuda/kernel_macros.cuh"
 
 namespace dgemma::cuda {
 namespace flash {

@@ -38,14 +38,7 @@
 //   which rows per expert is measured (dgemma_gpu_check --bench), and grouped_plan picks.
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DG_UNROLL _Pragma("unroll")
-#else
-#define DG_UNROLL  // the host compiler of the emulated tests
-#endif
-#ifndef DG_KERNEL_DYNAMIC_SMEM
-#define DG_KERNEL_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
-#endif
+#include "backend/cuda/kernel_macros.cuh"
 
 namespace dgemma::cuda {
 namespace {
