@@ -43,6 +43,8 @@ import denoise_step_bench as d  # the 26B-A4B config and the checkpoint's genera
 top = dict(d.TOP)
 quant = os.environ.get("QUANT", "bf16")
 if quant != "bf16":
+    if quant not in d.QUANT_CONFIGS:
+        sys.exit(f"serve_bench.sh: QUANT={quant!r} is not one of bf16, {', '.join(d.QUANT_CONFIGS)}")
     top["quantization_config"] = d.QUANT_CONFIGS[quant]
 json.dump(top, open(os.path.join(sys.argv[2], "config.json"), "w"))
 json.dump(d.GEN, open(os.path.join(sys.argv[2], "generation_config.json"), "w"))
