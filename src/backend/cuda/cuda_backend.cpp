@@ -21,7 +21,9 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
@@ -123,9 +125,18 @@ void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std:
 namespace {
 std::atomic<bool> g_dense_quant{true};
 std::atomic<bool> g_fused_qkv{true};
+std::atomic<bool>& fp8_kernels_setting() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("DGEMMA_FP8_KERNELS");
+    return v != nullptr && std::string_view(v) == "1";
+  }()};
+  return on;
+}
 }  // namespace
 
 bool set_dense_quant_weights(bool on) { return g_dense_quant.exchange(on); }
+
+bool set_fp8_weight_kernels(bool on) { return fp8_kernels_setting().exchange(on); }
 bool set_fused_qkv_prologue(bool on) { return g_fused_qkv.exchange(on); }
 
 namespace {
@@ -190,7 +201,8 @@ class CudaBackend final : public Backend {
     // with cudaErrorIllegalInstruction at the 26B-A4B shapes on the H200 (2026-12-01), so until they
     // are fixed an FP8 checkpoint is served from bf16 copies of its weights (correct, bf16's speed and
     // memory) instead of crashing. NVFP4 keeps its kernel.
-    const bool kernel_shape = host.format != WeightFormat::kFp8Channel && host.rows() % 8 == 0 && host.cols() % 64 == 0;
+    const bool kernel_shape = (host.format != WeightFormat::kFp8Channel || fp8_kernels_setting().load()) &&
+                              host.rows() % 8 == 0 && host.cols() % 64 == 0;
     if (kernel_shape && (host.data.ndim == 3 || g_dense_quant.load())) {
       Weight w = host;
       if (host.format == WeightFormat::kNvfp4)
