@@ -53,9 +53,10 @@ int set_grouped_moe_variant(int variant);
 // be measured: dgemma_bench --dense-quant on|off). Read at upload time. Returns the previous value.
 bool set_dense_quant_weights(bool on);
 
-// Whether upload_weight keeps FP8 weights quantised for the W8A16 kernels (true) or serves them from
-// exact bf16 copies (false). The environment's DGEMMA_FP8_KERNELS (0 / 1) sets the start value. Read at
-// upload time. Returns the previous value.
+// Whether upload_weight keeps FP8 weights quantised for the W8A16 kernels (true, the default) or
+// serves them from exact bf16 copies (false: bf16's memory and speed; an A/B for benchmarks). The
+// environment's DGEMMA_FP8_KERNELS=0 sets the start value false. Read at upload time. Returns the
+// previous value.
 bool set_fp8_weight_kernels(bool on);
 
 // Whether the sampler reads z = softcap * tanh(x / softcap) / T from a per-canvas table of the 65,536
