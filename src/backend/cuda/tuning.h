@@ -63,6 +63,12 @@ bool set_fp8_weight_kernels(bool on);
 // bf16 values (built by one small kernel, the same function: bit-identical z) instead of evaluating
 // it per element. Returns the previous value; the bench compares the two.
 bool set_sampler_z_table(bool on);
+// The sampler's main pass (slice_stats_kernel) over 8 consecutive logits a thread and round (true,
+// the default) or one (false), and its register budget: 1 block an SM with up to 128 registers a
+// thread (default), or 2 with 64. Benchmark knobs (dgemma_gpu_check --bench tail). Return the previous
+// values.
+bool set_sampler_vector_sweep(bool on);
+int set_sampler_stats_blocks(int blocks);
 // Tile variant of the W4A16 / W8A16 grouped expert kernels (grouped_moe_fp4_kernel.cuh kQuantTiles),
 // M rows x N columns per CTA, warps, cp.async stages: 1 BM16 x BN64 4 warps 4 stages, 2 BM32 x 64,
 // 3 BM64 x 64, 4 BM32 x 128 (8 warps), 5 BM64 x 128 (8 warps), 6 BM128 x 64, 7 BM16 x 64 8 stages,
