@@ -107,8 +107,8 @@ int bench(bool quant_only, bool flash_only, bool tail_only) {
             be.sampler(sa);
           }));
       cuda::set_sampler_vector_sweep(was);
-      const int blocks = cuda::set_sampler_stats_blocks(2);
-      row("sampler C=256 (+probs), 2 blocks an SM", time_ms(be, [&] {
+      const int blocks = cuda::set_sampler_stats_blocks(1);
+      row("sampler C=256 (+probs), 1 block an SM", time_ms(be, [&] {
             be.copy(logits, raw);
             be.sampler(sa);
           }));

@@ -752,9 +752,11 @@ Workspace workspace_layout(SamplerLaunch* c, int n) {
   } while (0)
 
 // Benchmark knobs (tuning.h): the 8-element rounds of slice_stats_kernel, and its register budget
-// (1: up to 128 registers a thread, no spills; 2: two blocks an SM, 64 registers).
+// (2, the default: two blocks an SM, 64 registers a thread with a few spilled; 1: up to 128
+// registers). Measured on the H200 (dgemma_gpu_check --bench tail, C 256 x V 262,144 with probs):
+// 0.744 ms with two blocks, 0.897 with one, 1.371 with one logit a round.
 std::atomic<bool> g_vector_sweep{true};
-std::atomic<int> g_stats_blocks{1};
+std::atomic<int> g_stats_blocks{2};
 
 SamplerBatch make_batch(const SamplerLaunch* canvases, int n) {
   SAMPLER_REQUIRE(n >= 1 && n <= kMaxSamplerBatch);

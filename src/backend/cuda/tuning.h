@@ -24,6 +24,9 @@ int64_t set_fused_attention_max_dim(int64_t d);
 // On by default (a whole model step measured faster with it, cuda_attention.cpp). Returns the
 // previous value.
 bool set_flash_attention(bool on);
+// Head dims above `d` leave the flash kernel for the per-item path (cuBLAS + softmax); 0: no limit.
+// Returns the previous value (no limit: 2^30).
+int64_t set_flash_attention_max_dim(int64_t d);
 // The flash kernel's variant for head dims 256 and 512 (A/B runs; read when planning): 0 (default):
 // D 256 one CTA of 4 warps, D 512 8 warps splitting the head dim; 1: D 256 8 warps splitting the head
 // dim, D 512 two output halves in CTAs of their own; 2: D 256 8 warps over 128 query rows (D 512 as
@@ -64,9 +67,9 @@ bool set_fp8_weight_kernels(bool on);
 // it per element. Returns the previous value; the bench compares the two.
 bool set_sampler_z_table(bool on);
 // The sampler's main pass (slice_stats_kernel) over 8 consecutive logits a thread and round (true,
-// the default) or one (false), and its register budget: 1 block an SM with up to 128 registers a
-// thread (default), or 2 with 64. Benchmark knobs (dgemma_gpu_check --bench tail). Return the previous
-// values.
+// the default) or one (false), and its register budget: 2 blocks an SM with 64 registers a thread
+// (default), or 1 with up to 128. Benchmark knobs (dgemma_gpu_check --bench tail). Return the
+// previous values.
 bool set_sampler_vector_sweep(bool on);
 int set_sampler_stats_blocks(int blocks);
 // Tile variant of the W4A16 / W8A16 grouped expert kernels (grouped_moe_fp4_kernel.cuh kQuantTiles),
