@@ -28,6 +28,11 @@ struct EngineSizing {
   int64_t max_num_batched_tokens = 0;
   int64_t prefill_chunk = 0;
   KvPoolPlan kv;
+  // The memory plan's step ceiling (buffers + workspace): with a non-zero value the engine caps the
+  // backend's allocator at what it holds once the pool is allocated + this (memory_plan.h).
+  uint64_t step_ceiling_bytes = 0;
+  uint64_t runtime_reserve_bytes = 0;  // the plan's allowance outside the allocator (checked by the warm-up)
+  uint64_t outside_allocator_bytes = 0;  // device memory in use outside the allocator when the plan was made
 };
 
 class DiffusionEngine final : public EngineInterface {
@@ -62,6 +67,7 @@ class DiffusionEngine final : public EngineInterface {
     std::shared_ptr<RequestStream> stream;
   };
   void warm_up();  // one-time start-up costs paid before the first request (CUDA backend)
+  void cap_allocator();  // the memory plan's ceiling on the backend's allocator
   void start();
   void loop();
   void finish(Entry& e, FinishReason reason, const std::string& error = {});
