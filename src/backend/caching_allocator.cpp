@@ -34,8 +34,9 @@ void CachingAllocator::note_peak_locked() {
   s_.peak_reserved = s_.reserved;
   if (s_.ceiling > 0 && s_.peak_reserved >= logged_peak_ + kPeakLogStep) {
     logged_peak_ = s_.peak_reserved;
-    DG_LOG_INFO("memory", "{}: new peak of {:.0f} MiB reserved by the allocator (ceiling {:.0f} MiB, {:.0f} MiB in use)",
-                name_, s_.peak_reserved / kMiB, s_.ceiling / kMiB, s_.in_use / kMiB);
+    DG_LOG_INFO("memory", "{}: new peak of {:.0f} MiB reserved by the allocator (ceiling {:.0f} MiB, {:.0f} MiB in use, "
+                "{} cached blocks given back so far)", name_, s_.peak_reserved / kMiB, s_.ceiling / kMiB, s_.in_use / kMiB,
+                s_.evictions);
   }
 }
 

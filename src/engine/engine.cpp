@@ -160,6 +160,14 @@ DiffusionEngine::~DiffusionEngine() {
   stop_ = true;
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (backend_ && sizing_.step_ceiling_bytes > 0) {
+    const AllocatorStats a = backend_->allocator_stats();
+    DG_LOG_INFO("engine",
+                "allocator at shutdown: peak {:.2f} GiB reserved of its {:.2f} GiB ceiling ({:.2f} GiB in use at the "
+                "peak); {} cached blocks given back to stay under it",
+                a.peak_reserved / double(uint64_t{1} << 30), a.ceiling / double(uint64_t{1} << 30),
+                a.peak_in_use / double(uint64_t{1} << 30), a.evictions);
+  }
 }
 
 SequenceParams DiffusionEngine::resolve(const SamplingParams& p, uint64_t request_id) const {
