@@ -210,6 +210,20 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   EXPECT_EQ(p.full_len_seqs, p.pool.pages[static_cast<int>(KvGroup::kFull)] / 32);
   EXPECT_LE(p.total_bytes, p.budget_bytes);
   EXPECT_TRUE(p.fits);
+  // Each term is printed, and in the JSON.
+  const std::string text = format_inspect_text(r);
+  EXPECT_THAT(text, HasSubstr("1.078 GB  (1,077,936,128 bytes): flash attention's fp32 partials, 8 splits at most"));
+  EXPECT_THAT(text, HasSubstr("0.024 GB  (23,668,480 bytes): one launch over 4 canvases"));
+  EXPECT_THAT(text, HasSubstr("0.101 GB  (100,663,296 bytes): 48 live blocks × a 2 MiB granule"));
+  EXPECT_THAT(text, HasSubstr("0.922 GB  (921,698,304 bytes): 4,096 tokens per step × 225,024 bytes"));
+  EXPECT_THAT(text, HasSubstr("step ceiling                   3.203 GB  (3,203,475,200 bytes)"));
+  EXPECT_THAT(text, HasSubstr("runtime reserve                0.268 GB  (268,435,456 bytes)"));
+  EXPECT_THAT(text, HasSubstr("KV pool rounding               0.126 GB  (125,829,120 bytes)"));
+  const Json mj = inspect_report_json(r)["memory_plan"];
+  EXPECT_EQ(mj["attention_split_bytes"].get<uint64_t>(), 1'077'936'128u);
+  EXPECT_EQ(mj["sampler_bytes"].get<uint64_t>(), 23'668'480u);
+  EXPECT_EQ(mj["step_ceiling_bytes"].get<uint64_t>(), p.step_ceiling_bytes);
+  EXPECT_EQ(mj["workspace_bytes"].get<uint64_t>(), 2'660'837'120u);
   // The recipe's flags: 64 sequences at --max-model-len 262144 on one H200 — the pool holds 64 requests
   // of 8k tokens many times over although 64 full contexts would need ~340 GB.
   InspectOptions big;
