@@ -26,6 +26,14 @@ ModelCoreOptions core_options(const EngineConfig& c, const EngineSizing& s) {
 
 }  // namespace
 
+int64_t warm_up_profile_prompt_len(const EngineSizing& sizing, int64_t canvas_length, int batch, int64_t floor) {
+  const int64_t C = canvas_length, n = std::max(batch, 1);
+  int64_t len = (sizing.max_num_batched_tokens + n - 1) / n;
+  len = std::min<int64_t>(len, sizing.max_model_len - C - 1);
+  if (sizing.kv.full_tokens > 0) len = std::min<int64_t>(len, sizing.kv.full_tokens / n - 3 * C);
+  return std::max(len, floor);
+}
+
 DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Backend> backend,
                                  std::unique_ptr<DiffusionGemma> model, GenerationConfig generation, EngineSizing sizing)
     : config_(config),
@@ -94,13 +102,8 @@ void DiffusionEngine::warm_up() {
   std::vector<int> buckets;
   for (int b = 1; b < config_.max_num_seqs; b *= 2) buckets.push_back(b);
   buckets.push_back(config_.max_num_seqs);
-  // The last batch: prompts of a budget's share each, within max_model_len and the pool (each
-  // sequence also takes its output canvas and a partial page).
   const int n_last = buckets.back();
-  int64_t profile_len = (sizing_.max_num_batched_tokens + n_last - 1) / n_last;
-  profile_len = std::min<int64_t>(profile_len, sizing_.max_model_len - C - 1);
-  if (sizing_.kv.full_tokens > 0) profile_len = std::min<int64_t>(profile_len, sizing_.kv.full_tokens / n_last - 3 * C);
-  profile_len = std::max(profile_len, prompt_len);
+  const int64_t profile_len = warm_up_profile_prompt_len(sizing_, C, n_last, prompt_len);
   const bool measure = backend_ && sizing_.step_ceiling_bytes > 0;
   const MemoryInfo mem0 = measure ? backend_->memory_info() : MemoryInfo{};
   const AllocatorStats a0 = measure ? backend_->allocator_stats() : AllocatorStats{};

@@ -35,6 +35,11 @@ struct EngineSizing {
   uint64_t outside_allocator_bytes = 0;  // device memory in use outside the allocator when the plan was made
 };
 
+// The prompt length of the warm-up's last batch of `batch` sequences (the memory plan's profile run):
+// a share of the step budget each, so that together they fill a whole step, within max_model_len and
+// the pool (each also takes its output canvas and a partial page); never below `floor` tokens.
+int64_t warm_up_profile_prompt_len(const EngineSizing& sizing, int64_t canvas_length, int batch, int64_t floor);
+
 class DiffusionEngine final : public EngineInterface {
  public:
   // Takes ownership of the backend and model; allocates the KV pool; starts the engine thread.
