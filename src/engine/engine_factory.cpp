@@ -183,12 +183,14 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   }
   const double gib = double(1ull << 30);
   DG_LOG_INFO("engine",
-              "memory plan: {:.2f} GiB of the {:.2f} GiB budget = weights {:.2f} GiB + runtime reserve {:.2f} GiB + buffers {:.2f} GiB + "
+              "memory plan: {} = weights {:.2f} GiB + runtime reserve {:.2f} GiB + buffers {:.2f} GiB + "
               "workspace {:.2f} GiB (activations {:.2f}, attention splits {:.2f}, sampler {:.3f}, reserve {:.2f}, "
               "rounding {:.2f}) + KV pool {:.2f} GiB (+ rounding {:.2f}): {} full-attention pages ({} tokens, {} "
               "sequences of max_model_len {}) + {} sliding pages of {} tokens; max_num_seqs {}, {} tokens per step "
               "(steps of up to {}); prefix caching {}",
-              plan.total_bytes / gib, plan.budget_bytes / gib, plan.weight_bytes / gib, plan.runtime_reserve_bytes / gib,
+              in.cpu ? fmt::format("{:.2f} GiB (CPU: no device budget)", plan.total_bytes / gib)
+                     : fmt::format("{:.2f} GiB of the {:.2f} GiB budget", plan.total_bytes / gib, plan.budget_bytes / gib),
+              plan.weight_bytes / gib, plan.runtime_reserve_bytes / gib,
               plan.work_bytes_all_seqs / gib, plan.workspace_bytes / gib, plan.activation_bytes / gib,
               plan.attention_split_bytes / gib, plan.sampler_bytes / gib, plan.reserve_bytes / gib,
               plan.rounding_bytes / gib, plan.pool.bytes / gib, plan.pool_rounding_bytes / gib,
