@@ -60,7 +60,8 @@ struct MemoryPlan {
   int canvas_length = 0;
   int64_t prefill_chunk = 0;
   int64_t max_num_batched_tokens = 0;  // the step budget the scheduler uses
-  int64_t step_tokens = 0;             // tokens one step may encode: the budget, or a full batch of canvases + one chunk over it
+  int64_t encode_tokens = 0;           // tokens one step may write to the cache: the budget, or one chunk over it
+  int64_t step_tokens = 0;             // tokens of one step's forward: encode_tokens, or all canvases + one chunk over a small budget
   uint64_t budget_bytes = 0;           // device_bytes * utilization
   uint64_t weight_bytes = 0;           // used_bytes, or the text parameters as bf16
   uint64_t work_bytes_per_seq = 0;     // logits [C, V] (a rank: [C, V / N]) + soft embeddings [C, H], bf16

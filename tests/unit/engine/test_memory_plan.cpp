@@ -173,6 +173,7 @@ TEST(MemoryPlan, StepTokensCoverWhatTheSchedulerTakesOverASmallBudget) {
   in.used_bytes = uint64_t{100} << 20;
   const MemoryPlan p = plan_memory(c, in);
   EXPECT_EQ(p.max_num_batched_tokens, 64) << "the scheduler's budget is the flag";
+  EXPECT_EQ(p.encode_tokens, 2048) << "what a step writes: one chunk over the budget (the sliding pages' count)";
   EXPECT_EQ(p.step_tokens, 8 * 2 * 16 + 2048);  // 2,304
   EXPECT_EQ(p.activation_bytes, 2304u * p.activation_bytes_per_token);
   in.max_num_batched_tokens = 10000;  // a large budget is the bound itself
