@@ -495,7 +495,7 @@ Json inspect_report_json(const InspectReport& r) {
                    {"prefill_chunk_tokens", p.prefill_chunk},
                    {"bytes_per_sequence", p.kv_bytes_per_seq}};
   j["memory_plan"] = {{"tensor_parallel_size", p.in.tensor_parallel_size}, {"max_model_len", p.in.max_model_len}, {"max_num_seqs", p.in.max_num_seqs}, {"canvas_length", p.canvas_length},
-                      {"max_num_batched_tokens", p.max_num_batched_tokens}, {"step_tokens", p.step_tokens},
+                      {"max_num_batched_tokens", p.max_num_batched_tokens}, {"encode_tokens", p.encode_tokens}, {"step_tokens", p.step_tokens},
                       {"gpu_memory_bytes", p.in.device_bytes}, {"gpu_memory_utilization", p.in.gpu_memory_utilization},
                       {"budget_bytes", p.budget_bytes}, {"weight_bytes", p.weight_bytes},
                       {"work_bytes_per_sequence", p.work_bytes_per_seq}, {"work_bytes", p.work_bytes_all_seqs},

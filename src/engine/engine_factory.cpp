@@ -170,11 +170,13 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   if (!plan.fits)
     throw Error(ErrorKind::kResourceExhausted,
                 fmt::format("not enough memory for the KV cache: {:.2f} GiB left for it after {:.2f} GiB of weights, "
-                            "{:.2f} GiB of per-sequence buffers (--max-num-seqs {}) and {:.2f} GiB of activations; lower "
-                            "--max-num-seqs or raise --gpu-memory-utilization / --kv-cache-memory",
+                            "{:.2f} GiB of per-sequence buffers (--max-num-seqs {}), {:.2f} GiB of activation workspace "
+                            "({} tokens a step) and {:.2f} GiB of reserves; lower --max-num-seqs or "
+                            "--max-num-batched-tokens, or raise --gpu-memory-utilization / --kv-cache-memory",
                             plan.kv_budget_bytes / double(1ull << 30), plan.weight_bytes / double(1ull << 30),
                             plan.work_bytes_all_seqs / double(1ull << 30), c.max_num_seqs,
-                            plan.workspace_bytes / double(1ull << 30)));
+                            plan.workspace_bytes / double(1ull << 30), plan.step_tokens,
+                            (plan.runtime_reserve_bytes + plan.pool_rounding_bytes) / double(1ull << 30)));
   EngineSizing sz = engine_sizing(plan, max_len);
   if (!in.cpu) {
     sz.step_ceiling_bytes = plan.step_ceiling_bytes;
