@@ -123,7 +123,12 @@ void DiffusionEngine::warm_up() {
       seqs.push_back(model_core_->make_sequence(id++, std::move(prompt), p));
       ptrs.push_back(seqs.back().get());
     }
-    model_core_->run(ptrs);
+    // A failed step ends its sequences with an error event (engine_core.cpp); here that is a start-up
+    // failure (e.g. a step over the allocator's ceiling), not something to serve with.
+    for (const CoreEvent& ev : model_core_->run(ptrs))
+      if (ev.kind == CoreEvent::Kind::kError)
+        fail(ev.message.find("out of memory") != std::string::npos ? ErrorKind::kResourceExhausted : ErrorKind::kInternal,
+             "the start-up warm-up failed at batch size {} (prompts of {} tokens): {}", b, len, ev.message);
   }
   core_->blocks().drop_unreferenced_cache();
   core_->scheduler().reset_stats();
