@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 
+#include "backend/caching_allocator.h"
 #include "backend/sample_filter.h"
 #include "backend/tensor.h"
 #include "backend/weight.h"
@@ -216,6 +217,11 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
   virtual MemoryInfo memory_info() = 0;
+  // The device allocator (backend/caching_allocator.h): its counts, its ceiling (0: none; the engine
+  // sets it from the memory plan) and giving its cached blocks back. The CPU backend has none.
+  virtual AllocatorStats allocator_stats() const { return {}; }
+  virtual void set_allocator_ceiling(uint64_t /*bytes*/) {}
+  virtual void release_cached_memory() {}
 
   // Memory. Weights are uploaded once; host tensors stay where they are on the CPU backend.
   virtual Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) = 0;

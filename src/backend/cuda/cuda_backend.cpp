@@ -172,6 +172,15 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return {free, total};
   }
+  AllocatorStats allocator_stats() const override { return ctx_.allocator->stats(); }
+  void set_allocator_ceiling(uint64_t bytes) override {
+    activate();
+    ctx_.allocator->set_ceiling(bytes);
+  }
+  void release_cached_memory() override {
+    activate();
+    ctx_.allocator->trim();
+  }
 
   Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) override {
     activate();

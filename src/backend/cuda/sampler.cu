@@ -34,6 +34,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/sampler.cuh"
+#include "backend/workspace_bounds.h"
 #include "util/counter_rng.h"
 
 namespace dgemma::cuda {
@@ -700,6 +701,12 @@ int sampler_splits(int64_t V) {
 }
 
 namespace {
+
+// The memory plan's bound of this workspace (backend/workspace_bounds.h) assumes these sizes.
+static_assert(sizeof(Stats) <= workspace_bounds::kSamplerStatsBytes && sizeof(TopEntry) == 8 && sizeof(uint2) == 8);
+static_assert(kZTable == workspace_bounds::kSamplerZTable && kFilterRows == workspace_bounds::kSamplerFilterRows &&
+              sample_filter::kBins == workspace_bounds::kSamplerBins && kMaxTopN == workspace_bounds::kSamplerMaxTopN &&
+              kMaxSamplerBatch == workspace_bounds::kSamplerMaxBatch);
 
 // The workspace: [Stats rows x splits][slice max rows x splits][row bsum rows] then, when a canvas
 // asks, [row floor rows][histograms of up to kFilterRows rows] and [top-N partials]; each part
