@@ -5,6 +5,7 @@
 // CPU (exact); and one GEMM of a concatenated weight against the GEMMs of its parts (the same dot
 // products: bit-identical where cuBLAS picks the same kernel, else within the GEMM tolerance).
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -174,6 +175,46 @@ std::vector<Case> fused_gemm_cases() {
       {"gelu_mul_halves", check_gelu_mul_halves},
       {"fused_gemm", check_fused_gemm},
   };
+}
+
+void fused_gemm_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                      const std::function<void(const char*, double)>& row) {
+  Backend& be = cuda();
+  auto bf = [&](std::initializer_list<int64_t> dims, uint64_t seed, float std) {
+    Tensor t = be.alloc(ScalarType::kBF16, dims);
+    be.fill_normal(t, seed, 0.0f, std);
+    return t;
+  };
+  struct Group {
+    const char* name;
+    std::vector<int64_t> parts;
+  };
+  const int64_t H = 2816;
+  const Group groups[] = {{"sliding q|k|v 4096+2048+2048", {4096, 2048, 2048}},
+                          {"full q|k 8192+1024", {8192, 1024}},
+                          {"mlp gate|up 2112+2112", {2112, 2112}}};
+  for (int64_t T : {256, 1024}) {
+    const Tensor x = bf({T, H}, 70, 1.0f);
+    for (const Group& g : groups) {
+      int64_t N = 0;
+      std::vector<Tensor> w, out;
+      for (int64_t n : g.parts) {
+        w.push_back(bf({n, H}, 71 + static_cast<uint64_t>(w.size()), 0.02f));
+        out.push_back(be.alloc(ScalarType::kBF16, {T, n}));
+        N += n;
+      }
+      const Tensor wf = bf({N, H}, 75, 0.02f), of = be.alloc(ScalarType::kBF16, {T, N});
+      const std::string base = "T=" + std::to_string(T) + " " + g.name;
+      row((base + ": the parts' GEMMs").c_str(), time_ms([&] {
+            for (size_t i = 0; i < w.size(); ++i) be.matmul(x, Weight(w[i]), out[i]);
+          }));
+      row((base + ": one fused GEMM").c_str(), time_ms([&] { be.matmul(x, Weight(wf), of); }));
+    }
+    const Tensor gu = bf({T, 2 * 2112}, 76, 1.0f), g = be.alloc(ScalarType::kBF16, {T, 2112});
+    const Tensor a = bf({T, 2112}, 77, 1.0f), b = bf({T, 2112}, 78, 1.0f);
+    row(("T=" + std::to_string(T) + " gelu_mul [T,2112] of two tensors").c_str(), time_ms([&] { be.gelu_mul(a, b, g); }));
+    row(("T=" + std::to_string(T) + " gelu_mul_halves [T,4224]").c_str(), time_ms([&] { be.gelu_mul_halves(gu, g); }));
+  }
 }
 
 }  // namespace dgemma::gpu_test
