@@ -302,6 +302,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   } else {
     backend_.qkv_prologue(qkv);
   }
+  qkv_out = qkv.qkv = Tensor();  // read by now (stream order): back to the allocator before attention
 
   Tensor attn = bf16({T, Hq, D});
   const KvLayerPages& pages = kv.layers[li];
