@@ -100,6 +100,20 @@ int bench(bool quant_only, bool flash_only, bool tail_only) {
           }));
       cuda::set_sampler_z_table(was);
     }
+    {
+      const bool was = cuda::set_sampler_vector_sweep(false);
+      row("sampler C=256 (+probs), 1 logit a round", time_ms(be, [&] {
+            be.copy(logits, raw);
+            be.sampler(sa);
+          }));
+      cuda::set_sampler_vector_sweep(was);
+      const int blocks = cuda::set_sampler_stats_blocks(1);
+      row("sampler C=256 (+probs), 1 block an SM", time_ms(be, [&] {
+            be.copy(logits, raw);
+            be.sampler(sa);
+          }));
+      cuda::set_sampler_stats_blocks(blocks);
+    }
     sa.want_sample = false;
     row("sampler C=256 greedy (no noise drawn)", time_ms(be, [&] {
           be.copy(logits, raw);

@@ -128,7 +128,7 @@ std::atomic<bool> g_fused_qkv{true};
 std::atomic<bool>& fp8_kernels_setting() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("DGEMMA_FP8_KERNELS");
-    return v != nullptr && std::string_view(v) == "1";
+    return v == nullptr || std::string_view(v) != "0";
   }()};
   return on;
 }
@@ -197,10 +197,7 @@ class CudaBackend final : public Backend {
     if (!host.quantized()) return Backend::upload_weight(host);
     // NVFP4 / FP8 expert stacks (and dense linears, set_dense_quant_weights) stay quantised for the
     // W4A16 / W8A16 kernels (their shape rule; the alignment holds for our allocations), repacked.
-    // FP8 weights take the exact bf16 dequantisation below: the W8A16 kernel's FP8 variants stopped
-    // with cudaErrorIllegalInstruction at the 26B-A4B shapes on the H200 (2026-12-01), so until they
-    // are fixed an FP8 checkpoint is served from bf16 copies of its weights (correct, bf16's speed and
-    // memory) instead of crashing. NVFP4 keeps its kernel.
+    // set_fp8_weight_kernels(false) (DGEMMA_FP8_KERNELS=0) serves FP8 weights from exact bf16 copies.
     const bool kernel_shape = (host.format != WeightFormat::kFp8Channel || fp8_kernels_setting().load()) &&
                               host.rows() % 8 == 0 && host.cols() % 64 == 0;
     if (kernel_shape && (host.data.ndim == 3 || g_dense_quant.load())) {
