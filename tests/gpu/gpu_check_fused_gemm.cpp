@@ -2,9 +2,11 @@
 // reading the fused q | k | v projection output against the prologue on the separate q, k, v tensors
 // (bit-identical, fused kernel and composed ops alike) and the CPU; gelu_mul_halves of a [T, 2I]
 // tensor against gelu_mul of its two halves (bit-identical) and the CPU; copy_columns against the
-// CPU (exact); and one GEMM of a concatenated weight against the GEMMs of its parts (the same dot
-// products: bit-identical where cuBLAS picks the same kernel, else within the GEMM tolerance).
+// CPU (exact); and one GEMM of a concatenated weight (bf16, FP8, NVFP4) against the GEMMs of its parts
+// (the same dot products: bit-identical where the same kernel tiles them alike, else within the
+// GEMM tolerance; the count of identical elements is printed).
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <string>
@@ -167,6 +169,63 @@ void check_fused_gemm(Reporter& r) {
   }
 }
 
+// A random quantised [N, K] host weight: FP8 codes of magnitude 2^-2 .. 2^2, or NVFP4 nibbles with
+// block scales 0.5 .. 1.9; every row scale `row` (a part's own global scale).
+Weight random_quant(Data& d, bool fp8, int64_t N, int64_t K, float row) {
+  Weight w;
+  w.format = fp8 ? WeightFormat::kFp8Channel : WeightFormat::kNvfp4;
+  w.data = host_tensor(fp8 ? ScalarType::kF8E4M3 : ScalarType::kU8, {N, fp8 ? K : K / 2});
+  for (int64_t i = 0; i < w.data.numel(); ++i) {
+    const uint8_t v = static_cast<uint8_t>(d.integer(0, 255));
+    w.data.ptr<uint8_t>()[i] = fp8 ? static_cast<uint8_t>((v & 0x87) | ((5 + (v >> 3) % 5) << 3)) : v;
+  }
+  w.row_scale = host_tensor(ScalarType::kF32, {N});
+  for (int64_t n = 0; n < N; ++n) w.row_scale.ptr<float>()[n] = row;
+  if (!fp8) {
+    w.block = host_tensor(ScalarType::kF8E4M3, {N, K / kNvfp4Group});
+    for (int64_t i = 0; i < w.block.numel(); ++i) w.block.ptr<uint8_t>()[i] = static_cast<uint8_t>(d.integer(0x30, 0x3f));
+  }
+  return w;
+}
+
+// The same for the quantised dense kernels (W8A16 / W4A16): a weight concatenated from parts with
+// different row scales against the parts, at the dense MLP's gate | up shape.
+void check_fused_quant_gemm(Reporter& r) {
+  Data d("fused_quant_gemm");
+  Switch dense(cuda::set_dense_quant_weights, true);
+  for (bool fp8 : {false, true}) {
+    const int64_t T = 256, K = 2816, I = 2112;
+    const std::string name = std::string("fused ") + (fp8 ? "fp8" : "nvfp4") + " gemm T=256 N=2112+2112 K=2816";
+    const float typical = 1.0f / std::sqrt(static_cast<float>(K));
+    const std::vector<Weight> parts = {random_quant(d, fp8, I, K, 0.5f * typical), random_quant(d, fp8, I, K, 0.75f * typical)};
+    const std::optional<Weight> joined = concat_rows(parts);
+    if (!joined) {
+      r.fail(name + ": concat_rows refused the parts");
+      continue;
+    }
+    const Weight fused = cuda().upload_weight(*joined);
+    if (!fused.quantized()) {
+      r.fail(name + ": upload_weight did not keep the fused weight quantised");
+      continue;
+    }
+    const Tensor x = up(d.bf16({T, K}, 1.0f));
+    Tensor out = poisoned(ScalarType::kBF16, {T, 2 * I});
+    cuda().matmul(x, fused, out);
+    std::vector<uint16_t> sep(static_cast<size_t>(T * 2 * I));
+    for (int64_t p = 0; p < 2; ++p) {
+      Tensor o = poisoned(ScalarType::kBF16, {T, I});
+      cuda().matmul(x, cuda().upload_weight(parts[static_cast<size_t>(p)]), o);
+      const std::vector<uint16_t> part = u16(o);
+      for (int64_t t = 0; t < T; ++t) std::copy_n(part.begin() + t * I, I, sep.begin() + t * 2 * I + p * I);
+    }
+    const std::vector<uint16_t> a = u16(out);
+    int64_t same = 0;
+    for (size_t i = 0; i < a.size(); ++i) same += a[i] == sep[i];
+    r.note(name + ": " + std::to_string(same) + " of " + std::to_string(a.size()) + " elements bit-identical to the parts' GEMMs");
+    expect_bf16(r, name + " vs the parts' GEMMs", a, sep, gemm_tol());
+  }
+}
+
 }  // namespace
 
 std::vector<Case> fused_gemm_cases() {
@@ -174,6 +233,7 @@ std::vector<Case> fused_gemm_cases() {
       {"fused_qkv_input", check_fused_qkv_input},
       {"gelu_mul_halves", check_gelu_mul_halves},
       {"fused_gemm", check_fused_gemm},
+      {"fused_quant_gemm", check_fused_quant_gemm},
   };
 }
 
