@@ -1,5 +1,6 @@
 #include "model/fused_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
