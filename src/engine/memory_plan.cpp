@@ -36,7 +36,7 @@ uint64_t activation_bytes_per_token(const ModelConfig& c) {
   }
   const int64_t H = t.hidden_size, K = t.top_k_experts;
   int64_t elems = 6 * H;                          // residual, norm outputs, branch outputs
-  elems += 2 * q_width + 2 * kv_width;            // q, attention output, new k and v
+  elems += 3 * q_width + 4 * kv_width;            // fused q|k|v projection, q, attention output, new k and v
   elems += 3 * int64_t{t.intermediate_size};      // dense MLP gate, up, activation
   elems += K * (2 * H + 3 * int64_t{t.moe_intermediate_size});  // per routed slot: input, gate/up, act, down
   elems += 3 * int64_t{t.self_conditioning_size};  // SC MLP (decoder input)

@@ -2,10 +2,10 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench [quant|flash|tail]  times the CUDA ops at the 26B-A4B shapes (canvas 256)
+//   dgemma_gpu_check --bench [quant|flash|tail|fused]  times the CUDA ops at the 26B-A4B shapes (canvas 256)
 //                                     instead (quant: only the quantised kernels' rows; flash: only the
 //                                     attention_batch rows; tail: the LM head, sampler, self-conditioning
-//                                     GEMM and decide only)
+//                                     GEMM and decide only; fused: the fused projections' GEMMs)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -305,6 +305,12 @@ int main(int argc, char** argv) {
   std::printf("backend: %s\n", cuda().name().c_str());
   if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) {
     auto mode = [&](const char* m) { return argc > 2 && std::strcmp(argv[2], m) == 0; };
+    if (mode("fused")) {  // the fused projections' GEMMs against their parts'
+      dgemma::Backend& be = dgemma::gpu_test::cuda();
+      dgemma::gpu_test::fused_gemm_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+                                         [](const char* what, double ms) { std::printf("%-56s %10.3f\n", what, ms); });
+      return 0;
+    }
     return bench(mode("quant"), mode("flash"), mode("tail"));
   }
   int passed = 0, failed = 0;

@@ -297,6 +297,18 @@ class CudaBackend final : public Backend {
     if (dst.device == Device::kCpu || src.device == Device::kCpu) ctx_.sync();
   }
 
+  void copy_columns(const Tensor& dst, const Tensor& src, int64_t first) override {
+    const int64_t T = dst.dim(0), n = T > 0 ? dst.numel() / T : 0, m = T > 0 ? src.numel() / T : 0;
+    DG_CHECK(dst.type == src.type && src.dim(0) == T && first >= 0 && first + n <= m);
+    DG_CHECK(dst.device == Device::kCuda && src.device == Device::kCuda);
+    if (T == 0 || n == 0) return;
+    activate();
+    const size_t es = scalar_size(src.type);
+    CUDA_CHECK(cudaMemcpy2DAsync(dst.data, static_cast<size_t>(n) * es, src.ptr<uint8_t>() + static_cast<size_t>(first) * es,
+                                 static_cast<size_t>(m) * es, static_cast<size_t>(n) * es, static_cast<size_t>(T),
+                                 cudaMemcpyDeviceToDevice, ctx_.stream));
+  }
+
   void synchronize() override {
     activate();
     ctx_.sync();
@@ -445,6 +457,8 @@ class CudaBackend final : public Backend {
     DG_CHECK(a.q.ndim == 3 && a.k.ndim == 3 && a.v.ndim == 3);
     const int64_t T = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2), Hkv = a.k.dim(1);
     DG_CHECK(a.k.dim(0) == T && a.k.dim(2) == D && a.v.dim(0) == T && a.v.dim(1) == Hkv && a.v.dim(2) == D);
+    const uint16_t* qkv = a.qkv.empty() ? nullptr : bf16_in(a.qkv, op, "qkv");
+    DG_CHECK(a.qkv.empty() || a.qkv.numel() == T * (Hq + (a.k_eq_v ? 1 : 2) * Hkv) * D);
     DG_CHECK(D % 2 == 0 && a.q_norm.numel() == D && a.k_norm.numel() == D);
     need_type(a.positions, ScalarType::kI32, op, "positions");
     need_type(a.inv_freq, ScalarType::kF32, op, "inv_freq");
@@ -454,9 +468,9 @@ class CudaBackend final : public Backend {
     uint16_t* v = bf16_out(a.v, op, "v");
     const uint16_t* wq = bf16_in(a.q_norm, op, "q_norm");
     const uint16_t* wk = bf16_in(a.k_norm, op, "k_norm");
-    if (!g_fused_qkv.load() || !qkv_prologue_fusable(D, {q, k, v, wq, wk})) return Backend::qkv_prologue(a);
+    if (!g_fused_qkv.load() || !qkv_prologue_fusable(D, {q, k, v, wq, wk, qkv})) return Backend::qkv_prologue(a);
     launch_qkv_prologue(q, k, v, a.k_eq_v, wq, wk, a.positions.ptr<int32_t>(), a.inv_freq.ptr<float>(), T, Hq, Hkv, D,
-                        a.eps, ctx_.stream);
+                        a.eps, ctx_.stream, qkv);
   }
 
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
@@ -483,6 +497,14 @@ class CudaBackend final : public Backend {
     DG_CHECK(gate.numel() == up.numel() && gate.numel() == out.numel());
     launch_gelu_mul(bf16_in(gate, "gelu_mul", "gate"), bf16_in(up, "gelu_mul", "up"), bf16_out(out, "gelu_mul", "out"),
                     gate.numel(), ctx_.stream);
+  }
+
+  void gelu_mul_halves(const Tensor& gate_up, const Tensor& out) override {
+    activate();
+    const int64_t T = gate_up.dim(0), I = out.dim(-1);
+    DG_CHECK(gate_up.numel() == 2 * out.numel() && out.dim(0) == T && out.numel() == T * I);
+    launch_gelu_mul_halves(bf16_in(gate_up, "gelu_mul_halves", "gate_up"), bf16_out(out, "gelu_mul_halves", "out"), T, I,
+                           ctx_.stream);
   }
 
   void attention(const AttentionArgs& a) override {

@@ -22,6 +22,12 @@ struct QkvLaunch {
   uint4* q;
   uint4* k;
   uint4* v;
+  // The inputs: head row h of token t of q at q_in + t * in_words + h * words (likewise k_in, v_in):
+  // the outputs themselves (in place), or the column blocks of the fused projection.
+  const uint4* q_in;
+  const uint4* k_in;
+  const uint4* v_in;
+  int64_t q_in_words, k_in_words, v_in_words;
   const uint4* q_norm;
   const uint4* k_norm;
   const int32_t* positions;
@@ -49,25 +55,29 @@ __global__ void qkv_prologue_kernel(QkvLaunch a) {
   uint4* buf = qsm + D / 4 + warp * words;  // D / 4 words: the cos and sin tables
   const int rows = a.Hq + (a.k_eq_v ? 1 : 2) * a.Hkv;
   for (int r = warp; r < rows; r += nwarps) {  // warp-uniform
-    uint4* x;
+    uint4* x;          // the output row
+    const uint4* src;  // the input row (x itself unless the input is the fused projection)
     const uint4* w = nullptr;
     uint4* v_out = nullptr;  // K=V: the unit-normed raw k
     bool rope = true;
     if (r < a.Hq) {
       x = a.q + (t * a.Hq + r) * words;
+      src = a.q_in + t * a.q_in_words + r * words;
       w = a.q_norm;
     } else if (r < a.Hq + a.Hkv) {
       const int64_t row = t * a.Hkv + (r - a.Hq);
       x = a.k + row * words;
+      src = a.k_in + t * a.k_in_words + (r - a.Hq) * words;
       w = a.k_norm;
       if (a.k_eq_v) v_out = a.v + row * words;
     } else {
       x = a.v + (t * a.Hkv + (r - a.Hq - a.Hkv)) * words;
+      src = a.v_in + t * a.v_in_words + (r - a.Hq - a.Hkv) * words;
       rope = false;
     }
     double ss = 0;
     for (int i = lane; i < words; i += 32) {
-      const uint4 u = x[i];
+      const uint4 u = src[i];
       buf[i] = u;
       ss += word_squares(u);
     }
@@ -128,14 +138,23 @@ bool qkv_prologue_fusable(int64_t D, std::initializer_list<const void*> ptrs) {
 
 void launch_qkv_prologue(uint16_t* q, uint16_t* k, uint16_t* v, bool k_eq_v, const uint16_t* q_norm,
                          const uint16_t* k_norm, const int32_t* positions, const float* inv_freq, int64_t T,
-                         int64_t Hq, int64_t Hkv, int64_t D, float eps, cudaStream_t stream) {
+                         int64_t Hq, int64_t Hkv, int64_t D, float eps, cudaStream_t stream, const uint16_t* qkv) {
   if (T <= 0) return;
   const int64_t rows = Hq + (k_eq_v ? 1 : 2) * Hkv;
   int warps = static_cast<int>(std::clamp<int64_t>(rows, 1, kMaxWarps));
   while (warps > 1 && smem_bytes(D, warps) > kSmemLimit) --warps;
+  const int64_t words = D / 8;
+  // Fused input: one row of `rows` head rows per token, q's heads, then k's, then v's.
+  const uint4* fused = reinterpret_cast<const uint4*>(qkv);
   QkvLaunch a{reinterpret_cast<uint4*>(q),
               reinterpret_cast<uint4*>(k),
               reinterpret_cast<uint4*>(v),
+              fused ? fused : reinterpret_cast<const uint4*>(q),
+              fused ? fused + Hq * words : reinterpret_cast<const uint4*>(k),
+              fused ? fused + (Hq + Hkv) * words : reinterpret_cast<const uint4*>(v),
+              fused ? rows * words : Hq * words,
+              fused ? rows * words : Hkv * words,
+              fused ? rows * words : Hkv * words,
               reinterpret_cast<const uint4*>(q_norm),
               reinterpret_cast<const uint4*>(k_norm),
               positions,

@@ -64,15 +64,16 @@ TEST(MemoryPlan, PerRankPlanMatchesTheShards) {
     const MemoryPlan p = plan_memory(c, in);
     for (int r = 0; r < n; ++r) {
       const ModelWeights w = shard_weights(full, c, ShardPlan{r, n});
-      uint64_t bytes = w.embed.nbytes() + w.final_norm.nbytes() + w.sc_pre_norm.nbytes() + w.sc_gate.nbytes() +
-                       w.sc_up.nbytes() + w.sc_down.nbytes();
+      ASSERT_TRUE(w.sc_gate.empty() && w.sc_up.empty()) << "fused into sc_gate_up";
+      uint64_t bytes = w.embed.nbytes() + w.final_norm.nbytes() + w.sc_pre_norm.nbytes() + w.sc_gate_up.nbytes() +
+                       w.sc_down.nbytes();
       for (const auto& l : w.layers) {
         for (const Tensor* t : {&l.input_norm, &l.post_attn_norm, &l.q_norm, &l.k_norm, &l.pre_ff_norm, &l.post_ff_norm1,
                                 &l.router_proj, &l.router_scale, &l.per_expert_scale, &l.pre_ff_norm2, &l.post_ff_norm2,
                                 &l.post_ff_norm})
           bytes += t->nbytes();
-        for (const Weight* x : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.mlp_gate, &l.mlp_up, &l.mlp_down,
-                                &l.experts_gate_up, &l.experts_down})
+        for (const Weight* x : {&l.qkv_proj, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.mlp_gate_up, &l.mlp_gate,
+                                &l.mlp_up, &l.mlp_down, &l.experts_gate_up, &l.experts_down})
           bytes += x->nbytes();
         bytes += 2;  // layer_scalar (a bf16 scalar, held as a float)
       }
