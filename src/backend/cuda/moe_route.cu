@@ -10,7 +10,8 @@
 //     the block's pairs of its expert; the last block to finish (a ticket on a context counter that it
 //     resets) turns the per-block counts into offsets and places every pair. The grouping is the
 //     stable sort by expert, so the result is launch_moe_group's exactly;
-//   - the combine with 16-byte words, all K rows' words loaded before the in-order bf16 adds.
+//   - the combine with 16-byte words, one word a thread, all K rows' words loaded before the in-order
+//     bf16 adds.
 #include <climits>
 
 #include "backend/cuda/common.cuh"
@@ -211,40 +212,47 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
 constexpr int kCombineThreads = 128;
 constexpr int kCombineMaxK = 64;
 
-// One block per token.
+// One word (eight columns) of one token per thread, blocks of kCombineThreads words of a token: at
+// H = 2816 a token's 352 words take three blocks and every thread one word, so all of a thread's K
+// row loads are in flight at once and none waits for a second loop trip (one block of 128 threads a
+// token looped three times, each trip another round of K loads). The slot order is read by every
+// thread straight from global memory (the same K words for the whole block: L1 broadcasts) instead
+// of through shared memory, so there is no barrier between it and the row loads. The adds are the
+// same: in order, each rounded to bf16.
 __global__ void __launch_bounds__(kCombineThreads)
     combine_vec_kernel(const uint4* __restrict__ y, const int32_t* __restrict__ order, int K, int64_t words,
-                       uint4* __restrict__ out) {
-  __shared__ int32_t o[kCombineMaxK];
-  const int64_t t = blockIdx.x;
-  for (int j = threadIdx.x; j < K; j += blockDim.x) o[j] = order[t * K + j];
-  __syncthreads();
-  const uint4* yt = y + t * K * words;
-  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
-    float acc[8];
+                       int64_t chunks, uint4* __restrict__ out) {
+  const int64_t t = blockIdx.x / chunks;
+  const int64_t i = (blockIdx.x % chunks) * kCombineThreads + threadIdx.x;
+  if (i >= words) return;
+  const int32_t* ot = order + t * K;
+  const uint4* yt = y + t * K * words + i;
+  float acc[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) acc[k] = 0.f;
-    int j = 0;
-    for (; j + 8 <= K; j += 8) {
-      uint4 u[8];
+  for (int k = 0; k < 8; ++k) acc[k] = 0.f;
+  int j = 0;
+  for (; j + 8 <= K; j += 8) {
+    int32_t o[8];
 #pragma unroll
-      for (int q = 0; q < 8; ++q) u[q] = yt[o[j + q] * words + i];
+    for (int q = 0; q < 8; ++q) o[q] = __ldg(ot + j + q);
+    uint4 u[8];
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        float f[8];
-        unpack_bf16x8(u[q], f);
+    for (int q = 0; q < 8; ++q) u[q] = yt[o[q] * words];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) acc[k] = round_bf16(__fadd_rn(acc[k], f[k]));
-      }
-    }
-    for (; j < K; ++j) {
+    for (int q = 0; q < 8; ++q) {
       float f[8];
-      unpack_bf16x8(yt[o[j] * words + i], f);
+      unpack_bf16x8(u[q], f);
 #pragma unroll
       for (int k = 0; k < 8; ++k) acc[k] = round_bf16(__fadd_rn(acc[k], f[k]));
     }
-    out[t * words + i] = pack_bf16x8(acc);
   }
+  for (; j < K; ++j) {
+    float f[8];
+    unpack_bf16x8(yt[__ldg(ot + j) * words], f);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[k] = round_bf16(__fadd_rn(acc[k], f[k]));
+  }
+  out[t * words + i] = pack_bf16x8(acc);
 }
 
 // The register slots per lane for E experts (0: more than the kernels take).
@@ -298,8 +306,10 @@ void launch_moe_route_group(const uint16_t* logits, int64_t T, int64_t E, int64_
 bool launch_moe_combine_vec(const uint16_t* y, const int32_t* order, int64_t T, int64_t K, int64_t H, uint16_t* out,
                             cudaStream_t stream) {
   if (K > kCombineMaxK || !vec8_ok(H, y, out)) return false;
-  combine_vec_kernel<<<static_cast<unsigned>(T), kCombineThreads, 0, stream>>>(
-      reinterpret_cast<const uint4*>(y), order, static_cast<int>(K), H / 8, reinterpret_cast<uint4*>(out));
+  if (T <= 0 || H <= 0) return true;
+  const int64_t chunks = ceil_div(H / 8, kCombineThreads);
+  combine_vec_kernel<<<static_cast<unsigned>(T * chunks), kCombineThreads, 0, stream>>>(
+      reinterpret_cast<const uint4*>(y), order, static_cast<int>(K), H / 8, chunks, reinterpret_cast<uint4*>(out));
   CUDA_CHECK_LAUNCH();
   return true;
 }
