@@ -2,10 +2,11 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench [quant|flash|tail|fused]  times the CUDA ops at the 26B-A4B shapes (canvas 256)
-//                                     instead (quant: only the quantised kernels' rows; flash: only the
-//                                     attention_batch rows; tail: the LM head, sampler, self-conditioning
-//                                     GEMM and decide only; fused: the fused projections' GEMMs)
+//   dgemma_gpu_check --bench [quant|flash|tail|small|fused]  times the CUDA ops at the 26B-A4B shapes
+//                                     (canvas 256) instead (quant: only the quantised kernels' rows;
+//                                     flash: only the attention_batch rows; tail: the LM head, sampler,
+//                                     self-conditioning GEMM and decide only; small: the per-layer small
+//                                     kernels only; fused: the fused projections' GEMMs)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -42,7 +43,7 @@ double time_ms(dgemma::Backend& be, const std::function<void()>& fn, int reps = 
 // The ops at the released model's shapes on random device data (fill_normal): one line each with the
 // time and the bytes / FLOP floor numbers a reader needs to judge it. tail_only (`--bench tail`): the
 // vocabulary-wide tail of a step alone (LM head, sampler, self-conditioning GEMM, decide).
-int bench(bool quant_only, bool flash_only, bool tail_only) {
+int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
   using namespace dgemma;
   Backend& be = gpu_test::cuda();
   if (quant_only) {  // --bench quant: the quantised kernels' rows only
@@ -64,6 +65,10 @@ int bench(bool quant_only, bool flash_only, bool tail_only) {
   };
   if (flash_only) {
     gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+    return 0;
+  }
+  if (small_only) {  // --bench small: the per-layer small kernels' rows only
+    gpu_test::small_kernel_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
     return 0;
   }
   {
@@ -311,7 +316,7 @@ int main(int argc, char** argv) {
                                          [](const char* what, double ms) { std::printf("%-56s %10.3f\n", what, ms); });
       return 0;
     }
-    return bench(mode("quant"), mode("flash"), mode("tail"));
+    return bench(mode("quant"), mode("flash"), mode("tail"), mode("small"));
   }
   int passed = 0, failed = 0;
   for (const Case& c : all_cases()) {

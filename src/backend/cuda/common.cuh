@@ -25,41 +25,6 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
 
 __device__ __forceinline__ float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
-// Eight bf16 values as one 16-byte word (vectorised loads and stores of bandwidth-bound kernels).
-__device__ __forceinline__ void unpack_bf16x8(const uint4 v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    f[2 * k] = __uint_as_float(w[k] << 16);
-    f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-  }
-}
-
-__device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
-  uint32_t w[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k)
-    w[k] = static_cast<uint32_t>(f32_to_bf16(f[2 * k])) | (static_cast<uint32_t>(f32_to_bf16(f[2 * k + 1])) << 16);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// RMSNorm pieces shared by the norm kernels (norm_rope.cu, qkv_prologue.cu): the sum of squares of
-// a word in double (exact, and the row's sum too for any realistic dynamic range) and the row's
-// (mean + eps)^-0.5 from it, evaluated as 1/sqrt in double and rounded once.
-__device__ __forceinline__ double word_squares(const uint4 u) {
-  float v[8];
-  unpack_bf16x8(u, v);
-  double ss = 0;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) ss += static_cast<double>(v[k]) * v[k];
-  return ss;
-}
-
-__device__ __forceinline__ float inv_rms_of(double ss, int64_t n, float eps) {
-  const float ms = __fadd_rn(static_cast<float>(ss / static_cast<double>(n)), eps);
-  return static_cast<float>(1.0 / sqrt(static_cast<double>(ms)));
-}
-
 // True when every pointer is 16-byte aligned and n is a multiple of 8 (the vectorised kernels' terms).
 inline bool vec8_ok(int64_t n, const void* a, const void* b = nullptr, const void* c = nullptr) {
   auto al = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
@@ -146,3 +111,6 @@ enum DeviceErrorBits : unsigned {
 };
 
 }  // namespace dgemma::cuda
+
+// The 16-byte word helpers (in their own header, which the emulated kernel tests also compile).
+#include "backend/cuda/bf16_words.cuh"

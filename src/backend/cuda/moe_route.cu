@@ -10,7 +10,8 @@
 //     the block's pairs of its expert; the last block to finish (a ticket on a context counter that it
 //     resets) turns the per-block counts into offsets and places every pair. The grouping is the
 //     stable sort by expert, so the result is launch_moe_group's exactly;
-//   - the combine with 16-byte words, all K rows' words loaded before the in-order bf16 adds.
+//   - the combine with 16-byte words, one word a thread, all K rows' words loaded before the in-order
+//     bf16 adds.
 #include <climits>
 
 #include "backend/cuda/common.cuh"
@@ -21,7 +22,18 @@ namespace dgemma::cuda {
 namespace {
 
 constexpr int kTopkWarps = 4;    // tokens per block of the top-k kernel
-constexpr int kRouteWarps = 16;  // tokens per block of the fused routing + grouping kernel
+// The fused routing + grouping kernel: blocks of kRouteWarps warps, of which the first kRouteTokens
+// route one token each (sixteen warps and tokens before). Why four tokens a block: a token's routing
+// (the softmax, K rounds of warp reductions) is a long chain of instructions, and an SM issues one
+// instruction a cycle per scheduler (four): sixteen routing warps on one SM queued four deep on each
+// scheduler, while T = 256 used only 16 of the SMs. Now every routing warp has a scheduler to itself
+// and 64 SMs share the work. The other warps join the grouping; eight warps a block (at most 128
+// registers a thread: two blocks an SM, T = 1024 in one wave) and eight pairs a thread and round in
+// the last block's placement keep its rounds as few as before. Its prefix over the (four times as
+// many) per-block counts loads 32 blocks' counts at a time (eight before): as many L2 round trips.
+constexpr int kRouteWarps = 8;
+constexpr int kRouteTokens = 4;
+constexpr int kPrefixBatch = 32;
 constexpr int kRouteMaxK = 32;
 
 // One token's routing by one warp. ps: the warp's 32 kPer floats; sel: K ints (the selected experts,
@@ -132,18 +144,18 @@ struct RouteLaunch {
 
 template <int kPer>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaunch a) {
-  __shared__ __align__(16) float ps_all[kRouteWarps][32 * kPer];
-  __shared__ int blk[kRouteWarps * kRouteMaxK];  // the block's selected experts, in pair order
+  __shared__ __align__(16) float ps_all[kRouteTokens][32 * kPer];
+  __shared__ int blk[kRouteTokens * kRouteMaxK];  // the block's selected experts, in pair order
   __shared__ int base[32 * kPer];
   __shared__ bool last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int E = a.E, K = a.K;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRouteWarps;
-  if (t0 + warp < a.T)
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRouteTokens;
+  if (warp < kRouteTokens && t0 + warp < a.T)
     route_token<kPer>(a.logits, t0 + warp, E, K, a.pes, a.probs, a.top_idx, a.top_w, a.order, ps_all[warp],
                       blk + warp * K);
   __syncthreads();
-  const int n_pairs = static_cast<int>(min(static_cast<int64_t>(kRouteWarps), a.T - t0)) * K;
+  const int n_pairs = static_cast<int>(min(static_cast<int64_t>(kRouteTokens), a.T - t0)) * K;
   const int64_t p0 = t0 * K;
   for (int j = threadIdx.x; j < n_pairs; j += blockDim.x) {
     const int e = blk[j];
@@ -167,12 +179,13 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
   const int nb = static_cast<int>(gridDim.x);
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int run = 0;
-    for (int b0 = 0; b0 < nb; b0 += 8) {  // eight loads in flight, then their prefix
-      int n[8];
+    for (int b0 = 0; b0 < nb; b0 += kPrefixBatch) {  // kPrefixBatch loads in flight, then their prefix
+      int n[kPrefixBatch];
 #pragma unroll
-      for (int q = 0; q < 8; ++q) n[q] = b0 + q < nb ? __ldcg(a.block_count + static_cast<int64_t>(b0 + q) * E + e) : 0;
+      for (int q = 0; q < kPrefixBatch; ++q)
+        n[q] = b0 + q < nb ? __ldcg(a.block_count + static_cast<int64_t>(b0 + q) * E + e) : 0;
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
+      for (int q = 0; q < kPrefixBatch; ++q) {
         if (b0 + q < nb) __stcg(a.block_count + static_cast<int64_t>(b0 + q) * E + e, run);
         run += n[q];
       }
@@ -184,8 +197,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
   __threadfence_block();
   __syncthreads();
   const int64_t R = a.T * K;
-  const int per_block = kRouteWarps * K;
-  constexpr int kUnroll = 4;  // independent pairs per thread and round: their loads in flight together
+  const int per_block = kRouteTokens * K;
+  constexpr int kUnroll = 8;  // independent pairs per thread and round: their loads in flight together
   for (int64_t p0 = threadIdx.x; p0 < R; p0 += kUnroll * static_cast<int64_t>(blockDim.x)) {
     int e[kUnroll], at[kUnroll];
 #pragma unroll
@@ -211,40 +224,47 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
 constexpr int kCombineThreads = 128;
 constexpr int kCombineMaxK = 64;
 
-// One block per token.
+// One word (eight columns) of one token per thread, blocks of kCombineThreads words of a token: at
+// H = 2816 a token's 352 words take three blocks and every thread one word, so all of a thread's K
+// row loads are in flight at once and none waits for a second loop trip (one block of 128 threads a
+// token looped three times, each trip another round of K loads). The slot order is read by every
+// thread straight from global memory (the same K words for the whole block: L1 broadcasts) instead
+// of through shared memory, so there is no barrier between it and the row loads. The adds are the
+// same: in order, each rounded to bf16.
 __global__ void __launch_bounds__(kCombineThreads)
     combine_vec_kernel(const uint4* __restrict__ y, const int32_t* __restrict__ order, int K, int64_t words,
-                       uint4* __restrict__ out) {
-  __shared__ int32_t o[kCombineMaxK];
-  const int64_t t = blockIdx.x;
-  for (int j = threadIdx.x; j < K; j += blockDim.x) o[j] = order[t * K + j];
-  __syncthreads();
-  const uint4* yt = y + t * K * words;
-  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
-    float acc[8];
+                       int64_t chunks, uint4* __restrict__ out) {
+  const int64_t t = blockIdx.x / chunks;
+  const int64_t i = (blockIdx.x % chunks) * kCombineThreads + threadIdx.x;
+  if (i >= words) return;
+  const int32_t* ot = order + t * K;
+  const uint4* yt = y + t * K * words + i;
+  float acc[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) acc[k] = 0.f;
-    int j = 0;
-    for (; j + 8 <= K; j += 8) {
-      uint4 u[8];
+  for (int k = 0; k < 8; ++k) acc[k] = 0.f;
+  int j = 0;
+  for (; j + 8 <= K; j += 8) {
+    int32_t o[8];
 #pragma unroll
-      for (int q = 0; q < 8; ++q) u[q] = yt[o[j + q] * words + i];
+    for (int q = 0; q < 8; ++q) o[q] = __ldg(ot + j + q);
+    uint4 u[8];
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        float f[8];
-        unpack_bf16x8(u[q], f);
+    for (int q = 0; q < 8; ++q) u[q] = yt[o[q] * words];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) acc[k] = round_bf16(__fadd_rn(acc[k], f[k]));
-      }
-    }
-    for (; j < K; ++j) {
+    for (int q = 0; q < 8; ++q) {
       float f[8];
-      unpack_bf16x8(yt[o[j] * words + i], f);
+      unpack_bf16x8(u[q], f);
 #pragma unroll
       for (int k = 0; k < 8; ++k) acc[k] = round_bf16(__fadd_rn(acc[k], f[k]));
     }
-    out[t * words + i] = pack_bf16x8(acc);
   }
+  for (; j < K; ++j) {
+    float f[8];
+    unpack_bf16x8(yt[__ldg(ot + j) * words], f);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[k] = round_bf16(__fadd_rn(acc[k], f[k]));
+  }
+  out[t * words + i] = pack_bf16x8(acc);
 }
 
 // The register slots per lane for E experts (0: more than the kernels take).
@@ -274,14 +294,14 @@ bool launch_moe_topk_reg(const uint16_t* logits, int64_t T, int64_t E, int64_t K
 
 int64_t moe_route_group_scratch(int64_t T, int64_t E, int64_t K) {
   if (slots_for(E) == 0 || K < 1 || K > E || K > kRouteMaxK || T <= 0 || T * K > INT_MAX) return 0;
-  return ceil_div(T, kRouteWarps) * E + T * K;
+  return ceil_div(T, kRouteTokens) * E + T * K;
 }
 
 void launch_moe_route_group(const uint16_t* logits, int64_t T, int64_t E, int64_t K, const uint16_t* per_expert_scale,
                             float* probs, int32_t* top_idx, float* top_w, int32_t* order, int32_t* offsets,
                             int32_t* pairs, int32_t* tiles, int64_t max_tiles, int tile_rows, int32_t* scratch,
                             unsigned* ticket, cudaStream_t stream) {
-  const int64_t blocks = ceil_div(T, kRouteWarps);
+  const int64_t blocks = ceil_div(T, kRouteTokens);
   RouteLaunch a{logits, T, static_cast<int>(E), static_cast<int>(K), per_expert_scale, probs, top_idx, top_w, order,
                 offsets, pairs, max_tiles > 0 ? reinterpret_cast<int4*>(tiles) : nullptr, static_cast<int>(max_tiles),
                 tile_rows, scratch, scratch + blocks * E, ticket};
@@ -298,8 +318,10 @@ void launch_moe_route_group(const uint16_t* logits, int64_t T, int64_t E, int64_
 bool launch_moe_combine_vec(const uint16_t* y, const int32_t* order, int64_t T, int64_t K, int64_t H, uint16_t* out,
                             cudaStream_t stream) {
   if (K > kCombineMaxK || !vec8_ok(H, y, out)) return false;
-  combine_vec_kernel<<<static_cast<unsigned>(T), kCombineThreads, 0, stream>>>(
-      reinterpret_cast<const uint4*>(y), order, static_cast<int>(K), H / 8, reinterpret_cast<uint4*>(out));
+  if (T <= 0 || H <= 0) return true;
+  const int64_t chunks = ceil_div(H / 8, kCombineThreads);
+  combine_vec_kernel<<<static_cast<unsigned>(T * chunks), kCombineThreads, 0, stream>>>(
+      reinterpret_cast<const uint4*>(y), order, static_cast<int>(K), H / 8, chunks, reinterpret_cast<uint4*>(out));
   CUDA_CHECK_LAUNCH();
   return true;
 }

@@ -7,6 +7,7 @@
 // rounded fp32 value that glibc's powf returns in all but rare cases (CUDA's powf may be ulps off).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/norm_rope.cuh"
+#include "backend/cuda/residual_kernel.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -124,9 +125,9 @@ void launch_norm_vec(const uint16_t* x, const uint16_t* w, const uint16_t* scale
   CUDA_CHECK_LAUNCH();
 }
 
-// The residual junctions: one block per row, three passes over the row's words (the row stays in L1/L2
-// between them); each word is read back only by the thread that wrote it. Same roundings as the
-// composed ops (backend.cpp).
+// The residual junctions for rows longer than residual_kernel.cuh's kernels take (H > 32768): one block
+// per row, three passes over the row's words (the row stays in L1/L2 between them); each word is read
+// back only by the thread that wrote it. Same roundings as the composed ops (backend.cpp).
 constexpr int kResidualThreads = 128;
 
 __device__ __forceinline__ void load8(const uint4* p, int64_t i, float (&v)[8]) { unpack_bf16x8(p[i], v); }
@@ -300,9 +301,23 @@ void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* 
   if (rows <= 0) return;
   auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
   auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
-  attn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
-      v(x), v(o), v(post_norm), m(h1), v(norm_a), m(out_a), v(norm_b), m(out_b), m(o_normed), v(router_scale),
-      router_root, m(router_out), n / 8, eps);
+  const residual::Plan plan = residual::plan_for(n / 8);
+  if (plan.per == 0) {
+    attn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
+        v(x), v(o), v(post_norm), m(h1), v(norm_a), m(out_a), v(norm_b), m(out_b), m(o_normed), v(router_scale),
+        router_root, m(router_out), n / 8, eps);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const residual::AttnArgs a{v(x),     v(o),        v(post_norm),    m(h1),       v(norm_a),     m(out_a), v(norm_b),
+                             m(out_b), m(o_normed), v(router_scale), router_root, m(router_out), n / 8,    eps};
+  const unsigned grid = static_cast<unsigned>(rows);
+  constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
+  switch (plan.per) {
+    case 1: residual::attn_residual_kernel<1><<<grid, plan.threads, kSmem, stream>>>(a); break;
+    case 2: residual::attn_residual_kernel<2><<<grid, plan.threads, kSmem, stream>>>(a); break;
+    default: residual::attn_residual_kernel<4><<<grid, plan.threads, kSmem, stream>>>(a); break;
+  }
   CUDA_CHECK_LAUNCH();
 }
 
@@ -313,9 +328,23 @@ void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t*
   if (rows <= 0) return;
   auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
   auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
-  ffn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
-      v(h1), v(m1), v(m2), v(norm1), v(norm2), v(norm_f), scale, m(out), m(m1n), m(m2n), m(f), v(next_norm),
-      m(next_out), n / 8, eps);
+  const residual::Plan plan = residual::plan_for(n / 8);
+  if (plan.per == 0) {
+    ffn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
+        v(h1), v(m1), v(m2), v(norm1), v(norm2), v(norm_f), scale, m(out), m(m1n), m(m2n), m(f), v(next_norm),
+        m(next_out), n / 8, eps);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const residual::FfnArgs a{v(h1),  v(m1),  v(m2), v(norm1),     v(norm2),    v(norm_f), scale, m(out),
+                            m(m1n), m(m2n), m(f),  v(next_norm), m(next_out), n / 8,     eps};
+  const unsigned grid = static_cast<unsigned>(rows);
+  constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
+  switch (plan.per) {
+    case 1: residual::ffn_residual_kernel<1><<<grid, plan.threads, kSmem, stream>>>(a); break;
+    case 2: residual::ffn_residual_kernel<2><<<grid, plan.threads, kSmem, stream>>>(a); break;
+    default: residual::ffn_residual_kernel<4><<<grid, plan.threads, kSmem, stream>>>(a); break;
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -10,7 +10,8 @@
 // 8 j .. 8 j + 7; m16n8k16: A row g = lane / 4 (+8), k = 2 (lane % 4) (+8); B k likewise, n = lane / 4;
 // C rows g (+8), cols 2 (lane % 4) (+1)). The device path is checked by tests/gpu; this checks the
 // kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
-// no asynchrony, no memory model, a warp's lanes only meet at the collectives.
+// no asynchrony, no memory model, a warp's lanes only meet at the collectives. Also blockDim /
+// gridDim, uint4 and the fp64 shuffle of the row kernels (residual_kernel.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -31,7 +32,7 @@
 typedef void* cudaStream_t;
 struct Dim3 { unsigned x = 0, y = 0, z = 0; };
 namespace emu {
-inline thread_local Dim3 t_thread, t_block;
+inline thread_local Dim3 t_thread, t_block, t_block_dim, t_grid_dim;
 inline unsigned char* g_smem = nullptr;
 inline uint32_t g_smem_bytes = 0;
 inline void chk(uint32_t a, uint32_t n, uint32_t align) {
@@ -129,6 +130,8 @@ inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem
   for (auto& f : fibers) f.stack.resize(size_t{256} << 10);
   g_fibers = &fibers;
   g_fn = &fn;
+  t_block_dim = Dim3{static_cast<unsigned>(threads), 1, 1};
+  t_grid_dim = Dim3{static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)};
   for (int bz = 0; bz < gz; ++bz)
     for (int by = 0; by < gy; ++by)
       for (int bx = 0; bx < gx; ++bx) {
@@ -175,6 +178,10 @@ inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes, int
 }  // namespace emu
 #define threadIdx emu::t_thread
 #define blockIdx emu::t_block
+#define blockDim emu::t_block_dim
+#define gridDim emu::t_grid_dim
+struct uint4 { uint32_t x, y, z, w; };
+inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
 inline void __syncthreads() { emu::g_block_bar->arrive_and_wait(); }
 inline void __syncwarp() {}  // a warp's lanes only meet at the collectives
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
@@ -326,4 +333,14 @@ inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
   sc[i][6] = __float_as_uint(v);
   emu::g_warp_bar[w]->arrive_and_wait();
   return __uint_as_float(sc[(i ^ lane_mask) & 31][6]);
+}
+inline double __shfl_xor_sync(unsigned mask, double v, int lane_mask) {
+  if (mask != 0xffffffffu) std::abort();
+  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
+  uint32_t(&sc)[32][8] = dgemma::cuda::collective_scratch(w, i);
+  std::memcpy(&sc[i][6], &v, 8);
+  emu::g_warp_bar[w]->arrive_and_wait();
+  double r;
+  std::memcpy(&r, &sc[(i ^ lane_mask) & 31][6], 8);
+  return r;
 }

@@ -1,0 +1,223 @@
+// The residual junction kernels (src/backend/cuda/residual_kernel.cuh) run on the host through
+// cuda_emulator.h against the CPU backend's composed ops (backend.cpp: rmsnorm / add / mul / scale),
+// bit for bit: one, two and four words per thread, rows with padding threads (H / 8 not a multiple of
+// 32), every optional output present and absent, a row of tiny values (eps matters) and, with eps 0,
+// an all-zero row (an infinite inverse norm: the NaNs of the composed ops, bit for bit). The same kernel
+// source the GPU runs; tests/gpu checks it there.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/bf16_words.cuh"
+#include "backend/cuda/residual_kernel.cuh"
+#include "backend/tensor.h"
+#include "cuda_emulator.h"
+#include "util/bf16.h"
+
+namespace dgemma {
+namespace {
+
+namespace res = cuda::residual;
+
+constexpr int kEmuThreads = 256;  // the emulator's largest block
+
+Tensor random_rows(std::mt19937& rng, int64_t T, int64_t H, float std, float mean = 0.0f) {
+  std::normal_distribution<float> nd(mean, std);
+  Tensor t = host_tensor(ScalarType::kBF16, {T, H});
+  for (int64_t i = 0; i < T * H; ++i) t.ptr<uint16_t>()[i] = f32_to_bf16(nd(rng));
+  return t;
+}
+
+Tensor poisoned(int64_t T, int64_t H) {
+  Tensor t = host_tensor(ScalarType::kBF16, {T, H});
+  for (int64_t i = 0; i < T * H; ++i) t.ptr<uint16_t>()[i] = 0x7fc1;
+  return t;
+}
+
+const uint4* cw(const Tensor& t) {
+  return t.empty() ? nullptr : static_cast<const uint4*>(t.data);
+}
+uint4* mw(const Tensor& t) {
+  return t.empty() ? nullptr : static_cast<uint4*>(t.data);
+}
+
+void expect_same(const std::string& what, const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.numel(), want.numel()) << what;
+  const uint16_t* g = got.ptr<uint16_t>();
+  const uint16_t* w = want.ptr<uint16_t>();
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_EQ(g[i], w[i]) << what << ": element " << i << " of " << got.numel();
+}
+
+// Rows of the test: random, then a row of tiny values, then (eps 0 only) an all-zero row.
+void shape_rows(Tensor& t, int64_t H, bool zero_row) {
+  const int64_t T = t.dim(0);
+  uint16_t* p = t.ptr<uint16_t>();
+  for (int64_t i = 0; i < H; ++i) p[(T - 1) * H + i] = f32_to_bf16(1e-4f * bf16_to_f32(p[(T - 1) * H + i]));
+  if (zero_row)
+    for (int64_t i = 0; i < H; ++i) p[(T - 2) * H + i] = 0;
+}
+
+template <typename F>
+void launch_plan(const res::Plan& plan, int64_t T, F&& run) {
+  ASSERT_GT(plan.per, 0);
+  ASSERT_LE(plan.threads, kEmuThreads);
+  emu::launch([&] { run(plan.per); }, static_cast<int>(T), 1, res::kScratchDoubles * 8, plan.threads);
+}
+
+struct Shape {
+  int64_t T, H;
+  float eps;
+};
+
+std::string name_of(const Shape& s, const res::Plan& p) {
+  return "T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) + " eps=" + std::to_string(s.eps) +
+         " per=" + std::to_string(p.per) + " threads=" + std::to_string(p.threads);
+}
+
+const Shape kShapes[] = {{4, 2816, 1e-6f}, {3, 2048, 1e-6f}, {4, 1000, 0.0f},
+                         {3, 8, 1e-6f},    {3, 5000, 1e-6f}, {3, 24, 0.0f}};
+
+TEST(ResidualEmulated, PlanCoversTheModelShapes) {
+  EXPECT_EQ(res::plan_for(352).per, 1);  // H = 2816: one word a thread
+  EXPECT_EQ(res::plan_for(352).threads, 352);
+  EXPECT_EQ(res::plan_for(1).threads, 32);
+  EXPECT_EQ(res::plan_for(512).per, 2);
+  EXPECT_EQ(res::plan_for(2048).per, 4);
+  EXPECT_EQ(res::plan_for(2048).threads, 512);
+  EXPECT_EQ(res::plan_for(2049).per, 0);  // H > 16384: the loop kernels
+  for (int64_t words = 1; words <= 2048; ++words) {
+    const res::Plan p = res::plan_for(words);
+    ASSERT_TRUE(p.threads % 32 == 0 && p.threads >= 32 && p.threads <= res::kMaxThreads) << words;
+    ASSERT_GE(int64_t{p.per} * p.threads, words) << words;
+  }
+}
+
+TEST(ResidualEmulated, AttnJunctionMatchesComposedOps) {
+  std::mt19937 rng(2024);
+  auto cpu = make_cpu_backend();
+  for (const Shape& s : kShapes) {
+    const res::Plan plan = res::plan_for(s.H / 8, kEmuThreads);
+    const float root = 1.0f / std::sqrt(static_cast<float>(s.H));
+    Tensor x = random_rows(rng, s.T, s.H, 3.0f), o = random_rows(rng, s.T, s.H, 0.5f);
+    shape_rows(o, s.H, s.eps == 0.0f);
+    shape_rows(x, s.H, s.eps == 0.0f);
+    Tensor wp = random_rows(rng, 1, s.H, 0.3f, 1.0f), wa = random_rows(rng, 1, s.H, 0.3f, 1.0f);
+    Tensor wb = random_rows(rng, 1, s.H, 0.3f, 1.0f), wr = random_rows(rng, 1, s.H, 0.2f, 1.0f);
+    for (bool extras : {true, false}) {
+      const std::string name = name_of(s, plan) + (extras ? " o_normed + router" : " plain");
+      AttnResidualArgs c;
+      c.x = x;
+      c.o = o;
+      c.post_norm = wp.reshape({s.H});
+      c.h1 = poisoned(s.T, s.H);
+      c.norm_a = wa.reshape({s.H});
+      c.out_a = poisoned(s.T, s.H);
+      c.norm_b = wb.reshape({s.H});
+      c.out_b = poisoned(s.T, s.H);
+      c.eps = s.eps;
+      if (extras) {
+        c.o_normed = poisoned(s.T, s.H);
+        c.router_scale = wr.reshape({s.H});
+        c.router_out = poisoned(s.T, s.H);
+        c.router_root = root;
+      }
+      AttnResidualArgs g = c;
+      g.h1 = poisoned(s.T, s.H);
+      g.out_a = poisoned(s.T, s.H);
+      g.out_b = poisoned(s.T, s.H);
+      if (extras) {
+        g.o_normed = poisoned(s.T, s.H);
+        g.router_out = poisoned(s.T, s.H);
+      }
+      cpu->attn_residual(c);
+      const res::AttnArgs a{
+          cw(g.x),       cw(g.o),          cw(g.post_norm), mw(g.h1),       cw(g.norm_a),
+          mw(g.out_a),   cw(g.norm_b),     mw(g.out_b),     mw(g.o_normed), cw(g.router_scale),
+          g.router_root, mw(g.router_out), s.H / 8,         s.eps};
+      launch_plan(plan, s.T, [&](int per) {
+        if (per == 1)
+          res::attn_residual_kernel<1>(a);
+        else if (per == 2)
+          res::attn_residual_kernel<2>(a);
+        else
+          res::attn_residual_kernel<4>(a);
+      });
+      expect_same(name + " h1", g.h1, c.h1);
+      expect_same(name + " out_a", g.out_a, c.out_a);
+      expect_same(name + " out_b", g.out_b, c.out_b);
+      if (extras) {
+        expect_same(name + " o_normed", g.o_normed, c.o_normed);
+        expect_same(name + " router_out", g.router_out, c.router_out);
+      }
+    }
+  }
+}
+
+TEST(ResidualEmulated, FfnJunctionMatchesComposedOps) {
+  std::mt19937 rng(77);
+  auto cpu = make_cpu_backend();
+  for (const Shape& s : kShapes) {
+    const res::Plan plan = res::plan_for(s.H / 8, kEmuThreads);
+    Tensor h1 = random_rows(rng, s.T, s.H, 3.0f), m1 = random_rows(rng, s.T, s.H, 2.0f);
+    Tensor m2 = random_rows(rng, s.T, s.H, 0.2f);
+    shape_rows(m1, s.H, s.eps == 0.0f);
+    shape_rows(m2, s.H, s.eps == 0.0f);
+    Tensor w1 = random_rows(rng, 1, s.H, 0.3f, 1.0f), w2 = random_rows(rng, 1, s.H, 0.3f, 1.0f);
+    Tensor wf = random_rows(rng, 1, s.H, 0.3f, 1.0f), wn = random_rows(rng, 1, s.H, 0.3f, 1.0f);
+    for (bool extras : {true, false}) {
+      const std::string name = name_of(s, plan) + (extras ? " dumps + next norm" : " plain");
+      FfnResidualArgs c;
+      c.h1 = h1;
+      c.m1 = m1;
+      c.m2 = m2;
+      c.norm1 = w1.reshape({s.H});
+      c.norm2 = w2.reshape({s.H});
+      c.norm_f = wf.reshape({s.H});
+      c.eps = s.eps;
+      c.scale = 0.37f;
+      c.out = poisoned(s.T, s.H);
+      if (extras) {
+        c.m1n = poisoned(s.T, s.H);
+        c.m2n = poisoned(s.T, s.H);
+        c.f = poisoned(s.T, s.H);
+        c.next_norm = wn.reshape({s.H});
+        c.next_out = poisoned(s.T, s.H);
+      }
+      FfnResidualArgs g = c;
+      g.out = poisoned(s.T, s.H);
+      if (extras) {
+        g.m1n = poisoned(s.T, s.H);
+        g.m2n = poisoned(s.T, s.H);
+        g.f = poisoned(s.T, s.H);
+        g.next_out = poisoned(s.T, s.H);
+      }
+      cpu->ffn_residual(c);
+      const res::FfnArgs a{cw(g.h1),     cw(g.m1),        cw(g.m2),       cw(g.norm1), cw(g.norm2),
+                           cw(g.norm_f), g.scale,         mw(g.out),      mw(g.m1n),   mw(g.m2n),
+                           mw(g.f),      cw(g.next_norm), mw(g.next_out), s.H / 8,     s.eps};
+      launch_plan(plan, s.T, [&](int per) {
+        if (per == 1)
+          res::ffn_residual_kernel<1>(a);
+        else if (per == 2)
+          res::ffn_residual_kernel<2>(a);
+        else
+          res::ffn_residual_kernel<4>(a);
+      });
+      expect_same(name + " out", g.out, c.out);
+      if (extras) {
+        expect_same(name + " m1n", g.m1n, c.m1n);
+        expect_same(name + " m2n", g.m2n, c.m2n);
+        expect_same(name + " f", g.f, c.f);
+        expect_same(name + " next_out", g.next_out, c.next_out);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dgemma
