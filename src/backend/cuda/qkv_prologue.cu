@@ -110,12 +110,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32) qkv_prologue_kernel(QkvLaunch 
     for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
       for (int q = 0; q < kRowsAtOnce; ++q) ss[q] += __shfl_xor_sync(0xffffffffu, ss[q], o);
+    float invs[kRowsAtOnce];  // side by side: two independent double-precision chains
+#pragma unroll
+    for (int q = 0; q < kRowsAtOnce; ++q) invs[q] = inv_rms_of(ss[q], D, a.eps);
 #pragma unroll
     for (int q = 0; q < kRowsAtOnce; ++q) {
       if (r0 + q * nwarps >= rows) continue;  // warp-uniform
       const Row& rw = row[q];
       uint4* buf = bufs + q * words;
-      const float inv = inv_rms_of(ss[q], D, a.eps);
+      const float inv = invs[q];
 #pragma unroll
       for (int m = 0; m < kLaneWords; ++m) {
         const int i = lane + 32 * m;
