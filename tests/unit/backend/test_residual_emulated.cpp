@@ -15,7 +15,8 @@
 #include "backend/tensor.h"
 #include "util/bf16.h"
 
-// clang-format off: the emulator first, it provides the device operations the kernel headers use
+// The emulator first: it provides the device operations that the kernel headers use.
+// clang-format off
 #include "cuda_emulator.h"
 #include "backend/cuda/bf16_words.cuh"
 #include "backend/cuda/residual_kernel.cuh"
