@@ -318,6 +318,51 @@ void check_next_norm(Reporter& r) {
   }
 }
 
+// The residual junctions at every launch plan of residual_kernel.cuh (one, two and four words a
+// thread; H / 8 not a multiple of 32: padding threads) and past it (H > 16384: the loop kernels),
+// every optional output on, against the composed ops on the GPU: bit for bit.
+void check_residual_plans(Reporter& r) {
+  Data d("residual_plans");
+  for (const int64_t H : {8, 1000, 2816, 4096, 12288, 20000}) {
+    for (const int64_t T : {3, 37}) {
+      const std::string sz = " T=" + std::to_string(T) + " H=" + std::to_string(H);
+      const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+      Tensor x = d.bf16({T, H}, 3.0f), o = d.bf16({T, H}, 0.5f), m1 = d.bf16({T, H}, 2.0f), m2 = d.bf16({T, H}, 0.2f);
+      Tensor w[8];
+      for (Tensor& t : w) t = up(d.bf16({H}, 0.3f, 1.0f));
+      auto dev = [&] { return poisoned(ScalarType::kBF16, {T, H}); };
+      AttnResidualArgs a{up(x), up(o), w[0], dev(), w[1], dev(), w[2], dev(), 1e-6f, dev(), w[3], dev(), root};
+      AttnResidualArgs ac = a;
+      ac.h1 = dev();
+      ac.out_a = dev();
+      ac.out_b = dev();
+      ac.o_normed = dev();
+      ac.router_out = dev();
+      cuda().attn_residual(a);
+      cuda().Backend::attn_residual(ac);
+      expect_bf16(r, "attn_residual h1" + sz, u16(a.h1), u16(ac.h1), exact_tol());
+      expect_bf16(r, "attn_residual out_a" + sz, u16(a.out_a), u16(ac.out_a), exact_tol());
+      expect_bf16(r, "attn_residual out_b" + sz, u16(a.out_b), u16(ac.out_b), exact_tol());
+      expect_bf16(r, "attn_residual o_normed" + sz, u16(a.o_normed), u16(ac.o_normed), exact_tol());
+      expect_bf16(r, "attn_residual router_out" + sz, u16(a.router_out), u16(ac.router_out), exact_tol());
+      FfnResidualArgs f{a.h1, up(m1), up(m2), w[4], w[5], w[6], 1e-6f, 0.37f, dev(), dev(), dev(), dev(), w[7], dev()};
+      FfnResidualArgs fc = f;
+      fc.out = dev();
+      fc.m1n = dev();
+      fc.m2n = dev();
+      fc.f = dev();
+      fc.next_out = dev();
+      cuda().ffn_residual(f);
+      cuda().Backend::ffn_residual(fc);
+      expect_bf16(r, "ffn_residual out" + sz, u16(f.out), u16(fc.out), exact_tol());
+      expect_bf16(r, "ffn_residual m1n" + sz, u16(f.m1n), u16(fc.m1n), exact_tol());
+      expect_bf16(r, "ffn_residual m2n" + sz, u16(f.m2n), u16(fc.m2n), exact_tol());
+      expect_bf16(r, "ffn_residual f" + sz, u16(f.f), u16(fc.f), exact_tol());
+      expect_bf16(r, "ffn_residual next_out" + sz, u16(f.next_out), u16(fc.next_out), exact_tol());
+    }
+  }
+}
+
 // The fused top-k + grouping kernel against the top-k and grouping kernels it replaces, output by
 // output (the MoE check above cannot see the order of the pairs within an expert): random logits,
 // ties, one expert in every token's top-k, and T from 1 to 2048 (R past the tile list's threshold).
@@ -394,6 +439,7 @@ std::vector<Case> small_kernel_cases() {
       {"moe_grouping", check_moe_grouping},
       {"router_input", check_router_input},
       {"next_norm", check_next_norm},
+      {"residual_plans", check_residual_plans},
   };
 }
 
