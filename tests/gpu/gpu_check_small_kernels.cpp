@@ -60,6 +60,8 @@ void check_qkv_prologue(Reporter& r) {
   for (const QkvShape& s : {QkvShape{37, 16, 8, 256, false, sliding}, QkvShape{29, 16, 2, 512, true, full},
                             QkvShape{20, 4, 2, 16, false, sliding}, QkvShape{300, 8, 4, 128, false, sliding},
                             QkvShape{3, 5, 1, 64, true, sliding},
+                            // more rows than two per warp: later rounds, a last pair of one row
+                            QkvShape{40, 32, 16, 128, false, sliding}, QkvShape{9, 24, 8, 512, false, full},
                             QkvShape{7, 3, 1, 20, true, sliding} /* D % 16 != 0: the composed ops */}) {
     const std::string name = qkv_name(s);
     std::vector<float> inv = rope_inv_freq(s.rope, static_cast<int>(s.D));
