@@ -37,6 +37,15 @@ struct Switch {
   Switch& operator=(const Switch&) = delete;
 };
 
+// Sets tuning.h's small-kernel variant for a scope.
+struct Variant {
+  int old;
+  explicit Variant(int v) : old(cuda::set_small_kernel_variant(v)) {}
+  ~Variant() { cuda::set_small_kernel_variant(old); }
+  Variant(const Variant&) = delete;
+  Variant& operator=(const Variant&) = delete;
+};
+
 // ---- qkv prologue -----------------------------------------------------------------------------
 
 struct QkvShape {
@@ -95,7 +104,7 @@ void check_qkv_prologue(Reporter& r) {
       g.inv_freq = up(c.inv_freq);
       return g;
     };
-    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args();
+    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args(), one_row = gpu_args();
     {
       Switch off(cuda::set_fused_qkv_prologue, false);
       cuda().qkv_prologue(unfused);
@@ -103,7 +112,12 @@ void check_qkv_prologue(Reporter& r) {
     {
       Switch on(cuda::set_fused_qkv_prologue, true);
       cuda().qkv_prologue(fused);
+      Variant v(1);  // one head row a warp at a time
+      cuda().qkv_prologue(one_row);
     }
+    expect_bf16(r, name + " q (one row a warp vs ops)", u16(one_row.q), u16(unfused.q), exact_tol());
+    expect_bf16(r, name + " k (one row a warp vs ops)", u16(one_row.k), u16(unfused.k), exact_tol());
+    expect_bf16(r, name + " v (one row a warp vs ops)", u16(one_row.v), u16(unfused.v), exact_tol());
     expect_bf16(r, name + " q (fused vs ops)", u16(fused.q), u16(unfused.q), exact_tol());
     expect_bf16(r, name + " k (fused vs ops)", u16(fused.k), u16(unfused.k), exact_tol());
     expect_bf16(r, name + " v (fused vs ops)", u16(fused.v), u16(unfused.v), exact_tol());
@@ -327,7 +341,9 @@ void check_residual_plans(Reporter& r) {
   Data d("residual_plans");
   for (const int64_t H : {8, 1000, 2816, 4096, 12288, 20000}) {
     for (const int64_t T : {3, 37}) {
-      const std::string sz = " T=" + std::to_string(T) + " H=" + std::to_string(H);
+      const int variant = T == 37 ? 1 : 0;  // 1: at least two words a thread (set_small_kernel_variant)
+      Variant v(variant);
+      const std::string sz = " T=" + std::to_string(T) + " H=" + std::to_string(H) + " variant " + std::to_string(variant);
       const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
       Tensor x = d.bf16({T, H}, 3.0f), o = d.bf16({T, H}, 0.5f), m1 = d.bf16({T, H}, 2.0f), m2 = d.bf16({T, H}, 0.2f);
       Tensor w[8];
@@ -476,6 +492,12 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
                                  (fused ? " (fused)" : " (ops)");
         row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
       }
+      {  // the fused kernel's other launch shape (tuning.h set_small_kernel_variant)
+        Variant v(1);
+        const std::string what = "qkv prologue T=" + std::to_string(T) + (full ? " full K=V D=512" : " sliding D=256") +
+                                 " (fused, one row a warp)";
+        row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
+      }
     }
   }
   // The MoE routing kernels alone (top-k, combine) at E 128, k 8, H 2816, earlier against new, and the
@@ -532,6 +554,13 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
       rf.next_norm = w;
       rf.next_out = ob;
       row(("ffn_residual T=" + std::to_string(T) + " + next input norm").c_str(), time_ms([&] { be.ffn_residual(rf); }));
+      {  // the junctions' other launch shape (tuning.h set_small_kernel_variant)
+        Variant v(1);
+        row(("attn_residual T=" + std::to_string(T) + " + router input (two words a thread)").c_str(),
+            time_ms([&] { be.attn_residual(ra); }));
+        row(("ffn_residual T=" + std::to_string(T) + " + next input norm (two words a thread)").c_str(),
+            time_ms([&] { be.ffn_residual(rf); }));
+      }
       row(("rmsnorm T=" + std::to_string(T) + " H=2816 (what they replace)").c_str(),
           time_ms([&] { be.rmsnorm(x, &w, 1e-6f, z); }));
     }

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/qkv_prologue.cuh"
 
 namespace dgemma::cuda {
@@ -49,10 +50,9 @@ __device__ __forceinline__ Row row_of(const QkvLaunch& a, int64_t t, int r, int 
   return {a.v + (t * a.Hkv + (r - a.Hq - a.Hkv)) * words, nullptr, nullptr, false};
 }
 
-constexpr int kRowsAtOnce = 2;  // head rows a warp works on together
-
 // Dynamic shared memory: cos [D/2] f32, sin [D/2] f32, then kRowsAtOnce rows of D bf16 per warp.
-// kLaneWords: a lane's words of a head row (D <= 256: one, D <= 512: two), held in registers.
+// kLaneWords: a lane's words of a head row (D <= 256: one, D <= 512: two), held in registers;
+// kRowsAtOnce: the head rows a warp works on together (two; one: set_small_kernel_variant(1)).
 //
 // Why this order (the earlier kernel computed the cos/sin table first, then took one row at a time,
 // each a global load, a warp reduction, the 1/sqrt in double, then RoPE, all in one dependent chain):
@@ -62,7 +62,7 @@ constexpr int kRowsAtOnce = 2;  // head rows a warp works on together
 //     18 over 16 warps), their loads, butterflies and double-precision norms interleaved as two
 //     independent chains instead of two in sequence.
 // The maths per row is the earlier kernel's (and rmsnorm + rope's) operation for operation.
-template <int kLaneWords>
+template <int kLaneWords, int kRowsAtOnce>
 __global__ void __launch_bounds__(kMaxWarps * 32) qkv_prologue_kernel(QkvLaunch a) {
   extern __shared__ uint4 qsm[];
   const int D = a.D, half = D / 2, words = D / 8, hw = half / 8;
@@ -169,8 +169,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) qkv_prologue_kernel(QkvLaunch 
   }
 }
 
-size_t smem_bytes(int64_t D, int warps) {
-  return static_cast<size_t>(D) * 4 + static_cast<size_t>(warps) * kRowsAtOnce * D * 2;
+size_t smem_bytes(int64_t D, int warps, int rows_at_once) {
+  return static_cast<size_t>(D) * 4 + static_cast<size_t>(warps) * rows_at_once * D * 2;
 }
 
 }  // namespace
@@ -188,7 +188,8 @@ void launch_qkv_prologue(uint16_t* q, uint16_t* k, uint16_t* v, bool k_eq_v, con
   if (T <= 0) return;
   const int64_t rows = Hq + (k_eq_v ? 1 : 2) * Hkv;
   int warps = static_cast<int>(std::clamp<int64_t>(rows, 1, kMaxWarps));
-  while (warps > 1 && smem_bytes(D, warps) > kSmemLimit) --warps;
+  const int at_once = small_kernel_variant() == 1 ? 1 : 2;
+  while (warps > 1 && smem_bytes(D, warps, at_once) > kSmemLimit) --warps;
   QkvLaunch a{reinterpret_cast<uint4*>(q),
               reinterpret_cast<uint4*>(k),
               reinterpret_cast<uint4*>(v),
@@ -201,10 +202,16 @@ void launch_qkv_prologue(uint16_t* q, uint16_t* k, uint16_t* v, bool k_eq_v, con
               static_cast<int>(D),
               k_eq_v,
               eps};
-  if (D <= 256)
-    qkv_prologue_kernel<1><<<static_cast<unsigned>(T), warps * 32, smem_bytes(D, warps), stream>>>(a);
+  const unsigned grid = static_cast<unsigned>(T);
+  const size_t smem = smem_bytes(D, warps, at_once);
+  if (D <= 256 && at_once == 2)
+    qkv_prologue_kernel<1, 2><<<grid, warps * 32, smem, stream>>>(a);
+  else if (D <= 256)
+    qkv_prologue_kernel<1, 1><<<grid, warps * 32, smem, stream>>>(a);
+  else if (at_once == 2)
+    qkv_prologue_kernel<2, 2><<<grid, warps * 32, smem, stream>>>(a);
   else
-    qkv_prologue_kernel<2><<<static_cast<unsigned>(T), warps * 32, smem_bytes(D, warps), stream>>>(a);
+    qkv_prologue_kernel<2, 1><<<grid, warps * 32, smem, stream>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 
