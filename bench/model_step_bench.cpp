@@ -62,11 +62,13 @@ int main(int argc, char** argv) {
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
       // flash (the default: one launch per layer) | flash-v1 / flash-v2 (its other kernel variants,
-      // set_flash_attention_variant) | cublas | fused | fused256 (fused for head dim <= 256)
+      // set_flash_attention_variant) | flash256 (flash for head dim <= 256, cuBLAS above) | cublas |
+      // fused | fused256 (fused for head dim <= 256)
       const std::string v = argv[i + 1];
       cuda::set_fused_attention(v == "fused" || v == "fused256");
       cuda::set_fused_attention_max_dim(v == "fused256" ? 256 : 0);
-      cuda::set_flash_attention(v == "flash" || v == "flash-v1" || v == "flash-v2");
+      cuda::set_flash_attention(v == "flash" || v == "flash-v1" || v == "flash-v2" || v == "flash256");
+      cuda::set_flash_attention_max_dim(v == "flash256" ? 256 : 0);
       cuda::set_flash_attention_variant(v == "flash-v1" ? 1 : v == "flash-v2" ? 2 : 0);  // tuning.h
     } else if (k == "--dense-quant") {
       cuda::set_dense_quant_weights(std::string(argv[i + 1]) != "off");

@@ -10,7 +10,8 @@
 # Usage: scripts/device_build.sh [build-dir]        (default: build-device)
 #   then: build-device/dgemma_gpu_check [name-substring...]
 # Environment: CUDA_HOME (default /usr/local/cuda), CXX (default g++), JOBS (default: all cores),
-#   DEVDEPS (default .devdeps/include), WERROR=1 to add -Werror to the C++ files.
+#   DEVDEPS (default .devdeps/include), WERROR=1 to add -Werror to the C++ files, NVCC_EXTRA: more nvcc
+#   flags (e.g. -lineinfo, so compute-sanitizer names source lines).
 # Compiles: src/util, src/backend (+cpu, +cuda), src/model, src/engine, tests/gpu (no api/text/cli).
 set -euo pipefail
 
@@ -39,7 +40,7 @@ werror=""
 [ "${WERROR:-0}" = "1" ] && werror="-Werror"
 common_defs="-DDGEMMA_HAVE_CUDA=1 -DFMT_HEADER_ONLY '-DDGEMMA_SOURCE_DIR=\"$ROOT\"'"
 cxxflags="-std=c++20 -O2 -g1 -pthread -Wall -Wextra $werror $common_defs -I$ROOT/src -isystem $DEVDEPS -isystem $CUDA_HOME/include"
-nvccflags="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80 --expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra -DDGEMMA_HAVE_CUDA=1 -I$ROOT/src -ccbin $CXX"
+nvccflags="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80 --expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra -DDGEMMA_HAVE_CUDA=1 -I$ROOT/src -ccbin $CXX ${NVCC_EXTRA:-}"
 ldflags="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcublas -lcublasLt -lcudart -pthread -ldl"  # -ldl: NCCL is dlopened
 
 cpp_sources=()

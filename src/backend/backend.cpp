@@ -2,6 +2,10 @@
 // prologue of a layer composed of the element-wise ops (the CUDA backend fuses each into one launch).
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "util/error.h"
 
 namespace dgemma {
@@ -78,7 +82,36 @@ void Backend::decide_batch(std::span<const DecideArgs> canvases) {
   for (const DecideArgs& a : canvases) decide(a);
 }
 
+void Backend::copy_columns(const Tensor& dst, const Tensor& src, int64_t first) {
+  const int64_t T = dst.dim(0), n = T > 0 ? dst.numel() / T : 0, m = T > 0 ? src.numel() / T : 0;
+  DG_CHECK(dst.type == src.type && src.dim(0) == T && first >= 0 && first + n <= m);
+  if (T == 0 || n == 0) return;
+  const size_t es = scalar_size(src.type);
+  std::vector<uint8_t> s(src.nbytes()), d(dst.nbytes());
+  to_host(src, s.data());
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(d.data() + static_cast<size_t>(t * n) * es, s.data() + static_cast<size_t>(t * m + first) * es,
+                static_cast<size_t>(n) * es);
+  from_host(dst, d.data());
+}
+
+void Backend::gelu_mul_halves(const Tensor& gate_up, const Tensor& out) {
+  const int64_t T = gate_up.dim(0), I = out.dim(-1);
+  DG_CHECK(gate_up.numel() == 2 * out.numel() && out.dim(0) == T);
+  Tensor g = alloc(ScalarType::kBF16, {T, I}), u = alloc(ScalarType::kBF16, {T, I});
+  copy_columns(g, gate_up, 0);
+  copy_columns(u, gate_up, I);
+  gelu_mul(g, u, out);
+}
+
 void Backend::qkv_prologue(const QkvPrologueArgs& a) {
+  if (!a.qkv.empty()) {  // the fused projection's column blocks into q / k / v, then the same ops
+    const int64_t nq = a.q.numel() / std::max<int64_t>(a.q.dim(0), 1), nk = a.k.numel() / std::max<int64_t>(a.k.dim(0), 1);
+    DG_CHECK(a.qkv.numel() == a.q.dim(0) * (nq + (a.k_eq_v ? 1 : 2) * nk));
+    copy_columns(a.q, a.qkv, 0);
+    copy_columns(a.k, a.qkv, nq);
+    if (!a.k_eq_v) copy_columns(a.v, a.qkv, nq + nk);
+  }
   if (a.k_eq_v) copy(a.v, a.k);
   rmsnorm(a.q, &a.q_norm, a.eps, a.q);
   rmsnorm(a.k, &a.k_norm, a.eps, a.k);

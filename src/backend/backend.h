@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 
+#include "backend/caching_allocator.h"
 #include "backend/sample_filter.h"
 #include "backend/tensor.h"
 #include "backend/weight.h"
@@ -193,10 +194,14 @@ struct FfnResidualArgs {
 //   k_eq_v: v = k (the raw K projection, before k_norm and RoPE); then
 //   q = rope(rmsnorm(q) * q_norm); k = rope(rmsnorm(k) * k_norm); v = rmsnorm(v)   (per head of D)
 // with rope as Backend::rope (NeoX, bf16 cos/sin of positions[t] * inv_freq).
+// With `qkv` set (the output of the fused q|k|v projection, LayerWeights::qkv_proj) the projections are
+// read from its column blocks — q columns [0, Hq D), k [Hq D, (Hq + Hkv) D), v after them (absent when
+// k_eq_v) — and q / k / v are outputs only; every element is what the separate-tensor form gives.
 struct QkvPrologueArgs {
   Tensor q;              // [T, Hq, D] in / out
   Tensor k;              // [T, Hkv, D] in / out
   Tensor v;              // [T, Hkv, D] in / out (k_eq_v: out only)
+  Tensor qkv;            // optional [T, (Hq + Hkv (+ Hkv)) D] fused input (then q / k / v: out only)
   bool k_eq_v = false;
   Tensor q_norm, k_norm; // [D] bf16
   Tensor positions;      // i32 [T]
@@ -216,6 +221,11 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
   virtual MemoryInfo memory_info() = 0;
+  // The device allocator (backend/caching_allocator.h): its counts, its ceiling (0: none; the engine
+  // sets it from the memory plan) and giving its cached blocks back. The CPU backend has none.
+  virtual AllocatorStats allocator_stats() const { return {}; }
+  virtual void set_allocator_ceiling(uint64_t /*bytes*/) {}
+  virtual void release_cached_memory() {}
 
   // Memory. Weights are uploaded once; host tensors stay where they are on the CPU backend.
   virtual Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) = 0;
@@ -254,6 +264,14 @@ class Backend {
   virtual void scale(const Tensor& x, float s, const Tensor& out) = 0;             // bf16(x * s)
   virtual void mul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;       // bf16(a * b), b broadcast over rows if 1-D
   virtual void gelu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;  // bf16(bf16(gelu_tanh(g)) * u)
+  // gelu_mul of the two halves of each row of gate_up [T, 2I] (the fused gate|up projection,
+  // LayerWeights::mlp_gate_up): out[t, i] = bf16(bf16(gelu_tanh(gate_up[t, i])) * gate_up[t, I + i]),
+  // out [T, I] (not overlapping gate_up). The default splits the halves (copy_columns) and runs gelu_mul.
+  virtual void gelu_mul_halves(const Tensor& gate_up, const Tensor& out);
+  // A column block of a row-major matrix: dst[t, j] = src[t, first + j] for dst [T, n] (any trailing
+  // shape, read as rows of n = dst.numel() / T elements) and src [T, m] of the same type and device,
+  // first + n <= m. The default goes through the host.
+  virtual void copy_columns(const Tensor& dst, const Tensor& src, int64_t first);
   virtual void attn_residual(const AttnResidualArgs& args);
   virtual void ffn_residual(const FfnResidualArgs& args);
   virtual void qkv_prologue(const QkvPrologueArgs& args);

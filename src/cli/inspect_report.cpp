@@ -7,6 +7,7 @@
 #include <set>
 
 #include "backend/backend.h"
+#include "backend/workspace_bounds.h"
 #include "model/safetensors.h"
 #include "model/shard_plan.h"
 #include "util/error.h"
@@ -394,13 +395,23 @@ std::string format_inspect_text(const InspectReport& r) {
   o.line(fmt::format("  (per sequence: logits [{}, {}] + soft embeddings [{}, {}], bf16)", p.canvas_length, t.vocab_size / tp,
                      p.canvas_length, t.hidden_size));
   o.row("activation workspace", gigabytes(p.workspace_bytes));
-  o.line(fmt::format("  (estimate: {} tokens per step × {} bytes of one layer's live bf16 intermediates per token,",
-                     group_digits(static_cast<uint64_t>(p.step_tokens)), group_digits(p.activation_bytes_per_token)));
-  o.line(fmt::format("   + {} MiB for GEMM workspaces and routing buffers)", kWorkspaceReserveBytes >> 20));
+  o.row("  activations", fmt::format("{}: {} tokens per step × {} bytes of one layer's live bf16 intermediates",
+                                     gigabytes(p.activation_bytes), group_digits(static_cast<uint64_t>(p.step_tokens)),
+                                     group_digits(p.activation_bytes_per_token)));
+  o.row("  attention key splits", fmt::format("{}: flash attention's fp32 partials, {} splits at most",
+                                              gigabytes(p.attention_split_bytes), workspace_bounds::kFlashMaxAutoSplits));
+  o.row("  sampler", fmt::format("{}: one launch over {} canvases", gigabytes(p.sampler_bytes),
+                                 std::min(p.in.max_num_seqs, workspace_bounds::kSamplerMaxBatch)));
+  o.row("  reserve", fmt::format("{}: routing buffers, small tensors, the per-item attention path", gigabytes(p.reserve_bytes)));
+  o.row("  allocator rounding", fmt::format("{}: {} live blocks × a 2 MiB granule", gigabytes(p.rounding_bytes), kRoundingBlocks));
+  o.row("step ceiling", fmt::format("{}: work buffers + activation workspace, what steps may hold in the GPU allocator",
+                                    gigabytes(p.step_ceiling_bytes)));
+  o.row("runtime reserve", fmt::format("{}: outside the allocator (kernels loaded on first use)", gigabytes(p.runtime_reserve_bytes)));
   o.row("KV pool", fmt::format("{}: {} full-attention pages ({} tokens) + {} sliding pages", gigabytes(p.pool.bytes),
                                group_digits(static_cast<uint64_t>(p.pool.pages[full])),
                                group_digits(static_cast<uint64_t>(p.pool.full_tokens)),
                                group_digits(static_cast<uint64_t>(p.pool.pages[sliding]))));
+  o.row("KV pool rounding", gigabytes(p.pool_rounding_bytes));
   o.row("total", gigabytes(p.total_bytes));
   o.row("verdict", fmt::format("{}; the pool holds {} sequences of {} tokens at once (shorter ones: more)",
                                p.fits ? "fits" : "does not fit", group_digits(static_cast<uint64_t>(p.full_len_seqs)),
@@ -484,12 +495,16 @@ Json inspect_report_json(const InspectReport& r) {
                    {"prefill_chunk_tokens", p.prefill_chunk},
                    {"bytes_per_sequence", p.kv_bytes_per_seq}};
   j["memory_plan"] = {{"tensor_parallel_size", p.in.tensor_parallel_size}, {"max_model_len", p.in.max_model_len}, {"max_num_seqs", p.in.max_num_seqs}, {"canvas_length", p.canvas_length},
-                      {"max_num_batched_tokens", p.max_num_batched_tokens}, {"step_tokens", p.step_tokens},
+                      {"max_num_batched_tokens", p.max_num_batched_tokens}, {"encode_tokens", p.encode_tokens}, {"step_tokens", p.step_tokens},
                       {"gpu_memory_bytes", p.in.device_bytes}, {"gpu_memory_utilization", p.in.gpu_memory_utilization},
                       {"budget_bytes", p.budget_bytes}, {"weight_bytes", p.weight_bytes},
                       {"work_bytes_per_sequence", p.work_bytes_per_seq}, {"work_bytes", p.work_bytes_all_seqs},
                       {"activation_bytes_per_token", p.activation_bytes_per_token},
-                      {"workspace_reserve_bytes", kWorkspaceReserveBytes}, {"workspace_bytes", p.workspace_bytes},
+                      {"activation_bytes", p.activation_bytes}, {"attention_split_bytes", p.attention_split_bytes},
+                      {"sampler_bytes", p.sampler_bytes}, {"workspace_reserve_bytes", p.reserve_bytes},
+                      {"rounding_bytes", p.rounding_bytes}, {"workspace_bytes", p.workspace_bytes},
+                      {"step_ceiling_bytes", p.step_ceiling_bytes}, {"runtime_reserve_bytes", p.runtime_reserve_bytes},
+                      {"kv_pool_rounding_bytes", p.pool_rounding_bytes},
                       {"kv_budget_bytes", p.kv_budget_bytes}, {"kv_pool_bytes", p.pool.bytes},
                       {"kv_pages_full", p.pool.pages[static_cast<int>(KvGroup::kFull)]},
                       {"kv_pages_sliding", p.pool.pages[static_cast<int>(KvGroup::kSliding)]},

@@ -26,6 +26,14 @@ ModelCoreOptions core_options(const EngineConfig& c, const EngineSizing& s) {
 
 }  // namespace
 
+int64_t warm_up_profile_prompt_len(const EngineSizing& sizing, int64_t canvas_length, int batch, int64_t floor) {
+  const int64_t C = canvas_length, n = std::max(batch, 1);
+  int64_t len = (sizing.max_num_batched_tokens + n - 1) / n;
+  len = std::min<int64_t>(len, sizing.max_model_len - C - 1);
+  if (sizing.kv.full_tokens > 0) len = std::min<int64_t>(len, sizing.kv.full_tokens / n - 3 * C);
+  return std::max(len, floor);
+}
+
 DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Backend> backend,
                                  std::unique_ptr<DiffusionGemma> model, GenerationConfig generation, EngineSizing sizing)
     : config_(config),
@@ -37,6 +45,7 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
   model_core_ = std::make_unique<ModelCore>(*model_, core_options(config_, sizing_));
   if (config_.step_dump) model_core_->runner().set_step_dump(config_.step_dump);
   core_ = &model_core_->core();
+  cap_allocator();
   if (config_.warmup) warm_up();
   start();
 }
@@ -62,6 +71,18 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Mod
   start();
 }
 
+void DiffusionEngine::cap_allocator() {
+  if (!backend_ || sizing_.step_ceiling_bytes == 0) return;
+  // What the allocator holds now is the weights and the pool (nothing of the start-up stays cached);
+  // steps may take the plan's step ceiling on top, and no more.
+  backend_->release_cached_memory();
+  const uint64_t held = backend_->allocator_stats().reserved;
+  backend_->set_allocator_ceiling(held + sizing_.step_ceiling_bytes);
+  const double gib = double(uint64_t{1} << 30);
+  DG_LOG_INFO("engine", "allocator ceiling {:.2f} GiB: {:.2f} GiB of weights and KV pool + the plan's {:.2f} GiB for steps",
+              (held + sizing_.step_ceiling_bytes) / gib, held / gib, sizing_.step_ceiling_bytes / gib);
+}
+
 void DiffusionEngine::warm_up() {
   // The first steps of a process pay one-time costs: kernel modules load on first use, cuBLAS picks
   // and loads its kernels per shape, the allocator's cache grows. Paying them here, once per
@@ -69,6 +90,11 @@ void DiffusionEngine::warm_up() {
   // tenth. Each warm-up sequence prefills a prompt of its own (no prefix hits) and runs two steps of one
   // canvas; its pages are freed and dropped from the prefix cache, the scheduler's statistics reset,
   // and its ids are far above the request ids.
+  //
+  // It is also the memory plan's profile run (as vLLM's): the last batch's prompts together fill a
+  // whole step budget, so its steps are as large as the scheduler makes them, and what they held in
+  // the allocator (under the plan's ceiling: a step that needs more fails here, at start-up, with the
+  // numbers) and what the process took outside the allocator are measured against the plan.
   Stopwatch sw;
   const int64_t C = model_config_.canvas_length;
   const int64_t prompt_len = std::min<int64_t>(2 * C, sizing_.max_model_len - C - 1);
@@ -76,8 +102,14 @@ void DiffusionEngine::warm_up() {
   std::vector<int> buckets;
   for (int b = 1; b < config_.max_num_seqs; b *= 2) buckets.push_back(b);
   buckets.push_back(config_.max_num_seqs);
+  const int n_last = buckets.back();
+  const int64_t profile_len = warm_up_profile_prompt_len(sizing_, C, n_last, prompt_len);
+  const bool measure = backend_ && sizing_.step_ceiling_bytes > 0;
+  const MemoryInfo mem0 = measure ? backend_->memory_info() : MemoryInfo{};
+  const AllocatorStats a0 = measure ? backend_->allocator_stats() : AllocatorStats{};
   uint64_t id = uint64_t{1} << 62;
   for (int b : buckets) {
+    const int64_t len = b == n_last ? profile_len : prompt_len;
     std::vector<std::unique_ptr<Sequence>> seqs;
     std::vector<Sequence*> ptrs;
     for (int i = 0; i < b; ++i) {
@@ -85,17 +117,47 @@ void DiffusionEngine::warm_up() {
       p.max_tokens = C;
       p.ignore_eos = true;
       p.diffusion.max_denoising_steps = 2;
-      std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
-      for (int64_t j = 0; j < prompt_len; ++j)
+      std::vector<int32_t> prompt(static_cast<size_t>(len));
+      for (int64_t j = 0; j < len; ++j)
         prompt[static_cast<size_t>(j)] = static_cast<int32_t>((j * 7919 + static_cast<int64_t>(id % 4096) * 131) % model_config_.text.vocab_size);
       seqs.push_back(model_core_->make_sequence(id++, std::move(prompt), p));
       ptrs.push_back(seqs.back().get());
     }
-    model_core_->run(ptrs);
+    // A failed step ends its sequences with an error event (engine_core.cpp); here that is a start-up
+    // failure (e.g. a step over the allocator's ceiling), not something to serve with.
+    for (const CoreEvent& ev : model_core_->run(ptrs))
+      if (ev.kind == CoreEvent::Kind::kError)
+        fail(ev.message.find("out of memory") != std::string::npos ? ErrorKind::kResourceExhausted : ErrorKind::kInternal,
+             "the start-up warm-up failed at batch size {} (prompts of {} tokens): {}", b, len, ev.message);
   }
   core_->blocks().drop_unreferenced_cache();
   core_->scheduler().reset_stats();
-  DG_LOG_INFO("engine", "warm-up: batch sizes {} in {:.0f} ms", fmt::join(buckets, ","), sw.ms());
+  DG_LOG_INFO("engine", "warm-up: batch sizes {} in {:.0f} ms (the last: prompts of {} tokens)", fmt::join(buckets, ","),
+              sw.ms(), profile_len);
+  if (!measure) return;
+  const MemoryInfo mem1 = backend_->memory_info();
+  const AllocatorStats a1 = backend_->allocator_stats();
+  const double gib = double(uint64_t{1} << 30), mib = double(uint64_t{1} << 20);
+  // Outside the allocator: what the device has in use less what the allocator holds.
+  const auto outside = [](const MemoryInfo& m, const AllocatorStats& a) {
+    const uint64_t used = m.total - m.free;
+    return used > a.reserved ? used - a.reserved : uint64_t{0};
+  };
+  const uint64_t out0 = sizing_.outside_allocator_bytes > 0 ? sizing_.outside_allocator_bytes : outside(mem0, a0);
+  const uint64_t out1 = outside(mem1, a1);
+  const uint64_t grew = out1 > out0 ? out1 - out0 : 0;
+  DG_LOG_INFO("engine",
+              "memory profile (warm-up): steps held at most {:.2f} GiB beyond the weights and pool ({:.2f} GiB reserved "
+              "at the peak) of the plan's {:.2f} GiB step ceiling; outside the allocator the process grew by {:.0f} MiB "
+              "(plan: {:.0f} MiB)",
+              (a1.peak_in_use - std::min(a1.peak_in_use, a0.in_use)) / gib,
+              (a1.peak_reserved - std::min(a1.peak_reserved, a0.reserved)) / gib, sizing_.step_ceiling_bytes / gib,
+              grew / mib, sizing_.runtime_reserve_bytes / mib);
+  if (grew > sizing_.runtime_reserve_bytes)
+    DG_LOG_WARN("engine",
+                "the process took {:.0f} MiB outside the allocator since the memory plan, more than its {:.0f} MiB "
+                "reserve: the GPU budget is exceeded by the difference (lower --gpu-memory-utilization to keep it)",
+                grew / mib, sizing_.runtime_reserve_bytes / mib);
 }
 
 void DiffusionEngine::start() {
@@ -106,6 +168,14 @@ DiffusionEngine::~DiffusionEngine() {
   stop_ = true;
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (backend_ && sizing_.step_ceiling_bytes > 0) {
+    const AllocatorStats a = backend_->allocator_stats();
+    DG_LOG_INFO("engine",
+                "allocator at shutdown: peak {:.2f} GiB reserved of its {:.2f} GiB ceiling ({:.2f} GiB in use at the "
+                "peak); {} cached blocks given back to stay under it",
+                a.peak_reserved / double(uint64_t{1} << 30), a.ceiling / double(uint64_t{1} << 30),
+                a.peak_in_use / double(uint64_t{1} << 30), a.evictions);
+  }
 }
 
 SequenceParams DiffusionEngine::resolve(const SamplingParams& p, uint64_t request_id) const {

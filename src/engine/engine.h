@@ -28,7 +28,17 @@ struct EngineSizing {
   int64_t max_num_batched_tokens = 0;
   int64_t prefill_chunk = 0;
   KvPoolPlan kv;
+  // The memory plan's step ceiling (buffers + workspace): with a non-zero value the engine caps the
+  // backend's allocator at what it holds once the pool is allocated + this (memory_plan.h).
+  uint64_t step_ceiling_bytes = 0;
+  uint64_t runtime_reserve_bytes = 0;  // the plan's allowance outside the allocator (checked by the warm-up)
+  uint64_t outside_allocator_bytes = 0;  // device memory in use outside the allocator when the plan was made
 };
+
+// The prompt length of the warm-up's last batch of `batch` sequences (the memory plan's profile run):
+// a share of the step budget each, so that together they fill a whole step, within max_model_len and
+// the pool (each also takes its output canvas and a partial page); never below `floor` tokens.
+int64_t warm_up_profile_prompt_len(const EngineSizing& sizing, int64_t canvas_length, int batch, int64_t floor);
 
 class DiffusionEngine final : public EngineInterface {
  public:
@@ -62,6 +72,7 @@ class DiffusionEngine final : public EngineInterface {
     std::shared_ptr<RequestStream> stream;
   };
   void warm_up();  // one-time start-up costs paid before the first request (CUDA backend)
+  void cap_allocator();  // the memory plan's ceiling on the backend's allocator
   void start();
   void loop();
   void finish(Entry& e, FinishReason reason, const std::string& error = {});

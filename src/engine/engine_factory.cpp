@@ -157,30 +157,48 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   const int64_t max_len = engine_max_model_len(c, mc);
   MemoryPlanInputs in = memory_plan_inputs(c, max_len, device == "cpu");
   in.tensor_parallel_size = tp;
+  uint64_t outside_allocator = 0;
   if (!in.cpu) {
+    backend->release_cached_memory();  // freed loading temporaries are not the weights
     const MemoryInfo mem = backend->memory_info();
     in.device_bytes = mem.total;
     in.used_bytes = mem.total - mem.free;
+    const uint64_t held = backend->allocator_stats().reserved;
+    outside_allocator = in.used_bytes > held ? in.used_bytes - held : 0;
   }
   const MemoryPlan plan = plan_memory(mc, in);
   if (!plan.fits)
     throw Error(ErrorKind::kResourceExhausted,
                 fmt::format("not enough memory for the KV cache: {:.2f} GiB left for it after {:.2f} GiB of weights, "
-                            "{:.2f} GiB of per-sequence buffers (--max-num-seqs {}) and {:.2f} GiB of activations; lower "
-                            "--max-num-seqs or raise --gpu-memory-utilization / --kv-cache-memory",
+                            "{:.2f} GiB of per-sequence buffers (--max-num-seqs {}), {:.2f} GiB of activation workspace "
+                            "({} tokens a step) and {:.2f} GiB of reserves; lower --max-num-seqs or "
+                            "--max-num-batched-tokens, or raise --gpu-memory-utilization / --kv-cache-memory",
                             plan.kv_budget_bytes / double(1ull << 30), plan.weight_bytes / double(1ull << 30),
                             plan.work_bytes_all_seqs / double(1ull << 30), c.max_num_seqs,
-                            plan.workspace_bytes / double(1ull << 30)));
-  const EngineSizing sz = engine_sizing(plan, max_len);
+                            plan.workspace_bytes / double(1ull << 30), plan.step_tokens,
+                            (plan.runtime_reserve_bytes + plan.pool_rounding_bytes) / double(1ull << 30)));
+  EngineSizing sz = engine_sizing(plan, max_len);
+  if (!in.cpu) {
+    sz.step_ceiling_bytes = plan.step_ceiling_bytes;
+    sz.runtime_reserve_bytes = plan.runtime_reserve_bytes;
+    sz.outside_allocator_bytes = outside_allocator;
+  }
+  const double gib = double(1ull << 30);
   DG_LOG_INFO("engine",
-              "memory plan: weights {:.2f} GiB, buffers {:.2f} GiB, activations {:.2f} GiB; KV pool {:.2f} GiB: {} "
-              "full-attention pages ({} tokens, {} sequences of max_model_len {}) + {} sliding pages of {} tokens; "
-              "max_num_seqs {}, {} tokens per step; prefix caching {}",
-              plan.weight_bytes / double(1ull << 30), plan.work_bytes_all_seqs / double(1ull << 30),
-              plan.workspace_bytes / double(1ull << 30), plan.pool.bytes / double(1ull << 30),
+              "memory plan: {} = weights {:.2f} GiB + runtime reserve {:.2f} GiB + buffers {:.2f} GiB + "
+              "workspace {:.2f} GiB (activations {:.2f}, attention splits {:.2f}, sampler {:.3f}, reserve {:.2f}, "
+              "rounding {:.2f}) + KV pool {:.2f} GiB (+ rounding {:.2f}): {} full-attention pages ({} tokens, {} "
+              "sequences of max_model_len {}) + {} sliding pages of {} tokens; max_num_seqs {}, {} tokens per step "
+              "(steps of up to {}); prefix caching {}",
+              in.cpu ? fmt::format("{:.2f} GiB (CPU: no device budget)", plan.total_bytes / gib)
+                     : fmt::format("{:.2f} GiB of the {:.2f} GiB budget", plan.total_bytes / gib, plan.budget_bytes / gib),
+              plan.weight_bytes / gib, plan.runtime_reserve_bytes / gib,
+              plan.work_bytes_all_seqs / gib, plan.workspace_bytes / gib, plan.activation_bytes / gib,
+              plan.attention_split_bytes / gib, plan.sampler_bytes / gib, plan.reserve_bytes / gib,
+              plan.rounding_bytes / gib, plan.pool.bytes / gib, plan.pool_rounding_bytes / gib,
               plan.pool.pages[static_cast<int>(KvGroup::kFull)], plan.pool.full_tokens, plan.full_len_seqs, max_len,
               plan.pool.pages[static_cast<int>(KvGroup::kSliding)], C, c.max_num_seqs, plan.max_num_batched_tokens,
-              c.enable_prefix_caching ? "on" : "off");
+              plan.step_tokens, c.enable_prefix_caching ? "on" : "off");
   if (tp > 1)  // the ranks' weights are views of the host weights just loaded
     return std::make_unique<DiffusionEngine>(c, TensorParallelModel::cpu(mc, std::move(w), tp), std::move(g), sz);
   auto model = std::make_unique<DiffusionGemma>(mc, std::move(w), *backend);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/caching_allocator.h"
+#include "backend/workspace_bounds.h"
 #include "model/weights.h"
 
 namespace dgemma {
@@ -34,7 +36,7 @@ uint64_t activation_bytes_per_token(const ModelConfig& c) {
   }
   const int64_t H = t.hidden_size, K = t.top_k_experts;
   int64_t elems = 6 * H;                          // residual, norm outputs, branch outputs
-  elems += 2 * q_width + 2 * kv_width;            // q, attention output, new k and v
+  elems += 3 * q_width + 4 * kv_width;            // fused q|k|v projection, q, attention output, new k and v
   elems += 3 * int64_t{t.intermediate_size};      // dense MLP gate, up, activation
   elems += K * (2 * H + 3 * int64_t{t.moe_intermediate_size});  // per routed slot: input, gate/up, act, down
   elems += 3 * int64_t{t.self_conditioning_size};  // SC MLP (decoder input)
@@ -50,7 +52,12 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
   p.prefill_chunk = prefill_chunk_tokens(c, in.max_model_len, in.enable_chunked_prefill);
   p.max_num_batched_tokens = in.max_num_batched_tokens > 0 ? std::max<int64_t>(in.max_num_batched_tokens, C)
                                                            : int64_t{in.max_num_seqs} * 2 * C + p.prefill_chunk;
-  p.step_tokens = std::max(p.max_num_batched_tokens, p.prefill_chunk);
+  // The sliding pages are sized by what a step writes (as model_core.cpp's pool); the activations by
+  // what it computes: the scheduler always takes every running sequence's canvas (and its committed
+  // canvas's encode) and, when that leaves no budget, still one prefill chunk, so a step's forward can
+  // exceed a small budget.
+  p.encode_tokens = std::max(p.max_num_batched_tokens, p.prefill_chunk);
+  p.step_tokens = std::max(p.encode_tokens, int64_t{in.max_num_seqs} * 2 * C + p.prefill_chunk);
   p.budget_bytes = static_cast<uint64_t>(std::floor(static_cast<double>(in.device_bytes) * in.gpu_memory_utilization));
   // Measured when known; else the weights as the backend holds them (quantised expert stacks packed).
   // Tensor parallelism: one rank's share of the weights, its vocabulary columns of the logits and its KV
@@ -62,12 +69,26 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
   p.work_bytes_per_seq = static_cast<uint64_t>(C) * (static_cast<uint64_t>(t.vocab_size / tp) + t.hidden_size) * kBf16Bytes;
   p.work_bytes_all_seqs = sat_mul(static_cast<uint64_t>(in.max_num_seqs), p.work_bytes_per_seq);
   p.activation_bytes_per_token = activation_bytes_per_token(c);
-  p.workspace_bytes = sat_add(sat_mul(static_cast<uint64_t>(p.step_tokens), p.activation_bytes_per_token), kWorkspaceReserveBytes);
+  p.activation_bytes = sat_mul(static_cast<uint64_t>(p.step_tokens), p.activation_bytes_per_token);
+  int64_t head_dim = 0;
+  for (const auto& L : t.layers) head_dim = std::max<int64_t>(head_dim, L.head_dim);
+  p.attention_split_bytes = workspace_bounds::flash_split_bytes(p.step_tokens, t.num_attention_heads / tp, head_dim,
+                                                                workspace_bounds::kFlashMaxAutoSplits);
+  p.sampler_bytes = workspace_bounds::sampler_bytes(in.max_num_seqs, C, t.vocab_size / tp);
+  p.reserve_bytes = kWorkspaceReserveBytes;
+  p.rounding_bytes = kRoundingBlocks * CachingAllocator::kLargeGranule;
+  p.workspace_bytes = sat_add(sat_add(sat_add(p.activation_bytes, p.attention_split_bytes), sat_add(p.sampler_bytes, p.reserve_bytes)),
+                              p.rounding_bytes);
+  p.step_ceiling_bytes = sat_add(p.work_bytes_all_seqs, p.workspace_bytes);
+  if (!in.cpu) {
+    p.pool_rounding_bytes = 2 * static_cast<uint64_t>(t.num_hidden_layers) * CachingAllocator::kLargeGranule;
+    p.runtime_reserve_bytes = kRuntimeReserveBytes;
+  }
   p.kv = kv_geometry(c, tp);
   const int full = static_cast<int>(KvGroup::kFull), sliding = static_cast<int>(KvGroup::kSliding);
   const int64_t seq_pages = (in.max_model_len + C - 1) / C;
   const uint64_t sliding_bytes =
-      static_cast<uint64_t>(sliding_pages_needed(p.kv, in.max_num_seqs, p.step_tokens)) * p.kv.bytes_per_page[sliding];
+      static_cast<uint64_t>(sliding_pages_needed(p.kv, in.max_num_seqs, p.encode_tokens)) * p.kv.bytes_per_page[sliding];
   if (in.kv_cache_memory > 0) {
     p.kv_budget_bytes = in.kv_cache_memory;
   } else if (in.cpu) {
@@ -75,16 +96,17 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
                                                                      static_cast<uint64_t>(in.max_num_seqs))),
                                 sliding_bytes);
   } else {
-    const uint64_t taken = sat_add(sat_add(p.weight_bytes, p.work_bytes_all_seqs), p.workspace_bytes);
+    const uint64_t taken = sat_add(sat_add(p.weight_bytes, p.step_ceiling_bytes), sat_add(p.pool_rounding_bytes, p.runtime_reserve_bytes));
     p.kv_budget_bytes = p.budget_bytes > taken ? p.budget_bytes - taken : 0;
   }
-  p.pool = plan_kv_pool(p.kv, p.kv_budget_bytes, in.max_num_seqs, p.step_tokens);
+  p.pool = plan_kv_pool(p.kv, p.kv_budget_bytes, in.max_num_seqs, p.encode_tokens);
   const int64_t ring = p.kv.layers[sliding] > 0 ? (p.kv.sliding_keep + 2 * C - 1) / C + 2 : 0;
   p.kv_bytes_per_seq = sat_add(sat_mul(static_cast<uint64_t>(seq_pages), p.kv.bytes_per_page[full]),
                                sat_mul(static_cast<uint64_t>(ring), p.kv.bytes_per_page[sliding]));
   p.full_len_seqs = p.kv.layers[full] > 0 ? p.pool.pages[full] / std::max<int64_t>(seq_pages, 1)
                                           : (ring > 0 ? p.pool.pages[sliding] / ring : 0);
-  p.total_bytes = sat_add(sat_add(p.weight_bytes, p.work_bytes_all_seqs), sat_add(p.workspace_bytes, p.pool.bytes));
+  p.total_bytes = sat_add(sat_add(sat_add(p.weight_bytes, p.step_ceiling_bytes), sat_add(p.pool_rounding_bytes, p.runtime_reserve_bytes)),
+                          p.pool.bytes);
   p.fits = p.kv.layers[full] > 0 ? p.pool.full_tokens >= 2 * C : p.pool.pages[sliding] > 0;
   return p;
 }

@@ -12,9 +12,20 @@
 
 namespace dgemma {
 
-// Fixed part of the activation workspace: cuBLAS/cuBLASLt workspaces, routing index buffers, small
-// per-step tensors, the attention score budget (a stated allowance, not a measurement).
+// Fixed part of the activation workspace: the routing index buffers and small per-step tensors,
+// cuBLAS's per-call state, the attention score buffer of the per-item (non-flash) attention path
+// (tuning.h: 256 MiB) — a stated allowance, not a measurement.
 inline constexpr uint64_t kWorkspaceReserveBytes = uint64_t{512} << 20;
+
+// Blocks a step holds at once that may each be up to one allocator granule (2 MiB) larger than asked
+// for: the runner's buffers, the forward's persistent tensors and one layer's intermediates (about
+// 30 on the 26B-A4B shape), with room to spare.
+inline constexpr uint64_t kRoundingBlocks = 48;
+
+// Device memory the GPU process takes outside the allocator after the weights were measured (so
+// not under its ceiling): kernel modules the CUDA runtime loads on their first launch, the driver's
+// local-memory growth for kernels with large stacks. The warm-up measures it (engine.cpp).
+inline constexpr uint64_t kRuntimeReserveBytes = uint64_t{256} << 20;
 
 // Largest prompt chunk the encoder takes in one pass with chunked prefill.
 inline constexpr int64_t kMaxPrefillChunk = 2048;
@@ -40,24 +51,37 @@ struct MemoryPlanInputs {
   int tensor_parallel_size = 1;        // > 1: the plan of ONE rank (device_bytes / used_bytes / the pool per GPU)
 };
 
+// GPU budget rule: weights (measured) + runtime reserve + the pool (+ its rounding) + the step
+// ceiling (buffers + workspace) <= budget. The engine sets the allocator's ceiling to what it holds
+// once the pool is allocated (weights + pool) + step_ceiling_bytes, so a step that needs more fails
+// with an out-of-memory error instead of growing past the budget.
 struct MemoryPlan {
   MemoryPlanInputs in;
   int canvas_length = 0;
   int64_t prefill_chunk = 0;
   int64_t max_num_batched_tokens = 0;  // the step budget the scheduler uses
-  int64_t step_tokens = 0;             // tokens one step may encode (the budget, or one chunk over it)
+  int64_t encode_tokens = 0;           // tokens one step may write to the cache: the budget, or one chunk over it
+  int64_t step_tokens = 0;             // tokens of one step's forward: encode_tokens, or all canvases + one chunk over a small budget
   uint64_t budget_bytes = 0;           // device_bytes * utilization
   uint64_t weight_bytes = 0;           // used_bytes, or the text parameters as bf16
   uint64_t work_bytes_per_seq = 0;     // logits [C, V] (a rank: [C, V / N]) + soft embeddings [C, H], bf16
   uint64_t work_bytes_all_seqs = 0;
   uint64_t activation_bytes_per_token = 0;
-  uint64_t workspace_bytes = 0;        // step_tokens * per-token activations + reserve
+  uint64_t activation_bytes = 0;       // step_tokens * activation_bytes_per_token
+  uint64_t attention_split_bytes = 0;  // flash attention's key-split partials at step_tokens, the largest head dim
+  uint64_t sampler_bytes = 0;          // the sampler's scratch for one launch of max_num_seqs canvases
+  uint64_t reserve_bytes = 0;          // kWorkspaceReserveBytes
+  uint64_t rounding_bytes = 0;         // kRoundingBlocks allocator granules
+  uint64_t workspace_bytes = 0;        // activations + attention splits + sampler + reserve + rounding
+  uint64_t step_ceiling_bytes = 0;     // work_bytes_all_seqs + workspace_bytes: what steps may hold in the allocator
+  uint64_t pool_rounding_bytes = 0;    // the pool's 2 tensors a layer, each up to one granule over (GPU)
+  uint64_t runtime_reserve_bytes = 0;  // kRuntimeReserveBytes (GPU)
   KvGeometry kv;                       // bytes per page of each layer group
   uint64_t kv_budget_bytes = 0;        // what the pool may take
   KvPoolPlan pool;                     // pages of each group
   uint64_t kv_bytes_per_seq = 0;       // one sequence of max_model_len: its full pages + its sliding ring
   int64_t full_len_seqs = 0;           // sequences of max_model_len the pool holds at once
-  uint64_t total_bytes = 0;            // weights + work + workspace + pool
+  uint64_t total_bytes = 0;            // weights + runtime reserve + step ceiling + pool + pool rounding
   bool fits = false;                   // the pool holds at least two canvases (one request can run)
 };
 

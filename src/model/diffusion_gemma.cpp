@@ -84,7 +84,7 @@ Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, int64_t total)
         Tensor u = backend_.alloc(ScalarType::kBF16, {n, H});
         backend_.rmsnorm(it.soft_embeds, &weights_.sc_pre_norm, eps, u);
         Tensor sc = backend_.alloc(ScalarType::kBF16, {n, H});
-        gated_mlp(u, weights_.sc_gate, weights_.sc_up, weights_.sc_down, sc);
+        gated_mlp(u, weights_.sc_gate_up, weights_.sc_gate, weights_.sc_up, weights_.sc_down, sc);
         dump("sc.mlp_out", sc);
         backend_.add(e, sc, e);
       }
@@ -255,22 +255,34 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     backend_.rmsnorm(x, &w.input_norm, eps, a);
   }
   dump(p + "attn_norm", a);
-  Tensor q = bf16({T, Hq, D}), k = bf16({T, Hkv, D});
-  backend_.matmul(a, w.q_proj, q);
-  backend_.matmul(a, w.k_proj, k);
+  // The q, k (and v) projections: one GEMM of the fused weight into [T, (Hq + Hkv (+ Hkv)) D] that the
+  // prologue reads (or, with the parts stored in different formats, one GEMM each).
+  Tensor q = bf16({T, Hq, D}), k = bf16({T, Hkv, D}), v = bf16({T, Hkv, D});
+  Tensor qkv_out;
+  if (!w.qkv_proj.empty()) {
+    qkv_out = bf16({T, w.qkv_proj.rows()});
+    DG_CHECK(w.qkv_proj.rows() == (Hq + (L.k_eq_v ? 1 : 2) * Hkv) * D);
+    backend_.matmul(a, w.qkv_proj, qkv_out);
+    if (dump_) {  // the dumps read the projections as their own tensors
+      backend_.copy_columns(q, qkv_out, 0);
+      backend_.copy_columns(k, qkv_out, Hq * D);
+      if (!L.k_eq_v) backend_.copy_columns(v, qkv_out, (Hq + Hkv) * D);
+    }
+  } else {
+    backend_.matmul(a, w.q_proj, q);
+    backend_.matmul(a, w.k_proj, k);
+    if (!L.k_eq_v) backend_.matmul(a, w.v_proj, v);
+  }
   dump_heads(p + "q_proj", q);
   dump_heads(p + "k_proj", k);
-  Tensor v = bf16({T, Hkv, D});
-  if (!L.k_eq_v) {
-    backend_.matmul(a, w.v_proj, v);
-    dump_heads(p + "v_proj", v);
-  }
+  if (!L.k_eq_v) dump_heads(p + "v_proj", v);
   // q_norm + RoPE, k_norm + RoPE, v's unit norm (K=V: V is the raw K projection, before k_norm and
   // RoPE): one fused op, or the op-by-op sequence when the dumps want the pre-RoPE norms.
   QkvPrologueArgs qkv;
   qkv.q = q;
   qkv.k = k;
   qkv.v = v;
+  if (!dump_) qkv.qkv = qkv_out;  // empty when the projections ran one by one
   qkv.k_eq_v = L.k_eq_v;
   qkv.q_norm = w.q_norm;
   qkv.k_norm = w.k_norm;
@@ -290,6 +302,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   } else {
     backend_.qkv_prologue(qkv);
   }
+  qkv_out = qkv.qkv = Tensor();  // read by now (stream order): back to the allocator before attention
 
   Tensor attn = bf16({T, Hq, D});
   const KvLayerPages& pages = kv.layers[li];
@@ -355,7 +368,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
 
   // --- dense MLP and MoE in parallel on h1 ------------------------------------------------------
   Tensor m1 = bf16({T, H});
-  gated_mlp(d, w.mlp_gate, w.mlp_up, w.mlp_down, m1);
+  gated_mlp(d, w.mlp_gate_up, w.mlp_gate, w.mlp_up, w.mlp_down, m1);
   dump(p + "mlp_out", m1);
 
   MoeArgs m;
@@ -436,12 +449,25 @@ void DiffusionGemma::linear_gathered(const Tensor& x, const Weight& w, const Ten
   tp_.collective->all_gather_last(part, out);
 }
 
-void DiffusionGemma::gated_mlp(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down, const Tensor& out) {
-  const int64_t T = x.dim(0), I = gate.rows();  // I: this rank's share of the width
-  Tensor g = backend_.alloc(ScalarType::kBF16, {T, I}), u = backend_.alloc(ScalarType::kBF16, {T, I});
-  backend_.matmul(x, gate, g);
-  backend_.matmul(x, up, u);
-  backend_.gelu_mul(g, u, g);
+void DiffusionGemma::gated_mlp(const Tensor& x, const Weight& gate_up, const Weight& gate, const Weight& up,
+                               const Weight& down, const Tensor& out) {
+  const int64_t T = x.dim(0);
+  Tensor g;
+  if (!gate_up.empty()) {  // one GEMM into [T, 2I], the two halves of each row multiplied
+    const int64_t I = gate_up.rows() / 2;  // I: this rank's share of the width
+    Tensor gu = backend_.alloc(ScalarType::kBF16, {T, 2 * I});
+    backend_.matmul(x, gate_up, gu);
+    g = backend_.alloc(ScalarType::kBF16, {T, I});
+    backend_.gelu_mul_halves(gu, g);
+  } else {
+    const int64_t I = gate.rows();
+    g = backend_.alloc(ScalarType::kBF16, {T, I});
+    Tensor u = backend_.alloc(ScalarType::kBF16, {T, I});
+    backend_.matmul(x, gate, g);
+    backend_.matmul(x, up, u);
+    backend_.gelu_mul(g, u, g);
+  }
+  const int64_t I = g.dim(1);
   if (sharded()) {
     Tensor all = backend_.alloc(ScalarType::kBF16, {T, I * tp_.plan.size});
     tp_.collective->all_gather_last(g, all);

@@ -88,8 +88,10 @@ class DiffusionGemma {
   bool sharded() const { return tp_.collective != nullptr && tp_.plan.sharded(); }
   // out[T, N] = x . w^T for w split on its output rows across the ranks: the rank's rows, gathered.
   void linear_gathered(const Tensor& x, const Weight& w, const Tensor& out);
-  // The gated GELU MLP (dense and self-conditioning): down(gelu(gate(x)) * up(x)) into out [T, H].
-  void gated_mlp(const Tensor& x, const Weight& gate, const Weight& up, const Weight& down, const Tensor& out);
+  // The gated GELU MLP (dense and self-conditioning): down(gelu(gate(x)) * up(x)) into out [T, H], with
+  // the fused gate | up weight when it is set (else the two parts).
+  void gated_mlp(const Tensor& x, const Weight& gate_up, const Weight& gate, const Weight& up, const Weight& down,
+                 const Tensor& out);
   // One KV group's attention items of a forward pass (AttentionBatchArgs): built and uploaded once per
   // forward together with the page tables, read by every layer of the group.
   struct GroupAttention {

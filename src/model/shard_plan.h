@@ -56,7 +56,8 @@ inline int64_t kv_heads_per_rank(int64_t hkv, int n) { return hkv >= n ? hkv / n
 // a power of two in [1, kMaxTensorParallel]).
 void validate_tensor_parallel(const ModelConfig& config, int size);
 
-// Rank `plan.rank`'s weights: views (no copies) into the full host weights `full`, which must stay alive.
+// Rank `plan.rank`'s weights: views into the full host weights `full`, except the fused projections
+// (fused_weights.h), whose rank weight is the concatenation of its slice of each part (a copy).
 ModelWeights shard_weights(const ModelWeights& full, const ModelConfig& config, const ShardPlan& plan);
 
 // The share of a checkpoint tensor one rank of `size` holds (1: replicated; KV projections where the

@@ -19,6 +19,10 @@ std::unique_ptr<TensorParallelModel> TensorParallelModel::cpu(const ModelConfig&
   }
   auto tp = std::make_unique<TensorParallelModel>(std::move(backends), std::make_unique<ThreadCollectiveGroup>(size), config,
                                                   std::move(weights));
+  // The ranks' fused projections are copies of their slices (shard_weights): the full ones are not
+  // needed any more (a rank's views keep alive whatever they point into).
+  for (LayerWeights& l : full.layers) l.qkv_proj = l.mlp_gate_up = Weight();
+  full.sc_gate_up = Tensor();
   tp->full_ = std::move(full);
   return tp;
 }

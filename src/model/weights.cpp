@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "model/fused_weights.h"
 #include "model/linear_loader.h"
 #include "model/shard_plan.h"
 #include "model/safetensors.h"
@@ -200,6 +201,45 @@ Weight dummy_quant_weight(const QuantConfig& q, const WeightSpec& spec, uint64_t
   return w;
 }
 
+// The fused group a part belongs to (fused_weights.h): its weight, its rows in all and the part's first row.
+struct FusedSlot {
+  Weight* fused = nullptr;
+  Tensor* fused_tensor = nullptr;  // the self-conditioning MLP's (a bf16 tensor)
+  int64_t rows = 0, first = 0;
+};
+FusedSlot fused_slot(const ModelConfig& c, ModelWeights& w, const WeightSpec& spec, FusedPart part) {
+  const TextConfig& t = c.text;
+  FusedSlot f;
+  switch (part.group) {
+    case FusedGroup::kNone: break;
+    case FusedGroup::kScGateUp:
+      f.fused_tensor = &w.sc_gate_up;
+      f.rows = 2 * t.self_conditioning_size;
+      f.first = part.index * t.self_conditioning_size;
+      break;
+    case FusedGroup::kGateUp:
+      f.fused = &w.layers[spec.layer].mlp_gate_up;
+      f.rows = 2 * t.intermediate_size;
+      f.first = part.index * t.intermediate_size;
+      break;
+    case FusedGroup::kQkv: {
+      const LayerSpec& L = t.layers[spec.layer];
+      const int64_t nq = t.num_attention_heads * L.head_dim, nk = L.num_kv_heads * L.head_dim;
+      f.fused = &w.layers[spec.layer].qkv_proj;
+      f.rows = nq + (L.k_eq_v ? 1 : 2) * nk;
+      f.first = part.index == 0 ? 0 : nq + (part.index - 1) * nk;
+      break;
+    }
+  }
+  return f;
+}
+
+// Completes the fused groups of a layer (-1: the global self-conditioning MLP) once its slots are read.
+void finish_fusion(Backend& backend, ModelWeights& w, int layer) {
+  if (layer < 0) finish_sc_fusion(backend, w);
+  else finish_layer_fusion(backend, w.layers[static_cast<size_t>(layer)]);
+}
+
 }  // namespace
 
 std::optional<WeightFormat> check_linear_headers(const ModelConfig& config, const SafetensorsCheckpoint& ckpt,
@@ -334,7 +374,15 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
   LinearLoader linears(*ckpt, config.quant, problems, used);
   std::map<std::string, int> formats;  // "group format" -> count, for the log
 
+  // The parts of a fused projection (fused_weights.h) stay on the host until their layer's slots are
+  // all read (slots come layer by layer, the global ones first); then they are fused and uploaded.
+  int layer = -1;
   for (Slot& s : slots) {
+    if (s.spec.layer != layer) {
+      if (problems.empty()) finish_fusion(backend, w, layer);
+      layer = s.spec.layer;
+    }
+    const bool part = fused_part(s.spec).group != FusedGroup::kNone;
     const bool fused_experts = s.spec.group == WeightGroup::kExperts &&
                                (ckpt->find(kDecoderPrefix + s.spec.name) || ckpt->find(kEncoderPrefix + s.spec.name));
     if (s.weight && !fused_experts) {
@@ -342,7 +390,7 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
       std::optional<Weight> got = read_linear(linears, s.spec, config);
       if (!got) continue;
       formats[std::string(weight_group_name(s.spec.group)) + " " + weight_format_name(got->format)]++;
-      *s.weight = backend.upload_weight(*got);
+      *s.weight = part ? *got : backend.upload_weight(*got);
       continue;
     }
     const TensorInfo* dec = ckpt->find(kDecoderPrefix + s.spec.name);
@@ -382,11 +430,12 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
       formats[std::string(weight_group_name(s.spec.group)) + " bf16"]++;
       *s.weight = backend.upload_weight(Weight(checkpoint_bf16_tensor(*t, s.spec.shape)));
     } else {
-      *s.tensor = backend.upload(checkpoint_bf16_tensor(*t, s.spec.shape));
+      *s.tensor = part ? checkpoint_bf16_tensor(*t, s.spec.shape) : backend.upload(checkpoint_bf16_tensor(*t, s.spec.shape));
     }
     done += t->nbytes;
     if (progress && done < total) progress(done, total);
   }
+  if (problems.empty()) finish_fusion(backend, w, layer);
   if (config.quant.quantized()) {
     std::string list;
     for (const auto& [k, n] : formats) list += (list.empty() ? "" : ", ") + fmt::format("{} x{}", k, n);
@@ -424,24 +473,39 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
   ModelWeights w;
   std::vector<Slot> slots = bind_slots(config, w);
   uint64_t index = 0;
+  int layer = -1;
   for (Slot& s : slots) {
     ++index;
+    if (s.spec.layer != layer) {
+      finish_fusion(backend, w, layer);
+      layer = s.spec.layer;
+    }
     if (s.scalar_decoder) {
       *s.scalar_decoder = *s.scalar_encoder = 1.0f;
       continue;
     }
+    const FusedPart part = fused_part(s.spec);
     if (s.weight && dummy_quantised(config.quant, s.spec)) {
-      *s.weight = backend.upload_weight(dummy_quant_weight(config.quant, s.spec, seed * 1000003ull + index));
+      // Fused parts stay on the host until their group is complete (then concatenated and uploaded).
+      Weight q = dummy_quant_weight(config.quant, s.spec, seed * 1000003ull + index);
+      *s.weight = part.group != FusedGroup::kNone ? q : backend.upload_weight(q);
       continue;
     }
-    std::initializer_list<int64_t> dims = {};
     Tensor t;
-    switch (s.spec.shape.size()) {
-      case 1: t = backend.alloc(ScalarType::kBF16, {s.spec.shape[0]}); break;
-      case 2: t = backend.alloc(ScalarType::kBF16, {s.spec.shape[0], s.spec.shape[1]}); break;
-      default: t = backend.alloc(ScalarType::kBF16, {s.spec.shape[0], s.spec.shape[1], s.spec.shape[2]}); break;
+    if (part.group != FusedGroup::kNone) {
+      // A bf16 part is generated in its rows of the fused tensor (the same values: fill_normal keys
+      // each element by its index in the tensor it is given).
+      const FusedSlot f = fused_slot(config, w, s.spec, part);
+      Tensor& all = f.fused ? f.fused->data : *f.fused_tensor;
+      if (all.empty()) all = backend.alloc(ScalarType::kBF16, {f.rows, s.spec.shape[1]});
+      t = all.rows(f.first, f.first + s.spec.shape[0]);
+    } else {
+      switch (s.spec.shape.size()) {
+        case 1: t = backend.alloc(ScalarType::kBF16, {s.spec.shape[0]}); break;
+        case 2: t = backend.alloc(ScalarType::kBF16, {s.spec.shape[0], s.spec.shape[1]}); break;
+        default: t = backend.alloc(ScalarType::kBF16, {s.spec.shape[0], s.spec.shape[1], s.spec.shape[2]}); break;
+      }
     }
-    (void)dims;
     const bool is_vector = s.spec.shape.size() == 1;
     const int64_t fan_in = s.spec.shape.back();
     // Norm-like vectors near 1, matrices with 1/sqrt(fan_in) scale (embedding: unit scale / sqrt(H)).
@@ -451,6 +515,7 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
     if (s.weight) *s.weight = Weight(t);
     else *s.tensor = t;
   }
+  finish_fusion(backend, w, layer);
   return w;
 }
 

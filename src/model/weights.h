@@ -33,12 +33,17 @@ std::vector<WeightSpec> expected_weights(const ModelConfig& config);
 // True for tensors of the vision tower (ignored in text-only mode).
 bool is_vision_tensor(const std::string& name);
 
+// The projections that read one input are fused at load (model/fused_weights.h): qkv_proj holds the q,
+// k and (unless K=V) v rows [Hq D + Hkv D (+ Hkv D), H], mlp_gate_up the gate then the up rows [2I, H];
+// then their parts are empty. Parts stored in different formats stay separate (the fused one empty).
 struct LayerWeights {
   LayerSpec spec;
   Tensor input_norm, post_attn_norm;                       // [H]
+  Weight qkv_proj;                                         // q | k | v fused (or empty: the parts below)
   Weight q_proj, k_proj, v_proj, o_proj;                   // v_proj empty on full layers (K=V)
   Tensor q_norm, k_norm;                                   // [D]
   Tensor pre_ff_norm, post_ff_norm1;                       // dense MLP pre/post norms
+  Weight mlp_gate_up;                                      // gate | up fused (or empty: the parts below)
   Weight mlp_gate, mlp_up, mlp_down;
   Tensor router_proj, router_scale, per_expert_scale;
   Tensor pre_ff_norm2, post_ff_norm2;                      // MoE pre/post norms
@@ -51,7 +56,9 @@ struct LayerWeights {
 struct ModelWeights {
   Tensor embed;       // [V, H] (also the LM head)
   Tensor final_norm;  // [H]
-  Tensor sc_pre_norm, sc_gate, sc_up, sc_down;
+  Tensor sc_pre_norm, sc_down;
+  Tensor sc_gate_up;     // [2S, H]: the self-conditioning MLP's gate then up rows (bf16: always fused)
+  Tensor sc_gate, sc_up; // its parts, empty after load
   std::vector<LayerWeights> layers;
   std::shared_ptr<const SafetensorsCheckpoint> checkpoint;  // keeps mmaps alive (CPU borrows them)
 };

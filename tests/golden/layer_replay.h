@@ -48,10 +48,14 @@ inline std::vector<ReplayCase> replay_layer(Backend& be, const ModelConfig& c, c
   const int64_t T = static_cast<int64_t>(golden(p + "attn_norm").size()) / H;
   std::vector<ReplayCase> out;
 
+  // The fused q | k | v and gate | up projections (model/fused_weights.h), as the model runs them.
   const Tensor a = input("attn_norm", {T, H});
   Tensor q = be.alloc(ScalarType::kBF16, {T, Hq * D}), k = be.alloc(ScalarType::kBF16, {T, Hkv * D});
-  be.matmul(a, w.q_proj, q);
-  be.matmul(a, w.k_proj, k);
+  DG_CHECK(!w.qkv_proj.empty() && !w.mlp_gate_up.empty());
+  Tensor qkv = be.alloc(ScalarType::kBF16, {T, w.qkv_proj.rows()});
+  be.matmul(a, w.qkv_proj, qkv);
+  be.copy_columns(q, qkv, 0);
+  be.copy_columns(k, qkv, Hq * D);
   out.push_back({p + "q_proj", floats(q)});
   out.push_back({p + "k_proj", floats(k)});
 
@@ -61,10 +65,9 @@ inline std::vector<ReplayCase> replay_layer(Backend& be, const ModelConfig& c, c
 
   const int64_t I = t.intermediate_size;
   const Tensor d = input("mlp_norm", {T, H});
-  Tensor g = be.alloc(ScalarType::kBF16, {T, I}), u = be.alloc(ScalarType::kBF16, {T, I});
-  be.matmul(d, w.mlp_gate, g);
-  be.matmul(d, w.mlp_up, u);
-  be.gelu_mul(g, u, g);
+  Tensor gu = be.alloc(ScalarType::kBF16, {T, 2 * I}), g = be.alloc(ScalarType::kBF16, {T, I});
+  be.matmul(d, w.mlp_gate_up, gu);
+  be.gelu_mul_halves(gu, g);
   Tensor m1 = be.alloc(ScalarType::kBF16, {T, H});
   be.matmul(g, w.mlp_down, m1);
   out.push_back({p + "mlp_out", floats(m1)});

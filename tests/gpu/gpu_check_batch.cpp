@@ -96,7 +96,7 @@ void expect_cpu(Reporter& r, const std::string& name, const SamplerArgs& g, cons
 void run_sampler_batch(Reporter& r, const std::string& name, int64_t C, int64_t V, const std::vector<CanvasCase>& cases) {
   Data d("sampler batch " + name);
   std::vector<Tensor> logits;
-  std::vector<SamplerArgs> cpu_args, gpu_args, single_args, direct_args;
+  std::vector<SamplerArgs> cpu_args, gpu_args, single_args, direct_args, scalar_args, one_block_args;
   for (size_t i = 0; i < cases.size(); ++i) {
     // Broad noise plus a few strong candidates per row (as run_sampler's), a different draw per canvas.
     Tensor l = d.bf16({C, V}, 2.0f);
@@ -109,6 +109,8 @@ void run_sampler_batch(Reporter& r, const std::string& name, int64_t C, int64_t 
     gpu_args.push_back(make_canvas(l, true, key, cases[i]));
     single_args.push_back(make_canvas(l, true, key, cases[i]));
     direct_args.push_back(make_canvas(l, true, key, cases[i]));
+    scalar_args.push_back(make_canvas(l, true, key, cases[i]));
+    one_block_args.push_back(make_canvas(l, true, key, cases[i]));
   }
   for (const SamplerArgs& a : cpu_args) cpu().sampler(a);
   cuda().sampler_batch(gpu_args);
@@ -117,11 +119,21 @@ void run_sampler_batch(Reporter& r, const std::string& name, int64_t C, int64_t 
   const bool was = cuda::set_sampler_z_table(false);
   cuda().sampler_batch(direct_args);
   cuda::set_sampler_z_table(was);
+  // One logit a thread and round instead of eight: other fp32 runs of the entropy sums (within the
+  // CPU tolerance), the same sample and argmax. One block an SM: the same code, bit for bit.
+  const bool vec = cuda::set_sampler_vector_sweep(false);
+  cuda().sampler_batch(scalar_args);
+  cuda::set_sampler_vector_sweep(vec);
+  const int blocks = cuda::set_sampler_stats_blocks(1);
+  cuda().sampler_batch(one_block_args);
+  cuda::set_sampler_stats_blocks(blocks);
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string at = name + " canvas " + std::to_string(i);
     expect_same(r, at, gpu_args[i], single_args[i]);
     expect_same(r, at + " (z per element)", direct_args[i], single_args[i]);
+    expect_same(r, at + " (1 block an SM)", one_block_args[i], single_args[i]);
     expect_cpu(r, at, gpu_args[i], cpu_args[i], logits[i]);
+    expect_cpu(r, at + " (1 logit a round)", scalar_args[i], cpu_args[i], logits[i]);
   }
 }
 

@@ -2,10 +2,11 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench [quant|flash|tail|small]  times the CUDA ops at the 26B-A4B shapes (canvas 256)
-//                                     instead (quant: only the quantised kernels' rows; flash: only the
-//                                     attention_batch rows; tail: the LM head, sampler, self-conditioning
-//                                     GEMM and decide only; small: the per-layer small kernels only)
+//   dgemma_gpu_check --bench [quant|flash|tail|fused|small]  times the CUDA ops at the 26B-A4B shapes
+//                                     (canvas 256) instead (quant: only the quantised kernels' rows; flash:
+//                                     only the attention_batch rows; tail: the LM head, sampler,
+//                                     self-conditioning GEMM and decide only; fused: the fused projections'
+//                                     GEMMs; small: the per-layer small kernels only)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -103,6 +104,20 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
             be.sampler(sa);
           }));
       cuda::set_sampler_z_table(was);
+    }
+    {
+      const bool was = cuda::set_sampler_vector_sweep(false);
+      row("sampler C=256 (+probs), 1 logit a round", time_ms(be, [&] {
+            be.copy(logits, raw);
+            be.sampler(sa);
+          }));
+      cuda::set_sampler_vector_sweep(was);
+      const int blocks = cuda::set_sampler_stats_blocks(1);
+      row("sampler C=256 (+probs), 1 block an SM", time_ms(be, [&] {
+            be.copy(logits, raw);
+            be.sampler(sa);
+          }));
+      cuda::set_sampler_stats_blocks(blocks);
     }
     sa.want_sample = false;
     row("sampler C=256 greedy (no noise drawn)", time_ms(be, [&] {
@@ -295,6 +310,12 @@ int main(int argc, char** argv) {
   std::printf("backend: %s\n", cuda().name().c_str());
   if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) {
     auto mode = [&](const char* m) { return argc > 2 && std::strcmp(argv[2], m) == 0; };
+    if (mode("fused")) {  // the fused projections' GEMMs against their parts'
+      dgemma::Backend& be = dgemma::gpu_test::cuda();
+      dgemma::gpu_test::fused_gemm_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+                                         [](const char* what, double ms) { std::printf("%-56s %10.3f\n", what, ms); });
+      return 0;
+    }
     return bench(mode("quant"), mode("flash"), mode("tail"), mode("small"));
   }
   int passed = 0, failed = 0;

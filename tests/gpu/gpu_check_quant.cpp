@@ -221,8 +221,8 @@ std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, bool b
   ModelWeights w = load_weights(c, dir, be);
   if (bf16_activations)
     for (auto& L : w.layers)
-      for (Weight* p : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.mlp_gate, &L.mlp_up, &L.mlp_down,
-                        &L.experts_gate_up, &L.experts_down})
+      for (Weight* p : {&L.qkv_proj, &L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.mlp_gate_up, &L.mlp_gate, &L.mlp_up,
+                        &L.mlp_down, &L.experts_gate_up, &L.experts_down})
         p->act = ActQuant::kNone;
   DiffusionGemma m(c, std::move(w), be);
   // A paged pool of canvas-sized pages in order, enough for the prompt.

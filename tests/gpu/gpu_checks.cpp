@@ -14,6 +14,8 @@ std::vector<Case> nccl_cases();             // gpu_check_nccl.cpp
 std::vector<Case> sample_filter_cases();    // gpu_check_sample_filter.cpp
 std::vector<Case> batch_cases();            // gpu_check_batch.cpp
 std::vector<Case> small_kernel_cases();     // gpu_check_small_kernels.cpp
+std::vector<Case> memory_cases();           // gpu_check_memory.cpp
+std::vector<Case> fused_gemm_cases();       // gpu_check_fused_gemm.cpp
 
 std::vector<Case> all_cases() {
   std::vector<Case> all = op_cases();
@@ -24,6 +26,8 @@ std::vector<Case> all_cases() {
   for (auto& c : sample_filter_cases()) all.push_back(std::move(c));
   for (auto& c : batch_cases()) all.push_back(std::move(c));
   for (auto& c : small_kernel_cases()) all.push_back(std::move(c));
+  for (auto& c : memory_cases()) all.push_back(std::move(c));
+  for (auto& c : fused_gemm_cases()) all.push_back(std::move(c));
   for (auto& c : quant_cases()) all.push_back(std::move(c));
   for (auto& c : model_cases()) all.push_back(std::move(c));
   for (auto& c : trajectory_cases()) all.push_back(std::move(c));

@@ -47,6 +47,11 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
 void small_kernel_bench(const std::function<double(const std::function<void()>&)>& time_ms,
                         const std::function<void(const char*, double)>& row);
 
+// `dgemma_gpu_check --bench fused` rows (gpu_check_fused_gemm.cpp): the fused projections' one GEMM
+// against their parts' GEMMs at the 26B-A4B shapes, and gelu_mul_halves against gelu_mul.
+void fused_gemm_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                      const std::function<void(const char*, double)>& row);
+
 // `dgemma_gpu_check --bench` rows of one layer's attention over all items of a step (gpu_check_flash_attention.cpp):
 // the flash kernel against the per-item cuBLAS path at batch 1 / 4 / 16 and causal prefill chunks.
 void flash_bench(const std::function<double(const std::function<void()>&)>& time_ms,

@@ -33,6 +33,14 @@ class CpuBackend final : public Backend {
     DG_CHECK(dst.nbytes() == src.nbytes());
     std::memmove(dst.data, src.data, src.nbytes());
   }
+  void copy_columns(const Tensor& dst, const Tensor& src, int64_t first) override {
+    const int64_t T = dst.dim(0), n = T > 0 ? dst.numel() / T : 0, m = T > 0 ? src.numel() / T : 0;
+    DG_CHECK(dst.type == src.type && src.dim(0) == T && first >= 0 && first + n <= m);
+    const size_t es = scalar_size(src.type);
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(dst.ptr<uint8_t>() + static_cast<size_t>(t * n) * es,
+                  src.ptr<const uint8_t>() + static_cast<size_t>(t * m + first) * es, static_cast<size_t>(n) * es);
+  }
 
   void embed(const Tensor& ids, const Tensor& table, float scale, const Tensor& out) override {
     const int64_t T = ids.numel(), V = table.dim(0), H = table.dim(1);
@@ -159,6 +167,19 @@ class CpuBackend final : public Backend {
     const int64_t n = gate.numel();
     for (int64_t i = 0; i < n; ++i)
       o[i] = f32_to_bf16(round_bf16(cpu::gelu_tanh(bf16_to_f32(g[i]))) * bf16_to_f32(u[i]));
+  }
+
+  void gelu_mul_halves(const Tensor& gate_up, const Tensor& out) override {
+    const int64_t T = gate_up.dim(0), I = out.dim(-1);
+    DG_CHECK(gate_up.numel() == 2 * out.numel() && out.dim(0) == T && out.numel() == T * I);
+    const uint16_t* in = gate_up.ptr<uint16_t>();
+    uint16_t* o = out.ptr<uint16_t>();
+    for (int64_t t = 0; t < T; ++t) {
+      const uint16_t* g = in + t * 2 * I;
+      const uint16_t* u = g + I;
+      for (int64_t i = 0; i < I; ++i)
+        o[t * I + i] = f32_to_bf16(round_bf16(cpu::gelu_tanh(bf16_to_f32(g[i]))) * bf16_to_f32(u[i]));
+    }
   }
 
   void attention(const AttentionArgs& a) override { cpu::attention(a); }

@@ -44,6 +44,7 @@ std::atomic<int64_t> g_fused_max_dim{1 << 30};  // head dims above it keep the c
 // 20.69 ms at batch 1, 44.06 vs 50.01 at batch 4, 157.1 vs 180.3 at batch 16; a 32k-token prefill
 // 1.51 vs 3.13 s).
 std::atomic<bool> g_flash{true};
+std::atomic<int64_t> g_flash_max_dim{int64_t{1} << 30};  // head dims above it take the per-item path
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
@@ -51,6 +52,7 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t set_attention_score_budget(int64_t bytes) { return g_score_bytes.exchange(std::max<int64_t>(bytes, 1)); }
 bool set_fused_attention(bool on) { return g_fused.exchange(on); }
 bool set_flash_attention(bool on) { return g_flash.exchange(on); }
+int64_t set_flash_attention_max_dim(int64_t d) { return g_flash_max_dim.exchange(d > 0 ? d : int64_t{1} << 30); }
 int64_t set_fused_attention_max_dim(int64_t d) { return g_fused_max_dim.exchange(d > 0 ? d : int64_t{1} << 30); }
 
 void attention(const Context& ctx, const AttentionArgs& a) {
@@ -200,6 +202,7 @@ bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
   need_type(a.items, ScalarType::kI32, op, "items");
   DG_CHECK(a.q.ndim == 3 && a.k_new.ndim == 3 && a.v_new.ndim == 3);
   const int64_t T = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2), Hkv = a.k_new.dim(1);
+  if (D > g_flash_max_dim.load()) return false;  // the per-item path (set_flash_attention_max_dim)
   DG_CHECK(Hkv > 0 && Hq % Hkv == 0 && a.k_new.dim(0) == T && a.k_new.dim(2) == D);
   DG_CHECK(a.v_new.dim(0) == T && a.v_new.dim(1) == Hkv && a.v_new.dim(2) == D && a.out.numel() == T * Hq * D);
   const int64_t N = static_cast<int64_t>(a.host_items.size());

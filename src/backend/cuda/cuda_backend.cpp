@@ -128,7 +128,7 @@ std::atomic<bool> g_fused_qkv{true};
 std::atomic<bool>& fp8_kernels_setting() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("DGEMMA_FP8_KERNELS");
-    return v != nullptr && std::string_view(v) == "1";
+    return v == nullptr || std::string_view(v) != "0";
   }()};
   return on;
 }
@@ -172,6 +172,15 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return {free, total};
   }
+  AllocatorStats allocator_stats() const override { return ctx_.allocator->stats(); }
+  void set_allocator_ceiling(uint64_t bytes) override {
+    activate();
+    ctx_.allocator->set_ceiling(bytes);
+  }
+  void release_cached_memory() override {
+    activate();
+    ctx_.allocator->trim();
+  }
 
   Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) override {
     activate();
@@ -197,10 +206,7 @@ class CudaBackend final : public Backend {
     if (!host.quantized()) return Backend::upload_weight(host);
     // NVFP4 / FP8 expert stacks (and dense linears, set_dense_quant_weights) stay quantised for the
     // W4A16 / W8A16 kernels (their shape rule; the alignment holds for our allocations), repacked.
-    // FP8 weights take the exact bf16 dequantisation below: the W8A16 kernel's FP8 variants stopped
-    // with cudaErrorIllegalInstruction at the 26B-A4B shapes on the H200 (2026-12-01), so until they
-    // are fixed an FP8 checkpoint is served from bf16 copies of its weights (correct, bf16's speed and
-    // memory) instead of crashing. NVFP4 keeps its kernel.
+    // set_fp8_weight_kernels(false) (DGEMMA_FP8_KERNELS=0) serves FP8 weights from exact bf16 copies.
     const bool kernel_shape = (host.format != WeightFormat::kFp8Channel || fp8_kernels_setting().load()) &&
                               host.rows() % 8 == 0 && host.cols() % 64 == 0;
     if (kernel_shape && (host.data.ndim == 3 || g_dense_quant.load())) {
@@ -289,6 +295,18 @@ class CudaBackend final : public Backend {
     activate();
     CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), kind_of(dst.device, src.device), ctx_.stream));
     if (dst.device == Device::kCpu || src.device == Device::kCpu) ctx_.sync();
+  }
+
+  void copy_columns(const Tensor& dst, const Tensor& src, int64_t first) override {
+    const int64_t T = dst.dim(0), n = T > 0 ? dst.numel() / T : 0, m = T > 0 ? src.numel() / T : 0;
+    DG_CHECK(dst.type == src.type && src.dim(0) == T && first >= 0 && first + n <= m);
+    DG_CHECK(dst.device == Device::kCuda && src.device == Device::kCuda);
+    if (T == 0 || n == 0) return;
+    activate();
+    const size_t es = scalar_size(src.type);
+    CUDA_CHECK(cudaMemcpy2DAsync(dst.data, static_cast<size_t>(n) * es, src.ptr<uint8_t>() + static_cast<size_t>(first) * es,
+                                 static_cast<size_t>(m) * es, static_cast<size_t>(n) * es, static_cast<size_t>(T),
+                                 cudaMemcpyDeviceToDevice, ctx_.stream));
   }
 
   void synchronize() override {
@@ -439,6 +457,8 @@ class CudaBackend final : public Backend {
     DG_CHECK(a.q.ndim == 3 && a.k.ndim == 3 && a.v.ndim == 3);
     const int64_t T = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2), Hkv = a.k.dim(1);
     DG_CHECK(a.k.dim(0) == T && a.k.dim(2) == D && a.v.dim(0) == T && a.v.dim(1) == Hkv && a.v.dim(2) == D);
+    const uint16_t* qkv = a.qkv.empty() ? nullptr : bf16_in(a.qkv, op, "qkv");
+    DG_CHECK(a.qkv.empty() || a.qkv.numel() == T * (Hq + (a.k_eq_v ? 1 : 2) * Hkv) * D);
     DG_CHECK(D % 2 == 0 && a.q_norm.numel() == D && a.k_norm.numel() == D);
     need_type(a.positions, ScalarType::kI32, op, "positions");
     need_type(a.inv_freq, ScalarType::kF32, op, "inv_freq");
@@ -448,9 +468,9 @@ class CudaBackend final : public Backend {
     uint16_t* v = bf16_out(a.v, op, "v");
     const uint16_t* wq = bf16_in(a.q_norm, op, "q_norm");
     const uint16_t* wk = bf16_in(a.k_norm, op, "k_norm");
-    if (!g_fused_qkv.load() || !qkv_prologue_fusable(D, {q, k, v, wq, wk})) return Backend::qkv_prologue(a);
+    if (!g_fused_qkv.load() || !qkv_prologue_fusable(D, {q, k, v, wq, wk, qkv})) return Backend::qkv_prologue(a);
     launch_qkv_prologue(q, k, v, a.k_eq_v, wq, wk, a.positions.ptr<int32_t>(), a.inv_freq.ptr<float>(), T, Hq, Hkv, D,
-                        a.eps, ctx_.stream);
+                        a.eps, ctx_.stream, qkv);
   }
 
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
@@ -477,6 +497,14 @@ class CudaBackend final : public Backend {
     DG_CHECK(gate.numel() == up.numel() && gate.numel() == out.numel());
     launch_gelu_mul(bf16_in(gate, "gelu_mul", "gate"), bf16_in(up, "gelu_mul", "up"), bf16_out(out, "gelu_mul", "out"),
                     gate.numel(), ctx_.stream);
+  }
+
+  void gelu_mul_halves(const Tensor& gate_up, const Tensor& out) override {
+    activate();
+    const int64_t T = gate_up.dim(0), I = out.dim(-1);
+    DG_CHECK(gate_up.numel() == 2 * out.numel() && out.dim(0) == T && out.numel() == T * I);
+    launch_gelu_mul_halves(bf16_in(gate_up, "gelu_mul_halves", "gate_up"), bf16_out(out, "gelu_mul_halves", "out"), T, I,
+                           ctx_.stream);
   }
 
   void attention(const AttentionArgs& a) override {

@@ -13,79 +13,41 @@ namespace dgemma::cuda {
 
 // ---- DeviceAllocator ------------------------------------------------------------------------------
 
-size_t DeviceAllocator::round_size(size_t bytes) {
-  // 512-byte granules below 1 MiB, 1 MiB granules above (the big, long-lived buffers).
-  constexpr size_t kSmall = 512, kLarge = size_t{1} << 20;
-  if (bytes == 0) return kSmall;
-  return bytes < kLarge ? (bytes + kSmall - 1) / kSmall * kSmall : (bytes + kLarge - 1) / kLarge * kLarge;
+void* DeviceAllocator::Source::allocate(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err == cudaSuccess) return p;
+  cudaGetLastError();  // clear it
+  if (err == cudaErrorMemoryAllocation) return nullptr;
+  throw Error(ErrorKind::kInternal,
+              fmt::format("CUDA device {}: cudaMalloc of {} bytes failed: {}", device_, bytes, cudaGetErrorString(err)));
 }
+
+void DeviceAllocator::Source::free(void* p) {
+  cudaFree(p);  // errors ignored: at process exit the CUDA runtime may already be shutting down
+}
+
+void DeviceAllocator::Source::synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+DeviceAllocator::DeviceAllocator(int device)
+    : source_(device), cache_(source_, fmt::format("CUDA device {}", device)) {}
 
 void* DeviceAllocator::allocate(size_t bytes, size_t* rounded) {
-  const size_t size = round_size(bytes);
-  *rounded = size;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(size);
-    if (it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      cached_ -= size;
-      in_use_ += size;
-      return p;
-    }
-  }
-  void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, size);
-  if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // clear it, give the cache back and retry once
-    trim();
-    err = cudaMalloc(&p, size);
-  }
-  if (err != cudaSuccess) {
-    cudaGetLastError();
+  try {
+    return cache_.allocate(bytes, rounded);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kResourceExhausted) throw;
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    throw Error(err == cudaErrorMemoryAllocation ? ErrorKind::kResourceExhausted : ErrorKind::kInternal,
-                fmt::format("CUDA device {}: cannot allocate {} bytes ({}; {} MiB free of {} MiB, {} MiB in use by dgemma)",
-                            device_, size, cudaGetErrorString(err), free_b >> 20, total_b >> 20, bytes_in_use() >> 20));
+    cudaGetLastError();
+    throw Error(ErrorKind::kResourceExhausted,
+                fmt::format("{} [device: {} MiB free of {} MiB]", e.what(), free_b >> 20, total_b >> 20));
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  in_use_ += size;
-  return p;
 }
 
-void DeviceAllocator::release(void* p, size_t rounded) {
-  std::lock_guard<std::mutex> lock(mu_);
-  free_[rounded].push_back(p);
-  in_use_ -= rounded;
-  cached_ += rounded;
-}
+void DeviceAllocator::release(void* p, size_t rounded) { cache_.release(p, rounded); }
 
-void DeviceAllocator::trim() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [size, list] : free_) {
-    for (void* p : list) cudaFree(p);
-    list.clear();
-  }
-  free_.clear();
-  cached_ = 0;
-}
-
-size_t DeviceAllocator::bytes_in_use() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return in_use_;
-}
-
-size_t DeviceAllocator::bytes_cached() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return cached_;
-}
-
-DeviceAllocator::~DeviceAllocator() {
-  // Errors are ignored here: at process exit the CUDA runtime may already be shutting down.
-  for (auto& [size, list] : free_)
-    for (void* p : list) cudaFree(p);
-}
+void DeviceAllocator::trim() { cache_.trim(); }
 
 // ---- StagingRing ----------------------------------------------------------------------------------
 

@@ -9,38 +9,47 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
 
 #include "backend/backend.h"
+#include "backend/caching_allocator.h"
 
 namespace dgemma::cuda {
 
-// Caching device allocator. Every op of the backend runs on one stream, so a block freed on the host
-// while kernels that use it are still queued can be handed out again at once: later work on the same
-// stream is ordered after those kernels. Blocks are cached per rounded size (a forward pass asks for
-// the same sizes every time); when cudaMalloc fails the cache is emptied and the allocation retried.
-// Thread-safe (tensors may be released from any thread). Lives as long as any tensor it handed out.
+// The caching device allocator: the bookkeeping of backend/caching_allocator.h (rounding, reuse,
+// reserved/peak counts, the memory plan's ceiling) over cudaMalloc / cudaFree. Every op of the
+// backend runs on one stream, so a block freed on the host while kernels that use it are still
+// queued can be handed out again at once: later work on the same stream is ordered after those
+// kernels. Before cached blocks go back to the driver the device is synchronised. Thread-safe.
+// Lives as long as any tensor it handed out.
 class DeviceAllocator {
  public:
-  explicit DeviceAllocator(int device) : device_(device) {}
-  ~DeviceAllocator();
+  explicit DeviceAllocator(int device);
   DeviceAllocator(const DeviceAllocator&) = delete;
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
   // A block of at least `bytes` (never null, even for 0 bytes); `rounded` receives its real size.
+  // Out of memory (the device's or the ceiling's): Error(kResourceExhausted) with the numbers.
   void* allocate(size_t bytes, size_t* rounded);
   void release(void* p, size_t rounded);
-  void trim();  // frees every cached block (cudaFree synchronises the device)
-  size_t bytes_in_use() const;
-  size_t bytes_cached() const;
+  void trim();  // frees every cached block
+  void set_ceiling(uint64_t bytes) { cache_.set_ceiling(bytes); }
+  AllocatorStats stats() const { return cache_.stats(); }
+  size_t bytes_in_use() const { return cache_.stats().in_use; }
+  size_t bytes_cached() const { return cache_.stats().cached; }
 
  private:
-  static size_t round_size(size_t bytes);
-  int device_;
-  mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t in_use_ = 0, cached_ = 0;
+  class Source final : public BlockSource {
+   public:
+    explicit Source(int device) : device_(device) {}
+    void* allocate(size_t bytes) override;
+    void free(void* p) override;
+    void synchronize() override;
+
+   private:
+    int device_;
+  };
+  Source source_;
+  CachingAllocator cache_;  // after source_: destroyed first, giving its blocks back through it
 };
 
 // Host-to-device copies of small host buffers without a stream synchronisation: the bytes are first

@@ -85,6 +85,29 @@ __global__ void gelu_mul_vec_kernel(const uint4* g, const uint4* u, uint4* out, 
   });
 }
 
+// The halves of rows of 2I (the fused gate|up projection): element (t, i) pairs gate_up[t, i] with
+// gate_up[t, I + i]; in words of eight when I % 8 == 0 (iw = I / 8 words a half row).
+__global__ void gelu_mul_halves_kernel(const uint16_t* gu, uint16_t* out, int64_t n, int64_t I) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / I, j = i - t * I;
+    const uint16_t* g = gu + t * 2 * I + j;
+    out[i] = f32_to_bf16(__fmul_rn(round_bf16(gelu_tanh(bf16_to_f32(g[0]))), bf16_to_f32(g[I])));
+  }
+}
+
+__global__ void gelu_mul_halves_vec_kernel(const uint4* gu, uint4* out, int64_t words, int64_t iw) {
+  for_each_word(words, [&](int64_t w) {
+    const int64_t t = w / iw, j = w - t * iw;
+    float x[8], y[8];
+    unpack_bf16x8(gu[t * 2 * iw + j], x);
+    unpack_bf16x8(gu[t * 2 * iw + iw + j], y);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(round_bf16(gelu_tanh(x[k])), y[k]);
+    out[w] = pack_bf16x8(x);
+  });
+}
+
 __global__ void softcap_kernel(const uint16_t* __restrict__ in, float cap, float* __restrict__ out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -162,6 +185,19 @@ void launch_gelu_mul(const uint16_t* gate, const uint16_t* up, uint16_t* out, in
     return;
   }
   gelu_mul_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(gate, up, out, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_gelu_mul_halves(const uint16_t* gate_up, uint16_t* out, int64_t T, int64_t I, cudaStream_t stream) {
+  const int64_t n = T * I;
+  if (n <= 0) return;
+  if (vec8_ok(I, gate_up, out)) {
+    gelu_mul_halves_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(
+        reinterpret_cast<const uint4*>(gate_up), reinterpret_cast<uint4*>(out), n / 8, I / 8);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  gelu_mul_halves_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(gate_up, out, n, I);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -13,6 +13,9 @@ void launch_scale(const uint16_t* x, float s, uint16_t* out, int64_t n, cudaStre
 void launch_mul(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, int64_t m, cudaStream_t stream);
 // out[i] = bf16(bf16(gelu_tanh(g[i])) * u[i])
 void launch_gelu_mul(const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n, cudaStream_t stream);
+// out[t, i] = bf16(bf16(gelu_tanh(g)) * u) with g = gate_up[t, i], u = gate_up[t, I + i]: gate_up [T, 2I],
+// out [T, I] (not overlapping gate_up).
+void launch_gelu_mul_halves(const uint16_t* gate_up, uint16_t* out, int64_t T, int64_t I, cudaStream_t stream);
 // out[i] (f32) = softcap * tanh(float(logits[i]) / softcap)
 void launch_softcap(const uint16_t* logits, float softcap, float* out, int64_t n, cudaStream_t stream);
 // out[i] = bf16(mean + std * rng::normal(key, i))

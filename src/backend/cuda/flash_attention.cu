@@ -17,6 +17,7 @@
 #include "backend/cuda/flash_attention.cuh"
 #include "backend/cuda/flash_attention_kernel.cuh"
 #include "backend/cuda/tuning.h"
+#include "backend/workspace_bounds.h"
 #include "util/error.h"
 
 namespace dgemma::cuda {
@@ -98,7 +99,7 @@ FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* i
     // with s), ties to fewer splits; at most 8 splits (the partials are fp32 rows of the whole head
     // dim) and at least 4 key tiles a split. Then the fewest splits with the same tiles per split.
     const int64_t ctas = tiles * Hkv * kDChunks, slots = int64_t{sm_count(device)} * resident;
-    const int64_t max_splits = std::clamp<int64_t>(max_key_tiles / 4, 1, 8);
+    const int64_t max_splits = std::clamp<int64_t>(max_key_tiles / 4, 1, workspace_bounds::kFlashMaxAutoSplits);
     splits = 1;
     double best = static_cast<double>(ceil_div(ctas, slots));
     for (int64_t s = 2; s <= max_splits; ++s) {

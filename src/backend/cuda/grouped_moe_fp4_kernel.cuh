@@ -148,7 +148,7 @@ DG_UNROLL
     }
   };
 
-  const uint64_t w_policy = evict_first_policy();
+  const uint64_t w_policy = kFp8 ? 0 : evict_first_policy();  // (FP8 copies take no hint: see load_next)
   int load_mt = 0, load_kt = 0;
   auto load_next = [&](int stage) {
     if (load_kt == 0) set_a_rows(load_mt);
@@ -161,9 +161,15 @@ DG_UNROLL
       cp_async16(sa + swz(r, chunk), a_ok[j] ? a_src[j] + k : g.a, a_ok[j]);
     }
 DG_UNROLL
-    for (int j = 0; j < kBChunks; ++j)
-      cp_async16_hint(s_b + stage * kBStage + (tid + kThreads * j) * 16, p_ok[j] ? p_src[j] + load_kt * kBRowBytes : g.w,
-                      p_ok[j], w_policy);
+    for (int j = 0; j < kBChunks; ++j) {
+      const uint32_t dst = s_b + stage * kBStage + (tid + kThreads * j) * 16;
+      const uint8_t* src = p_ok[j] ? p_src[j] + load_kt * kBRowBytes : g.w;
+      // FP8: no L2 hint. With it, CUDA 13.0's ptxas gave the 8-warp FP8 variants two weight copies
+      // whose memory descriptor register is never written (LDGSTS ... desc[UR1]): they stopped with
+      // cudaErrorIllegalInstruction on the H200 at the 26B-A4B shapes (compute-sanitizer: this line).
+      if (kFp8) cp_async16(dst, src, p_ok[j]);
+      else cp_async16_hint(dst, src, p_ok[j], w_policy);
+    }
     if (!kFp8 && tid < kSChunks)
       cp_async16(s_s + stage * kSStage + tid * 16, s_ok ? s_src + static_cast<int64_t>(load_kt) * Nw * 4 : g.s, s_ok);
     if (++load_kt == KT) {

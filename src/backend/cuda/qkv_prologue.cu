@@ -23,6 +23,12 @@ struct QkvLaunch {
   uint4* q;
   uint4* k;
   uint4* v;
+  // The inputs: head row h of token t of q at q_in + t * in_words + h * words (likewise k_in, v_in):
+  // the outputs themselves (in place), or the column blocks of the fused projection.
+  const uint4* q_in;
+  const uint4* k_in;
+  const uint4* v_in;
+  int64_t q_in_words, k_in_words, v_in_words;
   const uint4* q_norm;
   const uint4* k_norm;
   const int32_t* positions;
@@ -32,22 +38,26 @@ struct QkvLaunch {
   float eps;
 };
 
-// A head row of the launch: where it is read and written, its norm weight (null: none), K=V's v output
-// (null: none), and whether RoPE follows the norm.
+// A head row of the launch: where it is written (x) and read (src: x itself unless the input is the
+// fused projection), its norm weight (null: none), K=V's v output (null: none), and whether RoPE
+// follows the norm.
 struct Row {
   uint4* x;
+  const uint4* src;
   const uint4* w;
   uint4* v_out;
   bool rope;
 };
 
 __device__ __forceinline__ Row row_of(const QkvLaunch& a, int64_t t, int r, int words) {
-  if (r < a.Hq) return {a.q + (t * a.Hq + r) * words, a.q_norm, nullptr, true};
+  if (r < a.Hq) return {a.q + (t * a.Hq + r) * words, a.q_in + t * a.q_in_words + r * words, a.q_norm, nullptr, true};
   if (r < a.Hq + a.Hkv) {
     const int64_t row = t * a.Hkv + (r - a.Hq);
-    return {a.k + row * words, a.k_norm, a.k_eq_v ? a.v + row * words : nullptr, true};
+    return {a.k + row * words, a.k_in + t * a.k_in_words + (r - a.Hq) * words, a.k_norm,
+            a.k_eq_v ? a.v + row * words : nullptr, true};
   }
-  return {a.v + (t * a.Hkv + (r - a.Hq - a.Hkv)) * words, nullptr, nullptr, false};
+  const int hv = r - a.Hq - a.Hkv;
+  return {a.v + (t * a.Hkv + hv) * words, a.v_in + t * a.v_in_words + hv * words, nullptr, nullptr, false};
 }
 
 // Dynamic shared memory: cos [D/2] f32, sin [D/2] f32, then kRowsAtOnce rows of D bf16 per warp.
@@ -76,7 +86,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) qkv_prologue_kernel(QkvLaunch 
 #pragma unroll
     for (int q = 0; q < kRowsAtOnce; ++q) {
       const int r = r0 + q * nwarps;
-      const uint4* x = r < rows ? row_of(a, t, r, words).x : nullptr;
+      const uint4* x = r < rows ? row_of(a, t, r, words).src : nullptr;
 #pragma unroll
       for (int m = 0; m < kLaneWords; ++m) {
         const int i = lane + 32 * m;
@@ -184,15 +194,24 @@ bool qkv_prologue_fusable(int64_t D, std::initializer_list<const void*> ptrs) {
 
 void launch_qkv_prologue(uint16_t* q, uint16_t* k, uint16_t* v, bool k_eq_v, const uint16_t* q_norm,
                          const uint16_t* k_norm, const int32_t* positions, const float* inv_freq, int64_t T,
-                         int64_t Hq, int64_t Hkv, int64_t D, float eps, cudaStream_t stream) {
+                         int64_t Hq, int64_t Hkv, int64_t D, float eps, cudaStream_t stream, const uint16_t* qkv) {
   if (T <= 0) return;
   const int64_t rows = Hq + (k_eq_v ? 1 : 2) * Hkv;
   int warps = static_cast<int>(std::clamp<int64_t>(rows, 1, kMaxWarps));
   const int at_once = small_kernel_variant() == 1 ? 1 : 2;
   while (warps > 1 && smem_bytes(D, warps, at_once) > kSmemLimit) --warps;
+  const int64_t words = D / 8;
+  // Fused input: one row of `rows` head rows per token, q's heads, then k's, then v's.
+  const uint4* fused = reinterpret_cast<const uint4*>(qkv);
   QkvLaunch a{reinterpret_cast<uint4*>(q),
               reinterpret_cast<uint4*>(k),
               reinterpret_cast<uint4*>(v),
+              fused ? fused : reinterpret_cast<const uint4*>(q),
+              fused ? fused + Hq * words : reinterpret_cast<const uint4*>(k),
+              fused ? fused + (Hq + Hkv) * words : reinterpret_cast<const uint4*>(v),
+              fused ? rows * words : Hq * words,
+              fused ? rows * words : Hkv * words,
+              fused ? rows * words : Hkv * words,
               reinterpret_cast<const uint4*>(q_norm),
               reinterpret_cast<const uint4*>(k_norm),
               positions,

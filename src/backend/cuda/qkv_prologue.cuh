@@ -15,9 +15,11 @@ namespace dgemma::cuda {
 bool qkv_prologue_fusable(int64_t D, std::initializer_list<const void*> ptrs);
 
 // q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D] in place (k_eq_v: v is output only); q_norm, k_norm [D];
-// positions i32 [T]; inv_freq f32 [D / 2].
+// positions i32 [T]; inv_freq f32 [D / 2]. With `qkv` (the fused projection [T, (Hq + Hkv (+ Hkv)) D],
+// 16-byte aligned) the inputs are its column blocks and q / k / v are outputs only.
 void launch_qkv_prologue(uint16_t* q, uint16_t* k, uint16_t* v, bool k_eq_v, const uint16_t* q_norm,
                          const uint16_t* k_norm, const int32_t* positions, const float* inv_freq, int64_t T,
-                         int64_t Hq, int64_t Hkv, int64_t D, float eps, cudaStream_t stream);
+                         int64_t Hq, int64_t Hkv, int64_t D, float eps, cudaStream_t stream,
+                         const uint16_t* qkv = nullptr);
 
 }  // namespace dgemma::cuda

@@ -27,11 +27,14 @@
 //           z - logsumexp.
 //   want_sample false (greedy canvases): no noise is drawn; the sample is the argmax.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/sampler.cuh"
+#include "backend/workspace_bounds.h"
 #include "util/counter_rng.h"
 
 namespace dgemma::cuda {
@@ -162,6 +165,7 @@ struct SamplerBatch {
   SamplerLaunch c[kMaxSamplerBatch];
   int n = 0;
   int splits = 1;
+  bool vector = true;  // slice_stats_kernel's 8-element rounds where the slice allows (set_sampler_vector_sweep)
 };
 static_assert(sizeof(SamplerBatch) <= 4000, "the batch must fit the 4 KiB of kernel parameters");
 
@@ -234,8 +238,8 @@ __device__ __forceinline__ void atomic_max_f32(float* addr, float v) {
 // The Gumbel-max sample, exactly as the CPU's double z + gumbel_from_bits with the lowest index on
 // ties, at the cost of an fp32 estimate for most elements (the row's exact best is all that is
 // output unless sample_gap is asked, when every element takes the exact double path as before):
-//   screen: the largest estimate seen so far by the block (shared memory, raised by each warp each
-//           of its first rounds, then every fourth) less the margin (kGumbelScreen); an element whose estimate is below it cannot be the row's
+//   screen: the largest estimate seen so far by the block (shared memory, raised by each warp every
+//           round) less the margin (kGumbelScreen); an element whose estimate is below it cannot be the row's
 //           best nor tie it (its exact value is within half the margin of its estimate, the screen's source
 //           element's exact value is above the screen), so only estimates at or above the screen
 //           take the double path. Any element tying the best exactly passes, so ties still go to the
@@ -245,8 +249,8 @@ __device__ __forceinline__ void atomic_max_f32(float* addr, float v) {
 //           skips the random bits altogether (exact, and cheap where the distribution is peaked).
 // The warps sweep the slice in lockstep rounds (a lane past the end contributes nothing), so the
 // warp-wide maxima are well defined.
-template <bool kTable>
-__global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatch b, const float* slice_max,
+template <bool kTable, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) slice_stats_kernel(const SamplerBatch b, const float* slice_max,
                                                                const float* row_floor, const uint2* z_tables,
                                                                Stats* partials) {
   __shared__ Stats warp_partials[kWarps];
@@ -285,75 +289,117 @@ __global__ void __launch_bounds__(kThreads) slice_stats_kernel(const SamplerBatc
   constexpr int kRun = 8;
   float r1 = 0.0f, r2 = 0.0f, rb = 0.0f;
   int run = 0;
-  float pending = -INFINITY;  // the lane's best estimate since the last exchange of the screen
-  unsigned rounds = 0;
-  // The next round's logit (and its z) is loaded while this round's is processed: the thread's own
-  // elements only, so the store of bf16(z) below never meets a prefetched one.
-  uint16_t next = v0 + threadIdx.x < v1 ? row[v0 + threadIdx.x] : 0;
-  uint2 next_z = kTable ? __ldg(z_table + next) : make_uint2(0, 0);
-  for (int64_t base = v0; base < v1; base += kThreads) {
-    const int64_t v = base + threadIdx.x;
-    const bool live = v < v1;
-    const uint16_t x = next;
-    const uint2 zt = next_z;
-    if (v + kThreads < v1) {
-      next = row[v + kThreads];
-      if constexpr (kTable) next_z = __ldg(z_table + next);
-    }
-    float gf = -INFINITY;
-    if (live) {
-      float z;
-      uint16_t zb;
-      if constexpr (kTable) {  // the same processed() of the same value, and its bf16 rounding
-        z = __uint_as_float(zt.x);
-        zb = static_cast<uint16_t>(zt.y);
-      } else {
-        z = processed(bf16_to_f32(x), cap, temp);
-        zb = f32_to_bf16(z);
-      }
-      st.z.push(z, static_cast<int>(v));
-      const float dz = __fsub_rn(z, m);
-      const float e = expf(dz);  // terms far below 1 carry the rounding of z - m
-      r1 = __fadd_rn(r1, e);
-      r2 = __fmaf_rn(e, dz, r2);
-      if (want_probs) {
-        rb = __fadd_rn(rb, expf(__fsub_rn(bf16_to_f32(zb), bmax)));
-        row[v] = zb;  // pass 2 reads bf16(z) back instead of recomputing the soft-cap (one thread per element)
-      }
-      // z >= floor: in the sample's support (NaN never is; floor is -inf without a filter).
-      if (want_sample && z >= floor) {
-        if (all_exact) {
-          const uint64_t bits = rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
-          st.g.push(static_cast<double>(z) + rng::gumbel_from_bits(bits), static_cast<int>(v));
-        } else if (!(__fadd_rn(z, kGumbelMax) < fmaxf(screen, best_floor))) {
-          const uint64_t bits = rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
-          gf = __fadd_rn(z, gumbel_approx(bits));
-          if (gf >= screen) st.g.push(static_cast<double>(z) + rng::gumbel_from_bits(bits), static_cast<int>(v));
+  // One round: this thread's N elements [first, first + N) (N = 8: one 16-byte load of consecutive
+  // logits; N = 1: the scalar sweep of slices that are not 16-byte aligned or a multiple of 8 long),
+  // in three phases:
+  //   1. per element: z, the argmax, the entropy terms, bf16(z), and where the noise can still matter
+  //      (the bound below) the fp32 estimate z + g — the N elements are independent, so their
+  //      counter-based hashes interleave (instruction-level parallelism);
+  //   2. the screen: raised to the warp's best estimate of this round less the margin, and shared
+  //      with the block (every round: each warp's first round already faces a screen, so only
+  //      elements near the warp's best take the exact path);
+  //   3. the exact double value for the estimates at or above the screen (their random bits hashed
+  //      again: rare), in ascending index order.
+  auto sweep_round = [&](auto n_tag, int64_t first, bool last, const uint16_t (&x)[decltype(n_tag)::value]) {
+    constexpr int N = decltype(n_tag)::value;
+    float zs[N], gf[N];
+    uint16_t zbs[N];
+    bool live[N];
+    float w = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int64_t v = first + k;
+      live[k] = v < v1;
+      gf[k] = -INFINITY;
+      float z = -INFINITY;
+      uint16_t zb = 0;
+      if (live[k]) {
+        if constexpr (kTable) {  // the same processed() of the same value, and its bf16 rounding
+          const uint2 zt = __ldg(z_table + x[k]);
+          z = __uint_as_float(zt.x);
+          zb = static_cast<uint16_t>(zt.y);
+        } else {
+          z = processed(bf16_to_f32(x[k]), cap, temp);
+          zb = f32_to_bf16(z);
+        }
+        st.z.push(z, static_cast<int>(v));
+        const float dz = __fsub_rn(z, m);
+        const float e = expf(dz);  // terms far below 1 carry the rounding of z - m
+        r1 = __fadd_rn(r1, e);
+        r2 = __fmaf_rn(e, dz, r2);
+        if (want_probs) rb = __fadd_rn(rb, expf(__fsub_rn(bf16_to_f32(zb), bmax)));
+        // z >= floor: in the sample's support (NaN never is; floor is -inf without a filter).
+        if (want_sample && z >= floor) {
+          if (all_exact) {
+            const uint64_t bits = rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
+            st.g.push(static_cast<double>(z) + rng::gumbel_from_bits(bits), static_cast<int>(v));
+          } else if (!(__fadd_rn(z, kGumbelMax) < fmaxf(screen, best_floor))) {
+            const uint64_t bits = rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
+            gf[k] = __fadd_rn(z, gumbel_approx(bits));
+            w = fmaxf(w, gf[k]);
+          }
         }
       }
+      zs[k] = z;
+      zbs[k] = zb;
     }
-    pending = fmaxf(pending, gf);
-    const bool last = base + kThreads >= v1;
-    ++rounds;
-    if (want_sample && !all_exact && (rounds <= 4 || (rounds & 3) == 0 || last)) {
-      // Each of the first rounds, then every fourth: raise the screen to the warp's best estimate
-      // since the last exchange, then share it with the block (in between, the elements face a
-      // screen a few rounds old: still exact, it only lets more through).
-      float w = pending;
-      pending = -INFINITY;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, o));
-      const float mine = __fsub_rn(w, __fmaf_rn(fabsf(w), kGumbelScreenRel, kGumbelScreen));
-      const float shared_screen = *static_cast<volatile float*>(&block_screen);
-      if ((threadIdx.x & 31) == 0 && mine > shared_screen) atomic_max_f32(&block_screen, mine);
-      screen = fmaxf(screen, fmaxf(mine, shared_screen));
+    if (want_probs) {  // pass 2 reads bf16(z) back instead of recomputing the soft-cap
+      if constexpr (N == 8) {
+        if (live[0]) {
+          uint4 q;
+          q.x = zbs[0] | (static_cast<uint32_t>(zbs[1]) << 16);
+          q.y = zbs[2] | (static_cast<uint32_t>(zbs[3]) << 16);
+          q.z = zbs[4] | (static_cast<uint32_t>(zbs[5]) << 16);
+          q.w = zbs[6] | (static_cast<uint32_t>(zbs[7]) << 16);
+          *reinterpret_cast<uint4*>(row + first) = q;
+        }
+      } else {
+        if (live[0]) row[first] = zbs[0];
+      }
     }
-    if (++run == kRun || last) {
+    run += N;
+    if (run >= kRun || last) {
       st.s1 += static_cast<double>(r1);
       st.s2 += static_cast<double>(r2);
       st.bsum += static_cast<double>(rb);
       r1 = r2 = rb = 0.0f;
       run = 0;
+    }
+    if (!want_sample || all_exact) return;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, o));
+    const float mine = __fsub_rn(w, __fmaf_rn(fabsf(w), kGumbelScreenRel, kGumbelScreen));
+    const float shared_screen = *static_cast<volatile float*>(&block_screen);
+    if ((threadIdx.x & 31) == 0 && mine > shared_screen) atomic_max_f32(&block_screen, mine);
+    screen = fmaxf(screen, fmaxf(mine, shared_screen));
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (gf[k] >= screen && gf[k] > -INFINITY) {
+        const int64_t v = first + k;
+        const uint64_t bits = rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
+        st.g.push(static_cast<double>(zs[k]) + rng::gumbel_from_bits(bits), static_cast<int>(v));
+      }
+    }
+  };
+  if (b.vector && vectorisable(row, v0, v1)) {
+    // Lane-consecutive 16-byte chunks: round r covers [v0 + 8 kThreads r, v0 + 8 kThreads (r + 1)).
+    const uint4* vec = reinterpret_cast<const uint4*>(row + v0);
+    const int64_t chunks = (v1 - v0) / 8;
+    uint4 next = threadIdx.x < chunks ? vec[threadIdx.x] : make_uint4(0, 0, 0, 0);
+    for (int64_t c = threadIdx.x, base = 0; base < chunks; base += kThreads, c += kThreads) {
+      const uint4 q = next;
+      if (c + kThreads < chunks) next = vec[c + kThreads];  // the thread's own chunks only (stores below)
+      const uint16_t x[8] = {static_cast<uint16_t>(q.x), static_cast<uint16_t>(q.x >> 16), static_cast<uint16_t>(q.y),
+                             static_cast<uint16_t>(q.y >> 16), static_cast<uint16_t>(q.z), static_cast<uint16_t>(q.z >> 16),
+                             static_cast<uint16_t>(q.w), static_cast<uint16_t>(q.w >> 16)};
+      const int64_t first = c < chunks ? v0 + 8 * c : v1;  // past the end: no live element
+      sweep_round(std::integral_constant<int, 8>{}, first, base + kThreads >= chunks, x);
+    }
+  } else {
+    for (int64_t base = v0; base < v1; base += kThreads) {
+      const int64_t v = base + threadIdx.x;
+      const uint16_t x[1] = {v < v1 ? row[v] : uint16_t{0}};
+      sweep_round(std::integral_constant<int, 1>{}, v < v1 ? v : v1, base + kThreads >= v1, x);
     }
   }
   block_reduce_stats(st, warp_partials);
@@ -656,6 +702,12 @@ int sampler_splits(int64_t V) {
 
 namespace {
 
+// The memory plan's bound of this workspace (backend/workspace_bounds.h) assumes these sizes.
+static_assert(sizeof(Stats) <= workspace_bounds::kSamplerStatsBytes && sizeof(TopEntry) == 8 && sizeof(uint2) == 8);
+static_assert(kZTable == workspace_bounds::kSamplerZTable && kFilterRows == workspace_bounds::kSamplerFilterRows &&
+              sample_filter::kBins == workspace_bounds::kSamplerBins && kMaxTopN == workspace_bounds::kSamplerMaxTopN &&
+              kMaxSamplerBatch == workspace_bounds::kSamplerMaxBatch);
+
 // The workspace: [Stats rows x splits][slice max rows x splits][row bsum rows] then, when a canvas
 // asks, [row floor rows][histograms of up to kFilterRows rows] and [top-N partials]; each part
 // 256-byte aligned. Row r of canvas i is workspace row row0(i) + r.
@@ -706,10 +758,18 @@ Workspace workspace_layout(SamplerLaunch* c, int n) {
     if (!(cond)) CUDA_CHECK(cudaErrorInvalidValue); \
   } while (0)
 
+// Benchmark knobs (tuning.h): the 8-element rounds of slice_stats_kernel, and its register budget
+// (2, the default: two blocks an SM, 64 registers a thread with a few spilled; 1: up to 128
+// registers). Measured on the H200 (dgemma_gpu_check --bench tail, C 256 x V 262,144 with probs):
+// 0.744 ms with two blocks, 0.897 with one, 1.371 with one logit a round.
+std::atomic<bool> g_vector_sweep{true};
+std::atomic<int> g_stats_blocks{2};
+
 SamplerBatch make_batch(const SamplerLaunch* canvases, int n) {
   SAMPLER_REQUIRE(n >= 1 && n <= kMaxSamplerBatch);
   SamplerBatch b;
   b.n = n;
+  b.vector = g_vector_sweep.load();
   for (int i = 0; i < n; ++i) {
     b.c[i] = canvases[i];
     SAMPLER_REQUIRE(b.c[i].V == b.c[0].V && b.c[i].top_n >= 0 && b.c[i].top_n <= kMaxTopN);
@@ -719,6 +779,9 @@ SamplerBatch make_batch(const SamplerLaunch* canvases, int n) {
 }
 
 }  // namespace
+
+bool set_sampler_vector_sweep(bool on) { return g_vector_sweep.exchange(on); }
+int set_sampler_stats_blocks(int blocks) { return g_stats_blocks.exchange(blocks >= 2 ? 2 : 1); }
 
 size_t sampler_workspace_bytes(const SamplerLaunch* canvases, int n) {
   SamplerBatch b = make_batch(canvases, n);
@@ -767,10 +830,12 @@ void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaS
   if (z_table) {
     z_table_kernel<<<dim3(kZTable / 256, static_cast<unsigned>(n)), 256, 0, stream>>>(b, z_tables);
     CUDA_CHECK_LAUNCH();
-    slice_stats_kernel<true><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, z_tables, partials);
-  } else {
-    slice_stats_kernel<false><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, nullptr, partials);
   }
+  const bool two = g_stats_blocks.load() >= 2;
+  if (z_table && two) slice_stats_kernel<true, 2><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, z_tables, partials);
+  else if (z_table) slice_stats_kernel<true, 1><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, z_tables, partials);
+  else if (two) slice_stats_kernel<false, 2><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, nullptr, partials);
+  else slice_stats_kernel<false, 1><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, nullptr, partials);
   CUDA_CHECK_LAUNCH();
   finalize_kernel<<<dim3(static_cast<unsigned>(max_c), static_cast<unsigned>(n)), 32, 0, stream>>>(
       b, slice_max, partials, row_bsum, row_floor, top);

@@ -24,6 +24,9 @@ int64_t set_fused_attention_max_dim(int64_t d);
 // On by default (a whole model step measured faster with it, cuda_attention.cpp). Returns the
 // previous value.
 bool set_flash_attention(bool on);
+// Head dims above `d` leave the flash kernel for the per-item path (cuBLAS + softmax); 0: no limit.
+// Returns the previous value (no limit: 2^30).
+int64_t set_flash_attention_max_dim(int64_t d);
 // The flash kernel's variant for head dims 256 and 512 (A/B runs; read when planning): 0 (default):
 // D 256 one CTA of 4 warps, D 512 8 warps splitting the head dim; 1: D 256 8 warps splitting the head
 // dim, D 512 two output halves in CTAs of their own; 2: D 256 8 warps over 128 query rows (D 512 as
@@ -57,15 +60,22 @@ int set_grouped_moe_variant(int variant);
 // be measured: dgemma_bench --dense-quant on|off). Read at upload time. Returns the previous value.
 bool set_dense_quant_weights(bool on);
 
-// Whether upload_weight keeps FP8 weights quantised for the W8A16 kernels (true) or serves them from
-// exact bf16 copies (false). The environment's DGEMMA_FP8_KERNELS (0 / 1) sets the start value. Read at
-// upload time. Returns the previous value.
+// Whether upload_weight keeps FP8 weights quantised for the W8A16 kernels (true, the default) or
+// serves them from exact bf16 copies (false: bf16's memory and speed; an A/B for benchmarks). The
+// environment's DGEMMA_FP8_KERNELS=0 sets the start value false. Read at upload time. Returns the
+// previous value.
 bool set_fp8_weight_kernels(bool on);
 
 // Whether the sampler reads z = softcap * tanh(x / softcap) / T from a per-canvas table of the 65,536
 // bf16 values (built by one small kernel, the same function: bit-identical z) instead of evaluating
 // it per element. Returns the previous value; the bench compares the two.
 bool set_sampler_z_table(bool on);
+// The sampler's main pass (slice_stats_kernel) over 8 consecutive logits a thread and round (true,
+// the default) or one (false), and its register budget: 2 blocks an SM with 64 registers a thread
+// (default), or 1 with up to 128. Benchmark knobs (dgemma_gpu_check --bench tail). Return the
+// previous values.
+bool set_sampler_vector_sweep(bool on);
+int set_sampler_stats_blocks(int blocks);
 // Tile variant of the W4A16 / W8A16 grouped expert kernels (grouped_moe_fp4_kernel.cuh kQuantTiles),
 // M rows x N columns per CTA, warps, cp.async stages: 1 BM16 x BN64 4 warps 4 stages, 2 BM32 x 64,
 // 3 BM64 x 64, 4 BM32 x 128 (8 warps), 5 BM64 x 128 (8 warps), 6 BM128 x 64, 7 BM16 x 64 8 stages,

@@ -5,10 +5,13 @@
 // the sequences of that step; preemption replays the same canvases.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <functional>
 #include <memory>
 #include <map>
 #include <string>
 
+#include "backend/caching_allocator.h"
 #include "engine/engine_core.h"
 #include "engine/scripted_runner.h"
 #include "util/error.h"
@@ -208,11 +211,14 @@ TEST(ScriptedRunner, AFailingItemEndsOnlyItsRequest) {
 // Delegates to a scripted runner; throws from run() at one step, as a device error would.
 class ThrowingRunner final : public ModelRunner {
  public:
-  explicit ThrowingRunner(int throw_at) : inner_(runner()), throw_at_(throw_at) {}
+  explicit ThrowingRunner(int throw_at, std::function<void()> thrower = [] {
+    throw Error(ErrorKind::kInternal, "CUDA error: an illegal memory access");
+  })
+      : inner_(runner()), throw_at_(throw_at), thrower_(std::move(thrower)) {}
   int canvas_length() const override { return inner_->canvas_length(); }
   int vocab_size() const override { return inner_->vocab_size(); }
   std::vector<DenoiseFlags> run(const StepPlan& plan) override {
-    if (step_++ == throw_at_) throw Error(ErrorKind::kInternal, "CUDA error: an illegal memory access");
+    if (step_++ == throw_at_) thrower_();
     return inner_->run(plan);
   }
   std::vector<int32_t> read_argmax(const Sequence& s) override { return inner_->read_argmax(s); }
@@ -227,6 +233,7 @@ class ThrowingRunner final : public ModelRunner {
  private:
   std::unique_ptr<ScriptedRunner> inner_;
   int throw_at_, step_ = 0;
+  std::function<void()> thrower_;
 };
 
 TEST(ScriptedRunner, AThrowingStepFailsItsSequencesAndTheEngineGoesOn) {
@@ -243,6 +250,44 @@ TEST(ScriptedRunner, AThrowingStepFailsItsSequencesAndTheEngineGoesOn) {
   EXPECT_EQ(b->finish_reason(), FinishReason::kStop);
   EXPECT_EQ(text(b->output()), "Hello world");
   EXPECT_EQ(core.blocks().used_pages(KvGroup::kFull), 0);
+}
+
+// Host memory behind the caching allocator (backend/caching_allocator.h), as the device would be.
+class HostBlocks final : public BlockSource {
+ public:
+  void* allocate(size_t bytes) override { return std::malloc(bytes); }
+  void free(void* p) override { std::free(p); }
+};
+
+// A step whose allocations go over the memory plan's ceiling: the allocator's out-of-memory error
+// fails that step's sequences (their pages and places freed) and the engine goes on.
+TEST(ScriptedRunner, AStepOverTheAllocatorCeilingFailsItsSequencesAndTheEngineGoesOn) {
+  HostBlocks host;
+  CachingAllocator allocator(host, "test device");
+  allocator.set_ceiling(size_t{4} << 20);
+  auto r = std::make_unique<ThrowingRunner>(/*throw_at=*/1, [&] {
+    size_t a = 0, b = 0;
+    void* live = allocator.allocate(size_t{3} << 20, &a);  // 4 MiB block: the ceiling is reached
+    struct Release {
+      CachingAllocator& al;
+      void* p;
+      size_t n;
+      ~Release() { al.release(p, n); }  // the step's tensors go back as it unwinds
+    } guard{allocator, live, a};
+    (void)allocator.allocate(size_t{1} << 20, &b);  // 2 MiB more: over it
+  });
+  EngineCore core(sched(/*max_seqs=*/1), pool(64), std::move(r));
+  auto a = seq(1, "hello");
+  auto b = seq(2, "hello");
+  auto out = run_all(core, {a.get(), b.get()});
+  EXPECT_EQ(a->finish_reason(), FinishReason::kError);
+  EXPECT_NE(out[a.get()].error.find("engine error: test device: out of memory under the memory plan's ceiling"),
+            std::string::npos)
+      << out[a.get()].error;
+  EXPECT_EQ(b->finish_reason(), FinishReason::kStop);
+  EXPECT_EQ(text(b->output()), "Hello world");
+  EXPECT_EQ(core.blocks().used_pages(KvGroup::kFull), 0);
+  EXPECT_EQ(allocator.stats().in_use, 0u) << "nothing of the failed step stays in use";
 }
 
 TEST(ScriptedRunner, PreemptionReplaysTheSameCanvases) {

@@ -15,6 +15,7 @@
 #include "backend/cpu/quant.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
+#include "model/fused_weights.h"
 #include "engine/kv_pool.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
@@ -41,8 +42,8 @@ struct TempDir {
 std::vector<Weight*> linears(ModelWeights& w) {
   std::vector<Weight*> out;
   for (auto& L : w.layers)
-    for (Weight* p : {&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.mlp_gate, &L.mlp_up, &L.mlp_down,
-                      &L.experts_gate_up, &L.experts_down})
+    for (Weight* p : {&L.qkv_proj, &L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.mlp_gate_up, &L.mlp_gate, &L.mlp_up,
+                      &L.mlp_down, &L.experts_gate_up, &L.experts_down})
       if (!p->empty()) out.push_back(p);
   return out;
 }
@@ -117,7 +118,8 @@ TEST(QuantWeights, EachFormatLoadsWithItsPerSlotFormats) {
       EXPECT_EQ(L.experts_gate_up.rows(), 2 * c.text.moe_intermediate_size);
       EXPECT_EQ(L.experts_gate_up.cols(), c.text.hidden_size);
       EXPECT_EQ(L.experts_down.cols(), c.text.moe_intermediate_size);
-      EXPECT_EQ(L.q_proj.format, want.attention);
+      EXPECT_EQ(L.qkv_proj.format, want.attention);  // fused q | k | v (one format per group here)
+      EXPECT_EQ(L.mlp_gate_up.format, want.mlp);
       EXPECT_EQ(L.o_proj.format, want.attention);
       EXPECT_EQ(L.mlp_down.format, want.mlp);
       EXPECT_EQ(L.experts_down.act, want.act);
@@ -138,9 +140,17 @@ TEST(QuantWeights, DequantisationEqualsTheQuantisersBitForBit) {
     int compared = 0;
     for (size_t li = 0; li < w.layers.size(); ++li) {
       const std::string p = "model.decoder.layers." + std::to_string(li) + ".";
+      // The fused projections' parts are their row ranges (model/fused_weights.h).
+      const LayerWeights& L = w.layers[li];
+      const int64_t nq = c.text.num_attention_heads * L.spec.head_dim, nk = L.spec.num_kv_heads * L.spec.head_dim;
+      const int64_t I = c.text.intermediate_size;
+      const Weight q = weight_rows(L.qkv_proj, 0, nq), k = weight_rows(L.qkv_proj, nq, nq + nk);
+      const Weight gate = weight_rows(L.mlp_gate_up, 0, I), upw = weight_rows(L.mlp_gate_up, I, 2 * I);
       const std::pair<const Weight*, std::string> slots[] = {
-          {&w.layers[li].experts_gate_up, "experts.gate_up_proj"}, {&w.layers[li].experts_down, "experts.down_proj"},
-          {&w.layers[li].q_proj, "self_attn.q_proj.weight"},      {&w.layers[li].mlp_down, "mlp.down_proj.weight"}};
+          {&L.experts_gate_up, "experts.gate_up_proj"}, {&L.experts_down, "experts.down_proj"},
+          {&q, "self_attn.q_proj.weight"},              {&k, "self_attn.k_proj.weight"},
+          {&gate, "mlp.gate_proj.weight"},              {&upw, "mlp.up_proj.weight"},
+          {&L.mlp_down, "mlp.down_proj.weight"}};
       for (const auto& [wt, name] : slots) {
         if (!wt->quantized()) continue;
         const TensorInfo* ref = deq.find(p + name);
@@ -372,6 +382,39 @@ TEST(QuantWeights, GateAndUpGlobalScalesStaySeparate) {
       }
 }
 
+// Projections of one group stored in different formats are not fused (model/fused_weights.h): layer
+// 0's k_proj rewritten as bf16 in the FP8 checkpoint leaves its q / k / v separate, the other groups
+// fused, and the model runs on them.
+TEST(QuantWeights, MixedFormatProjectionsStaySeparate) {
+  const std::string k = "model.decoder.layers.0.self_attn.k_proj.weight";
+  std::vector<uint16_t> k_bf16;
+  BrokenCopy b("tiny_a_fp8_dynamic", [&](TensorToWrite& t) {
+    if (t.name == k + "_scale") return false;
+    if (t.name != k) return true;
+    t.dtype = DType::kBF16;
+    for (uint8_t code : t.bytes) k_bf16.push_back(f32_to_bf16(f8e4m3_to_f32(code)));
+    t.bytes.resize(k_bf16.size() * 2);
+    std::memcpy(t.bytes.data(), k_bf16.data(), t.bytes.size());
+    return true;
+  });
+  const ModelConfig c = load_model_config(b.path());
+  auto be = make_cpu_backend();
+  ModelWeights w = load_weights(c, b.path(), *be);
+  const LayerWeights& L0 = w.layers[0];
+  EXPECT_TRUE(L0.qkv_proj.empty());
+  EXPECT_EQ(L0.q_proj.format, WeightFormat::kFp8Channel);
+  EXPECT_EQ(L0.v_proj.format, WeightFormat::kFp8Channel);
+  ASSERT_EQ(L0.k_proj.format, WeightFormat::kBF16);
+  ASSERT_EQ(L0.k_proj.data.numel(), static_cast<int64_t>(k_bf16.size()));
+  EXPECT_EQ(0, std::memcmp(L0.k_proj.data.data, k_bf16.data(), k_bf16.size() * 2));
+  EXPECT_EQ(L0.mlp_gate_up.format, WeightFormat::kFp8Channel) << "the MLP pair still fuses";
+  for (size_t li = 1; li < w.layers.size(); ++li) EXPECT_FALSE(w.layers[li].qkv_proj.empty()) << li;
+  const std::vector<uint16_t> logits = forward_logits(b.path());
+  int finite = 0;
+  for (uint16_t v : logits) finite += std::isfinite(bf16_to_f32(v));
+  EXPECT_EQ(finite, static_cast<int>(logits.size()));
+}
+
 TEST(QuantWeights, QuantisedWhereTheConfigForbidsIsRefused) {
   {  // an ignored module holding quantised tensors
     BrokenCopy b("tiny_a_fp8_dynamic", [](TensorToWrite&) { return true; }, [](std::string& cfg) {
@@ -439,8 +482,9 @@ TEST(QuantWeights, DummyWeightsInEachFormat) {
     const bool fp8 = std::string(f) == "fp8-dynamic";
     const WeightFormat q = fp8 ? WeightFormat::kFp8Channel : WeightFormat::kNvfp4;
     EXPECT_EQ(w.layers[1].experts_gate_up.format, q);
-    EXPECT_EQ(w.layers[1].mlp_up.format, std::string(f) == "nvfp4-modelopt" ? WeightFormat::kBF16 : q);
-    EXPECT_EQ(w.layers[1].q_proj.format, fp8 ? q : WeightFormat::kBF16);
+    EXPECT_EQ(w.layers[1].mlp_gate_up.format, std::string(f) == "nvfp4-modelopt" ? WeightFormat::kBF16 : q);
+    EXPECT_EQ(w.layers[1].qkv_proj.format, fp8 ? q : WeightFormat::kBF16);
+    EXPECT_TRUE(w.layers[1].mlp_up.empty() && w.layers[1].q_proj.empty()) << "fused";
     EXPECT_EQ(w.layers[1].experts_down.act, fp8 ? ActQuant::kFp8Token : ActQuant::kNone);
     std::vector<float> deq(static_cast<size_t>(w.layers[1].experts_down.experts() * w.layers[1].experts_down.rows() *
                                                w.layers[1].experts_down.cols()));

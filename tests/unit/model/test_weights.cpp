@@ -45,10 +45,15 @@ TEST(Weights, LoadsTheFixtureWithReleasedNaming) {
   auto be = make_cpu_backend();
   const ModelWeights w = load_weights(c, kTiny, *be);
   ASSERT_EQ(w.layers.size(), 6u);
-  EXPECT_TRUE(w.layers[2].v_proj.empty()) << "full layer: K=V, no v_proj";
-  EXPECT_FALSE(w.layers[0].v_proj.empty());
-  EXPECT_EQ(w.layers[2].q_proj.rows(), 4 * 32);
-  EXPECT_EQ(w.layers[0].q_proj.rows(), 4 * 16);
+  // q | k (| v) fused into one weight (model/fused_weights.h); a full layer is K=V: no v rows.
+  const LayerSpec& full = c.text.layers[2];
+  const LayerSpec& sliding = c.text.layers[0];
+  ASSERT_TRUE(full.k_eq_v);
+  ASSERT_FALSE(sliding.k_eq_v);
+  for (const auto& L : w.layers) EXPECT_TRUE(L.q_proj.empty() && L.k_proj.empty() && L.v_proj.empty());
+  EXPECT_EQ(w.layers[2].qkv_proj.rows(), 4 * 32 + full.num_kv_heads * 32);
+  EXPECT_EQ(w.layers[0].qkv_proj.rows(), 4 * 16 + 2 * sliding.num_kv_heads * 16);
+  EXPECT_EQ(w.layers[0].mlp_gate_up.rows(), 2 * c.text.intermediate_size);
   int non_unit = 0;
   for (const auto& L : w.layers) {
     non_unit += L.layer_scalar_decoder != 1.0f;
@@ -130,6 +135,9 @@ TEST(Weights, DummyWeightsAreDeterministic) {
   EXPECT_EQ(0, std::memcmp(a.layers[4].experts_gate_up.data.data, b.layers[4].experts_gate_up.data.data, a.layers[4].experts_gate_up.nbytes()));
   EXPECT_NE(0, std::memcmp(a.layers[4].experts_gate_up.data.data, d.layers[4].experts_gate_up.data.data, a.layers[4].experts_gate_up.nbytes()));
   EXPECT_TRUE(a.layers[5].v_proj.empty());
+  EXPECT_EQ(a.layers[5].qkv_proj.rows(), (c.text.num_attention_heads + c.text.layers[5].num_kv_heads) * c.text.layers[5].head_dim)
+      << "a K=V layer's fused q | k";
+  EXPECT_EQ(0, std::memcmp(a.layers[0].qkv_proj.data.data, b.layers[0].qkv_proj.data.data, a.layers[0].qkv_proj.nbytes()));
 }
 
 }  // namespace
