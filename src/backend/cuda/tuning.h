@@ -43,6 +43,10 @@ bool set_moe_device_grouping(bool on);
 // default; bit-identical either way (benchmarks and checks compare them). Return the previous value.
 bool set_fused_qkv_prologue(bool on);
 bool set_fused_moe_routing(bool on);
+// The launch shapes of the per-layer small kernels, for A/B runs (bit-identical either way): 0 (the
+// default) as planned; 1: the residual junctions at two 16-byte words a thread (half the threads of a
+// row) and the qkv prologue one head row a warp at a time. Returns the previous value.
+int set_small_kernel_variant(int v);
 // The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
 // (by rows per expert, the default), 1 the small kernel (32-row tiles looping over an expert's rows),
 // 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 14 the wgmma ones (sm_90; variant 2 on other
