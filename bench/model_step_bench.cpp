@@ -18,6 +18,7 @@
 #include "engine/model_core.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
+#include "model/fused_weights.h"
 #include "model/weights.h"
 #include "util/error.h"
 #include "util/timing.h"
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
                  "                   [--attention flash|flash-v1|flash-v2|cublas|fused|fused256] [--moe device|host] [--moe-variant V]   (CUDA kernel choices, for A/B runs)\n"
                  "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
                  "                   [--dense-quant on|off]   (quantised dense linears: quantised kernel or bf16 cuBLAS)\n"
-                 "                   [--small-kernels fused|ops]   (fused qkv prologue, MoE routing and junction norms, or the earlier kernels)\n");
+                 "                   [--small-kernels fused|ops]   (fused qkv prologue, MoE routing and junction norms, or the earlier kernels)\n"
+                 "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM per projection)\n");
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
@@ -59,6 +61,7 @@ int main(int argc, char** argv) {
     else if (k == "--steps") steps = std::atoi(argv[i + 1]);
     else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
     else if (k == "--small-kernels") small_fused = std::string(argv[i + 1]) != "ops";
+    else if (k == "--fused-projections") set_fuse_projections(std::string(argv[i + 1]) != "off");
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
       // flash (the default: one launch per layer) | flash-v1 / flash-v2 (its other kernel variants,

@@ -1,6 +1,7 @@
 #include "model/fused_weights.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -10,6 +11,8 @@
 
 namespace dgemma {
 namespace {
+
+std::atomic<bool> g_fuse{true};
 
 bool on_host(const Weight& w) { return w.data.device == Device::kCpu; }
 
@@ -30,6 +33,9 @@ Tensor like_rows(const Tensor& t, int64_t rows) {
 }
 
 }  // namespace
+
+bool set_fuse_projections(bool on) { return g_fuse.exchange(on); }
+bool fuse_projections() { return g_fuse.load(); }
 
 FusedPart fused_part(const WeightSpec& spec) {
   const std::string& n = spec.name;
@@ -91,7 +97,7 @@ void finish_fused(Backend& backend, Weight& fused, std::span<Weight* const> part
   }
   std::vector<Weight> host;
   for (Weight* p : present) host.push_back(*p);
-  std::optional<Weight> joined = concat_rows(host);
+  std::optional<Weight> joined = fuse_projections() ? concat_rows(host) : std::nullopt;
   if (joined) {
     fused = backend.upload_weight(*joined);
     for (Weight* p : present) *p = Weight();

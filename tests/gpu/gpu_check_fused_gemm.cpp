@@ -253,7 +253,7 @@ void fused_gemm_bench(const std::function<double(const std::function<void()>&)>&
   const Group groups[] = {{"sliding q|k|v 4096+2048+2048", {4096, 2048, 2048}},
                           {"full q|k 8192+1024", {8192, 1024}},
                           {"mlp gate|up 2112+2112", {2112, 2112}}};
-  for (int64_t T : {256, 1024}) {
+  for (int64_t T : {256, 1024, 4096}) {  // batch 1, 4 and 16 of canvas 256
     const Tensor x = bf({T, H}, 70, 1.0f);
     for (const Group& g : groups) {
       int64_t N = 0;

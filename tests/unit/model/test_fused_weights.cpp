@@ -220,5 +220,45 @@ TEST(FusedWeights, UnfusedProjectionsGiveTheSameBits) {
   for (const auto& [name, v] : fused_dump.dumps) EXPECT_TRUE(v == parts_dump.dumps.at(name)) << name;
 }
 
+// The load-time switch (dgemma_bench --fused-projections off): the parts stay separate, the model
+// computes the same bits, and dummy weights hold the same values either way.
+TEST(FusedWeights, FusionSwitchedOffKeepsThePartsAndTheBits) {
+  struct Restore {
+    bool old = set_fuse_projections(false);
+    ~Restore() { set_fuse_projections(old); }
+  } restore;
+  const ModelConfig c = load_model_config(kTiny);
+  auto be = make_cpu_backend();
+  const ModelWeights parts = load_weights(c, kTiny, *be);
+  const ModelWeights dummy_parts = dummy_weights(c, *be, 5);
+  set_fuse_projections(true);
+  const ModelWeights fused = load_weights(c, kTiny, *be);
+  const ModelWeights dummy_fused = dummy_weights(c, *be, 5);
+  EXPECT_TRUE(parts.sc_gate_up.empty() && !parts.sc_gate.empty() && !parts.sc_up.empty());
+  for (const LayerWeights& L : parts.layers) {
+    EXPECT_TRUE(L.qkv_proj.empty() && L.mlp_gate_up.empty());
+    EXPECT_FALSE(L.q_proj.empty() || L.k_proj.empty() || L.mlp_gate.empty() || L.mlp_up.empty());
+    EXPECT_EQ(L.v_proj.empty(), L.spec.k_eq_v);
+  }
+  EXPECT_TRUE(forward(c, parts, false).logits == forward(c, fused, false).logits);
+  // Dummy parts: the fused tensor's rows.
+  const int64_t I = c.text.intermediate_size, S = c.text.self_conditioning_size;
+  for (size_t li = 0; li < dummy_parts.layers.size(); ++li) {
+    const LayerWeights& p = dummy_parts.layers[li];
+    const LayerWeights& f = dummy_fused.layers[li];
+    const int64_t nq = p.q_proj.rows(), nk = p.k_proj.rows();
+    auto same = [](const Weight& a, const Weight& b) {
+      return a.data.nbytes() == b.data.nbytes() && std::memcmp(a.data.data, b.data.data, a.data.nbytes()) == 0;
+    };
+    EXPECT_TRUE(same(p.q_proj, weight_rows(f.qkv_proj, 0, nq))) << li;
+    EXPECT_TRUE(same(p.k_proj, weight_rows(f.qkv_proj, nq, nq + nk))) << li;
+    if (!p.spec.k_eq_v) {
+      EXPECT_TRUE(same(p.v_proj, weight_rows(f.qkv_proj, nq + nk, nq + 2 * nk))) << li;
+    }
+    EXPECT_TRUE(same(p.mlp_up, weight_rows(f.mlp_gate_up, I, 2 * I))) << li;
+  }
+  EXPECT_EQ(0, std::memcmp(dummy_parts.sc_up.data, dummy_fused.sc_gate_up.rows(S, 2 * S).data, dummy_parts.sc_up.nbytes()));
+}
+
 }  // namespace
 }  // namespace dgemma
