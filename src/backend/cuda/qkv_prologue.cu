@@ -62,7 +62,7 @@ __device__ __forceinline__ Row row_of(const QkvLaunch& a, int64_t t, int r, int 
 
 // Dynamic shared memory: cos [D/2] f32, sin [D/2] f32, then kRowsAtOnce rows of D bf16 per warp.
 // kLaneWords: a lane's words of a head row (D <= 256: one, D <= 512: two), held in registers;
-// kRowsAtOnce: the head rows a warp works on together (two; one: set_small_kernel_variant(1)).
+// kRowsAtOnce: the head rows a warp works on together (two; one: set_small_kernel_variant(1 or 2)).
 //
 // Why this order (the earlier kernel computed the cos/sin table first, then took one row at a time,
 // each a global load, a warp reduction, the 1/sqrt in double, then RoPE, all in one dependent chain):
@@ -198,7 +198,7 @@ void launch_qkv_prologue(uint16_t* q, uint16_t* k, uint16_t* v, bool k_eq_v, con
   if (T <= 0) return;
   const int64_t rows = Hq + (k_eq_v ? 1 : 2) * Hkv;
   int warps = static_cast<int>(std::clamp<int64_t>(rows, 1, kMaxWarps));
-  const int at_once = small_kernel_variant() == 1 ? 1 : 2;
+  const int at_once = small_kernel_variant() == 0 ? 2 : 1;
   while (warps > 1 && smem_bytes(D, warps, at_once) > kSmemLimit) --warps;
   const int64_t words = D / 8;
   // Fused input: one row of `rows` head rows per token, q's heads, then k's, then v's.

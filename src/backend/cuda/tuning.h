@@ -45,7 +45,10 @@ bool set_fused_qkv_prologue(bool on);
 bool set_fused_moe_routing(bool on);
 // The launch shapes of the per-layer small kernels, for A/B runs (bit-identical either way): 0 (the
 // default) as planned; 1: the residual junctions at two 16-byte words a thread (half the threads of a
-// row) and the qkv prologue one head row a warp at a time. Returns the previous value.
+// row) and the qkv prologue one head row a warp at a time; 2: the earlier shapes (the residual
+// junctions' loop kernels, the MoE combine one block a token, the fused routing sixteen tokens a
+// block; the qkv prologue as 1). The environment's DGEMMA_SMALL_KERNELS (0 / 1 / 2) gives the start
+// value. Returns the previous value.
 int set_small_kernel_variant(int v);
 // The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
 // (by rows per expert, the default), 1 the small kernel (32-row tiles looping over an expert's rows),
