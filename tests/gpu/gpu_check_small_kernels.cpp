@@ -104,7 +104,7 @@ void check_qkv_prologue(Reporter& r) {
       g.inv_freq = up(c.inv_freq);
       return g;
     };
-    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args(), one_row = gpu_args();
+    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args(), pairs = gpu_args();
     {
       Switch off(cuda::set_fused_qkv_prologue, false);
       cuda().qkv_prologue(unfused);
@@ -112,12 +112,12 @@ void check_qkv_prologue(Reporter& r) {
     {
       Switch on(cuda::set_fused_qkv_prologue, true);
       cuda().qkv_prologue(fused);
-      Variant v(1);  // one head row a warp at a time
-      cuda().qkv_prologue(one_row);
+      Switch pair(cuda::set_qkv_prologue_pairs, true);  // two head rows a warp at a time
+      cuda().qkv_prologue(pairs);
     }
-    expect_bf16(r, name + " q (one row a warp vs ops)", u16(one_row.q), u16(unfused.q), exact_tol());
-    expect_bf16(r, name + " k (one row a warp vs ops)", u16(one_row.k), u16(unfused.k), exact_tol());
-    expect_bf16(r, name + " v (one row a warp vs ops)", u16(one_row.v), u16(unfused.v), exact_tol());
+    expect_bf16(r, name + " q (pair kernel vs ops)", u16(pairs.q), u16(unfused.q), exact_tol());
+    expect_bf16(r, name + " k (pair kernel vs ops)", u16(pairs.k), u16(unfused.k), exact_tol());
+    expect_bf16(r, name + " v (pair kernel vs ops)", u16(pairs.v), u16(unfused.v), exact_tol());
     expect_bf16(r, name + " q (fused vs ops)", u16(fused.q), u16(unfused.q), exact_tol());
     expect_bf16(r, name + " k (fused vs ops)", u16(fused.k), u16(unfused.k), exact_tol());
     expect_bf16(r, name + " v (fused vs ops)", u16(fused.v), u16(unfused.v), exact_tol());
@@ -503,10 +503,10 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
                                  (fused ? " (fused)" : " (ops)");
         row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
       }
-      {  // the fused kernel's other launch shape (tuning.h set_small_kernel_variant)
-        Variant v(1);
+      {  // the pair kernel (tuning.h set_qkv_prologue_pairs)
+        Switch pair(cuda::set_qkv_prologue_pairs, true);
         const std::string what = "qkv prologue T=" + std::to_string(T) + (full ? " full K=V D=512" : " sliding D=256") +
-                                 " (fused, one row a warp)";
+                                 " (fused, two rows a warp)";
         row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
       }
     }
@@ -639,7 +639,13 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
       const std::string vs = " (variant " + std::to_string(variant) + ", per call)";
       row(("attn_residual + router input" + t + vs).c_str(), per_call([&] { be.attn_residual(ra); }));
       row(("ffn_residual + next input norm" + t + vs).c_str(), per_call([&] { be.ffn_residual(rf); }));
-      row(("qkv prologue sliding D=256" + t + vs).c_str(), per_call([&] { be.qkv_prologue(q); }));
+      if (variant == 0) {  // the qkv prologue's two kernels (set_qkv_prologue_pairs)
+        row(("qkv prologue sliding D=256" + t + " (one row a warp, per call)").c_str(),
+            per_call([&] { be.qkv_prologue(q); }));
+        Switch pair(cuda::set_qkv_prologue_pairs, true);
+        row(("qkv prologue sliding D=256" + t + " (two rows a warp, per call)").c_str(),
+            per_call([&] { be.qkv_prologue(q); }));
+      }
       row(("moe top-k + grouping (fused)" + t + vs).c_str(), per_call(route));
       row(("moe combine H=2816 k=8" + t + vs).c_str(), per_call([&] {
             cuda::launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, out.ptr<uint16_t>(), ctx.stream);
