@@ -104,7 +104,7 @@ void check_qkv_prologue(Reporter& r) {
       g.inv_freq = up(c.inv_freq);
       return g;
     };
-    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args(), one_row = gpu_args();
+    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args(), pairs = gpu_args();
     {
       Switch off(cuda::set_fused_qkv_prologue, false);
       cuda().qkv_prologue(unfused);
@@ -112,12 +112,12 @@ void check_qkv_prologue(Reporter& r) {
     {
       Switch on(cuda::set_fused_qkv_prologue, true);
       cuda().qkv_prologue(fused);
-      Variant v(1);  // one head row a warp at a time
-      cuda().qkv_prologue(one_row);
+      Switch pair(cuda::set_qkv_prologue_pairs, true);  // two head rows a warp at a time
+      cuda().qkv_prologue(pairs);
     }
-    expect_bf16(r, name + " q (one row a warp vs ops)", u16(one_row.q), u16(unfused.q), exact_tol());
-    expect_bf16(r, name + " k (one row a warp vs ops)", u16(one_row.k), u16(unfused.k), exact_tol());
-    expect_bf16(r, name + " v (one row a warp vs ops)", u16(one_row.v), u16(unfused.v), exact_tol());
+    expect_bf16(r, name + " q (pair kernel vs ops)", u16(pairs.q), u16(unfused.q), exact_tol());
+    expect_bf16(r, name + " k (pair kernel vs ops)", u16(pairs.k), u16(unfused.k), exact_tol());
+    expect_bf16(r, name + " v (pair kernel vs ops)", u16(pairs.v), u16(unfused.v), exact_tol());
     expect_bf16(r, name + " q (fused vs ops)", u16(fused.q), u16(unfused.q), exact_tol());
     expect_bf16(r, name + " k (fused vs ops)", u16(fused.k), u16(unfused.k), exact_tol());
     expect_bf16(r, name + " v (fused vs ops)", u16(fused.v), u16(unfused.v), exact_tol());
@@ -414,7 +414,7 @@ void check_moe_grouping(Reporter& r) {
                  poisoned(ScalarType::kI32, {E + 1}), poisoned(ScalarType::kI32, {R}),
                  poisoned(ScalarType::kI32, {4 * std::max<int64_t>(n_tiles, 1)})};
     };
-    Out o = outputs(), n = outputs();
+    Out o = outputs(), n = outputs(), n2 = outputs();
     auto tiles_of = [&](Out& x) { return n_tiles > 0 ? x.tiles.ptr<int32_t>() : nullptr; };
     {
       Switch off(cuda::set_fused_moe_routing, false);
@@ -434,6 +434,13 @@ void check_moe_grouping(Reporter& r) {
                                    n.top_w.ptr<float>(), n.order.ptr<int32_t>(), n.offsets.ptr<int32_t>(),
                                    n.pairs.ptr<int32_t>(), tiles_of(n), n_tiles, plan.tile_rows,
                                    scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
+    {
+      Variant v(2);  // the earlier launch shape (sixteen tokens a block)
+      cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n2.top_idx.ptr<int32_t>(),
+                                   n2.top_w.ptr<float>(), n2.order.ptr<int32_t>(), n2.offsets.ptr<int32_t>(),
+                                   n2.pairs.ptr<int32_t>(), tiles_of(n2), n_tiles, plan.tile_rows,
+                                   scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
+    }
     cuda().synchronize();
     auto same = [&](const char* what, const Tensor& a, const Tensor& b) {
       const std::vector<int32_t> x = i32(a), y = i32(b);
@@ -445,6 +452,10 @@ void check_moe_grouping(Reporter& r) {
     same("offsets", n.offsets, o.offsets);
     same("pairs", n.pairs, o.pairs);
     if (n_tiles > 0) same("tiles", n.tiles, o.tiles);
+    same("pairs (variant 2)", n2.pairs, o.pairs);
+    same("offsets (variant 2)", n2.offsets, o.offsets);
+    same("order (variant 2)", n2.order, o.order);
+    if (n_tiles > 0) same("tiles (variant 2)", n2.tiles, o.tiles);
   }
 }
 
@@ -492,10 +503,10 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
                                  (fused ? " (fused)" : " (ops)");
         row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
       }
-      {  // the fused kernel's other launch shape (tuning.h set_small_kernel_variant)
-        Variant v(1);
+      {  // the pair kernel (tuning.h set_qkv_prologue_pairs)
+        Switch pair(cuda::set_qkv_prologue_pairs, true);
         const std::string what = "qkv prologue T=" + std::to_string(T) + (full ? " full K=V D=512" : " sliding D=256") +
-                                 " (fused, one row a warp)";
+                                 " (fused, two rows a warp)";
         row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
       }
     }
@@ -581,6 +592,65 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
     }
     m.router_z = bf({T, H}, 59, 0.02f);
     row(("moe block T=" + std::to_string(T) + " (new routing, router input given)").c_str(), time_ms([&] { be.moe(m); }));
+  }
+  // The launch shapes of set_small_kernel_variant side by side (0: default, 1: the alternative, 2: the
+  // earlier shapes), per call: the mean of 20 back-to-back calls (the rows above time one call and its
+  // synchronisation, mostly launch latency at these sizes).
+  auto per_call = [&](const std::function<void()>& fn) {
+    return time_ms([&] {
+             for (int i = 0; i < 20; ++i) fn();
+           }) /
+           20.0;
+  };
+  for (int64_t T : {256, 1024, 4096}) {
+    const std::string t = " T=" + std::to_string(T);
+    Tensor x = bf({T, H}, 70, 1.0f), o = bf({T, H}, 71, 1.0f), w = bf({H}, 72, 0.1f, 1.0f);
+    Tensor h1 = be.alloc(ScalarType::kBF16, {T, H}), oa = be.alloc(ScalarType::kBF16, {T, H});
+    Tensor ob = be.alloc(ScalarType::kBF16, {T, H}), z = be.alloc(ScalarType::kBF16, {T, H});
+    AttnResidualArgs ra{x, o, w, h1, w, oa, w, ob, 1e-6f, Tensor{}, w, z, 1.0f};
+    FfnResidualArgs rf{h1, x, o, w, w, w, 1e-6f, 0.5f, oa, Tensor{}, Tensor{}, Tensor{}, w, ob};
+    Tensor logits = bf({T, E}, 73, 2.0f), pes = bf({E}, 74, 0.1f, 1.0f);
+    Tensor top_idx = be.alloc(ScalarType::kI32, {T, K}), order = be.alloc(ScalarType::kI32, {T, K});
+    Tensor top_w = be.alloc(ScalarType::kF32, {T, K});
+    Tensor y = bf({T * K, H}, 75, 1.0f), out = be.alloc(ScalarType::kBF16, {T, H});
+    const cuda::GroupedPlan plan = cuda::grouped_moe_plan(T * K, E);
+    Tensor offsets = be.alloc(ScalarType::kI32, {E + 1}), pairs = be.alloc(ScalarType::kI32, {T * K});
+    Tensor tiles = be.alloc(ScalarType::kI32, {4 * std::max<int64_t>(plan.max_tiles, 1)});
+    Tensor scratch = be.alloc(ScalarType::kI32, {std::max<int64_t>(cuda::moe_route_group_scratch(T, E, K), 1)});
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int64_t i = 0; i < T; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(1000 + i);
+    QkvPrologueArgs q;
+    q.q = bf({T, 16, 256}, 76, 1.0f);
+    q.k = bf({T, 8, 256}, 77, 1.0f);
+    q.v = bf({T, 8, 256}, 78, 1.0f);
+    q.q_norm = bf({256}, 79, 0.1f, 1.0f);
+    q.k_norm = bf({256}, 80, 0.1f, 1.0f);
+    q.positions = be.upload(host_i32(pos));
+    q.inv_freq = be.upload(host_f32(rope_inv_freq(RopeParams{RopeType::kDefault, 10000.0, 1.0}, 256)));
+    auto route = [&] {
+      cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, top_idx.ptr<int32_t>(),
+                                   top_w.ptr<float>(), order.ptr<int32_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+                                   plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr, plan.max_tiles, plan.tile_rows,
+                                   scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
+    };
+    route();  // a valid order for the combine
+    for (int variant : {0, 1, 2}) {
+      Variant v(variant);
+      const std::string vs = " (variant " + std::to_string(variant) + ", per call)";
+      row(("attn_residual + router input" + t + vs).c_str(), per_call([&] { be.attn_residual(ra); }));
+      row(("ffn_residual + next input norm" + t + vs).c_str(), per_call([&] { be.ffn_residual(rf); }));
+      if (variant == 0) {  // the qkv prologue's two kernels (set_qkv_prologue_pairs)
+        row(("qkv prologue sliding D=256" + t + " (one row a warp, per call)").c_str(),
+            per_call([&] { be.qkv_prologue(q); }));
+        Switch pair(cuda::set_qkv_prologue_pairs, true);
+        row(("qkv prologue sliding D=256" + t + " (two rows a warp, per call)").c_str(),
+            per_call([&] { be.qkv_prologue(q); }));
+      }
+      row(("moe top-k + grouping (fused)" + t + vs).c_str(), per_call(route));
+      row(("moe combine H=2816 k=8" + t + vs).c_str(), per_call([&] {
+            cuda::launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, out.ptr<uint16_t>(), ctx.stream);
+          }));
+    }
   }
 }
 

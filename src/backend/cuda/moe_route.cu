@@ -13,11 +13,13 @@
 //   - the combine with 16-byte words, one word a thread, all K rows' words loaded before the in-order
 //     bf16 adds.
 #include <climits>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/expert_groups.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/moe_combine_kernel.cuh"
+#include "backend/cuda/norm_rope.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -35,6 +37,9 @@ constexpr int kTopkWarps = 4;    // tokens per block of the top-k kernel
 constexpr int kRouteWarps = 8;
 constexpr int kRouteTokens = 4;
 constexpr int kPrefixBatch = 32;
+// The earlier shape (set_small_kernel_variant(2), A/B runs): sixteen warps routing sixteen tokens.
+constexpr int kRouteWarpsEarlier = 16;
+constexpr int kRouteTokensEarlier = 16;
 constexpr int kRouteMaxK = 32;
 
 // One token's routing by one warp. ps: the warp's 32 kPer floats; sel: K ints (the selected experts,
@@ -143,20 +148,20 @@ struct RouteLaunch {
   unsigned* ticket;     // zero before the launch; the last block sets it back to zero
 };
 
-template <int kPer>
-__global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaunch a) {
-  __shared__ __align__(16) float ps_all[kRouteTokens][32 * kPer];
-  __shared__ int blk[kRouteTokens * kRouteMaxK];  // the block's selected experts, in pair order
+template <int kPer, int kTokens, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) route_group_kernel(RouteLaunch a) {
+  __shared__ __align__(16) float ps_all[kTokens][32 * kPer];
+  __shared__ int blk[kTokens * kRouteMaxK];  // the block's selected experts, in pair order
   __shared__ int base[32 * kPer];
   __shared__ bool last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int E = a.E, K = a.K;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRouteTokens;
-  if (warp < kRouteTokens && t0 + warp < a.T)
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokens;
+  if (warp < kTokens && t0 + warp < a.T)
     route_token<kPer>(a.logits, t0 + warp, E, K, a.pes, a.probs, a.top_idx, a.top_w, a.order, ps_all[warp],
                       blk + warp * K);
   __syncthreads();
-  const int n_pairs = static_cast<int>(min(static_cast<int64_t>(kRouteTokens), a.T - t0)) * K;
+  const int n_pairs = static_cast<int>(min(static_cast<int64_t>(kTokens), a.T - t0)) * K;
   const int64_t p0 = t0 * K;
   for (int j = threadIdx.x; j < n_pairs; j += blockDim.x) {
     const int e = blk[j];
@@ -198,7 +203,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
   __threadfence_block();
   __syncthreads();
   const int64_t R = a.T * K;
-  const int per_block = kRouteTokens * K;
+  const int per_block = kTokens * K;
   constexpr int kUnroll = 8;  // independent pairs per thread and round: their loads in flight together
   for (int64_t p0 = threadIdx.x; p0 < R; p0 += kUnroll * static_cast<int64_t>(blockDim.x)) {
     int e[kUnroll], at[kUnroll];
@@ -220,6 +225,30 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
   }
   if (warp == 0 && a.tiles != nullptr) expert_tiles_warp(base, E, static_cast<int>(R), a.tile_rows, a.tiles, a.max_tiles, lane);
   if (threadIdx.x == 0) atomicExch(a.ticket, 0u);  // for the next launch (stream-ordered after this one)
+}
+
+// The earlier combine (set_small_kernel_variant(2), A/B runs): one block of kCombineThreads threads a
+// token looping over its words, the order through shared memory. The same adds.
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_token_kernel(const uint4* __restrict__ y, const int32_t* __restrict__ order, int K, int64_t words,
+                         uint4* __restrict__ out) {
+  __shared__ int32_t o[kCombineMaxK];
+  const int64_t t = blockIdx.x;
+  for (int j = threadIdx.x; j < K; j += blockDim.x) o[j] = order[t * K + j];
+  __syncthreads();
+  const uint4* yt = y + t * K * words;
+  for (int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    float acc[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[k] = 0.f;
+    for (int j = 0; j < K; ++j) {
+      float f[8];
+      unpack_bf16x8(yt[o[j] * words + i], f);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[k] = round_bf16(__fadd_rn(acc[k], f[k]));
+    }
+    out[t * words + i] = pack_bf16x8(acc);
+  }
 }
 
 // The register slots per lane for E experts (0: more than the kernels take).
@@ -249,24 +278,32 @@ bool launch_moe_topk_reg(const uint16_t* logits, int64_t T, int64_t E, int64_t K
 
 int64_t moe_route_group_scratch(int64_t T, int64_t E, int64_t K) {
   if (slots_for(E) == 0 || K < 1 || K > E || K > kRouteMaxK || T <= 0 || T * K > INT_MAX) return 0;
-  return ceil_div(T, kRouteTokens) * E + T * K;
+  return ceil_div(T, kRouteTokens) * E + T * K;  // the most blocks of either shape (kRouteTokens <= 16)
 }
 
 void launch_moe_route_group(const uint16_t* logits, int64_t T, int64_t E, int64_t K, const uint16_t* per_expert_scale,
                             float* probs, int32_t* top_idx, float* top_w, int32_t* order, int32_t* offsets,
                             int32_t* pairs, int32_t* tiles, int64_t max_tiles, int tile_rows, int32_t* scratch,
                             unsigned* ticket, cudaStream_t stream) {
-  const int64_t blocks = ceil_div(T, kRouteTokens);
+  const bool earlier = small_kernel_variant() == 2;
+  const int64_t blocks = ceil_div(T, earlier ? kRouteTokensEarlier : kRouteTokens);
   RouteLaunch a{logits, T, static_cast<int>(E), static_cast<int>(K), per_expert_scale, probs, top_idx, top_w, order,
                 offsets, pairs, max_tiles > 0 ? reinterpret_cast<int4*>(tiles) : nullptr, static_cast<int>(max_tiles),
                 tile_rows, scratch, scratch + blocks * E, ticket};
   const unsigned grid = static_cast<unsigned>(blocks);
-  switch (slots_for(E)) {
-    case 1: route_group_kernel<1><<<grid, kRouteWarps * 32, 0, stream>>>(a); break;
-    case 2: route_group_kernel<2><<<grid, kRouteWarps * 32, 0, stream>>>(a); break;
-    case 4: route_group_kernel<4><<<grid, kRouteWarps * 32, 0, stream>>>(a); break;
-    default: route_group_kernel<8><<<grid, kRouteWarps * 32, 0, stream>>>(a); break;
-  }
+  auto run = [&](auto tokens, auto warps) {
+    constexpr int kT = decltype(tokens)::value, kW = decltype(warps)::value;
+    switch (slots_for(E)) {
+      case 1: route_group_kernel<1, kT, kW><<<grid, kW * 32, 0, stream>>>(a); break;
+      case 2: route_group_kernel<2, kT, kW><<<grid, kW * 32, 0, stream>>>(a); break;
+      case 4: route_group_kernel<4, kT, kW><<<grid, kW * 32, 0, stream>>>(a); break;
+      default: route_group_kernel<8, kT, kW><<<grid, kW * 32, 0, stream>>>(a); break;
+    }
+  };
+  if (earlier)
+    run(std::integral_constant<int, kRouteTokensEarlier>{}, std::integral_constant<int, kRouteWarpsEarlier>{});
+  else
+    run(std::integral_constant<int, kRouteTokens>{}, std::integral_constant<int, kRouteWarps>{});
   CUDA_CHECK_LAUNCH();
 }
 
@@ -274,6 +311,12 @@ bool launch_moe_combine_vec(const uint16_t* y, const int32_t* order, int64_t T, 
                             cudaStream_t stream) {
   if (K > kCombineMaxK || !vec8_ok(H, y, out)) return false;
   if (T <= 0 || H <= 0) return true;
+  if (small_kernel_variant() == 2) {
+    combine_token_kernel<<<static_cast<unsigned>(T), kCombineThreads, 0, stream>>>(
+        reinterpret_cast<const uint4*>(y), order, static_cast<int>(K), H / 8, reinterpret_cast<uint4*>(out));
+    CUDA_CHECK_LAUNCH();
+    return true;
+  }
   const int64_t chunks = ceil_div(H / 8, kCombineThreads);
   combine_vec_kernel<<<static_cast<unsigned>(T * chunks), kCombineThreads, 0, stream>>>(
       reinterpret_cast<const uint4*>(y), order, static_cast<int>(K), H / 8, chunks, reinterpret_cast<uint4*>(out));

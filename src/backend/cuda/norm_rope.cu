@@ -6,6 +6,7 @@
 // bit for bit. (mean + eps)^-0.5 is evaluated as 1/sqrt in double and rounded once: the correctly
 // rounded fp32 value that glibc's powf returns in all but rare cases (CUDA's powf may be ulps off).
 #include <atomic>
+#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/norm_rope.cuh"
@@ -128,7 +129,8 @@ void launch_norm_vec(const uint16_t* x, const uint16_t* w, const uint16_t* scale
   CUDA_CHECK_LAUNCH();
 }
 
-// The residual junctions for rows longer than residual_kernel.cuh's kernels take (H > 32768): one block
+// The residual junctions for rows longer than residual_kernel.cuh's kernels take (H > 16384; and the
+// earlier launch shape for A/B runs, set_small_kernel_variant(2)): one block
 // per row, three passes over the row's words (the row stays in L1/L2 between them); each word is read
 // back only by the thread that wrote it. Same roundings as the composed ops (backend.cpp).
 constexpr int kResidualThreads = 128;
@@ -272,19 +274,27 @@ __global__ void rope_kernel(uint16_t* x, const int32_t* __restrict__ positions, 
   }
 }
 
-std::atomic<int> g_small_variant{0};
+std::atomic<int>& small_variant_setting() {
+  static std::atomic<int> v{[] {
+    const char* e = std::getenv("DGEMMA_SMALL_KERNELS");
+    return e != nullptr && (e[0] == '1' || e[0] == '2') && e[1] == '\0' ? e[0] - '0' : 0;
+  }()};
+  return v;
+}
 
-// The launch plan of a junction's rows (variant 1: at least two words a thread).
+// The launch plan of a junction's rows (variant 1: at least two words a thread; 2: the loop kernels).
 residual::Plan junction_plan(int64_t words) {
+  const int variant = small_kernel_variant();
+  if (variant == 2) return residual::Plan{0, 0};
   residual::Plan plan = residual::plan_for(words);
-  if (plan.per == 1 && small_kernel_variant() == 1) plan = residual::Plan{2, static_cast<int>(ceil_div(ceil_div(words, 2), 32) * 32)};
+  if (plan.per == 1 && variant == 1) plan = residual::Plan{2, static_cast<int>(ceil_div(ceil_div(words, 2), 32) * 32)};
   return plan;
 }
 
 }  // namespace
 
-int set_small_kernel_variant(int v) { return g_small_variant.exchange(v); }
-int small_kernel_variant() { return g_small_variant.load(std::memory_order_relaxed); }
+int set_small_kernel_variant(int v) { return small_variant_setting().exchange(v); }
+int small_kernel_variant() { return small_variant_setting().load(std::memory_order_relaxed); }
 
 void launch_rmsnorm(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t rows, int64_t n, float eps,
                     cudaStream_t stream) {
