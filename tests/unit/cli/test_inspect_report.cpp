@@ -184,19 +184,20 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   EXPECT_EQ(p.weight_bytes, static_cast<uint64_t>(kTotal) * 2);
   EXPECT_EQ(p.work_bytes_per_seq, 256ull * 262144 * 2 + 256ull * 2816 * 2);
   EXPECT_EQ(p.budget_bytes, 126'900'000'000ull);
-  // Activations per token: 6 x 2816 + 2 x 8192 (q, attention out: 16 heads x 512) + 2 x 2048 (k, v: 8
-  // heads x 256) + 3 x 2112 (MLP) + 8 x (2 x 2816 + 3 x 704) (routed slots) + 3 x 2112 (SC MLP) =
-  // 112,000 bf16 = 224,000 bytes, + 128 experts x 8 bytes of f32 router logits and probabilities.
-  EXPECT_EQ(p.activation_bytes_per_token, 225'024u);
-  EXPECT_EQ(p.activation_bytes, 4096u * 225'024u);  // 921,698,304
+  // Activations per token: 6 x 2816 + 3 x 8192 (the fused q|k|v output's q part, q, attention out: 16
+  // heads x 512) + 4 x 2048 (k, v: 8 heads x 256, and their parts of the fused output) + 3 x 2112 (MLP)
+  // + 8 x (2 x 2816 + 3 x 704) (routed slots) + 3 x 2112 (SC MLP) = 124,288 bf16 = 248,576 bytes, +
+  // 128 experts x 8 bytes of f32 router logits and probabilities.
+  EXPECT_EQ(p.activation_bytes_per_token, 249'600u);
+  EXPECT_EQ(p.activation_bytes, 4096u * 249'600u);  // 1,022,361,600
   // Flash attention: 8 splits x 4096 tokens x 16 heads = 524,288 rows: (max, sum) 4,194,304 bytes +
   // 512-wide fp32 partials 1,073,741,824.
   EXPECT_EQ(p.attention_split_bytes, 1'077'936'128u);
   // Sampler over 4 canvases: 1024 rows x 16 vocabulary slices = 16,384 cells x 292 = 4,784,128; 1024 x
   // 8 = 8,192; 4 z tables of 512 KiB = 2,097,152; 64-row histograms 16,777,216; alignment 1,792.
   EXPECT_EQ(p.sampler_bytes, 23'668'480u);
-  // + the 512 MiB reserve + 48 blocks x 2 MiB of rounding = 2,660,837,120.
-  EXPECT_EQ(p.workspace_bytes, 2'660'837'120u);
+  // + the 512 MiB reserve + 48 blocks x 2 MiB of rounding = 2,761,500,416.
+  EXPECT_EQ(p.workspace_bytes, 2'761'500'416u);
   EXPECT_EQ(p.step_ceiling_bytes, 4 * p.work_bytes_per_seq + p.workspace_bytes);
   EXPECT_EQ(p.pool_rounding_bytes, 60u * (2u << 20)) << "30 layers x (K, V)";
   EXPECT_EQ(p.runtime_reserve_bytes, kRuntimeReserveBytes);
@@ -215,15 +216,15 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   EXPECT_THAT(text, HasSubstr("1.078 GB  (1,077,936,128 bytes): flash attention's fp32 partials, 8 splits at most"));
   EXPECT_THAT(text, HasSubstr("0.024 GB  (23,668,480 bytes): one launch over 4 canvases"));
   EXPECT_THAT(text, HasSubstr("0.101 GB  (100,663,296 bytes): 48 live blocks × a 2 MiB granule"));
-  EXPECT_THAT(text, HasSubstr("0.922 GB  (921,698,304 bytes): 4,096 tokens per step × 225,024 bytes"));
-  EXPECT_THAT(text, HasSubstr("step ceiling                   3.203 GB  (3,203,475,200 bytes)"));
+  EXPECT_THAT(text, HasSubstr("1.022 GB  (1,022,361,600 bytes): 4,096 tokens per step × 249,600 bytes"));
+  EXPECT_THAT(text, HasSubstr("step ceiling                   3.304 GB  (3,304,138,496 bytes)"));
   EXPECT_THAT(text, HasSubstr("runtime reserve                0.268 GB  (268,435,456 bytes)"));
   EXPECT_THAT(text, HasSubstr("KV pool rounding               0.126 GB  (125,829,120 bytes)"));
   const Json mj = inspect_report_json(r)["memory_plan"];
   EXPECT_EQ(mj["attention_split_bytes"].get<uint64_t>(), 1'077'936'128u);
   EXPECT_EQ(mj["sampler_bytes"].get<uint64_t>(), 23'668'480u);
   EXPECT_EQ(mj["step_ceiling_bytes"].get<uint64_t>(), p.step_ceiling_bytes);
-  EXPECT_EQ(mj["workspace_bytes"].get<uint64_t>(), 2'660'837'120u);
+  EXPECT_EQ(mj["workspace_bytes"].get<uint64_t>(), 2'761'500'416u);
   // The recipe's flags: 64 sequences at --max-model-len 262144 on one H200 — the pool holds 64 requests
   // of 8k tokens many times over although 64 full contexts would need ~340 GB.
   InspectOptions big;

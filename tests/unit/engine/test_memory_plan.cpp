@@ -128,11 +128,12 @@ TEST(MemoryPlan, EveryGpuTermOfTinyAByHand) {
   // Chunk min(2048, max_model_len) = 2048; step budget 4 seqs x 2 canvases x 16 + 2048 = 2176.
   EXPECT_EQ(p.prefill_chunk, 2048);
   EXPECT_EQ(p.step_tokens, 2176);
-  // Per token: 6 x 64 + 2 x 128 (q, attention out: 4 heads x 32) + 2 x 32 (k, v) + 3 x 96 (MLP)
-  // + 2 x (2 x 64 + 3 x 32) (routed slots) + 3 x 96 (SC MLP) = 1,728 bf16 = 3,456 bytes, + 8 experts
-  // x 2 x 4 bytes of f32 router logits and probabilities = 3,520.
-  EXPECT_EQ(p.activation_bytes_per_token, 3520u);
-  EXPECT_EQ(p.activation_bytes, 2176u * 3520u);  // 7,659,520
+  // Per token: 6 x 64 + 3 x 128 (the fused q|k|v output's q part, q, attention out: 4 heads x 32)
+  // + 4 x 32 (k, v, and their parts of the fused output) + 3 x 96 (MLP) + 2 x (2 x 64 + 3 x 32)
+  // (routed slots) + 3 x 96 (SC MLP) = 1,920 bf16 = 3,840 bytes, + 8 experts x 2 x 4 bytes of f32
+  // router logits and probabilities = 3,904.
+  EXPECT_EQ(p.activation_bytes_per_token, 3904u);
+  EXPECT_EQ(p.activation_bytes, 2176u * 3904u);  // 8,495,104
   // Flash attention's key splits: 8 splits x 2,176 tokens x 4 heads = 69,632 rows of (max, sum) = 557,056
   // bytes + of a 32-wide fp32 output = 8,912,896; 9,469,952 in all.
   EXPECT_EQ(p.attention_split_bytes, 9'469'952u);
@@ -142,14 +143,14 @@ TEST(MemoryPlan, EveryGpuTermOfTinyAByHand) {
   EXPECT_EQ(p.sampler_bytes, 6'312'448u);
   EXPECT_EQ(p.reserve_bytes, kWorkspaceReserveBytes);
   EXPECT_EQ(p.rounding_bytes, 48u * (2u << 20));  // 100,663,296
-  EXPECT_EQ(p.workspace_bytes, 660'976'128u);     // the five terms
+  EXPECT_EQ(p.workspace_bytes, 661'811'712u);     // the five terms
   // Buffers: 4 x 16 x (512 + 64) x 2 = 73,728.
   EXPECT_EQ(p.work_bytes_all_seqs, 73'728u);
-  EXPECT_EQ(p.step_ceiling_bytes, 661'049'856u);
+  EXPECT_EQ(p.step_ceiling_bytes, 661'885'440u);
   EXPECT_EQ(p.pool_rounding_bytes, 2u * 6u * (2u << 20));  // 25,165,824
   EXPECT_EQ(p.runtime_reserve_bytes, kRuntimeReserveBytes);
-  // 2,147,483,648 - 104,857,600 - 661,049,856 - 25,165,824 - 268,435,456 = 1,087,974,912.
-  EXPECT_EQ(p.kv_budget_bytes, 1'087'974'912u);
+  // 2,147,483,648 - 104,857,600 - 661,885,440 - 25,165,824 - 268,435,456 = 1,087,139,328.
+  EXPECT_EQ(p.kv_budget_bytes, 1'087'139'328u);
   EXPECT_LE(p.pool.bytes, p.kv_budget_bytes);
   EXPECT_EQ(p.total_bytes, p.weight_bytes + p.runtime_reserve_bytes + p.step_ceiling_bytes + p.pool.bytes + p.pool_rounding_bytes);
   EXPECT_LE(p.total_bytes, p.budget_bytes);
