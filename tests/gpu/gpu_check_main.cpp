@@ -2,11 +2,11 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench [quant|flash|tail|small|fused]  times the CUDA ops at the 26B-A4B shapes
-//                                     (canvas 256) instead (quant: only the quantised kernels' rows;
-//                                     flash: only the attention_batch rows; tail: the LM head, sampler,
-//                                     self-conditioning GEMM and decide only; small: the per-layer small
-//                                     kernels only; fused: the fused projections' GEMMs)
+//   dgemma_gpu_check --bench [quant|flash|tail|fused|small]  times the CUDA ops at the 26B-A4B shapes
+//                                     (canvas 256) instead (quant: only the quantised kernels' rows; flash:
+//                                     only the attention_batch rows; tail: the LM head, sampler,
+//                                     self-conditioning GEMM and decide only; fused: the fused projections'
+//                                     GEMMs; small: the per-layer small kernels only)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN

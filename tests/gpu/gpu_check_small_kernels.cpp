@@ -37,6 +37,15 @@ struct Switch {
   Switch& operator=(const Switch&) = delete;
 };
 
+// Sets tuning.h's small-kernel variant for a scope.
+struct Variant {
+  int old;
+  explicit Variant(int v) : old(cuda::set_small_kernel_variant(v)) {}
+  ~Variant() { cuda::set_small_kernel_variant(old); }
+  Variant(const Variant&) = delete;
+  Variant& operator=(const Variant&) = delete;
+};
+
 // ---- qkv prologue -----------------------------------------------------------------------------
 
 struct QkvShape {
@@ -60,6 +69,8 @@ void check_qkv_prologue(Reporter& r) {
   for (const QkvShape& s : {QkvShape{37, 16, 8, 256, false, sliding}, QkvShape{29, 16, 2, 512, true, full},
                             QkvShape{20, 4, 2, 16, false, sliding}, QkvShape{300, 8, 4, 128, false, sliding},
                             QkvShape{3, 5, 1, 64, true, sliding},
+                            // more rows than two per warp: later rounds, a last pair of one row
+                            QkvShape{40, 32, 16, 128, false, sliding}, QkvShape{9, 24, 8, 512, false, full},
                             QkvShape{7, 3, 1, 20, true, sliding} /* D % 16 != 0: the composed ops */}) {
     const std::string name = qkv_name(s);
     std::vector<float> inv = rope_inv_freq(s.rope, static_cast<int>(s.D));
@@ -93,7 +104,7 @@ void check_qkv_prologue(Reporter& r) {
       g.inv_freq = up(c.inv_freq);
       return g;
     };
-    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args();
+    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args(), one_row = gpu_args();
     {
       Switch off(cuda::set_fused_qkv_prologue, false);
       cuda().qkv_prologue(unfused);
@@ -101,7 +112,12 @@ void check_qkv_prologue(Reporter& r) {
     {
       Switch on(cuda::set_fused_qkv_prologue, true);
       cuda().qkv_prologue(fused);
+      Variant v(1);  // one head row a warp at a time
+      cuda().qkv_prologue(one_row);
     }
+    expect_bf16(r, name + " q (one row a warp vs ops)", u16(one_row.q), u16(unfused.q), exact_tol());
+    expect_bf16(r, name + " k (one row a warp vs ops)", u16(one_row.k), u16(unfused.k), exact_tol());
+    expect_bf16(r, name + " v (one row a warp vs ops)", u16(one_row.v), u16(unfused.v), exact_tol());
     expect_bf16(r, name + " q (fused vs ops)", u16(fused.q), u16(unfused.q), exact_tol());
     expect_bf16(r, name + " k (fused vs ops)", u16(fused.k), u16(unfused.k), exact_tol());
     expect_bf16(r, name + " v (fused vs ops)", u16(fused.v), u16(unfused.v), exact_tol());
@@ -318,6 +334,53 @@ void check_next_norm(Reporter& r) {
   }
 }
 
+// The residual junctions at every launch plan of residual_kernel.cuh (one, two and four words a
+// thread; H / 8 not a multiple of 32: padding threads) and past it (H > 16384: the loop kernels),
+// every optional output on, against the composed ops on the GPU: bit for bit.
+void check_residual_plans(Reporter& r) {
+  Data d("residual_plans");
+  for (const int64_t H : {8, 1000, 2816, 4096, 12288, 20000}) {
+    for (const int64_t T : {3, 37}) {
+      const int variant = T == 37 ? 1 : 0;  // 1: at least two words a thread (set_small_kernel_variant)
+      Variant v(variant);
+      const std::string sz = " T=" + std::to_string(T) + " H=" + std::to_string(H) + " variant " + std::to_string(variant);
+      const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+      Tensor x = d.bf16({T, H}, 3.0f), o = d.bf16({T, H}, 0.5f), m1 = d.bf16({T, H}, 2.0f), m2 = d.bf16({T, H}, 0.2f);
+      Tensor w[8];
+      for (Tensor& t : w) t = up(d.bf16({H}, 0.3f, 1.0f));
+      auto dev = [&] { return poisoned(ScalarType::kBF16, {T, H}); };
+      AttnResidualArgs a{up(x), up(o), w[0], dev(), w[1], dev(), w[2], dev(), 1e-6f, dev(), w[3], dev(), root};
+      AttnResidualArgs ac = a;
+      ac.h1 = dev();
+      ac.out_a = dev();
+      ac.out_b = dev();
+      ac.o_normed = dev();
+      ac.router_out = dev();
+      cuda().attn_residual(a);
+      cuda().Backend::attn_residual(ac);
+      expect_bf16(r, "attn_residual h1" + sz, u16(a.h1), u16(ac.h1), exact_tol());
+      expect_bf16(r, "attn_residual out_a" + sz, u16(a.out_a), u16(ac.out_a), exact_tol());
+      expect_bf16(r, "attn_residual out_b" + sz, u16(a.out_b), u16(ac.out_b), exact_tol());
+      expect_bf16(r, "attn_residual o_normed" + sz, u16(a.o_normed), u16(ac.o_normed), exact_tol());
+      expect_bf16(r, "attn_residual router_out" + sz, u16(a.router_out), u16(ac.router_out), exact_tol());
+      FfnResidualArgs f{a.h1, up(m1), up(m2), w[4], w[5], w[6], 1e-6f, 0.37f, dev(), dev(), dev(), dev(), w[7], dev()};
+      FfnResidualArgs fc = f;
+      fc.out = dev();
+      fc.m1n = dev();
+      fc.m2n = dev();
+      fc.f = dev();
+      fc.next_out = dev();
+      cuda().ffn_residual(f);
+      cuda().Backend::ffn_residual(fc);
+      expect_bf16(r, "ffn_residual out" + sz, u16(f.out), u16(fc.out), exact_tol());
+      expect_bf16(r, "ffn_residual m1n" + sz, u16(f.m1n), u16(fc.m1n), exact_tol());
+      expect_bf16(r, "ffn_residual m2n" + sz, u16(f.m2n), u16(fc.m2n), exact_tol());
+      expect_bf16(r, "ffn_residual f" + sz, u16(f.f), u16(fc.f), exact_tol());
+      expect_bf16(r, "ffn_residual next_out" + sz, u16(f.next_out), u16(fc.next_out), exact_tol());
+    }
+  }
+}
+
 // The fused top-k + grouping kernel against the top-k and grouping kernels it replaces, output by
 // output (the MoE check above cannot see the order of the pairs within an expert): random logits,
 // ties, one expert in every token's top-k, and T from 1 to 2048 (R past the tile list's threshold).
@@ -394,6 +457,7 @@ std::vector<Case> small_kernel_cases() {
       {"moe_grouping", check_moe_grouping},
       {"router_input", check_router_input},
       {"next_norm", check_next_norm},
+      {"residual_plans", check_residual_plans},
   };
 }
 
@@ -426,6 +490,12 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
         Switch sw(cuda::set_fused_qkv_prologue, fused);
         const std::string what = "qkv prologue T=" + std::to_string(T) + (full ? " full K=V D=512" : " sliding D=256") +
                                  (fused ? " (fused)" : " (ops)");
+        row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
+      }
+      {  // the fused kernel's other launch shape (tuning.h set_small_kernel_variant)
+        Variant v(1);
+        const std::string what = "qkv prologue T=" + std::to_string(T) + (full ? " full K=V D=512" : " sliding D=256") +
+                                 " (fused, one row a warp)";
         row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
       }
     }
@@ -484,6 +554,13 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
       rf.next_norm = w;
       rf.next_out = ob;
       row(("ffn_residual T=" + std::to_string(T) + " + next input norm").c_str(), time_ms([&] { be.ffn_residual(rf); }));
+      {  // the junctions' other launch shape (tuning.h set_small_kernel_variant)
+        Variant v(1);
+        row(("attn_residual T=" + std::to_string(T) + " + router input (two words a thread)").c_str(),
+            time_ms([&] { be.attn_residual(ra); }));
+        row(("ffn_residual T=" + std::to_string(T) + " + next input norm (two words a thread)").c_str(),
+            time_ms([&] { be.ffn_residual(rf); }));
+      }
       row(("rmsnorm T=" + std::to_string(T) + " H=2816 (what they replace)").c_str(),
           time_ms([&] { be.rmsnorm(x, &w, 1e-6f, z); }));
     }

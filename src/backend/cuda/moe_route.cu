@@ -17,6 +17,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/expert_groups.cuh"
 #include "backend/cuda/moe.cuh"
+#include "backend/cuda/moe_combine_kernel.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -219,52 +220,6 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaun
   }
   if (warp == 0 && a.tiles != nullptr) expert_tiles_warp(base, E, static_cast<int>(R), a.tile_rows, a.tiles, a.max_tiles, lane);
   if (threadIdx.x == 0) atomicExch(a.ticket, 0u);  // for the next launch (stream-ordered after this one)
-}
-
-constexpr int kCombineThreads = 128;
-constexpr int kCombineMaxK = 64;
-
-// One word (eight columns) of one token per thread, blocks of kCombineThreads words of a token: at
-// H = 2816 a token's 352 words take three blocks and every thread one word, so all of a thread's K
-// row loads are in flight at once and none waits for a second loop trip (one block of 128 threads a
-// token looped three times, each trip another round of K loads). The slot order is read by every
-// thread straight from global memory (the same K words for the whole block: L1 broadcasts) instead
-// of through shared memory, so there is no barrier between it and the row loads. The adds are the
-// same: in order, each rounded to bf16.
-__global__ void __launch_bounds__(kCombineThreads)
-    combine_vec_kernel(const uint4* __restrict__ y, const int32_t* __restrict__ order, int K, int64_t words,
-                       int64_t chunks, uint4* __restrict__ out) {
-  const int64_t t = blockIdx.x / chunks;
-  const int64_t i = (blockIdx.x % chunks) * kCombineThreads + threadIdx.x;
-  if (i >= words) return;
-  const int32_t* ot = order + t * K;
-  const uint4* yt = y + t * K * words + i;
-  float acc[8];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) acc[k] = 0.f;
-  int j = 0;
-  for (; j + 8 <= K; j += 8) {
-    int32_t o[8];
-#pragma unroll
-    for (int q = 0; q < 8; ++q) o[q] = __ldg(ot + j + q);
-    uint4 u[8];
-#pragma unroll
-    for (int q = 0; q < 8; ++q) u[q] = yt[o[q] * words];
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      float f[8];
-      unpack_bf16x8(u[q], f);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc[k] = round_bf16(__fadd_rn(acc[k], f[k]));
-    }
-  }
-  for (; j < K; ++j) {
-    float f[8];
-    unpack_bf16x8(yt[__ldg(ot + j) * words], f);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) acc[k] = round_bf16(__fadd_rn(acc[k], f[k]));
-  }
-  out[t * words + i] = pack_bf16x8(acc);
 }
 
 // The register slots per lane for E experts (0: more than the kernels take).

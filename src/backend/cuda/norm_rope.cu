@@ -5,9 +5,12 @@
 // stays exact for any realistic dynamic range, so the parallel double sum here gives the same mean
 // bit for bit. (mean + eps)^-0.5 is evaluated as 1/sqrt in double and rounded once: the correctly
 // rounded fp32 value that glibc's powf returns in all but rare cases (CUDA's powf may be ulps off).
+#include <atomic>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/residual_kernel.cuh"
+#include "backend/cuda/tuning.h"
 
 namespace dgemma::cuda {
 namespace {
@@ -269,7 +272,19 @@ __global__ void rope_kernel(uint16_t* x, const int32_t* __restrict__ positions, 
   }
 }
 
+std::atomic<int> g_small_variant{0};
+
+// The launch plan of a junction's rows (variant 1: at least two words a thread).
+residual::Plan junction_plan(int64_t words) {
+  residual::Plan plan = residual::plan_for(words);
+  if (plan.per == 1 && small_kernel_variant() == 1) plan = residual::Plan{2, static_cast<int>(ceil_div(ceil_div(words, 2), 32) * 32)};
+  return plan;
+}
+
 }  // namespace
+
+int set_small_kernel_variant(int v) { return g_small_variant.exchange(v); }
+int small_kernel_variant() { return g_small_variant.load(std::memory_order_relaxed); }
 
 void launch_rmsnorm(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t rows, int64_t n, float eps,
                     cudaStream_t stream) {
@@ -301,7 +316,7 @@ void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* 
   if (rows <= 0) return;
   auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
   auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
-  const residual::Plan plan = residual::plan_for(n / 8);
+  const residual::Plan plan = junction_plan(n / 8);
   if (plan.per == 0) {
     attn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
         v(x), v(o), v(post_norm), m(h1), v(norm_a), m(out_a), v(norm_b), m(out_b), m(o_normed), v(router_scale),
@@ -328,7 +343,7 @@ void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t*
   if (rows <= 0) return;
   auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
   auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
-  const residual::Plan plan = residual::plan_for(n / 8);
+  const residual::Plan plan = junction_plan(n / 8);
   if (plan.per == 0) {
     ffn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
         v(h1), v(m1), v(m2), v(norm1), v(norm2), v(norm_f), scale, m(out), m(m1n), m(m2n), m(f), v(next_norm),

@@ -13,6 +13,9 @@ void launch_rmsnorm(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t
 // The router's input (MoE): z = bf16(bf16(bf16(rmsnorm0(x)) * scale) * root), rows of n.
 void launch_router_norm(const uint16_t* x, const uint16_t* scale, float root, uint16_t* out, int64_t rows, int64_t n,
                         float eps, cudaStream_t stream);
+// tuning.h set_small_kernel_variant's value (read at every launch).
+int small_kernel_variant();
+
 // The layer's residual junctions (backend.h AttnResidualArgs / FfnResidualArgs), one block per row of n
 // elements; n must be a multiple of 8 and every pointer 16-byte aligned (residual_fusable). Null
 // optional outputs are not written.

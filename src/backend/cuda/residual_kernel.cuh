@@ -103,6 +103,10 @@ __device__ __forceinline__ uint4 zero_word() {
   return make_uint4(0u, 0u, 0u, 0u);
 }
 
+// The kernels have internal linkage: the unit tests compile them for the host into a binary that
+// also links the device build's host stubs of the same names.
+namespace {
+
 template <int kPer>
 __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer)) attn_residual_kernel(AttnArgs a) {
   DG_KERNEL_DYNAMIC_SMEM(smem);
@@ -275,5 +279,7 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer)) ffn_r
     a.next_out[base + idx[j]] = pack_bf16x8(h);
   }
 }
+
+}  // namespace
 
 }  // namespace dgemma::cuda::residual

@@ -43,6 +43,10 @@ bool set_moe_device_grouping(bool on);
 // default; bit-identical either way (benchmarks and checks compare them). Return the previous value.
 bool set_fused_qkv_prologue(bool on);
 bool set_fused_moe_routing(bool on);
+// The launch shapes of the per-layer small kernels, for A/B runs (bit-identical either way): 0 (the
+// default) as planned; 1: the residual junctions at two 16-byte words a thread (half the threads of a
+// row) and the qkv prologue one head row a warp at a time. Returns the previous value.
+int set_small_kernel_variant(int v);
 // The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
 // (by rows per expert, the default), 1 the small kernel (32-row tiles looping over an expert's rows),
 // 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 14 the wgmma ones (sm_90; variant 2 on other
@@ -52,8 +56,11 @@ int set_grouped_moe_variant(int variant);
 
 // Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
 // the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to
-// bf16 for cuBLAS. On by default (half / a quarter of the bytes; its speed against cuBLAS bf16 is to
-// be measured: dgemma_bench --dense-quant on|off). Read at upload time. Returns the previous value.
+// bf16 for cuBLAS. Off by default: the dense kernel decodes each weight tile again for every 32 or 128
+// input rows, and on the H200 the FP8 26B-A4B step took 23.37 ms at batch 1 with it against 16.49 ms
+// without (dgemma_bench --quantization fp8-dynamic --dense-quant on|off, one call); the bf16 copies
+// of the dense linears cost ~1.7 GB more than FP8 at that shape (the experts stay quantised). Read at
+// upload time. Returns the previous value.
 bool set_dense_quant_weights(bool on);
 
 // Whether upload_weight keeps FP8 weights quantised for the W8A16 kernels (true, the default) or

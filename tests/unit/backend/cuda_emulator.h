@@ -11,7 +11,8 @@
 // C rows g (+8), cols 2 (lane % 4) (+1)). The device path is checked by tests/gpu; this checks the
 // kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
 // no asynchrony, no memory model, a warp's lanes only meet at the collectives. Also blockDim /
-// gridDim, uint4 and the fp64 shuffle of the row kernels (residual_kernel.cuh).
+// gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
+// moe_combine_kernel.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -182,6 +183,8 @@ inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes, int
 #define gridDim emu::t_grid_dim
 struct uint4 { uint32_t x, y, z, w; };
 inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
+template <typename T>
+inline T __ldg(const T* p) { return *p; }
 inline void __syncthreads() { emu::g_block_bar->arrive_and_wait(); }
 inline void __syncwarp() {}  // a warp's lanes only meet at the collectives
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }

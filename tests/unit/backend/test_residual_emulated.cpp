@@ -12,11 +12,15 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/tensor.h"
+#include "util/bf16.h"
+
+// The emulator first: it provides the device operations that the kernel headers use.
+// clang-format off
+#include "cuda_emulator.h"
 #include "backend/cuda/bf16_words.cuh"
 #include "backend/cuda/residual_kernel.cuh"
-#include "backend/tensor.h"
-#include "cuda_emulator.h"
-#include "util/bf16.h"
+// clang-format on
 
 namespace dgemma {
 namespace {

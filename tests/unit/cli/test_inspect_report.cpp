@@ -185,9 +185,9 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   EXPECT_EQ(p.work_bytes_per_seq, 256ull * 262144 * 2 + 256ull * 2816 * 2);
   EXPECT_EQ(p.budget_bytes, 126'900'000'000ull);
   // Activations per token: 6 x 2816 + 3 x 8192 (the fused q|k|v output's q part, q, attention out: 16
-  // heads x 512) + 4 x 2048 (k, v: 8 heads x 256, and their parts of the fused output) + 3 x 2112 (MLP)
-  // + 8 x (2 x 2816 + 3 x 704) (routed slots) + 3 x 2112 (SC MLP) = 124,288 bf16 = 248,576 bytes, +
-  // 128 experts x 8 bytes of f32 router logits and probabilities.
+  // heads x 512) + 4 x 2048 (its k and v parts, new k and v: 8 heads x 256) + 3 x 2112 (MLP) + 8 x
+  // (2 x 2816 + 3 x 704) (routed slots) + 3 x 2112 (SC MLP) = 124,288 bf16 = 248,576 bytes, + 128
+  // experts x 8 bytes of f32 router logits and probabilities.
   EXPECT_EQ(p.activation_bytes_per_token, 249'600u);
   EXPECT_EQ(p.activation_bytes, 4096u * 249'600u);  // 1,022,361,600
   // Flash attention: 8 splits x 4096 tokens x 16 heads = 524,288 rows: (max, sum) 4,194,304 bytes +

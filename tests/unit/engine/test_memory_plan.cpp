@@ -129,9 +129,9 @@ TEST(MemoryPlan, EveryGpuTermOfTinyAByHand) {
   EXPECT_EQ(p.prefill_chunk, 2048);
   EXPECT_EQ(p.step_tokens, 2176);
   // Per token: 6 x 64 + 3 x 128 (the fused q|k|v output's q part, q, attention out: 4 heads x 32)
-  // + 4 x 32 (k, v, and their parts of the fused output) + 3 x 96 (MLP) + 2 x (2 x 64 + 3 x 32)
-  // (routed slots) + 3 x 96 (SC MLP) = 1,920 bf16 = 3,840 bytes, + 8 experts x 2 x 4 bytes of f32
-  // router logits and probabilities = 3,904.
+  // + 4 x 32 (its k and v parts, new k and v) + 3 x 96 (MLP) + 2 x (2 x 64 + 3 x 32) (routed slots)
+  // + 3 x 96 (SC MLP) = 1,920 bf16 = 3,840 bytes, + 8 experts x 2 x 4 bytes of f32 router logits and
+  // probabilities = 3,904.
   EXPECT_EQ(p.activation_bytes_per_token, 3904u);
   EXPECT_EQ(p.activation_bytes, 2176u * 3904u);  // 8,495,104
   // Flash attention's key splits: 8 splits x 2,176 tokens x 4 heads = 69,632 rows of (max, sum) = 557,056
