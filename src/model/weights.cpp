@@ -343,9 +343,7 @@ uint64_t device_weight_bytes(const ModelConfig& c, int tp_size) {
     for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
     if (tp_size > 1) n = static_cast<uint64_t>(static_cast<double>(n) * rank_weight_share(c, s, tp_size) + 0.5);
     const size_t nd = s.shape.size();
-    // Expert stacks only: dense quantised linears are dequantised to bf16 at upload by default
-    // (cuda::set_dense_quant_weights).
-    const bool kernel = dummy_quantised(c.quant, s) && nd == 3 && s.shape[nd - 2] % 8 == 0 && s.shape[nd - 1] % 64 == 0;
+    const bool kernel = dummy_quantised(c.quant, s) && nd >= 2 && s.shape[nd - 2] % 8 == 0 && s.shape[nd - 1] % 64 == 0;
     if (!kernel) {
       total += n * 2;
       continue;

@@ -93,9 +93,8 @@ struct ParameterCounts {
 ParameterCounts count_parameters(const ModelConfig& config);
 
 // Bytes the text weights take on a CUDA device under config.quant (the published checkpoints' choice of
-// quantised linears): NVFP4 0.5 + 1/16 bytes a weight, FP8 1, plus an fp32 scale a row, for the expert
-// stacks the quantised kernels take (K % 64, rows % 8); bf16 for everything else (dense quantised
-// linears are dequantised at upload by default: cuda::set_dense_quant_weights).
+// quantised linears): NVFP4 0.5 + 1/16 bytes a weight, FP8 1, plus an fp32 scale a row, for the linears
+// the quantised kernels take (K % 64, rows % 8); bf16 for everything else.
 // tp_size > 1: one rank's share under tensor parallelism (model/shard_plan.h rank_weight_share).
 uint64_t device_weight_bytes(const ModelConfig& config, int tp_size = 1);
 

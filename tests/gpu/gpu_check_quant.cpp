@@ -150,8 +150,8 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   }
 }
 
-// Dense quantised linears: the W8A16 / W4A16 dense kernel (set_dense_quant_weights on)
-// against the CPU reference with bf16 activations, and the dequantise-to-bf16 path (off, the default) against the
+// Dense quantised linears: the W8A16 / W4A16 dense kernel (set_dense_quant_weights on, the default)
+// against the CPU reference with bf16 activations, and the dequantise-to-bf16 path (off) against the
 // CPU's bf16 GEMM on bf16(dequantised weights).
 void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t K) {
   Data d(std::string("dense quant ") + (fp8 ? "fp8" : "nvfp4") + (kernel ? " kernel" : " fallback"));

@@ -123,7 +123,7 @@ void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases) {
 void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std::span<const SamplerArgs>(&a, 1)); }
 
 namespace {
-std::atomic<bool> g_dense_quant{false};
+std::atomic<bool> g_dense_quant{true};
 std::atomic<bool> g_fused_qkv{true};
 std::atomic<bool>& fp8_kernels_setting() {
   static std::atomic<bool> on{[] {
@@ -245,10 +245,10 @@ class CudaBackend final : public Backend {
     }
     DG_CHECK(host.data.device == Device::kCpu);
     if (!warned_dequant_) {
-      // Dense linears (set_dense_quant_weights off, the default) are dequantised by design; a weight off
-      // the kernels' shape rule is worth a warning.
+      // Dense linears with set_dense_quant_weights off are dequantised by request; a weight off the
+      // kernels' shape rule is worth a warning.
       if (host.data.ndim == 3 || (host.rows() % 8 == 0 && host.cols() % 64 == 0))
-        DG_LOG_INFO("cuda", "dense {} linears are dequantised to bf16 at load (cuBLAS; the experts stay quantised)",
+        DG_LOG_INFO("cuda", "dense {} linears are dequantised to bf16 at load (set_dense_quant_weights off; the experts stay quantised)",
                     weight_format_name(host.format));
       else
         DG_LOG_WARN("cuda", "{} weights off the quantised kernels' shape rule are dequantised to bf16 at load",

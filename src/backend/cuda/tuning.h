@@ -64,11 +64,13 @@ int set_grouped_moe_variant(int variant);
 
 // Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
 // the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to
-// bf16 for cuBLAS. Off by default: the dense kernel decodes each weight tile again for every 32 or 128
-// input rows, and on the H200 the FP8 26B-A4B step took 23.37 ms at batch 1 with it against 16.49 ms
-// without (dgemma_bench --quantization fp8-dynamic --dense-quant on|off, one call); the bf16 copies
-// of the dense linears cost ~1.7 GB more than FP8 at that shape (the experts stay quantised). Read at
-// upload time. Returns the previous value.
+// bf16 for cuBLAS. On by default: the kernel computes with the exact dequantised weights, as the
+// reference does; bf16 copies move each weight by up to 2^-9 (a non-power-of-two scale's products),
+// which took the FP8 fixture's logits past the CPU-vs-CUDA bound (NMSE 6.7e-4 > 2.5e-4,
+// dgemma_gpu_check quant_forward_realistic_scales). Off is faster on the H200 (FP8 26B-A4B step at
+// batch 1: 16.49 ms against 23.37; the dense kernel decodes each weight tile again for every 32 or 128
+// input rows): an A/B knob (dgemma_bench --dense-quant off). Read at upload time. Returns the previous
+// value.
 bool set_dense_quant_weights(bool on);
 
 // Whether upload_weight keeps FP8 weights quantised for the W8A16 kernels (true, the default) or
