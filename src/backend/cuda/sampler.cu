@@ -34,14 +34,14 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/sampler.cuh"
+#include "backend/cuda/sampler_common.cuh"
 #include "backend/workspace_bounds.h"
 #include "util/counter_rng.h"
 
 namespace dgemma::cuda {
+using namespace sampler_detail;
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
 
 // Gumbel noise of 64 random bits in fp32, within 2e-5 of rng::gumbel_from_bits (the double value),
 // without branches (a warp's lanes take both halves of u's range alike). With m = b >> 11 the
@@ -74,9 +74,6 @@ __device__ __forceinline__ float gumbel_approx(uint64_t b) {
 constexpr float kGumbelScreen = 1e-3f;
 constexpr float kGumbelScreenRel = 1.0f / 262144.0f;  // 2^-18
 
-__device__ __forceinline__ float processed(float x, float cap, float temperature) {
-  return __fdiv_rn(__fmul_rn(tanhf(__fdiv_rn(x, cap)), cap), temperature);
-}
 
 // Best and second-best value (of the multiset) with the index of the best; lower index on ties.
 template <typename T>
@@ -153,26 +150,6 @@ __device__ __forceinline__ void block_reduce_stats(Stats& st, Stats* warp_partia
   }
 }
 
-// The slice [v0, v1) of a row that block (s, pos) covers.
-__device__ __forceinline__ void slice_of(int64_t V, int splits, int64_t& v0, int64_t& v1) {
-  const int64_t per = (V + splits - 1) / splits;
-  v0 = blockIdx.x * per;
-  v1 = v0 + per < V ? v0 + per : V;
-}
-
-// The batch of canvases one launch covers (kernel parameters: read through the constant bank).
-struct SamplerBatch {
-  SamplerLaunch c[kMaxSamplerBatch];
-  int n = 0;
-  int splits = 1;
-  bool vector = true;  // slice_stats_kernel's 8-element rounds where the slice allows (set_sampler_vector_sweep)
-};
-static_assert(sizeof(SamplerBatch) <= 4000, "the batch must fit the 4 KiB of kernel parameters");
-
-// Whether a slice can be streamed in 16-byte accesses (8 bf16): aligned and a multiple of 8 long.
-__device__ __forceinline__ bool vectorisable(const uint16_t* row, int64_t v0, int64_t v1) {
-  return ((reinterpret_cast<uintptr_t>(row + v0) & 15) == 0) && ((v1 - v0) % 8 == 0);
-}
 
 // Pass 0: each block's largest raw logit of its slice (fmaxf ignores NaN, as the scalar loop).
 __global__ void __launch_bounds__(kThreads) slice_max_kernel(const SamplerBatch b, float* slice_max) {
@@ -404,149 +381,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) slice_stats_kernel(const
   }
   block_reduce_stats(st, warp_partials);
   if (threadIdx.x == 0) partials[(a.row0 + pos) * splits + blockIdx.x] = st;
-}
-
-// ---- sample filter ---------------------------------------------------------------------------
-
-using sample_filter::Mass;
-constexpr int kFilterRows = 64;      // rows per histogram chunk (64 x 256 KiB of workspace)
-constexpr int kFloorThreads = 1024;  // one block per row, 64 keys per thread
-constexpr int kKeysPerThread = static_cast<int>(sample_filter::kBins) / kFloorThreads;
-
-__global__ void __launch_bounds__(kThreads) hist_kernel(const SamplerBatch b, int canvas, int64_t row0, uint32_t* hist) {
-  const SamplerLaunch& a = b.c[canvas];
-  const int splits = b.splits;
-  const int64_t pos = row0 + blockIdx.y;
-  const uint16_t* row = a.logits + pos * a.V;
-  uint32_t* h = hist + static_cast<size_t>(blockIdx.y) * sample_filter::kBins;
-  int64_t v0, v1;
-  slice_of(a.V, splits, v0, v1);
-  for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) {
-    const uint32_t key = sample_filter::key_of(row[v]);
-    if (sample_filter::valid_key(key)) atomicAdd(&h[key], 1u);
-  }
-}
-
-// Exclusive prefix (in thread order) of one value per thread over the block; total to every thread.
-__device__ Mass block_exclusive_scan(Mass v, Mass* sh, Mass& total) {
-  const int t = threadIdx.x;
-  sh[t] = v;
-  __syncthreads();
-  for (int off = 1; off < kFloorThreads; off <<= 1) {
-    const Mass add = t >= off ? sh[t - off] : Mass{0};
-    __syncthreads();
-    sh[t] += add;
-    __syncthreads();
-  }
-  const Mass incl = sh[t];
-  total = sh[kFloorThreads - 1];
-  __syncthreads();
-  return incl - v;
-}
-
-__device__ uint32_t block_max_u32(uint32_t v, uint32_t* sh) {
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-  __syncthreads();
-  uint32_t r = 0;
-  for (int w = 0; w < kFloorThreads / 32; ++w) r = max(r, sh[w]);
-  __syncthreads();
-  return r;
-}
-
-// One row's floor (sample_filter.h's stages, the CPU's row_floor over the same bins). Thread t owns
-// the keys [top - 63, top], top = 65535 - 64 t, so prefixes in thread order are suffixes by key.
-__global__ void __launch_bounds__(kFloorThreads) floor_kernel(const SamplerBatch b, int canvas, int64_t row0,
-                                                              const uint32_t* hist, float* row_floor) {
-  const SamplerLaunch& a = b.c[canvas];
-  __shared__ Mass scan[kFloorThreads];
-  __shared__ uint32_t shared_u[kFloorThreads / 32];
-  __shared__ uint32_t found;
-  const int64_t pos = row0 + blockIdx.x;
-  const uint32_t* h = hist + static_cast<size_t>(blockIdx.x) * sample_filter::kBins;
-  const int t = threadIdx.x;
-  const uint32_t top = sample_filter::kBins - 1 - static_cast<uint32_t>(t * kKeysPerThread);
-  const uint32_t bottom = top - (kKeysPerThread - 1);
-  const float cap = a.softcap, temp = a.temperature;
-  auto zf = [&](uint32_t key) { return processed(bf16_to_f32(sample_filter::bits_of(key)), cap, temp); };
-  const SampleFilter f = a.filter;
-
-  uint32_t mine = 0;
-  for (uint32_t k = top; k + 1 > bottom; --k)
-    if (sample_filter::valid_key(k) && h[k] != 0) {
-      mine = k;
-      break;
-    }
-  const uint32_t kmax = block_max_u32(mine, shared_u);
-  if (kmax == 0) {  // only NaN logits: nothing is allowed
-    if (t == 0) row_floor[a.row0 + pos] = INFINITY;
-    return;
-  }
-  const float m = zf(kmax);
-  uint32_t lo = sample_filter::kMinKey;
-  if (f.min_p > 0) lo = sample_filter::lowest_key_at_least(zf, static_cast<double>(m) + log(f.min_p), lo, kmax);
-  // This thread's keys within [lo, kmax].
-  auto in_range = [&](uint32_t k) { return k >= lo && k <= kmax; };
-  if (f.top_k > 0) {
-    Mass c = 0;
-    for (uint32_t k = top; k + 1 > bottom; --k)
-      if (in_range(k)) c += h[k];
-    if (t == 0) found = lo;  // fewer than k tokens: all of them
-    Mass total;
-    const Mass excl = block_exclusive_scan(c, scan, total);
-    const Mass K = static_cast<Mass>(f.top_k);
-    if (excl < K && excl + c >= K) {
-      Mass s = excl;
-      for (uint32_t k = top; k + 1 > bottom; --k) {
-        if (!in_range(k)) continue;
-        s += h[k];
-        if (s >= K) {
-          found = k;
-          break;
-        }
-      }
-    }
-    __syncthreads();
-    const uint32_t x = found;
-    __syncthreads();
-    lo = sample_filter::lowest_key_at_least(zf, static_cast<double>(zf(x)), lo, kmax);
-  }
-  if (f.top_p < 1) {
-    auto mass = [&](uint32_t k) {
-      return static_cast<Mass>(h[k]) * sample_filter::mass_units(exp(static_cast<double>(zf(k)) - static_cast<double>(m)));
-    };
-    Mass w = 0;
-    for (uint32_t k = top; k + 1 > bottom; --k)
-      if (in_range(k) && h[k] != 0) w += mass(k);
-    if (t == 0) found = lo;
-    Mass total;
-    const Mass excl = block_exclusive_scan(w, scan, total);
-    const double target = f.top_p * sample_filter::mass_to_double(total);
-    if (sample_filter::mass_to_double(excl) < target && sample_filter::mass_to_double(excl + w) >= target) {
-      Mass s = excl;
-      for (uint32_t k = top; k + 1 > bottom; --k) {
-        if (!in_range(k) || h[k] == 0) continue;
-        s += mass(k);
-        if (sample_filter::mass_to_double(s) >= target) {
-          found = k;
-          break;
-        }
-      }
-    }
-    __syncthreads();
-    const uint32_t x = found;
-    __syncthreads();
-    lo = sample_filter::lowest_key_at_least(zf, static_cast<double>(zf(x)), lo, kmax);
-  }
-  // The least z present at or above lo.
-  uint32_t least = 0xFFFFFFFFu;
-  for (uint32_t k = bottom; k <= top; ++k)
-    if (in_range(k) && h[k] != 0) {
-      least = k;
-      break;
-    }
-  const uint32_t lowest = ~block_max_u32(~least, shared_u);
-  if (t == 0) row_floor[a.row0 + pos] = zf(lowest);
 }
 
 // ---- top-N alternatives --------------------------------------------------------------------------
@@ -809,19 +643,7 @@ void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaS
   slice_max_kernel<<<grid, kThreads, 0, stream>>>(b, slice_max);
   CUDA_CHECK_LAUNCH();
   // The filters' histograms and floors (only canvases that ask; a canvas at a time, in chunks of rows).
-  for (int i = 0; i < n; ++i) {
-    const SamplerLaunch& s = b.c[i];
-    if (!s.filter.active() || s.C <= 0) continue;
-    uint32_t* hist = reinterpret_cast<uint32_t*>(base + w.hist);
-    for (int64_t r0 = 0; r0 < s.C; r0 += kFilterRows) {
-      const int64_t rows = std::min<int64_t>(kFilterRows, s.C - r0);
-      CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(rows) * sample_filter::kBins * sizeof(uint32_t), stream));
-      hist_kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(b, i, r0, hist);
-      CUDA_CHECK_LAUNCH();
-      floor_kernel<<<static_cast<unsigned>(rows), kFloorThreads, 0, stream>>>(b, i, r0, hist, row_floor);
-      CUDA_CHECK_LAUNCH();
-    }
-  }
+  launch_filter_floors(b, reinterpret_cast<uint32_t*>(base + w.hist), row_floor, stream);
   if (any_top) {
     topn_partial_kernel<<<grid, kTopThreads, 0, stream>>>(b, top);
     CUDA_CHECK_LAUNCH();

@@ -1,0 +1,45 @@
+#pragma once
+// What the sampler's kernels share (sampler.cu: the passes over the rows; sampler_filter.cu: the
+// sample filters' floors): the block size, the per-canvas batch a launch covers, the slice of a row a
+// block takes, and the soft-capped, temperature-scaled logit z.
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/sampler.cuh"
+
+namespace dgemma::cuda::sampler_detail {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kFilterRows = 64;  // rows per histogram chunk of the sample filters (64 x 256 KiB of workspace)
+
+__device__ __forceinline__ float processed(float x, float cap, float temperature) {
+  return __fdiv_rn(__fmul_rn(tanhf(__fdiv_rn(x, cap)), cap), temperature);
+}
+
+// The slice [v0, v1) of a row that block (s, pos) covers.
+__device__ __forceinline__ void slice_of(int64_t V, int splits, int64_t& v0, int64_t& v1) {
+  const int64_t per = (V + splits - 1) / splits;
+  v0 = blockIdx.x * per;
+  v1 = v0 + per < V ? v0 + per : V;
+}
+
+// The batch of canvases one launch covers (kernel parameters: read through the constant bank).
+struct SamplerBatch {
+  SamplerLaunch c[kMaxSamplerBatch];
+  int n = 0;
+  int splits = 1;
+  bool vector = true;  // slice_stats_kernel's 8-element rounds where the slice allows (set_sampler_vector_sweep)
+};
+static_assert(sizeof(SamplerBatch) <= 4000, "the batch must fit the 4 KiB of kernel parameters");
+
+// Whether a slice can be streamed in 16-byte accesses (8 bf16): aligned and a multiple of 8 long.
+__device__ __forceinline__ bool vectorisable(const uint16_t* row, int64_t v0, int64_t v1) {
+  return ((reinterpret_cast<uintptr_t>(row + v0) & 15) == 0) && ((v1 - v0) % 8 == 0);
+}
+
+// The sample filters' floors (sampler_filter.cu): for every canvas with a filter, per chunk of
+// kFilterRows rows, a histogram of the bf16 logits into `hist` and each row's floor into row_floor.
+void launch_filter_floors(const SamplerBatch& b, uint32_t* hist, float* row_floor, cudaStream_t stream);
+
+}  // namespace dgemma::cuda::sampler_detail
