@@ -36,6 +36,21 @@ uint64_t launches_so_far() {
   return 0;
 #endif
 }
+// Host waits for the GPU so far: their count and the time spent in them (ns).
+uint64_t syncs_so_far() {
+#if DGEMMA_HAVE_CUDA
+  return cuda::syncs_so_far();
+#else
+  return 0;
+#endif
+}
+uint64_t sync_wait_ns_so_far() {
+#if DGEMMA_HAVE_CUDA
+  return cuda::sync_wait_ns_so_far();
+#else
+  return 0;
+#endif
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,12 +137,12 @@ int main(int argc, char** argv) {
       }
       double prefill_ms = 0, step_ms = 0;
       int64_t step_count = 0;
-      uint64_t step_launches = 0;
+      uint64_t step_launches = 0, step_syncs = 0, step_wait_ns = 0;
       std::vector<CoreEvent> events;
       Stopwatch all;
       while (core.core().has_work()) {
         Stopwatch sw;
-        const uint64_t launches0 = launches_so_far();
+        const uint64_t launches0 = launches_so_far(), syncs0 = syncs_so_far(), wait0 = sync_wait_ns_so_far();
         const StepStats st = core.core().step(events);
         be->synchronize();
         if (st.denoise_items == 0) {
@@ -136,16 +151,21 @@ int main(int argc, char** argv) {
           step_ms += sw.ms();
           ++step_count;
           step_launches += launches_so_far() - launches0;
+          step_syncs += syncs_so_far() - syncs0;
+          step_wait_ns += sync_wait_ns_so_far() - wait0;
         }
       }
       const double total = all.ms();
       if (rep == 1) {
         std::printf("batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
-                    "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step\n",
+                    "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step, "
+                    "%.1f host waits per step (%.2f ms waiting: the rest of the step is host time)\n",
                     batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
                     1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count), total,
                     1e3 * batch * canvases * C / (total - prefill_ms),
-                    static_cast<double>(step_launches) / static_cast<double>(step_count));
+                    static_cast<double>(step_launches) / static_cast<double>(step_count),
+                    static_cast<double>(step_syncs) / static_cast<double>(step_count),
+                    1e-6 * static_cast<double>(step_wait_ns) / static_cast<double>(step_count));
       }
     }
   } catch (const std::exception& e) {

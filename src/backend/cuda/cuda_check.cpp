@@ -12,7 +12,16 @@ namespace dgemma::cuda {
 
 namespace {
 std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_syncs{0};
+std::atomic<uint64_t> g_sync_ns{0};
 }  // namespace
+
+void count_sync(uint64_t waited_ns) {
+  g_syncs.fetch_add(1, std::memory_order_relaxed);
+  g_sync_ns.fetch_add(waited_ns, std::memory_order_relaxed);
+}
+uint64_t syncs_so_far() { return g_syncs.load(std::memory_order_relaxed); }
+uint64_t sync_wait_ns_so_far() { return g_sync_ns.load(std::memory_order_relaxed); }
 
 void count_launch() { g_launches.fetch_add(1, std::memory_order_relaxed); }
 uint64_t launches_so_far() { return g_launches.load(std::memory_order_relaxed); }

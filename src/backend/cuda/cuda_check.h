@@ -10,6 +10,8 @@ namespace dgemma::cuda {
 [[noreturn]] void fail_cublas(int status, const char* expr, const char* file, int line);
 // Kernel launches issued by this process (dgemma's kernels and cuBLAS calls), for "launches per step".
 void count_launch();
+// A host wait for the stream that took `waited_ns` (syncs_so_far / sync_wait_ns_so_far, tuning.h).
+void count_sync(uint64_t waited_ns);
 
 }  // namespace dgemma::cuda
 

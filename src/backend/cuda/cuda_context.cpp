@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <climits>
 #include <cstring>
 
@@ -148,7 +149,10 @@ void Context::check_error_word() const {
 }
 
 void Context::sync() const {
+  const auto t0 = std::chrono::steady_clock::now();
   CUDA_CHECK(cudaStreamSynchronize(stream));
+  count_sync(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
   check_error_word();
 }
 

@@ -8,6 +8,11 @@ namespace dgemma::cuda {
 // Kernel launches (dgemma's kernels and cuBLAS calls) issued so far by this process: benchmarks
 // report launches per step from two readings.
 uint64_t launches_so_far();
+// Host waits for the stream (to_host, synchronize, synchronising copies) so far, and the time spent
+// in them: a step whose host time is mostly waiting is GPU-bound, one with little waiting is
+// host-bound (benchmarks report both per step).
+uint64_t syncs_so_far();
+uint64_t sync_wait_ns_so_far();
 
 // Upper bound of attention's bf16 score buffer per call (default 256 MiB); queries are processed in
 // chunks that fit. Returns the previous value.
