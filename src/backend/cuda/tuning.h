@@ -62,9 +62,9 @@ int set_small_kernel_variant(int v);
 bool set_qkv_prologue_pairs(bool on);
 // The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
 // (by rows per expert, the default), 1 the small kernel (32-row tiles looping over an expert's rows),
-// 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 14 the wgmma ones (sm_90; variant 2 on other
+// 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 15 the wgmma ones (sm_90; variant 2 on other
 // GPUs). For benchmarks and tests. Returns the previous value.
-constexpr int kGroupedMoeVariants = 14;
+constexpr int kGroupedMoeVariants = 15;
 int set_grouped_moe_variant(int variant);
 
 // Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
