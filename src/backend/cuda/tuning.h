@@ -13,6 +13,10 @@ uint64_t launches_so_far();
 // host-bound (benchmarks report both per step).
 uint64_t syncs_so_far();
 uint64_t sync_wait_ns_so_far();
+// The profiler's capture window (cudaProfilerStart / Stop): Nsight Compute run with
+// --profile-from-start off sees only the kernels between the two (dgemma_bench --profile-step).
+void profiler_start();
+void profiler_stop();
 
 // Upper bound of attention's bf16 score buffer per call (default 256 MiB); queries are processed in
 // chunks that fit. Returns the previous value.
