@@ -70,6 +70,12 @@ bool set_qkv_prologue_pairs(bool on);
 // GPUs). For benchmarks and tests. Returns the previous value.
 constexpr int kGroupedMoeVariants = 15;
 int set_grouped_moe_variant(int variant);
+// Whether the fused MoE routing + grouping (moe_route.cu) places the (token, slot) pairs in a second
+// kernel over the whole grid instead of in its last block (off, the default; DGEMMA_ROUTE_SPLIT=1
+// sets the start value). The same pairs bit for bit; the split pays where T is large (the last
+// block's placement takes R / 2048 rounds of dependent loads). Not yet timed on a GPU. Returns the
+// previous value.
+bool set_route_split_placement(bool on);
 
 // Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
 // the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to
