@@ -5,7 +5,7 @@
 #   checks    dgemma_gpu_check, every CUDA-vs-CPU check                      checks.txt
 #   steps     bench/denoise_step_bench.py --skip-hf --full, bf16 / NVFP4 / FP8   steps.json, steps_log.txt
 #   profiles  bench/step_profile.py at batch 1, 4 and 16 (bf16) and 1, 4 (NVFP4)  profile_*.txt
-#   kernels   dgemma_gpu_check --bench moe and --bench quant                  bench_moe.txt, bench_quant.txt
+#   kernels   dgemma_gpu_check --bench moe, quant and small        bench_moe.txt, bench_quant.txt, bench_small.txt
 #   moe       the step at batch 4 and 16 with each large-R grouped MoE variant   moe_variants.txt
 # Usage: scripts/gpu_suite.sh OUT [stage...]
 # Environment: BUILD (default build-device), MODEL (default /tmp/dgemma-26b-a4b), JOBS (the build's).
@@ -55,7 +55,8 @@ for s in "${STAGES[@]}"; do
     kernels)
       "$BUILD/dgemma_gpu_check" --bench moe > "$OUT/bench_moe.txt" 2>&1
       "$BUILD/dgemma_gpu_check" --bench quant > "$OUT/bench_quant.txt" 2>&1
-      say "kernels: bench_moe.txt, bench_quant.txt"
+      "$BUILD/dgemma_gpu_check" --bench small > "$OUT/bench_small.txt" 2>&1
+      say "kernels: bench_moe.txt, bench_quant.txt, bench_small.txt"
       ;;
     moe)
       : > "$OUT/moe_variants.txt"
