@@ -7,8 +7,9 @@
 //  * dense quantised linears: the W8A16 / W4A16 dense kernel and the bf16 dequantisation fallback;
 //  * whole forward passes of the quantised fixtures (tests/fixtures/quant/*_pow2: their dequantised
 //    weights are exact bf16 values, so the CPU reference and the CUDA path compute the same maths up
-//    to summation order; FP8-dynamic with its activation quantisation off on the CPU, since the CUDA
-//    fallback runs FP8 weights as W8A16).
+//    to summation order): with the dense linears on the W8A16 kernel, FP8-dynamic's activation
+//    quantisation off on the CPU; with them on W8A8 (set_dense_quant kW8A8, gpu_check_w8a8.cpp), on for
+//    the CPU's dense linears too (the experts run W8A16 on CUDA, so their activations stay bf16).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -150,7 +151,7 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   }
 }
 
-// Dense quantised linears: the W8A16 / W4A16 dense kernel (set_dense_quant_weights on, the default)
+// Dense quantised linears: the W8A16 / W4A16 dense kernel (set_dense_quant kKernel, the default)
 // against the CPU reference with bf16 activations, and the dequantise-to-bf16 path (off) against the
 // CPU's bf16 GEMM on bf16(dequantised weights).
 void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t K) {
@@ -172,9 +173,11 @@ void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t
     for (size_t i = 0; i < deq.size(); ++i) wb.ptr<uint16_t>()[i] = f32_to_bf16(deq[i]);
     cpu().matmul(x, wb, oc);
   }
-  const bool old = cuda::set_dense_quant_weights(kernel);
-  const Weight wg = cuda().upload_weight(w);
-  cuda::set_dense_quant_weights(old);
+  Weight wg;
+  {
+    const DenseQuantScope path(kernel ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
+    wg = cuda().upload_weight(w);
+  }
   if (wg.quantized() != kernel) {
     r.fail("dense quant: upload_weight kept the weight " + std::string(wg.quantized() ? "quantised" : "bf16"));
     return;
@@ -207,23 +210,32 @@ void run_dense_subnormal(Reporter& r, bool fp8) {
   const Tensor x = d.bf16({T, K}, 1.0f);
   Tensor oc = host_tensor(ScalarType::kBF16, {T, N});
   cpu().matmul(x, w, oc);
-  const bool old = cuda::set_dense_quant_weights(true);
-  const Weight wg = cuda().upload_weight(w);
-  cuda::set_dense_quant_weights(old);
+  Weight wg;
+  {
+    const DenseQuantScope path(cuda::DenseQuant::kKernel);
+    wg = cuda().upload_weight(w);
+  }
   Tensor og = poisoned(ScalarType::kBF16, {T, N});
   cuda().matmul(up(x), wg, og);
   expect_bf16(r, std::string("dense ") + (fp8 ? "fp8 subnormal weights" : "nvfp4 subnormal block scales") + " vs CPU",
               u16(og), u16(oc), gemm_tol());
 }
 
-std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, bool bf16_activations) {
+// Which linears of the CPU reference keep FP8-dynamic's per-token activation quantisation: those the
+// CUDA path quantises too (none for W8A16; the dense linears for W8A8, whose experts run W8A16).
+enum class CpuActs { kAll, kNone, kDenseOnly };
+
+std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, CpuActs acts) {
   const ModelConfig c = load_model_config(dir);
   ModelWeights w = load_weights(c, dir, be);
-  if (bf16_activations)
-    for (auto& L : w.layers)
+  for (auto& L : w.layers) {
+    if (acts == CpuActs::kNone)
       for (Weight* p : {&L.qkv_proj, &L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj, &L.mlp_gate_up, &L.mlp_gate, &L.mlp_up,
-                        &L.mlp_down, &L.experts_gate_up, &L.experts_down})
+                        &L.mlp_down})
         p->act = ActQuant::kNone;
+    if (acts != CpuActs::kAll)
+      for (Weight* p : {&L.experts_gate_up, &L.experts_down}) p->act = ActQuant::kNone;
+  }
   DiffusionGemma m(c, std::move(w), be);
   // A paged pool of canvas-sized pages in order, enough for the prompt.
   const int64_t V = c.text.vocab_size, C = c.canvas_length;
@@ -247,24 +259,39 @@ std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, bool b
   return u16(logits);
 }
 
-// Forward of a quantised fixture: CPU reference vs CUDA. Bound: the golden forward's (NMSE 2.5e-4 of
-// the logits' scale, gpu_check_model.cpp), a few compounded bf16 roundings.
-void run_fixture(Reporter& r, const std::string& fixture) {
+// Forward of a quantised fixture: CPU reference vs CUDA, with the dense linears on `path` (W8A8:
+// FP8-dynamic's dense linears quantise their activations on both backends). Bound: the golden
+// forward's (NMSE 2.5e-4 of the logits' scale, gpu_check_model.cpp), a few compounded bf16 roundings.
+// With activation quantisation on both sides no free-running forward meets bf16 bounds against
+// another implementation (docs/QUANTIZATION.md): a GEMM's 1-ulp summation-order difference puts an
+// activation on the other side of an E4M3 rounding boundary (a 2^-4 step) and later layers compound
+// it; two CPU variants differing only in x / s against x * (1 / s) differ by logits NMSE 1.9e-3. So
+// W8A8 gets 1e-2 here (the golden test's free-running FP8-dynamic bound is 2e-2); the op-level
+// check (gpu_check_w8a8.cpp w8a8_dense) is where W8A8 meets the GEMM bound.
+void run_fixture(Reporter& r, const std::string& fixture, cuda::DenseQuant path = cuda::DenseQuant::kKernel) {
   const std::string dir = std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/quant/" + fixture + "/model";
-  const std::vector<uint16_t> c = forward_logits(cpu(), dir, true), g = forward_logits(cuda(), dir, false);
+  const bool w8a8 = path == cuda::DenseQuant::kW8A8;
+  const std::vector<uint16_t> c = forward_logits(cpu(), dir, w8a8 ? CpuActs::kDenseOnly : CpuActs::kNone);
+  std::vector<uint16_t> g;
+  {
+    const DenseQuantScope scope(path);
+    g = forward_logits(cuda(), dir, CpuActs::kAll);
+  }
+  const std::string what = fixture + (w8a8 ? " (dense W8A8)" : "");
   double ss_w = 0, ss_d = 0;
   for (size_t i = 0; i < c.size(); ++i) {
     const double a = bf16_to_f32(g[i]), b = bf16_to_f32(c[i]);
     if (!std::isfinite(a)) {
-      r.fail(fixture + ": CUDA logit " + std::to_string(i) + " is not finite");
+      r.fail(what + ": CUDA logit " + std::to_string(i) + " is not finite");
       return;
     }
     ss_d += (a - b) * (a - b);
     ss_w += b * b;
   }
   const double nmse = ss_d / ss_w;
-  r.note(fixture + " cuda vs cpu logits nmse " + fmt_double(nmse));
-  if (!(nmse <= 2.5e-4)) r.fail(fixture + ": logits NMSE " + fmt_double(nmse) + " > 2.5e-4");
+  r.note(what + " cuda vs cpu logits nmse " + fmt_double(nmse));
+  const double bound = w8a8 ? 1e-2 : 2.5e-4;
+  if (!(nmse <= bound)) r.fail(what + ": logits NMSE " + fmt_double(nmse) + " > " + fmt_double(bound));
 }
 
 Case moe_case(const std::string& id, Shape s) {
@@ -428,9 +455,11 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
     const Tensor x = up(d.bf16({C, c.Kd}, 1.0f));
     Tensor out = be.alloc(ScalarType::kBF16, {C, c.N});
     for (bool kernel : {true, false}) {
-      const bool old = cuda::set_dense_quant_weights(kernel);
-      const Weight w = be.upload_weight(host);
-      cuda::set_dense_quant_weights(old);
+      Weight w;
+      {
+        const DenseQuantScope path(kernel ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
+        w = be.upload_weight(host);
+      }
       const std::string what = std::string("matmul T=256 ") + c.name + (c.fp8 ? " FP8" : " NVFP4") +
                                (kernel ? " kernel" : " bf16 cuBLAS");
       row(what.c_str(), time_ms([&] { be.matmul(x, w, out); }));
@@ -442,6 +471,7 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
       }
     }
   }
+  w8a8_bench(time_ms, row);  // the dense FP8 linears at every 26B shape: W8A8 / W8A16 / bf16
 }
 
 std::vector<Case> quant_cases() {
@@ -468,11 +498,15 @@ std::vector<Case> quant_cases() {
       {"dense_nvfp4_subnormal", [](Reporter& r) { run_dense_subnormal(r, false); }},
       {"quant_forward_nvfp4_modelopt", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_modelopt_pow2"); }},
       {"quant_forward_nvfp4_ct", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_ct_pow2"); }},
-      {"quant_forward_fp8_dynamic", [](Reporter& r) { run_fixture(r, "tiny_a_fp8_dynamic_pow2"); }},
+      {"quant_forward_fp8_dynamic", [](Reporter& r) {
+         run_fixture(r, "tiny_a_fp8_dynamic_pow2");
+         run_fixture(r, "tiny_a_fp8_dynamic_pow2", cuda::DenseQuant::kW8A8);
+       }},
       // The exporters' own (non-power-of-two) scales: the same maths on both backends (exact dequantised
       // weights; CUDA applies the row scale after the fp32 sum as the CPU does), so the same bound.
       {"quant_forward_realistic_scales", [](Reporter& r) {
          for (const char* f : {"tiny_a_nvfp4_modelopt", "tiny_a_nvfp4_ct", "tiny_a_fp8_dynamic"}) run_fixture(r, f);
+         run_fixture(r, "tiny_a_fp8_dynamic", cuda::DenseQuant::kW8A8);
        }},
   };
 }

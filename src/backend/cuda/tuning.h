@@ -67,16 +67,30 @@ bool set_qkv_prologue_pairs(bool on);
 constexpr int kGroupedMoeVariants = 14;
 int set_grouped_moe_variant(int variant);
 
-// Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
-// the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to
-// bf16 for cuBLAS. On by default: the kernel computes with the exact dequantised weights, as the
-// reference does; bf16 copies move each weight by up to 2^-9 (a non-power-of-two scale's products),
-// which took the FP8 fixture's logits past the CPU-vs-CUDA bound (NMSE 6.7e-4 > 2.5e-4,
-// dgemma_gpu_check quant_forward_realistic_scales). Off is faster on the H200 (FP8 26B-A4B step at
-// batch 1: 16.49 ms against 23.37; the dense kernel decodes each weight tile again for every 32 or 128
-// input rows): an A/B knob (dgemma_bench --dense-quant off). Read at upload time. Returns the previous
-// value.
-bool set_dense_quant_weights(bool on);
+// How upload_weight serves dense (2-D) quantised linears (FP8 attention / MLP, NVFP4 MLP); the experts
+// stay quantised either way. The one rule (CudaBackend::placement):
+//  * kW8A8: FP8 linears whose checkpoint prescribes dynamic per-token FP8 activations (FP8-dynamic,
+//    weight.h ActQuant::kFp8Token) run as the checkpoint says: activations quantised per token to
+//    E4M3 bit-identically to the CPU reference, then cuBLASLt's FP8 GEMM (fp8_gemm.h) on the
+//    checkpoint's row-major weights. Only the summation order differs from the CPU reference. A
+//    shape cuBLASLt refuses (checked at upload, logged once) and every other quantised linear take
+//    kKernel's path.
+//  * kKernel (the default): the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) on
+//    repacked weights, activations bf16 (FP8-dynamic's activation rounding left out). It computes
+//    with the exact dequantised weights; bf16 copies move each weight by up to 2^-9 (a
+//    non-power-of-two scale's products), which took the FP8 fixture's logits past the CPU-vs-CUDA
+//    bound (NMSE 6.7e-4 > 2.5e-4, dgemma_gpu_check quant_forward_realistic_scales).
+//  * kBf16: exact dequantisation to bf16 copies for cuBLAS, faster than kKernel on the H200 (FP8
+//    26B-A4B step at batch 1: 16.49 ms against 23.37; the dense kernel decodes each weight tile again
+//    for every 32 or 128 input rows): an A/B knob.
+// dgemma_bench --dense-quant w8a8 | on | off; the environment's DGEMMA_DENSE_QUANT (the same words)
+// gives the start value. Read at upload time (a weight keeps the path it was uploaded for). Returns
+// the previous value.
+enum class DenseQuant { kW8A8, kKernel, kBf16 };
+DenseQuant set_dense_quant(DenseQuant path);
+// "w8a8" / "on" / "off" to the path (false for any other word), and back.
+bool parse_dense_quant(const char* word, DenseQuant* out);
+const char* dense_quant_name(DenseQuant path);
 
 // Whether upload_weight keeps FP8 weights quantised for the W8A16 kernels (true, the default) or
 // serves them from exact bf16 copies (false: bf16's memory and speed; an A/B for benchmarks). The

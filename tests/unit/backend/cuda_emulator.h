@@ -12,7 +12,7 @@
 // kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
 // no asynchrony, no memory model, a warp's lanes only meet at the collectives. Also blockDim /
 // gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
-// moe_combine_kernel.cuh).
+// moe_combine_kernel.cuh, fp8_quant_kernel.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -191,6 +191,7 @@ inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); r
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   const uint64_t in = x | (static_cast<uint64_t>(y) << 32);
   uint32_t r = 0;
