@@ -6,7 +6,8 @@
 //  * the whole matmul (quantise + cuBLASLt FP8 GEMM) at the 26B shapes and small ones, and what the
 //    W8A16 kernel (activations left bf16) is off from the same reference, for the record;
 //  * a shape cuBLASLt refuses: uploaded for the W8A16 kernel instead, and still right;
-// plus the `--bench w8a8` rows (also part of `--bench quant`).
+// plus the `--bench w8a8` rows (also part of `--bench quant`): the dense linears and the MoE block
+// with W8A8 experts. The W8A8 expert checks are in gpu_check_quant.cpp (fp8_w8a8_moe_*).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -29,12 +30,13 @@ namespace {
 
 // A dense FP8 weight [N, K] as FP8-dynamic's checkpoints have it: E4M3 codes of magnitude 2^-2 .. 2^2
 // (random sign and mantissa), channel scales around typical / 1.6, per-token FP8 activations.
-Weight fp8_dense_weight(Data& d, int64_t N, int64_t K, float typical) {
+// E > 0: an expert stack [E, N, K].
+Weight fp8_dense_weight(Data& d, int64_t N, int64_t K, float typical, int64_t E = 0) {
   Weight w;
   w.format = WeightFormat::kFp8Channel;
   w.act = ActQuant::kFp8Token;
-  w.data = host_tensor(ScalarType::kF8E4M3, {N, K});
-  w.row_scale = host_tensor(ScalarType::kF32, {N});
+  w.data = E > 0 ? host_tensor(ScalarType::kF8E4M3, {E, N, K}) : host_tensor(ScalarType::kF8E4M3, {N, K});
+  w.row_scale = E > 0 ? host_tensor(ScalarType::kF32, {E, N}) : host_tensor(ScalarType::kF32, {N});
   uint8_t* p = w.data.ptr<uint8_t>();
   for (int64_t i = 0; i < w.data.numel(); i += 8) {
     uint64_t v = d.engine()();
@@ -43,7 +45,7 @@ Weight fp8_dense_weight(Data& d, int64_t N, int64_t K, float typical) {
       p[j] = static_cast<uint8_t>((b & 0x87) | ((5 + (b >> 3) % 5) << 3));
     }
   }
-  for (int64_t n = 0; n < N; ++n) w.row_scale.ptr<float>()[n] = typical / 1.6f * d.uniform(0.5f, 2.0f);
+  for (int64_t n = 0; n < w.row_scale.numel(); ++n) w.row_scale.ptr<float>()[n] = typical / 1.6f * d.uniform(0.5f, 2.0f);
   return w;
 }
 
@@ -254,6 +256,53 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
       }
       row((base + " W8A16 kernel").c_str(), time_ms([&] { be.matmul(x, w[1], out); }));
       row((base + " bf16 cuBLAS").c_str(), time_ms([&] { be.matmul(x, w[2], out); }));
+    }
+  }
+  // The MoE block with FP8-dynamic experts (E128 top-8, H2816 I704): W8A16 (grouped_moe_fp4.cuh)
+  // against W8A8 (grouped_moe_w8a8.cuh, each tile shape; automatic first), the whole moe() call
+  // (routing, grouping, quantisations, both GEMMs, combine).
+  constexpr int64_t H = 2816, I = 704, E = 128, K = 8, Tmax = 4096;
+  MoeArgs m;
+  m.router_in = be.alloc(ScalarType::kBF16, {Tmax, H});
+  be.fill_normal(m.router_in, 80, 0.0f, 1.0f);
+  m.expert_in = be.alloc(ScalarType::kBF16, {Tmax, H});
+  be.fill_normal(m.expert_in, 81, 0.0f, 1.0f);
+  m.router_scale = be.alloc(ScalarType::kBF16, {H});
+  be.fill_normal(m.router_scale, 82, 1.0f, 0.1f);
+  m.router_proj = be.alloc(ScalarType::kBF16, {E, H});
+  be.fill_normal(m.router_proj, 83, 0.0f, 1.0f);
+  m.per_expert_scale = be.alloc(ScalarType::kBF16, {E});
+  be.fill_normal(m.per_expert_scale, 84, 1.0f, 0.1f);
+  m.top_k = static_cast<int>(K);
+  m.eps = 1e-6f;
+  const Weight gu = fp8_dense_weight(d, 2 * I, H, 0.02f, E), dn = fp8_dense_weight(d, H, I, 0.04f, E);
+  MoeArgs m16 = m, m8 = m;
+  m16.gate_up = be.upload_weight(gu);
+  m16.down = be.upload_weight(dn);
+  {
+    const bool old = cuda::set_fp8_moe_w8a8(true);
+    m8.gate_up = be.upload_weight(gu);
+    m8.down = be.upload_weight(dn);
+    cuda::set_fp8_moe_w8a8(old);
+  }
+  const bool w8a8 = m8.gate_up.act == ActQuant::kFp8Token && m8.down.act == ActQuant::kFp8Token;
+  for (int64_t T : {int64_t{256}, int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
+    const std::string base = "moe T=" + std::to_string(T) + " E=128 k=8 FP8";
+    for (MoeArgs* a : {&m16, &m8}) {
+      a->router_in = m.router_in.rows(0, T);
+      a->expert_in = m.expert_in.rows(0, T);
+      a->out = be.alloc(ScalarType::kBF16, {T, H});
+    }
+    row((base + " W8A16").c_str(), time_ms([&] { be.moe(m16); }));
+    if (!w8a8) {
+      row((base + " W8A8: not kept for W8A8 (no sm_90?)").c_str(), 0.0);
+      continue;
+    }
+    static const char* const kTiles[] = {"auto", "64x128", "64x256", "128x256"};
+    for (int v = 0; v <= 3; ++v) {
+      const int old = cuda::set_w8a8_moe_tile(v);
+      row((base + " W8A8 tile " + kTiles[v]).c_str(), time_ms([&] { be.moe(m8); }));
+      cuda::set_w8a8_moe_tile(old);
     }
   }
 }

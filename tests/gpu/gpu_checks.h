@@ -44,7 +44,8 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
                  const std::function<void(const char*, double)>& row);
 // `dgemma_gpu_check --bench w8a8` rows (gpu_check_w8a8.cpp; also the end of --bench quant): the dense
 // FP8 linears at the 26B shapes, T = 256 / 1024 / 4096: W8A8 (quantisation and cuBLASLt GEMM apart,
-// then together) against the W8A16 kernel and bf16 cuBLAS.
+// then together) against the W8A16 kernel and bf16 cuBLAS; then the MoE block with FP8 experts,
+// W8A16 against W8A8 (each tile shape), T = 256 .. 4096.
 void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_ms,
                 const std::function<void(const char*, double)>& row);
 // Rows of the fused small kernels (gpu_check_small_kernels.cpp): the attention prologue and the MoE

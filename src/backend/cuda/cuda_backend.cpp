@@ -32,6 +32,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/grouped_moe_fp4.cuh"
+#include "backend/cuda/grouped_moe_w8a8.cuh"
 #include "backend/cuda/quant_layout.h"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm_rope.cuh"
@@ -228,7 +229,7 @@ class CudaBackend final : public Backend {
 
   // Where a quantised weight goes (set_dense_quant, tuning.h): the one rule.
   enum class Placement {
-    kW8A8,    // row-major E4M3 as in the checkpoint, for cuBLASLt's FP8 GEMM (fp8_gemm.h)
+    kW8A8,    // row-major E4M3 as in the checkpoint: cuBLASLt's FP8 GEMM (fp8_gemm.h) or the W8A8 experts
     kKernel,  // repacked for the W4A16 / W8A16 kernels (quant_layout.h)
     kBf16,    // dequantised exactly, rounded to bf16 once
   };
@@ -237,7 +238,13 @@ class CudaBackend final : public Backend {
     // set_fp8_weight_kernels(false) (DGEMMA_FP8_KERNELS=0) serves FP8 weights from exact bf16 copies.
     if (fp8 && !fp8_kernels_setting().load()) return Placement::kBf16;
     const bool kernel_shape = host.rows() % 8 == 0 && host.cols() % 64 == 0;
-    if (host.data.ndim == 3) return kernel_shape ? Placement::kKernel : Placement::kBf16;
+    if (host.data.ndim == 3) {  // expert stacks: W8A8 on FP8 wgmma (set_fp8_moe_w8a8), else the W8A16 / W4A16 kernels
+      if (fp8 && host.act == ActQuant::kFp8Token && fp8_moe_w8a8()) {
+        activate();
+        if (grouped_w8a8_supported(host.rows(), host.cols(), nullptr)) return Placement::kW8A8;
+      }
+      return kernel_shape ? Placement::kKernel : Placement::kBf16;
+    }
     const DenseQuant path = dense_quant_setting().load();
     if (path == DenseQuant::kW8A8 && fp8 && host.act == ActQuant::kFp8Token) {
       activate();
@@ -261,7 +268,7 @@ class CudaBackend final : public Backend {
     if (!host.quantized()) return Backend::upload_weight(host);
     const Placement where = placement(host);
     if (where == Placement::kW8A8) {
-      DG_CHECK(host.data.device == Device::kCpu && host.data.ndim == 2);
+      DG_CHECK(host.data.device == Device::kCpu);
       return Backend::upload_weight(host);
     }
     if (where == Placement::kKernel) {

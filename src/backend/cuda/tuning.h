@@ -92,6 +92,19 @@ DenseQuant set_dense_quant(DenseQuant path);
 bool parse_dense_quant(const char* word, DenseQuant* out);
 const char* dense_quant_name(DenseQuant path);
 
+// Whether upload_weight keeps FP8-dynamic expert stacks (per-token FP8 activations prescribed) for
+// the W8A8 grouped kernels on FP8 wgmma (grouped_moe_w8a8.cuh: activations quantised per row as the
+// CPU reference does, the checkpoint's E4M3 weights unrepacked; sm_90, Kd % 16, rows % 8) instead of
+// the W8A16 ones. Off by default until measured on the H200 (dgemma_gpu_check --bench w8a8_moe); the
+// environment's DGEMMA_FP8_MOE=w8a8 sets the start value on. Read at upload time. Returns the previous
+// value.
+bool set_fp8_moe_w8a8(bool on);
+bool fp8_moe_w8a8();
+// The W8A8 grouped kernels' tile shape: 1 64 x 128 (one warpgroup, 2 CTAs an SM), 2 64 x 256, 3 128 x
+// 256 (two warpgroups); 0 automatic (by the mean rows per expert: <= 96, <= 192, above). Environment
+// DGEMMA_W8A8_MOE_TILE. Returns the previous value.
+int set_w8a8_moe_tile(int variant);
+
 // Whether upload_weight keeps FP8 weights quantised for the W8A16 kernels (true, the default) or
 // serves them from exact bf16 copies (false: bf16's memory and speed; an A/B for benchmarks). The
 // environment's DGEMMA_FP8_KERNELS=0 sets the start value false. Read at upload time. Returns the
