@@ -29,6 +29,7 @@
 #include "engine/kv_pool.h"
 #include "model/weights.h"
 #include "util/bf16.h"
+#include "util/error.h"
 
 namespace dgemma::gpu_test {
 namespace {
@@ -293,17 +294,28 @@ std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, CpuAct
 // activation on the other side of an E4M3 rounding boundary (a 2^-4 step) and later layers compound
 // it; two CPU variants differing only in x / s against x * (1 / s) differ by logits NMSE 1.9e-3. So
 // W8A8 gets 1e-2 here (the golden test's free-running FP8-dynamic bound is 2e-2); the op-level
-// check (gpu_check_w8a8.cpp w8a8_dense) is where W8A8 meets the GEMM bound.
-void run_fixture(Reporter& r, const std::string& fixture, cuda::DenseQuant path = cuda::DenseQuant::kKernel) {
+// check (gpu_check_w8a8.cpp w8a8_dense) is where W8A8 meets the GEMM bound. all_w8a8: the experts on
+// the W8A8 kernels too (set_fp8_moe_w8a8), the whole model as the checkpoint prescribes on both sides.
+void run_fixture(Reporter& r, const std::string& fixture, cuda::DenseQuant path = cuda::DenseQuant::kKernel,
+                 bool all_w8a8 = false) {
   const std::string dir = std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/quant/" + fixture + "/model";
   const bool w8a8 = path == cuda::DenseQuant::kW8A8;
-  const std::vector<uint16_t> c = forward_logits(cpu(), dir, w8a8 ? CpuActs::kDenseOnly : CpuActs::kNone);
+  DG_CHECK(w8a8 || !all_w8a8);
+  const std::vector<uint16_t> c =
+      forward_logits(cpu(), dir, all_w8a8 ? CpuActs::kAll : w8a8 ? CpuActs::kDenseOnly : CpuActs::kNone);
   std::vector<uint16_t> g;
   {
     const DenseQuantScope scope(path);
-    g = forward_logits(cuda(), dir, CpuActs::kAll);
+    const bool old = cuda::set_fp8_moe_w8a8(all_w8a8);
+    try {
+      g = forward_logits(cuda(), dir, CpuActs::kAll);
+    } catch (...) {
+      cuda::set_fp8_moe_w8a8(old);
+      throw;
+    }
+    cuda::set_fp8_moe_w8a8(old);
   }
-  const std::string what = fixture + (w8a8 ? " (dense W8A8)" : "");
+  const std::string what = fixture + (all_w8a8 ? " (W8A8 dense and experts)" : w8a8 ? " (dense W8A8)" : "");
   double ss_w = 0, ss_d = 0;
   for (size_t i = 0; i < c.size(); ++i) {
     const double a = bf16_to_f32(g[i]), b = bf16_to_f32(c[i]);
@@ -533,12 +545,14 @@ std::vector<Case> quant_cases() {
       {"quant_forward_fp8_dynamic", [](Reporter& r) {
          run_fixture(r, "tiny_a_fp8_dynamic_pow2");
          run_fixture(r, "tiny_a_fp8_dynamic_pow2", cuda::DenseQuant::kW8A8);
+         run_fixture(r, "tiny_a_fp8_dynamic_pow2", cuda::DenseQuant::kW8A8, true);
        }},
       // The exporters' own (non-power-of-two) scales: the same maths on both backends (exact dequantised
       // weights; CUDA applies the row scale after the fp32 sum as the CPU does), so the same bound.
       {"quant_forward_realistic_scales", [](Reporter& r) {
          for (const char* f : {"tiny_a_nvfp4_modelopt", "tiny_a_nvfp4_ct", "tiny_a_fp8_dynamic"}) run_fixture(r, f);
          run_fixture(r, "tiny_a_fp8_dynamic", cuda::DenseQuant::kW8A8);
+         run_fixture(r, "tiny_a_fp8_dynamic", cuda::DenseQuant::kW8A8, true);
        }},
   };
 }
