@@ -159,7 +159,7 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   check(s.name);
   if (s.w8a8) {
     if (!s.every_tile || std::getenv("DGEMMA_W8A8_MOE_TILE")) return;
-    for (int v = 1; v <= 3; ++v) {  // each W8A8 tile shape (set_w8a8_moe_tile)
+    for (int v = 1; v <= cuda::kW8a8MoeTiles; ++v) {  // each W8A8 tile shape (set_w8a8_moe_tile)
       const int old = cuda::set_w8a8_moe_tile(v);
       g.out = poisoned(ScalarType::kBF16, {T, H});
       cuda().moe(g);

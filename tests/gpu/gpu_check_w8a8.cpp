@@ -298,8 +298,8 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
       row((base + " W8A8: not kept for W8A8 (no sm_90?)").c_str(), 0.0);
       continue;
     }
-    static const char* const kTiles[] = {"auto", "64x128", "64x256", "128x256"};
-    for (int v = 0; v <= 3; ++v) {
+    static const char* const kTiles[cuda::kW8a8MoeTiles + 1] = {"auto", "64x128", "128x128"};
+    for (int v = 0; v <= cuda::kW8a8MoeTiles; ++v) {
       const int old = cuda::set_w8a8_moe_tile(v);
       row((base + " W8A8 tile " + kTiles[v]).c_str(), time_ms([&] { be.moe(m8); }));
       cuda::set_w8a8_moe_tile(old);

@@ -28,6 +28,8 @@ struct W8a8Launcher {
   }
 };
 
+static_assert(kW8a8Variants == kW8a8MoeTiles, "tuning.h lists the tile shapes");
+
 std::atomic<int>& tile_setting() {
   static std::atomic<int> v{[] {
     const char* s = std::getenv("DGEMMA_W8A8_MOE_TILE");

@@ -17,7 +17,12 @@
 // Layout and pipeline are those of the bf16 wgmma kernel with 1-byte operands: a 128-byte stage row
 // holds 128 E4M3 values (kBK8 = 128 per K tile, 16 per 16-byte chunk), and a k32 step advances both
 // descriptors by 32 bytes as the bf16 k16 step does (four per K tile). Kd a multiple of 16 (whole
-// chunks; a partial last K tile is zero-filled). The tensor cores sum in their own order.
+// chunks; a partial last K tile is zero-filled). The tensor cores sum in their own order, and an FP8
+// MMA adds its products into the accumulator with fewer bits than fp32 (about 14 kept on Hopper), so
+// each K tile's four k32 MMAs start from zero (scale-d 0 on the first) and the tile's sum is added to
+// fp32 registers before the next tile (promotion every 128 K, as cuBLASLt without fast accumulation
+// does); the wgmma of a tile is therefore waited for within its iteration (two CTAs an SM, or the
+// other warpgroup, overlap it), and the accumulators twice over limit the tiles to 128 columns.
 #include <cstdint>
 
 namespace dgemma::cuda {
@@ -109,12 +114,13 @@ DG_UNROLL
     }
   };
 
-  float acc[NH][64];
+  float acc[NH][64];  // one K tile's MMA sums
+  float sum[NH][64];  // their fp32 total
 DG_UNROLL
   for (int h = 0; h < NH; ++h)
 DG_UNROLL
-    for (int q = 0; q < 64; ++q) acc[h][q] = 0.f;
-  auto frag = [&](int nf, int q) -> float& { return acc[nf >> 4][4 * (nf & 15) + q]; };
+    for (int q = 0; q < 64; ++q) acc[h][q] = sum[h][q] = 0.f;
+  auto frag = [&](int nf, int q) -> float& { return sum[nf >> 4][4 * (nf & 15) + q]; };
   auto fence_acc = [&] {
 DG_UNROLL
     for (int h = 0; h < NH; ++h)
@@ -142,14 +148,16 @@ DG_UNROLL
     for (int kk = 0; kk < kBK8 / 32; ++kk)
 DG_UNROLL
       for (int h = 0; h < NH; ++h)
-        wgmma_m64n128k32_e4m3(acc[h], sw128_desc(sa + 32 * kk), sw128_desc(sb + h * 128 * kRowBytes + 32 * kk));
+        wgmma_m64n128k32_e4m3(acc[h], sw128_desc(sa + 32 * kk), sw128_desc(sb + h * 128 * kRowBytes + 32 * kk), kk > 0);
     wgmma_commit();
     fence_acc();
-    wgmma_wait<1>();
+    wgmma_wait<0>();  // this K tile's sums, promoted to the fp32 total
     fence_acc();
+DG_UNROLL
+    for (int h = 0; h < NH; ++h)
+DG_UNROLL
+      for (int q = 0; q < 64; ++q) sum[h][q] += acc[h][q];
   }
-  wgmma_wait<0>();
-  fence_acc();
   cp_async_wait<0>();
   if (!active) return;
 
@@ -211,20 +219,19 @@ DG_UNROLL
 }
 
 // The shapes (the bf16 wgmma kernel's WgCfg; the same bytes per stage row): 64 x 128 one warpgroup
-// (2 CTAs an SM), 64 x 256 one warpgroup, 128 x 256 two warpgroups; chosen by the mean rows per
-// expert as the bf16 kernel's automatic plan does from ~64 rows on (below that the weights stream
-// once per expert either way, and the 64-row tile is the smallest wgmma block).
+// (2 CTAs an SM), 128 x 128 two warpgroups (the weight tile read once per 128 rows of an expert);
+// chosen by the mean rows per expert (up to ~128 the 64-row tiles: an expert's weights stream once
+// per tile either way and the 64-row tile is the smallest wgmma block).
 using W8a8Small = WgCfg<1, 128, 4, 2>;
-using W8a8Mid = WgCfg<1, 256, 4, 1>;
-using W8a8Large = WgCfg<2, 256, 4, 1>;
-constexpr int kW8a8Variants = 3;  // 1 small, 2 mid, 3 large
+using W8a8Large = WgCfg<2, 128, 4, 1>;
+constexpr int kW8a8Variants = 2;  // 1 small, 2 large
 
 inline GroupedPlanImpl w8a8_plan(int variant, int64_t R, int64_t E) {
   GroupedPlanImpl p;
   if (R <= 0 || E <= 0) return p;
-  if (variant < 1 || variant > kW8a8Variants) variant = R <= 96 * E ? 1 : R <= 192 * E ? 2 : 3;
+  if (variant < 1 || variant > kW8a8Variants) variant = R <= 128 * E ? 1 : 2;
   p.variant = variant;
-  p.tile_rows = variant == 3 ? W8a8Large::kBM : 64;
+  p.tile_rows = variant == 2 ? W8a8Large::kBM : W8a8Small::kBM;
   p.max_tiles = R / p.tile_rows + E;
   return p;
 }
@@ -237,8 +244,7 @@ void run_w8a8(L& l, const GroupedPlanImpl& plan, const W8a8Args& g, const int32_
     const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
     l.template w8a8<C, kGateUp>(g, tiles, plan.max_tiles, (g.N + cols - 1) / cols);
   };
-  if (plan.variant == 3) go(W8a8Large{});
-  else if (plan.variant == 2) go(W8a8Mid{});
+  if (plan.variant == 2) go(W8a8Large{});
   else go(W8a8Small{});
 }
 

@@ -100,9 +100,10 @@ const char* dense_quant_name(DenseQuant path);
 // value.
 bool set_fp8_moe_w8a8(bool on);
 bool fp8_moe_w8a8();
-// The W8A8 grouped kernels' tile shape: 1 64 x 128 (one warpgroup, 2 CTAs an SM), 2 64 x 256, 3 128 x
-// 256 (two warpgroups); 0 automatic (by the mean rows per expert: <= 96, <= 192, above). Environment
+// The W8A8 grouped kernels' tile shape: 1 64 x 128 (one warpgroup, 2 CTAs an SM), 2 128 x 128 (two
+// warpgroups); 0 automatic (by the mean rows per expert: up to 128, above). Environment
 // DGEMMA_W8A8_MOE_TILE. Returns the previous value.
+constexpr int kW8a8MoeTiles = 2;  // ids 1 .. 2
 int set_w8a8_moe_tile(int variant);
 
 // Whether upload_weight keeps FP8 weights quantised for the W8A16 kernels (true, the default) or

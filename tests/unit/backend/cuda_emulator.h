@@ -345,13 +345,13 @@ inline float wgmma_operand_e4m3(uint64_t desc, int row, int k) {
   if (ex == 0xf && mant == 7) return std::nanf("");
   return sign * (ex == 0 ? std::ldexp(static_cast<float>(mant), -9) : std::ldexp(1.0f + mant / 8.0f, ex - 7));
 }
-inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db) {
+inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate) {
   const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
   const int g = lane / 4, t = lane % 4;
   for (int i = 0; i < 16; ++i)
     for (int q = 0; q < 4; ++q) {
       const int r = 16 * wq + g + 8 * (q / 2), c = 8 * i + 2 * t + q % 2;
-      float s = d[4 * i + q];
+      float s = accumulate ? d[4 * i + q] : 0.0f;
       for (int k = 0; k < 32; ++k) s += wgmma_operand_e4m3(da, r, k) * wgmma_operand_e4m3(db, c, k);
       d[4 * i + q] = s;
     }

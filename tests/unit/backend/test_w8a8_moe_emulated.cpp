@@ -2,8 +2,8 @@
 // cuda_emulator.h (FP8 wgmma emulated from its descriptors, summing k in order) against the MoE maths
 // of cpu/moe.cpp with FP8-dynamic experts computed here: activations quantised per row by
 // cpu::quantize_fp8_per_token (gate_up's per token, down's per grouped row of the bf16 activation),
-// one fp32 dot product in k order per element (the E4M3 products are exact), then * s_row * row_scale
-// and the CPU's roundings. Every tile shape on ragged routings with N and K tails: a tiling,
+// per element fp32 sums in k order over each K tile of 128 added to the total tile by tile (the
+// kernel's promotion; the E4M3 products are exact), then * s_row * row_scale and the CPU's roundings. Every tile shape on ragged routings with N and K tails: a tiling,
 // indexing, scale or epilogue error moves elements, bit for bit otherwise.
 #include <gtest/gtest.h>
 
@@ -61,6 +61,17 @@ Quantised quantise(const std::vector<uint16_t>& x, int64_t n, int64_t K) {
   return q;
 }
 
+// The kernel's summation: per K tile of kBK8 a sum in k order from zero, added to the total.
+float tiled_dot(const float* a, const uint8_t* w, int K) {
+  float total = 0;
+  for (int k0 = 0; k0 < K; k0 += kBK8) {
+    float part = 0;
+    for (int k = k0; k < std::min(K, k0 + kBK8); ++k) part += a[k] * f8e4m3_to_f32(w[k]);
+    total += part;
+  }
+  return total;
+}
+
 void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -93,14 +104,10 @@ void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
     for (int r = offsets[e]; r < offsets[e + 1]; ++r) {
       const int t = pairs[r] / K;
       for (int i = 0; i < I; ++i) {
-        float sg = 0, su = 0;
         const uint8_t* wg = gate_up.data() + (static_cast<size_t>(e) * 2 * I + i) * H;
         const uint8_t* wu = wg + static_cast<size_t>(I) * H;
-        for (int k = 0; k < H; ++k) {
-          const float xv = qx.values[static_cast<size_t>(t) * H + k];
-          sg += xv * f8e4m3_to_f32(wg[k]);
-          su += xv * f8e4m3_to_f32(wu[k]);
-        }
+        const float* xt = qx.values.data() + static_cast<size_t>(t) * H;
+        float sg = tiled_dot(xt, wg, H), su = tiled_dot(xt, wu, H);
         sg = sg * qx.scales[static_cast<size_t>(t)] * rs_gu[static_cast<size_t>(e) * 2 * I + i];
         su = su * qx.scales[static_cast<size_t>(t)] * rs_gu[static_cast<size_t>(e) * 2 * I + I + i];
         const float g = round_bf16(gelu_tanh(round_bf16(sg)));
@@ -112,9 +119,8 @@ void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
     for (int r = offsets[e]; r < offsets[e + 1]; ++r) {
       const int p = pairs[r];
       for (int n = 0; n < H; ++n) {
-        float s = 0;
         const uint8_t* wd = down.data() + (static_cast<size_t>(e) * H + n) * I;
-        for (int k = 0; k < I; ++k) s += qa.values[static_cast<size_t>(r) * I + k] * f8e4m3_to_f32(wd[k]);
+        float s = tiled_dot(qa.values.data() + static_cast<size_t>(r) * I, wd, I);
         s = s * qa.scales[static_cast<size_t>(r)] * rs_dn[static_cast<size_t>(e) * H + n];
         y_ref[static_cast<size_t>(p) * H + n] = f32_to_bf16(round_bf16(s) * top_w[p]);
       }
@@ -140,16 +146,16 @@ void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
   }
 }
 
-// gate_up K = 144 (one K tile + 16), down K = 80 (one partial K tile); gate_up 80 and down 144 output
-// columns: partial N tiles of every shape. Rows: an empty expert, 1 row, 70 and 130 (several tiles of
-// 64 and one past 128), 3.
-TEST(W8a8MoeEmulated, EveryTileShapeOnRaggedRouting) { check(144, 80, 2, {0, 1, 70, 130, 3}, 5); }
+// gate_up K = 272 (two K tiles + 16: the promotion between tiles), down K = 80 (one partial K tile);
+// gate_up 80 and down 272 output columns: partial N tiles of every shape. Rows: an empty expert, 1
+// row, 70 and 130 (several tiles of 64, one past 128), 3.
+TEST(W8a8MoeEmulated, EveryTileShapeOnRaggedRouting) { check(272, 80, 2, {0, 1, 70, 130, 3}, 5); }
 
 TEST(W8a8MoeEmulated, AutomaticPlan) {
   EXPECT_EQ(w8a8_plan(0, 256 * 8, 128).variant, 1);   // ~16 rows an expert
-  EXPECT_EQ(w8a8_plan(0, 2048 * 8, 128).variant, 2);  // ~128
-  EXPECT_EQ(w8a8_plan(0, 4096 * 8, 128).variant, 3);  // ~256
-  const GroupedPlanImpl p = w8a8_plan(3, 1000, 7);
+  EXPECT_EQ(w8a8_plan(0, 2048 * 8, 128).variant, 1);  // ~128
+  EXPECT_EQ(w8a8_plan(0, 4096 * 8, 128).variant, 2);  // ~256
+  const GroupedPlanImpl p = w8a8_plan(2, 1000, 7);
   EXPECT_EQ(p.tile_rows, 128);
   EXPECT_EQ(p.max_tiles, 1000 / 128 + 7);
 }
