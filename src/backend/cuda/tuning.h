@@ -74,7 +74,8 @@ int set_grouped_moe_variant(int variant);
 //    E4M3 bit-identically to the CPU reference, then cuBLASLt's FP8 GEMM (fp8_gemm.h) on the
 //    checkpoint's row-major weights. Only the summation order differs from the CPU reference. A
 //    shape cuBLASLt refuses (checked at upload, logged once) and every other quantised linear take
-//    kKernel's path.
+//    kKernel's path. Not run on a GPU yet (emulated unit tests of the quantisation only): opt-in
+//    until dgemma_gpu_check w8a8_ and --bench w8a8 have run on the H200.
 //  * kKernel (the default): the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) on
 //    repacked weights, activations bf16 (FP8-dynamic's activation rounding left out). It computes
 //    with the exact dequantised weights; bf16 copies move each weight by up to 2^-9 (a
@@ -95,9 +96,9 @@ const char* dense_quant_name(DenseQuant path);
 // Whether upload_weight keeps FP8-dynamic expert stacks (per-token FP8 activations prescribed) for
 // the W8A8 grouped kernels on FP8 wgmma (grouped_moe_w8a8.cuh: activations quantised per row as the
 // CPU reference does, the checkpoint's E4M3 weights unrepacked; sm_90, Kd % 16, rows % 8) instead of
-// the W8A16 ones. Off by default until measured on the H200 (dgemma_gpu_check --bench w8a8_moe); the
-// environment's DGEMMA_FP8_MOE=w8a8 sets the start value on. Read at upload time. Returns the previous
-// value.
+// the W8A16 ones. Off by default: not run on a GPU yet (the kernel is checked through the emulator
+// only; dgemma_gpu_check fp8_w8a8_moe and --bench w8a8 are written for the H200). The environment's
+// DGEMMA_FP8_MOE=w8a8 sets the start value on. Read at upload time. Returns the previous value.
 bool set_fp8_moe_w8a8(bool on);
 bool fp8_moe_w8a8();
 // The W8A8 grouped kernels' tile shape: 1 64 x 128 (one warpgroup, 2 CTAs an SM), 2 128 x 128 (two
