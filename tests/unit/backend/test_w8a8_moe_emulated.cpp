@@ -151,6 +151,10 @@ void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
 // row, 70 and 130 (several tiles of 64, one past 128), 3.
 TEST(W8a8MoeEmulated, EveryTileShapeOnRaggedRouting) { check(272, 80, 2, {0, 1, 70, 130, 3}, 5); }
 
+// Tile boundaries: experts of exactly 64 and 128 rows and one past, whole K tiles only (gate_up K =
+// 128) and the smallest K (down K = 16, one chunk a row); top-8 routing.
+TEST(W8a8MoeEmulated, TileBoundariesAndShortK) { check(128, 16, 8, {64, 128, 129, 0, 2}, 9); }
+
 TEST(W8a8MoeEmulated, AutomaticPlan) {
   EXPECT_EQ(w8a8_plan(0, 256 * 8, 128).variant, 1);   // ~16 rows an expert
   EXPECT_EQ(w8a8_plan(0, 2048 * 8, 128).variant, 1);  // ~128
