@@ -55,6 +55,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_w8a8_kerne
   constexpr int NH = kBN / 128;
   constexpr int kAhead = kStages - 2;
   static_assert(kAhead >= 1, "a wgmma group in flight needs three stages at least");
+  static_assert(C::kMBlocks == 1, "one m64 block a warpgroup");
   DG_KERNEL_DYNAMIC_SMEM(smem);
 
   const int e = tiles[4 * blockIdx.x];
