@@ -3,7 +3,8 @@
 //    random packed values, block scales spanning E4M3's range and gate / up / down global scales that
 //    all differ, at small shapes and the 26B shape (E128 k8 H2816 I704), T = 1 .. 2048, skewed routing;
 //  * the W8A16 FP8 expert kernels (the same kernel with E4M3 weights), against the CPU reference with
-//    bf16 activations;
+//    bf16 activations; the W8A8 ones (FP8 wgmma, grouped_moe_w8a8.cuh) against it with FP8 activations
+//    (w8a8_moe_cases, registered last in gpu_checks.cpp);
 //  * dense quantised linears: the W8A16 / W4A16 dense kernel and the bf16 dequantisation fallback;
 //  * whole forward passes of the quantised fixtures (tests/fixtures/quant/*_pow2: their dequantised
 //    weights are exact bf16 values, so the CPU reference and the CUDA path compute the same maths up
@@ -513,6 +514,29 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
   w8a8_bench(time_ms, row);  // the dense FP8 linears at every 26B shape: W8A8 / W8A16 / bf16
 }
 
+// The W8A8 expert kernels (FP8 wgmma): the fp8_moe shapes, the CPU with FP8 activations. Listed last
+// of all checks (gpu_checks.cpp) while they have not run on a GPU: a fault there cannot take the
+// other checks of the process down with it.
+std::vector<Case> w8a8_moe_cases() {
+  constexpr int64_t H = 2816, I = 704;
+  return {
+      moe_case("fp8_w8a8_moe_E8_k2", {"fp8 w8a8 moe E8 k2 H64 I64", 37, 64, 64, 8, 2, false, true, true, true}),
+      moe_case("fp8_w8a8_moe_probe_H2816_I704", {"fp8 w8a8 moe E4 k2 H2816 I704", 24, H, I, 4, 2, false, true, true, true}),
+      moe_case("fp8_w8a8_moe_E128_k8_T1", {"fp8 w8a8 moe E128 k8 T1", 1, H, I, 128, 8, false, true, false, true}),
+      moe_case("fp8_w8a8_moe_E128_k8_T256", {"fp8 w8a8 moe E128 k8 T256", 256, H, I, 128, 8, false, true, true, true}),
+      moe_case("fp8_w8a8_moe_E128_k8_T2048", {"fp8 w8a8 moe E128 k8 T2048", 2048, H, I, 128, 8, false, true, false, true}),
+      // The FP8-dynamic fixtures' forwards with the dense linears on W8A8, then the experts too.
+      {"quant_forward_fp8_dynamic_w8a8", [](Reporter& r) {
+         run_fixture(r, "tiny_a_fp8_dynamic_pow2", cuda::DenseQuant::kW8A8);
+         run_fixture(r, "tiny_a_fp8_dynamic_pow2", cuda::DenseQuant::kW8A8, true);
+       }},
+      {"quant_forward_realistic_scales_w8a8", [](Reporter& r) {
+         run_fixture(r, "tiny_a_fp8_dynamic", cuda::DenseQuant::kW8A8);
+         run_fixture(r, "tiny_a_fp8_dynamic", cuda::DenseQuant::kW8A8, true);
+       }},
+  };
+}
+
 std::vector<Case> quant_cases() {
   constexpr int64_t H = 2816, I = 704;
   return {
@@ -530,12 +554,6 @@ std::vector<Case> quant_cases() {
       moe_case("fp8_moe_E128_k8_T1", {"fp8 moe E128 k8 T1", 1, H, I, 128, 8, false, true}),
       moe_case("fp8_moe_E128_k8_T256", {"fp8 moe E128 k8 T256", 256, H, I, 128, 8, false, true, true}),
       moe_case("fp8_moe_E128_k8_T2048", {"fp8 moe E128 k8 T2048", 2048, H, I, 128, 8, false, true}),
-      // The W8A8 expert kernels (FP8 wgmma): the same shapes, the CPU with FP8 activations.
-      moe_case("fp8_w8a8_moe_E8_k2", {"fp8 w8a8 moe E8 k2 H64 I64", 37, 64, 64, 8, 2, false, true, true, true}),
-      moe_case("fp8_w8a8_moe_probe_H2816_I704", {"fp8 w8a8 moe E4 k2 H2816 I704", 24, H, I, 4, 2, false, true, true, true}),
-      moe_case("fp8_w8a8_moe_E128_k8_T1", {"fp8 w8a8 moe E128 k8 T1", 1, H, I, 128, 8, false, true, false, true}),
-      moe_case("fp8_w8a8_moe_E128_k8_T256", {"fp8 w8a8 moe E128 k8 T256", 256, H, I, 128, 8, false, true, true, true}),
-      moe_case("fp8_w8a8_moe_E128_k8_T2048", {"fp8 w8a8 moe E128 k8 T2048", 2048, H, I, 128, 8, false, true, false, true}),
       {"dense_fp8_kernel", [](Reporter& r) { run_dense(r, true, true, 256, 4096, 2816); run_dense(r, true, true, 37, 2816, 2112); }},
       {"dense_nvfp4_kernel", [](Reporter& r) { run_dense(r, false, true, 256, 2112, 2816); run_dense(r, false, true, 1, 2816, 2112); }},
       {"dense_fp8_fallback", [](Reporter& r) { run_dense(r, true, false, 64, 512, 2816); }},
@@ -545,15 +563,11 @@ std::vector<Case> quant_cases() {
       {"quant_forward_nvfp4_ct", [](Reporter& r) { run_fixture(r, "tiny_a_nvfp4_ct_pow2"); }},
       {"quant_forward_fp8_dynamic", [](Reporter& r) {
          run_fixture(r, "tiny_a_fp8_dynamic_pow2");
-         run_fixture(r, "tiny_a_fp8_dynamic_pow2", cuda::DenseQuant::kW8A8);
-         run_fixture(r, "tiny_a_fp8_dynamic_pow2", cuda::DenseQuant::kW8A8, true);
        }},
       // The exporters' own (non-power-of-two) scales: the same maths on both backends (exact dequantised
       // weights; CUDA applies the row scale after the fp32 sum as the CPU does), so the same bound.
       {"quant_forward_realistic_scales", [](Reporter& r) {
          for (const char* f : {"tiny_a_nvfp4_modelopt", "tiny_a_nvfp4_ct", "tiny_a_fp8_dynamic"}) run_fixture(r, f);
-         run_fixture(r, "tiny_a_fp8_dynamic", cuda::DenseQuant::kW8A8);
-         run_fixture(r, "tiny_a_fp8_dynamic", cuda::DenseQuant::kW8A8, true);
        }},
   };
 }
