@@ -53,8 +53,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_w8a8_kerne
   constexpr int kBCopies = kBN / kRowsPerPass;
   constexpr int NF = kBN / 8;
   constexpr int NH = kBN / 128;
-  constexpr int kAhead = kStages - 2;
-  static_assert(kAhead >= 1, "a wgmma group in flight needs three stages at least");
+  // K tiles copied ahead: every stage but the one being read (the previous tile's wgmma was waited for
+  // before the barrier that starts this iteration, so its stage is free to refill right after it).
+  constexpr int kAhead = kStages - 1;
+  static_assert(kAhead >= 1, "two stages at least");
   static_assert(C::kMBlocks == 1, "one m64 block a warpgroup");
   DG_KERNEL_DYNAMIC_SMEM(smem);
 
