@@ -52,6 +52,9 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
     std::printf("%-44s %10s\n", "op (26B-A4B shapes, canvas 256)", "median ms");
     gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
                           [](const char* what, double ms) { std::printf("%-44s %10.3f\n", what, ms); });
+    // last: the W8A8 rows, not yet run on a GPU (a fault there cannot take the rows above with it)
+    gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+                         [](const char* what, double ms) { std::printf("%-60s %10.3f\n", what, ms); });
     return 0;
   }
   const int64_t C = 256, H = 2816, V = 262144, Hq = 16, E = 128, K = 8, I = 704;
@@ -287,6 +290,7 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
         }));
     row("decide 4 x C=256, one batch", time_ms(be, [&] { be.decide_batch(four); }));
   }
+  if (!tail_only) gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);  // last (not yet run on a GPU)
   return 0;
 }
 

@@ -511,7 +511,6 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
       }
     }
   }
-  w8a8_bench(time_ms, row);  // the dense FP8 linears at every 26B shape: W8A8 / W8A16 / bf16
 }
 
 // The W8A8 expert kernels (FP8 wgmma): the fp8_moe shapes, the CPU with FP8 activations. Listed last
