@@ -5,7 +5,8 @@
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
 //                [--attention flash|flash-v1|flash-v2|cublas|fused|fused256] [--moe device|host] [--moe-variant V]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
-//                [--dense-quant on|off]   (quantised dense linears: W8A16 / W4A16 kernel or bf16 cuBLAS)
+//                [--dense-quant w8a8|on|off]   (quantised dense linears: FP8-dynamic's W8A8 on cuBLASLt, the
+//                                               W8A16 / W4A16 kernel, or bf16 cuBLAS; tuning.h set_dense_quant)
 //                [--small-kernels fused|ops]   (the fused qkv prologue, MoE routing and junction norms, or
 //                                               the earlier kernels)
 //                [--profile-step N]   (the profiler's capture window around the measured round's N-th
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
                  "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
                  "                   [--attention flash|flash-v1|flash-v2|cublas|fused|fused256] [--moe device|host] [--moe-variant V]   (CUDA kernel choices, for A/B runs)\n"
                  "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
-                 "                   [--dense-quant on|off]   (quantised dense linears: quantised kernel or bf16 cuBLAS)\n"
+                 "                   [--dense-quant w8a8|on|off]   (quantised dense linears: W8A8 cuBLASLt, quantised kernel or bf16 cuBLAS)\n"
                  "                   [--small-kernels fused|ops]   (fused qkv prologue, MoE routing and junction norms, or the earlier kernels)\n"
                  "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM per projection)\n"
                  "                   [--profile-step N]   (profiler capture window around the N-th measured denoising step)\n");
@@ -106,7 +107,12 @@ int main(int argc, char** argv) {
       cuda::set_flash_attention_max_dim(v == "flash256" ? 256 : 0);
       cuda::set_flash_attention_variant(v == "flash-v1" ? 1 : v == "flash-v2" ? 2 : 0);  // tuning.h
     } else if (k == "--dense-quant") {
-      cuda::set_dense_quant_weights(std::string(argv[i + 1]) != "off");
+      cuda::DenseQuant path{};
+      if (!cuda::parse_dense_quant(argv[i + 1], &path)) {
+        std::fprintf(stderr, "--dense-quant: w8a8, on or off, not %s\n", argv[i + 1]);
+        return 2;
+      }
+      cuda::set_dense_quant(path);
     } else if (k == "--moe") {
       cuda::set_moe_device_grouping(std::string(argv[i + 1]) != "host");
     } else if (k == "--moe-variant") {
@@ -122,6 +128,13 @@ int main(int argc, char** argv) {
     ModelConfig mc = load_model_config(dir);
     if (!quantization.empty()) mc.quant = quant_preset(quantization);
     std::fprintf(stderr, "weights: %s\n", mc.quant.quantized() ? mc.quant.summary.c_str() : "bf16");
+#if DGEMMA_HAVE_CUDA
+    if (mc.quant.quantized() && device == "cuda") {
+      const cuda::DenseQuant path = cuda::set_dense_quant(cuda::DenseQuant::kKernel);  // read, then put back
+      cuda::set_dense_quant(path);
+      std::fprintf(stderr, "dense quantised linears: --dense-quant %s\n", cuda::dense_quant_name(path));
+    }
+#endif
     auto be = device == "cuda" ? make_cuda_backend(0) : make_cpu_backend();
     Stopwatch load;
     DiffusionGemma model(mc, dummy_weights(mc, *be, 1), *be);

@@ -194,7 +194,7 @@ Weight random_quant(Data& d, bool fp8, int64_t N, int64_t K, float row) {
 // different row scales against the parts, at the dense MLP's gate | up shape.
 void check_fused_quant_gemm(Reporter& r) {
   Data d("fused_quant_gemm");
-  Switch dense(cuda::set_dense_quant_weights, true);
+  const DenseQuantScope dense(cuda::DenseQuant::kKernel);  // random_quant's weights prescribe no FP8 activations
   for (bool fp8 : {false, true}) {
     const int64_t T = 256, K = 2816, I = 2112;
     const std::string name = std::string("fused ") + (fp8 ? "fp8" : "nvfp4") + " gemm T=256 N=2112+2112 K=2816";

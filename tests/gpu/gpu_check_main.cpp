@@ -2,12 +2,13 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench [quant|flash|tail|fused|small|moe]  times the CUDA ops at the 26B-A4B shapes
+//   dgemma_gpu_check --bench [quant|flash|tail|fused|small|moe|w8a8]  times the CUDA ops at the 26B-A4B shapes
 //                                     (canvas 256) instead (quant: only the quantised kernels' rows; flash:
 //                                     only the attention_batch rows; moe: the bf16 grouped
 //                                     expert GEMMs per variant and T; tail: the LM head, sampler,
 //                                     self-conditioning GEMM and decide only; fused: the fused projections'
-//                                     GEMMs; small: the per-layer small kernels only)
+//                                     GEMMs; small: the per-layer small kernels only; w8a8: the dense
+//                                     FP8 linears and the FP8 MoE block, W8A8 / W8A16 / bf16)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -51,6 +52,9 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
     std::printf("%-44s %10s\n", "op (26B-A4B shapes, canvas 256)", "median ms");
     gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
                           [](const char* what, double ms) { std::printf("%-44s %10.3f\n", what, ms); });
+    // last: the W8A8 rows, not yet run on a GPU (a fault there cannot take the rows above with it)
+    gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+                         [](const char* what, double ms) { std::printf("%-60s %10.3f\n", what, ms); });
     return 0;
   }
   const int64_t C = 256, H = 2816, V = 262144, Hq = 16, E = 128, K = 8, I = 704;
@@ -286,6 +290,7 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
         }));
     row("decide 4 x C=256, one batch", time_ms(be, [&] { be.decide_batch(four); }));
   }
+  if (!tail_only) gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);  // last (not yet run on a GPU)
   return 0;
 }
 
@@ -315,6 +320,12 @@ int main(int argc, char** argv) {
       dgemma::Backend& be = dgemma::gpu_test::cuda();
       dgemma::gpu_test::fused_gemm_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
                                          [](const char* what, double ms) { std::printf("%-56s %10.3f\n", what, ms); });
+      return 0;
+    }
+    if (mode("w8a8")) {  // the dense FP8 linears and the FP8 MoE block: W8A8, W8A16, bf16
+      dgemma::Backend& be = dgemma::gpu_test::cuda();
+      dgemma::gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+                                   [](const char* what, double ms) { std::printf("%-60s %10.3f\n", what, ms); });
       return 0;
     }
     if (mode("moe")) {  // the bf16 grouped expert GEMMs alone, per variant and T

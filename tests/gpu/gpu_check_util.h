@@ -10,9 +10,22 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/tuning.h"
 #include "gpu_checks.h"
 
 namespace dgemma::gpu_test {
+
+// cuda::set_dense_quant for a scope (uploads inside it take that path).
+class DenseQuantScope {
+ public:
+  explicit DenseQuantScope(cuda::DenseQuant path) : old_(cuda::set_dense_quant(path)) {}
+  ~DenseQuantScope() { cuda::set_dense_quant(old_); }
+  DenseQuantScope(const DenseQuantScope&) = delete;
+  DenseQuantScope& operator=(const DenseQuantScope&) = delete;
+
+ private:
+  cuda::DenseQuant old_;
+};
 
 // Random host tensors from one seeded stream (one per check: run_seed() mixed with the check's name).
 class Data {

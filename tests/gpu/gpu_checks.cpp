@@ -16,6 +16,8 @@ std::vector<Case> batch_cases();            // gpu_check_batch.cpp
 std::vector<Case> small_kernel_cases();     // gpu_check_small_kernels.cpp
 std::vector<Case> memory_cases();           // gpu_check_memory.cpp
 std::vector<Case> fused_gemm_cases();       // gpu_check_fused_gemm.cpp
+std::vector<Case> w8a8_cases();             // gpu_check_w8a8.cpp
+std::vector<Case> w8a8_moe_cases();         // gpu_check_quant.cpp
 
 std::vector<Case> all_cases() {
   std::vector<Case> all = op_cases();
@@ -32,6 +34,9 @@ std::vector<Case> all_cases() {
   for (auto& c : model_cases()) all.push_back(std::move(c));
   for (auto& c : trajectory_cases()) all.push_back(std::move(c));
   for (auto& c : nccl_cases()) all.push_back(std::move(c));
+  // Last: the W8A8 paths, not yet run on a GPU (a sticky CUDA error there would fail every later check).
+  for (auto& c : w8a8_cases()) all.push_back(std::move(c));
+  for (auto& c : w8a8_moe_cases()) all.push_back(std::move(c));
   return all;
 }
 

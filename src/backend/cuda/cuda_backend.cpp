@@ -31,7 +31,9 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/decide.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/grouped_moe_fp4.cuh"
+#include "backend/cuda/grouped_moe_w8a8.cuh"
 #include "backend/cuda/quant_layout.h"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm_rope.cuh"
@@ -124,7 +126,16 @@ void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases) {
 void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std::span<const SamplerArgs>(&a, 1)); }
 
 namespace {
-std::atomic<bool> g_dense_quant{true};
+std::atomic<DenseQuant>& dense_quant_setting() {
+  static std::atomic<DenseQuant> path{[] {
+    DenseQuant p = DenseQuant::kKernel;
+    const char* v = std::getenv("DGEMMA_DENSE_QUANT");
+    if (v != nullptr && !parse_dense_quant(v, &p))
+      DG_LOG_WARN("cuda", "DGEMMA_DENSE_QUANT={} is none of w8a8 / on / off: ignored", v);
+    return p;
+  }()};
+  return path;
+}
 std::atomic<bool> g_fused_qkv{true};
 std::atomic<bool>& fp8_kernels_setting() {
   static std::atomic<bool> on{[] {
@@ -135,7 +146,25 @@ std::atomic<bool>& fp8_kernels_setting() {
 }
 }  // namespace
 
-bool set_dense_quant_weights(bool on) { return g_dense_quant.exchange(on); }
+DenseQuant set_dense_quant(DenseQuant path) { return dense_quant_setting().exchange(path); }
+
+bool parse_dense_quant(const char* word, DenseQuant* out) {
+  const std::string_view w = word == nullptr ? std::string_view() : std::string_view(word);
+  if (w == "w8a8") *out = DenseQuant::kW8A8;
+  else if (w == "on") *out = DenseQuant::kKernel;
+  else if (w == "off") *out = DenseQuant::kBf16;
+  else return false;
+  return true;
+}
+
+const char* dense_quant_name(DenseQuant path) {
+  switch (path) {
+    case DenseQuant::kW8A8: return "w8a8";
+    case DenseQuant::kKernel: return "on";
+    case DenseQuant::kBf16: return "off";
+  }
+  return "?";
+}
 
 bool set_fp8_weight_kernels(bool on) { return fp8_kernels_setting().exchange(on); }
 bool set_fused_qkv_prologue(bool on) { return g_fused_qkv.exchange(on); }
@@ -159,7 +188,7 @@ cudaMemcpyKind kind_of(Device dst, Device src) {
 class CudaBackend final : public Backend {
  public:
   const Context& context() const { return ctx_; }
-  explicit CudaBackend(int device_index) : ctx_(device_index) {
+  explicit CudaBackend(int device_index) : ctx_(device_index), fp8_gemm_(ctx_.stream) {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, device_index));
     name_ = fmt::format("cuda:{} ({}, sm_{}{})", device_index, p.name, p.major, p.minor);
@@ -199,19 +228,53 @@ class CudaBackend final : public Backend {
     return t;
   }
 
-  // Fallback for quantised weights off the kernels' shape rule (K % 64, rows % 8), and for dense
-  // linears when set_dense_quant_weights is off: the weight is dequantised exactly on the host (the CPU reference, fp32) and rounded
-  // to bf16 once, then served by the bf16 kernels: bf16 speed and memory for those weights, and
-  // FP8-dynamic's activation quantisation is not emulated.
+  // Where a quantised weight goes (set_dense_quant, tuning.h): the one rule.
+  enum class Placement {
+    kW8A8,    // row-major E4M3 as in the checkpoint: cuBLASLt's FP8 GEMM (fp8_gemm.h) or the W8A8 experts
+    kKernel,  // repacked for the W4A16 / W8A16 kernels (quant_layout.h)
+    kBf16,    // dequantised exactly, rounded to bf16 once
+  };
+  Placement placement(const Weight& host) {
+    const bool fp8 = host.format == WeightFormat::kFp8Channel;
+    // set_fp8_weight_kernels(false) (DGEMMA_FP8_KERNELS=0) serves FP8 weights from exact bf16 copies.
+    if (fp8 && !fp8_kernels_setting().load()) return Placement::kBf16;
+    const bool kernel_shape = host.rows() % 8 == 0 && host.cols() % 64 == 0;
+    if (host.data.ndim == 3) {  // expert stacks: W8A8 on FP8 wgmma (set_fp8_moe_w8a8), else the W8A16 / W4A16 kernels
+      if (fp8 && host.act == ActQuant::kFp8Token && fp8_moe_w8a8()) {
+        activate();
+        if (grouped_w8a8_supported(host.rows(), host.cols(), nullptr)) return Placement::kW8A8;
+      }
+      return kernel_shape ? Placement::kKernel : Placement::kBf16;
+    }
+    const DenseQuant path = dense_quant_setting().load();
+    if (path == DenseQuant::kW8A8 && fp8 && host.act == ActQuant::kFp8Token) {
+      activate();
+      if (fp8_gemm_.supported(host.rows(), host.cols())) return Placement::kW8A8;
+      if (!warned_w8a8_) {
+        DG_LOG_WARN("cuda", "cuBLASLt takes no W8A8 FP8 GEMM of a [{}, {}] weight: such linears run W8A16", host.rows(),
+                    host.cols());
+        warned_w8a8_ = true;
+      }
+    }
+    return path != DenseQuant::kBf16 && kernel_shape ? Placement::kKernel : Placement::kBf16;
+  }
+
+  // kBf16 serves quantised weights off the kernels' shape rule (K % 64, rows % 8), and dense linears
+  // when set_dense_quant is off: the weight is dequantised exactly on the host (the CPU reference,
+  // fp32) and rounded to bf16 once, then served by the bf16 kernels: bf16 speed and memory for those
+  // weights, and FP8-dynamic's activation quantisation is not emulated. The device weight's `act`
+  // says what the device computes: kFp8Token only for kW8A8 (which matmul reads as the row-major
+  // layout), kNone for the W8A16 kernel's repacked weights.
   Weight upload_weight(const Weight& host) override {
     if (!host.quantized()) return Backend::upload_weight(host);
-    // NVFP4 / FP8 expert stacks (and dense linears, set_dense_quant_weights) stay quantised for the
-    // W4A16 / W8A16 kernels (their shape rule; the alignment holds for our allocations), repacked.
-    // set_fp8_weight_kernels(false) (DGEMMA_FP8_KERNELS=0) serves FP8 weights from exact bf16 copies.
-    const bool kernel_shape = (host.format != WeightFormat::kFp8Channel || fp8_kernels_setting().load()) &&
-                              host.rows() % 8 == 0 && host.cols() % 64 == 0;
-    if (kernel_shape && (host.data.ndim == 3 || g_dense_quant.load())) {
+    const Placement where = placement(host);
+    if (where == Placement::kW8A8) {
+      DG_CHECK(host.data.device == Device::kCpu);
+      return Backend::upload_weight(host);
+    }
+    if (where == Placement::kKernel) {
       Weight w = host;
+      w.act = ActQuant::kNone;  // W4A16 / W8A16: bf16 activations
       if (host.format == WeightFormat::kNvfp4)
         DG_CHECK(host.block.device == Device::kCpu && host.block.numel() == host.experts() * host.rows() * (host.cols() / 16));
       Tensor bytes = host.data.ndim == 3 ? host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1), host.data.dim(2)})
@@ -246,10 +309,10 @@ class CudaBackend final : public Backend {
     }
     DG_CHECK(host.data.device == Device::kCpu);
     if (!warned_dequant_) {
-      // Dense linears with set_dense_quant_weights off are dequantised by request; a weight off the
-      // kernels' shape rule is worth a warning.
-      if (host.data.ndim == 3 || (host.rows() % 8 == 0 && host.cols() % 64 == 0))
-        DG_LOG_INFO("cuda", "dense {} linears are dequantised to bf16 at load (set_dense_quant_weights off; the experts stay quantised)",
+      // Dense linears with set_dense_quant off are dequantised by request (as are FP8 weights with
+      // set_fp8_weight_kernels off); a weight off the kernels' shape rule is worth a warning.
+      if (host.rows() % 8 == 0 && host.cols() % 64 == 0)
+        DG_LOG_INFO("cuda", "{} linears are dequantised to bf16 at load (set_dense_quant off or set_fp8_weight_kernels off)",
                     weight_format_name(host.format));
       else
         DG_LOG_WARN("cuda", "{} weights off the quantised kernels' shape rule are dequantised to bf16 at load",
@@ -348,10 +411,19 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& x, const Weight& weight, const Tensor& out) override {
     activate();
-    if (weight.quantized()) {  // kept quantised by upload_weight: W4A16 / W8A16 (FP8 activations not quantised)
+    if (weight.quantized()) {  // kept quantised by upload_weight (placement): W8A8, or W4A16 / W8A16
       const int64_t T = x.dim(0), K = x.dim(-1), N = weight.rows();
       DG_CHECK(weight.data.ndim == 2 && weight.cols() == K && x.numel() == T * K && out.numel() == T * N);
       const bool fp8 = weight.format == WeightFormat::kFp8Channel;
+      if (fp8 && weight.act == ActQuant::kFp8Token) {  // W8A8: e4m3 activations, cuBLASLt
+        const uint16_t* xp = bf16_in(x, "matmul", "x");
+        DG_CHECK((reinterpret_cast<uintptr_t>(xp) & 15u) == 0 && K % 16 == 0);
+        Tensor q = ctx_.alloc(ScalarType::kU8, {T, K}), s = ctx_.alloc(ScalarType::kF32, {T});
+        launch_quantize_fp8_rows(xp, T, K, q.ptr<uint8_t>(), s.ptr<float>(), ctx_.stream);
+        fp8_gemm_.run(q.ptr<uint8_t>(), s.ptr<float>(), weight.data.ptr<uint8_t>(), weight.row_scale.ptr<float>(), T, N,
+                      K, bf16_out(out, "matmul", "out"));
+        return;
+      }
       DG_CHECK(fp8 ? grouped_fp8_supported(N, K, weight.data.data)
                    : grouped_fp4_supported(N, K, weight.data.data, weight.block.data));
       launch_dense_quant(fp8, bf16_in(x, "matmul", "x"), weight.data.ptr<uint8_t>(),
@@ -611,8 +683,10 @@ class CudaBackend final : public Backend {
   }
 
   Context ctx_;
+  Fp8Gemm fp8_gemm_;  // the W8A8 linears' cuBLASLt state (made on first use)
   std::string name_;
   bool warned_dequant_ = false;
+  bool warned_w8a8_ = false;
 };
 
 }  // namespace

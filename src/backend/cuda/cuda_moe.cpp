@@ -24,6 +24,8 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/grouped_moe.cuh"
 #include "backend/cuda/grouped_moe_fp4.cuh"
+#include "backend/cuda/grouped_moe_w8a8.cuh"
+#include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/tuning.h"
@@ -64,8 +66,12 @@ void moe(const Context& ctx, const MoeArgs& a) {
   DG_CHECK(down.ndim == 3 && down.dim(0) == E && down.dim(1) == H && a.down.cols() == I);
   if (fp4_gu) DG_CHECK(grouped_fp4_supported(I2, H, gate_up.data, a.gate_up.block.data));
   if (fp4_dn) DG_CHECK(grouped_fp4_supported(H, I, down.data, a.down.block.data));
-  if (fp8_gu) DG_CHECK(grouped_fp8_supported(I2, H, gate_up.data));
-  if (fp8_dn) DG_CHECK(grouped_fp8_supported(H, I, down.data));
+  // FP8 experts uploaded for W8A8 keep act kFp8Token (CudaBackend::placement), the W8A16 ones kNone.
+  const bool w8a8_gu = fp8_gu && a.gate_up.act == ActQuant::kFp8Token, w8a8_dn = fp8_dn && a.down.act == ActQuant::kFp8Token;
+  if (fp8_gu) DG_CHECK(w8a8_gu ? grouped_w8a8_supported(I2, H, gate_up.data) : grouped_fp8_supported(I2, H, gate_up.data));
+  if (fp8_dn) DG_CHECK(w8a8_dn ? grouped_w8a8_supported(H, I, down.data) : grouped_fp8_supported(H, I, down.data));
+  if ((w8a8_gu || w8a8_dn) && (!a.gate_up.quantized() || !a.down.quantized()))
+    fail(ErrorKind::kUnsupported, "CUDA moe: W8A8 experts with a bf16 projection (one tile list for both kernels)");
   DG_CHECK(K >= 1 && K <= E && a.out.numel() == T * H);
   if (!a.dbg_probs.empty()) DG_CHECK(a.dbg_probs.device == Device::kCpu && a.dbg_probs.numel() == T * E);
   if (!a.dbg_weights.empty()) DG_CHECK(a.dbg_weights.device == Device::kCpu && a.dbg_weights.numel() == T * K);
@@ -126,8 +132,9 @@ void moe(const Context& ctx, const MoeArgs& a) {
     Tensor pairs = ctx.alloc(ScalarType::kI32, {R});
     // The bf16 GEMMs' kernel and tile list (4 i32 an entry); with quantised experts (no list) a bf16
     // projection, if any, takes the small kernel.
+    // W8A8 experts: the FP8 wgmma kernels' list.
     const bool any_quant = fp8_gu || fp4_gu || fp8_dn || fp4_dn;
-    const GroupedPlan plan = any_quant ? GroupedPlan{} : grouped_moe_plan(R, E);
+    const GroupedPlan plan = w8a8_gu || w8a8_dn ? grouped_w8a8_plan(R, E) : any_quant ? GroupedPlan{} : grouped_moe_plan(R, E);
     Tensor tiles;
     if (plan.max_tiles > 0) tiles = ctx.alloc(ScalarType::kI32, {4 * plan.max_tiles});
     int32_t* tiles_ptr = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
@@ -146,7 +153,13 @@ void moe(const Context& ctx, const MoeArgs& a) {
     }
     Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
     Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
-    if (fp8_gu)
+    if (w8a8_gu) {  // the input quantised per token (the CPU's per routed row: the same rows)
+      Tensor q = ctx.alloc(ScalarType::kU8, {T, H}), s = ctx.alloc(ScalarType::kF32, {T});
+      launch_quantize_fp8_rows(a.expert_in.ptr<uint16_t>(), T, H, q.ptr<uint8_t>(), s.ptr<float>(), st);
+      launch_grouped_gate_up_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), gate_up.ptr<uint8_t>(),
+                                  a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+                                  tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
+    } else if (fp8_gu)
       launch_grouped_gate_up_fp8(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.row_scale.ptr<float>(),
                                  offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), st);
     else if (fp4_gu)
@@ -156,7 +169,13 @@ void moe(const Context& ctx, const MoeArgs& a) {
     else
       launch_grouped_gate_up(plan, a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
                              pairs.ptr<int32_t>(), tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
-    if (fp8_dn)
+    if (w8a8_dn) {  // the activation quantised per grouped row
+      Tensor q = ctx.alloc(ScalarType::kU8, {R, I}), s = ctx.alloc(ScalarType::kF32, {R});
+      launch_quantize_fp8_rows(act.ptr<uint16_t>(), R, I, q.ptr<uint8_t>(), s.ptr<float>(), st);
+      launch_grouped_down_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(),
+                               offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, top_w.ptr<float>(), R, E, H, I,
+                               y.ptr<uint16_t>(), st);
+    } else if (fp8_dn)
       launch_grouped_down_fp8(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(),
                               pairs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
     else if (fp4_dn)

@@ -77,16 +77,45 @@ int set_grouped_moe_variant(int variant);
 // previous value.
 bool set_route_split_placement(bool on);
 
-// Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
-// the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to
-// bf16 for cuBLAS. On by default: the kernel computes with the exact dequantised weights, as the
-// reference does; bf16 copies move each weight by up to 2^-9 (a non-power-of-two scale's products),
-// which took the FP8 fixture's logits past the CPU-vs-CUDA bound (NMSE 6.7e-4 > 2.5e-4,
-// dgemma_gpu_check quant_forward_realistic_scales). Off is faster on the H200 (FP8 26B-A4B step at
-// batch 1: 16.49 ms against 23.37; the dense kernel decodes each weight tile again for every 32 or 128
-// input rows): an A/B knob (dgemma_bench --dense-quant off). Read at upload time. Returns the previous
-// value.
-bool set_dense_quant_weights(bool on);
+// How upload_weight serves dense (2-D) quantised linears (FP8 attention / MLP, NVFP4 MLP); the experts
+// stay quantised either way. The one rule (CudaBackend::placement):
+//  * kW8A8: FP8 linears whose checkpoint prescribes dynamic per-token FP8 activations (FP8-dynamic,
+//    weight.h ActQuant::kFp8Token) run as the checkpoint says: activations quantised per token to
+//    E4M3 bit-identically to the CPU reference, then cuBLASLt's FP8 GEMM (fp8_gemm.h) on the
+//    checkpoint's row-major weights. Only the summation order differs from the CPU reference. A
+//    shape cuBLASLt refuses (checked at upload, logged once) and every other quantised linear take
+//    kKernel's path. Not run on a GPU yet (emulated unit tests of the quantisation only): opt-in
+//    until dgemma_gpu_check w8a8_ and --bench w8a8 have run on the H200.
+//  * kKernel (the default): the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) on
+//    repacked weights, activations bf16 (FP8-dynamic's activation rounding left out). It computes
+//    with the exact dequantised weights; bf16 copies move each weight by up to 2^-9 (a
+//    non-power-of-two scale's products), which took the FP8 fixture's logits past the CPU-vs-CUDA
+//    bound (NMSE 6.7e-4 > 2.5e-4, dgemma_gpu_check quant_forward_realistic_scales).
+//  * kBf16: exact dequantisation to bf16 copies for cuBLAS, faster than kKernel on the H200 (FP8
+//    26B-A4B step at batch 1: 16.49 ms against 23.37; the dense kernel decodes each weight tile again
+//    for every 32 or 128 input rows): an A/B knob.
+// dgemma_bench --dense-quant w8a8 | on | off; the environment's DGEMMA_DENSE_QUANT (the same words)
+// gives the start value. Read at upload time (a weight keeps the path it was uploaded for). Returns
+// the previous value.
+enum class DenseQuant { kW8A8, kKernel, kBf16 };
+DenseQuant set_dense_quant(DenseQuant path);
+// "w8a8" / "on" / "off" to the path (false for any other word), and back.
+bool parse_dense_quant(const char* word, DenseQuant* out);
+const char* dense_quant_name(DenseQuant path);
+
+// Whether upload_weight keeps FP8-dynamic expert stacks (per-token FP8 activations prescribed) for
+// the W8A8 grouped kernels on FP8 wgmma (grouped_moe_w8a8.cuh: activations quantised per row as the
+// CPU reference does, the checkpoint's E4M3 weights unrepacked; sm_90, Kd % 16, rows % 8) instead of
+// the W8A16 ones. Off by default: not run on a GPU yet (the kernel is checked through the emulator
+// only; dgemma_gpu_check fp8_w8a8_moe and --bench w8a8 are written for the H200). The environment's
+// DGEMMA_FP8_MOE=w8a8 sets the start value on. Read at upload time. Returns the previous value.
+bool set_fp8_moe_w8a8(bool on);
+bool fp8_moe_w8a8();
+// The W8A8 grouped kernels' tile shape: 1 64 x 128 (one warpgroup, 2 CTAs an SM), 2 128 x 128 (two
+// warpgroups); 0 automatic (by the mean rows per expert: up to 128, above). Environment
+// DGEMMA_W8A8_MOE_TILE. Returns the previous value.
+constexpr int kW8a8MoeTiles = 2;  // ids 1 .. 2
+int set_w8a8_moe_tile(int variant);
 
 // Whether upload_weight keeps FP8 weights quantised for the W8A16 kernels (true, the default) or
 // serves them from exact bf16 copies (false: bf16's memory and speed; an A/B for benchmarks). The

@@ -1,7 +1,8 @@
 #pragma once
 // A host emulation of the CUDA operations the quantised and bf16 grouped GEMM kernels and the flash
 // attention kernel use (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh,
-// grouped_moe_kernel.cuh and flash_attention_kernel.cuh), so that the kernels themselves run in the
+// grouped_moe_kernel.cuh, grouped_moe_w8a8_kernel.cuh (FP8 wgmma) and flash_attention_kernel.cuh), so
+// that the kernels themselves run in the
 // unit tests of a machine without a GPU: a block is 128 (up to 256) fibers with a barrier for
 // __syncthreads and for the warp-collective ldmatrix / mma.sync / shuffles, shared memory a buffer whose
 // every access is bounds- and alignment-checked, cp.async a synchronous copy (its global source checked
@@ -12,9 +13,9 @@
 // kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
 // no asynchrony, no memory model, a warp's lanes only meet at the collectives and __syncwarp. Also
 // blockDim / gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
-// moe_combine_kernel.cuh), and what the routing kernels use (moe_route_kernel.cuh): static shared
-// arrays, the integer shuffles and reductions, atomics and fences (plain: one block runs at a time),
-// __ldcg / __stcg, exp_f32 and warp_reduce.
+// moe_combine_kernel.cuh, fp8_quant_kernel.cuh), and what the routing kernels use
+// (moe_route_kernel.cuh): static shared arrays, the integer shuffles and reductions, atomics and
+// fences (plain: one block runs at a time), __ldcg / __stcg, exp_f32 and warp_reduce.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -343,6 +344,33 @@ inline void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
       const int r = 16 * wq + g + 8 * (q / 2), c = 8 * i + 2 * t + q % 2;
       float s = d[4 * i + q];
       for (int k = 0; k < 16; ++k) s += wgmma_operand(da, r, k) * wgmma_operand(db, c, k);
+      d[4 * i + q] = s;
+    }
+}
+// The FP8 form: operands of one byte (E4M3, element k of a row at byte k of the swizzled row).
+inline float wgmma_operand_e4m3(uint64_t desc, int row, int k) {
+  if ((desc >> 62) != 1) {
+    std::fprintf(stderr, "emulated wgmma: descriptor swizzle mode %u (only 128-byte swizzle emulated)\n", static_cast<unsigned>(desc >> 62));
+    std::abort();
+  }
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3FFF) << 4, stride = static_cast<uint32_t>((desc >> 32) & 0x3FFF) << 4;
+  uint32_t a = start + static_cast<uint32_t>(row / 8) * stride + static_cast<uint32_t>(row % 8) * 128 + static_cast<uint32_t>(k);
+  a ^= ((a >> 7) & 7) << 4;
+  emu::chk(a, 1, 1);
+  const uint8_t v = emu::g_smem[a];
+  const float sign = (v & 0x80) ? -1.0f : 1.0f;
+  const int ex = (v >> 3) & 0xf, mant = v & 7;
+  if (ex == 0xf && mant == 7) return std::nanf("");
+  return sign * (ex == 0 ? std::ldexp(static_cast<float>(mant), -9) : std::ldexp(1.0f + mant / 8.0f, ex - 7));
+}
+inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate) {
+  const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 16; ++i)
+    for (int q = 0; q < 4; ++q) {
+      const int r = 16 * wq + g + 8 * (q / 2), c = 8 * i + 2 * t + q % 2;
+      float s = accumulate ? d[4 * i + q] : 0.0f;
+      for (int k = 0; k < 32; ++k) s += wgmma_operand_e4m3(da, r, k) * wgmma_operand_e4m3(db, c, k);
       d[4 * i + q] = s;
     }
 }
