@@ -7,6 +7,7 @@
 #   profiles  bench/step_profile.py at batch 1, 4 and 16 (bf16) and 1, 4 (NVFP4)  profile_*.txt
 #   kernels   dgemma_gpu_check --bench moe, quant and small        bench_moe.txt, bench_quant.txt, bench_small.txt
 #   moe       the step at batch 4 and 16 with each large-R grouped MoE variant   moe_variants.txt
+#   quant     the quantised steps at batch 1 and 4 with each opt-in kernel path    quant_paths.txt
 # Usage: scripts/gpu_suite.sh OUT [stage...]
 # Environment: BUILD (default build-device), MODEL (default /tmp/dgemma-26b-a4b), JOBS (the build's).
 # Run nothing else on the GPU meanwhile: the figures are compared with each other (docs/BENCHMARKS.md).
@@ -17,9 +18,9 @@ cd "$ROOT" || exit 1
 [ $# -ge 1 ] || { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 OUT="$1"; shift
 STAGES=("$@")
-[ ${#STAGES[@]} -gt 0 ] || STAGES=(checks steps profiles kernels moe)
+[ ${#STAGES[@]} -gt 0 ] || STAGES=(checks steps profiles kernels moe quant)
 for s in "${STAGES[@]}"; do
-  case "$s" in checks|steps|profiles|kernels|moe) ;; *) echo "gpu_suite.sh: unknown stage '$s'" >&2; exit 2 ;; esac
+  case "$s" in checks|steps|profiles|kernels|moe|quant) ;; *) echo "gpu_suite.sh: unknown stage '$s'" >&2; exit 2 ;; esac
 done
 BUILD="${BUILD:-build-device}"
 MODEL="${MODEL:-/tmp/dgemma-26b-a4b}"
@@ -56,6 +57,7 @@ for s in "${STAGES[@]}"; do
       "$BUILD/dgemma_gpu_check" --bench moe > "$OUT/bench_moe.txt" 2>&1
       "$BUILD/dgemma_gpu_check" --bench quant > "$OUT/bench_quant.txt" 2>&1
       "$BUILD/dgemma_gpu_check" --bench small > "$OUT/bench_small.txt" 2>&1
+      "$BUILD/dgemma_gpu_check" --bench w8a8 > "$OUT/bench_w8a8.txt" 2>&1
       say "kernels: bench_moe.txt, bench_quant.txt, bench_small.txt"
       ;;
     moe)
@@ -68,6 +70,26 @@ for s in "${STAGES[@]}"; do
         done
       done
       say "moe variants: moe_variants.txt"
+      ;;
+    quant)
+      # Each line: the environment of one path (docs/QUANTIZATION.md), then the step it gives.
+      : > "$OUT/quant_paths.txt"
+      for b in 1 4; do
+        for envs in "DGEMMA_DENSE_QUANT=on" "DGEMMA_DENSE_QUANT=off" "DGEMMA_DENSE_QUANT=w8a8" \
+                    "DGEMMA_DENSE_QUANT=w8a8 DGEMMA_FP8_MOE=w8a8"; do
+          read -ra ev <<< "$envs"
+          r=$(env "${ev[@]}" "$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 16 --prompt-len 512 \
+              --quantization fp8-dynamic 2>&1 | grep -E 'per denoising|rror' | tr '\n' ' ')
+          echo "fp8-dynamic batch $b $envs: $r" >> "$OUT/quant_paths.txt"
+        done
+        for envs in "DGEMMA_QUANT_WGMMA=0" "DGEMMA_QUANT_WGMMA=1"; do
+          read -ra ev <<< "$envs"
+          r=$(env "${ev[@]}" "$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 16 --prompt-len 512 \
+              --quantization nvfp4-modelopt 2>&1 | grep -E 'per denoising|rror' | tr '\n' ' ')
+          echo "nvfp4-modelopt batch $b $envs: $r" >> "$OUT/quant_paths.txt"
+        done
+      done
+      say "quantised paths: quant_paths.txt"
       ;;
   esac
 done
