@@ -4,6 +4,7 @@
 #include "backend/cuda/grouped_moe_fp4.cuh"
 #include "backend/cuda/ptx.cuh"
 #include "backend/cuda/quant_ptx.cuh"
+#include "backend/cuda/wgmma_ptx.cuh"
 #include "backend/cuda/grouped_moe_fp4_kernel.cuh"
 
 #include <atomic>
@@ -14,14 +15,33 @@
 namespace dgemma::cuda {
 namespace {
 
+// Whether the current device runs the sm_90a code (the wgmma variants).
+bool device_has_wgmma() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major == 9;
+}
+
 struct DeviceLauncher {
   cudaStream_t stream;
+  bool wgmma = device_has_wgmma();
   template <int MF, int W, int S, bool kGateUp, bool kFp8>
   void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
     auto* kernel = grouped_fp4_kernel<MF, W, S, kGateUp, kFp8>;
     constexpr int smem = smem_bytes<MF, W, S, kFp8>();
     if (smem >= 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), 32 * W, smem, stream>>>(g);
+    CUDA_CHECK_LAUNCH();
+  }
+  template <class C, bool kGateUp, bool kFp8>
+  void wg(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
+    auto* kernel = grouped_fp4_wgmma_kernel<C, kGateUp, kFp8>;
+    constexpr int smem = C::template smem<kFp8>();
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, smem, stream>>>(g);
     CUDA_CHECK_LAUNCH();
   }
 };

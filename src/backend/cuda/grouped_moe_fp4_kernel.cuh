@@ -22,8 +22,10 @@
 //     exact) and the rows' global scale, then applies the activation / routing weight with the bf16
 //     kernels' roundings.
 // Tile variants (QuantTile: MF m fragments, W warps = BN / 16 weight rows, S stages) are chosen at run time
-// (grouped_moe_fp4.cu; dgemma_gpu_check --bench times them). Why not wgmma: at ~16 rows per expert a
+// (grouped_moe_fp4.cu; dgemma_gpu_check --bench times them). Why mma.sync: at ~16 rows per expert a
 // step is bound by the weight stream; mma.sync with register-built B fragments keeps the weights packed.
+// From ~64 rows per expert on (batched denoising) the wgmma kernel of grouped_moe_fp4_wgmma_kernel.cuh
+// (variants 10 ..) decodes each weight once per 64 / 128 rows into shared memory instead.
 #include <cstdint>
 
 #include "backend/cuda/quant_layout.h"
@@ -311,21 +313,46 @@ DG_UNROLL
   cp_async_wait<0>();
 }
 
+}  // namespace
+}  // namespace dgemma::cuda
+
+#include "backend/cuda/wgmma_desc.cuh"
+#include "backend/cuda/grouped_moe_fp4_wgmma_kernel.cuh"
+
+namespace dgemma::cuda {
+namespace {
+
 // Tile variants (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows, S cp.async stages of 64
-// K values), by id; 0 automatic.
+// K values), by id; 0 automatic. Ids 10 .. 12 are the wgmma kernel's (grouped_moe_fp4_wgmma_kernel.cuh:
+// BM = 16 MF rows, BN = 16 W columns, S stages), sm_90 only.
 struct QuantTile {
   int mf, w, stages;
 };
-constexpr QuantTile kQuantTiles[] = {{0, 0, 0}, {1, 4, 4}, {2, 4, 4}, {4, 4, 4}, {2, 8, 4}, {4, 8, 4},
-                                     {8, 4, 4}, {1, 4, 8}, {2, 4, 6}, {2, 8, 6}};
-constexpr int kQuantTileCount = 10;
+constexpr QuantTile kQuantTiles[] = {{0, 0, 0}, {1, 4, 4}, {2, 4, 4}, {4, 4, 4}, {2, 8, 4},  {4, 8, 4}, {8, 4, 4},
+                                     {1, 4, 8}, {2, 4, 6}, {2, 8, 6}, {4, 8, 4}, {8, 8, 5}, {8, 16, 4}};
+constexpr int kQuantTileCount = 13;
+static_assert(16 * kQuantTiles[10].mf == QWg10::kBM && 16 * kQuantTiles[11].mf == QWg11::kBM &&
+                  16 * kQuantTiles[12].mf == QWg12::kBM,
+              "dense M tiles");
+
+// Mean rows per expert above which the automatic choice takes the wgmma kernel (where the device has it).
+constexpr int64_t kQuantWgmmaMinMeanRows = 40;
 
 // The automatic choice from the mean rows per expert (the routing is on the device): 8 warps (half the A
 // re-reads), 32-row M tiles (the first H200 timings: at T = 256 and 1024 ahead of 16 / 64 / 128-row
-// ones), 128-row ones for prefill-sized groups (each further M tile re-reads the weights).
-inline int auto_quant_tile(int64_t R, int64_t E) {
+// ones), 128-row ones for prefill-sized groups (each further M tile re-reads the weights). With wgmma
+// (sm_90), from kQuantWgmmaMinMeanRows on: 128-row M tiles (each weight decoded once per 128 rows),
+// 256 columns from ~192 rows per expert on (half the A re-reads).
+inline int auto_quant_tile(int64_t R, int64_t E, bool wgmma = false) {
   const int64_t mean = R / (E > 0 ? E : 1);
+  if (wgmma && mean > kQuantWgmmaMinMeanRows) return mean <= 192 ? 11 : 12;
   return mean <= 20 ? 4 : mean <= 96 ? 9 : 6;
+}
+// A requested variant (0 or out of range: automatic; a wgmma one without wgmma: the automatic mma.sync one).
+inline int resolve_quant_tile(int variant, int64_t R, int64_t E, bool wgmma) {
+  if (variant <= 0 || variant >= kQuantTileCount) return auto_quant_tile(R, E, wgmma);
+  if (variant >= kFirstQuantWgmmaTile && !wgmma) return auto_quant_tile(R, E, false);
+  return variant;
 }
 
 template <int MF, int W, int S, bool kGateUp, bool kFp8, typename L>
@@ -333,9 +360,17 @@ void go_tile(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   const int64_t cols = kGateUp ? 8 * W : 16 * W;  // output columns of a CTA
   l.template go<MF, W, S, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
 }
+template <class C, bool kGateUp, bool kFp8, typename L>
+void go_wg(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
+  const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
+  l.template wg<C, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
+}
 template <bool kGateUp, bool kFp8, typename L>
 void go_variant(L& l, int variant, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   switch (variant) {
+    case 10: go_wg<QWg10, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 11: go_wg<QWg11, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 12: go_wg<QWg12, kGateUp, kFp8>(l, g, n_out, grid_y); break;
     case 1: go_tile<1, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
     case 2: go_tile<2, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
     case 3: go_tile<4, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
@@ -350,7 +385,8 @@ void go_variant(L& l, int variant, const Fp4Args& g, int64_t n_out, int64_t grid
 
 // The launches of the public entry points (grouped_moe_fp4.cuh), for any launcher: `l.template
 // go<MF, W, S, kGateUp, kFp8>(args, grid_x, grid_y)` runs the kernel over that grid (the device: a CUDA
-// launch; the unit tests: the emulator). `variant`: a kQuantTiles id, 0 automatic.
+// launch; the unit tests: the emulator), `l.template wg<Cfg, kGateUp, kFp8>(...)` the wgmma one, which
+// only a launcher with `l.wgmma` true gets. `variant`: a kQuantTiles id, 0 automatic.
 template <typename L>
 void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                  const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
@@ -358,7 +394,7 @@ void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint
   if (R <= 0 || E <= 0 || I <= 0) return;
   const Fp4Args g{x, w, block, row_scale, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
                   static_cast<int>(K)};
-  if (variant <= 0 || variant >= kQuantTileCount) variant = auto_quant_tile(R, E);
+  variant = resolve_quant_tile(variant, R, E, l.wgmma);
   if (fp8) go_variant<true, true>(l, variant, g, I, E);
   else go_variant<true, false>(l, variant, g, I, E);
 }
@@ -369,7 +405,7 @@ void run_down(L& l, bool fp8, const uint16_t* act, const uint8_t* w, const uint8
               int64_t I, uint16_t* y, int variant = 0) {
   if (R <= 0 || E <= 0 || H <= 0) return;
   const Fp4Args g{act, w, block, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1};
-  if (variant <= 0 || variant >= kQuantTileCount) variant = auto_quant_tile(R, E);
+  variant = resolve_quant_tile(variant, R, E, l.wgmma);
   if (fp8) go_variant<false, true>(l, variant, g, H, E);
   else go_variant<false, false>(l, variant, g, H, E);
 }
@@ -383,7 +419,8 @@ void run_dense(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_
   if (T <= 0 || N <= 0) return;
   const Fp4Args g{x, w, block, row_scale, nullptr, nullptr, nullptr, out, static_cast<int>(K), static_cast<int>(N), 1,
                   static_cast<int>(T)};
-  if (variant <= 0 || variant >= kQuantTileCount) variant = T >= 128 ? 6 : 2;
+  if (variant <= 0 || variant >= kQuantTileCount || (variant >= kFirstQuantWgmmaTile && !l.wgmma))
+    variant = T >= 128 ? 6 : 2;
   const int64_t bm = 16 * kQuantTiles[variant].mf, m_tiles = (T + bm - 1) / bm;
   if (fp8) go_variant<false, true>(l, variant, g, N, m_tiles);
   else go_variant<false, false>(l, variant, g, N, m_tiles);

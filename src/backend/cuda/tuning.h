@@ -97,16 +97,19 @@ int set_sampler_stats_blocks(int blocks);
 // Tile variant of the W4A16 / W8A16 grouped expert kernels (grouped_moe_fp4_kernel.cuh kQuantTiles),
 // M rows x N columns per CTA, warps, cp.async stages: 1 BM16 x BN64 4 warps 4 stages, 2 BM32 x 64,
 // 3 BM64 x 64, 4 BM32 x 128 (8 warps), 5 BM64 x 128 (8 warps), 6 BM128 x 64, 7 BM16 x 64 8 stages,
-// 8 BM32 x 64 6 stages, 9 BM32 x 128 8 warps 6 stages; 0 automatic (by the mean rows per expert), for
-// gate_up and down separately. The environment's DGEMMA_QUANT_MOE_TILE ("gu" or "gu,down") gives the
-// start values. Returns the previous pair.
-constexpr int kQuantMoeTileCount = 10;  // ids 0 .. 9
+// 8 BM32 x 64 6 stages, 9 BM32 x 128 8 warps 6 stages; the wgmma kernel (sm_90; elsewhere the
+// automatic mma.sync choice): 10 BM64 x 128 one warpgroup 4 stages, 11 BM128 x 128 two warpgroups 5
+// stages, 12 BM128 x 256 two warpgroups 4 stages; 0 automatic (by the mean rows per expert: mma.sync
+// up to ~40 rows, wgmma above), for gate_up and down separately. The environment's
+// DGEMMA_QUANT_MOE_TILE ("gu" or "gu,down") gives the start values. Returns the previous pair.
+constexpr int kQuantMoeTileCount = 13;  // ids 0 .. 12
 struct QuantMoeTiles {
   int gate_up = 0, down = 0;
 };
 QuantMoeTiles set_quant_moe_tiles(QuantMoeTiles t);
 // The same for the dense quantised matmul (launch_dense_quant; 0 automatic: BM32, or BM128 from 128
-// rows on); environment DGEMMA_QUANT_DENSE_TILE. Returns the previous id.
+// rows on; the wgmma ids only when asked for); environment DGEMMA_QUANT_DENSE_TILE. Returns the
+// previous id.
 int set_quant_dense_tile(int variant);
 
 }  // namespace dgemma::cuda

@@ -226,6 +226,8 @@ template <int N> inline void cp_async_wait() {}
 inline uint32_t lds_u32(uint32_t a) { emu::chk(a, 4, 4); uint32_t v; std::memcpy(&v, emu::g_smem + a, 4); return v; }
 inline void lds_v2(uint32_t a, uint32_t (&v)[2]) { emu::chk(a, 8, 8); std::memcpy(v, emu::g_smem + a, 8); }
 inline void lds_v4(uint32_t a, uint32_t (&v)[4]) { emu::chk(a, 16, 16); std::memcpy(v, emu::g_smem + a, 16); }
+inline void sts_v2(uint32_t a, const uint32_t (&v)[2]) { emu::chk(a, 8, 8); std::memcpy(emu::g_smem + a, v, 8); }
+inline void sts_v4(uint32_t a, const uint32_t (&v)[4]) { emu::chk(a, 16, 16); std::memcpy(emu::g_smem + a, v, 16); }
 inline uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t r = 0;
   for (int h = 0; h < 2; ++h) {
@@ -319,11 +321,18 @@ inline float wgmma_operand(uint64_t desc, int row, int k) {
 inline void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
   const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
   const int g = lane / 4, t = lane % 4;
+  // The operands of this thread's 2 rows and 32 columns, read once.
+  float a[2][16], b[32][16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) a[h][k] = wgmma_operand(da, 16 * wq + g + 8 * h, k);
+  for (int j = 0; j < 32; ++j)
+    for (int k = 0; k < 16; ++k) b[j][k] = wgmma_operand(db, 8 * (j / 2) + 2 * t + j % 2, k);
   for (int i = 0; i < 16; ++i)
     for (int q = 0; q < 4; ++q) {
-      const int r = 16 * wq + g + 8 * (q / 2), c = 8 * i + 2 * t + q % 2;
+      const float* ar = a[q / 2];
+      const float* bc = b[2 * i + q % 2];
       float s = d[4 * i + q];
-      for (int k = 0; k < 16; ++k) s += wgmma_operand(da, r, k) * wgmma_operand(db, c, k);
+      for (int k = 0; k < 16; ++k) s += ar[k] * bc[k];
       d[4 * i + q] = s;
     }
 }

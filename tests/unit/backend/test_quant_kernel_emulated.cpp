@@ -1,8 +1,8 @@
-// The quantised GEMM kernel (src/backend/cuda/grouped_moe_fp4_kernel.cuh) run on the host through
-// cuda_emulator.h: grouped gate_up / down (NVFP4 and FP8, random and skewed routing, every tile
-// variant) and the dense matmul (32- and 128-row tiles, subnormal and zero E4M3 block scales) on weights
-// in the device layout, against the format's definition computed here. The same kernel source the GPU
-// runs; tests/gpu checks it there.
+// The quantised GEMM kernels (src/backend/cuda/grouped_moe_fp4_kernel.cuh, the wgmma one of
+// grouped_moe_fp4_wgmma_kernel.cuh) run on the host through cuda_emulator.h: grouped gate_up / down
+// (NVFP4 and FP8, random, skewed and sized routing, every tile variant) and the dense matmul (32-, 64-
+// and 128-row tiles, subnormal and zero E4M3 block scales) on weights in the device layout, against
+// the format's definition computed here. The same kernel source the GPU runs; tests/gpu checks it there.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +24,15 @@ struct EmuLauncher {
                 smem_bytes<MF, W, S, kFp8>(), 32 * W);
     ++launches;
   }
-  int launches = 0;
+  template <class C, bool kGateUp, bool kFp8>
+  void wg(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
+    emu::launch([g] { grouped_fp4_wgmma_kernel<C, kGateUp, kFp8>(g); }, static_cast<int>(grid_x), static_cast<int>(grid_y),
+                C::template smem<kFp8>(), C::kThreads);
+    ++launches;
+    ++wg_launches;
+  }
+  bool wgmma = true;
+  int launches = 0, wg_launches = 0;
 };
 
 std::mt19937 rng(7);
@@ -73,19 +81,13 @@ void compare(const std::string& what, const std::vector<uint16_t>& got, const st
   EXPECT_EQ(off, 0u) << what << ": " << off << " of " << got.size() << " elements differ";
 }
 
-// skew: every token's first choice is expert 1 (one expert with T rows: several M tiles of every variant).
-void moe(bool fp8, int T, int H, int I, int E, int K, int variant, bool skew = false, bool zeros = false) {
+// The grouped gate_up and down of routing `idx` ([T, K] expert ids) against the reference; returns the
+// launches that took the wgmma kernel.
+int moe_routed(bool fp8, int T, int H, int I, int E, int K, const std::vector<int>& idx, int variant, bool skew,
+               bool zeros) {
   EmuLauncher l;
   W gu = make(fp8, E, 2 * I, H, false, zeros), dn = make(fp8, E, H, I, false, zeros);
   auto x = randx(T, H);
-  std::vector<int> idx(size_t(T) * K);
-  for (int t = 0; t < T; ++t) {
-    std::vector<int> p(E);
-    for (int e = 0; e < E; ++e) p[e] = e;
-    std::shuffle(p.begin(), p.end(), rng);
-    if (skew) std::swap(p[0], *std::find(p.begin(), p.end(), 1));
-    for (int k = 0; k < K; ++k) idx[t * K + k] = p[k];
-  }
   const int R = T * K;
   std::vector<int32_t> offsets(E + 1, 0), pairs;
   for (int e = 0; e < E; ++e) { offsets[e] = pairs.size(); for (int p = 0; p < R; ++p) if (idx[p] == e) pairs.push_back(p); }
@@ -113,6 +115,26 @@ void moe(bool fp8, int T, int H, int I, int E, int K, int variant, bool skew = f
       y_ref[size_t(p) * H + n] = round_bf16(round_bf16(s * dn.rs[size_t(e) * H + n]) * top_w[p]); } }
   compare(what + " down", y, y_ref);
   EXPECT_EQ(l.launches, 2);
+  return l.wg_launches;
+}
+// skew: every token's first choice is expert 1 (one expert with T rows: several M tiles of every variant).
+int moe(bool fp8, int T, int H, int I, int E, int K, int variant, bool skew = false, bool zeros = false) {
+  std::vector<int> idx(size_t(T) * K);
+  for (int t = 0; t < T; ++t) {
+    std::vector<int> p(E);
+    for (int e = 0; e < E; ++e) p[e] = e;
+    std::shuffle(p.begin(), p.end(), rng);
+    if (skew) std::swap(p[0], *std::find(p.begin(), p.end(), 1));
+    for (int k = 0; k < K; ++k) idx[t * K + k] = p[k];
+  }
+  return moe_routed(fp8, T, H, I, E, K, idx, variant, skew, zeros);
+}
+// Top-1 routing with the given rows per expert (tokens in a shuffled order).
+int moe_sized(bool fp8, const std::vector<int>& sizes, int H, int I, int variant, bool zeros = false) {
+  std::vector<int> idx;
+  for (size_t e = 0; e < sizes.size(); ++e) idx.insert(idx.end(), static_cast<size_t>(sizes[e]), static_cast<int>(e));
+  std::shuffle(idx.begin(), idx.end(), rng);
+  return moe_routed(fp8, static_cast<int>(idx.size()), H, I, static_cast<int>(sizes.size()), 1, idx, variant, false, zeros);
 }
 void dense(bool fp8, int T, int N, int K, bool sub = false, bool zeros = false, int variant = 0) {
   EmuLauncher l;
@@ -139,6 +161,25 @@ TEST(QuantKernelEmulated, GroupedFp8GateUpAndDownEveryVariant) {
   moe(true, 20, 128, 128, 4, 2, 0);
   moe(true, 70, 64, 64, 4, 2, 1, true);
   moe(true, 70, 64, 64, 4, 2, 5, true);
+}
+// The wgmma kernel (variants 10 .. 12): uneven and empty experts, rows around and past the 64 / 128-row
+// M tiles (several M tiles in one CTA), N edge tiles (down N = 192 against 128 / 256 columns, gate_up
+// I = 64 against 128 gate rows), K of 3 stages and of 1 (fewer iterations than the pipeline's depth),
+// zero NVFP4 block scales; and the automatic choice, which takes it from ~40 rows per expert on.
+TEST(QuantKernelEmulated, WgmmaUnevenAndEmptyExperts) {
+  const std::vector<int> sizes = {0, 1, 63, 64, 65, 0, 129, 7};
+  for (bool fp8 : {false, true})
+    for (int v = kFirstQuantWgmmaTile; v < kQuantTileCount; ++v) EXPECT_EQ(moe_sized(fp8, sizes, 192, 64, v, v == 11), 2);
+}
+TEST(QuantKernelEmulated, WgmmaAutomaticChoice) {
+  EXPECT_EQ(auto_quant_tile(8192, 128, true), 11);    // T = 1024 top-8: ~64 rows per expert
+  EXPECT_EQ(auto_quant_tile(32768, 128, true), 12);   // T = 4096: ~256
+  EXPECT_EQ(auto_quant_tile(2048, 128, true), 4);     // T = 256: ~16, the mma.sync kernel
+  EXPECT_EQ(resolve_quant_tile(11, 8192, 128, false), 9);  // no wgmma on the device: mma.sync
+  for (bool fp8 : {false, true}) {
+    EXPECT_EQ(moe(fp8, 100, 64, 128, 4, 2, 0), 2);      // 50 rows per expert
+    EXPECT_EQ(moe(fp8, 100, 64, 128, 8, 2, 0), 0);      // 25: mma.sync
+  }
 }
 TEST(QuantKernelEmulated, DenseBothTileHeights) {
   for (bool fp8 : {false, true}) {
