@@ -332,10 +332,10 @@ DG_UNROLL
 // The wgmma tile variants (kQuantTiles ids 10 ..; sm_90 only, grouped_moe_fp4.cu falls back to the
 // mma.sync kernel elsewhere):
 //  10:  64 x 128, one warpgroup, 4 stages, 2 CTAs per SM (NVFP4 83 KB, FP8 97 KB);
-//  11: 128 x 128, two warpgroups, 5 stages (NVFP4 152 KB, FP8 169 KB): each weight decoded once per 128 rows;
+//  11: 128 x 128, two warpgroups, 6 stages (NVFP4 172 KB, FP8 193 KB): each weight decoded once per 128 rows;
 //  12: 128 x 256, two warpgroups, 4 stages (NVFP4 197 KB, FP8 225 KB): half the A re-reads of 11.
 using QWg10 = QuantWgCfg<1, 128, 4, 2>;
-using QWg11 = QuantWgCfg<2, 128, 5, 1>;
+using QWg11 = QuantWgCfg<2, 128, 6, 1>;
 using QWg12 = QuantWgCfg<2, 256, 4, 1>;
 constexpr int kFirstQuantWgmmaTile = 10;
 
