@@ -65,6 +65,8 @@ struct Fp4Args {
   int Kd, N, top_k;
   int dense_rows = 0;        // > 0: a dense matmul of that many rows (no offsets / pairs / top_w, one weight):
                              // CTA row blockIdx.y takes rows BM y .. (the "experts" all share weight 0)
+  int m_split = 1;           // the wgmma kernel's CTAs per (N tile, expert), each taking every m_split-th
+                             // M tile (grouped_moe_fp4_wgmma_kernel.cuh)
 };
 
 template <int MF, int W>
@@ -360,17 +362,28 @@ void go_tile(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   const int64_t cols = kGateUp ? 8 * W : 16 * W;  // output columns of a CTA
   l.template go<MF, W, S, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
 }
+// The wgmma kernel's CTAs per (N tile, expert) (0: automatic): enough that the M tiles of an expert
+// with 1.5x the mean rows run side by side (sharing the weight stream through L2), at most 4; 1 dense.
+inline int quant_m_split(int requested, int64_t R, int64_t E, int bm, bool dense) {
+  if (dense) return 1;
+  if (requested > 0) return requested;
+  const int64_t want = (3 * (R / (E > 0 ? E : 1)) / 2 + bm - 1) / bm;
+  return static_cast<int>(want < 1 ? 1 : want > 4 ? 4 : want);
+}
+// R: the grouped rows (the automatic m_split); g.m_split: the requested one (0 automatic).
 template <class C, bool kGateUp, bool kFp8, typename L>
-void go_wg(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
+void go_wg(L& l, const Fp4Args& g0, int64_t n_out, int64_t grid_y, int64_t R) {
   const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
-  l.template wg<C, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
+  Fp4Args g = g0;
+  g.m_split = quant_m_split(g0.m_split, R, grid_y, C::kBM, g0.dense_rows > 0);
+  l.template wg<C, kGateUp, kFp8>(g, (n_out + cols - 1) / cols * g.m_split, grid_y);
 }
 template <bool kGateUp, bool kFp8, typename L>
-void go_variant(L& l, int variant, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
+void go_variant(L& l, int variant, const Fp4Args& g, int64_t n_out, int64_t grid_y, int64_t R = 0) {
   switch (variant) {
-    case 10: go_wg<QWg10, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 11: go_wg<QWg11, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 12: go_wg<QWg12, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+    case 10: go_wg<QWg10, kGateUp, kFp8>(l, g, n_out, grid_y, R); break;
+    case 11: go_wg<QWg11, kGateUp, kFp8>(l, g, n_out, grid_y, R); break;
+    case 12: go_wg<QWg12, kGateUp, kFp8>(l, g, n_out, grid_y, R); break;
     case 1: go_tile<1, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
     case 2: go_tile<2, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
     case 3: go_tile<4, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
@@ -386,28 +399,30 @@ void go_variant(L& l, int variant, const Fp4Args& g, int64_t n_out, int64_t grid
 // The launches of the public entry points (grouped_moe_fp4.cuh), for any launcher: `l.template
 // go<MF, W, S, kGateUp, kFp8>(args, grid_x, grid_y)` runs the kernel over that grid (the device: a CUDA
 // launch; the unit tests: the emulator), `l.template wg<Cfg, kGateUp, kFp8>(...)` the wgmma one, which
-// only a launcher with `l.wgmma` true gets. `variant`: a kQuantTiles id, 0 automatic.
+// only a launcher with `l.wgmma` true gets. `variant`: a kQuantTiles id, 0 automatic; `m_split`: the
+// wgmma kernel's CTAs per N tile and expert (quant_m_split), 0 automatic.
 template <typename L>
 void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                  const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
-                 uint16_t* act, int variant = 0) {
+                 uint16_t* act, int variant = 0, int m_split = 0) {
   if (R <= 0 || E <= 0 || I <= 0) return;
   const Fp4Args g{x, w, block, row_scale, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
-                  static_cast<int>(K)};
+                  static_cast<int>(K), 0, m_split};
   variant = resolve_quant_tile(variant, R, E, l.wgmma);
-  if (fp8) go_variant<true, true>(l, variant, g, I, E);
-  else go_variant<true, false>(l, variant, g, I, E);
+  if (fp8) go_variant<true, true>(l, variant, g, I, E, R);
+  else go_variant<true, false>(l, variant, g, I, E, R);
 }
 
 template <typename L>
 void run_down(L& l, bool fp8, const uint16_t* act, const uint8_t* w, const uint8_t* block, const float* row_scale,
               const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H,
-              int64_t I, uint16_t* y, int variant = 0) {
+              int64_t I, uint16_t* y, int variant = 0, int m_split = 0) {
   if (R <= 0 || E <= 0 || H <= 0) return;
-  const Fp4Args g{act, w, block, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1};
+  const Fp4Args g{act, w, block, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1, 0,
+                  m_split};
   variant = resolve_quant_tile(variant, R, E, l.wgmma);
-  if (fp8) go_variant<false, true>(l, variant, g, H, E);
-  else go_variant<false, false>(l, variant, g, H, E);
+  if (fp8) go_variant<false, true>(l, variant, g, H, E, R);
+  else go_variant<false, false>(l, variant, g, H, E, R);
 }
 
 // Dense: one CTA row per BM rows of x; every CTA row decodes the weight tiles again (from L2). Automatic

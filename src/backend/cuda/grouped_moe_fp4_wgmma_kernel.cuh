@@ -11,12 +11,13 @@
 // 16 MF-row M tile in each warp's registers and is compute-bound well below the tensor cores' wgmma
 // rate. Here each weight is decoded once per 64 WG rows of its expert, into shared memory, and the
 // tensor cores read it from there:
-//   * grid, M tile loop and copies as grouped_fp4_kernel: grid (N tiles, E), each CTA looping over its
-//     expert's M tiles of 64 WG rows with the (M tile, K tile) iterations flattened; per iteration the
-//     CTA copies (cp.async, 16 bytes) the gathered A rows (bf16, 128-byte swizzle: wgmma's K-major
-//     layout), and its BN weight rows' packed stage slices (and NVFP4 block scale codes) into a packed
-//     stage ("P", chunk q of row r at q ^ ((r >> s) & (chunks - 1)): a warp's 16-byte loads of
-//     consecutive rows hit distinct banks);
+//   * grid, M tile loop and copies as grouped_fp4_kernel: grid (N tiles x m_split, E), each CTA
+//     looping over every m_split-th M tile of 64 WG rows of its expert (its m_split CTAs adjacent in
+//     blockIdx.x: they share the weight stream through L2), the (M tile, K tile) iterations
+//     flattened; per iteration the CTA copies (cp.async, 16 bytes) the gathered A rows (bf16, 128-byte
+//     swizzle: wgmma's K-major layout), and its BN weight rows' packed stage slices (and NVFP4 block
+//     scale codes) into a packed stage ("P", chunk q of row r at q ^ ((r >> s) & (chunks - 1)): a
+//     warp's 16-byte loads of consecutive rows hit distinct banks);
 //   * each thread decodes one weight row (or half of one) of a P stage into a bf16 B stage ("D", rows of
 //     128 bytes in the same 128-byte swizzle): per bf16x2 pair one rotate + mask and one exact bf16x2
 //     multiply (quant_layout.h), written as whole 16-byte chunks (half rows: 8 bytes);
@@ -87,13 +88,17 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_fp4_wgmma_
   const int row0 = dense ? e * kBM : g.offsets[e];
   const int rows = dense ? min(kBM, g.dense_rows - row0) : g.offsets[e + 1] - row0;
   const int64_t we = dense ? 0 : e;  // the weight's expert
-  if (rows <= 0) return;             // uniform over the CTA, before any barrier
+  // CTA x: N tile x / m_split, M tiles m_first, m_first + m_split, ... of the expert (the CTAs of an
+  // expert's N tile are adjacent, so they run together and read its weights from HBM once).
+  const int ms = g.m_split, n_tile = blockIdx.x / ms, m_first = blockIdx.x % ms;
+  const int MT = rows > 0 ? (rows + kBM - 1) / kBM : 0;
+  const int my_mt = MT > m_first ? (MT - m_first + ms - 1) / ms : 0;
+  if (my_mt <= 0) return;  // uniform over the CTA, before any barrier
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
   const int Kd = g.Kd, N = g.N;
   const int Nw = kGateUp ? 2 * N : N;
   const int KT = Kd / kBK;  // Kd % 64 == 0 (grouped_fp4_supported)
-  const int MT = (rows + kBM - 1) / kBM;
-  const int total = MT * KT;
+  const int total = my_mt * KT;
   const uint32_t s_a = (smem_addr(smem) + 1023u) & ~1023u;
   const uint32_t s_d = s_a + kStages * kAStage;  // 1024-byte aligned: kAStage and kDStage are multiples
   const uint32_t s_p = s_d + kDStages * kDStage;
@@ -102,11 +107,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_fp4_wgmma_
   // Weight tile row s -> weight row n (gate_up: s < BN / 2 gate row i, else up row N + i).
   auto weight_row = [&](int s, bool& ok) {
     if (kGateUp) {
-      const int i = blockIdx.x * (kBN / 2) + (s & (kBN / 2 - 1));
+      const int i = n_tile * (kBN / 2) + (s & (kBN / 2 - 1));
       ok = i < N;
       return s < kBN / 2 ? i : N + i;
     }
-    const int n = blockIdx.x * kBN + s;
+    const int n = n_tile * kBN + s;
     ok = n < N;
     return n;
   };
@@ -146,7 +151,7 @@ DG_UNROLL
   };
 
   const uint64_t w_policy = kFp8 ? 0 : evict_first_policy();  // (FP8: no hint, see grouped_fp4_kernel)
-  int load_mt = 0, load_kt = 0;
+  int load_mt = m_first, load_kt = 0;  // the expert's M tile and the K tile of the next copy
   auto load_next = [&](int stage) {
     if (load_kt == 0) set_a_rows(load_mt);
     const int k = load_kt * kBK + chunk * 8;
@@ -166,7 +171,7 @@ DG_UNROLL
       cp_async16(sp + kWStage + tid * 16, s_ok ? s_src + static_cast<int64_t>(load_kt) * Nw * 4 : g.s, s_ok);
     if (++load_kt == KT) {
       load_kt = 0;
-      ++load_mt;
+      load_mt += ms;
     }
   };
 
@@ -257,7 +262,7 @@ DG_UNROLL
       if (kGateUp) {
 DG_UNROLL
         for (int nf = 0; nf < NF / 2; ++nf) {
-          const int i = blockIdx.x * (kBN / 2) + 8 * nf + g_col;
+          const int i = n_tile * (kBN / 2) + 8 * nf + g_col;
           if (i >= N) continue;  // N % 4 == 0: i + 1 < N as well
           uint32_t packed = 0;
 DG_UNROLL
@@ -275,7 +280,7 @@ DG_UNROLL
         const float wt = dense ? 1.0f : g.top_w[p];  // dense: bf16(bf16(y) * 1) = bf16(y)
 DG_UNROLL
         for (int nf = 0; nf < NF; ++nf) {
-          const int n = blockIdx.x * kBN + 8 * nf + g_col;
+          const int n = n_tile * kBN + 8 * nf + g_col;
           if (n >= N) continue;
           uint32_t packed = 0;
 DG_UNROLL
@@ -290,7 +295,7 @@ DG_UNROLL
     }
   };
 
-  int mt = 0, kt = 0;
+  int mt = m_first, kt = 0;
   for (int it = 0; it < total; ++it) {
     cp_async_wait<kAhead - 2>();  // this thread's copies of iteration it + 1 have landed ...
     fence_proxy_async();          // ... its A rows visible to the tensor cores' reads ...
@@ -322,7 +327,7 @@ DG_UNROLL
       zero_acc();
       fence_acc();
       kt = 0;
-      ++mt;
+      mt += ms;
     }
   }
   wgmma_wait<0>();
