@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/grouped_moe_fp4.cuh"
@@ -118,8 +119,8 @@ void run_large(Reporter& r, const LargeShape& s) {
     g.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
     g.dbg_index = host_tensor(ScalarType::kI32, {T, K});
     const std::string at = s.name + " T" + std::to_string(T);
-    auto run = [&](int tile) {
-      const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({tile, tile});
+    auto run = [&](int tile, int m_split = 0) {
+      const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({tile, tile, m_split});
       g.out = poisoned(ScalarType::kBF16, {T, H});
       cuda().moe(g);
       cuda::set_quant_moe_tiles(old);
@@ -151,9 +152,13 @@ void run_large(Reporter& r, const LargeShape& s) {
     expect_bf16(r, at + " auto" + fmt + " vs CPU reference", routed(first), sc, tol);
     const std::vector<uint16_t> mma = run(9);  // the mma.sync kernel (BM32 x BN128 8 warps 6 stages)
     expect_bf16(r, at + " mma.sync tile 9" + fmt + " vs CPU reference", routed(mma), sc, tol);
-    for (int tile = kFirstWgmmaTile; tile < cuda::kQuantMoeTileCount; ++tile) {
-      const std::vector<uint16_t> og = run(tile);
-      const std::string what = at + " wgmma tile " + std::to_string(tile) + fmt;
+    // each wgmma tile with the automatic m_split, and two with a fixed one (one CTA per N tile and
+    // expert; three, so that CTAs have one M tile, several or none)
+    const int runs[][2] = {{10, 0}, {11, 0}, {12, 0}, {10, 1}, {11, 3}};
+    for (const auto& [tile, m_split] : runs) {
+      const std::vector<uint16_t> og = run(tile, m_split);
+      const std::string what = at + " wgmma tile " + std::to_string(tile) + " m_split " +
+                               (m_split ? std::to_string(m_split) : std::string("auto")) + fmt;
       expect_bf16(r, what + " vs CPU reference", routed(og), sc, tol);
       // all T tokens, GPU routing on both sides: the same bound (summation order only)
       expect_bf16(r, what + " vs mma.sync tile 9", og, mma, tol);
@@ -186,7 +191,8 @@ void random_groups(Data& d, int64_t T, int64_t E, int64_t K, std::vector<int32_t
 // The MoE block's grouped GEMMs (gate|up, then down) at T = 256 .. 4096 (uniform random top-8 over 128
 // experts: ~16 .. ~256 rows per expert) for every tile variant (0 = the automatic choice): the time of
 // the pair (the fastest of 5 bursts of 10 back-to-back), the packed weights (+ block scales) over it,
-// and the GEMMs' 6 R H I FLOP over it; then per T the best mma.sync and the best wgmma tile.
+// and the GEMMs' 6 R H I FLOP over it ("ms1": the wgmma tile with m_split 1, else the automatic one);
+// then per T the best mma.sync and the best wgmma tile.
 void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(const char*, double)>& row) {
   constexpr int64_t H = 2816, I = 704, E = 128, K = 8;
   Data d(std::string("quant moe block bench ") + (fp8 ? "fp8" : "nvfp4"));
@@ -220,9 +226,16 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     double best[2] = {1e30, 1e30};
-    int best_tile[2] = {0, 0};
+    int best_tile[2] = {0, 0}, best_split[2] = {0, 0};
+    // (tile, m_split): the automatic choice, every mma.sync tile, every wgmma tile with m_split 1 and
+    // the automatic one
+    std::vector<std::pair<int, int>> runs;
     for (int v = 0; v < cuda::kQuantMoeTileCount; ++v) {
-      const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v});
+      if (v >= kFirstWgmmaTile) runs.emplace_back(v, 1);
+      runs.emplace_back(v, 0);
+    }
+    for (const auto& [v, m_split] : runs) {
+      const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v, m_split});
       for (int i = 0; i < 3; ++i) launch();
       constexpr int kReps = 10;
       double per = 1e30;
@@ -241,11 +254,12 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
         if (per < best[k]) {
           best[k] = per;
           best_tile[k] = v;
+          best_split[k] = m_split;
         }
       }
       char what[160];
-      std::snprintf(what, sizeof what, "%s moe block T=%lld tile %2d %5.2f TB/s %6.1f TFLOP/s", fmt,
-                    static_cast<long long>(T), v, w_bytes / (per * 1e-3) / 1e12,
+      std::snprintf(what, sizeof what, "%s moe block T=%lld tile %2d%s %5.2f TB/s %6.1f TFLOP/s", fmt,
+                    static_cast<long long>(T), v, m_split == 1 ? " ms1" : "    ", w_bytes / (per * 1e-3) / 1e12,
                     6.0 * static_cast<double>(R) * H * I / (per * 1e-3) / 1e12);
       row(what, per);
     }
@@ -253,8 +267,8 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
     cudaEventDestroy(e1);
     for (int k = 0; k < 2; ++k) {
       char what[160];
-      std::snprintf(what, sizeof what, "%s moe block T=%lld best %s: tile %d", fmt, static_cast<long long>(T),
-                    k ? "wgmma   " : "mma.sync", best_tile[k]);
+      std::snprintf(what, sizeof what, "%s moe block T=%lld best %s: tile %d%s", fmt, static_cast<long long>(T),
+                    k ? "wgmma   " : "mma.sync", best_tile[k], best_split[k] == 1 ? " ms1" : "");
       row(what, best[k]);
     }
   }

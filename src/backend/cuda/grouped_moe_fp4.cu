@@ -7,6 +7,7 @@
 #include "backend/cuda/wgmma_ptx.cuh"
 #include "backend/cuda/grouped_moe_fp4_kernel.cuh"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
@@ -46,20 +47,23 @@ struct DeviceLauncher {
   }
 };
 
-// The tile variants in use (set_quant_moe_tiles); the environment's DGEMMA_QUANT_MOE_TILE ("gu" or
-// "gu,down", kQuantTiles ids) sets the start values, so that whole-model benchmarks can compare them.
+// The tile variants in use (set_quant_moe_tiles); the environment's DGEMMA_QUANT_MOE_TILE ("gu",
+// "gu,down" or "gu,down,m_split", kQuantTiles ids) sets the start values, so that whole-model
+// benchmarks can compare them.
 static_assert(kQuantTileCount == kQuantMoeTileCount, "tuning.h lists the tile variants");
 
-// which: 0 gate_up, 1 down, 2 dense.
+// which: 0 gate_up, 1 down, 2 dense, 3 the wgmma kernel's m_split (0 automatic).
 std::atomic<int>& tile_setting(int which) {
-  static std::atomic<int> tiles[3] = {0, 0, 0};
+  static std::atomic<int> tiles[4] = {0, 0, 0, 0};
   static const bool from_env = [] {
     if (const char* v = std::getenv("DGEMMA_QUANT_MOE_TILE")) {
       char* end = nullptr;
       const long a = std::strtol(v, &end, 10);
-      const long b = (end && *end == ',') ? std::strtol(end + 1, nullptr, 10) : a;
+      const long b = (end && *end == ',') ? std::strtol(end + 1, &end, 10) : a;
+      const long c = (end && *end == ',') ? std::strtol(end + 1, nullptr, 10) : 0;
       tiles[0] = static_cast<int>(a);
       tiles[1] = static_cast<int>(b);
+      tiles[3] = static_cast<int>(c);
     }
     if (const char* v = std::getenv("DGEMMA_QUANT_DENSE_TILE")) tiles[2] = static_cast<int>(std::strtol(v, nullptr, 10));
     return true;
@@ -68,12 +72,16 @@ std::atomic<int>& tile_setting(int which) {
   return tiles[which];
 }
 
+// The requested m_split, clamped to what the kernel supports (0 automatic, 1 .. 16).
+int m_split_setting() { return std::clamp(tile_setting(3).load(), 0, 16); }
+
 }  // namespace
 
 QuantMoeTiles set_quant_moe_tiles(QuantMoeTiles t) {
   QuantMoeTiles old;
   old.gate_up = tile_setting(0).exchange(t.gate_up);
   old.down = tile_setting(1).exchange(t.down);
+  old.m_split = tile_setting(3).exchange(t.m_split);
   return old;
 }
 
@@ -100,28 +108,32 @@ void launch_grouped_gate_up_fp4(const uint16_t* x, const uint8_t* packed, const 
                                 const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K,
                                 int64_t H, int64_t I, uint16_t* act, cudaStream_t stream) {
   DeviceLauncher l{stream};
-  run_gate_up(l, false, x, packed, block, row_scale, offsets, pairs, R, E, K, H, I, act, tile_setting(0).load());
+  run_gate_up(l, false, x, packed, block, row_scale, offsets, pairs, R, E, K, H, I, act, tile_setting(0).load(),
+              m_split_setting());
 }
 
 void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const uint8_t* block, const float* row_scale,
                              const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E,
                              int64_t H, int64_t I, uint16_t* y, cudaStream_t stream) {
   DeviceLauncher l{stream};
-  run_down(l, false, act, packed, block, row_scale, offsets, pairs, top_w, R, E, H, I, y, tile_setting(1).load());
+  run_down(l, false, act, packed, block, row_scale, offsets, pairs, top_w, R, E, H, I, y, tile_setting(1).load(),
+           m_split_setting());
 }
 
 void launch_grouped_gate_up_fp8(const uint16_t* x, const uint8_t* w, const float* row_scale, const int32_t* offsets,
                                 const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
                                 uint16_t* act, cudaStream_t stream) {
   DeviceLauncher l{stream};
-  run_gate_up(l, true, x, w, nullptr, row_scale, offsets, pairs, R, E, K, H, I, act, tile_setting(0).load());
+  run_gate_up(l, true, x, w, nullptr, row_scale, offsets, pairs, R, E, K, H, I, act, tile_setting(0).load(),
+              m_split_setting());
 }
 
 void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float* row_scale, const int32_t* offsets,
                              const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H, int64_t I,
                              uint16_t* y, cudaStream_t stream) {
   DeviceLauncher l{stream};
-  run_down(l, true, act, w, nullptr, row_scale, offsets, pairs, top_w, R, E, H, I, y, tile_setting(1).load());
+  run_down(l, true, act, w, nullptr, row_scale, offsets, pairs, top_w, R, E, H, I, y, tile_setting(1).load(),
+           m_split_setting());
 }
 
 }  // namespace dgemma::cuda

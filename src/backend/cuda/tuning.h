@@ -101,10 +101,13 @@ int set_sampler_stats_blocks(int blocks);
 // automatic mma.sync choice): 10 BM64 x 128 one warpgroup 4 stages, 11 BM128 x 128 two warpgroups 6
 // stages, 12 BM128 x 256 two warpgroups 4 stages; 0 automatic (by the mean rows per expert: mma.sync
 // up to ~40 rows, wgmma above), for gate_up and down separately. The environment's
-// DGEMMA_QUANT_MOE_TILE ("gu" or "gu,down") gives the start values. Returns the previous pair.
+// DGEMMA_QUANT_MOE_TILE ("gu", "gu,down" or "gu,down,m_split") gives the start values. m_split: the
+// wgmma kernel's CTAs per N tile and expert, each taking every m_split-th M tile (0 automatic, 1 ..
+// 16). Returns the previous values.
 constexpr int kQuantMoeTileCount = 13;  // ids 0 .. 12
 struct QuantMoeTiles {
   int gate_up = 0, down = 0;
+  int m_split = 0;
 };
 QuantMoeTiles set_quant_moe_tiles(QuantMoeTiles t);
 // The same for the dense quantised matmul (launch_dense_quant; 0 automatic: BM32, or BM128 from 128
