@@ -326,12 +326,12 @@ namespace {
 
 // Tile variants (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows, S cp.async stages of 64
 // K values), by id; 0 automatic. Ids 10 .. 12 are the wgmma kernel's (grouped_moe_fp4_wgmma_kernel.cuh:
-// BM = 16 MF rows, BN = 16 W columns, S stages), sm_90 only.
+// BM = 16 MF rows, BN = 16 W columns, S A stages), sm_90 only.
 struct QuantTile {
   int mf, w, stages;
 };
 constexpr QuantTile kQuantTiles[] = {{0, 0, 0}, {1, 4, 4}, {2, 4, 4}, {4, 4, 4}, {2, 8, 4},  {4, 8, 4}, {8, 4, 4},
-                                     {1, 4, 8}, {2, 4, 6}, {2, 8, 6}, {4, 8, 4}, {8, 8, 6}, {8, 16, 4}};
+                                     {1, 4, 8}, {2, 4, 6}, {2, 8, 6}, {4, 8, 4}, {8, 8, 5}, {8, 16, 4}};
 constexpr int kQuantTileCount = 13;
 static_assert(16 * kQuantTiles[10].mf == QWg10::kBM && 16 * kQuantTiles[11].mf == QWg11::kBM &&
                   16 * kQuantTiles[12].mf == QWg12::kBM,

@@ -25,13 +25,14 @@
 //     per k16 step, A and D read through descriptors.
 // Pipeline per iteration it (one barrier): cp.async wait (own copies of it + 1), async-proxy fence,
 // barrier; wgmma of it (A stage it, D stage it), committed; wait for the wgmma of it - 1; the copies of
-// it + kAhead; the decode of it + 1 (its P stage landed before the barrier) into its D stage, then an
-// async-proxy fence (the decode's generic-proxy stores become visible to the tensor cores' reads at the
-// next barrier). So the copy of stage it + 2 and later and the decode of stage it + 1 run against the
-// wgmma of it. Buffer reuse: an A / P stage is refilled kAhead iterations on, a D stage rewritten
-// kDStages - 1 on; one warpgroup has the wgmma of it - 1 done when it refills (kAhead = S - 1, two D
-// stages), several only know that each other's wgmma of it - 2 are done (the barrier after their waits:
-// kAhead = S - 2, three D stages).
+// the A rows of it + kAhead and of the weights of it + kPStages; the decode of it + 1 (its P stage
+// landed before the barrier) into its D stage, then an async-proxy fence (the decode's generic-proxy
+// stores become visible to the tensor cores' reads at the next barrier). So the copies of stage it + 2
+// and later and the decode of stage it + 1 run against the wgmma of it. Buffer reuse: a P stage is
+// refilled once decoded (the weights, from HBM, copied furthest ahead: kPStages iterations); an A
+// stage kAhead iterations on and a D stage kDStages - 1 on: one warpgroup has the wgmma of it - 1 done
+// when it refills (kAhead = S - 1, two D stages), several only know that each other's wgmma of it - 2
+// are done (the barrier after their waits: kAhead = S - 2, three D stages).
 // Epilogue per M tile (after the wgmma of its last K tile): grouped_fp4_kernel's (x 2^7 for NVFP4's
 // scale code offset, x the row scale, then gelu.up or the routing weight with the same bf16 roundings).
 // The weights are the same exact bf16 values as the mma.sync kernel's; the tensor cores sum in their own
@@ -41,22 +42,30 @@
 namespace dgemma::cuda {
 namespace {
 
-template <int WG, int BN, int S, int MinBlocks>
+// WG warpgroups (BM = 64 WG rows), BN weight rows, S A stages, P stages SP4 (NVFP4) / SP8 (FP8).
+template <int WG, int BN, int S, int SP4, int SP8, int MinBlocks>
 struct QuantWgCfg {
   static constexpr int kWarpGroups = WG, kBN = BN, kStages = S, kMinBlocks = MinBlocks;
   static constexpr int kThreads = 128 * WG, kBM = 64 * WG;
   static constexpr int kDStages = WG == 1 ? 2 : 3;
-  static constexpr int kAhead = WG == 1 ? S - 1 : S - 2;  // iterations copied ahead
+  static constexpr int kAhead = WG == 1 ? S - 1 : S - 2;  // iterations whose A rows are copied ahead
   static constexpr int kAStage = kBM * kARowBytes;         // bf16 A rows of a stage
   static constexpr int kDStage = kBN * kARowBytes;         // decoded bf16 weight rows of a stage
   template <bool kFp8>
+  static constexpr int p_stages() { return kFp8 ? SP8 : SP4; }  // = the iterations copied ahead
+  template <bool kFp8>
   static constexpr int p_stage() { return kBN * b_row_bytes<kFp8>() + (kFp8 ? 0 : kBN * kSRowBytes); }
   template <bool kFp8>  // + the 1024-byte alignment of the base (wgmma's swizzle atoms)
-  static constexpr int smem() { return S * (kAStage + p_stage<kFp8>()) + kDStages * kDStage + 1024; }
+  static constexpr int smem() {
+    return S * kAStage + p_stages<kFp8>() * p_stage<kFp8>() + kDStages * kDStage + 1024;
+  }
   static_assert(BN % 128 == 0 && (BN % (128 * WG) == 0 || 128 * WG == 2 * BN), "decode: one row or half a row a thread");
   static_assert(kAhead >= 2, "the copies of it + 1 land a whole iteration before its decode");
+  static_assert(SP4 >= kAhead && SP8 >= kAhead, "a copy group's weights no later than its A rows");
   // 227 KB a block (sm_90), and MinBlocks CTAs with their 1 KB reserve within the SM's 228 KB
-  static_assert(smem<true>() <= 232448 && MinBlocks * (smem<true>() + 1024) <= 233472, "shared memory budget");
+  template <bool kFp8>
+  static constexpr bool fits() { return smem<kFp8>() <= 232448 && MinBlocks * (smem<kFp8>() + 1024) <= 233472; }
+  static_assert(fits<false>() && fits<true>(), "shared memory budget");
   // the accumulators (64 BN / 128 floats a thread) and ~60 more within the launch bounds' registers
   static_assert(64 * (BN / 128) + 60 <= 65536 / (kThreads * MinBlocks) && 64 * (BN / 128) + 60 <= 255,
                 "register budget");
@@ -68,6 +77,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_fp4_wgmma_
   constexpr int kAStage = C::kAStage, kDStage = C::kDStage, kDStages = C::kDStages, kAhead = C::kAhead;
   constexpr int kBRowBytes = b_row_bytes<kFp8>();
   constexpr int kPStage = C::template p_stage<kFp8>();
+  constexpr int kPStages = C::template p_stages<kFp8>();  // also the iterations whose weights are copied ahead
   constexpr int kWStage = kBN * kBRowBytes;      // the packed weights of a P stage; the scale codes follow
   constexpr int kRowChunks = kBRowBytes / 16;    // 16-byte chunks of a packed row slice: NVFP4 2, FP8 4
   constexpr int kPShift = kFp8 ? 1 : 2;          // P swizzle: 8 consecutive rows' chunk q on distinct banks
@@ -151,28 +161,37 @@ DG_UNROLL
   };
 
   const uint64_t w_policy = kFp8 ? 0 : evict_first_policy();  // (FP8: no hint, see grouped_fp4_kernel)
-  int load_mt = m_first, load_kt = 0;  // the expert's M tile and the K tile of the next copy
-  auto load_next = [&](int stage) {
+  // The A rows of the next iteration not yet copied (the expert's M tile load_mt, K tile load_kt).
+  int load_mt = m_first, load_kt = 0;
+  auto load_a = [&](int stage) {
     if (load_kt == 0) set_a_rows(load_mt);
     const int k = load_kt * kBK + chunk * 8;
-    const uint32_t sa = s_a + stage * kAStage, sp = s_p + stage * kPStage;
+    const uint32_t sa = s_a + stage * kAStage;
 DG_UNROLL
     for (int j = 0; j < kACopies; ++j) {
       const int r = (tid >> 3) + (kThreads / 8) * j;
       cp_async16(sa + swz(r, chunk), a_ok[j] ? a_src[j] + k : g.a, a_ok[j]);
     }
-DG_UNROLL
-    for (int j = 0; j < kBCopies; ++j) {
-      const uint8_t* src = p_ok[j] ? p_src[j] + load_kt * kBRowBytes : g.w;
-      if (kFp8) cp_async16(sp + p_dst[j], src, p_ok[j]);
-      else cp_async16_hint(sp + p_dst[j], src, p_ok[j], w_policy);
-    }
-    if (!kFp8 && tid < kSChunks)
-      cp_async16(sp + kWStage + tid * 16, s_ok ? s_src + static_cast<int64_t>(load_kt) * Nw * 4 : g.s, s_ok);
     if (++load_kt == KT) {
       load_kt = 0;
       load_mt += ms;
     }
+  };
+  // The weights (and scale codes) of iteration i: K tile i % KT (the same for every M tile), P stage
+  // i % kPStages. p_next: the next iteration whose weights are not yet copied.
+  int p_next = 0;
+  auto load_p = [&] {
+    const int kt = p_next % KT;
+    const uint32_t sp = s_p + (p_next % kPStages) * kPStage;
+DG_UNROLL
+    for (int j = 0; j < kBCopies; ++j) {
+      const uint8_t* src = p_ok[j] ? p_src[j] + kt * kBRowBytes : g.w;
+      if (kFp8) cp_async16(sp + p_dst[j], src, p_ok[j]);
+      else cp_async16_hint(sp + p_dst[j], src, p_ok[j], w_policy);
+    }
+    if (!kFp8 && tid < kSChunks)
+      cp_async16(sp + kWStage + tid * 16, s_ok ? s_src + static_cast<int64_t>(kt) * Nw * 4 : g.s, s_ok);
+    ++p_next;
   };
 
   // Decodes P stage `ps` into D stage `ds`. Row part: quads b0 .. b0 + kQuads - 1 (quad b: bytes 8 b ..
@@ -234,11 +253,14 @@ DG_UNROLL
   };
 
   // Prologue: the copies of iterations 0 .. kAhead - 1 (a group is committed even when empty, so the
-  // wait counts hold: before iteration it, kAhead + it groups are committed, group i iteration i's), and
-  // the decode of iteration 0.
+  // wait counts hold: before iteration it, kAhead + it groups are committed; group i holds iteration
+  // i's A rows and the weights of iteration i + kPStages - kAhead, group 0 also those of the ones
+  // before), and the decode of iteration 0.
 DG_UNROLL
   for (int s = 0; s < kAhead; ++s) {
-    if (s < total) load_next(s);
+    if (s < total) load_a(s);
+    for (int i = s == 0 ? 0 : s + kPStages - kAhead; i <= s + kPStages - kAhead; ++i)
+      if (i < total) load_p();
     cp_async_commit();
   }
   cp_async_wait<kAhead - 1>();
@@ -314,10 +336,13 @@ DG_UNROLL
     fence_acc();
     wgmma_wait<1>();  // this warpgroup's wgmma of it - 1 is done: its A / P / D stages may be refilled
     fence_acc();
-    if (it + kAhead < total) load_next((it + kAhead) % kStages);
+    // A rows of it + kAhead into the stage of it - 1 (one warpgroup) / it - 2 (several), whose wgmma
+    // are done; the weights of it + kPStages into the P stage of it, decoded before the barrier.
+    if (it + kAhead < total) load_a((it + kAhead) % kStages);
+    if (p_next < total) load_p();
     cp_async_commit();
     if (it + 1 < total) {
-      decode((it + 1) % kStages, (it + 1) % kDStages);
+      decode((it + 1) % kPStages, (it + 1) % kDStages);
       fence_proxy_async();  // the decode's stores, visible to the wgmma of it + 1 after the next barrier
     }
     if (++kt == KT) {
@@ -335,13 +360,13 @@ DG_UNROLL
 }
 
 // The wgmma tile variants (kQuantTiles ids 10 ..; sm_90 only, grouped_moe_fp4.cu falls back to the
-// mma.sync kernel elsewhere):
-//  10:  64 x 128, one warpgroup, 4 stages, 2 CTAs per SM (NVFP4 83 KB, FP8 97 KB);
-//  11: 128 x 128, two warpgroups, 6 stages (NVFP4 172 KB, FP8 193 KB): each weight decoded once per 128 rows;
-//  12: 128 x 256, two warpgroups, 4 stages (NVFP4 197 KB, FP8 225 KB): half the A re-reads of 11.
-using QWg10 = QuantWgCfg<1, 128, 4, 2>;
-using QWg11 = QuantWgCfg<2, 128, 6, 1>;
-using QWg12 = QuantWgCfg<2, 256, 4, 1>;
+// mma.sync kernel elsewhere), A stages / P stages (NVFP4, FP8):
+//  10:  64 x 128, one warpgroup, 4 / 8, 6, 2 CTAs per SM (NVFP4 101 KB, FP8 113 KB);
+//  11: 128 x 128, two warpgroups, 5 / 8, 8 (NVFP4 165 KB, FP8 193 KB): each weight decoded once per 128 rows;
+//  12: 128 x 256, two warpgroups, 4 / 6, 4 (NVFP4 215 KB, FP8 225 KB): half the A re-reads of 11.
+using QWg10 = QuantWgCfg<1, 128, 4, 8, 6, 2>;
+using QWg11 = QuantWgCfg<2, 128, 5, 8, 8, 1>;
+using QWg12 = QuantWgCfg<2, 256, 4, 6, 4, 1>;
 constexpr int kFirstQuantWgmmaTile = 10;
 
 }  // namespace

@@ -98,8 +98,8 @@ int set_sampler_stats_blocks(int blocks);
 // M rows x N columns per CTA, warps, cp.async stages: 1 BM16 x BN64 4 warps 4 stages, 2 BM32 x 64,
 // 3 BM64 x 64, 4 BM32 x 128 (8 warps), 5 BM64 x 128 (8 warps), 6 BM128 x 64, 7 BM16 x 64 8 stages,
 // 8 BM32 x 64 6 stages, 9 BM32 x 128 8 warps 6 stages; the wgmma kernel (sm_90; elsewhere the
-// automatic mma.sync choice): 10 BM64 x 128 one warpgroup 4 stages, 11 BM128 x 128 two warpgroups 6
-// stages, 12 BM128 x 256 two warpgroups 4 stages; 0 automatic (by the mean rows per expert: mma.sync
+// automatic mma.sync choice): 10 BM64 x 128 one warpgroup, 11 BM128 x 128 two warpgroups, 12 BM128 x
+// 256 two warpgroups; 0 automatic (by the mean rows per expert: mma.sync
 // up to ~40 rows, wgmma above), for gate_up and down separately. The environment's
 // DGEMMA_QUANT_MOE_TILE ("gu", "gu,down" or "gu,down,m_split") gives the start values. m_split: the
 // wgmma kernel's CTAs per N tile and expert, each taking every m_split-th M tile (0 automatic, 1 ..
