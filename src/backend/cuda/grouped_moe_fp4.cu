@@ -25,9 +25,18 @@ bool device_has_wgmma() {
   return major == 9;
 }
 
+std::atomic<bool>& wgmma_setting() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("DGEMMA_QUANT_WGMMA");
+    return v != nullptr && std::strtol(v, nullptr, 10) != 0;
+  }()};
+  return on;
+}
+
 struct DeviceLauncher {
   cudaStream_t stream;
   bool wgmma = device_has_wgmma();
+  bool wgmma_auto = wgmma_setting().load();
   template <int MF, int W, int S, bool kGateUp, bool kFp8>
   void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
     auto* kernel = grouped_fp4_kernel<MF, W, S, kGateUp, kFp8>;
@@ -86,6 +95,8 @@ QuantMoeTiles set_quant_moe_tiles(QuantMoeTiles t) {
 }
 
 int set_quant_dense_tile(int variant) { return tile_setting(2).exchange(variant); }
+
+bool set_quant_wgmma(bool on) { return wgmma_setting().exchange(on); }
 
 void launch_dense_quant(bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                         int64_t T, int64_t N, int64_t K, uint16_t* out, cudaStream_t stream) {

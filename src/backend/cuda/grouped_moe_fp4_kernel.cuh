@@ -337,7 +337,8 @@ static_assert(16 * kQuantTiles[10].mf == QWg10::kBM && 16 * kQuantTiles[11].mf =
                   16 * kQuantTiles[12].mf == QWg12::kBM,
               "dense M tiles");
 
-// Mean rows per expert above which the automatic choice takes the wgmma kernel (where the device has it).
+// Mean rows per expert above which the automatic choice takes the wgmma kernel (where the device has it
+// and set_quant_wgmma allows it). A first guess: not yet measured on a GPU.
 constexpr int64_t kQuantWgmmaMinMeanRows = 40;
 
 // The automatic choice from the mean rows per expert (the routing is on the device): 8 warps (half the A
@@ -350,11 +351,20 @@ inline int auto_quant_tile(int64_t R, int64_t E, bool wgmma = false) {
   if (wgmma && mean > kQuantWgmmaMinMeanRows) return mean <= 192 ? 11 : 12;
   return mean <= 20 ? 4 : mean <= 96 ? 9 : 6;
 }
-// A requested variant (0 or out of range: automatic; a wgmma one without wgmma: the automatic mma.sync one).
-inline int resolve_quant_tile(int variant, int64_t R, int64_t E, bool wgmma) {
-  if (variant <= 0 || variant >= kQuantTileCount) return auto_quant_tile(R, E, wgmma);
+// A requested variant (0 or out of range: automatic, the wgmma kernel only if `wgmma_auto`; a wgmma one
+// without wgmma on the device: the automatic mma.sync one).
+inline int resolve_quant_tile(int variant, int64_t R, int64_t E, bool wgmma, bool wgmma_auto) {
+  if (variant <= 0 || variant >= kQuantTileCount) return auto_quant_tile(R, E, wgmma && wgmma_auto);
   if (variant >= kFirstQuantWgmmaTile && !wgmma) return auto_quant_tile(R, E, false);
   return variant;
+}
+// The dense matmul's: 32-row tiles (variant 2), or 128-row tiles (variant 6: a quarter of the decoding)
+// from 128 rows on; with `wgmma_auto`, from 64 rows on the wgmma kernel's 64-row tiles (variant 10: the
+// weights decoded once per 64 rows, two CTAs an SM for the few N tiles of a dense layer).
+inline int resolve_dense_tile(int variant, int64_t T, bool wgmma, bool wgmma_auto) {
+  if (variant > 0 && variant < kQuantTileCount && (variant < kFirstQuantWgmmaTile || wgmma)) return variant;
+  if (wgmma && wgmma_auto && T >= 64) return 10;
+  return T >= 128 ? 6 : 2;
 }
 
 template <int MF, int W, int S, bool kGateUp, bool kFp8, typename L>
@@ -399,7 +409,7 @@ void go_variant(L& l, int variant, const Fp4Args& g, int64_t n_out, int64_t grid
 // The launches of the public entry points (grouped_moe_fp4.cuh), for any launcher: `l.template
 // go<MF, W, S, kGateUp, kFp8>(args, grid_x, grid_y)` runs the kernel over that grid (the device: a CUDA
 // launch; the unit tests: the emulator), `l.template wg<Cfg, kGateUp, kFp8>(...)` the wgmma one, which
-// only a launcher with `l.wgmma` true gets. `variant`: a kQuantTiles id, 0 automatic; `m_split`: the
+// only a launcher with `l.wgmma` true gets (and the automatic choice only with `l.wgmma_auto` too). `variant`: a kQuantTiles id, 0 automatic; `m_split`: the
 // wgmma kernel's CTAs per N tile and expert (quant_m_split), 0 automatic.
 template <typename L>
 void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
@@ -408,7 +418,7 @@ void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint
   if (R <= 0 || E <= 0 || I <= 0) return;
   const Fp4Args g{x, w, block, row_scale, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
                   static_cast<int>(K), 0, m_split};
-  variant = resolve_quant_tile(variant, R, E, l.wgmma);
+  variant = resolve_quant_tile(variant, R, E, l.wgmma, l.wgmma_auto);
   if (fp8) go_variant<true, true>(l, variant, g, I, E, R);
   else go_variant<true, false>(l, variant, g, I, E, R);
 }
@@ -420,22 +430,20 @@ void run_down(L& l, bool fp8, const uint16_t* act, const uint8_t* w, const uint8
   if (R <= 0 || E <= 0 || H <= 0) return;
   const Fp4Args g{act, w, block, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1, 0,
                   m_split};
-  variant = resolve_quant_tile(variant, R, E, l.wgmma);
+  variant = resolve_quant_tile(variant, R, E, l.wgmma, l.wgmma_auto);
   if (fp8) go_variant<false, true>(l, variant, g, H, E, R);
   else go_variant<false, false>(l, variant, g, H, E, R);
 }
 
 // Dense: one CTA row per BM rows of x; every CTA row decodes the weight tiles again (from L2). Automatic
-// (variant 0): 32-row tiles (variant 2), or 128-row tiles (variant 6: a quarter of the decoding) from 128
-// rows on.
+// (variant 0): resolve_dense_tile.
 template <typename L>
 void run_dense(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                int64_t T, int64_t N, int64_t K, uint16_t* out, int variant = 0) {
   if (T <= 0 || N <= 0) return;
   const Fp4Args g{x, w, block, row_scale, nullptr, nullptr, nullptr, out, static_cast<int>(K), static_cast<int>(N), 1,
                   static_cast<int>(T)};
-  if (variant <= 0 || variant >= kQuantTileCount || (variant >= kFirstQuantWgmmaTile && !l.wgmma))
-    variant = T >= 128 ? 6 : 2;
+  variant = resolve_dense_tile(variant, T, l.wgmma, l.wgmma_auto);
   const int64_t bm = 16 * kQuantTiles[variant].mf, m_tiles = (T + bm - 1) / bm;
   if (fp8) go_variant<false, true>(l, variant, g, N, m_tiles);
   else go_variant<false, false>(l, variant, g, N, m_tiles);

@@ -31,7 +31,7 @@ struct EmuLauncher {
     ++launches;
     ++wg_launches;
   }
-  bool wgmma = true;
+  bool wgmma = true, wgmma_auto = true;
   int launches = 0, wg_launches = 0;
 };
 
@@ -180,7 +180,15 @@ TEST(QuantKernelEmulated, WgmmaAutomaticChoice) {
   EXPECT_EQ(auto_quant_tile(8192, 128, true), 11);    // T = 1024 top-8: ~64 rows per expert
   EXPECT_EQ(auto_quant_tile(32768, 128, true), 12);   // T = 4096: ~256
   EXPECT_EQ(auto_quant_tile(2048, 128, true), 4);     // T = 256: ~16, the mma.sync kernel
-  EXPECT_EQ(resolve_quant_tile(11, 8192, 128, false), 9);  // no wgmma on the device: mma.sync
+  EXPECT_EQ(resolve_quant_tile(0, 8192, 128, true, true), 11);
+  EXPECT_EQ(resolve_quant_tile(0, 8192, 128, true, false), 9);   // not allowed automatically: mma.sync
+  EXPECT_EQ(resolve_quant_tile(11, 8192, 128, true, false), 11);  // asked for
+  EXPECT_EQ(resolve_quant_tile(11, 8192, 128, false, true), 9);   // no wgmma on the device: mma.sync
+  EXPECT_EQ(resolve_dense_tile(0, 256, true, true), 10);
+  EXPECT_EQ(resolve_dense_tile(0, 256, true, false), 6);
+  EXPECT_EQ(resolve_dense_tile(0, 37, true, true), 2);
+  EXPECT_EQ(resolve_dense_tile(12, 37, true, false), 12);
+  EXPECT_EQ(resolve_dense_tile(12, 37, false, true), 2);
   EXPECT_EQ(quant_m_split(0, 8192, 128, 64, false), 2);    // ~64 rows, 64-row tiles: 96 rows side by side
   EXPECT_EQ(quant_m_split(0, 32768, 128, 128, false), 3);  // ~256 rows, 128-row tiles
   EXPECT_EQ(quant_m_split(0, 2048, 128, 128, false), 1);
@@ -197,6 +205,14 @@ TEST(QuantKernelEmulated, DenseBothTileHeights) {
     dense(fp8, 130, 64, 128);   // 128-row tiles, a partial one
   }
   for (int v = 1; v < kQuantTileCount; ++v) dense(v % 2 == 0, 37, 128, 64, false, false, v);
+}
+// The wgmma kernel as the dense matmul (one CTA row per 64 / 128 rows, the last partial; N = 192
+// against 128 / 256 columns; zero and subnormal NVFP4 block scales), and the automatic choice of it.
+TEST(QuantKernelEmulated, WgmmaDense) {
+  for (int v = kFirstQuantWgmmaTile; v < kQuantTileCount; ++v)
+    for (bool fp8 : {false, true}) dense(fp8, 200, 192, 192, false, !fp8, v);
+  dense(false, 70, 64, 256, true, false, 10);
+  dense(true, 64, 128, 64);  // automatic: variant 10
 }
 TEST(QuantKernelEmulated, DenseSubnormalAndZeroBlockScales) {
   dense(false, 40, 64, 256, true);
