@@ -2,7 +2,8 @@
 // 10 .. 12) at large R, where the automatic choice takes it:
 //  * the MoE block with NVFP4 / FP8 experts against the CPU MoE at T = 1024 and 4096, E = 8 (top-2:
 //    256 / 1024 rows per expert, many M tiles a CTA) and E = 128 (top-8, the 26B shape: ~64 / ~256),
-//    each wgmma variant and the automatic choice, and against the mma.sync kernel;
+//    each wgmma variant and the automatic choice (set_quant_wgmma on), and against the mma.sync kernel;
+//  * the dense quantised matmul on the wgmma kernel against the CPU;
 //  * `--bench quant` rows of the MoE block's two grouped GEMMs (gate|up + down) per format at
 //    T = 256 .. 4096 for every tile variant, with the packed-weight and tensor-core rates, and the best
 //    mma.sync and wgmma tile of each T (to set kQuantWgmmaMinMeanRows from).
@@ -119,10 +120,13 @@ void run_large(Reporter& r, const LargeShape& s) {
     g.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
     g.dbg_index = host_tensor(ScalarType::kI32, {T, K});
     const std::string at = s.name + " T" + std::to_string(T);
-    auto run = [&](int tile, int m_split = 0) {
+    // tile 0 with wgmma_auto: the automatic choice with set_quant_wgmma on (the wgmma kernel here)
+    auto run = [&](int tile, int m_split = 0, bool wgmma_auto = false) {
       const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({tile, tile, m_split});
+      const bool old_auto = cuda::set_quant_wgmma(wgmma_auto);
       g.out = poisoned(ScalarType::kBF16, {T, H});
       cuda().moe(g);
+      cuda::set_quant_wgmma(old_auto);
       cuda::set_quant_moe_tiles(old);
       const std::vector<uint16_t> og = u16(g.out);
       for (size_t i = 0; i < og.size(); ++i)
@@ -133,7 +137,7 @@ void run_large(Reporter& r, const LargeShape& s) {
       return og;
     };
     // The reference's tokens with the CPU's routing (router maths is not this kernel's).
-    std::vector<uint16_t> first = run(0);
+    std::vector<uint16_t> first = run(0, 0, true);
     const std::vector<char> same = compare_routing(r, at, c, g, 4);
     auto routed = [&](const std::vector<uint16_t>& o) {
       std::vector<uint16_t> v;
@@ -149,7 +153,7 @@ void run_large(Reporter& r, const LargeShape& s) {
     // bf16 result by one step in a small fraction of the elements, a few steps after gelu.up and the
     // down projection's further roundings, more near zero after cancellation (the floor).
     const Tol tol{4, 2e-3, 2e-2, 0.8, 1e-5};
-    expect_bf16(r, at + " auto" + fmt + " vs CPU reference", routed(first), sc, tol);
+    expect_bf16(r, at + " auto (set_quant_wgmma on)" + fmt + " vs CPU reference", routed(first), sc, tol);
     const std::vector<uint16_t> mma = run(9);  // the mma.sync kernel (BM32 x BN128 8 warps 6 stages)
     expect_bf16(r, at + " mma.sync tile 9" + fmt + " vs CPU reference", routed(mma), sc, tol);
     // each wgmma tile with the automatic m_split, and two with a fixed one (one CTA per N tile and
@@ -163,6 +167,44 @@ void run_large(Reporter& r, const LargeShape& s) {
       // all T tokens, GPU routing on both sides: the same bound (summation order only)
       expect_bf16(r, what + " vs mma.sync tile 9", og, mma, tol);
     }
+  }
+}
+
+// The wgmma kernel as the dense quantised matmul (set_quant_dense_tile 10 .. 12, and the automatic
+// choice with set_quant_wgmma on) against the CPU reference with bf16 activations, at the 26B dense
+// shapes with T = 256 and a T that leaves a partial M tile. Bound: gemm_tol, as the mma.sync dense
+// kernel's check (gpu_check_quant.cpp run_dense): exact weights, one fp32 sum per output in another
+// order, one bf16 rounding.
+void run_dense_wgmma(Reporter& r, bool fp8, int64_t T, int64_t N, int64_t K) {
+  const std::string what = std::string("dense wgmma ") + (fp8 ? "fp8" : "nvfp4") + " T" + std::to_string(T) + " N" +
+                           std::to_string(N) + " K" + std::to_string(K);
+  Data d(what);
+  Weight w = experts(d, fp8, 1, N, K, N, 1.0f / std::sqrt(static_cast<float>(K)));
+  w.data = w.data.reshape({N, fp8 ? K : K / 2});
+  if (!fp8) w.block = w.block.reshape({N, K / 16});
+  w.row_scale = w.row_scale.reshape({N});
+  w.act = ActQuant::kNone;  // the CUDA kernels keep activations bf16
+  const Tensor x = d.bf16({T, K}, 1.0f);
+  Tensor oc = host_tensor(ScalarType::kBF16, {T, N});
+  cpu().matmul(x, w, oc);
+  const bool old = cuda::set_dense_quant_weights(true);
+  const Weight wg = cuda().upload_weight(w);
+  cuda::set_dense_quant_weights(old);
+  if (!wg.quantized()) {
+    r.fail(what + ": upload_weight did not keep the weight quantised");
+    return;
+  }
+  const Tensor xg = up(x);
+  const std::vector<uint16_t> want = u16(oc);
+  for (int tile = 0; tile < cuda::kQuantMoeTileCount; tile = tile == 0 ? kFirstWgmmaTile : tile + 1) {
+    const int old_tile = cuda::set_quant_dense_tile(tile);
+    const bool old_auto = cuda::set_quant_wgmma(true);
+    Tensor og = poisoned(ScalarType::kBF16, {T, N});
+    cuda().matmul(xg, wg, og);
+    cuda::set_quant_wgmma(old_auto);
+    cuda::set_quant_dense_tile(old_tile);
+    expect_bf16(r, what + (tile ? " tile " + std::to_string(tile) : std::string(" auto (set_quant_wgmma on)")) + " vs CPU",
+                u16(og), want, gemm_tol());
   }
 }
 
@@ -191,8 +233,9 @@ void random_groups(Data& d, int64_t T, int64_t E, int64_t K, std::vector<int32_t
 // The MoE block's grouped GEMMs (gate|up, then down) at T = 256 .. 4096 (uniform random top-8 over 128
 // experts: ~16 .. ~256 rows per expert) for every tile variant (0 = the automatic choice): the time of
 // the pair (the fastest of 5 bursts of 10 back-to-back), the packed weights (+ block scales) over it,
-// and the GEMMs' 6 R H I FLOP over it ("ms1": the wgmma tile with m_split 1, else the automatic one);
-// then per T the best mma.sync and the best wgmma tile.
+// and the GEMMs' 6 R H I FLOP over it ("ms1": the wgmma tile with m_split 1, else the automatic one;
+// tile 0 "wgm": the automatic choice with set_quant_wgmma on); then per T the best mma.sync and the
+// best wgmma tile.
 void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(const char*, double)>& row) {
   constexpr int64_t H = 2816, I = 704, E = 128, K = 8;
   Data d(std::string("quant moe block bench ") + (fp8 ? "fp8" : "nvfp4"));
@@ -227,15 +270,16 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
     cudaEventCreate(&e1);
     double best[2] = {1e30, 1e30};
     int best_tile[2] = {0, 0}, best_split[2] = {0, 0};
-    // (tile, m_split): the automatic choice, every mma.sync tile, every wgmma tile with m_split 1 and
-    // the automatic one
-    std::vector<std::pair<int, int>> runs;
-    for (int v = 0; v < cuda::kQuantMoeTileCount; ++v) {
+    // (tile, m_split): the automatic choice (m_split -1: with set_quant_wgmma on), every mma.sync tile,
+    // every wgmma tile with m_split 1 and the automatic one
+    std::vector<std::pair<int, int>> runs = {{0, 0}, {0, -1}};
+    for (int v = 1; v < cuda::kQuantMoeTileCount; ++v) {
       if (v >= kFirstWgmmaTile) runs.emplace_back(v, 1);
       runs.emplace_back(v, 0);
     }
     for (const auto& [v, m_split] : runs) {
-      const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v, m_split});
+      const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v, m_split < 0 ? 0 : m_split});
+      const bool old_auto = cuda::set_quant_wgmma(m_split < 0);
       for (int i = 0; i < 3; ++i) launch();
       constexpr int kReps = 10;
       double per = 1e30;
@@ -248,6 +292,7 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
         cudaEventElapsedTime(&ms, e0, e1);
         per = std::min(per, static_cast<double>(ms) / kReps);
       }
+      cuda::set_quant_wgmma(old_auto);
       cuda::set_quant_moe_tiles(old);
       if (v > 0) {
         const int k = v >= kFirstWgmmaTile;
@@ -259,7 +304,7 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
       }
       char what[160];
       std::snprintf(what, sizeof what, "%s moe block T=%lld tile %2d%s %5.2f TB/s %6.1f TFLOP/s", fmt,
-                    static_cast<long long>(T), v, m_split == 1 ? " ms1" : "    ", w_bytes / (per * 1e-3) / 1e12,
+                    static_cast<long long>(T), v, m_split == 1 ? " ms1" : m_split < 0 ? " wgm" : "    ", w_bytes / (per * 1e-3) / 1e12,
                     6.0 * static_cast<double>(R) * H * I / (per * 1e-3) / 1e12);
       row(what, per);
     }
@@ -282,6 +327,8 @@ std::vector<Case> quant_wgmma_cases() {
       c("quant_wgmma_fp8_E8_k2", {"fp8 E8 k2 H2816 I704", H, I, 8, 2, true, {1024, 4096}, 96}),
       c("quant_wgmma_fp4_E128_k8", {"fp4 E128 k8 H2816 I704", H, I, 128, 8, false, {1024, 4096}, 192}),
       c("quant_wgmma_fp8_E128_k8", {"fp8 E128 k8 H2816 I704", H, I, 128, 8, true, {1024, 4096}, 192}),
+      {"quant_wgmma_dense_fp8", [](Reporter& r) { run_dense_wgmma(r, true, 256, 4096, H); run_dense_wgmma(r, true, 200, H, 2112); }},
+      {"quant_wgmma_dense_nvfp4", [](Reporter& r) { run_dense_wgmma(r, false, 256, 2112, H); run_dense_wgmma(r, false, 70, H, 2112); }},
   };
 }
 
