@@ -24,8 +24,9 @@
 // Tile variants (QuantTile: MF m fragments, W warps = BN / 16 weight rows, S stages) are chosen at run time
 // (grouped_moe_fp4.cu; dgemma_gpu_check --bench times them). Why mma.sync: at ~16 rows per expert a
 // step is bound by the weight stream; mma.sync with register-built B fragments keeps the weights packed.
-// From ~64 rows per expert on (batched denoising) the wgmma kernel of grouped_moe_fp4_wgmma_kernel.cuh
-// (variants 10 ..) decodes each weight once per 64 / 128 rows into shared memory instead.
+// For ~64+ rows per expert (batched denoising) the wgmma kernel of grouped_moe_fp4_wgmma_kernel.cuh
+// (variants 10 ..) decodes each weight once per 64 / 128 rows into shared memory instead (automatic
+// only with set_quant_wgmma: not yet run on a GPU).
 #include <cstdint>
 
 #include "backend/cuda/quant_layout.h"
