@@ -37,6 +37,8 @@
 // scale code offset, x the row scale, then gelu.up or the routing weight with the same bf16 roundings).
 // The weights are the same exact bf16 values as the mma.sync kernel's; the tensor cores sum in their own
 // order, so the outputs agree with it to fp32 rounding of the sum, not bit for bit.
+// Status: checked by the emulated unit tests only, not yet run on a GPU; the automatic choice takes
+// it only with set_quant_wgmma (tuning.h), off by default.
 #include <cstdint>
 
 namespace dgemma::cuda {
