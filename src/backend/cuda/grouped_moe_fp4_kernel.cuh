@@ -332,7 +332,7 @@ struct QuantTile {
   int mf, w, stages;
 };
 constexpr QuantTile kQuantTiles[] = {{0, 0, 0}, {1, 4, 4}, {2, 4, 4}, {4, 4, 4}, {2, 8, 4},  {4, 8, 4}, {8, 4, 4},
-                                     {1, 4, 8}, {2, 4, 6}, {2, 8, 6}, {4, 8, 4}, {8, 8, 5}, {8, 16, 4}};
+                                     {1, 4, 8}, {2, 4, 6}, {2, 8, 6}, {4, 8, 4}, {8, 8, 6}, {8, 16, 5}};
 constexpr int kQuantTileCount = 13;
 static_assert(16 * kQuantTiles[10].mf == QWg10::kBM && 16 * kQuantTiles[11].mf == QWg11::kBM &&
                   16 * kQuantTiles[12].mf == QWg12::kBM,

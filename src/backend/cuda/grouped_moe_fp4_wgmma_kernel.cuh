@@ -23,16 +23,16 @@
 //     multiply (quant_layout.h), written as whole 16-byte chunks (half rows: 8 bytes);
 //   * warpgroup j multiplies tile rows 64 j .. 64 j + 63 by all BN columns: BN / 128 wgmma m64n128k16
 //     per k16 step, A and D read through descriptors.
-// Pipeline per iteration it (one barrier): cp.async wait (own copies of it + 1), async-proxy fence,
-// barrier; wgmma of it (A stage it, D stage it), committed; wait for the wgmma of it - 1; the copies of
-// the A rows of it + kAhead and of the weights of it + kPStages; the decode of it + 1 (its P stage
-// landed before the barrier) into its D stage, then an async-proxy fence (the decode's generic-proxy
-// stores become visible to the tensor cores' reads at the next barrier). So the copies of stage it + 2
-// and later and the decode of stage it + 1 run against the wgmma of it. Buffer reuse: a P stage is
-// refilled once decoded (the weights, from HBM, copied furthest ahead: kPStages iterations); an A
-// stage kAhead iterations on and a D stage kDStages - 1 on: one warpgroup has the wgmma of it - 1 done
-// when it refills (kAhead = S - 1, two D stages), several only know that each other's wgmma of it - 2
-// are done (the barrier after their waits: kAhead = S - 2, three D stages).
+// Pipeline per iteration it (two barriers): cp.async wait (own copies of it + 1), async-proxy fence,
+// barrier; wgmma of it (A stage it, D stage it), committed; wait for the wgmma of it - 1, barrier (a
+// thread's wait covers only its own view of the wgmma: the barrier makes the wgmma of it - 1 done for
+// every warp, so its A and D stages are free); the copies of the A rows of it + kAhead (into the A
+// stage of it - 1) and of the weights of it + kPStages (into the P stage of it, decoded before the
+// first barrier); the decode of it + 1 (its P stage landed before the first barrier) into the D stage
+// of it - 1, then an async-proxy fence (the decode's generic-proxy stores become visible to the tensor
+// cores' reads at the next first barrier). So the copies of stage it + 2 and later and the decode of
+// stage it + 1 run against the wgmma of it, with two D stages; the weights, from HBM, are copied
+// furthest ahead (kPStages iterations), the A rows (mostly L2 hits) S - 1.
 // Epilogue per M tile (after the wgmma of its last K tile): grouped_fp4_kernel's (x 2^7 for NVFP4's
 // scale code offset, x the row scale, then gelu.up or the routing weight with the same bf16 roundings).
 // The weights are the same exact bf16 values as the mma.sync kernel's; the tensor cores sum in their own
@@ -49,8 +49,8 @@ template <int WG, int BN, int S, int SP4, int SP8, int MinBlocks>
 struct QuantWgCfg {
   static constexpr int kWarpGroups = WG, kBN = BN, kStages = S, kMinBlocks = MinBlocks;
   static constexpr int kThreads = 128 * WG, kBM = 64 * WG;
-  static constexpr int kDStages = WG == 1 ? 2 : 3;
-  static constexpr int kAhead = WG == 1 ? S - 1 : S - 2;  // iterations whose A rows are copied ahead
+  static constexpr int kDStages = 2;
+  static constexpr int kAhead = S - 1;  // iterations whose A rows are copied ahead
   static constexpr int kAStage = kBM * kARowBytes;         // bf16 A rows of a stage
   static constexpr int kDStage = kBN * kARowBytes;         // decoded bf16 weight rows of a stage
   template <bool kFp8>
@@ -336,10 +336,11 @@ DG_UNROLL
         wgmma_m64n128k16(acc[h], sw128_desc(sa + 32 * kk), sw128_desc(sd + h * 128 * kARowBytes + 32 * kk));
     wgmma_commit();
     fence_acc();
-    wgmma_wait<1>();  // this warpgroup's wgmma of it - 1 is done: its A / P / D stages may be refilled
+    wgmma_wait<1>();  // this thread's view of the wgmma of it - 1 is done ...
     fence_acc();
-    // A rows of it + kAhead into the stage of it - 1 (one warpgroup) / it - 2 (several), whose wgmma
-    // are done; the weights of it + kPStages into the P stage of it, decoded before the barrier.
+    __syncthreads();  // ... everyone's: its A and D stages may be refilled
+    // A rows of it + kAhead into the stage of it - 1; the weights of it + kPStages into the P stage of
+    // it, decoded before the first barrier.
     if (it + kAhead < total) load_a((it + kAhead) % kStages);
     if (p_next < total) load_p();
     cp_async_commit();
@@ -364,11 +365,11 @@ DG_UNROLL
 // The wgmma tile variants (kQuantTiles ids 10 ..; sm_90 only, grouped_moe_fp4.cu falls back to the
 // mma.sync kernel elsewhere), A stages / P stages (NVFP4, FP8):
 //  10:  64 x 128, one warpgroup, 4 / 8, 6, 2 CTAs per SM (NVFP4 101 KB, FP8 113 KB);
-//  11: 128 x 128, two warpgroups, 5 / 8, 8 (NVFP4 165 KB, FP8 193 KB): each weight decoded once per 128 rows;
-//  12: 128 x 256, two warpgroups, 4 / 6, 4 (NVFP4 215 KB, FP8 225 KB): half the A re-reads of 11.
+//  11: 128 x 128, two warpgroups, 6 / 8, 8 (NVFP4 165 KB, FP8 193 KB): each weight decoded once per 128 rows;
+//  12: 128 x 256, two warpgroups, 5 / 8, 5 (NVFP4 217 KB, FP8 225 KB): half the A re-reads of 11.
 using QWg10 = QuantWgCfg<1, 128, 4, 8, 6, 2>;
-using QWg11 = QuantWgCfg<2, 128, 5, 8, 8, 1>;
-using QWg12 = QuantWgCfg<2, 256, 4, 6, 4, 1>;
+using QWg11 = QuantWgCfg<2, 128, 6, 8, 8, 1>;
+using QWg12 = QuantWgCfg<2, 256, 5, 8, 5, 1>;
 constexpr int kFirstQuantWgmmaTile = 10;
 
 }  // namespace
