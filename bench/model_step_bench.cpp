@@ -8,6 +8,12 @@
 //                [--dense-quant on|off]   (quantised dense linears: W8A16 / W4A16 kernel or bf16 cuBLAS)
 //                [--small-kernels fused|ops]   (the fused qkv prologue, MoE routing and junction norms, or
 //                                               the earlier kernels)
+//                [--profile-step N]   (the profiler's capture window around the measured round's N-th
+//                                      denoising step, N >= 2: `ncu --profile-from-start off` times that
+//                                      step's kernels alone; bench/step_profile.py)
+// Prefill and denoising are timed apart: every prompt is encoded in prefill-only steps (the step budget
+// holds all prompts; the last chunk is not fused with the first denoising step, fuse_prefill_tail), so
+// every denoising step carries the whole batch of canvases and nothing else.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +57,15 @@ uint64_t sync_wait_ns_so_far() {
   return 0;
 #endif
 }
+// The profiler's capture window (CUDA only).
+void profiler_window(bool open) {
+#if DGEMMA_HAVE_CUDA
+  if (open) cuda::profiler_start();
+  else cuda::profiler_stop();
+#else
+  (void)open;
+#endif
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,11 +76,12 @@ int main(int argc, char** argv) {
                  "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
                  "                   [--dense-quant on|off]   (quantised dense linears: quantised kernel or bf16 cuBLAS)\n"
                  "                   [--small-kernels fused|ops]   (fused qkv prologue, MoE routing and junction norms, or the earlier kernels)\n"
-                 "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM per projection)\n");
+                 "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM per projection)\n"
+                 "                   [--profile-step N]   (profiler capture window around the N-th measured denoising step)\n");
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
-  int batch = 1, prompt_len = 512, steps = 48, canvases = 1;
+  int batch = 1, prompt_len = 512, steps = 48, canvases = 1, profile_step = 0;
   bool small_fused = true;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -75,6 +91,7 @@ int main(int argc, char** argv) {
     else if (k == "--prompt-len") prompt_len = std::atoi(argv[i + 1]);
     else if (k == "--steps") steps = std::atoi(argv[i + 1]);
     else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
+    else if (k == "--profile-step") profile_step = std::atoi(argv[i + 1]);
     else if (k == "--small-kernels") small_fused = std::string(argv[i + 1]) != "ops";
     else if (k == "--fused-projections") set_fuse_projections(std::string(argv[i + 1]) != "off");
 #if DGEMMA_HAVE_CUDA
@@ -114,14 +131,15 @@ int main(int argc, char** argv) {
     const int64_t C = mc.canvas_length;
     std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
     for (int i = 0; i < prompt_len; ++i) prompt[i] = 1000 + (i * 7919) % 200000;
-    // Prefill alone (the step budget is exactly the prompts, so no first denoising step is fused with
-    // it), then the denoising steps.
+    // Prefill alone (the step budget holds every prompt, and no prompt's last chunk shares its pass with
+    // the first denoising step), then the denoising steps of the whole batch.
     ModelCoreOptions o;
     o.max_num_seqs = batch;
     o.max_num_batched_tokens = std::max<int64_t>(static_cast<int64_t>(batch) * prompt_len, C);
     o.prefill_chunk = prompt_len;
     o.kv_tokens = static_cast<int64_t>(batch) * (prompt_len + (canvases + 1) * C);
     o.prefix_caching = false;  // every round encodes its prompts
+    o.fuse_prefill_tail = false;
     ModelCore core(model, o);
     for (int rep = 0; rep < 2; ++rep) {  // the first round warms up (cuBLAS handles, allocator)
       std::vector<std::unique_ptr<Sequence>> seqs;
@@ -143,8 +161,12 @@ int main(int argc, char** argv) {
       while (core.core().has_work()) {
         Stopwatch sw;
         const uint64_t launches0 = launches_so_far(), syncs0 = syncs_so_far(), wait0 = sync_wait_ns_so_far();
+        // After a denoising step the next is one too (the batch denoises together until it ends).
+        const bool profiled = rep == 1 && profile_step >= 2 && step_count + 1 == profile_step;
+        if (profiled) profiler_window(true);
         const StepStats st = core.core().step(events);
         be->synchronize();
+        if (profiled) profiler_window(false);
         if (st.denoise_items == 0) {
           prefill_ms += sw.ms();
         } else {

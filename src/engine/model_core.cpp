@@ -44,6 +44,7 @@ std::unique_ptr<EngineCore> make_engine_core(const ModelConfig& mc, const ModelC
   sc.max_num_batched_tokens = o.max_num_batched_tokens;
   sc.prefill_chunk = o.prefill_chunk;
   sc.canvas_length = mc.canvas_length;
+  sc.fuse_prefill_tail = o.fuse_prefill_tail;
   BlockManagerConfig bc;
   bc.page_size = geo.page_size;
   bc.num_pages = plan.pages;

@@ -22,6 +22,7 @@ struct ModelCoreOptions {
   int64_t kv_tokens = 8192;  // tokens the full-attention pages hold (all sequences together)
   std::optional<KvPoolPlan> kv_plan;  // the pool's pages, as the memory plan sized it (overrides kv_tokens)
   bool prefix_caching = true;
+  bool fuse_prefill_tail = true;  // SchedulerConfig::fuse_prefill_tail
 };
 
 // The one assembly of an engine core: scheduler and page bookkeeping sized by `plan` for `config`

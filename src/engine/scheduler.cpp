@@ -136,7 +136,7 @@ StepPlan Scheduler::schedule(double now) {
     plan.items.push_back({s, PlannedItem::Kind::kEncode, s->encoded, s->encoded + chunk});
     any_prefill = true;
     budget -= chunk;
-    if (chunk == remaining && budget >= C) {
+    if (config_.fuse_prefill_tail && chunk == remaining && budget >= C) {
       // The prompt's last chunk shares its pass with the first denoising step.
       s->state = Sequence::State::kDenoise;
       s->prefill_done_time = now;

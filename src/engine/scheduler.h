@@ -24,6 +24,10 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 4096;
   int64_t prefill_chunk = 2048;
   int canvas_length = 256;
+  // Whether a prompt's last chunk shares its pass with the sequence's first denoising step (the
+  // default: one pass less per request). Off, every step is either prefill or denoising work for a
+  // sequence: benchmarks time the two apart.
+  bool fuse_prefill_tail = true;
 };
 
 struct SchedulerStats {

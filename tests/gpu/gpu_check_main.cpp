@@ -2,9 +2,10 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --bench [quant|flash|tail|fused|small]  times the CUDA ops at the 26B-A4B shapes
+//   dgemma_gpu_check --bench [quant|flash|tail|fused|small|moe]  times the CUDA ops at the 26B-A4B shapes
 //                                     (canvas 256) instead (quant: only the quantised kernels' rows; flash:
-//                                     only the attention_batch rows; tail: the LM head, sampler,
+//                                     only the attention_batch rows; moe: the bf16 grouped
+//                                     expert GEMMs per variant and T; tail: the LM head, sampler,
 //                                     self-conditioning GEMM and decide only; fused: the fused projections'
 //                                     GEMMs; small: the per-layer small kernels only)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
@@ -314,6 +315,10 @@ int main(int argc, char** argv) {
       dgemma::Backend& be = dgemma::gpu_test::cuda();
       dgemma::gpu_test::fused_gemm_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
                                          [](const char* what, double ms) { std::printf("%-56s %10.3f\n", what, ms); });
+      return 0;
+    }
+    if (mode("moe")) {  // the bf16 grouped expert GEMMs alone, per variant and T
+      dgemma::gpu_test::grouped_moe_bench();
       return 0;
     }
     return bench(mode("quant"), mode("flash"), mode("tail"), mode("small"));

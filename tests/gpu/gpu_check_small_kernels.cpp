@@ -383,7 +383,8 @@ void check_residual_plans(Reporter& r) {
 
 // The fused top-k + grouping kernel against the top-k and grouping kernels it replaces, output by
 // output (the MoE check above cannot see the order of the pairs within an expert): random logits,
-// ties, one expert in every token's top-k, and T from 1 to 2048 (R past the tile list's threshold).
+// ties, one expert in every token's top-k, and T from 1 to 2048 (R past the tile list's threshold);
+// also with the pairs placed by the second kernel (set_route_split_placement).
 void check_moe_grouping(Reporter& r) {
   Data d("moe_grouping");
   const cuda::Context& ctx = cuda::context_of(cuda());
@@ -414,7 +415,7 @@ void check_moe_grouping(Reporter& r) {
                  poisoned(ScalarType::kI32, {E + 1}), poisoned(ScalarType::kI32, {R}),
                  poisoned(ScalarType::kI32, {4 * std::max<int64_t>(n_tiles, 1)})};
     };
-    Out o = outputs(), n = outputs(), n2 = outputs();
+    Out o = outputs(), n = outputs(), n2 = outputs(), n3 = outputs();
     auto tiles_of = [&](Out& x) { return n_tiles > 0 ? x.tiles.ptr<int32_t>() : nullptr; };
     {
       Switch off(cuda::set_fused_moe_routing, false);
@@ -441,6 +442,13 @@ void check_moe_grouping(Reporter& r) {
                                    n2.pairs.ptr<int32_t>(), tiles_of(n2), n_tiles, plan.tile_rows,
                                    scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
     }
+    {
+      Switch split(cuda::set_route_split_placement, true);  // the pairs placed by a second kernel
+      cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n3.top_idx.ptr<int32_t>(),
+                                   n3.top_w.ptr<float>(), n3.order.ptr<int32_t>(), n3.offsets.ptr<int32_t>(),
+                                   n3.pairs.ptr<int32_t>(), tiles_of(n3), n_tiles, plan.tile_rows,
+                                   scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
+    }
     cuda().synchronize();
     auto same = [&](const char* what, const Tensor& a, const Tensor& b) {
       const std::vector<int32_t> x = i32(a), y = i32(b);
@@ -456,6 +464,10 @@ void check_moe_grouping(Reporter& r) {
     same("offsets (variant 2)", n2.offsets, o.offsets);
     same("order (variant 2)", n2.order, o.order);
     if (n_tiles > 0) same("tiles (variant 2)", n2.tiles, o.tiles);
+    same("pairs (split placement)", n3.pairs, o.pairs);
+    same("offsets (split placement)", n3.offsets, o.offsets);
+    same("weights (split placement)", n3.top_w, o.top_w);
+    if (n_tiles > 0) same("tiles (split placement)", n3.tiles, o.tiles);
   }
 }
 
@@ -515,7 +527,7 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
   // whole MoE block with each.
   const cuda::Context& ctx = cuda::context_of(be);
   const int64_t H = 2816, I = 704, E = 128, K = 8;
-  for (int64_t T : {256, 1024}) {
+  for (int64_t T : {256, 1024, 4096}) {  // batch 1, 4 and 16
     Tensor logits = bf({T, E}, 50, 2.0f), pes = bf({E}, 51, 0.1f, 1.0f);
     Tensor top_idx = be.alloc(ScalarType::kI32, {T, K}), order = be.alloc(ScalarType::kI32, {T, K});
     Tensor top_w = be.alloc(ScalarType::kF32, {T, K});
@@ -530,9 +542,12 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
     Tensor tiles = be.alloc(ScalarType::kI32, {4 * std::max<int64_t>(n_tiles, 1)});
     Tensor scratch = be.alloc(ScalarType::kI32, {std::max<int64_t>(cuda::moe_route_group_scratch(T, E, K), 1)});
     int32_t* tiles_ptr = n_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
-    for (bool fused : {false, true}) {
+    for (int form : {0, 1, 2}) {  // the earlier kernels, the fused one, the fused one with split placement
+      const bool fused = form > 0;
       Switch sw(cuda::set_fused_moe_routing, fused);
-      const std::string suffix = std::string(" T=") + std::to_string(T) + (fused ? " (new)" : " (earlier)");
+      Switch split(cuda::set_route_split_placement, form == 2);
+      const std::string suffix = std::string(" T=") + std::to_string(T) +
+                                 (form == 0 ? " (earlier)" : form == 1 ? " (new)" : " (new, split placement)");
       row(("moe top-k E=128 k=8" + suffix).c_str(), time_ms(topk));
       row(("moe top-k + grouping" + suffix).c_str(), time_ms([&] {
             if (fused) {

@@ -12,6 +12,9 @@ namespace dgemma::cuda {
 void count_launch();
 // A host wait for the stream that took `waited_ns` (syncs_so_far / sync_wait_ns_so_far, tuning.h).
 void count_sync(uint64_t waited_ns);
+// More host time spent waiting for the stream inside a counted wait (a device-to-host copy into
+// pageable memory blocks in the copy call itself, before its synchronisation).
+void add_sync_wait(uint64_t waited_ns);
 
 }  // namespace dgemma::cuda
 

@@ -4,6 +4,8 @@
 // Device code only; called by one whole warp (lane = threadIdx.x % 32).
 #include <cstdint>
 
+#include "backend/cuda/kernel_macros.cuh"
+
 namespace dgemma::cuda {
 
 // base[e] (e < E) holds expert e's pair count on entry and its first row on return (an exclusive scan
@@ -14,7 +16,7 @@ __device__ __forceinline__ void expert_offsets_warp(int* base, int E, int32_t* o
     const int e = e0 + lane;
     const int v = e < E ? base[e] : 0;
     int incl = v;
-#pragma unroll
+DG_UNROLL
     for (int o = 1; o < 32; o <<= 1) {
       const int n = __shfl_up_sync(0xffffffffu, incl, o);
       if (lane >= o) incl += n;
@@ -40,7 +42,7 @@ __device__ __forceinline__ void expert_tiles_warp(const int* base, int E, int R,
     const int n_rows = e < E ? (e + 1 < E ? base[e + 1] : R) - first_row : 0;
     const int n_tiles = (n_rows + tile_rows - 1) / tile_rows;
     int incl = n_tiles;
-#pragma unroll
+DG_UNROLL
     for (int o = 1; o < 32; o <<= 1) {
       const int n = __shfl_up_sync(0xffffffffu, incl, o);
       if (lane >= o) incl += n;

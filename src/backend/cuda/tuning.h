@@ -13,6 +13,10 @@ uint64_t launches_so_far();
 // host-bound (benchmarks report both per step).
 uint64_t syncs_so_far();
 uint64_t sync_wait_ns_so_far();
+// The profiler's capture window (cudaProfilerStart / Stop): Nsight Compute run with
+// --profile-from-start off sees only the kernels between the two (dgemma_bench --profile-step).
+void profiler_start();
+void profiler_stop();
 
 // Upper bound of attention's bf16 score buffer per call (default 256 MiB); queries are processed in
 // chunks that fit. Returns the previous value.
@@ -62,10 +66,16 @@ int set_small_kernel_variant(int v);
 bool set_qkv_prologue_pairs(bool on);
 // The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
 // (by rows per expert, the default), 1 the small kernel (32-row tiles looping over an expert's rows),
-// 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 14 the wgmma ones (sm_90; variant 2 on other
+// 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 15 the wgmma ones (sm_90; variant 2 on other
 // GPUs). For benchmarks and tests. Returns the previous value.
-constexpr int kGroupedMoeVariants = 14;
+constexpr int kGroupedMoeVariants = 15;
 int set_grouped_moe_variant(int variant);
+// Whether the fused MoE routing + grouping (moe_route.cu) places the (token, slot) pairs in a second
+// kernel over the whole grid instead of in its last block (off, the default; DGEMMA_ROUTE_SPLIT=1
+// sets the start value). The same pairs bit for bit; the split pays where T is large (the last
+// block's placement takes R / 2048 rounds of dependent loads). Not yet timed on a GPU. Returns the
+// previous value.
+bool set_route_split_placement(bool on);
 
 // Whether upload_weight keeps dense quantised linears (FP8 attention / MLP, NVFP4 MLP) quantised for
 // the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) instead of dequantising them to

@@ -12,9 +12,11 @@
 // 8 j .. 8 j + 7; m16n8k16: A row g = lane / 4 (+8), k = 2 (lane % 4) (+8); B k likewise, n = lane / 4;
 // C rows g (+8), cols 2 (lane % 4) (+1)). The device path is checked by tests/gpu; this checks the
 // kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
-// no other asynchrony, no memory model, a warp's lanes only meet at the collectives. Also blockDim /
-// gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
-// moe_combine_kernel.cuh).
+// no other asynchrony, no memory model, a warp's lanes only meet at the collectives and __syncwarp.
+// Also blockDim / gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
+// moe_combine_kernel.cuh), and what the routing kernels use (moe_route_kernel.cuh): static shared
+// arrays, the integer shuffles and reductions, atomics and fences (plain: one block runs at a time),
+// __ldcg / __stcg, exp_f32 and warp_reduce.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -32,6 +34,9 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define DG_KERNEL_DYNAMIC_SMEM(name) unsigned char* name = emu::smem()
+// Static shared arrays: one object for every thread of the block (blocks run one at a time).
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 typedef void* cudaStream_t;
 struct Dim3 { unsigned x = 0, y = 0, z = 0; };
 namespace emu {
@@ -206,10 +211,24 @@ inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes, int
 #define gridDim emu::t_grid_dim
 struct uint4 { uint32_t x, y, z, w; };
 inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
+struct int4 { int x, y, z, w; };
+inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
+// Blocks run one at a time, so a block's atomics and fences need no more than plain accesses.
+inline unsigned atomicAdd(unsigned* p, unsigned v) { const unsigned old = *p; *p = old + v; return old; }
+inline unsigned atomicExch(unsigned* p, unsigned v) { const unsigned old = *p; *p = v; return old; }
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+template <typename T>
+inline T __ldcg(const T* p) { return *p; }
+template <typename T>
+inline void __stcg(T* p, T v) { *p = v; }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
 inline void __syncthreads() { emu::g_block_bar->arrive_and_wait(); }
-inline void __syncwarp() {}  // a warp's lanes only meet at the collectives
+inline void __syncwarp() { emu::g_warp_bar[threadIdx.x >> 5]->arrive_and_wait(); }  // the warp's lanes meet
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __fmul_rn(float a, float b) { return a * b; }
@@ -405,3 +424,52 @@ inline double __shfl_xor_sync(unsigned mask, double v, int lane_mask) {
   std::memcpy(&r, &sc[(i ^ lane_mask) & 31][6], 8);
   return r;
 }
+// The integer collectives: every lane publishes its value, then reads the one it asks for (or all).
+inline int emu_warp_publish(int v, int (&all)[32]) {
+  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
+  uint32_t(&sc)[32][8] = dgemma::cuda::collective_scratch(w, i);
+  sc[i][6] = static_cast<uint32_t>(v);
+  emu::g_warp_bar[w]->arrive_and_wait();
+  for (int l = 0; l < 32; ++l) all[l] = static_cast<int>(sc[l][6]);
+  return i;
+}
+inline int __shfl_sync(unsigned mask, int v, int src) {
+  if (mask != 0xffffffffu) std::abort();
+  int all[32];
+  emu_warp_publish(v, all);
+  return all[src & 31];
+}
+inline int __shfl_up_sync(unsigned mask, int v, unsigned delta) {
+  if (mask != 0xffffffffu) std::abort();
+  int all[32];
+  const int i = emu_warp_publish(v, all);
+  return i >= static_cast<int>(delta) ? all[i - static_cast<int>(delta)] : v;
+}
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
+  if (mask != 0xffffffffu) std::abort();
+  int all[32];
+  emu_warp_publish(static_cast<int>(v), all);
+  unsigned m = 0;
+  for (int x : all) m = std::max(m, static_cast<unsigned>(x));
+  return m;
+}
+inline int __reduce_min_sync(unsigned mask, int v) {
+  if (mask != 0xffffffffu) std::abort();
+  int all[32];
+  emu_warp_publish(v, all);
+  int m = all[0];
+  for (int x : all) m = std::min(m, x);
+  return m;
+}
+namespace dgemma::cuda {
+// common.cuh's fp32 exp (double, rounded once) and warp reduction, for the kernels that use them.
+inline float exp_f32(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
+struct MaxOp {
+  float operator()(float a, float b) const { return std::fmax(a, b); }
+};
+template <typename T, typename Op>
+inline T warp_reduce(T v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+}  // namespace dgemma::cuda

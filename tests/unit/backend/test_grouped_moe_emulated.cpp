@@ -124,9 +124,10 @@ void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
 
 // One K tile + 8 (gate_up K = 72), one partial K tile (down K = 40); gate_up 40 and down 72 columns:
 // partial N tiles everywhere. Rows: empty experts, 1 row, 200 rows (several tiles of every height,
-// the last partial), and counts just past the tile heights 64 and 80.
+// the last partial), counts just past the tile heights 64 and 80, and 290 rows (two of the 256-row
+// tiles, the second partial).
 TEST(GroupedMoeEmulated, EveryVariantOnRaggedRouting) {
-  check(72, 40, 2, {0, 1, 200, 17, 0, 65, 81, 3, 0}, 11);
+  check(72, 40, 2, {0, 1, 200, 17, 0, 65, 81, 3, 0, 290}, 11);
 }
 
 // Several N tiles of every shape (gate_up 136 columns, down 264) and several K tiles with tails

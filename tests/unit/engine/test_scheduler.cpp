@@ -152,6 +152,31 @@ TEST(Scheduler, PrefillChunksAndTheFusedFirstStep) {
   EXPECT_TRUE(fused) << "the last chunk (6 tokens) left 14 of the budget: room for the first denoising step";
 }
 
+// fuse_prefill_tail off (benchmarks): the same chunks, the last one alone; the first denoising step
+// is the next step's, and it carries no prefill.
+TEST(Scheduler, PrefillTailNotFusedWhenAskedNot) {
+  BlockManager bm(pool(64));
+  SchedulerConfig cfg = sched(4, 20, 8);
+  cfg.fuse_prefill_tail = false;
+  Scheduler s(cfg, bm);
+  auto a = seq(1, 30, kC);
+  s.add(a.get());
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  for (int step = 0; step < 10 && a->state != Sequence::State::kDenoise; ++step) {
+    StepPlan p = s.schedule(0);
+    for (const auto& it : p.items) {
+      EXPECT_EQ(it.kind, PlannedItem::Kind::kEncode) << "a prefill step holds no denoising item";
+      if (it.kind == PlannedItem::Kind::kEncode) chunks.push_back({it.begin, it.end});
+    }
+    s.on_step_done(p, 0);
+  }
+  EXPECT_EQ(chunks, (std::vector<std::pair<int64_t, int64_t>>{{0, 8}, {8, 16}, {16, 24}, {24, 30}}));
+  ASSERT_EQ(a->state, Sequence::State::kDenoise) << "the prompt is encoded";
+  StepPlan next = s.schedule(0);
+  ASSERT_EQ(next.items.size(), 1u);
+  EXPECT_EQ(next.items[0].kind, PlannedItem::Kind::kDenoise);
+}
+
 TEST(Scheduler, DenoiseFirstThenPrefillWithWhatIsLeftButAlwaysOneChunk) {
   BlockManager bm(pool(64));
   Scheduler s(sched(4, 10, 8), bm);

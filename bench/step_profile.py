@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Where one denoising step's GPU time goes, kernel by kernel (Nsight Compute, on the GPU machine).
+
+Runs `dgemma_bench ... --profile-step N` under `ncu --profile-from-start off`, so only the kernels of
+the measured round's N-th denoising step are timed (every canvas of the batch denoising, no prefill in
+it: dgemma_bench encodes the prompts in steps of their own), then sums gpu__time_duration per kernel.
+
+  python3 bench/step_profile.py --bench build-device/dgemma_bench --model /tmp/m26 \
+      [--step 3] [--top 40] [--csv out.csv] -- --batch 4 --steps 8 --prompt-len 512
+
+Arguments after `--` go to dgemma_bench as they are. The kernels run one at a time under the profiler
+(no overlap, caches flushed between kernels by default), so the sum is close to, not equal to, the
+step's wall time that dgemma_bench prints without the profiler.
+"""
+import argparse
+import collections
+import csv
+import io
+import subprocess
+import sys
+
+SCALE_MS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+
+
+def kernel_times(text):
+    """(kernel name, ms) for each profiled launch in ncu's --csv output."""
+    rows = list(csv.reader(io.StringIO(text)))
+    header = None
+    out = []
+    for r in rows:
+        if "Kernel Name" in r and "Metric Value" in r:
+            header = r
+            continue
+        if header is None or len(r) != len(header):
+            continue
+        d = dict(zip(header, r))
+        if d.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        unit = d.get("Metric Unit", "nsecond")
+        if unit not in SCALE_MS:
+            raise SystemExit(f"step_profile: unknown time unit {unit!r} in ncu's output")
+        out.append((d["Kernel Name"], float(d["Metric Value"].replace(",", "")) * SCALE_MS[unit]))
+    return out
+
+
+def summarise(launches, top):
+    agg = collections.defaultdict(lambda: [0.0, 0])
+    for name, ms in launches:
+        key = name if len(name) <= 120 else name[:117] + "..."
+        agg[key][0] += ms
+        agg[key][1] += 1
+    total = sum(v[0] for v in agg.values())
+    lines = [f"one step: {len(launches)} kernels, {total:.2f} ms kernel time"]
+    for name, (ms, n) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"{ms:9.3f} ms {100 * ms / total if total else 0:5.1f}% {n:5d}x  {name}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", required=True, help="the dgemma_bench binary")
+    ap.add_argument("--model", required=True, help="model directory (e.g. from denoise_step_bench.py --write-model)")
+    ap.add_argument("--step", type=int, default=3, help="which denoising step of the measured round (>= 2)")
+    ap.add_argument("--top", type=int, default=40, help="kernels listed")
+    ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--csv", help="also keep ncu's raw CSV here")
+    ap.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then dgemma_bench's arguments")
+    a = ap.parse_args()
+    if a.step < 2:
+        ap.error("--step must be >= 2 (the step before it identifies it as a denoising step)")
+    extra = a.bench_args[1:] if a.bench_args[:1] == ["--"] else a.bench_args
+    cmd = [a.ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
+           "--csv", a.bench, a.model, *extra, "--profile-step", str(a.step)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if a.csv:
+        with open(a.csv, "w") as f:
+            f.write(p.stdout)
+    launches = kernel_times(p.stdout)
+    if p.returncode != 0 or not launches:
+        sys.stderr.write(p.stderr[-3000:])
+        raise SystemExit(f"step_profile: ncu exited {p.returncode} with {len(launches)} profiled kernels")
+    print(summarise(launches, a.top))
+
+
+if __name__ == "__main__":
+    main()

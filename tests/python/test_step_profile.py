@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""bench/step_profile.py: reading Nsight Compute's --csv output and summing a step's kernels."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.environ.get("DGEMMA_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "../..")), "bench"))
+import step_profile  # noqa: E402
+
+HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+          '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+
+
+def row(i, name, unit, value):
+    return (f'"{i}","77","dgemma_bench","127.0.0.1","{name}","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0",'
+            f'"Command line profiler metrics","gpu__time_duration.sum","{unit}","{value}"')
+
+
+class StepProfileTest(unittest.TestCase):
+    def test_reads_launches_in_every_unit(self):
+        text = "\n".join(["==PROF== Connected to process 77", HEADER,
+                          row(0, "void grouped_gemm_kernel<32, 1>(GroupedArgs)", "usecond", "248.10"),
+                          row(1, "nvjet_sm90_tst_64x64", "nsecond", "9,600"),
+                          row(2, "void grouped_gemm_kernel<32, 1>(GroupedArgs)", "msecond", "0.25"),
+                          "==PROF== Disconnected from process 77"])
+        got = step_profile.kernel_times(text)
+        self.assertEqual(len(got), 3)
+        self.assertAlmostEqual(got[0][1], 0.2481)
+        self.assertAlmostEqual(got[1][1], 0.0096)  # thousands separator
+        self.assertAlmostEqual(got[2][1], 0.25)
+
+    def test_other_metrics_and_noise_are_ignored(self):
+        other = row(0, "k", "usecond", "1").replace("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak")
+        self.assertEqual(step_profile.kernel_times("\n".join(["noise", HEADER, other, '"short","row"'])), [])
+
+    def test_unknown_unit_is_an_error(self):
+        with self.assertRaises(SystemExit):
+            step_profile.kernel_times("\n".join([HEADER, row(0, "k", "cycle", "5")]))
+
+    def test_summary_sums_per_kernel_largest_first(self):
+        s = step_profile.summarise([("a", 1.0), ("b", 3.0), ("a", 1.5)], top=10).splitlines()
+        self.assertEqual(s[0], "one step: 3 kernels, 5.50 ms kernel time")
+        self.assertIn("3.000 ms  54.5%     1x  b", s[1])
+        self.assertIn("2.500 ms  45.5%     2x  a", s[2])
+
+
+if __name__ == "__main__":
+    unittest.main()
