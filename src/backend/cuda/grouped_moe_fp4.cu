@@ -16,12 +16,15 @@
 namespace dgemma::cuda {
 namespace {
 
-// Whether the current device runs the sm_90a code (the wgmma variants).
+// Whether the current device runs the sm_90a code (the wgmma variants); the answer cached per device
+// (asked at every launch).
 bool device_has_wgmma() {
+  static std::atomic<int> known[64];  // 0 unknown, 1 no, 2 yes
   int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return false;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (dev >= 0 && dev < 64 && known[dev].load() != 0) return known[dev].load() == 2;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  if (dev >= 0 && dev < 64) known[dev] = major == 9 ? 2 : 1;
   return major == 9;
 }
 
