@@ -410,8 +410,9 @@ void go_variant(L& l, int variant, const Fp4Args& g, int64_t n_out, int64_t grid
 // The launches of the public entry points (grouped_moe_fp4.cuh), for any launcher: `l.template
 // go<MF, W, S, kGateUp, kFp8>(args, grid_x, grid_y)` runs the kernel over that grid (the device: a CUDA
 // launch; the unit tests: the emulator), `l.template wg<Cfg, kGateUp, kFp8>(...)` the wgmma one, which
-// only a launcher with `l.wgmma` true gets (and the automatic choice only with `l.wgmma_auto` too). `variant`: a kQuantTiles id, 0 automatic; `m_split`: the
-// wgmma kernel's CTAs per N tile and expert (quant_m_split), 0 automatic.
+// only a launcher with `l.wgmma` true gets (and the automatic choice only with `l.wgmma_auto` too).
+// `variant`: a kQuantTiles id, 0 automatic; `m_split`: the wgmma kernel's CTAs per N tile and expert
+// (quant_m_split), 0 automatic.
 template <typename L>
 void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                  const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
