@@ -33,6 +33,9 @@
 #include "util/error.h"
 
 namespace dgemma::gpu_test {
+
+void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(const char*, double)>& row);
+
 namespace {
 
 // A random NVFP4 expert stack [E, N, K]: uniform random nibbles, block scale codes 0x20..0x5f (2^-3 ..
@@ -377,7 +380,7 @@ void tile_bench(Data& d, const MoeArgs& m, bool fp8, const std::function<void(co
   constexpr int64_t H = 2816, I = 704, E = 128, K = 8;
   static const char* const kNames[cuda::kQuantMoeTileCount] = {
       "auto", "BM16xBN64 4w", "BM32xBN64 4w", "BM64xBN64 4w", "BM32xBN128 8w", "BM64xBN128 8w", "BM128xBN64 4w",
-      "BM16xBN64 4w s8", "BM32xBN64 4w s6", "BM32xBN128 8w s6"};
+      "BM16xBN64 4w s8", "BM32xBN64 4w s6", "BM32xBN128 8w s6", "wgmma 64x128", "wgmma 128x128", "wgmma 128x256"};
   for (int64_t T : {int64_t{256}, int64_t{1024}}) {
     const int64_t R = T * K;
     std::vector<int32_t> offsets(E + 1, 0), pairs;
@@ -481,6 +484,7 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
       row(what.c_str(), time_ms([&] { be.moe(mt); }));
     }
     tile_bench(d, m, fp8, row);
+    quant_moe_block_bench(m, fp8, row);  // gpu_check_quant_wgmma.cpp
   }
   // Dense linears at T = 256: q_proj (FP8 checkpoint) and the MLP's gate (FP8 and CT NVFP4), quantised
   // kernel against the bf16 fallback (the same weights dequantised, cuBLAS).

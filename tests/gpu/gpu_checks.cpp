@@ -10,6 +10,7 @@ std::vector<Case> flash_attention_cases();  // gpu_check_flash_attention.cpp
 std::vector<Case> grouped_moe_cases();      // gpu_check_grouped_moe.cpp
 std::vector<Case> decide_cases();           // gpu_check_decide.cpp
 std::vector<Case> quant_cases();            // gpu_check_quant.cpp
+std::vector<Case> quant_wgmma_cases();      // gpu_check_quant_wgmma.cpp
 std::vector<Case> nccl_cases();             // gpu_check_nccl.cpp
 std::vector<Case> sample_filter_cases();    // gpu_check_sample_filter.cpp
 std::vector<Case> batch_cases();            // gpu_check_batch.cpp
@@ -31,6 +32,7 @@ std::vector<Case> all_cases() {
   for (auto& c : memory_cases()) all.push_back(std::move(c));
   for (auto& c : fused_gemm_cases()) all.push_back(std::move(c));
   for (auto& c : quant_cases()) all.push_back(std::move(c));
+  for (auto& c : quant_wgmma_cases()) all.push_back(std::move(c));
   for (auto& c : model_cases()) all.push_back(std::move(c));
   for (auto& c : trajectory_cases()) all.push_back(std::move(c));
   for (auto& c : nccl_cases()) all.push_back(std::move(c));

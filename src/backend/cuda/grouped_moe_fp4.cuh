@@ -48,7 +48,8 @@ void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float*
 
 // A dense quantised matmul with the same kernel (W4A16 / W8A16): out[T, N] = bf16(row_scale[n] *
 // x[t] . W[n]) for a 2-D weight [N, K] in the device layout; one CTA row per 32 rows of x, or per 128
-// rows when T >= 128 (each CTA row decodes the weight tiles again, from L2). Shape rule:
+// rows when T >= 128 (each CTA row decodes the weight tiles again, from L2); with set_quant_wgmma
+// (tuning.h), the wgmma kernel's 64-row tiles from 64 rows on. Shape rule:
 // grouped_fp4_supported / grouped_fp8_supported.
 void launch_dense_quant(bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                         int64_t T, int64_t N, int64_t K, uint16_t* out, cudaStream_t stream);

@@ -20,6 +20,8 @@
 // match the mma.sync kernels to fp32 rounding, not bit for bit.
 #include <cstdint>
 
+#include "backend/cuda/wgmma_desc.cuh"
+
 namespace dgemma::cuda {
 namespace {
 
@@ -33,13 +35,6 @@ struct WgCfg {
   static_assert(BN % 128 == 0 && kAStage % 1024 == 0 && kBStage % 1024 == 0 && S >= 2, "tile shape");
   static_assert((kBN * 8) % kThreads == 0, "whole weight chunks per thread");
 };
-
-// K-major operand descriptor, 128-byte swizzle: start address / 16 (bits 0-13), leading byte offset
-// unused by this layout (1), stride byte offset 1024 / 16 (8-row groups), swizzle mode 1 (bits 62-63).
-__host__ __device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_byte_addr) {
-  return static_cast<uint64_t>((smem_byte_addr & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
-}
 
 template <class C, bool kGateUp>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_wgmma_kernel(GroupedArgs g, const int32_t* __restrict__ tiles) {

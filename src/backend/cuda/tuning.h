@@ -136,16 +136,28 @@ int set_sampler_stats_blocks(int blocks);
 // Tile variant of the W4A16 / W8A16 grouped expert kernels (grouped_moe_fp4_kernel.cuh kQuantTiles),
 // M rows x N columns per CTA, warps, cp.async stages: 1 BM16 x BN64 4 warps 4 stages, 2 BM32 x 64,
 // 3 BM64 x 64, 4 BM32 x 128 (8 warps), 5 BM64 x 128 (8 warps), 6 BM128 x 64, 7 BM16 x 64 8 stages,
-// 8 BM32 x 64 6 stages, 9 BM32 x 128 8 warps 6 stages; 0 automatic (by the mean rows per expert), for
-// gate_up and down separately. The environment's DGEMMA_QUANT_MOE_TILE ("gu" or "gu,down") gives the
-// start values. Returns the previous pair.
-constexpr int kQuantMoeTileCount = 10;  // ids 0 .. 9
+// 8 BM32 x 64 6 stages, 9 BM32 x 128 8 warps 6 stages; the wgmma kernel (sm_90; elsewhere the
+// automatic mma.sync choice): 10 BM64 x 128 one warpgroup, 11 BM128 x 128 two warpgroups, 12 BM128 x
+// 256 two warpgroups (not yet run on a GPU); 0 automatic (by the mean rows per expert: mma.sync, or
+// with set_quant_wgmma wgmma above ~40 rows), for gate_up and down separately. The environment's
+// DGEMMA_QUANT_MOE_TILE ("gu", "gu,down" or "gu,down,m_split") gives the start values. m_split: the
+// wgmma kernel's CTAs per N tile and expert, each taking every m_split-th M tile (0 automatic, 1 ..
+// 16). Returns the previous values.
+constexpr int kQuantMoeTileCount = 13;  // ids 0 .. 12
 struct QuantMoeTiles {
   int gate_up = 0, down = 0;
+  int m_split = 0;
 };
 QuantMoeTiles set_quant_moe_tiles(QuantMoeTiles t);
 // The same for the dense quantised matmul (launch_dense_quant; 0 automatic: BM32, or BM128 from 128
-// rows on); environment DGEMMA_QUANT_DENSE_TILE. Returns the previous id.
+// rows on; with set_quant_wgmma, the wgmma 64-row tiles from 64 rows on); environment
+// DGEMMA_QUANT_DENSE_TILE. Returns the previous id.
 int set_quant_dense_tile(int variant);
+// Whether the automatic choices above take the wgmma kernel (sm_90): grouped experts above ~40 rows per
+// expert, dense matmuls from 64 rows. Off by default: the kernel has run only in the emulated unit
+// tests, not yet on a GPU (dgemma_gpu_check quant_wgmma and --bench quant are written for it); the
+// tile ids 10 .. 12 run it when asked for either way. The environment's DGEMMA_QUANT_WGMMA=1 sets the
+// start value. Returns the previous value.
+bool set_quant_wgmma(bool on);
 
 }  // namespace dgemma::cuda

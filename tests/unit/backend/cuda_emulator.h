@@ -5,14 +5,16 @@
 // that the kernels themselves run in the
 // unit tests of a machine without a GPU: a block is 128 (up to 256) fibers with a barrier for
 // __syncthreads and for the warp-collective ldmatrix / mma.sync / shuffles, shared memory a buffer whose
-// every access is bounds- and alignment-checked, cp.async a synchronous copy (its global source checked
-// against the buffers a test declares). The fragment layouts are the PTX ISA's
+// every access is bounds- and alignment-checked, cp.async a copy performed when its thread waits for
+// its group (its global source checked against the buffers a test declares), wgmma likewise (so a
+// kernel that reads a copy before waiting for it, or refills an MMA's operands before every issuing
+// thread has waited for it, computes with the wrong data). The fragment layouts are the PTX ISA's
 // (ldmatrix: lane i gets word i % 4 of row i / 4 of each matrix, whose row addresses come from lanes
 // 8 j .. 8 j + 7; m16n8k16: A row g = lane / 4 (+8), k = 2 (lane % 4) (+8); B k likewise, n = lane / 4;
 // C rows g (+8), cols 2 (lane % 4) (+1)). The device path is checked by tests/gpu; this checks the
 // kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
-// no asynchrony, no memory model, a warp's lanes only meet at the collectives and __syncwarp. Also
-// blockDim / gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
+// no other asynchrony, no memory model, a warp's lanes only meet at the collectives and __syncwarp.
+// Also blockDim / gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
 // moe_combine_kernel.cuh, fp8_quant_kernel.cuh), and what the routing kernels use
 // (moe_route_kernel.cuh): static shared arrays, the integer shuffles and reductions, atomics and
 // fences (plain: one block runs at a time), __ldcg / __stcg, exp_f32 and warp_reduce.
@@ -104,6 +106,28 @@ inline uint32_t g_scratch[kMaxWarps][32][8];  // per-warp exchange of collective
 inline uint32_t g_xchg[2][kMaxWarps][32][8];
 inline uint8_t g_parity[kMaxWarps][32];
 inline unsigned char* smem() { return g_smem; }
+// The asynchronous copies and warpgroup MMAs of each thread, performed only when the thread waits for
+// them (cp_async_wait / wgmma_wait): the latest moment the hardware may do them. So a kernel that reads
+// a copy's destination before waiting for it, or overwrites an MMA's operands (from any thread) before
+// every thread that issued it has waited for it, computes with the wrong data here.
+struct AsyncCopy {
+  uint32_t dst;
+  unsigned char bytes[16];
+};
+struct AsyncMma {
+  float* d;
+  uint64_t da, db;
+  bool fp8 = false;        // wgmma_m64n128k32_e4m3 (else the bf16 m64n128k16)
+  bool accumulate = true;  // the FP8 form's scale-d: false, d = A . B^T
+};
+struct ThreadAsync {
+  std::vector<AsyncCopy> copies;               // issued, not yet committed
+  std::vector<std::vector<AsyncCopy>> groups;  // committed, oldest first
+  std::vector<AsyncMma> mmas;
+  std::vector<std::vector<AsyncMma>> mma_groups;
+};
+inline std::vector<ThreadAsync> g_async;
+inline ThreadAsync& async_state() { return g_async[static_cast<size_t>(g_cur)]; }
 inline std::function<void()>* g_fn = nullptr;
 inline void fiber_main() {
   (*g_fn)();
@@ -156,6 +180,7 @@ inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem
         t_block.x = static_cast<unsigned>(bx);
         t_block.y = static_cast<unsigned>(by);
         t_block.z = static_cast<unsigned>(bz);
+        g_async.assign(static_cast<size_t>(threads), ThreadAsync{});
         for (auto& f : fibers) start_fiber(f);
         // Round robin until every thread has finished; a round in which nothing progressed while
         // threads remain means they wait at barriers that the others will never reach.
@@ -234,18 +259,33 @@ inline float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + static_cast<float>(std::tanh(static_cast<double>(inner))));
 }
 inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - emu::g_smem); }
+// Performed at the wait (emu::ThreadAsync); the global source is read at the issue (inputs do not change).
 inline void cp_async16(uint32_t dst, const void* src, bool valid) {
   emu::chk(dst, 16, 16);
   if (valid) emu::chk_global(src, 16);
-  if (valid) std::memcpy(emu::g_smem + dst, src, 16); else std::memset(emu::g_smem + dst, 0, 16);
+  emu::AsyncCopy c{dst, {}};
+  if (valid) std::memcpy(c.bytes, src, 16); else std::memset(c.bytes, 0, 16);
+  emu::async_state().copies.push_back(c);
 }
 inline void cp_async16_hint(uint32_t dst, const void* src, bool valid, uint64_t) { cp_async16(dst, src, valid); }
 inline uint64_t evict_first_policy() { return 0; }
-inline void cp_async_commit() {}
-template <int N> inline void cp_async_wait() {}
+inline void cp_async_commit() {
+  emu::ThreadAsync& a = emu::async_state();
+  a.groups.push_back(std::move(a.copies));
+  a.copies.clear();
+}
+template <int N> inline void cp_async_wait() {
+  emu::ThreadAsync& a = emu::async_state();
+  while (a.groups.size() > static_cast<size_t>(N)) {
+    for (const emu::AsyncCopy& c : a.groups.front()) std::memcpy(emu::g_smem + c.dst, c.bytes, 16);
+    a.groups.erase(a.groups.begin());
+  }
+}
 inline uint32_t lds_u32(uint32_t a) { emu::chk(a, 4, 4); uint32_t v; std::memcpy(&v, emu::g_smem + a, 4); return v; }
 inline void lds_v2(uint32_t a, uint32_t (&v)[2]) { emu::chk(a, 8, 8); std::memcpy(v, emu::g_smem + a, 8); }
 inline void lds_v4(uint32_t a, uint32_t (&v)[4]) { emu::chk(a, 16, 16); std::memcpy(v, emu::g_smem + a, 16); }
+inline void sts_v2(uint32_t a, const uint32_t (&v)[2]) { emu::chk(a, 8, 8); std::memcpy(emu::g_smem + a, v, 8); }
+inline void sts_v4(uint32_t a, const uint32_t (&v)[4]) { emu::chk(a, 16, 16); std::memcpy(emu::g_smem + a, v, 16); }
 inline uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t r = 0;
   for (int h = 0; h < 2; ++h) {
@@ -314,15 +354,13 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
     d[q] = s;
   }
 }
-// Warpgroup MMA (wgmma_ptx.cuh): no asynchrony here, so the fences and waits are no-ops and each
-// thread computes its own accumulator elements from shared memory through the descriptors (K-major,
-// 128-byte swizzle: row r, element k at start + (r / 8) * stride + (r % 8) * 128 + 2 k, 16-byte chunk
-// bits 4-6 XOR row bits 7-9), summing k in order as the mma above.
+// Warpgroup MMA (wgmma_ptx.cuh): each thread computes its own accumulator elements from shared memory
+// through the descriptors (K-major, 128-byte swizzle: row r, element k at start + (r / 8) * stride +
+// (r % 8) * 128 + 2 k, 16-byte chunk bits 4-6 XOR row bits 7-9), summing k in order as the mma above,
+// when it waits for the MMA's group (wgmma_wait; emu::ThreadAsync); the fences are no-ops.
 inline void fence_proxy_async() {}
 inline void wgmma_fence() {}
 inline void wgmma_fence_operand(float&) {}
-inline void wgmma_commit() {}
-template <int N> inline void wgmma_wait() {}
 inline float wgmma_operand(uint64_t desc, int row, int k) {
   if ((desc >> 62) != 1) {
     std::fprintf(stderr, "emulated wgmma: descriptor swizzle mode %u (only 128-byte swizzle emulated)\n", static_cast<unsigned>(desc >> 62));
@@ -336,16 +374,43 @@ inline float wgmma_operand(uint64_t desc, int row, int k) {
   std::memcpy(&v, emu::g_smem + a, 2);
   return bf16_to_f32(v);
 }
-inline void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
+inline void wgmma_run(float (&d)[64], uint64_t da, uint64_t db) {
   const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
   const int g = lane / 4, t = lane % 4;
+  // The operands of this thread's 2 rows and 32 columns, read once.
+  float a[2][16], b[32][16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) a[h][k] = wgmma_operand(da, 16 * wq + g + 8 * h, k);
+  for (int j = 0; j < 32; ++j)
+    for (int k = 0; k < 16; ++k) b[j][k] = wgmma_operand(db, 8 * (j / 2) + 2 * t + j % 2, k);
   for (int i = 0; i < 16; ++i)
     for (int q = 0; q < 4; ++q) {
-      const int r = 16 * wq + g + 8 * (q / 2), c = 8 * i + 2 * t + q % 2;
+      const float* ar = a[q / 2];
+      const float* bc = b[2 * i + q % 2];
       float s = d[4 * i + q];
-      for (int k = 0; k < 16; ++k) s += wgmma_operand(da, r, k) * wgmma_operand(db, c, k);
+      for (int k = 0; k < 16; ++k) s += ar[k] * bc[k];
       d[4 * i + q] = s;
     }
+}
+inline void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
+  emu::async_state().mmas.push_back(emu::AsyncMma{d, da, db});
+}
+inline void wgmma_commit() {
+  emu::ThreadAsync& a = emu::async_state();
+  a.mma_groups.push_back(std::move(a.mmas));
+  a.mmas.clear();
+}
+inline void wgmma_run_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate);
+template <int N> inline void wgmma_wait() {
+  emu::ThreadAsync& a = emu::async_state();
+  while (a.mma_groups.size() > static_cast<size_t>(N)) {
+    for (const emu::AsyncMma& m : a.mma_groups.front()) {
+      float(&d)[64] = *reinterpret_cast<float(*)[64]>(m.d);
+      if (m.fp8) wgmma_run_e4m3(d, m.da, m.db, m.accumulate);
+      else wgmma_run(d, m.da, m.db);
+    }
+    a.mma_groups.erase(a.mma_groups.begin());
+  }
 }
 // The FP8 form: operands of one byte (E4M3, element k of a row at byte k of the swizzled row).
 inline float wgmma_operand_e4m3(uint64_t desc, int row, int k) {
@@ -363,16 +428,20 @@ inline float wgmma_operand_e4m3(uint64_t desc, int row, int k) {
   if (ex == 0xf && mant == 7) return std::nanf("");
   return sign * (ex == 0 ? std::ldexp(static_cast<float>(mant), -9) : std::ldexp(1.0f + mant / 8.0f, ex - 7));
 }
-inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate) {
+// The FP8 MMA on the operands at the moment of the wait (accumulate false: d = A . B^T).
+inline void wgmma_run_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate) {
   const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
   const int g = lane / 4, t = lane % 4;
   for (int i = 0; i < 16; ++i)
     for (int q = 0; q < 4; ++q) {
       const int r = 16 * wq + g + 8 * (q / 2), c = 8 * i + 2 * t + q % 2;
-      float s = accumulate ? d[4 * i + q] : 0.0f;
-      for (int k = 0; k < 32; ++k) s += wgmma_operand_e4m3(da, r, k) * wgmma_operand_e4m3(db, c, k);
-      d[4 * i + q] = s;
+      float acc = accumulate ? d[4 * i + q] : 0.0f;
+      for (int k = 0; k < 32; ++k) acc += wgmma_operand_e4m3(da, r, k) * wgmma_operand_e4m3(db, c, k);
+      d[4 * i + q] = acc;
     }
+}
+inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate) {
+  emu::async_state().mmas.push_back(emu::AsyncMma{d, da, db, true, accumulate});
 }
 }  // namespace dgemma::cuda
 // A warp shuffle: every lane of the warp publishes its value, then reads its partner's.
