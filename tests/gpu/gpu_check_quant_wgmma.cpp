@@ -187,9 +187,9 @@ void run_dense_wgmma(Reporter& r, bool fp8, int64_t T, int64_t N, int64_t K) {
   const Tensor x = d.bf16({T, K}, 1.0f);
   Tensor oc = host_tensor(ScalarType::kBF16, {T, N});
   cpu().matmul(x, w, oc);
-  const bool old = cuda::set_dense_quant_weights(true);
+  const cuda::DenseQuant old = cuda::set_dense_quant(cuda::DenseQuant::kKernel);  // the quantised kernel
   const Weight wg = cuda().upload_weight(w);
-  cuda::set_dense_quant_weights(old);
+  cuda::set_dense_quant(old);
   if (!wg.quantized()) {
     r.fail(what + ": upload_weight did not keep the weight quantised");
     return;
