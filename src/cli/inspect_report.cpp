@@ -402,11 +402,14 @@ std::string format_inspect_text(const InspectReport& r) {
                                               gigabytes(p.attention_split_bytes), workspace_bounds::kFlashMaxAutoSplits));
   o.row("  sampler", fmt::format("{}: one launch over {} canvases", gigabytes(p.sampler_bytes),
                                  std::min(p.in.max_num_seqs, workspace_bounds::kSamplerMaxBatch)));
+  if (p.fp8_activation_bytes > 0)
+    o.row("  FP8 activations", fmt::format("{}: W8A8's per-token E4M3 input copies (FP8-dynamic)", gigabytes(p.fp8_activation_bytes)));
   o.row("  reserve", fmt::format("{}: routing buffers, small tensors, the per-item attention path", gigabytes(p.reserve_bytes)));
   o.row("  allocator rounding", fmt::format("{}: {} live blocks × a 2 MiB granule", gigabytes(p.rounding_bytes), kRoundingBlocks));
   o.row("step ceiling", fmt::format("{}: work buffers + activation workspace, what steps may hold in the GPU allocator",
                                     gigabytes(p.step_ceiling_bytes)));
-  o.row("runtime reserve", fmt::format("{}: outside the allocator (kernels loaded on first use)", gigabytes(p.runtime_reserve_bytes)));
+  o.row("runtime reserve", fmt::format("{}: outside the allocator (kernels loaded on first use{})", gigabytes(p.runtime_reserve_bytes),
+                                       p.fp8_activation_bytes > 0 ? "; the W8A8 GEMM's workspace" : ""));
   o.row("KV pool", fmt::format("{}: {} full-attention pages ({} tokens) + {} sliding pages", gigabytes(p.pool.bytes),
                                group_digits(static_cast<uint64_t>(p.pool.pages[full])),
                                group_digits(static_cast<uint64_t>(p.pool.full_tokens)),
@@ -501,7 +504,8 @@ Json inspect_report_json(const InspectReport& r) {
                       {"work_bytes_per_sequence", p.work_bytes_per_seq}, {"work_bytes", p.work_bytes_all_seqs},
                       {"activation_bytes_per_token", p.activation_bytes_per_token},
                       {"activation_bytes", p.activation_bytes}, {"attention_split_bytes", p.attention_split_bytes},
-                      {"sampler_bytes", p.sampler_bytes}, {"workspace_reserve_bytes", p.reserve_bytes},
+                      {"sampler_bytes", p.sampler_bytes}, {"fp8_activation_bytes", p.fp8_activation_bytes},
+                      {"workspace_reserve_bytes", p.reserve_bytes},
                       {"rounding_bytes", p.rounding_bytes}, {"workspace_bytes", p.workspace_bytes},
                       {"step_ceiling_bytes", p.step_ceiling_bytes}, {"runtime_reserve_bytes", p.runtime_reserve_bytes},
                       {"kv_pool_rounding_bytes", p.pool_rounding_bytes},

@@ -75,14 +75,20 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
   p.attention_split_bytes = workspace_bounds::flash_split_bytes(p.step_tokens, t.num_attention_heads / tp, head_dim,
                                                                 workspace_bounds::kFlashMaxAutoSplits);
   p.sampler_bytes = workspace_bounds::sampler_bytes(in.max_num_seqs, C, t.vocab_size / tp);
+  if (c.quant.fp8_act_token) {  // the W8A8 paths' input copies (counted whether or not they are switched on)
+    int64_t widest = std::max<int64_t>(t.hidden_size, t.intermediate_size);
+    for (const auto& L : t.layers) widest = std::max<int64_t>(widest, int64_t{t.num_attention_heads} * L.head_dim / tp);
+    p.fp8_activation_bytes = workspace_bounds::fp8_activation_bytes(p.step_tokens, widest, t.hidden_size, t.top_k_experts,
+                                                                    t.moe_intermediate_size);
+  }
   p.reserve_bytes = kWorkspaceReserveBytes;
   p.rounding_bytes = kRoundingBlocks * CachingAllocator::kLargeGranule;
   p.workspace_bytes = sat_add(sat_add(sat_add(p.activation_bytes, p.attention_split_bytes), sat_add(p.sampler_bytes, p.reserve_bytes)),
-                              p.rounding_bytes);
+                              sat_add(p.rounding_bytes, p.fp8_activation_bytes));
   p.step_ceiling_bytes = sat_add(p.work_bytes_all_seqs, p.workspace_bytes);
   if (!in.cpu) {
     p.pool_rounding_bytes = 2 * static_cast<uint64_t>(t.num_hidden_layers) * CachingAllocator::kLargeGranule;
-    p.runtime_reserve_bytes = kRuntimeReserveBytes;
+    p.runtime_reserve_bytes = kRuntimeReserveBytes + (c.quant.fp8_act_token ? workspace_bounds::kFp8GemmWorkspaceBytes : 0);
   }
   p.kv = kv_geometry(c, tp);
   const int full = static_cast<int>(KvGroup::kFull), sliding = static_cast<int>(KvGroup::kSliding);

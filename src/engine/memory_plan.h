@@ -70,12 +70,13 @@ struct MemoryPlan {
   uint64_t activation_bytes = 0;       // step_tokens * activation_bytes_per_token
   uint64_t attention_split_bytes = 0;  // flash attention's key-split partials at step_tokens, the largest head dim
   uint64_t sampler_bytes = 0;          // the sampler's scratch for one launch of max_num_seqs canvases
+  uint64_t fp8_activation_bytes = 0;   // FP8-dynamic: W8A8's per-token E4M3 input copies at step_tokens (else 0)
   uint64_t reserve_bytes = 0;          // kWorkspaceReserveBytes
   uint64_t rounding_bytes = 0;         // kRoundingBlocks allocator granules
-  uint64_t workspace_bytes = 0;        // activations + attention splits + sampler + reserve + rounding
+  uint64_t workspace_bytes = 0;        // activations + attention splits + sampler + FP8 inputs + reserve + rounding
   uint64_t step_ceiling_bytes = 0;     // work_bytes_all_seqs + workspace_bytes: what steps may hold in the allocator
   uint64_t pool_rounding_bytes = 0;    // the pool's 2 tensors a layer, each up to one granule over (GPU)
-  uint64_t runtime_reserve_bytes = 0;  // kRuntimeReserveBytes (GPU)
+  uint64_t runtime_reserve_bytes = 0;  // kRuntimeReserveBytes (GPU), + the W8A8 GEMM's workspace for FP8-dynamic
   KvGeometry kv;                       // bytes per page of each layer group
   uint64_t kv_budget_bytes = 0;        // what the pool may take
   KvPoolPlan pool;                     // pages of each group

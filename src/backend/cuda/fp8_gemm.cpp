@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/workspace_bounds.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -19,7 +20,7 @@ namespace dgemma::cuda {
 
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // as the cuBLAS handle's (cuda_context.cpp)
+constexpr size_t kWorkspaceBytes = workspace_bounds::kFp8GemmWorkspaceBytes;  // the memory plan counts it
 
 int64_t bucket_of(int64_t T) { return std::max<int64_t>(16, static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(T)))); }
 

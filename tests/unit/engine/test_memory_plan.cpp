@@ -6,8 +6,10 @@
 
 #include "backend/backend.h"
 #include "backend/caching_allocator.h"
+#include "backend/workspace_bounds.h"
 #include "engine/memory_plan.h"
 #include "engine/kv_pool.h"
+#include "model/quant_config.h"
 #include "model/shard_plan.h"
 #include "model/weights.h"
 
@@ -160,6 +162,31 @@ TEST(MemoryPlan, EveryGpuTermOfTinyAByHand) {
   EXPECT_EQ(q.pool_rounding_bytes, 0u);
   EXPECT_EQ(q.runtime_reserve_bytes, 0u);
   EXPECT_EQ(q.workspace_bytes, p.workspace_bytes);
+}
+
+// An FP8-dynamic checkpoint's plan also holds the W8A8 paths' per-token E4M3 input copies (in the step
+// ceiling) and the W8A8 GEMM's cuBLASLt workspace (outside the allocator); other checkpoints neither.
+TEST(MemoryPlan, Fp8DynamicCountsTheW8A8InputCopies) {
+  ModelConfig c = tiny();
+  MemoryPlanInputs in;
+  in.max_model_len = 2048;
+  in.max_num_seqs = 4;
+  in.device_bytes = uint64_t{4} << 30;
+  in.gpu_memory_utilization = 0.5;
+  in.used_bytes = uint64_t{100} << 20;
+  const MemoryPlan bf = plan_memory(c, in);
+  EXPECT_EQ(bf.fp8_activation_bytes, 0u);
+  EXPECT_EQ(bf.runtime_reserve_bytes, kRuntimeReserveBytes);
+  c.quant = quant_preset("fp8-dynamic");
+  const MemoryPlan p = plan_memory(c, in);
+  ASSERT_EQ(p.step_tokens, 2176);
+  // The widest dense input is max(64 hidden, 96 MLP, 4 heads x 32) = 128: 2,176 x 128 + 2,176 x 4 =
+  // 287,232 bytes. The MoE's: 2,176 tokens x (64 + 4) + 4,352 routed rows x (32 + 4) = 304,640, the
+  // larger (every part a multiple of 256 already).
+  EXPECT_EQ(p.fp8_activation_bytes, 304'640u);
+  EXPECT_EQ(p.workspace_bytes, bf.workspace_bytes + 304'640u);
+  EXPECT_EQ(p.runtime_reserve_bytes, kRuntimeReserveBytes + workspace_bounds::kFp8GemmWorkspaceBytes);
+  EXPECT_EQ(p.kv_budget_bytes, bf.kv_budget_bytes - 304'640u - workspace_bounds::kFp8GemmWorkspaceBytes);
 }
 
 // The scheduler always runs every sequence's canvas and its committed canvas's encode, and one prefill
