@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/device_info.cuh"
 #include "backend/cuda/expert_groups.cuh"
 #include "backend/cuda/grouped_moe.cuh"
 #include "backend/cuda/ptx.cuh"
@@ -101,16 +102,11 @@ struct DeviceLauncher {
   void wg(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
     go<C>(grouped_wgmma_kernel<C, kGateUp>, g, tiles, grid_x, grid_y);
   }
-  // Per launch (the attributes belong to the current device): the shared memory beyond 48 KB, and the
-  // most the SM offers, whatever the driver would pick otherwise.
   template <class C>
   void go(void (*kernel)(GroupedArgs, const int32_t*), const GroupedArgs& g, const int32_t* tiles, int64_t grid_x,
           int64_t grid_y) {
-    if (C::kSmem > 48 * 1024)
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, C::kSmem, stream>>>(g, tiles);
-    CUDA_CHECK_LAUNCH();
+    launch_large_smem(kernel, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, C::kSmem,
+                      stream, g, tiles);
   }
 };
 
@@ -118,15 +114,6 @@ static_assert(kGroupedMoeVariants == kLastVariant, "tuning.h lists the variants"
 std::atomic<int> g_variant{0};
 
 GroupedPlanImpl to_impl(const GroupedPlan& p) { return {p.variant, p.tile_rows, p.max_tiles}; }
-
-// Whether the current device runs the sm_90a code (the wgmma variants).
-bool device_is_sm90() {
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return false;
-  return major == 9;
-}
 
 }  // namespace
 
@@ -143,7 +130,7 @@ bool grouped_moe_supported(int64_t T, int64_t H, int64_t I, int64_t E, int64_t K
 
 GroupedPlan grouped_moe_plan(int64_t R, int64_t E) {
   GroupedPlanImpl p = grouped_plan(g_variant.load(), R, E);
-  if (p.variant >= kFirstWgmmaVariant && !device_is_sm90()) p = grouped_plan(kFirstTileVariant, R, E);
+  if (p.variant >= kFirstWgmmaVariant && !current_device_has_wgmma()) p = grouped_plan(kFirstTileVariant, R, E);
   return {p.variant, p.tile_rows, p.max_tiles};
 }
 

@@ -1,6 +1,7 @@
 // Launchers of the W4A16 / W8A16 kernels (the kernel and its launch plans: grouped_moe_fp4_kernel.cuh)
 // and their shape rules.
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/device_info.cuh"
 #include "backend/cuda/grouped_moe_fp4.cuh"
 #include "backend/cuda/ptx.cuh"
 #include "backend/cuda/quant_ptx.cuh"
@@ -16,18 +17,6 @@
 namespace dgemma::cuda {
 namespace {
 
-// Whether the current device runs the sm_90a code (the wgmma variants); the answer cached per device
-// (asked at every launch).
-bool device_has_wgmma() {
-  static std::atomic<int> known[64];  // 0 unknown, 1 no, 2 yes
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (dev >= 0 && dev < 64 && known[dev].load() != 0) return known[dev].load() == 2;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-  if (dev >= 0 && dev < 64) known[dev] = major == 9 ? 2 : 1;
-  return major == 9;
-}
-
 std::atomic<bool>& wgmma_setting() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("DGEMMA_QUANT_WGMMA");
@@ -38,7 +27,7 @@ std::atomic<bool>& wgmma_setting() {
 
 struct DeviceLauncher {
   cudaStream_t stream;
-  bool wgmma = device_has_wgmma();
+  bool wgmma = current_device_has_wgmma();
   bool wgmma_auto = wgmma_setting().load();
   template <int MF, int W, int S, bool kGateUp, bool kFp8>
   void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
@@ -50,12 +39,9 @@ struct DeviceLauncher {
   }
   template <class C, bool kGateUp, bool kFp8>
   void wg(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
-    auto* kernel = grouped_fp4_wgmma_kernel<C, kGateUp, kFp8>;
-    constexpr int smem = C::template smem<kFp8>();
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, smem, stream>>>(g);
-    CUDA_CHECK_LAUNCH();
+    launch_large_smem(grouped_fp4_wgmma_kernel<C, kGateUp, kFp8>,
+                      dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads,
+                      C::template smem<kFp8>(), stream, g);
   }
 };
 

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/device_info.cuh"
 #include "backend/cuda/ptx.cuh"
 #include "backend/cuda/wgmma_ptx.cuh"
 #include "backend/cuda/grouped_moe_kernel.cuh"
@@ -19,12 +20,8 @@ struct W8a8Launcher {
   cudaStream_t stream;
   template <class C, bool kGateUp>
   void w8a8(const W8a8Args& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
-    auto* kernel = grouped_w8a8_kernel<C, kGateUp>;
-    if (C::kSmem > 48 * 1024)
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), C::kThreads, C::kSmem, stream>>>(g, tiles);
-    CUDA_CHECK_LAUNCH();
+    launch_large_smem(grouped_w8a8_kernel<C, kGateUp>, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)),
+                      C::kThreads, C::kSmem, stream, g, tiles);
   }
 };
 
@@ -47,14 +44,6 @@ std::atomic<bool>& moe_setting() {
   return on;
 }
 
-bool device_is_sm90() {
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return false;
-  return major == 9;
-}
-
 GroupedPlanImpl to_impl(const GroupedPlan& p) { return {p.variant, p.tile_rows, p.max_tiles}; }
 
 }  // namespace
@@ -65,7 +54,7 @@ bool fp8_moe_w8a8() { return moe_setting().load(); }
 
 bool grouped_w8a8_supported(int64_t rows, int64_t Kd, const void* weights) {
   return rows > 0 && rows % 8 == 0 && Kd > 0 && Kd % 16 == 0 && (reinterpret_cast<uintptr_t>(weights) & 15u) == 0 &&
-         device_is_sm90();
+         current_device_has_wgmma();
 }
 
 GroupedPlan grouped_w8a8_plan(int64_t R, int64_t E) {
