@@ -51,6 +51,42 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
+// The copy plan of the tile-list kernels (grouped_tile_kernel, grouped_wgmma_kernel, grouped_w8a8_kernel):
+// a thread's copy j covers tile row trow + step j.
+// Weight rows of a tile of bn: down, tile row s is weight row n0 + s; gate_up, s < bn / 2 the gate row
+// i = n0 + s, else the up row N + i of i = n0 + s - bn / 2 (gate and up of one i in one tile). src[j] is
+// the row's start in the expert's weights w_e, or `none` (a valid address, copied as zeros) past N.
+template <bool kGateUp, int kCopies, typename T>
+__device__ __forceinline__ void tile_weight_rows(const T* w_e, const T* none, int trow, int step, int bn, int n0,
+                                                 int N, int Kd, const T* (&src)[kCopies], bool (&ok)[kCopies]) {
+DG_UNROLL
+  for (int j = 0; j < kCopies; ++j) {
+    const int s = trow + step * j;
+    int n;
+    if (kGateUp) {
+      const int i = n0 + (s < bn / 2 ? s : s - bn / 2);
+      ok[j] = i < N;
+      n = s < bn / 2 ? i : N + i;
+    } else {
+      n = n0 + s;
+      ok[j] = n < N;
+    }
+    src[j] = ok[j] ? w_e + static_cast<int64_t>(n) * Kd : none;
+  }
+}
+// Activation rows of tile row m = trow + step j: gate_up, the token of sorted pair row0 + m (the gather);
+// down, the sorted row itself; -1 (zero-filled) for m in [rows, limit), -2 (not copied) from limit on.
+template <bool kGateUp, int kCopies>
+__device__ __forceinline__ void tile_activation_rows(const int32_t* pairs, int top_k, int row0, int rows, int limit,
+                                                     int trow, int step, int (&row)[kCopies]) {
+DG_UNROLL
+  for (int j = 0; j < kCopies; ++j) {
+    const int m = trow + step * j;
+    row[j] = m < limit ? -1 : -2;
+    if (m < rows) row[j] = kGateUp ? pairs[row0 + m] / top_k : row0 + m;
+  }
+}
+
 struct GroupedArgs {
   const uint16_t* a;        // gate_up: x [T, Kd]; down: act [R, Kd]
   const uint16_t* w;        // [E, Nw, Kd]
@@ -316,28 +352,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_tile_kerne
   const uint16_t* w_e = g.w + static_cast<int64_t>(e) * (kGateUp ? 2 * N : N) * Kd;
   const uint16_t* b_src[kBCopies];
   bool b_ok[kBCopies];
-DG_UNROLL
-  for (int j = 0; j < kBCopies; ++j) {
-    const int s = trow + kRowsPerPass * j;
-    int n;
-    if (kGateUp) {
-      const int i = n0 + (s < kBN / 2 ? s : s - kBN / 2);
-      b_ok[j] = i < N;
-      n = s < kBN / 2 ? i : N + i;
-    } else {
-      n = n0 + s;
-      b_ok[j] = n < N;
-    }
-    b_src[j] = b_ok[j] ? w_e + static_cast<int64_t>(n) * Kd : g.w;
-  }
+  tile_weight_rows<kGateUp>(w_e, g.w, trow, kRowsPerPass, kBN, n0, N, Kd, b_src, b_ok);
   // A rows: -2 not copied (past the used fragments or the tile), -1 zero-filled, else the source row.
   int a_row[kACopies];
-DG_UNROLL
-  for (int j = 0; j < kACopies; ++j) {
-    const int m = trow + kRowsPerPass * j;
-    a_row[j] = m < used && m < kBM ? -1 : -2;
-    if (m < rows) a_row[j] = kGateUp ? g.pairs[row0 + m] / g.top_k : row0 + m;
-  }
+  tile_activation_rows<kGateUp>(g.pairs, g.top_k, row0, rows, min(used, kBM), trow, kRowsPerPass, a_row);
 
   const uint64_t w_policy = evict_first_policy();
   auto load_stage = [&](int stage, int kt) {

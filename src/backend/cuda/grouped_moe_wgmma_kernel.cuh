@@ -67,27 +67,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_wgmma_kern
   const uint16_t* w_e = g.w + static_cast<int64_t>(e) * (kGateUp ? 2 * N : N) * Kd;
   const uint16_t* b_src[kBCopies];
   bool b_ok[kBCopies];
-DG_UNROLL
-  for (int j = 0; j < kBCopies; ++j) {
-    const int s = trow + kRowsPerPass * j;
-    int n;
-    if (kGateUp) {
-      const int i = n0 + (s < kBN / 2 ? s : s - kBN / 2);
-      b_ok[j] = i < N;
-      n = s < kBN / 2 ? i : N + i;
-    } else {
-      n = n0 + s;
-      b_ok[j] = n < N;
-    }
-    b_src[j] = b_ok[j] ? w_e + static_cast<int64_t>(n) * Kd : g.w;
-  }
+  tile_weight_rows<kGateUp>(w_e, g.w, trow, kRowsPerPass, kBN, n0, N, Kd, b_src, b_ok);
   int a_row[kACopies];  // -2 not copied (an inactive warpgroup's rows: never stored), -1 zero-filled, else the source row
-DG_UNROLL
-  for (int j = 0; j < kACopies; ++j) {
-    const int m = trow + kRowsPerPass * j;
-    a_row[j] = m < copied ? -1 : -2;
-    if (m < rows) a_row[j] = kGateUp ? g.pairs[row0 + m] / g.top_k : row0 + m;
-  }
+  tile_activation_rows<kGateUp>(g.pairs, g.top_k, row0, rows, copied, trow, kRowsPerPass, a_row);
 
   const uint64_t w_policy = evict_first_policy();
   auto load_stage = [&](int stage, int kt) {
