@@ -19,7 +19,8 @@ import io
 import subprocess
 import sys
 
-SCALE_MS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+SCALE_MS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3,
+            "ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}  # ncu writes either spelling
 
 
 def kernel_times(text):

@@ -22,9 +22,13 @@ class StepProfileTest(unittest.TestCase):
                           row(0, "void grouped_gemm_kernel<32, 1>(GroupedArgs)", "usecond", "248.10"),
                           row(1, "nvjet_sm90_tst_64x64", "nsecond", "9,600"),
                           row(2, "void grouped_gemm_kernel<32, 1>(GroupedArgs)", "msecond", "0.25"),
+                          row(3, "nvjet_sm90_tst_64x64", "ns", "4,800"),  # the short spelling (ncu 2025+)
+                          row(4, "nvjet_sm90_tst_64x64", "us", "12.5"),
                           "==PROF== Disconnected from process 77"])
         got = step_profile.kernel_times(text)
-        self.assertEqual(len(got), 3)
+        self.assertEqual(len(got), 5)
+        self.assertAlmostEqual(got[3][1], 0.0048)
+        self.assertAlmostEqual(got[4][1], 0.0125)
         self.assertAlmostEqual(got[0][1], 0.2481)
         self.assertAlmostEqual(got[1][1], 0.0096)  # thousands separator
         self.assertAlmostEqual(got[2][1], 0.25)

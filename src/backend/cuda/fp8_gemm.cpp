@@ -80,6 +80,11 @@ struct Fp8Gemm::Impl {
 
   std::optional<cublasLtMatmulAlgo_t> query(int64_t T, int64_t N, int64_t K) {
     init();
+    // With outer-vector scale modes the heuristic refuses (CUBLAS_STATUS_INVALID_VALUE) while the scale
+    // pointers are null (measured on the H200, cuBLASLt 13.1): any device address stands in for them
+    // here; matmul() sets the real ones.
+    set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(workspace));
+    set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(workspace));
     const Layouts l(T, N, K);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;

@@ -37,8 +37,9 @@
 // scale code offset, x the row scale, then gelu.up or the routing weight with the same bf16 roundings).
 // The weights are the same exact bf16 values as the mma.sync kernel's; the tensor cores sum in their own
 // order, so the outputs agree with it to fp32 rounding of the sum, not bit for bit.
-// Status: checked by the emulated unit tests only, not yet run on a GPU; the automatic choice takes
-// it only with set_quant_wgmma (tuning.h), off by default.
+// Status: checked on the H200 against the CPU reference and bit for bit against the mma.sync kernel;
+// no faster than it at our shapes (tuning.h set_quant_wgmma), so the automatic choice takes it only
+// with set_quant_wgmma, off by default.
 #include <cstdint>
 
 namespace dgemma::cuda {
@@ -162,7 +163,9 @@ DG_UNROLL
     }
   };
 
-  const uint64_t w_policy = kFp8 ? 0 : evict_first_policy();  // (FP8: no hint, see grouped_fp4_kernel)
+  // No L2 eviction hint on the weight copies (unlike grouped_fp4_kernel): with the hinted cp.async here,
+  // ptxas (CUDA 13.0, sm_90a) emitted an LDGSTS whose cache-policy descriptor sat in uniform registers it
+  // never wrote, and the H200 raised an illegal instruction (compute-sanitizer: that LDGSTS of load_p).
   // The A rows of the next iteration not yet copied (the expert's M tile load_mt, K tile load_kt).
   int load_mt = m_first, load_kt = 0;
   auto load_a = [&](int stage) {
@@ -188,8 +191,7 @@ DG_UNROLL
 DG_UNROLL
     for (int j = 0; j < kBCopies; ++j) {
       const uint8_t* src = p_ok[j] ? p_src[j] + kt * kBRowBytes : g.w;
-      if (kFp8) cp_async16(sp + p_dst[j], src, p_ok[j]);
-      else cp_async16_hint(sp + p_dst[j], src, p_ok[j], w_policy);
+      cp_async16(sp + p_dst[j], src, p_ok[j]);
     }
     if (!kFp8 && tid < kSChunks)
       cp_async16(sp + kWStage + tid * 16, s_ok ? s_src + static_cast<int64_t>(kt) * Nw * 4 : g.s, s_ok);
