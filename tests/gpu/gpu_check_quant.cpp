@@ -115,10 +115,9 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   g.router_proj = up(c.router_proj);
   g.per_expert_scale = up(c.per_expert_scale);
   {
-    const bool old = cuda::set_fp8_moe_w8a8(s.w8a8);
+    const Switch path(cuda::set_fp8_moe_w8a8, s.w8a8);
     g.gate_up = cuda().upload_weight(c.gate_up);
     g.down = cuda().upload_weight(c.down);
-    cuda::set_fp8_moe_w8a8(old);
   }
   if (g.gate_up.format != c.gate_up.format || g.down.format != c.down.format) {
     r.fail(s.name + ": the CUDA backend did not keep the experts quantised");
@@ -148,12 +147,15 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
     // The bound of the bf16 grouped kernel (gpu_check_grouped_moe.cpp compare_out): the weights enter
     // the MMAs as exact bf16 values and the row scale multiplies the fp32 sum once, as on the CPU, so
     // only the summation order differs.
-    // W8A8: both sides quantise the activations identically, but gate_up's bf16 output rounds the
-    // other way in a few elements (summation order), and such an element can land on the other side
-    // of an E4M3 boundary in the down input (a 2^-4 step of one of I terms: ~2^-4 / sqrt(I) of the
-    // output's rms), so a few more elements move by a few steps: twice the bad fraction and NMSE (an
-    // estimate; the first H200 run's statistics should replace it).
-    const Tol tol = s.w8a8 ? Tol{4, 4e-3, 4e-2, 0.7, 2e-5} : Tol{4, 2e-3, 2e-2, 0.8, 1e-5};
+    // W8A8: both sides quantise the activations identically, but Hopper's FP8 MMA adds with fewer
+    // bits than fp32 between promotions (w8a8_gemm_tol, gpu_check_w8a8.cpp), so gate_up's bf16 output
+    // rounds the other way in ~10% of the elements, and ~1/32 of those (a bf16 step against an E4M3
+    // step, 2^-8 / 2^-3) land on the other side of an E4M3 boundary in the down input: a 2^-4 step of
+    // a few of I terms, ~0.6% of the output's rms, NMSE ~4e-5. Measured on the H200 at the five
+    // shapes of fp8_w8a8_moe_*: bit-identical 0.49-0.91, up to 6.5% of the elements outside 4 steps or
+    // 4e-3 rms, NMSE 1.8e-5-3.7e-5. Bound: NMSE 1e-4, the elements 12%, bit-identical 0.4; W8A16 is
+    // off from this reference by ~6e-4 a GEMM, so the NMSE bound still tells the two apart.
+    const Tol tol = s.w8a8 ? Tol{4, 4e-3, 0.12, 0.4, 1e-4} : Tol{4, 2e-3, 2e-2, 0.8, 1e-5};
     expect_bf16(r, what + (s.w8a8 ? " W8A8" : s.fp8 ? " W8A16" : " W4A16") + " grouped vs CPU reference", sg, sc, tol);
     for (size_t i = 0; i < og.size(); ++i)
       if (og[i] == 0xFFFF) {
@@ -311,14 +313,8 @@ void run_fixture(Reporter& r, const std::string& fixture, cuda::DenseQuant path 
   std::vector<uint16_t> g;
   {
     const DenseQuantScope scope(path);
-    const bool old = cuda::set_fp8_moe_w8a8(all_w8a8);
-    try {
-      g = forward_logits(cuda(), dir, CpuActs::kAll);
-    } catch (...) {
-      cuda::set_fp8_moe_w8a8(old);
-      throw;
-    }
-    cuda::set_fp8_moe_w8a8(old);
+    const Switch experts(cuda::set_fp8_moe_w8a8, all_w8a8);
+    g = forward_logits(cuda(), dir, CpuActs::kAll);
   }
   const std::string what = fixture + (all_w8a8 ? " (W8A8 dense and experts)" : w8a8 ? " (dense W8A8)" : "");
   double ss_w = 0, ss_d = 0;
@@ -471,8 +467,11 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
     m.router_scale = up(d.bf16({H}, 0.1f, 1.0f));
     m.router_proj = up(d.bf16({E, H}, 1.0f));
     m.per_expert_scale = up(d.bf16({E}, 0.1f, 1.0f));
-    m.gate_up = be.upload_weight(bench_weight(d, fp8, E, 2 * I, H));
-    m.down = be.upload_weight(bench_weight(d, fp8, E, H, I));
+    {
+      const Switch w8a16(cuda::set_fp8_moe_w8a8, false);  // FP8: the W8A16 kernels (--bench w8a8 has W8A8)
+      m.gate_up = be.upload_weight(bench_weight(d, fp8, E, 2 * I, H));
+      m.down = be.upload_weight(bench_weight(d, fp8, E, H, I));
+    }
     m.top_k = static_cast<int>(K);
     m.eps = 1e-6f;
     for (int64_t T : {C, 4 * C}) {
@@ -518,8 +517,8 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
 }
 
 // The W8A8 expert kernels (FP8 wgmma): the fp8_moe shapes, the CPU with FP8 activations. Listed last
-// of all checks (gpu_checks.cpp) while they have not run on a GPU: a fault there cannot take the
-// other checks of the process down with it.
+// of all checks (gpu_checks.cpp), as the newest kernels: a fault there cannot take the other checks
+// of the process down with it.
 std::vector<Case> w8a8_moe_cases() {
   constexpr int64_t H = 2816, I = 704;
   return {

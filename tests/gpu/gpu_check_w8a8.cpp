@@ -131,10 +131,14 @@ void check_quantize(Reporter& r) {
 // the same E4M3 values on both sides and each product is exact in fp32 (4 x 4 significant bits), so
 // only the fp32 summation differs: cuBLASLt's tile order, and Hopper's FP8 MMA adding its partial
 // sums with fewer bits than fp32 between the promotions to the fp32 accumulator (no fast
-// accumulation: promoted every few k-steps). The bound is the GEMM one (gemm_tol: a bf16 result one
-// step off now and then), as for the W8A16 kernel against its own reference (bf16 activations); the
-// statistics printed show how much tighter it is in fact. What W8A16 is off from this reference is
-// noted alongside: the activation rounding it leaves out.
+// accumulation: promoted every few k-steps). That reduced-precision adding is what sets the bound,
+// measured on the H200 (CUDA 13.0, cuBLASLt 13.1) at the four shapes below: bit-identical 0.894-0.906,
+// 1.7e-4-2.4e-4 of the elements outside gemm_tol's per-element bound (2 steps or 1e-3 rms), NMSE
+// 7.7e-7-8.0e-7. The bound allows ~4x of each (bad fraction 1e-3, NMSE 4e-6, bit-identical 0.85). It
+// is still 150x below what W8A16 is off from this reference (NMSE ~6e-4, noted alongside: the
+// activation rounding it leaves out), so a GEMM that lost the activation quantisation fails it.
+Tol w8a8_gemm_tol() { return Tol{2, 1e-3, 1e-3, 0.85, 4e-6}; }
+
 void check_dense(Reporter& r, int64_t T, int64_t N, int64_t K) {
   const std::string name = "T" + std::to_string(T) + " N" + std::to_string(N) + " K" + std::to_string(K);
   Data d("w8a8 dense " + name);
@@ -160,7 +164,7 @@ void check_dense(Reporter& r, int64_t T, int64_t N, int64_t K) {
   cuda().matmul(xg, wg, og);
   cuda().matmul(xg, wk, ok);
   const std::vector<uint16_t> want = u16(oc);
-  expect_bf16(r, "dense fp8 W8A8 " + name + " vs CPU", u16(og), want, gemm_tol());
+  expect_bf16(r, "dense fp8 W8A8 " + name + " vs CPU", u16(og), want, w8a8_gemm_tol());
   // For the record only (no bound): W8A16 against the checkpoint's maths.
   NotesOnly note(r);
   expect_bf16(note, "  (W8A16 " + name + " vs the same)", u16(ok), want, exact_tol());
@@ -277,13 +281,15 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
   m.eps = 1e-6f;
   const Weight gu = fp8_dense_weight(d, 2 * I, H, 0.02f, E), dn = fp8_dense_weight(d, H, I, 0.04f, E);
   MoeArgs m16 = m, m8 = m;
-  m16.gate_up = be.upload_weight(gu);
-  m16.down = be.upload_weight(dn);
   {
-    const bool old = cuda::set_fp8_moe_w8a8(true);
+    const Switch w8a16(cuda::set_fp8_moe_w8a8, false);
+    m16.gate_up = be.upload_weight(gu);
+    m16.down = be.upload_weight(dn);
+  }
+  {
+    const Switch w8a8(cuda::set_fp8_moe_w8a8, true);
     m8.gate_up = be.upload_weight(gu);
     m8.down = be.upload_weight(dn);
-    cuda::set_fp8_moe_w8a8(old);
   }
   const bool w8a8 = m8.gate_up.act == ActQuant::kFp8Token && m8.down.act == ActQuant::kFp8Token;
   for (int64_t T : {int64_t{256}, int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
