@@ -2,7 +2,8 @@
 # The GPU measurements of docs/BENCHMARKS.md in one command, on a machine with an NVIDIA GPU (sm_90 for
 # the wgmma kernels), CUDA, a C++20 compiler and ninja or make: builds with scripts/device_build.sh,
 # writes the 26B-A4B dummy-weight config, then runs the stages named (all when none), each into OUT:
-#   checks    dgemma_gpu_check, every CUDA-vs-CPU check                      checks.txt
+#   checks    dgemma_gpu_check, every CUDA-vs-CPU check (after a sticky CUDA error, the rest
+#             again one process each)                                        checks.txt, checks_isolated.txt
 #   steps     bench/denoise_step_bench.py --skip-hf --full, bf16 / NVFP4 / FP8   steps.json, steps_log.txt
 #   profiles  bench/step_profile.py at batch 1, 4 and 16 (bf16) and 1, 4 (NVFP4)  profile_*.txt
 #   kernels   dgemma_gpu_check --bench moe, quant and small        bench_moe.txt, bench_quant.txt, bench_small.txt
@@ -30,6 +31,11 @@ say() { echo "[gpu_suite $(( $(date +%s) - T0 )) s] $*"; }
 
 bash scripts/device_build.sh "$BUILD" > "$OUT/build.txt" 2>&1 || { tail -30 "$OUT/build.txt"; exit 1; }
 say "built ($BUILD)"
+# Memory instructions whose descriptor register no instruction writes (docs/QUANTIZATION.md): they
+# stop with an illegal instruction at their first launch and take every later check with them.
+for o in "$BUILD"/obj/src/backend/cuda/*.o; do cuobjdump -sass "$o"; done > "$BUILD/all.sass" 2> /dev/null
+python3 tools/cuda/sass_descriptor_check.py "$BUILD/all.sass" > "$OUT/sass_scan.txt" 2>&1
+say "sass scan: $(tail -1 "$OUT/sass_scan.txt")"
 python3 bench/denoise_step_bench.py --write-model "$MODEL" > /dev/null || { echo "gpu_suite.sh: could not write $MODEL" >&2; exit 1; }
 nvidia-smi --query-gpu=name,memory.used,utilization.gpu,clocks.sm --format=csv > "$OUT/gpu.txt" 2>&1
 
@@ -39,6 +45,22 @@ for s in "${STAGES[@]}"; do
       "$BUILD/dgemma_gpu_check" > "$OUT/checks.txt" 2>&1
       say "checks: $(tail -1 "$OUT/checks.txt")"
       grep -E "^\[ FAIL" "$OUT/checks.txt" | head -20
+      # A sticky CUDA error (an illegal instruction or address, a launch failure) loses the process's
+      # context and fails every later check: those run again, each in its own process.
+      sticky=$(grep -m1 -nE "cudaErrorIllegal|cudaErrorLaunchFailure|cudaErrorMisaligned|an illegal (instruction|memory)" \
+               "$OUT/checks.txt" | cut -d: -f1)
+      if [ -n "$sticky" ]; then
+        first=$(head -n "$sticky" "$OUT/checks.txt" | grep -E "^\[ RUN  \]" | tail -1 | awk '{print $4}')
+        say "sticky CUDA error in $first: the checks after it, each in its own process (checks_isolated.txt)"
+        : > "$OUT/checks_isolated.txt"
+        pass=0 fail=0
+        while read -r name; do
+          if "$BUILD/dgemma_gpu_check" --only "$name" >> "$OUT/checks_isolated.txt" 2>&1; then pass=$((pass + 1));
+          else fail=$((fail + 1)); echo "[ FAIL ] $name" >> "$OUT/checks_isolated.txt"; fi
+        done < <("$BUILD/dgemma_gpu_check" --list | sed -n "/^$first\$/,\$p" | tail -n +2)
+        echo "after $first: $pass passed, $fail failed (one process each)" >> "$OUT/checks_isolated.txt"
+        say "$(tail -1 "$OUT/checks_isolated.txt")"
+      fi
       ;;
     steps)
       python3 bench/denoise_step_bench.py --skip-hf --full --formats bf16,nvfp4-modelopt,fp8-dynamic \
@@ -75,8 +97,8 @@ for s in "${STAGES[@]}"; do
       # Each line: the environment of one path (docs/QUANTIZATION.md), then the step it gives.
       : > "$OUT/quant_paths.txt"
       for b in 1 4; do
-        for envs in "DGEMMA_DENSE_QUANT=on" "DGEMMA_DENSE_QUANT=off" "DGEMMA_DENSE_QUANT=w8a8" \
-                    "DGEMMA_DENSE_QUANT=w8a8 DGEMMA_FP8_MOE=w8a8"; do
+        for envs in "DGEMMA_DENSE_QUANT=w8a8 DGEMMA_FP8_MOE=w8a8" "DGEMMA_DENSE_QUANT=w8a8 DGEMMA_FP8_MOE=w8a16" \
+                    "DGEMMA_DENSE_QUANT=on DGEMMA_FP8_MOE=w8a16" "DGEMMA_DENSE_QUANT=off DGEMMA_FP8_MOE=w8a16"; do
           read -ra ev <<< "$envs"
           r=$(env "${ev[@]}" "$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 16 --prompt-len 512 \
               --quantization fp8-dynamic 2>&1 | grep -E 'per denoising|rror' | tr '\n' ' ')

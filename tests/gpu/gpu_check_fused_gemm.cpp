@@ -22,15 +22,6 @@
 namespace dgemma::gpu_test {
 namespace {
 
-struct Switch {
-  bool (*set)(bool);
-  bool old;
-  Switch(bool (*s)(bool), bool on) : set(s), old(s(on)) {}
-  ~Switch() { set(old); }
-  Switch(const Switch&) = delete;
-  Switch& operator=(const Switch&) = delete;
-};
-
 struct QkvShape {
   int64_t T, Hq, Hkv, D;
   bool k_eq_v;

@@ -2,6 +2,8 @@
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
 //   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
+//   dgemma_gpu_check --only NAME...   runs the checks of exactly these names
+//   dgemma_gpu_check --list           prints every check's name, one a line, in run order (no GPU needed)
 //   dgemma_gpu_check --bench [quant|flash|tail|fused|small|moe|w8a8]  times the CUDA ops at the 26B-A4B shapes
 //                                     (canvas 256) instead (quant: only the quantised kernels' rows; flash:
 //                                     only the attention_batch rows; moe: the bf16 grouped
@@ -52,7 +54,7 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
     std::printf("%-44s %10s\n", "op (26B-A4B shapes, canvas 256)", "median ms");
     gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
                           [](const char* what, double ms) { std::printf("%-44s %10.3f\n", what, ms); });
-    // last: the W8A8 rows, not yet run on a GPU (a fault there cannot take the rows above with it)
+    // last: the W8A8 rows (the newest kernels: a fault there cannot take the rows above with it)
     gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
                          [](const char* what, double ms) { std::printf("%-60s %10.3f\n", what, ms); });
     return 0;
@@ -290,7 +292,7 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
         }));
     row("decide 4 x C=256, one batch", time_ms(be, [&] { be.decide_batch(four); }));
   }
-  if (!tail_only) gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);  // last (not yet run on a GPU)
+  if (!tail_only) gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);  // last (the newest kernels)
   return 0;
 }
 
@@ -308,6 +310,10 @@ class PrintReporter final : public dgemma::gpu_test::Reporter {
 
 int main(int argc, char** argv) {
   using namespace dgemma::gpu_test;
+  if (argc > 1 && std::strcmp(argv[1], "--list") == 0) {
+    for (const Case& c : all_cases()) std::printf("%s\n", c.name.c_str());
+    return 0;
+  }
   if (!dgemma::cuda_available()) {
     std::printf("no CUDA GPU is visible to this process: the checks need one\n0 passed, 0 failed\n");
     return 1;
@@ -334,10 +340,11 @@ int main(int argc, char** argv) {
     }
     return bench(mode("quant"), mode("flash"), mode("tail"), mode("small"));
   }
+  const bool exact = argc > 1 && std::strcmp(argv[1], "--only") == 0;
   int passed = 0, failed = 0;
   for (const Case& c : all_cases()) {
     bool selected = argc <= 1;
-    for (int i = 1; i < argc; ++i) selected |= c.name.find(argv[i]) != std::string::npos;
+    for (int i = exact ? 2 : 1; i < argc; ++i) selected |= exact ? c.name == argv[i] : c.name.find(argv[i]) != std::string::npos;
     if (!selected) continue;
     std::printf("[ RUN  ] %s\n", c.name.c_str());
     std::fflush(stdout);

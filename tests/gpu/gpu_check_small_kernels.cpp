@@ -27,16 +27,6 @@
 namespace dgemma::gpu_test {
 namespace {
 
-// Restores a tuning switch on scope exit (checks throw on failure).
-struct Switch {
-  bool (*set)(bool);
-  bool old;
-  Switch(bool (*s)(bool), bool on) : set(s), old(s(on)) {}
-  ~Switch() { set(old); }
-  Switch(const Switch&) = delete;
-  Switch& operator=(const Switch&) = delete;
-};
-
 // Sets tuning.h's small-kernel variant for a scope.
 struct Variant {
   int old;

@@ -27,6 +27,17 @@ class DenseQuantScope {
   cuda::DenseQuant old_;
 };
 
+// A bool tuning switch (cuda::set_…(bool) -> previous) set for a scope and restored on exit (checks
+// throw on failure).
+struct Switch {
+  bool (*set)(bool);
+  bool old;
+  Switch(bool (*s)(bool), bool on) : set(s), old(s(on)) {}
+  ~Switch() { set(old); }
+  Switch(const Switch&) = delete;
+  Switch& operator=(const Switch&) = delete;
+};
+
 // Random host tensors from one seeded stream (one per check: run_seed() mixed with the check's name).
 class Data {
  public:

@@ -36,7 +36,7 @@ std::vector<Case> all_cases() {
   for (auto& c : model_cases()) all.push_back(std::move(c));
   for (auto& c : trajectory_cases()) all.push_back(std::move(c));
   for (auto& c : nccl_cases()) all.push_back(std::move(c));
-  // Last: the W8A8 paths, not yet run on a GPU (a sticky CUDA error there would fail every later check).
+  // Last: the W8A8 paths, the newest kernels (a sticky CUDA error there would fail every later check).
   for (auto& c : w8a8_cases()) all.push_back(std::move(c));
   for (auto& c : w8a8_moe_cases()) all.push_back(std::move(c));
   return all;

@@ -43,7 +43,7 @@ uint64_t run_seed();
 void quant_bench(const std::function<double(const std::function<void()>&)>& time_ms,
                  const std::function<void(const char*, double)>& row);
 // `dgemma_gpu_check --bench w8a8` rows (gpu_check_w8a8.cpp; also the end of --bench quant and of
-// the whole --bench, after every other row while the W8A8 paths have not run on a GPU): the dense
+// the whole --bench, after every other row): the dense
 // FP8 linears at the 26B shapes, T = 256 / 1024 / 4096: W8A8 (quantisation and cuBLASLt GEMM apart,
 // then together) against the W8A16 kernel and bf16 cuBLAS; then the MoE block with FP8 experts,
 // W8A16 against W8A8 (each tile shape), T = 256 .. 4096.

@@ -128,7 +128,7 @@ void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std:
 namespace {
 std::atomic<DenseQuant>& dense_quant_setting() {
   static std::atomic<DenseQuant> path{[] {
-    DenseQuant p = DenseQuant::kKernel;
+    DenseQuant p = DenseQuant::kW8A8;
     const char* v = std::getenv("DGEMMA_DENSE_QUANT");
     if (v != nullptr && !parse_dense_quant(v, &p))
       DG_LOG_WARN("cuda", "DGEMMA_DENSE_QUANT={} is none of w8a8 / on / off: ignored", v);

@@ -2,6 +2,7 @@
 // grouped_moe_w8a8_kernel.cuh).
 #include <atomic>
 #include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/device_info.cuh"
@@ -39,7 +40,7 @@ std::atomic<int>& tile_setting() {
 std::atomic<bool>& moe_setting() {
   static std::atomic<bool> on{[] {
     const char* s = std::getenv("DGEMMA_FP8_MOE");
-    return s != nullptr && s[0] == 'w';  // "w8a8"
+    return s == nullptr || std::string_view(s) != "w8a16";  // "w8a8" or unset: on
   }()};
   return on;
 }

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 std::atomic<bool>& split_placement_setting() {
   static std::atomic<bool> on{[] {
     const char* e = std::getenv("DGEMMA_ROUTE_SPLIT");
-    return e != nullptr && std::string_view(e) == "1";
+    return e == nullptr || std::string_view(e) != "0";  // on unless DGEMMA_ROUTE_SPLIT=0
   }()};
   return on;
 }

@@ -71,29 +71,34 @@ bool set_qkv_prologue_pairs(bool on);
 constexpr int kGroupedMoeVariants = 15;
 int set_grouped_moe_variant(int variant);
 // Whether the fused MoE routing + grouping (moe_route.cu) places the (token, slot) pairs in a second
-// kernel over the whole grid instead of in its last block (off, the default; DGEMMA_ROUTE_SPLIT=1
-// sets the start value). The same pairs bit for bit; the split pays where T is large (the last
-// block's placement takes R / 2048 rounds of dependent loads). Not yet timed on a GPU. Returns the
-// previous value.
+// kernel over the whole grid instead of in its last block (on, the default; DGEMMA_ROUTE_SPLIT=0
+// sets the start value off). The same pairs bit for bit (dgemma_gpu_check moe_grouping on the H200);
+// faster at every T despite the second launch, most where T is large (the last block's placement
+// takes R / 2048 rounds of dependent loads): top-k + grouping 0.021 / 0.032 / 0.076 ms at T = 256 /
+// 1,024 / 4,096 against 0.025 / 0.051 / 0.159 (dgemma_gpu_check --bench small). Returns the previous
+// value.
 bool set_route_split_placement(bool on);
 
 // How upload_weight serves dense (2-D) quantised linears (FP8 attention / MLP, NVFP4 MLP); the experts
 // stay quantised either way. The one rule (CudaBackend::placement):
-//  * kW8A8: FP8 linears whose checkpoint prescribes dynamic per-token FP8 activations (FP8-dynamic,
-//    weight.h ActQuant::kFp8Token) run as the checkpoint says: activations quantised per token to
-//    E4M3 bit-identically to the CPU reference, then cuBLASLt's FP8 GEMM (fp8_gemm.h) on the
-//    checkpoint's row-major weights. Only the summation order differs from the CPU reference. A
-//    shape cuBLASLt refuses (checked at upload, logged once) and every other quantised linear take
-//    kKernel's path. Not run on a GPU yet (emulated unit tests of the quantisation only): opt-in
-//    until dgemma_gpu_check w8a8_ and --bench w8a8 have run on the H200.
-//  * kKernel (the default): the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) on
-//    repacked weights, activations bf16 (FP8-dynamic's activation rounding left out). It computes
-//    with the exact dequantised weights; bf16 copies move each weight by up to 2^-9 (a
-//    non-power-of-two scale's products), which took the FP8 fixture's logits past the CPU-vs-CUDA
-//    bound (NMSE 6.7e-4 > 2.5e-4, dgemma_gpu_check quant_forward_realistic_scales).
-//  * kBf16: exact dequantisation to bf16 copies for cuBLAS, faster than kKernel on the H200 (FP8
-//    26B-A4B step at batch 1: 16.49 ms against 23.37; the dense kernel decodes each weight tile again
-//    for every 32 or 128 input rows): an A/B knob.
+//  * kW8A8 (the default): FP8 linears whose checkpoint prescribes dynamic per-token FP8 activations
+//    (FP8-dynamic, weight.h ActQuant::kFp8Token) run as the checkpoint says: activations quantised
+//    per token to E4M3 bit-identically to the CPU reference, then cuBLASLt's FP8 GEMM (fp8_gemm.h)
+//    on the checkpoint's row-major weights. Only the summation order (and Hopper's FP8 adding, see
+//    tests/gpu w8a8_dense) differs from the CPU reference. A shape cuBLASLt refuses (checked at
+//    upload, logged once) and every other quantised linear take kKernel's path, so NVFP4's dense
+//    linears are served as under kKernel. On the H200 (dgemma_gpu_check --bench w8a8) quantise +
+//    GEMM takes 0.030 / 0.041 / 0.113 ms for the MLP gate|up at T = 256 / 1,024 / 4,096, against
+//    bf16 cuBLAS's 0.026 / 0.046 / 0.137 and kKernel's 0.070 / 0.143 / 0.542; the FP8 26B step
+//    (dgemma_bench, W8A16 experts) 18.18 ms at batch 1 and 43.66 at batch 4, against kKernel's 23.68
+//    and 60.22 and kBf16's 16.80 and 43.87 (docs/BENCHMARKS.md), without kBf16's bf16 copies.
+//  * kKernel: the W8A16 / W4A16 kernel (grouped_moe_fp4.cuh launch_dense_quant) on repacked weights,
+//    activations bf16 (FP8-dynamic's activation rounding left out). It computes with the exact
+//    dequantised weights; bf16 copies move each weight by up to 2^-9 (a non-power-of-two scale's
+//    products), which took the FP8 fixture's logits past the CPU-vs-CUDA bound (NMSE 6.7e-4 >
+//    2.5e-4, dgemma_gpu_check quant_forward_realistic_scales).
+//  * kBf16: exact dequantisation to bf16 copies for cuBLAS (bf16's memory for those weights): an A/B
+//    knob.
 // dgemma_bench --dense-quant w8a8 | on | off; the environment's DGEMMA_DENSE_QUANT (the same words)
 // gives the start value. Read at upload time (a weight keeps the path it was uploaded for). Returns
 // the previous value.
@@ -106,14 +111,18 @@ const char* dense_quant_name(DenseQuant path);
 // Whether upload_weight keeps FP8-dynamic expert stacks (per-token FP8 activations prescribed) for
 // the W8A8 grouped kernels on FP8 wgmma (grouped_moe_w8a8.cuh: activations quantised per row as the
 // CPU reference does, the checkpoint's E4M3 weights unrepacked; sm_90, Kd % 16, rows % 8) instead of
-// the W8A16 ones. Off by default: not run on a GPU yet (the kernel is checked through the emulator
-// only; dgemma_gpu_check fp8_w8a8_moe and --bench w8a8 are written for the H200). The environment's
-// DGEMMA_FP8_MOE=w8a8 sets the start value on. Read at upload time. Returns the previous value.
+// the W8A16 ones. On by default: the checkpoint's own maths, and faster from ~64 rows an expert. The
+// 26B MoE block on the H200 (dgemma_gpu_check --bench w8a8): W8A8 0.439 / 0.618 / 1.015 / 1.789 ms
+// at T = 256 / 1,024 / 2,048 / 4,096, W8A16 0.363 / 0.868 / 1.843 / 3.365; the FP8 step (dgemma_bench,
+// dense W8A8) 20.46 ms at batch 1 and 35.95 at batch 4, against W8A16's 18.18 and 43.66. One layout
+// is resident (the choice is made at upload, not per step), so a deployment that serves one stream
+// at a time can take W8A16's 2.3 ms with DGEMMA_FP8_MOE=w8a16, which sets the start value off (any
+// other value: on). Read at upload time. Returns the previous value.
 bool set_fp8_moe_w8a8(bool on);
 bool fp8_moe_w8a8();
 // The W8A8 grouped kernels' tile shape: 1 64 x 128 (one warpgroup, 2 CTAs an SM), 2 128 x 128 (two
-// warpgroups); 0 automatic (by the mean rows per expert: up to 128, above). Environment
-// DGEMMA_W8A8_MOE_TILE. Returns the previous value.
+// warpgroups); 0 automatic (64 x 128, measured faster at every T: grouped_moe_w8a8_kernel.cuh).
+// Environment DGEMMA_W8A8_MOE_TILE. Returns the previous value.
 constexpr int kW8a8MoeTiles = 2;  // ids 1 .. 2
 int set_w8a8_moe_tile(int variant);
 
@@ -138,7 +147,7 @@ int set_sampler_stats_blocks(int blocks);
 // 3 BM64 x 64, 4 BM32 x 128 (8 warps), 5 BM64 x 128 (8 warps), 6 BM128 x 64, 7 BM16 x 64 8 stages,
 // 8 BM32 x 64 6 stages, 9 BM32 x 128 8 warps 6 stages; the wgmma kernel (sm_90; elsewhere the
 // automatic mma.sync choice): 10 BM64 x 128 one warpgroup, 11 BM128 x 128 two warpgroups, 12 BM128 x
-// 256 two warpgroups (not yet run on a GPU); 0 automatic (by the mean rows per expert: mma.sync, or
+// 256 two warpgroups; 0 automatic (by the mean rows per expert: mma.sync, or
 // with set_quant_wgmma wgmma above ~40 rows), for gate_up and down separately. The environment's
 // DGEMMA_QUANT_MOE_TILE ("gu", "gu,down" or "gu,down,m_split") gives the start values. m_split: the
 // wgmma kernel's CTAs per N tile and expert, each taking every m_split-th M tile (0 automatic, 1 ..
@@ -154,8 +163,12 @@ QuantMoeTiles set_quant_moe_tiles(QuantMoeTiles t);
 // DGEMMA_QUANT_DENSE_TILE. Returns the previous id.
 int set_quant_dense_tile(int variant);
 // Whether the automatic choices above take the wgmma kernel (sm_90): grouped experts above ~40 rows per
-// expert, dense matmuls from 64 rows. Off by default: the kernel has run only in the emulated unit
-// tests, not yet on a GPU (dgemma_gpu_check quant_wgmma and --bench quant are written for it); the
+// expert, dense matmuls from 64 rows. Off by default: on the H200 (dgemma_gpu_check --bench quant, the
+// 26B MoE block) its best tile is no faster than the best mma.sync one where it could pay (NVFP4
+// 0.716 / 1.202 / 2.132 ms at T = 1,024 / 2,048 / 4,096 against 0.671 / 1.165 / 2.155; FP8 0.733 /
+// 1.203 / 2.183 against 0.691 / - / 2.262) and slower below; the NVFP4 step at batch 4 is the same
+// with it. The weight decode, not the MMA, bounds both. It is checked against the CPU reference and
+// bit for bit against the mma.sync kernel (dgemma_gpu_check quant_wgmma, fp4_moe_* tiles 10 .. 12); the
 // tile ids 10 .. 12 run it when asked for either way. The environment's DGEMMA_QUANT_WGMMA=1 sets the
 // start value. Returns the previous value.
 bool set_quant_wgmma(bool on);
