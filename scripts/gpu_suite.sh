@@ -4,7 +4,7 @@
 # writes the 26B-A4B dummy-weight config, then runs the stages named (all when none), each into OUT:
 #   checks    dgemma_gpu_check, every CUDA-vs-CPU check (after a sticky CUDA error, the rest
 #             again one process each)                                        checks.txt, checks_isolated.txt
-#   steps     bench/denoise_step_bench.py --skip-hf --full, bf16 / NVFP4 / FP8   steps.json, steps_log.txt
+#   steps     bench/denoise_step_bench.py --full, bf16 / NVFP4 / FP8 (HF=1: with transformers)  steps.json, steps_log.txt
 #   profiles  bench/step_profile.py at batch 1, 4 and 16 (bf16) and 1, 4 (NVFP4)  profile_*.txt
 #   kernels   dgemma_gpu_check --bench moe, quant and small        bench_moe.txt, bench_quant.txt, bench_small.txt
 #   moe       the step at batch 4 and 16 with each large-R grouped MoE variant   moe_variants.txt
@@ -63,7 +63,9 @@ for s in "${STAGES[@]}"; do
       fi
       ;;
     steps)
-      python3 bench/denoise_step_bench.py --skip-hf --full --formats bf16,nvfp4-modelopt,fp8-dynamic \
+      hf=--skip-hf
+      [ "${HF:-0}" = 1 ] && hf=
+      python3 bench/denoise_step_bench.py $hf --full --formats bf16,nvfp4-modelopt,fp8-dynamic \
         --dgemma "$BUILD/dgemma_bench" --out "$OUT/steps.json" > "$OUT/steps_log.txt" 2>&1
       say "steps: $(grep -c 'per denoising step' "$OUT/steps_log.txt") runs"
       ;;
@@ -87,7 +89,7 @@ for s in "${STAGES[@]}"; do
       for b in 4 16; do
         for v in 0 11 12 13 14 15; do
           r=$("$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 8 --prompt-len 512 --moe-variant "$v" 2>&1 |
-              grep -E 'per denoising|rror' | tr '\n' ' ')
+              grep -E 'per denoising|dummy weights|rror' | tr '\n' ' ')
           echo "batch $b variant $v: $r" >> "$OUT/moe_variants.txt"
         done
       done
@@ -101,13 +103,13 @@ for s in "${STAGES[@]}"; do
                     "DGEMMA_DENSE_QUANT=on DGEMMA_FP8_MOE=w8a16" "DGEMMA_DENSE_QUANT=off DGEMMA_FP8_MOE=w8a16"; do
           read -ra ev <<< "$envs"
           r=$(env "${ev[@]}" "$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 16 --prompt-len 512 \
-              --quantization fp8-dynamic 2>&1 | grep -E 'per denoising|rror' | tr '\n' ' ')
+              --quantization fp8-dynamic 2>&1 | grep -E 'per denoising|dummy weights|rror' | tr '\n' ' ')
           echo "fp8-dynamic batch $b $envs: $r" >> "$OUT/quant_paths.txt"
         done
         for envs in "DGEMMA_QUANT_WGMMA=0" "DGEMMA_QUANT_WGMMA=1"; do
           read -ra ev <<< "$envs"
           r=$(env "${ev[@]}" "$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 16 --prompt-len 512 \
-              --quantization nvfp4-modelopt 2>&1 | grep -E 'per denoising|rror' | tr '\n' ' ')
+              --quantization nvfp4-modelopt 2>&1 | grep -E 'per denoising|dummy weights|rror' | tr '\n' ' ')
           echo "nvfp4-modelopt batch $b $envs: $r" >> "$OUT/quant_paths.txt"
         done
       done
