@@ -7,9 +7,14 @@ namespace dgemma::cuda {
 
 void launch_quantize_fp8_rows(const uint16_t* x, int64_t T, int64_t K, uint8_t* q, float* scales, cudaStream_t stream) {
   if (T <= 0) return;
-  const unsigned blocks = static_cast<unsigned>(ceil_div(T, int64_t{kFp8QuantWarps}));
-  quantize_fp8_rows_kernel<<<blocks, 32 * kFp8QuantWarps, 0, stream>>>(reinterpret_cast<const uint4*>(x), T, K / 8,
-                                                                       reinterpret_cast<uint32_t*>(q), scales);
+  const int64_t words = K / 8;
+  const int w = fp8_quant_row_warps(words);
+  const unsigned blocks = static_cast<unsigned>(fp8_quant_blocks(T, w));
+  const auto* xv = reinterpret_cast<const uint4*>(x);
+  auto* qv = reinterpret_cast<uint32_t*>(q);
+  if (w == 4) quantize_fp8_rows_kernel<4><<<blocks, 32 * kFp8QuantWarps, 0, stream>>>(xv, T, words, qv, scales);
+  else if (w == 2) quantize_fp8_rows_kernel<2><<<blocks, 32 * kFp8QuantWarps, 0, stream>>>(xv, T, words, qv, scales);
+  else quantize_fp8_rows_kernel<1><<<blocks, 32 * kFp8QuantWarps, 0, stream>>>(xv, T, words, qv, scales);
   CUDA_CHECK_LAUNCH();
 }
 

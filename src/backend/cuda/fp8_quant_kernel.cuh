@@ -14,7 +14,7 @@
 
 namespace dgemma::cuda {
 
-constexpr int kFp8QuantWarps = 4;  // rows per block: one warp a row
+constexpr int kFp8QuantWarps = 4;  // warps per block: kFp8QuantWarps / W rows of W warps each
 constexpr float kFp8QuantMax = 448.0f;
 constexpr float kFp8QuantMinScale = 1.0f / (448.0f * 512.0f);  // cpu::kFp8MinScale (an all-zero row)
 
@@ -42,28 +42,47 @@ __device__ __forceinline__ uint32_t e4m3_code(float v) {
   return sign | (code > 0x7eu ? 0x7eu : code);
 }
 
-// One warp a row; `words` = K / 8 (16-byte words of bf16). q: the row's codes, little-endian in words
-// of four; scales[t] = s_t.
+// W warps a row (W = 1, 2 or 4; fp8_quant_row_warps), kFp8QuantWarps / W rows a block; `words` = K / 8
+// (16-byte words of bf16). q: the row's codes, little-endian in words of four; scales[t] = s_t. The
+// row's warps each reduce their words' amax, then meet in shared memory. Why several warps a row: a
+// warp walking a 2,816-wide row makes 11 dependent-latency trips twice (amax, then the codes), and at
+// T = 256 four rows a block leave half the SMs idle; the step runs ~120 of these launches.
+template <int W>
 __global__ void __launch_bounds__(32 * kFp8QuantWarps)
     quantize_fp8_rows_kernel(const uint4* __restrict__ x, int64_t T, int64_t words, uint32_t* __restrict__ q,
                              float* __restrict__ scales) {
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kFp8QuantWarps + (threadIdx.x >> 5);
-  if (t >= T) return;  // whole warps: the shuffles below see full warps only
-  const uint4* xr = x + t * words;
+  static_assert(W == 1 || W == 2 || W == 4, "warps a row");
+  constexpr int kRowsPerBlock = kFp8QuantWarps / W;
+  __shared__ float row_amax[kFp8QuantWarps];
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int r = warp / W, part = warp % W;  // the block's row, this warp's place in it
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + r;
+  const bool valid = t < T;  // no early return: every thread reaches the barrier
+  const uint4* xr = x + (valid ? t : 0) * words;
+  const int64_t first = static_cast<int64_t>(part) * 32 + lane, stride = 32 * W;
   float amax = 0.0f;
-  for (int64_t i = lane; i < words; i += 32) {
-    float f[8];
-    unpack_bf16x8(xr[i], f);
-    DG_UNROLL
-    for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(f[k]));
+  if (valid) {
+    for (int64_t i = first; i < words; i += stride) {
+      float f[8];
+      unpack_bf16x8(xr[i], f);
+      DG_UNROLL
+      for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(f[k]));
+    }
   }
   DG_UNROLL
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (W > 1) {
+    if (lane == 0) row_amax[warp] = amax;
+    __syncthreads();
+    amax = row_amax[r * W];
+    DG_UNROLL
+    for (int j = 1; j < W; ++j) amax = fmaxf(amax, row_amax[r * W + j]);
+  }
+  if (!valid) return;
   const float s = fmaxf(__fdiv_rn(amax, kFp8QuantMax), kFp8QuantMinScale);
-  if (lane == 0) scales[t] = s;
+  if (part == 0 && lane == 0) scales[t] = s;
   uint32_t* qr = q + 2 * t * words;
-  for (int64_t i = lane; i < words; i += 32) {  // the row again (from L1 / L2)
+  for (int64_t i = first; i < words; i += stride) {  // the row again (from L1 / L2)
     float f[8];
     unpack_bf16x8(xr[i], f);
     uint32_t w[2] = {0, 0};
@@ -72,6 +91,13 @@ __global__ void __launch_bounds__(32 * kFp8QuantWarps)
     qr[2 * i] = w[0];
     qr[2 * i + 1] = w[1];
   }
+}
+
+// Warps a row for rows of `words` 16-byte words: enough that each lane takes at most ~2-3 words.
+inline int fp8_quant_row_warps(int64_t words) { return words >= 256 ? 4 : words >= 64 ? 2 : 1; }
+inline int64_t fp8_quant_blocks(int64_t T, int row_warps) {
+  const int64_t rows_per_block = kFp8QuantWarps / row_warps;
+  return (T + rows_per_block - 1) / rows_per_block;
 }
 
 }  // namespace

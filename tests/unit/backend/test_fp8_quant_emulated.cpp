@@ -65,40 +65,57 @@ struct Rows {
   int64_t T, K;
 };
 
-void check_rows(const std::vector<uint16_t>& x, int64_t T, int64_t K, const std::string& name) {
-  std::vector<float> want(x.size()), want_s(static_cast<size_t>(T));
-  for (size_t i = 0; i < x.size(); ++i) want[i] = bf16_to_f32(x[i]);
-  cpu::quantize_fp8_per_token(want.data(), T, K, want_s.data());
+// One row layout (w warps a row) against the CPU's codes and scales.
+void check_layout(const std::vector<uint16_t>& x, int64_t T, int64_t K, int w, const std::vector<float>& want,
+                  const std::vector<float>& want_s, const std::string& at) {
+  const int64_t words = K / 8;
   std::vector<uint32_t> q(x.size() / 4, 0xdeadbeefu);
   std::vector<float> s(static_cast<size_t>(T), -1.0f);
-  const int64_t words = K / 8;
   const auto* xv = reinterpret_cast<const uint4*>(x.data());
-  emu::launch([&] { cuda::quantize_fp8_rows_kernel(xv, T, words, q.data(), s.data()); },
-              static_cast<int>((T + cuda::kFp8QuantWarps - 1) / cuda::kFp8QuantWarps), 1, 0, 32 * cuda::kFp8QuantWarps);
+  emu::launch(
+      [&] {
+        if (w == 4) cuda::quantize_fp8_rows_kernel<4>(xv, T, words, q.data(), s.data());
+        else if (w == 2) cuda::quantize_fp8_rows_kernel<2>(xv, T, words, q.data(), s.data());
+        else cuda::quantize_fp8_rows_kernel<1>(xv, T, words, q.data(), s.data());
+      },
+      static_cast<int>(cuda::fp8_quant_blocks(T, w)), 1, 0, 32 * cuda::kFp8QuantWarps);
   for (int64_t t = 0; t < T; ++t) {
     uint32_t a, b;
     std::memcpy(&a, &s[static_cast<size_t>(t)], 4);
     std::memcpy(&b, &want_s[static_cast<size_t>(t)], 4);
-    ASSERT_EQ(a, b) << name << ": scale of row " << t;
+    ASSERT_EQ(a, b) << at << ": scale of row " << t;
   }
   const auto* codes = reinterpret_cast<const uint8_t*>(q.data());
   for (size_t i = 0; i < x.size(); ++i) {
     const float got = f8e4m3_to_f32(codes[i]);
     if (std::isnan(want[i])) {
-      ASSERT_TRUE(std::isnan(got)) << name << ": element " << i;
+      ASSERT_TRUE(std::isnan(got)) << at << ": element " << i;
       continue;
     }
     uint32_t a, b;
     std::memcpy(&a, &got, 4);
     std::memcpy(&b, &want[i], 4);
-    ASSERT_EQ(a, b) << name << ": element " << i << " (" << bf16_to_f32(x[i]) << ")";
+    ASSERT_EQ(a, b) << at << ": element " << i << " (" << bf16_to_f32(x[i]) << ")";
+  }
+}
+
+// Every row layout (1, 2 or 4 warps a row; launch_quantize_fp8_rows picks one by the row's words).
+void check_rows(const std::vector<uint16_t>& x, int64_t T, int64_t K, const std::string& name) {
+  std::vector<float> want(x.size()), want_s(static_cast<size_t>(T));
+  for (size_t i = 0; i < x.size(); ++i) want[i] = bf16_to_f32(x[i]);
+  cpu::quantize_fp8_per_token(want.data(), T, K, want_s.data());
+  for (const int w : {1, 2, 4}) {
+    const bool automatic = w == cuda::fp8_quant_row_warps(K / 8);
+    check_layout(x, T, K, w, want, want_s,
+                 name + " (" + std::to_string(w) + " warps a row" + (automatic ? ", the automatic choice)" : ")"));
   }
 }
 
 TEST(Fp8QuantEmulated, RowsMatchTheCpuReference) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (const Rows r : {Rows{1, 8}, Rows{5, 64}, Rows{9, 264}, Rows{3, 2816}, Rows{2, 8192}}) {
+  // T not a multiple of the rows a block (partial blocks), rows of 1 .. 1,024 words (several a lane).
+  for (const Rows r : {Rows{1, 8}, Rows{5, 64}, Rows{9, 264}, Rows{3, 2816}, Rows{2, 8192}, Rows{7, 704}, Rows{3, 4096}}) {
     const std::string name = "T=" + std::to_string(r.T) + " K=" + std::to_string(r.K);
     std::vector<uint16_t> x(static_cast<size_t>(r.T * r.K));
     for (size_t i = 0; i < x.size(); ++i) {
