@@ -313,7 +313,15 @@ std::string format_inspect_text(const InspectReport& r) {
   if (!r.checkpoint.linear_formats.empty()) {
     std::string f;
     for (const auto& [name, n] : r.checkpoint.linear_formats) f += (f.empty() ? "" : ", ") + fmt::format("{} {}", n, name);
-    o.row("linear layers", f + " (CUDA: W4A16 / W8A16 kernels; FP8 activations stay bf16 there)");
+    // How the CUDA backend runs them by default (tuning.h set_dense_quant, set_fp8_moe_w8a8).
+    std::string cuda_path;
+    if (c.quant.nvfp4) cuda_path = "NVFP4 W4A16";
+    if (c.quant.fp8)
+      cuda_path += std::string(cuda_path.empty() ? "" : ", ") +
+                   (c.quant.fp8_act_token ? "FP8 W8A8 with per-token FP8 activations as the checkpoint prescribes "
+                                            "(W8A16 off Hopper)"
+                                          : "FP8 W8A16");
+    o.row("linear layers", f + (cuda_path.empty() ? std::string() : " (CUDA: " + cuda_path + ")"));
   }
   o.row("vision config", c.has_vision ? "present (ignored: text-only mode)" : "absent");
   o.row("load format", r.load_format + (r.load_format_note.empty() ? "" : " (" + r.load_format_note + ")"));
