@@ -42,25 +42,7 @@ nvidia-smi --query-gpu=name,memory.used,utilization.gpu,clocks.sm --format=csv >
 for s in "${STAGES[@]}"; do
   case "$s" in
     checks)
-      "$BUILD/dgemma_gpu_check" > "$OUT/checks.txt" 2>&1
-      say "checks: $(tail -1 "$OUT/checks.txt")"
-      grep -E "^\[ FAIL" "$OUT/checks.txt" | head -20
-      # A sticky CUDA error (an illegal instruction or address, a launch failure) loses the process's
-      # context and fails every later check: those run again, each in its own process.
-      sticky=$(grep -m1 -nE "cudaErrorIllegal|cudaErrorLaunchFailure|cudaErrorMisaligned|an illegal (instruction|memory)" \
-               "$OUT/checks.txt" | cut -d: -f1)
-      if [ -n "$sticky" ]; then
-        first=$(head -n "$sticky" "$OUT/checks.txt" | grep -E "^\[ RUN  \]" | tail -1 | awk '{print $4}')
-        say "sticky CUDA error in $first: the checks after it, each in its own process (checks_isolated.txt)"
-        : > "$OUT/checks_isolated.txt"
-        pass=0 fail=0
-        while read -r name; do
-          if "$BUILD/dgemma_gpu_check" --only "$name" >> "$OUT/checks_isolated.txt" 2>&1; then pass=$((pass + 1));
-          else fail=$((fail + 1)); echo "[ FAIL ] $name" >> "$OUT/checks_isolated.txt"; fi
-        done < <("$BUILD/dgemma_gpu_check" --list | sed -n "/^$first\$/,\$p" | tail -n +2)
-        echo "after $first: $pass passed, $fail failed (one process each)" >> "$OUT/checks_isolated.txt"
-        say "$(tail -1 "$OUT/checks_isolated.txt")"
-      fi
+      bash scripts/gpu_checks.sh "$BUILD" "$OUT" | while read -r line; do say "$line"; done
       ;;
     steps)
       hf=--skip-hf
