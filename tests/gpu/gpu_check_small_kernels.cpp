@@ -420,17 +420,20 @@ void check_moe_grouping(Reporter& r) {
       continue;
     }
     Tensor scratch = cuda().alloc(ScalarType::kI32, {scratch_n});
-    for (int rep = 0; rep < 2; ++rep)  // twice: the ticket must be back at zero after a launch
-      cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n.top_idx.ptr<int32_t>(),
-                                   n.top_w.ptr<float>(), n.order.ptr<int32_t>(), n.offsets.ptr<int32_t>(),
-                                   n.pairs.ptr<int32_t>(), tiles_of(n), n_tiles, plan.tile_rows,
-                                   scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
     {
-      Variant v(2);  // the earlier launch shape (sixteen tokens a block)
-      cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n2.top_idx.ptr<int32_t>(),
-                                   n2.top_w.ptr<float>(), n2.order.ptr<int32_t>(), n2.offsets.ptr<int32_t>(),
-                                   n2.pairs.ptr<int32_t>(), tiles_of(n2), n_tiles, plan.tile_rows,
-                                   scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
+      Switch last_block(cuda::set_route_split_placement, false);  // n, n2: the pairs placed by the last block
+      for (int rep = 0; rep < 2; ++rep)  // twice: the ticket must be back at zero after a launch
+        cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n.top_idx.ptr<int32_t>(),
+                                     n.top_w.ptr<float>(), n.order.ptr<int32_t>(), n.offsets.ptr<int32_t>(),
+                                     n.pairs.ptr<int32_t>(), tiles_of(n), n_tiles, plan.tile_rows,
+                                     scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
+      {
+        Variant v(2);  // the earlier launch shape (sixteen tokens a block)
+        cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n2.top_idx.ptr<int32_t>(),
+                                     n2.top_w.ptr<float>(), n2.order.ptr<int32_t>(), n2.offsets.ptr<int32_t>(),
+                                     n2.pairs.ptr<int32_t>(), tiles_of(n2), n_tiles, plan.tile_rows,
+                                     scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
+      }
     }
     {
       Switch split(cuda::set_route_split_placement, true);  // the pairs placed by a second kernel
