@@ -1,5 +1,10 @@
 #include "text/gemma4_args.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <system_error>
+
 #include "text/markup_scan.h"
 #include "util/error.h"
 
@@ -14,6 +19,38 @@ constexpr std::initializer_list<std::string_view> kTerminators = {
     markup::kToolCallEnd, markup::kToolCallStart, markup::kToolResponse};
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// Whether a JSON numeral ('-'? digits ('.' digits)? ([eE] sign? digits)?) is beyond a double's range
+// (1e400): JSON parsers refuse it or read infinity. Underflow (1e-400) reads as 0 everywhere and stays a
+// number. from_chars reports both as out of range; the numeral's decimal magnitude tells them apart.
+bool overflows_double(std::string_view num) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v, std::chars_format::general);
+  (void)end;
+  if (ec != std::errc::result_out_of_range) return false;
+  size_t i = num.empty() || num[0] != '-' ? 0 : 1;
+  int64_t magnitude = 0;  // ~ log10 |value|, saturated
+  size_t int_digits = 0, first_frac_digit = 0;
+  bool seen_nonzero = false;
+  for (; i < num.size() && is_digit(num[i]); ++i)
+    if (seen_nonzero || num[i] != '0') seen_nonzero = true, ++int_digits;
+  if (i < num.size() && num[i] == '.')
+    for (++i; i < num.size() && is_digit(num[i]); ++i)
+      if (!seen_nonzero) {
+        ++first_frac_digit;
+        if (num[i] != '0') seen_nonzero = true;
+      }
+  magnitude = int_digits > 0 ? static_cast<int64_t>(int_digits) : -static_cast<int64_t>(first_frac_digit);
+  if (i < num.size() && (num[i] == 'e' || num[i] == 'E')) {
+    ++i;
+    const bool negative = i < num.size() && num[i] == '-';
+    if (i < num.size() && (num[i] == '-' || num[i] == '+')) ++i;
+    int64_t e = 0;
+    for (; i < num.size() && is_digit(num[i]); ++i) e = std::min<int64_t>(e * 10 + (num[i] - '0'), int64_t{1} << 40);
+    magnitude += negative ? -e : e;
+  }
+  return magnitude > 0;
+}
 bool is_close_char(char c) { return c == '}' || c == ']' || c == ')'; }
 
 std::string_view trim(std::string_view s) {
@@ -63,6 +100,7 @@ std::string scalar_json(std::string_view raw) {
     num += frac.empty() ? std::string_view("0") : frac;
   }
   num += exp;
+  if (overflows_double(num)) return markup::json_quote(raw);  // "1e400": no client reads it as a number
   return num;
 }
 

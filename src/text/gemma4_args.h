@@ -8,8 +8,9 @@
 // bracket that also closes unclosed inner containers, bare words as strings.
 // Value rules: <|"|> strings are raw text (no escapes); a bare value runs to the next ',' or closing
 // bracket and is trimmed: true/True, false/False, null/None/none/nil/NULL -> literals; a number in JSON
-// syntax (also with a leading '+', ".5", "5.") -> number; anything else, including "007", "0x1f", "nan"
-// -> string; an empty value ("{a:}") -> "".
+// syntax (also with a leading '+', ".5", "5.") -> number, unless beyond a double's range ("1e400": a
+// string, since JSON parsers refuse such a number or read infinity); anything else, including "007",
+// "0x1f", "nan" -> string; an empty value ("{a:}") -> "".
 #include <string>
 #include <string_view>
 #include <vector>

@@ -300,6 +300,20 @@ TEST(Gemma4Args, ToJson) {
   EXPECT_EQ(gemma4_args_to_json(""), Json::object());
 }
 
+// A numeral beyond a double's range is a string (JSON parsers refuse such a number or read infinity;
+// found by fuzz_tool_call); one that underflows reads as 0 everywhere and stays a number.
+TEST(Gemma4Args, NumbersBeyondADoubleAreStrings) {
+  EXPECT_EQ(gemma4_args_to_json("{a:1e400,b:-1.8e308,c:0.5e3777777777777777777777,d:1.5e308,e:1e-400,f:-0.0}"),
+            Json::parse(R"({"a":"1e400","b":"-1.8e308","c":"0.5e3777777777777777777777","d":1.5e308,"e":1e-400,"f":-0.0})"));
+  const std::string digits(400, '7');
+  EXPECT_EQ(gemma4_args_to_json("{n:" + digits + "}"), Json::parse(R"({"n":")" + digits + R"("})"));
+  const ToolParseResult r = parse_tool_calls("<|tool_call>call:f{a:[1e400,2]}<tool_call|>");
+  ASSERT_EQ(r.calls.size(), 1u);
+  const Json j = Json::parse(r.calls[0].arguments_json, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.calls[0].arguments_json;
+  EXPECT_EQ(j, Json::parse(R"({"a":["1e400",2]})"));
+}
+
 TEST(Gemma4Args, RejectsIncompleteOrMalformed) {
   for (const char* bad : {"{a:1", "{a:<|\"|>x}", "{a 1}", "{a:1} extra", "{:1}", "{a:[1,2}", "{\"a\"}", "a:1,}",
                           "{a:1<tool_call|>}", "{<|\"|>unterminated key", "{a:1]"}) {
