@@ -72,8 +72,8 @@ void check_fused_qkv_input(Reporter& r) {
     expect_bf16(r, name + " CPU v fused input vs separate", u16(c.v), u16(c_sep.v), exact_tol());
     for (int mode : {0, 1, 2}) {  // the kernel, the op sequence, the pair kernel (set_qkv_prologue_pairs)
       const bool kernel = mode != 1;
-      Switch sw(cuda::set_fused_qkv_prologue, kernel);
-      Switch pair(cuda::set_qkv_prologue_pairs, mode == 2);
+      Scoped<bool> sw(cuda::set_fused_qkv_prologue, kernel);
+      Scoped<bool> pair(cuda::set_qkv_prologue_pairs, mode == 2);
       QkvPrologueArgs g = args(cuda(), true), g_sep = args(cuda(), false);
       cuda().qkv_prologue(g);
       cuda().qkv_prologue(g_sep);
@@ -185,7 +185,7 @@ Weight random_quant(Data& d, bool fp8, int64_t N, int64_t K, float row) {
 // different row scales against the parts, at the dense MLP's gate | up shape.
 void check_fused_quant_gemm(Reporter& r) {
   Data d("fused_quant_gemm");
-  const DenseQuantScope dense(cuda::DenseQuant::kKernel);  // random_quant's weights prescribe no FP8 activations
+  const Scoped<cuda::DenseQuant> dense(cuda::set_dense_quant, cuda::DenseQuant::kKernel);  // random_quant's weights prescribe no FP8 activations
   for (bool fp8 : {false, true}) {
     const int64_t T = 256, K = 2816, I = 2112;
     const std::string name = std::string("fused ") + (fp8 ? "fp8" : "nvfp4") + " gemm T=256 N=2112+2112 K=2816";

@@ -115,7 +115,7 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   g.router_proj = up(c.router_proj);
   g.per_expert_scale = up(c.per_expert_scale);
   {
-    const Switch path(cuda::set_fp8_moe_w8a8, s.w8a8);
+    const Scoped<bool> path(cuda::set_fp8_moe_w8a8, s.w8a8);
     g.gate_up = cuda().upload_weight(c.gate_up);
     g.down = cuda().upload_weight(c.down);
   }
@@ -167,20 +167,22 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   if (s.w8a8) {
     if (!s.every_tile || std::getenv("DGEMMA_W8A8_MOE_TILE")) return;
     for (int v = 1; v <= cuda::kW8a8MoeTiles; ++v) {  // each W8A8 tile shape (set_w8a8_moe_tile)
-      const int old = cuda::set_w8a8_moe_tile(v);
-      g.out = poisoned(ScalarType::kBF16, {T, H});
-      cuda().moe(g);
-      cuda::set_w8a8_moe_tile(old);
+      {
+        const Scoped<int> tile(cuda::set_w8a8_moe_tile, v);
+        g.out = poisoned(ScalarType::kBF16, {T, H});
+        cuda().moe(g);
+      }
       check(s.name + " w8a8 tile " + std::to_string(v));
     }
     return;
   }
   if (!s.every_tile || std::getenv("DGEMMA_QUANT_MOE_TILE")) return;  // a run for one variant
   for (int v = 1; v < cuda::kQuantMoeTileCount; ++v) {
-    const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v});
-    g.out = poisoned(ScalarType::kBF16, {T, H});
-    cuda().moe(g);
-    cuda::set_quant_moe_tiles(old);
+    {
+      const Scoped<cuda::QuantMoeTiles> tiles(cuda::set_quant_moe_tiles, {v, v});
+      g.out = poisoned(ScalarType::kBF16, {T, H});
+      cuda().moe(g);
+    }
     check(s.name + " tile " + std::to_string(v));
   }
 }
@@ -209,7 +211,7 @@ void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t
   }
   Weight wg;
   {
-    const DenseQuantScope path(kernel ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
+    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, kernel ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
     wg = cuda().upload_weight(w);
   }
   if (wg.quantized() != kernel) {
@@ -246,7 +248,7 @@ void run_dense_subnormal(Reporter& r, bool fp8) {
   cpu().matmul(x, w, oc);
   Weight wg;
   {
-    const DenseQuantScope path(cuda::DenseQuant::kKernel);
+    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kKernel);
     wg = cuda().upload_weight(w);
   }
   Tensor og = poisoned(ScalarType::kBF16, {T, N});
@@ -312,8 +314,8 @@ void run_fixture(Reporter& r, const std::string& fixture, cuda::DenseQuant path 
       forward_logits(cpu(), dir, all_w8a8 ? CpuActs::kAll : w8a8 ? CpuActs::kDenseOnly : CpuActs::kNone);
   std::vector<uint16_t> g;
   {
-    const DenseQuantScope scope(path);
-    const Switch experts(cuda::set_fp8_moe_w8a8, all_w8a8);
+    const Scoped<cuda::DenseQuant> scope(cuda::set_dense_quant, path);
+    const Scoped<bool> experts(cuda::set_fp8_moe_w8a8, all_w8a8);
     g = forward_logits(cuda(), dir, CpuActs::kAll);
   }
   const std::string what = fixture + (all_w8a8 ? " (W8A8 dense and experts)" : w8a8 ? " (dense W8A8)" : "");
@@ -468,7 +470,7 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
     m.router_proj = up(d.bf16({E, H}, 1.0f));
     m.per_expert_scale = up(d.bf16({E}, 0.1f, 1.0f));
     {
-      const Switch w8a16(cuda::set_fp8_moe_w8a8, false);  // FP8: the W8A16 kernels (--bench w8a8 has W8A8)
+      const Scoped<bool> w8a16(cuda::set_fp8_moe_w8a8, false);  // FP8: the W8A16 kernels (--bench w8a8 has W8A8)
       m.gate_up = be.upload_weight(bench_weight(d, fp8, E, 2 * I, H));
       m.down = be.upload_weight(bench_weight(d, fp8, E, H, I));
     }
@@ -500,7 +502,7 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
     for (bool kernel : {true, false}) {
       Weight w;
       {
-        const DenseQuantScope path(kernel ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
+        const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, kernel ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
         w = be.upload_weight(host);
       }
       const std::string what = std::string("matmul T=256 ") + c.name + (c.fp8 ? " FP8" : " NVFP4") +
@@ -508,9 +510,8 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
       row(what.c_str(), time_ms([&] { be.matmul(x, w, out); }));
       if (!kernel) continue;
       for (int v = 1; v < cuda::kQuantMoeTileCount; ++v) {  // the dense kernel's tile variants
-        const int old_tile = cuda::set_quant_dense_tile(v);
+        const Scoped<int> tile(cuda::set_quant_dense_tile, v);
         row(("  tile " + std::to_string(v)).c_str(), time_ms([&] { be.matmul(x, w, out); }));
-        cuda::set_quant_dense_tile(old_tile);
       }
     }
   }

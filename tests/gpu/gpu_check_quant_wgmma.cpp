@@ -103,7 +103,7 @@ void run_large(Reporter& r, const LargeShape& s) {
   g.router_proj = up(c.router_proj);
   g.per_expert_scale = up(c.per_expert_scale);
   {
-    const Switch w8a16(cuda::set_fp8_moe_w8a8, false);  // FP8: the W8A16 kernels this check is about
+    const Scoped<bool> w8a16(cuda::set_fp8_moe_w8a8, false);  // FP8: the W8A16 kernels this check is about
     g.gate_up = cuda().upload_weight(c.gate_up);
     g.down = cuda().upload_weight(c.down);
   }
@@ -125,12 +125,12 @@ void run_large(Reporter& r, const LargeShape& s) {
     const std::string at = s.name + " T" + std::to_string(T);
     // tile 0 with wgmma_auto: the automatic choice with set_quant_wgmma on (the wgmma kernel here)
     auto run = [&](int tile, int m_split = 0, bool wgmma_auto = false) {
-      const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({tile, tile, m_split});
-      const bool old_auto = cuda::set_quant_wgmma(wgmma_auto);
-      g.out = poisoned(ScalarType::kBF16, {T, H});
-      cuda().moe(g);
-      cuda::set_quant_wgmma(old_auto);
-      cuda::set_quant_moe_tiles(old);
+      {
+        const Scoped<cuda::QuantMoeTiles> tiles(cuda::set_quant_moe_tiles, {tile, tile, m_split});
+        const Scoped<bool> automatic(cuda::set_quant_wgmma, wgmma_auto);
+        g.out = poisoned(ScalarType::kBF16, {T, H});
+        cuda().moe(g);
+      }
       const std::vector<uint16_t> og = u16(g.out);
       for (size_t i = 0; i < og.size(); ++i)
         if (og[i] == 0xFFFF) {
@@ -190,9 +190,11 @@ void run_dense_wgmma(Reporter& r, bool fp8, int64_t T, int64_t N, int64_t K) {
   const Tensor x = d.bf16({T, K}, 1.0f);
   Tensor oc = host_tensor(ScalarType::kBF16, {T, N});
   cpu().matmul(x, w, oc);
-  const cuda::DenseQuant old = cuda::set_dense_quant(cuda::DenseQuant::kKernel);  // the quantised kernel
-  const Weight wg = cuda().upload_weight(w);
-  cuda::set_dense_quant(old);
+  Weight wg;
+  {
+    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kKernel);  // the quantised kernel
+    wg = cuda().upload_weight(w);
+  }
   if (!wg.quantized()) {
     r.fail(what + ": upload_weight did not keep the weight quantised");
     return;
@@ -200,12 +202,12 @@ void run_dense_wgmma(Reporter& r, bool fp8, int64_t T, int64_t N, int64_t K) {
   const Tensor xg = up(x);
   const std::vector<uint16_t> want = u16(oc);
   for (int tile = 0; tile < cuda::kQuantMoeTileCount; tile = tile == 0 ? kFirstWgmmaTile : tile + 1) {
-    const int old_tile = cuda::set_quant_dense_tile(tile);
-    const bool old_auto = cuda::set_quant_wgmma(true);
     Tensor og = poisoned(ScalarType::kBF16, {T, N});
-    cuda().matmul(xg, wg, og);
-    cuda::set_quant_wgmma(old_auto);
-    cuda::set_quant_dense_tile(old_tile);
+    {
+      const Scoped<int> dense_tile(cuda::set_quant_dense_tile, tile);
+      const Scoped<bool> automatic(cuda::set_quant_wgmma, true);
+      cuda().matmul(xg, wg, og);
+    }
     expect_bf16(r, what + (tile ? " tile " + std::to_string(tile) : std::string(" auto (set_quant_wgmma on)")) + " vs CPU",
                 u16(og), want, gemm_tol());
   }
@@ -281,22 +283,22 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
       runs.emplace_back(v, 0);
     }
     for (const auto& [v, m_split] : runs) {
-      const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v, m_split < 0 ? 0 : m_split});
-      const bool old_auto = cuda::set_quant_wgmma(m_split < 0);
-      for (int i = 0; i < 3; ++i) launch();
-      constexpr int kReps = 10;
       double per = 1e30;
-      for (int burst = 0; burst < 5; ++burst) {
-        cudaEventRecord(e0, nullptr);
-        for (int i = 0; i < kReps; ++i) launch();
-        cudaEventRecord(e1, nullptr);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        per = std::min(per, static_cast<double>(ms) / kReps);
+      {
+        const Scoped<cuda::QuantMoeTiles> tiles(cuda::set_quant_moe_tiles, {v, v, m_split < 0 ? 0 : m_split});
+        const Scoped<bool> automatic(cuda::set_quant_wgmma, m_split < 0);
+        for (int i = 0; i < 3; ++i) launch();
+        constexpr int kReps = 10;
+        for (int burst = 0; burst < 5; ++burst) {
+          cudaEventRecord(e0, nullptr);
+          for (int i = 0; i < kReps; ++i) launch();
+          cudaEventRecord(e1, nullptr);
+          cudaEventSynchronize(e1);
+          float ms = 0;
+          cudaEventElapsedTime(&ms, e0, e1);
+          per = std::min(per, static_cast<double>(ms) / kReps);
+        }
       }
-      cuda::set_quant_wgmma(old_auto);
-      cuda::set_quant_moe_tiles(old);
       if (v > 0) {
         const int k = v >= kFirstWgmmaTile;
         if (per < best[k]) {

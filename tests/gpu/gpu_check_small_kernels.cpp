@@ -27,15 +27,6 @@
 namespace dgemma::gpu_test {
 namespace {
 
-// Sets tuning.h's small-kernel variant for a scope.
-struct Variant {
-  int old;
-  explicit Variant(int v) : old(cuda::set_small_kernel_variant(v)) {}
-  ~Variant() { cuda::set_small_kernel_variant(old); }
-  Variant(const Variant&) = delete;
-  Variant& operator=(const Variant&) = delete;
-};
-
 // ---- qkv prologue -----------------------------------------------------------------------------
 
 struct QkvShape {
@@ -96,13 +87,13 @@ void check_qkv_prologue(Reporter& r) {
     };
     QkvPrologueArgs unfused = gpu_args(), fused = gpu_args(), pairs = gpu_args();
     {
-      Switch off(cuda::set_fused_qkv_prologue, false);
+      Scoped<bool> off(cuda::set_fused_qkv_prologue, false);
       cuda().qkv_prologue(unfused);
     }
     {
-      Switch on(cuda::set_fused_qkv_prologue, true);
+      Scoped<bool> on(cuda::set_fused_qkv_prologue, true);
       cuda().qkv_prologue(fused);
-      Switch pair(cuda::set_qkv_prologue_pairs, true);  // two head rows a warp at a time
+      Scoped<bool> pair(cuda::set_qkv_prologue_pairs, true);  // two head rows a warp at a time
       cuda().qkv_prologue(pairs);
     }
     expect_bf16(r, name + " q (pair kernel vs ops)", u16(pairs.q), u16(unfused.q), exact_tol());
@@ -205,12 +196,12 @@ void check_moe_routing(Reporter& r) {
     const Tensor down = device_normal({s.E, s.H, s.I}, 1.0f / std::sqrt(static_cast<float>(s.I)));
     MoeArgs old_args = route_on_gpu(h, s, gate_up, down), new_args = route_on_gpu(h, s, gate_up, down);
     {
-      Switch off(cuda::set_fused_moe_routing, false);
+      Scoped<bool> off(cuda::set_fused_moe_routing, false);
       cuda().moe(old_args);
       cuda().synchronize();
     }
     {
-      Switch on(cuda::set_fused_moe_routing, true);
+      Scoped<bool> on(cuda::set_fused_moe_routing, true);
       cuda().moe(new_args);
       cuda().synchronize();
     }
@@ -332,7 +323,7 @@ void check_residual_plans(Reporter& r) {
   for (const int64_t H : {8, 1000, 2816, 4096, 12288, 20000}) {
     for (const int64_t T : {3, 37}) {
       const int variant = T == 37 ? 1 : 0;  // 1: at least two words a thread (set_small_kernel_variant)
-      Variant v(variant);
+      Scoped<int> v(cuda::set_small_kernel_variant, variant);
       const std::string sz = " T=" + std::to_string(T) + " H=" + std::to_string(H) + " variant " + std::to_string(variant);
       const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
       Tensor x = d.bf16({T, H}, 3.0f), o = d.bf16({T, H}, 0.5f), m1 = d.bf16({T, H}, 2.0f), m2 = d.bf16({T, H}, 0.2f);
@@ -408,7 +399,7 @@ void check_moe_grouping(Reporter& r) {
     Out o = outputs(), n = outputs(), n2 = outputs(), n3 = outputs();
     auto tiles_of = [&](Out& x) { return n_tiles > 0 ? x.tiles.ptr<int32_t>() : nullptr; };
     {
-      Switch off(cuda::set_fused_moe_routing, false);
+      Scoped<bool> off(cuda::set_fused_moe_routing, false);
       cuda::launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, o.top_idx.ptr<int32_t>(),
                             o.top_w.ptr<float>(), o.order.ptr<int32_t>(), ctx.stream);
       cuda::launch_moe_group(o.top_idx.ptr<int32_t>(), R, E, plan, o.offsets.ptr<int32_t>(), o.pairs.ptr<int32_t>(),
@@ -421,14 +412,14 @@ void check_moe_grouping(Reporter& r) {
     }
     Tensor scratch = cuda().alloc(ScalarType::kI32, {scratch_n});
     {
-      Switch last_block(cuda::set_route_split_placement, false);  // n, n2: the pairs placed by the last block
+      Scoped<bool> last_block(cuda::set_route_split_placement, false);  // n, n2: the pairs placed by the last block
       for (int rep = 0; rep < 2; ++rep)  // twice: the ticket must be back at zero after a launch
         cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n.top_idx.ptr<int32_t>(),
                                      n.top_w.ptr<float>(), n.order.ptr<int32_t>(), n.offsets.ptr<int32_t>(),
                                      n.pairs.ptr<int32_t>(), tiles_of(n), n_tiles, plan.tile_rows,
                                      scratch.ptr<int32_t>(), ctx.ticket, ctx.stream);
       {
-        Variant v(2);  // the earlier launch shape (sixteen tokens a block)
+        Scoped<int> v(cuda::set_small_kernel_variant, 2);  // the earlier launch shape (sixteen tokens a block)
         cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n2.top_idx.ptr<int32_t>(),
                                      n2.top_w.ptr<float>(), n2.order.ptr<int32_t>(), n2.offsets.ptr<int32_t>(),
                                      n2.pairs.ptr<int32_t>(), tiles_of(n2), n_tiles, plan.tile_rows,
@@ -436,7 +427,7 @@ void check_moe_grouping(Reporter& r) {
       }
     }
     {
-      Switch split(cuda::set_route_split_placement, true);  // the pairs placed by a second kernel
+      Scoped<bool> split(cuda::set_route_split_placement, true);  // the pairs placed by a second kernel
       cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, n3.top_idx.ptr<int32_t>(),
                                    n3.top_w.ptr<float>(), n3.order.ptr<int32_t>(), n3.offsets.ptr<int32_t>(),
                                    n3.pairs.ptr<int32_t>(), tiles_of(n3), n_tiles, plan.tile_rows,
@@ -503,13 +494,13 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
       a.positions = be.upload(host_i32(pos));
       a.inv_freq = be.upload(host_f32(rope_inv_freq(rope, static_cast<int>(D))));
       for (bool fused : {false, true}) {
-        Switch sw(cuda::set_fused_qkv_prologue, fused);
+        Scoped<bool> sw(cuda::set_fused_qkv_prologue, fused);
         const std::string what = "qkv prologue T=" + std::to_string(T) + (full ? " full K=V D=512" : " sliding D=256") +
                                  (fused ? " (fused)" : " (ops)");
         row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
       }
       {  // the pair kernel (tuning.h set_qkv_prologue_pairs)
-        Switch pair(cuda::set_qkv_prologue_pairs, true);
+        Scoped<bool> pair(cuda::set_qkv_prologue_pairs, true);
         const std::string what = "qkv prologue T=" + std::to_string(T) + (full ? " full K=V D=512" : " sliding D=256") +
                                  " (fused, two rows a warp)";
         row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
@@ -537,8 +528,8 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
     int32_t* tiles_ptr = n_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
     for (int form : {0, 1, 2}) {  // the earlier kernels, the fused one, the fused one with split placement
       const bool fused = form > 0;
-      Switch sw(cuda::set_fused_moe_routing, fused);
-      Switch split(cuda::set_route_split_placement, form == 2);
+      Scoped<bool> sw(cuda::set_fused_moe_routing, fused);
+      Scoped<bool> split(cuda::set_route_split_placement, form == 2);
       const std::string suffix = std::string(" T=") + std::to_string(T) +
                                  (form == 0 ? " (earlier)" : form == 1 ? " (new)" : " (new, split placement)");
       row(("moe top-k E=128 k=8" + suffix).c_str(), time_ms(topk));
@@ -574,7 +565,7 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
       rf.next_out = ob;
       row(("ffn_residual T=" + std::to_string(T) + " + next input norm").c_str(), time_ms([&] { be.ffn_residual(rf); }));
       {  // the junctions' other launch shape (tuning.h set_small_kernel_variant)
-        Variant v(1);
+        Scoped<int> v(cuda::set_small_kernel_variant, 1);
         row(("attn_residual T=" + std::to_string(T) + " + router input (two words a thread)").c_str(),
             time_ms([&] { be.attn_residual(ra); }));
         row(("ffn_residual T=" + std::to_string(T) + " + next input norm (two words a thread)").c_str(),
@@ -594,7 +585,7 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
     m.top_k = static_cast<int>(K);
     m.out = be.alloc(ScalarType::kBF16, {T, H});
     for (bool fused : {false, true}) {
-      Switch sw(cuda::set_fused_moe_routing, fused);
+      Scoped<bool> sw(cuda::set_fused_moe_routing, fused);
       const std::string what = "moe block T=" + std::to_string(T) + (fused ? " (new routing)" : " (earlier routing)");
       row(what.c_str(), time_ms([&] { be.moe(m); }));
     }
@@ -643,14 +634,14 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
     };
     route();  // a valid order for the combine
     for (int variant : {0, 1, 2}) {
-      Variant v(variant);
+      Scoped<int> v(cuda::set_small_kernel_variant, variant);
       const std::string vs = " (variant " + std::to_string(variant) + ", per call)";
       row(("attn_residual + router input" + t + vs).c_str(), per_call([&] { be.attn_residual(ra); }));
       row(("ffn_residual + next input norm" + t + vs).c_str(), per_call([&] { be.ffn_residual(rf); }));
       if (variant == 0) {  // the qkv prologue's two kernels (set_qkv_prologue_pairs)
         row(("qkv prologue sliding D=256" + t + " (one row a warp, per call)").c_str(),
             per_call([&] { be.qkv_prologue(q); }));
-        Switch pair(cuda::set_qkv_prologue_pairs, true);
+        Scoped<bool> pair(cuda::set_qkv_prologue_pairs, true);
         row(("qkv prologue sliding D=256" + t + " (two rows a warp, per call)").c_str(),
             per_call([&] { be.qkv_prologue(q); }));
       }

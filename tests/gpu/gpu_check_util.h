@@ -15,27 +15,21 @@
 
 namespace dgemma::gpu_test {
 
-// cuda::set_dense_quant for a scope (uploads inside it take that path).
-class DenseQuantScope {
+// A tuning setting (tuning.h: cuda::set_…(value) -> the previous value) set for a scope and restored on
+// exit, also when a check throws. E.g. Scoped<bool> split(cuda::set_route_split_placement, true);
+// Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kKernel) (uploads inside
+// take that path).
+template <class T>
+class Scoped {
  public:
-  explicit DenseQuantScope(cuda::DenseQuant path) : old_(cuda::set_dense_quant(path)) {}
-  ~DenseQuantScope() { cuda::set_dense_quant(old_); }
-  DenseQuantScope(const DenseQuantScope&) = delete;
-  DenseQuantScope& operator=(const DenseQuantScope&) = delete;
+  Scoped(T (*set)(T), T value) : set_(set), old_(set(value)) {}
+  ~Scoped() { set_(old_); }
+  Scoped(const Scoped&) = delete;
+  Scoped& operator=(const Scoped&) = delete;
 
  private:
-  cuda::DenseQuant old_;
-};
-
-// A bool tuning switch (cuda::set_…(bool) -> previous) set for a scope and restored on exit (checks
-// throw on failure).
-struct Switch {
-  bool (*set)(bool);
-  bool old;
-  Switch(bool (*s)(bool), bool on) : set(s), old(s(on)) {}
-  ~Switch() { set(old); }
-  Switch(const Switch&) = delete;
-  Switch& operator=(const Switch&) = delete;
+  T (*set_)(T);
+  T old_;
 };
 
 // Random host tensors from one seeded stream (one per check: run_seed() mixed with the check's name).

@@ -148,11 +148,11 @@ void check_dense(Reporter& r, int64_t T, int64_t N, int64_t K) {
   cpu().matmul(x, w, oc);  // w.act: FP8 activations
   Weight wg, wk;
   {
-    const DenseQuantScope path(cuda::DenseQuant::kW8A8);
+    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kW8A8);
     wg = cuda().upload_weight(w);
   }
   {
-    const DenseQuantScope path(cuda::DenseQuant::kKernel);
+    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kKernel);
     wk = cuda().upload_weight(w);
   }
   if (wg.act != ActQuant::kFp8Token || !wg.quantized()) {
@@ -180,7 +180,7 @@ void check_refused_shape(Reporter& r) {
   const Tensor x = activations(d, T, K);
   Weight wg;
   {
-    const DenseQuantScope path(cuda::DenseQuant::kW8A8);
+    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kW8A8);
     wg = cuda().upload_weight(w);
   }
   if (wg.act != ActQuant::kNone || !wg.quantized()) {
@@ -231,7 +231,7 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
     const Weight host = fp8_dense_weight(d, s.N, s.K, 0.02f);
     Weight w[3];
     for (int p = 0; p < 3; ++p) {
-      const DenseQuantScope path(p == 0 ? cuda::DenseQuant::kW8A8 : p == 1 ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
+      const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, p == 0 ? cuda::DenseQuant::kW8A8 : p == 1 ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
       w[p] = be.upload_weight(host);
     }
     const bool w8a8 = w[0].act == ActQuant::kFp8Token;
@@ -282,12 +282,12 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
   const Weight gu = fp8_dense_weight(d, 2 * I, H, 0.02f, E), dn = fp8_dense_weight(d, H, I, 0.04f, E);
   MoeArgs m16 = m, m8 = m;
   {
-    const Switch w8a16(cuda::set_fp8_moe_w8a8, false);
+    const Scoped<bool> w8a16(cuda::set_fp8_moe_w8a8, false);
     m16.gate_up = be.upload_weight(gu);
     m16.down = be.upload_weight(dn);
   }
   {
-    const Switch w8a8(cuda::set_fp8_moe_w8a8, true);
+    const Scoped<bool> w8a8(cuda::set_fp8_moe_w8a8, true);
     m8.gate_up = be.upload_weight(gu);
     m8.down = be.upload_weight(dn);
   }
@@ -306,9 +306,8 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
     }
     static const char* const kTiles[cuda::kW8a8MoeTiles + 1] = {"auto", "64x128", "128x128"};
     for (int v = 0; v <= cuda::kW8a8MoeTiles; ++v) {
-      const int old = cuda::set_w8a8_moe_tile(v);
+      const Scoped<int> tile(cuda::set_w8a8_moe_tile, v);
       row((base + " W8A8 tile " + kTiles[v]).c_str(), time_ms([&] { be.moe(m8); }));
-      cuda::set_w8a8_moe_tile(old);
     }
   }
 }
