@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_emulator.h"
+#include "moe_test_routing.h"
 #include "backend/cuda/grouped_moe_kernel.cuh"
 
 namespace dgemma::cuda {
@@ -44,17 +45,7 @@ std::vector<uint16_t> randn(size_t n, float std, std::mt19937& rng) {
   return v;
 }
 
-// The grouping kernel's tile list (grouped_moe.cu group_kernel): each expert's rows cut into tiles of
-// tile_rows in expert order, then {-1, 0, 0, 0} up to max_tiles entries.
-std::vector<int32_t> tile_list(const std::vector<int32_t>& offsets, int tile_rows, int64_t max_tiles) {
-  std::vector<int32_t> t;
-  for (size_t e = 0; e + 1 < offsets.size(); ++e)
-    for (int32_t r = offsets[e]; r < offsets[e + 1]; r += tile_rows)
-      t.insert(t.end(), {static_cast<int32_t>(e), r, std::min(tile_rows, offsets[e + 1] - r), 0});
-  EXPECT_LE(static_cast<int64_t>(t.size()) / 4, max_tiles);
-  while (static_cast<int64_t>(t.size()) < 4 * max_tiles) t.insert(t.end(), {-1, 0, 0, 0});
-  return t;
-}
+using test::tile_list;
 
 size_t count_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
   size_t n = 0;
@@ -66,16 +57,11 @@ size_t count_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b
 // intermediate I; every variant's gate_up and down against the reference.
 void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
   std::mt19937 rng(seed);
-  const int E = static_cast<int>(counts.size());
-  const int R = std::accumulate(counts.begin(), counts.end(), 0);
-  const int T = (R + K - 1) / K;
-  std::vector<int32_t> offsets(static_cast<size_t>(E) + 1, 0);
-  for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + counts[e];
-  std::vector<int32_t> pairs(static_cast<size_t>(R));
-  std::iota(pairs.begin(), pairs.end(), 0);
-  std::shuffle(pairs.begin(), pairs.end(), rng);
-  std::vector<float> top_w(static_cast<size_t>(R));
-  for (auto& w : top_w) w = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
+  const test::Routing route = test::random_routing(counts, K, rng);
+  const int E = route.E, R = route.R, T = route.T;
+  const std::vector<int32_t>& offsets = route.offsets;
+  const std::vector<int32_t>& pairs = route.pairs;
+  const std::vector<float>& top_w = route.top_w;
   const auto x = randn(static_cast<size_t>(T) * H, 1.0f, rng);
   const auto gate_up = randn(static_cast<size_t>(E) * 2 * I * H, 0.2f, rng);
   const auto down = randn(static_cast<size_t>(E) * H * I, 0.2f, rng);

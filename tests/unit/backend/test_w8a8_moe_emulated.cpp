@@ -19,6 +19,7 @@
 
 // clang-format off
 #include "cuda_emulator.h"
+#include "moe_test_routing.h"
 #include "backend/cuda/grouped_moe_kernel.cuh"
 #include "backend/cuda/grouped_moe_w8a8_kernel.cuh"
 // clang-format on
@@ -34,15 +35,7 @@ struct EmuW8a8Launcher {
   }
 };
 
-std::vector<int32_t> tile_list(const std::vector<int32_t>& offsets, int tile_rows, int64_t max_tiles) {
-  std::vector<int32_t> t;
-  for (size_t e = 0; e + 1 < offsets.size(); ++e)
-    for (int32_t r = offsets[e]; r < offsets[e + 1]; r += tile_rows)
-      t.insert(t.end(), {static_cast<int32_t>(e), r, std::min(tile_rows, offsets[e + 1] - r), 0});
-  EXPECT_LE(static_cast<int64_t>(t.size()) / 4, max_tiles);
-  while (static_cast<int64_t>(t.size()) < 4 * max_tiles) t.insert(t.end(), {-1, 0, 0, 0});
-  return t;
-}
+using test::tile_list;
 
 // Rows [n, K] of bf16 values quantised as the CPU reference does: the E4M3 codes, their values, the
 // per-row scales.
@@ -75,16 +68,11 @@ float tiled_dot(const float* a, const uint8_t* w, int K) {
 void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int E = static_cast<int>(counts.size());
-  const int R = std::accumulate(counts.begin(), counts.end(), 0);
-  const int T = (R + K - 1) / K;
-  std::vector<int32_t> offsets(static_cast<size_t>(E) + 1, 0);
-  for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + counts[e];
-  std::vector<int32_t> pairs(static_cast<size_t>(R));
-  std::iota(pairs.begin(), pairs.end(), 0);
-  std::shuffle(pairs.begin(), pairs.end(), rng);
-  std::vector<float> top_w(static_cast<size_t>(R));
-  for (auto& w : top_w) w = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
+  const test::Routing route = test::random_routing(counts, K, rng);
+  const int E = route.E, R = route.R, T = route.T;
+  const std::vector<int32_t>& offsets = route.offsets;
+  const std::vector<int32_t>& pairs = route.pairs;
+  const std::vector<float>& top_w = route.top_w;
   std::vector<uint16_t> x(static_cast<size_t>(T) * H);
   for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16(nd(rng) * (i % 37 == 0 ? 10.0f : 1.0f));
   auto fp8_weights = [&](size_t n) {  // E4M3 codes of magnitude 2^-2 .. 2^2, random sign and mantissa
