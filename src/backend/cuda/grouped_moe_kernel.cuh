@@ -87,6 +87,30 @@ DG_UNROLL
   }
 }
 
+// The copies of one K tile, element k onwards of every row, into the stage buffers sa (activations)
+// and sb (weights) in 128-byte swizzled rows: this thread's 16-byte chunk `chunk` of the activation
+// rows a_row[j] (tile_activation_rows: -2 not copied, -1 zero-filled) and of the weight rows b_src[j]
+// (tile_weight_rows), at tile rows trow + step j. A chunk lies wholly inside or outside Kd (Kd is a
+// multiple of a chunk's elements). T: bf16 (8 elements a chunk) or E4M3 (16).
+template <int kACopies, int kBCopies, typename T>
+__device__ __forceinline__ void tile_copy_stage(uint32_t sa, uint32_t sb, const T* a, const T* w, int Kd, int k,
+                                                int trow, int step, int chunk, const int (&a_row)[kACopies],
+                                                const T* (&b_src)[kBCopies], const bool (&b_ok)[kBCopies],
+                                                uint64_t w_policy) {
+  const bool k_ok = k < Kd;
+DG_UNROLL
+  for (int j = 0; j < kACopies; ++j) {
+    if (a_row[j] == -2) continue;  // never read
+    const bool ok = a_row[j] >= 0 && k_ok;
+    cp_async16(sa + swz(trow + step * j, chunk), ok ? a + static_cast<int64_t>(a_row[j]) * Kd + k : a, ok);
+  }
+DG_UNROLL
+  for (int j = 0; j < kBCopies; ++j) {
+    const bool ok = b_ok[j] && k_ok;
+    cp_async16_hint(sb + swz(trow + step * j, chunk), ok ? b_src[j] + k : w, ok, w_policy);
+  }
+}
+
 struct GroupedArgs {
   const uint16_t* a;        // gate_up: x [T, Kd]; down: act [R, Kd]
   const uint16_t* w;        // [E, Nw, Kd]
@@ -359,20 +383,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_tile_kerne
 
   const uint64_t w_policy = evict_first_policy();
   auto load_stage = [&](int stage, int kt) {
-    const int k = kt * kBK + chunk * 8;
-    const bool k_ok = k < Kd;  // Kd % 8 == 0: a chunk is entirely inside or outside
-    const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage;
-DG_UNROLL
-    for (int j = 0; j < kACopies; ++j) {
-      if (a_row[j] == -2) continue;  // never read by ldmatrix
-      const bool ok = a_row[j] >= 0 && k_ok;
-      cp_async16(sa + swz(trow + kRowsPerPass * j, chunk), ok ? g.a + static_cast<int64_t>(a_row[j]) * Kd + k : g.a, ok);
-    }
-DG_UNROLL
-    for (int j = 0; j < kBCopies; ++j) {
-      const bool ok = b_ok[j] && k_ok;
-      cp_async16_hint(sb + swz(trow + kRowsPerPass * j, chunk), ok ? b_src[j] + k : g.w, ok, w_policy);
-    }
+    tile_copy_stage(s_a + stage * kAStage, s_b + stage * kBStage, g.a, g.w, Kd, kt * kBK + chunk * 8, trow, kRowsPerPass,
+                    chunk, a_row, b_src, b_ok, w_policy);
   };
 
   float acc[MF][NF][4];

@@ -82,21 +82,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_w8a8_kerne
   tile_activation_rows<kGateUp>(g.pairs, g.top_k, row0, rows, copied, trow, kRowsPerPass, a_row);
 
   const uint64_t w_policy = evict_first_policy();
-  auto load_stage = [&](int stage, int kt) {
-    const int k = kt * kBK8 + chunk * 16;  // bytes = E4M3 values
-    const bool k_ok = k < Kd;
-    const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage;
-DG_UNROLL
-    for (int j = 0; j < kACopies; ++j) {
-      if (a_row[j] == -2) continue;
-      const bool ok = a_row[j] >= 0 && k_ok;
-      cp_async16(sa + swz(trow + kRowsPerPass * j, chunk), ok ? g.a + static_cast<int64_t>(a_row[j]) * Kd + k : g.a, ok);
-    }
-DG_UNROLL
-    for (int j = 0; j < kBCopies; ++j) {
-      const bool ok = b_ok[j] && k_ok;
-      cp_async16_hint(sb + swz(trow + kRowsPerPass * j, chunk), ok ? b_src[j] + k : g.w, ok, w_policy);
-    }
+  auto load_stage = [&](int stage, int kt) {  // k in bytes = E4M3 values
+    tile_copy_stage(s_a + stage * kAStage, s_b + stage * kBStage, g.a, g.w, Kd, kt * kBK8 + chunk * 16, trow,
+                    kRowsPerPass, chunk, a_row, b_src, b_ok, w_policy);
   };
 
   float acc[NH][64];  // one K tile's MMA sums

@@ -73,20 +73,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_wgmma_kern
 
   const uint64_t w_policy = evict_first_policy();
   auto load_stage = [&](int stage, int kt) {
-    const int k = kt * kBK + chunk * 8;
-    const bool k_ok = k < Kd;
-    const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage;
-DG_UNROLL
-    for (int j = 0; j < kACopies; ++j) {
-      if (a_row[j] == -2) continue;
-      const bool ok = a_row[j] >= 0 && k_ok;
-      cp_async16(sa + swz(trow + kRowsPerPass * j, chunk), ok ? g.a + static_cast<int64_t>(a_row[j]) * Kd + k : g.a, ok);
-    }
-DG_UNROLL
-    for (int j = 0; j < kBCopies; ++j) {
-      const bool ok = b_ok[j] && k_ok;
-      cp_async16_hint(sb + swz(trow + kRowsPerPass * j, chunk), ok ? b_src[j] + k : g.w, ok, w_policy);
-    }
+    tile_copy_stage(s_a + stage * kAStage, s_b + stage * kBStage, g.a, g.w, Kd, kt * kBK + chunk * 8, trow, kRowsPerPass,
+                    chunk, a_row, b_src, b_ok, w_policy);
   };
 
   float acc[kMB][NH][64];  // m64 block mb, n8 fragment nf, element q: acc[mb][nf / 16][4 (nf % 16) + q]
