@@ -130,9 +130,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "weights: %s\n", mc.quant.quantized() ? mc.quant.summary.c_str() : "bf16");
 #if DGEMMA_HAVE_CUDA
     if (mc.quant.quantized() && device == "cuda") {
-      const cuda::DenseQuant path = cuda::set_dense_quant(cuda::DenseQuant::kKernel);  // read, then put back
-      cuda::set_dense_quant(path);
-      std::fprintf(stderr, "dense quantised linears: --dense-quant %s\n", cuda::dense_quant_name(path));
+      std::fprintf(stderr, "dense quantised linears: --dense-quant %s\n", cuda::dense_quant_name(cuda::dense_quant()));
     }
 #endif
     auto be = device == "cuda" ? make_cuda_backend(0) : make_cpu_backend();

@@ -147,6 +147,7 @@ std::atomic<bool>& fp8_kernels_setting() {
 }  // namespace
 
 DenseQuant set_dense_quant(DenseQuant path) { return dense_quant_setting().exchange(path); }
+DenseQuant dense_quant() { return dense_quant_setting().load(); }
 
 bool parse_dense_quant(const char* word, DenseQuant* out) {
   const std::string_view w = word == nullptr ? std::string_view() : std::string_view(word);
@@ -246,7 +247,7 @@ class CudaBackend final : public Backend {
       }
       return kernel_shape ? Placement::kKernel : Placement::kBf16;
     }
-    const DenseQuant path = dense_quant_setting().load();
+    const DenseQuant path = dense_quant();
     if (path == DenseQuant::kW8A8 && fp8 && host.act == ActQuant::kFp8Token) {
       activate();
       if (fp8_gemm_.supported(host.rows(), host.cols())) return Placement::kW8A8;

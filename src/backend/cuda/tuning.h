@@ -104,6 +104,7 @@ bool set_route_split_placement(bool on);
 // the previous value.
 enum class DenseQuant { kW8A8, kKernel, kBf16 };
 DenseQuant set_dense_quant(DenseQuant path);
+DenseQuant dense_quant();  // the current path
 // "w8a8" / "on" / "off" to the path (false for any other word), and back.
 bool parse_dense_quant(const char* word, DenseQuant* out);
 const char* dense_quant_name(DenseQuant path);
