@@ -365,6 +365,9 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
+  if (passed + failed == 0 && argc > 1)
+    std::printf("no check's name %s the arguments (dgemma_gpu_check --list names them all)\n",
+                exact ? "is one of" : "contains one of");
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 && passed > 0 ? 0 : 1;
 }
