@@ -103,26 +103,31 @@ LINE = re.compile(r"prefill ([\d.]+) ms \(([\d.]+|inf) tokens/s\), ([\d.]+) ms p
                   r"([\d.]+) ms total, ([\d.]+) tokens/s, ([\d.]+) launches per step")
 
 
-def run_dgemma(binary, model_dir, batch, steps, prompt_len=len(PROMPT), quantization=None):
-    """One dgemma_bench run (one 256-token canvas per sequence); returns its figures."""
-    cmd = [binary, model_dir, "--device", "cuda", "--batch", str(batch), "--steps", str(steps), "--prompt-len",
-           str(prompt_len)]
+def run_dgemma(binary, model_dir, runs, quantization=None, device="cuda"):
+    """One dgemma_bench process (one set of dummy weights) for runs [(batch, steps, prompt_len)], one 256-token
+    canvas per sequence; returns each run's figures."""
+    spec = ",".join(f"{b}:{s}:{p}" for b, s, p in runs)
+    cmd = [binary, model_dir, "--device", device, "--runs", spec]
     if quantization:
         cmd += ["--quantization", quantization]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:] + out.stdout[-2000:])
-    m = LINE.search(out.stdout)
-    if not m:
-        raise RuntimeError("unexpected output: " + out.stdout[-1000:] + out.stderr[-1000:])
-    prefill_ms, _, ms, _, total, tps, launches = m.groups()
-    prefill_ms = float(prefill_ms)
-    r = dict(ms_per_step=float(ms), total_ms=float(total), launches=float(launches),
-             tokens_per_s=256 * batch / (float(total) / 1e3))  # prefill, steps and commit included
-    if prefill_ms > 0:  # batch > 1 fuses the prompts' last chunk with the first step: no separate figure
-        r["prefill_tokens_per_s"] = batch * prompt_len / (prefill_ms / 1e3)
-    print(f"dgemma {quantization or 'bf16'} batch {batch} steps {steps} prompt {prompt_len}:", out.stdout.strip(), flush=True)
-    return r
+    found = LINE.findall(out.stdout)
+    if len(found) != len(runs):
+        raise RuntimeError(f"{len(found)} result lines for {len(runs)} runs: " + out.stdout[-1000:] + out.stderr[-1000:])
+    print(f"dgemma {quantization or 'bf16'} runs {spec}:", out.stderr.strip().splitlines()[-1], flush=True)
+    results = []
+    for (batch, steps, prompt_len), line, m in zip(runs, out.stdout.strip().splitlines(), found):
+        prefill_ms, _, ms, _, total, tps, launches = m
+        prefill_ms = float(prefill_ms)
+        r = dict(ms_per_step=float(ms), total_ms=float(total), launches=float(launches),
+                 tokens_per_s=256 * batch / (float(total) / 1e3))  # prefill, steps and commit included
+        if prefill_ms > 0:  # batch > 1 fuses the prompts' last chunk with the first step: no separate figure
+            r["prefill_tokens_per_s"] = batch * prompt_len / (prefill_ms / 1e3)
+        print(f"dgemma {quantization or 'bf16'} batch {batch} steps {steps} prompt {prompt_len}:", line, flush=True)
+        results.append(r)
+    return results
 
 
 def bench_dgemma(binary, result, formats=("bf16",), full=False):
@@ -132,8 +137,18 @@ def bench_dgemma(binary, result, formats=("bf16",), full=False):
     for fmt in formats:
         tag = "" if fmt == "bf16" else f"_{fmt.replace('-', '_')}"  # bf16 keeps the original keys
         q = None if fmt == "bf16" else fmt
-        for batch in ((1, 4, 8, 16) if full and fmt == "bf16" else (1, 4)):
-            r = run_dgemma(binary, d, batch, 48, quantization=q)
+        batches = (1, 4, 8, 16) if full and fmt == "bf16" else (1, 4)
+        runs = [(b, s, len(PROMPT)) for b in batches for s in ((48, 16) if full else (48,))]
+        if full:
+            runs.append((1, 48, 4000))
+        try:
+            figures = dict(zip(runs, run_dgemma(binary, d, runs, quantization=q)))
+        except Exception as e:  # the other formats still run
+            print(f"dgemma {fmt} bench failed:", e, flush=True)
+            result[f"dgemma{tag}_error"] = str(e)[-2000:]
+            continue
+        for batch in batches:
+            r = figures[(batch, 48, len(PROMPT))]
             result[f"dgemma{tag}_ms_per_step_b{batch}"] = r["ms_per_step"]
             result[f"dgemma{tag}_launches_per_step_b{batch}"] = r["launches"]
             result[f"dgemma{tag}_tokens_per_s_48steps_b{batch}"] = r["tokens_per_s"]
@@ -142,10 +157,9 @@ def bench_dgemma(binary, result, formats=("bf16",), full=False):
             if batch == 1:
                 result[f"dgemma{tag}_first_canvas_ms_prompt512"] = r["total_ms"]
             if full:
-                r16 = run_dgemma(binary, d, batch, 16, quantization=q)
-                result[f"dgemma{tag}_tokens_per_s_16steps_b{batch}"] = r16["tokens_per_s"]
+                result[f"dgemma{tag}_tokens_per_s_16steps_b{batch}"] = figures[(batch, 16, len(PROMPT))]["tokens_per_s"]
         if full:
-            r = run_dgemma(binary, d, 1, 48, prompt_len=4000, quantization=q)
+            r = figures[(1, 48, 4000)]
             result[f"dgemma{tag}_first_canvas_ms_prompt4000"] = r["total_ms"]
             result[f"dgemma{tag}_prefill_tokens_per_s_prompt4000"] = r.get("prefill_tokens_per_s", 0.0)
             result[f"dgemma{tag}_ms_per_step_prompt4000"] = r["ms_per_step"]
@@ -169,11 +183,7 @@ def main():
         return
     result = {}
     if not a.skip_dgemma:
-        try:
-            bench_dgemma(a.dgemma, result, a.formats.split(","), a.full)
-        except Exception as e:
-            print("dgemma bench failed:", e, flush=True)
-            result["dgemma_error"] = str(e)[-2000:]
+        bench_dgemma(a.dgemma, result, a.formats.split(","), a.full)
     if not a.skip_hf:
         bench_hf(result)
     for b in (1, 4):

@@ -5,18 +5,20 @@
 #   checks    dgemma_gpu_check, every CUDA-vs-CPU check (after a sticky CUDA error, the rest
 #             again one process each)                                        checks.txt, checks_isolated.txt
 #   steps     bench/denoise_step_bench.py --full, bf16 / NVFP4 / FP8 (HF=1: with transformers)  steps.json, steps_log.txt
-#   profiles  bench/step_profile.py at batch 1, 4 and 16 (bf16) and 1, 4 (NVFP4)  profile_*.txt
+#   profiles  bench/step_profile.py at batch 1, 4 and 16 (bf16), 1, 4 (NVFP4) and 1 (FP8)  profile_*.txt
+#             (PROFILES="FORMAT:BATCH ..." picks others)
 #   kernels   dgemma_gpu_check --bench moe, quant and small        bench_moe.txt, bench_quant.txt, bench_small.txt
 #   moe       the step at batch 4 and 16 with each large-R grouped MoE variant   moe_variants.txt
 #   quant     the quantised steps at batch 1 and 4 with each opt-in kernel path    quant_paths.txt
 # Usage: scripts/gpu_suite.sh OUT [stage...]
-# Environment: BUILD (default build-device), MODEL (default /tmp/dgemma-26b-a4b), JOBS (the build's).
+# Environment: BUILD (default build-device), MODEL (default /tmp/dgemma-26b-a4b), JOBS (the build's),
+#   HF=1 (steps: transformers too), PROFILES (profiles: which runs).
 # Run nothing else on the GPU meanwhile: the figures are compared with each other (docs/BENCHMARKS.md).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
-[ $# -ge 1 ] || { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 OUT="$1"; shift
 STAGES=("$@")
 [ ${#STAGES[@]} -gt 0 ] || STAGES=(checks steps profiles kernels moe quant)
@@ -52,7 +54,7 @@ for s in "${STAGES[@]}"; do
       say "steps: $(grep -c 'per denoising step' "$OUT/steps_log.txt") runs"
       ;;
     profiles)
-      for run in bf16:1 bf16:4 bf16:16 nvfp4-modelopt:1 nvfp4-modelopt:4; do
+      for run in ${PROFILES:-bf16:1 bf16:4 bf16:16 nvfp4-modelopt:1 nvfp4-modelopt:4 fp8-dynamic:1}; do
         fmt="${run%%:*}" batch="${run##*:}"
         python3 bench/step_profile.py --bench "$BUILD/dgemma_bench" --model "$MODEL" --step 3 -- \
           --batch "$batch" --steps 6 --prompt-len 512 --quantization "$fmt" > "$OUT/profile_${fmt}_b$batch.txt" 2>&1
@@ -78,22 +80,18 @@ for s in "${STAGES[@]}"; do
       say "moe variants: moe_variants.txt"
       ;;
     quant)
-      # Each line: the environment of one path (docs/QUANTIZATION.md), then the step it gives.
+      # Each line: the environment of one path (docs/QUANTIZATION.md), then the steps it gives at batch 1
+      # and 4 (one process: one set of dummy weights).
       : > "$OUT/quant_paths.txt"
-      for b in 1 4; do
-        for envs in "DGEMMA_DENSE_QUANT=w8a8 DGEMMA_FP8_MOE=w8a8" "DGEMMA_DENSE_QUANT=w8a8 DGEMMA_FP8_MOE=w8a16" \
-                    "DGEMMA_DENSE_QUANT=on DGEMMA_FP8_MOE=w8a16" "DGEMMA_DENSE_QUANT=off DGEMMA_FP8_MOE=w8a16"; do
-          read -ra ev <<< "$envs"
-          r=$(env "${ev[@]}" "$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 16 --prompt-len 512 \
-              --quantization fp8-dynamic 2>&1 | grep -E 'per denoising|dummy weights|rror' | tr '\n' ' ')
-          echo "fp8-dynamic batch $b $envs: $r" >> "$OUT/quant_paths.txt"
-        done
-        for envs in "DGEMMA_QUANT_WGMMA=0" "DGEMMA_QUANT_WGMMA=1"; do
-          read -ra ev <<< "$envs"
-          r=$(env "${ev[@]}" "$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 16 --prompt-len 512 \
-              --quantization nvfp4-modelopt 2>&1 | grep -E 'per denoising|dummy weights|rror' | tr '\n' ' ')
-          echo "nvfp4-modelopt batch $b $envs: $r" >> "$OUT/quant_paths.txt"
-        done
+      for envs in "DGEMMA_DENSE_QUANT=w8a8 DGEMMA_FP8_MOE=w8a8" "DGEMMA_DENSE_QUANT=w8a8 DGEMMA_FP8_MOE=w8a16" \
+                  "DGEMMA_DENSE_QUANT=on DGEMMA_FP8_MOE=w8a16" "DGEMMA_DENSE_QUANT=off DGEMMA_FP8_MOE=w8a16" \
+                  "DGEMMA_QUANT_WGMMA=0" "DGEMMA_QUANT_WGMMA=1"; do
+        fmt=fp8-dynamic
+        case "$envs" in DGEMMA_QUANT_WGMMA*) fmt=nvfp4-modelopt ;; esac
+        read -ra ev <<< "$envs"
+        r=$(env "${ev[@]}" "$BUILD/dgemma_bench" "$MODEL" --runs 1:16,4:16 --prompt-len 512 \
+            --quantization "$fmt" 2>&1 | grep -E 'per denoising|dummy weights|rror' | tr '\n' ' ')
+        echo "$fmt $envs: $r" >> "$OUT/quant_paths.txt"
       done
       say "quantised paths: quant_paths.txt"
       ;;
