@@ -4,7 +4,7 @@
 # writes the 26B-A4B dummy-weight config, then runs the stages named (all when none), each into OUT:
 #   checks    dgemma_gpu_check, every CUDA-vs-CPU check (after a sticky CUDA error, the rest
 #             again one process each)                                        checks.txt, checks_isolated.txt
-#   steps     bench/denoise_step_bench.py --full, bf16 / NVFP4 / FP8 (HF=1: with transformers)  steps.json, steps_log.txt
+#   steps     bench/denoise_step_bench.py --full, bf16 / NVFP4 (both) / FP8 (HF=1: with transformers)  steps.json, steps_log.txt
 #   profiles  bench/step_profile.py at batch 1, 4 and 16 (bf16), 1, 4 (NVFP4) and 1 (FP8)  profile_*.txt
 #             (PROFILES="FORMAT:BATCH ..." picks others)
 #   kernels   dgemma_gpu_check --bench moe, quant and small        bench_moe.txt, bench_quant.txt, bench_small.txt
@@ -49,7 +49,7 @@ for s in "${STAGES[@]}"; do
     steps)
       hf=--skip-hf
       [ "${HF:-0}" = 1 ] && hf=
-      python3 bench/denoise_step_bench.py $hf --full --formats bf16,nvfp4-modelopt,fp8-dynamic \
+      python3 bench/denoise_step_bench.py $hf --full --formats bf16,nvfp4-modelopt,nvfp4-ct,fp8-dynamic \
         --dgemma "$BUILD/dgemma_bench" --out "$OUT/steps.json" > "$OUT/steps_log.txt" 2>&1
       say "steps: $(grep -c 'per denoising step' "$OUT/steps_log.txt") runs"
       ;;
