@@ -57,6 +57,43 @@ def summarise(launches, top):
     return "\n".join(lines)
 
 
+# The kinds of docs/BENCHMARKS.md's step tables, in their order. A cuBLAS kernel launched once in the
+# step is the LM head or the self-conditioning GEMM (the dense GEMMs run once per layer or more).
+KINDS = ("experts", "dense GEMMs", "LM head + self-conditioning GEMM", "attention", "sampler",
+         "FP8 activation quantisation", "routing, grouping, combine", "small kernels")
+
+
+def kind_of(name, launches):
+    if "grouped_" in name:
+        return "experts"
+    if "flash" in name or "attention" in name:
+        return "attention"
+    if any(k in name for k in ("slice_", "probs_kernel", "z_table", "finalize_kernel", "decide_kernel")):
+        return "sampler"
+    if "quantize_fp8" in name:
+        return "FP8 activation quantisation"
+    if name.startswith("nvjet") or "cublasLt" in name or "cutlass" in name:
+        return "LM head + self-conditioning GEMM" if launches == 1 else "dense GEMMs"
+    if any(k in name for k in ("route", "place_pairs", "combine")):
+        return "routing, grouping, combine"
+    return "small kernels"
+
+
+def summarise_by_kind(launches):
+    per_name = collections.Counter(name for name, _ in launches)
+    ms = dict.fromkeys(KINDS, 0.0)
+    count = dict.fromkeys(KINDS, 0)
+    for name, t in launches:
+        k = kind_of(name, per_name[name])
+        ms[k] += t
+        count[k] += 1
+    lines = ["by kind:"]
+    for k in KINDS:
+        if count[k]:
+            lines.append(f"{ms[k]:9.3f} ms {count[k]:5d}x  {k}")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", required=True, help="the dgemma_bench binary")
@@ -81,6 +118,7 @@ def main():
         sys.stderr.write(p.stderr[-3000:])
         raise SystemExit(f"step_profile: ncu exited {p.returncode} with {len(launches)} profiled kernels")
     print(summarise(launches, a.top))
+    print(summarise_by_kind(launches))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,20 @@ class StepProfileTest(unittest.TestCase):
         self.assertIn("3.000 ms  54.5%     1x  b", s[1])
         self.assertIn("2.500 ms  45.5%     2x  a", s[2])
 
+    def test_by_kind_tells_the_vocabulary_gemms_from_the_per_layer_ones(self):
+        launches = [("void dgemma::grouped_wgmma_kernel<Cfg, 1>(Args)", 0.4), ("nvjet_sm90_tst_176x128", 0.05),
+                    ("nvjet_sm90_tst_176x128", 0.05), ("nvjet_sm90_tst_320x128_TNT", 0.5),
+                    ("void flash::flash_attention_kernel<256>(Params)", 0.1), ("dgemma::slice_stats_kernel<1, 2>", 0.3),
+                    ("dgemma::quantize_fp8_rows_kernel<4>", 0.01), ("dgemma::route_group_kernel<4>", 0.02),
+                    ("residual::ffn_residual_kernel<1>", 0.03)]
+        s = step_profile.summarise_by_kind(launches).splitlines()
+        self.assertEqual(s[0], "by kind:")
+        got = {line.split("x  ", 1)[1]: line.split(" ms")[0].strip() for line in s[1:]}
+        self.assertEqual(got, {"experts": "0.400", "dense GEMMs": "0.100", "LM head + self-conditioning GEMM": "0.500",
+                               "attention": "0.100", "sampler": "0.300", "FP8 activation quantisation": "0.010",
+                               "routing, grouping, combine": "0.020", "small kernels": "0.030"})
+        self.assertEqual([line.split("x  ", 1)[1] for line in s[1:]], list(step_profile.KINDS))
+
 
 if __name__ == "__main__":
     unittest.main()
