@@ -113,13 +113,13 @@ def run_dgemma(binary, model_dir, runs, quantization=None, device="cuda"):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:] + out.stdout[-2000:])
-    found = LINE.findall(out.stdout)
-    if len(found) != len(runs):
-        raise RuntimeError(f"{len(found)} result lines for {len(runs)} runs: " + out.stdout[-1000:] + out.stderr[-1000:])
-    print(f"dgemma {quantization or 'bf16'} runs {spec}:", out.stderr.strip().splitlines()[-1], flush=True)
+    lines = [line for line in out.stdout.splitlines() if LINE.search(line)]  # one per run, in order
+    if len(lines) != len(runs):
+        raise RuntimeError(f"{len(lines)} result lines for {len(runs)} runs: " + out.stdout[-1000:] + out.stderr[-1000:])
+    print(f"dgemma {quantization or 'bf16'} runs {spec}:", out.stderr.strip(), flush=True)
     results = []
-    for (batch, steps, prompt_len), line, m in zip(runs, out.stdout.strip().splitlines(), found):
-        prefill_ms, _, ms, _, total, tps, launches = m
+    for (batch, steps, prompt_len), line in zip(runs, lines):
+        prefill_ms, _, ms, _, total, tps, launches = LINE.search(line).groups()
         prefill_ms = float(prefill_ms)
         r = dict(ms_per_step=float(ms), total_ms=float(total), launches=float(launches),
                  tokens_per_s=256 * batch / (float(total) / 1e3))  # prefill, steps and commit included

@@ -98,6 +98,77 @@ bool parse_runs(const std::string& text, int default_prompt, std::vector<Run>* r
     at = end + 1;
   }
 }
+
+// One run: its prompts prefilled alone (the step budget holds every prompt, and no prompt's last chunk
+// shares its pass with the first denoising step), then the denoising steps of the whole batch, twice
+// (the first round warms up); prints the second round's figures as one line.
+void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, const Run& run, int canvases, int profile_step) {
+  const int64_t C = mc.canvas_length;
+  const int batch = run.batch, steps = run.steps, prompt_len = run.prompt_len;
+  std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+  // Token ids below any vocabulary (the 26B's 262,144 leaves them as they are; a test model's is smaller).
+  for (int i = 0; i < prompt_len; ++i) prompt[i] = static_cast<int32_t>((1000 + (i * 7919) % 200000) % mc.text.vocab_size);
+  ModelCoreOptions o;
+  o.max_num_seqs = batch;
+  o.max_num_batched_tokens = std::max<int64_t>(static_cast<int64_t>(batch) * prompt_len, C);
+  o.prefill_chunk = prompt_len;
+  o.kv_tokens = static_cast<int64_t>(batch) * (prompt_len + (canvases + 1) * C);
+  o.prefix_caching = false;  // every round encodes its prompts
+  o.fuse_prefill_tail = false;
+  ModelCore core(model, o);
+  for (int rep = 0; rep < 2; ++rep) {  // the first round warms up (cuBLAS handles, allocator)
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    for (int b = 0; b < batch; ++b) {
+      SequenceParams p;
+      p.diffusion.max_denoising_steps = steps;
+      p.diffusion.confidence_threshold = 1e-30;  // never stop early: time the step cap
+      p.seed = static_cast<uint64_t>(b + 1);
+      p.max_tokens = canvases * C;
+      p.ignore_eos = true;
+      seqs.push_back(core.make_sequence(static_cast<uint64_t>(rep * batch + b + 1), prompt, p));
+      core.core().add(seqs.back().get());
+    }
+    double prefill_ms = 0, step_ms = 0;
+    int64_t step_count = 0;
+    uint64_t step_launches = 0, step_syncs = 0, step_wait_ns = 0;
+    std::vector<CoreEvent> events;
+    Stopwatch all;
+    while (core.core().has_work()) {
+      Stopwatch sw;
+      const uint64_t launches0 = launches_so_far(), syncs0 = syncs_so_far(), wait0 = sync_wait_ns_so_far();
+      // After a denoising step the next is one too (the batch denoises together until it ends).
+      const bool profiled = rep == 1 && profile_step >= 2 && step_count + 1 == profile_step;
+      if (profiled) profiler_window(true);
+      const StepStats st = core.core().step(events);
+      be.synchronize();
+      if (profiled) profiler_window(false);
+      for (const CoreEvent& ev : events)
+        if (ev.kind == CoreEvent::Kind::kError) throw Error(ErrorKind::kInternal, "a sequence failed: " + ev.message);
+      if (st.denoise_items == 0) {
+        prefill_ms += sw.ms();
+      } else {
+        step_ms += sw.ms();
+        ++step_count;
+        step_launches += launches_so_far() - launches0;
+        step_syncs += syncs_so_far() - syncs0;
+        step_wait_ns += sync_wait_ns_so_far() - wait0;
+      }
+    }
+    const double total = all.ms();
+    if (rep == 1) {
+      std::printf("batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
+                  "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step, "
+                  "%.1f host waits per step (%.2f ms waiting: the rest of the step is host time)\n",
+                  batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
+                  1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count), total,
+                  1e3 * batch * canvases * C / (total - prefill_ms),
+                  static_cast<double>(step_launches) / static_cast<double>(step_count),
+                  static_cast<double>(step_syncs) / static_cast<double>(step_count),
+                  1e-6 * static_cast<double>(step_wait_ns) / static_cast<double>(step_count));
+      std::fflush(stdout);  // each run's line as soon as it is measured
+    }
+  }
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,8 +186,7 @@ int main(int argc, char** argv) {
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
   int batch = 1, prompt_len = 512, steps = 48, canvases = 1, profile_step = 0;
-  std::string runs_text;
-  bool runs_given = false;
+  const char* runs_arg = nullptr;  // --runs, when given
   bool small_fused = true;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -127,7 +197,7 @@ int main(int argc, char** argv) {
     else if (k == "--steps") steps = std::atoi(argv[i + 1]);
     else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
     else if (k == "--profile-step") profile_step = std::atoi(argv[i + 1]);
-    else if (k == "--runs") runs_text = argv[i + 1], runs_given = true;
+    else if (k == "--runs") runs_arg = argv[i + 1];
     else if (k == "--small-kernels") small_fused = std::string(argv[i + 1]) != "ops";
     else if (k == "--fused-projections") set_fuse_projections(std::string(argv[i + 1]) != "off");
 #if DGEMMA_HAVE_CUDA
@@ -156,9 +226,15 @@ int main(int argc, char** argv) {
 #endif
   }
   std::vector<Run> runs;
-  if (!runs_given) runs.push_back(Run{batch, steps, prompt_len});
-  else if (!parse_runs(runs_text, prompt_len, &runs)) {
-    std::fprintf(stderr, "--runs: a comma-separated list of BATCH:STEPS[:PROMPT_LEN], not %s\n", runs_text.c_str());
+  if (!runs_arg) {
+    if (batch < 1 || steps < 1 || prompt_len < 1) {
+      std::fprintf(stderr, "--batch, --steps and --prompt-len take positive integers\n");
+      return 2;
+    }
+    runs.push_back(Run{batch, steps, prompt_len});
+  }
+  else if (!parse_runs(runs_arg, prompt_len, &runs)) {
+    std::fprintf(stderr, "--runs: a comma-separated list of BATCH:STEPS[:PROMPT_LEN], not %s\n", runs_arg);
     return 2;
   }
 #if DGEMMA_HAVE_CUDA
@@ -180,75 +256,7 @@ int main(int argc, char** argv) {
     model.set_fused_junction_norms(small_fused);
     be->synchronize();
     std::fprintf(stderr, "dummy weights in %.1f s\n", load.seconds());
-    const int64_t C = mc.canvas_length;
-    for (const Run& run : runs) {
-      const int batch = run.batch, steps = run.steps, prompt_len = run.prompt_len;
-      std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
-      // Token ids below any vocabulary (the 26B's 262,144 leaves them as they are; a test model's is smaller).
-      for (int i = 0; i < prompt_len; ++i) prompt[i] = static_cast<int32_t>((1000 + (i * 7919) % 200000) % mc.text.vocab_size);
-      // Prefill alone (the step budget holds every prompt, and no prompt's last chunk shares its pass with
-      // the first denoising step), then the denoising steps of the whole batch.
-      ModelCoreOptions o;
-      o.max_num_seqs = batch;
-      o.max_num_batched_tokens = std::max<int64_t>(static_cast<int64_t>(batch) * prompt_len, C);
-      o.prefill_chunk = prompt_len;
-      o.kv_tokens = static_cast<int64_t>(batch) * (prompt_len + (canvases + 1) * C);
-      o.prefix_caching = false;  // every round encodes its prompts
-      o.fuse_prefill_tail = false;
-      ModelCore core(model, o);
-      for (int rep = 0; rep < 2; ++rep) {  // the first round warms up (cuBLAS handles, allocator)
-        std::vector<std::unique_ptr<Sequence>> seqs;
-        for (int b = 0; b < batch; ++b) {
-          SequenceParams p;
-          p.diffusion.max_denoising_steps = steps;
-          p.diffusion.confidence_threshold = 1e-30;  // never stop early: time the step cap
-          p.seed = static_cast<uint64_t>(b + 1);
-          p.max_tokens = canvases * C;
-          p.ignore_eos = true;
-          seqs.push_back(core.make_sequence(static_cast<uint64_t>(rep * batch + b + 1), prompt, p));
-          core.core().add(seqs.back().get());
-        }
-        double prefill_ms = 0, step_ms = 0;
-        int64_t step_count = 0;
-        uint64_t step_launches = 0, step_syncs = 0, step_wait_ns = 0;
-        std::vector<CoreEvent> events;
-        Stopwatch all;
-        while (core.core().has_work()) {
-          Stopwatch sw;
-          const uint64_t launches0 = launches_so_far(), syncs0 = syncs_so_far(), wait0 = sync_wait_ns_so_far();
-          // After a denoising step the next is one too (the batch denoises together until it ends).
-          const bool profiled = rep == 1 && profile_step >= 2 && step_count + 1 == profile_step;
-          if (profiled) profiler_window(true);
-          const StepStats st = core.core().step(events);
-          be->synchronize();
-          for (const CoreEvent& ev : events)
-            if (ev.kind == CoreEvent::Kind::kError) throw Error(ErrorKind::kInvalidArgument, "a sequence failed: " + ev.message);
-          if (profiled) profiler_window(false);
-          if (st.denoise_items == 0) {
-            prefill_ms += sw.ms();
-          } else {
-            step_ms += sw.ms();
-            ++step_count;
-            step_launches += launches_so_far() - launches0;
-            step_syncs += syncs_so_far() - syncs0;
-            step_wait_ns += sync_wait_ns_so_far() - wait0;
-          }
-        }
-        const double total = all.ms();
-        if (rep == 1) {
-          std::printf("batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
-                      "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step, "
-                      "%.1f host waits per step (%.2f ms waiting: the rest of the step is host time)\n",
-                      batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
-                      1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count), total,
-                      1e3 * batch * canvases * C / (total - prefill_ms),
-                      static_cast<double>(step_launches) / static_cast<double>(step_count),
-                      static_cast<double>(step_syncs) / static_cast<double>(step_count),
-                      1e-6 * static_cast<double>(step_wait_ns) / static_cast<double>(step_count));
-          std::fflush(stdout);  // each run's line as soon as it is measured
-        }
-      }
-    }
+    for (const Run& run : runs) measure_run(model, *be, mc, run, canvases, profile_step);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dgemma_bench: %s\n", e.what());
     return 1;

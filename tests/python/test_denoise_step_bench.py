@@ -39,6 +39,12 @@ class DenoiseStepBenchTest(unittest.TestCase):
             self.assertEqual(out.returncode, 2, f"{bad!r}: {out.stdout}{out.stderr}")
             self.assertIn("--runs", out.stderr)
 
+    def test_a_single_run_needs_positive_numbers(self):
+        for flag in ("--batch", "--steps", "--prompt-len"):
+            out = subprocess.run([BENCH, MODEL, "--device", "cpu", flag, "0"], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 2, f"{flag}: {out.stdout}{out.stderr}")
+            self.assertIn("positive integers", out.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
