@@ -71,7 +71,7 @@ for s in "${STAGES[@]}"; do
     moe)
       : > "$OUT/moe_variants.txt"
       for b in 4 16; do
-        for v in 0 11 12 13 14 15; do
+        for v in 0 11 12 13 14 15 16 17 18 19; do
           r=$("$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 8 --prompt-len 512 --moe-variant "$v" 2>&1 |
               grep -E 'per denoising|dummy weights|rror' | tr '\n' ' ')
           echo "batch $b variant $v: $r" >> "$OUT/moe_variants.txt"

@@ -9,7 +9,9 @@
 #include "backend/cuda/grouped_moe.cuh"
 #include "backend/cuda/ptx.cuh"
 #include "backend/cuda/wgmma_ptx.cuh"
+#include "backend/cuda/tma_ptx.cuh"
 #include "backend/cuda/grouped_moe_kernel.cuh"
+#include "backend/cuda/tma_map.h"
 #include "backend/cuda/tuning.h"
 
 namespace dgemma::cuda {
@@ -101,6 +103,14 @@ struct DeviceLauncher {
   template <class C, bool kGateUp>
   void wg(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
     go<C>(grouped_wgmma_kernel<C, kGateUp>, g, tiles, grid_x, grid_y);
+  }
+  // The weight map of the call: [E Nw, Kd] (gate_up Nw = 2 N), boxes of half a tile's weight rows.
+  template <class C, bool kGateUp>
+  void tma(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y, int64_t E) {
+    const int64_t rows = E * (kGateUp ? 2 : 1) * g.N;
+    const TmaMap map = bf16_row_tile_map(g.w, rows, g.Kd, C::kBN / 2);
+    launch_large_smem(grouped_tma_kernel<C, kGateUp>, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)),
+                      C::kThreads, C::kSmem, stream, map, g, tiles);
   }
   template <class C>
   void go(void (*kernel)(GroupedArgs, const int32_t*), const GroupedArgs& g, const int32_t* tiles, int64_t grid_x,

@@ -4,8 +4,9 @@
 // (tests/unit/backend/cuda_emulator.h): the includer provides them. On the device, grouped_moe.cu
 // includes common.cuh and ptx.cuh first. What the kernels need: threadIdx / blockIdx, __syncthreads,
 // __fmul_rn, min; smem_addr, cp_async16(_hint), evict_first_policy, cp_async_commit / wait,
-// ldmatrix_x4, mma_bf16 (ptx.cuh); f32_to_bf16, round_bf16, gelu_tanh (common.cuh); and
-// DG_KERNEL_DYNAMIC_SMEM(name), the dynamic shared-memory buffer.
+// ldmatrix_x4, mma_bf16 (ptx.cuh); the wgmma wrappers (wgmma_ptx.cuh); TmaMap, the mbar_* barriers,
+// cp_async_mbar_arrive_noinc and tma_load_2d (tma_ptx.cuh); f32_to_bf16, round_bf16, gelu_tanh
+// (common.cuh); and DG_KERNEL_DYNAMIC_SMEM(name), the dynamic shared-memory buffer.
 //
 // Tensor cores via mma.sync m16n8k16 bf16 -> fp32, cp.async multi-stage pipelines, with the rounding
 // points of the CPU reference (cpu/moe.cpp): every output element is one fp32 dot product rounded once
@@ -92,11 +93,10 @@ DG_UNROLL
 // rows a_row[j] (tile_activation_rows: -2 not copied, -1 zero-filled) and of the weight rows b_src[j]
 // (tile_weight_rows), at tile rows trow + step j. A chunk lies wholly inside or outside Kd (Kd is a
 // multiple of a chunk's elements). T: bf16 (8 elements a chunk) or E4M3 (16).
-template <int kACopies, int kBCopies, typename T>
-__device__ __forceinline__ void tile_copy_stage(uint32_t sa, uint32_t sb, const T* a, const T* w, int Kd, int k,
-                                                int trow, int step, int chunk, const int (&a_row)[kACopies],
-                                                const T* (&b_src)[kBCopies], const bool (&b_ok)[kBCopies],
-                                                uint64_t w_policy) {
+// The activation half: also the whole copy of the TMA kernel's producers (grouped_moe_tma_kernel.cuh).
+template <int kACopies, typename T>
+__device__ __forceinline__ void tile_copy_activations(uint32_t sa, const T* a, int Kd, int k, int trow, int step,
+                                                      int chunk, const int (&a_row)[kACopies]) {
   const bool k_ok = k < Kd;
 DG_UNROLL
   for (int j = 0; j < kACopies; ++j) {
@@ -104,6 +104,14 @@ DG_UNROLL
     const bool ok = a_row[j] >= 0 && k_ok;
     cp_async16(sa + swz(trow + step * j, chunk), ok ? a + static_cast<int64_t>(a_row[j]) * Kd + k : a, ok);
   }
+}
+template <int kACopies, int kBCopies, typename T>
+__device__ __forceinline__ void tile_copy_stage(uint32_t sa, uint32_t sb, const T* a, const T* w, int Kd, int k,
+                                                int trow, int step, int chunk, const int (&a_row)[kACopies],
+                                                const T* (&b_src)[kBCopies], const bool (&b_ok)[kBCopies],
+                                                uint64_t w_policy) {
+  tile_copy_activations(sa, a, Kd, k, trow, step, chunk, a_row);
+  const bool k_ok = k < Kd;
 DG_UNROLL
   for (int j = 0; j < kBCopies; ++j) {
     const bool ok = b_ok[j] && k_ok;
@@ -520,6 +528,7 @@ DG_UNROLL
 }  // namespace dgemma::cuda
 
 #include "backend/cuda/grouped_moe_wgmma_kernel.cuh"
+#include "backend/cuda/grouped_moe_tma_kernel.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -537,7 +546,17 @@ using Wg12 = WgCfg<2, 256, 4, 1>;
 using Wg13 = WgCfg<2, 128, 4, 1>;
 using Wg14 = WgCfg<1, 128, 4, 2>;
 using Wg15 = WgCfg<2, 128, 4, 1, 2>;
-constexpr int kFirstWgmmaVariant = 11, kLastVariant = 15;
+// The warp-specialised TMA shapes (variants 16 .. 19, grouped_moe_tma_kernel.cuh; sm_90 only): a
+// producer warpgroup and one or two consumer warpgroups, the stages as deep as shared memory allows:
+//  16: 128 x 256, two consumers, 4 stages, 193 KB (12's tile);
+//  17: 128 x 128, two consumers, 6 stages, 193 KB;
+//  18:  64 x 256, one consumer, 5 stages, 201 KB (11's tile, one more stage);
+//  19:  64 x 128, one consumer, 4 stages, 97 KB, 2 CTAs per SM (14's tile).
+using Tma16 = TmaCfg<2, 256, 4>;
+using Tma17 = TmaCfg<2, 128, 6>;
+using Tma18 = TmaCfg<1, 256, 5>;
+using Tma19 = TmaCfg<1, 128, 4, 2>;
+constexpr int kFirstWgmmaVariant = 11, kFirstTmaVariant = 16, kLastVariant = 19;
 
 // ---- launch plans ---------------------------------------------------------------------------------
 
@@ -551,7 +570,8 @@ struct GroupedPlanImpl {
 // Tile rows of each variant (0: the small kernel, no tile list).
 constexpr int kTileRows[kLastVariant + 1] = {0,          0,          Tile2::kBM,  Tile3::kBM, Tile4::kBM,
                                              Tile5::kBM, Tile6::kBM, Tile7::kBM,  Tile8::kBM, Tile9::kBM,
-                                             Tile10::kBM, Wg11::kBM, Wg12::kBM, Wg13::kBM, Wg14::kBM, Wg15::kBM};
+                                             Tile10::kBM, Wg11::kBM, Wg12::kBM, Wg13::kBM, Wg14::kBM, Wg15::kBM,
+                                             Tma16::kBM, Tma17::kBM, Tma18::kBM, Tma19::kBM};
 
 // The automatic choice by the mean rows per expert R / E: the first step whose bound it does not
 // exceed (grouped_moe.cu replaces a wgmma variant by variant 2 off sm_90). Measured on the H200 at the
@@ -586,8 +606,8 @@ inline GroupedPlanImpl grouped_plan(int variant, int64_t R, int64_t E) {
 
 // The launches of the public entry points (grouped_moe.cuh), for any launcher L with
 //   l.template small<BM, kGateUp>(args, grid_x, grid_y), l.template tile<Cfg, kGateUp>(args, tiles, grid_x,
-//   grid_y) and l.template wg<Cfg, kGateUp>(...) likewise (the device: CUDA launches; the unit tests: the
-// emulator).
+//   grid_y), l.template wg<Cfg, kGateUp>(...) likewise and l.template tma<Cfg, kGateUp>(..., E) (the
+// device: CUDA launches; the unit tests: the emulator).
 template <class C, bool kGateUp, class L>
 void run_tiled(L& l, const GroupedArgs& g, const int32_t* tiles, int64_t max_tiles) {
   const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
@@ -597,6 +617,13 @@ template <class C, bool kGateUp, class L>
 void run_wg(L& l, const GroupedArgs& g, const int32_t* tiles, int64_t max_tiles) {
   const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
   l.template wg<C, kGateUp>(g, tiles, max_tiles, (g.N + cols - 1) / cols);
+}
+
+// The TMA kernels also take the number of experts (the weight map's rows: E Nw).
+template <class C, bool kGateUp, class L>
+void run_tma(L& l, const GroupedArgs& g, const int32_t* tiles, int64_t max_tiles, int64_t E) {
+  const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
+  l.template tma<C, kGateUp>(g, tiles, max_tiles, (g.N + cols - 1) / cols, E);
 }
 
 template <bool kGateUp, class L>
@@ -616,6 +643,10 @@ void run_grouped(L& l, const GroupedPlanImpl& plan, const GroupedArgs& g, const 
     case 13: return run_wg<Wg13, kGateUp>(l, g, tiles, plan.max_tiles);
     case 14: return run_wg<Wg14, kGateUp>(l, g, tiles, plan.max_tiles);
     case 15: return run_wg<Wg15, kGateUp>(l, g, tiles, plan.max_tiles);
+    case 16: return run_tma<Tma16, kGateUp>(l, g, tiles, plan.max_tiles, E);
+    case 17: return run_tma<Tma17, kGateUp>(l, g, tiles, plan.max_tiles, E);
+    case 18: return run_tma<Tma18, kGateUp>(l, g, tiles, plan.max_tiles, E);
+    case 19: return run_tma<Tma19, kGateUp>(l, g, tiles, plan.max_tiles, E);
     default: {
       const int64_t cols = kGateUp ? kSmallBN / 2 : kSmallBN;
       l.template small<32, kGateUp>(g, (g.N + cols - 1) / cols, E);

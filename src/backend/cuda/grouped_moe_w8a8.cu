@@ -8,6 +8,7 @@
 #include "backend/cuda/device_info.cuh"
 #include "backend/cuda/ptx.cuh"
 #include "backend/cuda/wgmma_ptx.cuh"
+#include "backend/cuda/tma_ptx.cuh"
 #include "backend/cuda/grouped_moe_kernel.cuh"
 #include "backend/cuda/grouped_moe_w8a8_kernel.cuh"
 #include "backend/cuda/grouped_moe_w8a8.cuh"

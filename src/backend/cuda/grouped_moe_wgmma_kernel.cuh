@@ -36,6 +36,69 @@ struct WgCfg {
   static_assert((kBN * 8) % kThreads == 0, "whole weight chunks per thread");
 };
 
+// The epilogue of the wgmma kernels (this one, grouped_moe_tma_kernel.cuh): a warpgroup's accumulator
+// fragments, m64 blocks mb0 .. mb0 + kMB - 1 of the tile, stored with the mma.sync kernels' roundings
+// (gate_up: the activation fused; down: the routing weight), rows >= `rows` and columns >= N skipped.
+// frag(mb, nf, q) is row 64 (mb0 + mb) + 16 (warp % 4) + lane / 4 + 8 (q / 2), column 8 nf + 2 (lane % 4)
+// + q % 2 (the mma.sync C layout per n8 fragment).
+template <int kMB, int NH, bool kGateUp>
+__device__ __forceinline__ void store_wgmma_tile(float (&acc)[kMB][NH][64], const GroupedArgs& g, int row0, int rows,
+                                                 int n0, int mb0, int warp, int lane) {
+  constexpr int NF = NH * 16;  // n8 fragments of a thread's accumulator rows
+  const int N = g.N;
+  auto frag = [&](int mb, int nf, int q) -> float& { return acc[mb][nf >> 4][4 * (nf & 15) + q]; };
+  const int g_row = lane >> 2, g_col = 2 * (lane & 3);
+DG_UNROLL
+  for (int mb = 0; mb < kMB; ++mb) {
+    const int m_base = 64 * (mb0 + mb) + 16 * (warp & 3) + g_row;
+    if (kGateUp) {
+DG_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int m = m_base + 8 * h;
+        if (m >= rows) continue;
+        const int64_t r = row0 + m;
+DG_UNROLL
+        for (int nf = 0; nf < NF / 2; ++nf) {
+          const int i = n0 + 8 * nf + g_col;
+          if (i >= N) continue;
+          uint32_t packed = 0;
+DG_UNROLL
+          for (int c = 0; c < 2; ++c) {
+            const float gate = round_bf16(gelu_tanh(round_bf16(frag(mb, nf, 2 * h + c))));
+            const uint16_t v = f32_to_bf16(__fmul_rn(gate, round_bf16(frag(mb, nf + NF / 2, 2 * h + c))));
+            packed |= static_cast<uint32_t>(v) << (16 * c);
+          }
+          *reinterpret_cast<uint32_t*>(g.out + r * N + i) = packed;
+        }
+      }
+    } else {
+      int pid[2];
+      float wt[2];
+DG_UNROLL
+      for (int h = 0; h < 2; ++h) pid[h] = m_base + 8 * h < rows ? g.pairs[row0 + m_base + 8 * h] : -1;
+DG_UNROLL
+      for (int h = 0; h < 2; ++h) wt[h] = pid[h] >= 0 ? g.top_w[pid[h]] : 0.f;
+DG_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        if (pid[h] < 0) continue;
+        const int64_t p = pid[h];
+DG_UNROLL
+        for (int nf = 0; nf < NF; ++nf) {
+          const int n = n0 + 8 * nf + g_col;
+          if (n >= N) continue;
+          uint32_t packed = 0;
+DG_UNROLL
+          for (int c = 0; c < 2; ++c) {
+            const uint16_t v = f32_to_bf16(__fmul_rn(round_bf16(frag(mb, nf, 2 * h + c)), wt[h]));
+            packed |= static_cast<uint32_t>(v) << (16 * c);
+          }
+          *reinterpret_cast<uint32_t*>(g.out + p * N + n) = packed;
+        }
+      }
+    }
+  }  // m64 blocks
+}
+
 template <class C, bool kGateUp>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_wgmma_kernel(GroupedArgs g, const int32_t* __restrict__ tiles) {
   constexpr int kThreads = C::kThreads, kStages = C::kStages, kBM = C::kBM, kBN = C::kBN;
@@ -44,7 +107,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_wgmma_kern
   constexpr int kRowsPerPass = kThreads / 8;
   constexpr int kACopies = kBM / kRowsPerPass;  // kBM = 64 WG MB, kRowsPerPass = 16 WG: 4 MB
   constexpr int kBCopies = kBN / kRowsPerPass;
-  constexpr int NF = kBN / 8;  // n8 fragments of a thread's accumulator rows
   constexpr int NH = kBN / 128;  // wgmma per k16 step
   // K tiles copied ahead: one stage is being refilled, one read by the wgmma still in flight.
   constexpr int kAhead = kStages - 2;
@@ -84,7 +146,6 @@ DG_UNROLL
     for (int h = 0; h < NH; ++h)
 DG_UNROLL
       for (int q = 0; q < 64; ++q) acc[mb][h][q] = 0.f;
-  auto frag = [&](int mb, int nf, int q) -> float& { return acc[mb][nf >> 4][4 * (nf & 15) + q]; };
   auto fence_acc = [&] {
 DG_UNROLL
     for (int mb = 0; mb < kMB; ++mb)
@@ -132,58 +193,7 @@ DG_UNROLL
   cp_async_wait<0>();
   if (!active) return;
 
-  // Accumulator fragments: frag(mb, nf, q) is row 64 (kMB wg + mb) + 16 (warp % 4) + lane / 4 + 8 (q / 2),
-  // column 8 nf + 2 (lane % 4) + q % 2 (the mma.sync C layout per n8 fragment).
-  const int g_row = lane >> 2, g_col = 2 * (lane & 3);
-DG_UNROLL
-  for (int mb = 0; mb < kMB; ++mb) {
-    const int m_base = 64 * (kMB * wg + mb) + 16 * (warp & 3) + g_row;
-    if (kGateUp) {
-DG_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        const int m = m_base + 8 * h;
-        if (m >= rows) continue;
-        const int64_t r = row0 + m;
-DG_UNROLL
-        for (int nf = 0; nf < NF / 2; ++nf) {
-          const int i = n0 + 8 * nf + g_col;
-          if (i >= N) continue;
-          uint32_t packed = 0;
-DG_UNROLL
-          for (int c = 0; c < 2; ++c) {
-            const float gate = round_bf16(gelu_tanh(round_bf16(frag(mb, nf, 2 * h + c))));
-            const uint16_t v = f32_to_bf16(__fmul_rn(gate, round_bf16(frag(mb, nf + NF / 2, 2 * h + c))));
-            packed |= static_cast<uint32_t>(v) << (16 * c);
-          }
-          *reinterpret_cast<uint32_t*>(g.out + r * N + i) = packed;
-        }
-      }
-    } else {
-      int pid[2];
-      float wt[2];
-DG_UNROLL
-      for (int h = 0; h < 2; ++h) pid[h] = m_base + 8 * h < rows ? g.pairs[row0 + m_base + 8 * h] : -1;
-DG_UNROLL
-      for (int h = 0; h < 2; ++h) wt[h] = pid[h] >= 0 ? g.top_w[pid[h]] : 0.f;
-DG_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        if (pid[h] < 0) continue;
-        const int64_t p = pid[h];
-DG_UNROLL
-        for (int nf = 0; nf < NF; ++nf) {
-          const int n = n0 + 8 * nf + g_col;
-          if (n >= N) continue;
-          uint32_t packed = 0;
-DG_UNROLL
-          for (int c = 0; c < 2; ++c) {
-            const uint16_t v = f32_to_bf16(__fmul_rn(round_bf16(frag(mb, nf, 2 * h + c)), wt[h]));
-            packed |= static_cast<uint32_t>(v) << (16 * c);
-          }
-          *reinterpret_cast<uint32_t*>(g.out + p * N + n) = packed;
-        }
-      }
-    }
-  }  // m64 blocks
+  store_wgmma_tile<kMB, NH, kGateUp>(acc, g, row0, rows, n0, kMB * wg, warp, lane);
 }
 
 }  // namespace

@@ -17,13 +17,19 @@
 // Also blockDim / gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
 // moe_combine_kernel.cuh, fp8_quant_kernel.cuh), and what the routing kernels use
 // (moe_route_kernel.cuh): static shared arrays, the integer shuffles and reductions, atomics and
-// fences (plain: one block runs at a time), __ldcg / __stcg, exp_f32 and warp_reduce.
+// fences (plain: one block runs at a time), __ldcg / __stcg, exp_f32 and warp_reduce. And the
+// transaction barriers and TMA copies of the warp-specialised GEMM (grouped_moe_tma_kernel.cuh,
+// tma_ptx.cuh): a barrier counts arrivals and bytes per phase, a waiting thread yields until its phase
+// completes, and the data of the copies that report to a barrier (TMA loads, cp.async with an
+// arrive) lands only when the barrier's phase completes, so a stage read before its wait, or refilled
+// before its readers released it, computes with the wrong data here.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <utility>
 #include <memory>
 #include <ucontext.h>
@@ -34,6 +40,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define DG_KERNEL_DYNAMIC_SMEM(name) unsigned char* name = emu::smem()
 // Static shared arrays: one object for every thread of the block (blocks run one at a time).
 #define __shared__ static
@@ -99,7 +106,7 @@ class Barrier {
   uint64_t phase_ = 0;
 };
 inline Barrier* g_block_bar = nullptr;
-constexpr int kMaxWarps = 8;
+constexpr int kMaxWarps = 12;
 inline Barrier* g_warp_bar[kMaxWarps];
 inline uint32_t g_scratch[kMaxWarps][32][8];  // per-warp exchange of collectives that wait twice
 // The double-buffered exchange of ldmatrix / mma (collective_scratch below): one barrier a call.
@@ -127,6 +134,15 @@ struct ThreadAsync {
   std::vector<std::vector<AsyncMma>> mma_groups;
 };
 inline std::vector<ThreadAsync> g_async;
+// A transaction barrier (tma_ptx.cuh) at a shared-memory address: the current phase's arrivals and
+// bytes still owed, the phases completed, and the writes that land when the current one completes.
+struct Mbar {
+  int expected = 0, pending = 0;
+  int64_t tx = 0;
+  uint64_t completed = 0;
+  std::vector<std::pair<uint32_t, std::vector<unsigned char>>> writes;
+};
+inline std::map<uint32_t, Mbar> g_mbars;
 inline ThreadAsync& async_state() { return g_async[static_cast<size_t>(g_cur)]; }
 inline std::function<void()>* g_fn = nullptr;
 inline void fiber_main() {
@@ -181,6 +197,7 @@ inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem
         t_block.y = static_cast<unsigned>(by);
         t_block.z = static_cast<unsigned>(bz);
         g_async.assign(static_cast<size_t>(threads), ThreadAsync{});
+        g_mbars.clear();
         for (auto& f : fibers) start_fiber(f);
         // Round robin until every thread has finished; a round in which nothing progressed while
         // threads remain means they wait at barriers that the others will never reach.
@@ -442,6 +459,87 @@ inline void wgmma_run_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumu
 }
 inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate) {
   emu::async_state().mmas.push_back(emu::AsyncMma{d, da, db, true, accumulate});
+}
+// Transaction barriers and TMA (tma_ptx.cuh). The map: a row-major bf16 matrix read in boxes of
+// box_rows x 64 elements into the 128-byte swizzle (16-byte chunk bits 4-6 XOR address bits 7-9).
+struct TmaMap {
+  const uint16_t* base;
+  int64_t rows, cols;
+  int box_rows;
+};
+inline emu::Mbar& mbar_at(uint32_t bar) {
+  auto it = emu::g_mbars.find(bar);
+  if (it == emu::g_mbars.end()) {
+    std::fprintf(stderr, "emulated kernel: barrier at %u used before its mbar_init\n", bar);
+    std::abort();
+  }
+  return it->second;
+}
+inline void mbar_complete_if_done(emu::Mbar& m) {
+  if (m.pending > 0 || m.tx != 0) return;
+  for (const auto& [dst, bytes] : m.writes) std::memcpy(emu::g_smem + dst, bytes.data(), bytes.size());
+  m.writes.clear();
+  m.pending = m.expected;
+  ++m.completed;
+  ++emu::g_progress;
+}
+inline void mbar_init(uint32_t bar, uint32_t arrivals) {
+  emu::chk(bar, 8, 8);
+  emu::Mbar m;
+  m.expected = m.pending = static_cast<int>(arrivals);
+  emu::g_mbars[bar] = std::move(m);
+}
+inline void mbar_fence_init() {}
+inline void mbar_arrive(uint32_t bar) {
+  emu::Mbar& m = mbar_at(bar);
+  if (m.pending <= 0) {
+    std::fprintf(stderr, "emulated kernel: more arrivals at the barrier at %u than its count\n", bar);
+    std::abort();
+  }
+  --m.pending;
+  ++emu::g_progress;
+  mbar_complete_if_done(m);
+}
+inline void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  mbar_at(bar).tx += bytes;
+  mbar_arrive(bar);
+}
+inline void mbar_wait(uint32_t bar, uint32_t parity) {
+  while ((mbar_at(bar).completed & 1) == parity) emu::yield_fiber();
+}
+// This thread's cp.async copies so far land with the barrier's phase, which they arrive on.
+inline void cp_async_mbar_arrive_noinc(uint32_t bar) {
+  emu::ThreadAsync& a = emu::async_state();
+  emu::Mbar& m = mbar_at(bar);
+  auto take = [&](const std::vector<emu::AsyncCopy>& copies) {
+    for (const emu::AsyncCopy& c : copies) m.writes.emplace_back(c.dst, std::vector<unsigned char>(c.bytes, c.bytes + 16));
+  };
+  for (const auto& group : a.groups) take(group);
+  take(a.copies);
+  a.groups.clear();
+  a.copies.clear();
+  mbar_arrive(bar);
+}
+inline void tma_load_2d(uint32_t dst, const TmaMap* map, int x, int y, uint32_t bar) {
+  const uint32_t bytes = static_cast<uint32_t>(map->box_rows) * 128;
+  emu::chk(dst, bytes, 1024);
+  std::vector<unsigned char> image(bytes);
+  for (int r = 0; r < map->box_rows; ++r)
+    for (int k = 0; k < 64; ++k) {
+      const int64_t row = int64_t{y} + r, col = int64_t{x} + k;
+      uint16_t v = 0;
+      if (row >= 0 && row < map->rows && col >= 0 && col < map->cols) {
+        emu::chk_global(map->base + row * map->cols + col, 2);
+        v = map->base[row * map->cols + col];
+      }
+      uint32_t a = dst + static_cast<uint32_t>(r) * 128 + 2 * static_cast<uint32_t>(k);
+      a ^= ((a >> 7) & 7) << 4;
+      std::memcpy(image.data() + (a - dst), &v, 2);
+    }
+  emu::Mbar& m = mbar_at(bar);
+  m.writes.emplace_back(dst, std::move(image));
+  m.tx -= bytes;
+  mbar_complete_if_done(m);
 }
 }  // namespace dgemma::cuda
 // A warp shuffle: every lane of the warp publishes its value, then reads its partner's.

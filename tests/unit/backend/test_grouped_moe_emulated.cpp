@@ -1,6 +1,6 @@
 // The bf16 grouped expert GEMM kernels (src/backend/cuda/grouped_moe_kernel.cuh) run on the host
-// through cuda_emulator.h: every variant (the small kernel, each mma.sync tile-list shape and each
-// wgmma shape, whose emulation sums k in order like the mma's) on routings of 0,
+// through cuda_emulator.h: every variant (the small kernel, each mma.sync tile-list shape, each
+// wgmma shape and each warp-specialised TMA shape, whose emulation sums k in order like the mma's) on routings of 0,
 // 1 .. 200 rows per expert, with N and K tails, against the MoE maths of cpu/moe.cpp computed here
 // (each element one fp32 dot product in k order, as the emulated mma sums, rounded at the CPU's
 // points): a tiling, indexing or epilogue error moves elements, a summation-order difference none.
@@ -34,6 +34,12 @@ struct EmuLauncher {
   template <class C, bool kGateUp>
   void wg(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {
     emu::launch([g, tiles] { grouped_wgmma_kernel<C, kGateUp>(g, tiles); }, static_cast<int>(grid_x),
+                static_cast<int>(grid_y), C::kSmem, C::kThreads);
+  }
+  template <class C, bool kGateUp>
+  void tma(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y, int64_t E) {
+    const TmaMap map{g.w, E * (kGateUp ? 2 : 1) * g.N, g.Kd, C::kBN / 2};
+    emu::launch([map, g, tiles] { grouped_tma_kernel<C, kGateUp>(map, g, tiles); }, static_cast<int>(grid_x),
                 static_cast<int>(grid_y), C::kSmem, C::kThreads);
   }
 };

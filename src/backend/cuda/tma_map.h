@@ -1,0 +1,16 @@
+#pragma once
+// TMA descriptors (CUtensorMap) of the kernels that copy with the tensor memory accelerator, encoded on
+// the host through the driver's cuTensorMapEncodeTiled (reached through the runtime: no link to
+// libcuda).
+#include <cstdint>
+
+#include <cuda.h>
+
+namespace dgemma::cuda {
+
+// A row-major bf16 matrix [rows, cols] at `base` (16-byte aligned, cols a multiple of 8) read in boxes
+// of box_rows rows by 64 columns (128 bytes, the 128-byte swizzle of the wgmma operands; elements
+// past the matrix read as zeros). Throws std::runtime_error when the driver refuses the shape.
+CUtensorMap bf16_row_tile_map(const void* base, int64_t rows, int64_t cols, int box_rows);
+
+}  // namespace dgemma::cuda
