@@ -575,16 +575,17 @@ constexpr int kTileRows[kLastVariant + 1] = {0,          0,          Tile2::kBM,
 
 // The automatic choice by the mean rows per expert R / E: the first step whose bound it does not
 // exceed (grouped_moe.cu replaces a wgmma variant by variant 2 off sm_90). Measured on the H200 at the
-// 26B-A4B shapes (dgemma_gpu_check --bench, whole MoE block, E128 top-8; a busy GPU, so only the
-// larger gaps count): ~16 rows per expert (T = 256) the small kernel streams the weights at their
-// floor; ~64 (T = 1024) the wgmma 64 x 128 tiles (14) edge out the rest; ~128 (T = 2048) the wgmma
-// 64 x 256 tiles (11) clearly lead; ~256 (T = 4096) the wgmma 128 x 256 tiles (12), about 1.8x the
-// mma.sync 128 x 128 kernel (2) that large R used before.
+// 26B-A4B shapes (dgemma_bench --moe-variant V, whole denoising steps, docs/BENCHMARKS.md "Grouped MoE
+// kernel variants"): ~16 rows per expert (T = 256) the small kernel streams the weights at their
+// floor; ~64 (T = 1024, batch 4) the wgmma 64 x 128 tiles (14) and the TMA 64 x 128 ones (19) tie
+// ahead of the rest (37.7 / 37.8 ms a step against 39.6 for 12 and 42.5 for 16); from ~128 the
+// warp-specialised TMA 128 x 256 tiles (16) lead (batch 16, T = 4,096: 118.2 ms a step against 121.8
+// for 12, the choice before, and 136.2 for 11).
 struct AutoStep {
   int64_t max_mean_rows;
   int variant;
 };
-constexpr AutoStep kAutoSteps[] = {{24, 1}, {96, 14}, {192, 11}, {int64_t{1} << 40, 12}};
+constexpr AutoStep kAutoSteps[] = {{24, 1}, {96, 14}, {int64_t{1} << 40, 16}};
 
 // variant 0: automatic (kAutoSteps); else that variant whenever R > 0.
 inline GroupedPlanImpl grouped_plan(int variant, int64_t R, int64_t E) {
