@@ -106,7 +106,8 @@ std::atomic<bool> g_sampler_z_table{true};
 
 bool set_sampler_z_table(bool on) { return g_sampler_z_table.exchange(on); }
 
-void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases) {
+// The launch groups of a step's canvases (kMaxSamplerBatch each), validated, as the kernels read them.
+std::vector<SamplerBatch> sampler_batches(std::span<const SamplerArgs> canvases) {
   std::vector<SamplerLaunch> all;
   all.reserve(canvases.size());
   for (const SamplerArgs& a : canvases) {
@@ -114,16 +115,39 @@ void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases) {
     if (all.back().V != all.front().V)
       fail(ErrorKind::kInternal, "sampler_batch: canvases of {} and {} columns", all.front().V, all.back().V);
   }
-  // Groups of kMaxSamplerBatch canvases, one launch per pass each (one group for any engine batch of
-  // up to that many canvases).
-  for (size_t i = 0; i < all.size(); i += kMaxSamplerBatch) {
-    const int n = static_cast<int>(std::min<size_t>(kMaxSamplerBatch, all.size() - i));
-    Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(sampler_workspace_bytes(all.data() + i, n))});
-    launch_sampler(all.data() + i, n, workspace.data, ctx.stream, g_sampler_z_table.load());
+  std::vector<SamplerBatch> groups;
+  for (size_t i = 0; i < all.size(); i += kMaxSamplerBatch)
+    groups.push_back(make_sampler_batch(all.data() + i, static_cast<int>(std::min<size_t>(kMaxSamplerBatch, all.size() - i))));
+  return groups;
+}
+
+size_t encoded_sampler_bytes(int canvases) {
+  return static_cast<size_t>((canvases + kMaxSamplerBatch - 1) / kMaxSamplerBatch) * sizeof(SamplerBatch);
+}
+
+void encode_sampler_args(std::span<const SamplerArgs> canvases, void* host) {
+  const std::vector<SamplerBatch> groups = sampler_batches(canvases);
+  std::memcpy(host, groups.data(), groups.size() * sizeof(SamplerBatch));
+}
+
+// One launch per pass for each group; the kernels read group g at encoded + g (device memory), or, without
+// `encoded`, from a copy sent up through the staging ring ahead of the launches.
+void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases, const SamplerBatch* encoded) {
+  const std::vector<SamplerBatch> groups = sampler_batches(canvases);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t ws_bytes = sampler_workspace_bytes(groups[g]);
+    const size_t args_at = (ws_bytes + 255) / 256 * 256;
+    Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(args_at + (encoded ? 0 : sizeof(SamplerBatch)))});
+    const SamplerBatch* dev = encoded + g;
+    if (encoded == nullptr) {
+      dev = reinterpret_cast<const SamplerBatch*>(workspace.ptr<uint8_t>() + args_at);
+      ctx.upload_small(const_cast<SamplerBatch*>(dev), &groups[g], sizeof(SamplerBatch));
+    }
+    launch_sampler(groups[g], dev, workspace.data, ctx.stream, g_sampler_z_table.load());
   }
 }
 
-void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std::span<const SamplerArgs>(&a, 1)); }
+void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std::span<const SamplerArgs>(&a, 1), nullptr); }
 
 namespace {
 std::atomic<DenseQuant>& dense_quant_setting() {
@@ -356,11 +380,9 @@ class CudaBackend final : public Backend {
       return;
     }
     activate();
-    // Small buffers (token ids, positions, page tables, canvases) go through the pinned staging ring:
-    // no synchronisation inside a step. Input errors the kernels find surface at the next sync.
-    if (ctx_.staging->copy_to_device(dst.data, src, dst.nbytes(), ctx_.stream)) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, ctx_.stream));
-    ctx_.sync();
+    // Small buffers (a step's input block, canvases) go through the pinned staging ring: no
+    // synchronisation inside a step. Input errors the kernels find surface at the next sync.
+    ctx_.upload_small(dst.data, src, dst.nbytes());
   }
 
   void copy(const Tensor& dst, const Tensor& src) override {
@@ -615,18 +637,37 @@ class CudaBackend final : public Backend {
     for (const SamplerArgs& a : canvases)
       if (a.collective != nullptr || a.vocab_first != 0)
         fail(ErrorKind::kUnsupported, "tensor parallelism: the CUDA backend has no vocabulary-sharded sampler yet");
-    if (!canvases.empty()) cuda::sampler_batch(ctx_, canvases);
+    if (!canvases.empty()) cuda::sampler_batch(ctx_, canvases, nullptr);
   }
 
   void decide(const DecideArgs& a) override { decide_batch(std::span<const DecideArgs>(&a, 1)); }
 
-  void decide_batch(std::span<const DecideArgs> canvases) override {
-    activate();
+  void decide_batch(std::span<const DecideArgs> canvases) override { decide_groups(canvases, nullptr); }
+
+  // The launch groups (kMaxDecideBatch canvases each), validated, as the kernel reads them.
+  static std::vector<DecideBatch> decide_batches(std::span<const DecideArgs> canvases) {
     std::vector<DecideLaunch> all;
     all.reserve(canvases.size());
     for (const DecideArgs& a : canvases) all.push_back(decide_launch(a));
+    std::vector<DecideBatch> groups;
     for (size_t i = 0; i < all.size(); i += kMaxDecideBatch)
-      launch_decide(all.data() + i, static_cast<int>(std::min<size_t>(kMaxDecideBatch, all.size() - i)), ctx_.stream);
+      groups.push_back(make_decide_batch(all.data() + i, static_cast<int>(std::min<size_t>(kMaxDecideBatch, all.size() - i))));
+    return groups;
+  }
+
+  // The kernel reads group g at encoded + g, or, with encoded null, from a copy sent up first.
+  void decide_groups(std::span<const DecideArgs> canvases, const DecideBatch* encoded) {
+    activate();
+    const std::vector<DecideBatch> groups = decide_batches(canvases);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (encoded != nullptr) {
+        launch_decide(groups[g], encoded + g, ctx_.stream);
+        continue;
+      }
+      Tensor copy = ctx_.alloc(ScalarType::kU8, {static_cast<int64_t>(sizeof(DecideBatch))});
+      ctx_.upload_small(copy.data, &groups[g], sizeof(DecideBatch));
+      launch_decide(groups[g], reinterpret_cast<const DecideBatch*>(copy.data), ctx_.stream);
+    }
   }
 
   static DecideLaunch decide_launch(const DecideArgs& a) {

@@ -156,6 +156,22 @@ void Context::sync() const {
   check_error_word();
 }
 
+void Context::upload_small(void* dst, const void* src, size_t n) const {
+  if (n == 0) return;
+  if (capturing())
+    fail(ErrorKind::kInternal, "a host-to-device copy of {} bytes inside a CUDA graph capture (the step's inputs go up "
+         "before the graph runs)", n);
+  if (staging->copy_to_device(dst, src, n, stream)) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream));
+  sync();
+}
+
+bool Context::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 // ---- GEMM -----------------------------------------------------------------------------------------
 
 void gemm(const Context& ctx, const Gemm& g) {

@@ -97,6 +97,12 @@ struct Context {
   Tensor alloc_shape(ScalarType type, const int64_t* dims, int ndim) const;
   // Waits for the stream, then throws if a kernel reported bad input in the error word.
   void sync() const;
+  // n bytes of host memory to device memory in stream order: small buffers asynchronously through the
+  // staging ring (the caller may reuse src at once), larger ones with a synchronisation. Refused while
+  // the stream is being captured into a graph: the graph would copy whatever the ring holds at replay.
+  void upload_small(void* dst, const void* src, size_t n) const;
+  // Whether the stream is being captured into a CUDA graph.
+  bool capturing() const;
   void check_error_word() const;
 };
 

@@ -2,6 +2,7 @@
 // The CUDA backend's composite ops (host orchestration of kernels and cuBLAS calls).
 #include "backend/backend.h"
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/sampler.cuh"
 
 namespace dgemma::cuda {
 
@@ -16,7 +17,11 @@ void moe(const Context& ctx, const MoeArgs& a);              // cuda_moe.cpp
 namespace dgemma::cuda {
 
 void sampler(const Context& ctx, const SamplerArgs& a);      // cuda_backend.cpp
-void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases);  // cuda_backend.cpp
+// The batched sampler, the kernels reading group g of the canvases (kMaxSamplerBatch each) at encoded + g
+// (device memory written by encode_sampler_args), or, with encoded null, from a copy the op sends up.
+void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases, const SamplerBatch* encoded);
+size_t encoded_sampler_bytes(int canvases);
+void encode_sampler_args(std::span<const SamplerArgs> canvases, void* host);
 std::unique_ptr<Backend> create_backend(int device_index);   // cuda_backend.cpp
 // The device and stream of a CUDA backend (throws for another backend): the NCCL collective's.
 const Context& context_of(Backend& backend);                 // cuda_backend.cpp

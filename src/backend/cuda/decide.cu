@@ -20,14 +20,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-struct DecideBatch {
-  DecideLaunch c[kMaxDecideBatch];
-};
-static_assert(sizeof(DecideBatch) <= 4000, "the batch must fit the 4 KiB of kernel parameters");
-
-__global__ void __launch_bounds__(kThreads) decide_kernel(const DecideBatch b) {
+__global__ void __launch_bounds__(kThreads) decide_kernel(const DecideBatch* b) {
   extern __shared__ float smem[];
-  const DecideLaunch& d = b.c[blockIdx.x];
+  const DecideLaunch& d = b->c[blockIdx.x];
   const int C = static_cast<int>(d.C);
   float* h = smem;                                        // [C] entropies by position
   float* sorted = smem + C;                               // [C] entropies in ascending order
@@ -99,22 +94,25 @@ __global__ void __launch_bounds__(kThreads) decide_kernel(const DecideBatch b) {
 
 }  // namespace
 
-void launch_decide(const DecideLaunch* canvases, int n, cudaStream_t stream) {
-  if (n <= 0) return;
-  if (n > kMaxDecideBatch) CUDA_CHECK(cudaErrorInvalidValue);  // the caller groups the canvases
+DecideBatch make_decide_batch(const DecideLaunch* canvases, int n) {
+  if (n < 1 || n > kMaxDecideBatch) CUDA_CHECK(cudaErrorInvalidValue);  // the caller groups the canvases
   DecideBatch b;
+  b.n = n;
+  for (int i = 0; i < n; ++i) b.c[i] = canvases[i];
+  return b;
+}
+
+void launch_decide(const DecideBatch& b, const DecideBatch* dev, cudaStream_t stream) {
+  if (b.n < 1 || b.n > kMaxDecideBatch || dev == nullptr) CUDA_CHECK(cudaErrorInvalidValue);
   int64_t max_c = 0;
-  for (int i = 0; i < n; ++i) {
-    b.c[i] = canvases[i];
-    max_c = max_c > canvases[i].C ? max_c : canvases[i].C;
-  }
+  for (int i = 0; i < b.n; ++i) max_c = max_c > b.c[i].C ? max_c : b.c[i].C;
   const size_t smem = static_cast<size_t>(max_c) * 16;  // each block uses its own canvas's C of it
   if (smem > 48 * 1024) {
     static const cudaError_t attr =
         cudaFuncSetAttribute(decide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 8192);
     CUDA_CHECK(attr);
   }
-  decide_kernel<<<n, kThreads, smem, stream>>>(b);
+  decide_kernel<<<b.n, kThreads, smem, stream>>>(dev);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // The accept / renoise / stop decision of one denoising step (backend.h DecideArgs), one block per
-// canvas, all canvases of a batch in one launch (host launcher; kernel in decide.cu).
+// canvas, all canvases of a batch in one launch (host launcher; kernel in decide.cu). The kernel reads
+// the per-canvas arguments (DecideBatch) from device memory, so that a step can send them up with its
+// other inputs and a CUDA graph replays the launch with the next step's arguments.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -23,8 +25,16 @@ struct DecideLaunch {
   const uint8_t* pin_mask = nullptr;    // [C] or null: 1 = pinned
   const int32_t* pin_tokens = nullptr;  // [C] with pin_mask
 };
-// Canvases per launch (they ride in the kernel parameters, at most 4 KiB).
+// Canvases per launch; a larger batch is launched in groups of this many.
 constexpr int kMaxDecideBatch = 16;
-void launch_decide(const DecideLaunch* canvases, int n, cudaStream_t stream);
+struct DecideBatch {
+  DecideLaunch c[kMaxDecideBatch];
+  int n = 0;
+};
+// 1 <= n <= kMaxDecideBatch (else cudaErrorInvalidValue).
+DecideBatch make_decide_batch(const DecideLaunch* canvases, int n);
+// `b` (host) gives the grid and shared memory; the kernel reads `dev`, a copy of b in device memory (or
+// of a batch of the same canvas count and sizes).
+void launch_decide(const DecideBatch& b, const DecideBatch* dev, cudaStream_t stream);
 
 }  // namespace dgemma::cuda

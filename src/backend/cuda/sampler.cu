@@ -1,6 +1,6 @@
 // The sampler (docs/MODEL.md §6) over the canvases of one denoising step: each canvas row cut into
 // slices with one block per (slice, position, canvas), all canvases of a batch in each launch (their
-// parameters ride in the kernel parameters: SamplerBatch), never materialising fp32 [C, V]:
+// parameters in device memory: SamplerBatch), never materialising fp32 [C, V]:
 //   pass 0: max of the raw bf16 logits (z is a non-decreasing function of the logit, so this fixes
 //           the shift of the exponentials below to the row's max z exactly);
 //   pass 1: z = softcap * tanh(x / softcap) / T per element in fp32 (CUDA's tanhf, as torch's
@@ -152,7 +152,8 @@ __device__ __forceinline__ void block_reduce_stats(Stats& st, Stats* warp_partia
 
 
 // Pass 0: each block's largest raw logit of its slice (fmaxf ignores NaN, as the scalar loop).
-__global__ void __launch_bounds__(kThreads) slice_max_kernel(const SamplerBatch b, float* slice_max) {
+__global__ void __launch_bounds__(kThreads) slice_max_kernel(const SamplerBatch* bp, float* slice_max) {
+  const SamplerBatch& b = *bp;
   __shared__ float shared_f[32];
   const SamplerLaunch& a = b.c[blockIdx.z];
   const int64_t pos = blockIdx.y;
@@ -189,8 +190,8 @@ __device__ __forceinline__ float row_shift(const SamplerLaunch& a, int splits, c
 // row's logits take a few thousand distinct values, so the lookups hit the L1 cache.
 // Each entry holds z's fp32 bits (low word) and bf16(z) (high word): one 8-byte load per element.
 constexpr int kZTable = 65536;
-__global__ void z_table_kernel(const SamplerBatch b, uint2* z_tables) {
-  const SamplerLaunch& a = b.c[blockIdx.y];
+__global__ void z_table_kernel(const SamplerBatch* bp, uint2* z_tables) {
+  const SamplerLaunch& a = bp->c[blockIdx.y];
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   const float z = processed(bf16_to_f32(static_cast<uint16_t>(k)), a.softcap, a.temperature);
   z_tables[static_cast<size_t>(blockIdx.y) * kZTable + k] = make_uint2(__float_as_uint(z), f32_to_bf16(z));
@@ -227,9 +228,10 @@ __device__ __forceinline__ void atomic_max_f32(float* addr, float v) {
 // The warps sweep the slice in lockstep rounds (a lane past the end contributes nothing), so the
 // warp-wide maxima are well defined.
 template <bool kTable, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) slice_stats_kernel(const SamplerBatch b, const float* slice_max,
+__global__ void __launch_bounds__(kThreads, kMinBlocks) slice_stats_kernel(const SamplerBatch* bp, const float* slice_max,
                                                                const float* row_floor, const uint2* z_tables,
                                                                Stats* partials) {
+  const SamplerBatch& b = *bp;
   __shared__ Stats warp_partials[kWarps];
   __shared__ float block_screen;
   const SamplerLaunch& a = b.c[blockIdx.z];
@@ -406,7 +408,8 @@ __device__ __forceinline__ TopEntry best_of_warp(TopEntry e) {
 }
 
 // Each block: the top_n of its slice, in order, to partials[pos][slice][0..top_n).
-__global__ void __launch_bounds__(kTopThreads) topn_partial_kernel(const SamplerBatch b, TopEntry* partials) {
+__global__ void __launch_bounds__(kTopThreads) topn_partial_kernel(const SamplerBatch* bp, TopEntry* partials) {
+  const SamplerBatch& b = *bp;
   __shared__ TopEntry warp_best[kTopThreads / 32];
   const SamplerLaunch& a = b.c[blockIdx.z];
   const int splits = b.splits;
@@ -443,8 +446,9 @@ __global__ void __launch_bounds__(kTopThreads) topn_partial_kernel(const Sampler
 }
 
 // Merges a row's slice partials in slice order (one warp per row) and writes the per-position outputs.
-__global__ void finalize_kernel(const SamplerBatch b, const float* slice_max, const Stats* partials, float* row_bsum,
+__global__ void finalize_kernel(const SamplerBatch* bp, const float* slice_max, const Stats* partials, float* row_bsum,
                                 const float* row_floor, const TopEntry* top_partials) {
+  const SamplerBatch& b = *bp;
   const SamplerLaunch& a = b.c[blockIdx.y];
   const int splits = b.splits;
   const int64_t pos = blockIdx.x;
@@ -492,8 +496,9 @@ __global__ void finalize_kernel(const SamplerBatch b, const float* slice_max, co
 }
 
 // Pass 2: the slice is overwritten with bf16(exp(bf16(z) - max) / sum).
-__global__ void __launch_bounds__(kThreads) probs_kernel(const SamplerBatch b, const float* slice_max,
+__global__ void __launch_bounds__(kThreads) probs_kernel(const SamplerBatch* bp, const float* slice_max,
                                                          const float* row_bsum) {
+  const SamplerBatch& b = *bp;
   const SamplerLaunch& a = b.c[blockIdx.z];
   const int splits = b.splits;
   const int64_t pos = blockIdx.y;
@@ -599,7 +604,12 @@ Workspace workspace_layout(SamplerLaunch* c, int n) {
 std::atomic<bool> g_vector_sweep{true};
 std::atomic<int> g_stats_blocks{2};
 
-SamplerBatch make_batch(const SamplerLaunch* canvases, int n) {
+}  // namespace
+
+bool set_sampler_vector_sweep(bool on) { return g_vector_sweep.exchange(on); }
+int set_sampler_stats_blocks(int blocks) { return g_stats_blocks.exchange(blocks >= 2 ? 2 : 1); }
+
+SamplerBatch make_sampler_batch(const SamplerLaunch* canvases, int n) {
   SAMPLER_REQUIRE(n >= 1 && n <= kMaxSamplerBatch);
   SamplerBatch b;
   b.n = n;
@@ -609,22 +619,21 @@ SamplerBatch make_batch(const SamplerLaunch* canvases, int n) {
     SAMPLER_REQUIRE(b.c[i].V == b.c[0].V && b.c[i].top_n >= 0 && b.c[i].top_n <= kMaxTopN);
   }
   b.splits = sampler_splits(b.c[0].V);
+  workspace_layout(b.c, n);  // each canvas's row0 / top0
   return b;
 }
 
-}  // namespace
-
-bool set_sampler_vector_sweep(bool on) { return g_vector_sweep.exchange(on); }
-int set_sampler_stats_blocks(int blocks) { return g_stats_blocks.exchange(blocks >= 2 ? 2 : 1); }
-
-size_t sampler_workspace_bytes(const SamplerLaunch* canvases, int n) {
-  SamplerBatch b = make_batch(canvases, n);
-  return workspace_layout(b.c, n).bytes;
+size_t sampler_workspace_bytes(const SamplerBatch& b) {
+  SamplerBatch copy = b;
+  return workspace_layout(copy.c, b.n).bytes;
 }
 
-void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaStream_t stream, bool z_table) {
-  SamplerBatch b = make_batch(canvases, n);
-  const Workspace w = workspace_layout(b.c, n);
+void launch_sampler(const SamplerBatch& b, const SamplerBatch* dev, void* workspace, cudaStream_t stream, bool z_table) {
+  SAMPLER_REQUIRE(b.n >= 1 && b.n <= kMaxSamplerBatch && dev != nullptr);
+  const int n = b.n;
+  SamplerBatch laid = b;
+  const Workspace w = workspace_layout(laid.c, n);
+  for (int i = 0; i < n; ++i) SAMPLER_REQUIRE(laid.c[i].row0 == b.c[i].row0 && laid.c[i].top0 == b.c[i].top0);
   int64_t max_c = 0;
   bool any_top = false;
   for (int i = 0; i < n; ++i) {
@@ -640,32 +649,32 @@ void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaS
   float* row_floor = reinterpret_cast<float*>(base + w.row_floor);
   TopEntry* top = reinterpret_cast<TopEntry*>(base + w.top);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(max_c), static_cast<unsigned>(n));
-  slice_max_kernel<<<grid, kThreads, 0, stream>>>(b, slice_max);
+  slice_max_kernel<<<grid, kThreads, 0, stream>>>(dev, slice_max);
   CUDA_CHECK_LAUNCH();
   // The filters' histograms and floors (only canvases that ask; a canvas at a time, in chunks of rows).
-  launch_filter_floors(b, reinterpret_cast<uint32_t*>(base + w.hist), row_floor, stream);
+  launch_filter_floors(b, dev, reinterpret_cast<uint32_t*>(base + w.hist), row_floor, stream);
   if (any_top) {
-    topn_partial_kernel<<<grid, kTopThreads, 0, stream>>>(b, top);
+    topn_partial_kernel<<<grid, kTopThreads, 0, stream>>>(dev, top);
     CUDA_CHECK_LAUNCH();
   }
   uint2* z_tables = reinterpret_cast<uint2*>(base + w.z_tables);
   if (z_table) {
-    z_table_kernel<<<dim3(kZTable / 256, static_cast<unsigned>(n)), 256, 0, stream>>>(b, z_tables);
+    z_table_kernel<<<dim3(kZTable / 256, static_cast<unsigned>(n)), 256, 0, stream>>>(dev, z_tables);
     CUDA_CHECK_LAUNCH();
   }
   const bool two = g_stats_blocks.load() >= 2;
-  if (z_table && two) slice_stats_kernel<true, 2><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, z_tables, partials);
-  else if (z_table) slice_stats_kernel<true, 1><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, z_tables, partials);
-  else if (two) slice_stats_kernel<false, 2><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, nullptr, partials);
-  else slice_stats_kernel<false, 1><<<grid, kThreads, 0, stream>>>(b, slice_max, row_floor, nullptr, partials);
+  if (z_table && two) slice_stats_kernel<true, 2><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, z_tables, partials);
+  else if (z_table) slice_stats_kernel<true, 1><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, z_tables, partials);
+  else if (two) slice_stats_kernel<false, 2><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, nullptr, partials);
+  else slice_stats_kernel<false, 1><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, nullptr, partials);
   CUDA_CHECK_LAUNCH();
   finalize_kernel<<<dim3(static_cast<unsigned>(max_c), static_cast<unsigned>(n)), 32, 0, stream>>>(
-      b, slice_max, partials, row_bsum, row_floor, top);
+      dev, slice_max, partials, row_bsum, row_floor, top);
   CUDA_CHECK_LAUNCH();
   bool any_probs = false;
   for (int i = 0; i < n; ++i) any_probs |= b.c[i].want_probs;
   if (!any_probs) return;
-  probs_kernel<<<grid, kThreads, 0, stream>>>(b, slice_max, row_bsum);
+  probs_kernel<<<grid, kThreads, 0, stream>>>(dev, slice_max, row_bsum);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The fused per-position sampler of one denoising step over one or several canvases (host launcher;
-// kernels in sampler.cu). Every pass covers all canvases of a batch in one launch: the per-canvas
-// parameters travel in the kernel parameters (SamplerBatch), so nothing is uploaded first.
+// kernels in sampler.cu). Every pass covers all canvases of a batch in one launch; the kernels read the
+// per-canvas parameters (SamplerBatch) from device memory, so a step can send them up with its other
+// inputs in one copy and a CUDA graph replays the launches with the next step's parameters.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -34,15 +35,26 @@ struct SamplerLaunch {
   int64_t row0 = 0, top0 = 0;
 };
 constexpr int kMaxTopN = 20;
-// Canvases per launch (the batch rides in the kernel parameters, at most 4 KiB); a larger batch is
-// launched in groups of this many.
+// Canvases per launch; a larger batch is launched in groups of this many.
 constexpr int kMaxSamplerBatch = 16;
 
-// Scratch a launch of these canvases needs (device memory of at least this many bytes, 16-byte aligned).
-size_t sampler_workspace_bytes(const SamplerLaunch* canvases, int n);
+// The canvases of one launch as its kernels read them (a plain struct: copied to device memory as it
+// is). make_sampler_batch assigns each canvas its workspace rows (row0, top0).
+struct SamplerBatch {
+  SamplerLaunch c[kMaxSamplerBatch];
+  int n = 0;
+  int splits = 1;
+  bool vector = true;  // slice_stats_kernel's 8-element rounds where the slice allows (set_sampler_vector_sweep)
+};
+// All canvases share V; 1 <= n <= kMaxSamplerBatch (else cudaErrorInvalidValue).
+SamplerBatch make_sampler_batch(const SamplerLaunch* canvases, int n);
+
+// Scratch a launch of this batch needs (device memory of at least this many bytes, 16-byte aligned).
+size_t sampler_workspace_bytes(const SamplerBatch& b);
 int sampler_splits(int64_t V);
-// All canvases share V; n <= kMaxSamplerBatch. z_table: read z from a per-canvas table of the bf16
-// values (tuning.h set_sampler_z_table).
-void launch_sampler(const SamplerLaunch* canvases, int n, void* workspace, cudaStream_t stream, bool z_table);
+// `b` (host) decides the grids and passes; the kernels read `dev`, a copy of b in device memory (a
+// batch with the same canvas shapes, filters and top-N sizes: another step's keys, temperatures and
+// buffers). z_table: read z from a per-canvas table of the bf16 values (tuning.h set_sampler_z_table).
+void launch_sampler(const SamplerBatch& b, const SamplerBatch* dev, void* workspace, cudaStream_t stream, bool z_table);
 
 }  // namespace dgemma::cuda

@@ -24,15 +24,6 @@ __device__ __forceinline__ void slice_of(int64_t V, int splits, int64_t& v0, int
   v1 = v0 + per < V ? v0 + per : V;
 }
 
-// The batch of canvases one launch covers (kernel parameters: read through the constant bank).
-struct SamplerBatch {
-  SamplerLaunch c[kMaxSamplerBatch];
-  int n = 0;
-  int splits = 1;
-  bool vector = true;  // slice_stats_kernel's 8-element rounds where the slice allows (set_sampler_vector_sweep)
-};
-static_assert(sizeof(SamplerBatch) <= 4000, "the batch must fit the 4 KiB of kernel parameters");
-
 // Whether a slice can be streamed in 16-byte accesses (8 bf16): aligned and a multiple of 8 long.
 __device__ __forceinline__ bool vectorisable(const uint16_t* row, int64_t v0, int64_t v1) {
   return ((reinterpret_cast<uintptr_t>(row + v0) & 15) == 0) && ((v1 - v0) % 8 == 0);
@@ -40,6 +31,8 @@ __device__ __forceinline__ bool vectorisable(const uint16_t* row, int64_t v0, in
 
 // The sample filters' floors (sampler_filter.cu): for every canvas with a filter, per chunk of
 // kFilterRows rows, a histogram of the bf16 logits into `hist` and each row's floor into row_floor.
-void launch_filter_floors(const SamplerBatch& b, uint32_t* hist, float* row_floor, cudaStream_t stream);
+// `b` decides what is launched; the kernels read the batch at `dev` (its copy in device memory).
+void launch_filter_floors(const SamplerBatch& b, const SamplerBatch* dev, uint32_t* hist, float* row_floor,
+                          cudaStream_t stream);
 
 }  // namespace dgemma::cuda::sampler_detail

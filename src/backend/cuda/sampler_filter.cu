@@ -15,7 +15,8 @@ using sample_filter::Mass;
 constexpr int kFloorThreads = 1024;  // one block per row, 64 keys per thread
 constexpr int kKeysPerThread = static_cast<int>(sample_filter::kBins) / kFloorThreads;
 
-__global__ void __launch_bounds__(kThreads) hist_kernel(const SamplerBatch b, int canvas, int64_t row0, uint32_t* hist) {
+__global__ void __launch_bounds__(kThreads) hist_kernel(const SamplerBatch* bp, int canvas, int64_t row0, uint32_t* hist) {
+  const SamplerBatch& b = *bp;
   const SamplerLaunch& a = b.c[canvas];
   const int splits = b.splits;
   const int64_t pos = row0 + blockIdx.y;
@@ -58,9 +59,9 @@ __device__ uint32_t block_max_u32(uint32_t v, uint32_t* sh) {
 
 // One row's floor (sample_filter.h's stages, the CPU's row_floor over the same bins). Thread t owns
 // the keys [top - 63, top], top = 65535 - 64 t, so prefixes in thread order are suffixes by key.
-__global__ void __launch_bounds__(kFloorThreads) floor_kernel(const SamplerBatch b, int canvas, int64_t row0,
+__global__ void __launch_bounds__(kFloorThreads) floor_kernel(const SamplerBatch* bp, int canvas, int64_t row0,
                                                               const uint32_t* hist, float* row_floor) {
-  const SamplerLaunch& a = b.c[canvas];
+  const SamplerLaunch& a = bp->c[canvas];
   __shared__ Mass scan[kFloorThreads];
   __shared__ uint32_t shared_u[kFloorThreads / 32];
   __shared__ uint32_t found;
@@ -153,16 +154,17 @@ __global__ void __launch_bounds__(kFloorThreads) floor_kernel(const SamplerBatch
 
 }  // namespace
 
-void launch_filter_floors(const SamplerBatch& b, uint32_t* hist, float* row_floor, cudaStream_t stream) {
+void launch_filter_floors(const SamplerBatch& b, const SamplerBatch* dev, uint32_t* hist, float* row_floor,
+                          cudaStream_t stream) {
   for (int i = 0; i < b.n; ++i) {
     const SamplerLaunch& s = b.c[i];
     if (!s.filter.active() || s.C <= 0) continue;
     for (int64_t r0 = 0; r0 < s.C; r0 += kFilterRows) {
       const int64_t rows = std::min<int64_t>(kFilterRows, s.C - r0);
       CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(rows) * sample_filter::kBins * sizeof(uint32_t), stream));
-      hist_kernel<<<dim3(static_cast<unsigned>(b.splits), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(b, i, r0, hist);
+      hist_kernel<<<dim3(static_cast<unsigned>(b.splits), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(dev, i, r0, hist);
       CUDA_CHECK_LAUNCH();
-      floor_kernel<<<static_cast<unsigned>(rows), kFloorThreads, 0, stream>>>(b, i, r0, hist, row_floor);
+      floor_kernel<<<static_cast<unsigned>(rows), kFloorThreads, 0, stream>>>(dev, i, r0, hist, row_floor);
       CUDA_CHECK_LAUNCH();
     }
   }
