@@ -15,9 +15,14 @@
 //                [--runs B:S[:P],...]   (several runs on one set of weights, each batch B, S steps and a
 //                                        P-token prompt (default --prompt-len), one result line each:
 //                                        the quantised formats' dummy weights take ~30 s to make)
+//                [--cuda-graphs on|off]  (on, the default: the run's denoising step recorded as a CUDA graph
+//                                         and replayed, as dgemma serve; off: op by op, --enforce-eager)
+//                [--max-model-len L]     (the context the recorded attention plans assume: 32,768 by default,
+//                                         the recipe's, capped by max_position_embeddings)
 // Prefill and denoising are timed apart: every prompt is encoded in prefill-only steps (the step budget
 // holds all prompts; the last chunk is not fused with the first denoising step, fuse_prefill_tail), so
 // every denoising step carries the whole batch of canvases and nothing else.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -73,6 +78,10 @@ void profiler_window(bool open) {
 struct Run {
   int batch = 1, steps = 48, prompt_len = 512;
 };
+struct Graphs {
+  bool on = true;
+  int64_t max_context = 32768;
+};
 
 // "B:S[:P],..." -> runs (each number positive); false on anything else.
 bool parse_runs(const std::string& text, int default_prompt, std::vector<Run>* runs) {
@@ -102,7 +111,8 @@ bool parse_runs(const std::string& text, int default_prompt, std::vector<Run>* r
 // One run: its prompts prefilled alone (the step budget holds every prompt, and no prompt's last chunk
 // shares its pass with the first denoising step), then the denoising steps of the whole batch, twice
 // (the first round warms up); prints the second round's figures as one line.
-void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, const Run& run, int canvases, int profile_step) {
+void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, const Run& run, int canvases, int profile_step,
+                 const Graphs& graphs) {
   const int64_t C = mc.canvas_length;
   const int batch = run.batch, steps = run.steps, prompt_len = run.prompt_len;
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
@@ -116,6 +126,13 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
   o.prefix_caching = false;  // every round encodes its prompts
   o.fuse_prefill_tail = false;
   ModelCore core(model, o);
+  bool recorded = false;
+  if (graphs.on) {
+    Stopwatch rec;
+    recorded = !core.runner().enable_graphs({batch}, std::max<int64_t>(graphs.max_context, prompt_len + (canvases + 1) * C)).empty();
+    if (recorded) std::fprintf(stderr, "batch %d: denoising step recorded as a CUDA graph in %.0f ms\n", batch, rec.ms());
+  }
+  double first_round_step_ms = 0;
   for (int rep = 0; rep < 2; ++rep) {  // the first round warms up (cuBLAS handles, allocator)
     std::vector<std::unique_ptr<Sequence>> seqs;
     for (int b = 0; b < batch; ++b) {
@@ -155,16 +172,19 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
       }
     }
     const double total = all.ms();
+    if (rep == 0) first_round_step_ms = step_ms / static_cast<double>(std::max<int64_t>(step_count, 1));
     if (rep == 1) {
       std::printf("batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
                   "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step, "
-                  "%.1f host waits per step (%.2f ms waiting: the rest of the step is host time)\n",
+                  "%.1f host waits per step (%.2f ms waiting: the rest of the step is host time), %s, "
+                  "first round %.2f ms per step\n",
                   batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
                   1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count), total,
                   1e3 * batch * canvases * C / (total - prefill_ms),
                   static_cast<double>(step_launches) / static_cast<double>(step_count),
                   static_cast<double>(step_syncs) / static_cast<double>(step_count),
-                  1e-6 * static_cast<double>(step_wait_ns) / static_cast<double>(step_count));
+                  1e-6 * static_cast<double>(step_wait_ns) / static_cast<double>(step_count),
+                  recorded ? "CUDA graph" : "op by op", first_round_step_ms);
       std::fflush(stdout);  // each run's line as soon as it is measured
     }
   }
@@ -181,13 +201,15 @@ int main(int argc, char** argv) {
                  "                   [--small-kernels fused|ops]   (fused qkv prologue, MoE routing and junction norms, or the earlier kernels)\n"
                  "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM per projection)\n"
                  "                   [--profile-step N]   (profiler capture window around the N-th measured denoising step)\n"
-                 "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, on one set of weights)\n");
+                 "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, on one set of weights)\n"
+                 "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed as a CUDA graph, as dgemma serve)\n");
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
   int batch = 1, prompt_len = 512, steps = 48, canvases = 1, profile_step = 0;
   const char* runs_arg = nullptr;  // --runs, when given
   bool small_fused = true;
+  Graphs graphs;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--device") device = argv[i + 1];
@@ -199,6 +221,8 @@ int main(int argc, char** argv) {
     else if (k == "--profile-step") profile_step = std::atoi(argv[i + 1]);
     else if (k == "--runs") runs_arg = argv[i + 1];
     else if (k == "--small-kernels") small_fused = std::string(argv[i + 1]) != "ops";
+    else if (k == "--cuda-graphs") graphs.on = std::string(argv[i + 1]) != "off";
+    else if (k == "--max-model-len") graphs.max_context = std::atoll(argv[i + 1]);
     else if (k == "--fused-projections") set_fuse_projections(std::string(argv[i + 1]) != "off");
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
@@ -256,7 +280,8 @@ int main(int argc, char** argv) {
     model.set_fused_junction_norms(small_fused);
     be->synchronize();
     std::fprintf(stderr, "dummy weights in %.1f s\n", load.seconds());
-    for (const Run& run : runs) measure_run(model, *be, mc, run, canvases, profile_step);
+    graphs.max_context = std::min<int64_t>(graphs.max_context, mc.text.max_position_embeddings);
+    for (const Run& run : runs) measure_run(model, *be, mc, run, canvases, profile_step, graphs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dgemma_bench: %s\n", e.what());
     return 1;

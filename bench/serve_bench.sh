@@ -14,7 +14,8 @@
 # Environment: DEVICE (cuda), SHAPE (26b, or "embedded" for a quick CPU check of this script), PORT (8011),
 #   MAX_NUM_SEQS (16), MAX_MODEL_LEN (8192), QUANT (bf16; or nvfp4-modelopt, nvfp4-ct, fp8-dynamic: the
 #   dummy weights in that checkpoint format, 26b only), GPU_MEMORY_UTILIZATION (the server's default; e.g.
-#   0.227 of an H200's 141 GB is a 32 GB card's budget). With nvidia-smi present, OUT_DIR/gpu_memory.txt
+#   0.227 of an H200's 141 GB is a 32 GB card's budget), SERVE_FLAGS (more `dgemma serve` flags, e.g.
+#   --enforce-eager). With nvidia-smi present, OUT_DIR/gpu_memory.txt
 #   gets the peak GPU memory the server used (sampled every 0.2 s).
 # Default sweep: concurrency 1,4,16; 32 requests each; 512-word prompts; 256 output tokens +-50%,
 # ignore_eos (random weights rarely stop). Bench flags given on the command line replace that sweep.
@@ -64,7 +65,7 @@ fi
 LD_LIBRARY_PATH="$libpath" "$build/dgemma" serve "$model" --load-format dummy --device "$device" --port "$port" \
   --served-model-name "$name" --max-num-seqs "${MAX_NUM_SEQS:-16}" \
   --max-model-len "${MAX_MODEL_LEN:-8192}" ${GPU_MEMORY_UTILIZATION:+--gpu-memory-utilization "$GPU_MEMORY_UTILIZATION"} \
-  >"$out/serve.log" 2>&1 &
+  ${SERVE_FLAGS:-} >"$out/serve.log" 2>&1 &
 pid=$!
 if command -v nvidia-smi >/dev/null; then
   ( peak=0

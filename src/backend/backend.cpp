@@ -82,6 +82,47 @@ void Backend::decide_batch(std::span<const DecideArgs> canvases) {
   for (const DecideArgs& a : canvases) decide(a);
 }
 
+void Backend::sampler_batch_encoded(std::span<const SamplerArgs> canvases, const Tensor& /*encoded*/) {
+  sampler_batch(canvases);
+}
+
+void Backend::decide_batch_encoded(std::span<const DecideArgs> canvases, const Tensor& /*encoded*/) {
+  decide_batch(canvases);
+}
+
+// The defaults read the table back and copy block by block (the CPU backend: host addresses).
+void Backend::gather_blocks(const Tensor& table, int64_t n, int64_t block_bytes, const Tensor& dst, bool zero_missing) {
+  DG_CHECK(n >= 0 && block_bytes >= 0 && table.nbytes() >= static_cast<size_t>(n) * 8 &&
+           dst.nbytes() >= static_cast<size_t>(n * block_bytes));
+  if (n == 0 || block_bytes == 0) return;
+  std::vector<uint64_t> at(static_cast<size_t>(n));
+  to_host(borrow_tensor(table.data, ScalarType::kU8, {n * 8}, table.device), at.data());
+  std::vector<uint8_t> zeros;
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor block = borrow_tensor(dst.ptr<uint8_t>() + i * block_bytes, ScalarType::kU8, {block_bytes}, dst.device);
+    if (at[static_cast<size_t>(i)] != 0) {
+      copy(block, borrow_tensor(reinterpret_cast<void*>(static_cast<uintptr_t>(at[static_cast<size_t>(i)])),
+                                ScalarType::kU8, {block_bytes}, dst.device));
+    } else if (zero_missing) {
+      zeros.resize(static_cast<size_t>(block_bytes));
+      from_host(block, zeros.data());
+    }
+  }
+}
+
+void Backend::scatter_blocks(const Tensor& src, const Tensor& table, int64_t n, int64_t block_bytes) {
+  DG_CHECK(n >= 0 && block_bytes >= 0 && table.nbytes() >= static_cast<size_t>(n) * 8 &&
+           src.nbytes() >= static_cast<size_t>(n * block_bytes));
+  if (n == 0 || block_bytes == 0) return;
+  std::vector<uint64_t> at(static_cast<size_t>(n));
+  to_host(borrow_tensor(table.data, ScalarType::kU8, {n * 8}, table.device), at.data());
+  for (int64_t i = 0; i < n; ++i)
+    if (at[static_cast<size_t>(i)] != 0)
+      copy(borrow_tensor(reinterpret_cast<void*>(static_cast<uintptr_t>(at[static_cast<size_t>(i)])), ScalarType::kU8,
+                         {block_bytes}, src.device),
+           borrow_tensor(src.ptr<uint8_t>() + i * block_bytes, ScalarType::kU8, {block_bytes}, src.device));
+}
+
 void Backend::copy_columns(const Tensor& dst, const Tensor& src, int64_t first) {
   const int64_t T = dst.dim(0), n = T > 0 ? dst.numel() / T : 0, m = T > 0 ? src.numel() / T : 0;
   DG_CHECK(dst.type == src.type && src.dim(0) == T && first >= 0 && first + n <= m);

@@ -3,6 +3,7 @@
 // reference: fp32 maths with bf16 rounding exactly where transformers rounds, docs/MODEL.md §8) and a CUDA
 // implementation; tests compare the two. Activations are bf16 unless noted.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -64,6 +65,9 @@ struct AttentionBatchArgs {
   Tensor k_new, v_new;      // [T, Hkv, D]
   Tensor items;             // i32 [N, kAttentionItemFields], the backend's device
   std::span<const AttentionItem> host_items;  // the same N rows on the host
+  // The rows the launch plan assumes (empty: host_items): the same items with caches at least as long
+  // (a recorded step plans for the longest cache its replays may see; the kernels read the real rows).
+  std::span<const AttentionItem> plan_items;
   float scaling = 1.0f;
   Tensor out;               // [T, Hq, D]
 };
@@ -209,6 +213,13 @@ struct QkvPrologueArgs {
   float eps = 1e-6f;
 };
 
+// A recorded sequence of device work (a CUDA graph) that runs again as one launch (Backend::capture).
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  virtual void replay() = 0;
+};
+
 // Device memory as the backend sees it (bytes).
 struct MemoryInfo {
   uint64_t free = 0;
@@ -285,6 +296,34 @@ class Backend {
   // canvases' tensors must not overlap.
   virtual void sampler_batch(std::span<const SamplerArgs> canvases);
   virtual void decide_batch(std::span<const DecideArgs> canvases);
+  // ---- A step's arguments in device memory, and CUDA graphs ----
+  // The batched sampler's and decide's per-canvas arguments encoded as the backend's kernels read them:
+  // a step writes them into its input block on the host (encode_*), sends the block up in one copy
+  // with its other inputs, and the *_encoded ops read them there — so that a recorded step (capture)
+  // replays with the next step's arguments. The host arguments still say what is launched (the canvas
+  // count, sizes, filters, top-N). A backend whose ops read the host arguments (the CPU) encodes
+  // nothing: 0 bytes, and the *_encoded ops are the plain ones.
+  virtual size_t encoded_sampler_bytes(int /*canvases*/) const { return 0; }
+  virtual size_t encoded_decide_bytes(int /*canvases*/) const { return 0; }
+  virtual void encode_sampler_args(std::span<const SamplerArgs> /*canvases*/, void* /*host*/) const {}
+  virtual void encode_decide_args(std::span<const DecideArgs> /*canvases*/, void* /*host*/) const {}
+  // `encoded`: the encoded bytes on the backend's device (ignored where nothing is encoded).
+  virtual void sampler_batch_encoded(std::span<const SamplerArgs> canvases, const Tensor& encoded);
+  virtual void decide_batch_encoded(std::span<const DecideArgs> canvases, const Tensor& encoded);
+  // Blocks of block_bytes between a step buffer and buffers named by their device addresses (`table`:
+  // n u64 addresses on the backend's device, in a step's input block), one launch each on the GPU:
+  //   gather:  dst block i = the block at table[i]; where table[i] is 0: zeros (zero_missing) or left as it is;
+  //   scatter: the block at table[i] = src block i; where table[i] is 0: nothing.
+  // The blocks named must not overlap dst / src or (scatter) each other.
+  virtual void gather_blocks(const Tensor& table, int64_t n, int64_t block_bytes, const Tensor& dst, bool zero_missing);
+  virtual void scatter_blocks(const Tensor& src, const Tensor& table, int64_t n, int64_t block_bytes);
+  // Records the device work `body` enqueues into a graph instead of running it (nothing runs until
+  // replay; the memory body allocates stays reserved for the backend's graphs, which share it and never
+  // run at once). body must not wait for the device nor copy from the host. nullptr: this backend
+  // records nothing (the caller runs its work eagerly). Throws if the work cannot be recorded.
+  virtual std::unique_ptr<StepGraph> capture(const std::function<void()>& /*body*/) { return nullptr; }
+  virtual bool supports_graphs() const { return false; }
+
   // Paged KV write: src[j] ([n, Hkv, D]) goes to absolute position first_pos + j of a layer's pool
   // pages ([num_pages, Hkv, P, D]) through page_table (i32, the backend's device; see AttentionArgs).
   virtual void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) = 0;

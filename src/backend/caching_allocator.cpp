@@ -20,6 +20,7 @@ CachingAllocator::CachingAllocator(BlockSource& source, std::string name) : sour
 
 CachingAllocator::~CachingAllocator() {
   for (auto& [size, c] : free_) source_.free(c.p);
+  for (auto& [size, p] : pool_free_) source_.free(p);
 }
 
 size_t CachingAllocator::round_size(size_t bytes) {
@@ -56,10 +57,51 @@ void CachingAllocator::trim_locked() {
   while (!free_.empty()) evict_locked(free_.begin());
 }
 
+void* CachingAllocator::allocate_from_pool_locked(size_t size, size_t* block_bytes) {
+  auto it = pool_free_.lower_bound(size);
+  if (it != pool_free_.end()) {
+    void* p = it->second;
+    *block_bytes = it->first;
+    s_.in_use += it->first;
+    pool_free_.erase(it);
+    note_peak_locked();
+    return p;
+  }
+  if (s_.ceiling > 0 && s_.reserved + size > s_.ceiling)
+    fail(ErrorKind::kResourceExhausted,
+         "{}: out of memory under the memory plan's ceiling while recording a CUDA graph: a block of {:.1f} MiB would "
+         "take the allocator to {:.1f} MiB, over its ceiling of {:.1f} MiB (the graph pool holds {:.1f} MiB)",
+         name_, size / kMiB, (s_.reserved + size) / kMiB, s_.ceiling / kMiB, s_.graph_pool / kMiB);
+  void* p = source_.allocate(size);
+  ++s_.source_allocations;
+  if (p == nullptr)
+    fail(ErrorKind::kResourceExhausted, "{}: out of memory while recording a CUDA graph: cannot allocate {:.1f} MiB",
+         name_, size / kMiB);
+  pool_blocks_.insert(p);
+  *block_bytes = size;
+  s_.reserved += size;
+  s_.graph_pool += size;
+  s_.in_use += size;
+  note_peak_locked();
+  return p;
+}
+
+void CachingAllocator::begin_graph_pool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  DG_CHECK(!pool_mode_);
+  pool_mode_ = true;
+}
+
+void CachingAllocator::end_graph_pool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  pool_mode_ = false;
+}
+
 void* CachingAllocator::allocate(size_t bytes, size_t* block_bytes) {
   const size_t size = round_size(bytes);
   *block_bytes = size;
   std::lock_guard<std::mutex> lock(mu_);
+  if (pool_mode_) return allocate_from_pool_locked(size, block_bytes);
   auto [lo, hi] = free_.equal_range(size);
   if (lo != hi) {  // the most recently released block of this size (warmest in L2)
     auto it = std::prev(hi);
@@ -104,6 +146,11 @@ void* CachingAllocator::allocate(size_t bytes, size_t* block_bytes) {
 
 void CachingAllocator::release(void* p, size_t block_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (pool_blocks_.count(p) != 0) {
+    pool_free_.emplace(block_bytes, p);
+    s_.in_use -= block_bytes;
+    return;
+  }
   const uint64_t stamp = next_stamp_++;
   auto it = free_.emplace(block_bytes, Cached{p, stamp});
   age_.emplace(stamp, it);

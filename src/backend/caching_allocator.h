@@ -13,13 +13,20 @@
 //    throws Error(kResourceExhausted) with the numbers. Without this, blocks of every size a step
 //    ever asked for stay cached for good and the footprint grows past any plan;
 //  * when the source itself is out of memory, every cached block goes back and the request is
-//    retried once.
+//    retried once;
+//  * the graph pool: while a CUDA graph is being recorded (begin_graph_pool .. end_graph_pool) every
+//    block comes from the pool — the best-fitting free pool block (a larger block serves a smaller
+//    request, so recordings of smaller steps reuse a larger one's blocks), else a new block from the
+//    source, never by evicting (no synchronisation may happen while a recording runs) — and pool
+//    blocks go back to the pool whenever they are released, never to other allocations: the recorded
+//    graphs write them at every replay. The pool is never trimmed.
 // Thread-safe (tensors may be released from any thread).
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 
 namespace dgemma {
 
@@ -41,6 +48,7 @@ struct AllocatorStats {
   uint64_t ceiling = 0;   // 0: none
   uint64_t source_allocations = 0, source_frees = 0;  // calls to the source
   uint64_t evictions = 0;  // cached blocks given back to stay under the ceiling
+  uint64_t graph_pool = 0;  // bytes of the graph pool's blocks (part of reserved)
 };
 
 class CachingAllocator {
@@ -56,7 +64,10 @@ class CachingAllocator {
   void release(void* p, size_t block_bytes);
   // 0: no ceiling. A ceiling below what is reserved now gives cached blocks back at once.
   void set_ceiling(uint64_t bytes);
-  void trim();  // every cached block back to the source
+  void trim();  // every cached block back to the source (not the graph pool's)
+  // Allocations between these come from the graph pool (see the rules above); not nested.
+  void begin_graph_pool();
+  void end_graph_pool();
   AllocatorStats stats() const;
   void reset_peaks();  // the peaks start again from the current values
 
@@ -70,6 +81,7 @@ class CachingAllocator {
   };
   using BySize = std::multimap<size_t, Cached>;
   void evict_locked(BySize::iterator it);
+  void* allocate_from_pool_locked(size_t size, size_t* block_bytes);
   void trim_locked();
   void note_peak_locked();
 
@@ -81,6 +93,9 @@ class CachingAllocator {
   uint64_t next_stamp_ = 0;
   AllocatorStats s_;
   uint64_t logged_peak_ = 0;  // with a ceiling: the last peak logged
+  bool pool_mode_ = false;
+  std::unordered_set<void*> pool_blocks_;   // every graph-pool block
+  std::multimap<size_t, void*> pool_free_;  // the free ones, by size
 };
 
 }  // namespace dgemma

@@ -34,6 +34,7 @@ void add_inspect_command(CLI::App& app, CommandList& out) {
       ->capture_default_str();
   sub->add_option("--gpu-memory-utilization", opts->gpu_memory_utilization, "Fraction of GPU memory the plan may use")
       ->capture_default_str();
+  sub->add_flag("--enforce-eager", opts->enforce_eager, "The plan without the CUDA graph pool (as dgemma serve --enforce-eager)");
   sub->add_flag("--json", *json, "Print the report as JSON");
   out.push_back({sub, [opts, json, canvas, canvas_opt] {
                    if (canvas_opt->count() > 0) opts->canvas_length = *canvas;

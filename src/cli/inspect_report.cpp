@@ -275,6 +275,7 @@ InspectReport build_inspect_report(const InspectOptions& o) {
   in.kv_cache_memory = o.kv_cache_memory;
   validate_tensor_parallel(r.config, o.tensor_parallel_size);
   in.tensor_parallel_size = o.tensor_parallel_size;
+  in.cuda_graphs = !o.enforce_eager && o.tensor_parallel_size == 1;  // as the engine on a GPU
   r.plan = plan_memory(r.config, in);
   return r;
 }
@@ -416,6 +417,9 @@ std::string format_inspect_text(const InspectReport& r) {
   o.row("  allocator rounding", fmt::format("{}: {} live blocks × a 2 MiB granule", gigabytes(p.rounding_bytes), kRoundingBlocks));
   o.row("step ceiling", fmt::format("{}: work buffers + activation workspace, what steps may hold in the GPU allocator",
                                     gigabytes(p.step_ceiling_bytes)));
+  if (p.graph_pool_bytes > 0)
+    o.row("CUDA graph pool", fmt::format("{}: the recorded denoising steps' memory, a step of {} canvases (--enforce-eager: none)",
+                                         gigabytes(p.graph_pool_bytes), p.in.max_num_seqs));
   o.row("runtime reserve", fmt::format("{}: outside the allocator (kernels loaded on first use{})", gigabytes(p.runtime_reserve_bytes),
                                        p.fp8_activation_bytes > 0 ? "; the W8A8 GEMM's workspace" : ""));
   o.row("KV pool", fmt::format("{}: {} full-attention pages ({} tokens) + {} sliding pages", gigabytes(p.pool.bytes),
@@ -515,7 +519,8 @@ Json inspect_report_json(const InspectReport& r) {
                       {"sampler_bytes", p.sampler_bytes}, {"fp8_activation_bytes", p.fp8_activation_bytes},
                       {"workspace_reserve_bytes", p.reserve_bytes},
                       {"rounding_bytes", p.rounding_bytes}, {"workspace_bytes", p.workspace_bytes},
-                      {"step_ceiling_bytes", p.step_ceiling_bytes}, {"runtime_reserve_bytes", p.runtime_reserve_bytes},
+                      {"step_ceiling_bytes", p.step_ceiling_bytes}, {"graph_pool_bytes", p.graph_pool_bytes},
+                      {"runtime_reserve_bytes", p.runtime_reserve_bytes},
                       {"kv_pool_rounding_bytes", p.pool_rounding_bytes},
                       {"kv_budget_bytes", p.kv_budget_bytes}, {"kv_pool_bytes", p.pool.bytes},
                       {"kv_pages_full", p.pool.pages[static_cast<int>(KvGroup::kFull)]},

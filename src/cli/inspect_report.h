@@ -35,6 +35,7 @@ struct InspectOptions {
   double gpu_memory_bytes = 141e9;   // one H200 (per GPU with tensor parallelism)
   int tensor_parallel_size = 1;      // > 1: the memory plan of each of that many GPUs
   double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;        // --enforce-eager: no CUDA graph pool in the plan
   // Checkpoints larger than this are validated from their headers only (names, shapes, dtypes);
   // smaller ones are also loaded with load_weights on the CPU backend (zero-copy mmaps).
   uint64_t full_load_limit_bytes = uint64_t{8} << 30;

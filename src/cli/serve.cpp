@@ -287,6 +287,7 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   e.enable_prefix_caching = f.enable_prefix_caching;
   // The warm-up pays the GPU's one-time start-up costs; the CPU backend has none worth a delay.
   e.warmup = !f.no_warmup && resolve_device(f.device) == "cuda";
+  e.enforce_eager = f.enforce_eager;
   if (!f.kv_cache_memory.empty()) e.kv_cache_memory = parse_byte_count(f.kv_cache_memory, "--kv-cache-memory");
 
   if (!f.diffusion_config.empty()) {
@@ -344,7 +345,6 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
     DG_LOG_INFO("serve", "--attention-backend {}: accepted for vLLM compatibility; dgemma uses its own kernels",
                 f.attention_backend);
   if (f.trust_remote_code) DG_LOG_INFO("serve", "--trust-remote-code: accepted; dgemma never runs model code");
-  if (f.enforce_eager) DG_LOG_INFO("serve", "--enforce-eager: accepted for vLLM compatibility (no effect)");
   if (f.data_parallel_size != 1)
     fail_arg("--data-parallel-size {}: dgemma runs one engine per process (only 1 is accepted; run replicas behind a "
              "load balancer)", f.data_parallel_size);
@@ -687,7 +687,7 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_option("--log-level", f->log_level, "debug, info, warn, error or off");
   sub->add_option("--attention-backend", f->attention_backend, "vLLM compatibility: accepted and logged");
   sub->add_flag("--trust-remote-code", f->trust_remote_code, "vLLM compatibility: accepted and logged");
-  sub->add_flag("--enforce-eager", f->enforce_eager, "vLLM compatibility: accepted and logged");
+  sub->add_flag("--enforce-eager", f->enforce_eager, "No CUDA graphs: every step runs op by op (as vLLM's flag)");
   sub->add_flag("--no-warmup", f->no_warmup,
                 "Skip the start-up warm-up (GPU: a short prefill and two steps per batch-size bucket, so that the first "
                 "request is as fast as the next ones)");

@@ -47,6 +47,7 @@ DiffusionEngine::DiffusionEngine(const EngineConfig& config, std::unique_ptr<Bac
   core_ = &model_core_->core();
   cap_allocator();
   if (config_.warmup) warm_up();
+  if (!config_.enforce_eager) record_graphs();
   start();
 }
 
@@ -77,10 +78,40 @@ void DiffusionEngine::cap_allocator() {
   // steps may take the plan's step ceiling on top, and no more.
   backend_->release_cached_memory();
   const uint64_t held = backend_->allocator_stats().reserved;
-  backend_->set_allocator_ceiling(held + sizing_.step_ceiling_bytes);
+  const uint64_t steps = sizing_.step_ceiling_bytes + sizing_.graph_pool_bytes;
+  backend_->set_allocator_ceiling(held + steps);
   const double gib = double(uint64_t{1} << 30);
-  DG_LOG_INFO("engine", "allocator ceiling {:.2f} GiB: {:.2f} GiB of weights and KV pool + the plan's {:.2f} GiB for steps",
-              (held + sizing_.step_ceiling_bytes) / gib, held / gib, sizing_.step_ceiling_bytes / gib);
+  DG_LOG_INFO("engine",
+              "allocator ceiling {:.2f} GiB: {:.2f} GiB of weights and KV pool + the plan's {:.2f} GiB for steps and "
+              "{:.2f} GiB for CUDA graphs",
+              (held + steps) / gib, held / gib, sizing_.step_ceiling_bytes / gib, sizing_.graph_pool_bytes / gib);
+}
+
+std::vector<int> engine_batch_buckets(int max_num_seqs) {
+  std::vector<int> buckets;
+  for (int b = 1; b < max_num_seqs; b *= 2) buckets.push_back(b);
+  buckets.push_back(std::max(max_num_seqs, 1));
+  return buckets;
+}
+
+void DiffusionEngine::record_graphs() {
+  // One denoising step per batch-size bucket recorded as a CUDA graph (backends without graphs record
+  // nothing), so that every step of denoising canvases replays as one launch, the first request's
+  // included. A recording that fails leaves the engine running its steps op by op.
+  if (!backend_ || !backend_->supports_graphs()) return;
+  Stopwatch sw;
+  const std::vector<int> buckets = engine_batch_buckets(config_.max_num_seqs);
+  const AllocatorStats a0 = backend_->allocator_stats();
+  try {
+    const std::vector<int> made = model_core_->runner().enable_graphs(buckets, sizing_.max_model_len);
+    const AllocatorStats a1 = backend_->allocator_stats();
+    DG_LOG_INFO("engine", "CUDA graphs: denoising steps of {} canvases recorded in {:.0f} ms ({:.2f} GiB graph pool, "
+                "the plan's {:.2f} GiB); --enforce-eager turns them off",
+                fmt::join(made, ","), sw.ms(), (a1.graph_pool - a0.graph_pool) / double(uint64_t{1} << 30),
+                sizing_.graph_pool_bytes / double(uint64_t{1} << 30));
+  } catch (const Error& e) {
+    DG_LOG_WARN("engine", "CUDA graphs off: recording the denoising steps failed ({}); every step runs op by op", e.what());
+  }
 }
 
 void DiffusionEngine::warm_up() {
@@ -99,9 +130,7 @@ void DiffusionEngine::warm_up() {
   const int64_t C = model_config_.canvas_length;
   const int64_t prompt_len = std::min<int64_t>(2 * C, sizing_.max_model_len - C - 1);
   if (prompt_len < 1) return;
-  std::vector<int> buckets;
-  for (int b = 1; b < config_.max_num_seqs; b *= 2) buckets.push_back(b);
-  buckets.push_back(config_.max_num_seqs);
+  const std::vector<int> buckets = engine_batch_buckets(config_.max_num_seqs);
   const int n_last = buckets.back();
   const int64_t profile_len = warm_up_profile_prompt_len(sizing_, C, n_last, prompt_len);
   const bool measure = backend_ && sizing_.step_ceiling_bytes > 0;

@@ -31,6 +31,7 @@ struct EngineSizing {
   // The memory plan's step ceiling (buffers + workspace): with a non-zero value the engine caps the
   // backend's allocator at what it holds once the pool is allocated + this (memory_plan.h).
   uint64_t step_ceiling_bytes = 0;
+  uint64_t graph_pool_bytes = 0;  // the plan's CUDA graph pool (0: no graphs), on top of the step ceiling
   uint64_t runtime_reserve_bytes = 0;  // the plan's allowance outside the allocator (checked by the warm-up)
   uint64_t outside_allocator_bytes = 0;  // device memory in use outside the allocator when the plan was made
 };
@@ -39,6 +40,9 @@ struct EngineSizing {
 // a share of the step budget each, so that together they fill a whole step, within max_model_len and
 // the pool (each also takes its output canvas and a partial page); never below `floor` tokens.
 int64_t warm_up_profile_prompt_len(const EngineSizing& sizing, int64_t canvas_length, int batch, int64_t floor);
+// The batch sizes the warm-up runs and the CUDA graphs are recorded for: 1, 2, 4, ... below
+// max_num_seqs, then max_num_seqs.
+std::vector<int> engine_batch_buckets(int max_num_seqs);
 
 class DiffusionEngine final : public EngineInterface {
  public:
@@ -72,6 +76,7 @@ class DiffusionEngine final : public EngineInterface {
     std::shared_ptr<RequestStream> stream;
   };
   void warm_up();  // one-time start-up costs paid before the first request (CUDA backend)
+  void record_graphs();  // CUDA graphs of the denoising steps (unless --enforce-eager)
   void cap_allocator();  // the memory plan's ceiling on the backend's allocator
   void start();
   void loop();

@@ -35,6 +35,9 @@ struct EngineConfig {
   bool enable_prefix_caching = true;     // on by default, as in vLLM
   bool enable_chunked_prefill = true;
   bool warmup = false;  // engine.cpp warm_up; serve turns it on for the GPU unless --no-warmup
+  // --enforce-eager (vLLM's flag): no CUDA graphs; every step runs op by op. Otherwise, on a backend
+  // with graphs, the engine records one denoising step per batch-size bucket at start-up.
+  bool enforce_eager = false;
   // Debug dumps (`dgemma generate --dump`): called before every engine step with its index; the hook it
   // returns (may be empty) receives every named intermediate of that step's forward pass.
   using DumpHookFn = std::function<void(const std::string& name, const Tensor& t)>;

@@ -101,6 +101,7 @@ MemoryPlanInputs memory_plan_inputs(const EngineConfig& c, int64_t max_len, bool
   in.cpu = cpu;
   in.gpu_memory_utilization = c.gpu_memory_utilization;
   in.kv_cache_memory = c.kv_cache_memory;
+  in.cuda_graphs = !cpu && !c.enforce_eager && c.tensor_parallel_size == 1;
   return in;
 }
 
@@ -180,6 +181,7 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   EngineSizing sz = engine_sizing(plan, max_len);
   if (!in.cpu) {
     sz.step_ceiling_bytes = plan.step_ceiling_bytes;
+    sz.graph_pool_bytes = plan.graph_pool_bytes;
     sz.runtime_reserve_bytes = plan.runtime_reserve_bytes;
     sz.outside_allocator_bytes = outside_allocator;
   }
@@ -187,7 +189,7 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   DG_LOG_INFO("engine",
               "memory plan: {} = weights {:.2f} GiB + runtime reserve {:.2f} GiB + buffers {:.2f} GiB + "
               "workspace {:.2f} GiB (activations {:.2f}, attention splits {:.2f}, sampler {:.3f}, reserve {:.2f}, "
-              "rounding {:.2f}) + KV pool {:.2f} GiB (+ rounding {:.2f}): {} full-attention pages ({} tokens, {} "
+              "rounding {:.2f}) + CUDA graph pool {:.2f} GiB + KV pool {:.2f} GiB (+ rounding {:.2f}): {} full-attention pages ({} tokens, {} "
               "sequences of max_model_len {}) + {} sliding pages of {} tokens; max_num_seqs {}, {} tokens per step "
               "(steps of up to {}); prefix caching {}",
               in.cpu ? fmt::format("{:.2f} GiB (CPU: no device budget)", plan.total_bytes / gib)
@@ -195,7 +197,7 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
               plan.weight_bytes / gib, plan.runtime_reserve_bytes / gib,
               plan.work_bytes_all_seqs / gib, plan.workspace_bytes / gib, plan.activation_bytes / gib,
               plan.attention_split_bytes / gib, plan.sampler_bytes / gib, plan.reserve_bytes / gib,
-              plan.rounding_bytes / gib, plan.pool.bytes / gib, plan.pool_rounding_bytes / gib,
+              plan.rounding_bytes / gib, plan.graph_pool_bytes / gib, plan.pool.bytes / gib, plan.pool_rounding_bytes / gib,
               plan.pool.pages[static_cast<int>(KvGroup::kFull)], plan.pool.full_tokens, plan.full_len_seqs, max_len,
               plan.pool.pages[static_cast<int>(KvGroup::kSliding)], C, c.max_num_seqs, plan.max_num_batched_tokens,
               plan.step_tokens, c.enable_prefix_caching ? "on" : "off");

@@ -86,6 +86,14 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
   p.workspace_bytes = sat_add(sat_add(sat_add(p.activation_bytes, p.attention_split_bytes), sat_add(p.sampler_bytes, p.reserve_bytes)),
                               sat_add(p.rounding_bytes, p.fp8_activation_bytes));
   p.step_ceiling_bytes = sat_add(p.work_bytes_all_seqs, p.workspace_bytes);
+  if (!in.cpu && in.cuda_graphs) {
+    const int64_t graph_tokens = int64_t{in.max_num_seqs} * C;
+    p.graph_pool_bytes =
+        sat_add(sat_add(sat_mul(static_cast<uint64_t>(graph_tokens), p.activation_bytes_per_token),
+                        workspace_bounds::flash_split_bytes(graph_tokens, t.num_attention_heads / tp, head_dim,
+                                                            workspace_bounds::kFlashMaxAutoSplits)),
+                sat_add(p.sampler_bytes, p.rounding_bytes));
+  }
   if (!in.cpu) {
     p.pool_rounding_bytes = 2 * static_cast<uint64_t>(t.num_hidden_layers) * CachingAllocator::kLargeGranule;
     p.runtime_reserve_bytes = kRuntimeReserveBytes + (c.quant.fp8_act_token ? workspace_bounds::kFp8GemmWorkspaceBytes : 0);
@@ -102,7 +110,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
                                                                      static_cast<uint64_t>(in.max_num_seqs))),
                                 sliding_bytes);
   } else {
-    const uint64_t taken = sat_add(sat_add(p.weight_bytes, p.step_ceiling_bytes), sat_add(p.pool_rounding_bytes, p.runtime_reserve_bytes));
+    const uint64_t taken = sat_add(sat_add(sat_add(p.weight_bytes, p.step_ceiling_bytes), p.graph_pool_bytes),
+                                   sat_add(p.pool_rounding_bytes, p.runtime_reserve_bytes));
     p.kv_budget_bytes = p.budget_bytes > taken ? p.budget_bytes - taken : 0;
   }
   p.pool = plan_kv_pool(p.kv, p.kv_budget_bytes, in.max_num_seqs, p.encode_tokens);
@@ -111,7 +120,8 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
                                sat_mul(static_cast<uint64_t>(ring), p.kv.bytes_per_page[sliding]));
   p.full_len_seqs = p.kv.layers[full] > 0 ? p.pool.pages[full] / std::max<int64_t>(seq_pages, 1)
                                           : (ring > 0 ? p.pool.pages[sliding] / ring : 0);
-  p.total_bytes = sat_add(sat_add(sat_add(p.weight_bytes, p.step_ceiling_bytes), sat_add(p.pool_rounding_bytes, p.runtime_reserve_bytes)),
+  p.total_bytes = sat_add(sat_add(sat_add(sat_add(p.weight_bytes, p.step_ceiling_bytes), p.graph_pool_bytes),
+                                  sat_add(p.pool_rounding_bytes, p.runtime_reserve_bytes)),
                           p.pool.bytes);
   p.fits = p.kv.layers[full] > 0 ? p.pool.full_tokens >= 2 * C : p.pool.pages[sliding] > 0;
   return p;

@@ -49,12 +49,13 @@ struct MemoryPlanInputs {
   uint64_t used_bytes = 0;             // device memory in use before the pool (weights, context); 0: the weights counted
   uint64_t kv_cache_memory = 0;        // explicit pool size (--kv-cache-memory); 0: what the budget leaves
   int tensor_parallel_size = 1;        // > 1: the plan of ONE rank (device_bytes / used_bytes / the pool per GPU)
+  bool cuda_graphs = false;            // GPU: denoising steps recorded as CUDA graphs (their memory pool planned)
 };
 
 // GPU budget rule: weights (measured) + runtime reserve + the pool (+ its rounding) + the step
-// ceiling (buffers + workspace) <= budget. The engine sets the allocator's ceiling to what it holds
-// once the pool is allocated (weights + pool) + step_ceiling_bytes, so a step that needs more fails
-// with an out-of-memory error instead of growing past the budget.
+// ceiling (buffers + workspace) + the graph pool <= budget. The engine sets the allocator's ceiling to
+// what it holds once the pool is allocated (weights + pool) + step_ceiling_bytes + graph_pool_bytes, so
+// a step that needs more fails with an out-of-memory error instead of growing past the budget.
 struct MemoryPlan {
   MemoryPlanInputs in;
   int canvas_length = 0;
@@ -75,6 +76,9 @@ struct MemoryPlan {
   uint64_t rounding_bytes = 0;         // kRoundingBlocks allocator granules
   uint64_t workspace_bytes = 0;        // activations + attention splits + sampler + FP8 inputs + reserve + rounding
   uint64_t step_ceiling_bytes = 0;     // work_bytes_all_seqs + workspace_bytes: what steps may hold in the allocator
+  // CUDA graphs: the recorded steps' own memory (the allocator's graph pool), held for good: the
+  // workspace of a step of max_num_seqs canvases (activations, attention splits, sampler, rounding).
+  uint64_t graph_pool_bytes = 0;
   uint64_t pool_rounding_bytes = 0;    // the pool's 2 tensors a layer, each up to one granule over (GPU)
   uint64_t runtime_reserve_bytes = 0;  // kRuntimeReserveBytes (GPU), + the W8A8 GEMM's workspace for FP8-dynamic
   KvGeometry kv;                       // bytes per page of each layer group
@@ -82,7 +86,7 @@ struct MemoryPlan {
   KvPoolPlan pool;                     // pages of each group
   uint64_t kv_bytes_per_seq = 0;       // one sequence of max_model_len: its full pages + its sliding ring
   int64_t full_len_seqs = 0;           // sequences of max_model_len the pool holds at once
-  uint64_t total_bytes = 0;            // weights + runtime reserve + step ceiling + pool + pool rounding
+  uint64_t total_bytes = 0;            // weights + runtime reserve + step ceiling + graph pool + pool + pool rounding
   bool fits = false;                   // the pool holds at least two canvases (one request can run)
 };
 

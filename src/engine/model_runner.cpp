@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+
 #include "backend/decide_rules.h"
 #include "util/counter_rng.h"
 #include "util/error.h"
@@ -22,26 +24,182 @@ DiffusionModelRunner::DeviceState& DiffusionModelRunner::state_of(const Sequence
   d.entropy = be.alloc(ScalarType::kF32, {canvas_});
   d.sample = be.alloc(ScalarType::kI32, {canvas_});
   d.logprob = be.alloc(ScalarType::kF32, {canvas_});
+  d.soft = be.alloc(ScalarType::kBF16, {canvas_, model_.config().text.hidden_size});
   return state_.emplace(seq.id(), std::move(d)).first->second;
+}
+
+DiffusionModelRunner::DeviceState& DiffusionModelRunner::idle_state(int k) {
+  Backend& be = model_.backend();
+  while (static_cast<int>(idle_.size()) <= k) {
+    DeviceState d;
+    d.idle = true;
+    d.canvas = be.alloc(ScalarType::kI32, {canvas_});
+    const std::vector<int32_t> zeros(static_cast<size_t>(canvas_), 0);  // token 0: any valid id does
+    be.from_host(d.canvas, zeros.data());
+    d.prev_argmax = be.alloc(ScalarType::kI32, {canvas_});
+    d.entropy = be.alloc(ScalarType::kF32, {canvas_});
+    d.sample = be.alloc(ScalarType::kI32, {canvas_});
+    d.logprob = be.alloc(ScalarType::kF32, {canvas_});
+    idle_.push_back(std::move(d));
+  }
+  return idle_[static_cast<size_t>(k)];
+}
+
+void DiffusionModelRunner::ensure_step_buffers(int64_t canvases) {
+  Backend& be = model_.backend();
+  const int64_t C = canvas_;
+  if (logits_.empty() || logits_.dim(0) < canvases * C) {
+    DG_CHECK(graphs_.empty());  // recorded steps read the buffers they were recorded with
+    logits_ = Tensor{};  // back to the allocator before the larger one is taken
+    logits_ = be.alloc(ScalarType::kBF16, {canvases * C, model_.logits_columns()});
+  }
+  if (out_.empty() || out_.dim(0) < canvases) {
+    DG_CHECK(graphs_.empty());
+    out_ = be.alloc(ScalarType::kI32, {canvases, 2 + C});
+  }
+}
+
+bool DiffusionModelRunner::graphable(const Step& step) const {
+  if (step.canvases.empty() || step.items.size() != step.canvases.size() || step.pinned || step_dump_) return false;
+  for (const SamplerArgs& a : step.sampling)
+    if (a.filter.active() || a.top_n > 0) return false;
+  return true;
+}
+
+int64_t DiffusionModelRunner::table_room(int b) const {
+  const int64_t pages = (max_context_ + canvas_ - 1) / canvas_ + 1;  // a page per canvas of the context
+  return int64_t{b} * kKvGroups * pages;
+}
+
+DiffusionModelRunner::BlockLayout DiffusionModelRunner::encode_block(const Step& step, ForwardInputs& in) const {
+  const Backend& be = model_.backend();
+  const int n = static_cast<int>(step.canvases.size());
+  auto aligned = [](int64_t w) { return (w + 15) / 16 * 16; };  // 64 bytes: the encoded structs' alignment
+  BlockLayout lay;
+  lay.soft_out_at = aligned(static_cast<int64_t>(in.words.size()));
+  lay.sampler_at = aligned(lay.soft_out_at + 2 * n);
+  lay.decide_at = aligned(lay.sampler_at + static_cast<int64_t>((be.encoded_sampler_bytes(n) + 3) / 4));
+  lay.words = aligned(lay.decide_at + static_cast<int64_t>((be.encoded_decide_bytes(n) + 3) / 4));
+  in.words.resize(static_cast<size_t>(lay.words), 0);
+  for (int i = 0; i < n; ++i) {
+    const DeviceState& d = *step.canvases[static_cast<size_t>(i)];
+    const uint64_t at = d.idle ? 0 : static_cast<uint64_t>(reinterpret_cast<uintptr_t>(d.soft.data));
+    in.words[static_cast<size_t>(lay.soft_out_at + 2 * i)] = static_cast<int32_t>(static_cast<uint32_t>(at));
+    in.words[static_cast<size_t>(lay.soft_out_at + 2 * i + 1)] = static_cast<int32_t>(static_cast<uint32_t>(at >> 32));
+  }
+  if (n > 0) {
+    be.encode_sampler_args(step.sampling, in.words.data() + lay.sampler_at);
+    be.encode_decide_args(step.deciding, in.words.data() + lay.decide_at);
+  }
+  return lay;
+}
+
+void DiffusionModelRunner::execute(Step& step, const ForwardInputs& in, const BlockLayout& lay, const Tensor& block) {
+  model_.forward(step.items, kv_, in, block);
+  const int64_t N = static_cast<int64_t>(step.canvases.size());
+  if (N == 0) return;
+  // All canvases at once: one sampler, one self-conditioning GEMM (its rows scattered to each canvas's
+  // soft buffer), one decide.
+  const int64_t C = canvas_, H = model_.config().text.hidden_size;
+  model_.sampler_batch_encoded(step.sampling, block.rows(lay.sampler_at, lay.decide_at));
+  Backend& be = model_.backend();
+  Tensor soft = be.alloc(ScalarType::kBF16, {N * C, H});
+  model_.soft_embeddings(logits_.rows(0, N * C), soft);  // probs . E * embed_scale
+  be.scatter_blocks(soft, block.rows(lay.soft_out_at, lay.soft_out_at + 2 * N), N, C * H * 2);
+  if (step.pinned)  // pinned positions feed their one-hot token instead of their softmax row
+    for (int64_t i = 0; i < N; ++i) {
+      DeviceState& d = *step.canvases[static_cast<size_t>(i)];
+      if (d.pinned)
+        for (const auto& [b, e] : step.seqs[static_cast<size_t>(i)]->canvas_pins().runs)
+          model_.one_hot_soft_embeddings(d.pin_tokens.rows(b, e), d.soft.rows(b, e));
+    }
+  be.decide_batch_encoded(step.deciding, block.rows(lay.decide_at, lay.words));
+}
+
+std::vector<int> DiffusionModelRunner::enable_graphs(const std::vector<int>& buckets, int64_t max_context) {
+  Backend& be = model_.backend();
+  if (!be.supports_graphs() || buckets.empty()) return {};
+  DG_CHECK(graphs_.empty() && max_context > 0 && std::is_sorted(buckets.begin(), buckets.end()) && buckets.front() >= 1);
+  set_attention_plan_context(max_context);
+  const int largest = buckets.back();
+  ensure_step_buffers(largest);
+  // One idle step of b canvases per bucket, largest first (its memory is what the smaller ones reuse):
+  // run once op by op (kernels load, cuBLAS picks its kernels, the caches fill), then recorded.
+  std::vector<Graph> made;
+  for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
+    const int b = *it;
+    Step step;
+    for (int k = 0; k < b; ++k) {
+      DeviceState& d = idle_state(k);
+      ForwardItem fi;
+      fi.kind = ForwardItem::Kind::kDenoise;
+      fi.kv.cached = 0;
+      fi.plan_cached = max_context_;
+      fi.token_ids = d.canvas;
+      fi.logits = logits_.rows(k * canvas_, (k + 1) * canvas_);
+      step.items.push_back(fi);
+      step.canvases.push_back(&d);
+      step.seqs.push_back(nullptr);
+    }
+    for (int k = 0; k < b; ++k) {
+      DeviceState& d = *step.canvases[static_cast<size_t>(k)];
+      const Tensor row = out_.rows(k, k + 1).reshape({2 + canvas_});
+      d.argmax = borrow_tensor(row.ptr<int32_t>() + 2, ScalarType::kI32, {canvas_}, row.device);
+      SamplerArgs sa;
+      sa.logits = step.items[static_cast<size_t>(k)].logits;
+      sa.softcap = static_cast<float>(model_.config().text.final_logit_softcapping);
+      sa.want_sample = false;
+      sa.entropy = d.entropy;
+      sa.argmax = d.argmax;
+      sa.sample = d.sample;
+      sa.argmax_logprob = d.logprob;
+      step.sampling.push_back(sa);
+      DecideArgs da;
+      da.entropy = d.entropy;
+      da.argmax = d.argmax;
+      da.sample = d.sample;
+      da.greedy = true;
+      da.vocab = vocab_;
+      da.prev_argmax = d.prev_argmax;
+      da.canvas = d.canvas;
+      da.flags = borrow_tensor(row.ptr<int32_t>(), ScalarType::kI32, {2}, row.device);
+      step.deciding.push_back(da);
+    }
+    Graph g;
+    g.canvases = b;
+    g.table_words = table_room(b);
+    ForwardInputs in = model_.encode_inputs(step.items, g.table_words);
+    const BlockLayout lay = encode_block(step, in);
+    g.words = lay.words;
+    if (graph_block_.empty()) graph_block_ = be.alloc(ScalarType::kI32, {lay.words});  // the largest layout
+    DG_CHECK(lay.words <= graph_block_.numel());
+    const Tensor block = graph_block_.rows(0, lay.words);
+    be.from_host(block, in.words.data());
+    execute(step, in, lay, block);
+    be.synchronize();
+    g.graph = be.capture([&] { execute(step, in, lay, block); });
+    if (!g.graph) return {};
+    made.push_back(std::move(g));
+  }
+  std::reverse(made.begin(), made.end());
+  graphs_ = std::move(made);
+  std::vector<int> sizes;
+  for (const Graph& g : graphs_) sizes.push_back(g.canvases);
+  return sizes;
 }
 
 std::vector<DenoiseFlags> DiffusionModelRunner::run(const StepPlan& plan) {
   Backend& be = model_.backend();
   int64_t n_denoise = 0;
   for (const PlannedItem& p : plan.items) n_denoise += p.kind == PlannedItem::Kind::kDenoise ? 1 : 0;
-  // The step's logits: one buffer, canvas i in rows [i C, (i + 1) C) (a rank: its vocabulary slice).
   const int64_t C = canvas_;
-  if (n_denoise > 0 && (logits_.empty() || logits_.dim(0) < n_denoise * C)) {
-    logits_ = Tensor{};  // back to the allocator before the larger one is taken
-    logits_ = be.alloc(ScalarType::kBF16, {n_denoise * C, model_.logits_columns()});
-  }
+  if (n_denoise > 0) ensure_step_buffers(n_denoise);
   // Encode items first, then the denoising canvases (each list in plan order): a sequence's encode
   // item precedes its denoise item either way, and the canvases' logits rows are then adjacent, so
   // the forward gives them one LM-head GEMM.
-  std::vector<ForwardItem> items;
+  Step step;
   std::vector<ForwardItem> denoise_items;
-  std::vector<std::pair<const Sequence*, DeviceState*>> denoising;
-  items.reserve(plan.items.size());
+  step.items.reserve(plan.items.size());
   for (const PlannedItem& p : plan.items) {
     const Sequence& s = *p.seq;
     ForwardItem it;
@@ -50,14 +208,13 @@ std::vector<DenoiseFlags> DiffusionModelRunner::run(const StepPlan& plan) {
       it.kind = ForwardItem::Kind::kEncode;
       it.tokens = std::span<const int32_t>(s.history()).subspan(static_cast<size_t>(p.begin), static_cast<size_t>(p.end - p.begin));
       it.kv.cached = p.begin;
-      items.push_back(it);
+      step.items.push_back(it);
     } else {
       DeviceState& d = state_of(s);
       if (s.step() == 0) {
         const std::vector<int32_t> canvas = s.initial_canvas();
         be.from_host(d.canvas, canvas.data());
         d.have_soft = false;
-        d.soft = Tensor{};  // lets go of the last step's buffer (rows of a step's buffer, shared)
         const CanvasPins& pins = s.canvas_pins();
         d.pinned = !pins.empty();
         if (d.pinned) {
@@ -73,18 +230,21 @@ std::vector<DenoiseFlags> DiffusionModelRunner::run(const StepPlan& plan) {
         d.canvas_in.resize(static_cast<size_t>(canvas_));
         be.to_host(d.canvas, d.canvas_in.data());
       }
-      const int64_t i = static_cast<int64_t>(denoising.size());
+      const int64_t i = static_cast<int64_t>(step.canvases.size());
       it.kind = ForwardItem::Kind::kDenoise;
       it.kv.cached = static_cast<int64_t>(s.history().size());
+      it.plan_cached = max_context_ > 0 ? max_context_ : -1;
       it.soft_embeds = d.have_soft ? d.soft : Tensor{};
       it.logits = logits_.rows(i * C, (i + 1) * C);
       it.token_ids = d.canvas;
       denoise_items.push_back(it);
-      denoising.push_back({&s, &d});
+      step.canvases.push_back(&d);
+      step.seqs.push_back(&s);
+      step.pinned |= d.pinned;
     }
   }
-  items.insert(items.end(), denoise_items.begin(), denoise_items.end());
-  if (items.empty()) return {};
+  step.items.insert(step.items.end(), denoise_items.begin(), denoise_items.end());
+  if (step.items.empty()) return {};
   if (step_dump_) {
     // The hook gets host copies, whatever the backend.
     DumpHook hook = step_dump_(steps_);
@@ -101,47 +261,86 @@ std::vector<DenoiseFlags> DiffusionModelRunner::run(const StepPlan& plan) {
       model_.set_dump_hook(nullptr);
   }
   ++steps_;
-  model_.forward(items, kv_);
-  if (denoising.empty()) return {};
 
-  // All canvases at once: one sampler, one self-conditioning GEMM, one decide, then one read of
-  // every canvas's flags and argmax row. out: canvas i's {flags[2], argmax[C]} at row i.
-  const int64_t N = static_cast<int64_t>(denoising.size()), H = model_.config().text.hidden_size;
-  Tensor out = be.alloc(ScalarType::kI32, {N, 2 + C});
-  Tensor soft = be.alloc(ScalarType::kBF16, {N * C, H});  // the next step's inputs (each canvas keeps its rows)
-  std::vector<SamplerArgs> sampling;
-  std::vector<DecideArgs> deciding;
+  // Each canvas's sampler and decide arguments: its row i of out_ receives {flags[2], argmax[C]}.
+  const int64_t N = static_cast<int64_t>(step.canvases.size());
   for (int64_t i = 0; i < N; ++i) {
-    DeviceState& d = *denoising[static_cast<size_t>(i)].second;
-    const Tensor row = out.rows(i, i + 1).reshape({2 + C});
+    DeviceState& d = *step.canvases[static_cast<size_t>(i)];
+    const Sequence& seq = *step.seqs[static_cast<size_t>(i)];
+    const Tensor row = out_.rows(i, i + 1).reshape({2 + C});
     d.argmax = borrow_tensor(row.ptr<int32_t>() + 2, ScalarType::kI32, {C}, row.device);
-    d.argmax.owner = out.owner;
-    sampling.push_back(sampler_args(*denoising[static_cast<size_t>(i)].first, d, logits_.rows(i * C, (i + 1) * C)));
+    d.argmax.owner = out_.owner;
+    step.sampling.push_back(sampler_args(seq, d, logits_.rows(i * C, (i + 1) * C)));
+    step.deciding.push_back(decide_args(seq, d, borrow_tensor(row.ptr<int32_t>(), ScalarType::kI32, {2}, row.device)));
   }
-  model_.sampler_batch(sampling);  // vocabulary-sharded under tensor parallelism
-  // Self-conditioning signal for the next step: probs . E * embed_scale.
-  const Tensor probs = logits_.rows(0, N * C);
-  model_.soft_embeddings(probs, soft);
-  for (int64_t i = 0; i < N; ++i) {
-    const Sequence& seq = *denoising[static_cast<size_t>(i)].first;
-    DeviceState& d = *denoising[static_cast<size_t>(i)].second;
-    d.soft = soft.rows(i * C, (i + 1) * C);
-    // Pinned positions feed their one-hot token instead of their softmax row.
-    if (d.pinned)
-      for (const auto& [b, e] : seq.canvas_pins().runs)
-        model_.one_hot_soft_embeddings(d.pin_tokens.rows(b, e), d.soft.rows(b, e));
-    d.have_soft = true;
-    const Tensor row = out.rows(i, i + 1).reshape({2 + C});
-    deciding.push_back(decide_args(seq, d, borrow_tensor(row.ptr<int32_t>(), ScalarType::kI32, {2}, row.device)));
+
+  // The smallest recorded batch that holds the step, padded with idle canvases.
+  const Graph* graph = nullptr;
+  if (graphable(step))
+    for (const Graph& g : graphs_)
+      if (g.canvases >= N) {
+        graph = &g;
+        break;
+      }
+  if (graph != nullptr) {
+    for (int64_t k = N; k < graph->canvases; ++k) {
+      // An idle canvas: no cache, greedy, its results land in its own buffers and out_'s spare rows.
+      DeviceState& d = idle_state(static_cast<int>(k));
+      ForwardItem fi;
+      fi.kind = ForwardItem::Kind::kDenoise;
+      fi.plan_cached = max_context_;
+      fi.token_ids = d.canvas;
+      fi.logits = logits_.rows(k * C, (k + 1) * C);
+      step.items.push_back(fi);
+      step.canvases.push_back(&d);
+      step.seqs.push_back(nullptr);
+      const Tensor row = out_.rows(k, k + 1).reshape({2 + C});
+      d.argmax = borrow_tensor(row.ptr<int32_t>() + 2, ScalarType::kI32, {C}, row.device);
+      SamplerArgs sa;
+      sa.logits = fi.logits;
+      sa.softcap = static_cast<float>(model_.config().text.final_logit_softcapping);
+      sa.want_sample = false;
+      sa.entropy = d.entropy;
+      sa.argmax = d.argmax;
+      sa.sample = d.sample;
+      sa.argmax_logprob = d.logprob;
+      step.sampling.push_back(sa);
+      DecideArgs da;
+      da.entropy = d.entropy;
+      da.argmax = d.argmax;
+      da.sample = d.sample;
+      da.greedy = true;
+      da.vocab = vocab_;
+      da.prev_argmax = d.prev_argmax;
+      da.canvas = d.canvas;
+      da.flags = borrow_tensor(row.ptr<int32_t>(), ScalarType::kI32, {2}, row.device);
+      step.deciding.push_back(da);
+    }
+    ForwardInputs in = model_.encode_inputs(step.items, graph->table_words);
+    const BlockLayout lay = encode_block(step, in);
+    DG_CHECK(lay.words == graph->words);  // the layout recorded
+    be.from_host(graph_block_.rows(0, lay.words), in.words.data());
+    graph->graph->replay();
+    ++graph_steps_;
+  } else {
+    ForwardInputs in = model_.encode_inputs(step.items);
+    const BlockLayout lay = encode_block(step, in);
+    Tensor block = be.alloc(ScalarType::kI32, {lay.words});
+    be.from_host(block, in.words.data());
+    execute(step, in, lay, block);
+    ++eager_steps_;
   }
-  be.decide_batch(deciding);
-  std::vector<int32_t> values(static_cast<size_t>(out.numel()));
-  be.to_host(out, values.data());
-  std::vector<DenoiseFlags> flags(denoising.size());
-  for (size_t i = 0; i < denoising.size(); ++i) {
+  for (int64_t i = 0; i < N; ++i) step.canvases[static_cast<size_t>(i)]->have_soft = true;
+  if (N == 0) return {};
+
+  // One read of every canvas's flags and argmax row.
+  std::vector<int32_t> values(static_cast<size_t>(N * (2 + C)));
+  be.to_host(out_.rows(0, N), values.data());
+  std::vector<DenoiseFlags> flags(static_cast<size_t>(N));
+  for (size_t i = 0; i < flags.size(); ++i) {
     const int32_t* r = values.data() + i * static_cast<size_t>(2 + C);
     flags[i] = {r[0] != 0, r[1] != 0};
-    denoising[i].second->argmax_host.assign(r + 2, r + 2 + C);
+    step.canvases[i]->argmax_host.assign(r + 2, r + 2 + C);
   }
   return flags;
 }

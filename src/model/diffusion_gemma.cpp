@@ -47,24 +47,121 @@ DiffusionGemma::DiffusionGemma(ModelConfig config, ModelWeights weights, Backend
   inv_freq_full_ = upload_freq(t.rope_full, full_dim);
 }
 
-Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, int64_t total) {
+namespace {
+
+// Appends a u64 to an i32 word block (two words, low first: the little-endian u64 the device reads).
+void put_u64(std::vector<int32_t>& words, int64_t at, uint64_t v) {
+  words[static_cast<size_t>(at)] = static_cast<int32_t>(static_cast<uint32_t>(v));
+  words[static_cast<size_t>(at) + 1] = static_cast<int32_t>(static_cast<uint32_t>(v >> 32));
+}
+
+uint64_t address_of(const Tensor& t) { return t.empty() ? 0 : static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t.data)); }
+
+}  // namespace
+
+ForwardInputs DiffusionGemma::encode_inputs(std::span<const ForwardItem> items, int64_t table_words) const {
+  const TextConfig& t = config_.text;
+  ForwardInputs in;
+  int64_t entries = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ForwardItem& it = items[i];
+    DG_CHECK(it.length() > 0 && (it.token_ids.empty() || it.tokens.empty()) && it.kv.cached >= 0);
+    DG_CHECK(it.token_ids.empty() || (it.token_ids.type == ScalarType::kI32 && it.token_ids.device == backend_.device()));
+    if (it.kind == ForwardItem::Kind::kDenoise) {
+      DG_CHECK(!it.logits.empty() && it.logits.dim(0) == it.length() && it.logits.dim(1) == logits_columns());
+      DG_CHECK(in.denoise.empty() || it.length() == items[static_cast<size_t>(in.denoise.front())].length());
+      DG_CHECK(it.soft_embeds.empty() || (it.soft_embeds.type == ScalarType::kBF16 && it.soft_embeds.device == backend_.device() &&
+                                          it.soft_embeds.numel() == it.length() * t.hidden_size));
+      in.denoise.push_back(static_cast<int64_t>(i));
+    } else {
+      DG_CHECK(in.denoise.empty());  // encode items first, then the denoise items
+    }
+    for (const auto& tb : it.kv.tables) entries += static_cast<int64_t>(tb.size());
+    in.offsets.push_back(in.total);
+    in.total += it.length();
+  }
+  in.offsets.push_back(in.total);
+  DG_CHECK(in.total <= INT32_MAX);
+  DG_CHECK(table_words == 0 || table_words >= entries);
+  in.table_words = std::max<int64_t>(table_words > 0 ? table_words : entries, 1);
+  const int64_t n = static_cast<int64_t>(items.size()), item_words = n * kAttentionItemFields;
+  // Layout: ids, positions, tables, both groups' items, then the u64 address tables (8-byte aligned).
+  in.ids_at = 0;
+  in.positions_at = in.total;
+  in.tables_at = 2 * in.total;
+  in.items_at[0] = in.tables_at + in.table_words;
+  in.items_at[1] = in.items_at[0] + item_words;
+  const int64_t nd = static_cast<int64_t>(in.denoise.size());
+  in.canvas_table_at = (in.items_at[1] + item_words + 1) / 2 * 2;
+  in.soft_table_at = in.canvas_table_at + 2 * nd;
+  in.words.assign(static_cast<size_t>(in.soft_table_at + 2 * nd), 0);
+  int32_t* w = in.words.data();
+
+  // Token ids (device canvases are gathered over theirs later) and absolute positions: an item's
+  // tokens start right after what its sequence has in the cache.
+  std::vector<std::array<std::pair<int64_t, int64_t>, kKvGroups>> ranges(items.size());
+  int64_t at = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ForwardItem& it = items[i];
+    const int64_t o = in.offsets[i];
+    std::copy(it.tokens.begin(), it.tokens.end(), w + in.ids_at + o);
+    for (int64_t j = 0; j < it.length(); ++j) w[in.positions_at + o + j] = static_cast<int32_t>(it.kv.cached + j);
+    for (int g = 0; g < kKvGroups; ++g) {
+      const auto& tb = it.kv.tables[g];
+      std::copy(tb.begin(), tb.end(), w + in.tables_at + at);
+      ranges[i][g] = {at, at + static_cast<int64_t>(tb.size())};
+      at += static_cast<int64_t>(tb.size());
+    }
+  }
+  // Both KV groups' attention items; the launch plans see plan_cached where it is larger.
+  for (int g = 0; g < kKvGroups; ++g) {
+    const bool sliding = g == static_cast<int>(KvGroup::kSliding);
+    in.plan_items[g].reserve(items.size());
+    in.host_items[g].reserve(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      const ForwardItem& it = items[i];
+      // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
+      auto visible_of = [&](int64_t cached) { return sliding ? std::min<int64_t>(cached, sliding_keep(config_)) : cached; };
+      const int64_t cached = it.kv.cached, visible = visible_of(cached);
+      DG_CHECK(visible == 0 || ranges[i][g].second > ranges[i][g].first);
+      DG_CHECK(cached <= INT32_MAX && it.plan_cached <= INT32_MAX);
+      AttentionItem a;
+      a.q_first = static_cast<int32_t>(in.offsets[i]);
+      a.q_len = static_cast<int32_t>(in.offsets[i + 1] - in.offsets[i]);
+      a.cache_first = static_cast<int32_t>(cached - visible);
+      a.cache_len = static_cast<int32_t>(visible);
+      a.table_first = static_cast<int32_t>(ranges[i][g].first);
+      a.table_len = static_cast<int32_t>(ranges[i][g].second - ranges[i][g].first);
+      a.causal = it.kind == ForwardItem::Kind::kEncode ? 1 : 0;
+      a.window = (a.causal && sliding) ? t.sliding_window : 0;
+      std::copy_n(reinterpret_cast<const int32_t*>(&a), kAttentionItemFields, w + in.items_at[g] + i * kAttentionItemFields);
+      in.host_items[g].push_back(a);
+      if (it.plan_cached > cached) a.cache_len = static_cast<int32_t>(visible_of(it.plan_cached));
+      in.plan_items[g].push_back(a);
+    }
+  }
+  for (int64_t k = 0; k < nd; ++k) {
+    const ForwardItem& it = items[static_cast<size_t>(in.denoise[static_cast<size_t>(k)])];
+    // The device copies them in 16-byte words (Backend::gather_blocks).
+    DG_CHECK(address_of(it.token_ids) % 16 == 0 && address_of(it.soft_embeds) % 16 == 0);
+    put_u64(in.words, in.canvas_table_at + 2 * k, address_of(it.token_ids));
+    put_u64(in.words, in.soft_table_at + 2 * k, address_of(it.soft_embeds));
+  }
+  return in;
+}
+
+Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& block) {
   const int64_t H = config_.text.hidden_size;
-  const float eps = static_cast<float>(config_.text.rms_norm_eps);
-  Tensor ids_host = host_tensor(ScalarType::kI32, {total});
-  int64_t off = 0;
-  for (const auto& it : items) {
-    std::copy(it.tokens.begin(), it.tokens.end(), ids_host.ptr<int32_t>() + off);
-    off += it.length();
+  Tensor ids = block.rows(in.ids_at, in.ids_at + in.total);
+  // Device-resident tokens (the denoising canvases) are gathered over their rows of the block.
+  const int64_t nd = static_cast<int64_t>(in.denoise.size());
+  if (nd > 0) {
+    const int64_t first = in.offsets[static_cast<size_t>(in.denoise.front())];
+    const int64_t C = items[static_cast<size_t>(in.denoise.front())].length();
+    backend_.gather_blocks(block.rows(in.canvas_table_at, in.canvas_table_at + 2 * nd), nd, C * 4,
+                           ids.rows(first, in.total), /*zero_missing=*/false);
   }
-  Tensor ids = backend_.alloc(ScalarType::kI32, {total});
-  backend_.from_host(ids, ids_host.data);
-  // Device-resident tokens (the denoising canvases) are copied in on the device.
-  off = 0;
-  for (const auto& it : items) {
-    if (!it.token_ids.empty()) backend_.copy(ids.rows(off, off + it.length()), it.token_ids);
-    off += it.length();
-  }
-  Tensor x = backend_.alloc(ScalarType::kBF16, {total, H});
+  Tensor x = backend_.alloc(ScalarType::kBF16, {in.total, H});
   if (sharded()) {
     // Each id's row lives on one rank; the others add -0 (exact).
     backend_.embed_shard(ids, weights_.embed, tp_.plan.split(config_.text.vocab_size).begin, config_.text.vocab_size,
@@ -73,118 +170,85 @@ Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, int64_t total)
   } else {
     backend_.embed(ids, weights_.embed, embed_scale_, x);
   }
-
-  // Decoder inputs: x0 = rmsnorm0(E[c]*scale + SC-MLP(pre_norm(soft))), SC = 0 at the first step.
-  off = 0;
-  for (auto& it : items) {
-    const int64_t n = it.length();
-    if (it.kind == ForwardItem::Kind::kDenoise) {
-      Tensor e = x.rows(off, off + n);
-      if (!it.soft_embeds.empty()) {
-        Tensor u = backend_.alloc(ScalarType::kBF16, {n, H});
-        backend_.rmsnorm(it.soft_embeds, &weights_.sc_pre_norm, eps, u);
-        Tensor sc = backend_.alloc(ScalarType::kBF16, {n, H});
-        gated_mlp(u, weights_.sc_gate_up, weights_.sc_gate, weights_.sc_up, weights_.sc_down, sc);
-        dump("sc.mlp_out", sc);
-        backend_.add(e, sc, e);
-      }
-      backend_.rmsnorm(e, nullptr, eps, e);
-      dump("decoder.input", e);
-    }
-    off += n;
-  }
+  decoder_inputs(items, in, block, x);
   return x;
 }
 
+void DiffusionGemma::decoder_inputs(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& block,
+                                    const Tensor& x) {
+  // Decoder inputs: x0 = rmsnorm0(E[c]*scale + SC-MLP(pre_norm(soft))), every denoise row at once (the
+  // ops are row-wise). A canvas's first step has no soft embeddings: its rows read zeros, whose SC-MLP
+  // output is exactly +0 (rmsnorm of zeros is 0, the gated MLP of 0 is 0), so its x0 is
+  // rmsnorm0(E[c]*scale) as the reference's, but for the sign of a zero (-0 + +0 = +0), which no later
+  // op tells apart.
+  const int64_t nd = static_cast<int64_t>(in.denoise.size());
+  if (nd == 0) return;
+  const int64_t H = config_.text.hidden_size;
+  const float eps = static_cast<float>(config_.text.rms_norm_eps);
+  const int64_t b = in.offsets[static_cast<size_t>(in.denoise.front())];
+  const int64_t C = items[static_cast<size_t>(in.denoise.front())].length();
+  Tensor e = x.rows(b, in.total);
+  Tensor soft = backend_.alloc(ScalarType::kBF16, {nd * C, H});
+  backend_.gather_blocks(block.rows(in.soft_table_at, in.soft_table_at + 2 * nd), nd, C * H * 2, soft,
+                         /*zero_missing=*/true);
+  Tensor u = backend_.alloc(ScalarType::kBF16, {nd * C, H});
+  backend_.rmsnorm(soft, &weights_.sc_pre_norm, eps, u);
+  Tensor sc = backend_.alloc(ScalarType::kBF16, {nd * C, H});
+  gated_mlp(u, weights_.sc_gate_up, weights_.sc_gate, weights_.sc_up, weights_.sc_down, sc);
+  for (int64_t k = 0; k < nd; ++k)
+    if (!items[static_cast<size_t>(in.denoise[static_cast<size_t>(k)])].soft_embeds.empty())
+      dump("sc.mlp_out", sc.rows(k * C, (k + 1) * C));
+  backend_.add(e, sc, e);
+  backend_.rmsnorm(e, nullptr, eps, e);
+  for (int64_t k = 0; k < nd; ++k) dump("decoder.input", e.rows(k * C, (k + 1) * C));
+}
+
 void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) {
+  const ForwardInputs in = encode_inputs(items);
+  Tensor block = backend_.alloc(ScalarType::kI32, {static_cast<int64_t>(in.words.size())});
+  backend_.from_host(block, in.words.data());
+  forward(items, kv, in, block);
+}
+
+void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv, const ForwardInputs& in,
+                             const Tensor& block) {
   const TextConfig& t = config_.text;
   DG_CHECK(kv.layers.size() == static_cast<size_t>(t.num_hidden_layers) && kv.page_size > 0);
-  std::vector<int64_t> offsets;
-  int64_t total = 0, table_entries = 0;
-  for (auto& it : items) {
-    DG_CHECK(it.length() > 0 && (it.token_ids.empty() || it.tokens.empty()) && it.kv.cached >= 0);
-    DG_CHECK(it.token_ids.empty() || (it.token_ids.type == ScalarType::kI32 && it.token_ids.device == backend_.device()));
-    if (it.kind == ForwardItem::Kind::kEncode) {
-      // The tables must cover the positions written.
-      const int64_t last_page = (it.kv.cached + it.length() - 1) / kv.page_size;
-      for (int g = 0; g < kKvGroups; ++g)
-        DG_CHECK(it.kv.tables[g].empty() || static_cast<int64_t>(it.kv.tables[g].size()) > last_page);
-    } else {
-      DG_CHECK(!it.logits.empty() && it.logits.dim(0) == it.length() && it.logits.dim(1) == logits_columns());
-    }
-    for (const auto& tb : it.kv.tables) table_entries += static_cast<int64_t>(tb.size());
-    offsets.push_back(total);
-    total += it.length();
+  DG_CHECK(in.offsets.size() == items.size() + 1 && block.type == ScalarType::kI32 &&
+           block.numel() >= static_cast<int64_t>(in.words.size()));
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ForwardItem& it = items[i];
+    if (it.kind != ForwardItem::Kind::kEncode) continue;
+    // The tables must cover the positions written.
+    const int64_t last_page = (it.kv.cached + it.length() - 1) / kv.page_size;
+    for (int g = 0; g < kKvGroups; ++g)
+      DG_CHECK(it.kv.tables[g].empty() || static_cast<int64_t>(it.kv.tables[g].size()) > last_page);
   }
-  offsets.push_back(total);
-  if (total == 0) return;
+  if (in.total == 0) return;
+  const Tensor positions = block.rows(in.positions_at, in.positions_at + in.total);
 
-  // Absolute positions: an item's tokens start right after what its sequence has in the cache.
-  Tensor pos_host = host_tensor(ScalarType::kI32, {total});
-  for (size_t i = 0; i < items.size(); ++i)
-    for (int64_t j = 0; j < offsets[i + 1] - offsets[i]; ++j)
-      pos_host.ptr<int32_t>()[offsets[i] + j] = static_cast<int32_t>(items[i].kv.cached + j);
-  Tensor positions = backend_.alloc(ScalarType::kI32, {total});
-  backend_.from_host(positions, pos_host.data);
-
-  // Every item's page tables and both KV groups' attention items (AttentionBatchArgs) go up in one
-  // copy; each item's kv_write reads its own table rows, each layer's attention its group's items.
+  // Each encode item's kv_write reads its own table rows, each layer's attention its group's items.
   std::vector<std::array<Tensor, kKvGroups>> tables(items.size());
   std::array<GroupAttention, kKvGroups> attention;
-  {
-    const int64_t item_words = static_cast<int64_t>(items.size()) * kAttentionItemFields;
-    const int64_t words = std::max<int64_t>(table_entries, 1) + kKvGroups * item_words;
-    Tensor host = host_tensor(ScalarType::kI32, {words});
-    Tensor dev = backend_.alloc(ScalarType::kI32, {words});
-    int64_t off = 0;
-    std::vector<std::array<std::pair<int64_t, int64_t>, kKvGroups>> ranges(items.size());
-    for (size_t i = 0; i < items.size(); ++i)
-      for (int g = 0; g < kKvGroups; ++g) {
-        const auto& tb = items[i].kv.tables[g];
-        std::copy(tb.begin(), tb.end(), host.ptr<int32_t>() + off);
-        ranges[i][g] = {off, off + static_cast<int64_t>(tb.size())};
-        off += static_cast<int64_t>(tb.size());
-      }
-    const int64_t items_at = std::max<int64_t>(table_entries, 1);
-    for (int g = 0; g < kKvGroups; ++g) {
-      GroupAttention& ga = attention[g];
-      const bool sliding = g == static_cast<int>(KvGroup::kSliding);
-      for (size_t i = 0; i < items.size(); ++i) {
-        const ForwardItem& it = items[i];
-        // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
-        const int64_t cached = it.kv.cached;
-        const int64_t visible = sliding ? std::min<int64_t>(cached, sliding_keep(config_)) : cached;
-        DG_CHECK(visible == 0 || ranges[i][g].second > ranges[i][g].first);
-        DG_CHECK(offsets[i + 1] <= INT32_MAX && cached <= INT32_MAX);
-        AttentionItem a;
-        a.q_first = static_cast<int32_t>(offsets[i]);
-        a.q_len = static_cast<int32_t>(offsets[i + 1] - offsets[i]);
-        a.cache_first = static_cast<int32_t>(cached - visible);
-        a.cache_len = static_cast<int32_t>(visible);
-        a.table_first = static_cast<int32_t>(ranges[i][g].first);
-        a.table_len = static_cast<int32_t>(ranges[i][g].second - ranges[i][g].first);
-        a.causal = it.kind == ForwardItem::Kind::kEncode ? 1 : 0;
-        a.window = (a.causal && sliding) ? t.sliding_window : 0;
-        ga.host.push_back(a);
-      }
-      std::copy_n(reinterpret_cast<const int32_t*>(ga.host.data()), item_words,
-                  host.ptr<int32_t>() + items_at + g * item_words);
-    }
-    backend_.from_host(dev, host.data);
-    for (size_t i = 0; i < items.size(); ++i)
-      for (int g = 0; g < kKvGroups; ++g)
-        if (ranges[i][g].second > ranges[i][g].first) tables[i][g] = dev.rows(ranges[i][g].first, ranges[i][g].second);
-    for (int g = 0; g < kKvGroups; ++g) {
-      attention[g].tables = dev.rows(0, items_at);
-      attention[g].items = dev.rows(items_at + g * item_words, items_at + (g + 1) * item_words);
+  for (int g = 0; g < kKvGroups; ++g) {
+    attention[g].tables = block.rows(in.tables_at, in.tables_at + in.table_words);
+    attention[g].items =
+        block.rows(in.items_at[g], in.items_at[g] + static_cast<int64_t>(items.size()) * kAttentionItemFields);
+    attention[g].host = in.host_items[g];
+    attention[g].plan = in.plan_items[g];
+    for (size_t i = 0; i < items.size(); ++i) {
+      const AttentionItem& a = in.host_items[g][i];
+      if (a.table_len > 0)
+        tables[i][g] = block.rows(in.tables_at + a.table_first, in.tables_at + a.table_first + a.table_len);
     }
   }
 
-  Tensor x = embed_inputs(items, total);
+  Tensor x = embed_inputs(items, in, block);
   Tensor normed;  // each layer's attention input norm, computed by the layer before it
-  for (int li = 0; li < t.num_hidden_layers; ++li) layer(li, items, offsets, positions, kv, tables, attention, x, normed);
+  for (int li = 0; li < t.num_hidden_layers; ++li)
+    layer(li, items, in.offsets, positions, kv, tables, attention, x, normed);
 
-  lm_head(items, offsets, x);
+  lm_head(items, in.offsets, x);
 }
 
 void DiffusionGemma::lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& x) {
@@ -327,6 +391,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     args.v_new = v;
     args.items = ga.items;
     args.host_items = ga.host;
+    args.plan_items = ga.plan;
     args.out = attn;
     backend_.attention_batch(args);
   }
@@ -486,6 +551,13 @@ void DiffusionGemma::sampler_batch(std::span<SamplerArgs> canvases) {
       a.collective = tp_.collective;
     }
   backend_.sampler_batch(canvases);
+}
+
+void DiffusionGemma::sampler_batch_encoded(std::span<SamplerArgs> canvases, const Tensor& encoded) {
+  if (!sharded()) return backend_.sampler_batch_encoded(canvases, encoded);
+  // The vocabulary-sharded sampler reads its host arguments (only the CPU backend has one).
+  DG_CHECK(backend_.encoded_sampler_bytes(static_cast<int>(canvases.size())) == 0);
+  sampler_batch(canvases);
 }
 
 void DiffusionGemma::soft_embeddings(const Tensor& probs, const Tensor& out) {

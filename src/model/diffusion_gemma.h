@@ -30,8 +30,31 @@ struct ForwardItem {
   Tensor logits;       // kDenoise: output [C, V] bf16 LM-head logits before the soft-cap (a rank: [C, V / N]);
                        // consecutive denoise items whose logits are adjacent rows of one buffer get one GEMM
   Tensor token_ids;    // i32 [n] on the backend's device, read instead of `tokens` when set
+  // The cache length the attention launch plans assume when larger than kv.cached (a recorded step,
+  // replayed later over longer caches, plans for the longest: AttentionBatchArgs::host_items); -1: kv.cached.
+  int64_t plan_cached = -1;
 
   int64_t length() const { return token_ids.empty() ? static_cast<int64_t>(tokens.size()) : token_ids.numel(); }
+};
+
+// A forward pass's small inputs as one block of i32 words, built on the host before anything runs and
+// sent up in one copy (the runner appends its own parts to `words` and sends the whole block): encode
+// items' token ids, every token's position, both KV groups' page tables and attention items, and the
+// device addresses of the denoise items' canvases (token_ids) and self-conditioning inputs
+// (soft_embeds), which the forward gathers on the device. A forward reads nothing else from the host,
+// so a recorded forward (Backend::capture) replays with another block of the same layout: the layout
+// depends only on the items' kinds and lengths and on the tables' reserved room (encode_inputs).
+struct ForwardInputs {
+  std::vector<int32_t> words;
+  int64_t total = 0;                     // tokens of all items
+  std::vector<int64_t> offsets;          // item i: rows [offsets[i], offsets[i + 1]); offsets[N] = total
+  int64_t ids_at = 0, positions_at = 0;  // [total] each
+  int64_t tables_at = 0, table_words = 0;  // both groups' page tables, table_words reserved
+  std::array<int64_t, kKvGroups> items_at{};  // [N * kAttentionItemFields] per group
+  std::array<std::vector<AttentionItem>, kKvGroups> host_items;  // the items as the block holds them
+  std::array<std::vector<AttentionItem>, kKvGroups> plan_items;  // as the launch plans see them (plan_cached)
+  std::vector<int64_t> denoise;          // indices of the denoise items, in item order
+  int64_t canvas_table_at = 0, soft_table_at = 0;  // one u64 address (2 words) per denoise item; 0: none
 };
 
 // Receives every named intermediate of a forward pass (debug dumps, golden tests).
@@ -55,6 +78,11 @@ class DiffusionGemma {
   // attention reads the caches, so a denoise item placed after an encode item of its sequence sees its
   // K/V; denoise items fill logits.
   void forward(std::span<ForwardItem> items, const KvStorage& kv);
+  // The same in two parts: the inputs block on the host (table_words: room for the page tables, at
+  // least what the items' tables take; 0: exactly that), then the forward over `block`, an i32 device
+  // tensor holding in.words (the caller sent it up).
+  ForwardInputs encode_inputs(std::span<const ForwardItem> items, int64_t table_words = 0) const;
+  void forward(std::span<ForwardItem> items, const KvStorage& kv, const ForwardInputs& in, const Tensor& block);
 
   // Self-conditioning input for the next step from this step's bf16 probabilities [C, V] (a rank: its
   // columns): out[C, H] = bf16(bf16(probs . E) * embed_scale), the full result on every rank.
@@ -63,6 +91,8 @@ class DiffusionGemma {
   // sampler_batch: all denoising canvases of a step at once (each as sampler of it).
   void sampler(SamplerArgs args);
   void sampler_batch(std::span<SamplerArgs> canvases);
+  // The same reading the arguments the backend encoded (Backend::sampler_batch_encoded).
+  void sampler_batch_encoded(std::span<SamplerArgs> canvases, const Tensor& encoded);
   // Columns of the logits forward writes: the vocabulary, or this rank's slice of it.
   int64_t logits_columns() const { return config_.text.vocab_size / tp_.plan.size; }
   const TensorParallelRank& tensor_parallel() const { return tp_; }
@@ -84,7 +114,11 @@ class DiffusionGemma {
   void dump(const std::string& name, const Tensor& t) const {
     if (dump_) dump_(name, t);
   }
-  Tensor embed_inputs(std::span<ForwardItem> items, int64_t total);
+  Tensor embed_inputs(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& block);
+  // The denoise items' rows of x (the last rows: the items follow the encode items, each C long): their
+  // self-conditioning inputs gathered (zeros where an item has none), the SC-MLP added, then the
+  // decoder input norm.
+  void decoder_inputs(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& block, const Tensor& x);
   bool sharded() const { return tp_.collective != nullptr && tp_.plan.sharded(); }
   // out[T, N] = x . w^T for w split on its output rows across the ranks: the rank's rows, gathered.
   void linear_gathered(const Tensor& x, const Weight& w, const Tensor& out);
@@ -96,7 +130,8 @@ class DiffusionGemma {
   // forward together with the page tables, read by every layer of the group.
   struct GroupAttention {
     Tensor tables, items;                 // device: all page tables; [N * kAttentionItemFields] i32
-    std::vector<AttentionItem> host;      // the same items on the host
+    std::span<const AttentionItem> host;  // the items on the host
+    std::span<const AttentionItem> plan;  // as the launch plans see them
   };
   void lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& x);
   // x: the residual stream, updated in place. normed: the layer's attention input norm when the

@@ -5,6 +5,7 @@ namespace dgemma::gpu_test {
 std::vector<Case> op_cases();     // gpu_check_ops.cpp
 std::vector<Case> model_cases();  // gpu_check_model.cpp
 std::vector<Case> trajectory_cases();  // gpu_check_trajectory.cpp
+std::vector<Case> graph_cases();       // gpu_check_graphs.cpp
 std::vector<Case> fused_attention_cases();  // gpu_check_fused_attention.cpp
 std::vector<Case> flash_attention_cases();  // gpu_check_flash_attention.cpp
 std::vector<Case> grouped_moe_cases();      // gpu_check_grouped_moe.cpp
@@ -35,6 +36,7 @@ std::vector<Case> all_cases() {
   for (auto& c : quant_wgmma_cases()) all.push_back(std::move(c));
   for (auto& c : model_cases()) all.push_back(std::move(c));
   for (auto& c : trajectory_cases()) all.push_back(std::move(c));
+  for (auto& c : graph_cases()) all.push_back(std::move(c));
   for (auto& c : nccl_cases()) all.push_back(std::move(c));
   // Last: the W8A8 paths, the newest kernels (a sticky CUDA error there would fail every later check).
   for (auto& c : w8a8_cases()) all.push_back(std::move(c));

@@ -209,17 +209,24 @@ bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
   DG_CHECK(a.items.numel() == N * kAttentionItemFields);
   if (N == 0 || T == 0) return true;
   // Every item's ranges are checked here, on the host copy (the kernel trusts the device rows).
-  bool any_cache = false;
+  // The pool goes to the kernel whenever there is one, whatever these items' caches: a recorded launch
+  // replays over other items.
+  const bool any_cache = !a.k_pages.empty() && !a.page_tables.empty();
   const int64_t P = a.k_pages.ndim == 4 ? a.k_pages.dim(2) : 0;
   for (const AttentionItem& it : a.host_items) {
     DG_CHECK(it.q_first >= 0 && it.q_len >= 0 && it.q_first + int64_t{it.q_len} <= T);
     DG_CHECK(it.cache_first >= 0 && it.cache_len >= 0 && it.window >= 0 && (it.causal == 0 || it.causal == 1));
     if (it.cache_len == 0) continue;
-    any_cache = true;
     DG_CHECK(P > 0 && it.table_first >= 0 && it.table_len > 0 &&
              it.table_first + int64_t{it.table_len} <= a.page_tables.numel() &&
              (it.cache_first + int64_t{it.cache_len} - 1) / P < it.table_len);
   }
+  const std::span<const AttentionItem> planned = a.plan_items.empty() ? a.host_items : a.plan_items;
+  DG_CHECK(planned.size() == a.host_items.size());
+  for (size_t i = 0; i < planned.size(); ++i)
+    DG_CHECK(planned[i].q_first == a.host_items[i].q_first && planned[i].q_len == a.host_items[i].q_len &&
+             planned[i].cache_len >= a.host_items[i].cache_len && planned[i].causal == a.host_items[i].causal &&
+             planned[i].window == a.host_items[i].window);
   if (any_cache) {
     need_type(a.k_pages, ScalarType::kBF16, op, "k_pages");
     need_type(a.v_pages, ScalarType::kBF16, op, "v_pages");
@@ -229,7 +236,7 @@ bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
   }
   if (!aligned16(a.q.data) || !aligned16(a.k_new.data) || !aligned16(a.v_new.data) || !aligned16(a.out.data))
     return false;
-  const auto* host_items = reinterpret_cast<const int32_t*>(a.host_items.data());
+  const auto* host_items = reinterpret_cast<const int32_t*>(planned.data());
   const FlashAttentionPlan plan = plan_flash_attention(T, Hq, Hkv, D, host_items, static_cast<int>(N), ctx.device);
   if (plan.splits <= 0) return false;  // another head dim: the per-item path
   Tensor ws;

@@ -26,8 +26,10 @@
 #include <cstring>
 #include <string_view>
 
+#include "backend/cuda/block_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/decide.cuh"
 #include "backend/cuda/elementwise.cuh"
@@ -619,7 +621,10 @@ class CudaBackend final : public Backend {
 
   void attention_batch(const AttentionBatchArgs& a) override {
     activate();
-    if (!cuda::attention_batch(ctx_, a)) Backend::attention_batch(a);
+    if (cuda::attention_batch(ctx_, a)) return;
+    // The per-item path launches by the host's item table: a recording would replay these items' shapes.
+    if (ctx_.capturing()) fail(ErrorKind::kUnsupported, "attention_batch: no one-launch kernel for this shape to record");
+    Backend::attention_batch(a);
   }
 
   void moe(const MoeArgs& a) override {
@@ -641,6 +646,55 @@ class CudaBackend final : public Backend {
   }
 
   void decide(const DecideArgs& a) override { decide_batch(std::span<const DecideArgs>(&a, 1)); }
+
+  // ---- a step's arguments in device memory, graphs ----
+  size_t encoded_sampler_bytes(int canvases) const override { return cuda::encoded_sampler_bytes(canvases); }
+  size_t encoded_decide_bytes(int canvases) const override {
+    return static_cast<size_t>((canvases + kMaxDecideBatch - 1) / kMaxDecideBatch) * sizeof(DecideBatch);
+  }
+  void encode_sampler_args(std::span<const SamplerArgs> canvases, void* host) const override {
+    cuda::encode_sampler_args(canvases, host);
+  }
+  void encode_decide_args(std::span<const DecideArgs> canvases, void* host) const override {
+    const std::vector<DecideBatch> groups = decide_batches(canvases);
+    std::memcpy(host, groups.data(), groups.size() * sizeof(DecideBatch));
+  }
+  void sampler_batch_encoded(std::span<const SamplerArgs> canvases, const Tensor& encoded) override {
+    activate();
+    if (canvases.empty()) return;
+    need_cuda(encoded, "sampler_batch_encoded", "encoded");
+    DG_CHECK(encoded.nbytes() >= encoded_sampler_bytes(static_cast<int>(canvases.size())) &&
+             reinterpret_cast<uintptr_t>(encoded.data) % alignof(SamplerBatch) == 0);
+    cuda::sampler_batch(ctx_, canvases, static_cast<const SamplerBatch*>(encoded.data));
+  }
+  void decide_batch_encoded(std::span<const DecideArgs> canvases, const Tensor& encoded) override {
+    if (canvases.empty()) return;
+    need_cuda(encoded, "decide_batch_encoded", "encoded");
+    DG_CHECK(encoded.nbytes() >= encoded_decide_bytes(static_cast<int>(canvases.size())) &&
+             reinterpret_cast<uintptr_t>(encoded.data) % alignof(DecideBatch) == 0);
+    decide_groups(canvases, static_cast<const DecideBatch*>(encoded.data));
+  }
+  void gather_blocks(const Tensor& table, int64_t n, int64_t block_bytes, const Tensor& dst, bool zero_missing) override {
+    activate();
+    need_cuda(table, "gather_blocks", "table");
+    need_cuda(dst, "gather_blocks", "dst");
+    DG_CHECK(n >= 0 && block_bytes >= 0 && table.nbytes() >= static_cast<size_t>(n) * 8 &&
+             dst.nbytes() >= static_cast<size_t>(n * block_bytes) && reinterpret_cast<uintptr_t>(table.data) % 8 == 0);
+    launch_gather_blocks(static_cast<const uint64_t*>(table.data), n, block_bytes, dst.data, zero_missing, ctx_.stream);
+  }
+  void scatter_blocks(const Tensor& src, const Tensor& table, int64_t n, int64_t block_bytes) override {
+    activate();
+    need_cuda(table, "scatter_blocks", "table");
+    need_cuda(src, "scatter_blocks", "src");
+    DG_CHECK(n >= 0 && block_bytes >= 0 && table.nbytes() >= static_cast<size_t>(n) * 8 &&
+             src.nbytes() >= static_cast<size_t>(n * block_bytes) && reinterpret_cast<uintptr_t>(table.data) % 8 == 0);
+    launch_scatter_blocks(src.data, static_cast<const uint64_t*>(table.data), n, block_bytes, ctx_.stream);
+  }
+  std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override {
+    activate();
+    return capture_graph(ctx_, body);
+  }
+  bool supports_graphs() const override { return true; }
 
   void decide_batch(std::span<const DecideArgs> canvases) override { decide_groups(canvases, nullptr); }
 

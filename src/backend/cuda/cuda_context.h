@@ -32,6 +32,9 @@ class DeviceAllocator {
   void* allocate(size_t bytes, size_t* rounded);
   void release(void* p, size_t rounded);
   void trim();  // frees every cached block
+  // Graph recordings take their memory from the graph pool (caching_allocator.h).
+  void begin_graph_pool() { cache_.begin_graph_pool(); }
+  void end_graph_pool() { cache_.end_graph_pool(); }
   void set_ceiling(uint64_t bytes) { cache_.set_ceiling(bytes); }
   AllocatorStats stats() const { return cache_.stats(); }
   size_t bytes_in_use() const { return cache_.stats().in_use; }

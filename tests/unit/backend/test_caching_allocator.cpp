@@ -188,3 +188,71 @@ TEST(CachingAllocator, DeviceOutOfMemoryEmptiesTheCacheAndRetriesOnce) {
 
 }  // namespace
 }  // namespace dgemma
+
+namespace dgemma {
+namespace {
+
+// The graph pool (CUDA graph recordings): its blocks serve only recordings, come back to it whenever
+// they are released, are reused best-fit by later recordings, never evicted nor trimmed, and a
+// recording over the ceiling fails without a synchronisation (none may happen while one records).
+TEST(CachingAllocatorGraphPool, BlocksStayInThePoolAndAreReusedBestFit) {
+  FakeDevice dev(1024 * kMiB);
+  CachingAllocator a(dev);
+  size_t s1 = 0, s2 = 0, s3 = 0, n = 0;
+  a.begin_graph_pool();
+  void* big = a.allocate(8 * kMiB, &s1);
+  void* small = a.allocate(2 * kMiB, &s2);
+  a.release(big, s1);  // released inside the recording: back to the pool
+  void* again = a.allocate(6 * kMiB, &s3);
+  EXPECT_EQ(again, big) << "a larger free pool block serves a smaller request";
+  EXPECT_EQ(s3, 8 * kMiB) << "the block's real size comes back, for its release";
+  a.end_graph_pool();
+  EXPECT_EQ(a.stats().graph_pool, 10 * kMiB);
+  EXPECT_EQ(a.stats().reserved, 10 * kMiB);
+  a.release(again, s3);
+  a.release(small, s2);  // released after the recording: still the pool's
+  void* other = a.allocate(8 * kMiB, &n);
+  EXPECT_NE(other, big) << "an allocation outside a recording never gets a pool block";
+  a.release(other, n);
+  a.trim();
+  EXPECT_EQ(a.stats().graph_pool, 10 * kMiB) << "trim leaves the pool";
+  EXPECT_EQ(dev.live.count(big), 1u);
+  EXPECT_EQ(dev.live.count(other), 0u);
+  a.begin_graph_pool();  // a second recording reuses the first's blocks
+  void* r1 = a.allocate(7 * kMiB, &s1);
+  void* r2 = a.allocate(1 * kMiB, &s2);
+  a.end_graph_pool();
+  EXPECT_EQ(r1, big);
+  EXPECT_EQ(r2, small);
+  EXPECT_EQ(a.stats().graph_pool, 10 * kMiB) << "nothing new taken";
+  a.release(r1, s1);
+  a.release(r2, s2);
+}
+
+TEST(CachingAllocatorGraphPool, OverTheCeilingFailsWithoutEvictingOrSynchronising) {
+  FakeDevice dev(1024 * kMiB);
+  CachingAllocator a(dev);
+  size_t s = 0;
+  void* cached = a.allocate(8 * kMiB, &s);
+  a.release(cached, s);  // a cached general block that eviction would give back
+  a.set_ceiling(16 * kMiB);
+  const int syncs = dev.syncs;
+  a.begin_graph_pool();
+  size_t s1 = 0;
+  void* p = a.allocate(6 * kMiB, &s1);  // 8 cached + 6 <= 16
+  try {
+    size_t s2 = 0;
+    a.allocate(4 * kMiB, &s2);
+    ADD_FAILURE() << "expected an out-of-memory error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("recording a CUDA graph"), std::string::npos) << e.what();
+  }
+  a.end_graph_pool();
+  EXPECT_EQ(dev.syncs, syncs) << "no synchronisation while recording";
+  EXPECT_EQ(dev.live.count(cached), 1u) << "no eviction while recording";
+  a.release(p, s1);
+}
+
+}  // namespace
+}  // namespace dgemma

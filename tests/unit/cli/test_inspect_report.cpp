@@ -53,13 +53,16 @@ void require_reference() {
       << "reference config missing: " << kRef26B << "/config.json (the shared reference tree beside the checkout must be present)";
 }
 
-InspectReport dummy_26b(int max_num_seqs = 4, int64_t max_model_len = 8192) {
+InspectOptions dummy_26b_options(int max_num_seqs = 4, int64_t max_model_len = 8192) {
   InspectOptions o;
   o.model_dir = kRef26B;
   o.load_format = "dummy";
   o.max_num_seqs = max_num_seqs;
   o.max_model_len = max_model_len;
-  return build_inspect_report(o);
+  return o;
+}
+InspectReport dummy_26b(int max_num_seqs = 4, int64_t max_model_len = 8192) {
+  return build_inspect_report(dummy_26b_options(max_num_seqs, max_model_len));
 }
 
 std::string lines(const std::vector<std::string>& v) {
@@ -201,10 +204,14 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   EXPECT_EQ(p.step_ceiling_bytes, 4 * p.work_bytes_per_seq + p.workspace_bytes);
   EXPECT_EQ(p.pool_rounding_bytes, 60u * (2u << 20)) << "30 layers x (K, V)";
   EXPECT_EQ(p.runtime_reserve_bytes, kRuntimeReserveBytes);
+  // The CUDA graph pool: a step of 4 canvases' workspace: 1,024 tokens x 249,600 = 255,590,400 of
+  // activations + flash's 8 splits x 1,024 tokens x 16 heads x (512 x 4 + 8) bytes = 269,484,032 + the
+  // sampler's 23,668,480 + the rounding's 100,663,296.
+  EXPECT_EQ(p.graph_pool_bytes, 649'406'208u);
   // The pool takes what the rest leaves: sliding pages for every sequence's ring plus one step's
   // chunks, full pages with the remainder.
   EXPECT_EQ(p.kv_budget_bytes, p.budget_bytes - p.weight_bytes - 4 * p.work_bytes_per_seq - p.workspace_bytes -
-                                   p.pool_rounding_bytes - p.runtime_reserve_bytes);
+                                   p.graph_pool_bytes - p.pool_rounding_bytes - p.runtime_reserve_bytes);
   EXPECT_EQ(p.pool.pages[static_cast<int>(KvGroup::kSliding)], 4 * 7 + 4096 / 256);
   EXPECT_EQ(p.pool.pages[static_cast<int>(KvGroup::kFull)],
             static_cast<int64_t>((p.kv_budget_bytes - 44 * sliding_page) / full_page));
@@ -220,21 +227,35 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   EXPECT_THAT(text, HasSubstr("step ceiling                   3.304 GB  (3,304,138,496 bytes)"));
   EXPECT_THAT(text, HasSubstr("runtime reserve                0.268 GB  (268,435,456 bytes)"));
   EXPECT_THAT(text, HasSubstr("KV pool rounding               0.126 GB  (125,829,120 bytes)"));
+  EXPECT_THAT(text, HasSubstr("CUDA graph pool                0.649 GB  (649,406,208 bytes)"));
   const Json mj = inspect_report_json(r)["memory_plan"];
   EXPECT_EQ(mj["attention_split_bytes"].get<uint64_t>(), 1'077'936'128u);
   EXPECT_EQ(mj["sampler_bytes"].get<uint64_t>(), 23'668'480u);
   EXPECT_EQ(mj["step_ceiling_bytes"].get<uint64_t>(), p.step_ceiling_bytes);
   EXPECT_EQ(mj["workspace_bytes"].get<uint64_t>(), 2'761'500'416u);
-  // The recipe's flags: 64 sequences at --max-model-len 262144 on one H200 — the pool holds 64 requests
-  // of 8k tokens many times over although 64 full contexts would need ~340 GB.
+  EXPECT_EQ(mj["graph_pool_bytes"].get<uint64_t>(), 649'406'208u);
+  // --enforce-eager: no graph pool, the KV pool gets it.
+  InspectOptions eager = dummy_26b_options(4, 8192);
+  eager.enforce_eager = true;
+  const MemoryPlan pe = build_inspect_report(eager).plan;
+  EXPECT_EQ(pe.graph_pool_bytes, 0u);
+  EXPECT_EQ(pe.kv_budget_bytes, p.kv_budget_bytes + p.graph_pool_bytes);
+  // 64 sequences at --max-model-len 262144 on one H200: the pool holds 64 requests of 8k tokens
+  // (--enforce-eager; with CUDA graphs their pool of a 64-canvas step takes ~8.6 GB of it: 57 of them)
+  // although 64 full contexts would need ~340 GB.
   InspectOptions big;
   big.model_dir = kRef26B;
   big.load_format = "dummy";
   big.max_num_seqs = 64;
   big.max_model_len = 262144;
+  big.enforce_eager = true;
   const MemoryPlan q = build_inspect_report(big).plan;
   EXPECT_TRUE(q.fits);
   EXPECT_GE(q.pool.full_tokens, 64 * 8192);
+  big.enforce_eager = false;
+  const MemoryPlan qg = build_inspect_report(big).plan;
+  EXPECT_TRUE(qg.fits);
+  EXPECT_GE(qg.pool.full_tokens, 57 * 8192);
   EXPECT_EQ(q.full_len_seqs, q.pool.pages[static_cast<int>(KvGroup::kFull)] / 1024);
   // Weights alone do not fit in 40 GB.
   InspectOptions small = big;
