@@ -12,6 +12,7 @@
 // the others go on); an exception from run() fails every sequence of the plan (a device error), and the
 // engine keeps serving the rest.
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -156,7 +157,7 @@ class DiffusionModelRunner final : public ModelRunner {
   int canvas_;
   int vocab_;
   std::unordered_map<uint64_t, DeviceState> state_;
-  std::vector<DeviceState> idle_;  // padding canvases of replayed steps
+  std::deque<DeviceState> idle_;  // padding canvases of replayed steps (a deque: references stay valid as it grows)
   // [rows, V] bf16 logits of a step's denoising canvases (canvas i: rows [i C, (i + 1) C)), grown to
   // the largest step seen; overwritten with the probabilities by the sampler. out_: canvas i's
   // {flags[2], argmax[C]} at row i, read back once per step. Both stay put while graphs exist.
