@@ -1,5 +1,7 @@
 // CUDA graphs of the denoising step (DiffusionModelRunner::enable_graphs) against the same engine op by
-// op: every golden fixture run, a greedy and a top-k one, batched in one engine each way. The recorded
+// op: the golden fixtures' run settings, a greedy and a top-k one, batched in one engine each way, on
+// a fixture's shape with head dims the one-launch attention kernel takes (64 / 128; the fixtures' 16 /
+// 32 run the per-item path, which a graph cannot record) and dummy weights. The recorded
 // step runs the same kernels on the same inputs (the op-by-op runner plans its attention for the same
 // context: set_attention_plan_context), so every step's trace and every output must be identical bit
 // for bit; the batch shrinks as sequences finish, so the replays pad with idle canvases, and the
@@ -93,8 +95,11 @@ Engine run_engine(DiffusionGemma& model, const std::vector<int32_t>& prompt, con
 
 void graphs_vs_eager(Reporter& rep, const std::string& fixture) {
   const std::string dir = fixture_dir(fixture) + "/model";
-  const ModelConfig mc = load_model_config(dir);
-  DiffusionGemma model(mc, load_weights(mc, dir, cuda()), cuda());
+  ModelConfig mc = load_model_config(dir);
+  mc.text.head_dim = 64;
+  mc.text.global_head_dim = 128;
+  for (LayerSpec& L : mc.text.layers) L.head_dim = L.type == LayerType::kSliding ? 64 : 128;
+  DiffusionGemma model(mc, dummy_weights(mc, cuda(), 7), cuda());
   const std::vector<int32_t> prompt = prompt_ids(fixture);
   const std::vector<SequenceParams> runs = fixture_runs(fixture);
   const int64_t max_context = mc.text.max_position_embeddings;
