@@ -59,6 +59,41 @@ void DiffusionModelRunner::ensure_step_buffers(int64_t canvases) {
   }
 }
 
+void DiffusionModelRunner::add_idle_canvas(Step& step, int k) {
+  // No cache, greedy (no noise drawn); its results land in its own buffers and out_'s row k.
+  DeviceState& d = idle_state(k);
+  const int64_t C = canvas_;
+  ForwardItem fi;
+  fi.kind = ForwardItem::Kind::kDenoise;
+  fi.plan_cached = max_context_;
+  fi.token_ids = d.canvas;
+  fi.logits = logits_.rows(k * C, (k + 1) * C);
+  step.items.push_back(fi);
+  step.canvases.push_back(&d);
+  step.seqs.push_back(nullptr);
+  const Tensor row = out_.rows(k, k + 1).reshape({2 + C});
+  d.argmax = borrow_tensor(row.ptr<int32_t>() + 2, ScalarType::kI32, {C}, row.device);
+  SamplerArgs sa;
+  sa.logits = fi.logits;
+  sa.softcap = static_cast<float>(model_.config().text.final_logit_softcapping);
+  sa.want_sample = false;
+  sa.entropy = d.entropy;
+  sa.argmax = d.argmax;
+  sa.sample = d.sample;
+  sa.argmax_logprob = d.logprob;
+  step.sampling.push_back(sa);
+  DecideArgs da;
+  da.entropy = d.entropy;
+  da.argmax = d.argmax;
+  da.sample = d.sample;
+  da.greedy = true;
+  da.vocab = vocab_;
+  da.prev_argmax = d.prev_argmax;
+  da.canvas = d.canvas;
+  da.flags = borrow_tensor(row.ptr<int32_t>(), ScalarType::kI32, {2}, row.device);
+  step.deciding.push_back(da);
+}
+
 bool DiffusionModelRunner::graphable(const Step& step) const {
   if (step.canvases.empty() || step.items.size() != step.canvases.size() || step.pinned || step_dump_) return false;
   for (const SamplerArgs& a : step.sampling)
@@ -129,42 +164,7 @@ std::vector<int> DiffusionModelRunner::enable_graphs(const std::vector<int>& buc
   for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
     const int b = *it;
     Step step;
-    for (int k = 0; k < b; ++k) {
-      DeviceState& d = idle_state(k);
-      ForwardItem fi;
-      fi.kind = ForwardItem::Kind::kDenoise;
-      fi.kv.cached = 0;
-      fi.plan_cached = max_context_;
-      fi.token_ids = d.canvas;
-      fi.logits = logits_.rows(k * canvas_, (k + 1) * canvas_);
-      step.items.push_back(fi);
-      step.canvases.push_back(&d);
-      step.seqs.push_back(nullptr);
-    }
-    for (int k = 0; k < b; ++k) {
-      DeviceState& d = *step.canvases[static_cast<size_t>(k)];
-      const Tensor row = out_.rows(k, k + 1).reshape({2 + canvas_});
-      d.argmax = borrow_tensor(row.ptr<int32_t>() + 2, ScalarType::kI32, {canvas_}, row.device);
-      SamplerArgs sa;
-      sa.logits = step.items[static_cast<size_t>(k)].logits;
-      sa.softcap = static_cast<float>(model_.config().text.final_logit_softcapping);
-      sa.want_sample = false;
-      sa.entropy = d.entropy;
-      sa.argmax = d.argmax;
-      sa.sample = d.sample;
-      sa.argmax_logprob = d.logprob;
-      step.sampling.push_back(sa);
-      DecideArgs da;
-      da.entropy = d.entropy;
-      da.argmax = d.argmax;
-      da.sample = d.sample;
-      da.greedy = true;
-      da.vocab = vocab_;
-      da.prev_argmax = d.prev_argmax;
-      da.canvas = d.canvas;
-      da.flags = borrow_tensor(row.ptr<int32_t>(), ScalarType::kI32, {2}, row.device);
-      step.deciding.push_back(da);
-    }
+    for (int k = 0; k < b; ++k) add_idle_canvas(step, k);
     Graph g;
     g.canvases = b;
     g.table_words = table_room(b);
@@ -283,39 +283,7 @@ std::vector<DenoiseFlags> DiffusionModelRunner::run(const StepPlan& plan) {
         break;
       }
   if (graph != nullptr) {
-    for (int64_t k = N; k < graph->canvases; ++k) {
-      // An idle canvas: no cache, greedy, its results land in its own buffers and out_'s spare rows.
-      DeviceState& d = idle_state(static_cast<int>(k));
-      ForwardItem fi;
-      fi.kind = ForwardItem::Kind::kDenoise;
-      fi.plan_cached = max_context_;
-      fi.token_ids = d.canvas;
-      fi.logits = logits_.rows(k * C, (k + 1) * C);
-      step.items.push_back(fi);
-      step.canvases.push_back(&d);
-      step.seqs.push_back(nullptr);
-      const Tensor row = out_.rows(k, k + 1).reshape({2 + C});
-      d.argmax = borrow_tensor(row.ptr<int32_t>() + 2, ScalarType::kI32, {C}, row.device);
-      SamplerArgs sa;
-      sa.logits = fi.logits;
-      sa.softcap = static_cast<float>(model_.config().text.final_logit_softcapping);
-      sa.want_sample = false;
-      sa.entropy = d.entropy;
-      sa.argmax = d.argmax;
-      sa.sample = d.sample;
-      sa.argmax_logprob = d.logprob;
-      step.sampling.push_back(sa);
-      DecideArgs da;
-      da.entropy = d.entropy;
-      da.argmax = d.argmax;
-      da.sample = d.sample;
-      da.greedy = true;
-      da.vocab = vocab_;
-      da.prev_argmax = d.prev_argmax;
-      da.canvas = d.canvas;
-      da.flags = borrow_tensor(row.ptr<int32_t>(), ScalarType::kI32, {2}, row.device);
-      step.deciding.push_back(da);
-    }
+    for (int64_t k = N; k < graph->canvases; ++k) add_idle_canvas(step, static_cast<int>(k));
     ForwardInputs in = model_.encode_inputs(step.items, graph->table_words);
     const BlockLayout lay = encode_block(step, in);
     DG_CHECK(lay.words == graph->words);  // the layout recorded

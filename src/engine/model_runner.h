@@ -136,8 +136,10 @@ class DiffusionModelRunner final : public ModelRunner {
   // The step's device work, from the input block (sent up by the caller) to the flags and argmax rows
   // in out_: what a graph records.
   void execute(Step& step, const ForwardInputs& in, const BlockLayout& lay, const Tensor& block);
-  // The state of idle canvas k (padding of replayed steps).
+  // The state of idle canvas k (padding of replayed steps), and the canvas added to a step as its
+  // k-th (its logits and out_ rows k).
   DeviceState& idle_state(int k);
+  void add_idle_canvas(Step& step, int k);
   // Whether a step of these canvases may replay a graph: denoising canvases only, none filtered, none
   // with top log-probabilities or pinned positions.
   bool graphable(const Step& step) const;
