@@ -321,16 +321,25 @@ void check_next_norm(Reporter& r) {
 void check_residual_plans(Reporter& r) {
   Data d("residual_plans");
   for (const int64_t H : {8, 1000, 2816, 4096, 12288, 20000}) {
-    for (const int64_t T : {3, 37}) {
+    // T = 1,500: more rows than resident blocks (each block loops over rows, the next one loaded
+    // ahead), with eps 0 and all-zero rows: infinite inverse norms, NaN rows bit for bit.
+    for (const int64_t T : {3, 37, 1500}) {
+      if (T * H > 20'000'000) continue;
       const int variant = T == 37 ? 1 : 0;  // 1: at least two words a thread (set_small_kernel_variant)
       Scoped<int> v(cuda::set_small_kernel_variant, variant);
       const std::string sz = " T=" + std::to_string(T) + " H=" + std::to_string(H) + " variant " + std::to_string(variant);
       const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+      const float eps = T == 1500 ? 0.0f : 1e-6f;
       Tensor x = d.bf16({T, H}, 3.0f), o = d.bf16({T, H}, 0.5f), m1 = d.bf16({T, H}, 2.0f), m2 = d.bf16({T, H}, 0.2f);
+      if (T == 1500) {
+        std::fill_n(o.ptr<uint16_t>() + 700 * H, H, uint16_t{0});
+        std::fill_n(m1.ptr<uint16_t>() + 900 * H, H, uint16_t{0});
+        std::fill_n(m2.ptr<uint16_t>() + 1100 * H, H, uint16_t{0});
+      }
       Tensor w[8];
       for (Tensor& t : w) t = up(d.bf16({H}, 0.3f, 1.0f));
       auto dev = [&] { return poisoned(ScalarType::kBF16, {T, H}); };
-      AttnResidualArgs a{up(x), up(o), w[0], dev(), w[1], dev(), w[2], dev(), 1e-6f, dev(), w[3], dev(), root};
+      AttnResidualArgs a{up(x), up(o), w[0], dev(), w[1], dev(), w[2], dev(), eps, dev(), w[3], dev(), root};
       AttnResidualArgs ac = a;
       ac.h1 = dev();
       ac.out_a = dev();
@@ -344,7 +353,7 @@ void check_residual_plans(Reporter& r) {
       expect_bf16(r, "attn_residual out_b" + sz, u16(a.out_b), u16(ac.out_b), exact_tol());
       expect_bf16(r, "attn_residual o_normed" + sz, u16(a.o_normed), u16(ac.o_normed), exact_tol());
       expect_bf16(r, "attn_residual router_out" + sz, u16(a.router_out), u16(ac.router_out), exact_tol());
-      FfnResidualArgs f{a.h1, up(m1), up(m2), w[4], w[5], w[6], 1e-6f, 0.37f, dev(), dev(), dev(), dev(), w[7], dev()};
+      FfnResidualArgs f{a.h1, up(m1), up(m2), w[4], w[5], w[6], eps, 0.37f, dev(), dev(), dev(), dev(), w[7], dev()};
       FfnResidualArgs fc = f;
       fc.out = dev();
       fc.m1n = dev();
