@@ -70,14 +70,14 @@ void check_fused_qkv_input(Reporter& r) {
     expect_bf16(r, name + " CPU q fused input vs separate", u16(c.q), u16(c_sep.q), exact_tol());
     expect_bf16(r, name + " CPU k fused input vs separate", u16(c.k), u16(c_sep.k), exact_tol());
     expect_bf16(r, name + " CPU v fused input vs separate", u16(c.v), u16(c_sep.v), exact_tol());
-    for (int mode : {0, 1, 2}) {  // the kernel, the op sequence, the pair kernel (set_qkv_prologue_pairs)
+    for (int mode : {0, 1, 2}) {  // the kernel, the op sequence, the earlier row kernel (variant 2)
       const bool kernel = mode != 1;
       Scoped<bool> sw(cuda::set_fused_qkv_prologue, kernel);
-      Scoped<bool> pair(cuda::set_qkv_prologue_pairs, mode == 2);
+      Scoped<int> row(cuda::set_small_kernel_variant, mode == 2 ? 2 : 0);
       QkvPrologueArgs g = args(cuda(), true), g_sep = args(cuda(), false);
       cuda().qkv_prologue(g);
       cuda().qkv_prologue(g_sep);
-      const std::string what = name + (mode == 0 ? " (kernel)" : mode == 1 ? " (ops)" : " (pair kernel)");
+      const std::string what = name + (mode == 0 ? " (kernel)" : mode == 1 ? " (ops)" : " (row kernel)");
       expect_bf16(r, what + " q fused input vs separate", u16(g.q), u16(g_sep.q), exact_tol());
       expect_bf16(r, what + " k fused input vs separate", u16(g.k), u16(g_sep.k), exact_tol());
       expect_bf16(r, what + " v fused input vs separate", u16(g.v), u16(g_sep.v), exact_tol());
