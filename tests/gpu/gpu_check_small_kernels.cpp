@@ -651,6 +651,8 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
     qf.k_norm = bf({512}, 83, 0.1f, 1.0f);
     qf.positions = q.positions;
     qf.inv_freq = be.upload(host_f32(rope_inv_freq(RopeParams{RopeType::kProportional, 1e6, 0.25}, 512)));
+    // The dense MLP's activation (gelu_mul_halves of the fused gate|up projection, I = 2112).
+    Tensor gu = bf({T, 2 * 2112}, 84, 1.0f), act = be.alloc(ScalarType::kBF16, {T, 2112});
     auto route = [&] {
       cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, top_idx.ptr<int32_t>(),
                                    top_w.ptr<float>(), order.ptr<int32_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
@@ -667,6 +669,8 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
         row(("qkv prologue sliding D=256 fused input" + t + vs).c_str(), per_call([&] { be.qkv_prologue(q); }));
         row(("qkv prologue full K=V D=512 fused input" + t + vs).c_str(), per_call([&] { be.qkv_prologue(qf); }));
       }
+      if (variant != 1)  // from T ~ 1,000 the table kernel (0), the vectorised one (2)
+        row(("gelu_mul_halves I=2112" + t + vs).c_str(), per_call([&] { be.gelu_mul_halves(gu, act); }));
       row(("moe top-k + grouping (fused)" + t + vs).c_str(), per_call(route));
       row(("moe combine H=2816 k=8" + t + vs).c_str(), per_call([&] {
             cuda::launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, out.ptr<uint16_t>(), ctx.stream);

@@ -56,7 +56,7 @@ bool set_fused_moe_routing(bool on);
 // default) as planned; 1: the residual junctions at two 16-byte words a thread (half the threads of a
 // row); 2: the earlier shapes (the residual junctions' loop kernels, the MoE combine one block a
 // token, the fused routing sixteen tokens a block, the qkv prologue one block a token with a warp a
-// head row at a time). The environment's DGEMMA_SMALL_KERNELS (0 / 1 / 2)
+// head row at a time, gelu_mul_halves without its table kernel). The environment's DGEMMA_SMALL_KERNELS (0 / 1 / 2)
 // gives the start value. Returns the previous value.
 int set_small_kernel_variant(int v);
 // The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
