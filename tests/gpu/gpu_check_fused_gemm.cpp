@@ -70,14 +70,14 @@ void check_fused_qkv_input(Reporter& r) {
     expect_bf16(r, name + " CPU q fused input vs separate", u16(c.q), u16(c_sep.q), exact_tol());
     expect_bf16(r, name + " CPU k fused input vs separate", u16(c.k), u16(c_sep.k), exact_tol());
     expect_bf16(r, name + " CPU v fused input vs separate", u16(c.v), u16(c_sep.v), exact_tol());
-    for (int mode : {0, 1, 2}) {  // the kernel, the op sequence, the pair kernel (set_qkv_prologue_pairs)
+    for (int mode : {0, 1, 2}) {  // the kernel, the op sequence, the earlier row kernel (variant 2)
       const bool kernel = mode != 1;
       Scoped<bool> sw(cuda::set_fused_qkv_prologue, kernel);
-      Scoped<bool> pair(cuda::set_qkv_prologue_pairs, mode == 2);
+      Scoped<int> row(cuda::set_small_kernel_variant, mode == 2 ? 2 : 0);
       QkvPrologueArgs g = args(cuda(), true), g_sep = args(cuda(), false);
       cuda().qkv_prologue(g);
       cuda().qkv_prologue(g_sep);
-      const std::string what = name + (mode == 0 ? " (kernel)" : mode == 1 ? " (ops)" : " (pair kernel)");
+      const std::string what = name + (mode == 0 ? " (kernel)" : mode == 1 ? " (ops)" : " (row kernel)");
       expect_bf16(r, what + " q fused input vs separate", u16(g.q), u16(g_sep.q), exact_tol());
       expect_bf16(r, what + " k fused input vs separate", u16(g.k), u16(g_sep.k), exact_tol());
       expect_bf16(r, what + " v fused input vs separate", u16(g.v), u16(g_sep.v), exact_tol());
@@ -91,10 +91,15 @@ void check_fused_qkv_input(Reporter& r) {
 void check_gelu_mul_halves(Reporter& r) {
   Data d("gelu_mul_halves");
   const Tol libm_tol{1, 0.0, 1e-4, 0.9999, 1e-6};
-  for (int64_t I : {int64_t{2112}, int64_t{64}, int64_t{13} /* I % 8 != 0: the scalar kernel */}) {
-    const int64_t T = 33;
-    const std::string name = "gelu_mul_halves T=33 I=" + std::to_string(I);
-    const Tensor gu = d.bf16({T, 2 * I}, 2.0f);
+  // T = 1,024 at I = 2,112: the table kernel (gelu_kernel.cuh), with every bf16 gate value among the
+  // gates (the table's, and those outside it: zeros, subnormals, huge, infinite, NaN).
+  for (int64_t I : {int64_t{2112}, int64_t{64}, int64_t{13} /* I % 8 != 0: the scalar kernel */, int64_t{-2112}}) {
+    const int64_t T = I < 0 ? 1024 : 33;
+    I = I < 0 ? -I : I;
+    const std::string name = "gelu_mul_halves T=" + std::to_string(T) + " I=" + std::to_string(I);
+    Tensor gu = d.bf16({T, 2 * I}, 2.0f);
+    if (T == 1024)
+      for (int64_t e = 0; e < 65536; ++e) gu.ptr<uint16_t>()[(e / I) * 2 * I + e % I] = static_cast<uint16_t>(e);
     Tensor c = host_tensor(ScalarType::kBF16, {T, I});
     cpu().gelu_mul_halves(gu, c);
     const Tensor g_gu = up(gu);
@@ -106,7 +111,8 @@ void check_gelu_mul_halves(Reporter& r) {
     cuda().copy_columns(gb, g_gu, I);
     cuda().gelu_mul(ga, gb, g_ops);
     expect_bf16(r, name + " vs gelu_mul of the halves", u16(g), u16(g_ops), exact_tol());
-    expect_bf16(r, name + " vs CPU", u16(g), u16(c), libm_tol);
+    // (Not with every gate value: the CPU's NaNs keep their payloads, the GPU's are canonical.)
+    if (T != 1024) expect_bf16(r, name + " vs CPU", u16(g), u16(c), libm_tol);
     // copy_columns against the CPU's (a plain copy: exact).
     Tensor ca = host_tensor(ScalarType::kBF16, {T, I});
     cpu().copy_columns(ca, gu, I);

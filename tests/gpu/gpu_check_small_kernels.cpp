@@ -52,6 +52,9 @@ void check_qkv_prologue(Reporter& r) {
                             QkvShape{3, 5, 1, 64, true, sliding},
                             // more rows than two per warp: later rounds, a last pair of one row
                             QkvShape{40, 32, 16, 128, false, sliding}, QkvShape{9, 24, 8, 512, false, full},
+                            // the token loop: more tokens than resident blocks (26B-A4B shapes)
+                            QkvShape{1500, 16, 8, 256, false, sliding}, QkvShape{700, 16, 2, 512, true, full},
+                            QkvShape{300, 3, 1, 48, true, sliding} /* half rows of 3 words: idle lanes */,
                             QkvShape{7, 3, 1, 20, true, sliding} /* D % 16 != 0: the composed ops */}) {
     const std::string name = qkv_name(s);
     std::vector<float> inv = rope_inv_freq(s.rope, static_cast<int>(s.D));
@@ -85,7 +88,7 @@ void check_qkv_prologue(Reporter& r) {
       g.inv_freq = up(c.inv_freq);
       return g;
     };
-    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args(), pairs = gpu_args();
+    QkvPrologueArgs unfused = gpu_args(), fused = gpu_args(), rows = gpu_args();
     {
       Scoped<bool> off(cuda::set_fused_qkv_prologue, false);
       cuda().qkv_prologue(unfused);
@@ -93,12 +96,12 @@ void check_qkv_prologue(Reporter& r) {
     {
       Scoped<bool> on(cuda::set_fused_qkv_prologue, true);
       cuda().qkv_prologue(fused);
-      Scoped<bool> pair(cuda::set_qkv_prologue_pairs, true);  // two head rows a warp at a time
-      cuda().qkv_prologue(pairs);
+      Scoped<int> row(cuda::set_small_kernel_variant, 2);  // the earlier kernel: a warp a head row
+      cuda().qkv_prologue(rows);
     }
-    expect_bf16(r, name + " q (pair kernel vs ops)", u16(pairs.q), u16(unfused.q), exact_tol());
-    expect_bf16(r, name + " k (pair kernel vs ops)", u16(pairs.k), u16(unfused.k), exact_tol());
-    expect_bf16(r, name + " v (pair kernel vs ops)", u16(pairs.v), u16(unfused.v), exact_tol());
+    expect_bf16(r, name + " q (row kernel vs ops)", u16(rows.q), u16(unfused.q), exact_tol());
+    expect_bf16(r, name + " k (row kernel vs ops)", u16(rows.k), u16(unfused.k), exact_tol());
+    expect_bf16(r, name + " v (row kernel vs ops)", u16(rows.v), u16(unfused.v), exact_tol());
     expect_bf16(r, name + " q (fused vs ops)", u16(fused.q), u16(unfused.q), exact_tol());
     expect_bf16(r, name + " k (fused vs ops)", u16(fused.k), u16(unfused.k), exact_tol());
     expect_bf16(r, name + " v (fused vs ops)", u16(fused.v), u16(unfused.v), exact_tol());
@@ -321,16 +324,25 @@ void check_next_norm(Reporter& r) {
 void check_residual_plans(Reporter& r) {
   Data d("residual_plans");
   for (const int64_t H : {8, 1000, 2816, 4096, 12288, 20000}) {
-    for (const int64_t T : {3, 37}) {
+    // T = 1,500: more rows than resident blocks (each block loops over rows, the next one loaded
+    // ahead), with eps 0 and all-zero rows: infinite inverse norms, NaN rows bit for bit.
+    for (const int64_t T : {3, 37, 1500}) {
+      if (T * H > 20'000'000) continue;
       const int variant = T == 37 ? 1 : 0;  // 1: at least two words a thread (set_small_kernel_variant)
       Scoped<int> v(cuda::set_small_kernel_variant, variant);
       const std::string sz = " T=" + std::to_string(T) + " H=" + std::to_string(H) + " variant " + std::to_string(variant);
       const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+      const float eps = T == 1500 ? 0.0f : 1e-6f;
       Tensor x = d.bf16({T, H}, 3.0f), o = d.bf16({T, H}, 0.5f), m1 = d.bf16({T, H}, 2.0f), m2 = d.bf16({T, H}, 0.2f);
+      if (T == 1500) {
+        std::fill_n(o.ptr<uint16_t>() + 700 * H, H, uint16_t{0});
+        std::fill_n(m1.ptr<uint16_t>() + 900 * H, H, uint16_t{0});
+        std::fill_n(m2.ptr<uint16_t>() + 1100 * H, H, uint16_t{0});
+      }
       Tensor w[8];
       for (Tensor& t : w) t = up(d.bf16({H}, 0.3f, 1.0f));
       auto dev = [&] { return poisoned(ScalarType::kBF16, {T, H}); };
-      AttnResidualArgs a{up(x), up(o), w[0], dev(), w[1], dev(), w[2], dev(), 1e-6f, dev(), w[3], dev(), root};
+      AttnResidualArgs a{up(x), up(o), w[0], dev(), w[1], dev(), w[2], dev(), eps, dev(), w[3], dev(), root};
       AttnResidualArgs ac = a;
       ac.h1 = dev();
       ac.out_a = dev();
@@ -344,7 +356,7 @@ void check_residual_plans(Reporter& r) {
       expect_bf16(r, "attn_residual out_b" + sz, u16(a.out_b), u16(ac.out_b), exact_tol());
       expect_bf16(r, "attn_residual o_normed" + sz, u16(a.o_normed), u16(ac.o_normed), exact_tol());
       expect_bf16(r, "attn_residual router_out" + sz, u16(a.router_out), u16(ac.router_out), exact_tol());
-      FfnResidualArgs f{a.h1, up(m1), up(m2), w[4], w[5], w[6], 1e-6f, 0.37f, dev(), dev(), dev(), dev(), w[7], dev()};
+      FfnResidualArgs f{a.h1, up(m1), up(m2), w[4], w[5], w[6], eps, 0.37f, dev(), dev(), dev(), dev(), w[7], dev()};
       FfnResidualArgs fc = f;
       fc.out = dev();
       fc.m1n = dev();
@@ -478,7 +490,7 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
   };
   // The attention prologue at the 26B-A4B shapes: sliding layers (Hq 16, Hkv 8, D 256) and full K=V
   // layers (Hq 16, Hkv 2, D 512), the op sequence against the fused kernel.
-  for (int64_t T : {256, 1024}) {
+  for (int64_t T : {256, 1024, 4096}) {
     std::vector<int32_t> pos(static_cast<size_t>(T));
     for (int64_t i = 0; i < T; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(1000 + i);
     for (bool full : {false, true}) {
@@ -499,10 +511,10 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
                                  (fused ? " (fused)" : " (ops)");
         row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
       }
-      {  // the pair kernel (tuning.h set_qkv_prologue_pairs)
-        Scoped<bool> pair(cuda::set_qkv_prologue_pairs, true);
+      {  // the earlier kernel (set_small_kernel_variant(2): a block a token, a warp a head row)
+        Scoped<int> earlier(cuda::set_small_kernel_variant, 2);
         const std::string what = "qkv prologue T=" + std::to_string(T) + (full ? " full K=V D=512" : " sliding D=256") +
-                                 " (fused, two rows a warp)";
+                                 " (fused, a warp a row)";
         row(what.c_str(), time_ms([&] { be.qkv_prologue(a); }));
       }
     }
@@ -618,14 +630,29 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
     Tensor scratch = be.alloc(ScalarType::kI32, {std::max<int64_t>(cuda::moe_route_group_scratch(T, E, K), 1)});
     std::vector<int32_t> pos(static_cast<size_t>(T));
     for (int64_t i = 0; i < T; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(1000 + i);
+    // The attention prologue as the model runs it: from the fused q|k|v projection (sliding: 32 head
+    // rows of 256; full: K=V, 18 of 512).
     QkvPrologueArgs q;
-    q.q = bf({T, 16, 256}, 76, 1.0f);
-    q.k = bf({T, 8, 256}, 77, 1.0f);
-    q.v = bf({T, 8, 256}, 78, 1.0f);
+    q.qkv = bf({T, 32 * 256}, 76, 1.0f);
+    q.q = be.alloc(ScalarType::kBF16, {T, 16, 256});
+    q.k = be.alloc(ScalarType::kBF16, {T, 8, 256});
+    q.v = be.alloc(ScalarType::kBF16, {T, 8, 256});
     q.q_norm = bf({256}, 79, 0.1f, 1.0f);
     q.k_norm = bf({256}, 80, 0.1f, 1.0f);
     q.positions = be.upload(host_i32(pos));
     q.inv_freq = be.upload(host_f32(rope_inv_freq(RopeParams{RopeType::kDefault, 10000.0, 1.0}, 256)));
+    QkvPrologueArgs qf;
+    qf.qkv = bf({T, 18 * 512}, 81, 1.0f);
+    qf.q = be.alloc(ScalarType::kBF16, {T, 16, 512});
+    qf.k = be.alloc(ScalarType::kBF16, {T, 2, 512});
+    qf.v = be.alloc(ScalarType::kBF16, {T, 2, 512});
+    qf.k_eq_v = true;
+    qf.q_norm = bf({512}, 82, 0.1f, 1.0f);
+    qf.k_norm = bf({512}, 83, 0.1f, 1.0f);
+    qf.positions = q.positions;
+    qf.inv_freq = be.upload(host_f32(rope_inv_freq(RopeParams{RopeType::kProportional, 1e6, 0.25}, 512)));
+    // The dense MLP's activation (gelu_mul_halves of the fused gate|up projection, I = 2112).
+    Tensor gu = bf({T, 2 * 2112}, 84, 1.0f), act = be.alloc(ScalarType::kBF16, {T, 2112});
     auto route = [&] {
       cuda::launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, pes.ptr<uint16_t>(), nullptr, top_idx.ptr<int32_t>(),
                                    top_w.ptr<float>(), order.ptr<int32_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
@@ -638,13 +665,12 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
       const std::string vs = " (variant " + std::to_string(variant) + ", per call)";
       row(("attn_residual + router input" + t + vs).c_str(), per_call([&] { be.attn_residual(ra); }));
       row(("ffn_residual + next input norm" + t + vs).c_str(), per_call([&] { be.ffn_residual(rf); }));
-      if (variant == 0) {  // the qkv prologue's two kernels (set_qkv_prologue_pairs)
-        row(("qkv prologue sliding D=256" + t + " (one row a warp, per call)").c_str(),
-            per_call([&] { be.qkv_prologue(q); }));
-        Scoped<bool> pair(cuda::set_qkv_prologue_pairs, true);
-        row(("qkv prologue sliding D=256" + t + " (two rows a warp, per call)").c_str(),
-            per_call([&] { be.qkv_prologue(q); }));
+      if (variant != 1) {  // the qkv prologue: the token-loop kernel (0), the row kernel (2)
+        row(("qkv prologue sliding D=256 fused input" + t + vs).c_str(), per_call([&] { be.qkv_prologue(q); }));
+        row(("qkv prologue full K=V D=512 fused input" + t + vs).c_str(), per_call([&] { be.qkv_prologue(qf); }));
       }
+      if (variant != 1)  // from T ~ 1,000 the table kernel (0), the vectorised one (2)
+        row(("gelu_mul_halves I=2112" + t + vs).c_str(), per_call([&] { be.gelu_mul_halves(gu, act); }));
       row(("moe top-k + grouping (fused)" + t + vs).c_str(), per_call(route));
       row(("moe combine H=2816 k=8" + t + vs).c_str(), per_call([&] {
             cuda::launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, out.ptr<uint16_t>(), ctx.stream);

@@ -4,7 +4,11 @@
 // rounds every step, libm-like fp32 transcendentals, and warp/block reductions.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -96,6 +100,34 @@ void launch_large_smem(void (*kernel)(Params...), dim3 grid, int threads, int sm
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   kernel<<<grid, threads, smem, stream>>>(args...);
   CUDA_CHECK_LAUNCH();
+}
+
+// Blocks for a kernel that loops over `items` (rows, tokens) with a grid of blocks all resident at
+// once: at most the blocks per SM that the occupancy calculator gives for this block size and shared
+// memory, times the SMs (cached per device, kernel and block size; at least one block an SM), and no
+// more blocks than items.
+template <typename... Params>
+unsigned resident_grid(void (*kernel)(Params...), int threads, size_t smem, int64_t items) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, size_t>, int64_t> cache;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), threads, smem);
+  int64_t slots = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) slots = it->second;
+  }
+  if (slots == 0) {
+    int per_sm = 0, sms = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    slots = int64_t{std::max(per_sm, 1)} * std::max(sms, 1);
+    std::lock_guard<std::mutex> lock(mu);
+    cache[key] = slots;
+  }
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(items, slots)));
 }
 
 // Grid size for a grid-stride loop over n elements with `threads` per block (bounded; the loop covers

@@ -2,6 +2,8 @@
 // CPU backend, explicit __f*_rn arithmetic so that nvcc never contracts a multiply-add into an FMA.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/gelu_kernel.cuh"
+#include "backend/cuda/norm_rope.cuh"
 #include "util/counter_rng.h"
 
 namespace dgemma::cuda {
@@ -191,6 +193,18 @@ void launch_gelu_mul(const uint16_t* gate, const uint16_t* up, uint16_t* out, in
 void launch_gelu_mul_halves(const uint16_t* gate_up, uint16_t* out, int64_t T, int64_t I, cudaStream_t stream) {
   const int64_t n = T * I;
   if (n <= 0) return;
+  // From ~2M elements (T ~ 1,000 at I = 2,112) the table kernel (gelu_kernel.cuh): its per-block table
+  // costs ~3 gelu_tanh a thread, repaid where the threads have many elements each; below, the
+  // vectorised kernel (and always with set_small_kernel_variant(2), for A/B runs).
+  constexpr int64_t kTableFrom = int64_t{1} << 21;
+  if (vec8_ok(I, gate_up, out) && n >= kTableFrom && small_kernel_variant() != 2) {
+    const int64_t words = n / 8;
+    const unsigned grid = resident_grid(gelu_mul_halves_table_kernel, kGeluThreads, 0, ceil_div(words, 2 * kGeluThreads));
+    gelu_mul_halves_table_kernel<<<grid, kGeluThreads, 0, stream>>>(reinterpret_cast<const uint4*>(gate_up),
+                                                                     reinterpret_cast<uint4*>(out), words, I / 8);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   if (vec8_ok(I, gate_up, out)) {
     gelu_mul_halves_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(
         reinterpret_cast<const uint4*>(gate_up), reinterpret_cast<uint4*>(out), n / 8, I / 8);

@@ -334,14 +334,17 @@ void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* 
     CUDA_CHECK_LAUNCH();
     return;
   }
-  const residual::AttnArgs a{v(x),     v(o),        v(post_norm),    m(h1),       v(norm_a),     m(out_a), v(norm_b),
-                             m(out_b), m(o_normed), v(router_scale), router_root, m(router_out), n / 8,    eps};
-  const unsigned grid = static_cast<unsigned>(rows);
-  constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
+  const residual::AttnArgs a{v(x),        v(o),         v(post_norm), m(h1),   v(norm_a),
+                             m(out_a),    v(norm_b),    m(out_b),     m(o_normed), v(router_scale),
+                             router_root, m(router_out), n / 8,       eps,     rows};
+  auto run = [&](auto kernel) {  // the blocks loop over the rows: as many as are resident at once
+    constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
+    kernel<<<resident_grid(kernel, plan.threads, kSmem, rows), plan.threads, kSmem, stream>>>(a);
+  };
   switch (plan.per) {
-    case 1: residual::attn_residual_kernel<1><<<grid, plan.threads, kSmem, stream>>>(a); break;
-    case 2: residual::attn_residual_kernel<2><<<grid, plan.threads, kSmem, stream>>>(a); break;
-    default: residual::attn_residual_kernel<4><<<grid, plan.threads, kSmem, stream>>>(a); break;
+    case 1: run(residual::attn_residual_kernel<1>); break;
+    case 2: run(residual::attn_residual_kernel<2>); break;
+    default: run(residual::attn_residual_kernel<4>); break;
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -362,13 +365,15 @@ void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t*
     return;
   }
   const residual::FfnArgs a{v(h1),  v(m1),  v(m2), v(norm1),     v(norm2),    v(norm_f), scale, m(out),
-                            m(m1n), m(m2n), m(f),  v(next_norm), m(next_out), n / 8,     eps};
-  const unsigned grid = static_cast<unsigned>(rows);
-  constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
+                            m(m1n), m(m2n), m(f),  v(next_norm), m(next_out), n / 8,     eps,   rows};
+  auto run = [&](auto kernel) {  // the blocks loop over the rows: as many as are resident at once
+    constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
+    kernel<<<resident_grid(kernel, plan.threads, kSmem, rows), plan.threads, kSmem, stream>>>(a);
+  };
   switch (plan.per) {
-    case 1: residual::ffn_residual_kernel<1><<<grid, plan.threads, kSmem, stream>>>(a); break;
-    case 2: residual::ffn_residual_kernel<2><<<grid, plan.threads, kSmem, stream>>>(a); break;
-    default: residual::ffn_residual_kernel<4><<<grid, plan.threads, kSmem, stream>>>(a); break;
+    case 1: run(residual::ffn_residual_kernel<1>); break;
+    case 2: run(residual::ffn_residual_kernel<2>); break;
+    default: run(residual::ffn_residual_kernel<4>); break;
   }
   CUDA_CHECK_LAUNCH();
 }

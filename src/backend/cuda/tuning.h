@@ -55,15 +55,10 @@ bool set_fused_moe_routing(bool on);
 // The launch shapes of the per-layer small kernels, for A/B runs (bit-identical either way): 0 (the
 // default) as planned; 1: the residual junctions at two 16-byte words a thread (half the threads of a
 // row); 2: the earlier shapes (the residual junctions' loop kernels, the MoE combine one block a
-// token, the fused routing sixteen tokens a block). The environment's DGEMMA_SMALL_KERNELS (0 / 1 / 2)
+// token, the fused routing sixteen tokens a block, the qkv prologue one block a token with a warp a
+// head row at a time, gelu_mul_halves without its table kernel). The environment's DGEMMA_SMALL_KERNELS (0 / 1 / 2)
 // gives the start value. Returns the previous value.
 int set_small_kernel_variant(int v);
-// Whether the qkv prologue runs its pair kernel (two head rows a warp at a time, each warp's first
-// rows loaded before the cos/sin table; qkv_prologue.cu) instead of one row a warp. Off by default
-// until it has been checked on a GPU (bit-identical by construction; dgemma_gpu_check qkv_prologue /
-// fused_qkv_input compare both with the ops). The environment's DGEMMA_QKV_PAIRS=1 sets the start
-// value. Returns the previous value.
-bool set_qkv_prologue_pairs(bool on);
 // The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
 // (by rows per expert, the default), 1 the small kernel (32-row tiles looping over an expert's rows),
 // 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 15 the wgmma ones and 16 .. 19 the

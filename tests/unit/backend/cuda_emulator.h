@@ -15,7 +15,8 @@
 // kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
 // no other asynchrony, no memory model, a warp's lanes only meet at the collectives and __syncwarp.
 // Also blockDim / gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
-// moe_combine_kernel.cuh, fp8_quant_kernel.cuh), and what the routing kernels use
+// moe_combine_kernel.cuh, fp8_quant_kernel.cuh, qkv_prologue_kernel.cuh with its cos_f32 / sin_f32),
+// and what the routing kernels use
 // (moe_route_kernel.cuh): static shared arrays, the integer shuffles and reductions, atomics and
 // fences (plain: one block runs at a time), __ldcg / __stcg, exp_f32 and warp_reduce. And the
 // transaction barriers and TMA copies of the warp-specialised GEMM (grouped_moe_tma_kernel.cuh,
@@ -106,7 +107,7 @@ class Barrier {
   uint64_t phase_ = 0;
 };
 inline Barrier* g_block_bar = nullptr;
-constexpr int kMaxWarps = 12;
+constexpr int kMaxWarps = 32;
 inline Barrier* g_warp_bar[kMaxWarps];
 inline uint32_t g_scratch[kMaxWarps][32][8];  // per-warp exchange of collectives that wait twice
 // The double-buffered exchange of ldmatrix / mma (collective_scratch below): one barrier a call.
@@ -165,7 +166,7 @@ inline void fiber_main() {
 }
 [[gnu::noinline]] inline void resume_fiber(Fiber& f) { swapcontext(&g_sched_ctx, &f.ctx); }
 // Runs fn as every thread of every block of a gx x gy x gz grid, blocks of `threads` (a multiple of 32,
-// at most 32 kMaxWarps) threads, one block at a time.
+// at most 32 kMaxWarps = 1024) threads, one block at a time.
 inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem_bytes, int threads = 128) {
   if (threads <= 0 || threads % 32 != 0 || threads > 32 * kMaxWarps) {
     std::fprintf(stderr, "emulated kernel: %d threads per block\n", threads);
@@ -599,8 +600,15 @@ inline int __reduce_min_sync(unsigned mask, int v) {
   return m;
 }
 namespace dgemma::cuda {
-// common.cuh's fp32 exp (double, rounded once) and warp reduction, for the kernels that use them.
+// common.cuh's fp32 exp, cos and sin (double, rounded once) and warp reduction, for the kernels that
+// use them.
 inline float exp_f32(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
+inline float cos_f32(float x) { return static_cast<float>(std::cos(static_cast<double>(x))); }
+inline float sin_f32(float x) { return static_cast<float>(std::sin(static_cast<double>(x))); }
+struct SumOp {
+  template <typename T>
+  T operator()(T a, T b) const { return a + b; }
+};
 struct MaxOp {
   float operator()(float a, float b) const { return std::fmax(a, b); }
 };

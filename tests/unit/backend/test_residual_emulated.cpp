@@ -1,9 +1,11 @@
 // The residual junction kernels (src/backend/cuda/residual_kernel.cuh) run on the host through
 // cuda_emulator.h against the CPU backend's composed ops (backend.cpp: rmsnorm / add / mul / scale),
-// bit for bit: one, two and four words per thread, rows with padding threads (H / 8 not a multiple of
-// 32), every optional output present and absent, a row of tiny values (eps matters) and, with eps 0,
-// an all-zero row (an infinite inverse norm: the NaNs of the composed ops, bit for bit). The same kernel
-// source the GPU runs; tests/gpu checks it there.
+// bit for bit: one, two and four words per thread (H = 2816 at both of its plans), rows with padding
+// threads (H / 8 not a multiple of 32), every optional output present and absent, a row of tiny values
+// (eps matters) and, with eps 0, an all-zero row (an infinite inverse norm: the NaNs of the composed
+// ops, bit for bit); grids of one block a row and of fewer blocks than rows (each block loops over
+// rows, loading the next one ahead), up to thousands of rows. The same kernel source the GPU runs;
+// tests/gpu checks it there.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -27,7 +29,7 @@ namespace {
 
 namespace res = cuda::residual;
 
-constexpr int kEmuThreads = 256;  // the emulator's largest block
+constexpr int kEmuThreads = 384;  // the model's plan at H = 2816 (352 threads)
 
 Tensor random_rows(std::mt19937& rng, int64_t T, int64_t H, float std, float mean = 0.0f) {
   std::normal_distribution<float> nd(mean, std);
@@ -67,24 +69,30 @@ void shape_rows(Tensor& t, int64_t H, bool zero_row) {
 }
 
 template <typename F>
-void launch_plan(const res::Plan& plan, int64_t T, F&& run) {
+void launch_plan(const res::Plan& plan, int grid, F&& run) {
   ASSERT_GT(plan.per, 0);
   ASSERT_LE(plan.threads, kEmuThreads);
-  emu::launch([&] { run(plan.per); }, static_cast<int>(T), 1, res::kScratchDoubles * 8, plan.threads);
+  emu::launch([&] { run(plan.per); }, grid, 1, res::kScratchDoubles * 8, plan.threads);
 }
 
+// grid 0: one block a row.
 struct Shape {
   int64_t T, H;
   float eps;
+  int grid = 0;
+  int max_threads = kEmuThreads;
 };
 
 std::string name_of(const Shape& s, const res::Plan& p) {
   return "T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) + " eps=" + std::to_string(s.eps) +
-         " per=" + std::to_string(p.per) + " threads=" + std::to_string(p.threads);
+         " per=" + std::to_string(p.per) + " threads=" + std::to_string(p.threads) +
+         " grid=" + std::to_string(s.grid > 0 ? s.grid : s.T);
 }
 
-const Shape kShapes[] = {{4, 2816, 1e-6f}, {3, 2048, 1e-6f}, {4, 1000, 0.0f},
-                         {3, 8, 1e-6f},    {3, 5000, 1e-6f}, {3, 24, 0.0f}};
+const Shape kShapes[] = {{4, 2816, 1e-6f},          {5, 2816, 1e-6f, 2},      {3, 2816, 1e-6f, 0, 256},
+                         {3, 2048, 1e-6f},          {4, 1000, 0.0f},          {7, 1000, 0.0f, 3},
+                         {3, 8, 1e-6f},             {3, 5000, 1e-6f},         {5, 5000, 1e-6f, 2},
+                         {3, 24, 0.0f},             {2048, 64, 1e-6f, 37},    {1500, 24, 0.0f, 8}};
 
 TEST(ResidualEmulated, PlanCoversTheModelShapes) {
   EXPECT_EQ(res::plan_for(352).per, 1);  // H = 2816: one word a thread
@@ -105,7 +113,7 @@ TEST(ResidualEmulated, AttnJunctionMatchesComposedOps) {
   std::mt19937 rng(2024);
   auto cpu = make_cpu_backend();
   for (const Shape& s : kShapes) {
-    const res::Plan plan = res::plan_for(s.H / 8, kEmuThreads);
+    const res::Plan plan = res::plan_for(s.H / 8, s.max_threads);
     const float root = 1.0f / std::sqrt(static_cast<float>(s.H));
     Tensor x = random_rows(rng, s.T, s.H, 3.0f), o = random_rows(rng, s.T, s.H, 0.5f);
     shape_rows(o, s.H, s.eps == 0.0f);
@@ -142,8 +150,9 @@ TEST(ResidualEmulated, AttnJunctionMatchesComposedOps) {
       const res::AttnArgs a{
           cw(g.x),       cw(g.o),          cw(g.post_norm), mw(g.h1),       cw(g.norm_a),
           mw(g.out_a),   cw(g.norm_b),     mw(g.out_b),     mw(g.o_normed), cw(g.router_scale),
-          g.router_root, mw(g.router_out), s.H / 8,         s.eps};
-      launch_plan(plan, s.T, [&](int per) {
+          g.router_root, mw(g.router_out), s.H / 8,         s.eps,
+          s.T};
+      launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
         if (per == 1)
           res::attn_residual_kernel<1>(a);
         else if (per == 2)
@@ -166,7 +175,7 @@ TEST(ResidualEmulated, FfnJunctionMatchesComposedOps) {
   std::mt19937 rng(77);
   auto cpu = make_cpu_backend();
   for (const Shape& s : kShapes) {
-    const res::Plan plan = res::plan_for(s.H / 8, kEmuThreads);
+    const res::Plan plan = res::plan_for(s.H / 8, s.max_threads);
     Tensor h1 = random_rows(rng, s.T, s.H, 3.0f), m1 = random_rows(rng, s.T, s.H, 2.0f);
     Tensor m2 = random_rows(rng, s.T, s.H, 0.2f);
     shape_rows(m1, s.H, s.eps == 0.0f);
@@ -203,8 +212,9 @@ TEST(ResidualEmulated, FfnJunctionMatchesComposedOps) {
       cpu->ffn_residual(c);
       const res::FfnArgs a{cw(g.h1),     cw(g.m1),        cw(g.m2),       cw(g.norm1), cw(g.norm2),
                            cw(g.norm_f), g.scale,         mw(g.out),      mw(g.m1n),   mw(g.m2n),
-                           mw(g.f),      cw(g.next_norm), mw(g.next_out), s.H / 8,     s.eps};
-      launch_plan(plan, s.T, [&](int per) {
+                           mw(g.f),      cw(g.next_norm), mw(g.next_out), s.H / 8,     s.eps,
+                           s.T};
+      launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
         if (per == 1)
           res::ffn_residual_kernel<1>(a);
         else if (per == 2)
