@@ -118,7 +118,9 @@ void run_sampler_batch(Reporter& r, const std::string& name, int64_t C, int64_t 
   for (const SamplerArgs& a : cpu_args) cpu().sampler(a);
   cuda().sampler_batch(gpu_args);
   for (const SamplerArgs& a : single_args) cuda().sampler(a);
-  // z evaluated per element instead of read from the table: the same z, so everything bit for bit.
+  // z evaluated per element instead of read from the table: the same z, so the same decisions; the
+  // sums from per-element exps instead of the table's e^z (other fp32 roundings, within the CPU
+  // tolerance).
   const bool was = cuda::set_sampler_z_table(false);
   cuda().sampler_batch(direct_args);
   cuda::set_sampler_z_table(was);
@@ -141,7 +143,9 @@ void run_sampler_batch(Reporter& r, const std::string& name, int64_t C, int64_t 
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string at = name + " canvas " + std::to_string(i);
     expect_same(r, at, gpu_args[i], single_args[i]);
-    expect_same(r, at + " (z per element)", direct_args[i], single_args[i]);
+    expect_cpu(r, at + " (z per element)", direct_args[i], cpu_args[i], logits[i]);
+    if (i32(direct_args[i].sample) != i32(single_args[i].sample) || i32(direct_args[i].argmax) != i32(single_args[i].argmax))
+      r.fail(at + ": z per element decides differently");
     expect_same(r, at + " (1 block an SM)", one_block_args[i], single_args[i]);
     expect_cpu(r, at, gpu_args[i], cpu_args[i], logits[i]);
     expect_cpu(r, at + " (1 logit a round)", scalar_args[i], cpu_args[i], logits[i]);

@@ -32,6 +32,8 @@
 //   want_sample false (greedy canvases): no noise is drawn; the sample is the argmax.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/sampler.cuh"
@@ -118,7 +120,10 @@ Workspace workspace_layout(SamplerLaunch* c, int n) {
 // slice_stats_earlier_kernel.
 std::atomic<bool> g_vector_sweep{true};
 std::atomic<int> g_stats_blocks{2};
-std::atomic<bool> g_lean_sweep{true};
+std::atomic<bool> g_lean_sweep{[] {
+  const char* v = std::getenv("DGEMMA_SAMPLER_LEAN");  // "0": the earlier pass from the start
+  return v == nullptr || std::string_view(v) != "0";
+}()};
 
 }  // namespace
 

@@ -149,8 +149,9 @@ int set_sampler_stats_blocks(int blocks);
 // 32-bit indices, the base-2 noise estimate, the exact noise of the screen's candidates deferred to
 // the end of the slice) or the earlier one (false: slice_stats_earlier_kernel). The same argmax and
 // sample, the sums within the same bounds; an A/B knob (dgemma_gpu_check --bench tail and the
-// sampler checks run both). Read at launch (a captured graph keeps the pass it captured). Returns
-// the previous value.
+// sampler checks run both). Read at launch (a captured graph keeps the pass it captured). The
+// environment's DGEMMA_SAMPLER_LEAN=0 sets the start value off (whole-step A/B runs with dgemma_bench).
+// Returns the previous value.
 bool set_sampler_lean_sweep(bool on);
 // Tile variant of the W4A16 / W8A16 grouped expert kernels (grouped_moe_fp4_kernel.cuh kQuantTiles),
 // M rows x N columns per CTA, warps, cp.async stages: 1 BM16 x BN64 4 warps 4 stages, 2 BM32 x 64,
