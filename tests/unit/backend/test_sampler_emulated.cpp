@@ -1,5 +1,6 @@
-// The sampler's kernels (src/backend/cuda/sampler_kernel.cuh: slice maxima, z table, the main pass,
-// top-N, the merge of the slices, the probabilities) run on the host through cuda_emulator.h, in the
+// The sampler's kernels (src/backend/cuda/sampler_kernel.cuh and sampler_stats_kernel.cuh: slice
+// maxima, both z tables, the main pass in its lean and earlier forms, top-N, the merge of the slices,
+// the probabilities) run on the host through cuda_emulator.h, in the
 // launcher's order and workspace layout, against the CPU backend's sampler: several canvases a launch
 // (each its own rows, temperature, greedy or sampling, with or without probabilities, gaps and
 // top-N), rows cut into several slices, slices swept 8 logits a round (16-byte aligned, a multiple of
@@ -8,9 +9,12 @@
 // work over several rounds), saturated logits (different logits of one z: ties broken by the lowest
 // index), and temperatures whose e^z table cannot serve some or all rows (the per-element exps then).
 // The host's z is the CPU's bit for bit (the same tanhf), so the argmax and the sample must be the
-// CPU's exactly; the fp32 sums (entropy, log-probabilities, the probabilities' denominator) within
-// the bounds tests/gpu allows the device. The device's own maths (tanhf, expf, the fast logarithms'
-// rounding) is checked by tests/gpu; the emulator's __logf / __log2f err by their documented maximum.
+// CPU's exactly; the entropy within the bound the kernels derive for their fp32 sums, the
+// log-probabilities and the probabilities (their denominator) within what tests/gpu allows the
+// device. The device's own maths (tanhf, expf, the fast logarithms' rounding) is checked by
+// tests/gpu; the emulator's __logf / __log2f err by their documented maximum. Then the lean pass's
+// pieces alone: its hash against rng::bits, both noise estimates against their claimed bounds, the
+// warp maximum, which rows the e^z table serves.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -175,8 +179,10 @@ void expect_cpu(const std::string& at, const Canvas& c, const Outputs& g, const 
     const std::string row = at + " row " + std::to_string(p);
     EXPECT_EQ(g.argmax[p], w.argmax[p]) << row;
     EXPECT_EQ(g.sample[p], w.sample[p]) << row;
+    // The entropy within the bound the kernels' comments derive for their fp32 runs, 5.4e-7 (1 + 2 H),
+    // and the output's rounding (tests/gpu allows the device 1e-5 (1 + H)); seen: 4e-8 (1 + H).
     const double H = w.entropy[p];
-    EXPECT_NEAR(g.entropy[p], H, 1e-5 * (1.0 + std::fabs(H))) << row;
+    EXPECT_NEAR(g.entropy[p], H, 6e-7 * (1.0 + 2.0 * std::fabs(H))) << row;
     EXPECT_NEAR(g.logprob[p], w.logprob[p], 1e-5 + 1e-6 * std::fabs(w.logprob[p])) << row;
     if (c.gaps) {  // the same z and the same exact noise: bit for bit
       EXPECT_TRUE(same_f32(g.argmax_gap[p], w.argmax_gap[p])) << row << ": " << g.argmax_gap[p] << " vs " << w.argmax_gap[p];
