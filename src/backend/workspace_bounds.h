@@ -19,12 +19,14 @@ inline constexpr uint64_t flash_split_bytes(int64_t tokens, int64_t q_heads, int
 // The sampler (sampler.cu workspace_layout), per launch of up to kSamplerMaxBatch canvases of C rows
 // over a vocabulary cut into `splits` slices: per (row, slice) cell a Stats record (at most
 // kSamplerStatsBytes) + a float slice max + up to kSamplerMaxTopN top-N entries of 8 bytes; per row
-// two floats; per canvas a z table of kSamplerZTable 8-byte entries; once, the filter histograms of
+// two floats; per canvas a z table of kSamplerZTable entries of kSamplerZEntryBytes (z, bf16(z) and
+// their exps); once, the filter histograms of
 // kSamplerFilterRows rows x kSamplerBins uint32; each of the 7 parts rounded up to 256 bytes.
 inline constexpr int kSamplerMaxBatch = 16;
 inline constexpr uint64_t kSamplerStatsBytes = 128;
 inline constexpr uint64_t kSamplerMaxTopN = 20;
 inline constexpr uint64_t kSamplerZTable = 65536;
+inline constexpr uint64_t kSamplerZEntryBytes = 16;
 inline constexpr uint64_t kSamplerFilterRows = 64;
 inline constexpr uint64_t kSamplerBins = 65536;
 inline constexpr int64_t sampler_splits(int64_t vocab) {
@@ -37,7 +39,7 @@ inline constexpr uint64_t sampler_bytes(int64_t canvases, int64_t canvas_rows, i
   const uint64_t cells = rows * static_cast<uint64_t>(sampler_splits(vocab));
   const uint64_t hist_rows = static_cast<uint64_t>(canvas_rows) < kSamplerFilterRows ? static_cast<uint64_t>(canvas_rows)
                                                                                       : kSamplerFilterRows;
-  return cells * (kSamplerStatsBytes + 4 + kSamplerMaxTopN * 8) + rows * 8 + n * kSamplerZTable * 8 +
+  return cells * (kSamplerStatsBytes + 4 + kSamplerMaxTopN * 8) + rows * 8 + n * kSamplerZTable * kSamplerZEntryBytes +
          hist_rows * kSamplerBins * 4 + 7 * 256;
 }
 

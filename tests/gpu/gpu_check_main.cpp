@@ -125,6 +125,12 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
             be.sampler(sa);
           }));
       cuda::set_sampler_stats_blocks(blocks);
+      const bool lean = cuda::set_sampler_lean_sweep(false);
+      row("sampler C=256 (+probs), earlier main pass", time_ms(be, [&] {
+            be.copy(logits, raw);
+            be.sampler(sa);
+          }));
+      cuda::set_sampler_lean_sweep(lean);
     }
     sa.want_sample = false;
     row("sampler C=256 greedy (no noise drawn)", time_ms(be, [&] {
@@ -156,6 +162,14 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
           be.copy(logits4, raw4);
           be.sampler_batch(four);
         }) - copy4);
+    {
+      const bool lean = cuda::set_sampler_lean_sweep(false);
+      row("sampler 4 x C=256, one batch, earlier pass", time_ms(be, [&] {
+            be.copy(logits4, raw4);
+            be.sampler_batch(four);
+          }) - copy4);
+      cuda::set_sampler_lean_sweep(lean);
+    }
     Tensor x4 = bf({B * C, H}, 8, 1.0f), soft4 = be.alloc(ScalarType::kBF16, {B * C, H});
     row("matmul LM head [1024,2816]x[262144,2816]^T", time_ms(be, [&] { be.matmul(x4, e, logits4); }));
     Tensor probs4 = bf({B * C, V}, 9, 1e-6f, 4e-6f);

@@ -551,6 +551,10 @@ void check_sampler_vocab(Reporter& r) {
   // Without the gap outputs the GPU screens the Gumbel noise with an fp32 estimate and evaluates the
   // double value only for candidates (the engine's path): every sample must still match.
   run_sampler(r, "V262144 C32 T0.6 screened", 32, 262144, 0.6f, true, false);
+  // The earlier main pass (tuning.h set_sampler_lean_sweep) against the same CPU results.
+  const bool lean = cuda::set_sampler_lean_sweep(false);
+  run_sampler(r, "V262144 C32 T0.6 screened, earlier pass", 32, 262144, 0.6f, true, false);
+  cuda::set_sampler_lean_sweep(lean);
 }
 
 void check_sampler_small(Reporter& r) {

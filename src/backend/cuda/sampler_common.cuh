@@ -1,11 +1,12 @@
 #pragma once
 // What the sampler's kernels share (sampler.cu: the passes over the rows; sampler_filter.cu: the
 // sample filters' floors): the block size, the per-canvas batch a launch covers, the slice of a row a
-// block takes, and the soft-capped, temperature-scaled logit z.
+// block takes, and the soft-capped, temperature-scaled logit z. The emulated unit tests compile it on
+// the host too (tests/unit/backend/cuda_emulator.h first); on the device the .cu files include
+// common.cuh first (cudaStream_t, the bf16 conversions).
 #include <cstdint>
 
-#include "backend/cuda/common.cuh"
-#include "backend/cuda/sampler.cuh"
+#include "backend/cuda/sampler_batch.h"
 
 namespace dgemma::cuda::sampler_detail {
 

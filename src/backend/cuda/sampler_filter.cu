@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/sampler.cuh"
 #include "backend/cuda/sampler_common.cuh"
 #include "backend/sample_filter.h"
 

@@ -139,6 +139,15 @@ bool set_sampler_z_table(bool on);
 // previous values.
 bool set_sampler_vector_sweep(bool on);
 int set_sampler_stats_blocks(int blocks);
+// Which main pass the sampler runs: the lean one (true, the default: slice_stats_kernel in
+// sampler_stats_kernel.cuh — the entropy sums and the probabilities' denominator from an e^z table,
+// 32-bit indices, the base-2 noise estimate, the exact noise of the screen's candidates deferred to
+// the end of the slice) or the earlier one (false: slice_stats_earlier_kernel). The same argmax and
+// sample, the sums within the same bounds; an A/B knob (dgemma_gpu_check --bench tail and the
+// sampler checks run both). Read at launch (a captured graph keeps the pass it captured). The
+// environment's DGEMMA_SAMPLER_LEAN=0 sets the start value off (whole-step A/B runs with dgemma_bench).
+// Returns the previous value.
+bool set_sampler_lean_sweep(bool on);
 // Tile variant of the W4A16 / W8A16 grouped expert kernels (grouped_moe_fp4_kernel.cuh kQuantTiles),
 // M rows x N columns per CTA, warps, cp.async stages: 1 BM16 x BN64 4 warps 4 stages, 2 BM32 x 64,
 // 3 BM64 x 64, 4 BM32 x 128 (8 warps), 5 BM64 x 128 (8 warps), 6 BM128 x 64, 7 BM16 x 64 8 stages,

@@ -23,7 +23,12 @@
 // tma_ptx.cuh): a barrier counts arrivals and bytes per phase, a waiting thread yields until its phase
 // completes, and the data of the copies that report to a barrier (TMA loads, cp.async with an
 // arrive) lands only when the barrier's phase completes, so a stage read before its wait, or refilled
-// before its readers released it, computes with the wrong data here.
+// before its readers released it, computes with the wrong data here. And what the sampler's kernels
+// use (sampler_kernel.cuh, blocks of 512 threads): uint2, the int shuffle and votes, shared-memory
+// atomicMax / atomicMin, block_reduce, __fmaf_rn, and the fast logarithms __logf / __log2f, which
+// return the exact value moved by the largest error the CUDA programming guide allows them, in a
+// direction that depends on the argument: a kernel whose error argument leaves too little margin
+// for them fails here.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -73,7 +78,8 @@ inline void chk_global(const void* p, size_t n) {
 // that some thread never reaches is reported (abort) instead of hanging.
 struct Fiber {
   ucontext_t ctx;
-  std::vector<char> stack;
+  std::unique_ptr<char[]> stack;  // not value-initialised: 512 fibers' stacks are not written up front
+  size_t stack_bytes = 0;
   bool done = false;
 };
 inline ucontext_t g_sched_ctx;
@@ -159,8 +165,8 @@ inline void fiber_main() {
 [[gnu::noinline]] inline void start_fiber(Fiber& f) {
   f.done = false;
   getcontext(&f.ctx);
-  f.ctx.uc_stack.ss_sp = f.stack.data();
-  f.ctx.uc_stack.ss_size = f.stack.size();
+  f.ctx.uc_stack.ss_sp = f.stack.get();
+  f.ctx.uc_stack.ss_size = f.stack_bytes;
   f.ctx.uc_link = &g_sched_ctx;
   makecontext(&f.ctx, fiber_main, 0);
 }
@@ -175,7 +181,10 @@ inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem
   const int warps = threads / 32;
   std::vector<unsigned char> buf(static_cast<size_t>(smem_bytes) + 256, 0xCD);
   std::vector<Fiber> fibers(static_cast<size_t>(threads));
-  for (auto& f : fibers) f.stack.resize(size_t{256} << 10);
+  for (auto& f : fibers) {
+    f.stack_bytes = size_t{256} << 10;
+    f.stack.reset(new char[f.stack_bytes]);
+  }
   g_fibers = &fibers;
   g_fn = &fn;
   t_block_dim = Dim3{static_cast<unsigned>(threads), 1, 1};
@@ -225,6 +234,22 @@ inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem
 inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes, int threads = 128) {
   launch_3d(std::move(fn), gx, gy, 1, smem_bytes, threads);
 }
+// A kernel whose threads never meet (no barrier, no collective, no shared memory: a table filled one
+// entry a thread) without fibers: each thread of each block runs to its end in turn. No barrier is
+// set: a barrier or a collective reached here crashes instead of computing.
+inline void launch_independent(const std::function<void()>& fn, int gx, int gy, int threads) {
+  t_block_dim = Dim3{static_cast<unsigned>(threads), 1, 1};
+  t_grid_dim = Dim3{static_cast<unsigned>(gx), static_cast<unsigned>(gy), 1};
+  g_block_bar = nullptr;
+  for (int w = 0; w < kMaxWarps; ++w) g_warp_bar[w] = nullptr;
+  for (int by = 0; by < gy; ++by)
+    for (int bx = 0; bx < gx; ++bx)
+      for (int t = 0; t < threads; ++t) {
+        t_block = Dim3{static_cast<unsigned>(bx), static_cast<unsigned>(by), 0};
+        t_thread = Dim3{static_cast<unsigned>(t), 0, 0};
+        fn();
+      }
+}
 }  // namespace emu
 #define threadIdx emu::t_thread
 #define blockIdx emu::t_block
@@ -232,6 +257,8 @@ inline void launch(std::function<void()> fn, int gx, int gy, int smem_bytes, int
 #define gridDim emu::t_grid_dim
 struct uint4 { uint32_t x, y, z, w; };
 inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
+struct uint2 { uint32_t x, y; };
+inline uint2 make_uint2(uint32_t x, uint32_t y) { return uint2{x, y}; }
 struct int4 { int x, y, z, w; };
 inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
@@ -240,6 +267,8 @@ struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
 // Blocks run one at a time, so a block's atomics and fences need no more than plain accesses.
 inline unsigned atomicAdd(unsigned* p, unsigned v) { const unsigned old = *p; *p = old + v; return old; }
 inline unsigned atomicExch(unsigned* p, unsigned v) { const unsigned old = *p; *p = v; return old; }
+inline int atomicMax(int* p, int v) { const int old = *p; *p = std::max(old, v); return old; }
+inline unsigned atomicMin(unsigned* p, unsigned v) { const unsigned old = *p; *p = std::min(old, v); return old; }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 template <typename T>
@@ -254,6 +283,21 @@ inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); r
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+// The fast logarithms at the edge of their documented accuracy: the exact value (in double) moved by
+// the largest error allowed (absolute on [0.5, 2], ulps of the result elsewhere), up or down by a bit
+// of the argument, then rounded to fp32.
+inline float emu_fast_log(double exact, float x, double abs_err, double ulps) {
+  const uint32_t u = __float_as_uint(x);
+  const double sign = ((u ^ (u >> 7) ^ (u >> 13)) & 1) ? 1.0 : -1.0;
+  if (!(x > 0.0f) || std::isinf(x)) return static_cast<float>(exact);  // -inf, NaN, +inf as the exact
+  const double err = (x >= 0.5f && x <= 2.0f) ? abs_err : ulps * std::ldexp(1.0, std::ilogb(static_cast<float>(exact)) - 23);
+  return static_cast<float>(exact + sign * err);
+}
+inline float __logf(float x) { return emu_fast_log(std::log(static_cast<double>(x)), x, std::exp2(-21.41), 3.0); }
+inline float __log2f(float x) { return emu_fast_log(std::log2(static_cast<double>(x)), x, std::exp2(-22.0), 2.0); }
 inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   const uint64_t in = x | (static_cast<uint64_t>(y) << 32);
   uint32_t r = 0;
@@ -262,6 +306,7 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 }
 using std::max;
 using std::min;
+using std::isnan;
 namespace dgemma::cuda {
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline float bf16_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
@@ -571,6 +616,22 @@ inline int emu_warp_publish(int v, int (&all)[32]) {
   for (int l = 0; l < 32; ++l) all[l] = static_cast<int>(sc[l][6]);
   return i;
 }
+inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
+  if (mask != 0xffffffffu) std::abort();
+  int all[32];
+  const int i = emu_warp_publish(v, all);
+  return all[(i ^ lane_mask) & 31];
+}
+inline unsigned __ballot_sync(unsigned mask, bool pred) {
+  if (mask != 0xffffffffu) std::abort();
+  int all[32];
+  emu_warp_publish(pred ? 1 : 0, all);
+  unsigned b = 0;
+  for (int l = 0; l < 32; ++l) b |= all[l] != 0 ? 1u << l : 0u;
+  return b;
+}
+inline bool __any_sync(unsigned mask, bool pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __shfl_sync(unsigned mask, int v, int src) {
   if (mask != 0xffffffffu) std::abort();
   int all[32];
@@ -589,6 +650,14 @@ inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
   emu_warp_publish(static_cast<int>(v), all);
   unsigned m = 0;
   for (int x : all) m = std::max(m, static_cast<unsigned>(x));
+  return m;
+}
+inline int __reduce_max_sync(unsigned mask, int v) {  // signed: the overload an int argument takes
+  if (mask != 0xffffffffu) std::abort();
+  int all[32];
+  emu_warp_publish(v, all);
+  int m = all[0];
+  for (int x : all) m = std::max(m, x);
   return m;
 }
 inline int __reduce_min_sync(unsigned mask, int v) {
@@ -616,5 +685,16 @@ template <typename T, typename Op>
 inline T warp_reduce(T v, Op op) {
   for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+// common.cuh's block reduction (every thread gets the result).
+template <typename T, typename Op>
+inline T block_reduce(T v, Op op, T identity, T* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_reduce(v, op);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  T r = lane < warps ? shared[lane] : identity;
+  return warp_reduce(r, op);
 }
 }  // namespace dgemma::cuda

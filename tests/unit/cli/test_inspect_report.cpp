@@ -197,17 +197,17 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   // 512-wide fp32 partials 1,073,741,824.
   EXPECT_EQ(p.attention_split_bytes, 1'077'936'128u);
   // Sampler over 4 canvases: 1024 rows x 16 vocabulary slices = 16,384 cells x 292 = 4,784,128; 1024 x
-  // 8 = 8,192; 4 z tables of 512 KiB = 2,097,152; 64-row histograms 16,777,216; alignment 1,792.
-  EXPECT_EQ(p.sampler_bytes, 23'668'480u);
-  // + the 512 MiB reserve + 48 blocks x 2 MiB of rounding = 2,761,500,416.
-  EXPECT_EQ(p.workspace_bytes, 2'761'500'416u);
+  // 8 = 8,192; 4 z tables of 1 MiB = 4,194,304; 64-row histograms 16,777,216; alignment 1,792.
+  EXPECT_EQ(p.sampler_bytes, 25'765'632u);
+  // + the 512 MiB reserve + 48 blocks x 2 MiB of rounding = 2,763,597,568.
+  EXPECT_EQ(p.workspace_bytes, 2'763'597'568u);
   EXPECT_EQ(p.step_ceiling_bytes, 4 * p.work_bytes_per_seq + p.workspace_bytes);
   EXPECT_EQ(p.pool_rounding_bytes, 60u * (2u << 20)) << "30 layers x (K, V)";
   EXPECT_EQ(p.runtime_reserve_bytes, kRuntimeReserveBytes);
   // The CUDA graph pool: a step of 4 canvases' workspace: 1,024 tokens x 249,600 = 255,590,400 of
   // activations + flash's 8 splits x 1,024 tokens x 16 heads x (512 x 4 + 8) bytes = 269,484,032 + the
-  // sampler's 23,668,480 + the rounding's 100,663,296.
-  EXPECT_EQ(p.graph_pool_bytes, 649'406'208u);
+  // sampler's 25,765,632 + the rounding's 100,663,296.
+  EXPECT_EQ(p.graph_pool_bytes, 651'503'360u);
   // The pool takes what the rest leaves: sliding pages for every sequence's ring plus one step's
   // chunks, full pages with the remainder.
   EXPECT_EQ(p.kv_budget_bytes, p.budget_bytes - p.weight_bytes - 4 * p.work_bytes_per_seq - p.workspace_bytes -
@@ -221,19 +221,19 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   // Each term is printed, and in the JSON.
   const std::string text = format_inspect_text(r);
   EXPECT_THAT(text, HasSubstr("1.078 GB  (1,077,936,128 bytes): flash attention's fp32 partials, 8 splits at most"));
-  EXPECT_THAT(text, HasSubstr("0.024 GB  (23,668,480 bytes): one launch over 4 canvases"));
+  EXPECT_THAT(text, HasSubstr("0.026 GB  (25,765,632 bytes): one launch over 4 canvases"));
   EXPECT_THAT(text, HasSubstr("0.101 GB  (100,663,296 bytes): 48 live blocks × a 2 MiB granule"));
   EXPECT_THAT(text, HasSubstr("1.022 GB  (1,022,361,600 bytes): 4,096 tokens per step × 249,600 bytes"));
-  EXPECT_THAT(text, HasSubstr("step ceiling                   3.304 GB  (3,304,138,496 bytes)"));
+  EXPECT_THAT(text, HasSubstr("step ceiling                   3.306 GB  (3,306,235,648 bytes)"));
   EXPECT_THAT(text, HasSubstr("runtime reserve                0.268 GB  (268,435,456 bytes)"));
   EXPECT_THAT(text, HasSubstr("KV pool rounding               0.126 GB  (125,829,120 bytes)"));
-  EXPECT_THAT(text, HasSubstr("CUDA graph pool                0.649 GB  (649,406,208 bytes)"));
+  EXPECT_THAT(text, HasSubstr("CUDA graph pool                0.652 GB  (651,503,360 bytes)"));
   const Json mj = inspect_report_json(r)["memory_plan"];
   EXPECT_EQ(mj["attention_split_bytes"].get<uint64_t>(), 1'077'936'128u);
-  EXPECT_EQ(mj["sampler_bytes"].get<uint64_t>(), 23'668'480u);
+  EXPECT_EQ(mj["sampler_bytes"].get<uint64_t>(), 25'765'632u);
   EXPECT_EQ(mj["step_ceiling_bytes"].get<uint64_t>(), p.step_ceiling_bytes);
-  EXPECT_EQ(mj["workspace_bytes"].get<uint64_t>(), 2'761'500'416u);
-  EXPECT_EQ(mj["graph_pool_bytes"].get<uint64_t>(), 649'406'208u);
+  EXPECT_EQ(mj["workspace_bytes"].get<uint64_t>(), 2'763'597'568u);
+  EXPECT_EQ(mj["graph_pool_bytes"].get<uint64_t>(), 651'503'360u);
   // --enforce-eager: no graph pool, the KV pool gets it.
   InspectOptions eager = dummy_26b_options(4, 8192);
   eager.enforce_eager = true;

@@ -140,19 +140,19 @@ TEST(MemoryPlan, EveryGpuTermOfTinyAByHand) {
   // bytes + of a 32-wide fp32 output = 8,912,896; 9,469,952 in all.
   EXPECT_EQ(p.attention_split_bytes, 9'469'952u);
   // Sampler, one launch of 4 canvases: 64 rows, 1 vocabulary slice: 64 cells x (128 + 4 + 20 x 8) =
-  // 18,688; 64 rows x 8 = 512; 4 z tables x 65,536 x 8 = 2,097,152; histograms of min(16, 64) rows x
-  // 65,536 x 4 = 4,194,304; 7 x 256 alignment = 1,792: 6,312,448.
-  EXPECT_EQ(p.sampler_bytes, 6'312'448u);
+  // 18,688; 64 rows x 8 = 512; 4 z tables x 65,536 x 16 = 4,194,304; histograms of min(16, 64) rows x
+  // 65,536 x 4 = 4,194,304; 7 x 256 alignment = 1,792: 8,409,600.
+  EXPECT_EQ(p.sampler_bytes, 8'409'600u);
   EXPECT_EQ(p.reserve_bytes, kWorkspaceReserveBytes);
   EXPECT_EQ(p.rounding_bytes, 48u * (2u << 20));  // 100,663,296
-  EXPECT_EQ(p.workspace_bytes, 661'811'712u);     // the five terms
+  EXPECT_EQ(p.workspace_bytes, 663'908'864u);     // the five terms
   // Buffers: 4 x 16 x (512 + 64) x 2 = 73,728.
   EXPECT_EQ(p.work_bytes_all_seqs, 73'728u);
-  EXPECT_EQ(p.step_ceiling_bytes, 661'885'440u);
+  EXPECT_EQ(p.step_ceiling_bytes, 663'982'592u);
   EXPECT_EQ(p.pool_rounding_bytes, 2u * 6u * (2u << 20));  // 25,165,824
   EXPECT_EQ(p.runtime_reserve_bytes, kRuntimeReserveBytes);
-  // 2,147,483,648 - 104,857,600 - 661,885,440 - 25,165,824 - 268,435,456 = 1,087,139,328.
-  EXPECT_EQ(p.kv_budget_bytes, 1'087'139'328u);
+  // 2,147,483,648 - 104,857,600 - 663,982,592 - 25,165,824 - 268,435,456 = 1,085,042,176.
+  EXPECT_EQ(p.kv_budget_bytes, 1'085'042'176u);
   EXPECT_LE(p.pool.bytes, p.kv_budget_bytes);
   EXPECT_EQ(p.total_bytes, p.weight_bytes + p.runtime_reserve_bytes + p.step_ceiling_bytes + p.pool.bytes + p.pool_rounding_bytes);
   EXPECT_LE(p.total_bytes, p.budget_bytes);

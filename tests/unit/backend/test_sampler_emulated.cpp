@@ -1,0 +1,396 @@
+// The sampler's kernels (src/backend/cuda/sampler_kernel.cuh and sampler_stats_kernel.cuh: slice
+// maxima, both z tables, the main pass in its lean and earlier forms, top-N, the merge of the slices,
+// the probabilities) run on the host through cuda_emulator.h, in the
+// launcher's order and workspace layout, against the CPU backend's sampler: several canvases a launch
+// (each its own rows, temperature, greedy or sampling, with or without probabilities, gaps and
+// top-N), rows cut into several slices, slices swept 8 logits a round (16-byte aligned, a multiple of
+// 8 long; the vector knob on) or one (otherwise, or the knob off), the z table on and off, peaked and
+// flat rows (flat: every logit within the noise's reach of the best, the screen and the bound at
+// work over several rounds), saturated logits (different logits of one z: ties broken by the lowest
+// index), and temperatures whose e^z table cannot serve some or all rows (the per-element exps then).
+// The host's z is the CPU's bit for bit (the same tanhf), so the argmax and the sample must be the
+// CPU's exactly; the entropy within the bound the kernels derive for their fp32 sums, the
+// log-probabilities and the probabilities (their denominator) within what tests/gpu allows the
+// device. The device's own maths (tanhf, expf, the fast logarithms' rounding) is checked by
+// tests/gpu; the emulator's __logf / __log2f err by their documented maximum. Then the lean pass's
+// pieces alone: its hash against rng::bits, both noise estimates against their claimed bounds, the
+// warp maximum, which rows the e^z table serves.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/tensor.h"
+#include "util/bf16.h"
+#include "util/counter_rng.h"
+
+// The emulator first: it provides the device operations that the kernel headers use.
+// clang-format off
+#include "cuda_emulator.h"
+#include "backend/cuda/sampler_kernel.cuh"
+#include "backend/cuda/sampler_stats_kernel.cuh"
+// clang-format on
+
+namespace dgemma::cuda {
+namespace {
+
+// Which main pass runs (the launcher's knobs, tuning.h) and, for the lean one, how many candidates a
+// warp keeps for the end of the slice (1: nearly every candidate takes the overflow's exact path).
+struct Variant {
+  bool lean = true;     // set_sampler_lean_sweep
+  bool z_table = true;  // set_sampler_z_table
+  bool vector = true;   // set_sampler_vector_sweep
+  bool one_candidate = false;
+  std::string name() const {
+    return std::string(lean ? "lean" : "earlier") + (z_table ? ", table" : ", per-element") + (vector ? ", vector" : ", scalar") +
+           (one_candidate ? ", one candidate a warp" : "");
+  }
+};
+constexpr Variant kLean{true, true, true, false}, kLeanPerElement{true, false, true, false}, kLeanScalar{true, true, false, false},
+    kLeanOneCandidate{true, true, true, true}, kEarlier{false, true, true, false}, kEarlierPerElement{false, false, true, false};
+
+// One canvas of a case and what each backend wrote for it.
+struct Canvas {
+  int64_t C = 0;
+  float T = 1.0f, cap = 30.0f;
+  bool want_sample = true, want_probs = true, gaps = false;
+  int top_n = 0;
+  uint64_t key = 0;
+  std::vector<uint16_t> logits;  // [C, V]
+};
+struct Outputs {
+  std::vector<uint16_t> logits;
+  std::vector<float> entropy, logprob, argmax_gap, sample_gap, top_lp;
+  std::vector<int32_t> argmax, sample, top_ids;
+  void size(const Canvas& c) {
+    logits = c.logits;
+    const size_t C = static_cast<size_t>(c.C);
+    entropy.assign(C, -1.0f), logprob.assign(C, -1.0f), argmax_gap.assign(C, -1.0f), sample_gap.assign(C, -1.0f);
+    argmax.assign(C, -1), sample.assign(C, -1);
+    top_ids.assign(C * static_cast<size_t>(c.top_n), -1), top_lp.assign(top_ids.size(), 0.0f);
+  }
+};
+
+Outputs run_cpu(const Canvas& c, int64_t V) {
+  Outputs o;
+  o.size(c);
+  auto be = make_cpu_backend();
+  SamplerArgs a;
+  a.logits = borrow_tensor(o.logits.data(), ScalarType::kBF16, {c.C, V});
+  a.softcap = c.cap;
+  a.temperature = c.T;
+  a.sample_key = c.key;
+  a.want_probs = c.want_probs;
+  a.want_sample = c.want_sample;
+  a.entropy = borrow_tensor(o.entropy.data(), ScalarType::kF32, {c.C});
+  a.argmax = borrow_tensor(o.argmax.data(), ScalarType::kI32, {c.C});
+  a.sample = borrow_tensor(o.sample.data(), ScalarType::kI32, {c.C});
+  a.argmax_logprob = borrow_tensor(o.logprob.data(), ScalarType::kF32, {c.C});
+  a.argmax_gap = borrow_tensor(o.argmax_gap.data(), ScalarType::kF32, {c.C});
+  a.sample_gap = borrow_tensor(o.sample_gap.data(), ScalarType::kF32, {c.C});
+  if (c.top_n > 0) {
+    a.top_n = c.top_n;
+    a.top_ids = borrow_tensor(o.top_ids.data(), ScalarType::kI32, {c.C, c.top_n});
+    a.top_logprobs = borrow_tensor(o.top_lp.data(), ScalarType::kF32, {c.C, c.top_n});
+  }
+  be->sampler(a);
+  return o;
+}
+
+// Both kinds of z table of a batch's canvases (the same for every variant).
+struct Tables {
+  std::vector<uint2> z;
+  std::vector<uint4> z_exp;
+};
+
+// The launcher's passes (sampler.cu launch_sampler), emulated, over all canvases in one batch.
+std::vector<Outputs> run_emulated(const std::vector<Canvas>& cs, int64_t V, int splits, const Variant& var, const Tables& tables) {
+  const int n = static_cast<int>(cs.size());
+  std::vector<Outputs> out(cs.size());
+  SamplerBatch b;
+  b.n = n;
+  b.splits = splits;
+  b.vector = var.vector;
+  int64_t rows = 0, top_entries = 0, max_c = 0;
+  bool any_top = false, any_probs = false;
+  for (int i = 0; i < n; ++i) {
+    const Canvas& c = cs[static_cast<size_t>(i)];
+    Outputs& o = out[static_cast<size_t>(i)];
+    o.size(c);
+    SamplerLaunch& a = b.c[i];
+    a.logits = o.logits.data();
+    a.C = c.C, a.V = V;
+    a.softcap = c.cap, a.temperature = c.T, a.sample_key = c.key;
+    a.want_probs = c.want_probs, a.want_sample = c.want_sample;
+    a.entropy = o.entropy.data(), a.argmax = o.argmax.data(), a.sample = o.sample.data();
+    a.argmax_logprob = o.logprob.data();
+    a.argmax_gap = c.gaps ? o.argmax_gap.data() : nullptr;
+    a.sample_gap = c.gaps ? o.sample_gap.data() : nullptr;
+    a.top_n = c.top_n, a.top_ids = o.top_ids.data(), a.top_logprobs = o.top_lp.data();
+    a.row0 = rows, a.top0 = top_entries;
+    rows += c.C;
+    top_entries += c.C * splits * c.top_n;
+    max_c = std::max(max_c, c.C);
+    any_top |= c.top_n > 0;
+    any_probs |= c.want_probs;
+  }
+  std::vector<Stats> partials(static_cast<size_t>(rows * splits));
+  std::vector<float> slice_max(static_cast<size_t>(rows * splits)), row_bsum(static_cast<size_t>(rows));
+  std::vector<float> row_floor(static_cast<size_t>(rows), -INFINITY);
+  std::vector<TopEntry> top(static_cast<size_t>(std::max<int64_t>(top_entries, 1)));
+  const SamplerBatch* bp = &b;
+  const int mc = static_cast<int>(max_c);
+  emu::launch_3d([&] { slice_max_kernel(bp, slice_max.data()); }, splits, mc, n, 0, kThreads);
+  if (any_top) emu::launch_3d([&] { topn_partial_kernel(bp, top.data()); }, splits, mc, n, 0, kTopThreads);
+  float* const sm = slice_max.data();
+  float* const rf = row_floor.data();
+  Stats* const pt = partials.data();
+  std::function<void()> stats;
+  if (var.lean && var.z_table) {
+    const uint4* zt = tables.z_exp.data();
+    if (var.one_candidate) stats = [=] { slice_stats_kernel<true, 2, 1>(bp, sm, rf, zt, pt); };
+    else stats = [=] { slice_stats_kernel<true, 2>(bp, sm, rf, zt, pt); };
+  } else if (var.lean) {
+    stats = [=] { slice_stats_kernel<false, 2>(bp, sm, rf, nullptr, pt); };
+  } else if (var.z_table) {
+    const uint2* zt = tables.z.data();
+    stats = [=] { slice_stats_earlier_kernel<true, 2>(bp, sm, rf, zt, pt); };
+  } else {
+    stats = [=] { slice_stats_earlier_kernel<false, 2>(bp, sm, rf, nullptr, pt); };
+  }
+  emu::launch_3d(stats, splits, mc, n, 0, kThreads);
+  emu::launch_3d([&] { finalize_kernel(bp, slice_max.data(), partials.data(), row_bsum.data(), row_floor.data(), top.data()); },
+                 mc, n, 1, 0, 32);
+  if (any_probs) emu::launch_3d([&] { probs_kernel(bp, slice_max.data(), row_bsum.data()); }, splits, mc, n, 0, kThreads);
+  return out;
+}
+
+bool same_f32(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+// Every output of one canvas against the CPU's.
+void expect_cpu(const std::string& at, const Canvas& c, const Outputs& g, const Outputs& w) {
+  for (int64_t p = 0; p < c.C; ++p) {
+    const std::string row = at + " row " + std::to_string(p);
+    EXPECT_EQ(g.argmax[p], w.argmax[p]) << row;
+    EXPECT_EQ(g.sample[p], w.sample[p]) << row;
+    // The entropy within the bound the kernels' comments derive for their fp32 runs, 5.4e-7 (1 + 2 H),
+    // and the output's rounding (tests/gpu allows the device 1e-5 (1 + H)); seen: 4e-8 (1 + H).
+    const double H = w.entropy[p];
+    EXPECT_NEAR(g.entropy[p], H, 6e-7 * (1.0 + 2.0 * std::fabs(H))) << row;
+    EXPECT_NEAR(g.logprob[p], w.logprob[p], 1e-5 + 1e-6 * std::fabs(w.logprob[p])) << row;
+    if (c.gaps) {  // the same z and the same exact noise: bit for bit
+      EXPECT_TRUE(same_f32(g.argmax_gap[p], w.argmax_gap[p])) << row << ": " << g.argmax_gap[p] << " vs " << w.argmax_gap[p];
+      EXPECT_TRUE(same_f32(g.sample_gap[p], w.sample_gap[p])) << row << ": " << g.sample_gap[p] << " vs " << w.sample_gap[p];
+    }
+    for (int j = 0; j < c.top_n; ++j) {
+      const size_t k = static_cast<size_t>(p * c.top_n + j);
+      EXPECT_EQ(g.top_ids[k], w.top_ids[k]) << row << " top " << j;
+      EXPECT_NEAR(g.top_lp[k], w.top_lp[k], 1e-5 + 1e-6 * std::fabs(w.top_lp[k])) << row << " top " << j;
+    }
+  }
+  if (!c.want_probs) {
+    EXPECT_EQ(g.logits, c.logits) << at << ": logits written without want_probs";
+    return;
+  }
+  // bf16(exp(bf16(z) - max) / sum): the same terms (the host's expf) or their table values, the
+  // denominator summed in fp32 runs against the CPU's double sum: one bf16 step at most, rarely.
+  size_t off = 0;
+  for (size_t i = 0; i < w.logits.size(); ++i) {
+    if (g.logits[i] == w.logits[i]) continue;
+    const int step = std::abs(static_cast<int>(g.logits[i]) - static_cast<int>(w.logits[i]));
+    ASSERT_LE(step, 1) << at << ": probability " << i << " is " << bf16_to_f32(g.logits[i]) << ", CPU "
+                       << bf16_to_f32(w.logits[i]);
+    ++off;
+  }
+  EXPECT_LE(off, w.logits.size() / 100) << at << ": probabilities one bf16 step off";
+}
+
+// Logits: broad noise with a few strong candidates (peaked) or all within a narrow band (flat: the
+// noise decides); the last row of each canvas has an exact tie for the maximum, and with `saturated`
+// its first row holds logits far beyond the soft-cap (different logits of the same z: the lowest
+// index wins) and infinities.
+std::vector<uint16_t> make_logits(std::mt19937_64& rng, int64_t C, int64_t V, bool flat, bool saturated) {
+  std::normal_distribution<float> nd(0.0f, flat ? 0.05f : 2.0f);
+  std::uniform_int_distribution<int64_t> at(0, V - 1);
+  std::uniform_real_distribution<float> strong(8.0f, 25.0f);
+  std::vector<uint16_t> l(static_cast<size_t>(C * V));
+  for (auto& x : l) x = f32_to_bf16(nd(rng));
+  for (int64_t p = 0; p < C; ++p)
+    if (!flat)
+      for (int j = 0; j < 5; ++j) l[static_cast<size_t>(p * V + at(rng))] = f32_to_bf16(strong(rng));
+  const int64_t a = at(rng) / 2, b = V / 2 + at(rng) / 2;
+  l[static_cast<size_t>((C - 1) * V + a)] = l[static_cast<size_t>((C - 1) * V + b)] = f32_to_bf16(flat ? 1.0f : 40.0f);
+  if (saturated) {
+    for (int j = 0; j < 6; ++j) l[static_cast<size_t>(at(rng))] = f32_to_bf16(2000.0f + 500.0f * static_cast<float>(j));
+    l[static_cast<size_t>(at(rng))] = 0x7f80;  // +inf: z = cap / T as well
+    l[static_cast<size_t>(at(rng))] = 0xff80;  // -inf
+  }
+  return l;
+}
+
+struct Case {
+  std::string name;
+  int64_t V;
+  int splits;
+  bool flat;
+};
+
+// The tables of the batch: z_table_kernel and z_exp_table_kernel, one thread an entry.
+Tables make_tables(const std::vector<Canvas>& cs) {
+  SamplerBatch b;
+  b.n = static_cast<int>(cs.size());
+  for (size_t i = 0; i < cs.size(); ++i) b.c[i].softcap = cs[i].cap, b.c[i].temperature = cs[i].T;
+  Tables t;
+  t.z.resize(cs.size() * kZTable);
+  t.z_exp.resize(cs.size() * kZTable);
+  const SamplerBatch* bp = &b;
+  emu::launch_independent([&] { z_table_kernel(bp, t.z.data()); }, kZTable / 256, b.n, 256);
+  emu::launch_independent([&] { z_exp_table_kernel(bp, t.z_exp.data()); }, kZTable / 256, b.n, 256);
+  return t;
+}
+
+// Four canvases of different rows and settings in one launch, through the given variants of the main
+// pass.
+void run_case(const Case& k, const std::vector<float>& temps, uint64_t seed, std::initializer_list<Variant> variants) {
+  std::mt19937_64 rng(seed);
+  std::vector<Canvas> cs;
+  const int64_t rows[4] = {2, 1, 2, 1};
+  for (size_t i = 0; i < temps.size(); ++i) {
+    Canvas c;
+    c.C = rows[i % 4];
+    c.T = temps[i];
+    c.key = rng::stream_key(seed, i, 5, rng::kSample);
+    c.want_sample = i != 1;          // canvas 1 greedy
+    c.want_probs = i != 2;           // canvas 2 without probabilities
+    c.gaps = i == 3;                 // canvas 3 asks for the gaps: every noise value exact
+    c.top_n = i == 0 ? 5 : 0;
+    c.logits = make_logits(rng, c.C, k.V, k.flat, i == 0);
+    cs.push_back(std::move(c));
+  }
+  std::vector<Outputs> want;
+  for (const Canvas& c : cs) want.push_back(run_cpu(c, k.V));
+  const Tables tables = make_tables(cs);
+  for (const Variant& var : variants) {
+    const std::vector<Outputs> got = run_emulated(cs, k.V, k.splits, var, tables);
+    for (size_t i = 0; i < cs.size(); ++i)
+      expect_cpu(k.name + " (" + var.name() + ") canvas " + std::to_string(i), cs[i], got[i], want[i]);
+  }
+}
+
+// Slices of 20,480 logits: five rounds of 512 threads x 8.
+TEST(SamplerEmulated, VectorSlicesOverSeveralRounds) {
+  run_case({"V40960 / 2", 40960, 2, false}, {0.8f, 1.0f, 0.6f, 0.7f}, 1, {kLean, kLeanPerElement, kEarlier});
+}
+
+// Every logit within the noise's reach: the screen and the candidates at work; with one candidate a
+// warp kept, the rest take the overflow's exact path.
+TEST(SamplerEmulated, FlatRowsEveryLogitWithinReach) {
+  run_case({"flat V40960 / 2", 40960, 2, true}, {0.8f, 0.9f, 0.5f, 1.0f}, 2, {kLean, kLeanOneCandidate, kEarlier});
+}
+
+// 4,104 = 3 x 1,368: aligned slices of 171 chunks (a partial round: idle lanes); and with the vector
+// knob off, one logit a round.
+TEST(SamplerEmulated, VectorSlicesPartialRound) {
+  run_case({"V4104 / 3", 4104, 3, false}, {0.8f, 0.408f, 1.2f, 0.8f}, 3, {kLean, kLeanScalar, kEarlierPerElement});
+}
+
+// Slices of 1,001 (odd lengths: one logit a round).
+TEST(SamplerEmulated, ScalarSlices) {
+  run_case({"V3003 / 3", 3003, 3, false}, {0.8f, 0.7f, 0.6f, 1.0f}, 4, {kLean, kLeanPerElement});
+  run_case({"flat V3003 / 3", 3003, 3, true}, {0.8f, 0.7f, 0.6f, 1.0f}, 5, {kLean, kEarlier});
+}
+
+// Small temperatures (cap / T from 100 to 600): most rows' z span more than the e^z table serves
+// (the per-element exps), the rows holding the saturated logits are served.
+TEST(SamplerEmulated, SmallTemperatures) {
+  run_case({"V8192 / 2", 8192, 2, false}, {0.3f, 0.05f, 0.1f, 0.2f}, 6, {kLean, kLeanPerElement, kEarlier});
+}
+
+// The main pass's hash with the row's half computed once is rng::bits, bit for bit, over the range of
+// its indices (below 2^31) and any position.
+TEST(SamplerEmulated, CounterBitsAreTheRngBits) {
+  std::mt19937_64 rng(11);
+  const uint32_t positions[] = {0u, 1u, 255u, 0x61C88646u, 0xFFFFFFFFu};
+  const uint32_t indices[] = {0u, 1u, 7u, 262143u, 0x7FFFFFFEu, 0x7FFFFFFFu};
+  for (int trial = 0; trial < 2000; ++trial) {
+    const uint64_t key = rng();
+    const uint32_t pos = trial < 5 ? positions[trial] : static_cast<uint32_t>(rng());
+    const CounterHash h = counter_hash(key, pos);
+    for (uint32_t v : indices) ASSERT_EQ(counter_bits(h, v), rng::bits(key, pos, v)) << key << " " << pos << " " << v;
+    const uint32_t v = static_cast<uint32_t>(rng() >> 33);
+    ASSERT_EQ(counter_bits(h, v), rng::bits(key, pos, v)) << key << " " << pos << " " << v;
+  }
+}
+
+// The fp32 noise estimates against the double noise, at the bounds their comments claim (the
+// emulator's fast logarithms err by their documented maximum): random bits, and the edges of u's
+// range and of the estimates' cases (u near 1/2, 1 - u near 1/16, u = 1: +inf).
+TEST(SamplerEmulated, NoiseEstimatesWithinTheirBounds) {
+  std::mt19937_64 rng(12);
+  std::vector<uint64_t> ms = {0, 1, 2, (uint64_t{1} << 52) - 1, uint64_t{1} << 52, (uint64_t{1} << 52) + 1,
+                              (uint64_t{1} << 53) - 3, (uint64_t{1} << 53) - 2};
+  const uint64_t sixteenth = (uint64_t{1} << 53) - (uint64_t{1} << 49);  // 1 - u = 1/16
+  for (int64_t d = -4; d <= 4; ++d) ms.push_back(sixteenth + static_cast<uint64_t>(d));
+  for (int i = 0; i < 200000; ++i) ms.push_back(rng() >> 11);
+  for (int i = 0; i < 20000; ++i) ms.push_back((uint64_t{1} << 53) - 1 - (rng() >> (11 + rng() % 50)));  // 1 - u tiny
+  const float zs[] = {0.0f, 12.5f, -37.5f, 300.0f};
+  for (uint64_t m : ms) {
+    const uint64_t b = (m << 11) | (rng() & 0x7FF);
+    const double g = rng::gumbel_from_bits(b);
+    for (float z : zs) {
+      const double want = static_cast<double>(z) + g;
+      const float lean = noise_estimate(b, __fadd_rn(z, kLnLn2));
+      const float earlier = __fadd_rn(z, gumbel_approx(b));
+      if (std::isinf(want)) {
+        ASSERT_TRUE(std::isinf(lean) && lean > 0) << m;
+        ASSERT_TRUE(std::isinf(earlier) && earlier > 0) << m;
+        continue;
+      }
+      ASSERT_LE(std::fabs(lean - want), 1.2e-5 + std::ldexp(std::fabs(want), -23)) << "m " << m << " z " << z;
+      ASSERT_LE(std::fabs(earlier - want), 2e-5 + std::ldexp(std::fabs(want), -24)) << "m " << m << " z " << z;
+    }
+  }
+}
+
+// The warp maximum through the integer reduction, over values of both signs, zeros and -inf.
+TEST(SamplerEmulated, WarpMaxOfAnySign) {
+  std::mt19937_64 rng(13);
+  std::normal_distribution<float> nd(0.0f, 50.0f);
+  for (int trial = 0; trial < 20; ++trial) {
+    float in[32], out[32];
+    for (float& x : in) x = nd(rng);
+    if (trial % 4 == 1)
+      for (float& x : in) x = -std::fabs(x);
+    if (trial % 4 == 2) in[trial] = -INFINITY, in[3] = 0.0f, in[7] = -0.0f;
+    if (trial % 4 == 3)
+      for (float& x : in) x = -INFINITY;
+    emu::launch([&] { out[threadIdx.x] = warp_max_f32(in[threadIdx.x]); }, 1, 1, 0, 32);
+    const float want = *std::max_element(in, in + 32);
+    for (float x : out) ASSERT_EQ(x, want) << trial;
+  }
+}
+
+// Which rows the e^z table serves: all of them while cap / T is at most 60 (z spans [-cap / T, cap / T]),
+// past that the rows whose largest z is near cap / T; never a NaN row.
+TEST(SamplerEmulated, ExpTableWindow) {
+  auto serves = [](float cap, float T, float m) { return exp_table_serves(exp_table_shift(cap, T), m, round_bf16(m)); };
+  for (float T : {2.0f, 1.0f, 0.8f, 0.5f}) {
+    EXPECT_TRUE(serves(30.0f, T, 30.0f / T)) << T;
+    EXPECT_TRUE(serves(30.0f, T, -30.0f / T)) << T;
+  }
+  EXPECT_TRUE(serves(30.0f, 0.408f, -45.0f));  // c = 73.5 - 80: m - c >= -40 from m = -46.5 on
+  EXPECT_TRUE(serves(30.0f, 0.05f, 600.0f));
+  EXPECT_TRUE(serves(30.0f, 0.05f, 481.0f));
+  EXPECT_FALSE(serves(30.0f, 0.05f, 479.0f));
+  EXPECT_FALSE(serves(30.0f, 0.05f, 0.0f));
+  EXPECT_FALSE(serves(30.0f, 0.8f, NAN));
+}
+
+}  // namespace
+}  // namespace dgemma::cuda
