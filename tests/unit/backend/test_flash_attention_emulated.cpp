@@ -1,11 +1,12 @@
-// The flash attention kernel (src/backend/cuda/flash_attention_kernel.cuh) run on the host through
-// cuda_emulator.h against the CPU backend's attention (the reference), on small random batches: several
-// items in one launch (row tiles of several items, an item of more than one tile), head dims 64 to 512
-// (512: two output halves), bidirectional / causal / causal with a window, caches over several pages
-// of a shuffled page table with cache_first > 0 (the table entries of pages before the cache are -1:
-// the emulator aborts on any read outside the declared buffers), page sizes that are and are not
-// powers of two, K = V (one pool and one new-key tensor for both), and forced key splits (the fp32
-// partials and their merge). The same kernel source the GPU runs; tests/gpu checks it there.
+// The flash attention kernels (src/backend/cuda/flash_attention_kernel.cuh, and the wgmma kernel of
+// flash_attention_wgmma_kernel.cuh) run on the host through cuda_emulator.h against the CPU backend's
+// attention (the reference), on small random batches: several items in one launch (row tiles of
+// several items, an item of more than one tile), head dims 64 to 512 (512: two output halves),
+// bidirectional / causal / causal with a window, caches over several pages of a shuffled page table
+// with cache_first > 0 (the table entries of pages before the cache are -1: the emulator aborts on any
+// read outside the declared buffers), page sizes that are and are not powers of two, K = V (one pool
+// and one new-key tensor for both), and forced key splits (the fp32 partials and their merge). The
+// same kernel source the GPU runs; tests/gpu checks it there.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 
 #include "cuda_emulator.h"
 #include "backend/cuda/flash_attention_kernel.cuh"
+#include "backend/cuda/flash_attention_wgmma_kernel.cuh"
 
 namespace dgemma {
 namespace {
@@ -65,7 +67,26 @@ void launch_emulated(const cuda::flash::Params& p, int tiles) {
   }
 }
 
-// variant: the kernel variant of D 256 / 512 (flash_attention_kernel.cuh Cfg).
+// The wgmma kernel (variant 3; flash_attention_wgmma_kernel.cuh) with the shape flash_attention.cu
+// launches: BN 64, two stages.
+constexpr int kWgmma = 3;
+// Warps fall asleep for runs of rounds (emu::g_jitter_seed): a consumer warp then reads a stage long
+// after its warpgroup released it, so a producer that refills too early gets caught.
+template <int D>
+void launch_emulated_wgmma(const cuda::flash::Params& p, int tiles) {
+  using S = cuda::flash::WgmmaShape<D, 64, 2>;
+  emu::g_jitter_seed = 0x5eed0000u + static_cast<uint64_t>(p.splits);
+  emu::launch_3d([p] { cuda::flash::flash_wgmma_kernel<D, 64, 2>(p); }, tiles, p.Hkv, p.splits, S::kSmemBytes,
+                 S::kThreads);
+  emu::g_jitter_seed = 0;
+  if (p.splits > 1) {
+    const int64_t threads = int64_t{p.T} * p.Hq * (D / 4);
+    emu::launch([p] { cuda::flash::flash_combine_kernel<D>(p); },
+                static_cast<int>((threads + cuda::flash::kThreads - 1) / cuda::flash::kThreads), 1, 0);
+  }
+}
+
+// variant: the kernel variant of D 256 / 512 (flash_attention_kernel.cuh Cfg; 3 the wgmma kernel).
 void run_case(const Case& c, int splits, int variant = 0) {
   SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + " variant " + std::to_string(variant));
   std::mt19937 rng(1234 + c.D + splits);
@@ -158,7 +179,7 @@ void run_case(const Case& c, int splits, int variant = 0) {
   p.splits = splits;
   p.scaling = scaling;
   int tiles = 0;
-  const int cta_rows = c.D == 256 && variant == 2 ? 2 * cuda::flash::kBM : cuda::flash::kBM;
+  const int cta_rows = c.D == 256 && (variant == 2 || variant == kWgmma) ? 2 * cuda::flash::kBM : cuda::flash::kBM;
   for (const auto& it : items) tiles += (it.q_len * groups + cta_rows - 1) / cta_rows;
   tiles += 1;  // one CTA past the last tile: it must exit without writing
   auto bytes = [](const auto& v) { return v.size() * sizeof(v[0]); };
@@ -171,7 +192,8 @@ void run_case(const Case& c, int splits, int variant = 0) {
     case 64: launch_emulated<64>(p, tiles); break;
     case 128: launch_emulated<128>(p, tiles); break;
     case 256:
-      if (variant == 2) launch_emulated<256, 2>(p, tiles);
+      if (variant == kWgmma) launch_emulated_wgmma<256>(p, tiles);
+      else if (variant == 2) launch_emulated<256, 2>(p, tiles);
       else if (variant == 1) launch_emulated<256, 1>(p, tiles);
       else launch_emulated<256, 0>(p, tiles);
       break;
@@ -203,8 +225,8 @@ void run_case(const Case& c, int splits, int variant = 0) {
   }
   const double n = static_cast<double>(got.size()), out_rows = static_cast<double>(T) * c.Hq;
   const double nmse = err2 / std::max(ref2, 1e-30);
-  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), variant == 2 ? " (variant 2)" : variant ? " (variant 1)" : "", splits, nmse,
-              exact / n, bad / n);
+  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(),
+              variant ? (" (variant " + std::to_string(variant) + ")").c_str() : "", splits, nmse, exact / n, bad / n);
   EXPECT_LT(nmse, 2e-5) << "relative mean-square error";
   EXPECT_LE(bad / n, std::max(1e-3, 1.0 / out_rows)) << "fraction of elements beyond the rounding bound";
   EXPECT_GT(exact / n, 0.5) << "bit-identical fraction";
@@ -232,6 +254,23 @@ TEST(FlashAttentionEmulated, HeadDim256) {
   run_case(c, 3, 2);
   // Variant 2's 128-row tiles: an item of more than one of them (160 rows).
   run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, 2);
+}
+
+// The wgmma kernel (variant 3): 128-row tiles over two consumer warpgroups, K / V tiles of 64 keys
+// in a ring of two stages (several laps of it), items of one tile, of several, and of rows in one
+// warpgroup only, bidirectional and causal with windows, several splits (empty ones too).
+TEST(FlashAttentionEmulated, HeadDim256Wgmma) {
+  const Case c{"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}};
+  run_case(c, 1, kWgmma);
+  run_case(c, 3, kWgmma);
+  // More key tiles than stages (the ring's phases), an item of two 128-row tiles, a canvas over a
+  // long cache with a page table that starts mid-page.
+  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, kWgmma);
+  run_case({"d256 P24 canvas over 300 cached", 4, 2, 256, 24, false,
+            {{40, 300, 17, false, 0}, {70, 100, 0, true, 50}, {9, 0, 0, false, 0}}},
+           1, kWgmma);
+  run_case({"d256 P16 K=V prefill", 8, 1, 256, 16, true, {{33, 60, 4, true, 0}, {20, 70, 0, false, 0}}}, 2, kWgmma);
+  run_case({"d256 P16 splits past the tiles", 4, 2, 256, 16, false, {{12, 90, 3, false, 0}}}, 5, kWgmma);
 }
 
 TEST(FlashAttentionEmulated, HeadDim512KEqV) {
