@@ -281,10 +281,12 @@ void check_flash_variant2(Reporter& r) {
   run_flash(r, {"v2 splits3 d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
 }
 
-// Variant 3: head dim 256 on the Hopper warpgroup-MMA kernel (flash_attention_wgmma_kernel.cuh; on a
-// GPU without it the plan runs variant 0 and the check says so): the small cases, the model's sliding
+// Variant 3: the Hopper warpgroup-MMA kernel (flash_attention_wgmma_kernel.cuh; on a GPU without it
+// the plan runs variant 0 and the check says so). Head dim 256: the small cases, the model's sliding
 // shapes (denoise at batch 4, a causal prompt chunk with a window next to a canvas, a long cache),
-// items of one warpgroup's rows, forced splits (more than the key tiles, too), K = V.
+// items of one warpgroup's rows, forced splits (more than the key tiles, too), K = V. Head dim 512
+// (the consumers split the head dim): the model's full layers (denoise over caches, a causal prompt),
+// a long cache with a window, splits, K = V and not.
 void check_flash_variant3(Reporter& r) {
   FlashVariantKnob knob(3);
   const int want = cuda::current_device_has_wgmma() ? 3 : 0;
@@ -303,15 +305,17 @@ void check_flash_variant3(Reporter& r) {
   run({"v3 sliding prefill 2048 w1024 fresh", 16, 8, 256, 256, false, {{2048, 0, 0, true, 1024}}});
   run({"v3 scaling one item n1", 16, 8, 256, 16, false, {{1, 1, 0, false, 0}}, 0.125f, 6.0f});
   run({"v3 d256 cache32768", 4, 2, 256, 256, false, {{5, 32768, 0, false, 0}}});
+  run({"v3 d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}});
+  run({"v3 full denoise batch2 K=V", 16, 2, 512, 256, true, {{256, 3000, 0, false, 0}, {256, 700, 0, false, 0}}});
+  run({"v3 full prefill 300 causal K=V", 16, 2, 512, 256, true, {{300, 1500, 0, true, 0}}});
+  run({"v3 d512 causal w1024 cache32768", 8, 1, 512, 256, false, {{5, 32768, 100, true, 1024}}});
+  run({"v3 d512 scaling causal w7", 4, 2, 512, 16, false, {{5, 7, 2, true, 7}, {3, 0, 0, false, 0}}, 0.0625f, 6.0f});
   for (int s : {2, 5, 32}) {
     FlashSplitsKnob splits(s);
     run({"v3 splits" + std::to_string(s) + " d256 sliding", 16, 8, 256, 256, false,
          {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
+    run({"v3 splits" + std::to_string(s) + " d512 K=V", 16, 2, 512, 256, true, {{256, 1000, 0, false, 0}, {1, 5, 0, false, 0}}});
   }
-  // Head dim 512 has no variant 3: the plan runs variant 0.
-  FlashCase d512{"v3 knob d512 K=V (variant 0)", 16, 2, 512, 256, true, {{256, 1000, 0, false, 0}}};
-  d512.want_variant = 0;
-  run_flash(r, d512);
 }
 
 // The model's shapes: 26B-A4B sliding (D 256, 16 / 8 heads, window 1024: a canvas sees 1023 cached
@@ -403,8 +407,8 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     AttentionBatchArgs a;
     a.q = bf({T, Hq, s.D}, 40, 0.25f);
     a.k_new = bf({T, s.Hkv, s.D}, 41, 0.25f);
-    a.v_new = bf({T, s.Hkv, s.D}, 42, 1.0f);
     a.k_pages = bf({pages_per * s.batch, s.Hkv, P, s.D}, 43, 0.25f);
+    a.v_new = bf({T, s.Hkv, s.D}, 42, 1.0f);
     a.v_pages = bf({pages_per * s.batch, s.Hkv, P, s.D}, 44, 1.0f);
     std::vector<int32_t> table;
     std::vector<AttentionItem> items;
@@ -428,9 +432,10 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     const bool was = cuda::set_flash_attention(false);
     const bool fused_was = cuda::set_fused_attention(false);
     // 0: cuBLAS per item; 1: flash; 2: flash variant 1 (D 256: 8 warps splitting the head dim; D 512:
-    // output halves in CTAs of their own); 3 (D 256): variant 2 (8 warps over 128 query rows); 4 (D 256):
+    // output halves in CTAs of their own); 3 (D 256): variant 2 (8 warps over 128 query rows); 4:
     // variant 3 (the wgmma kernel, sm_90).
-    for (int mode = 0; mode < (s.D == 256 ? 5 : 3); ++mode) {
+    for (int mode = 0; mode < 5; ++mode) {
+      if (mode == 3 && s.D != 256) continue;
       cuda::set_flash_attention(mode != 0);
       const int variant_was = cuda::set_flash_attention_variant(mode >= 2 ? mode - 1 : 0);
       const uint64_t l0 = cuda::launches_so_far();
@@ -450,7 +455,8 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     if (s.batch == 1 && s.L > 0) {  // the split heuristic's alternatives where the grid is small
       cuda::set_flash_attention(true);
       const auto* w = reinterpret_cast<const int32_t*>(items.data());
-      for (int variant = 0; variant < (s.D == 256 ? 4 : 2); ++variant) {
+      for (int variant = 0; variant < 4; ++variant) {
+        if (variant == 2 && s.D != 256) continue;
         const int variant_was = cuda::set_flash_attention_variant(variant);
         const auto plan = cuda::plan_flash_attention(T, Hq, s.Hkv, s.D, w, static_cast<int>(items.size()), 0);
         for (int forced : {1, 2, 4, 8}) {

@@ -9,9 +9,10 @@
 //               161 KB.
 //   D 256 variant 1: 8 warps splitting the head dim (128 output columns a group), 113 KB, two CTAs
 //               an SM (128 registers a thread); variant 2: 8 warps over 128 query rows, 129 KB.
-//   D 256 variant 3 (sm_90, flash_attention_wgmma_kernel.cuh): warpgroup MMAs, 128 query rows, BN 64,
-//               a producer warpgroup and two consumers, K and V double-buffered, 193 KB (one CTA an
-//               SM); on other GPUs (and for D 512) variant 3 plans variant 0.
+//   Variant 3 (sm_90, flash_attention_wgmma_kernel.cuh): warpgroup MMAs, a producer warpgroup and two
+//               consumers, K and V double-buffered; D 256 128 query rows, BN 64, 193 KB; D 512 64
+//               query rows, the consumers splitting the head dim, BN 32, 225 KB; one CTA an SM. On
+//               other GPUs variant 3 plans variant 0.
 #include <algorithm>
 #include <atomic>
 
@@ -57,17 +58,19 @@ struct Kernel {
     flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG><<<grid, kThreads, kSmemBytes, stream>>>(p);
   }
 };
-template <>
-struct Kernel<256, kWgmmaVariant> {
-  static constexpr int kBN = 64, kStages = 2;
-  using S = flash::WgmmaShape<256, kBN, kStages>;
+// The wgmma kernel: K and V tiles of 64 keys (D 256) or 32 (D 512), two stages each.
+template <int D>
+struct Kernel<D, kWgmmaVariant> {
+  static constexpr int kBN = D == 256 ? 64 : 32, kStages = 2;
+  using S = flash::WgmmaShape<D, kBN, kStages>;
   static constexpr int kRows = S::kRows, kDChunks = S::kDChunks, kThreads = S::kThreads;
   static constexpr int kSmemBytes = S::kSmemBytes;
-  static void* ptr() { return reinterpret_cast<void*>(flash::flash_wgmma_kernel<256, kBN, kStages>); }
+  static void* ptr() { return reinterpret_cast<void*>(flash::flash_wgmma_kernel<D, kBN, kStages>); }
   static void launch(dim3 grid, const Params& p, cudaStream_t stream) {
-    flash::flash_wgmma_kernel<256, kBN, kStages><<<grid, kThreads, kSmemBytes, stream>>>(p);
+    flash::flash_wgmma_kernel<D, kBN, kStages><<<grid, kThreads, kSmemBytes, stream>>>(p);
   }
 };
+
 
 template <int D, int V>
 void* kernel_ptr() {
@@ -194,15 +197,16 @@ FlashAttentionPlan plan_flash_attention(int64_t T, int64_t Hq, int64_t Hkv, int6
     case 256:
     case 512: {
       int v = g_variant.load();
-      if (D == 512 && v >= 2) v = 0;                                    // D 512 has variants 0 and 1
+      if (D == 512 && v == 2) v = 0;                                    // D 512 has variants 0, 1 and 3
       if (v == kWgmmaVariant && !current_device_has_wgmma()) v = 0;     // the wgmma kernel: sm_90 only
       FlashAttentionPlan plan;
       if (D == 256) plan = v == kWgmmaVariant ? plan_for<256, kWgmmaVariant>(T, Hq, Hkv, host_items, num_items, device)
                            : v == 2         ? plan_for<256, 2>(T, Hq, Hkv, host_items, num_items, device)
                            : v == 1         ? plan_for<256, 1>(T, Hq, Hkv, host_items, num_items, device)
                                             : plan_for<256, 0>(T, Hq, Hkv, host_items, num_items, device);
-      else plan = v ? plan_for<512, 1>(T, Hq, Hkv, host_items, num_items, device)
-                    : plan_for<512, 0>(T, Hq, Hkv, host_items, num_items, device);
+      else plan = v == kWgmmaVariant ? plan_for<512, kWgmmaVariant>(T, Hq, Hkv, host_items, num_items, device)
+                  : v == 1           ? plan_for<512, 1>(T, Hq, Hkv, host_items, num_items, device)
+                                     : plan_for<512, 0>(T, Hq, Hkv, host_items, num_items, device);
       plan.variant = v;
       return plan;
     }
@@ -241,6 +245,7 @@ void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, con
       if (plan.variant == 1) return launch_for<256, 1>(plan, p, workspace, device, stream);
       return launch_for<256, 0>(plan, p, workspace, device, stream);
     case 512:
+      if (plan.variant == kWgmmaVariant) return launch_for<512, kWgmmaVariant>(plan, p, workspace, device, stream);
       if (plan.variant) return launch_for<512, 1>(plan, p, workspace, device, stream);
       return launch_for<512, 0>(plan, p, workspace, device, stream);
     default: DG_CHECK(false);

@@ -1,24 +1,30 @@
 #pragma once
 // The flash attention kernel on Hopper warpgroup MMAs (sm_90a; variant 3 of set_flash_attention_variant,
-// head dim 256), included by flash_attention.cu after flash_attention_kernel.cuh (Params, the item
-// fields, find_item, round_score, pack_bf16x2) and compiled on the host by the emulated unit tests
+// head dims 256 and 512), included by flash_attention.cu after flash_attention_kernel.cuh (Params, the
+// item fields, find_item, round_score, pack_bf16x2) and compiled on the host by the emulated unit tests
 // (tests/unit/backend/cuda_emulator.h emulates the wgmma forms, the transaction barriers and the
 // cp.async arrivals). Device wrappers: wgmma_ptx.cuh, tma_ptx.cuh (the barriers).
 //
 // The same launch (grid: row tiles of all items, KV heads, key splits), items, masks, rounding points
 // and split partials as flash_attention_kernel, so flash_combine_kernel merges its partials. A CTA is
-// three warpgroups over 128 query rows (the pairs (token, query head of the KV head's group),
-// token-major) of one KV head, warp-specialised:
+// three warpgroups over query rows (the pairs (token, query head of the KV head's group), token-major)
+// of one KV head, warp-specialised:
 //   * warpgroup 0 produces: the query tile once, then the visible key range in tiles of BN keys, K and
-//     V each into a ring of kStages shared-memory stages, by cp.async straight from the paged pool (the
-//     page tables: a TMA box cannot follow them) and from k_new / v_new. Each producer thread's copies
-//     arrive on the stage's "full" barrier once they have landed (cp.async.mbarrier.arrive.noinc); it
-//     waits on the stage's "empty" barrier before refilling it. Lane i of a producer warp works out
-//     the pool row of the warp's i-th key row of the tile (a page-table load), the warp's lanes share
-//     them by shuffles, and each copy instruction of the warp moves 512 contiguous bytes of one row.
-//   * warpgroups 1 and 2 consume, 64 query rows each (the wgmma M): per key tile
-//       S = Q . K^T   16 wgmma m64n64k16, both operands K-major in shared memory (k16 steps of the
-//                     head dim), fp32 accumulators, 32 a thread;
+//     V each into a ring of kStages shared-memory stages, by cp.async straight from the paged pool (the page tables: a TMA box cannot follow them) and from k_new /
+//     v_new. Each producer thread's copies arrive on the stage's "full" barrier once they have landed
+//     (cp.async.mbarrier.arrive.noinc); it waits on the stage's "empty" barrier before refilling it.
+//     Lane i of a producer warp works out the pool row of the i-th key row the warp copies (a
+//     page-table load), the lanes share them by shuffles, and each copy instruction of the warp moves
+//     512 contiguous bytes of a row.
+//   * warpgroups 1 and 2 consume. Head dim 256: 128 rows a CTA, consumer c owns rows 64 c .. 64 c + 63
+//     and all 256 output columns. Head dim 512 (whose 64 x 512 fp32 output would not fit a
+//     warpgroup's registers): 64 rows a CTA, both consumers over the same rows, consumer c owning
+//     output columns 256 c .. 256 c + 255 and summing the scores over head dims 256 c .. 256 c + 255;
+//     the two partial score tiles meet in shared memory (double-buffered, one named barrier a tile;
+//     both add them, and fp32 addition commutes, so both hold the same scores and softmax state) — no
+//     MMA work is repeated. Per key tile, on the consumer's 256 score dims and 256 output columns:
+//       S = Q . K^T   16 wgmma m64nBNk16, both operands K-major in shared memory (k16 steps of the
+//                     head dim), fp32 accumulators, BN / 2 a thread;
 //       softmax       on S's accumulator fragments (a thread holds rows g and g + 8 of its warp's 16,
 //                     g = lane / 4, keys 8 i + 2 (lane % 4) + {0, 1}: the mma.sync C layout per n8
 //                     block), the reference's roundings (below), row maxima over the quad;
@@ -29,19 +35,23 @@
 //     Intra-warpgroup overlap: tile t's S = Q . K_t is issued, then O += P_{t-1} . V_{t-1}, and the
 //     warpgroup waits only for the first (wgmma.wait_group 1) before the softmax of tile t, which
 //     thus runs while the tensor cores multiply P_{t-1} . V_{t-1}; O is rescaled by tile t's factor
-//     once that product is done (wait_group 0). P_t goes into registers of its own, P_{t-1} being
-//     the operand still in flight. Each consumer warp's lane 0 arrives on a stage's "empty" barrier
-//     once the warpgroup's MMA that read the stage has completed.
+//     and P_t packed once that product is done (wait_group 0: the in-flight P registers are not
+//     written before). Each consumer warp's lane 0 arrives on a stage's "empty" barrier once the
+//     warpgroup's MMA that read the stage has completed (K after its scores, V after its P.V).
 //   The consumers take 224 registers a thread and the producers give theirs back (setmaxnreg: 48).
 //
 // Shared memory (1024-byte aligned, 128-byte swizzle: the wgmma operand layout): the query tile as
-// D / 64 column chunks of [128 rows][128 bytes] (chunk c holds dims 64 c .. 64 c + 63 of each row,
-// 16-byte unit u of row r at u ^ (r % 8)), consumer c reading rows 64 c .. 64 c + 63 of each chunk
-// (a K-major A operand: 8-row groups 1024 bytes apart, k16 step kk at chunk kk / 4, + 32 (kk % 4)
-// bytes); K and V stages likewise as D / 64 chunks of [BN rows][128 bytes]. K is the K-major B of the
-// scores. V's chunk is, read the other way, an MN-major operand of 8-key x 64-dim atoms (1024 bytes,
-// 8 keys apart along K) whose 64-dim atoms lie BN 128 bytes apart along N (sw128_mn_desc): the k16
-// step kk of the P.V product starts 2048 kk bytes into the stage. Then the 4 kStages barriers.
+// D / 64 column chunks of [rows][128 bytes] (chunk c holds dims 64 c .. 64 c + 63 of each row, 16-byte
+// unit u of row r at u ^ (r % 8)): a K-major A operand (8-row groups 1024 bytes apart, k16 step kk at
+// chunk kk / 4, + 32 (kk % 4) bytes); K and V stages likewise as D / 64 chunks of [BN rows][128
+// bytes]. K is the K-major B of the scores. V's chunk is, read the other way, an MN-major operand of
+// 8-key x 64-dim atoms (1024 bytes, 8 keys apart along K) whose 64-dim atoms lie BN 128 bytes apart
+// along N (sw128_mn_desc): the k16 step kk of the P.V product starts 2048 kk bytes into the stage
+// (head dim 512: into its chunk 4 c). Then (head dim 512) the score exchange, then the barriers.
+//   D 256, BN 64, 2 stages: Q 64 KB + K 2 x 32 KB + V 2 x 32 KB = 193 KB a CTA.
+//   D 512, BN 32, 2 stages: Q 64 KB + K 2 x 32 KB + V 2 x 32 KB + exchange 2 x 2 x 8 KB = 225 KB.
+// (The model's full layers derive V from the K projection, but V is normed without RoPE, so K and V
+// are different tensors: the kernel reads both.)
 //
 // Rounding points, as flash_attention_kernel: s = bf16(bf16(q . k) * scaling) in log2 units, an
 // online fp32 softmax, each probability (relative to the running maximum) rounded to bf16 once as the
@@ -58,23 +68,27 @@ namespace flash {
 
 template <int D, int BN, int Stages>
 struct WgmmaShape {
+  static constexpr bool kHalves = D == 512;               // consumers split the head dim
   static constexpr int kConsumers = 2;                    // warpgroups of 64 query rows
   static constexpr int kThreads = 128 * (1 + kConsumers);  // warpgroup 0 produces
-  static constexpr int kRows = 64 * kConsumers;           // query rows of a CTA
+  static constexpr int kRows = kHalves ? 64 : 64 * kConsumers;  // query rows of a CTA
   static constexpr int kDChunks = 1;                      // CTAs per row tile along the output columns
   static constexpr int kStages = Stages;
   static constexpr int kQBytes = kRows * D * 2;
   static constexpr int kTileBytes = BN * D * 2;  // one K or V stage
   static constexpr int kKOff = kQBytes;
   static constexpr int kVOff = kKOff + Stages * kTileBytes;
-  static constexpr int kBarOff = kVOff + Stages * kTileBytes;
-  static constexpr int kSmemBytes = kBarOff + 4 * Stages * 8 + 1024;  // + the 1024-byte alignment of the base
+  static constexpr int kXOff = kVOff + Stages * kTileBytes;  // the score exchange (head dim 512)
+  static constexpr int kXBytes = kHalves ? 2 * kConsumers * 64 * BN * 4 : 0;
+  static constexpr int kBarOff = kXOff + kXBytes;
+  static constexpr int kBarriers = 4 * Stages;
+  static constexpr int kSmemBytes = kBarOff + 8 * kBarriers + 1024;  // + the 1024-byte alignment of the base
   static constexpr int kRowChunks = D / 8;             // 16-byte chunks of a row
   static constexpr int kCopyRows = 128 / kRowChunks;   // tile rows a producer pass copies
   static constexpr int kRowsPerThread = BN / kCopyRows;
   static constexpr int kProducerRegs = 48, kConsumerRegs = 224;
-  static_assert(D == 256, "the P.V product is one m64n256 wgmma per k16 step");
-  static_assert(BN == 64, "the scores are one m64n64 wgmma per k16 step");
+  static_assert(D == 256 || D == 512, "each consumer: 256 score dims (16 k16 steps), 256 output columns");
+  static_assert(BN == 64 || BN == 32, "the scores are one m64n64 or m64n32 wgmma per k16 step");
   static_assert(Stages >= 2 && kRowsPerThread <= 32 && BN % kCopyRows == 0);
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536 - 1024, "register file");
 };
@@ -91,6 +105,7 @@ template <int D, int BN, int Stages>
 __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_wgmma_kernel(const Params p) {
   using S = WgmmaShape<D, BN, Stages>;
   constexpr int kRows = S::kRows, kTileBytes = S::kTileBytes;
+  constexpr bool kHalves = S::kHalves;
   DG_KERNEL_DYNAMIC_SMEM(smem);
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
   const int kvh = blockIdx.y, split = blockIdx.z;
@@ -116,16 +131,16 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
 
   const uint32_t q_s = (smem_addr(smem) + 1023u) & ~1023u;
   const uint32_t k_s = q_s + S::kKOff, v_s = q_s + S::kVOff, bars = q_s + S::kBarOff;
-  // Barriers of stage s: K full, V full, K empty, V empty.
+  // Barriers of stage s: K full, K empty, V full, V empty.
   auto k_full = [&](int s) { return bars + 8 * s; };
-  auto v_full = [&](int s) { return bars + 8 * (Stages + s); };
-  auto k_empty = [&](int s) { return bars + 8 * (2 * Stages + s); };
+  auto k_empty = [&](int s) { return bars + 8 * (Stages + s); };
+  auto v_full = [&](int s) { return bars + 8 * (2 * Stages + s); };
   auto v_empty = [&](int s) { return bars + 8 * (3 * Stages + s); };
   if (tid == 0) {
     for (int s = 0; s < Stages; ++s) {
       mbar_init(k_full(s), 128);
-      mbar_init(v_full(s), 128);
       mbar_init(k_empty(s), 4 * S::kConsumers);
+      mbar_init(v_full(s), 128);
       mbar_init(v_empty(s), 4 * S::kConsumers);
     }
     mbar_fence_init();
@@ -182,24 +197,26 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
     return;
   }
 
-  // ---- consumers: warpgroup c = wg - 1 owns the CTA's rows 64 c .. 64 c + 63
+  // ---- consumers: warpgroup c = wg - 1 owns the CTA's rows 64 c .. 64 c + 63 (head dim 512: all 64
+  // rows, score dims and output columns 256 c .. 256 c + 255)
   setmaxnreg_inc<S::kConsumerRegs>();
   const int c = wg - 1, wq = (tid >> 5) & 3, g = lane >> 2, t4 = lane & 3;
-  const int ra = 64 * c + 16 * wq + g;  // this thread's rows ra and ra + 8 of the CTA's
+  const int ra = (kHalves ? 0 : 64 * c) + 16 * wq + g;  // this thread's rows ra and ra + 8 of the CTA's
   const int tok_a = (r0 + ra) / groups, tok_b = (r0 + ra + 8) / groups;
-  const uint32_t q_c = q_s + c * 64 * 128;
+  const int chunk0 = kHalves ? 4 * c : 0;  // the first 64-dim chunk of the consumer's score dims and columns
+  const uint32_t q_c = q_s + (kHalves ? 0 : c * 64 * 128);
 
-  float o[D / 2];      // O: element 4 i + q at row ra + 8 (q / 2), column 8 i + 2 t4 + q % 2
+  float o[128];        // O: element 4 i + q at row ra + 8 (q / 2), column 64 chunk0 + 8 i + 2 t4 + q % 2
   float s_acc[BN / 2];  // S of the current tile, the same layout over BN key columns
   uint32_t pa[BN / 16][4];  // P of the tile whose P.V is in flight: the A fragment of k16 step kk
   DG_UNROLL
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
   DG_UNROLL
   for (int i = 0; i < BN / 2; ++i) s_acc[i] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   auto fence_o = [&] {
     DG_UNROLL
-    for (int i = 0; i < D / 2; ++i) wgmma_fence_operand(o[i]);
+    for (int i = 0; i < 128; ++i) wgmma_fence_operand(o[i]);
   };
   auto fence_s = [&] {
     DG_UNROLL
@@ -211,21 +228,42 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
       DG_UNROLL
       for (int r = 0; r < 4; ++r) wgmma_fence_operand(pa[kk][r]);
   };
-  // S = Q . K^T of the K tile in stage `stage`, one commit group.
+  // S = Q . K^T of the K tile in stage `stage` over the consumer's 256 score dims, one commit group.
   auto issue_qk = [&](int stage) {
     const uint32_t kb = k_s + stage * kTileBytes;
     DG_UNROLL
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_m64n64k16(s_acc, sw128_desc(q_c + (kk >> 2) * kRows * 128 + 32 * (kk & 3)),
-                      sw128_desc(kb + (kk >> 2) * BN * 128 + 32 * (kk & 3)), kk > 0);
+    for (int kk = 0; kk < 16; ++kk) {
+      const int ch = chunk0 + (kk >> 2);
+      const uint64_t da = sw128_desc(q_c + ch * kRows * 128 + 32 * (kk & 3));
+      const uint64_t db = sw128_desc(kb + ch * BN * 128 + 32 * (kk & 3));
+      if constexpr (BN == 64) wgmma_m64n64k16(s_acc, da, db, kk > 0);
+      else wgmma_m64n32k16(s_acc, da, db, kk > 0);
+    }
     wgmma_commit();
   };
-  // O += P . V of the V tile in stage `stage`, one commit group.
+  // O += P . V of the V tile in stage `stage` (its chunks of the consumer's columns), one commit group.
   auto issue_pv = [&](int stage) {
-    const uint32_t vb = v_s + stage * kTileBytes;
+    const uint32_t vb = v_s + stage * kTileBytes + chunk0 * BN * 128;
     DG_UNROLL
     for (int kk = 0; kk < BN / 16; ++kk) wgmma_m64n256k16_rs_mn(o, pa[kk], sw128_mn_desc(vb + kk * 2048, BN * 128));
     wgmma_commit();
+  };
+  // Head dim 512: the two consumers' partial scores of tile t added (fp32 addition commutes: both
+  // warpgroups get the same sums). Buffer t % 2 of each consumer's [BN / 2][128 threads] floats: a
+  // consumer rewrites its buffer of tile t only at tile t + 2, past the barrier of tile t + 1, which
+  // the other reaches after reading it.
+  auto exchange = [&](int t) {
+    if constexpr (kHalves) {
+      float* x = reinterpret_cast<float*>(smem + (q_s - smem_addr(smem)) + S::kXOff);
+      const int tw = tid & 127;
+      float* mine = x + ((t & 1) * 2 + c) * (BN / 2) * 128;
+      const float* other = x + ((t & 1) * 2 + (c ^ 1)) * (BN / 2) * 128;
+      DG_UNROLL
+      for (int e = 0; e < BN / 2; ++e) mine[e * 128 + tw] = s_acc[e];
+      named_barrier_sync(1, 128 * S::kConsumers);
+      DG_UNROLL
+      for (int e = 0; e < BN / 2; ++e) s_acc[e] += other[e * 128 + tw];
+    }
   };
   // The softmax of key tile kt on s_acc: the reference's roundings, the masks, base-2 scores, the
   // running maximum and sum; the fp32 probabilities back into s_acc, the rescaling factor of O into
@@ -293,6 +331,7 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
     wgmma_wait<0>();
     fence_s();
     release(k_empty(0));
+    exchange(0);
     softmax(kt0, alpha);  // O is still zero: nothing to rescale
     pack_p();
     for (int t = 1; t < n_tiles; ++t) {
@@ -309,13 +348,14 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
       wgmma_wait<1>();  // S of tile t done; P_{t-1} . V_{t-1} may still run
       fence_s();
       release(k_empty(s));
+      exchange(t);
       softmax(kt0 + t, alpha);
       wgmma_wait<0>();
       fence_o();
       fence_p();  // P_{t-1} stays in its registers until here: P_t cannot take them while in flight
       release(v_empty(sp));
       DG_UNROLL
-      for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
       pack_p();
     }
     const int sl = (n_tiles - 1) % Stages;
@@ -343,19 +383,19 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
     const int64_t orow = static_cast<int64_t>(q_first + tok) * p.Hq + head;
     if (p.splits == 1) {
       const float inv = l_run[h] > 0.f ? 1.f / l_run[h] : 0.f;
-      uint16_t* dst = p.out + orow * D + 2 * t4;
+      uint16_t* dst = p.out + orow * D + chunk0 * 64 + 2 * t4;
       DG_UNROLL
-      for (int nb = 0; nb < D / 8; ++nb)
+      for (int nb = 0; nb < 32; ++nb)
         *reinterpret_cast<uint32_t*>(dst + nb * 8) = pack_bf16x2(o[4 * nb + 2 * h] * inv, o[4 * nb + 2 * h + 1] * inv);
     } else {
       const int64_t wrow = static_cast<int64_t>(split) * p.T * p.Hq + orow;
-      float* dst = p.ws_o + wrow * D + 2 * t4;
+      float* dst = p.ws_o + wrow * D + chunk0 * 64 + 2 * t4;
       DG_UNROLL
-      for (int nb = 0; nb < D / 8; ++nb) {
+      for (int nb = 0; nb < 32; ++nb) {
         dst[nb * 8] = o[4 * nb + 2 * h];
         dst[nb * 8 + 1] = o[4 * nb + 2 * h + 1];
       }
-      if (t4 == 0) {
+      if (t4 == 0 && (!kHalves || c == 0)) {
         p.ws_ml[wrow * 2] = m_run[h];
         p.ws_ml[wrow * 2 + 1] = l_run[h];
       }

@@ -109,6 +109,28 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uin
 #endif
 }
 
+// The same for 32 keys (head dim 512's tiles): d (64 x 32 fp32) = (accumulate ? d : 0) + A . B^T.
+__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t da, uint64_t db, bool accumulate) {
+#ifdef DG_HAVE_WGMMA
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(static_cast<int>(accumulate))
+      : "memory");
+#else
+  (void)d;
+  (void)da;
+  (void)db;
+  (void)accumulate;
+  __trap();
+#endif
+}
+
 // d (64 x 256 fp32) += A (64 x 16 bf16 in registers) . B (16 x 256 bf16, MN-major in shared memory,
 // descriptor db: the transposed form, imm-trans-b 1). A's registers per warp w of the warpgroup are
 // the mma.sync m16n8k16 A fragment of rows 16 w .. 16 w + 15: a[0] (row g, k 2 t, 2 t + 1), a[1] (row
@@ -132,6 +154,13 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_mn(float (&d)[128], const ui
   (void)db;
   __trap();
 #endif
+}
+
+// A barrier of `threads` threads (a multiple of 32) under id `id` (1 .. 15; 0 is __syncthreads'):
+// the participating warps wait for each other, and their shared-memory accesses before it are ordered
+// before those after it, as __syncthreads for a subset of the block.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Register caps per warpgroup (sm_90a): a producer warpgroup gives registers back, the consumers take

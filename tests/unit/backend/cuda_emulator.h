@@ -22,9 +22,10 @@
 // tma_ptx.cuh): a barrier counts arrivals and bytes per phase, a waiting thread yields until its phase
 // completes, and the data of the copies that report to a barrier (TMA loads, cp.async with an
 // arrive) lands only when the barrier's phase completes, so a stage read before its wait, or refilled
-// before its readers released it, computes with the wrong data here. The wgmma forms: bf16 m64 n64 /
-// n128 k16 from shared memory (K-major), m64n256k16 with A from registers and B MN-major (the
-// transposed form), FP8 m64n128k32; a write issued into the shared-memory operands of a wgmma that
+// before its readers released it, computes with the wrong data here. Named barriers (bar.sync with a
+// thread count). The wgmma forms: bf16 m64 n32 / n64 / n128 k16 from shared memory (K-major),
+// m64n256k16 with A from registers and B MN-major (the transposed form), FP8 m64n128k32; a write
+// issued into the shared-memory operands of a wgmma that
 // some thread has issued and not yet waited for is reported at once (a race on the GPU whatever the
 // order the emulation runs the threads in). Threads run round robin, or (g_jitter_seed) with warps
 // sitting out random runs of rounds, so that producers and consumers drift apart as on the GPU.
@@ -123,6 +124,8 @@ class Barrier {
   uint64_t phase_ = 0;
 };
 inline Barrier* g_block_bar = nullptr;
+// Named barriers (bar.sync id, threads) of the running block, made at their first use.
+inline std::map<int, std::unique_ptr<Barrier>> g_named_bars;
 constexpr int kMaxWarps = 12;
 inline Barrier* g_warp_bar[kMaxWarps];
 inline uint32_t g_scratch[kMaxWarps][32][8];  // per-warp exchange of collectives that wait twice
@@ -226,6 +229,7 @@ inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem
           g_warp_bar[w] = wb.back().get();
         }
         g_block_bar = &bb;
+        g_named_bars.clear();
         std::memset(g_parity, 0, sizeof g_parity);
         t_block.x = static_cast<unsigned>(bx);
         t_block.y = static_cast<unsigned>(by);
@@ -525,7 +529,7 @@ inline void wgmma_commit() {
   a.mma_groups.push_back(std::move(a.mmas));
   a.mmas.clear();
 }
-// The flash attention forms: scores m64 n64 (both operands K-major in shared memory), and P.V
+// The flash attention forms: scores m64 n64 / n32 (both operands K-major in shared memory), and P.V
 // m64 n256 with A from registers and B MN-major. A register operand is gathered at the issue, a warp
 // collective (the lanes of a row's quad publish their fragments, as for mma_bf16): a kernel can only
 // change the registers after the issue in its own copy, and reads of B still happen at the wait.
@@ -534,6 +538,17 @@ inline void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, bool accum
   m.accumulate = accumulate;
   m.n = 64;
   wgmma_issue(std::move(m));
+}
+inline void wgmma_m64n32k16(float (&d)[16], uint64_t da, uint64_t db, bool accumulate) {
+  emu::AsyncMma m = wgmma_op(d, da, db);
+  m.accumulate = accumulate;
+  m.n = 32;
+  wgmma_issue(std::move(m));
+}
+inline void named_barrier_sync(int id, int threads) {
+  auto& b = emu::g_named_bars[id];
+  if (!b) b = std::make_unique<emu::Barrier>(threads);
+  b->arrive_and_wait();
 }
 inline void wgmma_m64n256k16_rs_mn(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
   const int i = threadIdx.x & 31, w = threadIdx.x >> 5;

@@ -67,16 +67,17 @@ void launch_emulated(const cuda::flash::Params& p, int tiles) {
   }
 }
 
-// The wgmma kernel (variant 3; flash_attention_wgmma_kernel.cuh) with the shape flash_attention.cu
-// launches: BN 64, two stages.
+// The wgmma kernel (variant 3; flash_attention_wgmma_kernel.cuh) with the shapes flash_attention.cu
+// launches: K and V tiles of 64 keys (D 256) or 32 (D 512), two stages each.
 constexpr int kWgmma = 3;
 // Warps fall asleep for runs of rounds (emu::g_jitter_seed): a consumer warp then reads a stage long
-// after its warpgroup released it, so a producer that refills too early gets caught.
+// after its warpgroup released it, and the consumers of head dim 512 drift apart between exchanges.
 template <int D>
 void launch_emulated_wgmma(const cuda::flash::Params& p, int tiles) {
-  using S = cuda::flash::WgmmaShape<D, 64, 2>;
+  constexpr int BN = D == 256 ? 64 : 32, kStages = 2;
+  using S = cuda::flash::WgmmaShape<D, BN, kStages>;
   emu::g_jitter_seed = 0x5eed0000u + static_cast<uint64_t>(p.splits);
-  emu::launch_3d([p] { cuda::flash::flash_wgmma_kernel<D, 64, 2>(p); }, tiles, p.Hkv, p.splits, S::kSmemBytes,
+  emu::launch_3d([p] { cuda::flash::flash_wgmma_kernel<D, BN, kStages>(p); }, tiles, p.Hkv, p.splits, S::kSmemBytes,
                  S::kThreads);
   emu::g_jitter_seed = 0;
   if (p.splits > 1) {
@@ -179,7 +180,7 @@ void run_case(const Case& c, int splits, int variant = 0) {
   p.splits = splits;
   p.scaling = scaling;
   int tiles = 0;
-  const int cta_rows = c.D == 256 && (variant == 2 || variant == kWgmma) ? 2 * cuda::flash::kBM : cuda::flash::kBM;
+  const int cta_rows = c.D == 256 && (variant == 2 || variant == kWgmma) ? 2 * cuda::flash::kBM : cuda::flash::kBM;  // D 512: 64
   for (const auto& it : items) tiles += (it.q_len * groups + cta_rows - 1) / cta_rows;
   tiles += 1;  // one CTA past the last tile: it must exit without writing
   auto bytes = [](const auto& v) { return v.size() * sizeof(v[0]); };
@@ -198,7 +199,8 @@ void run_case(const Case& c, int splits, int variant = 0) {
       else launch_emulated<256, 0>(p, tiles);
       break;
     case 512:
-      if (variant) launch_emulated<512, 1>(p, tiles);
+      if (variant == kWgmma) launch_emulated_wgmma<512>(p, tiles);
+      else if (variant) launch_emulated<512, 1>(p, tiles);
       else launch_emulated<512, 0>(p, tiles);
       break;
     default: FAIL() << "head dim";
@@ -279,6 +281,19 @@ TEST(FlashAttentionEmulated, HeadDim512KEqV) {
   run_case(c, 2);
   run_case(c, 1, 1);
   run_case(c, 2, 1);
+}
+
+// The wgmma kernel at head dim 512: 64-row tiles, the two consumers splitting the head dim and
+// exchanging partial scores, K / V tiles of 32 keys in rings of two stages (several laps), causal
+// prefill items with a window and without, a canvas over a cache, K = V and not, splits (empty ones
+// too).
+TEST(FlashAttentionEmulated, HeadDim512Wgmma) {
+  const Case c{"d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}};
+  run_case(c, 1, kWgmma);
+  run_case(c, 2, kWgmma);
+  run_case({"d512 P16 g8 long", 8, 1, 512, 16, false, {{20, 150, 9, false, 0}, {12, 40, 0, true, 0}}}, 1, kWgmma);
+  run_case({"d512 P24 w30 two heads", 4, 2, 512, 24, false, {{40, 70, 5, true, 30}, {3, 9, 0, false, 0}}}, 3, kWgmma);
+  run_case({"d512 P8 K=V splits past the tiles", 4, 1, 512, 8, true, {{5, 30, 0, false, 0}}}, 6, kWgmma);
 }
 
 // The default attention_batch (one attention() per item) refuses items outside the batch's rows or
