@@ -295,6 +295,11 @@ void check_flash_variant3(Reporter& r) {
     c.want_variant = want;
     run_flash(r, c);
   };
+  // Scaling 0: every visible score 0, P uniform (exactly 1 before the division): the output is the
+  // mean of the visible V rows whatever the score MMA does, so a failure here is in the P.V operand
+  // layout (the transposed V descriptor), one that passes only here in the scores.
+  run({"v3 d256 uniform P (P.V alone)", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}, 0.0f});
+  run({"v3 d512 uniform P (P.V alone)", 4, 1, 512, 16, false, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}, 0.0f});
   run({"v3 d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}, {80, 20, 5, true, 30}}});
   run({"v3 d256 P24 K=V three items", 8, 1, 256, 24, true,
        {{40, 300, 17, false, 0}, {70, 100, 0, true, 50}, {9, 0, 0, false, 0}}});
@@ -316,6 +321,28 @@ void check_flash_variant3(Reporter& r) {
          {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
     run({"v3 splits" + std::to_string(s) + " d512 K=V", 16, 2, 512, 256, true, {{256, 1000, 0, false, 0}, {1, 5, 0, false, 0}}});
   }
+}
+
+// Variant 4: variant 3 on key tiles of 80 for head dim 256 (head dim 512 plans variant 3).
+void check_flash_variant4(Reporter& r) {
+  FlashVariantKnob knob(4);
+  const bool wgmma = cuda::current_device_has_wgmma();
+  auto run = [&](FlashCase c, int want) {
+    c.want_variant = wgmma ? want : 0;
+    run_flash(r, c);
+  };
+  run({"v4 d256 uniform P (P.V alone)", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}, 0.0f}, 4);
+  run({"v4 d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}, {80, 20, 5, true, 30}}}, 4);
+  run({"v4 sliding denoise batch4", 16, 8, 256, 256, false,
+       {{256, 1023, 0, false, 0}, {256, 1023, 300, false, 0}, {256, 500, 0, false, 0}, {256, 1023, 4000, false, 0}}},
+      4);
+  run({"v4 sliding prefill 600 w1024 + canvas", 16, 8, 256, 256, false,
+       {{600, 1023, 977, true, 1024}, {256, 1023, 0, false, 0}}},
+      4);
+  run({"v4 d256 cache32768", 4, 2, 256, 256, false, {{5, 32768, 0, false, 0}}}, 4);
+  FlashSplitsKnob splits(5);
+  run({"v4 splits5 d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}}, 4);
+  run({"v4 knob d512 (variant 3)", 16, 2, 512, 256, false, {{256, 1000, 0, false, 0}}}, 3);
 }
 
 // The model's shapes: 26B-A4B sliding (D 256, 16 / 8 heads, window 1024: a canvas sees 1023 cached
@@ -370,7 +397,7 @@ std::vector<Case> flash_attention_cases() {
       {"flash_attention_small", check_flash_small}, {"flash_attention_model", check_flash_model},
       {"flash_attention_splits", check_flash_splits}, {"flash_attention_long", check_flash_long},
       {"flash_attention_variant1", check_flash_variant1}, {"flash_attention_variant2", check_flash_variant2},
-      {"flash_attention_variant3", check_flash_variant3},
+      {"flash_attention_variant3", check_flash_variant3}, {"flash_attention_variant4", check_flash_variant4},
       {"flash_attention_plan", check_flash_plan},
   };
 }
@@ -433,9 +460,9 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     const bool fused_was = cuda::set_fused_attention(false);
     // 0: cuBLAS per item; 1: flash; 2: flash variant 1 (D 256: 8 warps splitting the head dim; D 512:
     // output halves in CTAs of their own); 3 (D 256): variant 2 (8 warps over 128 query rows); 4:
-    // variant 3 (the wgmma kernel, sm_90).
-    for (int mode = 0; mode < 5; ++mode) {
-      if (mode == 3 && s.D != 256) continue;
+    // variant 3 (the wgmma kernel, sm_90); 5 (D 256): variant 4 (the wgmma kernel on 80-key tiles).
+    for (int mode = 0; mode < 6; ++mode) {
+      if ((mode == 3 || mode == 5) && s.D != 256) continue;
       cuda::set_flash_attention(mode != 0);
       const int variant_was = cuda::set_flash_attention_variant(mode >= 2 ? mode - 1 : 0);
       const uint64_t l0 = cuda::launches_so_far();
@@ -446,7 +473,8 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
                          : mode == 1 ? " flash"
                          : mode == 2 ? " flash-v1"
                          : mode == 3 ? " flash-v2"
-                                     : " flash-v3";
+                         : mode == 4 ? " flash-v3"
+                                     : " flash-v4";
       const std::string name = std::string("attn ") + s.name + " b" + std::to_string(s.batch) + what + " (" +
                                std::to_string(launches) + " launches)";
       row(name.c_str(), time_ms([&] { be.attention_batch(a); }));
@@ -455,8 +483,8 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     if (s.batch == 1 && s.L > 0) {  // the split heuristic's alternatives where the grid is small
       cuda::set_flash_attention(true);
       const auto* w = reinterpret_cast<const int32_t*>(items.data());
-      for (int variant = 0; variant < 4; ++variant) {
-        if (variant == 2 && s.D != 256) continue;
+      for (int variant = 0; variant < 5; ++variant) {
+        if ((variant == 2 || variant == 4) && s.D != 256) continue;
         const int variant_was = cuda::set_flash_attention_variant(variant);
         const auto plan = cuda::plan_flash_attention(T, Hq, s.Hkv, s.D, w, static_cast<int>(items.size()), 0);
         for (int forced : {1, 2, 4, 8}) {

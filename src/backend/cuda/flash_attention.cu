@@ -12,7 +12,8 @@
 //   Variant 3 (sm_90, flash_attention_wgmma_kernel.cuh): warpgroup MMAs, a producer warpgroup and two
 //               consumers, K and V double-buffered; D 256 128 query rows, BN 64, 193 KB; D 512 64
 //               query rows, the consumers splitting the head dim, BN 32, 225 KB; one CTA an SM. On
-//               other GPUs variant 3 plans variant 0.
+//               other GPUs variant 3 plans variant 0. Variant 4: D 256 with BN 80 (225 KB; the scores
+//               read 115 bytes of shared memory a cycle instead of 128; D 512 as 3).
 #include <algorithm>
 #include <atomic>
 
@@ -42,7 +43,7 @@ using flash::Cfg;
 using flash::ShapeOf;
 
 std::atomic<int> g_variant{0};
-constexpr int kWgmmaVariant = 3;
+constexpr int kWgmmaVariant = 3, kWgmma80Variant = 4;
 
 // The kernel of head dim D and variant V: its shape (rows a CTA, keys a tile, CTAs along the output
 // columns, threads, shared memory) and launch. Variants 0 .. 2: the mma.sync kernel with Cfg<D, V>;
@@ -58,10 +59,11 @@ struct Kernel {
     flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG><<<grid, kThreads, kSmemBytes, stream>>>(p);
   }
 };
-// The wgmma kernel: K and V tiles of 64 keys (D 256) or 32 (D 512), two stages each.
-template <int D>
-struct Kernel<D, kWgmmaVariant> {
-  static constexpr int kBN = D == 256 ? 64 : 32, kStages = 2;
+// The wgmma kernel: K and V tiles of 64 keys (D 256) or 32 (D 512), two stages each; variant 4 (D 256)
+// tiles of 80 keys.
+template <int D, int BN>
+struct WgmmaKernel {
+  static constexpr int kBN = BN, kStages = 2;
   using S = flash::WgmmaShape<D, kBN, kStages>;
   static constexpr int kRows = S::kRows, kDChunks = S::kDChunks, kThreads = S::kThreads;
   static constexpr int kSmemBytes = S::kSmemBytes;
@@ -70,6 +72,10 @@ struct Kernel<D, kWgmmaVariant> {
     flash::flash_wgmma_kernel<D, kBN, kStages><<<grid, kThreads, kSmemBytes, stream>>>(p);
   }
 };
+template <int D>
+struct Kernel<D, kWgmmaVariant> : WgmmaKernel<D, D == 256 ? 64 : 32> {};
+template <>
+struct Kernel<256, kWgmma80Variant> : WgmmaKernel<256, 80> {};
 
 
 template <int D, int V>
@@ -182,7 +188,7 @@ void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, 
 
 }  // namespace
 
-int set_flash_attention_variant(int v) { return g_variant.exchange(v >= 0 && v <= kWgmmaVariant ? v : 0); }
+int set_flash_attention_variant(int v) { return g_variant.exchange(v >= 0 && v <= kWgmma80Variant ? v : 0); }
 
 int set_flash_attention_splits(int splits) {
   return g_forced_splits.exchange(splits <= 0 ? 0 : std::min(splits, kMaxSplits));
@@ -198,15 +204,24 @@ FlashAttentionPlan plan_flash_attention(int64_t T, int64_t Hq, int64_t Hkv, int6
     case 512: {
       int v = g_variant.load();
       if (D == 512 && v == 2) v = 0;                                    // D 512 has variants 0, 1 and 3
-      if (v == kWgmmaVariant && !current_device_has_wgmma()) v = 0;     // the wgmma kernel: sm_90 only
+      if (D == 512 && v == kWgmma80Variant) v = kWgmmaVariant;
+      if (v >= kWgmmaVariant && !current_device_has_wgmma()) v = 0;     // the wgmma kernels: sm_90 only
       FlashAttentionPlan plan;
-      if (D == 256) plan = v == kWgmmaVariant ? plan_for<256, kWgmmaVariant>(T, Hq, Hkv, host_items, num_items, device)
-                           : v == 2         ? plan_for<256, 2>(T, Hq, Hkv, host_items, num_items, device)
-                           : v == 1         ? plan_for<256, 1>(T, Hq, Hkv, host_items, num_items, device)
-                                            : plan_for<256, 0>(T, Hq, Hkv, host_items, num_items, device);
-      else plan = v == kWgmmaVariant ? plan_for<512, kWgmmaVariant>(T, Hq, Hkv, host_items, num_items, device)
-                  : v == 1           ? plan_for<512, 1>(T, Hq, Hkv, host_items, num_items, device)
-                                     : plan_for<512, 0>(T, Hq, Hkv, host_items, num_items, device);
+      if (D == 256) {
+        switch (v) {
+          case 1: plan = plan_for<256, 1>(T, Hq, Hkv, host_items, num_items, device); break;
+          case 2: plan = plan_for<256, 2>(T, Hq, Hkv, host_items, num_items, device); break;
+          case kWgmmaVariant: plan = plan_for<256, kWgmmaVariant>(T, Hq, Hkv, host_items, num_items, device); break;
+          case kWgmma80Variant: plan = plan_for<256, kWgmma80Variant>(T, Hq, Hkv, host_items, num_items, device); break;
+          default: plan = plan_for<256, 0>(T, Hq, Hkv, host_items, num_items, device);
+        }
+      } else {
+        switch (v) {
+          case 1: plan = plan_for<512, 1>(T, Hq, Hkv, host_items, num_items, device); break;
+          case kWgmmaVariant: plan = plan_for<512, kWgmmaVariant>(T, Hq, Hkv, host_items, num_items, device); break;
+          default: plan = plan_for<512, 0>(T, Hq, Hkv, host_items, num_items, device);
+        }
+      }
       plan.variant = v;
       return plan;
     }
@@ -240,6 +255,7 @@ void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, con
     case 64: return launch_for<64, 0>(plan, p, workspace, device, stream);
     case 128: return launch_for<128, 0>(plan, p, workspace, device, stream);
     case 256:
+      if (plan.variant == kWgmma80Variant) return launch_for<256, kWgmma80Variant>(plan, p, workspace, device, stream);
       if (plan.variant == kWgmmaVariant) return launch_for<256, kWgmmaVariant>(plan, p, workspace, device, stream);
       if (plan.variant == 2) return launch_for<256, 2>(plan, p, workspace, device, stream);
       if (plan.variant == 1) return launch_for<256, 1>(plan, p, workspace, device, stream);

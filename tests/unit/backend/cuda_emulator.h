@@ -23,7 +23,7 @@
 // completes, and the data of the copies that report to a barrier (TMA loads, cp.async with an
 // arrive) lands only when the barrier's phase completes, so a stage read before its wait, or refilled
 // before its readers released it, computes with the wrong data here. Named barriers (bar.sync with a
-// thread count). The wgmma forms: bf16 m64 n32 / n64 / n128 k16 from shared memory (K-major),
+// thread count). The wgmma forms: bf16 m64 n32 / n64 / n80 / n128 k16 from shared memory (K-major),
 // m64n256k16 with A from registers and B MN-major (the transposed form), FP8 m64n128k32; a write
 // issued into the shared-memory operands of a wgmma that
 // some thread has issued and not yet waited for is reported at once (a race on the GPU whatever the
@@ -529,7 +529,7 @@ inline void wgmma_commit() {
   a.mma_groups.push_back(std::move(a.mmas));
   a.mmas.clear();
 }
-// The flash attention forms: scores m64 n64 / n32 (both operands K-major in shared memory), and P.V
+// The flash attention forms: scores m64 n32 / n64 / n80 (both operands K-major in shared memory), and P.V
 // m64 n256 with A from registers and B MN-major. A register operand is gathered at the issue, a warp
 // collective (the lanes of a row's quad publish their fragments, as for mma_bf16): a kernel can only
 // change the registers after the issue in its own copy, and reads of B still happen at the wait.
@@ -537,6 +537,12 @@ inline void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, bool accum
   emu::AsyncMma m = wgmma_op(d, da, db);
   m.accumulate = accumulate;
   m.n = 64;
+  wgmma_issue(std::move(m));
+}
+inline void wgmma_m64n80k16(float (&d)[40], uint64_t da, uint64_t db, bool accumulate) {
+  emu::AsyncMma m = wgmma_op(d, da, db);
+  m.accumulate = accumulate;
+  m.n = 80;
   wgmma_issue(std::move(m));
 }
 inline void wgmma_m64n32k16(float (&d)[16], uint64_t da, uint64_t db, bool accumulate) {

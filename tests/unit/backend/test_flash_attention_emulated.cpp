@@ -68,13 +68,14 @@ void launch_emulated(const cuda::flash::Params& p, int tiles) {
 }
 
 // The wgmma kernel (variant 3; flash_attention_wgmma_kernel.cuh) with the shapes flash_attention.cu
-// launches: K and V tiles of 64 keys (D 256) or 32 (D 512), two stages each.
-constexpr int kWgmma = 3;
+// launches: K and V tiles of 64 keys (D 256) or 32 (D 512), two stages each; variant 4 tiles of 80
+// keys (D 256).
+constexpr int kWgmma = 3, kWgmma80 = 4;
 // Warps fall asleep for runs of rounds (emu::g_jitter_seed): a consumer warp then reads a stage long
 // after its warpgroup released it, and the consumers of head dim 512 drift apart between exchanges.
-template <int D>
+template <int D, int BN = D == 256 ? 64 : 32>
 void launch_emulated_wgmma(const cuda::flash::Params& p, int tiles) {
-  constexpr int BN = D == 256 ? 64 : 32, kStages = 2;
+  constexpr int kStages = 2;
   using S = cuda::flash::WgmmaShape<D, BN, kStages>;
   emu::g_jitter_seed = 0x5eed0000u + static_cast<uint64_t>(p.splits);
   emu::launch_3d([p] { cuda::flash::flash_wgmma_kernel<D, BN, kStages>(p); }, tiles, p.Hkv, p.splits, S::kSmemBytes,
@@ -180,7 +181,7 @@ void run_case(const Case& c, int splits, int variant = 0) {
   p.splits = splits;
   p.scaling = scaling;
   int tiles = 0;
-  const int cta_rows = c.D == 256 && (variant == 2 || variant == kWgmma) ? 2 * cuda::flash::kBM : cuda::flash::kBM;  // D 512: 64
+  const int cta_rows = c.D == 256 && variant >= 2 ? 2 * cuda::flash::kBM : cuda::flash::kBM;  // D 512: 64
   for (const auto& it : items) tiles += (it.q_len * groups + cta_rows - 1) / cta_rows;
   tiles += 1;  // one CTA past the last tile: it must exit without writing
   auto bytes = [](const auto& v) { return v.size() * sizeof(v[0]); };
@@ -193,7 +194,8 @@ void run_case(const Case& c, int splits, int variant = 0) {
     case 64: launch_emulated<64>(p, tiles); break;
     case 128: launch_emulated<128>(p, tiles); break;
     case 256:
-      if (variant == kWgmma) launch_emulated_wgmma<256>(p, tiles);
+      if (variant == kWgmma80) launch_emulated_wgmma<256, 80>(p, tiles);
+      else if (variant == kWgmma) launch_emulated_wgmma<256>(p, tiles);
       else if (variant == 2) launch_emulated<256, 2>(p, tiles);
       else if (variant == 1) launch_emulated<256, 1>(p, tiles);
       else launch_emulated<256, 0>(p, tiles);
@@ -273,6 +275,15 @@ TEST(FlashAttentionEmulated, HeadDim256Wgmma) {
            1, kWgmma);
   run_case({"d256 P16 K=V prefill", 8, 1, 256, 16, true, {{33, 60, 4, true, 0}, {20, 70, 0, false, 0}}}, 2, kWgmma);
   run_case({"d256 P16 splits past the tiles", 4, 2, 256, 16, false, {{12, 90, 3, false, 0}}}, 5, kWgmma);
+}
+
+// Variant 4: the same kernel on key tiles of 80 (m64n80k16 scores, five k16 steps of P.V).
+TEST(FlashAttentionEmulated, HeadDim256Wgmma80) {
+  run_case({"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}}, 2, kWgmma80);
+  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, kWgmma80);
+  run_case({"d256 P24 canvas over 300 cached", 4, 2, 256, 24, false,
+            {{40, 300, 17, false, 0}, {70, 100, 0, true, 50}, {9, 0, 0, false, 0}}},
+           1, kWgmma80);
 }
 
 TEST(FlashAttentionEmulated, HeadDim512KEqV) {
