@@ -1,9 +1,10 @@
 #pragma once
 // The flash attention kernel on Hopper warpgroup MMAs (sm_90a; variants 3 and 4 of
-// set_flash_attention_variant, head dims 256 and 512), included by flash_attention.cu after flash_attention_kernel.cuh (Params, the
-// item fields, find_item, round_score, pack_bf16x2) and compiled on the host by the emulated unit tests
-// (tests/unit/backend/cuda_emulator.h emulates the wgmma forms, the transaction barriers and the
-// cp.async arrivals). Device wrappers: wgmma_ptx.cuh, tma_ptx.cuh (the barriers).
+// set_flash_attention_variant, head dims 256 and 512), included by flash_attention.cu after
+// flash_attention_kernel.cuh (Params, the item fields, find_item, round_score, pack_bf16x2) and
+// compiled on the host by the emulated unit tests (tests/unit/backend/cuda_emulator.h emulates the
+// wgmma forms, the transaction barriers, named barriers and the cp.async arrivals). Device wrappers:
+// wgmma_ptx.cuh, tma_ptx.cuh (the barriers).
 //
 // The same launch (grid: row tiles of all items, KV heads, key splits), items, masks, rounding points
 // and split partials as flash_attention_kernel, so flash_combine_kernel merges its partials. A CTA is
