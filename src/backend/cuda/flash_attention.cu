@@ -47,7 +47,7 @@ constexpr int kWgmmaVariant = 3, kWgmma80Variant = 4;
 
 // The kernel of head dim D and variant V: its shape (rows a CTA, keys a tile, CTAs along the output
 // columns, threads, shared memory) and launch. Variants 0 .. 2: the mma.sync kernel with Cfg<D, V>;
-// variant 3 (D 256): the wgmma kernel.
+// variants 3 and 4: the wgmma kernel (WgmmaKernel).
 template <int D, int V>
 struct Kernel {
   using S = ShapeOf<D, V>;
@@ -76,7 +76,6 @@ template <int D>
 struct Kernel<D, kWgmmaVariant> : WgmmaKernel<D, D == 256 ? 64 : 32> {};
 template <>
 struct Kernel<256, kWgmma80Variant> : WgmmaKernel<256, 80> {};
-
 
 template <int D, int V>
 void* kernel_ptr() {
