@@ -25,10 +25,10 @@
 // before its readers released it, computes with the wrong data here. Named barriers (bar.sync with a
 // thread count). The wgmma forms: bf16 m64 n32 / n64 / n80 / n128 k16 from shared memory (K-major),
 // m64n256k16 with A from registers and B MN-major (the transposed form), FP8 m64n128k32; a write
-// issued into the shared-memory operands of a wgmma that
-// some thread has issued and not yet waited for is reported at once (a race on the GPU whatever the
-// order the emulation runs the threads in). Threads run round robin, or (g_jitter_seed) with warps
-// sitting out random runs of rounds, so that producers and consumers drift apart as on the GPU.
+// issued into the shared-memory operands of a wgmma that some thread has issued and not yet waited
+// for is reported at once (a race on the GPU whatever the order the emulation runs the threads in).
+// Threads run round robin, or (g_jitter_seed) with warps sitting out random runs of rounds, so that
+// producers and consumers drift apart as on the GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -124,14 +124,14 @@ class Barrier {
   uint64_t phase_ = 0;
 };
 inline Barrier* g_block_bar = nullptr;
-// Named barriers (bar.sync id, threads) of the running block, made at their first use.
-inline std::map<int, std::unique_ptr<Barrier>> g_named_bars;
 constexpr int kMaxWarps = 12;
 inline Barrier* g_warp_bar[kMaxWarps];
 inline uint32_t g_scratch[kMaxWarps][32][8];  // per-warp exchange of collectives that wait twice
 // The double-buffered exchange of ldmatrix / mma (collective_scratch below): one barrier a call.
 inline uint32_t g_xchg[2][kMaxWarps][32][8];
 inline uint8_t g_parity[kMaxWarps][32];
+// Named barriers (bar.sync id, threads) of the running block, made at their first use.
+inline std::map<int, std::unique_ptr<Barrier>> g_named_bars;
 inline unsigned char* smem() { return g_smem; }
 // The asynchronous copies and warpgroup MMAs of each thread, performed only when the thread waits for
 // them (cp_async_wait / wgmma_wait): the latest moment the hardware may do them. So a kernel that reads
