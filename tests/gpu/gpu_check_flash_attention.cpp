@@ -5,8 +5,9 @@
 // the model's shapes: several items in one launch, head dims 64 to 512, bidirectional / causal /
 // causal with a window, caches over several pages of a shuffled pool (table entries of the pages
 // before cache_first are -1: never read), cache_first > 0, page sizes that are and are not powers of
-// two, K = V, items without a cache, and forced key splits. `--bench` rows (flash_bench) time one
-// layer's attention of the 26B-A4B shapes at batch 1, 4 and 16 and causal prefill chunks.
+// two, K = V, items without a cache, and forced key splits; every kernel variant (variants 1 .. 3 in
+// checks of their own, 3 the Hopper wgmma kernel). `--bench` rows (flash_bench) time one layer's
+// attention of the 26B-A4B shapes at batch 1, 4 and 16 and causal prefill chunks, per variant.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/device_info.cuh"
 #include "backend/cuda/flash_attention.cuh"
 #include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
@@ -68,6 +70,7 @@ struct FlashCase {
   std::vector<FlashItem> items;
   float scaling = 1.0f;
   float score_std = 1.5f;
+  int want_variant = -1;  // >= 0: the plan must run this kernel variant
 };
 
 // One batch on the host and on the GPU. Not copyable: host_items points into `items`.
@@ -187,8 +190,11 @@ void run_flash(Reporter& r, const FlashCase& c) {
   const auto* words = reinterpret_cast<const int32_t*>(in.items.data());
   const cuda::FlashAttentionPlan plan =
       cuda::plan_flash_attention(T, c.Hq, c.Hkv, c.D, words, static_cast<int>(in.items.size()), 0);
-  r.note(c.name + ": " + std::to_string(plan.tiles) + " row tiles, " + std::to_string(plan.splits) + " splits");
+  r.note(c.name + ": " + std::to_string(plan.tiles) + " row tiles, " + std::to_string(plan.splits) + " splits, variant " +
+         std::to_string(plan.variant));
   if (plan.splits <= 0) r.fail(c.name + ": no flash plan (the check would test the per-item path)");
+  if (c.want_variant >= 0 && plan.variant != c.want_variant)
+    r.fail(c.name + ": planned variant " + std::to_string(plan.variant) + ", not " + std::to_string(c.want_variant));
 
   cpu().attention_batch(in.host);
   AttentionBatchArgs abs_args = in.host;  // the same probabilities over |V|
@@ -275,6 +281,70 @@ void check_flash_variant2(Reporter& r) {
   run_flash(r, {"v2 splits3 d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
 }
 
+// Variant 3: the Hopper warpgroup-MMA kernel (flash_attention_wgmma_kernel.cuh; on a GPU without it
+// the plan runs variant 0 and the check says so). Head dim 256: the small cases, the model's sliding
+// shapes (denoise at batch 4, a causal prompt chunk with a window next to a canvas, a long cache),
+// items of one warpgroup's rows, forced splits (more than the key tiles, too), K = V. Head dim 512
+// (the consumers split the head dim): the model's full layers (denoise over caches, a causal prompt),
+// a long cache with a window, splits, K = V and not.
+void check_flash_variant3(Reporter& r) {
+  FlashVariantKnob knob(3);
+  const int want = cuda::current_device_has_wgmma() ? 3 : 0;
+  if (want != 3) r.note("flash variant 3: this GPU has no wgmma; the plans run variant 0");
+  auto run = [&](FlashCase c) {
+    c.want_variant = want;
+    run_flash(r, c);
+  };
+  // Scaling 0: every visible score 0, P uniform (exactly 1 before the division): the output is the
+  // mean of the visible V rows whatever the score MMA does, so a failure here is in the P.V operand
+  // layout (the transposed V descriptor), one that passes only here in the scores.
+  run({"v3 d256 uniform P (P.V alone)", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}, 0.0f});
+  run({"v3 d512 uniform P (P.V alone)", 4, 1, 512, 16, false, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}, 0.0f});
+  run({"v3 d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}, {80, 20, 5, true, 30}}});
+  run({"v3 d256 P24 K=V three items", 8, 1, 256, 24, true,
+       {{40, 300, 17, false, 0}, {70, 100, 0, true, 50}, {9, 0, 0, false, 0}}});
+  run({"v3 sliding denoise batch4", 16, 8, 256, 256, false,
+       {{256, 1023, 0, false, 0}, {256, 1023, 300, false, 0}, {256, 500, 0, false, 0}, {256, 1023, 4000, false, 0}}});
+  run({"v3 sliding prefill 600 w1024 + canvas", 16, 8, 256, 256, false,
+       {{600, 1023, 977, true, 1024}, {256, 1023, 0, false, 0}}});
+  run({"v3 sliding prefill 2048 w1024 fresh", 16, 8, 256, 256, false, {{2048, 0, 0, true, 1024}}});
+  run({"v3 scaling one item n1", 16, 8, 256, 16, false, {{1, 1, 0, false, 0}}, 0.125f, 6.0f});
+  run({"v3 d256 cache32768", 4, 2, 256, 256, false, {{5, 32768, 0, false, 0}}});
+  run({"v3 d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}});
+  run({"v3 full denoise batch2 K=V", 16, 2, 512, 256, true, {{256, 3000, 0, false, 0}, {256, 700, 0, false, 0}}});
+  run({"v3 full prefill 300 causal K=V", 16, 2, 512, 256, true, {{300, 1500, 0, true, 0}}});
+  run({"v3 d512 causal w1024 cache32768", 8, 1, 512, 256, false, {{5, 32768, 100, true, 1024}}});
+  run({"v3 d512 scaling causal w7", 4, 2, 512, 16, false, {{5, 7, 2, true, 7}, {3, 0, 0, false, 0}}, 0.0625f, 6.0f});
+  for (int s : {2, 5, 32}) {
+    FlashSplitsKnob splits(s);
+    run({"v3 splits" + std::to_string(s) + " d256 sliding", 16, 8, 256, 256, false,
+         {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
+    run({"v3 splits" + std::to_string(s) + " d512 K=V", 16, 2, 512, 256, true, {{256, 1000, 0, false, 0}, {1, 5, 0, false, 0}}});
+  }
+}
+
+// Variant 4: variant 3 on key tiles of 80 for head dim 256 (head dim 512 plans variant 3).
+void check_flash_variant4(Reporter& r) {
+  FlashVariantKnob knob(4);
+  const bool wgmma = cuda::current_device_has_wgmma();
+  auto run = [&](FlashCase c, int want) {
+    c.want_variant = wgmma ? want : 0;
+    run_flash(r, c);
+  };
+  run({"v4 d256 uniform P (P.V alone)", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}, 0.0f}, 4);
+  run({"v4 d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}, {80, 20, 5, true, 30}}}, 4);
+  run({"v4 sliding denoise batch4", 16, 8, 256, 256, false,
+       {{256, 1023, 0, false, 0}, {256, 1023, 300, false, 0}, {256, 500, 0, false, 0}, {256, 1023, 4000, false, 0}}},
+      4);
+  run({"v4 sliding prefill 600 w1024 + canvas", 16, 8, 256, 256, false,
+       {{600, 1023, 977, true, 1024}, {256, 1023, 0, false, 0}}},
+      4);
+  run({"v4 d256 cache32768", 4, 2, 256, 256, false, {{5, 32768, 0, false, 0}}}, 4);
+  FlashSplitsKnob splits(5);
+  run({"v4 splits5 d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}}, 4);
+  run({"v4 knob d512 (variant 3)", 16, 2, 512, 256, false, {{256, 1000, 0, false, 0}}}, 3);
+}
+
 // The model's shapes: 26B-A4B sliding (D 256, 16 / 8 heads, window 1024: a canvas sees 1023 cached
 // keys) and full layers (D 512, 16 / 2 heads, K = V), page size 256, a prompt chunk next to canvases.
 void check_flash_model(Reporter& r) {
@@ -327,6 +397,7 @@ std::vector<Case> flash_attention_cases() {
       {"flash_attention_small", check_flash_small}, {"flash_attention_model", check_flash_model},
       {"flash_attention_splits", check_flash_splits}, {"flash_attention_long", check_flash_long},
       {"flash_attention_variant1", check_flash_variant1}, {"flash_attention_variant2", check_flash_variant2},
+      {"flash_attention_variant3", check_flash_variant3}, {"flash_attention_variant4", check_flash_variant4},
       {"flash_attention_plan", check_flash_plan},
   };
 }
@@ -363,8 +434,8 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     AttentionBatchArgs a;
     a.q = bf({T, Hq, s.D}, 40, 0.25f);
     a.k_new = bf({T, s.Hkv, s.D}, 41, 0.25f);
-    a.v_new = bf({T, s.Hkv, s.D}, 42, 1.0f);
     a.k_pages = bf({pages_per * s.batch, s.Hkv, P, s.D}, 43, 0.25f);
+    a.v_new = bf({T, s.Hkv, s.D}, 42, 1.0f);
     a.v_pages = bf({pages_per * s.batch, s.Hkv, P, s.D}, 44, 1.0f);
     std::vector<int32_t> table;
     std::vector<AttentionItem> items;
@@ -388,15 +459,22 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     const bool was = cuda::set_flash_attention(false);
     const bool fused_was = cuda::set_fused_attention(false);
     // 0: cuBLAS per item; 1: flash; 2: flash variant 1 (D 256: 8 warps splitting the head dim; D 512:
-    // output halves in CTAs of their own); 3 (D 256): variant 2 (8 warps over 128 query rows).
-    for (int mode = 0; mode < (s.D == 256 ? 4 : 3); ++mode) {
+    // output halves in CTAs of their own); 3 (D 256): variant 2 (8 warps over 128 query rows); 4:
+    // variant 3 (the wgmma kernel, sm_90); 5 (D 256): variant 4 (the wgmma kernel on 80-key tiles).
+    for (int mode = 0; mode < 6; ++mode) {
+      if ((mode == 3 || mode == 5) && s.D != 256) continue;
       cuda::set_flash_attention(mode != 0);
       const int variant_was = cuda::set_flash_attention_variant(mode >= 2 ? mode - 1 : 0);
       const uint64_t l0 = cuda::launches_so_far();
       be.attention_batch(a);
       be.synchronize();
       const uint64_t launches = cuda::launches_so_far() - l0;
-      const char* what = mode == 0 ? " cublas" : mode == 1 ? " flash" : mode == 2 ? " flash-v1" : " flash-v2";
+      const char* what = mode == 0   ? " cublas"
+                         : mode == 1 ? " flash"
+                         : mode == 2 ? " flash-v1"
+                         : mode == 3 ? " flash-v2"
+                         : mode == 4 ? " flash-v3"
+                                     : " flash-v4";
       const std::string name = std::string("attn ") + s.name + " b" + std::to_string(s.batch) + what + " (" +
                                std::to_string(launches) + " launches)";
       row(name.c_str(), time_ms([&] { be.attention_batch(a); }));
@@ -405,7 +483,8 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     if (s.batch == 1 && s.L > 0) {  // the split heuristic's alternatives where the grid is small
       cuda::set_flash_attention(true);
       const auto* w = reinterpret_cast<const int32_t*>(items.data());
-      for (int variant = 0; variant < (s.D == 256 ? 3 : 2); ++variant) {
+      for (int variant = 0; variant < 5; ++variant) {
+        if ((variant == 2 || variant == 4) && s.D != 256) continue;
         const int variant_was = cuda::set_flash_attention_variant(variant);
         const auto plan = cuda::plan_flash_attention(T, Hq, s.Hkv, s.D, w, static_cast<int>(items.size()), 0);
         for (int forced : {1, 2, 4, 8}) {

@@ -9,13 +9,22 @@
 //               161 KB.
 //   D 256 variant 1: 8 warps splitting the head dim (128 output columns a group), 113 KB, two CTAs
 //               an SM (128 registers a thread); variant 2: 8 warps over 128 query rows, 129 KB.
+//   Variant 3 (sm_90, flash_attention_wgmma_kernel.cuh): warpgroup MMAs, a producer warpgroup and two
+//               consumers, K and V double-buffered; D 256 128 query rows, BN 64, 193 KB; D 512 64
+//               query rows, the consumers splitting the head dim, BN 32, 225 KB; one CTA an SM. On
+//               other GPUs variant 3 plans variant 0. Variant 4: D 256 with BN 80 (225 KB; the scores
+//               read 115 bytes of shared memory a cycle instead of 128; D 512 as 3).
 #include <algorithm>
 #include <atomic>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/device_info.cuh"
 #include "backend/cuda/ptx.cuh"
+#include "backend/cuda/wgmma_ptx.cuh"
+#include "backend/cuda/tma_ptx.cuh"
 #include "backend/cuda/flash_attention.cuh"
 #include "backend/cuda/flash_attention_kernel.cuh"
+#include "backend/cuda/flash_attention_wgmma_kernel.cuh"
 #include "backend/cuda/tuning.h"
 #include "backend/workspace_bounds.h"
 #include "util/error.h"
@@ -34,11 +43,43 @@ using flash::Cfg;
 using flash::ShapeOf;
 
 std::atomic<int> g_variant{0};
+constexpr int kWgmmaVariant = 3, kWgmma80Variant = 4;
+
+// The kernel of head dim D and variant V: its shape (rows a CTA, keys a tile, CTAs along the output
+// columns, threads, shared memory) and launch. Variants 0 .. 2: the mma.sync kernel with Cfg<D, V>;
+// variants 3 and 4: the wgmma kernel (WgmmaKernel).
+template <int D, int V>
+struct Kernel {
+  using S = ShapeOf<D, V>;
+  using C = Cfg<D, V>;
+  static constexpr int kRows = S::kRows, kBN = C::BN, kDChunks = S::kDChunks, kThreads = S::kThreads;
+  static constexpr int kSmemBytes = S::kSmemBytes;
+  static void* ptr() { return reinterpret_cast<void*>(flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG>); }
+  static void launch(dim3 grid, const Params& p, cudaStream_t stream) {
+    flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  }
+};
+// The wgmma kernel: K and V tiles of 64 keys (D 256) or 32 (D 512), two stages each; variant 4 (D 256)
+// tiles of 80 keys.
+template <int D, int BN>
+struct WgmmaKernel {
+  static constexpr int kBN = BN, kStages = 2;
+  using S = flash::WgmmaShape<D, kBN, kStages>;
+  static constexpr int kRows = S::kRows, kDChunks = S::kDChunks, kThreads = S::kThreads;
+  static constexpr int kSmemBytes = S::kSmemBytes;
+  static void* ptr() { return reinterpret_cast<void*>(flash::flash_wgmma_kernel<D, kBN, kStages>); }
+  static void launch(dim3 grid, const Params& p, cudaStream_t stream) {
+    flash::flash_wgmma_kernel<D, kBN, kStages><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  }
+};
+template <int D>
+struct Kernel<D, kWgmmaVariant> : WgmmaKernel<D, D == 256 ? 64 : 32> {};
+template <>
+struct Kernel<256, kWgmma80Variant> : WgmmaKernel<256, 80> {};
 
 template <int D, int V>
 void* kernel_ptr() {
-  using C = Cfg<D, V>;
-  return reinterpret_cast<void*>(flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG>);
+  return Kernel<D, V>::ptr();
 }
 
 // CTAs of the kernel one SM holds (0: too little shared memory), after allowing the kernel its
@@ -50,14 +91,14 @@ int resident_ctas(int device) {
     const int v = cache[device].load();
     if (v > 0) return v - 1;
   }
-  constexpr int bytes = ShapeOf<D, V>::kSmemBytes;
+  constexpr int bytes = Kernel<D, V>::kSmemBytes;
   int optin = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   int result = 0;
   if (optin >= bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel_ptr<D, V>(), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&result, kernel_ptr<D, V>(),
-                                                             ShapeOf<D, V>::kThreads, bytes));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&result, kernel_ptr<D, V>(), Kernel<D, V>::kThreads,
+                                                             bytes));
     result = std::max(result, 0);
   }
   if (device >= 0 && device < kCachedDevices) cache[device].store(result + 1);
@@ -78,7 +119,7 @@ int64_t ml_bytes(int64_t splits, int64_t rows) { return (splits * rows * 2 * 4 +
 
 template <int D, int V>
 FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* items, int num_items, int device) {
-  constexpr int BN = Cfg<D, V>::BN, kDChunks = ShapeOf<D, V>::kDChunks, kRows = ShapeOf<D, V>::kRows;
+  constexpr int BN = Kernel<D, V>::kBN, kDChunks = Kernel<D, V>::kDChunks, kRows = Kernel<D, V>::kRows;
   const int64_t groups = Hq / Hkv;
   int64_t tiles = 0, max_key_tiles = 0;
   for (int i = 0; i < num_items; ++i) {
@@ -123,9 +164,7 @@ FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* i
 
 template <int D, int V>
 void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, cudaStream_t stream) {
-  using S = ShapeOf<D, V>;
-  using C = Cfg<D, V>;
-  constexpr int kDChunks = S::kDChunks;
+  constexpr int kDChunks = Kernel<D, V>::kDChunks;
   const bool ready = plan.variant == V && resident_ctas<D, V>(device) > 0;  // also sets the smem limit
   DG_CHECK(ready);
   p.splits = plan.splits;
@@ -137,7 +176,7 @@ void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, 
   }
   const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(p.Hkv),
                   static_cast<unsigned>(plan.splits * kDChunks));
-  flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG><<<grid, S::kThreads, S::kSmemBytes, stream>>>(p);
+  Kernel<D, V>::launch(grid, p, stream);
   CUDA_CHECK_LAUNCH();
   if (plan.splits > 1) {
     const int64_t threads = rows * (D / 4);
@@ -148,7 +187,7 @@ void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, int device, 
 
 }  // namespace
 
-int set_flash_attention_variant(int v) { return g_variant.exchange(v >= 0 && v <= 2 ? v : 0); }
+int set_flash_attention_variant(int v) { return g_variant.exchange(v >= 0 && v <= kWgmma80Variant ? v : 0); }
 
 int set_flash_attention_splits(int splits) {
   return g_forced_splits.exchange(splits <= 0 ? 0 : std::min(splits, kMaxSplits));
@@ -162,13 +201,26 @@ FlashAttentionPlan plan_flash_attention(int64_t T, int64_t Hq, int64_t Hkv, int6
     case 128: return plan_for<128, 0>(T, Hq, Hkv, host_items, num_items, device);
     case 256:
     case 512: {
-      const int v = D == 512 && g_variant.load() == 2 ? 0 : g_variant.load();  // D 512 has variants 0 and 1
+      int v = g_variant.load();
+      if (D == 512 && v == 2) v = 0;                                    // D 512 has variants 0, 1 and 3
+      if (D == 512 && v == kWgmma80Variant) v = kWgmmaVariant;
+      if (v >= kWgmmaVariant && !current_device_has_wgmma()) v = 0;     // the wgmma kernels: sm_90 only
       FlashAttentionPlan plan;
-      if (D == 256) plan = v == 2 ? plan_for<256, 2>(T, Hq, Hkv, host_items, num_items, device)
-                           : v == 1 ? plan_for<256, 1>(T, Hq, Hkv, host_items, num_items, device)
-                                    : plan_for<256, 0>(T, Hq, Hkv, host_items, num_items, device);
-      else plan = v ? plan_for<512, 1>(T, Hq, Hkv, host_items, num_items, device)
-                    : plan_for<512, 0>(T, Hq, Hkv, host_items, num_items, device);
+      if (D == 256) {
+        switch (v) {
+          case 1: plan = plan_for<256, 1>(T, Hq, Hkv, host_items, num_items, device); break;
+          case 2: plan = plan_for<256, 2>(T, Hq, Hkv, host_items, num_items, device); break;
+          case kWgmmaVariant: plan = plan_for<256, kWgmmaVariant>(T, Hq, Hkv, host_items, num_items, device); break;
+          case kWgmma80Variant: plan = plan_for<256, kWgmma80Variant>(T, Hq, Hkv, host_items, num_items, device); break;
+          default: plan = plan_for<256, 0>(T, Hq, Hkv, host_items, num_items, device);
+        }
+      } else {
+        switch (v) {
+          case 1: plan = plan_for<512, 1>(T, Hq, Hkv, host_items, num_items, device); break;
+          case kWgmmaVariant: plan = plan_for<512, kWgmmaVariant>(T, Hq, Hkv, host_items, num_items, device); break;
+          default: plan = plan_for<512, 0>(T, Hq, Hkv, host_items, num_items, device);
+        }
+      }
       plan.variant = v;
       return plan;
     }
@@ -202,10 +254,13 @@ void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, con
     case 64: return launch_for<64, 0>(plan, p, workspace, device, stream);
     case 128: return launch_for<128, 0>(plan, p, workspace, device, stream);
     case 256:
+      if (plan.variant == kWgmma80Variant) return launch_for<256, kWgmma80Variant>(plan, p, workspace, device, stream);
+      if (plan.variant == kWgmmaVariant) return launch_for<256, kWgmmaVariant>(plan, p, workspace, device, stream);
       if (plan.variant == 2) return launch_for<256, 2>(plan, p, workspace, device, stream);
       if (plan.variant == 1) return launch_for<256, 1>(plan, p, workspace, device, stream);
       return launch_for<256, 0>(plan, p, workspace, device, stream);
     case 512:
+      if (plan.variant == kWgmmaVariant) return launch_for<512, kWgmmaVariant>(plan, p, workspace, device, stream);
       if (plan.variant) return launch_for<512, 1>(plan, p, workspace, device, stream);
       return launch_for<512, 0>(plan, p, workspace, device, stream);
     default: DG_CHECK(false);

@@ -1,9 +1,9 @@
 #pragma once
 // A host emulation of the CUDA operations the quantised and bf16 grouped GEMM kernels and the flash
-// attention kernel use (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh,
-// grouped_moe_kernel.cuh, grouped_moe_w8a8_kernel.cuh (FP8 wgmma) and flash_attention_kernel.cuh), so
-// that the kernels themselves run in the
-// unit tests of a machine without a GPU: a block is 128 (up to 256) fibers with a barrier for
+// attention kernels use (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh,
+// grouped_moe_kernel.cuh, grouped_moe_w8a8_kernel.cuh (FP8 wgmma), flash_attention_kernel.cuh and
+// flash_attention_wgmma_kernel.cuh), so that the kernels themselves run in the
+// unit tests of a machine without a GPU: a block is 128 (up to 384) fibers with a barrier for
 // __syncthreads and for the warp-collective ldmatrix / mma.sync / shuffles, shared memory a buffer whose
 // every access is bounds- and alignment-checked, cp.async a copy performed when its thread waits for
 // its group (its global source checked against the buffers a test declares), wgmma likewise (so a
@@ -23,12 +23,18 @@
 // tma_ptx.cuh): a barrier counts arrivals and bytes per phase, a waiting thread yields until its phase
 // completes, and the data of the copies that report to a barrier (TMA loads, cp.async with an
 // arrive) lands only when the barrier's phase completes, so a stage read before its wait, or refilled
-// before its readers released it, computes with the wrong data here. And what the sampler's kernels
-// use (sampler_kernel.cuh, blocks of 512 threads): uint2, the int shuffle and votes, shared-memory
-// atomicMax / atomicMin, block_reduce, __fmaf_rn, and the fast logarithms __logf / __log2f, which
-// return the exact value moved by the largest error the CUDA programming guide allows them, in a
-// direction that depends on the argument: a kernel whose error argument leaves too little margin
-// for them fails here.
+// before its readers released it, computes with the wrong data here. Named barriers (bar.sync with a
+// thread count). The wgmma forms: bf16 m64 n32 / n64 / n80 / n128 k16 from shared memory (K-major),
+// m64n256k16 with A from registers and B MN-major (the transposed form), FP8 m64n128k32; a write
+// issued into the shared-memory operands of a wgmma that some thread has issued and not yet waited
+// for is reported at once (a race on the GPU whatever the order the emulation runs the threads in).
+// Threads run round robin, or (g_jitter_seed) with warps sitting out random runs of rounds, so that
+// producers and consumers drift apart as on the GPU.
+// And what the sampler's kernels use (sampler_kernel.cuh, blocks of 512 threads): uint2, the int
+// shuffle and votes, shared-memory atomicMax / atomicMin, block_reduce, __fmaf_rn, and the fast
+// logarithms __logf / __log2f, which return the exact value moved by the largest error the CUDA
+// programming guide allows them, in a direction that depends on the argument: a kernel whose error
+// argument leaves too little margin for them fails here.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -87,6 +93,18 @@ inline std::vector<Fiber>* g_fibers = nullptr;
 inline int g_cur = -1;
 inline uint64_t g_progress = 0;  // barrier phases completed and threads finished
 inline void yield_fiber() { swapcontext(&(*g_fibers)[static_cast<size_t>(g_cur)].ctx, &g_sched_ctx); }
+// 0: plain round robin. Otherwise the seed of a schedule in which each warp, at the start of a round,
+// falls asleep with probability 1/16 for 1 .. 64 rounds: a warp then lags the others by many barrier
+// phases, as a descheduled warp can on the GPU, so a producer runs ahead of a consumer that has
+// released a stage but not yet read it (wgmma operands are read at the wait) and a refill that comes
+// too early lands first.
+inline uint64_t g_jitter_seed = 0;
+inline uint64_t jitter_next(uint64_t& state) {  // splitmix64
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 class Barrier {
  public:
   explicit Barrier(int expected) : expected_(expected) {}
@@ -119,6 +137,8 @@ inline uint32_t g_scratch[kMaxWarps][32][8];  // per-warp exchange of collective
 // The double-buffered exchange of ldmatrix / mma (collective_scratch below): one barrier a call.
 inline uint32_t g_xchg[2][kMaxWarps][32][8];
 inline uint8_t g_parity[kMaxWarps][32];
+// Named barriers (bar.sync id, threads) of the running block, made at their first use.
+inline std::map<int, std::unique_ptr<Barrier>> g_named_bars;
 inline unsigned char* smem() { return g_smem; }
 // The asynchronous copies and warpgroup MMAs of each thread, performed only when the thread waits for
 // them (cp_async_wait / wgmma_wait): the latest moment the hardware may do them. So a kernel that reads
@@ -129,10 +149,15 @@ struct AsyncCopy {
   unsigned char bytes[16];
 };
 struct AsyncMma {
-  float* d;
-  uint64_t da, db;
-  bool fp8 = false;        // wgmma_m64n128k32_e4m3 (else the bf16 m64n128k16)
-  bool accumulate = true;  // the FP8 form's scale-d: false, d = A . B^T
+  float* d = nullptr;
+  uint64_t da = 0, db = 0;
+  bool fp8 = false;        // wgmma_m64n128k32_e4m3 (else a bf16 form)
+  bool accumulate = true;  // scale-d: false, d = A . B
+  int n = 128;             // the bf16 forms' N
+  bool b_mn = false;       // B MN-major (the transposed form) instead of K-major
+  bool a_regs = false;     // A from registers: a_vals, this thread's two rows, gathered at the issue
+  float a_vals[2][16] = {};
+  std::vector<uint32_t> units;  // the 16-byte units of shared memory its operands occupy (g_mma_reads)
 };
 struct ThreadAsync {
   std::vector<AsyncCopy> copies;               // issued, not yet committed
@@ -150,6 +175,18 @@ struct Mbar {
   std::vector<std::pair<uint32_t, std::vector<unsigned char>>> writes;
 };
 inline std::map<uint32_t, Mbar> g_mbars;
+// Per 16-byte unit of shared memory: the issued wgmma that read it and have not been performed yet
+// (each issuing thread counts). Shared memory written while an MMA that reads it is in flight (a copy
+// or store issued into a stage before every thread of the MMA has waited for it) is a race on the
+// GPU whatever the order the emulation runs the threads in: reported at the write's issue.
+inline std::vector<uint32_t> g_mma_reads;
+inline void chk_no_mma_read(uint32_t a, uint32_t n) {
+  for (uint32_t u = a / 16; u <= (a + n - 1) / 16 && u < g_mma_reads.size(); ++u)
+    if (g_mma_reads[u] != 0) {
+      std::fprintf(stderr, "emulated kernel: shared memory at %u written while a wgmma reading it is in flight\n", 16 * u);
+      std::abort();
+    }
+}
 inline ThreadAsync& async_state() { return g_async[static_cast<size_t>(g_cur)]; }
 inline std::function<void()>* g_fn = nullptr;
 inline void fiber_main() {
@@ -202,27 +239,43 @@ inline void launch_3d(std::function<void()> fn, int gx, int gy, int gz, int smem
           g_warp_bar[w] = wb.back().get();
         }
         g_block_bar = &bb;
+        g_named_bars.clear();
         std::memset(g_parity, 0, sizeof g_parity);
         t_block.x = static_cast<unsigned>(bx);
         t_block.y = static_cast<unsigned>(by);
         t_block.z = static_cast<unsigned>(bz);
         g_async.assign(static_cast<size_t>(threads), ThreadAsync{});
         g_mbars.clear();
+        g_mma_reads.assign(buf.size() / 16 + 1, 0);
         for (auto& f : fibers) start_fiber(f);
         // Round robin until every thread has finished; a round in which nothing progressed while
-        // threads remain means they wait at barriers that the others will never reach.
+        // threads remain (and no warp sat out) means they wait at barriers that the others will
+        // never reach. With g_jitter_seed, warps sit out runs of rounds (below).
+        std::vector<int> asleep(static_cast<size_t>(warps), 0);
+        uint64_t rng = g_jitter_seed ^ (static_cast<uint64_t>(bx) << 40) ^ (static_cast<uint64_t>(by) << 20) ^ static_cast<uint64_t>(bz);
         for (;;) {
           const uint64_t before = g_progress;
           int live = 0;
+          bool sat_out = false;
+          if (g_jitter_seed != 0)
+            for (int& zz : asleep) {
+              if (zz > 0) --zz;
+              if (zz == 0 && jitter_next(rng) % 16 == 0) zz = 1 + static_cast<int>(jitter_next(rng) % 64);
+            }
           for (int t = 0; t < threads; ++t) {
             if (fibers[static_cast<size_t>(t)].done) continue;
+            if (asleep[static_cast<size_t>(t / 32)] > 0) {
+              sat_out = true;
+              ++live;
+              continue;
+            }
             g_cur = t;
             t_thread.x = static_cast<unsigned>(t);
             resume_fiber(fibers[static_cast<size_t>(t)]);
             live += !fibers[static_cast<size_t>(t)].done;
           }
           if (live == 0) break;
-          if (g_progress == before) {
+          if (g_progress == before && !sat_out) {
             std::fprintf(stderr, "emulated kernel: block (%d, %d, %d) deadlocked at a barrier\n", bx, by, bz);
             std::abort();
           }
@@ -325,6 +378,7 @@ inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(static_c
 // Performed at the wait (emu::ThreadAsync); the global source is read at the issue (inputs do not change).
 inline void cp_async16(uint32_t dst, const void* src, bool valid) {
   emu::chk(dst, 16, 16);
+  emu::chk_no_mma_read(dst, 16);
   if (valid) emu::chk_global(src, 16);
   emu::AsyncCopy c{dst, {}};
   if (valid) std::memcpy(c.bytes, src, 16); else std::memset(c.bytes, 0, 16);
@@ -347,8 +401,16 @@ template <int N> inline void cp_async_wait() {
 inline uint32_t lds_u32(uint32_t a) { emu::chk(a, 4, 4); uint32_t v; std::memcpy(&v, emu::g_smem + a, 4); return v; }
 inline void lds_v2(uint32_t a, uint32_t (&v)[2]) { emu::chk(a, 8, 8); std::memcpy(v, emu::g_smem + a, 8); }
 inline void lds_v4(uint32_t a, uint32_t (&v)[4]) { emu::chk(a, 16, 16); std::memcpy(v, emu::g_smem + a, 16); }
-inline void sts_v2(uint32_t a, const uint32_t (&v)[2]) { emu::chk(a, 8, 8); std::memcpy(emu::g_smem + a, v, 8); }
-inline void sts_v4(uint32_t a, const uint32_t (&v)[4]) { emu::chk(a, 16, 16); std::memcpy(emu::g_smem + a, v, 16); }
+inline void sts_v2(uint32_t a, const uint32_t (&v)[2]) {
+  emu::chk(a, 8, 8);
+  emu::chk_no_mma_read(a, 8);
+  std::memcpy(emu::g_smem + a, v, 8);
+}
+inline void sts_v4(uint32_t a, const uint32_t (&v)[4]) {
+  emu::chk(a, 16, 16);
+  emu::chk_no_mma_read(a, 16);
+  std::memcpy(emu::g_smem + a, v, 16);
+}
 inline uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t r = 0;
   for (int h = 0; h < 2; ++h) {
@@ -419,58 +481,154 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
 }
 // Warpgroup MMA (wgmma_ptx.cuh): each thread computes its own accumulator elements from shared memory
 // through the descriptors (K-major, 128-byte swizzle: row r, element k at start + (r / 8) * stride +
-// (r % 8) * 128 + 2 k, 16-byte chunk bits 4-6 XOR row bits 7-9), summing k in order as the mma above,
-// when it waits for the MMA's group (wgmma_wait; emu::ThreadAsync); the fences are no-ops.
+// (r % 8) * 128 + 2 k, 16-byte chunk bits 4-6 XOR row bits 7-9; or MN-major, wgmma_operand_mn), summing
+// k in order as the mma above, when it waits for the MMA's group (wgmma_wait; emu::ThreadAsync); the
+// fences and register caps are no-ops.
 inline void fence_proxy_async() {}
 inline void wgmma_fence() {}
 inline void wgmma_fence_operand(float&) {}
-inline float wgmma_operand(uint64_t desc, int row, int k) {
+inline void wgmma_fence_operand(uint32_t&) {}
+inline void wgmma_check_swizzle(uint64_t desc) {
   if ((desc >> 62) != 1) {
     std::fprintf(stderr, "emulated wgmma: descriptor swizzle mode %u (only 128-byte swizzle emulated)\n", static_cast<unsigned>(desc >> 62));
     std::abort();
   }
+}
+// Byte `kbyte` (< 128) of row `row` of a K-major operand.
+inline uint32_t wgmma_addr(uint64_t desc, int row, int kbyte) {
+  wgmma_check_swizzle(desc);
   const uint32_t start = static_cast<uint32_t>(desc & 0x3FFF) << 4, stride = static_cast<uint32_t>((desc >> 32) & 0x3FFF) << 4;
-  uint32_t a = start + static_cast<uint32_t>(row / 8) * stride + static_cast<uint32_t>(row % 8) * 128 + 2 * static_cast<uint32_t>(k);
-  a ^= ((a >> 7) & 7) << 4;
+  uint32_t a = start + static_cast<uint32_t>(row / 8) * stride + static_cast<uint32_t>(row % 8) * 128 + static_cast<uint32_t>(kbyte);
+  return a ^ (((a >> 7) & 7) << 4);
+}
+// The MN-major form (the transposed B): element (k, n) of a K x N bf16 operand at start + (n / 64) LBO
+// + (k / 8) SBO + (k % 8) 128 + 2 (n % 64), swizzled as above (wgmma_desc.cuh sw128_mn_desc).
+inline uint32_t wgmma_addr_mn(uint64_t desc, int k, int n) {
+  wgmma_check_swizzle(desc);
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3FFF) << 4, lbo = static_cast<uint32_t>((desc >> 16) & 0x3FFF) << 4,
+                 sbo = static_cast<uint32_t>((desc >> 32) & 0x3FFF) << 4;
+  uint32_t a = start + static_cast<uint32_t>(n / 64) * lbo + static_cast<uint32_t>(k / 8) * sbo +
+               static_cast<uint32_t>(k % 8) * 128 + 2 * static_cast<uint32_t>(n % 64);
+  return a ^ (((a >> 7) & 7) << 4);
+}
+inline float smem_bf16(uint32_t a) {
   emu::chk(a, 2, 2);
   uint16_t v;
   std::memcpy(&v, emu::g_smem + a, 2);
   return bf16_to_f32(v);
 }
-inline void wgmma_run(float (&d)[64], uint64_t da, uint64_t db) {
+inline float wgmma_operand(uint64_t desc, int row, int k) { return smem_bf16(wgmma_addr(desc, row, 2 * k)); }
+inline float wgmma_operand_mn(uint64_t desc, int k, int n) { return smem_bf16(wgmma_addr_mn(desc, k, n)); }
+// At the issue: the units of the MMA's shared-memory operands (32 bytes of K of each K-major row, of
+// A's 64 rows and B's n; or B's 16 MN-major K rows of n elements) count as read until it is performed.
+inline void wgmma_track(emu::AsyncMma& m) {
+  auto add = [&](uint32_t a) {
+    emu::chk(a, 1, 1);
+    m.units.push_back(a / 16);
+  };
+  if (!m.a_regs)
+    for (int r = 0; r < 64; ++r) add(wgmma_addr(m.da, r, 0)), add(wgmma_addr(m.da, r, 16));
+  if (m.b_mn) {
+    for (int k = 0; k < 16; ++k)
+      for (int n = 0; n < m.n; n += 8) add(wgmma_addr_mn(m.db, k, n));
+  } else {
+    for (int r = 0; r < m.n; ++r) add(wgmma_addr(m.db, r, 0)), add(wgmma_addr(m.db, r, 16));
+  }
+  for (uint32_t u : m.units) ++emu::g_mma_reads[u];
+}
+inline emu::AsyncMma wgmma_op(float* d, uint64_t da, uint64_t db) {
+  emu::AsyncMma m;
+  m.d = d;
+  m.da = da;
+  m.db = db;
+  return m;
+}
+inline void wgmma_issue(emu::AsyncMma&& m) {
+  wgmma_track(m);
+  emu::async_state().mmas.push_back(std::move(m));
+}
+// A bf16 MMA of shape m64 n k16 at its wait: this thread's accumulator elements d[4 i + q] (row
+// 16 (warp % 4) + lane / 4 + 8 (q / 2), column 8 i + 2 (lane % 4) + q % 2), k summed in order.
+inline void wgmma_run(const emu::AsyncMma& m) {
   const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
-  const int g = lane / 4, t = lane % 4;
-  // The operands of this thread's 2 rows and 32 columns, read once.
-  float a[2][16], b[32][16];
+  const int g = lane / 4, t = lane % 4, cols = m.n / 4;
+  // The operands of this thread's 2 rows and n / 4 columns, read once.
+  float a[2][16], b[64][16];
   for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < 16; ++k) a[h][k] = wgmma_operand(da, 16 * wq + g + 8 * h, k);
-  for (int j = 0; j < 32; ++j)
-    for (int k = 0; k < 16; ++k) b[j][k] = wgmma_operand(db, 8 * (j / 2) + 2 * t + j % 2, k);
-  for (int i = 0; i < 16; ++i)
+    for (int k = 0; k < 16; ++k) a[h][k] = m.a_regs ? m.a_vals[h][k] : wgmma_operand(m.da, 16 * wq + g + 8 * h, k);
+  for (int j = 0; j < cols; ++j) {
+    const int col = 8 * (j / 2) + 2 * t + j % 2;
+    for (int k = 0; k < 16; ++k) b[j][k] = m.b_mn ? wgmma_operand_mn(m.db, k, col) : wgmma_operand(m.db, col, k);
+  }
+  for (int i = 0; i < m.n / 8; ++i)
     for (int q = 0; q < 4; ++q) {
       const float* ar = a[q / 2];
       const float* bc = b[2 * i + q % 2];
-      float s = d[4 * i + q];
+      float s = m.accumulate ? m.d[4 * i + q] : 0.0f;
       for (int k = 0; k < 16; ++k) s += ar[k] * bc[k];
-      d[4 * i + q] = s;
+      m.d[4 * i + q] = s;
     }
 }
-inline void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) {
-  emu::async_state().mmas.push_back(emu::AsyncMma{d, da, db});
-}
+inline void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db) { wgmma_issue(wgmma_op(d, da, db)); }
 inline void wgmma_commit() {
   emu::ThreadAsync& a = emu::async_state();
   a.mma_groups.push_back(std::move(a.mmas));
   a.mmas.clear();
 }
+// The flash attention forms: scores m64 n32 / n64 / n80 (both operands K-major in shared memory), and P.V
+// m64 n256 with A from registers and B MN-major. A register operand is gathered at the issue, a warp
+// collective (the lanes of a row's quad publish their fragments, as for mma_bf16): a kernel can only
+// change the registers after the issue in its own copy, and reads of B still happen at the wait.
+inline void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, bool accumulate) {
+  emu::AsyncMma m = wgmma_op(d, da, db);
+  m.accumulate = accumulate;
+  m.n = 64;
+  wgmma_issue(std::move(m));
+}
+inline void wgmma_m64n80k16(float (&d)[40], uint64_t da, uint64_t db, bool accumulate) {
+  emu::AsyncMma m = wgmma_op(d, da, db);
+  m.accumulate = accumulate;
+  m.n = 80;
+  wgmma_issue(std::move(m));
+}
+inline void wgmma_m64n32k16(float (&d)[16], uint64_t da, uint64_t db, bool accumulate) {
+  emu::AsyncMma m = wgmma_op(d, da, db);
+  m.accumulate = accumulate;
+  m.n = 32;
+  wgmma_issue(std::move(m));
+}
+inline void named_barrier_sync(int id, int threads) {
+  auto& b = emu::g_named_bars[id];
+  if (!b) b = std::make_unique<emu::Barrier>(threads);
+  b->arrive_and_wait();
+}
+inline void wgmma_m64n256k16_rs_mn(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
+  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
+  uint32_t(&sc)[32][8] = collective_scratch(w, i);
+  for (int q = 0; q < 4; ++q) sc[i][q] = a[q];
+  emu::g_warp_bar[w]->arrive_and_wait();
+  emu::AsyncMma m = wgmma_op(d, 0, db);
+  m.n = 256;
+  m.b_mn = true;
+  m.a_regs = true;
+  const int g = i / 4;
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) {
+      const uint32_t reg = sc[g * 4 + (k % 8) / 2][h + 2 * (k >= 8)];
+      m.a_vals[h][k] = bf16_to_f32(static_cast<uint16_t>(reg >> (16 * (k % 2))));
+    }
+  wgmma_issue(std::move(m));
+}
+template <int N> inline void setmaxnreg_dec() {}
+template <int N> inline void setmaxnreg_inc() {}
 inline void wgmma_run_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate);
 template <int N> inline void wgmma_wait() {
   emu::ThreadAsync& a = emu::async_state();
   while (a.mma_groups.size() > static_cast<size_t>(N)) {
     for (const emu::AsyncMma& m : a.mma_groups.front()) {
-      float(&d)[64] = *reinterpret_cast<float(*)[64]>(m.d);
-      if (m.fp8) wgmma_run_e4m3(d, m.da, m.db, m.accumulate);
-      else wgmma_run(d, m.da, m.db);
+      if (m.fp8) wgmma_run_e4m3(*reinterpret_cast<float(*)[64]>(m.d), m.da, m.db, m.accumulate);
+      else wgmma_run(m);
+      for (uint32_t u : m.units) --emu::g_mma_reads[u];
     }
     a.mma_groups.erase(a.mma_groups.begin());
   }
@@ -504,7 +662,10 @@ inline void wgmma_run_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumu
     }
 }
 inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate) {
-  emu::async_state().mmas.push_back(emu::AsyncMma{d, da, db, true, accumulate});
+  emu::AsyncMma m = wgmma_op(d, da, db);  // 32 one-byte elements: the bf16 forms' bytes
+  m.fp8 = true;
+  m.accumulate = accumulate;
+  wgmma_issue(std::move(m));
 }
 // Transaction barriers and TMA (tma_ptx.cuh). The map: a row-major bf16 matrix read in boxes of
 // box_rows x 64 elements into the 128-byte swizzle (16-byte chunk bits 4-6 XOR address bits 7-9).
@@ -569,6 +730,7 @@ inline void cp_async_mbar_arrive_noinc(uint32_t bar) {
 inline void tma_load_2d(uint32_t dst, const TmaMap* map, int x, int y, uint32_t bar) {
   const uint32_t bytes = static_cast<uint32_t>(map->box_rows) * 128;
   emu::chk(dst, bytes, 1024);
+  emu::chk_no_mma_read(dst, bytes);
   std::vector<unsigned char> image(bytes);
   for (int r = 0; r < map->box_rows; ++r)
     for (int k = 0; k < 64; ++k) {

@@ -1,11 +1,12 @@
-// The flash attention kernel (src/backend/cuda/flash_attention_kernel.cuh) run on the host through
-// cuda_emulator.h against the CPU backend's attention (the reference), on small random batches: several
-// items in one launch (row tiles of several items, an item of more than one tile), head dims 64 to 512
-// (512: two output halves), bidirectional / causal / causal with a window, caches over several pages
-// of a shuffled page table with cache_first > 0 (the table entries of pages before the cache are -1:
-// the emulator aborts on any read outside the declared buffers), page sizes that are and are not
-// powers of two, K = V (one pool and one new-key tensor for both), and forced key splits (the fp32
-// partials and their merge). The same kernel source the GPU runs; tests/gpu checks it there.
+// The flash attention kernels (src/backend/cuda/flash_attention_kernel.cuh, and the wgmma kernel of
+// flash_attention_wgmma_kernel.cuh) run on the host through cuda_emulator.h against the CPU backend's
+// attention (the reference), on small random batches: several items in one launch (row tiles of
+// several items, an item of more than one tile), head dims 64 to 512 (512: two output halves),
+// bidirectional / causal / causal with a window, caches over several pages of a shuffled page table
+// with cache_first > 0 (the table entries of pages before the cache are -1: the emulator aborts on any
+// read outside the declared buffers), page sizes that are and are not powers of two, K = V (one pool
+// and one new-key tensor for both), and forced key splits (the fp32 partials and their merge). The
+// same kernel source the GPU runs; tests/gpu checks it there.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 
 #include "cuda_emulator.h"
 #include "backend/cuda/flash_attention_kernel.cuh"
+#include "backend/cuda/flash_attention_wgmma_kernel.cuh"
 
 namespace dgemma {
 namespace {
@@ -65,7 +67,28 @@ void launch_emulated(const cuda::flash::Params& p, int tiles) {
   }
 }
 
-// variant: the kernel variant of D 256 / 512 (flash_attention_kernel.cuh Cfg).
+// The wgmma kernel (variant 3; flash_attention_wgmma_kernel.cuh) with the shapes flash_attention.cu
+// launches: K and V tiles of 64 keys (D 256) or 32 (D 512), two stages each; variant 4 tiles of 80
+// keys (D 256).
+constexpr int kWgmma = 3, kWgmma80 = 4;
+// Warps fall asleep for runs of rounds (emu::g_jitter_seed): a consumer warp then reads a stage long
+// after its warpgroup released it, and the consumers of head dim 512 drift apart between exchanges.
+template <int D, int BN = D == 256 ? 64 : 32>
+void launch_emulated_wgmma(const cuda::flash::Params& p, int tiles) {
+  constexpr int kStages = 2;
+  using S = cuda::flash::WgmmaShape<D, BN, kStages>;
+  emu::g_jitter_seed = 0x5eed0000u + static_cast<uint64_t>(p.splits);
+  emu::launch_3d([p] { cuda::flash::flash_wgmma_kernel<D, BN, kStages>(p); }, tiles, p.Hkv, p.splits, S::kSmemBytes,
+                 S::kThreads);
+  emu::g_jitter_seed = 0;
+  if (p.splits > 1) {
+    const int64_t threads = int64_t{p.T} * p.Hq * (D / 4);
+    emu::launch([p] { cuda::flash::flash_combine_kernel<D>(p); },
+                static_cast<int>((threads + cuda::flash::kThreads - 1) / cuda::flash::kThreads), 1, 0);
+  }
+}
+
+// variant: the kernel variant of D 256 / 512 (flash_attention_kernel.cuh Cfg; 3 the wgmma kernel).
 void run_case(const Case& c, int splits, int variant = 0) {
   SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + " variant " + std::to_string(variant));
   std::mt19937 rng(1234 + c.D + splits);
@@ -158,7 +181,7 @@ void run_case(const Case& c, int splits, int variant = 0) {
   p.splits = splits;
   p.scaling = scaling;
   int tiles = 0;
-  const int cta_rows = c.D == 256 && variant == 2 ? 2 * cuda::flash::kBM : cuda::flash::kBM;
+  const int cta_rows = c.D == 256 && variant >= 2 ? 2 * cuda::flash::kBM : cuda::flash::kBM;  // D 512: 64
   for (const auto& it : items) tiles += (it.q_len * groups + cta_rows - 1) / cta_rows;
   tiles += 1;  // one CTA past the last tile: it must exit without writing
   auto bytes = [](const auto& v) { return v.size() * sizeof(v[0]); };
@@ -171,12 +194,15 @@ void run_case(const Case& c, int splits, int variant = 0) {
     case 64: launch_emulated<64>(p, tiles); break;
     case 128: launch_emulated<128>(p, tiles); break;
     case 256:
-      if (variant == 2) launch_emulated<256, 2>(p, tiles);
+      if (variant == kWgmma80) launch_emulated_wgmma<256, 80>(p, tiles);
+      else if (variant == kWgmma) launch_emulated_wgmma<256>(p, tiles);
+      else if (variant == 2) launch_emulated<256, 2>(p, tiles);
       else if (variant == 1) launch_emulated<256, 1>(p, tiles);
       else launch_emulated<256, 0>(p, tiles);
       break;
     case 512:
-      if (variant) launch_emulated<512, 1>(p, tiles);
+      if (variant == kWgmma) launch_emulated_wgmma<512>(p, tiles);
+      else if (variant) launch_emulated<512, 1>(p, tiles);
       else launch_emulated<512, 0>(p, tiles);
       break;
     default: FAIL() << "head dim";
@@ -203,8 +229,8 @@ void run_case(const Case& c, int splits, int variant = 0) {
   }
   const double n = static_cast<double>(got.size()), out_rows = static_cast<double>(T) * c.Hq;
   const double nmse = err2 / std::max(ref2, 1e-30);
-  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(), variant == 2 ? " (variant 2)" : variant ? " (variant 1)" : "", splits, nmse,
-              exact / n, bad / n);
+  std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(),
+              variant ? (" (variant " + std::to_string(variant) + ")").c_str() : "", splits, nmse, exact / n, bad / n);
   EXPECT_LT(nmse, 2e-5) << "relative mean-square error";
   EXPECT_LE(bad / n, std::max(1e-3, 1.0 / out_rows)) << "fraction of elements beyond the rounding bound";
   EXPECT_GT(exact / n, 0.5) << "bit-identical fraction";
@@ -234,12 +260,51 @@ TEST(FlashAttentionEmulated, HeadDim256) {
   run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, 2);
 }
 
+// The wgmma kernel (variant 3): 128-row tiles over two consumer warpgroups, K / V tiles of 64 keys
+// in a ring of two stages (several laps of it), items of one tile, of several, and of rows in one
+// warpgroup only, bidirectional and causal with windows, several splits (empty ones too).
+TEST(FlashAttentionEmulated, HeadDim256Wgmma) {
+  const Case c{"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}};
+  run_case(c, 1, kWgmma);
+  run_case(c, 3, kWgmma);
+  // More key tiles than stages (the ring's phases), an item of two 128-row tiles, a canvas over a
+  // long cache with a page table that starts mid-page.
+  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, kWgmma);
+  run_case({"d256 P24 canvas over 300 cached", 4, 2, 256, 24, false,
+            {{40, 300, 17, false, 0}, {70, 100, 0, true, 50}, {9, 0, 0, false, 0}}},
+           1, kWgmma);
+  run_case({"d256 P16 K=V prefill", 8, 1, 256, 16, true, {{33, 60, 4, true, 0}, {20, 70, 0, false, 0}}}, 2, kWgmma);
+  run_case({"d256 P16 splits past the tiles", 4, 2, 256, 16, false, {{12, 90, 3, false, 0}}}, 5, kWgmma);
+}
+
+// Variant 4: the same kernel on key tiles of 80 (m64n80k16 scores, five k16 steps of P.V).
+TEST(FlashAttentionEmulated, HeadDim256Wgmma80) {
+  run_case({"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}}, 2, kWgmma80);
+  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, kWgmma80);
+  run_case({"d256 P24 canvas over 300 cached", 4, 2, 256, 24, false,
+            {{40, 300, 17, false, 0}, {70, 100, 0, true, 50}, {9, 0, 0, false, 0}}},
+           1, kWgmma80);
+}
+
 TEST(FlashAttentionEmulated, HeadDim512KEqV) {
   const Case c{"d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}};
   run_case(c, 1);
   run_case(c, 2);
   run_case(c, 1, 1);
   run_case(c, 2, 1);
+}
+
+// The wgmma kernel at head dim 512: 64-row tiles, the two consumers splitting the head dim and
+// exchanging partial scores, K / V tiles of 32 keys in rings of two stages (several laps), causal
+// prefill items with a window and without, a canvas over a cache, K = V and not, splits (empty ones
+// too).
+TEST(FlashAttentionEmulated, HeadDim512Wgmma) {
+  const Case c{"d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}};
+  run_case(c, 1, kWgmma);
+  run_case(c, 2, kWgmma);
+  run_case({"d512 P16 g8 long", 8, 1, 512, 16, false, {{20, 150, 9, false, 0}, {12, 40, 0, true, 0}}}, 1, kWgmma);
+  run_case({"d512 P24 w30 two heads", 4, 2, 512, 24, false, {{40, 70, 5, true, 30}, {3, 9, 0, false, 0}}}, 3, kWgmma);
+  run_case({"d512 P8 K=V splits past the tiles", 4, 1, 512, 8, true, {{5, 30, 0, false, 0}}}, 6, kWgmma);
 }
 
 // The default attention_batch (one attention() per item) refuses items outside the batch's rows or
