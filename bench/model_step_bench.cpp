@@ -3,7 +3,7 @@
 // the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU machine by
 // scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
-//                [--attention flash|flash-v1|flash-v2|flash-v3|flash-v4|cublas|fused|fused256] [--moe device|host] [--moe-variant V]
+//                [--attention flash|flash-v0|flash-v1|flash-v2|flash-v3|flash-v4|cublas|fused|fused256] [--moe device|host] [--moe-variant V]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
 //                [--dense-quant w8a8|on|off]   (quantised dense linears: FP8-dynamic's W8A8 on cuBLASLt, the
 //                                               W8A16 / W4A16 kernel, or bf16 cuBLAS; tuning.h set_dense_quant)
@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
-                 "                   [--attention flash|flash-v1|flash-v2|flash-v3|flash-v4|cublas|fused|fused256] [--moe device|host] [--moe-variant V]   (CUDA kernel choices, for A/B runs)\n"
+                 "                   [--attention flash|flash-v0|flash-v1|flash-v2|flash-v3|flash-v4|cublas|fused|fused256] [--moe device|host] [--moe-variant V]   (CUDA kernel choices, for A/B runs)\n"
                  "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
                  "                   [--dense-quant w8a8|on|off]   (quantised dense linears: W8A8 cuBLASLt, quantised kernel or bf16 cuBLAS)\n"
                  "                   [--small-kernels fused|ops]   (fused qkv prologue, MoE routing and junction norms, or the earlier kernels)\n"
@@ -226,20 +226,22 @@ int main(int argc, char** argv) {
     else if (k == "--fused-projections") set_fuse_projections(std::string(argv[i + 1]) != "off");
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
-      // flash (the default: one launch per layer) | flash-v1 .. flash-v4 (its other kernel variants,
-      // set_flash_attention_variant; v3 / v4 the Hopper wgmma kernel, v4 on 80-key tiles) | flash256
-      // (flash for head dim <= 256, cuBLAS above) | cublas | fused | fused256 (fused for head dim <= 256)
+      // flash (the default: one launch per layer, the default variant) | flash-v0 .. flash-v4 (its kernel
+      // variants, set_flash_attention_variant; v0 the mma.sync kernel, v3 / v4 the Hopper wgmma kernel,
+      // v4 on 80-key tiles) | flash256 (flash for head dim <= 256, cuBLAS above) | cublas | fused |
+      // fused256 (fused for head dim <= 256)
       const std::string v = argv[i + 1];
-      const int flash_variant = v == "flash-v1"   ? 1
+      const int flash_variant = v == "flash-v0"   ? 0
+                                : v == "flash-v1" ? 1
                                 : v == "flash-v2" ? 2
                                 : v == "flash-v3" ? 3
                                 : v == "flash-v4" ? 4
-                                                  : 0;
+                                                  : -1;
       cuda::set_fused_attention(v == "fused" || v == "fused256");
       cuda::set_fused_attention_max_dim(v == "fused256" ? 256 : 0);
-      cuda::set_flash_attention(v == "flash" || flash_variant > 0 || v == "flash256");
+      cuda::set_flash_attention(v == "flash" || flash_variant >= 0 || v == "flash256");
       cuda::set_flash_attention_max_dim(v == "flash256" ? 256 : 0);
-      cuda::set_flash_attention_variant(flash_variant);  // tuning.h
+      if (flash_variant >= 0) cuda::set_flash_attention_variant(flash_variant);  // tuning.h
     } else if (k == "--dense-quant") {
       cuda::DenseQuant path{};
       if (!cuda::parse_dense_quant(argv[i + 1], &path)) {

@@ -10,6 +10,8 @@
 #   kernels   dgemma_gpu_check --bench moe, quant and small        bench_moe.txt, bench_quant.txt, bench_small.txt
 #   moe       the step at batch 4 and 16 with each large-R grouped MoE variant   moe_variants.txt
 #   quant     the quantised steps at batch 1 and 4 with each opt-in kernel path    quant_paths.txt
+#   graphs    the step at batch 1, 4, 8, 16 replayed as a CUDA graph and op by op (--cuda-graphs on / off),
+#             and with the earlier sampler pass, small kernels and mma.sync attention    graphs.txt
 # Usage: scripts/gpu_suite.sh OUT [stage...]
 # Environment: BUILD (default build-device), MODEL (default /tmp/dgemma-26b-a4b), JOBS (the build's),
 #   HF=1 (steps: transformers too), PROFILES (profiles: which runs).
@@ -21,9 +23,9 @@ cd "$ROOT" || exit 1
 [ $# -ge 1 ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 OUT="$1"; shift
 STAGES=("$@")
-[ ${#STAGES[@]} -gt 0 ] || STAGES=(checks steps profiles kernels moe quant)
+[ ${#STAGES[@]} -gt 0 ] || STAGES=(checks steps profiles kernels moe quant graphs)
 for s in "${STAGES[@]}"; do
-  case "$s" in checks|steps|profiles|kernels|moe|quant) ;; *) echo "gpu_suite.sh: unknown stage '$s'" >&2; exit 2 ;; esac
+  case "$s" in checks|steps|profiles|kernels|moe|quant|graphs) ;; *) echo "gpu_suite.sh: unknown stage '$s'" >&2; exit 2 ;; esac
 done
 BUILD="${BUILD:-build-device}"
 MODEL="${MODEL:-/tmp/dgemma-26b-a4b}"
@@ -94,6 +96,18 @@ for s in "${STAGES[@]}"; do
         echo "$fmt $envs: $r" >> "$OUT/quant_paths.txt"
       done
       say "quantised paths: quant_paths.txt"
+      ;;
+    graphs)
+      : > "$OUT/graphs.txt"
+      for run in "--cuda-graphs on" "--cuda-graphs off" "--attention flash-v0" "env DGEMMA_SAMPLER_LEAN=0" \
+                 "env DGEMMA_SMALL_KERNELS=2"; do
+        read -ra words <<< "$run"
+        pre=() flags=()
+        [ "${words[0]}" = env ] && pre=(env "${words[1]}") || flags=("${words[@]}")
+        "${pre[@]}" "$BUILD/dgemma_bench" "$MODEL" --runs 1:16,4:16,8:8,16:8 --prompt-len 512 "${flags[@]}" 2>&1 |
+          grep -E 'per denoising|rror' | sed "s/^/$run: /" >> "$OUT/graphs.txt"
+      done
+      say "graphs and the new kernels against the earlier ones: graphs.txt"
       ;;
   esac
 done

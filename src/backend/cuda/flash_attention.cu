@@ -42,8 +42,8 @@ std::atomic<int> g_forced_splits{0};
 using flash::Cfg;
 using flash::ShapeOf;
 
-std::atomic<int> g_variant{0};
 constexpr int kWgmmaVariant = 3, kWgmma80Variant = 4;
+std::atomic<int> g_variant{kWgmma80Variant};  // off sm_90 plans fall back to 0
 
 // The kernel of head dim D and variant V: its shape (rows a CTA, keys a tile, CTAs along the output
 // columns, threads, shared memory) and launch. Variants 0 .. 2: the mma.sync kernel with Cfg<D, V>;

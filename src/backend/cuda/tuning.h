@@ -36,13 +36,16 @@ bool set_flash_attention(bool on);
 // Head dims above `d` leave the flash kernel for the per-item path (cuBLAS + softmax); 0: no limit.
 // Returns the previous value (no limit: 2^30).
 int64_t set_flash_attention_max_dim(int64_t d);
-// The flash kernel's variant for head dims 256 and 512 (A/B runs; read when planning): 0 (default):
-// D 256 one CTA of 4 warps, D 512 8 warps splitting the head dim; 1: D 256 8 warps splitting the head
+// The flash kernel's variant for head dims 256 and 512 (A/B runs; read when planning): 0: the
+// mma.sync kernel, D 256 one CTA of 4 warps, D 512 8 warps splitting the head dim (the variant off
+// sm_90); 1: D 256 8 warps splitting the head
 // dim, D 512 two output halves in CTAs of their own; 2: D 256 8 warps over 128 query rows (D 512 as
 // 0); 3: the Hopper warpgroup-MMA kernel (flash_attention_wgmma_kernel.cuh: a producer warpgroup, two
 // consumers; D 256 128 query rows a CTA, D 512 64 rows with the consumers splitting the head dim;
-// sm_90 only, elsewhere as 0); 4: as 3 with key tiles of 80 instead of 64 for D 256 (D 512 as 3).
-// Opt-in until measured. Returns the previous value.
+// sm_90 only, elsewhere as 0); 4 (the default): as 3 with key tiles of 80 instead of 64 for D 256
+// (D 512 as 3). Measured on the H200 (dgemma_bench, whole denoising steps, docs/BENCHMARKS.md): 0 / 3 / 4
+// 18.06 / 17.83 / 17.87 ms at batch 1, 36.53 / 35.28 / 34.94 at batch 4, 111.58 / 106.53 / 106.66 at
+// batch 16. Returns the previous value.
 int set_flash_attention_variant(int v);
 
 // Whether the MoE block groups tokens by expert on the device and runs the grouped expert kernel (no
