@@ -116,11 +116,9 @@ DiffusionModelRunner::BlockLayout DiffusionModelRunner::encode_block(const Step&
   lay.decide_at = aligned(lay.sampler_at + static_cast<int64_t>((be.encoded_sampler_bytes(n) + 3) / 4));
   lay.words = aligned(lay.decide_at + static_cast<int64_t>((be.encoded_decide_bytes(n) + 3) / 4));
   in.words.resize(static_cast<size_t>(lay.words), 0);
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < n; ++i) {  // idle canvases have no soft buffer: their rows are not scattered
     const DeviceState& d = *step.canvases[static_cast<size_t>(i)];
-    const uint64_t at = d.idle ? 0 : static_cast<uint64_t>(reinterpret_cast<uintptr_t>(d.soft.data));
-    in.words[static_cast<size_t>(lay.soft_out_at + 2 * i)] = static_cast<int32_t>(static_cast<uint32_t>(at));
-    in.words[static_cast<size_t>(lay.soft_out_at + 2 * i + 1)] = static_cast<int32_t>(static_cast<uint32_t>(at >> 32));
+    put_address(in.words, lay.soft_out_at + 2 * i, d.soft);
   }
   if (n > 0) {
     be.encode_sampler_args(step.sampling, in.words.data() + lay.sampler_at);

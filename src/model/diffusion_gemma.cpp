@@ -49,15 +49,15 @@ DiffusionGemma::DiffusionGemma(ModelConfig config, ModelWeights weights, Backend
 
 namespace {
 
-// Appends a u64 to an i32 word block (two words, low first: the little-endian u64 the device reads).
-void put_u64(std::vector<int32_t>& words, int64_t at, uint64_t v) {
-  words[static_cast<size_t>(at)] = static_cast<int32_t>(static_cast<uint32_t>(v));
-  words[static_cast<size_t>(at) + 1] = static_cast<int32_t>(static_cast<uint32_t>(v >> 32));
-}
-
 uint64_t address_of(const Tensor& t) { return t.empty() ? 0 : static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t.data)); }
 
 }  // namespace
+
+void put_address(std::vector<int32_t>& words, int64_t at, const Tensor& t) {
+  const uint64_t v = address_of(t);
+  words.at(static_cast<size_t>(at)) = static_cast<int32_t>(static_cast<uint32_t>(v));
+  words.at(static_cast<size_t>(at) + 1) = static_cast<int32_t>(static_cast<uint32_t>(v >> 32));
+}
 
 ForwardInputs DiffusionGemma::encode_inputs(std::span<const ForwardItem> items, int64_t table_words) const {
   const TextConfig& t = config_.text;
@@ -144,8 +144,8 @@ ForwardInputs DiffusionGemma::encode_inputs(std::span<const ForwardItem> items, 
     const ForwardItem& it = items[static_cast<size_t>(in.denoise[static_cast<size_t>(k)])];
     // The device copies them in 16-byte words (Backend::gather_blocks).
     DG_CHECK(address_of(it.token_ids) % 16 == 0 && address_of(it.soft_embeds) % 16 == 0);
-    put_u64(in.words, in.canvas_table_at + 2 * k, address_of(it.token_ids));
-    put_u64(in.words, in.soft_table_at + 2 * k, address_of(it.soft_embeds));
+    put_address(in.words, in.canvas_table_at + 2 * k, it.token_ids);
+    put_address(in.words, in.soft_table_at + 2 * k, it.soft_embeds);
   }
   return in;
 }

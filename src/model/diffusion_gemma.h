@@ -57,6 +57,10 @@ struct ForwardInputs {
   int64_t canvas_table_at = 0, soft_table_at = 0;  // one u64 address (2 words) per denoise item; 0: none
 };
 
+// Writes the device address of t (0: empty) at words[at, at + 2) as a little-endian u64, as the
+// device reads the input block's address tables.
+void put_address(std::vector<int32_t>& words, int64_t at, const Tensor& t);
+
 // Receives every named intermediate of a forward pass (debug dumps, golden tests).
 using DumpHook = std::function<void(const std::string& name, const Tensor& t)>;
 

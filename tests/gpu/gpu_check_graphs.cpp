@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/model_core.h"
+#include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -18,36 +19,17 @@
 #include "util/error.h"
 #include "util/json.h"
 #include "util/mmap_file.h"
-#include "util/npy.h"
 
 namespace dgemma::gpu_test {
 namespace {
 
-std::string fixture_dir(const std::string& name) { return std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/" + name; }
-
-std::vector<int32_t> prompt_ids(const std::string& fixture) {
-  std::vector<int32_t> out;
-  for (int64_t v : read_npy(fixture_dir(fixture) + "/golden/prompt_ids.npy").as_int()) out.push_back(static_cast<int32_t>(v));
-  return out;
-}
 
 std::vector<SequenceParams> fixture_runs(const std::string& fixture) {
   const Json manifest = parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
   std::vector<SequenceParams> runs;
   for (const auto& m : manifest["runs"]) {
     if (m["initial_canvas"].get<bool>()) continue;  // its canvas is a fixture file; the others cover the step
-    SequenceParams p;
-    p.diffusion.max_denoising_steps = m["max_denoising_steps"].get<int>();
-    p.diffusion.entropy_bound = m["entropy_bound"].get<double>();
-    p.diffusion.t_min = m["t_min"].get<double>();
-    p.diffusion.t_max = m["t_max"].get<double>();
-    p.diffusion.stability_threshold = m["stability_threshold"].get<int>();
-    p.diffusion.confidence_threshold = m["confidence_threshold"].get<double>();
-    p.seed = m["seed"].get<uint64_t>();
-    p.max_tokens = m["max_new_tokens"].get<int64_t>();
-    p.eos_ids = {1, 106, 50};
-    p.trace = true;
-    runs.push_back(p);
+    runs.push_back(fixture_run_params(m));
   }
   SequenceParams greedy = runs.front();
   greedy.greedy = true;
@@ -100,7 +82,7 @@ void graphs_vs_eager(Reporter& rep, const std::string& fixture) {
   mc.text.global_head_dim = 128;
   for (LayerSpec& L : mc.text.layers) L.head_dim = L.type == LayerType::kSliding ? 64 : 128;
   DiffusionGemma model(mc, dummy_weights(mc, cuda(), 7), cuda());
-  const std::vector<int32_t> prompt = prompt_ids(fixture);
+  const std::vector<int32_t> prompt = fixture_ids(fixture, "prompt_ids");
   const std::vector<SequenceParams> runs = fixture_runs(fixture);
   const int64_t max_context = mc.text.max_position_embeddings;
   std::vector<int> recorded;

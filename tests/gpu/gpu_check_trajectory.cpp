@@ -9,6 +9,7 @@
 
 #include "engine/model_core.h"
 #include "engine/pins.h"
+#include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -23,13 +24,7 @@ namespace {
 
 constexpr double kTieZ = 0.25, kTieH = 0.1;
 
-std::string fixture_dir(const std::string& name) { return std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/" + name; }
-
-std::vector<int32_t> ids(const std::string& fixture, const std::string& key) {
-  std::vector<int32_t> out;
-  for (int64_t v : read_npy(fixture_dir(fixture) + "/golden/" + key + ".npy").as_int()) out.push_back(static_cast<int32_t>(v));
-  return out;
-}
+std::vector<int32_t> ids(const std::string& fixture, const std::string& key) { return fixture_ids(fixture, key); }
 
 struct Run {
   std::unique_ptr<DiffusionGemma> model;
@@ -184,17 +179,7 @@ void trajectories(Reporter& rep, const std::string& fixture) {
   std::vector<std::pair<std::string, SequenceParams>> batch;
   for (const auto& m : manifest["runs"]) {
     const std::string name = fixture + "/" + m["name"].get<std::string>();
-    SequenceParams p;
-    p.diffusion.max_denoising_steps = m["max_denoising_steps"].get<int>();
-    p.diffusion.entropy_bound = m["entropy_bound"].get<double>();
-    p.diffusion.t_min = m["t_min"].get<double>();
-    p.diffusion.t_max = m["t_max"].get<double>();
-    p.diffusion.stability_threshold = m["stability_threshold"].get<int>();
-    p.diffusion.confidence_threshold = m["confidence_threshold"].get<double>();
-    p.seed = m["seed"].get<uint64_t>();
-    p.max_tokens = m["max_new_tokens"].get<int64_t>();
-    p.eos_ids = {1, 106, 50};
-    p.trace = true;
+    SequenceParams p = fixture_run_params(m);
     if (m["initial_canvas"].get<bool>()) p.initial_canvas = ids(fixture, "run." + m["name"].get<std::string>() + ".initial_canvas");
     compare_run(rep, fixture, mc, prompt, name, p);
     batch.push_back({name, p});
@@ -204,17 +189,9 @@ void trajectories(Reporter& rep, const std::string& fixture) {
   for (const auto& m : manifest["runs"]) {
     if (m["name"] != "default") continue;
     const int C = mc.canvas_length;
-    SequenceParams p;
-    p.diffusion.max_denoising_steps = m["max_denoising_steps"].get<int>();
-    p.diffusion.entropy_bound = m["entropy_bound"].get<double>();
-    p.diffusion.t_min = m["t_min"].get<double>();
-    p.diffusion.t_max = m["t_max"].get<double>();
-    p.diffusion.stability_threshold = m["stability_threshold"].get<int>();
-    p.diffusion.confidence_threshold = m["confidence_threshold"].get<double>();
-    p.seed = m["seed"].get<uint64_t>() + 1;
+    SequenceParams p = fixture_run_params(m);
+    p.seed += 1;
     p.max_tokens = 2 * C;
-    p.eos_ids = {1, 106, 50};
-    p.trace = true;
     p.pins = {{3, {11, 12, 13, 14}}, {C - 2, {21, 22, 23, 24}}};
     compare_run(rep, fixture, mc, prompt, fixture + "/pinned", p);
     batch.push_back({fixture + "/pinned", p});
