@@ -14,9 +14,7 @@ DiffusionModelRunner::DiffusionModelRunner(DiffusionGemma& model, const KvStorag
       canvas_(model.config().canvas_length),
       vocab_(static_cast<int>(model.config().text.vocab_size)) {}
 
-DiffusionModelRunner::DeviceState& DiffusionModelRunner::state_of(const Sequence& seq) {
-  auto it = state_.find(seq.id());
-  if (it != state_.end()) return it->second;
+DiffusionModelRunner::DeviceState DiffusionModelRunner::new_state(bool soft) {
   Backend& be = model_.backend();
   DeviceState d;
   d.canvas = be.alloc(ScalarType::kI32, {canvas_});
@@ -24,22 +22,21 @@ DiffusionModelRunner::DeviceState& DiffusionModelRunner::state_of(const Sequence
   d.entropy = be.alloc(ScalarType::kF32, {canvas_});
   d.sample = be.alloc(ScalarType::kI32, {canvas_});
   d.logprob = be.alloc(ScalarType::kF32, {canvas_});
-  d.soft = be.alloc(ScalarType::kBF16, {canvas_, model_.config().text.hidden_size});
-  return state_.emplace(seq.id(), std::move(d)).first->second;
+  if (soft) d.soft = be.alloc(ScalarType::kBF16, {canvas_, model_.config().text.hidden_size});
+  return d;
+}
+
+DiffusionModelRunner::DeviceState& DiffusionModelRunner::state_of(const Sequence& seq) {
+  auto it = state_.find(seq.id());
+  if (it != state_.end()) return it->second;
+  return state_.emplace(seq.id(), new_state(true)).first->second;
 }
 
 DiffusionModelRunner::DeviceState& DiffusionModelRunner::idle_state(int k) {
-  Backend& be = model_.backend();
   while (static_cast<int>(idle_.size()) <= k) {
-    DeviceState d;
-    d.idle = true;
-    d.canvas = be.alloc(ScalarType::kI32, {canvas_});
+    DeviceState d = new_state(false);  // no soft buffer: an idle canvas's rows are never scattered
     const std::vector<int32_t> zeros(static_cast<size_t>(canvas_), 0);  // token 0: any valid id does
-    be.from_host(d.canvas, zeros.data());
-    d.prev_argmax = be.alloc(ScalarType::kI32, {canvas_});
-    d.entropy = be.alloc(ScalarType::kF32, {canvas_});
-    d.sample = be.alloc(ScalarType::kI32, {canvas_});
-    d.logprob = be.alloc(ScalarType::kF32, {canvas_});
+    model_.backend().from_host(d.canvas, zeros.data());
     idle_.push_back(std::move(d));
   }
   return idle_[static_cast<size_t>(k)];
@@ -116,10 +113,8 @@ DiffusionModelRunner::BlockLayout DiffusionModelRunner::encode_block(const Step&
   lay.decide_at = aligned(lay.sampler_at + static_cast<int64_t>((be.encoded_sampler_bytes(n) + 3) / 4));
   lay.words = aligned(lay.decide_at + static_cast<int64_t>((be.encoded_decide_bytes(n) + 3) / 4));
   in.words.resize(static_cast<size_t>(lay.words), 0);
-  for (int i = 0; i < n; ++i) {  // idle canvases have no soft buffer: their rows are not scattered
-    const DeviceState& d = *step.canvases[static_cast<size_t>(i)];
-    put_address(in.words, lay.soft_out_at + 2 * i, d.soft);
-  }
+  for (int i = 0; i < n; ++i)  // an idle canvas's empty soft buffer: address 0, not scattered
+    put_address(in.words, lay.soft_out_at + 2 * i, step.canvases[static_cast<size_t>(i)]->soft);
   if (n > 0) {
     be.encode_sampler_args(step.sampling, in.words.data() + lay.sampler_at);
     be.encode_decide_args(step.deciding, in.words.data() + lay.decide_at);
@@ -165,8 +160,7 @@ std::vector<int> DiffusionModelRunner::enable_graphs(const std::vector<int>& buc
     for (int k = 0; k < b; ++k) add_idle_canvas(step, k);
     Graph g;
     g.canvases = b;
-    g.table_words = table_room(b);
-    ForwardInputs in = model_.encode_inputs(step.items, g.table_words);
+    ForwardInputs in = model_.encode_inputs(step.items, table_room(b));
     const BlockLayout lay = encode_block(step, in);
     g.words = lay.words;
     if (graph_block_.empty()) graph_block_ = be.alloc(ScalarType::kI32, {lay.words});  // the largest layout
@@ -282,7 +276,7 @@ std::vector<DenoiseFlags> DiffusionModelRunner::run(const StepPlan& plan) {
       }
   if (graph != nullptr) {
     for (int64_t k = N; k < graph->canvases; ++k) add_idle_canvas(step, static_cast<int>(k));
-    ForwardInputs in = model_.encode_inputs(step.items, graph->table_words);
+    ForwardInputs in = model_.encode_inputs(step.items, table_room(graph->canvases));
     const BlockLayout lay = encode_block(step, in);
     DG_CHECK(lay.words == graph->words);  // the layout recorded
     be.from_host(graph_block_.rows(0, lay.words), in.words.data());

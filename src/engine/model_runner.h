@@ -93,7 +93,6 @@ class DiffusionModelRunner final : public ModelRunner {
  private:
   // The denoising loop's state of one sequence on the backend's device.
   struct DeviceState {
-    bool idle = false;   // a padding canvas of a replayed step (its results are never read)
     Tensor canvas;       // i32 [C] the current (noisy) canvas
     Tensor prev_argmax;  // i32 [C] the previous step's argmax canvas
     Tensor entropy, sample, logprob;  // the sampler's outputs of the current step
@@ -112,6 +111,7 @@ class DiffusionModelRunner final : public ModelRunner {
     Tensor accept, argmax_gap, sample_gap;
   };
   DeviceState& state_of(const Sequence& seq);
+  DeviceState new_state(bool soft);  // a canvas's buffers ([C, H] soft embeddings too when `soft`)
   SamplerArgs sampler_args(const Sequence& seq, DeviceState& d, const Tensor& logits);
   DecideArgs decide_args(const Sequence& seq, DeviceState& d, const Tensor& flags);
 
@@ -148,8 +148,7 @@ class DiffusionModelRunner final : public ModelRunner {
   struct Graph {
     int canvases = 0;
     std::unique_ptr<StepGraph> graph;
-    int64_t words = 0;        // the block's words (the layout recorded)
-    int64_t table_words = 0;  // room for page tables the layout reserves
+    int64_t words = 0;  // the block's words (the layout recorded with table_room(canvases))
   };
   // Room for the page tables of b canvases of max_context tokens (both groups).
   int64_t table_room(int b) const;

@@ -116,12 +116,12 @@ ForwardInputs DiffusionGemma::encode_inputs(std::span<const ForwardItem> items, 
   // Both KV groups' attention items; the launch plans see plan_cached where it is larger.
   for (int g = 0; g < kKvGroups; ++g) {
     const bool sliding = g == static_cast<int>(KvGroup::kSliding);
+    // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
+    auto visible_of = [&](int64_t cached) { return sliding ? std::min<int64_t>(cached, sliding_keep(config_)) : cached; };
     in.plan_items[g].reserve(items.size());
     in.host_items[g].reserve(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       const ForwardItem& it = items[i];
-      // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
-      auto visible_of = [&](int64_t cached) { return sliding ? std::min<int64_t>(cached, sliding_keep(config_)) : cached; };
       const int64_t cached = it.kv.cached, visible = visible_of(cached);
       DG_CHECK(visible == 0 || ranges[i][g].second > ranges[i][g].first);
       DG_CHECK(cached <= INT32_MAX && it.plan_cached <= INT32_MAX);

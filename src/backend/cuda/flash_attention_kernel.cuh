@@ -154,6 +154,32 @@ __device__ __forceinline__ int find_item(const Params& p, int tile, int& local) 
   return -1;
 }
 
+// The keys any row of a row tile sees and the key tiles of its split. Rows [r0, r0 + kRows) of an item
+// of n tokens (rows n * groups, token-major) over L cached keys: [j_lo, j_hi) of [cached ; new] (key
+// j >= L is new token j - L; query token i sees key j iff causal ? 0 <= i - (j - L) < window :
+// always); the range in tiles of bn keys is cut into `splits` equal parts, this split's being tiles
+// [kt0, kt1) (empty when kt0 >= kt1). i_lo / i_hi: the tile's first and last token.
+struct TileKeys {
+  int i_lo, i_hi, j_lo, j_hi, kt0, kt1;
+};
+__device__ __forceinline__ TileKeys tile_keys(int r0, int k_rows, int n, int groups, int L, int causal, int window,
+                                              int bn, int splits, int split) {
+  TileKeys k;
+  k.i_lo = r0 / groups;
+  k.i_hi = (min(r0 + k_rows, n * groups) - 1) / groups;
+  k.j_lo = 0;
+  k.j_hi = L + n;
+  if (causal) {
+    k.j_hi = min(k.j_hi, L + k.i_hi + 1);
+    if (window > 0) k.j_lo = max(0, L + k.i_lo - window + 1);
+  }
+  const int key_tiles = (k.j_hi - k.j_lo + bn - 1) / bn;
+  const int per_split = (key_tiles + splits - 1) / splits;
+  k.kt0 = split * per_split;
+  k.kt1 = min(key_tiles, k.kt0 + per_split);
+  return k;
+}
+
 // grid: (row tiles of all items, Hkv, splits * kDChunks); block: Shape::kThreads.
 template <int DQK, int DV, int BN, int KG, int RG = 1>
 __global__ void __launch_bounds__(128 * KG * RG, (KG == 2 && DV <= 128) ? 2 : 1) flash_attention_kernel(const Params p) {
@@ -173,17 +199,8 @@ __global__ void __launch_bounds__(128 * KG * RG, (KG == 2 && DV <= 128) ? 2 : 1)
   const int table_first = meta[kTableFirst], causal = meta[kCausal], window = meta[kWindow];
   const int groups = p.groups, rows = n * groups, r0 = tile * kRows;
 
-  // The keys any row of the tile sees: [j_lo, j_hi) of [cached ; new] (key j >= L is new token j - L;
-  // query token i sees key j iff causal ? 0 <= i - (j - L) < window : always).
-  const int i_lo = r0 / groups, i_hi = (min(r0 + kRows, rows) - 1) / groups;
-  int j_lo = 0, j_hi = L + n;
-  if (causal) {
-    j_hi = min(j_hi, L + i_hi + 1);
-    if (window > 0) j_lo = max(0, L + i_lo - window + 1);
-  }
-  const int key_tiles = (j_hi - j_lo + BN - 1) / BN;
-  const int per_split = (key_tiles + p.splits - 1) / p.splits;
-  const int kt0 = split * per_split, kt1 = min(key_tiles, kt0 + per_split);
+  const TileKeys keys = tile_keys(r0, kRows, n, groups, L, causal, window, BN, p.splits, split);
+  const int i_lo = keys.i_lo, i_hi = keys.i_hi, j_lo = keys.j_lo, j_hi = keys.j_hi, kt0 = keys.kt0, kt1 = keys.kt1;
 
   const uint32_t q_s = smem_addr(smem);
   const uint32_t k_s = q_s + S::kKOff, v_s = q_s + S::kVOff;

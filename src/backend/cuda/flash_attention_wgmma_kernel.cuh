@@ -119,16 +119,9 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
   const int table_first = meta[kTableFirst], causal = meta[kCausal], window = meta[kWindow];
   const int groups = p.groups, rows = n * groups, r0 = tile * kRows;
 
-  // The keys any row of the tile sees: [j_lo, j_hi) of [cached ; new], as flash_attention_kernel.
-  const int i_lo = r0 / groups, i_hi = (min(r0 + kRows, rows) - 1) / groups;
-  int j_lo = 0, j_hi = L + n;
-  if (causal) {
-    j_hi = min(j_hi, L + i_hi + 1);
-    if (window > 0) j_lo = max(0, L + i_lo - window + 1);
-  }
-  const int key_tiles = (j_hi - j_lo + BN - 1) / BN;
-  const int per_split = (key_tiles + p.splits - 1) / p.splits;
-  const int kt0 = split * per_split, kt1 = min(key_tiles, kt0 + per_split);
+  // The keys any row of the tile sees and this split's key tiles, as flash_attention_kernel.
+  const TileKeys keys = tile_keys(r0, kRows, n, groups, L, causal, window, BN, p.splits, split);
+  const int i_lo = keys.i_lo, i_hi = keys.i_hi, j_lo = keys.j_lo, j_hi = keys.j_hi, kt0 = keys.kt0, kt1 = keys.kt1;
   const int n_tiles = max(kt1 - kt0, 0);
 
   const uint32_t q_s = (smem_addr(smem) + 1023u) & ~1023u;
