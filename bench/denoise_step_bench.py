@@ -6,7 +6,8 @@ Run on the GPU machine from the repo root, after building dgemma there:
   scripts/device_build.sh build-device && python3 bench/denoise_step_bench.py --dgemma build-device/dgemma_bench --out $OUT/bench.json
 transformers: ms per denoising step at batch 1 and 4 (canvas 256, 512-token prompt), measured as the
 difference between runs with 48 and 8 forced steps (no early stop) divided by 40, so prefill and commit
-costs cancel; the 256-token canvas's tokens/s at 48 and 16 forced steps; prefill tokens/s.
+costs cancel; the 256-token canvas's tokens/s at 48 and 16 forced steps; prefill tokens/s; with --full also
+batch 8 and 16 ((16 steps - 8 steps) / 8).
 dgemma (`dgemma_bench`, which times each engine step): ms per step and kernel launches per step at
 batch 1, 4, 8, 16; prefill tokens/s and the time to the first canvas (prefill + 48 steps + commit) at a
 512- and a 4,000-token prompt; tokens/s of a 256-token canvas at 48 and 16 forced steps, alone (batch 1)
@@ -52,7 +53,7 @@ QUANT_CONFIGS = {
 PROMPT = [2] + [1000 + (i * 7919) % 200000 for i in range(511)]
 
 
-def bench_hf(result):
+def bench_hf(result, full=False):
     import torch
     from transformers.models.diffusion_gemma.configuration_diffusion_gemma import DiffusionGemmaConfig
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaForBlockDiffusion
@@ -87,6 +88,12 @@ def bench_hf(result):
         result[f"hf_tokens_per_s_16steps_b{batch}"] = 256 * batch / (t16 / 1e3)
         print(f"hf batch {batch}: 48 steps {t48:.0f} ms, 16 steps {t16:.0f} ms, 8 steps {t8:.0f} ms -> "
               f"{(t48 - t8) / 40:.2f} ms/step", flush=True)
+    for batch in (8, 16) if full else ():  # the step only: (t16 - t8) / 8, fewer steps at these batches
+        gen(batch, 2)
+        t16, t8 = gen(batch, 16), gen(batch, 8)
+        result[f"hf_ms_per_step_b{batch}"] = (t16 - t8) / 8
+        result[f"hf_tokens_per_s_16steps_b{batch}"] = 256 * batch / (t16 / 1e3)
+        print(f"hf batch {batch}: 16 steps {t16:.0f} ms, 8 steps {t8:.0f} ms -> {(t16 - t8) / 8:.2f} ms/step", flush=True)
     from transformers import DynamicCache
     ids = torch.tensor([PROMPT], device="cuda")
     with torch.no_grad():
@@ -185,8 +192,8 @@ def main():
     if not a.skip_dgemma:
         bench_dgemma(a.dgemma, result, a.formats.split(","), a.full)
     if not a.skip_hf:
-        bench_hf(result)
-    for b in (1, 4):
+        bench_hf(result, a.full)
+    for b in (1, 4, 8, 16):
         if f"hf_ms_per_step_b{b}" in result and f"dgemma_ms_per_step_b{b}" in result:
             result[f"speedup_b{b}"] = result[f"hf_ms_per_step_b{b}"] / result[f"dgemma_ms_per_step_b{b}"]
     json.dump(result, open(a.out, "w"), indent=1)

@@ -18,16 +18,22 @@
 //             + 1 (the expect_tx of the weight bytes); the consumers wait on it, then fence the async
 //             proxy (the cp.async writes are generic-proxy writes that wgmma reads).
 //   empty[s]: one arrival per consumer warp once its wgmma of the stage has completed (wgmma_wait
-//             of the next K tile's group); the producers wait on it before refilling the stage.
+//             of the next K tile's group; with kEarlyRelease, of its own: the consumers then hold
+//             one stage instead of two, one more stage's copies in flight, the tensor cores idle
+//             between a group's end and the next's start); the producers wait on it before
+//             refilling the stage.
+// A consumer whose 64 rows lie past the tile's (an expert's last, short tile) hands every stage back
+// as soon as it is full and multiplies nothing: its rows are neither copied nor stored.
 // Results and roundings as grouped_wgmma_kernel (the same wgmma sums, the same epilogue).
 #include <cstdint>
 
 namespace dgemma::cuda {
 namespace {
 
-template <int Consumers, int BN, int S, int MinBlocks = 1>
+template <int Consumers, int BN, int S, int MinBlocks = 1, bool EarlyRelease = false>
 struct TmaCfg {
   static constexpr int kConsumers = Consumers, kBN = BN, kStages = S, kMinBlocks = MinBlocks;
+  static constexpr bool kEarlyRelease = EarlyRelease;
   static constexpr int kThreads = 128 * (Consumers + 1);  // warpgroup 0 produces
   static constexpr int kBM = 64 * Consumers;
   static constexpr int kAStage = kBM * kRowBytes, kBStage = kBN * kRowBytes;
@@ -90,6 +96,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
   // ---- consumers: warpgroup c computes tile rows 64 c .. 64 c + 63 by all kBN columns
   const int c = wg - 1;
+  if (rows <= 64 * c) {  // no rows of this tile (warpgroup-uniform): hand each stage back unread
+    for (int kt = 0; kt < KT; ++kt) {
+      const int s = kt % kStages;
+      mbar_wait(full + 8 * s, (kt / kStages) & 1);
+      if (lane == 0) mbar_arrive(empty + 8 * s);
+    }
+    return;
+  }
   float acc[1][NH][64];  // n8 fragment nf, element q: acc[0][nf / 16][4 (nf % 16) + q]
 DG_UNROLL
   for (int h = 0; h < NH; ++h)
@@ -105,8 +119,6 @@ DG_UNROLL
     const int s = kt % kStages;
     mbar_wait(full + 8 * s, (kt / kStages) & 1);
     fence_proxy_async();  // the activation rows (cp.async: the generic proxy) visible to the tensor cores
-    // A consumer without rows multiplies too (stale A rows, nothing stored): a branch around the
-    // wgmma makes ptxas serialise them (C7520).
     const uint32_t sa = s_a + s * kAStage + c * 64 * kRowBytes, sb = s_b + s * kBStage;
     fence_acc();
     wgmma_fence();
@@ -117,13 +129,18 @@ DG_UNROLL
         wgmma_m64n128k16(acc[0][h], sw128_desc(sa + 32 * kk), sw128_desc(sb + h * 128 * kRowBytes + 32 * kk));
     wgmma_commit();
     fence_acc();
-    wgmma_wait<1>();  // K tile kt - 1's wgmma done: its stage goes back to the producers
-    fence_acc();
-    if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * ((kt - 1) % kStages));
+    if constexpr (C::kEarlyRelease) {
+      wgmma_wait<0>();  // K tile kt's wgmma done: its stage goes straight back to the producers
+      fence_acc();
+      if (lane == 0) mbar_arrive(empty + 8 * s);
+    } else {
+      wgmma_wait<1>();  // K tile kt - 1's wgmma done: its stage goes back to the producers
+      fence_acc();
+      if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * ((kt - 1) % kStages));
+    }
   }
   wgmma_wait<0>();
   fence_acc();
-  if (rows <= 64 * c) return;  // no rows of this tile
   store_wgmma_tile<1, NH, kGateUp>(acc, g, row0, rows, n0, c, warp, lane);
 }
 
