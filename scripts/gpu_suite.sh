@@ -4,7 +4,8 @@
 # writes the 26B-A4B dummy-weight config, then runs the stages named (all when none), each into OUT:
 #   checks    dgemma_gpu_check, every CUDA-vs-CPU check (after a sticky CUDA error, the rest
 #             again one process each)                                        checks.txt, checks_isolated.txt
-#   steps     bench/denoise_step_bench.py --full, bf16 / NVFP4 (both) / FP8 (HF=1: with transformers)  steps.json, steps_log.txt
+#   steps     bench/denoise_step_bench.py --full, bf16 / NVFP4 (both) / FP8 (HF=1: with transformers,
+#             batch 1, 4, 8 and 16)                                          steps.json, steps_log.txt
 #   profiles  bench/step_profile.py at batch 1, 4 and 16 (bf16), 1, 4 (NVFP4) and 1 (FP8)  profile_*.txt
 #             (PROFILES="FORMAT:BATCH ..." picks others)
 #   kernels   dgemma_gpu_check --bench moe, quant and small        bench_moe.txt, bench_quant.txt, bench_small.txt
@@ -14,13 +15,14 @@
 #             and with the earlier sampler pass, small kernels and mma.sync attention    graphs.txt
 # Usage: scripts/gpu_suite.sh OUT [stage...]
 # Environment: BUILD (default build-device), MODEL (default /tmp/dgemma-26b-a4b), JOBS (the build's),
-#   HF=1 (steps: transformers too), PROFILES (profiles: which runs).
+#   HF=1 (steps: transformers too), PROFILES (profiles: which runs), PARALLEL=N (checks: N processes side
+#   by side, scripts/gpu_checks.sh).
 # Run nothing else on the GPU meanwhile: the figures are compared with each other (docs/BENCHMARKS.md).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
-[ $# -ge 1 ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 OUT="$1"; shift
 STAGES=("$@")
 [ ${#STAGES[@]} -gt 0 ] || STAGES=(checks steps profiles kernels moe quant graphs)

@@ -551,19 +551,16 @@ using Wg15 = WgCfg<2, 128, 4, 1, 2>;
 //  16: 128 x 256, two consumers, 4 stages, 193 KB (12's tile);
 //  17: 128 x 128, two consumers, 6 stages, 193 KB;
 //  18:  64 x 256, one consumer, 5 stages, 201 KB (11's tile, one more stage);
-//  19:  64 x 128, one consumer, 4 stages, 97 KB, 2 CTAs per SM (14's tile);
-//  20, 21: 16's and 17's tiles with each stage handed back as soon as its own wgmma is done (one more
-//      stage's copies in flight). Why: at T = 1,024 the 64-row tiles (14, 19) are bound by the L2's
-//      throughput (Nsight Compute: 83-89 % of its peak, HBM at 55-65 %: an expert past 64 rows reads
-//      its weights into the SMs twice, the activation rows once per 128 columns), the 128-row ones
-//      (16, 17) move 25-35 % fewer bytes through the L2 but wait on their copies (L2 at 50-71 %).
+//  19:  64 x 128, one consumer, 4 stages, 97 KB, 2 CTAs per SM (14's tile).
+// At T = 1,024 the 64-row tiles (14, 19) are bound by the L2's throughput (Nsight Compute: 83-89 % of
+// its peak with HBM at 55-65 %: an expert past 64 rows streams its weights into the SMs twice, the
+// activation rows once per 128 columns); the 128-row ones (16, 17) move 18-25 % fewer bytes through
+// the L2 but wait on their copies (L2 at 50-71 %), and are slower (docs/BENCHMARKS.md).
 using Tma16 = TmaCfg<2, 256, 4>;
 using Tma17 = TmaCfg<2, 128, 6>;
 using Tma18 = TmaCfg<1, 256, 5>;
 using Tma19 = TmaCfg<1, 128, 4, 2>;
-using Tma20 = TmaCfg<2, 256, 4, 1, true>;
-using Tma21 = TmaCfg<2, 128, 6, 1, true>;
-constexpr int kFirstWgmmaVariant = 11, kFirstTmaVariant = 16, kLastVariant = 21;
+constexpr int kFirstWgmmaVariant = 11, kFirstTmaVariant = 16, kLastVariant = 19;
 
 // ---- launch plans ---------------------------------------------------------------------------------
 
@@ -578,8 +575,7 @@ struct GroupedPlanImpl {
 constexpr int kTileRows[kLastVariant + 1] = {0,          0,          Tile2::kBM,  Tile3::kBM, Tile4::kBM,
                                              Tile5::kBM, Tile6::kBM, Tile7::kBM,  Tile8::kBM, Tile9::kBM,
                                              Tile10::kBM, Wg11::kBM, Wg12::kBM, Wg13::kBM, Wg14::kBM, Wg15::kBM,
-                                             Tma16::kBM, Tma17::kBM, Tma18::kBM, Tma19::kBM, Tma20::kBM,
-                                             Tma21::kBM};
+                                             Tma16::kBM, Tma17::kBM, Tma18::kBM, Tma19::kBM};
 
 // The automatic choice by the mean rows per expert R / E: the first step whose bound it does not
 // exceed (grouped_moe.cu replaces a wgmma variant by variant 2 off sm_90). Measured on the H200 at the
@@ -656,8 +652,6 @@ void run_grouped(L& l, const GroupedPlanImpl& plan, const GroupedArgs& g, const 
     case 17: return run_tma<Tma17, kGateUp>(l, g, tiles, plan.max_tiles, E);
     case 18: return run_tma<Tma18, kGateUp>(l, g, tiles, plan.max_tiles, E);
     case 19: return run_tma<Tma19, kGateUp>(l, g, tiles, plan.max_tiles, E);
-    case 20: return run_tma<Tma20, kGateUp>(l, g, tiles, plan.max_tiles, E);
-    case 21: return run_tma<Tma21, kGateUp>(l, g, tiles, plan.max_tiles, E);
     default: {
       const int64_t cols = kGateUp ? kSmallBN / 2 : kSmallBN;
       l.template small<32, kGateUp>(g, (g.N + cols - 1) / cols, E);

@@ -18,10 +18,9 @@
 //             + 1 (the expect_tx of the weight bytes); the consumers wait on it, then fence the async
 //             proxy (the cp.async writes are generic-proxy writes that wgmma reads).
 //   empty[s]: one arrival per consumer warp once its wgmma of the stage has completed (wgmma_wait
-//             of the next K tile's group; with kEarlyRelease, of its own: the consumers then hold
-//             one stage instead of two, one more stage's copies in flight, the tensor cores idle
-//             between a group's end and the next's start); the producers wait on it before
-//             refilling the stage.
+//             of the next K tile's group); the producers wait on it before refilling the stage.
+//             (Handing a stage back after its own wgmma instead, one more stage's copies in flight,
+//             was measured no faster: docs/BENCHMARKS.md "Where the batched experts' time goes".)
 // A consumer whose 64 rows lie past the tile's (an expert's last, short tile) hands every stage back
 // as soon as it is full and multiplies nothing: its rows are neither copied nor stored.
 // Results and roundings as grouped_wgmma_kernel (the same wgmma sums, the same epilogue).
@@ -30,10 +29,9 @@
 namespace dgemma::cuda {
 namespace {
 
-template <int Consumers, int BN, int S, int MinBlocks = 1, bool EarlyRelease = false>
+template <int Consumers, int BN, int S, int MinBlocks = 1>
 struct TmaCfg {
   static constexpr int kConsumers = Consumers, kBN = BN, kStages = S, kMinBlocks = MinBlocks;
-  static constexpr bool kEarlyRelease = EarlyRelease;
   static constexpr int kThreads = 128 * (Consumers + 1);  // warpgroup 0 produces
   static constexpr int kBM = 64 * Consumers;
   static constexpr int kAStage = kBM * kRowBytes, kBStage = kBN * kRowBytes;
@@ -129,15 +127,9 @@ DG_UNROLL
         wgmma_m64n128k16(acc[0][h], sw128_desc(sa + 32 * kk), sw128_desc(sb + h * 128 * kRowBytes + 32 * kk));
     wgmma_commit();
     fence_acc();
-    if constexpr (C::kEarlyRelease) {
-      wgmma_wait<0>();  // K tile kt's wgmma done: its stage goes straight back to the producers
-      fence_acc();
-      if (lane == 0) mbar_arrive(empty + 8 * s);
-    } else {
-      wgmma_wait<1>();  // K tile kt - 1's wgmma done: its stage goes back to the producers
-      fence_acc();
-      if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * ((kt - 1) % kStages));
-    }
+    wgmma_wait<1>();  // K tile kt - 1's wgmma done: its stage goes back to the producers
+    fence_acc();
+    if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * ((kt - 1) % kStages));
   }
   wgmma_wait<0>();
   fence_acc();

@@ -67,10 +67,10 @@ bool set_fused_moe_routing(bool on);
 int set_small_kernel_variant(int v);
 // The bf16 grouped expert GEMM kernel of the device-grouped MoE (grouped_moe_kernel.cuh): 0 automatic
 // (by rows per expert, the default), 1 the small kernel (32-row tiles looping over an expert's rows),
-// 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 15 the wgmma ones and 16 .. 21 the
+// 2 .. 10 the mma.sync tile-list shapes listed there, 11 .. 15 the wgmma ones and 16 .. 19 the
 // warp-specialised TMA ones (sm_90; variant 2 on other GPUs). For benchmarks and tests. Returns the
 // previous value.
-constexpr int kGroupedMoeVariants = 21;
+constexpr int kGroupedMoeVariants = 19;
 int set_grouped_moe_variant(int variant);
 // Whether the fused MoE routing + grouping (moe_route.cu) places the (token, slot) pairs in a second
 // kernel over the whole grid instead of in its last block (on, the default; DGEMMA_ROUTE_SPLIT=0
