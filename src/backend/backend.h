@@ -323,16 +323,6 @@ class Backend {
   // records nothing (the caller runs its work eagerly). Throws if the work cannot be recorded.
   virtual std::unique_ptr<StepGraph> capture(const std::function<void()>& /*body*/) { return nullptr; }
   virtual bool supports_graphs() const { return false; }
-  // Two independent branches of work (the dense MLP beside the MoE): the ops issued between
-  // begin_side_branch() (when it returns true) and end_side_branch() form the side branch, which may
-  // run concurrently with the ops issued after it until join_side_branch(); after the join every op
-  // is ordered after both. Tensors released during the branches are not reused before the join. The
-  // side branch must not synchronise, copy from the host or use a collective. false (the default, and
-  // whenever the backend has them switched off): nothing to do, the ops run in order and the caller
-  // must not call the other two.
-  virtual bool begin_side_branch() { return false; }
-  virtual void end_side_branch() {}
-  virtual void join_side_branch() {}
 
   // Paged KV write: src[j] ([n, Hkv, D]) goes to absolute position first_pos + j of a layer's pool
   // pages ([num_pages, Hkv, P, D]) through page_table (i32, the backend's device; see AttentionArgs).

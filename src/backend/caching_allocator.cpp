@@ -21,7 +21,6 @@ CachingAllocator::CachingAllocator(BlockSource& source, std::string name) : sour
 CachingAllocator::~CachingAllocator() {
   for (auto& [size, c] : free_) source_.free(c.p);
   for (auto& [size, p] : pool_free_) source_.free(p);
-  for (auto& [p, size] : held_) source_.free(p);  // a hold never ended
 }
 
 size_t CachingAllocator::round_size(size_t bytes) {
@@ -145,29 +144,8 @@ void* CachingAllocator::allocate(size_t bytes, size_t* block_bytes) {
   return p;
 }
 
-void CachingAllocator::begin_hold() {
-  std::lock_guard<std::mutex> lock(mu_);
-  DG_CHECK(!hold_);
-  hold_ = true;
-}
-
-void CachingAllocator::end_hold() {
-  std::lock_guard<std::mutex> lock(mu_);
-  hold_ = false;
-  for (const auto& [p, bytes] : held_) release_locked(p, bytes);
-  held_.clear();
-}
-
 void CachingAllocator::release(void* p, size_t block_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (hold_) {
-    held_.emplace_back(p, block_bytes);
-    return;
-  }
-  release_locked(p, block_bytes);
-}
-
-void CachingAllocator::release_locked(void* p, size_t block_bytes) {
   if (pool_blocks_.count(p) != 0) {
     pool_free_.emplace(block_bytes, p);
     s_.in_use -= block_bytes;

@@ -19,11 +19,7 @@
 //    request, so recordings of smaller steps reuse a larger one's blocks), else a new block from the
 //    source, never by evicting (no synchronisation may happen while a recording runs) — and pool
 //    blocks go back to the pool whenever they are released, never to other allocations: the recorded
-//    graphs write them at every replay. The pool is never trimmed;
-//  * the hold: while work runs on a second stream beside the first (begin_hold .. end_hold, the
-//    backend's side branch), a released block is parked instead of cached — the other stream may
-//    still be using it — and end_hold, called once the streams are joined again, releases the
-//    parked blocks as usual (in release order). Held blocks count as in use.
+//    graphs write them at every replay. The pool is never trimmed.
 // Thread-safe (tensors may be released from any thread).
 #include <cstddef>
 #include <cstdint>
@@ -31,8 +27,6 @@
 #include <mutex>
 #include <string>
 #include <unordered_set>
-#include <utility>
-#include <vector>
 
 namespace dgemma {
 
@@ -74,9 +68,6 @@ class CachingAllocator {
   // Allocations between these come from the graph pool (see the rules above); not nested.
   void begin_graph_pool();
   void end_graph_pool();
-  // Releases between these are parked until end_hold (see the rules above); not nested.
-  void begin_hold();
-  void end_hold();
   AllocatorStats stats() const;
   void reset_peaks();  // the peaks start again from the current values
 
@@ -92,7 +83,6 @@ class CachingAllocator {
   void evict_locked(BySize::iterator it);
   void* allocate_from_pool_locked(size_t size, size_t* block_bytes);
   void trim_locked();
-  void release_locked(void* p, size_t block_bytes);
   void note_peak_locked();
 
   BlockSource& source_;
@@ -106,8 +96,6 @@ class CachingAllocator {
   bool pool_mode_ = false;
   std::unordered_set<void*> pool_blocks_;   // every graph-pool block
   std::multimap<size_t, void*> pool_free_;  // the free ones, by size
-  bool hold_ = false;
-  std::vector<std::pair<void*, size_t>> held_;  // released while holding, in release order
 };
 
 }  // namespace dgemma

@@ -51,37 +51,6 @@ namespace {
 
 uint64_t address_of(const Tensor& t) { return t.empty() ? 0 : static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t.data)); }
 
-// A side branch of the backend (Backend::begin_side_branch) opened when `want` and the backend has one:
-// end() closes it (the ops after go to the main branch), join() joins it; the destructor does what is
-// left, so an exception between them leaves the backend on its main stream.
-class SideBranch {
- public:
-  SideBranch(Backend& b, bool want) : b_(b), open_(want && b.begin_side_branch()), pending_(open_) {}
-  SideBranch(const SideBranch&) = delete;
-  SideBranch& operator=(const SideBranch&) = delete;
-  ~SideBranch() {
-    try {
-      join();
-    } catch (...) {  // already unwinding or failing: the backend reports its own errors at the next sync
-    }
-  }
-  void end() {
-    if (!open_) return;
-    open_ = false;
-    b_.end_side_branch();
-  }
-  void join() {
-    end();
-    if (!pending_) return;
-    pending_ = false;
-    b_.join_side_branch();
-  }
-
- private:
-  Backend& b_;
-  bool open_, pending_;
-};
-
 }  // namespace
 
 void put_address(std::vector<int32_t>& words, int64_t at, const Tensor& t) {
@@ -463,15 +432,8 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   dump(p + "moe_norm", xe);
 
   // --- dense MLP and MoE in parallel on h1 ------------------------------------------------------
-  // The dense MLP as the backend's side branch (a second stream where it has one), the MoE beside it:
-  // not with the dumps (they synchronise), tensor parallelism (collectives) or quantised dense
-  // weights (their kernels keep state of one stream).
   Tensor m1 = bf16({T, H});
-  const bool side_ok = !dump_ && !sharded() && !w.mlp_gate_up.quantized() && !w.mlp_gate.quantized() &&
-                       !w.mlp_up.quantized() && !w.mlp_down.quantized();
-  SideBranch side(backend_, side_ok);
   gated_mlp(d, w.mlp_gate_up, w.mlp_gate, w.mlp_up, w.mlp_down, m1);
-  side.end();
   dump(p + "mlp_out", m1);
 
   MoeArgs m;
@@ -496,7 +458,6 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     m.dbg_index = host_tensor(ScalarType::kI32, {T, t.top_k_experts});
   }
   backend_.moe(m);
-  side.join();
   if (dump_) {
     dump(p + "router_probs", m.dbg_probs);
     dump(p + "router_weights", m.dbg_weights);

@@ -5,14 +5,11 @@
 // step runs the same kernels on the same inputs (the op-by-op runner plans its attention for the same
 // context: set_attention_plan_context), so every step's trace and every output must be identical bit
 // for bit; the batch shrinks as sequences finish, so the replays pad with idle canvases, and the
-// top-k canvas and the commit steps run op by op in the recording engine too. side_branch_vs_serial:
-// the same with the op-by-op engine's dense MLP in order with the MoE instead of on its own stream
-// (Backend::begin_side_branch), so the recorded fork and join are checked against a plain serial run.
+// top-k canvas and the commit steps run op by op in the recording engine too.
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "backend/cuda/tuning.h"
 #include "engine/model_core.h"
 #include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
@@ -78,10 +75,7 @@ Engine run_engine(DiffusionGemma& model, const std::vector<int32_t>& prompt, con
   return e;
 }
 
-// serial: the op-by-op engine also runs without side branches (set_side_branches(false): the dense MLP
-// in order with the MoE), so the recorded steps with the dense MLP on its own stream are compared with
-// a plain serial run.
-void graphs_vs_eager(Reporter& rep, const std::string& fixture, bool serial = false) {
+void graphs_vs_eager(Reporter& rep, const std::string& fixture) {
   const std::string dir = fixture_dir(fixture) + "/model";
   ModelConfig mc = load_model_config(dir);
   mc.text.head_dim = 64;
@@ -93,15 +87,7 @@ void graphs_vs_eager(Reporter& rep, const std::string& fixture, bool serial = fa
   const int64_t max_context = mc.text.max_position_embeddings;
   std::vector<int> recorded;
   Engine g = run_engine(model, prompt, runs, true, max_context, &recorded);
-  const bool side = serial ? cuda::set_side_branches(false) : true;
-  Engine e;
-  try {
-    e = run_engine(model, prompt, runs, false, max_context, nullptr);
-  } catch (...) {
-    if (serial) cuda::set_side_branches(side);
-    throw;
-  }
-  if (serial) cuda::set_side_branches(side);
+  Engine e = run_engine(model, prompt, runs, false, max_context, nullptr);
   if (recorded.empty()) rep.fail(fixture + ": no graph was recorded");
   const DiffusionModelRunner& gr = g.core->runner();
   if (gr.graph_steps() == 0) rep.fail(fixture + ": no step replayed a graph");
@@ -151,7 +137,6 @@ std::vector<Case> graph_cases() {
   return {
       {"graphs_vs_eager_tiny_a", [](Reporter& r) { graphs_vs_eager(r, "tiny_a"); }},
       {"graphs_vs_eager_tiny_b", [](Reporter& r) { graphs_vs_eager(r, "tiny_b"); }},
-      {"side_branch_vs_serial_tiny_a", [](Reporter& r) { graphs_vs_eager(r, "tiny_a", true); }},
   };
 }
 

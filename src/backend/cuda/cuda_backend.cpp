@@ -163,13 +163,6 @@ std::atomic<DenseQuant>& dense_quant_setting() {
   return path;
 }
 std::atomic<bool> g_fused_qkv{true};
-std::atomic<bool>& side_branch_setting() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("DGEMMA_SIDE_BRANCH");
-    return v == nullptr || std::string_view(v) != "0";
-  }()};
-  return on;
-}
 std::atomic<bool>& fp8_kernels_setting() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("DGEMMA_FP8_KERNELS");
@@ -202,7 +195,6 @@ const char* dense_quant_name(DenseQuant path) {
 
 bool set_fp8_weight_kernels(bool on) { return fp8_kernels_setting().exchange(on); }
 bool set_fused_qkv_prologue(bool on) { return g_fused_qkv.exchange(on); }
-bool set_side_branches(bool on) { return side_branch_setting().exchange(on); }
 
 namespace {
 
@@ -703,14 +695,6 @@ class CudaBackend final : public Backend {
     return capture_graph(ctx_, body);
   }
   bool supports_graphs() const override { return true; }
-  bool begin_side_branch() override {
-    if (!side_branch_setting().load(std::memory_order_relaxed)) return false;
-    activate();
-    ctx_.begin_side();
-    return true;
-  }
-  void end_side_branch() override { ctx_.end_side(); }
-  void join_side_branch() override { ctx_.join_side(); }
 
   void decide_batch(std::span<const DecideArgs> canvases) override { decide_groups(canvases, nullptr); }
 

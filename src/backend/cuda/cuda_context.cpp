@@ -99,19 +99,6 @@ Context::Context(int device_index) : device(device_index) {
   cublas_workspace_bytes = size_t{32} << 20;
   CUDA_CHECK(cudaMalloc(&cublas_workspace, cublas_workspace_bytes));
   CUBLAS_CHECK(cublasSetWorkspace(cublas, cublas_workspace, cublas_workspace_bytes));
-  // The side branch's stream and handle, made here (not at first use, which may be inside a graph
-  // recording), the same settings.
-  main_stream = stream;
-  main_cublas = cublas;
-  CUDA_CHECK(cudaStreamCreate(&side_stream));
-  CUBLAS_CHECK(cublasCreate(&side_cublas));
-  CUBLAS_CHECK(cublasSetStream(side_cublas, side_stream));
-  CUBLAS_CHECK(cublasSetMathMode(side_cublas, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  CUDA_CHECK(cudaMalloc(&side_cublas_workspace, cublas_workspace_bytes));
-  CUBLAS_CHECK(cublasSetWorkspace(side_cublas, side_cublas_workspace, cublas_workspace_bytes));
-  CUDA_CHECK(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
   allocator = std::make_shared<DeviceAllocator>(device);
   CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&error_host), sizeof(unsigned), cudaHostAllocMapped));
   *error_host = 0;
@@ -122,45 +109,13 @@ Context::Context(int device_index) : device(device_index) {
 }
 
 Context::~Context() {
-  if (side_open) end_side();
-  if (side_pending) join_side();
   cudaStreamSynchronize(stream);
   staging.reset();
   if (cublas != nullptr) cublasDestroy(cublas);
   if (cublas_workspace != nullptr) cudaFree(cublas_workspace);
-  if (side_cublas != nullptr) cublasDestroy(side_cublas);
-  if (side_cublas_workspace != nullptr) cudaFree(side_cublas_workspace);
-  if (fork_event != nullptr) cudaEventDestroy(fork_event);
-  if (join_event != nullptr) cudaEventDestroy(join_event);
-  if (side_stream != nullptr) cudaStreamDestroy(side_stream);
   if (error_host != nullptr) cudaFreeHost(error_host);
   if (ticket != nullptr) cudaFree(ticket);
   if (stream != nullptr) cudaStreamDestroy(stream);
-}
-
-void Context::begin_side() {
-  DG_CHECK(!side_open && !side_pending);
-  CUDA_CHECK(cudaEventRecord(fork_event, main_stream));
-  CUDA_CHECK(cudaStreamWaitEvent(side_stream, fork_event, 0));
-  allocator->begin_hold();
-  stream = side_stream;
-  cublas = side_cublas;
-  side_open = side_pending = true;
-}
-
-void Context::end_side() {
-  DG_CHECK(side_open);
-  CUDA_CHECK(cudaEventRecord(join_event, side_stream));
-  stream = main_stream;
-  cublas = main_cublas;
-  side_open = false;
-}
-
-void Context::join_side() {
-  DG_CHECK(!side_open && side_pending);
-  CUDA_CHECK(cudaStreamWaitEvent(main_stream, join_event, 0));
-  side_pending = false;
-  allocator->end_hold();
 }
 
 Tensor Context::alloc_shape(ScalarType type, const int64_t* dims, int ndim) const {

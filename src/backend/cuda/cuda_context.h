@@ -35,8 +35,6 @@ class DeviceAllocator {
   // Graph recordings take their memory from the graph pool (caching_allocator.h).
   void begin_graph_pool() { cache_.begin_graph_pool(); }
   void end_graph_pool() { cache_.end_graph_pool(); }
-  void begin_hold() { cache_.begin_hold(); }
-  void end_hold() { cache_.end_hold(); }
   void set_ceiling(uint64_t bytes) { cache_.set_ceiling(bytes); }
   AllocatorStats stats() const { return cache_.stats(); }
   size_t bytes_in_use() const { return cache_.stats().in_use; }
@@ -91,14 +89,6 @@ struct Context {
   // work and sets it back to zero (moe.cuh launch_moe_route_group). Ops run on one stream, in order.
   unsigned* ticket = nullptr;
   std::unique_ptr<StagingRing> staging;  // asynchronous small host-to-device copies
-  // The side branch (Backend::begin_side_branch): while it is open, `stream` and `cublas` are the side
-  // stream and its own cuBLAS handle (its own workspace: the two branches' GEMMs run at once), so
-  // every op issued meanwhile goes there; the main ones are kept here.
-  cudaStream_t main_stream = nullptr, side_stream = nullptr;
-  cublasHandle_t main_cublas = nullptr, side_cublas = nullptr;
-  void* side_cublas_workspace = nullptr;
-  cudaEvent_t fork_event = nullptr, join_event = nullptr;
-  bool side_open = false, side_pending = false;  // issuing to the side stream; not yet joined
 
   explicit Context(int device_index);
   ~Context();
@@ -116,12 +106,6 @@ struct Context {
   void upload_small(void* dst, const void* src, size_t n) const;
   // Whether the stream is being captured into a CUDA graph.
   bool capturing() const;
-  // The side branch: begin (the side stream waits for the main stream's work so far; ops go to the
-  // side stream and handle; the allocator holds released blocks), end (ops go to the main stream
-  // again), join (the main stream waits for the side stream's work; the held blocks are released).
-  void begin_side();
-  void end_side();
-  void join_side();
   void check_error_word() const;
 };
 

@@ -22,12 +22,6 @@ void profiler_stop();
 // chunks that fit. Returns the previous value.
 int64_t set_attention_score_budget(int64_t bytes);
 
-// Whether Backend::begin_side_branch opens a side branch (the dense MLP on a second stream beside the
-// MoE, the model's two independent branches of a layer) or declines (the ops in order). On by default;
-// DGEMMA_SIDE_BRANCH=0 sets the start value off. The same results bit for bit either way (each op's
-// arithmetic is the same; dgemma_gpu_check side_branch). Returns the previous value.
-bool set_side_branches(bool on);
-
 // Whether attention runs the fused kernel (fused_attention.cu; head dims 64/128/256/512) instead of
 // the cuBLAS score / softmax / P.V path. Off by default: a whole model step measured slower with it
 // (cuda_attention.cpp). Returns the previous value; tests and benchmarks compare the two.

@@ -186,55 +186,6 @@ TEST(CachingAllocator, DeviceOutOfMemoryEmptiesTheCacheAndRetriesOnce) {
   a.release(q, b2);
 }
 
-// The hold of a side branch: a block released while another stream may still use it is not handed
-// out again until the hold ends; then it is cached (or goes back to the graph pool) as usual.
-TEST(CachingAllocatorHold, ReleasedBlocksWaitForTheEndOfTheHold) {
-  FakeDevice dev(1024 * kMiB);
-  CachingAllocator a(dev);
-  size_t s1 = 0, s2 = 0, s3 = 0;
-  a.begin_hold();
-  void* side = a.allocate(4 * kMiB, &s1);  // a side-branch temporary ...
-  a.release(side, s1);                     // ... released on the host while its stream still runs
-  void* main = a.allocate(4 * kMiB, &s2);  // the other branch asks for the same size
-  EXPECT_NE(main, side) << "a held block is never handed out during the hold";
-  EXPECT_EQ(a.stats().in_use, 8 * kMiB) << "held blocks count as in use";
-  EXPECT_EQ(a.stats().cached, 0u);
-  a.end_hold();
-  EXPECT_EQ(a.stats().in_use, 4 * kMiB);
-  EXPECT_EQ(a.stats().cached, 4 * kMiB);
-  void* later = a.allocate(4 * kMiB, &s3);
-  EXPECT_EQ(later, side) << "after the join the block is cached and reused";
-  a.release(main, s2);
-  a.release(later, s3);
-  EXPECT_THROW(
-      {
-        a.begin_hold();
-        a.begin_hold();
-      },
-      Error)
-      << "holds do not nest";
-  a.end_hold();
-}
-
-TEST(CachingAllocatorHold, GraphPoolBlocksGoBackToThePoolAfterTheHold) {
-  FakeDevice dev(1024 * kMiB);
-  CachingAllocator a(dev);
-  size_t s1 = 0, s2 = 0, s3 = 0;
-  a.begin_graph_pool();
-  a.begin_hold();
-  void* side = a.allocate(2 * kMiB, &s1);
-  a.release(side, s1);
-  void* main = a.allocate(2 * kMiB, &s2);
-  EXPECT_NE(main, side) << "the recording's other branch gets its own pool block";
-  a.end_hold();
-  void* next = a.allocate(2 * kMiB, &s3);
-  EXPECT_EQ(next, side) << "released to the pool at the end of the hold";
-  a.end_graph_pool();
-  EXPECT_EQ(a.stats().graph_pool, 4 * kMiB);
-  a.release(main, s2);
-  a.release(next, s3);
-}
-
 }  // namespace
 }  // namespace dgemma
 
