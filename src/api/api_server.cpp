@@ -4,6 +4,7 @@
 
 #include "api/api_error.h"
 #include "api/generation.h"
+#include "api/openapi.h"
 #include "api/sse.h"
 #include "api/structured_output.h"
 #include "api/webui.h"
@@ -16,6 +17,8 @@ namespace dgemma {
 namespace {
 
 constexpr size_t kMaxLoggedUnknownKeys = 256;
+// How often a waiting stream looks at its connection for a client that left.
+constexpr std::chrono::milliseconds kClientCheckInterval{250};
 
 HttpResponse json_response(const Json& j, int status = 200) {
   HttpResponse r;
@@ -117,7 +120,8 @@ HttpResponse ApiServer::guarded(const HttpRequest& req, HttpResponse (ApiServer:
       out = error_response(api_error_from_exception(std::current_exception()));
     }
   }
-  if (out.status >= 400 && (req.path == "/v1/chat/completions" || req.path == "/v1/completions"))
+  if (out.status >= 400 && (req.path == "/v1/chat/completions" || req.path == "/v1/completions" ||
+                            req.path == "/v1/responses" || req.path == "/invocations"))
     metrics_->on_http_error();
   if (out.status >= 400 && out.status < 500)
     DG_LOG_DEBUG("api", "{} {} -> {}: {}", req.method, req.path.substr(0, 200), out.status, out.body.substr(0, 500));
@@ -154,6 +158,10 @@ void ApiServer::attach(HttpServer& http) {
     return [this, h](const HttpRequest& req) { return guarded(req, h); };
   };
   http.route("GET", "/health", bind(&ApiServer::health));
+  http.route("HEAD", "/health", bind(&ApiServer::health));
+  http.route("GET", "/ping", bind(&ApiServer::health));
+  http.route("POST", "/ping", bind(&ApiServer::health));
+  http.route("GET", "/openapi.json", bind(&ApiServer::openapi));
   add_webui_routes(http);
   http.route("GET", "/version", bind(&ApiServer::version));
   http.route("GET", "/metrics", bind(&ApiServer::metrics));
@@ -163,10 +171,49 @@ void ApiServer::attach(HttpServer& http) {
   http.route("POST", "/v1/completions", bind(&ApiServer::completions));
   http.route("POST", "/tokenize", bind(&ApiServer::tokenize));
   http.route("POST", "/detokenize", bind(&ApiServer::detokenize));
-  for (const char* path : {"/v1/embeddings", "/v1/responses", "/v1/audio/transcriptions", "/v1/rerank", "/v1/messages",
+  http.route("POST", "/v1/responses", bind(&ApiServer::responses));
+  http.route("GET", "/v1/responses/*", bind(&ApiServer::response_by_id));
+  http.route("DELETE", "/v1/responses/*", bind(&ApiServer::response_by_id));
+  http.route("POST", "/invocations", bind(&ApiServer::invocations));
+  for (const char* path : {"/v1/embeddings", "/v1/audio/transcriptions", "/v1/rerank", "/v1/messages",
                            "/v1/score", "/v1/audio/translations", "/pooling", "/classify"}) {
     http.route("POST", path, bind(&ApiServer::not_supported));
   }
+  routes_ = http.routes();
+}
+
+HttpResponse ApiServer::openapi(const HttpRequest&) {
+  return json_response(openapi_document(routes_, opt_.version));
+}
+
+HttpResponse ApiServer::responses(const HttpRequest& req) {
+  auto m = model();
+  if (!m || shutting_down_) return not_ready();
+  ResponsesContext ctx;
+  ctx.run_chat = [this](const HttpRequest& r) { return chat_completions(r); };
+  ctx.log_unknown_keys = [this](const std::vector<std::string>& keys) { log_unknown_keys(keys); };
+  ctx.strict_params = opt_.strict_params;
+  ctx.count_tokens = [tok = m->tokenizer](std::string_view text) {
+    return static_cast<int64_t>(tok->encode(text, true).size());
+  };
+  return responses_.create(req, ctx);
+}
+
+HttpResponse ApiServer::response_by_id(const HttpRequest& req) {
+  if (!model()) return not_ready();
+  return req.method == "DELETE" ? responses_.remove(req) : responses_.retrieve(req);
+}
+
+// SageMaker's one inference route: a body with `messages` is a chat completion, one with `prompt` a
+// completion (vLLM's rule); anything else is a 400.
+HttpResponse ApiServer::invocations(const HttpRequest& req) {
+  if (!model() || shutting_down_) return not_ready();
+  const Json body = parse_request_body(req.body);
+  if (body.contains("messages")) return chat_completions(req);
+  if (body.contains("prompt")) return completions(req);
+  fail_param(
+      "messages",
+      "/invocations takes a chat completions body (with 'messages') or a completions body (with 'prompt')");
 }
 
 HttpResponse ApiServer::not_supported(const HttpRequest& req) {
@@ -344,7 +391,8 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
     r.headers.emplace_back("Cache-Control", "no-cache");
     r.headers.emplace_back("X-Accel-Buffering", "no");
     auto started = std::make_shared<bool>(false);
-    r.stream = [holder, started, ping](BodyWriter& w) {
+    auto last_write = std::make_shared<double>(now_seconds());
+    r.stream = [holder, started, last_write, ping](BodyWriter& w) {
       Generation& g = *holder->gen;
       if (!*started) {
         *started = true;
@@ -355,8 +403,14 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
         }
       }
       std::string out;
-      const auto st = g.stream_step(ping, out);
-      if (st == Generation::Status::kIdle) out = sse_comment("ping");  // keeps proxies open, reveals gone clients
+      // Short waits: a client that closed its connection (say, while its request is queued) is noticed
+      // within a second rather than at the next ping. Its FIN is seen without writing; the ping written
+      // then fails on a closed connection and is harmless to one that only half-closed.
+      const auto st = g.stream_step(std::min(ping, kClientCheckInterval), out);
+      const double now = now_seconds();
+      if (st == Generation::Status::kIdle && (now - *last_write >= ping.count() / 1e3 || w.peer_closed()))
+        out = sse_comment("ping");  // keeps proxies open, reveals gone clients
+      if (!out.empty()) *last_write = now;
       if (!out.empty() && !w.write(out)) {
         g.abandon();
         return false;

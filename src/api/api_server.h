@@ -16,6 +16,7 @@
 #include "api/metrics.h"
 #include "api/openai_request.h"
 #include "api/prompt_builder.h"
+#include "api/responses_api.h"
 #include "engine/request.h"
 #include "text/tokenizer.h"
 
@@ -62,7 +63,7 @@ class ApiServer {
   int active_requests() const { return active_.load(); }
 
   // The handlers (public for tests).
-  HttpResponse health(const HttpRequest& req);
+  HttpResponse health(const HttpRequest& req);  // also HEAD /health and SageMaker's /ping
   HttpResponse version(const HttpRequest& req);
   HttpResponse metrics(const HttpRequest& req);
   HttpResponse models(const HttpRequest& req);
@@ -72,6 +73,10 @@ class ApiServer {
   HttpResponse detokenize(const HttpRequest& req);
   HttpResponse not_supported(const HttpRequest& req);
   HttpResponse model_by_id(const HttpRequest& req);
+  HttpResponse responses(const HttpRequest& req);       // POST /v1/responses
+  HttpResponse response_by_id(const HttpRequest& req);  // GET / DELETE /v1/responses/{id}
+  HttpResponse invocations(const HttpRequest& req);     // SageMaker: chat or completions by the body
+  HttpResponse openapi(const HttpRequest& req);         // GET /openapi.json
 
   const ServerMetrics& server_metrics() const { return *metrics_; }
 
@@ -95,6 +100,8 @@ class ApiServer {
   std::atomic<int> active_{0};
   std::mutex unknown_mu_;
   std::set<std::string> unknown_logged_;
+  ResponsesApi responses_{std::make_shared<ResponsesStore>()};
+  std::vector<std::pair<std::string, std::string>> routes_;  // what attach() registered (/openapi.json)
 };
 
 }  // namespace dgemma

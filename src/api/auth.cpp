@@ -24,7 +24,9 @@ bool ApiKeyAuth::check(const HttpRequest& req) const {
   return check_key(presented_api_key(req));
 }
 
-bool ApiKeyAuth::is_protected_path(std::string_view path) { return path.substr(0, 4) == "/v1/" || path == "/v1"; }
+bool ApiKeyAuth::is_protected_path(std::string_view path) {
+  return path.substr(0, 4) == "/v1/" || path == "/v1" || path == "/invocations";
+}
 
 std::string presented_api_key(const HttpRequest& req) {
   const std::string auth = req.header("Authorization");

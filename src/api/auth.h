@@ -21,8 +21,8 @@ class ApiKeyAuth {
   bool check_key(std::string_view presented) const;
   // Extracts the presented key from the headers ("" if none) and checks it.
   bool check(const HttpRequest& req) const;
-  // Which paths need a key: everything under /v1/ (vLLM's rule); /health, /metrics, /version,
-  // /tokenize and /detokenize stay public.
+  // Which paths need a key: everything under /v1/ (vLLM's rule) and /invocations, which generates too
+  // (vLLM leaves it open); /health, /ping, /metrics, /version, /tokenize and /detokenize stay public.
   static bool is_protected_path(std::string_view path);
 
  private:

@@ -363,6 +363,15 @@ bool Connection::client_gone() {
   return false;
 }
 
+bool Connection::peer_closed() {
+  if (fd_ < 0 || socket_error_ || peer_eof_) return true;
+  pollfd p{fd_, POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) < 0) return false;
+  if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
+  if (p.revents & POLLRDHUP) peer_eof_ = true;
+  return peer_eof_;
+}
+
 // ---- ConnectionPoller ----
 
 struct ConnectionPoller::Impl {

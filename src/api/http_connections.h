@@ -73,6 +73,9 @@ class Connection {
   // for its answer, so it is probed by sending the response's first bytes ("HTTP/1.1 ", which commit
   // nothing); a client that really closed answers with a reset, seen on the next call.
   bool client_gone();
+  // For a response already under way (no probe may be written): true once the client has sent FIN or
+  // the socket failed. Whether it only half-closed shows at the next write the caller makes.
+  bool peer_closed();
 
   const std::string& remote_ip() const { return remote_ip_; }
   int remote_port() const { return remote_port_; }

@@ -163,17 +163,19 @@ const char* status_message(int status) {
 
 class SinkWriter : public BodyWriter {
  public:
-  explicit SinkWriter(httplib::DataSink& sink) : sink_(sink) {}
+  SinkWriter(httplib::DataSink& sink, Connection* connection) : sink_(sink), connection_(connection) {}
   bool write(std::string_view data) override {
     if (!ok_) return false;
     if (data.empty()) return true;
     ok_ = sink_.write(data.data(), data.size());
     return ok_;
   }
+  bool peer_closed() override { return !ok_ || (connection_ && connection_->peer_closed()); }
   bool ok() const { return ok_; }
 
  private:
   httplib::DataSink& sink_;
+  Connection* connection_;
   bool ok_ = true;
 };
 
@@ -309,7 +311,7 @@ struct HttpServer::Impl {
     res.set_chunked_content_provider(
         out.content_type,
         [state](size_t, httplib::DataSink& sink) {
-          SinkWriter writer(sink);
+          SinkWriter writer(sink, tl_connection);
           bool more = false;
           try {
             more = state->stream(writer);
@@ -516,6 +518,14 @@ HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>
 }
 
 HttpServer::~HttpServer() { stop(); }
+
+std::vector<std::pair<std::string, std::string>> HttpServer::routes() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [path, methods] : impl_->routes)
+    for (const auto& [method, handler] : methods) out.emplace_back(method, path);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 void HttpServer::route(const std::string& method, const std::string& path, HttpHandler handler) {
   DG_CHECK(!impl_->registered);

@@ -35,6 +35,10 @@ class BodyWriter {
   virtual ~BodyWriter() = default;
   // Returns false once the client is gone; the producer should stop and clean up.
   virtual bool write(std::string_view data) = 0;
+  // True once the client has closed its side or the connection failed, found without writing. A client
+  // that only half-closed still reads: a producer that sees this writes something harmless (an SSE
+  // comment) to learn which, as a write to a closed connection fails soon after.
+  virtual bool peer_closed() { return false; }
 };
 
 struct HttpResponse {
@@ -111,6 +115,9 @@ class HttpServer {
   // stop_accepting() + abort_responses(), and serve() returns once the workers are done.
   void stop();
   size_t open_connections() const;
+
+  // The registered routes as (method, path) pairs, sorted; a path ending in '*' is a prefix.
+  std::vector<std::pair<std::string, std::string>> routes() const;
 
   // Worker threads currently alive / busy (for logs and tests).
   size_t threads_alive() const;

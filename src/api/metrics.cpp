@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 
 #include <fmt/format.h>
 
@@ -68,7 +69,9 @@ const std::vector<double> kNBuckets = {1, 2, 5, 10, 20};
 const std::vector<double> kStepsBuckets = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 256};
 const std::vector<double> kTokensPerStepBuckets = {0.5, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 256};
 
-class Writer {
+}  // namespace
+
+class ServerMetrics::Writer {
  public:
   explicit Writer(const std::string& labels) : labels_(labels) {}
 
@@ -104,10 +107,9 @@ class Writer {
   std::string out_;
 };
 
-}  // namespace
-
 ServerMetrics::ServerMetrics(std::string model_name, int64_t max_model_len)
     : labels_(fmt::format("model_name=\"{}\",engine=\"0\"", prom_label_value(model_name))),
+      created_s_(static_cast<double>(std::time(nullptr))),
       ttft_(kTtftBuckets),
       itl_(kTokenLatencyBuckets),
       tpot_(kTokenLatencyBuckets),
@@ -164,44 +166,55 @@ void ServerMetrics::on_http_error() {
   ++rejected_;
 }
 
+// The families vLLM exports, under `prefix` ("dgemma:" or "vllm:"), with vLLM's names, types, help and
+// buckets, so that dashboards, autoscalers and routers written for vLLM read them unchanged.
+void ServerMetrics::render_vllm_families(Writer& w, const std::string& prefix,
+                                         const EngineStats& stats) const {
+  auto n = [&](std::string_view name) { return prefix + std::string(name); };
+  w.gauge(n("num_requests_running"), "Number of requests in model execution batches.",
+          static_cast<double>(stats.running));
+  w.gauge(n("num_requests_waiting"), "Number of requests waiting to be processed.",
+          static_cast<double>(stats.waiting));
+  w.gauge(n("kv_cache_usage_perc"), "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage);
+  w.counter(n("prefix_cache_queries_total"), "Prefix cache queries, in terms of number of queried tokens.",
+            static_cast<double>(stats.prefix_cache_queries));
+  w.counter(n("prefix_cache_hits_total"), "Prefix cache hits, in terms of number of cached tokens.",
+            static_cast<double>(stats.prefix_cache_hits));
+  w.counter(n("num_preemptions_total"), "Cumulative number of preemption from the engine.",
+            static_cast<double>(stats.num_preemptions));
+  w.counter(n("prompt_tokens_total"), "Number of prefill tokens processed.",
+            static_cast<double>(prompt_tokens_));
+  w.counter(n("generation_tokens_total"), "Number of generation tokens processed.",
+            static_cast<double>(generation_tokens_));
+  w.header(n("request_success_total"), "counter", "Count of successfully processed requests.");
+  w.sample(n("request_success_total"), static_cast<double>(success_stop_), "finished_reason=\"stop\"");
+  w.sample(n("request_success_total"), static_cast<double>(success_length_), "finished_reason=\"length\"");
+  w.sample(n("request_success_total"), static_cast<double>(success_abort_), "finished_reason=\"abort\"");
+  w.sample(n("request_success_total"), static_cast<double>(success_error_), "finished_reason=\"error\"");
+  w.histogram(n("request_prompt_tokens"), "Number of prefill tokens processed.", prompt_len_);
+  w.histogram(n("request_generation_tokens"), "Number of generation tokens processed.", gen_len_);
+  w.histogram(n("request_params_n"), "Histogram of the n request parameter.", n_);
+  w.histogram(n("request_params_max_tokens"), "Histogram of the max_tokens request parameter.", max_tokens_);
+  w.histogram(n("time_to_first_token_seconds"), "Histogram of time to first token in seconds.", ttft_);
+  w.histogram(n("inter_token_latency_seconds"),
+              "Histogram of inter-token latency in seconds (one observation per committed canvas).", itl_);
+  w.histogram(n("request_time_per_output_token_seconds"),
+              "Histogram of time_per_output_token_seconds per request.", tpot_);
+  w.histogram(n("e2e_request_latency_seconds"), "Histogram of e2e request latency in seconds.", e2e_);
+  w.histogram(n("request_queue_time_seconds"), "Histogram of time spent in WAITING phase for request.",
+              queue_);
+  w.histogram(n("request_inference_time_seconds"), "Histogram of time spent in RUNNING phase for request.",
+              inference_);
+  w.histogram(n("request_prefill_time_seconds"), "Histogram of time spent in PREFILL phase for request.",
+              prefill_);
+  w.histogram(n("request_decode_time_seconds"), "Histogram of time spent in DECODE phase for request.",
+              decode_);
+}
+
 std::string ServerMetrics::render(const EngineStats& stats) const {
   std::lock_guard<std::mutex> lock(mu_);
   Writer w(labels_);
-  w.gauge("dgemma:num_requests_running", "Number of requests in model execution batches.",
-          static_cast<double>(stats.running));
-  w.gauge("dgemma:num_requests_waiting", "Number of requests waiting to be processed.",
-          static_cast<double>(stats.waiting));
-  w.gauge("dgemma:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage);
-  w.counter("dgemma:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.",
-            static_cast<double>(stats.prefix_cache_queries));
-  w.counter("dgemma:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
-            static_cast<double>(stats.prefix_cache_hits));
-  w.counter("dgemma:num_preemptions_total", "Cumulative number of preemption from the engine.",
-            static_cast<double>(stats.num_preemptions));
-  w.counter("dgemma:prompt_tokens_total", "Number of prefill tokens processed.", static_cast<double>(prompt_tokens_));
-  w.counter("dgemma:generation_tokens_total", "Number of generation tokens processed.",
-            static_cast<double>(generation_tokens_));
-  w.header("dgemma:request_success_total", "counter", "Count of successfully processed requests.");
-  w.sample("dgemma:request_success_total", static_cast<double>(success_stop_), "finished_reason=\"stop\"");
-  w.sample("dgemma:request_success_total", static_cast<double>(success_length_), "finished_reason=\"length\"");
-  w.sample("dgemma:request_success_total", static_cast<double>(success_abort_), "finished_reason=\"abort\"");
-  w.sample("dgemma:request_success_total", static_cast<double>(success_error_), "finished_reason=\"error\"");
-  w.histogram("dgemma:request_prompt_tokens", "Number of prefill tokens processed.", prompt_len_);
-  w.histogram("dgemma:request_generation_tokens", "Number of generation tokens processed.", gen_len_);
-  w.histogram("dgemma:request_params_n", "Histogram of the n request parameter.", n_);
-  w.histogram("dgemma:request_params_max_tokens", "Histogram of the max_tokens request parameter.", max_tokens_);
-  w.histogram("dgemma:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft_);
-  w.histogram("dgemma:inter_token_latency_seconds",
-              "Histogram of inter-token latency in seconds (one observation per committed canvas).", itl_);
-  w.histogram("dgemma:request_time_per_output_token_seconds",
-              "Histogram of time_per_output_token_seconds per request.", tpot_);
-  w.histogram("dgemma:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", e2e_);
-  w.histogram("dgemma:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", queue_);
-  w.histogram("dgemma:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
-              inference_);
-  w.histogram("dgemma:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
-              prefill_);
-  w.histogram("dgemma:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", decode_);
+  render_vllm_families(w, "dgemma:", stats);
   // Block-diffusion specifics.
   w.histogram("dgemma:denoising_steps_per_canvas", "Denoising steps used by each committed canvas.",
               steps_per_canvas_);
@@ -217,6 +230,15 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   w.gauge("dgemma:max_num_seqs", "Configured maximum number of running requests.",
           static_cast<double>(stats.max_num_seqs));
   w.gauge("dgemma:canvas_length", "Tokens per diffusion canvas.", static_cast<double>(stats.canvas_length));
+  // The same under vLLM's own prefix, for what reads vLLM's names (Kubernetes gateways, autoscalers,
+  // routers, dashboards), plus the two names older readers use: the KV usage under its former name
+  // and the LoRA info gauge (no adapters here) that LoRA-aware routers expect.
+  render_vllm_families(w, "vllm:", stats);
+  w.gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage (former name).",
+          stats.kv_usage);
+  w.header("vllm:lora_requests_info", "gauge", "Running stats on LoRA requests.");
+  w.sample("vllm:lora_requests_info", created_s_,
+           "max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"");
   return w.take();
 }
 

@@ -2,6 +2,8 @@
 // Prometheus text exposition (format 0.0.4), hand-written. Metric names, types and buckets follow vLLM
 // (vllm/v1/metrics/loggers.py) under a "dgemma:" prefix, with labels model_name and engine, plus
 // block-diffusion metrics: denoising steps per canvas, tokens per denoising step, canvases committed.
+// vLLM's families are also exported under their own "vllm:" names, for the gateways, autoscalers and
+// dashboards that read those.
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -69,7 +71,11 @@ class ServerMetrics {
   std::string render(const EngineStats& stats) const;
 
  private:
+  class Writer;
+  void render_vllm_families(Writer& w, const std::string& prefix, const EngineStats& stats) const;
+
   std::string labels_;  // model_name="...",engine="0"
+  double created_s_;    // when the server started (Unix seconds): the LoRA info gauge's value
   mutable std::mutex mu_;
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0, canvases_ = 0, rejected_ = 0;
   uint64_t success_stop_ = 0, success_length_ = 0, success_abort_ = 0, success_error_ = 0;

@@ -11,6 +11,15 @@ std::string sse_data(const Json& j) {
   return out;
 }
 
+std::string sse_event(std::string_view name, const Json& j) {
+  std::string out = "event: ";
+  out += name;
+  out += "\ndata: ";
+  out += json_text(j);
+  out += "\n\n";
+  return out;
+}
+
 std::string sse_done() { return "data: [DONE]\n\n"; }
 
 std::string sse_comment(std::string_view text) {

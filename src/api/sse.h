@@ -12,6 +12,8 @@ std::string json_text(const Json& j);
 
 // "data: <json>\n\n"
 std::string sse_data(const Json& j);
+// "event: <name>\ndata: <json>\n\n" (a named event, as the Responses API streams them)
+std::string sse_event(std::string_view name, const Json& j);
 // "data: [DONE]\n\n"
 std::string sse_done();
 // ": <text>\n\n" — a comment line every SSE client ignores (pings, opt-in previews). Newlines in the

@@ -21,6 +21,8 @@ void add_webui_routes(HttpServer& http) {
     };
     http.route("GET", std::string("/webui/") + a.name, handler);
     if (std::string(a.name) == "index.html") http.route("GET", "/", handler);
+    // Browsers ask for /favicon.ico whatever the page links; the SVG icon answers it too.
+    if (std::string(a.name) == "favicon.svg") http.route("GET", "/favicon.ico", handler);
   }
 }
 

@@ -138,8 +138,8 @@ StepPlan Scheduler::schedule(double now) {
     budget -= chunk;
     if (config_.fuse_prefill_tail && chunk == remaining && budget >= C) {
       // The prompt's last chunk shares its pass with the first denoising step.
+      // Its prefill is done when this step is (on_step_done), not now.
       s->state = Sequence::State::kDenoise;
-      s->prefill_done_time = now;
       s->begin_canvas(now);
       plan.items.push_back({s, PlannedItem::Kind::kDenoise, 0, 0});
       budget -= C;
@@ -156,9 +156,11 @@ void Scheduler::on_step_done(const StepPlan& plan, double now) {
     DG_CHECK(it.begin == s->encoded);
     s->encoded = it.end;
     blocks_.on_encoded(s->blocks, s->history(), s->encoded);
+    // The step that encoded the prompt's last token (alone or fused with the first denoising step)
+    // has run: the request's prefill time ends here. A prefill again after a preemption keeps the first.
+    if (s->prefill_done_time == 0 && s->encoded >= s->prompt_len()) s->prefill_done_time = now;
     if (s->state == Sequence::State::kPrefill && s->pending() == 0) {
       s->state = Sequence::State::kDenoise;
-      s->prefill_done_time = now;
       s->begin_canvas(now);
     }
   }

@@ -1,10 +1,12 @@
 // dgemma web page: chat over /v1/chat/completions (streamed) and the live canvas from the
-// `: dgemma.preview` comment lines (docs/API.md). No framework and nothing fetched but this server.
+// `: dgemma.preview` comment lines (docs/API.md). Answers are rendered as Markdown (markdown.js), tool
+// calls can be answered with their results, and the request carries only the settings the user set
+// (the rest are the server's defaults). No framework and nothing fetched but this server.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
 const KEY_STORE = 'dgemma.apiKey';
-const state = { messages: [], abort: null, previews: 0 };
+const state = { messages: [], abort: null, previews: 0, maxLen: {}, lastRequest: null };
 document.body.dataset.previews = '0';
 document.body.dataset.answers = '0';
 
@@ -40,7 +42,10 @@ async function loadModels() {
       o.value = m.id;
       o.textContent = m.id;
       sel.appendChild(o);
+      if (m.max_model_len) state.maxLen[m.id] = m.max_model_len;
     }
+    const len = state.maxLen[sel.value];
+    if (len) $('max-tokens').max = String(len);
     setStatus('connected: ' + j.data.length + ' model(s)', true);
     document.body.dataset.ready = '1';
   } catch (e) {
@@ -87,6 +92,13 @@ class Answer {
     this.canvasSteps = new Map();  // canvas index -> last preview step seen
     this.lastTokens = null;
     this.lastCanvas = -1;
+  }
+
+  // The answer so far as Markdown, the live canvas after it.
+  renderText() {
+    this.content.textContent = '';
+    this.content.appendChild(DgemmaMarkdown.render(this.text));
+    this.content.appendChild(this.live);
   }
 
   reasoningAppend(t) {
@@ -136,8 +148,7 @@ class Answer {
       if (d.reasoning_content) this.reasoningAppend(d.reasoning_content);
       if (d.content) {
         this.text += d.content;
-        this.content.textContent = this.text;
-        this.content.appendChild(this.live);
+        this.renderText();
       }
       this.live.textContent = '';
       for (const tc of d.tool_calls || []) this.toolAppend(tc);
@@ -186,6 +197,42 @@ class Answer {
     this.box.appendChild(el('div', 'error', 'error: ' + msg));
   }
 
+  note(msg) {
+    this.box.insertBefore(el('div', 'note', msg), this.stats);
+  }
+
+  // The calls' results, typed by the user, go back to the model as tool messages.
+  showToolForm() {
+    const form = el('form', 'tool-results');
+    form.appendChild(el('div', 'hint', 'Return the results of the tool calls:'));
+    const fields = [];
+    for (const t of this.tools.values()) {
+      const label = el('label', 'tool-result');
+      label.append(el('span', 'name', t.name), ' returned ');
+      const area = el('textarea');
+      area.rows = 2;
+      area.placeholder = 'JSON or text';
+      area.dataset.call = t.id;
+      label.appendChild(area);
+      form.appendChild(label);
+      fields.push([t, area]);
+    }
+    const button = el('button', '', 'send results');
+    button.type = 'submit';
+    form.appendChild(button);
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      if (state.abort) return;
+      for (const [t, area] of fields) {
+        state.messages.push({ role: 'tool', tool_call_id: t.id, name: t.name, content: area.value });
+        addMessage('tool', t.name + ' → ' + area.value);
+      }
+      form.remove();
+      runTurn();
+    });
+    this.box.appendChild(form);
+  }
+
   done() {
     if (this.lastCanvas >= 0) archiveCanvas(this.lastCanvas, this.lastText, this.canvasSteps.get(this.lastCanvas));
     this.live.textContent = '';
@@ -196,8 +243,10 @@ class Answer {
     if (this.tools.size) {
       msg.tool_calls = [...this.tools.values()].map((t) => ({ id: t.id, type: 'function', function: { name: t.name, arguments: t.args } }));
     }
+    if (msg.tool_calls && !this.text) msg.content = null;
     if (!this.failed) state.messages.push(msg);
     else if (state.messages.length && state.messages[state.messages.length - 1].role === 'user') state.messages.pop();
+    if (!this.failed && this.tools.size) this.showToolForm();
     document.body.dataset.answers = String(Number(document.body.dataset.answers) + 1);
   }
 }
@@ -241,35 +290,74 @@ function archiveCanvas(canvas, text, steps) {
   $('canvas-history').insertBefore(row, head ? head.nextSibling : null);
 }
 
+// The request as the user set it up: only the fields they filled in are sent, so that everything else
+// (thinking included) stays the server's default.
+function buildRequest() {
+  const system = $('system-prompt').value.trim();
+  const body = {
+    model: $('model').value || undefined,
+    messages: [...(system ? [{ role: 'system', content: system }] : []), ...state.messages],
+    stream: true,
+    stream_options: { include_usage: true, include_previews: $('previews').checked },
+  };
+  const thinking = $('thinking').value;
+  if (thinking) body.chat_template_kwargs = { enable_thinking: thinking === 'on' };
+  for (const [id, key] of [['temperature', 'temperature'], ['top-p', 'top_p'], ['top-k', 'top_k'], ['min-p', 'min_p'],
+    ['seed', 'seed'], ['max-steps', 'max_denoising_steps']]) {
+    const v = $(id).value.trim();
+    if (v !== '' && !Number.isNaN(Number(v))) body[key] = Number(v);
+  }
+  const tools = $('tools').value.trim();
+  if (tools) body.tools = JSON.parse(tools);  // a SyntaxError is shown on the answer
+  return body;
+}
+
+// max tokens, at most what the context leaves after this conversation's prompt (counted by /tokenize).
+async function clampMaxTokens(body, a) {
+  const field = $('max-tokens').value.trim();
+  const want = Number(field);
+  if (!field || !(want >= 1)) return;  // empty: the server's default, the rest of the context
+  let left = state.maxLen[body.model] ? state.maxLen[body.model] - 1 : want;
+  try {
+    const r = await fetch('/tokenize', {
+      method: 'POST', headers: headers(),
+      body: JSON.stringify({ model: body.model, messages: body.messages, tools: body.tools, chat_template_kwargs: body.chat_template_kwargs }),
+    });
+    if (r.ok) {
+      const j = await r.json();
+      left = j.max_model_len - j.count;
+    }
+  } catch (e) {}
+  body.max_tokens = left >= 1 ? Math.min(Math.floor(want), left) : Math.floor(want);
+  if (body.max_tokens < want) a.note('max tokens ' + body.max_tokens + ': what the context (' + (state.maxLen[body.model] || '?') + ' tokens) leaves');
+}
+
 async function send(text) {
   state.messages.push({ role: 'user', content: text });
   addMessage('user', text);
+  await runTurn();
+}
+
+// One answer to the conversation as it stands.
+async function runTurn() {
   const a = new Answer();
   state.answers = (state.answers || 0) + 1;
   const head = el('div', 'row answer-head', 'answer ' + state.answers);
   $('canvas-history').prepend(head);
-  const body = {
-    model: $('model').value || undefined,
-    messages: state.messages,
-    stream: true,
-    stream_options: { include_usage: true, include_previews: $('previews').checked },
-    max_tokens: Number($('max-tokens').value) || undefined,
-    chat_template_kwargs: { enable_thinking: $('thinking').checked },
-  };
-  const tools = $('tools').value.trim();
-  if (tools) {
-    try {
-      body.tools = JSON.parse(tools);
-    } catch (e) {
-      a.fail('the tools field is not JSON: ' + e.message);
-      a.done();
-      return;
-    }
+  let body;
+  try {
+    body = buildRequest();
+  } catch (e) {
+    a.fail('the tools field is not JSON: ' + e.message);
+    a.done();
+    return;
   }
   state.abort = new AbortController();
   $('send').disabled = true;
   $('stop').disabled = false;
   try {
+    await clampMaxTokens(body, a);
+    state.lastRequest = body;
     const r = await fetch('/v1/chat/completions', { method: 'POST', headers: headers(), body: JSON.stringify(body), signal: state.abort.signal });
     if (!r.ok) {
       let msg = 'HTTP ' + r.status;
@@ -283,8 +371,8 @@ async function send(text) {
   } catch (e) {
     a.fail(e.name === 'AbortError' ? 'stopped' : e.message);
   }
-  a.done();
   state.abort = null;
+  a.done();
   $('send').disabled = false;
   $('stop').disabled = true;
 }
@@ -327,6 +415,10 @@ $('input').addEventListener('keydown', (e) => {
   }
 });
 $('stop').addEventListener('click', () => state.abort && state.abort.abort());
+$('model').addEventListener('change', () => {
+  const len = state.maxLen[$('model').value];
+  if (len) $('max-tokens').max = String(len);
+});
 $('clear').addEventListener('click', () => {
   state.messages = [];
   $('chat').textContent = '';

@@ -177,6 +177,35 @@ TEST(Scheduler, PrefillTailNotFusedWhenAskedNot) {
   EXPECT_EQ(next.items[0].kind, PlannedItem::Kind::kDenoise);
 }
 
+// The request's prefill time ends when the step that encoded the prompt's last token has run (the time
+// given to on_step_done), fused with the first denoising step or not; never at scheduling.
+TEST(Scheduler, PrefillDoneWhenItsLastChunkHasRun) {
+  for (const bool fuse : {true, false}) {
+    BlockManager bm(pool(64));
+    SchedulerConfig cfg = sched(4, 20, 8);
+    cfg.fuse_prefill_tail = fuse;
+    Scheduler s(cfg, bm);
+    auto a = seq(1, 30, kC);
+    s.add(a.get());
+    double t = 1.0;
+    for (int step = 0; step < 10 && a->state != Sequence::State::kDenoise; ++step) {
+      StepPlan p = s.schedule(t);
+      EXPECT_EQ(a->prefill_done_time, 0.0) << "fuse " << fuse << ": not at scheduling (step " << step << ")";
+      t += 1.0;
+      s.on_step_done(p, t);
+      if (a->encoded < 30) {
+        EXPECT_EQ(a->prefill_done_time, 0.0) << "fuse " << fuse << ": prompt not encoded yet";
+      }
+    }
+    EXPECT_EQ(a->admit_time, 1.0);
+    EXPECT_EQ(a->prefill_done_time, 5.0)
+        << "fuse " << fuse << ": four chunks, the last one's step ended at t = 5";
+    StepPlan p = s.schedule(t);
+    s.on_step_done(p, t + 1.0);
+    EXPECT_EQ(a->prefill_done_time, 5.0) << "later steps keep it";
+  }
+}
+
 TEST(Scheduler, DenoiseFirstThenPrefillWithWhatIsLeftButAlwaysOneChunk) {
   BlockManager bm(pool(64));
   Scheduler s(sched(4, 10, 8), bm);
