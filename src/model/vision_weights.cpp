@@ -99,28 +99,41 @@ uint64_t vision_weight_bytes(const ModelConfig& config) {
   return static_cast<uint64_t>(count_vision_parameters(config)) * 2;
 }
 
+namespace {
+
+// The checkpoint tensor of a slot when it is present with an accepted dtype and the expected shape; else
+// nullptr after recording the problem.
+const TensorInfo* checked_tensor(const SafetensorsCheckpoint& ckpt, const VisionTensorSpec& spec,
+                                 std::set<std::string>& used, std::vector<std::string>& problems) {
+  const TensorInfo* t = ckpt.find(spec.name);
+  if (!t) {
+    problems.push_back(
+        fmt::format("missing tensor {} (expected shape {})", spec.name, shape_string(spec.shape)));
+    return nullptr;
+  }
+  used.insert(t->name);
+  if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32) {
+    problems.push_back(fmt::format("tensor {} in {} has dtype {}; expected BF16 (F16/F32 are converted)",
+                                   t->name, t->file, dtype_name(t->dtype)));
+    return nullptr;
+  }
+  if (t->shape != spec.shape) {
+    problems.push_back(fmt::format("tensor {} in {} has shape {}; expected {}", t->name, t->file,
+                                   shape_string(t->shape), shape_string(spec.shape)));
+    return nullptr;
+  }
+  return t;
+}
+
+}  // namespace
+
 VisionWeights load_vision_weights(const ModelConfig& config, const SafetensorsCheckpoint& ckpt,
                                   Backend& backend, std::vector<std::string>& problems,
                                   std::set<std::string>& used) {
   VisionWeights w;
   for (Slot& s : bind_slots(config, w)) {
-    const TensorInfo* t = ckpt.find(s.spec.name);
-    if (!t) {
-      problems.push_back(
-          fmt::format("missing tensor {} (expected shape {})", s.spec.name, shape_string(s.spec.shape)));
-      continue;
-    }
-    used.insert(t->name);
-    if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32) {
-      problems.push_back(fmt::format("tensor {} in {} has dtype {}; expected BF16 (F16/F32 are converted)",
-                                     t->name, t->file, dtype_name(t->dtype)));
-      continue;
-    }
-    if (t->shape != s.spec.shape) {
-      problems.push_back(fmt::format("tensor {} in {} has shape {}; expected {}", t->name, t->file,
-                                     shape_string(t->shape), shape_string(s.spec.shape)));
-      continue;
-    }
+    const TensorInfo* t = checked_tensor(ckpt, s.spec, used, problems);
+    if (!t) continue;
     const Tensor host = checkpoint_bf16_tensor(*t, s.spec.shape);
     if (s.weight)
       *s.weight = backend.upload_weight(Weight(host));
@@ -128,6 +141,12 @@ VisionWeights load_vision_weights(const ModelConfig& config, const SafetensorsCh
       *s.tensor = backend.upload(host);
   }
   return w;
+}
+
+void check_vision_headers(const ModelConfig& config, const SafetensorsCheckpoint& ckpt,
+                          std::set<std::string>& used, std::vector<std::string>& problems) {
+  for (const VisionTensorSpec& spec : expected_vision_tensors(config))
+    (void)checked_tensor(ckpt, spec, used, problems);
 }
 
 VisionWeights dummy_vision_weights(const ModelConfig& config, Backend& backend, uint64_t seed) {

@@ -46,6 +46,10 @@ VisionWeights load_vision_weights(const ModelConfig& config, const SafetensorsCh
                                   Backend& backend, std::vector<std::string>& problems,
                                   std::set<std::string>& used);
 
+// The same checks without reading any tensor data (dgemma inspect of large checkpoints).
+void check_vision_headers(const ModelConfig& config, const SafetensorsCheckpoint& ckpt,
+                          std::set<std::string>& used, std::vector<std::string>& problems);
+
 // Deterministic random vision weights of the configured shape (benchmarks, tests).
 VisionWeights dummy_vision_weights(const ModelConfig& config, Backend& backend, uint64_t seed = 0);
 

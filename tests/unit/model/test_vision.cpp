@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -187,6 +188,11 @@ TEST(VisionWeights, MalformedTensorsAreRefusedByName) {
   EXPECT_NE(m.find("layers.0.self_attn.k_norm.weight"), std::string::npos) << m;
   EXPECT_NE(m.find("layers.0.mlp.up_proj.linear.weight in"), std::string::npos) << m;
   EXPECT_NE(m.find("embed_vision.embedding_projection.weight in"), std::string::npos) << m;
+  // The header check finds the same problems without reading the data.
+  std::set<std::string> used;
+  std::vector<std::string> problems;
+  check_vision_headers(c, SafetensorsCheckpoint(dir.path.string()), used, problems);
+  EXPECT_EQ(problems.size(), 3u);
   // Text-only, the broken tower is not read at all.
   WeightLoadOptions text_only;
   text_only.vision = false;
