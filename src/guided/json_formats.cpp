@@ -21,6 +21,15 @@ constexpr std::string_view kDateTime = DG_DATE "T" DG_TIME;
 constexpr std::string_view kUuid = DG_HEX "{8}-" DG_HEX "{4}-" DG_HEX "{4}-" DG_HEX "{4}-" DG_HEX "{12}";
 constexpr std::string_view kEmail = DG_ATOM "(\\." DG_ATOM ")*@" DG_LABEL "(\\." DG_LABEL ")+";
 
+#undef DG_YEAR
+#undef DG_LEAP_YEAR
+#undef DG_MONTH_DAY
+#undef DG_DATE
+#undef DG_TIME
+#undef DG_HEX
+#undef DG_ATOM
+#undef DG_LABEL
+
 }  // namespace
 
 std::optional<std::string_view> format_regex(std::string_view format) {

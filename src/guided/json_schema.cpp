@@ -313,6 +313,8 @@ class Compiler {
       if (!extra) return ast_.bytes("{}");
       return text_.map_of(extra_value(path + ".additionalProperties"));
     }
+    // Keys beyond the declared ones are never written; their schema is still checked.
+    if (extra && extra->is_object()) extra_value(path + ".additionalProperties");
     std::vector<NodeId> items;
     std::vector<uint8_t> optional;
     auto member = [&](const std::string& key, NodeId v) {

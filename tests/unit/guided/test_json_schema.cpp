@@ -206,6 +206,7 @@ TEST(GuidedJsonSchema, KeywordsOutsideTheSubsetAreNamed) {
       {R"({"type": "integer", "minimum": 0})", "'minimum'"},
       {R"({"type": "object", "properties": {"x": {"type": "number", "multipleOf": 2}}})", "'multipleOf'"},
       {R"({"type": "object", "patternProperties": {"^a": {}}})", "'patternProperties'"},
+      {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": {"maximum": 1}})", "'maximum'"},
       {R"({"type": "object", "minProperties": 1})", "'minProperties'"},
       {R"({"not": {"type": "null"}})", "'not'"},
       {R"({"if": {}, "then": {}})", "'if'"},
