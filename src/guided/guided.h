@@ -18,20 +18,28 @@
 //
 // JSON text form. A JSON constraint accepts values written as Python's json.dumps(value,
 // ensure_ascii=False) writes them: ", " between members and elements, ": " after keys, no other white
-// space; strings hold raw UTF-8 except '"', '\\' and U+0000..U+001F, which are escaped (\" \\ \b \f \n
-// \r \t, other controls \u00xx in lower case), so a raw newline can never appear in a string; numbers
-// follow the JSON grammar with at most 20 digits before the point and 2 in the exponent, so that every
-// number parses to a finite double (-?(0|[1-9][0-9]{0,19})(.[0-9]+)?([eE][+-]?[0-9]{1,2})?; an integer
-// has neither fraction nor exponent). One text per value keeps the automata small, matches the
-// layouts' pinned separators, and spends no gap room on white space. Object members come in the schema's
-// declaration order (properties, then required keys not declared there); optional ones may be left out; the
-// text form never holds a key the schema does not declare when it declares any (additionalProperties then
-// only allows, it never adds); with no declared keys, additionalProperties: true / a schema allows any keys.
-// Where the form is stricter than JSON Schema (so every accepted text validates, but some valid values
+// space; strings hold raw UTF-8 except '"', '\\' and U+0000..U+001F, which are escaped (\" \\ \b \f
+// \n \r \t, other controls \u00xx in lower case), so a raw newline can never appear in a string;
+// numbers follow the JSON grammar with at most 20 digits before the point and 2 in the exponent, so
+// that every number parses to a finite double (-?(0|[1-9][0-9]{0,19})(.[0-9]+)?([eE][+-]?[0-9]{1,2})?;
+// an integer has neither fraction nor exponent). Why this form: one text per value keeps the automata
+// small, matches the pinned layouts' separators, and spends no gap room on white space (optional white
+// space would let a value drift in its gap and multiply states by the indentation it tracks).
+// Object members come in the schema's declaration order (properties, then required keys not declared
+// there); optional ones may be left out. When a schema declares keys, the text form holds no others
+// (additionalProperties only allows keys, it never requires them); with no declared keys,
+// additionalProperties true / a schema allows any keys.
+// Where the form is stricter than JSON Schema (every accepted text validates, but some valid values
 // cannot be written): a pattern must match the whole string (JSON Schema searches); "1.0" is not an
 // integer; enum / const values are written in their canonical text only; an unconstrained value ({},
 // a missing items) nests at most CompileLimits::any_value_depth deep, a json_object constraint
-// json_object_depth deep. oneOf is exact (a value matching two branches is rejected).
+// json_object_depth deep; a type implied by keywords alone (properties without "type") is that type
+// only. oneOf is exact: a value matching two branches is rejected.
+//
+// Masks (token_constraint.h): the gap mask is exact for the gap as a whole (a token is allowed iff from
+// some state its bytes stay live), computed once per constraint over a trie of the vocabulary's
+// byte-class sequences (past CompileLimits::max_mask_work, a byte-class superset); a state mask is exact
+// for one state. A kernel can make a state mask by running step_token (token_walk.h) over all ids.
 //
 // Regex constraints match the whole gap text (regex_parser.h gives the dialect); choices match one of
 // the strings exactly (raw text, not JSON-quoted).

@@ -3,6 +3,7 @@
 // The bounds are loose (a loaded 2-core machine passes them); the figures are printed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -41,11 +42,15 @@ TEST(GuidedPerformance, PydanticSchemaWithGemma4Vocabulary) {
     t0 = std::chrono::steady_clock::now();
     const auto c = TokenConstraint::build(std::make_shared<const Dfa>(dfa), vocab, CompileLimits{});
     const double lift_ms = ms_since(t0);
-    t0 = std::chrono::steady_clock::now();
-    const std::vector<uint32_t> mask = c->state_mask(c->start());
-    const double mask_ms = ms_since(t0);
+    // State masks: the slowest of up to 64 states spread over the automaton.
+    double mask_ms = 0;
+    for (int32_t s = 0; s < dfa.num_states; s += std::max(1, dfa.num_states / 64)) {
+      t0 = std::chrono::steady_clock::now();
+      const std::vector<uint32_t> mask = c->state_mask(s);
+      mask_ms = std::max(mask_ms, ms_since(t0));
+    }
     std::printf(
-        "%-36s %5d states %3d classes: compile %7.1f ms, lift %7.1f ms (gap mask %s), state mask %.2f ms, "
+        "%-36s %5d states %3d classes: compile %7.1f ms, lift %7.1f ms (gap mask %s), state mask <= %.2f ms, "
         "%.1f MiB\n",
         row.name, dfa.num_states, dfa.num_classes, compile_ms, lift_ms,
         c->gap_mask_exact() ? "exact" : "approx", mask_ms, c->memory_bytes() / 1048576.0);

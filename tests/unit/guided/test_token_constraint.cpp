@@ -109,11 +109,10 @@ TEST(GuidedTokens, WalkSkipsFillersAndStopsAtTheFirstBadToken) {
 
 TEST(GuidedTokens, CompletionsCloseEveryState) {
   const auto vocab = toy_vocabulary(/*all_bytes=*/true);
-  const auto c = compile_for_vocabulary(
-      ConstraintSpec::json_schema(
-          R"({"type": "object", "required": ["a", "b"],
+  const auto c = compile_for_vocabulary(ConstraintSpec::json_schema(
+                                            R"({"type": "object", "required": ["a", "b"],
               "properties": {"a": {"type": "string", "minLength": 2}, "b": {"type": "integer"}}})"),
-      vocab);
+                                        vocab);
   EXPECT_EQ(c->completion_bytes(c->start()), R"({"a": "  ", "b": 0})");
   for (int32_t s = 0; s < c->dfa().num_states; ++s) {
     const std::string bytes = c->completion_bytes(s);
