@@ -6,6 +6,7 @@
 
 #include "backend/caching_allocator.h"
 #include "backend/workspace_bounds.h"
+#include "engine/limits.h"
 #include "model/weights.h"
 
 namespace dgemma {
@@ -23,7 +24,8 @@ uint64_t sat_mul(uint64_t a, uint64_t b) {
 }  // namespace
 
 int64_t prefill_chunk_tokens(const ModelConfig& c, int64_t max_model_len, bool enable_chunked_prefill) {
-  const int64_t chunk = enable_chunked_prefill ? std::min(kMaxPrefillChunk, max_model_len) : max_model_len;
+  const int64_t chunk =
+      enable_chunked_prefill ? std::min(limits::kMaxPrefillChunk, max_model_len) : max_model_len;
   return std::max<int64_t>(chunk, c.canvas_length);
 }
 

@@ -69,8 +69,10 @@ using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 // Loads and validates the checkpoint at `path` (directory or file) for `config`, onto `backend`.
 // Linear layers may be quantised as config.quant allows (linear_loader.h). Every missing, misshaped
 // or wrongly typed tensor is reported at once in one Error(kInvalidFile); GGUF files are refused.
+// fuse_projections: q | k | v and the gate | up pairs as one weight each where their parts allow
+// (model/fused_weights.h); off, every part stays its own weight (the same bits; an A/B for benchmarks).
 ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend,
-                          const LoadProgress& progress = {});
+                          const LoadProgress& progress = {}, bool fuse_projections = true);
 
 // Header-only check (no tensor data read) of a linear slot whose fused / bf16 name is absent: its
 // per-expert or quantised module tensors are checked by name, dtype and shape and marked used.
@@ -83,7 +85,9 @@ bool is_linear_group(WeightGroup g);  // attention, dense MLP, experts
 // Deterministic random weights of the configured shape (benchmarks, tests, the embedded model). When
 // config.quant is set (e.g. quant_preset), the linears that format quantises are random quantised
 // weights of that format (random codes, scales giving ~1/sqrt(fan_in) weights).
-ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t seed = 0);
+// fuse_projections as load_weights' (the parts hold the same values either way).
+ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t seed = 0,
+                           bool fuse_projections = true);
 
 struct ParameterCounts {
   int64_t total = 0;               // all text parameters
