@@ -14,8 +14,8 @@ std::shared_ptr<T> lent(T& object) {
   return std::shared_ptr<T>(std::shared_ptr<T>{}, &object);
 }
 
-}  // namespace
-
+// The harness's KV pool: the full-attention pages for kv_tokens tokens, the sliding pages every running
+// sequence and a step's chunks need.
 KvPoolPlan model_core_pool(const ModelConfig& config, const ModelCoreOptions& o) {
   const KvGeometry geo = kv_geometry(config);
   const int64_t step_tokens = std::max(o.max_num_batched_tokens, o.prefill_chunk);
@@ -27,28 +27,34 @@ KvPoolPlan model_core_pool(const ModelConfig& config, const ModelCoreOptions& o)
   return plan;
 }
 
+}  // namespace
+
 ModelCore::ModelCore(Backend& backend, DiffusionGemma& model, ModelCoreOptions o) : config_(model.config()) {
-  auto runner = std::make_unique<DiffusionModelRunner>(lent(backend), lent(model),
-                                                       model_core_pool(config_, o), o.runner);
+  const EngineSizing s = sizing(o);
+  auto runner = std::make_unique<DiffusionModelRunner>(lent(backend), lent(model), s.kv, o.runner);
   runner_ = runner.get();
-  start(config_, o, std::move(runner));
+  start(s, std::move(runner));
 }
 
 ModelCore::ModelCore(TensorParallelModel& tp, ModelCoreOptions o) : config_(tp.config()) {
-  start(config_, o, std::make_unique<TensorParallelRunner>(lent(tp), model_core_pool(config_, o), o.runner));
+  const EngineSizing s = sizing(o);
+  start(s, std::make_unique<TensorParallelRunner>(lent(tp), s.kv, o.runner));
 }
 
-void ModelCore::start(const ModelConfig& config, const ModelCoreOptions& o,
-                      std::unique_ptr<ModelRunner> runner) {
+EngineSizing ModelCore::sizing(const ModelCoreOptions& o) const {
   EngineSizing s;
   s.max_num_seqs = o.max_num_seqs;
-  s.max_model_len = config.text.max_position_embeddings;
+  s.max_model_len = config_.text.max_position_embeddings;
   s.max_num_batched_tokens = o.max_num_batched_tokens;
   s.prefill_chunk = o.prefill_chunk;
-  s.kv = model_core_pool(config, o);
+  s.kv = model_core_pool(config_, o);
   s.prefix_caching = o.prefix_caching;
   s.fuse_prefill_tail = o.fuse_prefill_tail;
-  core_ = EngineCore::create(config, s, std::move(runner));
+  return s;
+}
+
+void ModelCore::start(const EngineSizing& s, std::unique_ptr<ModelRunner> runner) {
+  core_ = EngineCore::create(config_, s, std::move(runner));
   core_->prepare([](uint64_t id) {
     SequenceParams p;
     p.seed = id;

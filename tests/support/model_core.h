@@ -52,7 +52,8 @@ class ModelCore {
   }
 
  private:
-  void start(const ModelConfig& config, const ModelCoreOptions& o, std::unique_ptr<ModelRunner> runner);
+  EngineSizing sizing(const ModelCoreOptions& o) const;
+  void start(const EngineSizing& sizing, std::unique_ptr<ModelRunner> runner);
 
   const ModelConfig& config_;
   DiffusionModelRunner* runner_ = nullptr;  // the single-rank runner (the core owns it)
@@ -60,9 +61,5 @@ class ModelCore {
   TraceRecorder traces_;
   int64_t graph_steps_ = 0, eager_steps_ = 0;
 };
-
-// The KV pool of a harness: the full-attention pages for kv_tokens tokens, the sliding pages every
-// running sequence and a step's chunks need.
-KvPoolPlan model_core_pool(const ModelConfig& config, const ModelCoreOptions& options);
 
 }  // namespace dgemma
