@@ -53,10 +53,14 @@ std::string EngineCore::run_to_end(const std::vector<std::vector<int32_t>>& prom
     add(seqs.back().get());
   }
   std::vector<CoreEvent> events;
-  while (has_work()) step(events);
+  constexpr int kMaxSteps = 100000;  // far more than prompts of a step budget and two denoising steps take
+  for (int i = 0; i < kMaxSteps && has_work(); ++i) step(events);
+  std::string error = has_work() ? "the sequences did not finish" : "";
+  for (const auto& s : seqs)
+    if (s->state != Sequence::State::kFinished) abort(s.get());  // none outlives its place in the core
   for (const CoreEvent& ev : events)
-    if (ev.event.kind == RequestEvent::Kind::kError) return ev.event.message;
-  return {};
+    if (error.empty() && ev.event.kind == RequestEvent::Kind::kError) error = ev.event.message;
+  return error;
 }
 
 void EngineCore::add(Sequence* seq) { scheduler_.add(seq); }

@@ -54,7 +54,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
   p.prefill_chunk = prefill_chunk_tokens(c, in.max_model_len, in.enable_chunked_prefill);
   p.max_num_batched_tokens = in.max_num_batched_tokens > 0 ? std::max<int64_t>(in.max_num_batched_tokens, C)
                                                            : int64_t{in.max_num_seqs} * 2 * C + p.prefill_chunk;
-  // The sliding pages are sized by what a step writes (as model_core.cpp's pool); the activations by
+  // The sliding pages are sized by what a step writes (kv_pool.h sliding_pages_needed); the activations by
   // what it computes: the scheduler always takes every running sequence's canvas (and its committed
   // canvas's encode) and, when that leaves no budget, still one prefill chunk, so a step's forward can
   // exceed a small budget.
