@@ -1,10 +1,12 @@
-// A forward pass's input block (model/diffusion_gemma.h ForwardInputs): its layout depends only on the
+// A step's input block (model/forward_inputs.h): the forward's layout depends only on the
 // items' kinds and lengths and on the tables' reserved room (what lets a recorded step replay with
 // another step's block), the attention launch plans see plan_cached, device canvases and soft
-// embeddings named by address give what host tokens and tensors give, and the block-copy ops of the
-// CPU backend gather and scatter what they name.
+// embeddings named by address give what host tokens and tensors give, a step appends the canvases'
+// soft-output addresses and the sampler's and decide's arguments after the forward's words, and the
+// block-copy ops of the CPU backend gather and scatter what they name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -135,6 +137,35 @@ TEST(ForwardInputs, DeviceCanvasesAndSoftEmbeddingsAreGathered) {
     forward_items(*t.be, t.model, b, kv);
     EXPECT_EQ(0, std::memcmp(l1.data, l2.data, l1.nbytes())) << (with_soft ? "with" : "without") << " soft embeddings";
   }
+}
+
+TEST(ForwardInputs, AStepAppendsItsPartsAfterTheForwards) {
+  Tiny t;
+  const int64_t C = t.c.canvas_length, V = t.c.text.vocab_size, H = t.c.text.hidden_size;
+  Tensor logits = t.be->alloc(ScalarType::kBF16, {2 * C, V});
+  Tensor soft = t.be->alloc(ScalarType::kBF16, {C, H});
+  const std::vector<int32_t> table = {0, 1};
+  std::vector<int32_t> canvas(static_cast<size_t>(C), 3);
+  std::vector<ForwardItem> items = {denoise_item(t, table, C, logits.rows(0, C)),
+                                    denoise_item(t, table, C, logits.rows(C, 2 * C))};
+  for (ForwardItem& it : items) it.tokens = canvas;
+  const std::vector<Tensor> soft_out = {soft, Tensor{}};  // the second canvas is idle: not scattered
+  const std::vector<SamplerArgs> sampling(2);
+  const std::vector<DecideArgs> deciding(2);
+  const StepInputs s = encode_step_inputs(t.model.forward_shape(), *t.be, items, 0, soft_out, sampling, deciding);
+  const ForwardInputs alone = encode_forward_inputs(t.model.forward_shape(), items);
+  EXPECT_GE(s.soft_out_at, static_cast<int64_t>(alone.words.size())) << "after the forward's words";
+  EXPECT_EQ(s.soft_out_at % 16, 0) << "64-byte aligned";
+  EXPECT_TRUE(std::equal(alone.words.begin(), alone.words.end(), s.forward.words.begin()));
+  EXPECT_EQ(static_cast<int64_t>(s.forward.words.size()), s.words);
+  uint64_t first = 0, second = 0;
+  std::memcpy(&first, &s.forward.words[static_cast<size_t>(s.soft_out_at)], 8);
+  std::memcpy(&second, &s.forward.words[static_cast<size_t>(s.soft_out_at + 2)], 8);
+  EXPECT_EQ(first, reinterpret_cast<uintptr_t>(soft.data));
+  EXPECT_EQ(second, 0u);
+  EXPECT_LE(s.soft_out_at + 4, s.sampler_at);
+  EXPECT_LE(s.sampler_at, s.decide_at);
+  EXPECT_LE(s.decide_at, s.words);
 }
 
 TEST(BlockCopies, GatherAndScatterWhatTheTableNames) {
