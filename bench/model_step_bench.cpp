@@ -1,14 +1,16 @@
 // Model-level benchmark: dummy weights of any config (e.g. the real 26B-A4B shape) on a backend;
 // times the prompt prefill and batched denoising steps (forward + sampler + self-conditioning) with
-// the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU machine by
-// scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
+// the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU
+// machine by scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
-//                [--attention flash|flash-v0|flash-v1|flash-v2|flash-v3|flash-v4|cublas|fused|fused256] [--moe device|host] [--moe-variant V]
+//                [--attention flash|flash-v0|flash-v1|flash-v2|flash-v3|flash-v4|cublas|fused|fused256]
+//                [--moe device|host] [--moe-variant V]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
 //                [--dense-quant w8a8|on|off]   (quantised dense linears: FP8-dynamic's W8A8 on cuBLASLt, the
-//                                               W8A16 / W4A16 kernel, or bf16 cuBLAS; tuning.h set_dense_quant)
-//                [--small-kernels fused|ops]   (the fused qkv prologue, MoE routing and junction norms, or
-//                                               the earlier kernels)
+//                                               W8A16 / W4A16 kernel, or bf16 cuBLAS; tuning.h
+//                                               set_dense_quant)
+//                [--small-kernels fused|ops]   (the fused qkv prologue and MoE routing, or the earlier
+//                                               kernels)
 //                [--profile-step N]   (the profiler's capture window around the measured round's N-th
 //                                      denoising step, N >= 2: `ncu --profile-from-start off` times that
 //                                      step's kernels alone; bench/step_profile.py)
@@ -30,11 +32,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/model_core.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "model/fused_weights.h"
 #include "model/weights.h"
+#include "support/model_core.h"
 #include "util/error.h"
 #include "util/timing.h"
 #if DGEMMA_HAVE_CUDA
@@ -125,13 +126,15 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
   o.kv_tokens = static_cast<int64_t>(batch) * (prompt_len + (canvases + 1) * C);
   o.prefix_caching = false;  // every round encodes its prompts
   o.fuse_prefill_tail = false;
-  ModelCore core(model, o);
-  bool recorded = false;
-  if (graphs.on) {
-    Stopwatch rec;
-    recorded = !core.runner().enable_graphs({batch}, std::max<int64_t>(graphs.max_context, prompt_len + (canvases + 1) * C)).empty();
-    if (recorded) std::fprintf(stderr, "batch %d: denoising step recorded as a CUDA graph in %.0f ms\n", batch, rec.ms());
-  }
+  o.runner.batch_buckets = {batch};
+  o.runner.cuda_graphs = graphs.on;
+  if (graphs.on)
+    o.runner.plan_context = std::max<int64_t>(graphs.max_context, prompt_len + (canvases + 1) * C);
+  Stopwatch rec;
+  ModelCore core(be, model, o);
+  const bool recorded = !core.graph_batches().empty();
+  if (recorded)
+    std::fprintf(stderr, "batch %d: denoising step recorded as a CUDA graph in %.0f ms\n", batch, rec.ms());
   double first_round_step_ms = 0;
   for (int rep = 0; rep < 2; ++rep) {  // the first round warms up (cuBLAS handles, allocator)
     std::vector<std::unique_ptr<Sequence>> seqs;
@@ -160,7 +163,8 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
       be.synchronize();
       if (profiled) profiler_window(false);
       for (const CoreEvent& ev : events)
-        if (ev.kind == CoreEvent::Kind::kError) throw Error(ErrorKind::kInternal, "a sequence failed: " + ev.message);
+        if (ev.event.kind == RequestEvent::Kind::kError)
+          throw Error(ErrorKind::kInternal, "a sequence failed: " + ev.event.message);
       if (st.denoise_items == 0) {
         prefill_ms += sw.ms();
       } else {
@@ -194,21 +198,32 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
-                 "                   [--attention flash|flash-v0|flash-v1|flash-v2|flash-v3|flash-v4|cublas|fused|fused256] [--moe device|host] [--moe-variant V]   (CUDA kernel choices, for A/B runs)\n"
-                 "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
-                 "                   [--dense-quant w8a8|on|off]   (quantised dense linears: W8A8 cuBLASLt, quantised kernel or bf16 cuBLAS)\n"
-                 "                   [--small-kernels fused|ops]   (fused qkv prologue, MoE routing and junction norms, or the earlier kernels)\n"
-                 "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM per projection)\n"
-                 "                   [--profile-step N]   (profiler capture window around the N-th measured denoising step)\n"
-                 "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, on one set of weights)\n"
-                 "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed as a CUDA graph, as dgemma serve)\n");
+                 "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] "
+                 "[--canvases K]\n"
+                 "                   [--attention "
+                 "flash|flash-v0|flash-v1|flash-v2|flash-v3|flash-v4|cublas|fused|fused256] [--moe "
+                 "device|host] [--moe-variant V]   (CUDA kernel choices, for A/B runs)\n"
+                 "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy "
+                 "weights' format)\n"
+                 "                   [--dense-quant w8a8|on|off]   (quantised dense linears: W8A8 cuBLASLt, "
+                 "quantised kernel or bf16 cuBLAS)\n"
+                 "                   [--small-kernels fused|ops]   (fused qkv prologue and MoE routing, or "
+                 "the earlier kernels)\n"
+                 "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or "
+                 "one GEMM per projection)\n"
+                 "                   [--profile-step N]   (profiler capture window around the N-th measured "
+                 "denoising step)\n"
+                 "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, "
+                 "on one set of weights)\n"
+                 "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed "
+                 "as a CUDA graph, as dgemma serve)\n");
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
   int batch = 1, prompt_len = 512, steps = 48, canvases = 1, profile_step = 0;
   const char* runs_arg = nullptr;  // --runs, when given
   bool small_fused = true;
+  bool fuse_projections = true;  // --fused-projections
   Graphs graphs;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -223,7 +238,8 @@ int main(int argc, char** argv) {
     else if (k == "--small-kernels") small_fused = std::string(argv[i + 1]) != "ops";
     else if (k == "--cuda-graphs") graphs.on = std::string(argv[i + 1]) != "off";
     else if (k == "--max-model-len") graphs.max_context = std::atoll(argv[i + 1]);
-    else if (k == "--fused-projections") set_fuse_projections(std::string(argv[i + 1]) != "off");
+    else if (k == "--fused-projections")
+      fuse_projections = std::string(argv[i + 1]) != "off";
 #if DGEMMA_HAVE_CUDA
     else if (k == "--attention") {
       // flash (the default: one launch per layer, the default variant) | flash-v0 .. flash-v4 (its kernel
@@ -283,8 +299,7 @@ int main(int argc, char** argv) {
 #endif
     auto be = device == "cuda" ? make_cuda_backend(0) : make_cpu_backend();
     Stopwatch load;
-    DiffusionGemma model(mc, dummy_weights(mc, *be, 1), *be);
-    model.set_fused_junction_norms(small_fused);
+    DiffusionGemma model(mc, dummy_weights(mc, *be, 1, WeightLoadOptions{.fuse_projections = fuse_projections}), *be);
     be->synchronize();
     std::fprintf(stderr, "dummy weights in %.1f s\n", load.seconds());
     graphs.max_context = std::min<int64_t>(graphs.max_context, mc.text.max_position_embeddings);

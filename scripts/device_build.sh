@@ -12,7 +12,8 @@
 # Environment: CUDA_HOME (default /usr/local/cuda), CXX (default g++), JOBS (default: all cores),
 #   DEVDEPS (default .devdeps/include), WERROR=1 to add -Werror to the C++ files, NVCC_EXTRA: more nvcc
 #   flags (e.g. -lineinfo, so compute-sanitizer names source lines).
-# Compiles: src/util, src/backend (+cpu, +cuda), src/model, src/engine, tests/gpu (no api/text/cli).
+# Compiles: src/util, src/backend (+cpu, +cuda), src/model, src/engine, tests/support (the harness the
+# checks and benchmarks link; not the test server), tests/gpu (no api/text/cli).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,7 +40,7 @@ cd "$ROOT"
 werror=""
 [ "${WERROR:-0}" = "1" ] && werror="-Werror"
 common_defs="-DDGEMMA_HAVE_CUDA=1 -DFMT_HEADER_ONLY '-DDGEMMA_SOURCE_DIR=\"$ROOT\"'"
-cxxflags="-std=c++20 -O2 -g1 -pthread -Wall -Wextra $werror $common_defs -I$ROOT/src -isystem $DEVDEPS -isystem $CUDA_HOME/include"
+cxxflags="-std=c++20 -O2 -g1 -pthread -Wall -Wextra $werror $common_defs -I$ROOT/src -I$ROOT/tests -isystem $DEVDEPS -isystem $CUDA_HOME/include"
 nvccflags="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80 --expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra -DDGEMMA_HAVE_CUDA=1 -I$ROOT/src -ccbin $CXX ${NVCC_EXTRA:-}"
 ldflags="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcublas -lcublasLt -lcudart -pthread -ldl"  # -ldl: NCCL is dlopened
 
@@ -47,12 +48,13 @@ cpp_sources=()
 # The engine module whole (its sources depend only on util, backend and model), so new engine files
 # need no edit here.
 for f in src/util/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp src/backend/cuda/*.cpp src/model/*.cpp \
-         src/engine/*.cpp tests/gpu/*.cpp; do
+         src/engine/*.cpp tests/support/*.cpp tests/gpu/*.cpp; do
   [ "$f" = tests/gpu/test_gpu.cpp ] && continue  # the GoogleTest driver
+  [ "$f" = tests/support/test_server.cpp ] && continue  # the test server (needs api/text/cli)
   cpp_sources+=("$f")
 done
 cu_sources=(src/backend/cuda/*.cu)
-# dgemma_bench (bench/model_step_bench.cpp): the library objects (engine included).
+# dgemma_bench (bench/model_step_bench.cpp): the library objects (engine and test support included).
 bench_sources=(bench/model_step_bench.cpp)
 # dgemma_engine_bench (bench/engine_bench.cpp): the threaded engine through create_model_engine.
 
@@ -96,7 +98,7 @@ if command -v ninja >/dev/null; then
     done
     echo "build dgemma_gpu_check: link ${objs[*]}"
     lib_objs=()
-    for o in "${objs[@]}"; do case "$o" in obj/tests/*) ;; *) lib_objs+=("$o") ;; esac; done
+    for o in "${objs[@]}"; do case "$o" in obj/tests/support/*) lib_objs+=("$o") ;; obj/tests/*) ;; *) lib_objs+=("$o") ;; esac; done
     for f in "${bench_sources[@]}"; do
       o="$(obj_of "$f")"
       lib_objs+=("$o")

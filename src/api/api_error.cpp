@@ -2,6 +2,7 @@
 
 #include <new>
 
+#include "engine/limits.h"
 #include "util/log.h"
 
 namespace dgemma {
@@ -85,10 +86,7 @@ ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, int6
   e.type = "invalid_request_error";
   e.code = "context_length_exceeded";
   e.param = param;
-  e.message = fmt::format(
-      "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
-      "{}, {} in the completion). Please reduce the length of the {} or completion.",
-      max_model_len, prompt_tokens + max_tokens, prompt_tokens, param, max_tokens, param);
+  e.message = limits::context_length_message(max_model_len, prompt_tokens, max_tokens, param);
   return e;
 }
 

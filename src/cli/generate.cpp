@@ -114,7 +114,8 @@ int run_generate(const GenerateOptions& o) {
   ec.max_model_len = std::min<int64_t>(mc.text.max_position_embeddings, plen + (o.max_tokens / C + 2) * C);
   // The prompt is prefilled in its own pass (so --dump sees a clean prefill pass, then the first
   // denoising pass); later commits are fused with the next canvas's first denoising step.
-  ec.max_num_batched_tokens = std::max<int64_t>(C, std::min<int64_t>(2048, plen) * o.batch);
+  ec.max_num_batched_tokens =
+      std::max<int64_t>(C, std::min<int64_t>(limits::kMaxPrefillChunk, plen) * o.batch);
   if (!o.dump_dir.empty()) {
     std::filesystem::create_directories(o.dump_dir);
     ec.step_dump = [dir = o.dump_dir](int64_t step) -> EngineConfig::DumpHookFn {

@@ -20,7 +20,6 @@
 #include "cli/commands.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
-#include "engine/scripted_runner.h"
 #include "model/config.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -195,10 +194,10 @@ struct Prepared {
   EngineConfig engine;
   ApiServerOptions api;
   HttpServerOptions http;
-  std::string scripted_file;  // non-empty: --load-format scripted:FILE
+  std::optional<std::string> extra_format;  // --load-format <ServeLoadFormat's prefix><argument>: the argument
 };
 
-Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
+Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras, const ServeLoadFormat& extra) {
   for (size_t i = 0; i < extras.size(); ++i) {
     // vLLM's two-letter short forms (-tp N, -dp N, -pp N): CLI11 only has one-letter short options,
     // so they arrive here.
@@ -243,17 +242,18 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   if (!std::filesystem::is_regular_file(std::filesystem::path(p.tokenizer_dir) / "tokenizer.json"))
     fail_arg("{} has no tokenizer.json{}", p.tokenizer_dir, f.tokenizer.empty() ? " (--tokenizer names another place)" : "");
   e.model_dir = p.model_dir;
-  if (f.load_format.rfind("scripted:", 0) == 0) {
-    p.scripted_file = f.load_format.substr(9);
-    if (p.scripted_file.empty()) fail_arg("--load-format scripted:FILE needs a file");
-    e.load_format = "scripted";
+  if (!extra.prefix.empty() && f.load_format.rfind(extra.prefix, 0) == 0) {
+    p.extra_format = f.load_format.substr(extra.prefix.size());
+    if (p.extra_format->empty()) fail_arg("--load-format {}: needs its argument", extra.prefix);
+    e.load_format = extra.prefix;
   } else if (f.load_format == "auto" || f.load_format == "safetensors" || f.load_format == "dummy") {
     e.load_format = f.load_format;
   } else if (f.load_format == "fastsafetensors" || f.load_format == "runai_streamer") {
     DG_LOG_INFO("serve", "--load-format {}: loading with dgemma's own safetensors reader", f.load_format);
     e.load_format = "safetensors";
   } else {
-    fail_arg("--load-format: '{}' is not one of auto, safetensors, dummy, scripted:FILE", f.load_format);
+    fail_arg("--load-format: '{}' is not one of auto, safetensors, dummy{}", f.load_format,
+             extra.prefix.empty() ? "" : ", " + extra.prefix + "...");
   }
   if (f.dtype == "auto" || f.dtype == "bfloat16" || f.dtype == "bf16") e.dtype = f.dtype == "auto" ? "auto" : "bfloat16";
   else fail_arg("--dtype: '{}' is not supported (auto or bfloat16)", f.dtype);
@@ -338,8 +338,9 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
     fail_arg("--enable-auto-tool-choice requires --tool-call-parser gemma4");
   if (f.tensor_parallel_size != 1 && f.tensor_parallel_size != 2 && f.tensor_parallel_size != 4 && f.tensor_parallel_size != 8)
     fail_arg("--tensor-parallel-size must be 1, 2, 4 or 8 (got {})", f.tensor_parallel_size);
-  if (f.tensor_parallel_size != 1 && !p.scripted_file.empty())
-    fail_arg("--tensor-parallel-size {}: the scripted test engine has no model to split", f.tensor_parallel_size);
+  if (f.tensor_parallel_size != 1 && p.extra_format)
+    fail_arg("--tensor-parallel-size {}: the {} engine has no model to split", f.tensor_parallel_size,
+             extra.prefix);
   e.tensor_parallel_size = f.tensor_parallel_size;  // checked against the model's shapes when it loads
   if (!f.attention_backend.empty())
     DG_LOG_INFO("serve", "--attention-backend {}: accepted for vLLM compatibility; dgemma uses its own kernels",
@@ -509,8 +510,9 @@ bool is_loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::string& version) {
-  Prepared p = prepare(f, extras);
+int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::string& version,
+              const ServeLoadFormat& extra) {
+  Prepared p = prepare(f, extras, extra);
   const ChatTemplate tmpl = choose_chat_template(f, p.tokenizer_dir);  // a template that does not compile is a start-up error
   for (auto it = p.api.default_template_kwargs.begin(); it != p.api.default_template_kwargs.end(); ++it)
     if (!tmpl.accepts_kwarg(it.key()))
@@ -557,13 +559,9 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
         Tokenizer::from_file((std::filesystem::path(p.tokenizer_dir) / "tokenizer.json").string()));
     const ModelConfig mc = load_model_config(p.model_dir);
     log_sampler_defaults(p.engine, mc);
-    if (!p.scripted_file.empty()) {
-      // The real engine over a scripted model runner (tests only).
-      ScriptTokenizer st;
-      st.encode = [tokenizer](std::string_view t) { return tokenizer->encode(t, true); };
-      st.decode = [tokenizer](const std::vector<int32_t>& ids) { return tokenizer->decode(ids, false); };
-      engine = create_scripted_engine(p.engine, p.scripted_file, std::move(st));
-      DG_LOG_INFO("serve", "scripted model runner from {} (test only)", p.scripted_file);
+    if (p.extra_format) {
+      engine = extra.create(p.engine, *p.extra_format, tokenizer);
+      DG_LOG_INFO("serve", "--load-format {}{}: {}", extra.prefix, *p.extra_format, extra.help);
     } else {
       engine = create_model_engine(p.engine);
     }
@@ -626,7 +624,7 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
 
 }  // namespace
 
-void add_serve_command(CLI::App& app, CommandList& out) {
+void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
   auto f = std::make_shared<ServeFlags>();
   auto* sub = app.add_subcommand("serve", "Serve an OpenAI-compatible API (vLLM-compatible flags; docs/API.md)");
   sub->allow_extras();  // only to accept vLLM's "-tp N"; anything else left over is rejected
@@ -671,7 +669,9 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_option("--dtype", f->dtype, "auto or bfloat16");
   sub->add_option("-q,--quantization", f->quantization,
                   "checkpoint quantisation (auto-detected when absent): modelopt | modelopt_fp4 | compressed-tensors | fp8 | none");
-  sub->add_option("--load-format", f->load_format, "auto, safetensors, dummy (random weights) or scripted:FILE (tests)");
+  sub->add_option("--load-format", f->load_format,
+                  "auto, safetensors or dummy (random weights)" +
+                      (extra.prefix.empty() ? "" : ", or " + extra.prefix + "... (" + extra.help + ")"));
   sub->add_option("--device", f->device, "auto, cpu or cuda");
   sub->add_option("--seed", f->seed, "Base seed for requests without their own seed");
   sub->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->enable_chunked_prefill,
@@ -728,7 +728,7 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   }
   sub->add_option("--tensor-parallel-size", f->tensor_parallel_size,
                   "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CPU backend only for now");
-  out.push_back({sub, [f, sub] { return run_serve(*f, sub->remaining(), DGEMMA_VERSION); }});
+  out.push_back({sub, [f, sub, extra] { return run_serve(*f, sub->remaining(), DGEMMA_VERSION, extra); }});
 }
 
 }  // namespace dgemma::cli

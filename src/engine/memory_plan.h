@@ -27,14 +27,11 @@ inline constexpr uint64_t kRoundingBlocks = 48;
 // local-memory growth for kernels with large stacks. The warm-up measures it (engine.cpp).
 inline constexpr uint64_t kRuntimeReserveBytes = uint64_t{256} << 20;
 
-// Largest prompt chunk the encoder takes in one pass with chunked prefill.
-inline constexpr int64_t kMaxPrefillChunk = 2048;
-
 // CPU backend without --kv-cache-memory: the pool holds max_num_seqs sequences of max_model_len, at
 // most this many bytes of full-attention pages (tests and small models; the CPU has no device budget).
 inline constexpr uint64_t kCpuDefaultKvBytes = uint64_t{4} << 30;
 
-// Tokens of the largest encoder chunk: at most kMaxPrefillChunk with chunked prefill, the whole
+// Tokens of the largest encoder chunk: at most limits::kMaxPrefillChunk with chunked prefill, the whole
 // context without; never less than one canvas.
 int64_t prefill_chunk_tokens(const ModelConfig& config, int64_t max_model_len, bool enable_chunked_prefill);
 

@@ -235,9 +235,9 @@ FusedSlot fused_slot(const ModelConfig& c, ModelWeights& w, const WeightSpec& sp
 }
 
 // Completes the fused groups of a layer (-1: the global self-conditioning MLP) once its slots are read.
-void finish_fusion(Backend& backend, ModelWeights& w, int layer) {
-  if (layer < 0) finish_sc_fusion(backend, w);
-  else finish_layer_fusion(backend, w.layers[static_cast<size_t>(layer)]);
+void finish_fusion(Backend& backend, ModelWeights& w, int layer, bool fuse) {
+  if (layer < 0) finish_sc_fusion(backend, w, fuse);
+  else finish_layer_fusion(backend, w.layers[static_cast<size_t>(layer)], fuse);
 }
 
 }  // namespace
@@ -386,7 +386,7 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
   int layer = -1;
   for (Slot& s : slots) {
     if (s.spec.layer != layer) {
-      if (problems.empty()) finish_fusion(backend, w, layer);
+      if (problems.empty()) finish_fusion(backend, w, layer, options.fuse_projections);
       layer = s.spec.layer;
     }
     const bool part = fused_part(s.spec).group != FusedGroup::kNone;
@@ -442,7 +442,7 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
     done += t->nbytes;
     if (progress && done < total) progress(done, total);
   }
-  if (problems.empty()) finish_fusion(backend, w, layer);
+  if (problems.empty()) finish_fusion(backend, w, layer, options.fuse_projections);
   if (vision) {
     w.vision = load_vision_weights(config, *ckpt, backend, problems, used);
     done += vision_bytes;
@@ -492,7 +492,7 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
   for (Slot& s : slots) {
     ++index;
     if (s.spec.layer != layer) {
-      finish_fusion(backend, w, layer);
+      finish_fusion(backend, w, layer, options.fuse_projections);
       layer = s.spec.layer;
     }
     if (s.scalar_decoder) {
@@ -507,7 +507,7 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
       continue;
     }
     Tensor t;
-    if (part.group != FusedGroup::kNone && fuse_projections()) {
+    if (part.group != FusedGroup::kNone && fuse_projections) {
       // A bf16 part is generated in its rows of the fused tensor (the same values: fill_normal keys
       // each element by its index in the tensor it is given).
       const FusedSlot f = fused_slot(config, w, s.spec, part);
@@ -530,7 +530,7 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
     if (s.weight) *s.weight = Weight(t);
     else *s.tensor = t;
   }
-  finish_fusion(backend, w, layer);
+  finish_fusion(backend, w, layer, options.fuse_projections);
   if (options.vision && config.has_vision) w.vision = dummy_vision_weights(config, backend, seed);
   return w;
 }

@@ -73,6 +73,9 @@ struct WeightLoadOptions {
   // Load the vision tower and embed_vision (when the config has a vision_config). false: a text-only
   // deployment (no image per prompt): the vision tensors are not read and use no memory.
   bool vision = true;
+  // q | k | v and the gate | up pairs as one weight each where their parts allow (model/fused_weights.h);
+  // false: every part stays its own weight (the same bits; an A/B for benchmarks and tests).
+  bool fuse_projections = true;
 };
 
 // Loads and validates the checkpoint at `path` (directory or file) for `config`, onto `backend`.

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import {
-  BIN, freePort, makeModelDir, metrics, postJson, runCli, sample, sleep, startServer, tokenizerPath, waitFor,
+  binFor, freePort, makeModelDir, metrics, postJson, runCli, sample, sleep, startServer, tokenizerPath, waitFor,
 } from './helpers.mjs';
 
 const script = {
@@ -29,7 +29,7 @@ const exitOf = (proc) =>
 
 // Spawns `dgemma serve` without waiting for it (start-up failures, loading).
 function spawnServe(args, env = {}) {
-  const proc = spawn(BIN, ['serve', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(binFor(args), ['serve', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => (log += d));
   proc.stderr.on('data', (d) => (log += d));
@@ -156,7 +156,7 @@ describe('model forms (vLLM): MODEL, --model, repo ids in the local cache', () =
 
 function runCliEnv(args, env) {
   return new Promise((resolve) => {
-    const p = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(binFor(args), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     p.stdout.on('data', (d) => (out += d));

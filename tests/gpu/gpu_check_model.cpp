@@ -8,11 +8,12 @@
 #include <memory>
 
 #include "backend/cuda/tuning.h"
+#include "engine/kv_pool.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "engine/kv_pool.h"
 #include "model/weights.h"
+#include "support/forward.h"
 #include "util/bf16.h"
 #include "util/counter_rng.h"
 #include "util/json.h"
@@ -26,11 +27,15 @@ std::string fixture_dir(const std::string& name) { return std::string(DGEMMA_SOU
 
 struct Model {
   ModelConfig config;
+  Backend* backend = nullptr;
   std::unique_ptr<DiffusionGemma> model;
-  Model(const std::string& fixture, Backend& be) {
+  Model(const std::string& fixture, Backend& be) : backend(&be) {
     const std::string dir = fixture_dir(fixture) + "/model";
     config = load_model_config(dir);
     model = std::make_unique<DiffusionGemma>(config, load_weights(config, dir, be), be);
+  }
+  void forward(std::span<ForwardItem> items, const KvStorage& kv, const DumpHook& dump = {}) {
+    forward_items(*backend, *model, items, kv, dump);
   }
 };
 
@@ -160,7 +165,7 @@ void golden_forward(Reporter& r, const std::string& fx) {
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
   items[0].kv = kv.item();
-  m.model->forward(items, kv.kv);
+  m.forward(items, kv.kv);
   kv.encoded = static_cast<int64_t>(prompt.size());
   for (size_t li = 0; li < kv.kv.layers.size(); ++li) {
     for (bool keys : {true, false}) {
@@ -179,13 +184,12 @@ void golden_forward(Reporter& r, const std::string& fx) {
   const int li = manifest["layer_for_intermediates"].get<int>();
   const std::string prefix = "layer" + std::to_string(li) + ".";
   std::map<std::string, std::vector<float>> captured;
-  m.model->set_dump_hook([&](const std::string& name, const Tensor& t) {
+  const DumpHook capture = [&](const std::string& name, const Tensor& t) {
     if (name.rfind(prefix, 0) == 0) captured[name] = floats(be, t);
-  });
+  };
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, kv.item(), {}, logits, {}};
-  m.model->forward(items, kv.kv);
-  m.model->set_dump_hook(nullptr);
+  m.forward(items, kv.kv, capture);
   if (floats(be, kv.kv.layers[0].k) != cache_before) r.fail(fx + ": the decoder wrote the cache");
 
   Tensor capped = be.alloc(ScalarType::kF32, {C, V});
@@ -238,7 +242,7 @@ void golden_forward(Reporter& r, const std::string& fx) {
     Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
     m.model->soft_embeddings(be.upload(probs), soft);
     items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, kv.item(), soft, logits, {}};
-    m.model->forward(items, kv.kv);
+    m.forward(items, kv.kv);
     be.softcap_logits(logits, 30.0f, capped);
     check_close(r, fx + " decoder.logits_sc", floats(be, capped), golden(fx, "decoder.logits_sc").as_float());
   }
@@ -260,8 +264,8 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
     std::span<const int32_t> chunk(prompt.data() + b, e - b);
     std::vector<ForwardItem> ic{{ForwardItem::Kind::kEncode, chunk, kc.item(), {}, {}, {}}};
     std::vector<ForwardItem> ig{{ForwardItem::Kind::kEncode, chunk, kg.item(), {}, {}, {}}};
-    mc.model->forward(ic, kc.kv);
-    mg.model->forward(ig, kg.kv);
+    mc.forward(ic, kc.kv);
+    mg.forward(ig, kg.kv);
     kc.encoded = kg.encoded = static_cast<int64_t>(e);
   }
   for (size_t li = 0; li < kc.kv.layers.size(); ++li)
@@ -273,8 +277,8 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
   for (int step = 0; step < 2; ++step) {
     std::vector<ForwardItem> ic{{ForwardItem::Kind::kDenoise, canvas, kc.item(), step ? sc_c : Tensor{}, lc, {}}};
     std::vector<ForwardItem> ig{{ForwardItem::Kind::kDenoise, canvas, kg.item(), step ? sc_g : Tensor{}, lg, {}}};
-    mc.model->forward(ic, kc.kv);
-    mg.model->forward(ig, kg.kv);
+    mc.forward(ic, kc.kv);
+    mg.forward(ig, kg.kv);
     const std::string s = fx + " cpu-vs-cuda step " + std::to_string(step);
     check_close(r, s + " logits", floats(cuda(), lg), floats(cpu(), lc));
     if (step == 1) break;
@@ -319,8 +323,8 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
   }
 }
 
-// The fused small kernels of a layer (the qkv prologue, the MoE routing, the junction norms) against
-// the op-by-op sequence on the CUDA backend, through whole forward passes (a two-chunk prefill and a
+// The fused small kernels of a layer (the qkv prologue, the MoE routing) against the op-by-op
+// sequence on the CUDA backend, through whole forward passes (a two-chunk prefill and a
 // denoising step with self-conditioning): the same caches and logits, bit for bit.
 void fused_vs_ops_forward(Reporter& r, const std::string& fx) {
   Model m(fx, cuda());
@@ -330,22 +334,20 @@ void fused_vs_ops_forward(Reporter& r, const std::string& fx) {
   const int64_t tokens = static_cast<int64_t>(prompt.size()) + C;
   auto run = [&](bool fused, PagedCache& kv, const Tensor& logits) {
     const bool q = cuda::set_fused_qkv_prologue(fused), rt = cuda::set_fused_moe_routing(fused);
-    m.model->set_fused_junction_norms(fused);
     const size_t half = prompt.size() / 2;
     for (auto [b, e] : {std::pair<size_t, size_t>{0, half}, std::pair<size_t, size_t>{half, prompt.size()}}) {
       std::span<const int32_t> chunk(prompt.data() + b, e - b);
       std::vector<ForwardItem> it{{ForwardItem::Kind::kEncode, chunk, kv.item(), {}, {}, {}}};
-      m.model->forward(it, kv.kv);
+      m.forward(it, kv.kv);
       kv.encoded = static_cast<int64_t>(e);
     }
     Tensor sc = cuda().alloc(ScalarType::kBF16, {C, H});
     cuda().fill_normal(sc, 7, 0.0f, 0.05f);
     std::vector<ForwardItem> it{{ForwardItem::Kind::kDenoise, canvas, kv.item(), sc, logits, {}}};
-    m.model->forward(it, kv.kv);
+    m.forward(it, kv.kv);
     cuda().synchronize();
     cuda::set_fused_qkv_prologue(q);
     cuda::set_fused_moe_routing(rt);
-    m.model->set_fused_junction_norms(true);
   };
   PagedCache ko(m.config, cuda(), tokens), kf(m.config, cuda(), tokens);
   Tensor lo = cuda().alloc(ScalarType::kBF16, {C, V}), lf = cuda().alloc(ScalarType::kBF16, {C, V});

@@ -24,11 +24,12 @@
 #include "backend/cpu/quant.h"
 #include "backend/cuda/grouped_moe_fp4.cuh"
 #include "backend/cuda/tuning.h"
+#include "engine/kv_pool.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "engine/kv_pool.h"
 #include "model/weights.h"
+#include "support/forward.h"
 #include "util/bf16.h"
 #include "util/error.h"
 
@@ -287,11 +288,11 @@ std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, CpuAct
   for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + 5) % V));
   for (int64_t i = 0; i < C; ++i) canvas.push_back(static_cast<int32_t>((i * 7 + 3) % V));
   std::vector<ForwardItem> items{{ForwardItem::Kind::kEncode, prompt, item, {}, {}, {}}};
-  m.forward(items, kv);
+  forward_items(be, m, items, kv);
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
   item.cached = static_cast<int64_t>(prompt.size());
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, item, {}, logits, {}};
-  m.forward(items, kv);
+  forward_items(be, m, items, kv);
   return u16(logits);
 }
 

@@ -3,7 +3,6 @@
 // dequantised weights bit for bit (pow2-scale fixtures, where the dequantised weights are exactly
 // bf16), FP8-dynamic's activation quantisation is applied, and broken files are refused clearly.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -13,12 +12,13 @@
 #include <functional>
 
 #include "backend/cpu/quant.h"
+#include "engine/kv_pool.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/fused_weights.h"
-#include "engine/kv_pool.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "support/forward.h"
 #include "util/bf16.h"
 #include "util/error.h"
 
@@ -83,10 +83,10 @@ std::vector<uint16_t> forward_logits(const std::string& dir, bool bf16_activatio
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
   items[0].kv = pool.item(0);
-  m.forward(items, pool.kv);
+  forward_items(*be, m, items, pool.kv);
   Tensor logits = be->alloc(ScalarType::kBF16, {C, V});
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, pool.item(static_cast<int64_t>(prompt.size())), {}, logits, {}};
-  m.forward(items, pool.kv);
+  forward_items(*be, m, items, pool.kv);
   std::vector<uint16_t> out(static_cast<size_t>(C * V));
   be->to_host(logits, out.data());
   return out;
@@ -499,7 +499,7 @@ TEST(QuantWeights, DummyWeightsInEachFormat) {
     const Pool pool(c, *be, 2);
     std::vector<int32_t> prompt{5, 6, 7, 8};
     std::vector<ForwardItem> items{{ForwardItem::Kind::kEncode, prompt, pool.item(0), {}, {}, {}}};
-    m.forward(items, pool.kv);
+    forward_items(*be, m, items, pool.kv);
   }
   EXPECT_THROW(quant_preset("awq"), Error);
 }

@@ -119,6 +119,7 @@ TEST(Weights, ReportsEveryProblemAtOnce) {
 
 TEST(Weights, ParameterCountOfTheReleasedShape) {
   const std::string dir = std::string(DGEMMA_SOURCE_DIR) + "/../shared/reference/configs/diffusiongemma-26b-a4b";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no reference tree at " << dir;
   const ModelConfig c = load_model_config(dir);
   const ParameterCounts p = count_parameters(c);
   // docs/MODEL.md §1.2: text 25.25 B, experts 22.84 B, 3.82 B active per token.

@@ -1,4 +1,4 @@
-#include "engine/scripted_runner.h"
+#include "support/scripted_runner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,8 +16,9 @@ using Segment = ScriptedRunner::Segment;
 using Reply = ScriptedRunner::Reply;
 using Script = ScriptedRunner::Script;
 
-const char* kDefaultFiller[] = {" alpha", " beta", " gamma", " delta", " river", " stone", " light", " cloud",
-                                " seven", " green", " quiet", " table", " north", " paper", " bridge", " maple"};
+const char* kDefaultFiller[] = {" alpha", " beta",  " gamma",  " delta", " river", " stone",
+                                " light", " cloud", " seven",  " green", " quiet", " table",
+                                " north", " paper", " bridge", " maple"};
 
 void check_keys(const Json& j, std::initializer_list<const char*> known, const std::string& where) {
   for (auto it = j.begin(); it != j.end(); ++it)
@@ -92,7 +93,8 @@ Reply parse_reply(const Json& r, const ScriptedRunnerOptions& opt, const std::st
       fail_file("{}.random_canvases must be an integer in [1, 4096]", where);
     out.random_canvases = r["random_canvases"].get<int>();
   }
-  if (out.segments.empty() && out.random_canvases == 0) fail_file("{} needs \"canvases\" or \"random_canvases\"", where);
+  if (out.segments.empty() && out.random_canvases == 0)
+    fail_file("{} needs \"canvases\" or \"random_canvases\"", where);
   if (!out.segments.empty() && out.random_canvases > 0)
     fail_file("{}: \"canvases\" and \"random_canvases\" are exclusive", where);
   return out;
@@ -100,8 +102,9 @@ Reply parse_reply(const Json& r, const ScriptedRunnerOptions& opt, const std::st
 
 Script parse_script(const Json& j, const ScriptedRunnerOptions& opt) {
   if (!j.is_object()) fail_file("scripted runner: the script must be a JSON object");
-  check_keys(j, {"canvas_length", "steps", "canvas_delay_ms", "prefill_delay_ms", "filler", "replies", "default"},
-             "scripted runner");
+  check_keys(
+      j, {"canvas_length", "steps", "canvas_delay_ms", "prefill_delay_ms", "filler", "replies", "default"},
+      "scripted runner");
   Script s;
   auto get_num = [&](const char* key, double lo, double hi, double def) {
     if (!j.contains(key)) return def;
@@ -114,7 +117,8 @@ Script parse_script(const Json& j, const ScriptedRunnerOptions& opt) {
   s.prefill_delay_ms = get_num("prefill_delay_ms", 0, 600000, 0);
   std::vector<std::string> words;
   if (j.contains("filler")) {
-    if (!j["filler"].is_array() || j["filler"].empty()) fail_file("scripted runner: \"filler\" must be a non-empty array");
+    if (!j["filler"].is_array() || j["filler"].empty())
+      fail_file("scripted runner: \"filler\" must be a non-empty array");
     for (const auto& w : j["filler"]) {
       if (!w.is_string()) fail_file("scripted runner: \"filler\" entries must be strings");
       words.push_back(w.get<std::string>());
@@ -155,7 +159,8 @@ std::unique_ptr<ScriptedRunner> ScriptedRunner::from_json(const Json& script, Sc
 }
 
 int32_t ScriptedRunner::filler(uint64_t seed, uint64_t canvas, uint64_t pos) const {
-  return script_.filler[rng::splitmix64(seed ^ rng::splitmix64(canvas * 1000003ULL + pos)) % script_.filler.size()];
+  return script_
+      .filler[rng::splitmix64(seed ^ rng::splitmix64(canvas * 1000003ULL + pos)) % script_.filler.size()];
 }
 
 ScriptedRunner::SeqState& ScriptedRunner::state_of(const Sequence& seq) {
@@ -167,7 +172,8 @@ ScriptedRunner::SeqState& ScriptedRunner::state_of(const Sequence& seq) {
   if (const size_t turn = prompt.rfind("<|turn>user"); turn != std::string::npos) prompt.erase(0, turn);
   const Reply* reply = &script_.fallback;
   for (const auto& r : script_.replies)
-    if (std::all_of(r.when.begin(), r.when.end(), [&](const std::string& w) { return prompt.find(w) != std::string::npos; })) {
+    if (std::all_of(r.when.begin(), r.when.end(),
+                    [&](const std::string& w) { return prompt.find(w) != std::string::npos; })) {
       reply = &r;
       break;
     }
@@ -175,7 +181,8 @@ ScriptedRunner::SeqState& ScriptedRunner::state_of(const Sequence& seq) {
   const int64_t C = opt_.canvas_length;
   if (reply->random_canvases > 0) {
     for (int64_t a = 0; a < reply->random_canvases * C; ++a)
-      st.stream.push_back(filler(seq.params().seed, static_cast<uint64_t>(a / C), static_cast<uint64_t>(a % C)));
+      st.stream.push_back(
+          filler(seq.params().seed, static_cast<uint64_t>(a / C), static_cast<uint64_t>(a % C)));
   }
   auto at = [&](size_t k) -> CanvasScript& {
     if (st.canvases.size() <= k) st.canvases.resize(k + 1, CanvasScript{-1, -1, {}});
@@ -231,19 +238,21 @@ std::vector<int32_t> ScriptedRunner::final_canvas(const Sequence& seq, const Seq
   std::vector<int32_t> out(static_cast<size_t>(C));
   for (int p = 0; p < C; ++p) {
     const size_t a = static_cast<size_t>(k) * static_cast<size_t>(C) + static_cast<size_t>(p);
-    out[static_cast<size_t>(p)] = a < st.stream.size() ? st.stream[a]
-                                                       : filler(seq.params().seed, static_cast<uint64_t>(k), static_cast<uint64_t>(p));
+    out[static_cast<size_t>(p)] =
+        a < st.stream.size() ? st.stream[a]
+                             : filler(seq.params().seed, static_cast<uint64_t>(k), static_cast<uint64_t>(p));
   }
   return out;
 }
 
-std::vector<DenoiseFlags> ScriptedRunner::run(const StepPlan& plan) {
-  std::vector<DenoiseFlags> out;
+StepResult ScriptedRunner::run(const StepPlan& plan) {
+  StepResult out;
   double sleep_ms = 0;
   for (const PlannedItem& it : plan.items) {
     const Sequence& seq = *it.seq;
     if (it.kind == PlannedItem::Kind::kEncode) {
-      if (it.begin < seq.prompt_len() && it.end >= seq.prompt_len()) sleep_ms = std::max(sleep_ms, script_.prefill_delay_ms);
+      if (it.begin < seq.prompt_len() && it.end >= seq.prompt_len())
+        sleep_ms = std::max(sleep_ms, script_.prefill_delay_ms);
       continue;
     }
     SeqState& st = state_of(seq);
@@ -251,72 +260,75 @@ std::vector<DenoiseFlags> ScriptedRunner::run(const StepPlan& plan) {
     st.canvas = seq.canvas_index();
     st.step = seq.step();
     st.steps = steps_of(seq, c);
-    const int threshold = seq.params().diffusion.stability_threshold;
-    DenoiseFlags f;
-    f.same_argmax = st.step >= st.steps - threshold;
-    f.confident = st.step >= st.steps - 1;
-    st.error = !c.error.empty() && st.step >= st.steps - 1 ? c.error : std::string();
-    out.push_back(f);
     sleep_ms = std::max(sleep_ms, c.delay_ms / st.steps);
+    const SequenceParams& sp = seq.params();
+    const int threshold = sp.diffusion.stability_threshold;
+    CanvasResult r;
+    r.flags.same_argmax = st.step >= st.steps - threshold;
+    r.flags.confident = st.step >= st.steps - 1;
+    if (!c.error.empty() && st.step >= st.steps - 1) {
+      r.error = c.error;
+      out.canvases.push_back(std::move(r));
+      continue;
+    }
+    const bool last = seq.last_step(r.flags.same_argmax, r.flags.confident);
+    r.argmax = argmax_of(seq, st);
+    if (last && sp.logprobs) r.logprobs = logprobs_of(seq, st);
+    if (sp.previews) {
+      r.accepted = accepted_of(seq, st);
+      r.entropy = entropy_of(seq, st);
+    }
+    if (sp.trace) {
+      StepRecord t;
+      t.argmax = r.argmax;
+      t.canvas_out = r.argmax;
+      t.accept = accepted_of(seq, st);
+      t.entropy = entropy_of(seq, st);
+      t.stop = last;
+      r.trace = std::move(t);
+    }
+    out.canvases.push_back(std::move(r));
   }
   if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(sleep_ms));
   return out;
 }
 
-std::vector<int32_t> ScriptedRunner::read_argmax(const Sequence& seq) {
-  const SeqState& st = state_of(seq);
+std::vector<int32_t> ScriptedRunner::argmax_of(const Sequence& seq, const SeqState& st) const {
   std::vector<int32_t> canvas = final_canvas(seq, st, st.canvas);
   // Positions not final yet show a draw of filler that changes with the step.
   const int keep = final_positions(seq, st.step, st.steps);
   for (int p = keep; p < opt_.canvas_length; ++p)
-    canvas[static_cast<size_t>(p)] = filler(seq.params().seed ^ 0x9e3779b97f4a7c15ull,
-                                            static_cast<uint64_t>(st.canvas) * 4099 + static_cast<uint64_t>(st.step),
-                                            static_cast<uint64_t>(p));
-  apply_pins(canvas_pins(seq.params().pins, st.canvas, opt_.canvas_length), canvas);
+    canvas[static_cast<size_t>(p)] = filler(
+        seq.params().seed ^ 0x9e3779b97f4a7c15ull,
+        static_cast<uint64_t>(st.canvas) * 4099 + static_cast<uint64_t>(st.step), static_cast<uint64_t>(p));
   return canvas;
 }
 
-std::vector<uint8_t> ScriptedRunner::read_accepted(const Sequence& seq) {
-  const SeqState& st = state_of(seq);
+std::vector<uint8_t> ScriptedRunner::accepted_of(const Sequence& seq, const SeqState& st) const {
   std::vector<uint8_t> accepted(static_cast<size_t>(opt_.canvas_length), 0);
   const int keep = final_positions(seq, st.step, st.steps);
   std::fill(accepted.begin(), accepted.begin() + keep, 1);
-  const CanvasPins pins = canvas_pins(seq.params().pins, st.canvas, opt_.canvas_length);
+  const CanvasPins& pins = seq.canvas_pins();
   for (size_t p = 0; p < accepted.size(); ++p)
     if (pins.pinned(static_cast<int>(p))) accepted[p] = 1;  // a pinned position counts as accepted
   return accepted;
 }
 
-std::vector<float> ScriptedRunner::read_entropy(const Sequence& seq) {
+std::vector<float> ScriptedRunner::entropy_of(const Sequence& seq, const SeqState& st) const {
   // Accepted positions are near-certain, the others are not: enough for the web page's colours.
-  const std::vector<uint8_t> accepted = read_accepted(seq);
+  const std::vector<uint8_t> accepted = accepted_of(seq, st);
   std::vector<float> e(accepted.size());
   for (size_t p = 0; p < e.size(); ++p) e[p] = accepted[p] ? 0.02f : 2.5f;
   return e;
 }
 
-std::vector<float> ScriptedRunner::read_logprobs(const Sequence& seq) {
+std::vector<float> ScriptedRunner::logprobs_of(const Sequence& seq, const SeqState& st) const {
   // Deterministic values in [-4, 0].
-  const SeqState& st = state_of(seq);
   std::vector<float> lp(static_cast<size_t>(opt_.canvas_length));
   for (size_t p = 0; p < lp.size(); ++p)
-    lp[p] = -static_cast<float>((rng::splitmix64(seq.params().seed + static_cast<uint64_t>(st.canvas) * 4099 + p) % 1000) / 250.0);
+    lp[p] = -static_cast<float>(
+        (rng::splitmix64(seq.params().seed + static_cast<uint64_t>(st.canvas) * 4099 + p) % 1000) / 250.0);
   return lp;
-}
-
-std::string ScriptedRunner::read_error(const Sequence& seq) {
-  const auto it = state_.find(seq.id());
-  return it == state_.end() ? std::string() : it->second.error;
-}
-
-StepRecord ScriptedRunner::read_trace(const Sequence& seq, bool stop) {
-  StepRecord r;
-  r.argmax = read_argmax(seq);
-  r.canvas_out = r.argmax;
-  r.accept = read_accepted(seq);
-  r.entropy = read_entropy(seq);
-  r.stop = stop;
-  return r;
 }
 
 }  // namespace dgemma

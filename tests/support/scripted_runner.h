@@ -1,5 +1,5 @@
 #pragma once
-// A test-only model runner (`dgemma serve --load-format scripted:FILE`): instead of a forward pass it
+// A test model runner (the test server's `--load-format scripted:FILE`): instead of a forward pass it
 // replays canned canvases from a JSON script, behind the real engine — EngineCore, Scheduler,
 // BlockManager and Sequence drive it exactly as they drive the model, so end-to-end tests exercise the
 // queueing, admission, cancellation, preemption and trimming users run, with replies (tool calls,
@@ -9,8 +9,8 @@
 // its segments' tokens, then the request's first EOS id — cut into canvases of the engine's canvas
 // length: canvas k shows stream positions [k*C, (k+1)*C), and positions past the stream show seeded
 // filler (what `ignore_eos` keeps generating). The sequence's own rules then trim the committed canvas
-// at EOS / stop ids / max_tokens, as with the model. Pinned spans (SequenceParams::pins) overwrite
-// their answer positions in every step's canvas and in the committed one.
+// at EOS / stop ids / max_tokens, and lays the pinned spans on every shown and committed canvas, as
+// with the model (a pinned position counts as accepted).
 //
 // Steps and time: a canvas settles after its scripted `steps` (at least the request's
 // stability_threshold, at most its max_denoising_steps): the runner reports decide's flags so that the
@@ -63,13 +63,7 @@ class ScriptedRunner final : public ModelRunner {
 
   int canvas_length() const override { return opt_.canvas_length; }
   int vocab_size() const override { return opt_.vocab_size; }
-  std::vector<DenoiseFlags> run(const StepPlan& plan) override;
-  std::vector<int32_t> read_argmax(const Sequence& seq) override;
-  std::vector<float> read_logprobs(const Sequence& seq) override;
-  std::vector<float> read_entropy(const Sequence& seq) override;
-  std::vector<uint8_t> read_accepted(const Sequence& seq) override;
-  std::string read_error(const Sequence& seq) override;
-  StepRecord read_trace(const Sequence& seq, bool stop) override;
+  StepResult run(const StepPlan& plan) override;
   void release(const Sequence& seq) override { state_.erase(seq.id()); }
 
   struct Segment {
@@ -81,7 +75,7 @@ class ScriptedRunner final : public ModelRunner {
   struct Reply {
     std::vector<std::string> when;  // all must occur in the decoded prompt; empty: matches anything
     std::vector<Segment> segments;
-    int random_canvases = 0;        // > 0: this many canvases of seeded filler, then EOS
+    int random_canvases = 0;  // > 0: this many canvases of seeded filler, then EOS
   };
   struct Script {
     int steps = 8;
@@ -89,7 +83,7 @@ class ScriptedRunner final : public ModelRunner {
     double prefill_delay_ms = 0;
     std::vector<int32_t> filler;  // token ids filler is drawn from
     std::vector<Reply> replies;
-    Reply fallback;               // when no reply matches
+    Reply fallback;  // when no reply matches
   };
 
  private:
@@ -101,14 +95,14 @@ class ScriptedRunner final : public ModelRunner {
   };
   // A sequence's reply, laid out as a stream, and where its current canvas stands.
   struct SeqState {
-    std::vector<int32_t> stream;            // reply tokens, then EOS
-    std::vector<CanvasScript> canvases;     // per canvas of the stream (later canvases: the defaults)
-    int canvas = -1, step = -1;             // the canvas and 0-based step of the last denoising step
-    int steps = 1;                          // the steps that canvas takes
-    std::string error;                      // the last step failed with this
+    std::vector<int32_t> stream;         // reply tokens, then EOS
+    std::vector<CanvasScript> canvases;  // per canvas of the stream (later canvases: the defaults)
+    int canvas = -1, step = -1;          // the canvas and 0-based step of the last denoising step
+    int steps = 1;                       // the steps that canvas takes
   };
 
-  ScriptedRunner(Script script, ScriptedRunnerOptions options) : script_(std::move(script)), opt_(std::move(options)) {}
+  ScriptedRunner(Script script, ScriptedRunnerOptions options)
+      : script_(std::move(script)), opt_(std::move(options)) {}
   SeqState& state_of(const Sequence& seq);
   CanvasScript canvas_script(const SeqState& st, int k) const;
   int steps_of(const Sequence& seq, const CanvasScript& c) const;
@@ -116,6 +110,11 @@ class ScriptedRunner final : public ModelRunner {
   int32_t filler(uint64_t seed, uint64_t canvas, uint64_t pos) const;
   // How many positions of the argmax canvas are final at 0-based step `step` of `steps`.
   int final_positions(const Sequence& seq, int step, int steps) const;
+  // What the sequence's last step (its state's canvas and step) shows.
+  std::vector<int32_t> argmax_of(const Sequence& seq, const SeqState& st) const;
+  std::vector<uint8_t> accepted_of(const Sequence& seq, const SeqState& st) const;
+  std::vector<float> entropy_of(const Sequence& seq, const SeqState& st) const;
+  std::vector<float> logprobs_of(const Sequence& seq, const SeqState& st) const;
 
   Script script_;
   ScriptedRunnerOptions opt_;
@@ -127,7 +126,8 @@ class ScriptedRunner final : public ModelRunner {
 // max_model_len, or --kv-cache-memory). `config.model_dir` still needs config.json (vocabulary,
 // canvas length, layer shapes for the page plan) and may have generation_config.json (EOS ids and
 // the sampler defaults requests resolve against). Throws Error for a bad script or flags.
-std::unique_ptr<EngineInterface> create_scripted_engine(const EngineConfig& config, const std::string& script_file,
+std::unique_ptr<EngineInterface> create_scripted_engine(const EngineConfig& config,
+                                                        const std::string& script_file,
                                                         ScriptTokenizer tokenizer);
 std::unique_ptr<EngineInterface> create_scripted_engine(const EngineConfig& config, const Json& script,
                                                         ScriptTokenizer tokenizer);
