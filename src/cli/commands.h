@@ -10,6 +10,9 @@ namespace dgemma::cli {
 struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;
+  // The command waits for SIGINT/SIGTERM itself (sigwait): main() keeps them blocked in every thread.
+  // Otherwise they are unblocked before run() and keep their default action.
+  bool handles_stop_signals = false;
 };
 using CommandList = std::vector<Command>;
 
