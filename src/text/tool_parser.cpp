@@ -225,10 +225,11 @@ bool ToolCallParser::Impl::header(Delta& out, bool final) {
 bool ToolCallParser::Impl::body(bool final) {
   const auto status = args->run(buf, pos, final, call.arguments_json);
   if (status == Gemma4ArgsStream::Status::kNeedMore) return false;
-  // Cut short by the end of the output (not by a marker): the values may be truncated.
+  // Cut short by the end of the output (not by a marker) after some argument text: a value may be
+  // truncated. An empty body cut there ("NAME{" and no room) holds nothing that could be.
   if (status == Gemma4ArgsStream::Status::kError)
     call.arguments = ParsedToolCall::Arguments::kMalformed;
-  else if (args->cut_short() && pos == buf.size())
+  else if (args->cut_short() && pos == buf.size() && call.arguments_json != "{}")
     call.arguments = ParsedToolCall::Arguments::kCutShort;
   state = status == Gemma4ArgsStream::Status::kDone ? State::kAfterBody : State::kRemainder;
   args.reset();

@@ -11,8 +11,8 @@
 //    converted up to the body's closing bracket; a control marker cuts the body short and what was open
 //    is closed (so a call whose "<tool_call|>" comes early is recovered).
 //  - A call's arguments are not trusted (ParsedToolCall::arguments) when the body has a syntax error
-//    (the JSON then holds the members before it) or when the output ends inside the body (cut short by
-//    max_tokens: the JSON would hold truncated values).
+//    (the JSON then holds the members before it) or when the output ends inside a body that has
+//    argument text (cut short by max_tokens: a value may be truncated). "NAME{" at the very end is "{}".
 //  - After the body, whitespace and stray closing brackets are dropped; "<tool_call|>" ends the call
 //    (if it is missing, the next "<|tool_call>", "<|tool_response>" or the end of output does); other
 //    text before "<tool_call|>" is the call's `stray` text.

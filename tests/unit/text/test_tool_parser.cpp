@@ -60,11 +60,11 @@ TEST(ToolParser, ForcedOpeningsParse) {
   EXPECT_EQ(r.calls[0].arguments_json, "{\"city\": \"Paris\"}");
   EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kComplete);
   EXPECT_EQ(r.content, "");
-  // No room left after the opening: the output ends inside the body.
+  // No room left after the opening: an empty body, nothing truncated.
   r = parse_tool_calls(from_literal(tool_call_opening("get_time")));
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments_json, "{}");
-  EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kCutShort);
+  EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kComplete);
   r = parse_tool_calls(from_literal(tool_call_opening("") + "get_time{}<tool_call|>"));
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "get_time");
