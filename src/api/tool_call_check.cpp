@@ -20,17 +20,14 @@ DeclaredTools::DeclaredTools(const Json& tools) {
 }
 
 std::optional<std::string> DeclaredTools::reject_reason(const ParsedToolCall& call) const {
+  if (call.arguments == ParsedToolCall::Arguments::kNoBody)
+    return std::string("not a tool call: no function name followed by '{' or '('");
   const auto it = parameters_.find(call.name);
-  if (it == parameters_.end())
-    return fmt::format("'{}' is not a function declared in 'tools'", shown(call.name));
-  switch (call.arguments) {
-    case ParsedToolCall::Arguments::kComplete:
-      break;
-    case ParsedToolCall::Arguments::kMalformed:
-      return std::string("the arguments are not valid argument syntax");
-    case ParsedToolCall::Arguments::kCutShort:
-      return std::string("the output ended inside the arguments");
-  }
+  if (it == parameters_.end()) return fmt::format("'{}' is not a function declared in 'tools'", shown(call.name));
+  if (call.arguments == ParsedToolCall::Arguments::kMalformed)
+    return std::string("the arguments are not valid argument syntax");
+  if (call.arguments == ParsedToolCall::Arguments::kCutShort)
+    return std::string("the output ended inside the arguments");
   const Json& params = it->second;
   if (!params.is_object()) return std::nullopt;
   const auto required = params.find("required");

@@ -174,11 +174,13 @@ bool ToolCallParser::Impl::text(Delta& out, bool final) {
 bool ToolCallParser::Impl::header(Delta& out, bool final) {
   const std::string_view b = buf;
   const size_t n = b.size();
-  const auto not_a_call = [&] {
-    out.content.append(markup::kToolCallStart);  // the text after it is scanned as ordinary text
-    open = false;
-    state = State::kText;
-    boundary = false;
+  // Not a call header: the text up to where a call would end is a call without a body (so no
+  // "<|tool_call>" text passes as content; the caller rejects it).
+  const auto not_a_call = [&](std::string_view name) {
+    call.name.assign(name.substr(0, kMaxNameBytes));
+    call.arguments_json = "{}";
+    call.arguments = ParsedToolCall::Arguments::kNoBody;
+    state = State::kRemainder;
     return true;
   };
   const auto skip_ws = [&](size_t q) {
@@ -192,17 +194,17 @@ bool ToolCallParser::Impl::header(Delta& out, bool final) {
   };
   size_t q = skip_ws(pos);
   std::string_view name = read_name(q);
-  if (name.size() > kMaxNameBytes) return not_a_call();
+  if (name.size() > kMaxNameBytes) return not_a_call(name);
   size_t t = skip_ws(q);
-  if (t == n) return final ? not_a_call() : false;
+  if (t == n) return final ? not_a_call(name) : false;
   if (name == "call" && b[t] == ':') {
     q = skip_ws(t + 1);
     name = read_name(q);
-    if (name.size() > kMaxNameBytes) return not_a_call();
+    if (name.size() > kMaxNameBytes) return not_a_call(name);
     t = skip_ws(q);
-    if (t == n) return final ? not_a_call() : false;
+    if (t == n) return final ? not_a_call(name) : false;
   }
-  if (name.empty()) return not_a_call();
+  if (name.empty()) return not_a_call(name);
   if (b[t] == '{' || b[t] == '(') {
     call.name.assign(name);
     args.emplace(b[t] == '{' ? Gemma4ArgsStream::Opener::kBrace : Gemma4ArgsStream::Opener::kParen);
@@ -219,7 +221,7 @@ bool ToolCallParser::Impl::header(Delta& out, bool final) {
     end_call(out);
     return true;
   }
-  return not_a_call();
+  return not_a_call(name);
 }
 
 bool ToolCallParser::Impl::body(bool final) {

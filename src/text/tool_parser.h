@@ -5,8 +5,8 @@
 // Rules (identical for streaming and non-streaming):
 //  - A call is "<|tool_call>", optional whitespace, "call:" (tolerated if missing), NAME ([A-Za-z0-9_.-],
 //    at most 256 bytes), optional whitespace, then "{" or "(" (python-style keyword body), or directly
-//    "<tool_call|>" (a call without arguments: "{}"). Anything else is not a call: the "<|tool_call>"
-//    marker and the text after it stay in content.
+//    "<tool_call|>" (a call without arguments: "{}"). Anything else is a call without a body
+//    (Arguments::kNoBody, NAME as far as it was read): its text runs to where a call's would end.
 //  - Once the body has opened it is a call. ARGS (see gemma4_args.h for the lenient syntax) are
 //    converted up to the body's closing bracket; a control marker cuts the body short and what was open
 //    is closed (so a call whose "<tool_call|>" comes early is recovered).
@@ -35,6 +35,7 @@ struct ParsedToolCall {
     kComplete,   // the body parsed
     kMalformed,  // a syntax error: arguments_json holds the members before it
     kCutShort,   // the output ended inside the body: arguments_json closes what was open
+    kNoBody,     // no call header ("<|tool_call>" then no NAME, or no '{' / '(' after it): arguments_json "{}"
   };
   std::string name;
   std::string arguments_json;  // a JSON object, serialised like json.dumps(ensure_ascii=False)

@@ -26,6 +26,8 @@ const script = {
     { when: 'misspells', canvases: [`<|tool_call>call:calculateather{city:${Q}Paris${Q}}<tool_call|><|tool_response>`] },
     { when: 'broken arguments', canvases: ['<|tool_call>call:get_weather{city Paris}<tool_call|>Sorry.<|tool_response>'] },
     { when: 'cut arguments', canvases: [`<|tool_call>call:get_weather{city:${Q}Par`] },
+    // The tiny model's tool-call mistakes: no '{' after the name.
+    { when: 'no body', canvases: ['<|tool_call>call:calculateather:ity:Paris}<tool_call|><|tool_response>'] },
     {
       when: 'one good one bad',
       canvases: [`<|tool_call>call:nope{}<tool_call|><|tool_call>call:get_weather{city:${Q}Oslo${Q}}<tool_call|><|tool_response>`],
@@ -170,6 +172,7 @@ describe('tool calls clients can trust', () => {
     ['misspells', 'calculateather', /'calculateather' is not a function declared in 'tools'/, 'call:calculateather{city:Paris}'],
     ['broken arguments', 'get_weather', /not valid argument syntax/, 'call:get_weather{city Paris}Sorry.'],
     ['cut arguments', 'get_weather', /the output ended inside the arguments/, 'call:get_weather{city:Par'],
+    ['no body', 'calculateather', /not a tool call/, 'call:calculateather:ity:Paris}'],
   ]) {
     test(`rejected (${ask}): no tool_calls, no raw markup, the reason in dgemma.rejected_tool_calls`, async () => {
       const body = { messages: user(ask), tools };

@@ -42,7 +42,7 @@ Outcome outcome_of(const ToolParseResult& r, std::string_view input) {
   for (const ParsedToolCall& c : r.calls) {
     const auto j = nlohmann::json::parse(c.arguments_json, nullptr, false);
     if (j.is_discarded() || !j.is_object()) die("arguments are not a JSON object");
-    if (c.name.empty()) die("a call without a name");
+    if (c.name.empty() && c.arguments != ParsedToolCall::Arguments::kNoBody) die("a call without a name");
     if (input.find(c.text) == std::string_view::npos) die("a call's text is not in the input");
     if (c.content_offset < last || c.content_offset > r.content.size()) die("content_offset out of order");
     last = c.content_offset;

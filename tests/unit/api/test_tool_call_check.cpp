@@ -42,6 +42,8 @@ TEST(ToolCallCheck, RejectsWithAReason) {
             "the arguments are not valid argument syntax");
   EXPECT_EQ(d.reject_reason(call("get_weather", R"({"city": "P"})", ParsedToolCall::Arguments::kCutShort)),
             "the output ended inside the arguments");
+  EXPECT_EQ(d.reject_reason(call("get_weather", "{}", ParsedToolCall::Arguments::kNoBody)),
+            "not a tool call: no function name followed by '{' or '('");
   // No tools at all: nothing is declared.
   EXPECT_NE(DeclaredTools(Json(nullptr)).reject_reason(call("get_time", "{}")), std::nullopt);
 }

@@ -211,15 +211,20 @@ TEST(ToolParser, MissingCloserRecovered) {
   EXPECT_EQ(r.calls[0].arguments_json, R"({"a": ""})");
 }
 
-TEST(ToolParser, UnparseableTextStaysInContent) {
-  // Not a call header: everything verbatim.
-  EXPECT_EQ(parse_checked("<|tool_call>hello there"), calls("<|tool_call>hello there", {}));
-  EXPECT_EQ(parse_checked("<|tool_call>call:get_wea"), calls("<|tool_call>call:get_wea", {}));
-  EXPECT_EQ(parse_checked("x <|tool_call>call:f[1]<tool_call|>"), calls("x <|tool_call>call:f[1]<tool_call|>", {}));
-  EXPECT_EQ(parse_checked("<|tool_call>"), calls("<|tool_call>", {}));
+TEST(ToolParser, UnparseableTextStaysWithItsCall) {
+  // Not a call header: a call without a body, whose text runs to where a call's would end.
+  EXPECT_EQ(parse_checked("<|tool_call>hello there"), calls("", {}, {"<|tool_call>hello there"}));
+  EXPECT_EQ(parse_checked("<|tool_call>call:get_wea"), calls("", {}, {"<|tool_call>call:get_wea"}));
+  EXPECT_EQ(parse_checked("x <|tool_call>call:f[1]<tool_call|> y"), calls("x  y", {}, {"<|tool_call>call:f[1]<tool_call|>"}));
+  EXPECT_EQ(parse_checked("<|tool_call>"), calls("", {}, {"<|tool_call>"}));
   EXPECT_EQ(parse_checked("a <tool_call|> b"), calls("a <tool_call|> b", {}));
   const std::string long_name = "<|tool_call>call:" + std::string(300, 'n') + "{}<tool_call|>";
-  EXPECT_EQ(parse_checked(long_name), calls(long_name, {}));
+  EXPECT_EQ(parse_checked(long_name), calls("", {}, {long_name}));
+  ToolParseResult r = parse_tool_calls(from_literal("<|tool_call>call:calculateather:city:Paris}<tool_call|>"));
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kNoBody);
+  EXPECT_EQ(r.calls[0].name, "calculateather");
+  EXPECT_EQ(r.calls[0].arguments_json, "{}");
   // A syntax error inside a body: the call is untrusted (its JSON holds the members before the error),
   // and its whole text is kept with it.
   EXPECT_EQ(parse_checked("<|tool_call>call:f{a:1, ]b:2}<tool_call|>tail"),
@@ -228,7 +233,7 @@ TEST(ToolParser, UnparseableTextStaysInContent) {
             calls("", {}, {"<|tool_call>call:f{a:1, key without value}<tool_call|>"}));
   EXPECT_EQ(parse_checked(R"x(<|tool_call>call:f{<|"|>k<|"|> 5}<tool_call|>)x"),
             calls("", {}, {R"x(<|tool_call>call:f{<|"|>k<|"|> 5}<tool_call|>)x"}));
-  auto r = parse_tool_calls(from_literal("<|tool_call>call:f{a:1, ]b:2}<tool_call|>"));
+  r = parse_tool_calls(from_literal("<|tool_call>call:f{a:1, ]b:2}<tool_call|>"));
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kMalformed);
   EXPECT_EQ(r.calls[0].arguments_json, R"({"a": 1})");
@@ -238,7 +243,8 @@ TEST(ToolParser, UnparseableTextStaysInContent) {
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].stray, "oops");
   // A valid call after garbage is still found.
-  EXPECT_EQ(parse_checked("<|tool_call>nope <|tool_call>call:g{}<tool_call|>"), calls("<|tool_call>nope ", {{"g", "{}"}}));
+  EXPECT_EQ(parse_checked("<|tool_call>nope <|tool_call>call:g{}<tool_call|>"),
+            calls("", {{"g", "{}"}}, {"<|tool_call>nope "}));
 }
 
 TEST(ToolParser, DepthLimit) {
