@@ -23,7 +23,8 @@ std::optional<std::string> DeclaredTools::reject_reason(const ParsedToolCall& ca
   if (call.arguments == ParsedToolCall::Arguments::kNoBody)
     return std::string("not a tool call: no function name followed by '{' or '('");
   const auto it = parameters_.find(call.name);
-  if (it == parameters_.end()) return fmt::format("'{}' is not a function declared in 'tools'", shown(call.name));
+  if (it == parameters_.end())
+    return fmt::format("'{}' is not a function declared in 'tools'", shown(call.name));
   if (call.arguments == ParsedToolCall::Arguments::kMalformed)
     return std::string("the arguments are not valid argument syntax");
   if (call.arguments == ParsedToolCall::Arguments::kCutShort)

@@ -35,7 +35,7 @@ struct ParsedToolCall {
     kComplete,   // the body parsed
     kMalformed,  // a syntax error: arguments_json holds the members before it
     kCutShort,   // the output ended inside the body: arguments_json closes what was open
-    kNoBody,     // no call header ("<|tool_call>" then no NAME, or no '{' / '(' after it): arguments_json "{}"
+    kNoBody,     // no call header (no NAME, or no '{' / '(' after it): arguments_json "{}"
   };
   std::string name;
   std::string arguments_json;  // a JSON object, serialised like json.dumps(ensure_ascii=False)

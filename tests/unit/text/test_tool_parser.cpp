@@ -215,12 +215,14 @@ TEST(ToolParser, UnparseableTextStaysWithItsCall) {
   // Not a call header: a call without a body, whose text runs to where a call's would end.
   EXPECT_EQ(parse_checked("<|tool_call>hello there"), calls("", {}, {"<|tool_call>hello there"}));
   EXPECT_EQ(parse_checked("<|tool_call>call:get_wea"), calls("", {}, {"<|tool_call>call:get_wea"}));
-  EXPECT_EQ(parse_checked("x <|tool_call>call:f[1]<tool_call|> y"), calls("x  y", {}, {"<|tool_call>call:f[1]<tool_call|>"}));
+  EXPECT_EQ(parse_checked("x <|tool_call>call:f[1]<tool_call|> y"),
+            calls("x  y", {}, {"<|tool_call>call:f[1]<tool_call|>"}));
   EXPECT_EQ(parse_checked("<|tool_call>"), calls("", {}, {"<|tool_call>"}));
   EXPECT_EQ(parse_checked("a <tool_call|> b"), calls("a <tool_call|> b", {}));
   const std::string long_name = "<|tool_call>call:" + std::string(300, 'n') + "{}<tool_call|>";
   EXPECT_EQ(parse_checked(long_name), calls("", {}, {long_name}));
-  ToolParseResult r = parse_tool_calls(from_literal("<|tool_call>call:calculateather:city:Paris}<tool_call|>"));
+  ToolParseResult r =
+      parse_tool_calls(from_literal("<|tool_call>call:calculateather:city:Paris}<tool_call|>"));
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kNoBody);
   EXPECT_EQ(r.calls[0].name, "calculateather");
