@@ -1,5 +1,6 @@
 // make_cuda_backend() and the NCCL group when the CUDA backend is not compiled in (no nvcc at build time).
 #include "backend/backend.h"
+#include "backend/device_memory.h"
 #include "backend/nccl.h"
 #include "util/error.h"
 
@@ -10,6 +11,9 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
   fail(ErrorKind::kUnsupported, "this dgemma was built without CUDA (nvcc was not found at build time); use --device cpu");
 }
 bool cuda_available() { return false; }
+std::optional<uint64_t> cuda_device_memory() {
+  return std::nullopt;
+}
 
 bool nccl_available(std::string* why) {
   if (why) *why = "this dgemma was built without CUDA";

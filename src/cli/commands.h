@@ -18,6 +18,9 @@ namespace dgemma::cli {
 struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;
+  // The command waits for SIGINT/SIGTERM itself (sigwait): main() keeps them blocked in every thread.
+  // Otherwise they are unblocked before run() and keep their default action.
+  bool handles_stop_signals = false;
 };
 using CommandList = std::vector<Command>;
 
@@ -35,8 +38,12 @@ struct ServeLoadFormat {
 void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra = {});
 void add_bench_command(CLI::App& app, CommandList& out);
 
-// Parses the command line and runs the chosen subcommand: its exit code, 1 for a bad command line or an
-// Error, 2 for any other exception.
+// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it starts later): a binary's
+// main calls it first, before anything can start a thread.
+void block_stop_signals();
+// Expands vLLM's short options (-tp N, ...), parses the command line and runs the chosen subcommand
+// (SIGINT / SIGTERM unblocked first unless it handles them itself): its exit code, 1 for a bad command
+// line or an Error, 2 for any other exception.
 int run_app(CLI::App& app, const CommandList& commands, int argc, char** argv);
 
 inline void register_commands(CLI::App& app, CommandList& out) {

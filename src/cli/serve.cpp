@@ -6,18 +6,18 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <pthread.h>
-
 #include "api/api_server.h"
 #include "api/http_server.h"
 #include "api/model_source.h"
-#include "api/stats_log.h"
 #include "api/prompt_builder.h"
+#include "api/stats_log.h"
 #include "cli/commands.h"
+#include "cli/vllm_compat.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
 #include "model/config.h"
@@ -59,7 +59,7 @@ struct ServeFlags {
   std::string quantization;
   std::string load_format = "auto";
   std::string device = "auto";
-  uint64_t seed = 0;
+  int64_t seed = 0;  // -1: a random base seed
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
   std::string kv_cache_memory;
@@ -93,6 +93,13 @@ struct ServeFlags {
   bool disable_log_requests = false;
   bool disable_log_stats = false;
   int tensor_parallel_size = 1;
+  std::string config_file;  // --config (applied before the rest is read)
+  // vLLM flags with a meaning here.
+  std::string tokenizer_mode = "auto";
+  std::string chat_template_content_format = "auto";
+  std::string task = "auto";
+  bool enable_force_include_usage = false;
+  bool return_tokens_as_token_ids = false;
 };
 
 Json parse_flag_json(const std::string& text, const std::string& flag) {
@@ -197,26 +204,7 @@ struct Prepared {
   std::optional<std::string> extra_format;  // --load-format <ServeLoadFormat's prefix><argument>: the argument
 };
 
-Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras, const ServeLoadFormat& extra) {
-  for (size_t i = 0; i < extras.size(); ++i) {
-    // vLLM's two-letter short forms (-tp N, -dp N, -pp N): CLI11 only has one-letter short options,
-    // so they arrive here.
-    const std::string& a = extras[i];
-    int* target = nullptr;
-    const std::string key = a.substr(0, 3);
-    if (key == "-tp") target = &f.tensor_parallel_size;
-    else if (key == "-dp") target = &f.data_parallel_size;
-    else if (key == "-pp") target = &f.pipeline_parallel_size;
-    if (target && a.size() == 3 && i + 1 < extras.size()) {
-      *target = static_cast<int>(parse_token_count(extras[++i], key));
-      continue;
-    }
-    if (target && a.size() > 4 && a[3] == '=') {
-      *target = static_cast<int>(parse_token_count(a.substr(4), key));
-      continue;
-    }
-    fail_arg("serve: unknown argument '{}' (see dgemma serve --help)", a);
-  }
+Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
   set_log_level(parse_log_level(f.log_level));
   Prepared p;
   EngineConfig& e = p.engine;
@@ -282,7 +270,13 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras, const Se
   if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1))
     fail_arg("--gpu-memory-utilization must be in (0, 1], got {}", f.gpu_memory_utilization);
   e.gpu_memory_utilization = f.gpu_memory_utilization;
-  e.seed = f.seed;
+  if (f.seed < -1) fail_arg("--seed {}: give a non-negative integer, or -1 for a random base seed", f.seed);
+  if (f.seed == -1) {
+    e.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+    DG_LOG_INFO("serve", "--seed -1: requests without a seed get base seed {}", e.seed);
+  } else {
+    e.seed = static_cast<uint64_t>(f.seed);
+  }
   e.enable_chunked_prefill = f.enable_chunked_prefill;
   e.enable_prefix_caching = f.enable_prefix_caching;
   // The warm-up pays the GPU's one-time start-up costs; the CPU backend has none worth a delay.
@@ -356,6 +350,19 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras, const Se
     fail_arg("--kv-cache-dtype {}: the KV cache is bfloat16 (auto or bfloat16 are accepted)", f.kv_cache_dtype);
   if (f.ssl_keyfile.empty() != f.ssl_certfile.empty())
     fail_arg("TLS needs both --ssl-keyfile and --ssl-certfile");
+  // The one tokenizer implementation reads tokenizer.json, which is what auto, hf and slow load.
+  if (f.tokenizer_mode != "auto" && f.tokenizer_mode != "hf" && f.tokenizer_mode != "slow")
+    fail_arg("--tokenizer-mode {}: dgemma reads the checkpoint's tokenizer.json (auto, hf or slow)",
+             f.tokenizer_mode);
+  if (f.tokenizer_mode != "auto")
+    DG_LOG_INFO("serve", "--tokenizer-mode {}: the checkpoint's tokenizer.json is read either way",
+                f.tokenizer_mode);
+  if (f.task != "auto" && f.task != "generate")
+    fail_arg("--task {}: this server only generates (auto or generate)", f.task);
+  if (f.chat_template_content_format != "auto" && f.chat_template_content_format != "string" &&
+      f.chat_template_content_format != "openai")
+    fail_arg("--chat-template-content-format: '{}' is not one of auto, string, openai",
+             f.chat_template_content_format);
   for (const auto& [flag, value] : f.no_effect)
     DG_LOG_INFO("serve", "{}{}: accepted for vLLM compatibility; a tuning knob with no effect in dgemma", flag,
                 value.empty() ? "" : " " + value);
@@ -379,6 +386,10 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras, const Se
   a.tool_parser = !f.tool_call_parser.empty();
   a.reasoning_parser = !f.reasoning_parser.empty();
   a.strict_params = f.strict_params;
+  // auto is openai here: the DiffusionGemma templates read content as a string or a list of parts.
+  a.content_as_string = f.chat_template_content_format == "string";
+  a.force_include_usage = f.enable_force_include_usage;
+  a.return_tokens_as_token_ids = f.return_tokens_as_token_ids;
   if (!f.default_chat_template_kwargs.empty()) {
     a.default_template_kwargs = parse_flag_json(f.default_chat_template_kwargs, "--default-chat-template-kwargs");
     for (auto it = a.default_template_kwargs.begin(); it != a.default_template_kwargs.end(); ++it) {
@@ -448,15 +459,14 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras, const Se
   return p;
 }
 
-// Blocks SIGINT/SIGTERM in every thread; a watcher thread turns them into calls of on_signal (the
-// first one) and exits the process at once on the second.
+// Turns SIGINT/SIGTERM (blocked in every thread since main() began) into calls of on_signal on one
+// thread (sigtimedwait): the first signal, and exits the process at once on the second.
 class SignalWatcher {
  public:
   SignalWatcher() {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
   }
   ~SignalWatcher() {
@@ -496,11 +506,19 @@ void log_sampler_defaults(const EngineConfig& e, const ModelConfig& mc) {
     if (!e.override_generation_config.empty())
       g = parse_generation_config(e.override_generation_config, "--override-generation-config", g);
     if (e.max_denoising_steps) g.max_denoising_steps = *e.max_denoising_steps;
+    // The checkpoint's max_new_tokens is not a default (as in vLLM, it would truncate long answers):
+    // only --override-generation-config sets one.
+    const auto max_new = e.override_generation_config.find("max_new_tokens");
+    const std::string max_tokens =
+        max_new != e.override_generation_config.end()
+            ? fmt::format("{} (--override-generation-config max_new_tokens)", g.max_new_tokens)
+            : std::string("the rest of the context");
     DG_LOG_INFO("serve",
-                "sampler defaults (--generation-config {}): max_denoising_steps {}, entropy_bound {}, t_min {}, t_max {}, "
-                "confidence_threshold {}, stability_threshold {}, max_new_tokens {}",
-                e.generation_config.empty() ? "auto" : e.generation_config, g.max_denoising_steps, g.entropy_bound,
-                g.t_min, g.t_max, g.confidence_threshold, g.stability_threshold, g.max_new_tokens);
+                "sampler defaults (--generation-config {}): max_denoising_steps {}, entropy_bound {}, t_min "
+                "{}, t_max {}, "
+                "confidence_threshold {}, stability_threshold {}; default max_tokens: {}",
+                e.generation_config.empty() ? "auto" : e.generation_config, g.max_denoising_steps,
+                g.entropy_bound, g.t_min, g.t_max, g.confidence_threshold, g.stability_threshold, max_tokens);
   } catch (const Error& err) {
     DG_LOG_DEBUG("serve", "sampler defaults not logged: {}", err.what());
   }
@@ -510,14 +528,13 @@ bool is_loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::string& version,
-              const ServeLoadFormat& extra) {
-  Prepared p = prepare(f, extras, extra);
+int run_serve(ServeFlags& f, const std::string& version, const ServeLoadFormat& extra) {
+  Prepared p = prepare(f, extra);
   const ChatTemplate tmpl = choose_chat_template(f, p.tokenizer_dir);  // a template that does not compile is a start-up error
   for (auto it = p.api.default_template_kwargs.begin(); it != p.api.default_template_kwargs.end(); ++it)
     if (!tmpl.accepts_kwarg(it.key()))
       fail_arg("--default-chat-template-kwargs: key '{}' is not read by the chat template", it.key());
-  SignalWatcher signals;  // before any thread starts, so all inherit the mask
+  SignalWatcher signals;
 
   p.api.version = version;
   if (p.engine.max_model_len > 0) p.api.max_model_len_hint = p.engine.max_model_len;
@@ -626,8 +643,8 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
 
 void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
   auto f = std::make_shared<ServeFlags>();
-  auto* sub = app.add_subcommand("serve", "Serve an OpenAI-compatible API (vLLM-compatible flags; docs/API.md)");
-  sub->allow_extras();  // only to accept vLLM's "-tp N"; anything else left over is rejected
+  auto* sub =
+      app.add_subcommand("serve", "Serve an OpenAI-compatible API (vLLM-compatible flags; docs/API.md)");
   sub->add_option("MODEL", f->model,
                   "A model directory (config.json, tokenizer.json, weights) or a Hugging Face repo id (org/name) "
                   "found in the local cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub); never downloads");
@@ -640,8 +657,9 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
   sub->add_option("--port", f->port, "Port (default 8000; 0 picks a free port)");
   sub->add_option("--served-model-name", f->served_model_name,
                   "Model name(s) accepted in requests and reported by /v1/models (default: MODEL)");
-  sub->add_option("--max-model-len", f->max_model_len, "Context length in tokens (e.g. 32768, 32k, 128K); at most the model's max_position_embeddings. "
-                  "Default: max_position_embeddings capped at 32768, halved until the KV caches fit in memory");
+  sub->add_option("--max-model-len", f->max_model_len,
+                  "Context length in tokens (e.g. 32768, 32k, 128K); at most, and by default, the model's "
+                  "max_position_embeddings (it reserves no memory: requests take KV pages as they grow)");
   sub->add_option("--max-num-seqs", f->max_num_seqs, "Requests running at once, 1 to 1024 (default 4)");
   sub->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Token budget per engine step (0: derived)");
   sub->add_option("--max-queue", f->max_queue, "Waiting requests beyond --max-num-seqs before 503 (default 1024)");
@@ -673,7 +691,8 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
                   "auto, safetensors or dummy (random weights)" +
                       (extra.prefix.empty() ? "" : ", or " + extra.prefix + "... (" + extra.help + ")"));
   sub->add_option("--device", f->device, "auto, cpu or cuda");
-  sub->add_option("--seed", f->seed, "Base seed for requests without their own seed");
+  sub->add_option("--seed", f->seed,
+                  "Base seed for requests without their own seed (default 0; -1: a random one)");
   sub->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->enable_chunked_prefill,
                 "Split long prompts over several engine steps (default on)");
   sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f->enable_prefix_caching,
@@ -713,22 +732,47 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
   sub->add_option("--data-parallel-size", f->data_parallel_size, "Must be 1 (also accepted as -dp 1)");
   sub->add_option("--pipeline-parallel-size", f->pipeline_parallel_size, "Must be 1 (also accepted as -pp 1)");
   // vLLM tuning knobs that mean nothing here: accepted, and logged as having no effect.
-  for (const char* name : {"--swap-space", "--block-size", "--max-cudagraph-capture-size", "--compilation-config",
-                           "--uvicorn-log-level", "--max-log-len", "--max-logprobs", "--limit-mm-per-prompt"}) {
+  sub->add_option("--tokenizer-mode", f->tokenizer_mode,
+                  "auto, hf or slow: the checkpoint's tokenizer.json either way");
+  sub->add_option("--task", f->task, "auto or generate (the only task of this server)");
+  sub->add_option(
+      "--chat-template-content-format", f->chat_template_content_format,
+      "auto | openai: message content reaches the template as given (a string or a list of text parts); "
+      "string: a list of text parts is joined with newlines first");
+  sub->add_flag("--enable-force-include-usage", f->enable_force_include_usage,
+                "Every stream ends with a usage chunk, as if stream_options.include_usage were set");
+  sub->add_flag("--return-tokens-as-token-ids", f->return_tokens_as_token_ids,
+                "Logprobs name tokens as \"token_id:N\" instead of their text");
+  // vLLM tuning and deployment knobs that mean nothing here: accepted, and logged as having no effect.
+  for (const char* name :
+       {"--swap-space", "--block-size", "--max-cudagraph-capture-size", "--compilation-config",
+        "--uvicorn-log-level", "--max-log-len", "--max-logprobs", "--limit-mm-per-prompt",
+        "--distributed-executor-backend", "--max-seq-len-to-capture", "--tokenizer-pool-size",
+        "--guided-decoding-backend", "--structured-outputs-config"}) {
     const std::string flag = name;
     sub->add_option_function<std::string>(
            flag, [f, flag](const std::string& v) { f->no_effect.emplace_back(flag, v); },
            "vLLM tuning knob: accepted, no effect")
         ->group("vLLM compatibility (no effect)");
   }
-  for (const char* name : {"--async-scheduling", "--disable-fastapi-docs", "--enable-log-requests"}) {
+  for (const char* name : {"--async-scheduling", "--disable-fastapi-docs", "--enable-log-requests",
+                           "--disable-custom-all-reduce", "--disable-frontend-multiprocessing",
+                           "--enable-sleep-mode", "--enable-prompt-tokens-details", "--enable-reasoning"}) {
     const std::string flag = name;
     sub->add_flag_callback(flag, [f, flag] { f->no_effect.emplace_back(flag, ""); }, "vLLM knob: accepted, no effect")
         ->group("vLLM compatibility (no effect)");
   }
   sub->add_option("--tensor-parallel-size", f->tensor_parallel_size,
                   "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CPU backend only for now");
-  out.push_back({sub, [f, sub, extra] { return run_serve(*f, sub->remaining(), DGEMMA_VERSION, extra); }});
+  sub->add_option(
+      "--config", f->config_file,
+      "vLLM's YAML config file: flag: value lines (long flag names); the command line wins over it");
+  Command c{sub, [f, sub, extra] {
+              if (!f->config_file.empty()) apply_config_file(*sub, f->config_file, "MODEL");
+              return run_serve(*f, DGEMMA_VERSION, extra);
+            }};
+  c.handles_stop_signals = true;
+  out.push_back(std::move(c));
 }
 
 }  // namespace dgemma::cli

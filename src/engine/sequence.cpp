@@ -72,7 +72,12 @@ CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vec
   const bool with_pins = !params_.pins.empty();
   CanvasCommit c;
   bool eos = false, length = false;
-  for (int p = 0; p < canvas_; ++p) {
+  // A canvas of nothing but pad (past every pinned position) ends the answer like an EOS: the reference
+  // would go on appending such canvases, which give no text, until max_tokens.
+  const auto is_pad = [&](int32_t t) { return t == params_.pad_id; };
+  if (!params_.ignore_eos && base >= pins_end_ && std::all_of(committed.begin(), committed.end(), is_pad))
+    eos = true;
+  for (int p = 0; p < canvas_ && !eos; ++p) {
     const int64_t a = base + p;
     const int32_t t = committed[p];
     const bool pinned = pins_.pinned(p);

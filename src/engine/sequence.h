@@ -4,8 +4,9 @@
 // counter-based RNG makes the restarted canvas identical). The history — prompt, then every committed
 // canvas that continues the answer — is what the KV cache must hold before the current canvas; a
 // committed canvas is encoded together with the next canvas's first denoising step.
-// These methods are the one place where a canvas is trimmed at EOS / stop ids / max_tokens, and where
-// pinned spans are laid on the canvas and dropped filler is decided (docs/MODEL.md §6.6).
+// These methods are the one place where a canvas is trimmed at EOS / stop ids / max_tokens (a canvas of
+// nothing but pad ends the answer as an EOS would), and where pinned spans are laid on the canvas and
+// dropped filler is decided (docs/MODEL.md §6.6).
 #include <cstdint>
 #include <optional>
 #include <vector>

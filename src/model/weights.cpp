@@ -507,7 +507,7 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
       continue;
     }
     Tensor t;
-    if (part.group != FusedGroup::kNone && fuse_projections) {
+    if (part.group != FusedGroup::kNone && options.fuse_projections) {
       // A bf16 part is generated in its rows of the fused tensor (the same values: fill_normal keys
       // each element by its index in the tensor it is given).
       const FusedSlot f = fused_slot(config, w, s.spec, part);

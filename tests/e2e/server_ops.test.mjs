@@ -239,7 +239,7 @@ describe('vLLM flags and exit codes', () => {
     assert.equal((await runCli(['--version'])).code, 0);
     const help = await runCli(['serve', '--help']);
     assert.equal(help.code, 0);
-    assert.match(help.stdout.replace(/\s+/g, ' '), /Default: max_position_embeddings capped at 32768, halved until the KV caches fit in memory/);
+    assert.match(help.stdout.replace(/\s+/g, ' '), /at most, and by default, the model's max_position_embeddings/);
   });
 
   test('limits are checked before the port is bound', async () => {

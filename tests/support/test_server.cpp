@@ -9,6 +9,7 @@
 
 int main(int argc, char** argv) {
   using namespace dgemma;
+  cli::block_stop_signals();
   CLI::App app{"dgemma_test_server — dgemma serve with --load-format scripted:FILE (tests only)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("dgemma ") + DGEMMA_VERSION);

@@ -2,11 +2,18 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_info.cuh"
+#include "backend/device_memory.h"
 #include "util/error.h"
 
 namespace dgemma {
 
 bool cuda_available() { return !cuda::query_devices().empty(); }
+
+std::optional<uint64_t> cuda_device_memory() {
+  const std::vector<cuda::DeviceInfo> devices = cuda::query_devices();
+  if (devices.empty()) return std::nullopt;
+  return static_cast<uint64_t>(devices.front().total_memory);
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int device_index) {
   const std::vector<cuda::DeviceInfo> devices = cuda::query_devices();

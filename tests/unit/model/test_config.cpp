@@ -2,8 +2,7 @@
 // clear error for every out-of-range or inconsistent value.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
+#include "../reference_data.h"
 #include "model/config.h"
 #include "util/error.h"
 #include "util/mmap_file.h"
@@ -11,19 +10,18 @@
 namespace dgemma {
 namespace {
 
-// The released checkpoint's configs, in the reference tree beside the checkout (a test skips without it).
-const std::string kReleased =
-    std::string(DGEMMA_SOURCE_DIR) + "/../shared/reference/configs/diffusiongemma-26b-a4b";
-#define SKIP_WITHOUT_REFERENCE() \
-  if (!std::filesystem::exists(kReleased)) GTEST_SKIP() << "no reference tree at " << kReleased
+using testing::reference_path;
+
+const std::string kRealConfig = reference_path("configs/diffusiongemma-26b-a4b/config.json");
+const std::string kRealGenerationConfig =
+    reference_path("configs/diffusiongemma-26b-a4b/generation_config.json");
 
 Json real_config() {
-  const std::string path = kReleased + "/config.json";
-  return parse_json(read_text_file(path), path, true);
+  return parse_json(read_text_file(kRealConfig), kRealConfig, true);
 }
 
 TEST(Config, ReleasedCheckpointShape) {
-  SKIP_WITHOUT_REFERENCE();
+  DG_NEED_REFERENCE(kRealConfig);
   const ModelConfig c = parse_model_config(real_config(), "config.json");
   const TextConfig& t = c.text;
   EXPECT_EQ(c.canvas_length, 256);
@@ -49,7 +47,7 @@ TEST(Config, ReleasedCheckpointShape) {
 }
 
 TEST(Config, PerLayerConfigStyleEqualsGlobalKeys) {
-  SKIP_WITHOUT_REFERENCE();
+  DG_NEED_REFERENCE(kRealConfig);
   Json j = real_config();
   Json& t = j["text_config"];
   t.erase("global_head_dim");
@@ -65,7 +63,7 @@ TEST(Config, PerLayerConfigStyleEqualsGlobalKeys) {
 }
 
 TEST(Config, DefaultLayerPatternWhenAbsent) {
-  SKIP_WITHOUT_REFERENCE();
+  DG_NEED_REFERENCE(kRealConfig);
   Json j = real_config();
   j["text_config"].erase("layer_types");
   const ModelConfig c = parse_model_config(j, "x");
@@ -86,7 +84,7 @@ void expect_bad(Json j, const std::string& needle) {
 }
 
 TEST(Config, RejectsBadValuesClearly) {
-  SKIP_WITHOUT_REFERENCE();
+  DG_NEED_REFERENCE(kRealConfig);
   Json j = real_config();
   j["model_type"] = "llama";
   expect_bad(j, "model_type");
@@ -132,8 +130,8 @@ TEST(Config, RejectsBadValuesClearly) {
 }
 
 TEST(GenerationConfig, ReleasedValuesAndDefaults) {
-  SKIP_WITHOUT_REFERENCE();
-  const std::string path = kReleased + "/generation_config.json";
+  DG_NEED_REFERENCE(kRealGenerationConfig);
+  const std::string& path = kRealGenerationConfig;
   const GenerationConfig g = parse_generation_config(parse_json(read_text_file(path), path, true), path);
   EXPECT_EQ(g.max_denoising_steps, 48);
   EXPECT_DOUBLE_EQ(g.entropy_bound, 0.1);
