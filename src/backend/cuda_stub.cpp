@@ -6,16 +6,16 @@
 #ifndef DGEMMA_HAVE_CUDA
 namespace dgemma {
 
-std::unique_ptr<Backend> make_cuda_backend(int) {
+std::unique_ptr<Backend> make_cuda_backend(int, const CudaOptions&) {
   fail(ErrorKind::kUnsupported, "this dgemma was built without CUDA (nvcc was not found at build time); use --device cpu");
 }
 bool cuda_available() { return false; }
 
-bool nccl_available(std::string* why) {
+bool nccl_available(std::string* why, const std::string&) {
   if (why) *why = "this dgemma was built without CUDA";
   return false;
 }
-std::unique_ptr<CollectiveGroup> make_nccl_group(const std::vector<Backend*>&) {
+std::unique_ptr<CollectiveGroup> make_nccl_group(const std::vector<Backend*>&, const std::string&) {
   fail(ErrorKind::kUnsupported, "NCCL: this dgemma was built without CUDA");
 }
 

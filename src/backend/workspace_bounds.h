@@ -43,7 +43,7 @@ inline constexpr uint64_t sampler_bytes(int64_t canvases, int64_t canvas_rows, i
          hist_rows * kSamplerBins * 4 + 7 * 256;
 }
 
-// W8A8 FP8 (FP8-dynamic checkpoints with the W8A8 paths on, tuning.h): the per-token E4M3 copies of
+// W8A8 FP8 (FP8-dynamic checkpoints with the W8A8 paths on, cuda_options.h): the per-token E4M3 copies of
 // an FP8 linear's input and their fp32 scales, T * (K + 4) bytes per call, each part rounded up to
 // 256 bytes. A dense linear's copy lives for its matmul; the MoE's gate_up input (T rows of hidden)
 // and down input (the T * top_k routed rows of the expert intermediate) for the MoE call. The plan

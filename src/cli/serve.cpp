@@ -60,6 +60,8 @@ struct ServeFlags {
   std::string quantization;
   std::string load_format = "auto";
   std::string device = "auto";
+  std::string kernel_family = "auto";  // CUDA: auto | hopper | portable (cuda_options.h)
+  std::string fp8_moe = "auto";        // CUDA: FP8-dynamic experts auto | w8a8 | w8a16
   uint64_t seed = 0;
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
@@ -260,6 +262,10 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   if (f.device != "auto" && f.device != "cpu" && f.device != "cuda")
     fail_arg("--device: '{}' is not one of auto, cpu, cuda", f.device);
   e.device = f.device;
+  if (!parse_kernel_family(f.kernel_family, &e.cuda.family))
+    fail_arg("--kernel-family: '{}' is not one of {}", f.kernel_family, kernel_family_words());
+  if (!parse_fp8_experts(f.fp8_moe, &e.cuda.fp8_experts))
+    fail_arg("--fp8-moe: '{}' is not one of {}", f.fp8_moe, fp8_experts_words());
   e.quantization = f.quantization;
   // The model's limits are checked here, before the port is bound (the engine repeats them).
   const ModelConfig mc = load_model_config(p.model_dir);
@@ -673,6 +679,13 @@ void add_serve_command(CLI::App& app, CommandList& out) {
                   "checkpoint quantisation (auto-detected when absent): modelopt | modelopt_fp4 | compressed-tensors | fp8 | none");
   sub->add_option("--load-format", f->load_format, "auto, safetensors, dummy (random weights) or scripted:FILE (tests)");
   sub->add_option("--device", f->device, "auto, cpu or cuda");
+  sub->add_option("--kernel-family", f->kernel_family,
+                  "CUDA kernels: auto (hopper on an sm_90 GPU, else portable), hopper (the sm_90 kernels: "
+                  "H100 / H200 only) or portable (the sm_80 mma.sync kernels every GPU runs)");
+  sub->add_option("--fp8-moe", f->fp8_moe,
+                  "CUDA, FP8-dynamic experts: auto (w8a8 with the hopper kernels, else w8a16), w8a8 (the "
+                  "checkpoint's FP8 activations: more throughput at many rows an expert) or w8a16 (bf16 "
+                  "activations: less latency for one stream at a time)");
   sub->add_option("--seed", f->seed, "Base seed for requests without their own seed");
   sub->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->enable_chunked_prefill,
                 "Split long prompts over several engine steps (default on)");

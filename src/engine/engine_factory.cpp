@@ -130,7 +130,7 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
 
   const std::string device = resolve_device(c.device);
   std::unique_ptr<Backend> backend;
-  if (device == "cuda") backend = make_cuda_backend(0);
+  if (device == "cuda") backend = make_cuda_backend(0, c.cuda);
   else if (device == "cpu") backend = make_cpu_backend();
   else fail_arg("--device must be auto, cuda or cpu (got '{}')", c.device);
   if (tp > 1 && device != "cpu")

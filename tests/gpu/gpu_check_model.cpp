@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 
-#include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -319,9 +318,10 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
   }
 }
 
-// The fused small kernels of a layer (the qkv prologue, the MoE routing, the junction norms) against
-// the op-by-op sequence on the CUDA backend, through whole forward passes (a two-chunk prefill and a
-// denoising step with self-conditioning): the same caches and logits, bit for bit.
+// The junction norms fused into the residual kernels (the router's input, the next layer's input norm)
+// against the model's separate norm ops on the CUDA backend, through whole forward passes (a
+// two-chunk prefill and a denoising step with self-conditioning): the same caches and logits, bit for
+// bit. (The fused kernels against their op sequences op by op: gpu_check_small_kernels.cpp.)
 void fused_vs_ops_forward(Reporter& r, const std::string& fx) {
   Model m(fx, cuda());
   const auto prompt = golden_ids(fx, "prompt_ids");
@@ -329,7 +329,6 @@ void fused_vs_ops_forward(Reporter& r, const std::string& fx) {
   const int64_t C = m.config.canvas_length, V = m.config.text.vocab_size, H = m.config.text.hidden_size;
   const int64_t tokens = static_cast<int64_t>(prompt.size()) + C;
   auto run = [&](bool fused, PagedCache& kv, const Tensor& logits) {
-    const bool q = cuda::set_fused_qkv_prologue(fused), rt = cuda::set_fused_moe_routing(fused);
     m.model->set_fused_junction_norms(fused);
     const size_t half = prompt.size() / 2;
     for (auto [b, e] : {std::pair<size_t, size_t>{0, half}, std::pair<size_t, size_t>{half, prompt.size()}}) {
@@ -343,8 +342,6 @@ void fused_vs_ops_forward(Reporter& r, const std::string& fx) {
     std::vector<ForwardItem> it{{ForwardItem::Kind::kDenoise, canvas, kv.item(), sc, logits, {}}};
     m.model->forward(it, kv.kv);
     cuda().synchronize();
-    cuda::set_fused_qkv_prologue(q);
-    cuda::set_fused_moe_routing(rt);
     m.model->set_fused_junction_norms(true);
   };
   PagedCache ko(m.config, cuda(), tokens), kf(m.config, cuda(), tokens);

@@ -1,4 +1,4 @@
-// FP8-dynamic's W8A8 dense linears on the CUDA backend (fp8_gemm.h, set_dense_quant(kW8A8)) against
+// FP8-dynamic's W8A8 dense linears on the CUDA backend (fp8_gemm.h, DenseQuant::kW8A8) against
 // the CPU reference, which quantises the activations per token as the checkpoint prescribes
 // (cpu::quantize_fp8_per_token):
 //  * the activation quantisation kernel alone, bit for bit (scales and codes) at several shapes and on
@@ -21,7 +21,6 @@
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/fp8_gemm.h"
-#include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
 
@@ -148,11 +147,11 @@ void check_dense(Reporter& r, int64_t T, int64_t N, int64_t K) {
   cpu().matmul(x, w, oc);  // w.act: FP8 activations
   Weight wg, wk;
   {
-    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kW8A8);
+    const WithOptions path(options_with([](CudaOptions& o) { o.dense_quant = DenseQuant::kW8A8; }));
     wg = cuda().upload_weight(w);
   }
   {
-    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kKernel);
+    const WithOptions path(options_with([](CudaOptions& o) { o.dense_quant = DenseQuant::kKernel; }));
     wk = cuda().upload_weight(w);
   }
   if (wg.act != ActQuant::kFp8Token || !wg.quantized()) {
@@ -180,7 +179,7 @@ void check_refused_shape(Reporter& r) {
   const Tensor x = activations(d, T, K);
   Weight wg;
   {
-    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kW8A8);
+    const WithOptions path(options_with([](CudaOptions& o) { o.dense_quant = DenseQuant::kW8A8; }));
     wg = cuda().upload_weight(w);
   }
   if (wg.act != ActQuant::kNone || !wg.quantized()) {
@@ -231,8 +230,10 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
     const Weight host = fp8_dense_weight(d, s.N, s.K, 0.02f);
     Weight w[3];
     for (int p = 0; p < 3; ++p) {
-      const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, p == 0 ? cuda::DenseQuant::kW8A8 : p == 1 ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
-      w[p] = be.upload_weight(host);
+      const WithOptions path(options_with([&](CudaOptions& o) {
+        o.dense_quant = p == 0 ? DenseQuant::kW8A8 : p == 1 ? DenseQuant::kKernel : DenseQuant::kBf16;
+      }));
+      w[p] = cuda().upload_weight(host);
     }
     const bool w8a8 = w[0].act == ActQuant::kFp8Token;
     for (int64_t T : {int64_t{256}, int64_t{1024}, int64_t{4096}}) {
@@ -263,8 +264,8 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
     }
   }
   // The MoE block with FP8-dynamic experts (E128 top-8, H2816 I704): W8A16 (grouped_moe_fp4.cuh)
-  // against W8A8 (grouped_moe_w8a8.cuh, each tile shape; automatic first), the whole moe() call
-  // (routing, grouping, quantisations, both GEMMs, combine).
+  // against W8A8 (grouped_moe_w8a8.cuh, the hopper family), the whole moe() call (routing, grouping,
+  // quantisations, both GEMMs, combine).
   constexpr int64_t H = 2816, I = 704, E = 128, K = 8, Tmax = 4096;
   MoeArgs m;
   m.router_in = be.alloc(ScalarType::kBF16, {Tmax, H});
@@ -282,14 +283,17 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
   const Weight gu = fp8_dense_weight(d, 2 * I, H, 0.02f, E), dn = fp8_dense_weight(d, H, I, 0.04f, E);
   MoeArgs m16 = m, m8 = m;
   {
-    const Scoped<bool> w8a16(cuda::set_fp8_moe_w8a8, false);
-    m16.gate_up = be.upload_weight(gu);
-    m16.down = be.upload_weight(dn);
+    const WithOptions w8a16(options_with([](CudaOptions& o) { o.fp8_experts = Fp8Experts::kW8A16; }));
+    m16.gate_up = cuda().upload_weight(gu);
+    m16.down = cuda().upload_weight(dn);
   }
-  {
-    const Scoped<bool> w8a8(cuda::set_fp8_moe_w8a8, true);
-    m8.gate_up = be.upload_weight(gu);
-    m8.down = be.upload_weight(dn);
+  if (sm90_gpu()) {
+    const WithOptions w8a8(options_with([](CudaOptions& o) {
+      o.family = KernelFamily::kHopper;
+      o.fp8_experts = Fp8Experts::kW8A8;
+    }));
+    m8.gate_up = cuda().upload_weight(gu);
+    m8.down = cuda().upload_weight(dn);
   }
   const bool w8a8 = m8.gate_up.act == ActQuant::kFp8Token && m8.down.act == ActQuant::kFp8Token;
   for (int64_t T : {int64_t{256}, int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
@@ -304,11 +308,7 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
       row((base + " W8A8: not kept for W8A8 (no sm_90?)").c_str(), 0.0);
       continue;
     }
-    static const char* const kTiles[cuda::kW8a8MoeTiles + 1] = {"auto", "64x128", "128x128"};
-    for (int v = 0; v <= cuda::kW8a8MoeTiles; ++v) {
-      const Scoped<int> tile(cuda::set_w8a8_moe_tile, v);
-      row((base + " W8A8 tile " + kTiles[v]).c_str(), time_ms([&] { be.moe(m8); }));
-    }
+    row((base + " W8A8").c_str(), time_ms([&] { be.moe(m8); }));
   }
 }
 

@@ -158,21 +158,21 @@ __global__ void softmax_warp_kernel(uint16_t* S, int64_t rows, int64_t ld, int64
 }  // namespace
 
 void launch_attn_gather_q(const uint16_t* q, int64_t Hq, int64_t D, int64_t i0, int64_t nc, uint16_t* qh,
-                          cudaStream_t stream) {
+                          Stream stream) {
   const int64_t total = Hq * nc * D;
   if (total <= 0) return;
   if (vec8_ok(D, q, qh)) {
     gather_q_vec_kernel<<<grid_for(total / 8, kThreads), kThreads, 0, stream>>>(
         reinterpret_cast<const uint4*>(q), Hq, D / 8, i0, nc, reinterpret_cast<uint4*>(qh));
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   gather_q_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(q, Hq, D, i0, nc, qh);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t L, int64_t Lpad, int64_t n,
-                         int64_t i0, bool causal, int64_t window, float scaling, cudaStream_t stream) {
+                         int64_t i0, bool causal, int64_t window, float scaling, Stream stream) {
   if (rows <= 0) return;
   // Rows up to a few thousand columns: one warp each; longer rows keep one block each (more loads in
   // flight per row).
@@ -180,26 +180,26 @@ void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int6
     const unsigned blocks = static_cast<unsigned>(ceil_div(rows, kSoftmaxWarps));
     softmax_warp_kernel<<<blocks, 32 * kSoftmaxWarps, 0, stream>>>(S, rows, ld, nc, L, Lpad, n, i0, causal ? 1 : 0,
                                                                    window, scaling);
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   softmax_kernel<<<static_cast<unsigned>(rows), threads_for_row(L + n), 0, stream>>>(S, ld, nc, L, Lpad, n, i0,
                                                                                      causal ? 1 : 0, window, scaling);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_attn_scatter_out(const float* oh, int64_t Hq, int64_t D, int64_t i0, int64_t nc, uint16_t* out,
-                             cudaStream_t stream) {
+                             Stream stream) {
   const int64_t total = Hq * nc * D;
   if (total <= 0) return;
   if (vec8_ok(D, oh, out)) {
     scatter_out_vec_kernel<<<grid_for(total / 8, kThreads), kThreads, 0, stream>>>(
         reinterpret_cast<const float4*>(oh), Hq, D / 8, i0, nc, reinterpret_cast<uint4*>(out));
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   scatter_out_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(oh, Hq, D, i0, nc, out);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dgemma::cuda

@@ -5,12 +5,14 @@
 
 #include <cstdint>
 
+#include "backend/cuda/stream.h"
+
 namespace dgemma::cuda {
 
 // qh[h, il, :] = q[i0 + il, h, :] for il < nc: query rows grouped by head, so the rows of one KV head's
 // query group form one [groups * nc, D] matrix.
 void launch_attn_gather_q(const uint16_t* q, int64_t Hq, int64_t D, int64_t i0, int64_t nc, uint16_t* qh,
-                          cudaStream_t stream);
+                          Stream stream);
 
 // In place over the bf16 score rows S[h * nc + il, :] (row stride ld): cached key j < L sits in column j,
 // new key j >= L in column Lpad + (j - L). Masked scores are excluded; then
@@ -18,10 +20,10 @@ void launch_attn_gather_q(const uint16_t* q, int64_t Hq, int64_t D, int64_t i0, 
 // Query il has absolute index i0 + il among the n new tokens; causal: key j visible iff
 // 0 <= (i0 + il) - (j - L) < window (window <= 0: no window).
 void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t L, int64_t Lpad, int64_t n,
-                         int64_t i0, bool causal, int64_t window, float scaling, cudaStream_t stream);
+                         int64_t i0, bool causal, int64_t window, float scaling, Stream stream);
 
 // out[i0 + il, h, :] = bf16(oh[h, il, :]) (fp32 P.V results back to the [n, Hq, D] layout).
 void launch_attn_scatter_out(const float* oh, int64_t Hq, int64_t D, int64_t i0, int64_t nc, uint16_t* out,
-                             cudaStream_t stream);
+                             Stream stream);
 
 }  // namespace dgemma::cuda

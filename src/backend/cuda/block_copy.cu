@@ -51,7 +51,7 @@ bool wide(int64_t bytes, const void* p) { return bytes % 16 == 0 && (reinterpret
 }  // namespace
 
 void launch_gather_blocks(const uint64_t* table, int64_t n, int64_t bytes, void* dst, bool zero_missing,
-                          cudaStream_t stream) {
+                          Stream stream) {
   if (n <= 0 || bytes <= 0) return;
   if (n > 65535) CUDA_CHECK(cudaErrorInvalidValue);
   if (wide(bytes, dst)) {
@@ -61,10 +61,10 @@ void launch_gather_blocks(const uint64_t* table, int64_t n, int64_t bytes, void*
     gather_kernel<uint8_t><<<grid_of(bytes, n), kThreads, 0, stream>>>(table, bytes, static_cast<uint8_t*>(dst),
                                                                        zero_missing);
   }
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
-void launch_scatter_blocks(const void* src, const uint64_t* table, int64_t n, int64_t bytes, cudaStream_t stream) {
+void launch_scatter_blocks(const void* src, const uint64_t* table, int64_t n, int64_t bytes, Stream stream) {
   if (n <= 0 || bytes <= 0) return;
   if (n > 65535) CUDA_CHECK(cudaErrorInvalidValue);
   if (wide(bytes, src)) {
@@ -72,7 +72,7 @@ void launch_scatter_blocks(const void* src, const uint64_t* table, int64_t n, in
   } else {
     scatter_kernel<uint8_t><<<grid_of(bytes, n), kThreads, 0, stream>>>(static_cast<const uint8_t*>(src), table, bytes);
   }
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dgemma::cuda

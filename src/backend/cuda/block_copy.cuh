@@ -6,12 +6,14 @@
 
 #include <cstdint>
 
+#include "backend/cuda/stream.h"
+
 namespace dgemma::cuda {
 
 // dst + i * bytes <- the block at table[i] (zeros where table[i] == 0 and zero_missing, else untouched).
 void launch_gather_blocks(const uint64_t* table, int64_t n, int64_t bytes, void* dst, bool zero_missing,
-                          cudaStream_t stream);
+                          Stream stream);
 // the block at table[i] <- src + i * bytes (nothing where table[i] == 0).
-void launch_scatter_blocks(const void* src, const uint64_t* table, int64_t n, int64_t bytes, cudaStream_t stream);
+void launch_scatter_blocks(const void* src, const uint64_t* table, int64_t n, int64_t bytes, Stream stream);
 
 }  // namespace dgemma::cuda

@@ -6,11 +6,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/stream.h"
 
 namespace dgemma::cuda {
 
@@ -95,39 +93,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // the most shared memory the SM offers whatever the driver would pick otherwise. Set at every launch:
 // the attributes belong to the current device.
 template <typename... Params, typename... Args>
-void launch_large_smem(void (*kernel)(Params...), dim3 grid, int threads, int smem, cudaStream_t stream, Args... args) {
+void launch_large_smem(void (*kernel)(Params...), dim3 grid, int threads, int smem, Stream stream, Args... args) {
   if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   kernel<<<grid, threads, smem, stream>>>(args...);
-  CUDA_CHECK_LAUNCH();
-}
-
-// Blocks for a kernel that loops over `items` (rows, tokens) with a grid of blocks all resident at
-// once: at most the blocks per SM that the occupancy calculator gives for this block size and shared
-// memory, times the SMs (cached per device, kernel and block size; at least one block an SM), and no
-// more blocks than items.
-template <typename... Params>
-unsigned resident_grid(void (*kernel)(Params...), int threads, size_t smem, int64_t items) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, const void*, int, size_t>, int64_t> cache;
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), threads, smem);
-  int64_t slots = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) slots = it->second;
-  }
-  if (slots == 0) {
-    int per_sm = 0, sms = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    slots = int64_t{std::max(per_sm, 1)} * std::max(sms, 1);
-    std::lock_guard<std::mutex> lock(mu);
-    cache[key] = slots;
-  }
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min(items, slots)));
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 // Grid size for a grid-stride loop over n elements with `threads` per block (bounded; the loop covers

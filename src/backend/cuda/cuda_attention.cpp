@@ -8,52 +8,24 @@
 // row holds the cached keys in columns [0, L) and the new ones from column Lpad (L rounded up to 8, so
 // that every operand stays 16-byte aligned); P.V accumulates both parts in fp32 (beta = 1) before the
 // single rounding. Long contexts: the queries are processed in chunks that keep the score buffer
-// under a budget (256 MiB, tuning.h); there is no limit on the number of keys beyond memory.
-// With the fused-attention knob on (off by default; see g_fused), head dims
-// 64/128/256/512 (up to set_fused_attention_max_dim) run fused_attention.cu instead: two passes over key
-// splits + a reduce, same rounding points, no score buffer (a workspace of splits x rows x (D + 2) fp32),
-// reading the cached keys straight from the paged pool (no gather) when the page size is a power of
-// two; other shapes keep this path. attention_batch (all items of a layer) runs flash_attention.cu in
-// one launch when set_flash_attention is on (the default) and the head dim is 64/128/256/512, else the
-// backend's default (this attention() per item).
+// under a budget (CudaOptions::attention_score_budget); there is no limit on the number of keys
+// beyond memory. attention_batch (all items of a layer) runs flash_attention.cu in one launch for head
+// dims 64/128/256/512 (CudaOptions::attention kAuto), else the backend's default (this attention()
+// per item).
 #include <algorithm>
-#include <atomic>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/flash_attention.cuh"
-#include "backend/cuda/fused_attention.cuh"
 #include "backend/cuda/kv_cache.cuh"
-#include "backend/cuda/tuning.h"
 #include "util/error.h"
 
 namespace dgemma::cuda {
 
 namespace {
-std::atomic<int64_t> g_score_bytes{int64_t{256} << 20};
-// The fused kernel is off by default because the model-level benchmark measured a whole denoising
-// step slower with it on the H200 (dgemma_bench --attention cublas|fused, docs/BENCHMARKS.md: 24.91 vs
-// 24.28 ms at batch 1, 59.0 vs 56.2 ms at batch 4), although in isolation it wins at the sliding
-// denoise shape (0.136 vs 0.166 ms with K/V warm in L2): its 34 MB fp32 split workspace and cold K/V
-// cost more between the other ops than the launches it saves. Head dim 512 (0.708 vs 0.227 ms) and
-// causal prompt chunks (0.104 vs 0.108 ms) gain nothing either.
-std::atomic<bool> g_fused{false};
-std::atomic<int64_t> g_fused_max_dim{1 << 30};  // head dims above it keep the cuBLAS path
-// The one-launch flash kernel for attention_batch (flash_attention.cu), on by default: a whole step
-// measured faster with it on the H200 (dgemma_bench --attention flash vs cublas, prompt 512: 19.96 vs
-// 20.69 ms at batch 1, 44.06 vs 50.01 at batch 4, 157.1 vs 180.3 at batch 16; a 32k-token prefill
-// 1.51 vs 3.13 s).
-std::atomic<bool> g_flash{true};
-std::atomic<int64_t> g_flash_max_dim{int64_t{1} << 30};  // head dims above it take the per-item path
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
-
-int64_t set_attention_score_budget(int64_t bytes) { return g_score_bytes.exchange(std::max<int64_t>(bytes, 1)); }
-bool set_fused_attention(bool on) { return g_fused.exchange(on); }
-bool set_flash_attention(bool on) { return g_flash.exchange(on); }
-int64_t set_flash_attention_max_dim(int64_t d) { return g_flash_max_dim.exchange(d > 0 ? d : int64_t{1} << 30); }
-int64_t set_fused_attention_max_dim(int64_t d) { return g_fused_max_dim.exchange(d > 0 ? d : int64_t{1} << 30); }
 
 void attention(const Context& ctx, const AttentionArgs& a) {
   const char* op = "attention";
@@ -78,26 +50,6 @@ void attention(const Context& ctx, const AttentionArgs& a) {
     DG_CHECK(a.k_pages.dim(1) == Hkv && a.k_pages.dim(3) == D && a.v_pages.numel() == a.k_pages.numel());
     DG_CHECK((a.cache_first + L - 1) / a.k_pages.dim(2) < a.page_table.numel());
   }
-  // The fused kernel reads the paged pool itself (pages of a power-of-two size), so no gather.
-  if (n > 0 && g_fused.load() && D <= g_fused_max_dim.load()) {
-    const int64_t P = L > 0 ? a.k_pages.dim(2) : 1;
-    const bool pow2 = (P & (P - 1)) == 0;
-    const FusedAttentionPlan plan = plan_fused_attention(n, Hq, Hkv, D, L, a.causal, a.window, ctx.device);
-    if (plan.splits > 0 && pow2) {
-      PagedCache paged;
-      if (L > 0) {
-        paged.table = a.page_table.ptr<int32_t>();
-        paged.first = a.cache_first;
-        while ((int64_t{1} << paged.page_shift) < P) ++paged.page_shift;
-      }
-      Tensor ws = ctx.alloc(ScalarType::kU8, {std::max<int64_t>(plan.workspace_bytes, 16)});
-      if (launch_fused_attention(plan, ws.data, a.q.ptr<uint16_t>(), L > 0 ? a.k_pages.ptr<uint16_t>() : nullptr,
-                                 L > 0 ? a.v_pages.ptr<uint16_t>() : nullptr, a.k_new.ptr<uint16_t>(),
-                                 a.v_new.ptr<uint16_t>(), a.out.ptr<uint16_t>(), n, Hq, Hkv, D, L, L, a.causal,
-                                 a.window, a.scaling, ctx.device, ctx.stream, L > 0 ? &paged : nullptr))
-        return;
-    }
-  }
   // The cached keys of the sequence are gathered from the paged pool into contiguous [Hkv, L, D]
   // operands (one copy of the visible cache per call), then both paths below run as on a contiguous
   // cache with cap = L.
@@ -117,7 +69,7 @@ void attention(const Context& ctx, const AttentionArgs& a) {
   const int64_t groups = Hq / Hkv;
   const int64_t Lpad = round_up(L, 8);
   const int64_t ld = round_up(Lpad + n, 8);
-  const int64_t nc = std::clamp<int64_t>(g_score_bytes.load() / (Hq * ld * 2), 1, n);
+  const int64_t nc = std::clamp<int64_t>(std::max<int64_t>(ctx.options.attention_score_budget, 1) / (Hq * ld * 2), 1, n);
   Tensor qh = ctx.alloc(ScalarType::kBF16, {Hq * nc * D});
   Tensor scores = ctx.alloc(ScalarType::kBF16, {Hq * nc * ld});
   Tensor oh = ctx.alloc(ScalarType::kF32, {Hq * nc * D});
@@ -193,7 +145,7 @@ void attention(const Context& ctx, const AttentionArgs& a) {
 }
 
 bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
-  if (!g_flash.load()) return false;
+  if (ctx.options.attention == AttentionKernel::kPerItem) return false;
   const char* op = "attention_batch";
   need_type(a.q, ScalarType::kBF16, op, "q");
   need_type(a.k_new, ScalarType::kBF16, op, "k_new");
@@ -202,7 +154,6 @@ bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
   need_type(a.items, ScalarType::kI32, op, "items");
   DG_CHECK(a.q.ndim == 3 && a.k_new.ndim == 3 && a.v_new.ndim == 3);
   const int64_t T = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2), Hkv = a.k_new.dim(1);
-  if (D > g_flash_max_dim.load()) return false;  // the per-item path (set_flash_attention_max_dim)
   DG_CHECK(Hkv > 0 && Hq % Hkv == 0 && a.k_new.dim(0) == T && a.k_new.dim(2) == D);
   DG_CHECK(a.v_new.dim(0) == T && a.v_new.dim(1) == Hkv && a.v_new.dim(2) == D && a.out.numel() == T * Hq * D);
   const int64_t N = static_cast<int64_t>(a.host_items.size());
@@ -237,7 +188,8 @@ bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
   if (!aligned16(a.q.data) || !aligned16(a.k_new.data) || !aligned16(a.v_new.data) || !aligned16(a.out.data))
     return false;
   const auto* host_items = reinterpret_cast<const int32_t*>(planned.data());
-  const FlashAttentionPlan plan = plan_flash_attention(T, Hq, Hkv, D, host_items, static_cast<int>(N), ctx.device);
+  const FlashAttentionPlan plan =
+      plan_flash_attention(T, Hq, Hkv, D, host_items, static_cast<int>(N), ctx.hopper(), ctx.options.flash_splits, ctx.stream);
   if (plan.splits <= 0) return false;  // another head dim: the per-item path
   Tensor ws;
   if (plan.workspace_bytes > 0) ws = ctx.alloc(ScalarType::kU8, {plan.workspace_bytes});
@@ -246,8 +198,7 @@ bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
                          any_cache ? a.k_pages.ptr<uint16_t>() : nullptr,
                          any_cache ? a.v_pages.ptr<uint16_t>() : nullptr, any_cache ? P : 1,
                          any_cache ? a.page_tables.ptr<int32_t>() : nullptr, a.items.ptr<int32_t>(),
-                         static_cast<int>(N), a.out.ptr<uint16_t>(), T, Hq, Hkv, D, a.scaling, ctx.device,
-                         ctx.stream);
+                         static_cast<int>(N), a.out.ptr<uint16_t>(), T, Hq, Hkv, D, a.scaling, ctx.stream);
   return true;
 }
 

@@ -16,15 +16,13 @@
 //  * fp32 libm functions (exp, tanh, cos, sin, pow) are evaluated in double and rounded once: this
 //    matches glibc's (correctly rounded in almost all cases) fp32 results nearly always.
 // Every other op is bit-identical to the CPU backend.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include "backend/cuda/block_copy.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -41,7 +39,6 @@
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/qkv_prologue.cuh"
 #include "backend/cuda/sampler.cuh"
-#include "backend/cuda/tuning.h"
 #include "backend/cpu/quant.h"
 #include "backend/decide_rules.h"
 #include "util/counter_rng.h"
@@ -102,12 +99,6 @@ SamplerLaunch sampler_launch(const SamplerArgs& a) {
 
 }  // namespace
 
-namespace {
-std::atomic<bool> g_sampler_z_table{true};
-}  // namespace
-
-bool set_sampler_z_table(bool on) { return g_sampler_z_table.exchange(on); }
-
 // The launch groups of a step's canvases (kMaxSamplerBatch each), validated, as the kernels read them.
 std::vector<SamplerBatch> sampler_batches(std::span<const SamplerArgs> canvases) {
   std::vector<SamplerLaunch> all;
@@ -145,56 +136,11 @@ void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases, co
       dev = reinterpret_cast<const SamplerBatch*>(workspace.ptr<uint8_t>() + args_at);
       ctx.upload_small(const_cast<SamplerBatch*>(dev), &groups[g], sizeof(SamplerBatch));
     }
-    launch_sampler(groups[g], dev, workspace.data, ctx.stream, g_sampler_z_table.load());
+    launch_sampler(groups[g], dev, workspace.data, ctx.stream);
   }
 }
 
 void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std::span<const SamplerArgs>(&a, 1), nullptr); }
-
-namespace {
-std::atomic<DenseQuant>& dense_quant_setting() {
-  static std::atomic<DenseQuant> path{[] {
-    DenseQuant p = DenseQuant::kW8A8;
-    const char* v = std::getenv("DGEMMA_DENSE_QUANT");
-    if (v != nullptr && !parse_dense_quant(v, &p))
-      DG_LOG_WARN("cuda", "DGEMMA_DENSE_QUANT={} is none of w8a8 / on / off: ignored", v);
-    return p;
-  }()};
-  return path;
-}
-std::atomic<bool> g_fused_qkv{true};
-std::atomic<bool>& fp8_kernels_setting() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("DGEMMA_FP8_KERNELS");
-    return v == nullptr || std::string_view(v) != "0";
-  }()};
-  return on;
-}
-}  // namespace
-
-DenseQuant set_dense_quant(DenseQuant path) { return dense_quant_setting().exchange(path); }
-DenseQuant dense_quant() { return dense_quant_setting().load(); }
-
-bool parse_dense_quant(const char* word, DenseQuant* out) {
-  const std::string_view w = word == nullptr ? std::string_view() : std::string_view(word);
-  if (w == "w8a8") *out = DenseQuant::kW8A8;
-  else if (w == "on") *out = DenseQuant::kKernel;
-  else if (w == "off") *out = DenseQuant::kBf16;
-  else return false;
-  return true;
-}
-
-const char* dense_quant_name(DenseQuant path) {
-  switch (path) {
-    case DenseQuant::kW8A8: return "w8a8";
-    case DenseQuant::kKernel: return "on";
-    case DenseQuant::kBf16: return "off";
-  }
-  return "?";
-}
-
-bool set_fp8_weight_kernels(bool on) { return fp8_kernels_setting().exchange(on); }
-bool set_fused_qkv_prologue(bool on) { return g_fused_qkv.exchange(on); }
 
 namespace {
 
@@ -215,7 +161,7 @@ cudaMemcpyKind kind_of(Device dst, Device src) {
 class CudaBackend final : public Backend {
  public:
   const Context& context() const { return ctx_; }
-  explicit CudaBackend(int device_index) : ctx_(device_index), fp8_gemm_(ctx_.stream) {
+  CudaBackend(int device_index, const CudaOptions& resolved) : ctx_(device_index, resolved), fp8_gemm_(ctx_.stream) {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, device_index));
     name_ = fmt::format("cuda:{} ({}, sm_{}{})", device_index, p.name, p.major, p.minor);
@@ -238,6 +184,14 @@ class CudaBackend final : public Backend {
     activate();
     ctx_.allocator->trim();
   }
+  DeviceWorkStats work_stats() const override {
+    return {ctx_.counters.launches(), ctx_.counters.syncs(), ctx_.counters.wait_ns()};
+  }
+  void profiler_window(bool open) override {
+    activate();
+    if (open) CUDA_CHECK(cudaProfilerStart());
+    else CUDA_CHECK(cudaProfilerStop());
+  }
 
   Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) override {
     activate();
@@ -255,7 +209,7 @@ class CudaBackend final : public Backend {
     return t;
   }
 
-  // Where a quantised weight goes (set_dense_quant, tuning.h): the one rule.
+  // Where a quantised weight goes (CudaOptions::dense_quant and fp8_experts): the one rule.
   enum class Placement {
     kW8A8,    // row-major E4M3 as in the checkpoint: cuBLASLt's FP8 GEMM (fp8_gemm.h) or the W8A8 experts
     kKernel,  // repacked for the W4A16 / W8A16 kernels (quant_layout.h)
@@ -263,17 +217,14 @@ class CudaBackend final : public Backend {
   };
   Placement placement(const Weight& host) {
     const bool fp8 = host.format == WeightFormat::kFp8Channel;
-    // set_fp8_weight_kernels(false) (DGEMMA_FP8_KERNELS=0) serves FP8 weights from exact bf16 copies.
-    if (fp8 && !fp8_kernels_setting().load()) return Placement::kBf16;
     const bool kernel_shape = host.rows() % 8 == 0 && host.cols() % 64 == 0;
-    if (host.data.ndim == 3) {  // expert stacks: W8A8 on FP8 wgmma (set_fp8_moe_w8a8), else the W8A16 / W4A16 kernels
-      if (fp8 && host.act == ActQuant::kFp8Token && fp8_moe_w8a8()) {
-        activate();
-        if (grouped_w8a8_supported(host.rows(), host.cols(), nullptr)) return Placement::kW8A8;
-      }
+    if (host.data.ndim == 3) {  // expert stacks: W8A8 on FP8 wgmma, else the W8A16 / W4A16 kernels
+      if (fp8 && host.act == ActQuant::kFp8Token && ctx_.options.fp8_experts == Fp8Experts::kW8A8 &&
+          grouped_w8a8_supported(host.rows(), host.cols(), nullptr))
+        return Placement::kW8A8;
       return kernel_shape ? Placement::kKernel : Placement::kBf16;
     }
-    const DenseQuant path = dense_quant();
+    const DenseQuant path = ctx_.options.dense_quant;
     if (path == DenseQuant::kW8A8 && fp8 && host.act == ActQuant::kFp8Token) {
       activate();
       if (fp8_gemm_.supported(host.rows(), host.cols())) return Placement::kW8A8;
@@ -287,7 +238,7 @@ class CudaBackend final : public Backend {
   }
 
   // kBf16 serves quantised weights off the kernels' shape rule (K % 64, rows % 8), and dense linears
-  // when set_dense_quant is off: the weight is dequantised exactly on the host (the CPU reference,
+  // with DenseQuant::kBf16: the weight is dequantised exactly on the host (the CPU reference,
   // fp32) and rounded to bf16 once, then served by the bf16 kernels: bf16 speed and memory for those
   // weights, and FP8-dynamic's activation quantisation is not emulated. The device weight's `act`
   // says what the device computes: kFp8Token only for kW8A8 (which matmul reads as the row-major
@@ -336,11 +287,10 @@ class CudaBackend final : public Backend {
     }
     DG_CHECK(host.data.device == Device::kCpu);
     if (!warned_dequant_) {
-      // Dense linears with set_dense_quant off are dequantised by request (as are FP8 weights with
-      // set_fp8_weight_kernels off); a weight off the kernels' shape rule is worth a warning.
+      // Dense linears with DenseQuant::kBf16 are dequantised by request; a weight off the kernels'
+      // shape rule is worth a warning.
       if (host.rows() % 8 == 0 && host.cols() % 64 == 0)
-        DG_LOG_INFO("cuda", "{} linears are dequantised to bf16 at load (set_dense_quant off or set_fp8_weight_kernels off)",
-                    weight_format_name(host.format));
+        DG_LOG_INFO("cuda", "{} linears are dequantised to bf16 at load (dense quant bf16)", weight_format_name(host.format));
       else
         DG_LOG_WARN("cuda", "{} weights off the quantised kernels' shape rule are dequantised to bf16 at load",
                     weight_format_name(host.format));
@@ -370,7 +320,7 @@ class CudaBackend final : public Backend {
     activate();
     const auto t0 = std::chrono::steady_clock::now();  // a copy into pageable memory waits in the call
     CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, ctx_.stream));
-    add_sync_wait(static_cast<uint64_t>(
+    ctx_.counters.add_wait(static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
     ctx_.sync();
   }
@@ -453,7 +403,7 @@ class CudaBackend final : public Backend {
                    : grouped_fp4_supported(N, K, weight.data.data, weight.block.data));
       launch_dense_quant(fp8, bf16_in(x, "matmul", "x"), weight.data.ptr<uint8_t>(),
                          fp8 ? nullptr : weight.block.ptr<uint8_t>(), weight.row_scale.ptr<float>(), T, N, K,
-                         bf16_out(out, "matmul", "out"), ctx_.stream);
+                         bf16_out(out, "matmul", "out"), ctx_.options.quant_dense, ctx_.stream);
       return;
     }
     const Tensor& w = bf16_weight(weight, "matmul", "w");
@@ -575,7 +525,7 @@ class CudaBackend final : public Backend {
     uint16_t* v = bf16_out(a.v, op, "v");
     const uint16_t* wq = bf16_in(a.q_norm, op, "q_norm");
     const uint16_t* wk = bf16_in(a.k_norm, op, "k_norm");
-    if (!g_fused_qkv.load() || !qkv_prologue_fusable(D, {q, k, v, wq, wk, qkv})) return Backend::qkv_prologue(a);
+    if (!qkv_prologue_fusable(D, {q, k, v, wq, wk, qkv})) return Backend::qkv_prologue(a);
     launch_qkv_prologue(q, k, v, a.k_eq_v, wq, wk, a.positions.ptr<int32_t>(), a.inv_freq.ptr<float>(), T, Hq, Hkv, D,
                         a.eps, ctx_.stream, qkv);
   }
@@ -787,7 +737,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> create_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
+std::unique_ptr<Backend> create_backend(int device_index, const CudaOptions& resolved) {
+  return std::make_unique<CudaBackend>(device_index, resolved);
+}
 
 const Context& context_of(Backend& backend) {
   auto* b = dynamic_cast<CudaBackend*>(&backend);

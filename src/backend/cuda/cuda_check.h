@@ -8,13 +8,6 @@ namespace dgemma::cuda {
 
 [[noreturn]] void fail_cuda(int code, const char* expr, const char* file, int line);
 [[noreturn]] void fail_cublas(int status, const char* expr, const char* file, int line);
-// Kernel launches issued by this process (dgemma's kernels and cuBLAS calls), for "launches per step".
-void count_launch();
-// A host wait for the stream that took `waited_ns` (syncs_so_far / sync_wait_ns_so_far, tuning.h).
-void count_sync(uint64_t waited_ns);
-// More host time spent waiting for the stream inside a counted wait (a device-to-host copy into
-// pageable memory blocks in the copy call itself, before its synchronisation).
-void add_sync_wait(uint64_t waited_ns);
 
 }  // namespace dgemma::cuda
 
@@ -30,9 +23,10 @@ void add_sync_wait(uint64_t waited_ns);
     if (dg_cublas_st_ != 0) ::dgemma::cuda::fail_cublas(dg_cublas_st_, #expr, __FILE__, __LINE__);   \
   } while (0)
 
-// After every kernel launch: launch-configuration errors surface here, at the launch site.
-#define CUDA_CHECK_LAUNCH()          \
-  do {                               \
-    ::dgemma::cuda::count_launch();  \
-    CUDA_CHECK(cudaGetLastError());  \
+// After every kernel launch on `stream` (a Stream, stream.h): the launch is counted, and
+// launch-configuration errors surface here, at the launch site.
+#define CUDA_CHECK_LAUNCH(stream)   \
+  do {                              \
+    (stream).count_launch();        \
+    CUDA_CHECK(cudaGetLastError()); \
   } while (0)

@@ -85,10 +85,19 @@ bool StagingRing::copy_to_device(void* dst, const void* src, size_t n, cudaStrea
 
 // ---- Context --------------------------------------------------------------------------------------
 
-Context::Context(int device_index) : device(device_index) {
+namespace {
+int active_device(int device) {
   CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}
+}  // namespace
+
+Context::Context(int device_index, const CudaOptions& resolved)
+    : device(active_device(device_index)), options(resolved), occupancy(device_index) {
+  stream.counters = &counters;
+  stream.occupancy = &occupancy;
   // A blocking stream: it also orders against any legacy-default-stream work in the process.
-  CUDA_CHECK(cudaStreamCreate(&stream));
+  CUDA_CHECK(cudaStreamCreate(&stream.handle));
   CUBLAS_CHECK(cublasCreate(&cublas));
   CUBLAS_CHECK(cublasSetStream(cublas, stream));
   // No reduced-precision (bf16) split-K reductions: every output is rounded once from fp32, the
@@ -115,7 +124,7 @@ Context::~Context() {
   if (cublas_workspace != nullptr) cudaFree(cublas_workspace);
   if (error_host != nullptr) cudaFreeHost(error_host);
   if (ticket != nullptr) cudaFree(ticket);
-  if (stream != nullptr) cudaStreamDestroy(stream);
+  if (stream.handle != nullptr) cudaStreamDestroy(stream.handle);
 }
 
 Tensor Context::alloc_shape(ScalarType type, const int64_t* dims, int ndim) const {
@@ -151,7 +160,7 @@ void Context::check_error_word() const {
 void Context::sync() const {
   const auto t0 = std::chrono::steady_clock::now();
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  count_sync(static_cast<uint64_t>(
+  counters.count_sync(static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
   check_error_word();
 }
@@ -190,13 +199,13 @@ void gemm(const Context& ctx, const Gemm& g) {
   const cudaDataType_t c_type = g.c_f32 ? CUDA_R_32F : CUDA_R_16BF;
   // Row-major C = A . op(B) is column-major C^T = op(B)^T . A^T: cuBLAS sees m = N, n = M.
   if (g.batch == 1) {
-    count_launch();
+    ctx.stream.count_launch();
     CUBLAS_CHECK(cublasGemmEx(ctx.cublas, op_b, CUBLAS_OP_N, static_cast<int>(g.N), static_cast<int>(g.M),
                               static_cast<int>(g.K), &alpha, g.b, CUDA_R_16BF, static_cast<int>(g.ldb), g.a, CUDA_R_16BF,
                               static_cast<int>(g.lda), &beta, g.c, c_type, static_cast<int>(g.ldc), CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
   } else {
-    count_launch();
+    ctx.stream.count_launch();
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         ctx.cublas, op_b, CUBLAS_OP_N, static_cast<int>(g.N), static_cast<int>(g.M), static_cast<int>(g.K), &alpha, g.b,
         CUDA_R_16BF, static_cast<int>(g.ldb), g.stride_b, g.a, CUDA_R_16BF, static_cast<int>(g.lda), g.stride_a, &beta,

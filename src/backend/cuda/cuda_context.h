@@ -1,6 +1,7 @@
 #pragma once
-// State shared by the CUDA backend's host code: the device, its one stream, the cuBLAS handle, the
-// caching allocator and the device error word. Host C++ only (no kernels here).
+// State shared by the CUDA backend's host code: the device, its one stream (with the counters of its
+// work and the kernels' occupancy answers), the kernel choices, the cuBLAS handle, the caching
+// allocator and the device error word. Host C++ only (no kernels here).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -12,6 +13,8 @@
 
 #include "backend/backend.h"
 #include "backend/caching_allocator.h"
+#include "backend/cuda/stream.h"
+#include "backend/cuda_options.h"
 
 namespace dgemma::cuda {
 
@@ -78,7 +81,11 @@ class StagingRing {
 
 struct Context {
   int device = 0;
-  cudaStream_t stream = nullptr;
+  // The kernel choices, the family resolved (kHopper or kPortable; make_cuda_backend checks the device).
+  CudaOptions options;
+  mutable WorkCounters counters;  // counted by const ops too (a launch, a wait)
+  mutable Occupancy occupancy;
+  Stream stream;  // every op's launches: the CUDA stream, &counters, &occupancy
   cublasHandle_t cublas = nullptr;
   void* cublas_workspace = nullptr;
   size_t cublas_workspace_bytes = 0;
@@ -90,7 +97,7 @@ struct Context {
   unsigned* ticket = nullptr;
   std::unique_ptr<StagingRing> staging;  // asynchronous small host-to-device copies
 
-  explicit Context(int device_index);
+  Context(int device_index, const CudaOptions& resolved);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -107,6 +114,7 @@ struct Context {
   // Whether the stream is being captured into a CUDA graph.
   bool capturing() const;
   void check_error_word() const;
+  bool hopper() const { return options.family == KernelFamily::kHopper; }
 };
 
 // A contiguous row-major bf16 GEMM, possibly strided-batched, on cuBLAS with fp32 accumulation:

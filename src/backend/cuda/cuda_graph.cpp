@@ -10,7 +10,7 @@ namespace {
 
 class CudaStepGraph final : public StepGraph {
  public:
-  CudaStepGraph(cudaGraphExec_t exec, cudaStream_t stream, int device) : exec_(exec), stream_(stream), device_(device) {}
+  CudaStepGraph(cudaGraphExec_t exec, Stream stream, int device) : exec_(exec), stream_(stream), device_(device) {}
   ~CudaStepGraph() override {
     if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
   }
@@ -21,13 +21,13 @@ class CudaStepGraph final : public StepGraph {
     int cur = -1;
     CUDA_CHECK(cudaGetDevice(&cur));
     if (cur != device_) CUDA_CHECK(cudaSetDevice(device_));
-    count_launch();
+    stream_.count_launch();
     CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
   }
 
  private:
   cudaGraphExec_t exec_ = nullptr;
-  cudaStream_t stream_ = nullptr;
+  Stream stream_;
   int device_ = 0;
 };
 

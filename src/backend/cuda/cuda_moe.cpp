@@ -1,24 +1,18 @@
 // The MoE block on the GPU (cpu/moe.cpp is the spec):
-//   router: z = bf16(bf16(bf16(rmsnorm0(h1)) * scale) * H^-0.5) (norm_rope.cu), bf16 logits = z . W_r^T
-//           (cuBLAS), fp32 softmax, top-k, renormalised weights * per_expert_scale (moe.cu; fused with
-//           the device grouping below in moe_route.cu);
-//   experts: the (token, slot) pairs grouped by expert, per expert one gate_up GEMM and one down GEMM
-//           (bf16 out), gelu(gate) * up between them, each output row times its fp32 weight rounded to
-//           bf16, then per token a bf16 running sum in ascending expert order (moe.cu).
-// Two ways to run the experts:
-//   device grouping (default, set_moe_device_grouping): the grouping is one kernel and both
-//           projections are grouped GEMM kernels with the gather, the activation and the routing
-//           weight fused (grouped_moe.cu); no host synchronisation, fixed grids (at large R the
-//           grouping also writes a tile list, one tile per CTA). Used whenever
-//           grouped_moe_supported() accepts the shape (H, I multiples of 8, 16-byte aligned weights).
-//   host grouping (the fallback): the selected experts are copied back (a stream synchronisation per
-//           MoE call), counting-sorted, and the projections run as cuBLAS GEMMs.
+//   router: z = bf16(bf16(bf16(rmsnorm0(h1)) * scale) * H^-0.5) (norm_rope.cu, or precomputed by the
+//           attention's residual junction), bf16 logits = z . W_r^T (cuBLAS), fp32 softmax, top-k,
+//           renormalised weights * per_expert_scale, fused with the grouping of the (token, slot)
+//           pairs by expert (moe_route.cu);
+//   experts: per expert one gate_up GEMM and one down GEMM as grouped kernels over every expert, with
+//           the gather, the activation (gelu(gate) * up) and the routing weight fused (grouped_moe.cu,
+//           the quantised forms in grouped_moe_fp4.cu / grouped_moe_w8a8.cu), then per token a bf16
+//           running sum in ascending expert order (moe_route.cu). No host synchronisation, fixed grids:
+//           a step's MoE records into a CUDA graph. The shapes these kernels take
+//           (grouped_moe_supported, moe_route_supported) are checked when a model is loaded.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
@@ -28,19 +22,9 @@
 #include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm_rope.cuh"
-#include "backend/cuda/tuning.h"
 #include "util/error.h"
 
 namespace dgemma::cuda {
-
-namespace {
-std::atomic<bool> g_device_grouping{true};
-std::atomic<bool> g_fused_routing{true};
-}  // namespace
-
-bool set_moe_device_grouping(bool on) { return g_device_grouping.exchange(on); }
-bool set_fused_moe_routing(bool on) { return g_fused_routing.exchange(on); }
-bool fused_moe_routing() { return g_fused_routing.load(std::memory_order_relaxed); }
 
 void moe(const Context& ctx, const MoeArgs& a) {
   const char* op = "moe";
@@ -77,7 +61,9 @@ void moe(const Context& ctx, const MoeArgs& a) {
   if (!a.dbg_weights.empty()) DG_CHECK(a.dbg_weights.device == Device::kCpu && a.dbg_weights.numel() == T * K);
   if (!a.dbg_index.empty()) DG_CHECK(a.dbg_index.device == Device::kCpu && a.dbg_index.numel() == T * K);
   if (T == 0) return;
-  cudaStream_t st = ctx.stream;
+  if (!grouped_moe_supported(T, H, I, E, K, a.expert_in.data, gate_up.data, down.data) || !moe_route_supported(E, K))
+    fail(ErrorKind::kUnsupported, "CUDA moe: no kernels for this shape (T={}, H={}, I={}, E={}, K={})", T, H, I, E, K);
+  const Stream st = ctx.stream;
 
   // 1. Router.
   const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
@@ -107,10 +93,6 @@ void moe(const Context& ctx, const MoeArgs& a) {
   Tensor top_w = ctx.alloc(ScalarType::kF32, {T, K});
   Tensor order = ctx.alloc(ScalarType::kI32, {T, K});
   float* probs_ptr = probs.empty() ? nullptr : probs.ptr<float>();
-  auto topk = [&] {
-    launch_moe_topk(logits.ptr<uint16_t>(), T, E, K, a.per_expert_scale.ptr<uint16_t>(), probs_ptr,
-                    top_idx.ptr<int32_t>(), top_w.ptr<float>(), order.ptr<int32_t>(), st);
-  };
 
   // The routing's debug outputs (tests), copied to the host after the routing kernels; true if any.
   auto queue_debug_copies = [&] {
@@ -123,153 +105,63 @@ void moe(const Context& ctx, const MoeArgs& a) {
     return !a.dbg_probs.empty() || !a.dbg_weights.empty() || !a.dbg_index.empty();
   };
 
+  // The top-k and the grouping by expert in one pass (the tile list: int4 entries of plan.tile_rows
+  // rows), then the grouped expert kernels. Nothing waits on the host unless debug outputs were asked
+  // for (tests only).
   const int64_t R = T * K;
-  if (g_device_grouping.load() &&
-      grouped_moe_supported(T, H, I, E, K, a.expert_in.data, gate_up.data, down.data)) {
-    // 2'. Group on the device; 3'. the grouped expert kernels. Nothing waits on the host unless debug
-    // outputs were asked for (tests only).
-    Tensor offsets = ctx.alloc(ScalarType::kI32, {E + 1});
-    Tensor pairs = ctx.alloc(ScalarType::kI32, {R});
-    // The bf16 GEMMs' kernel and tile list (4 i32 an entry); with quantised experts (no list) a bf16
-    // projection, if any, takes the small kernel.
-    // W8A8 experts: the FP8 wgmma kernels' list.
-    const bool any_quant = fp8_gu || fp4_gu || fp8_dn || fp4_dn;
-    const GroupedPlan plan = w8a8_gu || w8a8_dn ? grouped_w8a8_plan(R, E) : any_quant ? GroupedPlan{} : grouped_moe_plan(R, E);
-    Tensor tiles;
-    if (plan.max_tiles > 0) tiles = ctx.alloc(ScalarType::kI32, {4 * plan.max_tiles});
-    int32_t* tiles_ptr = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
-    // The top-k and the grouping: one kernel where it takes the shape, else two (both write the
-    // plan's tile list, int4 entries of plan.tile_rows rows).
-    const int64_t scratch_n = fused_moe_routing() ? moe_route_group_scratch(T, E, K) : 0;
-    if (scratch_n > 0) {
-      Tensor scratch = ctx.alloc(ScalarType::kI32, {scratch_n});
-      launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, a.per_expert_scale.ptr<uint16_t>(), probs_ptr,
-                             top_idx.ptr<int32_t>(), top_w.ptr<float>(), order.ptr<int32_t>(), offsets.ptr<int32_t>(),
-                             pairs.ptr<int32_t>(), tiles_ptr, plan.max_tiles, plan.tile_rows, scratch.ptr<int32_t>(),
-                             ctx.ticket, st);
-    } else {
-      topk();
-      launch_moe_group(top_idx.ptr<int32_t>(), R, E, plan, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, st);
-    }
-    Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
-    Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
-    if (w8a8_gu) {  // the input quantised per token (the CPU's per routed row: the same rows)
-      Tensor q = ctx.alloc(ScalarType::kU8, {T, H}), s = ctx.alloc(ScalarType::kF32, {T});
-      launch_quantize_fp8_rows(a.expert_in.ptr<uint16_t>(), T, H, q.ptr<uint8_t>(), s.ptr<float>(), st);
-      launch_grouped_gate_up_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), gate_up.ptr<uint8_t>(),
-                                  a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
-                                  tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
-    } else if (fp8_gu)
-      launch_grouped_gate_up_fp8(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.row_scale.ptr<float>(),
-                                 offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), st);
-    else if (fp4_gu)
-      launch_grouped_gate_up_fp4(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.block.ptr<uint8_t>(),
-                                 a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E,
-                                 K, H, I, act.ptr<uint16_t>(), st);
-    else
-      launch_grouped_gate_up(plan, a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
-                             pairs.ptr<int32_t>(), tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
-    if (w8a8_dn) {  // the activation quantised per grouped row
-      Tensor q = ctx.alloc(ScalarType::kU8, {R, I}), s = ctx.alloc(ScalarType::kF32, {R});
-      launch_quantize_fp8_rows(act.ptr<uint16_t>(), R, I, q.ptr<uint8_t>(), s.ptr<float>(), st);
-      launch_grouped_down_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(),
-                               offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, top_w.ptr<float>(), R, E, H, I,
-                               y.ptr<uint16_t>(), st);
-    } else if (fp8_dn)
-      launch_grouped_down_fp8(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(),
-                              pairs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
-    else if (fp4_dn)
-      launch_grouped_down_fp4(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.block.ptr<uint8_t>(),
-                              a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
-                              top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
-    else
-      launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
-                          tiles_ptr, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
-    launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
-    if (queue_debug_copies()) ctx.sync();
-    return;
-  }
-
-  if (a.gate_up.quantized() || a.down.quantized())
-    fail(ErrorKind::kUnsupported, "CUDA moe: quantised experts need the device-grouped path (T={}, H={}, I={}, E={}, K={})",
-         T, H, I, E, K);
-
-  // 2. Group the (token, slot) pairs by expert on the host (stable: pair order within an expert).
-  topk();
-  std::vector<int32_t> idx(static_cast<size_t>(R));
-  CUDA_CHECK(cudaMemcpyAsync(idx.data(), top_idx.data, static_cast<size_t>(R) * 4, cudaMemcpyDeviceToHost, st));
-  queue_debug_copies();
-  ctx.sync();
-  std::vector<int64_t> count(static_cast<size_t>(E) + 1, 0), offset(static_cast<size_t>(E) + 1, 0);
-  for (int32_t e : idx) {
-    DG_CHECK(e >= 0 && e < E);
-    ++count[static_cast<size_t>(e)];
-  }
-  for (int64_t e = 0; e < E; ++e) offset[e + 1] = offset[e] + count[e];
-  std::vector<int32_t> perm(static_cast<size_t>(R));
-  {
-    std::vector<int64_t> next(offset.begin(), offset.end() - 1);
-    for (int64_t p = 0; p < R; ++p) perm[static_cast<size_t>(next[idx[p]]++)] = static_cast<int32_t>(p);
-  }
-
-  // 3. Experts. Fast path: every expert's rows padded to the largest count, so each projection is ONE
-  // strided-batched GEMM over all experts (weights streamed once, tensor cores, no per-expert launch);
-  // padding rows are zero and are never scattered back. Each output is still one fp32 dot product
-  // rounded to bf16, exactly as the per-expert GEMMs. Falls back to per-expert GEMMs when the routing
-  // is so skewed that padding would more than quadruple the rows.
-  int64_t m_max = 0;
-  for (int64_t e = 0; e < E; ++e) m_max = std::max(m_max, count[e]);
-  const bool padded = E * m_max <= 4 * R;
-  const int64_t rows = padded ? E * m_max : R;
-  std::vector<int32_t> perm_rows = perm;
-  if (padded) {
-    perm_rows.assign(static_cast<size_t>(rows), -1);
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t j = 0; j < count[e]; ++j) perm_rows[static_cast<size_t>(e * m_max + j)] = perm[static_cast<size_t>(offset[e] + j)];
-  }
-  Tensor perm_dev = ctx.alloc(ScalarType::kI32, {rows});
-  // Pageable source: the copy has left `perm_rows` once cudaMemcpyAsync returns (and the stream orders it).
-  CUDA_CHECK(cudaMemcpyAsync(perm_dev.data, perm_rows.data(), static_cast<size_t>(rows) * 4, cudaMemcpyHostToDevice, st));
-  Tensor xs = ctx.alloc(ScalarType::kBF16, {rows, H});
-  Tensor gu = ctx.alloc(ScalarType::kBF16, {rows, I2});
-  Tensor act = ctx.alloc(ScalarType::kBF16, {rows, I});
-  Tensor ys = ctx.alloc(ScalarType::kBF16, {rows, H});
+  Tensor offsets = ctx.alloc(ScalarType::kI32, {E + 1});
+  Tensor pairs = ctx.alloc(ScalarType::kI32, {R});
+  // The bf16 GEMMs' kernel and tile list (4 i32 an entry); with quantised experts (no list) a bf16
+  // projection, if any, takes the small-rows kernel. W8A8 experts: the FP8 wgmma kernels' list.
+  const bool any_quant = fp8_gu || fp4_gu || fp8_dn || fp4_dn;
+  const GroupedPlan plan = w8a8_gu || w8a8_dn ? grouped_w8a8_plan(R, E)
+                           : any_quant        ? GroupedPlan{}
+                                              : grouped_moe_plan(R, E, ctx.options.moe, ctx.hopper());
+  Tensor tiles;
+  if (plan.max_tiles > 0) tiles = ctx.alloc(ScalarType::kI32, {4 * plan.max_tiles});
+  int32_t* tiles_ptr = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
+  Tensor scratch = ctx.alloc(ScalarType::kI32, {moe_route_group_scratch(T, E, K)});
+  launch_moe_route_group(logits.ptr<uint16_t>(), T, E, K, a.per_expert_scale.ptr<uint16_t>(), probs_ptr,
+                         top_idx.ptr<int32_t>(), top_w.ptr<float>(), order.ptr<int32_t>(), offsets.ptr<int32_t>(),
+                         pairs.ptr<int32_t>(), tiles_ptr, plan.max_tiles, plan.tile_rows, scratch.ptr<int32_t>(),
+                         ctx.ticket, st);
+  const QuantTile tile = ctx.options.quant_experts;
+  Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
   Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
-  launch_moe_gather(a.expert_in.ptr<uint16_t>(), H, perm_dev.ptr<int32_t>(), rows, K, xs.ptr<uint16_t>(), st);
-  // out[rows, N] = in[rows, Kd] . W_e[N, Kd]^T for every expert e (W stride N*Kd between experts).
-  auto expert_gemm = [&](const uint16_t* w, const uint16_t* in, int64_t Kd, uint16_t* out, int64_t N) {
-    Gemm g;
-    g.lda = Kd;
-    g.ldb = Kd;
-    g.ldc = N;
-    g.N = N;
-    g.K = Kd;
-    if (padded) {
-      g.a = in;
-      g.stride_a = m_max * Kd;
-      g.b = w;
-      g.stride_b = N * Kd;
-      g.c = out;
-      g.stride_c = m_max * N;
-      g.M = m_max;
-      g.batch = E;
-      gemm(ctx, g);
-      return;
-    }
-    for (int64_t e = 0; e < E; ++e) {
-      if (count[e] == 0) continue;
-      g.a = in + offset[e] * Kd;
-      g.b = w + e * N * Kd;
-      g.c = out + offset[e] * N;
-      g.M = count[e];
-      gemm(ctx, g);
-    }
-  };
-  expert_gemm(gate_up.ptr<uint16_t>(), xs.ptr<uint16_t>(), H, gu.ptr<uint16_t>(), I2);
-  launch_moe_act(gu.ptr<uint16_t>(), rows, I, act.ptr<uint16_t>(), st);
-  expert_gemm(down.ptr<uint16_t>(), act.ptr<uint16_t>(), I, ys.ptr<uint16_t>(), H);
-  launch_moe_weight(ys.ptr<uint16_t>(), perm_dev.ptr<int32_t>(), top_w.ptr<float>(), rows, H, y.ptr<uint16_t>(), st);
+  if (w8a8_gu) {  // the input quantised per token (the CPU's per routed row: the same rows)
+    Tensor q = ctx.alloc(ScalarType::kU8, {T, H}), s = ctx.alloc(ScalarType::kF32, {T});
+    launch_quantize_fp8_rows(a.expert_in.ptr<uint16_t>(), T, H, q.ptr<uint8_t>(), s.ptr<float>(), st);
+    launch_grouped_gate_up_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), gate_up.ptr<uint8_t>(),
+                                a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+                                tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
+  } else if (fp8_gu)
+    launch_grouped_gate_up_fp8(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.row_scale.ptr<float>(),
+                               offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), tile, st);
+  else if (fp4_gu)
+    launch_grouped_gate_up_fp4(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.block.ptr<uint8_t>(),
+                               a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E,
+                               K, H, I, act.ptr<uint16_t>(), tile, st);
+  else
+    launch_grouped_gate_up(plan, a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
+                           pairs.ptr<int32_t>(), tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
+  if (w8a8_dn) {  // the activation quantised per grouped row
+    Tensor q = ctx.alloc(ScalarType::kU8, {R, I}), s = ctx.alloc(ScalarType::kF32, {R});
+    launch_quantize_fp8_rows(act.ptr<uint16_t>(), R, I, q.ptr<uint8_t>(), s.ptr<float>(), st);
+    launch_grouped_down_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(),
+                             offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, top_w.ptr<float>(), R, E, H, I,
+                             y.ptr<uint16_t>(), st);
+  } else if (fp8_dn)
+    launch_grouped_down_fp8(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(),
+                            pairs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), tile, st);
+  else if (fp4_dn)
+    launch_grouped_down_fp4(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.block.ptr<uint8_t>(),
+                            a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+                            top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), tile, st);
+  else
+    launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
+                        tiles_ptr, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
   launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
+  if (queue_debug_copies()) ctx.sync();
 }
 
 }  // namespace dgemma::cuda

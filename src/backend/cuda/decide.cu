@@ -102,7 +102,7 @@ DecideBatch make_decide_batch(const DecideLaunch* canvases, int n) {
   return b;
 }
 
-void launch_decide(const DecideBatch& b, const DecideBatch* dev, cudaStream_t stream) {
+void launch_decide(const DecideBatch& b, const DecideBatch* dev, Stream stream) {
   if (b.n < 1 || b.n > kMaxDecideBatch || dev == nullptr) CUDA_CHECK(cudaErrorInvalidValue);
   int64_t max_c = 0;
   for (int i = 0; i < b.n; ++i) max_c = max_c > b.c[i].C ? max_c : b.c[i].C;
@@ -113,7 +113,7 @@ void launch_decide(const DecideBatch& b, const DecideBatch* dev, cudaStream_t st
     CUDA_CHECK(attr);
   }
   decide_kernel<<<b.n, kThreads, smem, stream>>>(dev);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dgemma::cuda

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/stream.h"
+
 namespace dgemma::cuda {
 
 struct DecideLaunch {
@@ -35,6 +37,6 @@ struct DecideBatch {
 DecideBatch make_decide_batch(const DecideLaunch* canvases, int n);
 // `b` (host) gives the grid and shared memory; the kernel reads `dev`, a copy of b in device memory (or
 // of a batch of the same canvas count and sizes).
-void launch_decide(const DecideBatch& b, const DecideBatch* dev, cudaStream_t stream);
+void launch_decide(const DecideBatch& b, const DecideBatch* dev, Stream stream);
 
 }  // namespace dgemma::cuda

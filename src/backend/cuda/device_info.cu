@@ -1,7 +1,5 @@
 #include <cuda_runtime.h>
 
-#include <atomic>
-
 #include "backend/cuda/device_info.cuh"
 
 namespace dgemma::cuda {
@@ -30,18 +28,6 @@ std::vector<DeviceInfo> query_devices() {
     out.push_back(d);
   }
   return out;
-}
-
-bool current_device_has_wgmma() {
-  constexpr int kCached = 64;
-  static std::atomic<int> known[kCached];  // 0 unknown, 1 no, 2 yes
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  const bool cached = dev >= 0 && dev < kCached;
-  if (cached && known[dev].load() != 0) return known[dev].load() == 2;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-  if (cached) known[dev] = major == 9 ? 2 : 1;
-  return major == 9;
 }
 
 }  // namespace dgemma::cuda

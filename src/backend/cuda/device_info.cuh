@@ -19,8 +19,4 @@ struct DeviceInfo {
 // Devices visible to this process; empty when there is no driver or no GPU.
 std::vector<DeviceInfo> query_devices();
 
-// Whether the current device runs the build's sm_90a code (the wgmma kernels); the answer is cached
-// per device, so the launch paths may ask at every launch.
-bool current_device_has_wgmma();
-
 }  // namespace dgemma::cuda

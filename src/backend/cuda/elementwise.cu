@@ -139,99 +139,100 @@ __global__ void embed_kernel(const int32_t* __restrict__ ids, const uint16_t* __
 
 }  // namespace
 
-void launch_add(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, cudaStream_t stream) {
+void launch_add(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, Stream stream) {
   if (n <= 0) return;
   if (vec8_ok(n, a, b, out)) {
     add_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(a),
                                                                         reinterpret_cast<const uint4*>(b),
                                                                         reinterpret_cast<uint4*>(out), n / 8);
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, b, out, n);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
-void launch_scale(const uint16_t* x, float s, uint16_t* out, int64_t n, cudaStream_t stream) {
+void launch_scale(const uint16_t* x, float s, uint16_t* out, int64_t n, Stream stream) {
   if (n <= 0) return;
   if (vec8_ok(n, x, out)) {
     scale_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(x), s,
                                                                           reinterpret_cast<uint4*>(out), n / 8);
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, s, out, n);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
-void launch_mul(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, int64_t m, cudaStream_t stream) {
+void launch_mul(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, int64_t m, Stream stream) {
   if (n <= 0) return;
   if (vec8_ok(n, a, b, out) && m % 8 == 0 && m > 0 && n % m == 0) {
     mul_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(a),
                                                                         reinterpret_cast<const uint4*>(b),
                                                                         reinterpret_cast<uint4*>(out), n / 8, m / 8);
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   mul_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, b, out, n, m);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
-void launch_gelu_mul(const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n, cudaStream_t stream) {
+void launch_gelu_mul(const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n, Stream stream) {
   if (n <= 0) return;
   if (vec8_ok(n, gate, up, out)) {
     gelu_mul_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(gate),
                                                                              reinterpret_cast<const uint4*>(up),
                                                                              reinterpret_cast<uint4*>(out), n / 8);
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   gelu_mul_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(gate, up, out, n);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
-void launch_gelu_mul_halves(const uint16_t* gate_up, uint16_t* out, int64_t T, int64_t I, cudaStream_t stream) {
+void launch_gelu_mul_halves(const uint16_t* gate_up, uint16_t* out, int64_t T, int64_t I, Stream stream) {
   const int64_t n = T * I;
   if (n <= 0) return;
   // From ~2M elements (T ~ 1,000 at I = 2,112) the table kernel (gelu_kernel.cuh): its per-block table
   // costs ~3 gelu_tanh a thread, repaid where the threads have many elements each; below, the
-  // vectorised kernel (and always with set_small_kernel_variant(2), for A/B runs).
+  // vectorised kernel.
   constexpr int64_t kTableFrom = int64_t{1} << 21;
-  if (vec8_ok(I, gate_up, out) && n >= kTableFrom && small_kernel_variant() != 2) {
+  if (vec8_ok(I, gate_up, out) && n >= kTableFrom) {
     const int64_t words = n / 8;
-    const unsigned grid = resident_grid(gelu_mul_halves_table_kernel, kGeluThreads, 0, ceil_div(words, 2 * kGeluThreads));
+    const unsigned grid =
+        resident_grid(stream, gelu_mul_halves_table_kernel, kGeluThreads, 0, ceil_div(words, 2 * kGeluThreads));
     gelu_mul_halves_table_kernel<<<grid, kGeluThreads, 0, stream>>>(reinterpret_cast<const uint4*>(gate_up),
                                                                      reinterpret_cast<uint4*>(out), words, I / 8);
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   if (vec8_ok(I, gate_up, out)) {
     gelu_mul_halves_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(
         reinterpret_cast<const uint4*>(gate_up), reinterpret_cast<uint4*>(out), n / 8, I / 8);
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   gelu_mul_halves_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(gate_up, out, n, I);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
-void launch_softcap(const uint16_t* logits, float softcap, float* out, int64_t n, cudaStream_t stream) {
+void launch_softcap(const uint16_t* logits, float softcap, float* out, int64_t n, Stream stream) {
   if (n <= 0) return;
   softcap_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(logits, softcap, out, n);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
-void launch_fill_normal(uint16_t* out, int64_t n, uint64_t key, float mean, float std, cudaStream_t stream) {
+void launch_fill_normal(uint16_t* out, int64_t n, uint64_t key, float mean, float std, Stream stream) {
   if (n <= 0) return;
   fill_normal_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, n, key, mean, std);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_embed(const int32_t* ids, int64_t T, const uint16_t* table, int64_t V, int64_t H, float scale,
-                  uint16_t* out, unsigned* error_word, cudaStream_t stream) {
+                  uint16_t* out, unsigned* error_word, Stream stream) {
   if (T <= 0 || H <= 0) return;
   embed_kernel<<<static_cast<unsigned>(T), threads_for_row(H), 0, stream>>>(ids, table, V, H, scale, out, error_word);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dgemma::cuda

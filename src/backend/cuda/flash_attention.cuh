@@ -1,27 +1,34 @@
 #pragma once
-// The one-launch-per-layer flash attention of AttentionBatchArgs (kernel: flash_attention_kernel.cuh;
-// host side: flash_attention.cu). Host side only: plan a launch (row tiles, key splits, workspace),
-// then launch it.
+// The one-launch-per-layer flash attention of AttentionBatchArgs (kernels: flash_attention_kernel.cuh,
+// flash_attention_wgmma_kernel.cuh; host side: flash_attention.cu). Host side only: plan a launch (the
+// kernel, row tiles, key splits, workspace), then launch it.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "backend/cuda/stream.h"
+
 namespace dgemma::cuda {
+
+// The two kernels: mma.sync (sm_80; every head dim) and, in the hopper family, the warpgroup-MMA one
+// (sm_90a; head dims 256 and 512).
+enum class FlashKernel { kMmaSync, kWgmma };
 
 struct FlashAttentionPlan {
   int tiles = 0;      // row tiles of one KV head over all items (the grid's x)
   int splits = 0;     // key splits per row tile; 0: not supported (take another path)
   int64_t workspace_bytes = 0;  // device workspace of the split partials (0 with one split)
-  int variant = 0;              // D 256 / 512: the kernel variant (set_flash_attention_variant, tuning.h)
+  FlashKernel kernel = FlashKernel::kMmaSync;
 };
 
 // Supported: D in {64, 128, 256, 512}, Hq a multiple of Hkv, a device with enough shared memory
-// (sm_80+), at most 65535 KV heads, item rows within int32. Deterministic for a given shape, items and
-// device (the split count depends on the SM count).
-// host_items: the num_items AttentionItem rows (backend.h) as 8 int32 each (this header is compiled
-// by nvcc in C++17 and does not include backend.h).
+// (sm_80+), at most 65535 KV heads, item rows within int32. Deterministic for a given shape, items,
+// kernel and device (the split count depends on the SM count). `wgmma`: the hopper family's kernel for
+// head dims 256 / 512; forced_splits: 0 planned, else the key splits of every launch (clamped to
+// [1, 32]). host_items: the num_items AttentionItem rows (backend.h) as 8 int32 each (this header is
+// compiled by nvcc in C++17 and does not include backend.h).
 FlashAttentionPlan plan_flash_attention(int64_t T, int64_t Hq, int64_t Hkv, int64_t D, const int32_t* host_items,
-                                        int num_items, int device);
+                                        int num_items, bool wgmma, int forced_splits, Stream stream);
 
 // Launches the kernel (and the split merge) on `stream`; `workspace` holds plan.workspace_bytes
 // (16-byte aligned; may be null when that is 0). Pointers as in AttentionBatchArgs; k_pages / v_pages /
@@ -30,10 +37,6 @@ void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, con
                             const uint16_t* k_new, const uint16_t* v_new, const uint16_t* k_pages,
                             const uint16_t* v_pages, int64_t page_size, const int32_t* tables,
                             const int32_t* items, int num_items, uint16_t* out, int64_t T, int64_t Hq,
-                            int64_t Hkv, int64_t D, float scaling, int device, cudaStream_t stream);
-
-// Tests: forces the number of key splits of every plan (clamped to [1, 32]; 0 restores the automatic
-// choice). Returns the previous setting.
-int set_flash_attention_splits(int splits);
+                            int64_t Hkv, int64_t D, float scaling, Stream stream);
 
 }  // namespace dgemma::cuda

@@ -22,9 +22,7 @@
 //     warp, so two warp groups of a CTA (8 warps) split the head dim: each sums the scores over its
 //     256 dims, the partial scores meet in shared memory (added in group order: both groups hold the
 //     same scores and softmax state) and each produces 256 output columns. No MMA work is repeated;
-//     the cost is one shared-memory exchange of the 16 x BN partial scores per key tile. (Variant 1
-//     instead runs the two 256-column halves in CTAs of their own, each recomputing all scores: 1.5x
-//     the MMA work; Cfg below lists the variants, set_flash_attention_variant picks one);
+//     the cost is one shared-memory exchange of the 16 x BN partial scores per key tile;
 //   * split-K: when the grid is small (few queries over long caches) the key range of every row
 //     tile is cut into `splits` parts, each writing an fp32 partial (output, max, sum) that
 //     flash_combine_kernel merges in split order (deterministic).
@@ -62,12 +60,10 @@ enum : int { kQFirst = 0, kQLen, kCacheFirst, kCacheLen, kTableFirst, kTableLen,
 // KG warp groups of 4 warps split the head dim: group g sums the scores over its DQK / KG dims
 // (the partial scores meet in shared memory, added in group order so every group holds the same
 // scores) and produces output columns [g DV, (g + 1) DV) of the CTA's DV * KG columns.
-// RG row groups of 4 warps (KG == 1 only) give a CTA 64 RG query rows: each K/V tile then serves
-// twice the rows (half the K/V reads from L2 per score).
-template <int DQK, int DV, int BN, int KG, int RG = 1>
+template <int DQK, int DV, int BN, int KG>
 struct Shape {
-  static constexpr int kThreads = 128 * KG * RG;
-  static constexpr int kRows = kBM * RG;          // query rows of a CTA
+  static constexpr int kThreads = 128 * KG;
+  static constexpr int kRows = kBM;               // query rows of a CTA
   static constexpr int kVCols = DV * KG;          // output columns of a CTA
   static constexpr int kDChunks = DQK / kVCols;   // CTAs per row tile along the output columns
   static constexpr int kQBytes = kRows * DQK * 2;
@@ -81,36 +77,25 @@ struct Shape {
   static constexpr int kSmemBytes = kXOff + kXBytes;
   static_assert(DQK % kVCols == 0 && DV % 16 == 0 && BN % 16 == 0 && DQK >= 64 && DV >= 64);
   static_assert(KG == 1 || KG == 2);
-  static_assert(RG == 1 || (RG == 2 && KG == 1));
   static_assert((DQK / KG) % 16 == 0);
 };
 
-// The tile shapes by head dim and variant (flash_attention.cu; set_flash_attention_variant):
+// The tile shapes by head dim (flash_attention.cu):
 //   D 64 / 128: BN 64 keys, the whole head dim in one CTA of 4 warps;
-//   D 256: variant 0 BN 32, 4 warps (two CTAs an SM); variant 1 8 warps, two groups splitting the head
-//          dim (128 output columns each: half the accumulator registers, two CTAs an SM); variant 2
-//          8 warps over 128 query rows (half the K/V reads a score);
-//   D 512: variant 0 BN 32, 8 warps, two groups splitting the head dim (256 output columns each);
-//          variant 1 4 warps with the two 256-column output halves in CTAs of their own (the scores
-//          recomputed by each).
-template <int D, int kVariant = 0>
+//   D 256:      BN 32, 4 warps (two CTAs an SM);
+//   D 512:      BN 32, 8 warps, two groups splitting the head dim (256 output columns each).
+template <int D>
 struct Cfg;
-template <int V>
-struct Cfg<64, V> { static constexpr int DV = 64, BN = 64, KG = 1, RG = 1; };
-template <int V>
-struct Cfg<128, V> { static constexpr int DV = 128, BN = 64, KG = 1, RG = 1; };
 template <>
-struct Cfg<256, 0> { static constexpr int DV = 256, BN = 32, KG = 1, RG = 1; };
+struct Cfg<64> { static constexpr int DV = 64, BN = 64, KG = 1; };
 template <>
-struct Cfg<256, 1> { static constexpr int DV = 128, BN = 32, KG = 2, RG = 1; };
+struct Cfg<128> { static constexpr int DV = 128, BN = 64, KG = 1; };
 template <>
-struct Cfg<256, 2> { static constexpr int DV = 256, BN = 32, KG = 1, RG = 2; };
+struct Cfg<256> { static constexpr int DV = 256, BN = 32, KG = 1; };
 template <>
-struct Cfg<512, 0> { static constexpr int DV = 256, BN = 32, KG = 2, RG = 1; };
-template <>
-struct Cfg<512, 1> { static constexpr int DV = 256, BN = 32, KG = 1, RG = 1; };
-template <int D, int kVariant = 0>
-using ShapeOf = Shape<D, Cfg<D, kVariant>::DV, Cfg<D, kVariant>::BN, Cfg<D, kVariant>::KG, Cfg<D, kVariant>::RG>;
+struct Cfg<512> { static constexpr int DV = 256, BN = 32, KG = 2; };
+template <int D>
+using ShapeOf = Shape<D, Cfg<D>::DV, Cfg<D>::BN, Cfg<D>::KG>;
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of `cols` bf16: chunks are
 // XOR-swizzled by the row's low 3 bits so that the 8 row addresses of an ldmatrix hit distinct banks.
@@ -181,14 +166,14 @@ __device__ __forceinline__ TileKeys tile_keys(int r0, int k_rows, int n, int gro
 }
 
 // grid: (row tiles of all items, Hkv, splits * kDChunks); block: Shape::kThreads.
-template <int DQK, int DV, int BN, int KG, int RG = 1>
-__global__ void __launch_bounds__(128 * KG * RG, (KG == 2 && DV <= 128) ? 2 : 1) flash_attention_kernel(const Params p) {
-  using S = Shape<DQK, DV, BN, KG, RG>;
+template <int DQK, int DV, int BN, int KG>
+__global__ void __launch_bounds__(128 * KG, 1) flash_attention_kernel(const Params p) {
+  using S = Shape<DQK, DV, BN, KG>;
   constexpr int kThreadsCta = S::kThreads, kVCols = S::kVCols, kDK = DQK / KG, kRows = S::kRows;
   DG_KERNEL_DYNAMIC_SMEM(smem);
   // wgrp: the warp group (a compile-time 0 with one group, so that the loops over it unroll).
-  // warp: the warp's 16-row slice of the CTA's rows (row groups included).
-  const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & (4 * RG - 1), wgrp = KG > 1 ? tid >> 7 : 0;
+  // warp: the warp's 16-row slice of the CTA's rows.
+  const int tid = threadIdx.x, lane = tid & 31, warp = (tid >> 5) & 3, wgrp = KG > 1 ? tid >> 7 : 0;
   const int kvh = blockIdx.y;
   const int split = blockIdx.z / S::kDChunks, dc = blockIdx.z % S::kDChunks;
   int tile = 0;

@@ -1,6 +1,6 @@
 #pragma once
-// The flash attention kernel on Hopper warpgroup MMAs (sm_90a; variants 3 and 4 of
-// set_flash_attention_variant, head dims 256 and 512), included by flash_attention.cu after
+// The flash attention kernel on Hopper warpgroup MMAs (sm_90a, the hopper family's; head dims 256 and
+// 512), included by flash_attention.cu after
 // flash_attention_kernel.cuh (Params, the item fields, find_item, round_score, pack_bf16x2) and
 // compiled on the host by the emulated unit tests (tests/unit/backend/cuda_emulator.h emulates the
 // wgmma forms, the transaction barriers, named barriers and the cp.async arrivals). Device wrappers:
@@ -40,7 +40,7 @@
 //     written before). Each consumer warp's lane 0 arrives on a stage's "empty" barrier once the
 //     warpgroup's MMA that read the stage has completed (K after its scores, V after its P.V).
 //   The consumers take 224 registers a thread and the producers give theirs back (setmaxnreg: 48; BN
-//   80: 232 and 40). ptxas: no spills, no serialised wgmma.
+//   80: 232 and 40).
 //
 // Shared memory (1024-byte aligned, 128-byte swizzle: the wgmma operand layout): the query tile as
 // D / 64 column chunks of [rows][128 bytes] (chunk c holds dims 64 c .. 64 c + 63 of each row, 16-byte
@@ -50,7 +50,7 @@
 // 8-key x 64-dim atoms (1024 bytes, 8 keys apart along K) whose 64-dim atoms lie BN 128 bytes apart
 // along N (sw128_mn_desc): the k16 step kk of the P.V product starts 2048 kk bytes into the stage
 // (head dim 512: into its chunk 4 c). Then (head dim 512) the score exchange, then the barriers.
-//   D 256, BN 64, 2 stages: Q 64 KB + K 2 x 32 KB + V 2 x 32 KB = 193 KB a CTA (BN 80: 225 KB).
+//   D 256, BN 80, 2 stages: Q 64 KB + K 2 x 40 KB + V 2 x 40 KB = 225 KB a CTA.
 //   D 512, BN 32, 2 stages: Q 64 KB + K 2 x 32 KB + V 2 x 32 KB + exchange 2 x 2 x 8 KB = 225 KB.
 // (The model's full layers derive V from the K projection, but V is normed without RoPE, so K and V
 // are different tensors: the kernel reads both.)
@@ -90,7 +90,7 @@ struct WgmmaShape {
   static constexpr int kRowsPerThread = BN / kCopyRows;
   static constexpr int kProducerRegs = BN == 80 ? 40 : 48, kConsumerRegs = BN == 80 ? 232 : 224;
   static_assert(D == 256 || D == 512, "each consumer: 256 score dims (16 k16 steps), 256 output columns");
-  static_assert(BN == 80 || BN == 64 || BN == 32, "the scores are one m64nBN wgmma per k16 step");
+  static_assert(BN == 80 || BN == 32, "the scores are one m64nBN wgmma per k16 step");
   static_assert(Stages >= 2 && kRowsPerThread <= 32 && BN % kCopyRows == 0);
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536 - 1024, "register file");
 };
@@ -234,7 +234,6 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
       const uint64_t da = sw128_desc(q_c + ch * kRows * 128 + 32 * (kk & 3));
       const uint64_t db = sw128_desc(kb + ch * BN * 128 + 32 * (kk & 3));
       if constexpr (BN == 80) wgmma_m64n80k16(s_acc, da, db, kk > 0);
-      else if constexpr (BN == 64) wgmma_m64n64k16(s_acc, da, db, kk > 0);
       else wgmma_m64n32k16(s_acc, da, db, kk > 0);
     }
     wgmma_commit();

@@ -50,7 +50,7 @@ struct Layouts {
 }  // namespace
 
 struct Fp8Gemm::Impl {
-  cudaStream_t stream = nullptr;
+  Stream stream;
   cublasLtHandle_t lt = nullptr;
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -81,8 +81,8 @@ struct Fp8Gemm::Impl {
   std::optional<cublasLtMatmulAlgo_t> query(int64_t T, int64_t N, int64_t K) {
     init();
     // With outer-vector scale modes the heuristic refuses (CUBLAS_STATUS_INVALID_VALUE) while the scale
-    // pointers are null (measured on the H200, cuBLASLt 13.1): any device address stands in for them
-    // here; matmul() sets the real ones.
+    // pointers are null (cuBLASLt 13.1): any device address stands in for them here; matmul() sets the
+    // real ones.
     set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(workspace));
     set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(workspace));
     const Layouts l(T, N, K);
@@ -106,7 +106,7 @@ struct Fp8Gemm::Impl {
     set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scale));
     const Layouts l(T, N, K);
     const float alpha = 1.0f, beta = 0.0f;
-    count_launch();
+    stream.count_launch();
     return cublasLtMatmul(lt, desc, &alpha, w, l.a, q, l.b, &beta, out, l.d, out, l.d, &a, workspace, kWorkspaceBytes,
                           stream);
   }
@@ -122,7 +122,7 @@ struct Fp8Gemm::Impl {
   }
 };
 
-Fp8Gemm::Fp8Gemm(cudaStream_t stream) : impl_(std::make_unique<Impl>()) { impl_->stream = stream; }
+Fp8Gemm::Fp8Gemm(Stream stream) : impl_(std::make_unique<Impl>()) { impl_->stream = stream; }
 Fp8Gemm::~Fp8Gemm() = default;
 
 bool Fp8Gemm::supported(int64_t N, int64_t K) {

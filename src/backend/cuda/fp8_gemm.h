@@ -12,17 +12,19 @@
 #include <cstdint>
 #include <memory>
 
+#include "backend/cuda/stream.h"
+
 namespace dgemma::cuda {
 
 // q [T, K] (E4M3 codes) and scales [T] (fp32) of bf16 x [T, K]: K a multiple of 8, x and q 16-byte
 // aligned.
-void launch_quantize_fp8_rows(const uint16_t* x, int64_t T, int64_t K, uint8_t* q, float* scales, cudaStream_t stream);
+void launch_quantize_fp8_rows(const uint16_t* x, int64_t T, int64_t K, uint8_t* q, float* scales, Stream stream);
 
 // The cuBLASLt side: a handle, its own workspace, and the heuristic's algorithm cached per (N, K,
 // T bucket: T rounded up to a power of two, at least 16). One per backend (its stream); thread-safe.
 class Fp8Gemm {
  public:
-  explicit Fp8Gemm(cudaStream_t stream);
+  explicit Fp8Gemm(Stream stream);
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;

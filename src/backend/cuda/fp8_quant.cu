@@ -5,7 +5,7 @@
 
 namespace dgemma::cuda {
 
-void launch_quantize_fp8_rows(const uint16_t* x, int64_t T, int64_t K, uint8_t* q, float* scales, cudaStream_t stream) {
+void launch_quantize_fp8_rows(const uint16_t* x, int64_t T, int64_t K, uint8_t* q, float* scales, Stream stream) {
   if (T <= 0) return;
   const int64_t words = K / 8;
   const int w = fp8_quant_row_warps(words);
@@ -15,7 +15,7 @@ void launch_quantize_fp8_rows(const uint16_t* x, int64_t T, int64_t K, uint8_t* 
   if (w == 4) quantize_fp8_rows_kernel<4><<<blocks, 32 * kFp8QuantWarps, 0, stream>>>(xv, T, words, qv, scales);
   else if (w == 2) quantize_fp8_rows_kernel<2><<<blocks, 32 * kFp8QuantWarps, 0, stream>>>(xv, T, words, qv, scales);
   else quantize_fp8_rows_kernel<1><<<blocks, 32 * kFp8QuantWarps, 0, stream>>>(xv, T, words, qv, scales);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dgemma::cuda

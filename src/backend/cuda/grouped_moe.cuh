@@ -4,50 +4,47 @@
 // runs every expert with a fixed grid (no host synchronisation, CUDA-graph capturable).
 //
 // Layouts: pairs[r] is the pair id t * K + slot of grouped row r; rows of expert e are
-// offsets[e] .. offsets[e + 1] - 1, in pair order (a stable grouping). When the plan (below) has a tile list
-// the GEMMs also read a tile list written by the grouping: entry j (4 int32, the buffer 16-byte
-// aligned) is {expert, first grouped row, rows (1 .. tile height)} for the tiles of every expert in
-// expert order, then {-1, 0, 0, 0} up to plan.max_tiles entries. All launches are no-ops for
-// empty inputs.
+// offsets[e] .. offsets[e + 1] - 1, in pair order (a stable grouping, moe.cuh launch_moe_route_group).
+// When the plan (below) has a tile list the GEMMs also read a tile list written by the grouping: entry
+// j (4 int32, the buffer 16-byte aligned) is {expert, first grouped row, rows (1 .. tile height)} for
+// the tiles of every expert in expert order, then {-1, 0, 0, 0} up to plan.max_tiles entries. All
+// launches are no-ops for empty inputs.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "backend/cuda/stream.h"
+#include "backend/cuda_options.h"
+
 namespace dgemma::cuda {
 
-// Whether the grouped path supports a shape; otherwise the caller uses the host-grouped path. Rule:
-// H and I multiples of 8 (16-byte rows for cp.async), x / gate_up / down 16-byte aligned, R = T * K
-// at most 2^30, H and I at most 2^20 (grid limits), 1 <= E <= 6144 (the grouping kernel's shared
-// memory) and K <= E.
+// Whether the grouped kernels take a shape. Rule: H and I multiples of 8 (16-byte rows for cp.async),
+// x / gate_up / down 16-byte aligned, R = T * K at most 2^30, H and I at most 2^20 (grid limits),
+// 1 <= E <= 65535 (a grid dimension) and 1 <= K <= E.
 bool grouped_moe_supported(int64_t T, int64_t H, int64_t I, int64_t E, int64_t K, const void* x,
                            const void* gate_up, const void* down);
 
-// Which grouped GEMM kernel a call with R grouped rows over E experts runs (set_grouped_moe_variant,
-// tuning.h; automatic by default) and its tile list: max_tiles > 0 entries of tile_rows-row tiles, or
-// none (the small kernel). One plan is made per MoE call and passed to the grouping and both GEMMs.
+// Which grouped GEMM kernel a call with R grouped rows over E experts runs (`kernel`, kAuto: by the mean
+// rows per expert, the hopper family's kernels where `hopper`) and its tile list: max_tiles > 0
+// entries of tile_rows-row tiles, or none (the small-rows kernel). One plan is made per MoE call and
+// passed to the grouping and both GEMMs.
 struct GroupedPlan {
-  int variant = 1;        // 1: the small kernel; 2 ..: a tile-list kernel (grouped_moe_kernel.cuh)
+  MoeKernel kernel = MoeKernel::kSmallRows;
   int tile_rows = 0;
   int64_t max_tiles = 0;  // entries of the tile list (0: none)
 };
-GroupedPlan grouped_moe_plan(int64_t R, int64_t E);
-
-// offsets [E + 1] i32, pairs [R] i32 and, when plan.max_tiles > 0, the tile list
-// tiles [4 * plan.max_tiles] i32 (else unused, may be null) from top_idx [R] i32 (values in
-// [0, E)). One block.
-void launch_moe_group(const int32_t* top_idx, int64_t R, int64_t E, const GroupedPlan& plan, int32_t* offsets,
-                      int32_t* pairs, int32_t* tiles, cudaStream_t stream);
+GroupedPlan grouped_moe_plan(int64_t R, int64_t E, MoeKernel kernel, bool hopper);
 
 // act[r, i] = bf16(bf16(gelu_tanh(bf16(x[t] . Wg[i]))) * bf16(x[t] . Wu[i])) for every grouped row r of
 // expert e, t = pairs[r] / K, Wg = gate_up[e, 0:I, :], Wu = gate_up[e, I:2I, :] (gate_up [E, 2I, H]).
 void launch_grouped_gate_up(const GroupedPlan& plan, const uint16_t* x, const uint16_t* gate_up,
                             const int32_t* offsets, const int32_t* pairs, const int32_t* tiles, int64_t R, int64_t E,
-                            int64_t K, int64_t H, int64_t I, uint16_t* act, cudaStream_t stream);
+                            int64_t K, int64_t H, int64_t I, uint16_t* act, Stream stream);
 
 // y[p, h] = bf16(bf16(act[r] . down[e, h, :]) * top_w[p]) for every grouped row r of expert e,
 // p = pairs[r] (down [E, H, I]; y [R, H] indexed by pair id).
 void launch_grouped_down(const GroupedPlan& plan, const uint16_t* act, const uint16_t* down, const int32_t* offsets,
                          const int32_t* pairs, const int32_t* tiles, const float* top_w, int64_t R, int64_t E,
-                         int64_t H, int64_t I, uint16_t* y, cudaStream_t stream);
+                         int64_t H, int64_t I, uint16_t* y, Stream stream);
 
 }  // namespace dgemma::cuda

@@ -14,6 +14,9 @@
 
 #include <cstdint>
 
+#include "backend/cuda/stream.h"
+#include "backend/cuda_options.h"
+
 namespace dgemma::cuda {
 
 // Shapes these kernels take: Kd a multiple of 64 (whole K stages, 16-byte aligned packed rows and scale
@@ -22,15 +25,16 @@ namespace dgemma::cuda {
 bool grouped_fp4_supported(int64_t rows, int64_t Kd, const void* packed, const void* block);
 
 // act[r, i] = bf16(bf16(gelu_tanh(bf16(g))) * bf16(u)), g = rs[e, i] * x[t] . Wg[i], u = rs[e, I + i] *
-// x[t] . Wu[i] for the grouped rows r of expert e (t = pairs[r] / K).
+// x[t] . Wu[i] for the grouped rows r of expert e (t = pairs[r] / K). `tile`: kAuto (by the mean rows
+// per expert) or the tile of every launch; likewise below.
 void launch_grouped_gate_up_fp4(const uint16_t* x, const uint8_t* packed, const uint8_t* block, const float* row_scale,
                                 const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K,
-                                int64_t H, int64_t I, uint16_t* act, cudaStream_t stream);
+                                int64_t H, int64_t I, uint16_t* act, QuantTile tile, Stream stream);
 
 // y[p, h] = bf16(bf16(rs[e, h] * act[r] . down[e, h]) * top_w[p]), p = pairs[r].
 void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const uint8_t* block, const float* row_scale,
                              const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E,
-                             int64_t H, int64_t I, uint16_t* y, cudaStream_t stream);
+                             int64_t H, int64_t I, uint16_t* y, QuantTile tile, Stream stream);
 
 // FP8 experts, W8A16 (the same kernel with E4M3 weights [E, Nw, Kd] and per-channel row scales,
 // no block scales): y = bf16(row_scale[n] * sum_k x[k] * e4m3(w[n, k])). The checkpoint prescribes
@@ -41,17 +45,16 @@ void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const u
 bool grouped_fp8_supported(int64_t rows, int64_t Kd, const void* weights);
 void launch_grouped_gate_up_fp8(const uint16_t* x, const uint8_t* w, const float* row_scale, const int32_t* offsets,
                                 const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
-                                uint16_t* act, cudaStream_t stream);
+                                uint16_t* act, QuantTile tile, Stream stream);
 void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float* row_scale, const int32_t* offsets,
                              const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H, int64_t I,
-                             uint16_t* y, cudaStream_t stream);
+                             uint16_t* y, QuantTile tile, Stream stream);
 
 // A dense quantised matmul with the same kernel (W4A16 / W8A16): out[T, N] = bf16(row_scale[n] *
-// x[t] . W[n]) for a 2-D weight [N, K] in the device layout; one CTA row per 32 rows of x, or per 128
-// rows when T >= 128 (each CTA row decodes the weight tiles again, from L2); with set_quant_wgmma
-// (tuning.h), the wgmma kernel's 64-row tiles from 64 rows on. Shape rule:
+// x[t] . W[n]) for a 2-D weight [N, K] in the device layout; kAuto: one CTA row per 32 rows of x, or
+// per 128 rows when T >= 128 (each CTA row decodes the weight tiles again, from L2). Shape rule:
 // grouped_fp4_supported / grouped_fp8_supported.
 void launch_dense_quant(bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
-                        int64_t T, int64_t N, int64_t K, uint16_t* out, cudaStream_t stream);
+                        int64_t T, int64_t N, int64_t K, uint16_t* out, QuantTile tile, Stream stream);
 
 }  // namespace dgemma::cuda

@@ -21,15 +21,13 @@
 //   * the epilogue multiplies the fp32 accumulators by 2^7 (NVFP4, undoing the scale code's offset:
 //     exact) and the rows' global scale, then applies the activation / routing weight with the bf16
 //     kernels' roundings.
-// Tile variants (QuantTile: MF m fragments, W warps = BN / 16 weight rows, S stages) are chosen at run time
-// (grouped_moe_fp4.cu; dgemma_gpu_check --bench times them). Why mma.sync: at ~16 rows per expert a
-// step is bound by the weight stream; mma.sync with register-built B fragments keeps the weights packed.
-// For ~64+ rows per expert (batched denoising) the wgmma kernel of grouped_moe_fp4_wgmma_kernel.cuh
-// (variants 10 ..) decodes each weight once per 64 / 128 rows into shared memory instead (automatic
-// only with set_quant_wgmma: measured no faster, tuning.h).
+// The tile (QuantTile: MF m fragments, W warps = BN / 16 weight rows, S stages) is chosen per launch by
+// the rows (below), or forced (CudaOptions). Why mma.sync: a step is bound by the weight stream and its
+// decode; mma.sync with register-built B fragments keeps the weights packed.
 #include <cstdint>
 
 #include "backend/cuda/quant_layout.h"
+#include "backend/cuda_options.h"
 
 #include "backend/cuda/kernel_macros.cuh"
 
@@ -66,8 +64,6 @@ struct Fp4Args {
   int Kd, N, top_k;
   int dense_rows = 0;        // > 0: a dense matmul of that many rows (no offsets / pairs / top_w, one weight):
                              // CTA row blockIdx.y takes rows BM y .. (the "experts" all share weight 0)
-  int m_split = 1;           // the wgmma kernel's CTAs per (N tile, expert), each taking every m_split-th
-                             // M tile (grouped_moe_fp4_wgmma_kernel.cuh)
 };
 
 template <int MF, int W>
@@ -169,9 +165,8 @@ DG_UNROLL
     for (int j = 0; j < kBChunks; ++j) {
       const uint32_t dst = s_b + stage * kBStage + (tid + kThreads * j) * 16;
       const uint8_t* src = p_ok[j] ? p_src[j] + load_kt * kBRowBytes : g.w;
-      // FP8: no L2 hint. With it, CUDA 13.0's ptxas gave the 8-warp FP8 variants two weight copies
-      // whose memory descriptor register is never written (LDGSTS ... desc[UR1]): they stopped with
-      // cudaErrorIllegalInstruction on the H200 at the 26B-A4B shapes (compute-sanitizer: this line).
+      // FP8: no L2 hint. With it, CUDA 13.0's ptxas gives the 8-warp FP8 tiles two weight copies whose
+      // memory descriptor register is never written (LDGSTS ... desc[UR1]): an illegal instruction.
       if (kFp8) cp_async16(dst, src, p_ok[j]);
       else cp_async16_hint(dst, src, p_ok[j], w_policy);
     }
@@ -319,136 +314,86 @@ DG_UNROLL
 }  // namespace
 }  // namespace dgemma::cuda
 
-#include "backend/cuda/wgmma_desc.cuh"
-#include "backend/cuda/grouped_moe_fp4_wgmma_kernel.cuh"
-
 namespace dgemma::cuda {
 namespace {
 
-// Tile variants (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows, S cp.async stages of 64
-// K values), by id; 0 automatic. Ids 10 .. 12 are the wgmma kernel's (grouped_moe_fp4_wgmma_kernel.cuh:
-// BM = 16 MF rows, BN = 16 W columns, S A stages), sm_90 only.
-struct QuantTile {
+// The tiles (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows, S cp.async stages of 64 K
+// values) of the QuantTile choices.
+struct TileShape {
   int mf, w, stages;
 };
-constexpr QuantTile kQuantTiles[] = {{0, 0, 0}, {1, 4, 4}, {2, 4, 4}, {4, 4, 4}, {2, 8, 4},  {4, 8, 4}, {8, 4, 4},
-                                     {1, 4, 8}, {2, 4, 6}, {2, 8, 6}, {4, 8, 4}, {8, 8, 6}, {8, 16, 5}};
-constexpr int kQuantTileCount = 13;
-static_assert(16 * kQuantTiles[10].mf == QWg10::kBM && 16 * kQuantTiles[11].mf == QWg11::kBM &&
-                  16 * kQuantTiles[12].mf == QWg12::kBM,
-              "dense M tiles");
+constexpr TileShape tile_shape(QuantTile t) {
+  switch (t) {
+    case QuantTile::kRows32Cols64: return {2, 4, 4};
+    case QuantTile::kRows32Cols128: return {2, 8, 4};
+    case QuantTile::kRows32Cols128Deep: return {2, 8, 6};
+    case QuantTile::kRows128Cols64: return {8, 4, 4};
+    default: return {0, 0, 0};
+  }
+}
 
-// Mean rows per expert above which the automatic choice takes the wgmma kernel (where the device has it
-// and set_quant_wgmma allows it). A first guess: not yet measured on a GPU.
-constexpr int64_t kQuantWgmmaMinMeanRows = 40;
-
-// The automatic choice from the mean rows per expert (the routing is on the device): 8 warps (half the A
-// re-reads), 32-row M tiles (the first H200 timings: at T = 256 and 1024 ahead of 16 / 64 / 128-row
-// ones), 128-row ones for prefill-sized groups (each further M tile re-reads the weights). With wgmma
-// (sm_90), from kQuantWgmmaMinMeanRows on: 128-row M tiles (each weight decoded once per 128 rows),
-// 256 columns from ~192 rows per expert on (half the A re-reads).
-inline int auto_quant_tile(int64_t R, int64_t E, bool wgmma = false) {
+// The automatic choice from the mean rows per expert (the routing is on the device): 8 warps (half the
+// A re-reads) and 32-row M tiles up to ~96 rows an expert (six stages from ~20 rows on), 128-row ones
+// for prefill-sized groups (each further M tile re-reads the weights).
+inline QuantTile auto_expert_tile(int64_t R, int64_t E) {
   const int64_t mean = R / (E > 0 ? E : 1);
-  if (wgmma && mean > kQuantWgmmaMinMeanRows) return mean <= 192 ? 11 : 12;
-  return mean <= 20 ? 4 : mean <= 96 ? 9 : 6;
+  return mean <= 20 ? QuantTile::kRows32Cols128 : mean <= 96 ? QuantTile::kRows32Cols128Deep : QuantTile::kRows128Cols64;
 }
-// A requested variant (0 or out of range: automatic, the wgmma kernel only if `wgmma_auto`; a wgmma one
-// without wgmma on the device: the automatic mma.sync one).
-inline int resolve_quant_tile(int variant, int64_t R, int64_t E, bool wgmma, bool wgmma_auto) {
-  if (variant <= 0 || variant >= kQuantTileCount) return auto_quant_tile(R, E, wgmma && wgmma_auto);
-  if (variant >= kFirstQuantWgmmaTile && !wgmma) return auto_quant_tile(R, E, false);
-  return variant;
-}
-// The dense matmul's: 32-row tiles (variant 2), or 128-row tiles (variant 6: a quarter of the decoding)
-// from 128 rows on; with `wgmma_auto`, from 64 rows on the wgmma kernel's 64-row tiles (variant 10: the
-// weights decoded once per 64 rows, two CTAs an SM for the few N tiles of a dense layer).
-inline int resolve_dense_tile(int variant, int64_t T, bool wgmma, bool wgmma_auto) {
-  if (variant > 0 && variant < kQuantTileCount && (variant < kFirstQuantWgmmaTile || wgmma)) return variant;
-  if (wgmma && wgmma_auto && T >= 64) return 10;
-  return T >= 128 ? 6 : 2;
-}
+// The dense matmul's: 32-row tiles, or 128-row tiles (a quarter of the decoding) from 128 rows on.
+inline QuantTile auto_dense_tile(int64_t T) { return T >= 128 ? QuantTile::kRows128Cols64 : QuantTile::kRows32Cols64; }
 
 template <int MF, int W, int S, bool kGateUp, bool kFp8, typename L>
 void go_tile(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   const int64_t cols = kGateUp ? 8 * W : 16 * W;  // output columns of a CTA
   l.template go<MF, W, S, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
 }
-// The wgmma kernel's CTAs per (N tile, expert) (0: automatic): enough that the M tiles of an expert
-// with 1.5x the mean rows run side by side (sharing the weight stream through L2), at most 4; 1 dense.
-inline int quant_m_split(int requested, int64_t R, int64_t E, int bm, bool dense) {
-  if (dense) return 1;
-  if (requested > 0) return requested;
-  const int64_t want = (3 * (R / (E > 0 ? E : 1)) / 2 + bm - 1) / bm;
-  return static_cast<int>(want < 1 ? 1 : want > 4 ? 4 : want);
-}
-// R: the grouped rows (the automatic m_split); g.m_split: the requested one (0 automatic).
-template <class C, bool kGateUp, bool kFp8, typename L>
-void go_wg(L& l, const Fp4Args& g0, int64_t n_out, int64_t grid_y, int64_t R) {
-  const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
-  Fp4Args g = g0;
-  g.m_split = quant_m_split(g0.m_split, R, grid_y, C::kBM, g0.dense_rows > 0);
-  l.template wg<C, kGateUp, kFp8>(g, (n_out + cols - 1) / cols * g.m_split, grid_y);
-}
 template <bool kGateUp, bool kFp8, typename L>
-void go_variant(L& l, int variant, const Fp4Args& g, int64_t n_out, int64_t grid_y, int64_t R = 0) {
-  switch (variant) {
-    case 10: go_wg<QWg10, kGateUp, kFp8>(l, g, n_out, grid_y, R); break;
-    case 11: go_wg<QWg11, kGateUp, kFp8>(l, g, n_out, grid_y, R); break;
-    case 12: go_wg<QWg12, kGateUp, kFp8>(l, g, n_out, grid_y, R); break;
-    case 1: go_tile<1, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 2: go_tile<2, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 3: go_tile<4, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 4: go_tile<2, 8, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 5: go_tile<4, 8, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 7: go_tile<1, 4, 8, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 8: go_tile<2, 4, 6, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    case 9: go_tile<2, 8, 6, kGateUp, kFp8>(l, g, n_out, grid_y); break;
-    default: go_tile<8, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y); break;
+void go_tile(L& l, QuantTile tile, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
+  switch (tile) {
+    case QuantTile::kRows32Cols64: return go_tile<2, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows32Cols128: return go_tile<2, 8, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows32Cols128Deep: return go_tile<2, 8, 6, kGateUp, kFp8>(l, g, n_out, grid_y);
+    default: return go_tile<8, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
   }
 }
 
 // The launches of the public entry points (grouped_moe_fp4.cuh), for any launcher: `l.template
 // go<MF, W, S, kGateUp, kFp8>(args, grid_x, grid_y)` runs the kernel over that grid (the device: a CUDA
-// launch; the unit tests: the emulator), `l.template wg<Cfg, kGateUp, kFp8>(...)` the wgmma one, which
-// only a launcher with `l.wgmma` true gets (and the automatic choice only with `l.wgmma_auto` too).
-// `variant`: a kQuantTiles id, 0 automatic; `m_split`: the wgmma kernel's CTAs per N tile and expert
-// (quant_m_split), 0 automatic.
+// launch; the unit tests: the emulator). `tile`: kAuto, or the tile of every launch.
 template <typename L>
 void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                  const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
-                 uint16_t* act, int variant = 0, int m_split = 0) {
+                 uint16_t* act, QuantTile tile = QuantTile::kAuto) {
   if (R <= 0 || E <= 0 || I <= 0) return;
   const Fp4Args g{x, w, block, row_scale, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
-                  static_cast<int>(K), 0, m_split};
-  variant = resolve_quant_tile(variant, R, E, l.wgmma, l.wgmma_auto);
-  if (fp8) go_variant<true, true>(l, variant, g, I, E, R);
-  else go_variant<true, false>(l, variant, g, I, E, R);
+                  static_cast<int>(K), 0};
+  if (tile == QuantTile::kAuto) tile = auto_expert_tile(R, E);
+  if (fp8) go_tile<true, true>(l, tile, g, I, E);
+  else go_tile<true, false>(l, tile, g, I, E);
 }
 
 template <typename L>
 void run_down(L& l, bool fp8, const uint16_t* act, const uint8_t* w, const uint8_t* block, const float* row_scale,
               const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H,
-              int64_t I, uint16_t* y, int variant = 0, int m_split = 0) {
+              int64_t I, uint16_t* y, QuantTile tile = QuantTile::kAuto) {
   if (R <= 0 || E <= 0 || H <= 0) return;
-  const Fp4Args g{act, w, block, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1, 0,
-                  m_split};
-  variant = resolve_quant_tile(variant, R, E, l.wgmma, l.wgmma_auto);
-  if (fp8) go_variant<false, true>(l, variant, g, H, E, R);
-  else go_variant<false, false>(l, variant, g, H, E, R);
+  const Fp4Args g{act, w, block, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1, 0};
+  if (tile == QuantTile::kAuto) tile = auto_expert_tile(R, E);
+  if (fp8) go_tile<false, true>(l, tile, g, H, E);
+  else go_tile<false, false>(l, tile, g, H, E);
 }
 
-// Dense: one CTA row per BM rows of x; every CTA row decodes the weight tiles again (from L2). Automatic
-// (variant 0): resolve_dense_tile.
+// Dense: one CTA row per BM rows of x; every CTA row decodes the weight tiles again (from L2).
 template <typename L>
 void run_dense(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
-               int64_t T, int64_t N, int64_t K, uint16_t* out, int variant = 0) {
+               int64_t T, int64_t N, int64_t K, uint16_t* out, QuantTile tile = QuantTile::kAuto) {
   if (T <= 0 || N <= 0) return;
   const Fp4Args g{x, w, block, row_scale, nullptr, nullptr, nullptr, out, static_cast<int>(K), static_cast<int>(N), 1,
                   static_cast<int>(T)};
-  variant = resolve_dense_tile(variant, T, l.wgmma, l.wgmma_auto);
-  const int64_t bm = 16 * kQuantTiles[variant].mf, m_tiles = (T + bm - 1) / bm;
-  if (fp8) go_variant<false, true>(l, variant, g, N, m_tiles);
-  else go_variant<false, false>(l, variant, g, N, m_tiles);
+  if (tile == QuantTile::kAuto) tile = auto_dense_tile(T);
+  const int64_t bm = 16 * tile_shape(tile).mf, m_tiles = (T + bm - 1) / bm;
+  if (fp8) go_tile<false, true>(l, tile, g, N, m_tiles);
+  else go_tile<false, false>(l, tile, g, N, m_tiles);
 }
 
 }  // namespace

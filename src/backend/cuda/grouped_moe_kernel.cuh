@@ -1,5 +1,5 @@
 #pragma once
-// The bf16 grouped expert GEMM kernels of grouped_moe.cu and their launch plans, in a header so that
+// The bf16 grouped expert GEMM kernels of grouped_moe.cu and their launch plan, in a header so that
 // the unit tests compile them on the host against an emulation of the CUDA operations they use
 // (tests/unit/backend/cuda_emulator.h): the includer provides them. On the device, grouped_moe.cu
 // includes common.cuh and ptx.cuh first. What the kernels need: threadIdx / blockIdx, __syncthreads,
@@ -10,10 +10,9 @@
 //
 // Tensor cores via mma.sync m16n8k16 bf16 -> fp32, cp.async multi-stage pipelines, with the rounding
 // points of the CPU reference (cpu/moe.cpp): every output element is one fp32 dot product rounded once
-// to bf16; the gate_up epilogue applies the activation exactly as launch_moe_act, the down epilogue the
-// routing weight exactly as launch_moe_weight. Every kernel and tile shape accumulates each output
-// element over K in the same order (K tiles of 64, four k16 MMAs each), so all variants give the same
-// bits.
+// to bf16; the gate_up epilogue applies the activation (bf16(bf16(gelu_tanh(g)) * u)), the down
+// epilogue the routing weight (bf16(bf16(y) * w)). Both mma.sync kernels accumulate each output
+// element over K in the same order (K tiles of 64, four k16 MMAs each), so they give the same bits.
 //
 // Common to both kernels: BK = 64, cp.async.cg 16-byte chunks into XOR-swizzled rows of 128 bytes
 // (ldmatrix bank-conflict free). For gate_up a tile's weight rows are half gate rows (i0 ..) and half
@@ -29,17 +28,16 @@
 //   on across M tiles. Warp w computes all 32 rows of the tile columns {8w .. 8w+7} and {32+8w .. 32+8w+7}.
 // Large R (prefill chunks, batched denoising: ~64+ rows per expert):
 //   grouped_tile_kernel<Cfg>: one tile of up to Cfg::kBM rows x Cfg::kBN columns per CTA from a tile
-//   list written by the grouping kernel (expert, first row, rows <= kBM), warps arranged kWarpsM x
-//   kWarpsN, each computing kMF m16 x kNF n8 fragments. Why a tile list: an expert's weights are read
-//   from HBM once per tile, and the tiles of an expert (and one N tile) sit next to each other in
-//   blockIdx.x (the fastest grid index), so they run together and share the weight lines through L2.
-//   m16 fragments past the tile's rows are neither copied nor multiplied (per warp), so a 70-row tile
-//   costs 80 rows of MMAs. The shapes (kTileConfigs) trade shared-memory reads per MMA (warp tile
-//   64 x 64 the fewest), warps per SM (latency hiding) and A re-reads (one per N tile); which wins at
-//   which rows per expert is measured (dgemma_gpu_check --bench), and grouped_plan picks.
+//   list written by the grouping (expert, first row, rows <= kBM), warps arranged kWarpsM x kWarpsN,
+//   each computing kMF m16 x kNF n8 fragments. Why a tile list: an expert's weights are read from HBM
+//   once per tile, and the tiles of an expert (and one N tile) sit next to each other in blockIdx.x
+//   (the fastest grid index), so they run together and share the weight lines through L2. m16
+//   fragments past the tile's rows are neither copied nor multiplied (per warp), so a 70-row tile costs
+//   80 rows of MMAs. The hopper family's wgmma and TMA kernels (included below) read the same tile list.
 #include <cstdint>
 
 #include "backend/cuda/kernel_macros.cuh"
+#include "backend/cuda_options.h"
 
 namespace dgemma::cuda {
 namespace {
@@ -329,29 +327,10 @@ struct TileCfg {
   static_assert(kThreads % 8 == 0 && S >= 2, "copy layout, pipeline");
 };
 
-// The large-R shapes (grouped_plan's variants 2 .. ; variant 1 is the small kernel):
-//   2: 128 x 128, 4 warps 1 x 4 (warp: all rows x 32 columns), 3 stages, 96 KB, 2 CTAs per SM — the
-//      first large-R kernel: 8 warps per SM, each B fragment feeds up to 8 MMAs;
-//   3:  64 x 256, 4 warps 1 x 4 (warp 64 x 64: half the ldmatrix per MMA of 64 x 32), 4 stages, 160 KB;
-//   4:  64 x 256, 8 warps 1 x 8 (warp 64 x 32), 4 stages, 160 KB: 8 warps on one A tile;
-//   5:  80 x 128, 4 warps 1 x 4 (warp 80 x 32), 4 stages, 104 KB, 2 CTAs per SM: at ~64 +- 8 rows per
-//      expert (T = 1024) nearly every expert fits one tile, and no fragment is wasted on rows 80 .. 127;
-//   6: 128 x 256, 8 warps 2 x 4 (warp 64 x 64), 4 stages, 192 KB: the compute-bound shape (T >= 4096);
-//   7: 128 x 128, 8 warps 2 x 4 (warp 64 x 32), 3 stages, 96 KB, 2 CTAs per SM (16 warps per SM);
-//   8:  80 x 256, 8 warps 1 x 8 (warp 80 x 32), 3 stages, 126 KB;
-//   9:  80 x 256, 4 warps 1 x 4 (warp 80 x 64), 3 stages, 126 KB: variant 3's reads per MMA, one tile
-//      for nearly every expert at T = 1024;
-//  10: 128 x 256, 8 warps 2 x 4 (warp 64 x 64), 3 stages, 144 KB.
-using Tile2 = TileCfg<1, 4, 8, 4, 3, 2>;
-using Tile3 = TileCfg<1, 4, 4, 8, 4, 1>;
-using Tile4 = TileCfg<1, 8, 4, 4, 4, 1>;
-using Tile5 = TileCfg<1, 4, 5, 4, 4, 2>;
-using Tile6 = TileCfg<2, 4, 4, 8, 4, 1>;
-using Tile7 = TileCfg<2, 4, 4, 4, 3, 2>;
-using Tile8 = TileCfg<1, 8, 5, 4, 3, 1>;
-using Tile9 = TileCfg<1, 4, 5, 8, 3, 1>;
-using Tile10 = TileCfg<2, 4, 4, 8, 3, 1>;
-constexpr int kFirstTileVariant = 2, kLastTileVariant = 10;
+// The large-R shape of the portable family (MoeKernel::kMmaSync128x128): 128 x 128, 4 warps 1 x 4 (warp:
+// all rows x 32 columns), 3 stages, 96 KB, 2 CTAs per SM: 8 warps per SM, each B fragment feeds up to
+// 8 MMAs.
+using TileMma128x128 = TileCfg<1, 4, 8, 4, 3, 2>;
 
 // Grid (tile list entries, N tiles). Tile rows s of B: down: weight row n0 + s; gate_up: s < kBN / 2
 // gate row i = n0 + s, else the up row N + i of i = n0 + s - kBN / 2. Warp (wm, wn): m16 fragments
@@ -533,79 +512,59 @@ DG_UNROLL
 namespace dgemma::cuda {
 namespace {
 
-// The wgmma shapes (variants 11 .. 14; sm_90 only, grouped_moe.cu falls back to variant 2 elsewhere):
-//  11:  64 x 256, one warpgroup, 4 stages, 161 KB: one m64 block, the weights' 256 rows read once per
-//       64 tokens of an expert;
-//  12: 128 x 256, two warpgroups, 4 stages, 193 KB: the compute-bound shape (T >= 2048);
-//  13: 128 x 128, two warpgroups, 4 stages, 129 KB;
-//  14:  64 x 128, one warpgroup, 4 stages, 97 KB, 2 CTAs per SM;
-//  15: 256 x 128, two warpgroups of two m64 blocks, 4 stages, 193 KB: the weights read once per 256
-//      rows of an expert (half of 12's reads), the activation rows twice as often (from L2).
-using Wg11 = WgCfg<1, 256, 4, 1>;
-using Wg12 = WgCfg<2, 256, 4, 1>;
-using Wg13 = WgCfg<2, 128, 4, 1>;
-using Wg14 = WgCfg<1, 128, 4, 2>;
-using Wg15 = WgCfg<2, 128, 4, 1, 2>;
-// The warp-specialised TMA shapes (variants 16 .. 19, grouped_moe_tma_kernel.cuh; sm_90 only): a
-// producer warpgroup and one or two consumer warpgroups, the stages as deep as shared memory allows:
-//  16: 128 x 256, two consumers, 4 stages, 193 KB (12's tile);
-//  17: 128 x 128, two consumers, 6 stages, 193 KB;
-//  18:  64 x 256, one consumer, 5 stages, 201 KB (11's tile, one more stage);
-//  19:  64 x 128, one consumer, 4 stages, 97 KB, 2 CTAs per SM (14's tile).
-// At T = 1,024 the 64-row tiles (14, 19) are bound by the L2's throughput (Nsight Compute: 83-89 % of
-// its peak with HBM at 55-65 %: an expert past 64 rows streams its weights into the SMs twice, the
-// activation rows once per 128 columns); the 128-row ones (16, 17) move 18-25 % fewer bytes through
-// the L2 but wait on their copies (L2 at 50-71 %), and are slower (docs/BENCHMARKS.md).
-using Tma16 = TmaCfg<2, 256, 4>;
-using Tma17 = TmaCfg<2, 128, 6>;
-using Tma18 = TmaCfg<1, 256, 5>;
-using Tma19 = TmaCfg<1, 128, 4, 2>;
-constexpr int kFirstWgmmaVariant = 11, kFirstTmaVariant = 16, kLastVariant = 19;
+// The hopper family's shapes: the wgmma 64 x 128 tiles, one warpgroup, 4 stages, 97 KB, 2 CTAs per SM
+// (grouped_moe_wgmma_kernel.cuh), and the warp-specialised TMA 128 x 256 tiles, a producer warpgroup
+// and two consumers, 4 stages, 193 KB (grouped_moe_tma_kernel.cuh).
+using Wgmma64x128 = WgCfg<1, 128, 4, 2>;
+using Tma128x256 = TmaCfg<2, 256, 4>;
 
 // ---- launch plans ---------------------------------------------------------------------------------
 
 // Which kernel a grouped MoE call runs and the tile list it needs (the grouping writes the list).
 struct GroupedPlanImpl {
-  int variant = 1;        // 1: the small kernel; kFirstTileVariant ..: grouped_tile_kernel, then grouped_wgmma_kernel
-  int tile_rows = 0;      // the tile list's tile height (0: no list)
+  MoeKernel kernel = MoeKernel::kSmallRows;
+  int tile_rows = 0;      // the tile list's tile height (0: no list, the small-rows kernel)
   int64_t max_tiles = 0;  // entries of the tile list
 };
 
-// Tile rows of each variant (0: the small kernel, no tile list).
-constexpr int kTileRows[kLastVariant + 1] = {0,          0,          Tile2::kBM,  Tile3::kBM, Tile4::kBM,
-                                             Tile5::kBM, Tile6::kBM, Tile7::kBM,  Tile8::kBM, Tile9::kBM,
-                                             Tile10::kBM, Wg11::kBM, Wg12::kBM, Wg13::kBM, Wg14::kBM, Wg15::kBM,
-                                             Tma16::kBM, Tma17::kBM, Tma18::kBM, Tma19::kBM};
+inline int tile_rows_of(MoeKernel k) {
+  switch (k) {
+    case MoeKernel::kMmaSync128x128: return TileMma128x128::kBM;
+    case MoeKernel::kWgmma64x128: return Wgmma64x128::kBM;
+    case MoeKernel::kTma128x256: return Tma128x256::kBM;
+    default: return 0;
+  }
+}
+
+inline bool hopper_moe_kernel(MoeKernel k) { return k == MoeKernel::kWgmma64x128 || k == MoeKernel::kTma128x256; }
 
 // The automatic choice by the mean rows per expert R / E: the first step whose bound it does not
-// exceed (grouped_moe.cu replaces a wgmma variant by variant 2 off sm_90). Measured on the H200 at the
-// 26B-A4B shapes (dgemma_bench --moe-variant V, whole denoising steps, docs/BENCHMARKS.md "Grouped MoE
-// kernel variants"): ~16 rows per expert (T = 256) the small kernel streams the weights at their
-// floor; ~64 (T = 1024, batch 4) the wgmma 64 x 128 tiles (14) and the TMA 64 x 128 ones (19) tie
-// ahead of the rest (37.7 / 37.8 ms a step against 39.6 for 12 and 42.5 for 16); from ~128 the
-// warp-specialised TMA 128 x 256 tiles (16) lead (batch 16, T = 4,096: 118.2 ms a step against 121.8
-// for 12, the choice before, and 136.2 for 11).
+// exceed. Up to ~24 rows per expert the small-rows kernel streams the weights at their floor; the
+// hopper family then takes the wgmma 64 x 128 tiles up to ~96 rows and the TMA 128 x 256 tiles past
+// them, the portable family the mma.sync 128 x 128 tiles (docs/BENCHMARKS.md "Kernel choices").
 struct AutoStep {
   int64_t max_mean_rows;
-  int variant;
+  MoeKernel hopper, portable;
 };
-constexpr AutoStep kAutoSteps[] = {{24, 1}, {96, 14}, {int64_t{1} << 40, 16}};
+constexpr AutoStep kAutoSteps[] = {{24, MoeKernel::kSmallRows, MoeKernel::kSmallRows},
+                                   {96, MoeKernel::kWgmma64x128, MoeKernel::kMmaSync128x128},
+                                   {int64_t{1} << 40, MoeKernel::kTma128x256, MoeKernel::kMmaSync128x128}};
 
-// variant 0: automatic (kAutoSteps); else that variant whenever R > 0.
-inline GroupedPlanImpl grouped_plan(int variant, int64_t R, int64_t E) {
+// `kernel`: kAuto (kAutoSteps) or that kernel whenever R > 0; a hopper-family kernel without `hopper`
+// runs as kMmaSync128x128.
+inline GroupedPlanImpl grouped_plan(MoeKernel kernel, int64_t R, int64_t E, bool hopper) {
   GroupedPlanImpl p;
   if (R <= 0 || E <= 0) return p;
-  if (variant < 1 || variant > kLastVariant)
+  if (kernel == MoeKernel::kAuto)
     for (const AutoStep& a : kAutoSteps)
       if (R <= a.max_mean_rows * E) {
-        variant = a.variant;
+        kernel = hopper ? a.hopper : a.portable;
         break;
       }
-  p.variant = variant;
-  if (variant >= kFirstTileVariant) {
-    p.tile_rows = kTileRows[variant];
-    p.max_tiles = R / p.tile_rows + E;  // sum over experts of ceil(rows / tile_rows) <= floor(R / tile_rows) + E
-  }
+  if (!hopper && hopper_moe_kernel(kernel)) kernel = MoeKernel::kMmaSync128x128;
+  p.kernel = kernel;
+  p.tile_rows = tile_rows_of(kernel);
+  if (p.tile_rows > 0) p.max_tiles = R / p.tile_rows + E;  // sum over experts of ceil(rows / tile_rows)
   return p;
 }
 
@@ -613,49 +572,17 @@ inline GroupedPlanImpl grouped_plan(int variant, int64_t R, int64_t E) {
 //   l.template small<BM, kGateUp>(args, grid_x, grid_y), l.template tile<Cfg, kGateUp>(args, tiles, grid_x,
 //   grid_y), l.template wg<Cfg, kGateUp>(...) likewise and l.template tma<Cfg, kGateUp>(..., E) (the
 // device: CUDA launches; the unit tests: the emulator).
-template <class C, bool kGateUp, class L>
-void run_tiled(L& l, const GroupedArgs& g, const int32_t* tiles, int64_t max_tiles) {
-  const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
-  l.template tile<C, kGateUp>(g, tiles, max_tiles, (g.N + cols - 1) / cols);
-}
-template <class C, bool kGateUp, class L>
-void run_wg(L& l, const GroupedArgs& g, const int32_t* tiles, int64_t max_tiles) {
-  const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
-  l.template wg<C, kGateUp>(g, tiles, max_tiles, (g.N + cols - 1) / cols);
-}
-
-// The TMA kernels also take the number of experts (the weight map's rows: E Nw).
-template <class C, bool kGateUp, class L>
-void run_tma(L& l, const GroupedArgs& g, const int32_t* tiles, int64_t max_tiles, int64_t E) {
-  const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
-  l.template tma<C, kGateUp>(g, tiles, max_tiles, (g.N + cols - 1) / cols, E);
-}
-
 template <bool kGateUp, class L>
 void run_grouped(L& l, const GroupedPlanImpl& plan, const GroupedArgs& g, const int32_t* tiles, int64_t E) {
-  switch (plan.variant) {
-    case 2: return run_tiled<Tile2, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 3: return run_tiled<Tile3, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 4: return run_tiled<Tile4, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 5: return run_tiled<Tile5, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 6: return run_tiled<Tile6, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 7: return run_tiled<Tile7, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 8: return run_tiled<Tile8, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 9: return run_tiled<Tile9, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 10: return run_tiled<Tile10, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 11: return run_wg<Wg11, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 12: return run_wg<Wg12, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 13: return run_wg<Wg13, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 14: return run_wg<Wg14, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 15: return run_wg<Wg15, kGateUp>(l, g, tiles, plan.max_tiles);
-    case 16: return run_tma<Tma16, kGateUp>(l, g, tiles, plan.max_tiles, E);
-    case 17: return run_tma<Tma17, kGateUp>(l, g, tiles, plan.max_tiles, E);
-    case 18: return run_tma<Tma18, kGateUp>(l, g, tiles, plan.max_tiles, E);
-    case 19: return run_tma<Tma19, kGateUp>(l, g, tiles, plan.max_tiles, E);
-    default: {
-      const int64_t cols = kGateUp ? kSmallBN / 2 : kSmallBN;
-      l.template small<32, kGateUp>(g, (g.N + cols - 1) / cols, E);
-    }
+  auto n_tiles = [&](int bn) { return (g.N + (kGateUp ? bn / 2 : bn) - 1) / (kGateUp ? bn / 2 : bn); };
+  switch (plan.kernel) {
+    case MoeKernel::kMmaSync128x128:
+      return l.template tile<TileMma128x128, kGateUp>(g, tiles, plan.max_tiles, n_tiles(TileMma128x128::kBN));
+    case MoeKernel::kWgmma64x128:
+      return l.template wg<Wgmma64x128, kGateUp>(g, tiles, plan.max_tiles, n_tiles(Wgmma64x128::kBN));
+    case MoeKernel::kTma128x256:  // the weight map covers E experts' rows
+      return l.template tma<Tma128x256, kGateUp>(g, tiles, plan.max_tiles, n_tiles(Tma128x256::kBN), E);
+    default: return l.template small<32, kGateUp>(g, n_tiles(kSmallBN), E);
   }
 }
 

@@ -19,9 +19,6 @@
 //             proxy (the cp.async writes are generic-proxy writes that wgmma reads).
 //   empty[s]: one arrival per consumer warp once its wgmma of the stage has completed (wgmma_wait
 //             of the next K tile's group); the producers wait on it before refilling the stage.
-//             (Handing a stage back after its own wgmma instead, one more stage's copies in flight,
-//             was measured no faster: docs/BENCHMARKS.md "Side by side with
-//             transformers, and where the batched experts' time goes".)
 // A consumer whose 64 rows lie past the tile's (an expert's last, short tile) hands every stage back
 // as soon as it is full and multiplies nothing: its rows are neither copied nor stored.
 // Results and roundings as grouped_wgmma_kernel (the same wgmma sums, the same epilogue).

@@ -9,14 +9,14 @@
 #include <cstdint>
 
 #include "backend/cuda/grouped_moe.cuh"
+#include "backend/cuda/stream.h"
 
 namespace dgemma::cuda {
 
-// Shapes these kernels take: Kd a multiple of 16, output rows a multiple of 8, 16-byte aligned weights,
-// and an sm_90 device.
+// Shapes these kernels take: Kd a multiple of 16, output rows a multiple of 8, 16-byte aligned weights
+// (and an sm_90 device: the hopper family).
 bool grouped_w8a8_supported(int64_t rows, int64_t Kd, const void* weights);
-// The kernel shape (set_w8a8_moe_tile, tuning.h; automatic by the mean rows per expert) and its tile
-// list's shape, for launch_moe_group / launch_moe_route_group.
+// The tile list's shape, for launch_moe_route_group.
 GroupedPlan grouped_w8a8_plan(int64_t R, int64_t E);
 
 // act[r, i] = bf16(bf16(gelu_tanh(bf16(g))) * bf16(u)), g = (q_x[t] . Wg[i]) * s_x[t] * rs[e, i], u likewise
@@ -24,11 +24,11 @@ GroupedPlan grouped_w8a8_plan(int64_t R, int64_t E);
 void launch_grouped_gate_up_w8a8(const GroupedPlan& plan, const uint8_t* q_x, const float* s_x, const uint8_t* w,
                                  const float* row_scale, const int32_t* offsets, const int32_t* pairs,
                                  const int32_t* tiles, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
-                                 uint16_t* act, cudaStream_t stream);
+                                 uint16_t* act, Stream stream);
 // y[p, h] = bf16(bf16((q_act[r] . Wd[h]) * s_act[r] * rs[e, h]) * top_w[p]), p = pairs[r].
 void launch_grouped_down_w8a8(const GroupedPlan& plan, const uint8_t* q_act, const float* s_act, const uint8_t* w,
                               const float* row_scale, const int32_t* offsets, const int32_t* pairs,
                               const int32_t* tiles, const float* top_w, int64_t R, int64_t E, int64_t H, int64_t I,
-                              uint16_t* y, cudaStream_t stream);
+                              uint16_t* y, Stream stream);
 
 }  // namespace dgemma::cuda

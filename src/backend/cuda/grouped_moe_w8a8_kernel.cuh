@@ -191,22 +191,15 @@ DG_UNROLL
   }
 }
 
-// The shapes (the bf16 wgmma kernel's WgCfg; the same bytes per stage row): 64 x 128 one warpgroup
-// (2 CTAs an SM), 128 x 128 two warpgroups (the weight tile read once per 128 rows of an expert).
-// The automatic choice is 64 x 128 at every size: on the H200 (dgemma_gpu_check --bench w8a8, the
-// 26B MoE block) it took 0.439 / 0.618 / 1.015 / 1.789 ms at T = 256 / 1,024 / 2,048 / 4,096 against
-// 128 x 128's 0.648 / 0.773 / 1.174 / 1.996: two CTAs an SM hide more of the copies than one CTA
-// saves by reading each weight tile once per 128 rows.
-using W8a8Small = WgCfg<1, 128, 4, 2>;
-using W8a8Large = WgCfg<2, 128, 4, 1>;
-constexpr int kW8a8Variants = 2;  // 1 small, 2 large
+// The shape (the bf16 wgmma kernel's WgCfg; the same bytes per stage row): 64 x 128 tiles, one
+// warpgroup, two CTAs an SM (two CTAs hide more of the copies than one CTA of 128 rows saves by reading
+// each weight tile once per 128 rows of an expert).
+using W8a8Tile = WgCfg<1, 128, 4, 2>;
 
-inline GroupedPlanImpl w8a8_plan(int variant, int64_t R, int64_t E) {
+inline GroupedPlanImpl w8a8_plan(int64_t R, int64_t E) {
   GroupedPlanImpl p;
   if (R <= 0 || E <= 0) return p;
-  if (variant < 1 || variant > kW8a8Variants) variant = 1;
-  p.variant = variant;
-  p.tile_rows = variant == 2 ? W8a8Large::kBM : W8a8Small::kBM;
+  p.tile_rows = W8a8Tile::kBM;
   p.max_tiles = R / p.tile_rows + E;
   return p;
 }
@@ -214,13 +207,8 @@ inline GroupedPlanImpl w8a8_plan(int variant, int64_t R, int64_t E) {
 // The launches for any launcher L with l.template w8a8<Cfg, kGateUp>(args, tiles, grid_x, grid_y).
 template <bool kGateUp, class L>
 void run_w8a8(L& l, const GroupedPlanImpl& plan, const W8a8Args& g, const int32_t* tiles) {
-  auto go = [&](auto cfg) {
-    using C = decltype(cfg);
-    const int64_t cols = kGateUp ? C::kBN / 2 : C::kBN;
-    l.template w8a8<C, kGateUp>(g, tiles, plan.max_tiles, (g.N + cols - 1) / cols);
-  };
-  if (plan.variant == 2) go(W8a8Large{});
-  else go(W8a8Small{});
+  const int64_t cols = kGateUp ? W8a8Tile::kBN / 2 : W8a8Tile::kBN;
+  l.template w8a8<W8a8Tile, kGateUp>(g, tiles, plan.max_tiles, (g.N + cols - 1) / cols);
 }
 
 }  // namespace

@@ -38,19 +38,19 @@ unsigned threads_for_words(int64_t D) {
 }  // namespace
 
 void launch_kv_write_paged(uint16_t* pages, int64_t Hkv, int64_t P, int64_t D, const int32_t* table, int64_t first,
-                           const uint16_t* src, int64_t n, cudaStream_t stream) {
+                           const uint16_t* src, int64_t n, Stream stream) {
   if (n <= 0 || Hkv <= 0 || D <= 0) return;
   kv_write_paged_kernel<<<static_cast<unsigned>(n * Hkv), threads_for_words(D), 0, stream>>>(pages, Hkv, P, D, table,
                                                                                              first, src);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_kv_gather(const uint16_t* pages, int64_t Hkv, int64_t P, int64_t D, const int32_t* table, int64_t first,
-                      int64_t L, uint16_t* dst, cudaStream_t stream) {
+                      int64_t L, uint16_t* dst, Stream stream) {
   if (L <= 0 || Hkv <= 0 || D <= 0) return;
   kv_gather_kernel<<<static_cast<unsigned>(Hkv * L), threads_for_words(D), 0, stream>>>(pages, Hkv, P, D, table, first,
                                                                                         L, dst);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dgemma::cuda

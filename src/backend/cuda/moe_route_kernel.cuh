@@ -1,7 +1,7 @@
 #pragma once
-// The MoE routing kernels of moe_route.cu (the top-k with the probabilities in registers, and the
-// top-k fused with the grouping of the (token, slot) pairs by expert) in a header so that the unit
-// tests run them on the host through tests/unit/backend/cuda_emulator.h. On the device, moe_route.cu
+// The MoE routing kernels of moe_route.cu (the top-k with the probabilities in registers fused with the
+// grouping of the (token, slot) pairs by expert, and the placement of the pairs) in a header so that
+// the unit tests run them on the host through tests/unit/backend/cuda_emulator.h. On the device, moe_route.cu
 // includes common.cuh and expert_groups.cuh first. What the kernels need: threadIdx / blockIdx /
 // blockDim / gridDim, __syncthreads, __syncwarp, the warp collectives __shfl_xor_sync (warp_reduce),
 // __shfl_up_sync / __shfl_sync (expert_groups.cuh), __reduce_max_sync / __reduce_min_sync,
@@ -18,22 +18,18 @@ namespace dgemma::cuda {
 // binary with the device build's host stub.
 namespace {
 
-constexpr int kTopkWarps = 4;    // tokens per block of the top-k kernel
 // The fused routing + grouping kernel: blocks of kRouteWarps warps, of which the first kRouteTokens
-// route one token each (sixteen warps and tokens before). Why four tokens a block: a token's routing
-// (the softmax, K rounds of warp reductions) is a long chain of instructions, and an SM issues one
-// instruction a cycle per scheduler (four): sixteen routing warps on one SM queued four deep on each
-// scheduler, while T = 256 used only 16 of the SMs. Now every routing warp has a scheduler to itself
-// and 64 SMs share the work. The other warps join the grouping; eight warps a block (at most 128
-// registers a thread: two blocks an SM, T = 1024 in one wave) and eight pairs a thread and round in
-// the last block's placement keep its rounds as few as before. Its prefix over the (four times as
-// many) per-block counts loads 32 blocks' counts at a time (eight before): as many L2 round trips.
+// route one token each. Why four tokens a block: a token's routing (the softmax, K rounds of warp
+// reductions) is a long chain of instructions, and an SM issues one instruction a cycle per scheduler
+// (four), so every routing warp gets a scheduler to itself and T = 256 spreads over 64 SMs. The other
+// warps join the grouping; eight warps a block (at most 128 registers a thread: two blocks an SM,
+// T = 1024 in one wave). The last block's prefix over the per-block counts loads 32 blocks' counts at a
+// time.
 constexpr int kRouteWarps = 8;
 constexpr int kRouteTokens = 4;
 constexpr int kPrefixBatch = 32;
-// The earlier shape (set_small_kernel_variant(2), A/B runs): sixteen warps routing sixteen tokens.
-constexpr int kRouteWarpsEarlier = 16;
-constexpr int kRouteTokensEarlier = 16;
+// The largest expert count (32 kPer with kPer <= 8 register slots a lane) and top-k the kernel takes.
+constexpr int kRouteMaxExperts = 256;
 constexpr int kRouteMaxK = 32;
 
 // One token's routing by one warp. ps: the warp's 32 kPer floats; sel: K ints (the selected experts,
@@ -93,7 +89,7 @@ DG_UNROLL
       if (match) cand = lane + 32 * m;
     }
     int bi = __reduce_min_sync(0xffffffffu, cand);
-    if (bi == INT_MAX) bi = 0;  // unreachable for K <= E (topk_kernel's rule)
+    if (bi == INT_MAX) bi = 0;  // unreachable for K <= E
     if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
     if (lane == 0) sel[k] = bi;
   }
@@ -109,19 +105,6 @@ DG_UNROLL
     order[t * K + rank] = k;
   }
   __syncwarp();  // sel is read by every lane above; callers may reuse it
-}
-
-template <int kPer>
-__global__ void __launch_bounds__(kTopkWarps * 32)
-    topk_reg_kernel(const uint16_t* __restrict__ logits, int64_t T, int E, int K, const uint16_t* __restrict__ pes,
-                    float* __restrict__ probs_out, int32_t* __restrict__ top_idx, float* __restrict__ top_w,
-                    int32_t* __restrict__ order) {
-  __shared__ __align__(16) float ps_all[kTopkWarps][32 * kPer];
-  __shared__ int sel_all[kTopkWarps][32 * kPer];
-  const int warp = threadIdx.x >> 5;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kTopkWarps + warp;
-  if (t >= T) return;  // warp-level synchronisation only
-  route_token<kPer>(logits, t, E, K, pes, probs_out, top_idx, top_w, order, ps_all[warp], sel_all[warp]);
 }
 
 struct RouteLaunch {
@@ -142,12 +125,12 @@ struct RouteLaunch {
   unsigned* ticket;     // zero before the launch; the last block sets it back to zero
 };
 
-// kPlace: the last block also places every pair (one launch: the default); without it the last
-// block stops after the offsets and the tile list, and place_pairs_kernel, launched next, places the
-// pairs with the whole grid (at large T the last block's placement loop is R / (8 x its threads)
-// rounds of dependent L2 loads).
-template <int kPer, int kTokens, int kWarps, bool kPlace = true>
-__global__ void __launch_bounds__(kWarps * 32) route_group_kernel(RouteLaunch a) {
+// The last block stops after the offsets and the tile list; place_pairs_kernel, launched next, places
+// the pairs with the whole grid (one block's placement loop would take R / 2048 rounds of dependent
+// L2 loads at large T).
+template <int kPer>
+__global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaunch a) {
+  constexpr int kTokens = kRouteTokens;
   __shared__ __align__(16) float ps_all[kTokens][32 * kPer];
   __shared__ int blk[kTokens * kRouteMaxK];  // the block's selected experts, in pair order
   __shared__ int base[32 * kPer];
@@ -201,40 +184,15 @@ DG_UNROLL
   __threadfence_block();
   __syncthreads();
   const int64_t R = a.T * K;
-  if (!kPlace) {
-    if (warp == 0 && a.tiles != nullptr)
-      expert_tiles_warp(base, E, static_cast<int>(R), a.tile_rows, a.tiles, a.max_tiles, lane);
-    if (threadIdx.x == 0) atomicExch(a.ticket, 0u);
-    return;
-  }
-  const int per_block = kTokens * K;
-  constexpr int kUnroll = 8;  // independent pairs per thread and round: their loads in flight together
-  for (int64_t p0 = threadIdx.x; p0 < R; p0 += kUnroll * static_cast<int64_t>(blockDim.x)) {
-    int e[kUnroll], at[kUnroll];
-DG_UNROLL
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
-      e[u] = p < R ? __ldcg(a.top_idx + p) : 0;
-    }
-DG_UNROLL
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
-      at[u] = p < R ? base[e[u]] + __ldcg(a.block_count + (p / per_block) * E + e[u]) + __ldcg(a.local_rank + p) : 0;
-    }
-DG_UNROLL
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
-      if (p < R) a.pairs[at[u]] = static_cast<int32_t>(p);
-    }
-  }
-  if (warp == 0 && a.tiles != nullptr) expert_tiles_warp(base, E, static_cast<int>(R), a.tile_rows, a.tiles, a.max_tiles, lane);
+  if (warp == 0 && a.tiles != nullptr)
+    expert_tiles_warp(base, E, static_cast<int>(R), a.tile_rows, a.tiles, a.max_tiles, lane);
   if (threadIdx.x == 0) atomicExch(a.ticket, 0u);  // for the next launch (stream-ordered after this one)
 }
 
-// The placement after route_group_kernel<.., false>: pair p (block p / (kTokens K) of the routing
-// grid) goes to its expert's first row + the exclusive prefix of the expert's pairs in earlier
-// blocks + its rank among its block's pairs of the expert: the stable sort by expert, as the last
-// block places them. One pair a thread; the grid covers R.
+// The placement after route_group_kernel: pair p (block p / (kTokens K) of the routing grid) goes to
+// its expert's first row + the exclusive prefix of the expert's pairs in earlier blocks + its rank
+// among its block's pairs of the expert: the stable sort by expert. One pair a thread; the grid
+// covers R.
 __global__ void __launch_bounds__(256) place_pairs_kernel(RouteLaunch a, int per_block) {
   const int64_t R = a.T * a.K;
   const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

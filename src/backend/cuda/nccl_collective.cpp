@@ -5,9 +5,11 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
@@ -33,46 +35,49 @@ struct NcclApi {
   std::string error;  // why loading failed (empty: loaded)
 };
 
-const NcclApi& nccl() {
-  static const NcclApi api = [] {
-    NcclApi a;
-    const char* env = std::getenv("DGEMMA_NCCL_LIBRARY");
-    const std::string lib = env && *env ? env : "libnccl.so.2";
-    void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      const char* e = dlerror();
-      a.error = fmt::format("cannot load {} ({}); set DGEMMA_NCCL_LIBRARY to libnccl.so.2's path", lib, e ? e : "?");
-      return a;
+// The library's entry points: `library` when given, else the first of the standard names that loads
+// (the dynamic loader's search: LD_LIBRARY_PATH, e.g. the libnccl.so.2 PyTorch bundles). The handle
+// stays open for the process (dlopen counts references; NCCL keeps state of its own).
+std::shared_ptr<const NcclApi> load_nccl(const std::string& library) {
+  auto a = std::make_shared<NcclApi>();
+  const std::vector<std::string> names =
+      library.empty() ? std::vector<std::string>{"libnccl.so.2", "libnccl.so"} : std::vector<std::string>{library};
+  void* h = nullptr;
+  std::string lib, errors;
+  for (const std::string& name : names) {
+    h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h != nullptr) {
+      lib = name;
+      break;
     }
-    auto sym = [&](const char* name, auto& fn) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
-      if (fn == nullptr && a.error.empty()) a.error = fmt::format("{} has no {}", lib, name);
-    };
-    sym("ncclCommInitAll", a.comm_init_all);
-    sym("ncclCommDestroy", a.comm_destroy);
-    sym("ncclCommAbort", a.comm_abort);
-    sym("ncclAllGather", a.all_gather);
-    sym("ncclAllReduce", a.all_reduce);
-    sym("ncclGetErrorString", a.error_string);
+    const char* e = dlerror();
+    errors += fmt::format("{}{} ({})", errors.empty() ? "" : "; ", name, e ? e : "?");
+  }
+  if (h == nullptr) {
+    a->error = fmt::format("cannot load {}: put libnccl.so.2 on LD_LIBRARY_PATH or name the library", errors);
     return a;
-  }();
-  return api;
-}
-
-const NcclApi& loaded() {
-  const NcclApi& a = nccl();
-  if (!a.error.empty()) fail(ErrorKind::kUnsupported, "NCCL: {}", a.error);
+  }
+  auto sym = [&](const char* name, auto& fn) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+    if (fn == nullptr && a->error.empty()) a->error = fmt::format("{} has no {}", lib, name);
+  };
+  sym("ncclCommInitAll", a->comm_init_all);
+  sym("ncclCommDestroy", a->comm_destroy);
+  sym("ncclCommAbort", a->comm_abort);
+  sym("ncclAllGather", a->all_gather);
+  sym("ncclAllReduce", a->all_reduce);
+  sym("ncclGetErrorString", a->error_string);
   return a;
 }
 
-void check(NcclResult r, const char* what) {
-  if (r != 0) fail(ErrorKind::kInternal, "NCCL {} failed: {}", what, loaded().error_string(r));
+void check(const NcclApi& api, NcclResult r, const char* what) {
+  if (r != 0) fail(ErrorKind::kInternal, "NCCL {} failed: {}", what, api.error_string(r));
 }
 
 class NcclCollective final : public Collective {
  public:
-  NcclCollective(NcclComm comm, Backend& backend, int rank, int size)
-      : comm_(comm), ctx_(cuda::context_of(backend)), rank_(rank), size_(size) {}
+  NcclCollective(std::shared_ptr<const NcclApi> api, NcclComm comm, Backend& backend, int rank, int size)
+      : api_(std::move(api)), comm_(comm), ctx_(cuda::context_of(backend)), rank_(rank), size_(size) {}
   ~NcclCollective() override {
     if (scratch_) cudaFree(scratch_);
   }
@@ -87,12 +92,12 @@ class NcclCollective final : public Collective {
     const int64_t n = in.dim(-1), rows = n > 0 ? in.numel() / n : 0;
     const size_t es = scalar_size(in.type), bytes = in.nbytes();
     if (rows <= 1) {  // rank-major is already the gathered layout
-      check(loaded().all_gather(in.data, out.data, bytes, kNcclUint8, comm_, ctx_.stream), "all_gather");
+      check(*api_, api_->all_gather(in.data, out.data, bytes, kNcclUint8, comm_, ctx_.stream), "all_gather");
       return;
     }
     // Gathered rank-major into scratch [size, rows, n], then each rank's block to its columns.
     void* tmp = scratch(bytes * static_cast<size_t>(size_));
-    check(loaded().all_gather(in.data, tmp, bytes, kNcclUint8, comm_, ctx_.stream), "all_gather");
+    check(*api_, api_->all_gather(in.data, tmp, bytes, kNcclUint8, comm_, ctx_.stream), "all_gather");
     const size_t width = static_cast<size_t>(n) * es;
     for (int r = 0; r < size_; ++r)
       CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(out.data) + r * width, width * static_cast<size_t>(size_),
@@ -103,7 +108,7 @@ class NcclCollective final : public Collective {
   void all_reduce_sum(const Tensor& t) override {
     DG_CHECK(t.device == Device::kCuda && (t.type == ScalarType::kBF16 || t.type == ScalarType::kF32));
     activate();
-    check(loaded().all_reduce(t.data, t.data, static_cast<size_t>(t.numel()),
+    check(*api_, api_->all_reduce(t.data, t.data, static_cast<size_t>(t.numel()),
                               t.type == ScalarType::kBF16 ? kNcclBfloat16 : kNcclFloat32, kNcclSum, comm_, ctx_.stream),
           "all_reduce");
   }
@@ -111,7 +116,7 @@ class NcclCollective final : public Collective {
   void barrier() override {
     activate();
     void* one = scratch(sizeof(float));
-    check(loaded().all_reduce(one, one, 1, kNcclFloat32, kNcclSum, comm_, ctx_.stream), "barrier");
+    check(*api_, api_->all_reduce(one, one, 1, kNcclFloat32, kNcclSum, comm_, ctx_.stream), "barrier");
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   }
 
@@ -131,6 +136,7 @@ class NcclCollective final : public Collective {
     return scratch_;
   }
 
+  std::shared_ptr<const NcclApi> api_;
   NcclComm comm_;
   const cuda::Context& ctx_;
   int rank_, size_;
@@ -140,10 +146,13 @@ class NcclCollective final : public Collective {
 
 class NcclGroup final : public CollectiveGroup {
  public:
-  explicit NcclGroup(const std::vector<Backend*>& backends) : backends_(backends) { init(); }
+  NcclGroup(std::shared_ptr<const NcclApi> api, const std::vector<Backend*>& backends)
+      : api_(std::move(api)), backends_(backends) {
+    init();
+  }
   ~NcclGroup() override {
     if (!aborted_)
-      for (auto& r : ranks_) loaded().comm_destroy(r->comm());
+      for (auto& r : ranks_) api_->comm_destroy(r->comm());
   }
   int size() const override { return static_cast<int>(backends_.size()); }
   Collective& rank(int r) override { return *ranks_.at(static_cast<size_t>(r)); }
@@ -151,7 +160,7 @@ class NcclGroup final : public CollectiveGroup {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) return;
     aborted_ = true;
-    for (auto& r : ranks_) loaded().comm_abort(r->comm());  // wakes ranks blocked in a collective
+    for (auto& r : ranks_) api_->comm_abort(r->comm());  // wakes ranks blocked in a collective
   }
   void reset() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -166,11 +175,12 @@ class NcclGroup final : public CollectiveGroup {
     std::vector<int> devices;
     for (Backend* b : backends_) devices.push_back(cuda::context_of(*b).device);
     std::vector<NcclComm> comms(devices.size());
-    check(loaded().comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
+    check(*api_, api_->comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
     for (size_t r = 0; r < comms.size(); ++r)
-      ranks_.push_back(std::make_unique<NcclCollective>(comms[r], *backends_[r], static_cast<int>(r), size()));
+      ranks_.push_back(std::make_unique<NcclCollective>(api_, comms[r], *backends_[r], static_cast<int>(r), size()));
   }
 
+  std::shared_ptr<const NcclApi> api_;
   std::vector<Backend*> backends_;
   std::vector<std::unique_ptr<NcclCollective>> ranks_;
   std::mutex mu_;
@@ -179,16 +189,17 @@ class NcclGroup final : public CollectiveGroup {
 
 }  // namespace
 
-bool nccl_available(std::string* why) {
-  const NcclApi& a = nccl();
-  if (why) *why = a.error;
-  return a.error.empty();
+bool nccl_available(std::string* why, const std::string& library) {
+  const std::shared_ptr<const NcclApi> a = load_nccl(library);
+  if (why) *why = a->error;
+  return a->error.empty();
 }
 
-std::unique_ptr<CollectiveGroup> make_nccl_group(const std::vector<Backend*>& backends) {
+std::unique_ptr<CollectiveGroup> make_nccl_group(const std::vector<Backend*>& backends, const std::string& library) {
   DG_CHECK(!backends.empty());
-  loaded();
-  return std::make_unique<NcclGroup>(backends);
+  std::shared_ptr<const NcclApi> api = load_nccl(library);
+  if (!api->error.empty()) fail(ErrorKind::kUnsupported, "NCCL: {}", api->error);
+  return std::make_unique<NcclGroup>(std::move(api), backends);
 }
 
 }  // namespace dgemma

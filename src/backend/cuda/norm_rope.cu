@@ -5,13 +5,9 @@
 // stays exact for any realistic dynamic range, so the parallel double sum here gives the same mean
 // bit for bit. (mean + eps)^-0.5 is evaluated as 1/sqrt in double and rounded once: the correctly
 // rounded fp32 value that glibc's powf returns in all but rare cases (CUDA's powf may be ulps off).
-#include <atomic>
-#include <cstdlib>
-
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/residual_kernel.cuh"
-#include "backend/cuda/tuning.h"
 
 namespace dgemma::cuda {
 namespace {
@@ -112,7 +108,7 @@ __global__ void rmsnorm_block_kernel(const uint4* x, const uint4* __restrict__ w
 
 template <bool kRouter>
 void launch_norm_vec(const uint16_t* x, const uint16_t* w, const uint16_t* scale, float root, uint16_t* out,
-                     int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+                     int64_t rows, int64_t n, float eps, Stream stream) {
   const int64_t words = n / 8;
   auto* xv = reinterpret_cast<const uint4*>(x);
   auto* wv = reinterpret_cast<const uint4*>(w);
@@ -126,11 +122,10 @@ void launch_norm_vec(const uint16_t* x, const uint16_t* w, const uint16_t* scale
     const int threads = threads_for_row(ceil_div(words, 2));
     rmsnorm_block_kernel<kRouter><<<static_cast<unsigned>(rows), threads, 0, stream>>>(xv, wv, sv, root, ov, words, eps);
   }
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
-// The residual junctions for rows longer than residual_kernel.cuh's kernels take (H > 16384; and the
-// earlier launch shape for A/B runs, set_small_kernel_variant(2)): one block
+// The residual junctions for rows longer than residual_kernel.cuh's kernels take (H > 16384): one block
 // per row, three passes over the row's words (the row stays in L1/L2 between them); each word is read
 // back only by the thread that wrote it. Same roundings as the composed ops (backend.cpp).
 constexpr int kResidualThreads = 128;
@@ -274,42 +269,22 @@ __global__ void rope_kernel(uint16_t* x, const int32_t* __restrict__ positions, 
   }
 }
 
-std::atomic<int>& small_variant_setting() {
-  static std::atomic<int> v{[] {
-    const char* e = std::getenv("DGEMMA_SMALL_KERNELS");
-    return e != nullptr && (e[0] == '1' || e[0] == '2') && e[1] == '\0' ? e[0] - '0' : 0;
-  }()};
-  return v;
-}
-
-// The launch plan of a junction's rows (variant 1: at least two words a thread; 2: the loop kernels).
-residual::Plan junction_plan(int64_t words) {
-  const int variant = small_kernel_variant();
-  if (variant == 2) return residual::Plan{0, 0};
-  residual::Plan plan = residual::plan_for(words);
-  if (plan.per == 1 && variant == 1) plan = residual::Plan{2, static_cast<int>(ceil_div(ceil_div(words, 2), 32) * 32)};
-  return plan;
-}
-
 }  // namespace
 
-int set_small_kernel_variant(int v) { return small_variant_setting().exchange(v); }
-int small_kernel_variant() { return small_variant_setting().load(std::memory_order_relaxed); }
-
 void launch_rmsnorm(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t rows, int64_t n, float eps,
-                    cudaStream_t stream) {
+                    Stream stream) {
   if (rows <= 0 || n <= 0) return;
   if (vec8_ok(n, x, w, out)) return launch_norm_vec<false>(x, w, nullptr, 1.0f, out, rows, n, eps, stream);
   rmsnorm_kernel<<<static_cast<unsigned>(rows), threads_for_row(n), 0, stream>>>(x, w, out, n, eps);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_router_norm(const uint16_t* x, const uint16_t* scale, float root, uint16_t* out, int64_t rows, int64_t n,
-                        float eps, cudaStream_t stream) {
+                        float eps, Stream stream) {
   if (rows <= 0 || n <= 0) return;
   if (vec8_ok(n, x, scale, out)) return launch_norm_vec<true>(x, nullptr, scale, root, out, rows, n, eps, stream);
   router_norm_kernel<<<static_cast<unsigned>(rows), threads_for_row(n), 0, stream>>>(x, scale, root, out, n, eps);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 bool residual_fusable(int64_t n, std::initializer_list<const void*> ptrs) {
@@ -322,16 +297,16 @@ bool residual_fusable(int64_t n, std::initializer_list<const void*> ptrs) {
 void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* post_norm, uint16_t* h1,
                           const uint16_t* norm_a, uint16_t* out_a, const uint16_t* norm_b, uint16_t* out_b,
                           uint16_t* o_normed, const uint16_t* router_scale, float router_root, uint16_t* router_out,
-                          int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+                          int64_t rows, int64_t n, float eps, Stream stream) {
   if (rows <= 0) return;
   auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
   auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
-  const residual::Plan plan = junction_plan(n / 8);
+  const residual::Plan plan = residual::plan_for(n / 8);
   if (plan.per == 0) {
     attn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
         v(x), v(o), v(post_norm), m(h1), v(norm_a), m(out_a), v(norm_b), m(out_b), m(o_normed), v(router_scale),
         router_root, m(router_out), n / 8, eps);
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   const residual::AttnArgs a{v(x),        v(o),         v(post_norm), m(h1),   v(norm_a),
@@ -339,52 +314,52 @@ void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* 
                              router_root, m(router_out), n / 8,       eps,     rows};
   auto run = [&](auto kernel) {  // the blocks loop over the rows: as many as are resident at once
     constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
-    kernel<<<resident_grid(kernel, plan.threads, kSmem, rows), plan.threads, kSmem, stream>>>(a);
+    kernel<<<resident_grid(stream, kernel, plan.threads, kSmem, rows), plan.threads, kSmem, stream>>>(a);
   };
   switch (plan.per) {
     case 1: run(residual::attn_residual_kernel<1>); break;
     case 2: run(residual::attn_residual_kernel<2>); break;
     default: run(residual::attn_residual_kernel<4>); break;
   }
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, const uint16_t* norm1,
                          const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out, uint16_t* m1n,
                          uint16_t* m2n, uint16_t* f, const uint16_t* next_norm, uint16_t* next_out, int64_t rows,
-                         int64_t n, float eps, cudaStream_t stream) {
+                         int64_t n, float eps, Stream stream) {
   if (rows <= 0) return;
   auto v = [](const uint16_t* p) { return reinterpret_cast<const uint4*>(p); };
   auto m = [](uint16_t* p) { return reinterpret_cast<uint4*>(p); };
-  const residual::Plan plan = junction_plan(n / 8);
+  const residual::Plan plan = residual::plan_for(n / 8);
   if (plan.per == 0) {
     ffn_residual_kernel<<<static_cast<unsigned>(rows), kResidualThreads, 0, stream>>>(
         v(h1), v(m1), v(m2), v(norm1), v(norm2), v(norm_f), scale, m(out), m(m1n), m(m2n), m(f), v(next_norm),
         m(next_out), n / 8, eps);
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   const residual::FfnArgs a{v(h1),  v(m1),  v(m2), v(norm1),     v(norm2),    v(norm_f), scale, m(out),
                             m(m1n), m(m2n), m(f),  v(next_norm), m(next_out), n / 8,     eps,   rows};
   auto run = [&](auto kernel) {  // the blocks loop over the rows: as many as are resident at once
     constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
-    kernel<<<resident_grid(kernel, plan.threads, kSmem, rows), plan.threads, kSmem, stream>>>(a);
+    kernel<<<resident_grid(stream, kernel, plan.threads, kSmem, rows), plan.threads, kSmem, stream>>>(a);
   };
   switch (plan.per) {
     case 1: run(residual::ffn_residual_kernel<1>); break;
     case 2: run(residual::ffn_residual_kernel<2>); break;
     default: run(residual::ffn_residual_kernel<4>); break;
   }
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_rope(uint16_t* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t heads, int64_t D,
-                 cudaStream_t stream) {
+                 Stream stream) {
   if (T <= 0 || heads <= 0 || D < 2) return;
   const size_t shared = static_cast<size_t>(D / 2) * 2 * sizeof(float);
   rope_kernel<<<static_cast<unsigned>(T), threads_for_row(heads * (D / 2)), shared, stream>>>(x, positions, inv_freq,
                                                                                              heads, D);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dgemma::cuda

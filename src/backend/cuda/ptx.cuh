@@ -1,5 +1,5 @@
 #pragma once
-// Inline-PTX wrappers shared by the tensor-core kernels (fused_attention.cu, grouped_moe.cu), sm_80+:
+// Inline-PTX wrappers shared by the tensor-core kernels (flash attention, the grouped experts), sm_80+:
 // asynchronous global -> shared copies, ldmatrix and the bf16 mma.sync. Every asm is volatile with a
 // memory clobber, so the compiler never moves it across ordinary shared-memory accesses.
 #include <cstdint>

@@ -8,7 +8,6 @@
 #include "backend/cuda/norm_rope.cuh"
 #include "backend/cuda/qkv_prologue.cuh"
 #include "backend/cuda/qkv_prologue_kernel.cuh"
-#include "backend/cuda/tuning.h"
 
 namespace dgemma::cuda {
 namespace {
@@ -32,7 +31,7 @@ bool qkv_prologue_fusable(int64_t D, std::initializer_list<const void*> ptrs) {
 
 void launch_qkv_prologue(uint16_t* q, uint16_t* k, uint16_t* v, bool k_eq_v, const uint16_t* q_norm,
                          const uint16_t* k_norm, const int32_t* positions, const float* inv_freq, int64_t T,
-                         int64_t Hq, int64_t Hkv, int64_t D, float eps, cudaStream_t stream, const uint16_t* qkv) {
+                         int64_t Hq, int64_t Hkv, int64_t D, float eps, Stream stream, const uint16_t* qkv) {
   if (T <= 0) return;
   const int64_t rows = Hq + (k_eq_v ? 1 : 2) * Hkv;
   const int64_t words = D / 8;
@@ -62,17 +61,17 @@ void launch_qkv_prologue(uint16_t* q, uint16_t* k, uint16_t* v, bool k_eq_v, con
   // Every head row of a token in one block (at most kQkvMaxThreads threads: the 26B-A4B's sliding
   // layers 32 rows x 16, its full ones 18 x 32), the blocks looping over the tokens.
   const int64_t threads = ceil_div(rows * lanes, 32) * 32;
-  if (small_kernel_variant() != 2 && threads <= kQkvMaxThreads) {
+  if (threads <= kQkvMaxThreads) {
     const size_t smem = static_cast<size_t>(D) * 2 * 2 * sizeof(float);
     const int n = static_cast<int>(threads);
-    qkv_prologue_kernel<<<resident_grid(qkv_prologue_kernel, n, smem, T), n, smem, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+    qkv_prologue_kernel<<<resident_grid(stream, qkv_prologue_kernel, n, smem, T), n, smem, stream>>>(a);
+    CUDA_CHECK_LAUNCH(stream);
     return;
   }
   int warps = static_cast<int>(std::clamp<int64_t>(rows, 1, kMaxWarps));
   while (warps > 1 && row_kernel_smem(D, warps) > kSmemLimit) --warps;
   qkv_prologue_row_kernel<<<static_cast<unsigned>(T), warps * 32, row_kernel_smem(D, warps), stream>>>(a);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dgemma::cuda

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "backend/cuda/stream.h"
+
 namespace dgemma::cuda {
 
 // Whether the fused kernel takes a head dim D and these buffers: D a multiple of 16 up to 512 (one
@@ -19,7 +21,7 @@ bool qkv_prologue_fusable(int64_t D, std::initializer_list<const void*> ptrs);
 // 16-byte aligned) the inputs are its column blocks and q / k / v are outputs only.
 void launch_qkv_prologue(uint16_t* q, uint16_t* k, uint16_t* v, bool k_eq_v, const uint16_t* q_norm,
                          const uint16_t* k_norm, const int32_t* positions, const float* inv_freq, int64_t T,
-                         int64_t Hq, int64_t Hkv, int64_t D, float eps, cudaStream_t stream,
+                         int64_t Hq, int64_t Hkv, int64_t D, float eps, Stream stream,
                          const uint16_t* qkv = nullptr);
 
 }  // namespace dgemma::cuda

@@ -55,8 +55,8 @@ constexpr int kQkvMaxThreads = 576;
 // binary with the device build's host stubs.
 namespace {
 
-// The earlier kernel (set_small_kernel_variant(2), and head dims or head counts qkv_prologue_kernel
-// does not take): one block a token, the bf16 cos / sin of the token first, then each warp one head
+// The row kernel, for the head counts qkv_prologue_kernel does not take (more than kQkvMaxThreads
+// threads a token): one block a token, the bf16 cos / sin of the token first, then each warp one head
 // row at a time: the sum of squares (lane-strided words, then the warp butterfly), the normed row
 // rounded to bf16 into shared memory, then RoPE from there (each lane one output word). Dynamic
 // shared memory: cos [D/2] f32, sin [D/2] f32, then one row of D bf16 per warp.
@@ -183,22 +183,16 @@ __device__ __forceinline__ void rope_words(const float* cs, uint4 y1u, uint4 y2u
   dst[l + hw] = pack_bf16x8_rn(p);  // x2 * c + x1 * s
 }
 
-// The default kernel. Every head row of a token at once, a.lanes threads a row (qkv_lanes), each
-// thread two words: word l of the first half row and its RoPE partner, word l + D / 16, so RoPE needs
-// nothing from another thread and the normed row never goes through shared memory. The blocks loop
-// over the tokens (a grid of as many blocks as are resident at once: launch_qkv_prologue), and a
-// thread's row is the same for every token, so its norm weights are loaded once.
-//
-// What limited the earlier kernel (qkv_prologue_row_kernel) at T = 1,024 - 4,096 (~115 us a sliding
-// layer at T = 4,096 against ~28 us of HBM traffic): one 16-byte load in flight per thread at a time
-// and none while the block computed its token's cos / sin table (one double cos or sin per column,
-// before any load) or ran a row's reduction, normalisation and RoPE (two rows a warp one after the
-// other). Here a block issues the next token's loads at the top of a token, so they are in flight
+// The kernel of every shape it takes (kQkvMaxThreads). Every head row of a token at once, a.lanes
+// threads a row (qkv_lanes), each thread two words: word l of the first half row and its RoPE partner,
+// word l + D / 16, so RoPE needs nothing from another thread and the normed row never goes through
+// shared memory. The blocks loop over the tokens (a grid of as many blocks as are resident at once:
+// launch_qkv_prologue), and a thread's row is the same for every token, so its norm weights are
+// loaded once. A block issues the next token's loads at the top of a token, so they are in flight
 // across this token's reduction and RoPE and the next token's table; the table is computed by all
 // threads (one value each), at the end of the token before (when the fewest registers are live); and
-// the roundings go through
-// pack_bf16x2_rn (one cvt per two values instead of f32_to_bf16's integer steps per value; four
-// roundings an element of q and k).
+// the roundings go through pack_bf16x2_rn (one cvt per two values; four roundings an element of q and
+// k).
 //
 // Dynamic shared memory: two tables (this token's, and the next one's, written while slower threads
 // may still read this one) of cos [D/2] then sin [D/2], f32: one barrier a token. Table b is written

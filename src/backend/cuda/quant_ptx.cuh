@@ -1,6 +1,6 @@
 #pragma once
-// Inline-PTX wrappers of the quantised kernels (grouped_moe_fp4_kernel.cuh, grouped_moe_fp4_wgmma_kernel.cuh),
-// sm_80+: shared-memory loads of 4 / 8 / 16 bytes, stores of 8 / 16 bytes and an exact bf16x2 multiply.
+// Inline-PTX wrappers of the quantised kernel (grouped_moe_fp4_kernel.cuh), sm_80+: shared-memory loads
+// of 4 / 8 / 16 bytes and an exact bf16x2 multiply.
 // tests/unit/backend/cuda_emulator.h has host versions of the same functions.
 #include <cstdint>
 
@@ -20,16 +20,6 @@ __device__ __forceinline__ void lds_v4(uint32_t addr, uint32_t (&v)[4]) {
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                : "r"(addr)
-               : "memory");
-}
-
-// Shared-memory stores of 8 / 16 bytes (the wgmma kernel's decoded weight stages).
-__device__ __forceinline__ void sts_v2(uint32_t addr, const uint32_t (&v)[2]) {
-  asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]) : "memory");
-}
-
-__device__ __forceinline__ void sts_v4(uint32_t addr, const uint32_t (&v)[4]) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                : "memory");
 }
 

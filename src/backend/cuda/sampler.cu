@@ -5,16 +5,15 @@
 //           the shift of the exponentials below to the row's max z exactly);
 //   pass 1: z = softcap * tanh(x / softcap) / T per element in fp32 (CUDA's tanhf, as torch's
 //           soft-cap on the GPU; the CPU backend's glibc tanhf agrees but for ulp-level cases),
-//           read from a per-canvas table of the 65,536 bf16 values (z_exp_table_kernel) unless
-//           set_sampler_z_table(false); argmax and the second-best z; the entropy sums accumulated
+//           read from a per-canvas table of the 65,536 bf16 values (z_exp_table_kernel); argmax and
+//           the second-best z; the entropy sums accumulated
 //           in double from fp32 runs (H = log S1 - S2 / S1 with S1 = sum e^(z - m),
 //           S2 = sum e^(z - m) (z - m)), their terms e^(z - c) from the same table where it serves
 //           the row (else fp32 exps); Gumbel-max with the counter-based noise in double, screened by
 //           fp32 estimates against the block's best so far and skipped outright where the noise's
 //           bound rules an element out (slice_stats_kernel in sampler_stats_kernel.cuh says why
 //           both are exact); the softmax denominator of bf16(z) for the self-conditioning
-//           probabilities (double sum). set_sampler_lean_sweep(false) runs the earlier form of the
-//           pass (slice_stats_earlier_kernel, sampler_kernel.cuh);
+//           probabilities (double sum);
 //   then one warp per row merges the slices' partial results in slice order (deterministic);
 //   pass 2 (want_probs): the row (holding bf16(z) since pass 1) is overwritten with
 //           bf16(exp(bf16(z) - max) / sum).
@@ -31,9 +30,6 @@
 //           z - logsumexp.
 //   want_sample false (greedy canvases): no noise is drawn; the sample is the argmax.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <string_view>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/sampler.cuh"
@@ -101,7 +97,7 @@ Workspace workspace_layout(SamplerLaunch* c, int n) {
   w.top = at;
   at = up(at + top_entries * sizeof(TopEntry));
   w.z_tables = at;
-  at = up(at + static_cast<size_t>(n) * kZTable * sizeof(uint4));  // the e^z table's entries (the earlier z table's: uint2)
+  at = up(at + static_cast<size_t>(n) * kZTable * sizeof(uint4));  // the e^z table's entries
   w.bytes = at;
   return w;
 }
@@ -112,30 +108,12 @@ Workspace workspace_layout(SamplerLaunch* c, int n) {
     if (!(cond)) CUDA_CHECK(cudaErrorInvalidValue); \
   } while (0)
 
-// Benchmark knobs (tuning.h): the 8-element rounds of the main pass, and its register budget
-// (2, the default: two blocks an SM, 64 registers a thread with a few spilled; 1: up to 128
-// registers). Measured on the H200 (dgemma_gpu_check --bench tail, C 256 x V 262,144 with probs),
-// the earlier main pass: 0.744 ms with two blocks, 0.897 with one, 1.371 with one logit a round.
-// And which main pass runs: slice_stats_kernel (sampler_stats_kernel.cuh, the e^z table) or
-// slice_stats_earlier_kernel.
-std::atomic<bool> g_vector_sweep{true};
-std::atomic<int> g_stats_blocks{2};
-std::atomic<bool> g_lean_sweep{[] {
-  const char* v = std::getenv("DGEMMA_SAMPLER_LEAN");  // "0": the earlier pass from the start
-  return v == nullptr || std::string_view(v) != "0";
-}()};
-
 }  // namespace
-
-bool set_sampler_vector_sweep(bool on) { return g_vector_sweep.exchange(on); }
-bool set_sampler_lean_sweep(bool on) { return g_lean_sweep.exchange(on); }
-int set_sampler_stats_blocks(int blocks) { return g_stats_blocks.exchange(blocks >= 2 ? 2 : 1); }
 
 SamplerBatch make_sampler_batch(const SamplerLaunch* canvases, int n) {
   SAMPLER_REQUIRE(n >= 1 && n <= kMaxSamplerBatch);
   SamplerBatch b;
   b.n = n;
-  b.vector = g_vector_sweep.load();
   for (int i = 0; i < n; ++i) {
     b.c[i] = canvases[i];
     SAMPLER_REQUIRE(b.c[i].V == b.c[0].V && b.c[i].top_n >= 0 && b.c[i].top_n <= kMaxTopN);
@@ -150,7 +128,7 @@ size_t sampler_workspace_bytes(const SamplerBatch& b) {
   return workspace_layout(copy.c, b.n).bytes;
 }
 
-void launch_sampler(const SamplerBatch& b, const SamplerBatch* dev, void* workspace, cudaStream_t stream, bool z_table) {
+void launch_sampler(const SamplerBatch& b, const SamplerBatch* dev, void* workspace, Stream stream) {
   SAMPLER_REQUIRE(b.n >= 1 && b.n <= kMaxSamplerBatch && dev != nullptr);
   const int n = b.n;
   SamplerBatch laid = b;
@@ -172,45 +150,26 @@ void launch_sampler(const SamplerBatch& b, const SamplerBatch* dev, void* worksp
   TopEntry* top = reinterpret_cast<TopEntry*>(base + w.top);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(max_c), static_cast<unsigned>(n));
   slice_max_kernel<<<grid, kThreads, 0, stream>>>(dev, slice_max);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
   // The filters' histograms and floors (only canvases that ask; a canvas at a time, in chunks of rows).
   launch_filter_floors(b, dev, reinterpret_cast<uint32_t*>(base + w.hist), row_floor, stream);
   if (any_top) {
     topn_partial_kernel<<<grid, kTopThreads, 0, stream>>>(dev, top);
-    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH(stream);
   }
-  const bool two = g_stats_blocks.load() >= 2;
-  const dim3 table_grid(kZTable / 256, static_cast<unsigned>(n));
-  if (g_lean_sweep.load()) {
-    uint4* z_tables = reinterpret_cast<uint4*>(base + w.z_tables);
-    if (z_table) {
-      z_exp_table_kernel<<<table_grid, 256, 0, stream>>>(dev, z_tables);
-      CUDA_CHECK_LAUNCH();
-    }
-    if (z_table && two) slice_stats_kernel<true, 2><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, z_tables, partials);
-    else if (z_table) slice_stats_kernel<true, 1><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, z_tables, partials);
-    else if (two) slice_stats_kernel<false, 2><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, nullptr, partials);
-    else slice_stats_kernel<false, 1><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, nullptr, partials);
-  } else {
-    uint2* z_tables = reinterpret_cast<uint2*>(base + w.z_tables);
-    if (z_table) {
-      z_table_kernel<<<table_grid, 256, 0, stream>>>(dev, z_tables);
-      CUDA_CHECK_LAUNCH();
-    }
-    if (z_table && two) slice_stats_earlier_kernel<true, 2><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, z_tables, partials);
-    else if (z_table) slice_stats_earlier_kernel<true, 1><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, z_tables, partials);
-    else if (two) slice_stats_earlier_kernel<false, 2><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, nullptr, partials);
-    else slice_stats_earlier_kernel<false, 1><<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, nullptr, partials);
-  }
-  CUDA_CHECK_LAUNCH();
+  uint4* z_tables = reinterpret_cast<uint4*>(base + w.z_tables);
+  z_exp_table_kernel<<<dim3(kZTable / 256, static_cast<unsigned>(n)), 256, 0, stream>>>(dev, z_tables);
+  CUDA_CHECK_LAUNCH(stream);
+  slice_stats_kernel<<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, z_tables, partials);
+  CUDA_CHECK_LAUNCH(stream);
   finalize_kernel<<<dim3(static_cast<unsigned>(max_c), static_cast<unsigned>(n)), 32, 0, stream>>>(
       dev, slice_max, partials, row_bsum, row_floor, top);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
   bool any_probs = false;
   for (int i = 0; i < n; ++i) any_probs |= b.c[i].want_probs;
   if (!any_probs) return;
   probs_kernel<<<grid, kThreads, 0, stream>>>(dev, slice_max, row_bsum);
-  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dgemma::cuda

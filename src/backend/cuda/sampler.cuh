@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/sampler_batch.h"
+#include "backend/cuda/stream.h"
 
 namespace dgemma::cuda {
 
@@ -20,7 +21,15 @@ size_t sampler_workspace_bytes(const SamplerBatch& b);
 int sampler_splits(int64_t V);
 // `b` (host) decides the grids and passes; the kernels read `dev`, a copy of b in device memory (a
 // batch with the same canvas shapes, filters and top-N sizes: another step's keys, temperatures and
-// buffers). z_table: read z from a per-canvas table of the bf16 values (tuning.h set_sampler_z_table).
-void launch_sampler(const SamplerBatch& b, const SamplerBatch* dev, void* workspace, cudaStream_t stream, bool z_table);
+// buffers).
+void launch_sampler(const SamplerBatch& b, const SamplerBatch* dev, void* workspace, Stream stream);
+
+namespace sampler_detail {
+// The sample filters' floors (sampler_filter.cu): for every canvas with a filter, per chunk of
+// kFilterRows rows, a histogram of the bf16 logits into `hist` and each row's floor into row_floor.
+// `b` decides what is launched; the kernels read the batch at `dev` (its copy in device memory).
+void launch_filter_floors(const SamplerBatch& b, const SamplerBatch* dev, uint32_t* hist, float* row_floor,
+                          Stream stream);
+}  // namespace sampler_detail
 
 }  // namespace dgemma::cuda

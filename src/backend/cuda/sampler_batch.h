@@ -40,6 +40,5 @@ struct SamplerBatch {
   SamplerLaunch c[kMaxSamplerBatch];
   int n = 0;
   int splits = 1;
-  bool vector = true;  // slice_stats_kernel's 8-element rounds where the slice allows (set_sampler_vector_sweep)
 };
 }  // namespace dgemma::cuda

@@ -3,7 +3,7 @@
 // sample filters' floors): the block size, the per-canvas batch a launch covers, the slice of a row a
 // block takes, and the soft-capped, temperature-scaled logit z. The emulated unit tests compile it on
 // the host too (tests/unit/backend/cuda_emulator.h first); on the device the .cu files include
-// common.cuh first (cudaStream_t, the bf16 conversions).
+// common.cuh first (the bf16 conversions).
 #include <cstdint>
 
 #include "backend/cuda/sampler_batch.h"
@@ -29,11 +29,5 @@ __device__ __forceinline__ void slice_of(int64_t V, int splits, int64_t& v0, int
 __device__ __forceinline__ bool vectorisable(const uint16_t* row, int64_t v0, int64_t v1) {
   return ((reinterpret_cast<uintptr_t>(row + v0) & 15) == 0) && ((v1 - v0) % 8 == 0);
 }
-
-// The sample filters' floors (sampler_filter.cu): for every canvas with a filter, per chunk of
-// kFilterRows rows, a histogram of the bf16 logits into `hist` and each row's floor into row_floor.
-// `b` decides what is launched; the kernels read the batch at `dev` (its copy in device memory).
-void launch_filter_floors(const SamplerBatch& b, const SamplerBatch* dev, uint32_t* hist, float* row_floor,
-                          cudaStream_t stream);
 
 }  // namespace dgemma::cuda::sampler_detail

@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kFloorThreads) floor_kernel(const SamplerBatch
 }  // namespace
 
 void launch_filter_floors(const SamplerBatch& b, const SamplerBatch* dev, uint32_t* hist, float* row_floor,
-                          cudaStream_t stream) {
+                          Stream stream) {
   for (int i = 0; i < b.n; ++i) {
     const SamplerLaunch& s = b.c[i];
     if (!s.filter.active() || s.C <= 0) continue;
@@ -165,9 +165,9 @@ void launch_filter_floors(const SamplerBatch& b, const SamplerBatch* dev, uint32
       const int64_t rows = std::min<int64_t>(kFilterRows, s.C - r0);
       CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(rows) * sample_filter::kBins * sizeof(uint32_t), stream));
       hist_kernel<<<dim3(static_cast<unsigned>(b.splits), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(dev, i, r0, hist);
-      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK_LAUNCH(stream);
       floor_kernel<<<static_cast<unsigned>(rows), kFloorThreads, 0, stream>>>(dev, i, r0, hist, row_floor);
-      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK_LAUNCH(stream);
     }
   }
 }

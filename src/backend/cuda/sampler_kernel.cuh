@@ -1,12 +1,13 @@
 #pragma once
-// The sampler's kernels (the passes of sampler.cu: the slice maxima, the z table, the main pass, the
-// top-N lists, the merge of the slices and the probabilities) in a header so that the unit tests run
-// them on the host through tests/unit/backend/cuda_emulator.h (test_sampler_emulated.cpp, against the
-// CPU backend's sampler). On the device sampler.cu includes common.cuh first. What the kernels need:
-// threadIdx / blockIdx / blockDim, __syncthreads, __shfl_xor_sync (float, double, int), block_reduce /
-// MaxOp, atomicMax / atomicMin on shared ints, __ldg, __float_as_uint / __uint_as_float /
-// __float_as_int, __fadd_rn / __fsub_rn / __fmul_rn / __fdiv_rn / __fmaf_rn, expf / tanhf / __logf and
-// the fp64 log, bf16_to_f32 / f32_to_bf16 / round_bf16, uint2 / uint4 and the counter-based RNG.
+// The sampler's kernels (the passes of sampler.cu: the slice maxima, the top-N lists, the merge of the
+// slices and the probabilities; the z table and the main pass: sampler_stats_kernel.cuh) in a header
+// so that the unit tests run them on the host through tests/unit/backend/cuda_emulator.h
+// (test_sampler_emulated.cpp, against the CPU backend's sampler). On the device sampler.cu includes
+// common.cuh first. What the kernels need: threadIdx / blockIdx / blockDim, __syncthreads,
+// __shfl_xor_sync (float, double, int), block_reduce / MaxOp, atomicMax / atomicMin on shared ints,
+// __ldg, __float_as_uint / __uint_as_float / __float_as_int, __fadd_rn / __fsub_rn / __fmul_rn /
+// __fdiv_rn / __fmaf_rn, expf / tanhf and the fp64 log, bf16_to_f32 / f32_to_bf16 / round_bf16, uint4
+// and the counter-based RNG.
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -22,34 +23,9 @@ using namespace sampler_detail;
 // binary with the device build's host stub.
 namespace {
 
-// Gumbel noise of 64 random bits in fp32, within 2e-5 of rng::gumbel_from_bits (the double value),
-// without branches (a warp's lanes take both halves of u's range alike). With m = b >> 11 the
-// reference's u is double(m) + 0.5 rounded, / 2^53: (m + 0.5) / 2^53 below 2^52, and above it the
-// halfway m + 0.5 rounds to the even neighbour, so 1 - u = k / 2^53 with k = 2^53 - m - (m & 1)
-// exactly (k = 0, u = 1 when m = 2^53 - 1: the noise is +inf, as the reference's). With x = u
-// (u < 1/2) or x = 1 - u, t = -log(u) is
-//   u < 1/2:          -__logf(u): 3 ulp of |log u| >= 0.69, a few 1e-7 relative in t;
-//   1/2 <= u <= 15/16: -__logf(1 - x): the intrinsic's 2^-21.4 absolute error on [1/2, 2] is under
-//                      6e-6 of t >= 0.0645;
-//   u > 15/16:        x (1 + x/2 + x^2/3 + x^3/4), the series of -log(1 - x) cut after its fourth
-//                      term: within x^4 / 5 / (1 - x) <= 3.3e-6 relative;
-// then g = -__logf(t): 3 ulp of |log t| <= 37.5, at most 1.2e-5; in all at most 2e-5.
-__device__ __forceinline__ float gumbel_approx(uint64_t b) {
-  const uint64_t m = b >> 11;
-  constexpr float kInv53 = 1.0f / 9007199254740992.0f;
-  const bool low = m < (uint64_t{1} << 52);
-  const float x = low ? (static_cast<float>(m) + 0.5f) * kInv53                                    // u
-                      : static_cast<float>((uint64_t{1} << 53) - m - (m & 1)) * kInv53;           // 1 - u
-  const float series = x * fmaf(x, fmaf(x, fmaf(x, 0.25f, 1.0f / 3.0f), 0.5f), 1.0f);
-  const float by_log = -__logf(low ? x : 1.0f - x);
-  const float t = !low && x < 0.0625f ? series : by_log;
-  return -__logf(t);
-}
-
 // Per-element values the fp32 screen lets through to the exact double Gumbel: anything within
-// kGumbelScreen + |estimate| 2^-18 of the block's best estimate so far. An estimate z + g is within
-// 2e-5 + 2^-24 |z + g| of the double value (the noise above, the fp32 addition; z is the same fp32
-// value on both paths), so twice that error is below the margin at every magnitude.
+// kGumbelScreen + |estimate| 2^-18 of the block's best estimate so far (sampler_stats_kernel.cuh
+// noise_estimate: twice its error is below that margin at every magnitude).
 constexpr float kGumbelScreen = 1e-3f;
 constexpr float kGumbelScreenRel = 1.0f / 262144.0f;  // 2^-18
 
@@ -174,19 +150,10 @@ __device__ __forceinline__ float row_shift(const SamplerLaunch& a, int splits, c
   return processed(xmax, a.softcap, a.temperature);
 }
 
-// z of every bf16 value, per canvas (slice_stats_earlier_kernel<true> reads it instead of evaluating the
-// soft-cap per element: the same function of the same input, so the same z bit for bit). A real
-// row's logits take a few thousand distinct values, so the lookups hit the L1 cache.
-// Each entry holds z's fp32 bits (low word) and bf16(z) (high word): one 8-byte load per element.
+// Entries of a canvas's z table (sampler_stats_kernel.cuh): one per bf16 value.
 constexpr int kZTable = 65536;
-__global__ void z_table_kernel(const SamplerBatch* bp, uint2* z_tables) {
-  const SamplerLaunch& a = bp->c[blockIdx.y];
-  const int k = blockIdx.x * blockDim.x + threadIdx.x;
-  const float z = processed(bf16_to_f32(static_cast<uint16_t>(k)), a.softcap, a.temperature);
-  z_tables[static_cast<size_t>(blockIdx.y) * kZTable + k] = make_uint2(__float_as_uint(z), f32_to_bf16(z));
-}
 
-// Bounds of the Gumbel noise of 64 random bits (gumbel_approx's u): u >= 2^-54, so g >= -log(54 ln 2)
+// Bounds of the Gumbel noise of 64 random bits (u = ((b >> 11) + 0.5) / 2^53): u >= 2^-54, so g >= -log(54 ln 2)
 // = -3.6225; and 1 - u >= 2^-52 but for u = 1, so g <= 52 ln 2 = 36.0437 but for the one value
 // m = 2^53 - 1 of the 53 bits, where the reference's noise is +inf. These are a little wider. The
 // bound test below is exact but for that value (probability 2^-53 per element: an element whose z
@@ -198,182 +165,6 @@ constexpr float kGumbelMax = 36.06f;
 __device__ __forceinline__ void atomic_max_f32(float* addr, float v) {
   if (v >= 0.0f) atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
   else atomicMin(reinterpret_cast<unsigned int*>(addr), __float_as_uint(v));
-}
-
-// Pass 1 over a slice: argmax and second-best z, the entropy sums, Gumbel-max, the bf16 softmax sum.
-// The earlier form of the main pass (set_sampler_lean_sweep(false); sampler_stats_kernel.cuh holds the
-// default one, which computes the same outputs with fewer instructions per element).
-//
-// The Gumbel-max sample, exactly as the CPU's double z + gumbel_from_bits with the lowest index on
-// ties, at the cost of an fp32 estimate for most elements (the row's exact best is all that is
-// output unless sample_gap is asked, when every element takes the exact double path as before):
-//   screen: the largest estimate seen so far by the block (shared memory, raised by each warp every
-//           round) less the margin (kGumbelScreen); an element whose estimate is below it cannot be the row's
-//           best nor tie it (its exact value is within half the margin of its estimate, the screen's source
-//           element's exact value is above the screen), so only estimates at or above the screen
-//           take the double path. Any element tying the best exactly passes, so ties still go to the
-//           lowest index at the merge. Reading a stale screen only lets more elements through.
-//   bound:  the noise is at most kGumbelMax, so an element whose z + kGumbelMax is below the screen,
-//           or below m + kGumbelMin (the row's argmax alone reaches that), cannot win either: it
-//           skips the random bits altogether (exact, and cheap where the distribution is peaked).
-// The warps sweep the slice in lockstep rounds (a lane past the end contributes nothing), so the
-// warp-wide maxima are well defined.
-template <bool kTable, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) slice_stats_earlier_kernel(const SamplerBatch* bp, const float* slice_max,
-                                                                       const float* row_floor, const uint2* z_tables,
-                                                                       Stats* partials) {
-  const SamplerBatch& b = *bp;
-  __shared__ Stats warp_partials[kWarps];
-  __shared__ float block_screen;
-  const SamplerLaunch& a = b.c[blockIdx.z];
-  const int64_t pos = blockIdx.y;
-  if (pos >= a.C) return;
-  const int splits = b.splits;
-  if (threadIdx.x == 0) block_screen = -INFINITY;
-  __syncthreads();
-  uint16_t* row = a.logits + pos * a.V;
-  const float cap = a.softcap, temp = a.temperature;
-  const float m = row_shift(a, splits, slice_max, pos);
-  const float bmax = round_bf16(m);  // = max of bf16(z): rounding is monotonic
-  const bool want_probs = a.want_probs, want_sample = a.want_sample;
-  const bool all_exact = a.sample_gap != nullptr;  // the runner-up of z + g is wanted: no screening
-  const uint64_t key = a.sample_key;
-  const float floor = a.filter.active() ? row_floor[a.row0 + pos] : -INFINITY;
-  const uint2* z_table = kTable ? z_tables + static_cast<size_t>(blockIdx.z) * kZTable : nullptr;
-  // The row's best z + g is at least m + kGumbelMin (the argmax is always in the support).
-  const float best_floor = __fadd_rn(m, kGumbelMin);
-  int64_t v0, v1;
-  slice_of(a.V, splits, v0, v1);
-  Stats st;
-  empty_stats(st);
-  float screen = -INFINITY;
-  // The sums over runs of kRun of the thread's elements in fp32, each run's sum then added in double:
-  // a run's sum of k same-sign terms, each within 2u of its double value (the fp32 z - m and the
-  // fused multiply-add), is within (k + 1) u = 5.4e-7 relative of the double sum (u = 2^-24), so
-  // S1, S2 and the probabilities' denominator are within that of the double sums; the entropy
-  // log S1 - S2 / S1 then moves by at most 5.4e-7 (1 + 2 |S2 / S1|) <= 5.4e-7 (1 + 2 H) (S1 >= 1,
-  // so -S2 / S1 <= H), under the 1e-5 (1 + H) the CUDA-vs-CPU checks allow, and the fp32
-  // denominator by an ulp or so (a probability then rounds to its other bf16 neighbour about
-  // never). Per element this replaces three fp32->fp64 conversions and four fp64 operations with
-  // four fp32 ones.
-  constexpr int kRun = 8;
-  float r1 = 0.0f, r2 = 0.0f, rb = 0.0f;
-  int run = 0;
-  // One round: this thread's N elements [first, first + N) (N = 8: one 16-byte load of consecutive
-  // logits; N = 1: the scalar sweep of slices that are not 16-byte aligned or a multiple of 8 long),
-  // in three phases:
-  //   1. per element: z, the argmax, the entropy terms, bf16(z), and where the noise can still matter
-  //      (the bound below) the fp32 estimate z + g — the N elements are independent, so their
-  //      counter-based hashes interleave (instruction-level parallelism);
-  //   2. the screen: raised to the warp's best estimate of this round less the margin, and shared
-  //      with the block (every round: each warp's first round already faces a screen, so only
-  //      elements near the warp's best take the exact path);
-  //   3. the exact double value for the estimates at or above the screen (their random bits hashed
-  //      again: rare), in ascending index order.
-  auto sweep_round = [&](auto n_tag, int64_t first, bool last, const uint16_t (&x)[decltype(n_tag)::value]) {
-    constexpr int N = decltype(n_tag)::value;
-    float zs[N], gf[N];
-    uint16_t zbs[N];
-    bool live[N];
-    float w = -INFINITY;
-DG_UNROLL
-    for (int k = 0; k < N; ++k) {
-      const int64_t v = first + k;
-      live[k] = v < v1;
-      gf[k] = -INFINITY;
-      float z = -INFINITY;
-      uint16_t zb = 0;
-      if (live[k]) {
-        if constexpr (kTable) {  // the same processed() of the same value, and its bf16 rounding
-          const uint2 zt = __ldg(z_table + x[k]);
-          z = __uint_as_float(zt.x);
-          zb = static_cast<uint16_t>(zt.y);
-        } else {
-          z = processed(bf16_to_f32(x[k]), cap, temp);
-          zb = f32_to_bf16(z);
-        }
-        st.z.push(z, static_cast<int>(v));
-        const float dz = __fsub_rn(z, m);
-        const float e = expf(dz);  // terms far below 1 carry the rounding of z - m
-        r1 = __fadd_rn(r1, e);
-        r2 = __fmaf_rn(e, dz, r2);
-        if (want_probs) rb = __fadd_rn(rb, expf(__fsub_rn(bf16_to_f32(zb), bmax)));
-        // z >= floor: in the sample's support (NaN never is; floor is -inf without a filter).
-        if (want_sample && z >= floor) {
-          if (all_exact) {
-            const uint64_t bits = rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
-            st.g.push(static_cast<double>(z) + rng::gumbel_from_bits(bits), static_cast<int>(v));
-          } else if (!(__fadd_rn(z, kGumbelMax) < fmaxf(screen, best_floor))) {
-            const uint64_t bits = rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
-            gf[k] = __fadd_rn(z, gumbel_approx(bits));
-            w = fmaxf(w, gf[k]);
-          }
-        }
-      }
-      zs[k] = z;
-      zbs[k] = zb;
-    }
-    if (want_probs) {  // pass 2 reads bf16(z) back instead of recomputing the soft-cap
-      if constexpr (N == 8) {
-        if (live[0]) {
-          uint4 q;
-          q.x = zbs[0] | (static_cast<uint32_t>(zbs[1]) << 16);
-          q.y = zbs[2] | (static_cast<uint32_t>(zbs[3]) << 16);
-          q.z = zbs[4] | (static_cast<uint32_t>(zbs[5]) << 16);
-          q.w = zbs[6] | (static_cast<uint32_t>(zbs[7]) << 16);
-          *reinterpret_cast<uint4*>(row + first) = q;
-        }
-      } else {
-        if (live[0]) row[first] = zbs[0];
-      }
-    }
-    run += N;
-    if (run >= kRun || last) {
-      st.s1 += static_cast<double>(r1);
-      st.s2 += static_cast<double>(r2);
-      st.bsum += static_cast<double>(rb);
-      r1 = r2 = rb = 0.0f;
-      run = 0;
-    }
-    if (!want_sample || all_exact) return;
-DG_UNROLL
-    for (int o = 16; o > 0; o >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, o));
-    const float mine = __fsub_rn(w, __fmaf_rn(fabsf(w), kGumbelScreenRel, kGumbelScreen));
-    const float shared_screen = *static_cast<volatile float*>(&block_screen);
-    if ((threadIdx.x & 31) == 0 && mine > shared_screen) atomic_max_f32(&block_screen, mine);
-    screen = fmaxf(screen, fmaxf(mine, shared_screen));
-DG_UNROLL
-    for (int k = 0; k < N; ++k) {
-      if (gf[k] >= screen && gf[k] > -INFINITY) {
-        const int64_t v = first + k;
-        const uint64_t bits = rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v));
-        st.g.push(static_cast<double>(zs[k]) + rng::gumbel_from_bits(bits), static_cast<int>(v));
-      }
-    }
-  };
-  if (b.vector && vectorisable(row, v0, v1)) {
-    // Lane-consecutive 16-byte chunks: round r covers [v0 + 8 kThreads r, v0 + 8 kThreads (r + 1)).
-    const uint4* vec = reinterpret_cast<const uint4*>(row + v0);
-    const int64_t chunks = (v1 - v0) / 8;
-    uint4 next = threadIdx.x < chunks ? vec[threadIdx.x] : make_uint4(0, 0, 0, 0);
-    for (int64_t c = threadIdx.x, base = 0; base < chunks; base += kThreads, c += kThreads) {
-      const uint4 q = next;
-      if (c + kThreads < chunks) next = vec[c + kThreads];  // the thread's own chunks only (stores below)
-      const uint16_t x[8] = {static_cast<uint16_t>(q.x), static_cast<uint16_t>(q.x >> 16), static_cast<uint16_t>(q.y),
-                             static_cast<uint16_t>(q.y >> 16), static_cast<uint16_t>(q.z), static_cast<uint16_t>(q.z >> 16),
-                             static_cast<uint16_t>(q.w), static_cast<uint16_t>(q.w >> 16)};
-      const int64_t first = c < chunks ? v0 + 8 * c : v1;  // past the end: no live element
-      sweep_round(std::integral_constant<int, 8>{}, first, base + kThreads >= chunks, x);
-    }
-  } else {
-    for (int64_t base = v0; base < v1; base += kThreads) {
-      const int64_t v = base + threadIdx.x;
-      const uint16_t x[1] = {v < v1 ? row[v] : uint16_t{0}};
-      sweep_round(std::integral_constant<int, 1>{}, v < v1 ? v : v1, base + kThreads >= v1, x);
-    }
-  }
-  block_reduce_stats(st, warp_partials);
-  if (threadIdx.x == 0) partials[(a.row0 + pos) * splits + blockIdx.x] = st;
 }
 
 // ---- top-N alternatives --------------------------------------------------------------------------

@@ -1,8 +1,6 @@
 #pragma once
-// The sampler's main pass as it runs by default (slice_stats_kernel; the earlier form,
-// slice_stats_earlier_kernel in sampler_kernel.cuh, stays behind set_sampler_lean_sweep(false)). The
-// same outputs from fewer instructions per vocabulary element (the pass is issue-bound: the H200 ran
-// the earlier form at ~213 instructions an element, DRAM 11% busy):
+// The sampler's main pass (slice_stats_kernel), made to spend few instructions per vocabulary element
+// (the pass is bound by instruction issue, not memory):
 //   * the entropy sums and the probabilities' denominator from an e^z table: each entry of the
 //     per-canvas table of the 65,536 bf16 logits holds, beside z and bf16(z), E(z) = e^(z - c) and
 //     E(bf16(z)) for a per-canvas shift c, so that sum e^(z - m) = e^(c - m) sum E(z) takes no exp
@@ -12,8 +10,7 @@
 //   * the fp32 noise estimate in base 2 without branches (noise_estimate);
 //   * the bound test as one comparison against a threshold set once a round;
 //   * the exact double noise of the candidates that pass the screen deferred to the end of the
-//     slice, where the block's final screen turns away all but a few (the earlier form evaluated
-//     each round's record holders at once, a whole warp's worth of double logarithms each).
+//     slice, where the block's final screen turns away all but a few.
 // Emulated by the unit tests as sampler_kernel.cuh; additionally __reduce_max_sync (int),
 // __int_as_float, atomicAdd on a shared unsigned and __log2f.
 #include "backend/cuda/sampler_kernel.cuh"
@@ -45,7 +42,7 @@ __device__ __forceinline__ bool exp_table_serves(double c, float m, float bmax) 
 }
 
 // z of every bf16 value with bf16(z), E(z) and E(bf16(z)), per canvas: one 16-byte load an element.
-// z is processed() of the same value (the z the earlier form reads or evaluates, bit for bit).
+// z is processed() of the same value, bit for bit (sampler_common.cuh).
 __global__ void z_exp_table_kernel(const SamplerBatch* bp, uint4* z_tables) {
   const SamplerLaunch& a = bp->c[blockIdx.y];
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
@@ -87,7 +84,7 @@ __device__ __forceinline__ uint64_t counter_bits(const CounterHash& h, uint32_t 
 // z + g for the Gumbel noise g of 64 random bits (rng::gumbel_from_bits: -ln(-ln u), u = ((b >> 11) +
 // 0.5) / 2^53 in double), estimated in fp32 without branches, given zk = fl(z + K) with
 // K = -ln(ln 2): with t2 = -log2(u) = -ln(u) / ln 2, g = -ln(ln 2 t2) = K - ln 2 log2(t2).
-// As in gumbel_approx, with m = b >> 11: below 2^52 (u < 1/2) x = u = (m + 0.5) 2^-53, else
+// With m = b >> 11: below 2^52 (u < 1/2) x = u = (m + 0.5) 2^-53, else
 // x = 1 - u = k 2^-53 exactly with k = 2^53 - m - (m & 1) (k = 0: u = 1, the noise +inf). Then:
 //   u < 1/2:             x = fl(fl(m) 2^-53 + 2^-54) within 2^-23 relative of u; __log2f(x) (x < 1/2:
 //                        2 ulp of |log2 x| >= 1) within 2^-21 + 2^-23 / ln 2 = 6.5e-7 relative: t2
@@ -103,7 +100,7 @@ __device__ __forceinline__ uint64_t counter_bits(const CounterHash& h, uint32_t 
 // absolute: g within 9.7e-6. The fp32 roundings of zk and of the fused multiply-add add
 // 2^-24 (|z + K| + |z + g|) <= 2^-23 |z + g| + 2^-24 |g - K| <= 2^-23 |z + g| + 2.2e-6. In all the
 // estimate is within 1.2e-5 + 2^-23 |z + g| of the double value: twice that is below the screen's
-// margin (kGumbelScreen + 2^-18 |estimate|) at every magnitude, as for gumbel_approx's 2e-5 + 2^-24 |z + g|.
+// margin (kGumbelScreen + 2^-18 |estimate|) at every magnitude.
 // The noise +inf (k = 0: x = 0, series 0, log2 0 = -inf) comes out +inf, as the reference's.
 constexpr float kLnLn2 = 0.36651292058166432f;  // -ln(ln 2)
 __device__ __forceinline__ float noise_estimate(uint64_t b, float zk) {
@@ -138,8 +135,7 @@ constexpr int kCandidates = 32;  // per warp; more in a slice take their exact n
 
 // Pass 1 over a slice: argmax and second-best z, the entropy sums, Gumbel-max, the bf16 softmax sum.
 //
-// The sample, exactly as the CPU's double z + gumbel_from_bits with the lowest index on ties (the
-// argument of slice_stats_earlier_kernel, with the exact evaluation deferred):
+// The sample, exactly as the CPU's double z + gumbel_from_bits with the lowest index on ties:
 //   bound:     the noise is at most kGumbelMax (36.0437 a little widened), so an element with
 //              z + kGumbelMax below the screen or below m + kGumbelMin (the row's argmax alone reaches
 //              that) cannot win: it draws no noise. Tested as z >= thr with thr = lim - kGumbelMax -
@@ -161,11 +157,11 @@ constexpr int kCandidates = 32;  // per warp; more in a slice take their exact n
 //   ties:      the candidates are pushed out of index order, so the thread's exact best keeps the
 //              lower index on equal values (Top2::push_tied), as the merges do.
 // With sample_gap asked (the runner-up of z + g is wanted) every element in the support takes the
-// exact noise in index order instead, as in the earlier form.
+// exact noise in index order instead.
 // The warps sweep the slice in lockstep rounds (a lane past the end contributes nothing), so the
 // warp-wide maxima are well defined. kCap: the candidates a warp keeps (the unit tests shrink it).
-template <bool kTable, int kMinBlocks, int kCap = kCandidates>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) slice_stats_kernel(const SamplerBatch* bp, const float* slice_max,
+template <int kCap = kCandidates>
+__global__ void __launch_bounds__(kThreads, 2) slice_stats_kernel(const SamplerBatch* bp, const float* slice_max,
                                                                 const float* row_floor, const uint4* z_tables,
                                                                 Stats* partials) {
   const SamplerBatch& b = *bp;
@@ -189,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) slice_stats_kernel(const
   const bool all_exact = sampling && a.sample_gap != nullptr;  // the runner-up of z + g is wanted: no screening
   const uint64_t key = a.sample_key;
   const float floor = a.filter.active() ? row_floor[a.row0 + pos] : -INFINITY;
-  const uint4* z_table = kTable ? z_tables + static_cast<size_t>(blockIdx.z) * kZTable : nullptr;
+  const uint4* z_table = z_tables + static_cast<size_t>(blockIdx.z) * kZTable;
   DG_OPAQUE(z_table);
   // The row's best z + g is at least m + kGumbelMin (the argmax is always in the support).
   const float best_floor = __fadd_rn(m, kGumbelMin);
@@ -200,29 +196,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) slice_stats_kernel(const
     slice_of(a.V, splits, s0, s1);
     v0 = static_cast<int>(s0), v1 = static_cast<int>(s1);  // V < 2^31: ids are int
   }
-  double c = 0.0;
-  bool from_table = false;
-  if constexpr (kTable) {
-    c = exp_table_shift(cap, temp);
-    from_table = !all_exact && exp_table_serves(c, m, bmax);
-  }
+  const double c = exp_table_shift(cap, temp);
+  const bool from_table = !all_exact && exp_table_serves(c, m, bmax);
   Stats st;
   empty_stats(st);
   float screen = -INFINITY;
-  auto z_of = [&](uint16_t x) {
-    if constexpr (kTable) return __uint_as_float(__ldg(&z_table[x].x));
-    else return processed(bf16_to_f32(x), cap, temp);
-  };
+  auto z_of = [&](uint16_t x) { return __uint_as_float(__ldg(&z_table[x].x)); };
   auto exact_value = [&](float z, int v) {
     return static_cast<double>(z) + rng::gumbel_from_bits(rng::bits(key, static_cast<uint32_t>(pos), static_cast<uint32_t>(v)));
   };
 
-  // The sums over runs of kRun of the thread's elements in fp32, each run's sum then added in double
-  // (as in the earlier form): a run's sum of k same-sign terms, each within 2u of its double value
-  // (u = 2^-24: the term's own rounding — the table's E, or expf of the rounded z - m — and the
-  // fused multiply-add), is within (k + 1) u = 5.4e-7 relative of the double sum, so S1, S2 and the
-  // probabilities' denominator are within that of the double sums; the entropy log S1 - S2 / S1
-  // then moves by at most 5.4e-7 (1 + 2 |S2 / S1|) <= 5.4e-7 (1 + 2 H) (S1 >= 1, so -S2 / S1 <= H),
+  // The sums over runs of kRun of the thread's elements in fp32, each run's sum then added in double:
+  // a run's sum of k same-sign terms, each within 2u of its double value (u = 2^-24: the term's own
+  // rounding — the table's E, or expf of the rounded z - m — and the fused multiply-add), is within
+  // (k + 1) u = 5.4e-7 relative of the double sum, so S1, S2 and the probabilities' denominator are
+  // within that of the double sums; the entropy log S1 - S2 / S1 then moves by at most 5.4e-7 (1 + 2 |S2 / S1|) <= 5.4e-7 (1 + 2 H) (S1 >= 1, so -S2 / S1 <= H),
   // under the 1e-5 (1 + H) the CUDA-vs-CPU checks allow, and the fp32 denominator by an ulp or so.
   // From the table the sums are of E(z) = e^(z - c), E(z) (z - m) and E(bf16(z)); the block's totals
   // are scaled by e^(c - m) and e^(c - bmax) in double at the end (relative error 2^-52).
@@ -235,18 +223,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) slice_stats_kernel(const
     // One element: z and bf16(z) (returned), the argmax, the sums, the noise's estimate (gf, or
     // -inf) or its exact value.
     auto element = [&](uint16_t x, int v, float thr, float& gf) -> uint32_t {
-      float z, e = 0.0f, eb = 0.0f;
-      uint32_t zb;
-      if constexpr (kTable) {  // the same processed() of the same value, its bf16 rounding and exps
-        const uint4 t = __ldg(z_table + x);
-        z = __uint_as_float(t.x);
-        zb = t.y;
-        e = __uint_as_float(t.z);
-        eb = __uint_as_float(t.w);
-      } else {
-        z = processed(bf16_to_f32(x), cap, temp);
-        zb = f32_to_bf16(z);
-      }
+      // The same processed() of the same value, its bf16 rounding and exps.
+      const uint4 t = __ldg(z_table + x);
+      const float z = __uint_as_float(t.x), e = __uint_as_float(t.z), eb = __uint_as_float(t.w);
+      const uint32_t zb = t.y;
       // Top2::push without branches (the thread's elements come in ascending order).
       const bool better = z > st.z.v1;
       st.z.v2 = fmaxf(st.z.v2, better ? st.z.v1 : z);
@@ -328,7 +308,7 @@ DG_UNROLL
         }
       }
     };
-    if (b.vector && vectorisable(row, v0, v1)) {
+    if (vectorisable(row, v0, v1)) {
       // Lane-consecutive 16-byte chunks: round r covers [v0 + 8 kThreads r, v0 + 8 kThreads (r + 1)).
       uint4* vec = reinterpret_cast<uint4*>(row + v0);
       const int chunks = (v1 - v0) / 8;

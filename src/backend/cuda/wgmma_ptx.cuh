@@ -85,31 +85,9 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
 #endif
 }
 
-// The flash attention forms (flash_attention_wgmma_kernel.cuh). d (64 x 64 fp32) = (accumulate ? d : 0)
-// + A (64 x 16 bf16, K-major in shared memory, descriptor da) . B (64 x 16 bf16, K-major, descriptor
-// db)^T: the scores of 64 query rows against 64 keys, one k16 step of the head dim.
-__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, bool accumulate) {
-#ifdef DG_HAVE_WGMMA
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(static_cast<int>(accumulate))
-      : "memory");
-#else
-  (void)d;
-  (void)da;
-  (void)db;
-  (void)accumulate;
-  __trap();
-#endif
-}
-
-// The same for 80 keys: d (64 x 80 fp32) = (accumulate ? d : 0) + A . B^T.
+// The flash attention forms (flash_attention_wgmma_kernel.cuh). d (64 x 80 fp32) = (accumulate ? d : 0)
+// + A (64 x 16 bf16, K-major in shared memory, descriptor da) . B (80 x 16 bf16, K-major, descriptor
+// db)^T: the scores of 64 query rows against 80 keys, one k16 step of the head dim.
 __device__ __forceinline__ void wgmma_m64n80k16(float (&d)[40], uint64_t da, uint64_t db, bool accumulate) {
 #ifdef DG_HAVE_WGMMA
   asm volatile(

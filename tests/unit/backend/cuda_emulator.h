@@ -24,7 +24,7 @@
 // completes, and the data of the copies that report to a barrier (TMA loads, cp.async with an
 // arrive) lands only when the barrier's phase completes, so a stage read before its wait, or refilled
 // before its readers released it, computes with the wrong data here. Named barriers (bar.sync with a
-// thread count). The wgmma forms: bf16 m64 n32 / n64 / n80 / n128 k16 from shared memory (K-major),
+// thread count). The wgmma forms: bf16 m64 n32 / n80 / n128 k16 from shared memory (K-major),
 // m64n256k16 with A from registers and B MN-major (the transposed form), FP8 m64n128k32; a write
 // issued into the shared-memory operands of a wgmma that some thread has issued and not yet waited
 // for is reported at once (a race on the GPU whatever the order the emulation runs the threads in).
@@ -32,7 +32,7 @@
 // producers and consumers drift apart as on the GPU.
 // And what the sampler's kernels use (sampler_kernel.cuh, blocks of 512 threads): uint2, the int
 // shuffle and votes, shared-memory atomicMax / atomicMin, block_reduce, __fmaf_rn, and the fast
-// logarithms __logf / __log2f, which return the exact value moved by the largest error the CUDA
+// logarithm __log2f, which returns the exact value moved by the largest error the CUDA
 // programming guide allows them, in a direction that depends on the argument: a kernel whose error
 // argument leaves too little margin for them fails here.
 #include <algorithm>
@@ -349,7 +349,6 @@ inline float emu_fast_log(double exact, float x, double abs_err, double ulps) {
   const double err = (x >= 0.5f && x <= 2.0f) ? abs_err : ulps * std::ldexp(1.0, std::ilogb(static_cast<float>(exact)) - 23);
   return static_cast<float>(exact + sign * err);
 }
-inline float __logf(float x) { return emu_fast_log(std::log(static_cast<double>(x)), x, std::exp2(-21.41), 3.0); }
 inline float __log2f(float x) { return emu_fast_log(std::log2(static_cast<double>(x)), x, std::exp2(-22.0), 2.0); }
 inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   const uint64_t in = x | (static_cast<uint64_t>(y) << 32);
@@ -401,16 +400,6 @@ template <int N> inline void cp_async_wait() {
 inline uint32_t lds_u32(uint32_t a) { emu::chk(a, 4, 4); uint32_t v; std::memcpy(&v, emu::g_smem + a, 4); return v; }
 inline void lds_v2(uint32_t a, uint32_t (&v)[2]) { emu::chk(a, 8, 8); std::memcpy(v, emu::g_smem + a, 8); }
 inline void lds_v4(uint32_t a, uint32_t (&v)[4]) { emu::chk(a, 16, 16); std::memcpy(v, emu::g_smem + a, 16); }
-inline void sts_v2(uint32_t a, const uint32_t (&v)[2]) {
-  emu::chk(a, 8, 8);
-  emu::chk_no_mma_read(a, 8);
-  std::memcpy(emu::g_smem + a, v, 8);
-}
-inline void sts_v4(uint32_t a, const uint32_t (&v)[4]) {
-  emu::chk(a, 16, 16);
-  emu::chk_no_mma_read(a, 16);
-  std::memcpy(emu::g_smem + a, v, 16);
-}
 inline uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t r = 0;
   for (int h = 0; h < 2; ++h) {
@@ -575,16 +564,10 @@ inline void wgmma_commit() {
   a.mma_groups.push_back(std::move(a.mmas));
   a.mmas.clear();
 }
-// The flash attention forms: scores m64 n32 / n64 / n80 (both operands K-major in shared memory), and P.V
+// The flash attention forms: scores m64 n32 / n80 (both operands K-major in shared memory), and P.V
 // m64 n256 with A from registers and B MN-major. A register operand is gathered at the issue, a warp
 // collective (the lanes of a row's quad publish their fragments, as for mma_bf16): a kernel can only
 // change the registers after the issue in its own copy, and reads of B still happen at the wait.
-inline void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, bool accumulate) {
-  emu::AsyncMma m = wgmma_op(d, da, db);
-  m.accumulate = accumulate;
-  m.n = 64;
-  wgmma_issue(std::move(m));
-}
 inline void wgmma_m64n80k16(float (&d)[40], uint64_t da, uint64_t db, bool accumulate) {
   emu::AsyncMma m = wgmma_op(d, da, db);
   m.accumulate = accumulate;

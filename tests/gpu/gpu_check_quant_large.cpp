@@ -1,12 +1,11 @@
-// The W4A16 / W8A16 wgmma expert kernel (grouped_moe_fp4_wgmma_kernel.cuh, quant tile variants
-// 10 .. 12) at large R, where the automatic choice takes it:
+// The W4A16 / W8A16 kernel (grouped_moe_fp4_kernel.cuh) at large R, where every tile of the automatic
+// choice runs:
 //  * the MoE block with NVFP4 / FP8 experts against the CPU MoE at T = 1024 and 4096, E = 8 (top-2:
 //    256 / 1024 rows per expert, many M tiles a CTA) and E = 128 (top-8, the 26B shape: ~64 / ~256),
-//    each wgmma variant and the automatic choice (set_quant_wgmma on), and against the mma.sync kernel;
-//  * the dense quantised matmul on the wgmma kernel against the CPU;
+//    the automatic choice and each tile (CudaOptions::quant_experts), also against each other;
+//  * the dense quantised matmul at the 26B dense shapes, each tile (CudaOptions::quant_dense);
 //  * `--bench quant` rows of the MoE block's two grouped GEMMs (gate|up + down) per format at
-//    T = 256 .. 4096 for every tile variant, with the packed-weight and tensor-core rates, and the best
-//    mma.sync and wgmma tile of each T (to set kQuantWgmmaMinMeanRows from).
+//    T = 256 .. 4096 for every tile, with the packed-weight and tensor-core rates.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -17,8 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/grouped_moe_fp4.cuh"
-#include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
 
@@ -28,7 +27,8 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
 
 namespace {
 
-constexpr int kFirstWgmmaTile = 10;
+constexpr QuantTile kTiles[] = {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128, QuantTile::kRows32Cols128Deep,
+                                QuantTile::kRows128Cols64};
 
 // Random experts (the distributions of gpu_check_quant.cpp's random_nvfp4 / random_fp8, drawn 8 bytes
 // a step: the 26B stacks are hundreds of MB). NVFP4: uniform nibbles, block scale codes 0x20 .. 0x5f
@@ -78,7 +78,7 @@ struct LargeShape {
 // Each token's MoE output depends on that token alone, so the CPU computes the first ref_tokens tokens
 // while the GPU runs all T (the rows per expert of the full T) and every output row is checked written.
 void run_large(Reporter& r, const LargeShape& s) {
-  Data d("quant wgmma " + s.name);
+  Data d("quant large " + s.name);
   const int64_t H = s.H, I = s.I, E = s.E, K = s.K, Tmax = *std::max_element(s.tokens.begin(), s.tokens.end());
   const int64_t Tr = s.ref_tokens;
   const Tensor router_in = d.bf16({Tmax, H}, 3.0f), expert_in = d.bf16({Tmax, H}, 1.0f);
@@ -98,15 +98,14 @@ void run_large(Reporter& r, const LargeShape& s) {
   c.dbg_weights = host_tensor(ScalarType::kF32, {Tr, K});
   c.dbg_index = host_tensor(ScalarType::kI32, {Tr, K});
   MoeArgs g = c;
+  // FP8: the W8A16 kernels this check is about.
+  const WithOptions w8a16(options_with([](CudaOptions& o) { o.fp8_experts = Fp8Experts::kW8A16; }));
   const Tensor g_router_in = up(router_in), g_expert_in = up(expert_in);
   g.router_scale = up(c.router_scale);
   g.router_proj = up(c.router_proj);
   g.per_expert_scale = up(c.per_expert_scale);
-  {
-    const Scoped<bool> w8a16(cuda::set_fp8_moe_w8a8, false);  // FP8: the W8A16 kernels this check is about
-    g.gate_up = cuda().upload_weight(c.gate_up);
-    g.down = cuda().upload_weight(c.down);
-  }
+  g.gate_up = cuda().upload_weight(c.gate_up);
+  g.down = cuda().upload_weight(c.down);
   if (g.gate_up.format != c.gate_up.format || g.down.format != c.down.format) {
     r.fail(s.name + ": the CUDA backend did not keep the experts quantised");
     return;
@@ -123,24 +122,22 @@ void run_large(Reporter& r, const LargeShape& s) {
     g.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
     g.dbg_index = host_tensor(ScalarType::kI32, {T, K});
     const std::string at = s.name + " T" + std::to_string(T);
-    // tile 0 with wgmma_auto: the automatic choice with set_quant_wgmma on (the wgmma kernel here)
-    auto run = [&](int tile, int m_split = 0, bool wgmma_auto = false) {
+    auto run = [&](QuantTile tile) {
       {
-        const Scoped<cuda::QuantMoeTiles> tiles(cuda::set_quant_moe_tiles, {tile, tile, m_split});
-        const Scoped<bool> automatic(cuda::set_quant_wgmma, wgmma_auto);
+        const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_experts = tile; }));
         g.out = poisoned(ScalarType::kBF16, {T, H});
         cuda().moe(g);
       }
       const std::vector<uint16_t> og = u16(g.out);
       for (size_t i = 0; i < og.size(); ++i)
         if (og[i] == 0xFFFF) {
-          r.fail(at + " tile " + std::to_string(tile) + ": output element " + std::to_string(i) + " was not written");
+          r.fail(at + " tile " + quant_tile_word(tile) + ": output element " + std::to_string(i) + " was not written");
           break;
         }
       return og;
     };
     // The reference's tokens with the CPU's routing (router maths is not this kernel's).
-    std::vector<uint16_t> first = run(0, 0, true);
+    const std::vector<uint16_t> first = run(QuantTile::kAuto);
     const std::vector<char> same = compare_routing(r, at, c, g, 4);
     auto routed = [&](const std::vector<uint16_t>& o) {
       std::vector<uint16_t> v;
@@ -151,35 +148,29 @@ void run_large(Reporter& r, const LargeShape& s) {
     const std::vector<uint16_t> sc = routed(oc);
     // Bound: the weights enter the tensor cores as the exact bf16 values of the CPU's dequantised
     // weights (decode exact, quant_layout.h) and the row scale multiplies the fp32 sum once, as on the
-    // CPU; wgmma, mma.sync and the CPU only sum in different orders. So the bound of the bf16 and
-    // mma.sync quantised kernels (gpu_check_quant.cpp): fp32 sums that differ in their last bits move a
-    // bf16 result by one step in a small fraction of the elements, a few steps after gelu.up and the
-    // down projection's further roundings, more near zero after cancellation (the floor).
+    // CPU; the kernel and the CPU only sum in different orders. So the bound of the bf16 grouped
+    // kernels (gpu_check_grouped_moe.cpp): fp32 sums that differ in their last bits move a bf16 result
+    // by one step in a small fraction of the elements, a few steps after gelu.up and the down
+    // projection's further roundings, more near zero after cancellation (the floor).
     const Tol tol{4, 2e-3, 2e-2, 0.8, 1e-5};
-    expect_bf16(r, at + " auto (set_quant_wgmma on)" + fmt + " vs CPU reference", routed(first), sc, tol);
-    const std::vector<uint16_t> mma = run(9);  // the mma.sync kernel (BM32 x BN128 8 warps 6 stages)
-    expect_bf16(r, at + " mma.sync tile 9" + fmt + " vs CPU reference", routed(mma), sc, tol);
-    // each wgmma tile with the automatic m_split, and two with a fixed one (one CTA per N tile and
-    // expert; three, so that CTAs have one M tile, several or none)
-    const int runs[][2] = {{10, 0}, {11, 0}, {12, 0}, {10, 1}, {11, 3}};
-    for (const auto& [tile, m_split] : runs) {
-      const std::vector<uint16_t> og = run(tile, m_split);
-      const std::string what = at + " wgmma tile " + std::to_string(tile) + " m_split " +
-                               (m_split ? std::to_string(m_split) : std::string("auto")) + fmt;
+    expect_bf16(r, at + " auto" + fmt + " vs CPU reference", routed(first), sc, tol);
+    // Each tile; all T tokens against the automatic choice, GPU routing on both sides: every tile sums
+    // each element over K in the same order (K tiles of 64, four k16 MMAs each), so bit for bit.
+    for (const QuantTile tile : kTiles) {
+      const std::vector<uint16_t> og = run(tile);
+      const std::string what = at + " tile " + quant_tile_word(tile) + fmt;
       expect_bf16(r, what + " vs CPU reference", routed(og), sc, tol);
-      // all T tokens, GPU routing on both sides: the same bound (summation order only)
-      expect_bf16(r, what + " vs mma.sync tile 9", og, mma, tol);
+      expect_bf16(r, what + " vs auto", og, first, exact_tol());
     }
   }
 }
 
-// The wgmma kernel as the dense quantised matmul (set_quant_dense_tile 10 .. 12, and the automatic
-// choice with set_quant_wgmma on) against the CPU reference with bf16 activations, at the 26B dense
-// shapes with T = 256 and a T that leaves a partial M tile. Bound: gemm_tol, as the mma.sync dense
-// kernel's check (gpu_check_quant.cpp run_dense): exact weights, one fp32 sum per output in another
-// order, one bf16 rounding.
-void run_dense_wgmma(Reporter& r, bool fp8, int64_t T, int64_t N, int64_t K) {
-  const std::string what = std::string("dense wgmma ") + (fp8 ? "fp8" : "nvfp4") + " T" + std::to_string(T) + " N" +
+// The dense quantised matmul, the automatic choice and each tile (CudaOptions::quant_dense), against
+// the CPU reference with bf16 activations, at the 26B dense shapes with T = 256 and a T that leaves a
+// partial M tile. Bound: gemm_tol, as the dense kernel's check (gpu_check_quant.cpp run_dense): exact
+// weights, one fp32 sum per output in another order, one bf16 rounding.
+void run_dense_tiles(Reporter& r, bool fp8, int64_t T, int64_t N, int64_t K) {
+  const std::string what = std::string("dense ") + (fp8 ? "fp8" : "nvfp4") + " T" + std::to_string(T) + " N" +
                            std::to_string(N) + " K" + std::to_string(K);
   Data d(what);
   Weight w = experts(d, fp8, 1, N, K, N, 1.0f / std::sqrt(static_cast<float>(K)));
@@ -192,7 +183,7 @@ void run_dense_wgmma(Reporter& r, bool fp8, int64_t T, int64_t N, int64_t K) {
   cpu().matmul(x, w, oc);
   Weight wg;
   {
-    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kKernel);  // the quantised kernel
+    const WithOptions path(options_with([](CudaOptions& o) { o.dense_quant = DenseQuant::kKernel; }));
     wg = cuda().upload_weight(w);
   }
   if (!wg.quantized()) {
@@ -201,15 +192,13 @@ void run_dense_wgmma(Reporter& r, bool fp8, int64_t T, int64_t N, int64_t K) {
   }
   const Tensor xg = up(x);
   const std::vector<uint16_t> want = u16(oc);
-  for (int tile = 0; tile < cuda::kQuantMoeTileCount; tile = tile == 0 ? kFirstWgmmaTile : tile + 1) {
+  for (const QuantTile tile : {QuantTile::kAuto, kTiles[0], kTiles[1], kTiles[2], kTiles[3]}) {
     Tensor og = poisoned(ScalarType::kBF16, {T, N});
     {
-      const Scoped<int> dense_tile(cuda::set_quant_dense_tile, tile);
-      const Scoped<bool> automatic(cuda::set_quant_wgmma, true);
+      const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_dense = tile; }));
       cuda().matmul(xg, wg, og);
     }
-    expect_bf16(r, what + (tile ? " tile " + std::to_string(tile) : std::string(" auto (set_quant_wgmma on)")) + " vs CPU",
-                u16(og), want, gemm_tol());
+    expect_bf16(r, what + " tile " + quant_tile_word(tile) + " vs CPU", u16(og), want, gemm_tol());
   }
 }
 
@@ -236,11 +225,9 @@ void random_groups(Data& d, int64_t T, int64_t E, int64_t K, std::vector<int32_t
 }  // namespace
 
 // The MoE block's grouped GEMMs (gate|up, then down) at T = 256 .. 4096 (uniform random top-8 over 128
-// experts: ~16 .. ~256 rows per expert) for every tile variant (0 = the automatic choice): the time of
-// the pair (the fastest of 5 bursts of 10 back-to-back), the packed weights (+ block scales) over it,
-// and the GEMMs' 6 R H I FLOP over it ("ms1": the wgmma tile with m_split 1, else the automatic one;
-// tile 0 "wgm": the automatic choice with set_quant_wgmma on); then per T the best mma.sync and the
-// best wgmma tile.
+// experts: ~16 .. ~256 rows per expert) for every tile and the automatic choice: the time of the pair
+// (the fastest of 5 bursts of 10 back-to-back), the packed weights (+ block scales) over it, and the
+// GEMMs' 6 R H I FLOP over it.
 void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(const char*, double)>& row) {
   constexpr int64_t H = 2816, I = 704, E = 128, K = 8;
   Data d(std::string("quant moe block bench ") + (fp8 ? "fp8" : "nvfp4"));
@@ -254,86 +241,61 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
     const Tensor x = up(d.bf16({T, H}, 1.0f));
     const Tensor top_w = up(host_f32(std::vector<float>(static_cast<size_t>(R), 0.125f)));
     Tensor act = cuda().alloc(ScalarType::kBF16, {R, I}), y = cuda().alloc(ScalarType::kBF16, {R, H});
-    auto launch = [&] {
+    const cuda::Stream stream = cuda::context_of(cuda()).stream;
+    auto launch = [&](QuantTile tile) {
       if (fp8) {
         cuda::launch_grouped_gate_up_fp8(x.ptr<uint16_t>(), m.gate_up.data.ptr<uint8_t>(), m.gate_up.row_scale.ptr<float>(),
-                                         off.ptr<int32_t>(), prs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), nullptr);
+                                         off.ptr<int32_t>(), prs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), tile,
+                                         stream);
         cuda::launch_grouped_down_fp8(act.ptr<uint16_t>(), m.down.data.ptr<uint8_t>(), m.down.row_scale.ptr<float>(),
                                       off.ptr<int32_t>(), prs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I,
-                                      y.ptr<uint16_t>(), nullptr);
+                                      y.ptr<uint16_t>(), tile, stream);
       } else {
         cuda::launch_grouped_gate_up_fp4(x.ptr<uint16_t>(), m.gate_up.data.ptr<uint8_t>(), m.gate_up.block.ptr<uint8_t>(),
                                          m.gate_up.row_scale.ptr<float>(), off.ptr<int32_t>(), prs.ptr<int32_t>(), R, E, K,
-                                         H, I, act.ptr<uint16_t>(), nullptr);
+                                         H, I, act.ptr<uint16_t>(), tile, stream);
         cuda::launch_grouped_down_fp4(act.ptr<uint16_t>(), m.down.data.ptr<uint8_t>(), m.down.block.ptr<uint8_t>(),
                                       m.down.row_scale.ptr<float>(), off.ptr<int32_t>(), prs.ptr<int32_t>(),
-                                      top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), nullptr);
+                                      top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), tile, stream);
       }
     };
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    double best[2] = {1e30, 1e30};
-    int best_tile[2] = {0, 0}, best_split[2] = {0, 0};
-    // (tile, m_split): the automatic choice (m_split -1: with set_quant_wgmma on), every mma.sync tile,
-    // every wgmma tile with m_split 1 and the automatic one
-    std::vector<std::pair<int, int>> runs = {{0, 0}, {0, -1}};
-    for (int v = 1; v < cuda::kQuantMoeTileCount; ++v) {
-      if (v >= kFirstWgmmaTile) runs.emplace_back(v, 1);
-      runs.emplace_back(v, 0);
-    }
-    for (const auto& [v, m_split] : runs) {
+    for (const QuantTile tile : {QuantTile::kAuto, kTiles[0], kTiles[1], kTiles[2], kTiles[3]}) {
       double per = 1e30;
-      {
-        const Scoped<cuda::QuantMoeTiles> tiles(cuda::set_quant_moe_tiles, {v, v, m_split < 0 ? 0 : m_split});
-        const Scoped<bool> automatic(cuda::set_quant_wgmma, m_split < 0);
-        for (int i = 0; i < 3; ++i) launch();
-        constexpr int kReps = 10;
-        for (int burst = 0; burst < 5; ++burst) {
-          cudaEventRecord(e0, nullptr);
-          for (int i = 0; i < kReps; ++i) launch();
-          cudaEventRecord(e1, nullptr);
-          cudaEventSynchronize(e1);
-          float ms = 0;
-          cudaEventElapsedTime(&ms, e0, e1);
-          per = std::min(per, static_cast<double>(ms) / kReps);
-        }
-      }
-      if (v > 0) {
-        const int k = v >= kFirstWgmmaTile;
-        if (per < best[k]) {
-          best[k] = per;
-          best_tile[k] = v;
-          best_split[k] = m_split;
-        }
+      for (int i = 0; i < 3; ++i) launch(tile);
+      constexpr int kReps = 10;
+      for (int burst = 0; burst < 5; ++burst) {
+        cudaEventRecord(e0, stream);
+        for (int i = 0; i < kReps; ++i) launch(tile);
+        cudaEventRecord(e1, stream);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        per = std::min(per, static_cast<double>(ms) / kReps);
       }
       char what[160];
-      std::snprintf(what, sizeof what, "%s moe block T=%lld tile %2d%s %5.2f TB/s %6.1f TFLOP/s", fmt,
-                    static_cast<long long>(T), v, m_split == 1 ? " ms1" : m_split < 0 ? " wgm" : "    ", w_bytes / (per * 1e-3) / 1e12,
+      std::snprintf(what, sizeof what, "%s moe block T=%lld tile %-11s %5.2f TB/s %6.1f TFLOP/s", fmt,
+                    static_cast<long long>(T), quant_tile_word(tile), w_bytes / (per * 1e-3) / 1e12,
                     6.0 * static_cast<double>(R) * H * I / (per * 1e-3) / 1e12);
       row(what, per);
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    for (int k = 0; k < 2; ++k) {
-      char what[160];
-      std::snprintf(what, sizeof what, "%s moe block T=%lld best %s: tile %d%s", fmt, static_cast<long long>(T),
-                    k ? "wgmma   " : "mma.sync", best_tile[k], best_split[k] == 1 ? " ms1" : "");
-      row(what, best[k]);
-    }
   }
 }
 
-std::vector<Case> quant_wgmma_cases() {
+std::vector<Case> quant_large_cases() {
   constexpr int64_t H = 2816, I = 704;
   auto c = [](const std::string& id, LargeShape s) { return Case{id, [s](Reporter& r) { run_large(r, s); }}; };
   return {
-      c("quant_wgmma_fp4_E8_k2", {"fp4 E8 k2 H2816 I704", H, I, 8, 2, false, {1024, 4096}, 96}),
-      c("quant_wgmma_fp8_E8_k2", {"fp8 E8 k2 H2816 I704", H, I, 8, 2, true, {1024, 4096}, 96}),
-      c("quant_wgmma_fp4_E128_k8", {"fp4 E128 k8 H2816 I704", H, I, 128, 8, false, {1024, 4096}, 192}),
-      c("quant_wgmma_fp8_E128_k8", {"fp8 E128 k8 H2816 I704", H, I, 128, 8, true, {1024, 4096}, 192}),
-      {"quant_wgmma_dense_fp8", [](Reporter& r) { run_dense_wgmma(r, true, 256, 4096, H); run_dense_wgmma(r, true, 200, H, 2112); }},
-      {"quant_wgmma_dense_nvfp4", [](Reporter& r) { run_dense_wgmma(r, false, 256, 2112, H); run_dense_wgmma(r, false, 70, H, 2112); }},
+      c("quant_large_fp4_E8_k2", {"fp4 E8 k2 H2816 I704", H, I, 8, 2, false, {1024, 4096}, 96}),
+      c("quant_large_fp8_E8_k2", {"fp8 E8 k2 H2816 I704", H, I, 8, 2, true, {1024, 4096}, 96}),
+      c("quant_large_fp4_E128_k8", {"fp4 E128 k8 H2816 I704", H, I, 128, 8, false, {1024, 4096}, 192}),
+      c("quant_large_fp8_E128_k8", {"fp8 E128 k8 H2816 I704", H, I, 128, 8, true, {1024, 4096}, 192}),
+      {"quant_dense_tiles_fp8", [](Reporter& r) { run_dense_tiles(r, true, 256, 4096, H); run_dense_tiles(r, true, 200, H, 2112); }},
+      {"quant_dense_tiles_nvfp4", [](Reporter& r) { run_dense_tiles(r, false, 256, 2112, H); run_dense_tiles(r, false, 70, H, 2112); }},
   };
 }
 
