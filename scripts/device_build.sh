@@ -46,12 +46,14 @@ ldflags="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcublas -lcublasLt -lcu
 cpp_sources=()
 # The engine module whole (its sources depend only on util, backend and model), so new engine files
 # need no edit here.
-for f in src/util/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp src/backend/cuda/*.cpp src/model/*.cpp \
+# src/backend/cuda: every folder below it (core, attention, moe, quant, sampler, layer).
+mapfile -t cuda_cpp < <(find src/backend/cuda -name '*.cpp' | LC_ALL=C sort)
+mapfile -t cu_sources < <(find src/backend/cuda -name '*.cu' | LC_ALL=C sort)
+for f in src/util/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp "${cuda_cpp[@]}" src/model/*.cpp \
          src/engine/*.cpp tests/gpu/*.cpp; do
   [ "$f" = tests/gpu/test_gpu.cpp ] && continue  # the GoogleTest driver
   cpp_sources+=("$f")
 done
-cu_sources=(src/backend/cuda/*.cu)
 # dgemma_bench (bench/model_step_bench.cpp): the library objects (engine included).
 bench_sources=(bench/model_step_bench.cpp)
 # dgemma_engine_bench (bench/engine_bench.cpp): the threaded engine through create_model_engine.
@@ -85,7 +87,8 @@ if command -v ninja >/dev/null; then
       objs+=("$o")
       echo "build $o: cxx $ROOT/$f"
       case "$f" in
-        src/backend/cpu/*) echo "  extra = -ffp-contract=off" ;;  # as the CMake build: fixed-order CPU maths
+        src/backend/cuda/*) ;;
+        src/backend/*) echo "  extra = -ffp-contract=off" ;;  # as the CMake build: fixed-order CPU maths
         tests/gpu/gpu_check_main.cpp) echo "  extra = -DDGEMMA_GPU_CHECK_MAIN" ;;
       esac
     done
@@ -120,7 +123,8 @@ else
     objs+=("$o")
     extra=""
     case "$f" in
-      src/backend/cpu/*) extra="-ffp-contract=off" ;;
+      src/backend/cuda/*) ;;
+      src/backend/*) extra="-ffp-contract=off" ;;
       tests/gpu/gpu_check_main.cpp) extra="-DDGEMMA_GPU_CHECK_MAIN" ;;
     esac
     echo "mkdir -p $(dirname "$o") && $CXX $cxxflags $extra -c $ROOT/$f -o $o" >> "$jobs_file"

@@ -40,7 +40,8 @@ bash scripts/device_build.sh "$BUILD" > "$OUT/build.txt" 2>&1 || { tail -30 "$OU
 say "built ($BUILD)"
 # Memory instructions whose descriptor register no instruction writes (docs/QUANTIZATION.md): they
 # stop with an illegal instruction at their first launch and take every later check with them.
-for o in "$BUILD"/obj/src/backend/cuda/*.o; do cuobjdump -sass "$o"; done > "$BUILD/all.sass" 2> /dev/null
+find "$BUILD/obj/src/backend/cuda" -name '*.o' | sort | while read -r o; do cuobjdump -sass "$o"; done \
+  > "$BUILD/all.sass" 2> /dev/null
 python3 tools/cuda/sass_descriptor_check.py "$BUILD/all.sass" > "$OUT/sass_scan.txt" 2>&1
 say "sass scan: $(tail -1 "$OUT/sass_scan.txt")"
 python3 bench/denoise_step_bench.py --write-model "$MODEL" > /dev/null || { echo "gpu_suite.sh: could not write $MODEL" >&2; exit 1; }

@@ -1,4 +1,4 @@
-// Checks of the one-launch flash attention (backend/cuda/flash_attention.cu, attention_batch) against
+// Checks of the one-launch flash attention (backend/cuda/attention/flash.cu, attention_batch) against
 // the CPU backend (the reference: attention() per item), against the CUDA backend's per-item path
 // (cuBLAS) and, where the hopper family runs the wgmma kernel (head dims 256 / 512), against the
 // portable family's mma.sync kernel, on fresh random inputs with poisoned outputs. The cases are those
@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/flash_attention.cuh"
+#include "backend/cuda/attention/flash.cuh"
+#include "backend/cuda/cuda_backend.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -278,7 +278,7 @@ void run_family_cases(Reporter& r, cuda::FlashKernel kernel) {
   }
 }
 
-// The hopper family's warpgroup-MMA kernel (flash_attention_wgmma_kernel.cuh), whatever the run's
+// The hopper family's warpgroup-MMA kernel (attention/flash_wgmma_kernel.cuh), whatever the run's
 // family; on a GPU that is not sm_90 the check says so and passes.
 void check_flash_wgmma(Reporter& r) {
   std::optional<WithOptions> hopper;

@@ -92,7 +92,7 @@ void check_fused_qkv_input(Reporter& r) {
 void check_gelu_mul_halves(Reporter& r) {
   Data d("gelu_mul_halves");
   const Tol libm_tol{1, 0.0, 1e-4, 0.9999, 1e-6};
-  // T = 1,024 at I = 2,112: the table kernel (gelu_kernel.cuh), with every bf16 gate value among the
+  // T = 1,024 at I = 2,112: the table kernel (layer/gelu_kernel.cuh), with every bf16 gate value among the
   // gates (the table's, and those outside it: zeros, subnormals, huge, infinite, NaN).
   for (int64_t I : {int64_t{2112}, int64_t{64}, int64_t{13} /* I % 8 != 0: the scalar kernel */, int64_t{-2112}}) {
     const int64_t T = I < 0 ? 1024 : 33;

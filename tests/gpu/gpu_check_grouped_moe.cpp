@@ -1,5 +1,5 @@
-// Checks of the MoE block (the routing fused with the grouping by expert, moe_route.cu, and the
-// grouped expert GEMMs, grouped_moe.cu) against the CPU backend and against the small-rows kernel, on
+// Checks of the MoE block (the routing fused with the grouping by expert, moe/route.cu, and the
+// grouped expert GEMMs, moe/grouped.cu) against the CPU backend and against the small-rows kernel, on
 // random, completely skewed and sparse routings, at the small test shapes (including N and K tails of
 // the tiles) and the real one (E128 k8 H2816 I704) at T = 1 .. 2048. The kernels of the automatic
 // choice run: the small-rows one (up to 24 rows per expert on average) and the family's tile-list
@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/grouped_moe.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/moe/grouped.cuh"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
 #include "util/error.h"

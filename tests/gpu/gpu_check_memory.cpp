@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "backend/cuda/flash_attention.cuh"
+#include "backend/cuda/attention/flash.cuh"
 #include "backend/workspace_bounds.h"
 #include "gpu_check_util.h"
 #include "util/error.h"

@@ -7,10 +7,10 @@
 #include <map>
 #include <memory>
 
+#include "engine/kv_pool.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "engine/kv_pool.h"
 #include "model/weights.h"
 #include "util/bf16.h"
 #include "util/counter_rng.h"

@@ -1,9 +1,9 @@
-// Quantised weights on the CUDA backend against the CPU reference (backend/cpu/quant.h):
-//  * the W4A16 grouped expert kernels (grouped_moe_fp4.cu): NVFP4 experts kept packed on the device,
+// Quantised weights on the CUDA backend against the CPU reference (backend/quant_reference.h):
+//  * the W4A16 grouped expert kernels (quant/weight_only.cu): NVFP4 experts kept packed on the device,
 //    random packed values, block scales spanning E4M3's range and gate / up / down global scales that
 //    all differ, at small shapes and the 26B shape (E128 k8 H2816 I704), T = 1 .. 2048, skewed routing;
 //  * the W8A16 FP8 expert kernels (the same kernel with E4M3 weights), against the CPU reference with
-//    bf16 activations; the W8A8 ones (FP8 wgmma, grouped_moe_w8a8.cuh) against it with FP8 activations
+//    bf16 activations; the W8A8 ones (FP8 wgmma, quant/w8a8_experts.cuh) against it with FP8 activations
 //    (w8a8_moe_cases, registered last in gpu_checks.cpp);
 //  * dense quantised linears: the W8A16 / W4A16 dense kernel and the bf16 dequantisation fallback;
 //  * whole forward passes of the quantised fixtures (tests/fixtures/quant/*_pow2: their dequantised
@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
-#include "backend/cuda/grouped_moe_fp4.cuh"
+#include "backend/cuda/quant/weight_only.cuh"
+#include "backend/quant_reference.h"
+#include "engine/kv_pool.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "engine/kv_pool.h"
 #include "model/weights.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -198,7 +198,7 @@ void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t
     cpu().matmul(x, w, oc);
   } else {
     std::vector<float> deq(static_cast<size_t>(N * K));
-    cpu::dequantize(w, deq.data());
+    quant_ref::dequantize(w, deq.data());
     Tensor wb = host_tensor(ScalarType::kBF16, {N, K});
     for (size_t i = 0; i < deq.size(); ++i) wb.ptr<uint16_t>()[i] = f32_to_bf16(deq[i]);
     cpu().matmul(x, wb, oc);
@@ -221,7 +221,7 @@ void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t
 
 // The decoders' subnormal codes: every FP8 weight an E4M3 subnormal (m * 2^-9, random sign), or every
 // NVFP4 block scale one (codes 1 .. 7). The kernels build their bf16 values through a bf16 subnormal
-// pattern times 2^120 (quant_layout.h); flushing it would zero these outputs, off by 100 %.
+// pattern times 2^120 (quant/layout.h); flushing it would zero these outputs, off by 100 %.
 void run_dense_subnormal(Reporter& r, bool fp8) {
   Data d(std::string("dense quant subnormal ") + (fp8 ? "fp8" : "nvfp4"));
   const int64_t T = 40, N = 64, K = 256;

@@ -1,4 +1,4 @@
-// The W4A16 / W8A16 kernel (grouped_moe_fp4_kernel.cuh) at large R, where every tile of the automatic
+// The W4A16 / W8A16 kernel (quant/weight_only_kernel.cuh) at large R, where every tile of the automatic
 // choice runs:
 //  * the MoE block with NVFP4 / FP8 experts against the CPU MoE at T = 1024 and 4096, E = 8 (top-2:
 //    256 / 1024 rows per expert, many M tiles a CTA) and E = 128 (top-8, the 26B shape: ~64 / ~256),
@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/grouped_moe_fp4.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/quant/weight_only.cuh"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
 
@@ -147,7 +147,7 @@ void run_large(Reporter& r, const LargeShape& s) {
     };
     const std::vector<uint16_t> sc = routed(oc);
     // Bound: the weights enter the tensor cores as the exact bf16 values of the CPU's dequantised
-    // weights (decode exact, quant_layout.h) and the row scale multiplies the fp32 sum once, as on the
+    // weights (decode exact, quant/layout.h) and the row scale multiplies the fp32 sum once, as on the
     // CPU; the kernel and the CPU only sum in different orders. So the bound of the bf16 grouped
     // kernels (gpu_check_grouped_moe.cpp): fp32 sums that differ in their last bits move a bf16 result
     // by one step in a small fraction of the elements, a few steps after gelu.up and the down

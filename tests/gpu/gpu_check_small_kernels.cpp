@@ -1,8 +1,8 @@
 // Checks of the fused small kernels of a layer against the sequences they replace: the attention
-// prologue (qkv_prologue.cu: q/k norms + RoPE, v's unit norm; the token-loop kernel and, for more head
+// prologue (layer/qkv_prologue.cu: q/k norms + RoPE, v's unit norm; the token-loop kernel and, for more head
 // rows than its block takes, the row kernel) against the rmsnorm / rope / copy ops on the GPU
 // (bit-identical) and the CPU's composition; the MoE routing (the register top-k fused with the
-// grouping, moe_route.cu) against the routing rules applied on the host (the softmax within an ulp;
+// grouping, moe/route.cu) against the routing rules applied on the host (the softmax within an ulp;
 // the experts, weights, order, offsets, pairs and tile list from the device's probabilities bit for
 // bit) on random, tied, skewed and NaN router logits; the router's input computed by the attention's
 // residual junction and the next layer's input norm by the FFN's; the residual junctions at every
@@ -16,9 +16,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/grouped_moe.cuh"
-#include "backend/cuda/moe.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/moe/combine.cuh"
+#include "backend/cuda/moe/grouped.cuh"
+#include "backend/cuda/moe/route.cuh"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -265,7 +266,7 @@ void check_next_norm(Reporter& r) {
   }
 }
 
-// The residual junctions at every launch plan of residual_kernel.cuh (one word a thread up to
+// The residual junctions at every launch plan of layer/residual_kernel.cuh (one word a thread up to
 // H = 3072, two up to 6144, four up to 16384; H / 8 not a multiple of 32: padding threads) and past it
 // (H > 16384: the loop kernels), every optional output on, against the composed ops on the GPU: bit
 // for bit.

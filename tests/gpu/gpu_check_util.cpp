@@ -7,7 +7,7 @@
 #include <memory>
 #include <utility>
 
-#include "backend/cuda/device_info.cuh"
+#include "backend/cuda/core/device_info.cuh"
 #include "util/bf16.h"
 #include "util/counter_rng.h"
 

@@ -118,7 +118,7 @@ AttnInputs make_attention_inputs(Data& d, const AttnCase& c);
 // every token) and on any probability moved by more than one bf16 step of a logit (2%). Returns, per
 // token, whether the routing (experts and weights) is identical.
 // The grouping of the MoE pairs top_idx [R] (values in [0, E)) by expert, as the routing kernel writes
-// it (moe.cuh, grouped_moe.cuh): offsets [E + 1], pairs [R] (the stable sort by expert) and the tile
+// it (moe/route.cuh, moe/grouped.cuh): offsets [E + 1], pairs [R] (the stable sort by expert) and the tile
 // list of tile_rows-row tiles ({expert, first row, rows, 0}, then {-1, 0, 0, 0} up to max_tiles
 // entries; none when tile_rows is 0).
 struct Grouping {

@@ -1,6 +1,6 @@
-// FP8-dynamic's W8A8 dense linears on the CUDA backend (fp8_gemm.h, DenseQuant::kW8A8) against
+// FP8-dynamic's W8A8 dense linears on the CUDA backend (quant/fp8_gemm.h, DenseQuant::kW8A8) against
 // the CPU reference, which quantises the activations per token as the checkpoint prescribes
-// (cpu::quantize_fp8_per_token):
+// (quant_ref::quantize_fp8_per_token):
 //  * the activation quantisation kernel alone, bit for bit (scales and codes) at several shapes and on
 //    rows with outliers, zeros, NaN, infinities and tiny values;
 //  * the whole matmul (quantise + cuBLASLt FP8 GEMM) at the 26B shapes and small ones, and what the
@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
-#include "backend/cuda/cuda_context.h"
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/fp8_gemm.h"
+#include "backend/cuda/core/context.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/quant/fp8_gemm.h"
+#include "backend/quant_reference.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
 
@@ -79,7 +79,7 @@ bool same_bits(float a, float b) {
   return x == y;
 }
 
-// The quantisation kernel against cpu::quantize_fp8_per_token, bit for bit.
+// The quantisation kernel against quant_ref::quantize_fp8_per_token, bit for bit.
 void check_quantize(Reporter& r) {
   Data d("w8a8 quantize");
   const cuda::Context& ctx = cuda::context_of(cuda());
@@ -101,7 +101,7 @@ void check_quantize(Reporter& r) {
     }
     std::vector<float> want(static_cast<size_t>(s.T * s.K)), want_s(static_cast<size_t>(s.T));
     for (size_t i = 0; i < want.size(); ++i) want[i] = bf16_to_f32(p[i]);
-    cpu::quantize_fp8_per_token(want.data(), s.T, s.K, want_s.data());
+    quant_ref::quantize_fp8_per_token(want.data(), s.T, s.K, want_s.data());
     const Tensor xg = up(x);
     Tensor q = cuda().alloc(ScalarType::kU8, {s.T, s.K}), sc = poisoned(ScalarType::kF32, {s.T});
     poison(q);
@@ -118,7 +118,7 @@ void check_quantize(Reporter& r) {
       }
     r.note(name + ": " + std::to_string(bad_s) + " scales and " + std::to_string(bad_q) + " codes differ from the CPU's");
     if (bad_s != 0 || bad_q != 0)
-      r.fail(name + ": not bit-identical to cpu::quantize_fp8_per_token" +
+      r.fail(name + ": not bit-identical to quant_ref::quantize_fp8_per_token" +
              (first >= 0 ? " (first code at " + std::to_string(first) + ": got " +
                                std::to_string(f8e4m3_to_f32(codes[static_cast<size_t>(first)])) + " want " +
                                std::to_string(want[static_cast<size_t>(first)]) + ")"
@@ -263,8 +263,8 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
       row((base + " bf16 cuBLAS").c_str(), time_ms([&] { be.matmul(x, w[2], out); }));
     }
   }
-  // The MoE block with FP8-dynamic experts (E128 top-8, H2816 I704): W8A16 (grouped_moe_fp4.cuh)
-  // against W8A8 (grouped_moe_w8a8.cuh, the hopper family), the whole moe() call (routing, grouping,
+  // The MoE block with FP8-dynamic experts (E128 top-8, H2816 I704): W8A16 (quant/weight_only.cuh)
+  // against W8A8 (quant/w8a8_experts.cuh, the hopper family), the whole moe() call (routing, grouping,
   // quantisations, both GEMMs, combine).
   constexpr int64_t H = 2816, I = 704, E = 128, K = 8, Tmax = 4096;
   MoeArgs m;

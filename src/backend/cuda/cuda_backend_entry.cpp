@@ -1,8 +1,8 @@
 // Entry points of the CUDA backend: the device checks, the kernel family resolved against the device,
 // and the start-up line naming the kernels chosen.
 #include "backend/backend.h"
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/device_info.cuh"
+#include "backend/cuda/core/device_info.cuh"
+#include "backend/cuda/cuda_backend.h"
 #include "util/error.h"
 #include "util/log.h"
 

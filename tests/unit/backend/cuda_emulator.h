@@ -1,8 +1,8 @@
 #pragma once
 // A host emulation of the CUDA operations the quantised and bf16 grouped GEMM kernels and the flash
-// attention kernels use (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh,
-// grouped_moe_kernel.cuh, grouped_moe_w8a8_kernel.cuh (FP8 wgmma), flash_attention_kernel.cuh and
-// flash_attention_wgmma_kernel.cuh), so that the kernels themselves run in the
+// attention kernels use (the lists are in src/backend/cuda/quant/weight_only_kernel.cuh,
+// moe/grouped_kernel.cuh, quant/w8a8_experts_kernel.cuh (FP8 wgmma), attention/flash_mma_kernel.cuh and
+// attention/flash_wgmma_kernel.cuh), so that the kernels themselves run in the
 // unit tests of a machine without a GPU: a block is 128 (up to 384) fibers with a barrier for
 // __syncthreads and for the warp-collective ldmatrix / mma.sync / shuffles, shared memory a buffer whose
 // every access is bounds- and alignment-checked, cp.async a copy performed when its thread waits for
@@ -14,13 +14,13 @@
 // C rows g (+8), cols 2 (lane % 4) (+1)). The device path is checked by tests/gpu; this checks the
 // kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
 // no other asynchrony, no memory model, a warp's lanes only meet at the collectives and __syncwarp.
-// Also blockDim / gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
-// moe_combine_kernel.cuh, fp8_quant_kernel.cuh, qkv_prologue_kernel.cuh with its cos_f32 / sin_f32),
-// and what the routing kernels use
-// (moe_route_kernel.cuh): static shared arrays, the integer shuffles and reductions, atomics and
+// Also blockDim / gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (layer/residual_kernel.cuh,
+// moe/combine_kernel.cuh, quant/fp8_quant_kernel.cuh, layer/qkv_prologue_kernel.cuh with its cos_f32 /
+// sin_f32), and what the routing kernels use
+// (moe/route_kernel.cuh): static shared arrays, the integer shuffles and reductions, atomics and
 // fences (plain: one block runs at a time), __ldcg / __stcg, exp_f32 and warp_reduce. And the
-// transaction barriers and TMA copies of the warp-specialised GEMM (grouped_moe_tma_kernel.cuh,
-// tma_ptx.cuh): a barrier counts arrivals and bytes per phase, a waiting thread yields until its phase
+// transaction barriers and TMA copies of the warp-specialised GEMM (moe/grouped_tma_kernel.cuh,
+// core/tma_ptx.cuh): a barrier counts arrivals and bytes per phase, a waiting thread yields until its phase
 // completes, and the data of the copies that report to a barrier (TMA loads, cp.async with an
 // arrive) lands only when the barrier's phase completes, so a stage read before its wait, or refilled
 // before its readers released it, computes with the wrong data here. Named barriers (bar.sync with a
@@ -30,7 +30,7 @@
 // for is reported at once (a race on the GPU whatever the order the emulation runs the threads in).
 // Threads run round robin, or (g_jitter_seed) with warps sitting out random runs of rounds, so that
 // producers and consumers drift apart as on the GPU.
-// And what the sampler's kernels use (sampler_kernel.cuh, blocks of 512 threads): uint2, the int
+// And what the sampler's kernels use (sampler/sampler_kernel.cuh, blocks of 512 threads): uint2, the int
 // shuffle and votes, shared-memory atomicMax / atomicMin, block_reduce, __fmaf_rn, and the fast
 // logarithm __log2f, which returns the exact value moved by the largest error the CUDA
 // programming guide allows them, in a direction that depends on the argument: a kernel whose error
@@ -166,7 +166,7 @@ struct ThreadAsync {
   std::vector<std::vector<AsyncMma>> mma_groups;
 };
 inline std::vector<ThreadAsync> g_async;
-// A transaction barrier (tma_ptx.cuh) at a shared-memory address: the current phase's arrivals and
+// A transaction barrier (core/tma_ptx.cuh) at a shared-memory address: the current phase's arrivals and
 // bytes still owed, the phases completed, and the writes that land when the current one completes.
 struct Mbar {
   int expected = 0, pending = 0;
@@ -468,7 +468,7 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
     d[q] = s;
   }
 }
-// Warpgroup MMA (wgmma_ptx.cuh): each thread computes its own accumulator elements from shared memory
+// Warpgroup MMA (core/wgmma_ptx.cuh): each thread computes its own accumulator elements from shared memory
 // through the descriptors (K-major, 128-byte swizzle: row r, element k at start + (r / 8) * stride +
 // (r % 8) * 128 + 2 k, 16-byte chunk bits 4-6 XOR row bits 7-9; or MN-major, wgmma_operand_mn), summing
 // k in order as the mma above, when it waits for the MMA's group (wgmma_wait; emu::ThreadAsync); the
@@ -491,7 +491,7 @@ inline uint32_t wgmma_addr(uint64_t desc, int row, int kbyte) {
   return a ^ (((a >> 7) & 7) << 4);
 }
 // The MN-major form (the transposed B): element (k, n) of a K x N bf16 operand at start + (n / 64) LBO
-// + (k / 8) SBO + (k % 8) 128 + 2 (n % 64), swizzled as above (wgmma_desc.cuh sw128_mn_desc).
+// + (k / 8) SBO + (k % 8) 128 + 2 (n % 64), swizzled as above (core/wgmma_desc.cuh sw128_mn_desc).
 inline uint32_t wgmma_addr_mn(uint64_t desc, int k, int n) {
   wgmma_check_swizzle(desc);
   const uint32_t start = static_cast<uint32_t>(desc & 0x3FFF) << 4, lbo = static_cast<uint32_t>((desc >> 16) & 0x3FFF) << 4,
@@ -650,7 +650,7 @@ inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool
   m.accumulate = accumulate;
   wgmma_issue(std::move(m));
 }
-// Transaction barriers and TMA (tma_ptx.cuh). The map: a row-major bf16 matrix read in boxes of
+// Transaction barriers and TMA (core/tma_ptx.cuh). The map: a row-major bf16 matrix read in boxes of
 // box_rows x 64 elements into the 128-byte swizzle (16-byte chunk bits 4-6 XOR address bits 7-9).
 struct TmaMap {
   const uint16_t* base;
@@ -814,7 +814,7 @@ inline int __reduce_min_sync(unsigned mask, int v) {
   return m;
 }
 namespace dgemma::cuda {
-// common.cuh's fp32 exp, cos and sin (double, rounded once) and warp reduction, for the kernels that
+// core/common.cuh's fp32 exp, cos and sin (double, rounded once) and warp reduction, for the kernels that
 // use them.
 inline float exp_f32(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
 inline float cos_f32(float x) { return static_cast<float>(std::cos(static_cast<double>(x))); }
@@ -831,7 +831,7 @@ inline T warp_reduce(T v, Op op) {
   for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// common.cuh's block reduction (every thread gets the result).
+// core/common.cuh's block reduction (every thread gets the result).
 template <typename T, typename Op>
 inline T block_reduce(T v, Op op, T identity, T* shared) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;

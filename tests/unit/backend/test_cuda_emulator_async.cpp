@@ -2,7 +2,7 @@
 // waits for its group, a wgmma reads its operands when its thread waits for it, so the kernel tests see
 // a refill that comes too early; a write into the operands of a wgmma in flight is reported at once.
 // And the flash attention kernel's wgmma forms against products computed here from the operand
-// layouts (wgmma_desc.cuh): scores m64n80k16 (K-major A and B), P.V m64n256k16 (A from registers in
+// layouts (core/wgmma_desc.cuh): scores m64n80k16 (K-major A and B), P.V m64n256k16 (A from registers in
 // the mma.sync fragment layout, B MN-major).
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cuda_emulator.h"
-#include "backend/cuda/wgmma_desc.cuh"
+#include "backend/cuda/core/wgmma_desc.cuh"
 
 namespace dgemma::cuda {
 namespace {

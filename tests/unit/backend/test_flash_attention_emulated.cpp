@@ -1,5 +1,5 @@
-// The flash attention kernels (src/backend/cuda/flash_attention_kernel.cuh, and the wgmma kernel of
-// flash_attention_wgmma_kernel.cuh) run on the host through cuda_emulator.h against the CPU backend's
+// The flash attention kernels (src/backend/cuda/attention/flash_mma_kernel.cuh, and the wgmma kernel of
+// attention/flash_wgmma_kernel.cuh) run on the host through cuda_emulator.h against the CPU backend's
 // attention (the reference), on small random batches: several items in one launch (row tiles of
 // several items, an item of more than one tile), head dims 64 to 512 (512: two output halves),
 // bidirectional / causal / causal with a window, caches over several pages of a shuffled page table
@@ -22,8 +22,8 @@
 #include "util/error.h"
 
 #include "cuda_emulator.h"
-#include "backend/cuda/flash_attention_kernel.cuh"
-#include "backend/cuda/flash_attention_wgmma_kernel.cuh"
+#include "backend/cuda/attention/flash_mma_kernel.cuh"
+#include "backend/cuda/attention/flash_wgmma_kernel.cuh"
 
 namespace dgemma {
 namespace {
@@ -67,8 +67,8 @@ void launch_emulated(const cuda::flash::Params& p, int tiles) {
   }
 }
 
-// The two kernels: mma.sync (flash_attention_kernel.cuh) and the hopper family's wgmma one
-// (flash_attention_wgmma_kernel.cuh) with the shapes flash_attention.cu launches: K and V tiles of 80
+// The two kernels: mma.sync (attention/flash_mma_kernel.cuh) and the hopper family's wgmma one
+// (attention/flash_wgmma_kernel.cuh) with the shapes attention/flash.cu launches: K and V tiles of 80
 // keys (D 256) or 32 (D 512), two stages each.
 enum class Kernel { kMmaSync, kWgmma };
 // Warps fall asleep for runs of rounds (emu::g_jitter_seed): a consumer warp then reads a stage long

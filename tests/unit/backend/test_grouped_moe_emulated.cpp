@@ -1,4 +1,4 @@
-// The bf16 grouped expert GEMM kernels (src/backend/cuda/grouped_moe_kernel.cuh) run on the host
+// The bf16 grouped expert GEMM kernels (src/backend/cuda/moe/grouped_kernel.cuh) run on the host
 // through cuda_emulator.h: every kernel (the small-rows one, the mma.sync tile-list one, and the hopper
 // family's wgmma and warp-specialised TMA ones, whose emulation sums k in order like the mma's) on
 // routings of 0, 1 .. 290 rows per expert, with N and K tails, against the MoE maths of cpu/moe.cpp computed here
@@ -15,7 +15,7 @@
 
 #include "cuda_emulator.h"
 #include "moe_test_routing.h"
-#include "backend/cuda/grouped_moe_kernel.cuh"
+#include "backend/cuda/moe/grouped_kernel.cuh"
 
 namespace dgemma::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// The MoE routing kernels (src/backend/cuda/moe_route_kernel.cuh) run on the host through
+// The MoE routing kernels (src/backend/cuda/moe/route_kernel.cuh) run on the host through
 // cuda_emulator.h, bit for bit against the routing maths of cpu/moe.cpp written out here with the
 // kernels' fp32 exp (double, rounded once): the softmax over E experts summed in index order, the top
 // K by probability (ties to the lower index), the weights p / sum(p of the K) times the expert's
@@ -19,8 +19,8 @@
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/expert_groups.cuh"
-#include "backend/cuda/moe_route_kernel.cuh"
+#include "backend/cuda/moe/expert_groups.cuh"
+#include "backend/cuda/moe/route_kernel.cuh"
 // clang-format on
 
 namespace dgemma::cuda {

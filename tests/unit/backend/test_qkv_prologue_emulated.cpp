@@ -1,4 +1,4 @@
-// The attention prologue kernels (src/backend/cuda/qkv_prologue_kernel.cuh) run on the host through
+// The attention prologue kernels (src/backend/cuda/layer/qkv_prologue_kernel.cuh) run on the host through
 // cuda_emulator.h: the token-loop kernel bit for bit against the row kernel (which takes the head
 // counts past the token-loop kernel's block),
 // and both against a scalar transcription of the layer's formulas with the kernels' functions (the
@@ -21,8 +21,8 @@
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/bf16_words.cuh"
-#include "backend/cuda/qkv_prologue_kernel.cuh"
+#include "backend/cuda/core/bf16_words.cuh"
+#include "backend/cuda/layer/qkv_prologue_kernel.cuh"
 // clang-format on
 
 namespace dgemma::cuda {

@@ -1,4 +1,4 @@
-// The quantised GEMM kernel (src/backend/cuda/grouped_moe_fp4_kernel.cuh) run on the host through
+// The quantised GEMM kernel (src/backend/cuda/quant/weight_only_kernel.cuh) run on the host through
 // cuda_emulator.h: grouped gate_up / down (NVFP4 and FP8, random, skewed and sized routing, every tile)
 // and the dense matmul (32- and 128-row tiles, subnormal and zero E4M3 block scales) on weights in the
 // device layout, against the format's definition computed here. The same kernel source the GPU runs; tests/gpu checks it there.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cuda_emulator.h"
-#include "backend/cuda/grouped_moe_fp4_kernel.cuh"
+#include "backend/cuda/quant/weight_only_kernel.cuh"
 
 namespace dgemma::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// The residual junction kernels (src/backend/cuda/residual_kernel.cuh) run on the host through
+// The residual junction kernels (src/backend/cuda/layer/residual_kernel.cuh) run on the host through
 // cuda_emulator.h against the CPU backend's composed ops (backend.cpp: rmsnorm / add / mul / scale),
 // bit for bit: one, two and four words per thread (H = 2816 at both of its plans), rows with padding
 // threads (H / 8 not a multiple of 32), every optional output present and absent, a row of tiny values
@@ -20,8 +20,8 @@
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/bf16_words.cuh"
-#include "backend/cuda/residual_kernel.cuh"
+#include "backend/cuda/core/bf16_words.cuh"
+#include "backend/cuda/layer/residual_kernel.cuh"
 // clang-format on
 
 namespace dgemma {

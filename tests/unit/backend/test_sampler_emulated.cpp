@@ -1,4 +1,4 @@
-// The sampler's kernels (src/backend/cuda/sampler_kernel.cuh and sampler_stats_kernel.cuh: slice
+// The sampler's kernels (src/backend/cuda/sampler/sampler_kernel.cuh and sampler/stats_kernel.cuh: slice
 // maxima, the z table, the main pass, top-N, the merge of the slices, the probabilities) run on the
 // host through cuda_emulator.h, in the launcher's order and workspace layout, against the CPU
 // backend's sampler: several canvases a launch (each its own rows, temperature, greedy or sampling,
@@ -31,8 +31,8 @@
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/sampler_kernel.cuh"
-#include "backend/cuda/sampler_stats_kernel.cuh"
+#include "backend/cuda/sampler/sampler_kernel.cuh"
+#include "backend/cuda/sampler/stats_kernel.cuh"
 // clang-format on
 
 namespace dgemma::cuda {
@@ -94,7 +94,7 @@ Outputs run_cpu(const Canvas& c, int64_t V) {
   return o;
 }
 
-// The launcher's passes (sampler.cu launch_sampler), emulated, over all canvases in one batch.
+// The launcher's passes (sampler/sampler.cu launch_sampler), emulated, over all canvases in one batch.
 std::vector<Outputs> run_emulated(const std::vector<Canvas>& cs, int64_t V, int splits, const Pass& pass,
                                   const std::vector<uint4>& z_tables) {
   const int n = static_cast<int>(cs.size());

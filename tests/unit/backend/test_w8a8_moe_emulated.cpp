@@ -1,7 +1,7 @@
-// The W8A8 grouped expert kernels (src/backend/cuda/grouped_moe_w8a8_kernel.cuh) run on the host through
+// The W8A8 grouped expert kernels (src/backend/cuda/quant/w8a8_experts_kernel.cuh) run on the host through
 // cuda_emulator.h (FP8 wgmma emulated from its descriptors, summing k in order) against the MoE maths
 // of cpu/moe.cpp with FP8-dynamic experts computed here: activations quantised per row by
-// cpu::quantize_fp8_per_token (gate_up's per token, down's per grouped row of the bf16 activation),
+// quant_ref::quantize_fp8_per_token (gate_up's per token, down's per grouped row of the bf16 activation),
 // per element fp32 sums in k order over each K tile of 128 added to the total tile by tile (the
 // kernel's promotion; the E4M3 products are exact), then * s_row * row_scale and the CPU's roundings,
 // on ragged routings with N and K tails: a tiling, indexing, scale or epilogue error moves elements,
@@ -14,15 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
+#include "backend/quant_reference.h"
 #include "backend/weight.h"
 #include "util/bf16.h"
 
 // clang-format off
 #include "cuda_emulator.h"
 #include "moe_test_routing.h"
-#include "backend/cuda/grouped_moe_kernel.cuh"
-#include "backend/cuda/grouped_moe_w8a8_kernel.cuh"
+#include "backend/cuda/moe/grouped_kernel.cuh"
+#include "backend/cuda/quant/w8a8_experts_kernel.cuh"
 // clang-format on
 
 namespace dgemma::cuda {
@@ -49,7 +49,7 @@ Quantised quantise(const std::vector<uint16_t>& x, int64_t n, int64_t K) {
   q.values.resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) q.values[i] = dgemma::bf16_to_f32(x[i]);
   q.scales.resize(static_cast<size_t>(n));
-  cpu::quantize_fp8_per_token(q.values.data(), n, K, q.scales.data());
+  quant_ref::quantize_fp8_per_token(q.values.data(), n, K, q.scales.data());
   q.codes.resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) q.codes[i] = dgemma::f32_to_f8e4m3(q.values[i]);
   return q;
