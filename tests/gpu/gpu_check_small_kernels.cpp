@@ -268,8 +268,8 @@ void check_next_norm(Reporter& r) {
 
 // The residual junctions at every launch plan of layer/residual_kernel.cuh (one word a thread up to
 // H = 3072, two up to 6144, four up to 16384; H / 8 not a multiple of 32: padding threads) and past it
-// (H > 16384: the loop kernels), every optional output on, against the composed ops on the GPU: bit
-// for bit.
+// (H > 16384: residual_fusable refuses, the backend composes the ops), every optional output on,
+// against the composed ops on the GPU: bit for bit.
 void check_residual_plans(Reporter& r) {
   Data d("residual_plans");
   for (const int64_t H : {8, 1000, 2816, 4096, 12288, 20000}) {

@@ -101,7 +101,7 @@ TEST(ResidualEmulated, PlanCoversTheModelShapes) {
   EXPECT_EQ(res::plan_for(512).per, 2);
   EXPECT_EQ(res::plan_for(2048).per, 4);
   EXPECT_EQ(res::plan_for(2048).threads, 512);
-  EXPECT_EQ(res::plan_for(2049).per, 0);  // H > 16384: the loop kernels
+  EXPECT_EQ(res::plan_for(2049).per, 0);  // H > 16384: the composed ops (residual_fusable)
   for (int64_t words = 1; words <= 2048; ++words) {
     const res::Plan p = res::plan_for(words);
     ASSERT_TRUE(p.threads % 32 == 0 && p.threads >= 32 && p.threads <= res::kMaxThreads) << words;

@@ -30,6 +30,7 @@
 // of the row tiles (extra CTAs exit).
 #include <cstdint>
 
+#include "backend/cuda/attention/flash_mask.cuh"
 #include "backend/cuda/core/kernel_macros.cuh"
 #ifdef __CUDACC__
 #include "backend/cuda/core/common.cuh"
@@ -143,30 +144,24 @@ __device__ __forceinline__ int find_item(const Params& p, int tile, int& local) 
   return -1;
 }
 
-// The keys any row of a row tile sees and the key tiles of its split. Rows [r0, r0 + kRows) of an item
-// of n tokens (rows n * groups, token-major) over L cached keys: [j_lo, j_hi) of [cached ; new] (key
-// j >= L is new token j - L; query token i sees key j iff causal ? 0 <= i - (j - L) < window :
-// always); the range in tiles of bn keys is cut into `splits` equal parts, this split's being tiles
-// [kt0, kt1) (empty when kt0 >= kt1). i_lo / i_hi: the tile's first and last token.
-struct TileKeys {
-  int i_lo, i_hi, j_lo, j_hi, kt0, kt1;
-};
-__device__ __forceinline__ TileKeys tile_keys(int r0, int k_rows, int n, int groups, int L, int causal, int window,
-                                              int bn, int splits, int split) {
-  TileKeys k;
-  k.i_lo = r0 / groups;
-  k.i_hi = (min(r0 + k_rows, n * groups) - 1) / groups;
-  k.j_lo = 0;
-  k.j_hi = L + n;
-  if (causal) {
-    k.j_hi = min(k.j_hi, L + k.i_hi + 1);
-    if (window > 0) k.j_lo = max(0, L + k.i_lo - window + 1);
-  }
-  const int key_tiles = (k.j_hi - k.j_lo + bn - 1) / bn;
-  const int per_split = (key_tiles + splits - 1) / splits;
-  k.kt0 = split * per_split;
-  k.kt1 = min(key_tiles, k.kt0 + per_split);
-  return k;
+// The scores of key tile [jt, jt + BN) for a thread's mma accumulator fragment (C layout: element e of
+// n-block nb is row tok_a (e < 2) or tok_b, key jt + nb * 8 + 2 t4 + (e & 1)), in place: the reference's
+// roundings s = bf16(bf16(q . k) * scaling), in base 2, -inf where the key is hidden (tested only when
+// the tile has hidden keys); mx[h] takes the maximum of row h's scores. score(nb, e) names the element.
+template <int BN, class Score>
+__device__ __forceinline__ void scale_mask_scores(Score&& score, const KeyRule& rule, bool masked, int jt,
+                                                  int tok_a, int tok_b, int t4, float scaling,
+                                                  float (&mx)[2]) {
+  DG_UNROLL
+  for (int nb = 0; nb < BN / 8; ++nb)
+    DG_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const bool vis = !masked || key_visible(rule, e < 2 ? tok_a : tok_b, jt + nb * 8 + 2 * t4 + (e & 1));
+      float& acc = score(nb, e);
+      const float s = vis ? round_score(round_score(acc) * scaling) * kLog2e : -INFINITY;
+      acc = s;
+      mx[e >> 1] = fmaxf(mx[e >> 1], s);
+    }
 }
 
 // grid: (row tiles of all items, Hkv, splits * kDChunks); block: Shape::kThreads.
@@ -190,6 +185,7 @@ __global__ void __launch_bounds__(128 * KG, 1) flash_attention_kernel(const Para
 
   const TileKeys keys = tile_keys(r0, kRows, n, groups, L, causal, window, BN, p.splits, split);
   const int i_lo = keys.i_lo, i_hi = keys.i_hi, j_lo = keys.j_lo, j_hi = keys.j_hi, kt0 = keys.kt0, kt1 = keys.kt1;
+  const KeyRule rule{L, j_hi, causal, window};
 
   const uint32_t q_s = smem_addr(smem);
   const uint32_t k_s = q_s + S::kKOff, v_s = q_s + S::kVOff;
@@ -301,26 +297,13 @@ __global__ void __launch_bounds__(128 * KG, 1) flash_attention_kernel(const Para
           s_acc[nb][e] = wgrp == 0 ? s_acc[nb][e] + o : o + s_acc[nb][e];
         }
     }
-    // The reference's score roundings, the masks, base-2 scores; row maxima over the quad.
+    // The reference's score roundings, the masks, base-2 scores; row maxima over the quad. Whether any
+    // (row, key) of the tile is masked is uniform over the CTA (its token range).
     const int jt = j_lo + kt * BN;
-    // Whether any (row, key) of the tile is masked (uniform over the CTA: its token range).
-    const bool masked = jt + BN > j_hi || (causal && (i_lo - (jt + BN - 1 - L) < 0 ||
-                                                      (window > 0 && i_hi - (jt - L) >= window)));
+    const bool masked = tile_has_hidden_keys(rule, i_lo, i_hi, jt, BN);
     float mx[2] = {-INFINITY, -INFINITY};
-    DG_UNROLL
-    for (int nb = 0; nb < BN / 8; ++nb)
-      DG_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        bool vis = true;
-        if (masked) {
-          const int j = jt + nb * 8 + 2 * t4 + (e & 1);
-          const int dq = (e < 2 ? tok_a : tok_b) - (j - L);
-          vis = j < j_hi && (!causal || (dq >= 0 && (window <= 0 || dq < window)));
-        }
-        const float s = vis ? round_score(round_score(s_acc[nb][e]) * p.scaling) * kLog2e : -INFINITY;
-        s_acc[nb][e] = s;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s);
-      }
+    auto score = [&](int nb, int e) -> float& { return s_acc[nb][e]; };
+    scale_mask_scores<BN>(score, rule, masked, jt, tok_a, tok_b, t4, p.scaling, mx);
     float alpha[2], base[2];
     DG_UNROLL
     for (int h = 0; h < 2; ++h) {

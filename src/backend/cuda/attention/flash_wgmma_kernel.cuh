@@ -123,9 +123,10 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
   const int table_first = meta[kTableFirst], causal = meta[kCausal], window = meta[kWindow];
   const int groups = p.groups, rows = n * groups, r0 = tile * kRows;
 
-  // The keys any row of the tile sees and this split's key tiles, as flash_attention_kernel.
+  // The keys any row of the tile sees and this split's key tiles (attention/flash_mask.cuh).
   const TileKeys keys = tile_keys(r0, kRows, n, groups, L, causal, window, BN, p.splits, split);
   const int i_lo = keys.i_lo, i_hi = keys.i_hi, j_lo = keys.j_lo, j_hi = keys.j_hi, kt0 = keys.kt0, kt1 = keys.kt1;
+  const KeyRule rule{L, j_hi, causal, window};
   const int n_tiles = max(kt1 - kt0, 0);
 
   const uint32_t q_s = (smem_addr(smem) + 1023u) & ~1023u;
@@ -270,25 +271,12 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
   // running maximum and sum; the fp32 probabilities back into s_acc, the rescaling factor of O into
   // alpha.
   auto softmax = [&](int kt, float (&alpha)[2]) {
+    // Whether any (row, key) of the tile is masked is uniform over the CTA (its token range).
     const int jt = j_lo + kt * BN;
-    // Whether any (row, key) of the tile is masked (uniform over the CTA: its token range).
-    const bool masked = jt + BN > j_hi || (causal && (i_lo - (jt + BN - 1 - L) < 0 ||
-                                                      (window > 0 && i_hi - (jt - L) >= window)));
+    const bool masked = tile_has_hidden_keys(rule, i_lo, i_hi, jt, BN);
     float mx[2] = {-INFINITY, -INFINITY};
-    DG_UNROLL
-    for (int nb = 0; nb < BN / 8; ++nb)
-      DG_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        bool vis = true;
-        if (masked) {
-          const int j = jt + nb * 8 + 2 * t4 + (e & 1);
-          const int dq = (e < 2 ? tok_a : tok_b) - (j - L);
-          vis = j < j_hi && (!causal || (dq >= 0 && (window <= 0 || dq < window)));
-        }
-        const float s = vis ? round_score(round_score(s_acc[4 * nb + e]) * p.scaling) * kLog2e : -INFINITY;
-        s_acc[4 * nb + e] = s;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s);
-      }
+    auto score = [&](int nb, int e) -> float& { return s_acc[4 * nb + e]; };
+    scale_mask_scores<BN>(score, rule, masked, jt, tok_a, tok_b, t4, p.scaling, mx);
     float base[2];
     DG_UNROLL
     for (int h = 0; h < 2; ++h) {

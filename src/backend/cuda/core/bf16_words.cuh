@@ -3,7 +3,7 @@
 // kernels) and the RMSNorm pieces shared by the norm kernels. A header of its own so that the host
 // emulation of the unit tests (tests/unit/backend/cuda_emulator.h) compiles the kernel headers that
 // use it: the includer provides uint4 / make_uint4, __uint_as_float / __float_as_uint, __byte_perm,
-// __fadd_rn and f32_to_bf16
+// __fadd_rn / __fmul_rn and f32_to_bf16
 // (core/common.cuh on the device, which includes this header at its end).
 #include <cmath>
 #include <cstdint>
@@ -83,15 +83,21 @@ __device__ __forceinline__ double squares8(const float (&v)[8]) {
 __device__ __forceinline__ double word_squares(const uint4 u) {
   float v[8];
   unpack_bf16x8(u, v);
-  double ss = 0;
-  DG_UNROLL
-  for (int k = 0; k < 8; ++k) ss += static_cast<double>(v[k]) * v[k];
-  return ss;
+  return squares8(v);
 }
 
 __device__ __forceinline__ float inv_rms_of(double ss, int64_t n, float eps) {
   const float ms = __fadd_rn(static_cast<float>(ss / static_cast<double>(n)), eps);
   return static_cast<float>(1.0 / sqrt(static_cast<double>(ms)));
+}
+
+// y[k] = x[k] * inv * w[k], each product rounded in fp32 (the RMSNorm of eight values with inv from
+// inv_rms_of, w the word of their bf16 weights); y may be x.
+__device__ __forceinline__ void norm8(const float (&x)[8], float inv, const uint4 w, float (&y)[8]) {
+  float wf[8];
+  unpack_bf16x8(w, wf);
+  DG_UNROLL
+  for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(__fmul_rn(x[k], inv), wf[k]);
 }
 
 }  // namespace dgemma::cuda

@@ -16,37 +16,30 @@ __device__ __forceinline__ float row_inv_rms(const uint16_t* xr, int64_t n, floa
     const float v = bf16_to_f32(xr[i]);
     ss += static_cast<double>(v) * v;
   }
-  ss = block_reduce(ss, SumOp{}, 0.0, shared);
-  const float ms = __fadd_rn(static_cast<float>(ss / static_cast<double>(n)), eps);
-  return static_cast<float>(1.0 / sqrt(static_cast<double>(ms)));
+  return inv_rms_of(block_reduce(ss, SumOp{}, 0.0, shared), n, eps);
 }
 
-// One block per row. x and out may alias: each element is read and written by the same thread, and
-// all reads of the first pass finish before the reduction's barrier.
-__global__ void rmsnorm_kernel(const uint16_t* x, const uint16_t* __restrict__ w, uint16_t* out, int64_t n, float eps) {
+// One block per row; kRouter: the router's form (no weight; * scale, * root, with its roundings). x and
+// out may alias: each element is read and written by the same thread, and all reads of the first pass
+// finish before the reduction's barrier.
+template <bool kRouter>
+__global__ void rmsnorm_kernel(const uint16_t* x, const uint16_t* __restrict__ w, float root, uint16_t* out,
+                               int64_t n, float eps) {
   __shared__ double shared[32];
   const int64_t row = blockIdx.x;
   const uint16_t* xr = x + row * n;
   uint16_t* o = out + row * n;
   const float inv = row_inv_rms(xr, n, eps, shared);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    float v = __fmul_rn(bf16_to_f32(xr[i]), inv);
-    if (w != nullptr) v = __fmul_rn(v, bf16_to_f32(w[i]));
-    o[i] = f32_to_bf16(v);
-  }
-}
-
-__global__ void router_norm_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ scale, float root,
-                                   uint16_t* __restrict__ out, int64_t n, float eps) {
-  __shared__ double shared[32];
-  const int64_t row = blockIdx.x;
-  const uint16_t* xr = x + row * n;
-  uint16_t* o = out + row * n;
-  const float inv = row_inv_rms(xr, n, eps, shared);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    float v = round_bf16(__fmul_rn(bf16_to_f32(xr[i]), inv));  // rmsnorm without scale
-    v = round_bf16(__fmul_rn(v, bf16_to_f32(scale[i])));        // * router.scale
-    o[i] = f32_to_bf16(__fmul_rn(v, root));                     // * hidden^-0.5
+    if (kRouter) {
+      float v = round_bf16(__fmul_rn(bf16_to_f32(xr[i]), inv));  // rmsnorm without scale
+      v = round_bf16(__fmul_rn(v, bf16_to_f32(w[i])));            // * router.scale
+      o[i] = f32_to_bf16(__fmul_rn(v, root));                     // * hidden^-0.5
+    } else {
+      float v = __fmul_rn(bf16_to_f32(xr[i]), inv);
+      if (w != nullptr) v = __fmul_rn(v, bf16_to_f32(w[i]));
+      o[i] = f32_to_bf16(v);
+    }
   }
 }
 
@@ -65,9 +58,7 @@ __device__ __forceinline__ void norm_word(const uint4* xr, const uint4* w, const
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(round_bf16(__fmul_rn(round_bf16(__fmul_rn(v[k], inv)), ww[k])), root);
   } else if (w != nullptr) {
-    unpack_bf16x8(w[i], ww);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(__fmul_rn(v[k], inv), ww[k]);
+    norm8(v, inv, w[i], v);
   } else {
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(v[k], inv);
@@ -129,7 +120,8 @@ void launch_rmsnorm(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t
                     Stream stream) {
   if (rows <= 0 || n <= 0) return;
   if (vec8_ok(n, x, w, out)) return launch_norm_vec<false>(x, w, nullptr, 1.0f, out, rows, n, eps, stream);
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), threads_for_row(n), 0, stream>>>(x, w, out, n, eps);
+  const unsigned blocks = static_cast<unsigned>(rows);
+  rmsnorm_kernel<false><<<blocks, threads_for_row(n), 0, stream>>>(x, w, 1.0f, out, n, eps);
   CUDA_CHECK_LAUNCH(stream);
 }
 
@@ -137,7 +129,8 @@ void launch_router_norm(const uint16_t* x, const uint16_t* scale, float root, ui
                         float eps, Stream stream) {
   if (rows <= 0 || n <= 0) return;
   if (vec8_ok(n, x, scale, out)) return launch_norm_vec<true>(x, nullptr, scale, root, out, rows, n, eps, stream);
-  router_norm_kernel<<<static_cast<unsigned>(rows), threads_for_row(n), 0, stream>>>(x, scale, root, out, n, eps);
+  const unsigned blocks = static_cast<unsigned>(rows);
+  rmsnorm_kernel<true><<<blocks, threads_for_row(n), 0, stream>>>(x, scale, root, out, n, eps);
   CUDA_CHECK_LAUNCH(stream);
 }
 

@@ -11,8 +11,9 @@
 
 namespace dgemma::cuda {
 
-// Rows of n elements; n must be a multiple of 8 and every pointer 16-byte aligned (residual_fusable).
-// Null optional outputs are not written.
+// Rows of n elements. residual_fusable: n a multiple of 8 that the kernels' plan takes (up to 16,384:
+// residual::plan_for) and every pointer 16-byte aligned; otherwise the backend composes the junction
+// of the separate ops (the same roundings: bit-identical). Null optional outputs are not written.
 bool residual_fusable(int64_t n, std::initializer_list<const void*> ptrs);
 void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* post_norm, uint16_t* h1,
                           const uint16_t* norm_a, uint16_t* out_a, const uint16_t* norm_b, uint16_t* out_b,

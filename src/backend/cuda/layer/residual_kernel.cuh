@@ -7,25 +7,22 @@
 // DG_KERNEL_DYNAMIC_SMEM(name), the dynamic shared-memory buffer.
 //
 // Each thread owns kPer 16-byte words of a row (H = 2816: one word, 352 threads) and the blocks loop
-// over the rows (a grid of as many blocks as are resident at once: launch_attn_residual). What sets
-// their time at T = 1,024 - 4,096 rows, and what this form does about it:
-//   - memory parallelism: a block issues the next row's loads at the top of a row, so they are in
-//     flight across the row's reductions and arithmetic (a block a row left HBM idle during its
-//     reductions, and each block's rows started with a full memory latency);
-//   - instructions: every element is rounded to bf16 several times (five or six roundings in the FFN
-//     junction), and f32_to_bf16's integer steps twice per element made those kernels issue-bound
-//     (~65 integer instructions an element in the FFN junction: ~45 us of the integer pipe at T =
-//     4,096 against 24 us of HBM traffic). Rounding goes through pack_bf16x2_rn (one cvt per two
-//     values), and values that are bf16 already are packed by byte permutation (pack_bf16x8_exact);
-//   - latency: every norm's sum is one warp butterfly, one barrier, then every thread adds the warps'
-//     partials from shared memory (no second butterfly), each reduction with its own scratch (no
-//     leading barrier: a reduction's slot is written again only by the next row, after a later
-//     reduction's barrier that every reader of it has passed), and the two independent sums of the
-//     FFN junction share one. The sums are of squares of bf16 values in double: exact, so the order
-//     of the additions does not change a bit. At T = 256 (one row a block) a block still issues its
-//     row's loads and weights together before their first use: one memory latency per row.
-// Every output element is computed with exactly the operations and roundings of the loop kernels
-// (and of the composed ops, backend.cpp).
+// over the rows (a grid of as many blocks as are resident at once: launch_attn_residual). The kernels
+// are bound by memory latency and instruction issue, and are written for both:
+//   - a block issues the next row's loads at the top of a row, so they are in flight across the row's
+//     reductions and arithmetic; at one row a block it still issues its row's loads and weights
+//     together before their first use;
+//   - rounding goes through pack_bf16x2_rn (one cvt per two values), and values that are bf16 already
+//     are packed by byte permutation (pack_bf16x8_exact): every element is rounded to bf16 several
+//     times (five or six roundings in the FFN junction);
+//   - every norm's sum is one warp butterfly, one barrier, then every thread adds the warps' partials
+//     from shared memory (no second butterfly), each reduction with its own scratch (no leading
+//     barrier: a reduction's slot is written again only by the next row, after a later reduction's
+//     barrier that every reader of it has passed), and the two independent sums of the FFN junction
+//     share one. The sums are of squares of bf16 values in double: exact, so the order of the
+//     additions does not change a bit.
+// Every output element is computed with exactly the operations and roundings of the composed ops
+// (backend.cpp).
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -76,8 +73,8 @@ struct FfnArgs {
   int64_t rows;
 };
 
-// Words per thread and threads per block for rows of `words` 16-byte words (per 0: too long, the
-// loop kernels take it). One word a thread where the row fits in max_threads (the most parallel
+// Words per thread and threads per block for rows of `words` 16-byte words (per 0: too long for these
+// kernels). One word a thread where the row fits in max_threads (the most parallel
 // latency hiding), else two or four.
 struct Plan {
   int per, threads;
@@ -113,6 +110,19 @@ __device__ __forceinline__ void block_sums(double (&v)[N], double* slot) {
 
 __device__ __forceinline__ uint4 zero_word() {
   return make_uint4(0u, 0u, 0u, 0u);
+}
+
+// The residual add of a normed word: normed = bf16(v * inv * w), sum = bf16(x + normed), eight values
+// (the attention junction's o into x, the FFN junction's f into h1).
+__device__ __forceinline__ void normed_residual8(const uint4 v, float inv, const uint4 w, const uint4 x,
+                                                 float (&normed)[8], float (&sum)[8]) {
+  unpack_bf16x8(v, normed);
+  norm8(normed, inv, w, normed);
+  round_bf16x8(normed);
+  unpack_bf16x8(x, sum);
+  DG_UNROLL
+  for (int k = 0; k < 8; ++k) sum[k] = __fadd_rn(sum[k], normed[k]);
+  round_bf16x8(sum);
 }
 
 // The kernels have internal linkage: the unit tests compile them for the host into a binary that
@@ -160,16 +170,8 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
     s[0] = 0.0;
     DG_UNROLL
     for (int j = 0; j < kPer; ++j) {
-      float ov[8], w[8], h[8];
-      unpack_bf16x8(oc[j], ov);
-      unpack_bf16x8(wpu[j], w);
-      DG_UNROLL
-      for (int k = 0; k < 8; ++k) ov[k] = __fmul_rn(__fmul_rn(ov[k], inv_o), w[k]);
-      round_bf16x8(ov);
-      unpack_bf16x8(xc[j], h);
-      DG_UNROLL
-      for (int k = 0; k < 8; ++k) h[k] = __fadd_rn(h[k], ov[k]);
-      round_bf16x8(h);
+      float ov[8], h[8];
+      normed_residual8(oc[j], inv_o, wpu[j], xc[j], ov, h);
       hu[j] = pack_bf16x8_exact(h);
       if (!ok[j]) continue;  // padding words (zero) are not summed
       s[0] += squares8(h);
@@ -191,16 +193,12 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
       const int64_t at = base + idx[j];
       float h[8], w[8], y[8];
       unpack_bf16x8(hu[j], h);
-      unpack_bf16x8(wau[j], w);
-      DG_UNROLL
-      for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(__fmul_rn(h[k], inv_h), w[k]);
+      norm8(h, inv_h, wau[j], y);
       a.oa[at] = pack_bf16x8_rn(y);
-      unpack_bf16x8(wbu[j], w);
-      DG_UNROLL
-      for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(__fmul_rn(h[k], inv_h), w[k]);
+      norm8(h, inv_h, wbu[j], y);
       a.ob[at] = pack_bf16x8_rn(y);
       if (!router) continue;
-      // The router's input, as router_norm_kernel: bf16(bf16(bf16(h * inv) * w) * root).
+      // The router's input, as the router norm (layer/norm.cu): bf16(bf16(bf16(h * inv) * w) * root).
       DG_UNROLL
       for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(h[k], inv_h);
       round_bf16x8(y);
@@ -265,14 +263,10 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)
     for (int j = 0; j < kPer; ++j) {
       float x[8], y[8], w[8];
       unpack_bf16x8(m1c[j], x);
-      unpack_bf16x8(w1u[j], w);
-      DG_UNROLL
-      for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(__fmul_rn(x[k], inv1), w[k]);
+      norm8(x, inv1, w1u[j], x);
       round_bf16x8(x);
       unpack_bf16x8(m2c[j], y);
-      unpack_bf16x8(w2u[j], w);
-      DG_UNROLL
-      for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(__fmul_rn(y[k], inv2), w[k]);
+      norm8(y, inv2, w2u[j], y);
       round_bf16x8(y);
       DG_UNROLL
       for (int k = 0; k < 8; ++k) w[k] = __fadd_rn(x[k], y[k]);  // f
@@ -294,16 +288,8 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)
     double sn[1] = {0.0};
     DG_UNROLL
     for (int j = 0; j < kPer; ++j) {
-      float f[8], w[8], h[8];
-      unpack_bf16x8(fu[j], f);
-      unpack_bf16x8(wfu[j], w);
-      DG_UNROLL
-      for (int k = 0; k < 8; ++k) f[k] = __fmul_rn(__fmul_rn(f[k], inv_f), w[k]);
-      round_bf16x8(f);
-      unpack_bf16x8(hc[j], h);
-      DG_UNROLL
-      for (int k = 0; k < 8; ++k) h[k] = __fadd_rn(h[k], f[k]);
-      round_bf16x8(h);
+      float f[8], h[8];
+      normed_residual8(fu[j], inv_f, wfu[j], hc[j], f, h);
       DG_UNROLL
       for (int k = 0; k < 8; ++k) h[k] = __fmul_rn(h[k], a.scale);
       round_bf16x8(h);
@@ -319,11 +305,9 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)
     DG_UNROLL
     for (int j = 0; j < kPer; ++j) {
       if (!ok[j]) continue;
-      float h[8], w[8];
+      float h[8];
       unpack_bf16x8(hc[j], h);
-      unpack_bf16x8(wnu[j], w);
-      DG_UNROLL
-      for (int k = 0; k < 8; ++k) h[k] = __fmul_rn(__fmul_rn(h[k], inv_n), w[k]);
+      norm8(h, inv_n, wnu[j], h);
       a.next_out[base + idx[j]] = pack_bf16x8_rn(h);
     }
   }

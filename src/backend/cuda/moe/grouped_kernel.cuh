@@ -37,6 +37,7 @@
 #include <cstdint>
 
 #include "backend/cuda/core/kernel_macros.cuh"
+#include "backend/cuda/moe/expert_epilogue.cuh"
 #include "backend/cuda_options.h"
 
 namespace dgemma::cuda {
@@ -218,12 +219,7 @@ DG_UNROLL
   };
 
   float acc[MF][2][4];
-DG_UNROLL
-  for (int mf = 0; mf < MF; ++mf)
-DG_UNROLL
-    for (int nf = 0; nf < 2; ++nf)
-DG_UNROLL
-      for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
+  zero_acc(acc);
 
   // Prologue: stages 0 .. kStages - 2 (a group is committed even when empty, so the wait counts hold).
 DG_UNROLL
@@ -272,14 +268,8 @@ DG_UNROLL
           if (kGateUp) {
             const int i = blockIdx.x * (kBN / 2) + 8 * warp + g_col;
             if (i >= N) continue;  // N % 8 == 0, so i + 1 < N as well
-            uint32_t packed = 0;
-DG_UNROLL
-            for (int c = 0; c < 2; ++c) {
-              const float gate = round_bf16(gelu_tanh(round_bf16(acc[mf][0][2 * h + c])));
-              const uint16_t v = f32_to_bf16(__fmul_rn(gate, round_bf16(acc[mf][1][2 * h + c])));
-              packed |= static_cast<uint32_t>(v) << (16 * c);
-            }
-            *reinterpret_cast<uint32_t*>(g.out + r * N + i) = packed;
+            store_act_pair(g.out + r * N + i, [&](int c) { return acc[mf][0][2 * h + c]; },
+                           [&](int c) { return acc[mf][1][2 * h + c]; });
           } else {
             const int p = g.pairs[r];
             const float wt = g.top_w[p];
@@ -287,22 +277,12 @@ DG_UNROLL
             for (int nf = 0; nf < 2; ++nf) {
               const int n = blockIdx.x * kBN + 32 * nf + 8 * warp + g_col;
               if (n >= N) continue;
-              uint32_t packed = 0;
-DG_UNROLL
-              for (int c = 0; c < 2; ++c) {
-                const uint16_t v = f32_to_bf16(__fmul_rn(round_bf16(acc[mf][nf][2 * h + c]), wt));
-                packed |= static_cast<uint32_t>(v) << (16 * c);
-              }
-              *reinterpret_cast<uint32_t*>(g.out + static_cast<int64_t>(p) * N + n) = packed;
+              store_weighted_pair(g.out + static_cast<int64_t>(p) * N + n,
+                                  [&](int c) { return acc[mf][nf][2 * h + c]; }, wt);
             }
           }
         }
-DG_UNROLL
-      for (int mf = 0; mf < MF; ++mf)
-DG_UNROLL
-        for (int nf = 0; nf < 2; ++nf)
-DG_UNROLL
-          for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
+      zero_acc(acc);
       kt = 0;
       ++mt;
     }
@@ -375,12 +355,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_tile_kerne
   };
 
   float acc[MF][NF][4];
-DG_UNROLL
-  for (int mf = 0; mf < MF; ++mf)
-DG_UNROLL
-    for (int nf = 0; nf < NF; ++nf)
-DG_UNROLL
-      for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
+  zero_acc(acc);
 
   // Prologue: K tiles 0 .. kStages - 2 (a group is committed even when empty, so the wait counts
   // hold: before iteration kt, kStages - 1 + kt groups are committed and group kt is K tile kt).
@@ -452,14 +427,8 @@ DG_UNROLL
         for (int nf = 0; nf < kHalf; ++nf) {
           const int i = n0 + wn * kHalf * 8 + 8 * nf + g_col;
           if (i >= N) continue;  // N % 8 == 0, so i + 1 < N as well
-          uint32_t packed = 0;
-DG_UNROLL
-          for (int c = 0; c < 2; ++c) {
-            const float gate = round_bf16(gelu_tanh(round_bf16(acc[mf][nf][2 * h + c])));
-            const uint16_t v = f32_to_bf16(__fmul_rn(gate, round_bf16(acc[mf][nf + kHalf][2 * h + c])));
-            packed |= static_cast<uint32_t>(v) << (16 * c);
-          }
-          *reinterpret_cast<uint32_t*>(g.out + r * N + i) = packed;
+          store_act_pair(g.out + r * N + i, [&](int c) { return acc[mf][nf][2 * h + c]; },
+                         [&](int c) { return acc[mf][nf + kHalf][2 * h + c]; });
         }
       }
     }
@@ -490,13 +459,7 @@ DG_UNROLL
         for (int nf = 0; nf < NF; ++nf) {
           const int n = n0 + wn * NF * 8 + 8 * nf + g_col;
           if (n >= N) continue;
-          uint32_t packed = 0;
-DG_UNROLL
-          for (int c = 0; c < 2; ++c) {
-            const uint16_t v = f32_to_bf16(__fmul_rn(round_bf16(acc[mf][nf][2 * h + c]), wt[mf][h]));
-            packed |= static_cast<uint32_t>(v) << (16 * c);
-          }
-          *reinterpret_cast<uint32_t*>(g.out + p * N + n) = packed;
+          store_weighted_pair(g.out + p * N + n, [&](int c) { return acc[mf][nf][2 * h + c]; }, wt[mf][h]);
         }
       }
     }

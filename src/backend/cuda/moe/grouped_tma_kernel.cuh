@@ -100,38 +100,29 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     }
     return;
   }
-  float acc[1][NH][64];  // n8 fragment nf, element q: acc[0][nf / 16][4 (nf % 16) + q]
-DG_UNROLL
-  for (int h = 0; h < NH; ++h)
-DG_UNROLL
-    for (int q = 0; q < 64; ++q) acc[0][h][q] = 0.f;
-  auto fence_acc = [&] {
-DG_UNROLL
-    for (int h = 0; h < NH; ++h)
-DG_UNROLL
-      for (int q = 0; q < 64; ++q) wgmma_fence_operand(acc[0][h][q]);
-  };
+  float acc[NH][64];  // n8 fragment nf, element q: acc[nf / 16][4 (nf % 16) + q]
+  zero_acc(acc);
   for (int kt = 0; kt < KT; ++kt) {
     const int s = kt % kStages;
     mbar_wait(full + 8 * s, (kt / kStages) & 1);
     fence_proxy_async();  // the activation rows (cp.async: the generic proxy) visible to the tensor cores
     const uint32_t sa = s_a + s * kAStage + c * 64 * kRowBytes, sb = s_b + s * kBStage;
-    fence_acc();
+    fence_acc(acc);
     wgmma_fence();
 DG_UNROLL
     for (int kk = 0; kk < kBK / 16; ++kk)
 DG_UNROLL
       for (int h = 0; h < NH; ++h)
-        wgmma_m64n128k16(acc[0][h], sw128_desc(sa + 32 * kk), sw128_desc(sb + h * 128 * kRowBytes + 32 * kk));
+        wgmma_m64n128k16(acc[h], sw128_desc(sa + 32 * kk), sw128_desc(sb + h * 128 * kRowBytes + 32 * kk));
     wgmma_commit();
-    fence_acc();
+    fence_acc(acc);
     wgmma_wait<1>();  // K tile kt - 1's wgmma done: its stage goes back to the producers
-    fence_acc();
+    fence_acc(acc);
     if (kt > 0 && lane == 0) mbar_arrive(empty + 8 * ((kt - 1) % kStages));
   }
   wgmma_wait<0>();
-  fence_acc();
-  store_wgmma_tile<1, NH, kGateUp>(acc, g, row0, rows, n0, c, warp, lane);
+  fence_acc(acc);
+  store_wgmma_tile<NH, kGateUp>(acc, g, row0, rows, n0, c, warp, lane);
 }
 
 }  // namespace

@@ -57,7 +57,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_w8a8_kerne
   // before the barrier that starts this iteration, so its stage is free to refill right after it).
   constexpr int kAhead = kStages - 1;
   static_assert(kAhead >= 1, "two stages at least");
-  static_assert(C::kMBlocks == 1, "one m64 block a warpgroup");
   DG_KERNEL_DYNAMIC_SMEM(smem);
 
   const int e = tiles[4 * blockIdx.x];
@@ -89,17 +88,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_w8a8_kerne
 
   float acc[NH][64];  // one K tile's MMA sums
   float sum[NH][64];  // their fp32 total
-DG_UNROLL
-  for (int h = 0; h < NH; ++h)
-DG_UNROLL
-    for (int q = 0; q < 64; ++q) acc[h][q] = sum[h][q] = 0.f;
+  zero_acc(acc);
+  zero_acc(sum);
   auto frag = [&](int nf, int q) -> float& { return sum[nf >> 4][4 * (nf & 15) + q]; };
-  auto fence_acc = [&] {
-DG_UNROLL
-    for (int h = 0; h < NH; ++h)
-DG_UNROLL
-      for (int q = 0; q < 64; ++q) wgmma_fence_operand(acc[h][q]);
-  };
 
 DG_UNROLL
   for (int s = 0; s < kAhead; ++s) {
@@ -115,7 +106,7 @@ DG_UNROLL
     cp_async_commit();
     const int stage = kt % kStages;
     const uint32_t sa = s_a + stage * kAStage + wg * 64 * kRowBytes, sb = s_b + stage * kBStage;
-    fence_acc();
+    fence_acc(acc);
     wgmma_fence();
 DG_UNROLL
     for (int kk = 0; kk < kBK8 / 32; ++kk)
@@ -123,9 +114,9 @@ DG_UNROLL
       for (int h = 0; h < NH; ++h)
         wgmma_m64n128k32_e4m3(acc[h], sw128_desc(sa + 32 * kk), sw128_desc(sb + h * 128 * kRowBytes + 32 * kk), kk > 0);
     wgmma_commit();
-    fence_acc();
+    fence_acc(acc);
     wgmma_wait<0>();  // this K tile's sums, promoted to the fp32 total
-    fence_acc();
+    fence_acc(acc);
 DG_UNROLL
     for (int h = 0; h < NH; ++h)
 DG_UNROLL
@@ -149,16 +140,11 @@ DG_UNROLL
       for (int nf = 0; nf < NF / 2; ++nf) {
         const int i = n0 + 8 * nf + g_col;
         if (i >= N) continue;
-        uint32_t packed = 0;
-DG_UNROLL
-        for (int c = 0; c < 2; ++c) {
-          const float vg = __fmul_rn(__fmul_rn(frag(nf, 2 * h + c), s_row), rs_e[i + c]);
-          const float vu = __fmul_rn(__fmul_rn(frag(nf + NF / 2, 2 * h + c), s_row), rs_e[N + i + c]);
-          const float gate = round_bf16(gelu_tanh(round_bf16(vg)));
-          const uint16_t v = f32_to_bf16(__fmul_rn(gate, round_bf16(vu)));
-          packed |= static_cast<uint32_t>(v) << (16 * c);
-        }
-        *reinterpret_cast<uint32_t*>(g.out + r * N + i) = packed;
+        auto gate = [&](int c) { return __fmul_rn(__fmul_rn(frag(nf, 2 * h + c), s_row), rs_e[i + c]); };
+        auto up = [&](int c) {
+          return __fmul_rn(__fmul_rn(frag(nf + NF / 2, 2 * h + c), s_row), rs_e[N + i + c]);
+        };
+        store_act_pair(g.out + r * N + i, gate, up);
       }
     }
   } else {
@@ -179,13 +165,8 @@ DG_UNROLL
       for (int nf = 0; nf < NF; ++nf) {
         const int n = n0 + 8 * nf + g_col;
         if (n >= N) continue;
-        uint32_t packed = 0;
-DG_UNROLL
-        for (int c = 0; c < 2; ++c) {
-          const float v = __fmul_rn(__fmul_rn(frag(nf, 2 * h + c), s_row[h]), rs_e[n + c]);
-          packed |= static_cast<uint32_t>(f32_to_bf16(__fmul_rn(round_bf16(v), wt[h]))) << (16 * c);
-        }
-        *reinterpret_cast<uint32_t*>(g.out + p * N + n) = packed;
+        auto value = [&](int c) { return __fmul_rn(__fmul_rn(frag(nf, 2 * h + c), s_row[h]), rs_e[n + c]); };
+        store_weighted_pair(g.out + p * N + n, value, wt[h]);
       }
     }
   }

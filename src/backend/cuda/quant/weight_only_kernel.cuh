@@ -26,10 +26,10 @@
 // decode; mma.sync with register-built B fragments keeps the weights packed.
 #include <cstdint>
 
+#include "backend/cuda/core/kernel_macros.cuh"
+#include "backend/cuda/moe/expert_epilogue.cuh"
 #include "backend/cuda/quant/layout.h"
 #include "backend/cuda_options.h"
-
-#include "backend/cuda/core/kernel_macros.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -179,12 +179,7 @@ DG_UNROLL
   };
 
   float acc[MF][2][4];
-DG_UNROLL
-  for (int mf = 0; mf < MF; ++mf)
-DG_UNROLL
-    for (int nf = 0; nf < 2; ++nf)
-DG_UNROLL
-      for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
+  zero_acc(acc);
 
 DG_UNROLL
   for (int s = 0; s < kStages - 1; ++s) {
@@ -267,16 +262,9 @@ DG_UNROLL
           if (kGateUp) {
             const int i = blockIdx.x * (BN / 2) + 8 * warp + g_col;
             if (i >= N) continue;
-            uint32_t packed = 0;
-DG_UNROLL
-            for (int c = 0; c < 2; ++c) {
-              const float gv = scaled(acc[mf][0][2 * h + c], rs_e[i + c]);
-              const float uv = scaled(acc[mf][1][2 * h + c], rs_e[N + i + c]);
-              const float gate = round_bf16(gelu_tanh(round_bf16(gv)));
-              const uint16_t v = f32_to_bf16(__fmul_rn(gate, round_bf16(uv)));
-              packed |= static_cast<uint32_t>(v) << (16 * c);
-            }
-            *reinterpret_cast<uint32_t*>(g.out + r * N + i) = packed;
+            auto gate = [&](int c) { return scaled(acc[mf][0][2 * h + c], rs_e[i + c]); };
+            auto up = [&](int c) { return scaled(acc[mf][1][2 * h + c], rs_e[N + i + c]); };
+            store_act_pair(g.out + r * N + i, gate, up);
           } else {
             const int p = dense ? static_cast<int>(r) : g.pairs[r];
             const float wt = dense ? 1.0f : g.top_w[p];  // dense: bf16(bf16(y) * 1) = bf16(y)
@@ -284,23 +272,12 @@ DG_UNROLL
             for (int nf = 0; nf < 2; ++nf) {
               const int n = blockIdx.x * BN + 8 * W * nf + 8 * warp + g_col;
               if (n >= N) continue;
-              uint32_t packed = 0;
-DG_UNROLL
-              for (int c = 0; c < 2; ++c) {
-                const float yv = scaled(acc[mf][nf][2 * h + c], rs_e[n + c]);
-                const uint16_t v = f32_to_bf16(__fmul_rn(round_bf16(yv), wt));
-                packed |= static_cast<uint32_t>(v) << (16 * c);
-              }
-              *reinterpret_cast<uint32_t*>(g.out + static_cast<int64_t>(p) * N + n) = packed;
+              store_weighted_pair(g.out + static_cast<int64_t>(p) * N + n,
+                                  [&](int c) { return scaled(acc[mf][nf][2 * h + c], rs_e[n + c]); }, wt);
             }
           }
         }
-DG_UNROLL
-      for (int mf = 0; mf < MF; ++mf)
-DG_UNROLL
-        for (int nf = 0; nf < 2; ++nf)
-DG_UNROLL
-          for (int q = 0; q < 4; ++q) acc[mf][nf][q] = 0.f;
+      zero_acc(acc);
       kt = 0;
       ++mt;
       m_frags = min(MF, (rows - mt * BM + 15) / 16);
