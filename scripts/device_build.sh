@@ -11,7 +11,8 @@
 #   then: build-device/dgemma_gpu_check [name-substring...]
 # Environment: CUDA_HOME (default /usr/local/cuda), CXX (default g++), JOBS (default: all cores),
 #   DEVDEPS (default .devdeps/include), WERROR=1 to add -Werror to the C++ files, NVCC_EXTRA: more nvcc
-#   flags (e.g. -lineinfo, so compute-sanitizer names source lines).
+#   flags (e.g. -lineinfo, so compute-sanitizer names source lines), NATIVE=0: no machine code for the
+#   GPUs found here (only sm_90a and the compute_80 PTX).
 # Compiles: src/util, src/backend (+cpu, +cuda), src/model, src/engine, tests/gpu (no api/text/cli).
 set -euo pipefail
 
@@ -40,7 +41,25 @@ werror=""
 [ "${WERROR:-0}" = "1" ] && werror="-Werror"
 common_defs="-DDGEMMA_HAVE_CUDA=1 -DFMT_HEADER_ONLY '-DDGEMMA_SOURCE_DIR=\"$ROOT\"'"
 cxxflags="-std=c++20 -O2 -g1 -pthread -Wall -Wextra $werror $common_defs -I$ROOT/src -isystem $DEVDEPS -isystem $CUDA_HOME/include"
-nvccflags="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80 --expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra -DDGEMMA_HAVE_CUDA=1 -I$ROOT/src -ccbin $CXX ${NVCC_EXTRA:-}"
+# sm_90a machine code, the compute_80 PTX for other GPUs, and machine code for each GPU nvidia-smi
+# reports that nvcc knows (as the CMake build: scripts/cuda_native_archs.cmake; sm_90 runs the sm_90a
+# code). NATIVE=0: the two fixed targets only.
+gencode="-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80"
+native=""
+if [ "${NATIVE:-1}" != 0 ] && command -v nvidia-smi >/dev/null; then
+  codes="$("$NVCC" --list-gpu-code 2>/dev/null || true)"
+  for cap in $(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d ' .' | sort -u); do
+    case "$cap" in '' | *[!0-9]* | 90) continue ;; esac
+    if printf '%s\n' $codes | grep -qx "sm_$cap"; then
+      native="$native $cap"
+      gencode="$gencode -gencode=arch=compute_$cap,code=sm_$cap"
+    else
+      echo "device_build.sh: nvcc has no sm_$cap (a GPU here): it runs the compute_80 PTX" >&2
+    fi
+  done
+fi
+echo "device_build.sh: CUDA code for sm_90a, compute_80 (PTX), native:${native:- none}"
+nvccflags="-std=c++17 -O2 $gencode --expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra -DDGEMMA_HAVE_CUDA=1 -I$ROOT/src -ccbin $CXX ${NVCC_EXTRA:-}"
 ldflags="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcublas -lcublasLt -lcudart -pthread -ldl"  # -ldl: NCCL is dlopened
 
 cpp_sources=()
