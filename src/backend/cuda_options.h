@@ -60,7 +60,8 @@ struct CudaOptions {
 // (sm_90) or kPortable, the FP8 experts' path kW8A8 (hopper) or kW8A16. Throws Error(kUnsupported),
 // naming the GPU, for what it cannot run: the hopper family, a hopper-family MoE kernel or W8A8 experts
 // off sm_90, or a portable family asked for them. Plain C++: tested without a GPU.
-CudaOptions resolve_cuda_options(const CudaOptions& options, int major, int minor, const std::string& gpu_name);
+CudaOptions resolve_cuda_options(const CudaOptions& options, int major, int minor,
+                                 const std::string& gpu_name);
 // One line naming the family and the kernels resolved options choose (the start-up log).
 std::string describe_cuda_kernels(const CudaOptions& resolved);
 

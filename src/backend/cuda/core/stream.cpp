@@ -23,7 +23,8 @@ int Occupancy::resident_blocks(const void* kernel, int threads, size_t smem) {
   int blocks = 0;
   if (smem <= smem_optin_ || smem <= 48 * 1024) {
     if (smem > 48 * 1024)
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
     blocks = std::max(blocks, 0);
   }

@@ -64,7 +64,8 @@ struct Stream {
 // Blocks for a kernel that loops over `items` (rows, tokens) with a grid of blocks all resident at
 // once: the blocks one SM holds (at least one) times the SMs, and no more blocks than items.
 template <typename... Params>
-unsigned resident_grid(const Stream& stream, void (*kernel)(Params...), int threads, size_t smem, int64_t items) {
+unsigned resident_grid(const Stream& stream, void (*kernel)(Params...), int threads, size_t smem,
+                       int64_t items) {
   const int per_sm = stream.occupancy->resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem);
   const int64_t slots = int64_t{per_sm > 1 ? per_sm : 1} * stream.occupancy->sm_count();
   const int64_t grid = items < slots ? items : slots;

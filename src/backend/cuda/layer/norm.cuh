@@ -12,7 +12,7 @@ namespace dgemma::cuda {
 void launch_rmsnorm(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t rows, int64_t n, float eps,
                     Stream stream);
 // The router's input (MoE): z = bf16(bf16(bf16(rmsnorm0(x)) * scale) * root), rows of n.
-void launch_router_norm(const uint16_t* x, const uint16_t* scale, float root, uint16_t* out, int64_t rows, int64_t n,
-                        float eps, Stream stream);
+void launch_router_norm(const uint16_t* x, const uint16_t* scale, float root, uint16_t* out, int64_t rows,
+                        int64_t n, float eps, Stream stream);
 
 }  // namespace dgemma::cuda

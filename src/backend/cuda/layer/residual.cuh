@@ -17,11 +17,11 @@ namespace dgemma::cuda {
 bool residual_fusable(int64_t n, std::initializer_list<const void*> ptrs);
 void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* post_norm, uint16_t* h1,
                           const uint16_t* norm_a, uint16_t* out_a, const uint16_t* norm_b, uint16_t* out_b,
-                          uint16_t* o_normed, const uint16_t* router_scale, float router_root, uint16_t* router_out,
-                          int64_t rows, int64_t n, float eps, Stream stream);
+                          uint16_t* o_normed, const uint16_t* router_scale, float router_root,
+                          uint16_t* router_out, int64_t rows, int64_t n, float eps, Stream stream);
 void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, const uint16_t* norm1,
-                         const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out, uint16_t* m1n,
-                         uint16_t* m2n, uint16_t* f, const uint16_t* next_norm, uint16_t* next_out, int64_t rows,
-                         int64_t n, float eps, Stream stream);
+                         const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out,
+                         uint16_t* m1n, uint16_t* m2n, uint16_t* f, const uint16_t* next_norm,
+                         uint16_t* next_out, int64_t rows, int64_t n, float eps, Stream stream);
 
 }  // namespace dgemma::cuda

@@ -70,7 +70,8 @@ std::vector<SamplerBatch> sampler_batches(std::span<const SamplerArgs> canvases)
   }
   std::vector<SamplerBatch> groups;
   for (size_t i = 0; i < all.size(); i += kMaxSamplerBatch)
-    groups.push_back(make_sampler_batch(all.data() + i, static_cast<int>(std::min<size_t>(kMaxSamplerBatch, all.size() - i))));
+    groups.push_back(make_sampler_batch(
+        all.data() + i, static_cast<int>(std::min<size_t>(kMaxSamplerBatch, all.size() - i))));
   return groups;
 }
 
@@ -104,8 +105,8 @@ std::vector<DecideBatch> decide_batches(std::span<const DecideArgs> canvases) {
   for (const DecideArgs& a : canvases) all.push_back(decide_launch(a));
   std::vector<DecideBatch> groups;
   for (size_t i = 0; i < all.size(); i += kMaxDecideBatch)
-    groups.push_back(
-        make_decide_batch(all.data() + i, static_cast<int>(std::min<size_t>(kMaxDecideBatch, all.size() - i))));
+    groups.push_back(make_decide_batch(all.data() + i,
+                                       static_cast<int>(std::min<size_t>(kMaxDecideBatch, all.size() - i))));
   return groups;
 }
 
@@ -127,7 +128,8 @@ void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases, co
   for (size_t g = 0; g < groups.size(); ++g) {
     const size_t ws_bytes = sampler_workspace_bytes(groups[g]);
     const size_t args_at = (ws_bytes + 255) / 256 * 256;
-    Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(args_at + (encoded ? 0 : sizeof(SamplerBatch)))});
+    Tensor workspace =
+        ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(args_at + (encoded ? 0 : sizeof(SamplerBatch)))});
     const SamplerBatch* dev = encoded + g;
     if (encoded == nullptr) {
       dev = reinterpret_cast<const SamplerBatch*>(workspace.ptr<uint8_t>() + args_at);
