@@ -1,7 +1,8 @@
 #pragma once
 // The shared-memory operand descriptors of the wgmma kernels (moe/grouped_wgmma_kernel.cuh,
-// grouped_moe_fp4_wgmma_kernel.cuh, attention/flash_wgmma_kernel.cuh): plain arithmetic, also
-// compiled by the emulated unit tests (whose wgmma emulation reads the operands through it).
+// moe/grouped_tma_kernel.cuh, quant/w8a8_experts_kernel.cuh, attention/flash_wgmma_kernel.cuh): plain
+// arithmetic, also compiled by the emulated unit tests (whose wgmma emulation reads the operands
+// through it).
 #include <cstdint>
 
 namespace dgemma::cuda {
