@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/caching_allocator.h"
+#include "backend/cuda_options.h"
 #include "backend/sample_filter.h"
 #include "backend/tensor.h"
 #include "backend/weight.h"
@@ -245,6 +246,16 @@ struct MemoryInfo {
   uint64_t total = 0;
 };
 
+// A backend's device work so far (Backend::work_stats): kernel launches (its own kernels, library
+// calls, graph replays), host waits for the device (synchronisations, synchronising copies) and the
+// time spent in them. Benchmarks report launches and waits per step from two readings: a step whose
+// host time is mostly waiting is device-bound, one with little waiting host-bound.
+struct DeviceWorkStats {
+  uint64_t launches = 0;
+  uint64_t syncs = 0;
+  uint64_t sync_wait_ns = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -256,6 +267,11 @@ class Backend {
   virtual AllocatorStats allocator_stats() const { return {}; }
   virtual void set_allocator_ceiling(uint64_t /*bytes*/) {}
   virtual void release_cached_memory() {}
+  // The device work so far (zeros on the CPU backend).
+  virtual DeviceWorkStats work_stats() const { return {}; }
+  // A profiler's capture window (CUDA: cudaProfilerStart / Stop; Nsight Compute run with
+  // --profile-from-start off sees only the work between the two). No-op on the CPU backend.
+  virtual void profiler_window(bool /*open*/) {}
 
   // Memory. Weights are uploaded once; host tensors stay where they are on the CPU backend.
   virtual Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) = 0;
@@ -361,8 +377,10 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
-// CUDA backend (nullptr-safe: throws Error(kUnsupported) when built without CUDA or no GPU).
-std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
+// The CUDA backend of a device with the given kernel choices (cuda_options.h). Throws
+// Error(kUnsupported) when built without CUDA, without a usable GPU, or when the options ask for what
+// the GPU cannot run (the hopper family off sm_90). Logs the kernel family and kernels it chose.
+std::unique_ptr<Backend> make_cuda_backend(int device_index = 0, const CudaOptions& options = {});
 bool cuda_available();
 
 }  // namespace dgemma

@@ -322,7 +322,7 @@ std::string format_inspect_text(const InspectReport& r) {
   if (!r.checkpoint.linear_formats.empty()) {
     std::string f;
     for (const auto& [name, n] : r.checkpoint.linear_formats) f += (f.empty() ? "" : ", ") + fmt::format("{} {}", n, name);
-    // How the CUDA backend runs them by default (tuning.h set_dense_quant, set_fp8_moe_w8a8).
+    // How the CUDA backend runs them by default (cuda_options.h DenseQuant, Fp8Experts).
     std::string cuda_path;
     if (c.quant.nvfp4) cuda_path = "NVFP4 W4A16";
     if (c.quant.fp8)

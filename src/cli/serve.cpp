@@ -59,6 +59,8 @@ struct ServeFlags {
   std::string quantization;
   std::string load_format = "auto";
   std::string device = "auto";
+  std::string kernel_family = "auto";  // CUDA: auto | hopper | portable (cuda_options.h)
+  std::string fp8_moe = "auto";        // CUDA: FP8-dynamic experts auto | w8a8 | w8a16
   int64_t seed = 0;  // -1: a random base seed
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
@@ -248,6 +250,10 @@ Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
   if (f.device != "auto" && f.device != "cpu" && f.device != "cuda")
     fail_arg("--device: '{}' is not one of auto, cpu, cuda", f.device);
   e.device = f.device;
+  if (!parse_kernel_family(f.kernel_family, &e.cuda.family))
+    fail_arg("--kernel-family: '{}' is not one of {}", f.kernel_family, kernel_family_words());
+  if (!parse_fp8_experts(f.fp8_moe, &e.cuda.fp8_experts))
+    fail_arg("--fp8-moe: '{}' is not one of {}", f.fp8_moe, fp8_experts_words());
   e.quantization = f.quantization;
   // The model's limits are checked here, before the port is bound (the engine repeats them).
   const ModelConfig mc = load_model_config(p.model_dir);
@@ -691,6 +697,13 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
                   "auto, safetensors or dummy (random weights)" +
                       (extra.prefix.empty() ? "" : ", or " + extra.prefix + "... (" + extra.help + ")"));
   sub->add_option("--device", f->device, "auto, cpu or cuda");
+  sub->add_option("--kernel-family", f->kernel_family,
+                  "CUDA kernels: auto (hopper on an sm_90 GPU, else portable), hopper (the sm_90 kernels: "
+                  "H100 / H200 only) or portable (the sm_80 mma.sync kernels every GPU runs)");
+  sub->add_option("--fp8-moe", f->fp8_moe,
+                  "CUDA, FP8-dynamic experts: auto (w8a8 with the hopper kernels, else w8a16), w8a8 (the "
+                  "checkpoint's FP8 activations: more throughput at many rows an expert) or w8a16 (bf16 "
+                  "activations: less latency for one stream at a time)");
   sub->add_option("--seed", f->seed,
                   "Base seed for requests without their own seed (default 0; -1: a random one)");
   sub->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->enable_chunked_prefill,

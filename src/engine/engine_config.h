@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/cuda_options.h"
 #include "backend/tensor.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
@@ -18,6 +19,7 @@ struct EngineConfig {
   std::string model_dir;               // HF model directory
   std::string load_format = "auto";    // auto | safetensors | dummy
   std::string device = "auto";         // auto | cpu | cuda
+  CudaOptions cuda;                    // the CUDA backend's kernel choices (--kernel-family, --fp8-moe)
   std::string dtype = "auto";          // auto | bfloat16
   std::string quantization;            // vLLM's --quantization: empty/auto = what the checkpoint declares
   int64_t max_model_len = 0;           // 0: from config (max_position_embeddings), capped by memory

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "backend/cuda_limits.h"
 #include "engine/diffusion_runner.h"
 #include "engine/engine.h"
 #include "engine/engine_config.h"
@@ -107,6 +108,20 @@ MemoryPlanInputs memory_plan_inputs(const EngineConfig& c, int64_t max_len, bool
   return in;
 }
 
+// What of the model the CUDA backend's kernels depend on (backend/cuda_limits.h).
+CudaModelShape cuda_model_shape(const ModelConfig& mc) {
+  CudaModelShape s;
+  const TextConfig& t = mc.text;
+  s.hidden_size = t.hidden_size;
+  for (const LayerSpec& l : t.layers) s.head_dims.push_back(l.head_dim);
+  s.vocab_size = t.vocab_size;
+  s.num_experts = t.num_experts;
+  s.top_k = t.top_k_experts;
+  s.moe_intermediate_size = t.moe_intermediate_size;
+  s.quantized = mc.quant.quantized();
+  return s;
+}
+
 EngineSizing engine_sizing(const EngineConfig& c, const MemoryPlan& plan, int64_t max_len) {
   EngineSizing sz;
   sz.max_num_seqs = c.max_num_seqs;
@@ -159,9 +174,14 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
 
   const std::string device = resolve_device(c.device);
   std::unique_ptr<Backend> backend;
-  if (device == "cuda") backend = make_cuda_backend(0);
-  else if (device == "cpu") backend = make_cpu_backend();
-  else fail_arg("--device must be auto, cuda or cpu (got '{}')", c.device);
+  if (device == "cuda") {
+    check_cuda_supports(cuda_model_shape(mc));  // refused here, naming the limit, not mid-request
+    backend = make_cuda_backend(0, c.cuda);
+  } else if (device == "cpu") {
+    backend = make_cpu_backend();
+  } else {
+    fail_arg("--device must be auto, cuda or cpu (got '{}')", c.device);
+  }
   if (tp > 1 && device != "cpu")
     fail(ErrorKind::kUnsupported,
          "--tensor-parallel-size {}: the {} backend has no tensor-parallel kernels yet (the sharded model runs on the CPU "

@@ -14,7 +14,7 @@ namespace dgemma {
 
 // Fixed part of the activation workspace: the routing index buffers and small per-step tensors,
 // cuBLAS's per-call state, the attention score buffer of the per-item (non-flash) attention path
-// (tuning.h: 256 MiB) — a stated allowance, not a measurement.
+// (CudaOptions::attention_score_budget: 256 MiB) — a stated allowance, not a measurement.
 inline constexpr uint64_t kWorkspaceReserveBytes = uint64_t{512} << 20;
 
 // Blocks a step holds at once that may each be up to one allocator granule (2 MiB) larger than asked

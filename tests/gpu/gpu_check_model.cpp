@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 
-#include "backend/cuda/tuning.h"
 #include "engine/kv_pool.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
@@ -323,43 +322,6 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
   }
 }
 
-// The fused small kernels of a layer (the qkv prologue, the MoE routing) against the op-by-op
-// sequence on the CUDA backend, through whole forward passes (a two-chunk prefill and a
-// denoising step with self-conditioning): the same caches and logits, bit for bit.
-void fused_vs_ops_forward(Reporter& r, const std::string& fx) {
-  Model m(fx, cuda());
-  const auto prompt = golden_ids(fx, "prompt_ids");
-  const auto canvas = golden_ids(fx, "canvas_ids");
-  const int64_t C = m.config.canvas_length, V = m.config.text.vocab_size, H = m.config.text.hidden_size;
-  const int64_t tokens = static_cast<int64_t>(prompt.size()) + C;
-  auto run = [&](bool fused, PagedCache& kv, const Tensor& logits) {
-    const bool q = cuda::set_fused_qkv_prologue(fused), rt = cuda::set_fused_moe_routing(fused);
-    const size_t half = prompt.size() / 2;
-    for (auto [b, e] : {std::pair<size_t, size_t>{0, half}, std::pair<size_t, size_t>{half, prompt.size()}}) {
-      std::span<const int32_t> chunk(prompt.data() + b, e - b);
-      std::vector<ForwardItem> it{{ForwardItem::Kind::kEncode, chunk, kv.item(), {}, {}, {}}};
-      m.forward(it, kv.kv);
-      kv.encoded = static_cast<int64_t>(e);
-    }
-    Tensor sc = cuda().alloc(ScalarType::kBF16, {C, H});
-    cuda().fill_normal(sc, 7, 0.0f, 0.05f);
-    std::vector<ForwardItem> it{{ForwardItem::Kind::kDenoise, canvas, kv.item(), sc, logits, {}}};
-    m.forward(it, kv.kv);
-    cuda().synchronize();
-    cuda::set_fused_qkv_prologue(q);
-    cuda::set_fused_moe_routing(rt);
-  };
-  PagedCache ko(m.config, cuda(), tokens), kf(m.config, cuda(), tokens);
-  Tensor lo = cuda().alloc(ScalarType::kBF16, {C, V}), lf = cuda().alloc(ScalarType::kBF16, {C, V});
-  run(false, ko, lo);
-  run(true, kf, lf);
-  int64_t bad = 0;
-  for (size_t li = 0; li < ko.kv.layers.size(); ++li)
-    for (bool keys : {true, false}) bad += kf.rows(cuda(), li, keys) != ko.rows(cuda(), li, keys);
-  if (bad != 0) r.fail(fx + ": " + std::to_string(bad) + " cache tensors differ between the fused kernels and the ops");
-  expect_bf16(r, fx + " fused vs ops logits", u16(lf), u16(lo), exact_tol());
-}
-
 }  // namespace
 
 std::vector<Case> model_cases() {
@@ -368,8 +330,6 @@ std::vector<Case> model_cases() {
       {"golden_forward_tiny_b", [](Reporter& r) { golden_forward(r, "tiny_b"); }},
       {"cpu_vs_cuda_forward_tiny_a", [](Reporter& r) { cpu_vs_cuda_forward(r, "tiny_a"); }},
       {"cpu_vs_cuda_forward_tiny_b", [](Reporter& r) { cpu_vs_cuda_forward(r, "tiny_b"); }},
-      {"fused_vs_ops_forward_tiny_a", [](Reporter& r) { fused_vs_ops_forward(r, "tiny_a"); }},
-      {"fused_vs_ops_forward_tiny_b", [](Reporter& r) { fused_vs_ops_forward(r, "tiny_b"); }},
   };
 }
 

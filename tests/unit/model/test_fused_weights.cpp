@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
+#include "backend/quant_reference.h"
 #include "engine/kv_pool.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -91,10 +91,10 @@ Weight small_weight(WeightFormat format, int64_t N, int64_t K, uint8_t salt) {
 
 std::vector<float> dequantised(const Weight& w) {
   std::vector<float> v(static_cast<size_t>(w.rows() * w.cols()));
-  cpu::dequantize(w, v.data());
+  quant_ref::dequantize(w, v.data());
   if (w.quantized())  // the row scale applies after the dot product; fold it in for the comparison
     for (int64_t n = 0; n < w.rows(); ++n)
-      for (int64_t k = 0; k < w.cols(); ++k) v[static_cast<size_t>(n * w.cols() + k)] *= cpu::row_scales(w, 0)[n];
+      for (int64_t k = 0; k < w.cols(); ++k) v[static_cast<size_t>(n * w.cols() + k)] *= quant_ref::row_scales(w, 0)[n];
   return v;
 }
 
