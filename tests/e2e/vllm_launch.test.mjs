@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
-import { BIN, freePort, makeModelDir, postJson, runCli, startServer, streamRaw, waitFor } from './helpers.mjs';
+import { BIN, TEST_SERVER, binFor, freePort, makeModelDir, postJson, runCli, startServer, streamRaw, waitFor } from './helpers.mjs';
 
 const script = { canvas_length: 8, canvas_delay_ms: 5, default: { canvases: [' fine'] } };
 const user = (content) => [{ role: 'user', content }];
@@ -17,8 +17,9 @@ const exitOf = (proc) =>
     : new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
 
 // `dgemma serve ARGS...` exactly as given (no positional MODEL added); resolves once /health is 200.
-async function serveExactly(args, port) {
-  const proc = spawn(BIN, ['serve', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+// `bin`: the binary (default: the test server when ARGS name a scripted load format, else dgemma).
+async function serveExactly(args, port, bin = binFor(args)) {
+  const proc = spawn(bin, ['serve', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => (log += d));
   proc.stderr.on('data', (d) => (log += d));
@@ -124,7 +125,9 @@ describe('vLLM launch lines', () => {
       'block-size: 16',
       '',
     ].join('\n'));
-    const s = await serveExactly(['--config', yaml, '--port', String(port), '--served-model-name', 'from-cli'], port);
+    // The file names the scripted load format, so the test server runs it.
+    const s = await serveExactly(['--config', yaml, '--port', String(port), '--served-model-name', 'from-cli'], port,
+      TEST_SERVER);
     try {
       const models = await (await fetch(s.url('/v1/models'))).json();
       assert.deepEqual(models.data.map((m) => m.id), ['from-cli']);
