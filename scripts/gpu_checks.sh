@@ -5,7 +5,8 @@
 # again, each in its own process, into OUT/checks_isolated.txt. Prints a summary line per file.
 # PARALLEL=N (default 1) deals the checks round-robin to N processes run side by side (their CPU
 # references take most of the time: 4 processes take the 26B-shape set from over 330 s to 160 s on 16
-# cores); their logs follow each other in checks.txt, the isolated reruns per process likewise.
+# cores); their logs follow each other in checks.txt, the isolated reruns per process likewise. The
+# memory_* checks run alone afterwards (they read the device's free memory).
 # Usage: [PARALLEL=N] scripts/gpu_checks.sh BUILD OUT [--kernel-family auto|hopper|portable]
 #   (BUILD/dgemma_gpu_check; the whole set runs with the checks' backend in that kernel family, auto by
 #   default; scripts/gpu_suite.sh calls it for auto and portable)
@@ -49,7 +50,12 @@ run_list() {
 }
 
 "$BIN" --list > "$WORK/all.txt" || { echo "gpu_checks.sh: $BIN --list failed" >&2; exit 2; }
-for ((s = 0; s < N; ++s)); do awk -v n="$N" -v s="$s" '(NR - 1) % n == s' "$WORK/all.txt" > "$WORK/list$s.txt"; done
+# The memory_* checks read the device's free memory, which other processes on the GPU change: they run
+# alone, in one process after the parallel ones (its log last in checks.txt).
+grep -E '^memory_' "$WORK/all.txt" > "$WORK/alone.txt"
+for ((s = 0; s < N; ++s)); do
+  grep -vE '^memory_' "$WORK/all.txt" | awk -v n="$N" -v s="$s" '(NR - 1) % n == s' > "$WORK/list$s.txt"
+done
 pids=()
 for ((s = 0; s < N; ++s)); do
   if [ -s "$WORK/list$s.txt" ]; then
@@ -59,8 +65,10 @@ for ((s = 0; s < N; ++s)); do
 done
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
+if [ -s "$WORK/alone.txt" ]; then run_list "$WORK/alone.txt" "$WORK/log_alone.txt" "$WORK/iso_alone.txt" || status=1; fi
 : > "$OUT/checks.txt"
 for ((s = 0; s < N; ++s)); do [ -f "$WORK/log$s.txt" ] && cat "$WORK/log$s.txt" >> "$OUT/checks.txt"; done
+[ -f "$WORK/log_alone.txt" ] && cat "$WORK/log_alone.txt" >> "$OUT/checks.txt"
 passed=$(grep -cE "^\[  OK  \]" "$OUT/checks.txt")
 failed=$(grep -cE "^\[ FAIL" "$OUT/checks.txt")
 echo "checks: $passed passed, $failed failed of $(wc -l < "$WORK/all.txt") ($N process(es)${FAMILY[*]:+, ${FAMILY[*]}})"

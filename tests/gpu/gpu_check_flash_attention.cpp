@@ -206,18 +206,23 @@ void run_flash(Reporter& r, const FlashCase& c, std::optional<cuda::FlashKernel>
   // another order; and the kernel rounds each probability relative to the running maximum and divides
   // the fp32 output by the sum where the reference rounds p / sum (expect_rounding_bound). The NMSE of
   // the latter is ~5 single bf16 roundings (measured 6-8e-6 in the emulated test): bound 2e-5.
+  // The bit-identical fraction only guards against a systematic error (a missing rounding or a wrong
+  // scale takes it near 0); the bound decides. It runs from 0.92 (short items) down to about 0.5 where a
+  // 32,768-key cache is split 8 ways (each split's partial output is rounded and merged): floor 0.4.
   const double rows = static_cast<double>(T * c.Hq);
   const double outliers = std::max(1e-3, 2.0 / rows);
-  expect_rounding_bound(r, c.name + " flash vs cpu", flash, want, A, outliers, 0.5, 2e-5);
-  expect_rounding_bound(r, c.name + " flash vs per-item cuda", flash, unfused, A, 2 * outliers, 0.5, 2e-5);
+  const double min_exact = 0.4;
+  expect_rounding_bound(r, c.name + " flash vs cpu", flash, want, A, outliers, min_exact, 2e-5);
+  expect_rounding_bound(r, c.name + " flash vs per-item cuda", flash, unfused, A, 2 * outliers, min_exact,
+                        2e-5);
   Tol tol_c = gemm_tol();  // control: the per-item path against the CPU (gpu_check_ops' attention bounds)
   tol_c.max_bad_fraction = outliers;
   tol_c.min_exact = 0.8;
   expect_bf16(r, c.name + " per-item cuda vs cpu", unfused, want, tol_c);
   if (both) {  // the two families' kernels: each within the bound of the reference, so of each other twice
     const auto mma = u16(ma.out);
-    expect_rounding_bound(r, c.name + " mma.sync vs cpu", mma, want, A, outliers, 0.5, 2e-5);
-    expect_rounding_bound(r, c.name + " wgmma vs mma.sync", flash, mma, A, 2 * outliers, 0.5, 4e-5);
+    expect_rounding_bound(r, c.name + " mma.sync vs cpu", mma, want, A, outliers, min_exact, 2e-5);
+    expect_rounding_bound(r, c.name + " wgmma vs mma.sync", flash, mma, A, 2 * outliers, min_exact, 4e-5);
   }
 
   // Deterministic: a second run into a fresh poisoned output is bit-identical.
