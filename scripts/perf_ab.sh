@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The batch-1 step's levers on one GPU in one command: builds the GPU binaries (scripts/device_build.sh),
-# runs the weight-streaming experts' checks, the PDL step check and the quant / FP8 / W8A8 / graphs
-# checks (dgemma_gpu_check), the expert GEMM benchmark (dgemma_gpu_check --bench experts), then
-# dgemma_bench on the 26B-A4B dummy shape (bench/denoise_step_bench.py --write-model) at batch 1, 4 and
-# 16 for fp8-dynamic, nvfp4-modelopt and bf16: (a) every choice automatic, (b) --experts grouped,
-# (c) --pdl on (PDL is off in auto until this A/B decides; bf16 only (a): its experts are grouped). Each check set prints one PASS / FAIL line;
-# the last lines are the A/B table (ms per step, launches per step). Bench rows that would run past
-# the time budget (BUDGET_S, default 450 s from the start) are listed as skipped.
+# runs the weight-streaming experts' checks (expert_stream_*), the PDL step checks (pdl_step_*) with the
+# graphs checks, and the quantised MoE / dense / W8A8 checks (dgemma_gpu_check, three processes side by
+# side), the expert GEMM benchmark (dgemma_gpu_check --bench experts), then dgemma_bench on the 26B-A4B
+# dummy shape (bench/denoise_step_bench.py --write-model) at batch 1, 4 and 16 for fp8-dynamic,
+# nvfp4-modelopt and bf16: (a) every choice automatic, (b) --experts grouped, (c) --pdl on (PDL is off
+# in auto until this A/B decides; bf16 only (a): its experts take the grouped kernels at every size).
+# Each check set prints one PASS / FAIL line; the last lines are the A/B table (ms per step, launches
+# per step). Bench rows that would run past the time budget (BUDGET_S, default 450 s from the start)
+# are listed as skipped.
 # Usage: scripts/perf_ab.sh OUT   (from the repository root, on the GPU machine; JOBS=16 for the build)
 # OUT gets build.log, checks.txt, bench_experts.txt, bench.txt, table.txt and logs.tgz (the rest).
 set -uo pipefail
-[ $# -eq 1 ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 OUT="$1"
 mkdir -p "$OUT/more"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,7 +49,7 @@ check_set() {
 echo "== GPU checks"
 check_set expert_stream expert_stream_ > "$OUT/more/status_expert_stream" &
 check_set step pdl_step graphs_vs_eager > "$OUT/more/status_step" &
-check_set quant quant fp8 w8a8 nvfp4 > "$OUT/more/status_quant" &
+check_set quant fp4_moe fp8_moe fp8_w8a8_moe quant_ dense_ w8a8_quantize w8a8_dense w8a8_refused > "$OUT/more/status_quant" &
 wait
 cat "$OUT"/more/status_expert_stream "$OUT"/more/status_step "$OUT"/more/status_quant
 cat "$OUT"/more/checks_expert_stream.txt "$OUT"/more/checks_step.txt "$OUT"/more/checks_quant.txt > "$OUT/checks.txt"
