@@ -36,7 +36,8 @@ function watched(value, path, objects) {
 // The model class of an object's apiVersion and kind, or an error message.
 async function modelClass(doc) {
   const { apiVersion, kind } = doc ?? {};
-  if (typeof apiVersion !== 'string' || !kApiVersion.test(apiVersion)) return { error: `bad apiVersion ${apiVersion}` };
+  if (typeof apiVersion !== 'string' || !kApiVersion.test(apiVersion))
+    return { error: `bad apiVersion ${apiVersion}` };
   if (typeof kind !== 'string' || !/^[A-Z][A-Za-z0-9]*$/.test(kind)) return { error: `bad kind ${kind}` };
   let module;
   try {
