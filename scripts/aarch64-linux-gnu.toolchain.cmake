@@ -15,5 +15,7 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
 set(ENV{PKG_CONFIG_PATH} "")
 
-# Test binaries (CTest, gtest discovery) run under qemu-user with the cross C/C++ runtime.
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
+# Test binaries (CTest, gtest discovery) run under qemu-user against the arm64 C and C++ runtime of
+# multiarch (libc6:arm64, libstdc++6:arm64 in /lib/aarch64-linux-gnu), not the cross toolchain's copy
+# under /usr/aarch64-linux-gnu, whose first pthread_create never returns under Debian 12's qemu-user.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64)
