@@ -3,12 +3,13 @@
 // the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU machine by
 // scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
-//                [--attention flash|flash-v0|flash-v1|flash-v2|flash-v3|flash-v4|cublas|fused|fused256] [--moe device|host] [--moe-variant V]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
-//                [--dense-quant w8a8|on|off]   (quantised dense linears: FP8-dynamic's W8A8 on cuBLASLt, the
-//                                               W8A16 / W4A16 kernel, or bf16 cuBLAS; tuning.h set_dense_quant)
-//                [--small-kernels fused|ops]   (the fused qkv prologue, MoE routing and junction norms, or
-//                                               the earlier kernels)
+//                [--kernel-family auto|hopper|portable] [--attention auto|per-item]
+//                [--moe-kernel auto|small-rows|mma-sync-128x128|wgmma-64x128|tma-128x256]
+//                [--quant-tile auto|32x64|32x128|32x128-deep|128x64] [--dense-quant-tile ...]
+//                [--dense-quant w8a8|kernel|bf16] [--fp8-moe auto|w8a8|w8a16]
+//                                     (the CUDA backend's kernel choices, cuda_options.h; each automatic
+//                                      by default)
 //                [--profile-step N]   (the profiler's capture window around the measured round's N-th
 //                                      denoising step, N >= 2: `ncu --profile-from-start off` times that
 //                                      step's kernels alone; bench/step_profile.py)
@@ -30,51 +31,16 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/model_core.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "model/fused_weights.h"
 #include "model/weights.h"
+#include "support/model_core.h"
 #include "util/error.h"
 #include "util/timing.h"
-#if DGEMMA_HAVE_CUDA
-#include "backend/cuda/tuning.h"
-#endif
 
 using namespace dgemma;
 
 namespace {
-uint64_t launches_so_far() {
-#if DGEMMA_HAVE_CUDA
-  return cuda::launches_so_far();
-#else
-  return 0;
-#endif
-}
-// Host waits for the GPU so far: their count and the time spent in them (ns).
-uint64_t syncs_so_far() {
-#if DGEMMA_HAVE_CUDA
-  return cuda::syncs_so_far();
-#else
-  return 0;
-#endif
-}
-uint64_t sync_wait_ns_so_far() {
-#if DGEMMA_HAVE_CUDA
-  return cuda::sync_wait_ns_so_far();
-#else
-  return 0;
-#endif
-}
-// The profiler's capture window (CUDA only).
-void profiler_window(bool open) {
-#if DGEMMA_HAVE_CUDA
-  if (open) cuda::profiler_start();
-  else cuda::profiler_stop();
-#else
-  (void)open;
-#endif
-}
 struct Run {
   int batch = 1, steps = 48, prompt_len = 512;
 };
@@ -125,13 +91,15 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
   o.kv_tokens = static_cast<int64_t>(batch) * (prompt_len + (canvases + 1) * C);
   o.prefix_caching = false;  // every round encodes its prompts
   o.fuse_prefill_tail = false;
-  ModelCore core(model, o);
-  bool recorded = false;
-  if (graphs.on) {
-    Stopwatch rec;
-    recorded = !core.runner().enable_graphs({batch}, std::max<int64_t>(graphs.max_context, prompt_len + (canvases + 1) * C)).empty();
-    if (recorded) std::fprintf(stderr, "batch %d: denoising step recorded as a CUDA graph in %.0f ms\n", batch, rec.ms());
-  }
+  o.runner.batch_buckets = {batch};
+  o.runner.cuda_graphs = graphs.on;
+  if (graphs.on)
+    o.runner.plan_context = std::max<int64_t>(graphs.max_context, prompt_len + (canvases + 1) * C);
+  Stopwatch rec;
+  ModelCore core(be, model, o);
+  const bool recorded = !core.graph_batches().empty();
+  if (recorded)
+    std::fprintf(stderr, "batch %d: denoising step recorded as a CUDA graph in %.0f ms\n", batch, rec.ms());
   double first_round_step_ms = 0;
   for (int rep = 0; rep < 2; ++rep) {  // the first round warms up (cuBLAS handles, allocator)
     std::vector<std::unique_ptr<Sequence>> seqs;
@@ -152,23 +120,25 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
     Stopwatch all;
     while (core.core().has_work()) {
       Stopwatch sw;
-      const uint64_t launches0 = launches_so_far(), syncs0 = syncs_so_far(), wait0 = sync_wait_ns_so_far();
+      const DeviceWorkStats work0 = be.work_stats();
       // After a denoising step the next is one too (the batch denoises together until it ends).
       const bool profiled = rep == 1 && profile_step >= 2 && step_count + 1 == profile_step;
-      if (profiled) profiler_window(true);
+      if (profiled) be.profiler_window(true);
       const StepStats st = core.core().step(events);
       be.synchronize();
-      if (profiled) profiler_window(false);
+      if (profiled) be.profiler_window(false);
       for (const CoreEvent& ev : events)
-        if (ev.kind == CoreEvent::Kind::kError) throw Error(ErrorKind::kInternal, "a sequence failed: " + ev.message);
+        if (ev.event.kind == RequestEvent::Kind::kError)
+          throw Error(ErrorKind::kInternal, "a sequence failed: " + ev.event.message);
       if (st.denoise_items == 0) {
         prefill_ms += sw.ms();
       } else {
         step_ms += sw.ms();
         ++step_count;
-        step_launches += launches_so_far() - launches0;
-        step_syncs += syncs_so_far() - syncs0;
-        step_wait_ns += sync_wait_ns_so_far() - wait0;
+        const DeviceWorkStats work = be.work_stats();
+        step_launches += work.launches - work0.launches;
+        step_syncs += work.syncs - work0.syncs;
+        step_wait_ns += work.sync_wait_ns - work0.sync_wait_ns;
       }
     }
     const double total = all.ms();
@@ -189,27 +159,51 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
     }
   }
 }
+
+// One kernel-choice flag into `o`; false when `k` is none of them. Exits with a message on a bad word.
+bool parse_cuda_flag(const std::string& k, const char* v, CudaOptions& o) {
+  auto take = [&](auto parse, auto* out, const std::string& words) {
+    if (!parse(v, out)) {
+      std::fprintf(stderr, "%s: one of %s, not %s\n", k.c_str(), words.c_str(), v);
+      std::exit(2);
+    }
+    return true;
+  };
+  if (k == "--kernel-family") return take(parse_kernel_family, &o.family, kernel_family_words());
+  if (k == "--attention") return take(parse_attention_kernel, &o.attention, attention_kernel_words());
+  if (k == "--moe-kernel") return take(parse_moe_kernel, &o.moe, moe_kernel_words());
+  if (k == "--quant-tile") return take(parse_quant_tile, &o.quant_experts, quant_tile_words());
+  if (k == "--dense-quant-tile") return take(parse_quant_tile, &o.quant_dense, quant_tile_words());
+  if (k == "--dense-quant") return take(parse_dense_quant, &o.dense_quant, dense_quant_words());
+  if (k == "--fp8-moe") return take(parse_fp8_experts, &o.fp8_experts, fp8_experts_words());
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
-                 "                   [--attention flash|flash-v0|flash-v1|flash-v2|flash-v3|flash-v4|cublas|fused|fused256] [--moe device|host] [--moe-variant V]   (CUDA kernel choices, for A/B runs)\n"
                  "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
-                 "                   [--dense-quant w8a8|on|off]   (quantised dense linears: W8A8 cuBLASLt, quantised kernel or bf16 cuBLAS)\n"
-                 "                   [--small-kernels fused|ops]   (fused qkv prologue, MoE routing and junction norms, or the earlier kernels)\n"
+                 "                   [--kernel-family %s] [--attention %s]\n"
+                 "                   [--moe-kernel %s]\n"
+                 "                   [--quant-tile %s] [--dense-quant-tile (the same)]\n"
+                 "                   [--dense-quant %s] [--fp8-moe %s]   (CUDA kernel choices)\n"
                  "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM per projection)\n"
                  "                   [--profile-step N]   (profiler capture window around the N-th measured denoising step)\n"
                  "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, on one set of weights)\n"
-                 "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed as a CUDA graph, as dgemma serve)\n");
+                 "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed as a CUDA graph, as dgemma serve)\n",
+                 kernel_family_words().c_str(), attention_kernel_words().c_str(), moe_kernel_words().c_str(),
+                 quant_tile_words().c_str(), dense_quant_words().c_str(), fp8_experts_words().c_str());
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
   int batch = 1, prompt_len = 512, steps = 48, canvases = 1, profile_step = 0;
   const char* runs_arg = nullptr;  // --runs, when given
-  bool small_fused = true;
+  bool fuse_projections = true;  // --fused-projections
   Graphs graphs;
+  CudaOptions cuda;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--device") device = argv[i + 1];
@@ -220,41 +214,14 @@ int main(int argc, char** argv) {
     else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
     else if (k == "--profile-step") profile_step = std::atoi(argv[i + 1]);
     else if (k == "--runs") runs_arg = argv[i + 1];
-    else if (k == "--small-kernels") small_fused = std::string(argv[i + 1]) != "ops";
     else if (k == "--cuda-graphs") graphs.on = std::string(argv[i + 1]) != "off";
     else if (k == "--max-model-len") graphs.max_context = std::atoll(argv[i + 1]);
-    else if (k == "--fused-projections") set_fuse_projections(std::string(argv[i + 1]) != "off");
-#if DGEMMA_HAVE_CUDA
-    else if (k == "--attention") {
-      // flash (the default: one launch per layer, the default variant) | flash-v0 .. flash-v4 (its kernel
-      // variants, set_flash_attention_variant; v0 the mma.sync kernel, v3 / v4 the Hopper wgmma kernel,
-      // v4 on 80-key tiles) | flash256 (flash for head dim <= 256, cuBLAS above) | cublas | fused |
-      // fused256 (fused for head dim <= 256)
-      const std::string v = argv[i + 1];
-      const int flash_variant = v == "flash-v0"   ? 0
-                                : v == "flash-v1" ? 1
-                                : v == "flash-v2" ? 2
-                                : v == "flash-v3" ? 3
-                                : v == "flash-v4" ? 4
-                                                  : -1;
-      cuda::set_fused_attention(v == "fused" || v == "fused256");
-      cuda::set_fused_attention_max_dim(v == "fused256" ? 256 : 0);
-      cuda::set_flash_attention(v == "flash" || flash_variant >= 0 || v == "flash256");
-      cuda::set_flash_attention_max_dim(v == "flash256" ? 256 : 0);
-      if (flash_variant >= 0) cuda::set_flash_attention_variant(flash_variant);  // tuning.h
-    } else if (k == "--dense-quant") {
-      cuda::DenseQuant path{};
-      if (!cuda::parse_dense_quant(argv[i + 1], &path)) {
-        std::fprintf(stderr, "--dense-quant: w8a8, on or off, not %s\n", argv[i + 1]);
-        return 2;
-      }
-      cuda::set_dense_quant(path);
-    } else if (k == "--moe") {
-      cuda::set_moe_device_grouping(std::string(argv[i + 1]) != "host");
-    } else if (k == "--moe-variant") {
-      cuda::set_grouped_moe_variant(std::atoi(argv[i + 1]));  // 0 automatic (tuning.h)
+    else if (k == "--fused-projections")
+      fuse_projections = std::string(argv[i + 1]) != "off";
+    else if (!parse_cuda_flag(k, argv[i + 1], cuda)) {
+      std::fprintf(stderr, "dgemma_bench: unknown option %s\n", k.c_str());
+      return 2;
     }
-#endif
   }
   std::vector<Run> runs;
   if (!runs_arg) {
@@ -268,23 +235,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--runs: a comma-separated list of BATCH:STEPS[:PROMPT_LEN], not %s\n", runs_arg);
     return 2;
   }
-#if DGEMMA_HAVE_CUDA
-  cuda::set_fused_qkv_prologue(small_fused);
-  cuda::set_fused_moe_routing(small_fused);
-#endif
   try {
     ModelConfig mc = load_model_config(dir);
     if (!quantization.empty()) mc.quant = quant_preset(quantization);
     std::fprintf(stderr, "weights: %s\n", mc.quant.quantized() ? mc.quant.summary.c_str() : "bf16");
-#if DGEMMA_HAVE_CUDA
-    if (mc.quant.quantized() && device == "cuda") {
-      std::fprintf(stderr, "dense quantised linears: --dense-quant %s\n", cuda::dense_quant_name(cuda::dense_quant()));
-    }
-#endif
-    auto be = device == "cuda" ? make_cuda_backend(0) : make_cpu_backend();
+    auto be = device == "cuda" ? make_cuda_backend(0, cuda) : make_cpu_backend();
     Stopwatch load;
-    DiffusionGemma model(mc, dummy_weights(mc, *be, 1), *be);
-    model.set_fused_junction_norms(small_fused);
+    DiffusionGemma model(mc, dummy_weights(mc, *be, 1, WeightLoadOptions{.fuse_projections = fuse_projections}), *be);
     be->synchronize();
     std::fprintf(stderr, "dummy weights in %.1f s\n", load.seconds());
     graphs.max_context = std::min<int64_t>(graphs.max_context, mc.text.max_position_embeddings);

@@ -68,7 +68,8 @@ def kind_of(name, launches):
         return "experts"
     if "flash" in name or "attention" in name:
         return "attention"
-    if any(k in name for k in ("slice_", "probs_kernel", "z_table", "finalize_kernel", "decide_kernel")):
+    if any(k in name for k in ("slice_", "probs_kernel", "z_exp_table", "topn_partial", "hist_kernel", "floor_kernel",
+                               "finalize_kernel", "decide_kernel")):
         return "sampler"
     if "quantize_fp8" in name:
         return "FP8 activation quantisation"

@@ -11,8 +11,10 @@
 #   then: build-device/dgemma_gpu_check [name-substring...]
 # Environment: CUDA_HOME (default /usr/local/cuda), CXX (default g++), JOBS (default: all cores),
 #   DEVDEPS (default .devdeps/include), WERROR=1 to add -Werror to the C++ files, NVCC_EXTRA: more nvcc
-#   flags (e.g. -lineinfo, so compute-sanitizer names source lines).
-# Compiles: src/util, src/backend (+cpu, +cuda), src/model, src/engine, tests/gpu (no api/text/cli).
+#   flags (e.g. -lineinfo, so compute-sanitizer names source lines), NATIVE=0: no machine code for the
+#   GPUs found here (only sm_90a and the compute_80 PTX).
+# Compiles: src/util, src/backend (+cpu, +cuda), src/model, src/engine, tests/support (the harness the
+# checks and benchmarks link; not the test server), tests/gpu (no api/text/cli).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,20 +41,41 @@ cd "$ROOT"
 werror=""
 [ "${WERROR:-0}" = "1" ] && werror="-Werror"
 common_defs="-DDGEMMA_HAVE_CUDA=1 -DFMT_HEADER_ONLY '-DDGEMMA_SOURCE_DIR=\"$ROOT\"'"
-cxxflags="-std=c++20 -O2 -g1 -pthread -Wall -Wextra $werror $common_defs -I$ROOT/src -isystem $DEVDEPS -isystem $CUDA_HOME/include"
-nvccflags="-std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80 --expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra -DDGEMMA_HAVE_CUDA=1 -I$ROOT/src -ccbin $CXX ${NVCC_EXTRA:-}"
+cxxflags="-std=c++20 -O2 -g1 -pthread -Wall -Wextra $werror $common_defs -I$ROOT/src -I$ROOT/tests -isystem $DEVDEPS -isystem $CUDA_HOME/include"
+# sm_90a machine code, the compute_80 PTX for other GPUs, and machine code for each GPU nvidia-smi
+# reports that nvcc knows (as the CMake build: scripts/cuda_native_archs.cmake; sm_90 runs the sm_90a
+# code). NATIVE=0: the two fixed targets only.
+gencode="-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=compute_80"
+native=""
+if [ "${NATIVE:-1}" != 0 ] && command -v nvidia-smi >/dev/null; then
+  codes="$("$NVCC" --list-gpu-code 2>/dev/null || true)"
+  for cap in $(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d ' .' | sort -u); do
+    case "$cap" in '' | *[!0-9]* | 90) continue ;; esac
+    if printf '%s\n' $codes | grep -qx "sm_$cap"; then
+      native="$native $cap"
+      gencode="$gencode -gencode=arch=compute_$cap,code=sm_$cap"
+    else
+      echo "device_build.sh: nvcc has no sm_$cap (a GPU here): it runs the compute_80 PTX" >&2
+    fi
+  done
+fi
+echo "device_build.sh: CUDA code for sm_90a, compute_80 (PTX), native:${native:- none}"
+nvccflags="-std=c++17 -O2 $gencode --expt-relaxed-constexpr -Xcompiler=-Wall,-Wextra -DDGEMMA_HAVE_CUDA=1 -I$ROOT/src -ccbin $CXX ${NVCC_EXTRA:-}"
 ldflags="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcublas -lcublasLt -lcudart -pthread -ldl"  # -ldl: NCCL is dlopened
 
 cpp_sources=()
 # The engine module whole (its sources depend only on util, backend and model), so new engine files
 # need no edit here.
-for f in src/util/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp src/backend/cuda/*.cpp src/model/*.cpp \
-         src/engine/*.cpp tests/gpu/*.cpp; do
+# src/backend/cuda: every folder below it (core, attention, moe, quant, sampler, layer).
+mapfile -t cuda_cpp < <(find src/backend/cuda -name '*.cpp' | LC_ALL=C sort)
+mapfile -t cu_sources < <(find src/backend/cuda -name '*.cu' | LC_ALL=C sort)
+for f in src/util/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp "${cuda_cpp[@]}" src/model/*.cpp \
+         src/engine/*.cpp tests/support/*.cpp tests/gpu/*.cpp; do
   [ "$f" = tests/gpu/test_gpu.cpp ] && continue  # the GoogleTest driver
+  [ "$f" = tests/support/test_server.cpp ] && continue  # the test server (needs api/text/cli)
   cpp_sources+=("$f")
 done
-cu_sources=(src/backend/cuda/*.cu)
-# dgemma_bench (bench/model_step_bench.cpp): the library objects (engine included).
+# dgemma_bench (bench/model_step_bench.cpp): the library objects (engine and test support included).
 bench_sources=(bench/model_step_bench.cpp)
 # dgemma_engine_bench (bench/engine_bench.cpp): the threaded engine through create_model_engine.
 
@@ -85,7 +108,8 @@ if command -v ninja >/dev/null; then
       objs+=("$o")
       echo "build $o: cxx $ROOT/$f"
       case "$f" in
-        src/backend/cpu/*) echo "  extra = -ffp-contract=off" ;;  # as the CMake build: fixed-order CPU maths
+        src/backend/cuda/*) ;;
+        src/backend/*) echo "  extra = -ffp-contract=off" ;;  # as the CMake build: fixed-order CPU maths
         tests/gpu/gpu_check_main.cpp) echo "  extra = -DDGEMMA_GPU_CHECK_MAIN" ;;
       esac
     done
@@ -96,7 +120,7 @@ if command -v ninja >/dev/null; then
     done
     echo "build dgemma_gpu_check: link ${objs[*]}"
     lib_objs=()
-    for o in "${objs[@]}"; do case "$o" in obj/tests/*) ;; *) lib_objs+=("$o") ;; esac; done
+    for o in "${objs[@]}"; do case "$o" in obj/tests/support/*) lib_objs+=("$o") ;; obj/tests/*) ;; *) lib_objs+=("$o") ;; esac; done
     for f in "${bench_sources[@]}"; do
       o="$(obj_of "$f")"
       lib_objs+=("$o")
@@ -120,7 +144,8 @@ else
     objs+=("$o")
     extra=""
     case "$f" in
-      src/backend/cpu/*) extra="-ffp-contract=off" ;;
+      src/backend/cuda/*) ;;
+      src/backend/*) extra="-ffp-contract=off" ;;
       tests/gpu/gpu_check_main.cpp) extra="-DDGEMMA_GPU_CHECK_MAIN" ;;
     esac
     echo "mkdir -p $(dirname "$o") && $CXX $cxxflags $extra -c $ROOT/$f -o $o" >> "$jobs_file"

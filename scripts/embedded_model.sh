@@ -8,21 +8,42 @@
 #    start-up (--load-format dummy): it exercises the whole server, but its text is gibberish.
 # The Makefile serves the directory with --load-format dummy exactly when it has no model.safetensors.
 # Serve the real checkpoint instead with: build/dgemma serve /path/to/diffusiongemma-26B-A4B-it
+# A server may be running on the directory (make run while make test rewrites it): the files are
+# written beside it and renamed in only when they differ, so an unchanged file is left alone and a
+# changed one is replaced by rename (a running server keeps reading the file it opened); the directory
+# itself is never removed.
 set -euo pipefail
 build="${1:-build}"
 out="$build/embedded-model"
 here="$(cd "$(dirname "$0")/.." && pwd)"
 tiny="$here/models/tiny-code"
-rm -rf "$out"
 mkdir -p "$out"
+new="$(mktemp -d "$build/.embedded-model.XXXXXX")"
+trap 'rm -rf "$new"' EXIT
+
+# Puts the files of $new into $out: each one that differs by rename, the same ones not at all; files
+# of $out that $new does not have are removed (a switch between the two kinds of model below).
+install_new() {
+  local f name keep=()
+  for f in "$new"/*; do keep+=("$(basename "$f")"); done
+  for name in "${keep[@]}"; do
+    cmp -s "$new/$name" "$out/$name" || mv -f "$new/$name" "$out/$name"
+  done
+  for f in "$out"/*; do
+    name="$(basename "$f")"
+    [[ " ${keep[*]} " == *" $name "* ]] || rm -f "$f"
+  done
+}
+
 if [[ -f "$tiny/model.safetensors" ]]; then
   cp "$tiny/config.json" "$tiny/generation_config.json" "$tiny/tokenizer.json" "$tiny/tokenizer_config.json" \
-     "$tiny/model.safetensors" "$out/"
+     "$tiny/model.safetensors" "$new/"
+  install_new
   echo "embedded model (models/tiny-code, trained weights) written to $out"
   exit 0
 fi
-cp "$build/gemma4-tokenizer/tokenizer.json" "$build/gemma4-tokenizer/tokenizer_config.json" "$out/"
-cat > "$out/config.json" <<'JSON'
+cp "$build/gemma4-tokenizer/tokenizer.json" "$build/gemma4-tokenizer/tokenizer_config.json" "$new/"
+cat > "$new/config.json" <<'JSON'
 {
   "architectures": ["DiffusionGemmaForBlockDiffusion"],
   "model_type": "diffusion_gemma",
@@ -47,10 +68,11 @@ cat > "$out/config.json" <<'JSON'
   }
 }
 JSON
-cat > "$out/generation_config.json" <<'JSON'
+cat > "$new/generation_config.json" <<'JSON'
 {"max_new_tokens": 256, "max_denoising_steps": 8,
  "sampler_config": {"entropy_bound": 0.1, "_cls_name": "EntropyBoundSamplerConfig"},
  "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1, "confidence_threshold": 0.005,
  "eos_token_id": [1, 106, 50], "pad_token_id": 0, "bos_token_id": 2}
 JSON
+install_new
 echo "embedded model (random weights; models/tiny-code has no model.safetensors yet) written to $out"

@@ -6,11 +6,18 @@
 # PARALLEL=N (default 1) deals the checks round-robin to N processes run side by side (their CPU
 # references take most of the time: 4 processes take the 26B-shape set from over 330 s to 160 s on 16
 # cores); their logs follow each other in checks.txt, the isolated reruns per process likewise.
-# Usage: [PARALLEL=N] scripts/gpu_checks.sh BUILD OUT   (BUILD/dgemma_gpu_check; scripts/gpu_suite.sh calls it)
+# Usage: [PARALLEL=N] scripts/gpu_checks.sh BUILD OUT [--kernel-family auto|hopper|portable]
+#   (BUILD/dgemma_gpu_check; the whole set runs with the checks' backend in that kernel family, auto by
+#   default; scripts/gpu_suite.sh calls it for auto and portable)
 # Exit status: 0 when no check failed (the isolated reruns decide for the checks after a sticky error).
 set -uo pipefail
-[ $# -eq 2 ] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+if [ $# -ne 2 ] && { [ $# -ne 4 ] || [ "$3" != "--kernel-family" ]; }; then
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
 BIN="$1/dgemma_gpu_check" OUT="$2"
+FAMILY=()
+[ $# -eq 4 ] && FAMILY=(--kernel-family "$4")
 N="${PARALLEL:-1}"
 [ -x "$BIN" ] || { echo "gpu_checks.sh: no $BIN" >&2; exit 2; }
 [[ "$N" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_checks.sh: PARALLEL must be a positive integer" >&2; exit 2; }
@@ -22,7 +29,7 @@ trap 'rm -rf "$WORK"' EXIT
 # the ones after it one process each into ISOLATED. Exit status 0 when none failed.
 run_list() {
   local list="$1" log="$2" iso="$3"
-  "$BIN" --only $(cat "$list") > "$log" 2>&1
+  "$BIN" "${FAMILY[@]}" --only $(cat "$list") > "$log" 2>&1
   local status=$?
   local sticky
   sticky=$(grep -m1 -nE "cudaErrorIllegal|cudaErrorLaunchFailure|cudaErrorMisaligned|an illegal (instruction|memory)" \
@@ -33,7 +40,7 @@ run_list() {
   echo "sticky CUDA error in $first: the checks after it again, each in its own process" | tee "$iso"
   local pass=0 fail=0 name
   while read -r name; do
-    if "$BIN" --only "$name" >> "$iso" 2>&1; then pass=$((pass + 1))
+    if "$BIN" "${FAMILY[@]}" --only "$name" >> "$iso" 2>&1; then pass=$((pass + 1))
     else fail=$((fail + 1)); echo "[ FAIL ] $name (own process)" >> "$iso"; fi
   done < <(sed -n "/^$first\$/,\$p" "$list" | tail -n +2)
   echo "after $first: $pass passed, $fail failed (one process each)" >> "$iso"
@@ -56,7 +63,7 @@ for p in "${pids[@]}"; do wait "$p" || status=1; done
 for ((s = 0; s < N; ++s)); do [ -f "$WORK/log$s.txt" ] && cat "$WORK/log$s.txt" >> "$OUT/checks.txt"; done
 passed=$(grep -cE "^\[  OK  \]" "$OUT/checks.txt")
 failed=$(grep -cE "^\[ FAIL" "$OUT/checks.txt")
-echo "checks: $passed passed, $failed failed of $(wc -l < "$WORK/all.txt") ($N process(es))"
+echo "checks: $passed passed, $failed failed of $(wc -l < "$WORK/all.txt") ($N process(es)${FAMILY[*]:+, ${FAMILY[*]}})"
 grep -E "^\[ FAIL" "$OUT/checks.txt" | head -20
 if compgen -G "$WORK/iso*.txt" > /dev/null; then
   cat "$WORK"/iso*.txt > "$OUT/checks_isolated.txt"

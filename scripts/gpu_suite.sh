@@ -2,17 +2,18 @@
 # The GPU measurements of docs/BENCHMARKS.md in one command, on a machine with an NVIDIA GPU (sm_90 for
 # the wgmma kernels), CUDA, a C++20 compiler and ninja or make: builds with scripts/device_build.sh,
 # writes the 26B-A4B dummy-weight config, then runs the stages named (all when none), each into OUT:
-#   checks    dgemma_gpu_check, every CUDA-vs-CPU check (after a sticky CUDA error, the rest
-#             again one process each)                                        checks.txt, checks_isolated.txt
+#   checks    dgemma_gpu_check, every CUDA-vs-CPU check, in the auto kernel family then in the portable
+#             one (after a sticky CUDA error, the rest again one process each)
+#                                                  checks/{auto,portable}/checks.txt, checks_isolated.txt
 #   steps     bench/denoise_step_bench.py --full, bf16 / NVFP4 (both) / FP8 (HF=1: with transformers,
 #             batch 1, 4, 8 and 16)                                          steps.json, steps_log.txt
 #   profiles  bench/step_profile.py at batch 1, 4 and 16 (bf16), 1, 4 (NVFP4) and 1 (FP8)  profile_*.txt
 #             (PROFILES="FORMAT:BATCH ..." picks others)
 #   kernels   dgemma_gpu_check --bench moe, quant and small        bench_moe.txt, bench_quant.txt, bench_small.txt
-#   moe       the step at batch 4 and 16 with each large-R grouped MoE variant   moe_variants.txt
-#   quant     the quantised steps at batch 1 and 4 with each opt-in kernel path    quant_paths.txt
+#   moe       the step at batch 4 and 16 with each large-R grouped MoE kernel   moe_kernels.txt
+#   quant     the FP8 steps at batch 1 and 4 with each dense and expert path    quant_paths.txt
 #   graphs    the step at batch 1, 4, 8, 16 replayed as a CUDA graph and op by op (--cuda-graphs on / off),
-#             and with the earlier sampler pass, small kernels and mma.sync attention    graphs.txt
+#             in the auto and the portable kernel family                       graphs.txt
 # Usage: scripts/gpu_suite.sh OUT [stage...]
 # Environment: BUILD (default build-device), MODEL (default /tmp/dgemma-26b-a4b), JOBS (the build's),
 #   HF=1 (steps: transformers too), PROFILES (profiles: which runs), PARALLEL=N (checks: N processes side
@@ -39,7 +40,8 @@ bash scripts/device_build.sh "$BUILD" > "$OUT/build.txt" 2>&1 || { tail -30 "$OU
 say "built ($BUILD)"
 # Memory instructions whose descriptor register no instruction writes (docs/QUANTIZATION.md): they
 # stop with an illegal instruction at their first launch and take every later check with them.
-for o in "$BUILD"/obj/src/backend/cuda/*.o; do cuobjdump -sass "$o"; done > "$BUILD/all.sass" 2> /dev/null
+find "$BUILD/obj/src/backend/cuda" -name '*.o' | sort | while read -r o; do cuobjdump -sass "$o"; done \
+  > "$BUILD/all.sass" 2> /dev/null
 python3 tools/cuda/sass_descriptor_check.py "$BUILD/all.sass" > "$OUT/sass_scan.txt" 2>&1
 say "sass scan: $(tail -1 "$OUT/sass_scan.txt")"
 python3 bench/denoise_step_bench.py --write-model "$MODEL" > /dev/null || { echo "gpu_suite.sh: could not write $MODEL" >&2; exit 1; }
@@ -48,7 +50,10 @@ nvidia-smi --query-gpu=name,memory.used,utilization.gpu,clocks.sm --format=csv >
 for s in "${STAGES[@]}"; do
   case "$s" in
     checks)
-      bash scripts/gpu_checks.sh "$BUILD" "$OUT" | while read -r line; do say "$line"; done
+      for family in auto portable; do
+        bash scripts/gpu_checks.sh "$BUILD" "$OUT/checks/$family" --kernel-family "$family" |
+          while read -r line; do say "$family: $line"; done
+      done
       ;;
     steps)
       hf=--skip-hf
@@ -73,43 +78,37 @@ for s in "${STAGES[@]}"; do
       say "kernels: bench_moe.txt, bench_quant.txt, bench_small.txt"
       ;;
     moe)
-      : > "$OUT/moe_variants.txt"
+      : > "$OUT/moe_kernels.txt"
       for b in 4 16; do
-        for v in 0 11 12 13 14 15 16 17 18 19; do
-          r=$("$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 8 --prompt-len 512 --moe-variant "$v" 2>&1 |
+        for k in auto mma-sync-128x128 wgmma-64x128 tma-128x256; do
+          r=$("$BUILD/dgemma_bench" "$MODEL" --batch "$b" --steps 8 --prompt-len 512 --moe-kernel "$k" 2>&1 |
               grep -E 'per denoising|dummy weights|rror' | tr '\n' ' ')
-          echo "batch $b variant $v: $r" >> "$OUT/moe_variants.txt"
+          echo "batch $b $k: $r" >> "$OUT/moe_kernels.txt"
         done
       done
-      say "moe variants: moe_variants.txt"
+      say "moe kernels: moe_kernels.txt"
       ;;
     quant)
-      # Each line: the environment of one path (docs/QUANTIZATION.md), then the steps it gives at batch 1
+      # Each line: the flags of one FP8 path (docs/QUANTIZATION.md), then the steps it gives at batch 1
       # and 4 (one process: one set of dummy weights).
       : > "$OUT/quant_paths.txt"
-      for envs in "DGEMMA_DENSE_QUANT=w8a8 DGEMMA_FP8_MOE=w8a8" "DGEMMA_DENSE_QUANT=w8a8 DGEMMA_FP8_MOE=w8a16" \
-                  "DGEMMA_DENSE_QUANT=on DGEMMA_FP8_MOE=w8a16" "DGEMMA_DENSE_QUANT=off DGEMMA_FP8_MOE=w8a16" \
-                  "DGEMMA_QUANT_WGMMA=0" "DGEMMA_QUANT_WGMMA=1"; do
-        fmt=fp8-dynamic
-        case "$envs" in DGEMMA_QUANT_WGMMA*) fmt=nvfp4-modelopt ;; esac
-        read -ra ev <<< "$envs"
-        r=$(env "${ev[@]}" "$BUILD/dgemma_bench" "$MODEL" --runs 1:16,4:16 --prompt-len 512 \
-            --quantization "$fmt" 2>&1 | grep -E 'per denoising|dummy weights|rror' | tr '\n' ' ')
-        echo "$fmt $envs: $r" >> "$OUT/quant_paths.txt"
+      for flags in "--dense-quant w8a8 --fp8-moe w8a8" "--dense-quant w8a8 --fp8-moe w8a16" \
+                   "--dense-quant kernel --fp8-moe w8a16" "--dense-quant bf16 --fp8-moe w8a16"; do
+        read -ra fl <<< "$flags"
+        r=$("$BUILD/dgemma_bench" "$MODEL" --runs 1:16,4:16 --prompt-len 512 --quantization fp8-dynamic "${fl[@]}" 2>&1 |
+            grep -E 'per denoising|dummy weights|rror' | tr '\n' ' ')
+        echo "fp8-dynamic $flags: $r" >> "$OUT/quant_paths.txt"
       done
       say "quantised paths: quant_paths.txt"
       ;;
     graphs)
       : > "$OUT/graphs.txt"
-      for run in "--cuda-graphs on" "--cuda-graphs off" "--attention flash-v0" "env DGEMMA_SAMPLER_LEAN=0" \
-                 "env DGEMMA_SMALL_KERNELS=2"; do
-        read -ra words <<< "$run"
-        pre=() flags=()
-        [ "${words[0]}" = env ] && pre=(env "${words[1]}") || flags=("${words[@]}")
-        "${pre[@]}" "$BUILD/dgemma_bench" "$MODEL" --runs 1:16,4:16,8:8,16:8 --prompt-len 512 "${flags[@]}" 2>&1 |
+      for run in "--cuda-graphs on" "--cuda-graphs off" "--kernel-family portable"; do
+        read -ra flags <<< "$run"
+        "$BUILD/dgemma_bench" "$MODEL" --runs 1:16,4:16,8:8,16:8 --prompt-len 512 "${flags[@]}" 2>&1 |
           grep -E 'per denoising|rror' | sed "s/^/$run: /" >> "$OUT/graphs.txt"
       done
-      say "graphs and the new kernels against the earlier ones: graphs.txt"
+      say "graphs, and the portable kernel family: graphs.txt"
       ;;
   esac
 done

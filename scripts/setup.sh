@@ -8,6 +8,7 @@ debian_packages=(
   build-essential cmake ninja-build ccache pkg-config
   libgtest-dev libgmock-dev
   libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
   python3 python3-jinja2 python3-numpy python3-prometheus-client openssl
   chromium
 )

@@ -2,6 +2,7 @@
 
 #include <new>
 
+#include "engine/limits.h"
 #include "util/log.h"
 
 namespace dgemma {
@@ -78,26 +79,17 @@ ApiError api_error_from_exception(std::exception_ptr ep) {
   return out;
 }
 
-ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, int64_t max_tokens,
-                              const std::string& param) {
+ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, std::optional<int64_t> max_tokens,
+                              const std::string& param, bool at_least) {
   ApiError e;
   e.status = 400;
   e.type = "invalid_request_error";
   e.code = "context_length_exceeded";
   e.param = param;
-  e.message = fmt::format(
-      "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
-      "{}, {} in the completion). Please reduce the length of the {} or completion.",
-      max_model_len, prompt_tokens + max_tokens, prompt_tokens, param, max_tokens, param);
-  return e;
-}
-
-ApiError prompt_too_long_error(int64_t max_model_len, int64_t prompt_tokens, const std::string& param, bool at_least) {
-  ApiError e;
-  e.status = 400;
-  e.type = "invalid_request_error";
-  e.code = "context_length_exceeded";
-  e.param = param;
+  if (max_tokens) {
+    e.message = limits::context_length_message(max_model_len, prompt_tokens, *max_tokens, param);
+    return e;
+  }
   e.message = fmt::format(
       "This model's maximum context length is {} tokens. However, your request has {}{} input tokens. "
       "Please reduce the length of the input {}.",

@@ -2,6 +2,7 @@
 // OpenAI-style error objects and the one place where error kinds become HTTP statuses.
 //   {"error": {"message": ..., "type": ..., "param": ... | null, "code": ...}}
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "api/http_server.h"
@@ -27,12 +28,11 @@ ApiError api_error_from(const Error& e);
 ApiError api_error_from_exception(std::exception_ptr ep);
 
 // Context overflow in vLLM's wording (clients pattern-match it), code "context_length_exceeded".
-// `param`: "messages" (chat) or "prompt" (completions). at_least: the count is a lower bound (the
-// prompt was not tokenised to its end).
-ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, int64_t max_tokens,
-                              const std::string& param = "messages");
-ApiError prompt_too_long_error(int64_t max_model_len, int64_t prompt_tokens, const std::string& param = "messages",
-                               bool at_least = false);
+// `param`: "messages" (chat) or "prompt" (completions). With max_tokens: the prompt and the completion
+// together exceed the context; without: the prompt alone does (at_least: the count is a lower bound,
+// the prompt was not tokenised to its end).
+ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, std::optional<int64_t> max_tokens,
+                              const std::string& param = "messages", bool at_least = false);
 
 Json error_json(const ApiError& e);
 HttpResponse error_response(const ApiError& e);

@@ -77,6 +77,8 @@ RequestPolicy ApiServer::policy(const LoadedModel& m) const {
     return prompts && prompts->chat_template().accepts_kwarg(k);
   };
   p.default_template_kwargs = opt_.default_template_kwargs;
+  p.content_as_string = opt_.content_as_string;
+  p.force_include_usage = opt_.force_include_usage;
   return p;
 }
 
@@ -333,14 +335,16 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
       }
     }
   } catch (const PromptTooLong& e) {
-    return error_response(prompt_too_long_error(max_len, e.at_least, prompt_param, /*at_least=*/true));
+    return error_response(
+        context_length_error(max_len, e.at_least, std::nullopt, prompt_param, /*at_least=*/true));
   }
   for (auto& p : prompts) {
     if (pr.truncate_prompt_tokens && static_cast<int64_t>(p.tokens.size()) > *pr.truncate_prompt_tokens)
       p.tokens.erase(p.tokens.begin(), p.tokens.end() - *pr.truncate_prompt_tokens);
     if (p.tokens.empty()) fail_param(prompt_param, "the prompt is empty");
     const int64_t plen = static_cast<int64_t>(p.tokens.size()) + p.prefill_tokens;  // a prefill is prompt
-    if (plen >= max_len) return error_response(prompt_too_long_error(max_len, plen, prompt_param));
+    if (plen >= max_len)
+      return error_response(context_length_error(max_len, plen, std::nullopt, prompt_param));
     if (pr.max_tokens) {
       if (*pr.max_tokens > max_len - plen)
         return error_response(context_length_error(max_len, plen, *pr.max_tokens, prompt_param));
@@ -367,6 +371,7 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
   ctx.shutting_down = &cut_;
   ctx.reasoning_parser = opt_.reasoning_parser;
   ctx.response_role = opt_.response_role;
+  ctx.tokens_as_ids = opt_.return_tokens_as_token_ids;
   const bool stream = pr.stream;
   const std::string id = make_request_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
   // The generation keeps the engine and tokenizer alive through `m` for as long as it runs.
@@ -442,6 +447,7 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
     ApiError e;
     e.status = g.cut_by_shutdown() ? 503 : g.error_status();
     e.type = g.cut_by_shutdown() ? "unavailable_error" : g.error_type();
+    if (!g.cut_by_shutdown() && !g.error_code().empty()) e.code = g.error_code();
     e.message = g.error_message();
     if (e.status == 503) e.retry_after_s = 1;
     done = error_response(e);
@@ -482,7 +488,8 @@ HttpResponse ApiServer::tokenize(const HttpRequest& req) {
         tokens = m->prompts->chat(pr.messages, pr.tools, o, m->engine->max_model_len());
       }
     } catch (const PromptTooLong& e) {
-      return error_response(prompt_too_long_error(m->engine->max_model_len(), e.at_least, "messages", true));
+      return error_response(
+          context_length_error(m->engine->max_model_len(), e.at_least, std::nullopt, "messages", true));
     }
   } else {
     auto it = body.find("prompt");
@@ -497,7 +504,8 @@ HttpResponse ApiServer::tokenize(const HttpRequest& req) {
     try {
       tokens = m->prompts->text(it->get<std::string>(), m->engine->max_model_len());
     } catch (const PromptTooLong& e) {
-      return error_response(prompt_too_long_error(m->engine->max_model_len(), e.at_least, "prompt", true));
+      return error_response(
+          context_length_error(m->engine->max_model_len(), e.at_least, std::nullopt, "prompt", true));
     }
   }
   Json out{{"count", tokens.size()}, {"max_model_len", m->engine->max_model_len()}, {"tokens", tokens}};

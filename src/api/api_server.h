@@ -37,6 +37,9 @@ struct ApiServerOptions {
   std::chrono::milliseconds ping_interval{10000};
   bool access_log = true;                 // one info line per request
   std::string response_role = "assistant";
+  bool content_as_string = false;           // --chat-template-content-format string
+  bool force_include_usage = false;         // --enable-force-include-usage
+  bool return_tokens_as_token_ids = false;  // --return-tokens-as-token-ids
 };
 
 // What becomes available once the model has loaded.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "text/markup_scan.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -10,13 +11,12 @@ void OutputDelta::append(OutputDelta&& o) {
   reasoning += o.reasoning;
   content += o.content;
   for (auto& c : o.tool_calls) tool_calls.push_back(std::move(c));
+  for (auto& r : o.rejected_tool_calls) rejected_tool_calls.push_back(std::move(r));
   for (auto& l : o.logprobs) logprobs.push_back(std::move(l));
 }
 
 ChoiceOutput::ChoiceOutput(const Tokenizer& tok, ChoiceOutputOptions options)
-    : tok_(tok),
-      opt_(std::move(options)),
-      detok_(tok, (opt_.reasoning || opt_.tools) ? false : opt_.skip_special_tokens) {
+    : tok_(tok), opt_(std::move(options)), detok_(tok, opt_.skip_special_tokens) {
   if (opt_.reasoning) reasoning_ = std::make_unique<ReasoningParser>(opt_.thinking_enabled, opt_.starts_in_reasoning);
   if (opt_.tools) tools_ = std::make_unique<ToolCallParser>();
   for (const auto& s : opt_.stop) max_stop_ = std::max(max_stop_, s.size());
@@ -24,39 +24,59 @@ ChoiceOutput::ChoiceOutput(const Tokenizer& tok, ChoiceOutputOptions options)
 
 Json ChoiceOutput::stop_reason() const {
   if (!stop_string_.empty()) return stop_string_;
-  if (stop_id_) return *stop_id_;
   return nullptr;
 }
 
 size_t ChoiceOutput::hold_back_bytes() const { return max_stop_ > 0 ? max_stop_ - 1 : 0; }
+
+std::string ChoiceOutput::client_text(std::string_view markup_text) const {
+  return markup::render(markup_text, !opt_.skip_special_tokens);
+}
+
+// Each call the parser finished is returned as a tool call or rejected; a rejected call's text (and an
+// accepted call's stray text) goes to the content at the call's place.
+void ChoiceOutput::take_calls(ToolCallParser::Delta&& t, OutputDelta& d) {
+  size_t from = 0;
+  for (ParsedToolCall& call : t.calls) {
+    d.content += client_text(std::string_view(t.content).substr(from, call.content_offset - from));
+    from = call.content_offset;
+    std::optional<std::string> why;
+    if (opt_.declared_tools) why = opt_.declared_tools->reject_reason(call);
+    if (why) {
+      d.content += client_text(call.text);
+      d.rejected_tool_calls.push_back(RejectedToolCall{call.name, std::move(*why)});
+      continue;
+    }
+    d.content += client_text(call.stray);
+    const int index = accepted_calls_++;
+    if (index > 0 && !opt_.parallel_tool_calls) continue;
+    d.tool_calls.push_back(
+        ToolCallDelta{index, make_tool_call_id(), std::move(call.name), std::move(call.arguments_json)});
+  }
+  d.content += client_text(std::string_view(t.content).substr(from));
+}
 
 OutputDelta ChoiceOutput::release(std::string_view text, bool final) {
   OutputDelta d;
   std::string content;
   if (reasoning_) {
     ReasoningDelta r = reasoning_->feed(text);
-    d.reasoning = std::move(r.reasoning);
+    std::string reasoning = std::move(r.reasoning);
     content = std::move(r.content);
     if (final) {
       ReasoningDelta f = reasoning_->finish();
-      d.reasoning += f.reasoning;
+      reasoning += f.reasoning;
       content += f.content;
     }
-    if (opt_.drop_reasoning) d.reasoning.clear();
+    if (!opt_.drop_reasoning) d.reasoning = client_text(reasoning);
   } else {
     content.assign(text);
   }
   if (tools_) {
-    auto add = [&](ToolCallParser::Delta&& t) {
-      d.content += t.content;
-      for (auto& c : t.calls)
-        if (opt_.parallel_tool_calls || c.index == 0) d.tool_calls.push_back(std::move(c));
-    };
-    add(tools_->feed(content));
-    if (final) add(tools_->finish());
-    saw_tool_calls_ = tools_->saw_tool_call();
+    take_calls(tools_->feed(content), d);
+    if (final) take_calls(tools_->finish(), d);
   } else {
-    d.content = std::move(content);
+    d.content = client_text(content);
   }
   if (final) finished_ = true;
   return d;
@@ -67,17 +87,10 @@ OutputDelta ChoiceOutput::feed(const std::vector<int32_t>& tokens, const std::ve
   OutputDelta out;
   if (stopped_ || finished_) return out;
 
-  size_t n = tokens.size();
-  for (size_t i = 0; i < n && !opt_.stop_token_ids.empty(); ++i) {
-    if (std::find(opt_.stop_token_ids.begin(), opt_.stop_token_ids.end(), tokens[i]) != opt_.stop_token_ids.end()) {
-      stop_id_ = tokens[i];
-      n = i;
-    }
-  }
-
+  const size_t n = tokens.size();
   const int64_t counted_before = counted_tokens_;
   for (size_t i = 0; i < n; ++i) {
-    text_ += detok_.feed_one(tokens[i]);
+    text_ += detok_.feed(std::span<const int32_t>(&tokens[i], 1));
     token_ends_.push_back(text_.size());
   }
   counted_tokens_ += static_cast<int64_t>(n);
@@ -97,7 +110,8 @@ OutputDelta ChoiceOutput::feed(const std::vector<int32_t>& tokens, const std::ve
         for (int a = 0; a < top_n; ++a) {
           if (top_ids[i * top_n + a] == -1) continue;  // none (a pinned token is its own only alternative)
           TokenLogprob::Alternative alt;
-          text_of(top_ids[i * top_n + a], alt.token, alt.bytes);
+          alt.id = top_ids[i * top_n + a];
+          text_of(alt.id, alt.token, alt.bytes);
           alt.logprob = top_logprobs[i * top_n + a];
           lp.top.push_back(std::move(alt));
         }
@@ -105,7 +119,6 @@ OutputDelta ChoiceOutput::feed(const std::vector<int32_t>& tokens, const std::ve
       out.logprobs.push_back(std::move(lp));
     }
   }
-  if (stop_id_) text_ += detok_.flush();
 
   // Stop strings: the earliest match wins. Nothing before released_ can be part of a match, because at
   // least (longest stop - 1) bytes are always held back.
@@ -130,15 +143,8 @@ OutputDelta ChoiceOutput::feed(const std::vector<int32_t>& tokens, const std::ve
       counted_tokens_ = counted;
     }
     stop_string_ = *best_stop;
-    stop_id_.reset();
     stopped_ = true;
     text_.resize(opt_.include_stop_str ? end : best);
-    out.append(release(std::string_view(text_).substr(released_), true));
-    released_ = text_.size();
-    return out;
-  }
-  if (stop_id_) {
-    stopped_ = true;
     out.append(release(std::string_view(text_).substr(released_), true));
     released_ = text_.size();
     return out;

@@ -103,12 +103,12 @@ void Generation::start() {
   ChoiceOutputOptions& base = base_options_;
   base.stop = req_.stop;
   base.include_stop_str = req_.include_stop_str_in_output;
-  base.stop_token_ids = req_.stop_token_ids;
   base.skip_special_tokens = req_.skip_special_tokens;
   base.thinking_enabled = chat && thinking_enabled(req_.template_kwargs);
   base.tools = chat && req_.tool_choice != ToolChoiceMode::kNone;
-  // The tool parser keeps the markers in the text, so the thought channel is parsed then too (and,
-  // without --reasoning-parser, dropped) rather than reaching the content raw.
+  if (base.tools) base.declared_tools = std::make_shared<const DeclaredTools>(req_.tools);
+  // With the tool parser on, the thought channel is parsed too (and, without --reasoning-parser,
+  // dropped) so that a thought never reaches the content as if it were the answer.
   base.reasoning = chat && (ctx_.reasoning_parser || base.tools);
   base.drop_reasoning = !ctx_.reasoning_parser;
   base.parallel_tool_calls = req_.parallel_tool_calls;
@@ -240,9 +240,11 @@ void Generation::emit(Choice& c, OutputDelta&& d, std::vector<Event>& events) {
 
 std::optional<std::string> Generation::check_output(const Choice& c) const {
   if (req_.tool_choice == ToolChoiceMode::kRequired || req_.tool_choice == ToolChoiceMode::kNamed) {
+    if (!c.held.rejected_tool_calls.empty())
+      return fmt::format("the reply's call of '{}' was rejected: {}", c.held.rejected_tool_calls[0].name,
+                         c.held.rejected_tool_calls[0].reason);
     std::vector<ToolCallSummary> calls;
-    for (const auto& tc : c.held.tool_calls)
-      if (!tc.id.empty()) calls.push_back(ToolCallSummary{tc.name});
+    for (const auto& tc : c.held.tool_calls) calls.push_back(ToolCallSummary{tc.name});
     const std::vector<std::string> allowed =
         req_.tool_choice == ToolChoiceMode::kNamed ? std::vector<std::string>{req_.tool_choice_name} : req_.tool_names;
     return check_forced_tool_calls(calls, c.held.content, allowed);
@@ -259,14 +261,7 @@ void Generation::conclude(Choice& c, const std::string& reason, std::vector<Even
   if (!why) {
     OutputDelta d = std::move(c.held);
     c.held = OutputDelta();
-    // Released as one delta: one tool_calls entry per call (id and name, then its whole arguments).
-    std::vector<ToolCallDelta> calls;
-    for (auto& tc : d.tool_calls) {
-      if (!calls.empty() && calls.back().index == tc.index && tc.id.empty()) calls.back().arguments_delta += tc.arguments_delta;
-      else calls.push_back(std::move(tc));
-    }
-    d.tool_calls = std::move(calls);
-    if (!d.empty()) {
+    if (!d.empty()) {  // released as one delta
       c.total.append(OutputDelta(d));
       Event e;
       e.choice = &c;
@@ -278,8 +273,10 @@ void Generation::conclude(Choice& c, const std::string& reason, std::vector<Even
   if (c.attempt + 1 >= kMaxStructuredAttempts) {
     DG_LOG_INFO("api", "{} choice {}: attempt {} failed its check ({}); giving up", id_, c.index, c.attempt + 1, *why);
     error_ = fmt::format("The model produced invalid content after {} attempts: {}", kMaxStructuredAttempts, *why);
-    error_status_ = 500;
+    // Not a status the OpenAI clients retry (5xx, 408, 409, 429): each retry would be three more attempts.
+    error_status_ = 422;
     error_type_ = "model_error";
+    error_code_ = "invalid_model_output";
     return fail_request(c, events);
   }
   DG_LOG_DEBUG("api", "{} choice {}: attempt {} failed its check ({}); retrying", id_, c.index, c.attempt + 1, *why);
@@ -462,12 +459,19 @@ Json Generation::usage_json() const {
 }
 
 Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const {
+  // --return-tokens-as-token-ids: "token_id:N" instead of the token's text.
+  const auto name = [&](int32_t id, const std::string& text) {
+    return ctx_.tokens_as_ids ? fmt::format("token_id:{}", id) : text;
+  };
   if (req_.endpoint == Endpoint::kChat) {
     Json content = Json::array();
     for (const auto& lp : lps) {
       Json top = Json::array();
-      for (const auto& a : lp.top) top.push_back(Json{{"token", a.token}, {"logprob", a.logprob}, {"bytes", a.bytes}});
-      content.push_back(Json{{"token", lp.token}, {"logprob", lp.logprob}, {"bytes", lp.bytes},
+      for (const auto& a : lp.top)
+        top.push_back(Json{{"token", name(a.id, a.token)}, {"logprob", a.logprob}, {"bytes", a.bytes}});
+      content.push_back(Json{{"token", name(lp.id, lp.token)},
+                             {"logprob", lp.logprob},
+                             {"bytes", lp.bytes},
                              {"top_logprobs", std::move(top)}});
     }
     return Json{{"content", std::move(content)}};
@@ -475,18 +479,24 @@ Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text
   Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
   size_t off = text_offset;
   for (const auto& lp : lps) {
-    tokens.push_back(lp.token);
+    tokens.push_back(name(lp.id, lp.token));
     token_logprobs.push_back(lp.logprob);
     // The returned token and its alternatives (vLLM's dict: the first of equal strings stays).
     Json t = Json::object();
-    t[lp.token] = lp.logprob;
+    t[name(lp.id, lp.token)] = lp.logprob;
     for (const auto& a : lp.top)
-      if (!t.contains(a.token)) t[a.token] = a.logprob;
+      if (!t.contains(name(a.id, a.token))) t[name(a.id, a.token)] = a.logprob;
     top.push_back(std::move(t));
     offsets.push_back(off);
     off += lp.token.size();
   }
   return Json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+Json Generation::rejected_json(const std::vector<RejectedToolCall>& rejected) {
+  Json out = Json::array();
+  for (const auto& r : rejected) out.push_back(Json{{"name", r.name}, {"reason", r.reason}});
+  return out;
 }
 
 Json Generation::delta_json(const Choice&, const OutputDelta& d) const {
@@ -512,6 +522,8 @@ Json Generation::delta_json(const Choice&, const OutputDelta& d) const {
     }
     delta["tool_calls"] = std::move(calls);
   }
+  if (!d.rejected_tool_calls.empty())
+    delta["dgemma"] = Json{{"rejected_tool_calls", rejected_json(d.rejected_tool_calls)}};
   return delta;
 }
 
@@ -607,6 +619,7 @@ Generation::Status Generation::stream_step(std::chrono::milliseconds timeout, st
         ApiError err;
         err.status = cut_ ? 503 : error_status_;
         err.type = cut_ ? "unavailable_error" : error_type_;
+        if (!cut_ && !error_code_.empty()) err.code = error_code_;
         err.message = e.text;
         out += sse_data(error_json(err));
         break;
@@ -647,22 +660,19 @@ Json Generation::response_json() const {
     Json choice{{"index", c->index}};
     if (chat) {
       Json msg{{"role", ctx_.response_role}};
-      // Tool calls: the deltas of one call concatenate to its arguments.
       Json calls = Json::array();
-      for (const auto& tc : t.tool_calls) {
-        if (!tc.id.empty() || calls.empty() || calls.back()["_index"] != tc.index) {
-          calls.push_back(Json{{"_index", tc.index},
-                               {"id", tc.id},
-                               {"type", "function"},
-                               {"function", Json{{"name", tc.name}, {"arguments", ""}}}});
-        }
-        calls.back()["function"]["arguments"] =
-            calls.back()["function"]["arguments"].get<std::string>() + tc.arguments_delta;
-      }
-      for (auto& call : calls) call.erase("_index");
+      for (const auto& tc : t.tool_calls)
+        calls.push_back(Json{{"id", tc.id},
+                             {"type", "function"},
+                             {"function", Json{{"name", tc.name}, {"arguments", tc.arguments_delta}}}});
       const std::string echo = req_.echo ? prompts_[c->prompt_index].echo_text : std::string();
-      msg["content"] = (t.content.empty() && echo.empty() && !calls.empty()) ? Json(nullptr) : Json(echo + t.content);
+      // No answer text beside tool calls or a thought (e.g. one cut by max_tokens): null, as in vLLM.
+      const bool no_text = t.content.empty() && echo.empty();
+      msg["content"] =
+          no_text && (!calls.empty() || !t.reasoning.empty()) ? Json(nullptr) : Json(echo + t.content);
       if (!calls.empty()) msg["tool_calls"] = std::move(calls);
+      if (!t.rejected_tool_calls.empty())
+        msg["dgemma"] = Json{{"rejected_tool_calls", rejected_json(t.rejected_tool_calls)}};
       if (ctx_.reasoning_parser) {
         msg["reasoning_content"] = t.reasoning.empty() ? Json(nullptr) : Json(t.reasoning);
         msg["reasoning"] = msg["reasoning_content"];

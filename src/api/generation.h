@@ -27,6 +27,7 @@ struct GenerationContext {
   const std::atomic<bool>* shutting_down = nullptr;
   bool reasoning_parser = false;  // --reasoning-parser gemma4 (chat only)
   std::string response_role = "assistant";  // --response-role
+  bool tokens_as_ids = false;               // --return-tokens-as-token-ids: logprobs name tokens "token_id:N"
 };
 
 struct PreparedPrompt {
@@ -70,10 +71,12 @@ class Generation {
   const std::string& error_message() const { return error_; }
   // The request was cut because the server stops (answer 503, not 500).
   bool cut_by_shutdown() const { return cut_; }
-  // The status and error type of a failed request: 500 server_error, or 500 model_error when a
-  // checked form (forced tool call, JSON) still failed its check after every attempt.
+  // The status, error type and code of a failed request: 500 server_error, or 422 model_error
+  // (code invalid_model_output) when a checked form (forced tool call, JSON) still failed its check
+  // after every attempt.
   int error_status() const { return error_status_; }
   const std::string& error_type() const { return error_type_; }
+  const std::string& error_code() const { return error_code_; }
 
   const std::string& id() const { return id_; }
   // "prompt_tokens=.. completion_tokens=.. canvases=.. steps=.." for the access log.
@@ -98,6 +101,7 @@ class Generation {
   Json chunk_base() const;
   Json usage_json() const;
   Json delta_json(const Choice& c, const OutputDelta& d) const;
+  static Json rejected_json(const std::vector<RejectedToolCall>& rejected);
   Json logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const;
   bool all_done() const;
 
@@ -114,6 +118,7 @@ class Generation {
   bool cut_ = false;
   int error_status_ = 500;
   std::string error_type_ = "server_error";
+  std::string error_code_;  // empty: the status is the code
   ChoiceOutputOptions base_options_;
   int64_t canvases_ = 0, steps_ = 0;
   bool epilogue_sent_ = false;

@@ -348,11 +348,14 @@ struct HttpServer::Impl {
     HttpResponse out;
     const auto& methods = routes.at(path);
     auto it = methods.find(req.method);
+    // HEAD is GET without the body (the library sends the headers only) wherever no HEAD route is set.
+    if (it == methods.end() && req.method == "HEAD") it = methods.find("GET");
     if (it == methods.end()) {
       out = plain_error(405, fmt::format("Method {} not allowed for {}", req.method, path));
       log_unrouted(req, 405, "method not allowed");
       std::string allow;
       for (const auto& [m, h] : methods) allow += (allow.empty() ? "" : ", ") + m;
+      if (methods.count("GET") && !methods.count("HEAD")) allow += ", HEAD";
       out.headers.emplace_back("Allow", allow);
     } else {
       try {

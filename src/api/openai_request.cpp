@@ -8,6 +8,7 @@
 #include "api/structured_output.h"
 #include "engine/limits.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace dgemma {
 namespace {
@@ -126,13 +127,14 @@ void parse_model(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
   }
 }
 
-void parse_stream(Fields& f, ParsedRequest& out) {
+void parse_stream(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
   out.stream = f.boolean("stream").value_or(false);
+  out.include_usage = out.stream && policy.force_include_usage;
   if (const Json* so = f.get("stream_options")) {
     if (!so->is_object()) fail_param("stream_options", "'stream_options' must be an object, not {}", type_name(*so));
     if (!out.stream) fail_param("stream_options", "Stream options can only be defined when `stream=True`.");
     Fields s(*so, "stream_options.");
-    out.include_usage = s.boolean("include_usage").value_or(false);
+    out.include_usage = s.boolean("include_usage").value_or(false) || policy.force_include_usage;
     out.continuous_usage = s.boolean("continuous_usage_stats").value_or(false);
     out.include_previews = s.boolean("include_previews").value_or(false);
     for (const auto& k : s.unknown()) fail_param("stream_options." + k, "unknown stream option '{}'", k);
@@ -510,8 +512,12 @@ void parse_template_options(Fields& f, const RequestPolicy& policy, ParsedReques
     if (!kw->is_object()) fail_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     for (auto it = kw->begin(); it != kw->end(); ++it) {
       const std::string p = "chat_template_kwargs." + it.key();
-      if (!policy.is_allowed_template_kwarg || !policy.is_allowed_template_kwarg(it.key()))
-        fail_param("chat_template_kwargs", "chat_template_kwargs key '{}' is not allowed", it.key());
+      if (!policy.is_allowed_template_kwarg || !policy.is_allowed_template_kwarg(it.key())) {
+        // As vLLM: a key the template does not read is dropped, not an error.
+        DG_LOG_DEBUG("api", "chat_template_kwargs: ignoring '{}' (not read by the chat template)",
+                     p.substr(0, 200));
+        continue;
+      }
       check_kwarg_value(it.value(), p);
       out.template_kwargs[it.key()] = it.value();
       if (it.key() == "enable_thinking") explicit_thinking = true;
@@ -673,6 +679,18 @@ void parse_infill(Fields& f, ParsedRequest& out) {
   if (!out.stop.empty()) fail_param("stop", "'stop' cannot be combined with 'infill_template' (it could cut a fixed piece)");
 }
 
+// --chat-template-content-format string: a list of text parts reaches the template as one string, the
+// parts joined with "\n" (as vLLM's "string" format renders them).
+void join_text_parts(Json& messages) {
+  for (Json& m : messages) {
+    auto c = m.find("content");
+    if (c == m.end() || !c->is_array()) continue;
+    std::string text;
+    for (size_t i = 0; i < c->size(); ++i) text += (i ? "\n" : "") + (*c)[i].value("text", std::string());
+    *c = text;
+  }
+}
+
 }  // namespace
 
 Json parse_request_body(std::string_view body) {
@@ -712,7 +730,8 @@ ParsedRequest parse_chat_request(const Json& body, const RequestPolicy& policy) 
   const Json* messages = f.get("messages");
   if (!messages) fail_param("messages", "'messages' is required");
   out.messages = normalize_messages(*messages);
-  parse_stream(f, out);
+  if (policy.content_as_string) join_text_parts(out.messages);
+  parse_stream(f, policy, out);
   parse_max_tokens(f, out);
   parse_stop(f, policy, out);
   parse_sampling(f, out);
@@ -738,7 +757,7 @@ ParsedRequest parse_completion_request(const Json& body, const RequestPolicy& po
   Fields f(body, "");
   parse_model(f, policy, out);
   out.prompts = parse_prompts(f.get("prompt"), policy);
-  parse_stream(f, out);
+  parse_stream(f, policy, out);
   parse_max_tokens(f, out);
   parse_stop(f, policy, out);
   parse_sampling(f, out);

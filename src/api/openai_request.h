@@ -26,6 +26,8 @@ struct RequestPolicy {
   bool strict_params = false;             // --strict-params: unknown keys -> 400
   std::function<bool(std::string_view)> is_allowed_template_kwarg;  // chat_template_kwargs allow-list
   Json default_template_kwargs = Json::object();                    // --default-chat-template-kwargs
+  bool content_as_string = false;    // --chat-template-content-format string: text parts joined with "\n"
+  bool force_include_usage = false;  // --enable-force-include-usage: every stream ends with usage
 };
 
 // Limits on request shapes: beyond them -> 400.

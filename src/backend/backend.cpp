@@ -1,11 +1,13 @@
-// The Backend defaults: weights uploaded as they are, and the residual junctions and the attention
-// prologue of a layer composed of the element-wise ops (the CUDA backend fuses each into one launch).
+// The Backend defaults: weights uploaded as they are, the residual junctions and the attention
+// prologue of a layer composed of the element-wise ops (the CUDA backend fuses each into one launch), and
+// the vision tower's own ops as the CPU reference run through the host.
 #include "backend/backend.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/cpu_ops.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -159,6 +161,36 @@ void Backend::qkv_prologue(const QkvPrologueArgs& a) {
   rmsnorm(a.v, nullptr, a.eps, a.v);
   rope(a.q, a.positions, a.inv_freq);
   rope(a.k, a.positions, a.inv_freq);
+}
+
+namespace {
+
+// A host copy of a device tensor (the tensor itself on the CPU).
+Tensor host_copy(Backend& be, const Tensor& t) {
+  if (t.empty() || t.device == Device::kCpu) return t;
+  Tensor h = host_tensor(t.type, {t.numel()});
+  h.ndim = t.ndim;
+  h.shape = t.shape;
+  be.to_host(t, h.data);
+  return h;
+}
+
+}  // namespace
+
+void Backend::rope_2d(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
+  const Tensor hx = host_copy(*this, x);
+  cpu::rope_2d(hx, host_copy(*this, positions), host_copy(*this, inv_freq));
+  if (hx.data != x.data) from_host(x, hx.data);
+}
+
+void Backend::vision_pool(const VisionPoolArgs& a) {
+  VisionPoolArgs h = a;
+  h.x = host_copy(*this, a.x);
+  h.std_bias = host_copy(*this, a.std_bias);
+  h.std_scale = host_copy(*this, a.std_scale);
+  h.out = host_copy(*this, a.out);
+  cpu::vision_pool(h);
+  if (h.out.data != a.out.data) from_host(a.out, h.out.data);
 }
 
 }  // namespace dgemma

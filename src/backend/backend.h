@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/caching_allocator.h"
+#include "backend/cuda_options.h"
 #include "backend/sample_filter.h"
 #include "backend/tensor.h"
 #include "backend/weight.h"
@@ -213,6 +214,25 @@ struct QkvPrologueArgs {
   float eps = 1e-6f;
 };
 
+// The vision tower's pooler, standardisation and scale over the encoder output of several images at once.
+// Image i is rows [row_first, row_first + grid_h * grid_w) of x (patch n at column n % grid_w, row
+// n / grid_w) and writes rows [out_first, out_first + (grid_h / k) * (grid_w / k)) of out: output s averages
+// the k x k block of patches at pooled column s % (grid_w / k), row s / (grid_w / k):
+//   p = bf16(sum over the block, in patch order, of f32(x) * f32(1 / k^2))
+//   out = bf16((p * scale - std_bias) * std_scale)       (fp32; without std tensors: bf16(p * scale))
+// k = 1 copies each patch (then scaled).
+struct VisionPoolItem {
+  int32_t row_first = 0, grid_h = 0, grid_w = 0, out_first = 0;
+};
+struct VisionPoolArgs {
+  Tensor x;                               // [N, H] bf16
+  std::span<const VisionPoolItem> items;  // host
+  int kernel = 3;
+  float scale = 1.0f;          // sqrt(H)
+  Tensor std_bias, std_scale;  // optional [H] bf16 (both or neither)
+  Tensor out;                  // [S, H] bf16
+};
+
 // A recorded sequence of device work (a CUDA graph) that runs again as one launch (Backend::capture).
 class StepGraph {
  public:
@@ -226,6 +246,16 @@ struct MemoryInfo {
   uint64_t total = 0;
 };
 
+// A backend's device work so far (Backend::work_stats): kernel launches (its own kernels, library
+// calls, graph replays), host waits for the device (synchronisations, synchronising copies) and the
+// time spent in them. Benchmarks report launches and waits per step from two readings: a step whose
+// host time is mostly waiting is device-bound, one with little waiting host-bound.
+struct DeviceWorkStats {
+  uint64_t launches = 0;
+  uint64_t syncs = 0;
+  uint64_t sync_wait_ns = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -237,6 +267,11 @@ class Backend {
   virtual AllocatorStats allocator_stats() const { return {}; }
   virtual void set_allocator_ceiling(uint64_t /*bytes*/) {}
   virtual void release_cached_memory() {}
+  // The device work so far (zeros on the CPU backend).
+  virtual DeviceWorkStats work_stats() const { return {}; }
+  // A profiler's capture window (CUDA: cudaProfilerStart / Stop; Nsight Compute run with
+  // --profile-from-start off sees only the work between the two). No-op on the CPU backend.
+  virtual void profiler_window(bool /*open*/) {}
 
   // Memory. Weights are uploaded once; host tensors stay where they are on the CPU backend.
   virtual Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) = 0;
@@ -271,6 +306,13 @@ class Backend {
   virtual void sum_blocks(const Tensor& partials, const Tensor& out);
   // In-place NeoX RoPE over x[T, heads, D] with bf16 cos/sin and bf16 arithmetic.
   virtual void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) = 0;
+  // 2-D RoPE of image patches, in place over x[T, heads, D]: channels [0, D/2) rotate by positions[t, 0]
+  // (the patch's column), [D/2, D) by positions[t, 1] (its row), each half as one NeoX block (channel j with
+  // j + D/4) with bf16 cos/sin of position * inv_freq[j] (f32 [D/4]) and bf16 arithmetic, as rope().
+  // positions: i32 [T, 2]. The default runs the CPU reference through the host.
+  virtual void rope_2d(const Tensor& x, const Tensor& positions, const Tensor& inv_freq);
+  // VisionPoolArgs above. The default runs the CPU reference through the host.
+  virtual void vision_pool(const VisionPoolArgs& args);
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;        // bf16(a + b)
   virtual void scale(const Tensor& x, float s, const Tensor& out) = 0;             // bf16(x * s)
   virtual void mul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;       // bf16(a * b), b broadcast over rows if 1-D
@@ -335,8 +377,10 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
-// CUDA backend (nullptr-safe: throws Error(kUnsupported) when built without CUDA or no GPU).
-std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
+// The CUDA backend of a device with the given kernel choices (cuda_options.h). Throws
+// Error(kUnsupported) when built without CUDA, without a usable GPU, or when the options ask for what
+// the GPU cannot run (the hopper family off sm_90). Logs the kernel family and kernels it chose.
+std::unique_ptr<Backend> make_cuda_backend(int device_index = 0, const CudaOptions& options = {});
 bool cuda_available();
 
 }  // namespace dgemma

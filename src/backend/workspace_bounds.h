@@ -1,12 +1,12 @@
 #pragma once
 // Upper bounds of the CUDA backend's per-call scratch buffers, in one place for the kernels' host
-// code (flash_attention.cu, sampler.cu assert against these) and the memory plan (engine/memory_plan,
+// code (attention/flash.cu, sampler/sampler.cu assert against these) and the memory plan (engine/memory_plan,
 // which has no CUDA). Plain C++17: nvcc compiles it too.
 #include <cstdint>
 
 namespace dgemma::workspace_bounds {
 
-// Flash attention (flash_attention.cu): the automatic key-split count is at most this; a launch with
+// Flash attention (attention/flash.cu): the automatic key-split count is at most this; a launch with
 // s > 1 splits holds fp32 partials of every query row: s * rows * (D + 2) * 4 bytes (rows = T * Hq),
 // the (max, sum) part rounded to 16 bytes.
 inline constexpr int64_t kFlashMaxAutoSplits = 8;
@@ -16,7 +16,7 @@ inline constexpr uint64_t flash_split_bytes(int64_t tokens, int64_t q_heads, int
   return (s * rows * 8 + 15) / 16 * 16 + s * rows * static_cast<uint64_t>(head_dim) * 4;
 }
 
-// The sampler (sampler.cu workspace_layout), per launch of up to kSamplerMaxBatch canvases of C rows
+// The sampler (sampler/sampler.cu workspace_layout), per launch of up to kSamplerMaxBatch canvases of C rows
 // over a vocabulary cut into `splits` slices: per (row, slice) cell a Stats record (at most
 // kSamplerStatsBytes) + a float slice max + up to kSamplerMaxTopN top-N entries of 8 bytes; per row
 // two floats; per canvas a z table of kSamplerZTable entries of kSamplerZEntryBytes (z, bf16(z) and
@@ -43,7 +43,7 @@ inline constexpr uint64_t sampler_bytes(int64_t canvases, int64_t canvas_rows, i
          hist_rows * kSamplerBins * 4 + 7 * 256;
 }
 
-// W8A8 FP8 (FP8-dynamic checkpoints with the W8A8 paths on, tuning.h): the per-token E4M3 copies of
+// W8A8 FP8 (FP8-dynamic checkpoints with the W8A8 paths on, cuda_options.h): the per-token E4M3 copies of
 // an FP8 linear's input and their fp32 scales, T * (K + 4) bytes per call, each part rounded up to
 // 256 bytes. A dense linear's copy lives for its matmul; the MoE's gate_up input (T rows of hidden)
 // and down input (the T * top_k routed rows of the expert intermediate) for the MoE call. The plan
@@ -58,7 +58,7 @@ inline constexpr uint64_t fp8_activation_bytes(int64_t tokens, int64_t widest_de
   const uint64_t moe = fp8_rows_bytes(tokens, hidden) + fp8_rows_bytes(tokens * top_k, moe_intermediate);
   return dense > moe ? dense : moe;
 }
-// The workspace of the W8A8 GEMM's cuBLASLt handle (fp8_gemm.cpp), taken with cudaMalloc on first use:
+// The workspace of the W8A8 GEMM's cuBLASLt handle (quant/fp8_gemm.cpp), taken with cudaMalloc on first use:
 // outside the allocator.
 inline constexpr uint64_t kFp8GemmWorkspaceBytes = uint64_t{32} << 20;
 

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/generate_chat.h"
+#include "cli/vllm_compat.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
 #include "engine/request.h"
@@ -24,6 +25,7 @@ namespace {
 
 struct GenerateOptions {
   std::string model;
+  std::string revision, download_dir;
   std::string prompt_ids, canvas_ids, prompt_text, dump_dir;
   std::string load_format = "auto", device = "auto";
   int64_t max_tokens = 256;
@@ -68,7 +70,8 @@ void dump_tensor(const std::string& path, const Tensor& t) {
   }
 }
 
-int run_generate(const GenerateOptions& o) {
+int run_generate(GenerateOptions o) {
+  o.model = resolve_cli_model(o.model, o.revision, o.download_dir);
   if (o.chat) return run_generate_chat({o.model, o.load_format, o.device, o.max_tokens, o.seed, o.thinking, o.max_steps, o.entropy_bound});
   ModelConfig mc = load_model_config(o.model);
   if (o.canvas_length) {
@@ -114,7 +117,8 @@ int run_generate(const GenerateOptions& o) {
   ec.max_model_len = std::min<int64_t>(mc.text.max_position_embeddings, plen + (o.max_tokens / C + 2) * C);
   // The prompt is prefilled in its own pass (so --dump sees a clean prefill pass, then the first
   // denoising pass); later commits are fused with the next canvas's first denoising step.
-  ec.max_num_batched_tokens = std::max<int64_t>(C, std::min<int64_t>(2048, plen) * o.batch);
+  ec.max_num_batched_tokens =
+      std::max<int64_t>(C, std::min<int64_t>(limits::kMaxPrefillChunk, plen) * o.batch);
   if (!o.dump_dir.empty()) {
     std::filesystem::create_directories(o.dump_dir);
     ec.step_dump = [dir = o.dump_dir](int64_t step) -> EngineConfig::DumpHookFn {
@@ -193,7 +197,15 @@ int run_generate(const GenerateOptions& o) {
 void add_generate_command(CLI::App& app, CommandList& out) {
   auto o = std::make_shared<GenerateOptions>();
   auto* sub = app.add_subcommand("generate", "One-shot generation: prompt ids (or text) in, committed tokens out");
-  sub->add_option("MODEL", o->model, "Hugging Face model directory (config.json, generation_config.json, *.safetensors)")->required();
+  sub->add_option(
+         "MODEL", o->model,
+         "A model directory (config.json, generation_config.json, *.safetensors) or a Hugging Face repo id "
+         "(org/name) in the local cache, as dgemma serve takes it")
+      ->required();
+  sub->add_option("--revision", o->revision,
+                  "Branch, tag or commit of a repo id in the cache (default main)");
+  sub->add_option("--download-dir", o->download_dir,
+                  "A Hugging Face cache directory searched before the default ones");
   sub->add_option("--prompt-ids", o->prompt_ids, "comma-separated prompt token ids");
   sub->add_option("-p,--prompt", o->prompt_text, "prompt text (rendered with the chat template as one user turn; needs tokenizer.json)");
   sub->add_flag("--chat", o->chat, "interactive chat on stdin: the canvas settles in place on a terminal, statistics per canvas");

@@ -253,7 +253,8 @@ int run_generate_chat(const ChatOptions& o) {
       if (!stream->pop(ev, std::chrono::milliseconds(200))) continue;
       switch (ev.kind) {
         case RequestEvent::Kind::kPreview:
-          screen.live(tok->decode(ev.tokens, false), static_cast<int>(canvases.size()), ev.steps);
+          screen.live(tok->decode(ev.tokens, /*skip_special=*/true), static_cast<int>(canvases.size()),
+                      ev.steps);
           break;
         case RequestEvent::Kind::kCanvas:
           canvases.push_back({ev.steps, ev.tokens.size(), ev.denoise_ms});

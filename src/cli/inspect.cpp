@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/inspect_report.h"
+#include "cli/vllm_compat.h"
 
 namespace dgemma::cli {
 
@@ -14,8 +15,16 @@ void add_inspect_command(CLI::App& app, CommandList& out) {
   auto opts = std::make_shared<InspectOptions>();
   auto json = std::make_shared<bool>(false);
   auto canvas = std::make_shared<int>(0);
-  sub->add_option("MODEL", opts->model_dir, "Model directory (config.json [+ generation_config.json] [+ *.safetensors])")
+  auto revision = std::make_shared<std::string>();
+  auto download_dir = std::make_shared<std::string>();
+  sub->add_option("MODEL", opts->model_dir,
+                  "Model directory (config.json [+ generation_config.json] [+ *.safetensors]) or a Hugging "
+                  "Face repo id "
+                  "(org/name) in the local cache, as dgemma serve takes it")
       ->required();
+  sub->add_option("--revision", *revision, "Branch, tag or commit of a repo id in the cache (default main)");
+  sub->add_option("--download-dir", *download_dir,
+                  "A Hugging Face cache directory searched before the default ones");
   sub->add_option("--load-format", opts->load_format,
                   "auto (safetensors when present, else dummy) | safetensors | dummy (shapes from the config only)")
       ->check(CLI::IsMember({"auto", "safetensors", "dummy"}))
@@ -28,7 +37,11 @@ void add_inspect_command(CLI::App& app, CommandList& out) {
   auto* kv_mem = sub->add_option("--kv-cache-memory", opts->kv_cache_memory, "Bytes of KV pool (default: what the budget leaves)");
   (void)kv_mem;
   auto* canvas_opt = sub->add_option("--canvas-length", *canvas, "Override config.json's canvas_length");
-  sub->add_option("--gpu-memory-bytes", opts->gpu_memory_bytes, "GPU memory in bytes (default 141e9, one H200)");
+  auto gpu_bytes = std::make_shared<double>(0);
+  auto* gpu_opt =
+      sub->add_option("--gpu-memory-bytes", *gpu_bytes,
+                      "GPU memory in bytes to plan for (default: this machine's GPU; without one, the plan "
+                      "has no KV pool)");
   sub->add_option("--tensor-parallel-size", opts->tensor_parallel_size,
                   "GPUs the model is split over: the plan is per GPU (1, 2, 4 or 8)")
       ->capture_default_str();
@@ -36,8 +49,10 @@ void add_inspect_command(CLI::App& app, CommandList& out) {
       ->capture_default_str();
   sub->add_flag("--enforce-eager", opts->enforce_eager, "The plan without the CUDA graph pool (as dgemma serve --enforce-eager)");
   sub->add_flag("--json", *json, "Print the report as JSON");
-  out.push_back({sub, [opts, json, canvas, canvas_opt] {
+  out.push_back({sub, [opts, json, canvas, canvas_opt, revision, download_dir, gpu_bytes, gpu_opt] {
                    if (canvas_opt->count() > 0) opts->canvas_length = *canvas;
+                   if (gpu_opt->count() > 0) opts->gpu_memory_bytes = *gpu_bytes;
+                   opts->model_dir = resolve_cli_model(opts->model_dir, *revision, *download_dir);
                    const InspectReport report = build_inspect_report(*opts);
                    const std::string text = *json ? inspect_report_json(report).dump(2) + "\n" : format_inspect_text(report);
                    std::fwrite(text.data(), 1, text.size(), stdout);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "backend/backend.h"
+#include "backend/device_memory.h"
 #include "backend/workspace_bounds.h"
 #include "model/safetensors.h"
 #include "model/shard_plan.h"
@@ -148,8 +149,9 @@ void check_options(const InspectOptions& o) {
     fail_arg("--load-format '{}' is not one of auto, safetensors, dummy", o.load_format);
   if (o.max_num_seqs < 1 || o.max_num_seqs > (1 << 20)) fail_arg("--max-num-seqs {} is out of range [1, 1048576]", o.max_num_seqs);
   if (o.max_model_len < 0) fail_arg("--max-model-len {} must be positive", o.max_model_len);
-  if (!std::isfinite(o.gpu_memory_bytes) || o.gpu_memory_bytes < 1 || o.gpu_memory_bytes > 9.0e18)
-    fail_arg("--gpu-memory-bytes {} must be a positive byte count", o.gpu_memory_bytes);
+  if (o.gpu_memory_bytes &&
+      (!std::isfinite(*o.gpu_memory_bytes) || *o.gpu_memory_bytes < 1 || *o.gpu_memory_bytes > 9.0e18))
+    fail_arg("--gpu-memory-bytes {} must be a positive byte count", *o.gpu_memory_bytes);
   if (!std::isfinite(o.gpu_memory_utilization) || o.gpu_memory_utilization <= 0 || o.gpu_memory_utilization > 1)
     fail_arg("--gpu-memory-utilization {} must be in (0, 1]", o.gpu_memory_utilization);
   if (o.canvas_length && (*o.canvas_length < 1 || *o.canvas_length > 65536))
@@ -270,7 +272,13 @@ InspectReport build_inspect_report(const InspectOptions& o) {
   in.max_num_seqs = o.max_num_seqs;
   in.max_num_batched_tokens = o.max_num_batched_tokens;
   in.enable_chunked_prefill = o.enable_chunked_prefill;
-  in.device_bytes = static_cast<uint64_t>(o.gpu_memory_bytes);
+  if (o.gpu_memory_bytes) {
+    in.device_bytes = static_cast<uint64_t>(*o.gpu_memory_bytes);
+    r.gpu_memory_source = "--gpu-memory-bytes";
+  } else if (const auto gpu = cuda_device_memory()) {
+    in.device_bytes = *gpu;
+    r.gpu_memory_source = "GPU 0";
+  }
   in.gpu_memory_utilization = o.gpu_memory_utilization;
   in.kv_cache_memory = o.kv_cache_memory;
   validate_tensor_parallel(r.config, o.tensor_parallel_size);
@@ -314,7 +322,7 @@ std::string format_inspect_text(const InspectReport& r) {
   if (!r.checkpoint.linear_formats.empty()) {
     std::string f;
     for (const auto& [name, n] : r.checkpoint.linear_formats) f += (f.empty() ? "" : ", ") + fmt::format("{} {}", n, name);
-    // How the CUDA backend runs them by default (tuning.h set_dense_quant, set_fp8_moe_w8a8).
+    // How the CUDA backend runs them by default (cuda_options.h DenseQuant, Fp8Experts).
     std::string cuda_path;
     if (c.quant.nvfp4) cuda_path = "NVFP4 W4A16";
     if (c.quant.fp8)
@@ -333,7 +341,8 @@ std::string format_inspect_text(const InspectReport& r) {
   o.row("layers", std::to_string(t.num_hidden_layers));
   o.row("attention heads", std::to_string(t.num_attention_heads));
   o.row("layer types", r.layer_pattern);
-  o.row("full-attention layers", r.full_layers.empty() ? "(none)" : int_list(r.full_layers));
+  o.row("full-attention layer indices",
+        r.full_layers.empty() ? "(none)" : int_list(r.full_layers) + " (from 0)");
   for (const auto& lg : r.layer_groups)
     o.row(fmt::format("{} layers ×{}", short_type(lg.type), lg.layers.size()),
           fmt::format("{} KV head{} × head dim {}{}", lg.num_kv_heads, lg.num_kv_heads == 1 ? "" : "s", lg.head_dim,
@@ -398,7 +407,13 @@ std::string format_inspect_text(const InspectReport& r) {
   if (tp > 1)
     o.line(fmt::format("(each of the {} GPUs: 1/{} of the heads, MLP widths, experts and vocabulary; norms and router "
                        "replicated; KV heads split or replicated)", tp, tp));
-  o.row("GPU budget", fmt::format("{:.3f} GB × {} = {}", p.in.device_bytes / 1e9, p.in.gpu_memory_utilization, gigabytes(p.budget_bytes)));
+  const bool budget = !r.gpu_memory_source.empty();
+  if (budget)
+    o.row("GPU budget", fmt::format("{:.3f} GB ({}) × {} = {}", p.in.device_bytes / 1e9, r.gpu_memory_source,
+                                    p.in.gpu_memory_utilization, gigabytes(p.budget_bytes)));
+  else
+    o.row("GPU budget",
+          "none: no GPU is visible (--gpu-memory-bytes BYTES plans for a card of that size, e.g. 80e9)");
   o.row(r.config.quant.quantized() ? "weights (on the GPU)" : "weights (bf16)", gigabytes(p.weight_bytes));
   o.row(fmt::format("work buffers, {} seqs", p.in.max_num_seqs), gigabytes(p.work_bytes_all_seqs));
   o.line(fmt::format("  (per sequence: logits [{}, {}] + soft embeddings [{}, {}], bf16)", p.canvas_length, t.vocab_size / tp,
@@ -422,15 +437,21 @@ std::string format_inspect_text(const InspectReport& r) {
                                          gigabytes(p.graph_pool_bytes), p.in.max_num_seqs));
   o.row("runtime reserve", fmt::format("{}: outside the allocator (kernels loaded on first use{})", gigabytes(p.runtime_reserve_bytes),
                                        p.fp8_activation_bytes > 0 ? "; the W8A8 GEMM's workspace" : ""));
-  o.row("KV pool", fmt::format("{}: {} full-attention pages ({} tokens) + {} sliding pages", gigabytes(p.pool.bytes),
-                               group_digits(static_cast<uint64_t>(p.pool.pages[full])),
-                               group_digits(static_cast<uint64_t>(p.pool.full_tokens)),
-                               group_digits(static_cast<uint64_t>(p.pool.pages[sliding]))));
-  o.row("KV pool rounding", gigabytes(p.pool_rounding_bytes));
-  o.row("total", gigabytes(p.total_bytes));
-  o.row("verdict", fmt::format("{}; the pool holds {} sequences of {} tokens at once (shorter ones: more)",
-                               p.fits ? "fits" : "does not fit", group_digits(static_cast<uint64_t>(p.full_len_seqs)),
-                               group_digits(p.in.max_model_len)));
+  if (budget) {
+    o.row("KV pool",
+          fmt::format("{}: {} full-attention pages ({} tokens) + {} sliding pages", gigabytes(p.pool.bytes),
+                      group_digits(static_cast<uint64_t>(p.pool.pages[full])),
+                      group_digits(static_cast<uint64_t>(p.pool.full_tokens)),
+                      group_digits(static_cast<uint64_t>(p.pool.pages[sliding]))));
+    o.row("KV pool rounding", gigabytes(p.pool_rounding_bytes));
+    o.row("total", gigabytes(p.total_bytes));
+    o.row("verdict",
+          fmt::format("{}; the pool holds {} sequences of {} tokens at once (shorter ones: more)",
+                      p.fits ? "fits" : "does not fit", group_digits(static_cast<uint64_t>(p.full_len_seqs)),
+                      group_digits(p.in.max_model_len)));
+  } else {
+    o.row("total without the KV pool", gigabytes(p.total_bytes));
+  }
 
   o.section("Validation");
   o.row("method", r.validation.method);
@@ -509,24 +530,41 @@ Json inspect_report_json(const InspectReport& r) {
                    {"sliding_keep_tokens", p.kv.sliding_keep},
                    {"prefill_chunk_tokens", p.prefill_chunk},
                    {"bytes_per_sequence", p.kv_bytes_per_seq}};
-  j["memory_plan"] = {{"tensor_parallel_size", p.in.tensor_parallel_size}, {"max_model_len", p.in.max_model_len}, {"max_num_seqs", p.in.max_num_seqs}, {"canvas_length", p.canvas_length},
-                      {"max_num_batched_tokens", p.max_num_batched_tokens}, {"encode_tokens", p.encode_tokens}, {"step_tokens", p.step_tokens},
-                      {"gpu_memory_bytes", p.in.device_bytes}, {"gpu_memory_utilization", p.in.gpu_memory_utilization},
-                      {"budget_bytes", p.budget_bytes}, {"weight_bytes", p.weight_bytes},
-                      {"work_bytes_per_sequence", p.work_bytes_per_seq}, {"work_bytes", p.work_bytes_all_seqs},
-                      {"activation_bytes_per_token", p.activation_bytes_per_token},
-                      {"activation_bytes", p.activation_bytes}, {"attention_split_bytes", p.attention_split_bytes},
-                      {"sampler_bytes", p.sampler_bytes}, {"fp8_activation_bytes", p.fp8_activation_bytes},
-                      {"workspace_reserve_bytes", p.reserve_bytes},
-                      {"rounding_bytes", p.rounding_bytes}, {"workspace_bytes", p.workspace_bytes},
-                      {"step_ceiling_bytes", p.step_ceiling_bytes}, {"graph_pool_bytes", p.graph_pool_bytes},
-                      {"runtime_reserve_bytes", p.runtime_reserve_bytes},
-                      {"kv_pool_rounding_bytes", p.pool_rounding_bytes},
-                      {"kv_budget_bytes", p.kv_budget_bytes}, {"kv_pool_bytes", p.pool.bytes},
-                      {"kv_pages_full", p.pool.pages[static_cast<int>(KvGroup::kFull)]},
-                      {"kv_pages_sliding", p.pool.pages[static_cast<int>(KvGroup::kSliding)]},
-                      {"kv_pool_tokens", p.pool.full_tokens}, {"max_model_len_sequences", p.full_len_seqs},
-                      {"total_bytes", p.total_bytes}, {"fits", p.fits}};
+  j["memory_plan"] = {
+      {"tensor_parallel_size", p.in.tensor_parallel_size},
+      {"max_model_len", p.in.max_model_len},
+      {"max_num_seqs", p.in.max_num_seqs},
+      {"canvas_length", p.canvas_length},
+      {"max_num_batched_tokens", p.max_num_batched_tokens},
+      {"encode_tokens", p.encode_tokens},
+      {"step_tokens", p.step_tokens},
+      {"gpu_memory_bytes", r.gpu_memory_source.empty() ? Json(nullptr) : Json(p.in.device_bytes)},
+      {"gpu_memory_source", r.gpu_memory_source.empty() ? Json(nullptr) : Json(r.gpu_memory_source)},
+      {"gpu_memory_utilization", p.in.gpu_memory_utilization},
+      {"budget_bytes", p.budget_bytes},
+      {"weight_bytes", p.weight_bytes},
+      {"work_bytes_per_sequence", p.work_bytes_per_seq},
+      {"work_bytes", p.work_bytes_all_seqs},
+      {"activation_bytes_per_token", p.activation_bytes_per_token},
+      {"activation_bytes", p.activation_bytes},
+      {"attention_split_bytes", p.attention_split_bytes},
+      {"sampler_bytes", p.sampler_bytes},
+      {"fp8_activation_bytes", p.fp8_activation_bytes},
+      {"workspace_reserve_bytes", p.reserve_bytes},
+      {"rounding_bytes", p.rounding_bytes},
+      {"workspace_bytes", p.workspace_bytes},
+      {"step_ceiling_bytes", p.step_ceiling_bytes},
+      {"graph_pool_bytes", p.graph_pool_bytes},
+      {"runtime_reserve_bytes", p.runtime_reserve_bytes},
+      {"kv_pool_rounding_bytes", p.pool_rounding_bytes},
+      {"kv_budget_bytes", p.kv_budget_bytes},
+      {"kv_pool_bytes", p.pool.bytes},
+      {"kv_pages_full", p.pool.pages[static_cast<int>(KvGroup::kFull)]},
+      {"kv_pages_sliding", p.pool.pages[static_cast<int>(KvGroup::kSliding)]},
+      {"kv_pool_tokens", p.pool.full_tokens},
+      {"max_model_len_sequences", p.full_len_seqs},
+      {"total_bytes", p.total_bytes},
+      {"fits", r.gpu_memory_source.empty() ? Json(nullptr) : Json(p.fits)}};
   j["validation"] = {{"method", r.validation.method}, {"ok", r.validation.ok()}, {"loaded", r.validation.loaded},
                      {"load_error", r.validation.load_error}, {"problems", r.validation.problems},
                      {"warnings", r.validation.warnings}};

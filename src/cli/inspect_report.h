@@ -1,7 +1,8 @@
 #pragma once
 // `dgemma inspect MODEL`: everything worth knowing about a model directory before serving it — the
 // config, the parameter count by group, the checkpoint's bytes by dtype, the KV/memory plan on a GPU
-// of a given size (engine/memory_plan.h, the plan the engine allocates by), and a validation of the
+// (engine/memory_plan.h, the plan the engine allocates by; the GPU of this machine or one of a given
+// size), and a validation of the
 // checkpoint against the shapes the config implies.
 // Built as a struct (tests read it) and formatted as aligned text or JSON (the same content).
 //
@@ -32,7 +33,9 @@ struct InspectOptions {
   bool enable_chunked_prefill = true;
   uint64_t kv_cache_memory = 0;        // --kv-cache-memory (0: what the budget leaves)
   std::optional<int> canvas_length;  // overrides config.json's canvas_length
-  double gpu_memory_bytes = 141e9;   // one H200 (per GPU with tensor parallelism)
+  // The GPU's memory (per GPU with tensor parallelism); absent: GPU 0's, and without a GPU the plan has
+  // no budget (no KV pool, no verdict).
+  std::optional<double> gpu_memory_bytes;
   int tensor_parallel_size = 1;      // > 1: the memory plan of each of that many GPUs
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;        // --enforce-eager: no CUDA graph pool in the plan
@@ -96,6 +99,7 @@ struct InspectReport {
   CheckpointSummary checkpoint;
   std::map<std::string, DtypeTotal> bytes_by_dtype;  // checkpoint's, or BF16 x params for dummy
   MemoryPlan plan;
+  std::string gpu_memory_source;  // "--gpu-memory-bytes" or "GPU 0"; empty: no budget (no GPU, no flag)
   ValidationReport validation;
 };
 

@@ -6,21 +6,20 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <pthread.h>
-
 #include "api/api_server.h"
 #include "api/http_server.h"
 #include "api/model_source.h"
-#include "api/stats_log.h"
 #include "api/prompt_builder.h"
+#include "api/stats_log.h"
 #include "cli/commands.h"
+#include "cli/vllm_compat.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
-#include "engine/scripted_runner.h"
 #include "model/config.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -60,7 +59,9 @@ struct ServeFlags {
   std::string quantization;
   std::string load_format = "auto";
   std::string device = "auto";
-  uint64_t seed = 0;
+  std::string kernel_family = "auto";  // CUDA: auto | hopper | portable (cuda_options.h)
+  std::string fp8_moe = "auto";        // CUDA: FP8-dynamic experts auto | w8a8 | w8a16
+  int64_t seed = 0;  // -1: a random base seed
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
   std::string kv_cache_memory;
@@ -94,6 +95,13 @@ struct ServeFlags {
   bool disable_log_requests = false;
   bool disable_log_stats = false;
   int tensor_parallel_size = 1;
+  std::string config_file;  // --config (applied before the rest is read)
+  // vLLM flags with a meaning here.
+  std::string tokenizer_mode = "auto";
+  std::string chat_template_content_format = "auto";
+  std::string task = "auto";
+  bool enable_force_include_usage = false;
+  bool return_tokens_as_token_ids = false;
 };
 
 Json parse_flag_json(const std::string& text, const std::string& flag) {
@@ -195,29 +203,10 @@ struct Prepared {
   EngineConfig engine;
   ApiServerOptions api;
   HttpServerOptions http;
-  std::string scripted_file;  // non-empty: --load-format scripted:FILE
+  std::optional<std::string> extra_format;  // --load-format <ServeLoadFormat's prefix><argument>: the argument
 };
 
-Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
-  for (size_t i = 0; i < extras.size(); ++i) {
-    // vLLM's two-letter short forms (-tp N, -dp N, -pp N): CLI11 only has one-letter short options,
-    // so they arrive here.
-    const std::string& a = extras[i];
-    int* target = nullptr;
-    const std::string key = a.substr(0, 3);
-    if (key == "-tp") target = &f.tensor_parallel_size;
-    else if (key == "-dp") target = &f.data_parallel_size;
-    else if (key == "-pp") target = &f.pipeline_parallel_size;
-    if (target && a.size() == 3 && i + 1 < extras.size()) {
-      *target = static_cast<int>(parse_token_count(extras[++i], key));
-      continue;
-    }
-    if (target && a.size() > 4 && a[3] == '=') {
-      *target = static_cast<int>(parse_token_count(a.substr(4), key));
-      continue;
-    }
-    fail_arg("serve: unknown argument '{}' (see dgemma serve --help)", a);
-  }
+Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
   set_log_level(parse_log_level(f.log_level));
   Prepared p;
   EngineConfig& e = p.engine;
@@ -243,23 +232,28 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   if (!std::filesystem::is_regular_file(std::filesystem::path(p.tokenizer_dir) / "tokenizer.json"))
     fail_arg("{} has no tokenizer.json{}", p.tokenizer_dir, f.tokenizer.empty() ? " (--tokenizer names another place)" : "");
   e.model_dir = p.model_dir;
-  if (f.load_format.rfind("scripted:", 0) == 0) {
-    p.scripted_file = f.load_format.substr(9);
-    if (p.scripted_file.empty()) fail_arg("--load-format scripted:FILE needs a file");
-    e.load_format = "scripted";
+  if (!extra.prefix.empty() && f.load_format.rfind(extra.prefix, 0) == 0) {
+    p.extra_format = f.load_format.substr(extra.prefix.size());
+    if (p.extra_format->empty()) fail_arg("--load-format {}: needs its argument", extra.prefix);
+    e.load_format = extra.prefix;
   } else if (f.load_format == "auto" || f.load_format == "safetensors" || f.load_format == "dummy") {
     e.load_format = f.load_format;
   } else if (f.load_format == "fastsafetensors" || f.load_format == "runai_streamer") {
     DG_LOG_INFO("serve", "--load-format {}: loading with dgemma's own safetensors reader", f.load_format);
     e.load_format = "safetensors";
   } else {
-    fail_arg("--load-format: '{}' is not one of auto, safetensors, dummy, scripted:FILE", f.load_format);
+    fail_arg("--load-format: '{}' is not one of auto, safetensors, dummy{}", f.load_format,
+             extra.prefix.empty() ? "" : ", " + extra.prefix + "...");
   }
   if (f.dtype == "auto" || f.dtype == "bfloat16" || f.dtype == "bf16") e.dtype = f.dtype == "auto" ? "auto" : "bfloat16";
   else fail_arg("--dtype: '{}' is not supported (auto or bfloat16)", f.dtype);
   if (f.device != "auto" && f.device != "cpu" && f.device != "cuda")
     fail_arg("--device: '{}' is not one of auto, cpu, cuda", f.device);
   e.device = f.device;
+  if (!parse_kernel_family(f.kernel_family, &e.cuda.family))
+    fail_arg("--kernel-family: '{}' is not one of {}", f.kernel_family, kernel_family_words());
+  if (!parse_fp8_experts(f.fp8_moe, &e.cuda.fp8_experts))
+    fail_arg("--fp8-moe: '{}' is not one of {}", f.fp8_moe, fp8_experts_words());
   e.quantization = f.quantization;
   // The model's limits are checked here, before the port is bound (the engine repeats them).
   const ModelConfig mc = load_model_config(p.model_dir);
@@ -282,7 +276,13 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   if (!(f.gpu_memory_utilization > 0 && f.gpu_memory_utilization <= 1))
     fail_arg("--gpu-memory-utilization must be in (0, 1], got {}", f.gpu_memory_utilization);
   e.gpu_memory_utilization = f.gpu_memory_utilization;
-  e.seed = f.seed;
+  if (f.seed < -1) fail_arg("--seed {}: give a non-negative integer, or -1 for a random base seed", f.seed);
+  if (f.seed == -1) {
+    e.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+    DG_LOG_INFO("serve", "--seed -1: requests without a seed get base seed {}", e.seed);
+  } else {
+    e.seed = static_cast<uint64_t>(f.seed);
+  }
   e.enable_chunked_prefill = f.enable_chunked_prefill;
   e.enable_prefix_caching = f.enable_prefix_caching;
   // The warm-up pays the GPU's one-time start-up costs; the CPU backend has none worth a delay.
@@ -338,8 +338,9 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
     fail_arg("--enable-auto-tool-choice requires --tool-call-parser gemma4");
   if (f.tensor_parallel_size != 1 && f.tensor_parallel_size != 2 && f.tensor_parallel_size != 4 && f.tensor_parallel_size != 8)
     fail_arg("--tensor-parallel-size must be 1, 2, 4 or 8 (got {})", f.tensor_parallel_size);
-  if (f.tensor_parallel_size != 1 && !p.scripted_file.empty())
-    fail_arg("--tensor-parallel-size {}: the scripted test engine has no model to split", f.tensor_parallel_size);
+  if (f.tensor_parallel_size != 1 && p.extra_format)
+    fail_arg("--tensor-parallel-size {}: the {} engine has no model to split", f.tensor_parallel_size,
+             extra.prefix);
   e.tensor_parallel_size = f.tensor_parallel_size;  // checked against the model's shapes when it loads
   if (!f.attention_backend.empty())
     DG_LOG_INFO("serve", "--attention-backend {}: accepted for vLLM compatibility; dgemma uses its own kernels",
@@ -355,6 +356,19 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
     fail_arg("--kv-cache-dtype {}: the KV cache is bfloat16 (auto or bfloat16 are accepted)", f.kv_cache_dtype);
   if (f.ssl_keyfile.empty() != f.ssl_certfile.empty())
     fail_arg("TLS needs both --ssl-keyfile and --ssl-certfile");
+  // The one tokenizer implementation reads tokenizer.json, which is what auto, hf and slow load.
+  if (f.tokenizer_mode != "auto" && f.tokenizer_mode != "hf" && f.tokenizer_mode != "slow")
+    fail_arg("--tokenizer-mode {}: dgemma reads the checkpoint's tokenizer.json (auto, hf or slow)",
+             f.tokenizer_mode);
+  if (f.tokenizer_mode != "auto")
+    DG_LOG_INFO("serve", "--tokenizer-mode {}: the checkpoint's tokenizer.json is read either way",
+                f.tokenizer_mode);
+  if (f.task != "auto" && f.task != "generate")
+    fail_arg("--task {}: this server only generates (auto or generate)", f.task);
+  if (f.chat_template_content_format != "auto" && f.chat_template_content_format != "string" &&
+      f.chat_template_content_format != "openai")
+    fail_arg("--chat-template-content-format: '{}' is not one of auto, string, openai",
+             f.chat_template_content_format);
   for (const auto& [flag, value] : f.no_effect)
     DG_LOG_INFO("serve", "{}{}: accepted for vLLM compatibility; a tuning knob with no effect in dgemma", flag,
                 value.empty() ? "" : " " + value);
@@ -378,6 +392,10 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   a.tool_parser = !f.tool_call_parser.empty();
   a.reasoning_parser = !f.reasoning_parser.empty();
   a.strict_params = f.strict_params;
+  // auto is openai here: the DiffusionGemma templates read content as a string or a list of parts.
+  a.content_as_string = f.chat_template_content_format == "string";
+  a.force_include_usage = f.enable_force_include_usage;
+  a.return_tokens_as_token_ids = f.return_tokens_as_token_ids;
   if (!f.default_chat_template_kwargs.empty()) {
     a.default_template_kwargs = parse_flag_json(f.default_chat_template_kwargs, "--default-chat-template-kwargs");
     for (auto it = a.default_template_kwargs.begin(); it != a.default_template_kwargs.end(); ++it) {
@@ -447,15 +465,14 @@ Prepared prepare(ServeFlags& f, const std::vector<std::string>& extras) {
   return p;
 }
 
-// Blocks SIGINT/SIGTERM in every thread; a watcher thread turns them into calls of on_signal (the
-// first one) and exits the process at once on the second.
+// Turns SIGINT/SIGTERM (blocked in every thread since main() began) into calls of on_signal on one
+// thread (sigtimedwait): the first signal, and exits the process at once on the second.
 class SignalWatcher {
  public:
   SignalWatcher() {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
   }
   ~SignalWatcher() {
@@ -495,11 +512,19 @@ void log_sampler_defaults(const EngineConfig& e, const ModelConfig& mc) {
     if (!e.override_generation_config.empty())
       g = parse_generation_config(e.override_generation_config, "--override-generation-config", g);
     if (e.max_denoising_steps) g.max_denoising_steps = *e.max_denoising_steps;
+    // The checkpoint's max_new_tokens is not a default (as in vLLM, it would truncate long answers):
+    // only --override-generation-config sets one.
+    const auto max_new = e.override_generation_config.find("max_new_tokens");
+    const std::string max_tokens =
+        max_new != e.override_generation_config.end()
+            ? fmt::format("{} (--override-generation-config max_new_tokens)", g.max_new_tokens)
+            : std::string("the rest of the context");
     DG_LOG_INFO("serve",
-                "sampler defaults (--generation-config {}): max_denoising_steps {}, entropy_bound {}, t_min {}, t_max {}, "
-                "confidence_threshold {}, stability_threshold {}, max_new_tokens {}",
-                e.generation_config.empty() ? "auto" : e.generation_config, g.max_denoising_steps, g.entropy_bound,
-                g.t_min, g.t_max, g.confidence_threshold, g.stability_threshold, g.max_new_tokens);
+                "sampler defaults (--generation-config {}): max_denoising_steps {}, entropy_bound {}, t_min "
+                "{}, t_max {}, "
+                "confidence_threshold {}, stability_threshold {}; default max_tokens: {}",
+                e.generation_config.empty() ? "auto" : e.generation_config, g.max_denoising_steps,
+                g.entropy_bound, g.t_min, g.t_max, g.confidence_threshold, g.stability_threshold, max_tokens);
   } catch (const Error& err) {
     DG_LOG_DEBUG("serve", "sampler defaults not logged: {}", err.what());
   }
@@ -509,13 +534,13 @@ bool is_loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::string& version) {
-  Prepared p = prepare(f, extras);
+int run_serve(ServeFlags& f, const std::string& version, const ServeLoadFormat& extra) {
+  Prepared p = prepare(f, extra);
   const ChatTemplate tmpl = choose_chat_template(f, p.tokenizer_dir);  // a template that does not compile is a start-up error
   for (auto it = p.api.default_template_kwargs.begin(); it != p.api.default_template_kwargs.end(); ++it)
     if (!tmpl.accepts_kwarg(it.key()))
       fail_arg("--default-chat-template-kwargs: key '{}' is not read by the chat template", it.key());
-  SignalWatcher signals;  // before any thread starts, so all inherit the mask
+  SignalWatcher signals;
 
   p.api.version = version;
   if (p.engine.max_model_len > 0) p.api.max_model_len_hint = p.engine.max_model_len;
@@ -557,13 +582,9 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
         Tokenizer::from_file((std::filesystem::path(p.tokenizer_dir) / "tokenizer.json").string()));
     const ModelConfig mc = load_model_config(p.model_dir);
     log_sampler_defaults(p.engine, mc);
-    if (!p.scripted_file.empty()) {
-      // The real engine over a scripted model runner (tests only).
-      ScriptTokenizer st;
-      st.encode = [tokenizer](std::string_view t) { return tokenizer->encode(t, true); };
-      st.decode = [tokenizer](const std::vector<int32_t>& ids) { return tokenizer->decode(ids, false); };
-      engine = create_scripted_engine(p.engine, p.scripted_file, std::move(st));
-      DG_LOG_INFO("serve", "scripted model runner from {} (test only)", p.scripted_file);
+    if (p.extra_format) {
+      engine = extra.create(p.engine, *p.extra_format, tokenizer);
+      DG_LOG_INFO("serve", "--load-format {}{}: {}", extra.prefix, *p.extra_format, extra.help);
     } else {
       engine = create_model_engine(p.engine);
     }
@@ -626,10 +647,10 @@ int run_serve(ServeFlags& f, const std::vector<std::string>& extras, const std::
 
 }  // namespace
 
-void add_serve_command(CLI::App& app, CommandList& out) {
+void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
   auto f = std::make_shared<ServeFlags>();
-  auto* sub = app.add_subcommand("serve", "Serve an OpenAI-compatible API (vLLM-compatible flags; docs/API.md)");
-  sub->allow_extras();  // only to accept vLLM's "-tp N"; anything else left over is rejected
+  auto* sub =
+      app.add_subcommand("serve", "Serve an OpenAI-compatible API (vLLM-compatible flags; docs/API.md)");
   sub->add_option("MODEL", f->model,
                   "A model directory (config.json, tokenizer.json, weights) or a Hugging Face repo id (org/name) "
                   "found in the local cache ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub); never downloads");
@@ -642,8 +663,9 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_option("--port", f->port, "Port (default 8000; 0 picks a free port)");
   sub->add_option("--served-model-name", f->served_model_name,
                   "Model name(s) accepted in requests and reported by /v1/models (default: MODEL)");
-  sub->add_option("--max-model-len", f->max_model_len, "Context length in tokens (e.g. 32768, 32k, 128K); at most the model's max_position_embeddings. "
-                  "Default: max_position_embeddings capped at 32768, halved until the KV caches fit in memory");
+  sub->add_option("--max-model-len", f->max_model_len,
+                  "Context length in tokens (e.g. 32768, 32k, 128K); at most, and by default, the model's "
+                  "max_position_embeddings (it reserves no memory: requests take KV pages as they grow)");
   sub->add_option("--max-num-seqs", f->max_num_seqs, "Requests running at once, 1 to 1024 (default 4)");
   sub->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "Token budget per engine step (0: derived)");
   sub->add_option("--max-queue", f->max_queue, "Waiting requests beyond --max-num-seqs before 503 (default 1024)");
@@ -671,9 +693,19 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_option("--dtype", f->dtype, "auto or bfloat16");
   sub->add_option("-q,--quantization", f->quantization,
                   "checkpoint quantisation (auto-detected when absent): modelopt | modelopt_fp4 | compressed-tensors | fp8 | none");
-  sub->add_option("--load-format", f->load_format, "auto, safetensors, dummy (random weights) or scripted:FILE (tests)");
+  sub->add_option("--load-format", f->load_format,
+                  "auto, safetensors or dummy (random weights)" +
+                      (extra.prefix.empty() ? "" : ", or " + extra.prefix + "... (" + extra.help + ")"));
   sub->add_option("--device", f->device, "auto, cpu or cuda");
-  sub->add_option("--seed", f->seed, "Base seed for requests without their own seed");
+  sub->add_option("--kernel-family", f->kernel_family,
+                  "CUDA kernels: auto (hopper on an sm_90 GPU, else portable), hopper (the sm_90 kernels: "
+                  "H100 / H200 only) or portable (the sm_80 mma.sync kernels every GPU runs)");
+  sub->add_option("--fp8-moe", f->fp8_moe,
+                  "CUDA, FP8-dynamic experts: auto (w8a8 with the hopper kernels, else w8a16), w8a8 (the "
+                  "checkpoint's FP8 activations: more throughput at many rows an expert) or w8a16 (bf16 "
+                  "activations: less latency for one stream at a time)");
+  sub->add_option("--seed", f->seed,
+                  "Base seed for requests without their own seed (default 0; -1: a random one)");
   sub->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->enable_chunked_prefill,
                 "Split long prompts over several engine steps (default on)");
   sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f->enable_prefix_caching,
@@ -713,22 +745,47 @@ void add_serve_command(CLI::App& app, CommandList& out) {
   sub->add_option("--data-parallel-size", f->data_parallel_size, "Must be 1 (also accepted as -dp 1)");
   sub->add_option("--pipeline-parallel-size", f->pipeline_parallel_size, "Must be 1 (also accepted as -pp 1)");
   // vLLM tuning knobs that mean nothing here: accepted, and logged as having no effect.
-  for (const char* name : {"--swap-space", "--block-size", "--max-cudagraph-capture-size", "--compilation-config",
-                           "--uvicorn-log-level", "--max-log-len", "--max-logprobs", "--limit-mm-per-prompt"}) {
+  sub->add_option("--tokenizer-mode", f->tokenizer_mode,
+                  "auto, hf or slow: the checkpoint's tokenizer.json either way");
+  sub->add_option("--task", f->task, "auto or generate (the only task of this server)");
+  sub->add_option(
+      "--chat-template-content-format", f->chat_template_content_format,
+      "auto | openai: message content reaches the template as given (a string or a list of text parts); "
+      "string: a list of text parts is joined with newlines first");
+  sub->add_flag("--enable-force-include-usage", f->enable_force_include_usage,
+                "Every stream ends with a usage chunk, as if stream_options.include_usage were set");
+  sub->add_flag("--return-tokens-as-token-ids", f->return_tokens_as_token_ids,
+                "Logprobs name tokens as \"token_id:N\" instead of their text");
+  // vLLM tuning and deployment knobs that mean nothing here: accepted, and logged as having no effect.
+  for (const char* name :
+       {"--swap-space", "--block-size", "--max-cudagraph-capture-size", "--compilation-config",
+        "--uvicorn-log-level", "--max-log-len", "--max-logprobs", "--limit-mm-per-prompt",
+        "--distributed-executor-backend", "--max-seq-len-to-capture", "--tokenizer-pool-size",
+        "--guided-decoding-backend", "--structured-outputs-config"}) {
     const std::string flag = name;
     sub->add_option_function<std::string>(
            flag, [f, flag](const std::string& v) { f->no_effect.emplace_back(flag, v); },
            "vLLM tuning knob: accepted, no effect")
         ->group("vLLM compatibility (no effect)");
   }
-  for (const char* name : {"--async-scheduling", "--disable-fastapi-docs", "--enable-log-requests"}) {
+  for (const char* name : {"--async-scheduling", "--disable-fastapi-docs", "--enable-log-requests",
+                           "--disable-custom-all-reduce", "--disable-frontend-multiprocessing",
+                           "--enable-sleep-mode", "--enable-prompt-tokens-details", "--enable-reasoning"}) {
     const std::string flag = name;
     sub->add_flag_callback(flag, [f, flag] { f->no_effect.emplace_back(flag, ""); }, "vLLM knob: accepted, no effect")
         ->group("vLLM compatibility (no effect)");
   }
   sub->add_option("--tensor-parallel-size", f->tensor_parallel_size,
                   "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CPU backend only for now");
-  out.push_back({sub, [f, sub] { return run_serve(*f, sub->remaining(), DGEMMA_VERSION); }});
+  sub->add_option(
+      "--config", f->config_file,
+      "vLLM's YAML config file: flag: value lines (long flag names); the command line wins over it");
+  Command c{sub, [f, sub, extra] {
+              if (!f->config_file.empty()) apply_config_file(*sub, f->config_file, "MODEL");
+              return run_serve(*f, DGEMMA_VERSION, extra);
+            }};
+  c.handles_stop_signals = true;
+  out.push_back(std::move(c));
 }
 
 }  // namespace dgemma::cli

@@ -33,11 +33,15 @@ class StabilityRun {
  public:
   explicit StabilityRun(int threshold = 1) : threshold_(threshold) {}
   bool update(bool same_as_previous) {
-    run_ = same_as_previous ? run_ + 1 : 0;
+    run_ = next_run(same_as_previous);
     return run_ >= threshold_;
   }
+  // What update would return, without counting the step.
+  bool stable_after(bool same_as_previous) const { return next_run(same_as_previous) >= threshold_; }
 
  private:
+  int next_run(bool same_as_previous) const { return same_as_previous ? run_ + 1 : 0; }
+
   int threshold_;
   int run_ = 0;
 };

@@ -6,17 +6,20 @@
 #include <optional>
 #include <string>
 
+#include "backend/cuda_options.h"
 #include "backend/tensor.h"
-
+#include "engine/model_runner.h"
 #include "engine/request.h"
+#include "model/config.h"
 #include "util/json.h"
 
 namespace dgemma {
 
 struct EngineConfig {
   std::string model_dir;               // HF model directory
-  std::string load_format = "auto";    // auto | safetensors | dummy  (serve also takes scripted:FILE: create_scripted_engine)
+  std::string load_format = "auto";    // auto | safetensors | dummy
   std::string device = "auto";         // auto | cpu | cuda
+  CudaOptions cuda;                    // the CUDA backend's kernel choices (--kernel-family, --fp8-moe)
   std::string dtype = "auto";          // auto | bfloat16
   std::string quantization;            // vLLM's --quantization: empty/auto = what the checkpoint declares
   int64_t max_model_len = 0;           // 0: from config (max_position_embeddings), capped by memory
@@ -34,7 +37,8 @@ struct EngineConfig {
   uint64_t seed = 0;                       // --seed: base for requests without their own seed
   bool enable_prefix_caching = true;     // on by default, as in vLLM
   bool enable_chunked_prefill = true;
-  bool warmup = false;  // engine.cpp warm_up; serve turns it on for the GPU unless --no-warmup
+  bool warmup = false;  // the runner's start-up warm-up (diffusion_runner.h); serve turns it on for the GPU
+                        // unless --no-warmup
   // --enforce-eager (vLLM's flag): no CUDA graphs; every step runs op by op. Otherwise, on a backend
   // with graphs, the engine records one denoising step per batch-size bucket at start-up.
   bool enforce_eager = false;
@@ -47,6 +51,16 @@ struct EngineConfig {
 // Builds the model-backed engine (loads weights, allocates the KV cache, starts the engine thread).
 // Throws Error with a clear message on a bad model directory or an impossible memory plan.
 std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& config);
+
+// The same engine over another runner (the test server's scripted one): the same flags, configs and
+// memory plan as the CPU model engine, nothing allocated (admission, page accounting and preemption
+// follow the same plan). `canvas_length` (optional) replaces the checkpoint's, as --diffusion-config
+// canvas_length would; make_runner builds the runner for the resolved model and generation configs.
+using RunnerFactory =
+    std::function<std::unique_ptr<ModelRunner>(const ModelConfig&, const GenerationConfig&)>;
+std::unique_ptr<EngineInterface> create_engine_with_runner(const EngineConfig& config,
+                                                           std::optional<int> canvas_length,
+                                                           const RunnerFactory& make_runner);
 // --device as the engine resolves it: "auto" becomes "cuda" when a GPU is usable, else "cpu".
 std::string resolve_device(const std::string& device);
 

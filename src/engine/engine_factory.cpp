@@ -1,16 +1,18 @@
 // The composition root. create_model_engine: flags -> backend, model config, generation config,
-// weights, memory plan, engine. create_scripted_engine: the same flags, configs and memory plan, with
-// the scripted runner in place of the backend, the weights and the model.
+// weights, memory plan -> runner -> engine core (prepared) -> engine. create_engine_with_runner: the
+// same flags, configs and memory plan over a runner of the caller's.
 #include <algorithm>
 #include <filesystem>
 
+#include "backend/cuda_limits.h"
+#include "engine/diffusion_runner.h"
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "engine/kv_pool.h"
 #include "engine/limits.h"
 #include "engine/memory_plan.h"
 #include "engine/params.h"
-#include "engine/scripted_runner.h"
+#include "engine/tp_runner.h"
 #include "model/shard_plan.h"
 #include "model/tensor_parallel.h"
 #include "model/weights.h"
@@ -76,7 +78,8 @@ ModelConfig engine_model_config(const EngineConfig& c, std::optional<int> fallba
   check_quantization_flag(mc.quant, c.quantization);
   if (c.canvas_length || fallback_canvas) {
     mc.canvas_length = c.canvas_length ? *c.canvas_length : *fallback_canvas;
-    validate_model_config(mc, c.canvas_length ? "--diffusion-config canvas_length" : "the script's canvas_length");
+    validate_model_config(
+        mc, c.canvas_length ? "--diffusion-config canvas_length" : "the runner's canvas_length");
   }
   if (mc.canvas_length > limits::kMaxCanvasLength)
     fail_arg("canvas_length {} is more than the engine's limit of {}", mc.canvas_length, limits::kMaxCanvasLength);
@@ -105,13 +108,54 @@ MemoryPlanInputs memory_plan_inputs(const EngineConfig& c, int64_t max_len, bool
   return in;
 }
 
-EngineSizing engine_sizing(const MemoryPlan& plan, int64_t max_len) {
+// What of the model the CUDA backend's kernels depend on (backend/cuda_limits.h).
+CudaModelShape cuda_model_shape(const ModelConfig& mc) {
+  CudaModelShape s;
+  const TextConfig& t = mc.text;
+  s.hidden_size = t.hidden_size;
+  for (const LayerSpec& l : t.layers) s.head_dims.push_back(l.head_dim);
+  s.vocab_size = t.vocab_size;
+  s.num_experts = t.num_experts;
+  s.top_k = t.top_k_experts;
+  s.moe_intermediate_size = t.moe_intermediate_size;
+  s.quantized = mc.quant.quantized();
+  return s;
+}
+
+EngineSizing engine_sizing(const EngineConfig& c, const MemoryPlan& plan, int64_t max_len) {
   EngineSizing sz;
+  sz.max_num_seqs = c.max_num_seqs;
   sz.max_model_len = max_len;
-  sz.prefill_chunk = plan.prefill_chunk;
   sz.max_num_batched_tokens = plan.max_num_batched_tokens;
+  sz.prefill_chunk = plan.prefill_chunk;
   sz.kv = plan.pool;
+  sz.prefix_caching = c.enable_prefix_caching;
   return sz;
+}
+
+// The runner's start-up work and device budget: the plan's ceilings on a GPU (`outside_allocator`:
+// device memory in use outside the allocator when the plan was made), none on the CPU.
+RunnerOptions runner_options(const EngineConfig& c, const MemoryPlan& plan, uint64_t outside_allocator) {
+  RunnerOptions o;
+  o.batch_buckets = engine_batch_buckets(c.max_num_seqs);
+  o.warm_up = c.warmup;
+  o.cuda_graphs = !c.enforce_eager;
+  o.step_dump = c.step_dump;
+  if (!plan.in.cpu)
+    o.budget = {plan.step_ceiling_bytes, plan.graph_pool_bytes, plan.runtime_reserve_bytes,
+                outside_allocator};
+  return o;
+}
+
+// The core over the runner, prepared (the allocator's ceiling, warm-up, graphs), and the engine thread.
+std::unique_ptr<EngineInterface> start_engine(const EngineConfig& c, const ModelConfig& mc,
+                                              GenerationConfig g, const EngineSizing& sizing,
+                                              std::unique_ptr<ModelRunner> runner) {
+  std::unique_ptr<EngineCore> core = EngineCore::create(mc, sizing, std::move(runner));
+  core->prepare([&](uint64_t id) {
+    return resolve_sequence_params(SamplingParams{}, g, {c.seed, id, mc.canvas_length, mc.text.vocab_size});
+  });
+  return std::make_unique<DiffusionEngine>(c, std::move(core), std::move(g));
 }
 
 }  // namespace
@@ -130,9 +174,14 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
 
   const std::string device = resolve_device(c.device);
   std::unique_ptr<Backend> backend;
-  if (device == "cuda") backend = make_cuda_backend(0);
-  else if (device == "cpu") backend = make_cpu_backend();
-  else fail_arg("--device must be auto, cuda or cpu (got '{}')", c.device);
+  if (device == "cuda") {
+    check_cuda_supports(cuda_model_shape(mc));  // refused here, naming the limit, not mid-request
+    backend = make_cuda_backend(0, c.cuda);
+  } else if (device == "cpu") {
+    backend = make_cpu_backend();
+  } else {
+    fail_arg("--device must be auto, cuda or cpu (got '{}')", c.device);
+  }
   if (tp > 1 && device != "cpu")
     fail(ErrorKind::kUnsupported,
          "--tensor-parallel-size {}: the {} backend has no tensor-parallel kernels yet (the sharded model runs on the CPU "
@@ -169,22 +218,17 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   }
   const MemoryPlan plan = plan_memory(mc, in);
   if (!plan.fits)
-    throw Error(ErrorKind::kResourceExhausted,
-                fmt::format("not enough memory for the KV cache: {:.2f} GiB left for it after {:.2f} GiB of weights, "
-                            "{:.2f} GiB of per-sequence buffers (--max-num-seqs {}), {:.2f} GiB of activation workspace "
-                            "({} tokens a step) and {:.2f} GiB of reserves; lower --max-num-seqs or "
-                            "--max-num-batched-tokens, or raise --gpu-memory-utilization / --kv-cache-memory",
-                            plan.kv_budget_bytes / double(1ull << 30), plan.weight_bytes / double(1ull << 30),
-                            plan.work_bytes_all_seqs / double(1ull << 30), c.max_num_seqs,
-                            plan.workspace_bytes / double(1ull << 30), plan.step_tokens,
-                            (plan.runtime_reserve_bytes + plan.pool_rounding_bytes) / double(1ull << 30)));
-  EngineSizing sz = engine_sizing(plan, max_len);
-  if (!in.cpu) {
-    sz.step_ceiling_bytes = plan.step_ceiling_bytes;
-    sz.graph_pool_bytes = plan.graph_pool_bytes;
-    sz.runtime_reserve_bytes = plan.runtime_reserve_bytes;
-    sz.outside_allocator_bytes = outside_allocator;
-  }
+    throw Error(
+        ErrorKind::kResourceExhausted,
+        fmt::format(
+            "not enough memory for the KV cache: {:.2f} GiB left for it after {:.2f} GiB of weights, "
+            "{:.2f} GiB of per-sequence buffers (--max-num-seqs {}), {:.2f} GiB of activation workspace "
+            "({} tokens a step) and {:.2f} GiB of reserves; lower --max-num-seqs or "
+            "--max-num-batched-tokens, or raise --gpu-memory-utilization / --kv-cache-memory",
+            plan.kv_budget_bytes / double(1ull << 30), plan.weight_bytes / double(1ull << 30),
+            plan.work_bytes_all_seqs / double(1ull << 30), c.max_num_seqs,
+            plan.workspace_bytes / double(1ull << 30), plan.step_tokens,
+            (plan.runtime_reserve_bytes + plan.pool_rounding_bytes) / double(1ull << 30)));
   const double gib = double(1ull << 30);
   DG_LOG_INFO("engine",
               "memory plan: {} = weights {:.2f} GiB + runtime reserve {:.2f} GiB + buffers {:.2f} GiB + "
@@ -201,36 +245,35 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
               plan.pool.pages[static_cast<int>(KvGroup::kFull)], plan.pool.full_tokens, plan.full_len_seqs, max_len,
               plan.pool.pages[static_cast<int>(KvGroup::kSliding)], C, c.max_num_seqs, plan.max_num_batched_tokens,
               plan.step_tokens, c.enable_prefix_caching ? "on" : "off");
-  if (tp > 1)  // the ranks' weights are views of the host weights just loaded
-    return std::make_unique<DiffusionEngine>(c, TensorParallelModel::cpu(mc, std::move(w), tp), std::move(g), sz);
-  auto model = std::make_unique<DiffusionGemma>(mc, std::move(w), *backend);
-  return std::make_unique<DiffusionEngine>(c, std::move(backend), std::move(model), std::move(g), sz);
+  const RunnerOptions ro = runner_options(c, plan, outside_allocator);
+  std::unique_ptr<ModelRunner> runner;
+  if (tp > 1) {  // the ranks' weights are views of the host weights just loaded
+    runner =
+        std::make_unique<TensorParallelRunner>(TensorParallelModel::cpu(mc, std::move(w), tp), plan.pool, ro);
+  } else {
+    std::shared_ptr<Backend> be = std::move(backend);
+    auto model = std::make_shared<DiffusionGemma>(mc, std::move(w), *be);
+    runner = std::make_unique<DiffusionModelRunner>(be, std::move(model), plan.pool, ro);
+  }
+  return start_engine(c, mc, std::move(g), engine_sizing(c, plan, max_len), std::move(runner));
 }
 
-std::unique_ptr<EngineInterface> create_scripted_engine(const EngineConfig& c, const Json& script, ScriptTokenizer tokenizer) {
+std::unique_ptr<EngineInterface> create_engine_with_runner(const EngineConfig& c,
+                                                           std::optional<int> canvas_length,
+                                                           const RunnerFactory& make_runner) {
   check_engine_flags(c);
-  const ModelConfig mc = engine_model_config(c, ScriptedRunner::canvas_length_of(script));
+  const ModelConfig mc = engine_model_config(c, canvas_length);
   GenerationConfig g = resolve_generation_config(c, mc);
   const int64_t max_len = engine_max_model_len(c, mc);
   // Sized as the CPU model engine would be: nothing is allocated, but admission, page accounting and
   // preemption follow the same plan.
   const MemoryPlan plan = plan_memory(mc, memory_plan_inputs(c, max_len, /*cpu=*/true));
   if (!plan.fits) fail(ErrorKind::kResourceExhausted, "--kv-cache-memory is too small for two canvases");
-  ScriptedRunnerOptions o;
-  o.canvas_length = mc.canvas_length;
-  o.vocab_size = static_cast<int>(mc.text.vocab_size);
-  o.eos_ids = g.eos_token_ids;
-  o.tokenizer = std::move(tokenizer);
-  auto runner = ScriptedRunner::from_json(script, std::move(o));
-  DG_LOG_INFO("engine", "scripted runner (test only): canvas_length {}, {} full-attention pages, max_num_seqs {}, {} tokens per step",
-              mc.canvas_length, plan.pool.pages[static_cast<int>(KvGroup::kFull)], c.max_num_seqs, plan.max_num_batched_tokens);
-  return std::make_unique<DiffusionEngine>(c, std::move(runner), mc, std::move(g), engine_sizing(plan, max_len));
-}
-
-std::unique_ptr<EngineInterface> create_scripted_engine(const EngineConfig& c, const std::string& script_file,
-                                                        ScriptTokenizer tokenizer) {
-  const std::string text = read_text_file(script_file, 16u << 20);
-  return create_scripted_engine(c, parse_json(text, script_file, /*is_file=*/true), std::move(tokenizer));
+  std::unique_ptr<ModelRunner> runner = make_runner(mc, g);
+  DG_LOG_INFO("engine", "canvas_length {}, {} full-attention pages, max_num_seqs {}, {} tokens per step",
+              mc.canvas_length, plan.pool.pages[static_cast<int>(KvGroup::kFull)], c.max_num_seqs,
+              plan.max_num_batched_tokens);
+  return start_engine(c, mc, std::move(g), engine_sizing(c, plan, max_len), std::move(runner));
 }
 
 }  // namespace dgemma

@@ -3,6 +3,8 @@
 // generate flags) and the engine (its resolve and factory checks) all test against these constants, so a
 // value one layer accepts is never refused by the next (docs/API.md documents the same numbers).
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace dgemma::limits {
 
@@ -31,8 +33,18 @@ inline constexpr double kMaxScheduleTemperature = 1e4;  // t_min, t_max: >= 0
 inline constexpr int kMaxStabilityThreshold = 64;       // >= 0
 inline constexpr double kMaxConfidenceThreshold = 1e6;  // > 0
 
+// Largest prompt chunk the encoder takes in one pass with chunked prefill (the memory plan's and the
+// scheduler's; engine/memory_plan.h prefill_chunk_tokens).
+inline constexpr int64_t kMaxPrefillChunk = 2048;
+
 // Alternatives per committed token (chat top_logprobs; completions logprobs is at most 5), as vLLM's
 // default --max-logprobs; the backends keep each row's list in registers.
 inline constexpr int kMaxTopLogprobs = 20;
+
+// The context-overflow message in vLLM's wording (clients pattern-match it): `prompt_tokens` of the
+// `prompt_word` ("messages" or "prompt") and `max_tokens` of completion against max_model_len. The
+// engine's submit and the API's error both write it with this.
+std::string context_length_message(int64_t max_model_len, int64_t prompt_tokens, int64_t max_tokens,
+                                   std::string_view prompt_word = "messages");
 
 }  // namespace dgemma::limits

@@ -6,6 +6,7 @@
 
 #include "backend/caching_allocator.h"
 #include "backend/workspace_bounds.h"
+#include "engine/limits.h"
 #include "model/weights.h"
 
 namespace dgemma {
@@ -23,7 +24,8 @@ uint64_t sat_mul(uint64_t a, uint64_t b) {
 }  // namespace
 
 int64_t prefill_chunk_tokens(const ModelConfig& c, int64_t max_model_len, bool enable_chunked_prefill) {
-  const int64_t chunk = enable_chunked_prefill ? std::min(kMaxPrefillChunk, max_model_len) : max_model_len;
+  const int64_t chunk =
+      enable_chunked_prefill ? std::min(limits::kMaxPrefillChunk, max_model_len) : max_model_len;
   return std::max<int64_t>(chunk, c.canvas_length);
 }
 
@@ -52,7 +54,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
   p.prefill_chunk = prefill_chunk_tokens(c, in.max_model_len, in.enable_chunked_prefill);
   p.max_num_batched_tokens = in.max_num_batched_tokens > 0 ? std::max<int64_t>(in.max_num_batched_tokens, C)
                                                            : int64_t{in.max_num_seqs} * 2 * C + p.prefill_chunk;
-  // The sliding pages are sized by what a step writes (as model_core.cpp's pool); the activations by
+  // The sliding pages are sized by what a step writes (kv_pool.h sliding_pages_needed); the activations by
   // what it computes: the scheduler always takes every running sequence's canvas (and its committed
   // canvas's encode) and, when that leaves no budget, still one prefill chunk, so a step's forward can
   // exceed a small budget.

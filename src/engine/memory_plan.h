@@ -14,7 +14,7 @@ namespace dgemma {
 
 // Fixed part of the activation workspace: the routing index buffers and small per-step tensors,
 // cuBLAS's per-call state, the attention score buffer of the per-item (non-flash) attention path
-// (tuning.h: 256 MiB) — a stated allowance, not a measurement.
+// (CudaOptions::attention_score_budget: 256 MiB) — a stated allowance, not a measurement.
 inline constexpr uint64_t kWorkspaceReserveBytes = uint64_t{512} << 20;
 
 // Blocks a step holds at once that may each be up to one allocator granule (2 MiB) larger than asked
@@ -27,14 +27,11 @@ inline constexpr uint64_t kRoundingBlocks = 48;
 // local-memory growth for kernels with large stacks. The warm-up measures it (engine.cpp).
 inline constexpr uint64_t kRuntimeReserveBytes = uint64_t{256} << 20;
 
-// Largest prompt chunk the encoder takes in one pass with chunked prefill.
-inline constexpr int64_t kMaxPrefillChunk = 2048;
-
 // CPU backend without --kv-cache-memory: the pool holds max_num_seqs sequences of max_model_len, at
 // most this many bytes of full-attention pages (tests and small models; the CPU has no device budget).
 inline constexpr uint64_t kCpuDefaultKvBytes = uint64_t{4} << 30;
 
-// Tokens of the largest encoder chunk: at most kMaxPrefillChunk with chunked prefill, the whole
+// Tokens of the largest encoder chunk: at most limits::kMaxPrefillChunk with chunked prefill, the whole
 // context without; never less than one canvas.
 int64_t prefill_chunk_tokens(const ModelConfig& config, int64_t max_model_len, bool enable_chunked_prefill);
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/limits.h"
 #include "engine/sequence.h"
 #include "engine/step_plan.h"
 
@@ -22,7 +23,7 @@ namespace dgemma {
 struct SchedulerConfig {
   int max_num_seqs = 4;
   int64_t max_num_batched_tokens = 4096;
-  int64_t prefill_chunk = 2048;
+  int64_t prefill_chunk = limits::kMaxPrefillChunk;
   int canvas_length = 256;
   // Whether a prompt's last chunk shares its pass with the sequence's first denoising step (the
   // default: one pass less per request). Off, every step is either prefill or denoising work for a

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "backend/decide_rules.h"
 #include "util/counter_rng.h"
 #include "util/error.h"
 
@@ -36,19 +35,28 @@ std::vector<int32_t> Sequence::initial_canvas() const {
   return c;
 }
 
+bool Sequence::last_step(bool same_argmax, bool confident) const {
+  return (stability_.stable_after(same_argmax) && confident) ||
+         step_ + 1 >= params_.diffusion.max_denoising_steps;
+}
+
 bool Sequence::on_step(bool same_argmax, bool confident) {
-  const bool stable = stability_.update(same_argmax);
-  const bool last = (stable && confident) || step_ + 1 >= params_.diffusion.max_denoising_steps;
+  const bool last = last_step(same_argmax, confident);
+  stability_.update(same_argmax);
   step_ += 1;
   denoise_steps_total_ += 1;
   return last;
 }
 
+std::vector<int32_t> Sequence::shown_canvas(std::vector<int32_t> argmax) const {
+  DG_CHECK(static_cast<int>(argmax.size()) == canvas_);
+  apply_pins(pins_, argmax);
+  return argmax;
+}
+
 CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprob, double now,
                               const TopAlternatives& top) {
-  DG_CHECK(static_cast<int>(argmax.size()) == canvas_);
-  std::vector<int32_t> committed = argmax;
-  apply_pins(pins_, committed);  // a pinned position commits its pinned token whatever its argmax
+  const std::vector<int32_t> committed = shown_canvas(argmax);  // a pinned position commits its pinned token
   if (params_.logprobs) DG_CHECK(static_cast<int>(logprob.size()) == canvas_);
   // Alternatives (n = 0: a runner that does not compute them).
   const bool want_top = params_.top_logprobs > 0 && top.n > 0;
@@ -64,7 +72,12 @@ CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vec
   const bool with_pins = !params_.pins.empty();
   CanvasCommit c;
   bool eos = false, length = false;
-  for (int p = 0; p < canvas_; ++p) {
+  // A canvas of nothing but pad (past every pinned position) ends the answer like an EOS: the reference
+  // would go on appending such canvases, which give no text, until max_tokens.
+  const auto is_pad = [&](int32_t t) { return t == params_.pad_id; };
+  if (!params_.ignore_eos && base >= pins_end_ && std::all_of(committed.begin(), committed.end(), is_pad))
+    eos = true;
+  for (int p = 0; p < canvas_ && !eos; ++p) {
     const int64_t a = base + p;
     const int32_t t = committed[p];
     const bool pinned = pins_.pinned(p);
@@ -93,6 +106,7 @@ CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vec
     }
   }
   if (!eos && base + canvas_ >= params_.max_tokens) length = true;
+  c.canvas = committed;
   c.steps = step_;
   c.denoise_ms = (now - canvas_start_) * 1e3;
   output_.insert(output_.end(), c.tokens.begin(), c.tokens.end());

@@ -4,8 +4,9 @@
 // counter-based RNG makes the restarted canvas identical). The history — prompt, then every committed
 // canvas that continues the answer — is what the KV cache must hold before the current canvas; a
 // committed canvas is encoded together with the next canvas's first denoising step.
-// These methods are the one place where a canvas is trimmed at EOS / stop ids / max_tokens, and where
-// pinned spans are laid on the canvas and dropped filler is decided (docs/MODEL.md §6.6).
+// These methods are the one place where a canvas is trimmed at EOS / stop ids / max_tokens (a canvas of
+// nothing but pad ends the answer as an EOS would), and where pinned spans are laid on the canvas and
+// dropped filler is decided (docs/MODEL.md §6.6).
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -27,6 +28,7 @@ struct TopAlternatives {
 
 // What a committed canvas gives the client.
 struct CanvasCommit {
+  std::vector<int32_t> canvas;  // the whole committed canvas: the argmax with its pinned tokens
   std::vector<int32_t> tokens;  // trimmed at EOS / stop id / max_tokens, gap filler dropped
   std::vector<float> logprobs;
   TopAlternatives top;          // the rows of the returned tokens (params().top_logprobs > 0)
@@ -70,6 +72,11 @@ class Sequence {
   // After a denoising step: the stop rule from decide's two flags. Returns true when this was the
   // canvas's last step (stable and confident, or the step cap).
   bool on_step(bool same_argmax, bool confident);
+  // What on_step would return for these flags, without counting the step (what a runner reads back).
+  bool last_step(bool same_argmax, bool confident) const;
+  // The argmax canvas of a step of the current canvas as it is shown: pinned positions hold their
+  // pinned tokens (the one place pins are laid on a step's result; commit lays them too).
+  std::vector<int32_t> shown_canvas(std::vector<int32_t> argmax) const;
   // Commits the last step's argmax canvas (pinned positions: their pinned tokens): trims it, appends it
   // to the history when the answer goes on (and begins the next canvas), or finishes.
   CanvasCommit commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprobs, double now,

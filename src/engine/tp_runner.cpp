@@ -4,20 +4,32 @@
 
 namespace dgemma {
 
-TensorParallelRunner::TensorParallelRunner(TensorParallelModel& tp, const std::vector<KvStorage>& kv) : tp_(tp) {
-  DG_CHECK(static_cast<int>(kv.size()) == tp.size());
-  for (int r = 0; r < tp.size(); ++r) ranks_.push_back(std::make_unique<DiffusionModelRunner>(tp.rank(r), kv[static_cast<size_t>(r)]));
+TensorParallelRunner::TensorParallelRunner(std::shared_ptr<TensorParallelModel> tp, const KvPoolPlan& pool,
+                                           RunnerOptions options)
+    : tp_(std::move(tp)) {
+  for (int r = 0; r < tp_->size(); ++r) {
+    RunnerOptions o = options;
+    if (r > 0) o.step_dump = nullptr;  // debug dumps: rank 0's tensors
+    // The rank's backend and model live as long as the group.
+    ranks_.push_back(
+        std::make_unique<DiffusionModelRunner>(std::shared_ptr<Backend>(tp_, &tp_->backend(r)),
+                                               std::shared_ptr<DiffusionGemma>(tp_, &tp_->rank(r)), pool, o));
+  }
 }
 
-std::vector<DenoiseFlags> TensorParallelRunner::run(const StepPlan& plan) {
-  std::vector<std::vector<DenoiseFlags>> flags(ranks_.size());
-  tp_.run([&](int r) { flags[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)]->run(plan); });
+StepResult TensorParallelRunner::run(const StepPlan& plan) {
+  std::vector<StepResult> results(ranks_.size());
+  tp_->run([&](int r) { results[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)]->run(plan); });
   // The ranks decide alike (same entropies, argmax and samples after the exchanges): a difference is a bug.
-  for (size_t r = 1; r < flags.size(); ++r)
-    for (size_t i = 0; i < flags[0].size(); ++i)
-      DG_CHECK(flags[r].size() == flags[0].size() && flags[r][i].same_argmax == flags[0][i].same_argmax &&
-               flags[r][i].confident == flags[0][i].confident);
-  return flags[0];
+  const std::vector<CanvasResult>& first = results[0].canvases;
+  for (size_t r = 1; r < results.size(); ++r) {
+    const std::vector<CanvasResult>& other = results[r].canvases;
+    DG_CHECK(other.size() == first.size());
+    for (size_t i = 0; i < first.size(); ++i)
+      DG_CHECK(other[i].flags.same_argmax == first[i].flags.same_argmax &&
+               other[i].flags.confident == first[i].flags.confident && other[i].argmax == first[i].argmax);
+  }
+  return std::move(results[0]);
 }
 
 }  // namespace dgemma

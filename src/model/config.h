@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/quant_config.h"
+#include "model/vision_config.h"
 #include "util/json.h"
 
 namespace dgemma {
@@ -65,6 +66,7 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;  // top-level (may be empty)
   bool tie_word_embeddings = true;
   bool has_vision = false;
+  VisionConfig vision;  // vision_config (meaningful when has_vision)
   std::string dtype = "bfloat16";
   QuantConfig quant;  // quantization_config / hf_quant_config.json (method none when absent)
 };

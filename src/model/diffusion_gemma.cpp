@@ -47,110 +47,8 @@ DiffusionGemma::DiffusionGemma(ModelConfig config, ModelWeights weights, Backend
   inv_freq_full_ = upload_freq(t.rope_full, full_dim);
 }
 
-namespace {
-
-uint64_t address_of(const Tensor& t) { return t.empty() ? 0 : static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t.data)); }
-
-}  // namespace
-
-void put_address(std::vector<int32_t>& words, int64_t at, const Tensor& t) {
-  const uint64_t v = address_of(t);
-  words.at(static_cast<size_t>(at)) = static_cast<int32_t>(static_cast<uint32_t>(v));
-  words.at(static_cast<size_t>(at) + 1) = static_cast<int32_t>(static_cast<uint32_t>(v >> 32));
-}
-
-ForwardInputs DiffusionGemma::encode_inputs(std::span<const ForwardItem> items, int64_t table_words) const {
-  const TextConfig& t = config_.text;
-  ForwardInputs in;
-  int64_t entries = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const ForwardItem& it = items[i];
-    DG_CHECK(it.length() > 0 && (it.token_ids.empty() || it.tokens.empty()) && it.kv.cached >= 0);
-    DG_CHECK(it.token_ids.empty() || (it.token_ids.type == ScalarType::kI32 && it.token_ids.device == backend_.device()));
-    if (it.kind == ForwardItem::Kind::kDenoise) {
-      DG_CHECK(!it.logits.empty() && it.logits.dim(0) == it.length() && it.logits.dim(1) == logits_columns());
-      DG_CHECK(in.denoise.empty() || it.length() == items[static_cast<size_t>(in.denoise.front())].length());
-      DG_CHECK(it.soft_embeds.empty() || (it.soft_embeds.type == ScalarType::kBF16 && it.soft_embeds.device == backend_.device() &&
-                                          it.soft_embeds.numel() == it.length() * t.hidden_size));
-      in.denoise.push_back(static_cast<int64_t>(i));
-    } else {
-      DG_CHECK(in.denoise.empty());  // encode items first, then the denoise items
-    }
-    for (const auto& tb : it.kv.tables) entries += static_cast<int64_t>(tb.size());
-    in.offsets.push_back(in.total);
-    in.total += it.length();
-  }
-  in.offsets.push_back(in.total);
-  DG_CHECK(in.total <= INT32_MAX);
-  DG_CHECK(table_words == 0 || table_words >= entries);
-  in.table_words = std::max<int64_t>(table_words > 0 ? table_words : entries, 1);
-  const int64_t n = static_cast<int64_t>(items.size()), item_words = n * kAttentionItemFields;
-  // Layout: ids, positions, tables, both groups' items, then the u64 address tables (8-byte aligned).
-  in.ids_at = 0;
-  in.positions_at = in.total;
-  in.tables_at = 2 * in.total;
-  in.items_at[0] = in.tables_at + in.table_words;
-  in.items_at[1] = in.items_at[0] + item_words;
-  const int64_t nd = static_cast<int64_t>(in.denoise.size());
-  in.canvas_table_at = (in.items_at[1] + item_words + 1) / 2 * 2;
-  in.soft_table_at = in.canvas_table_at + 2 * nd;
-  in.words.assign(static_cast<size_t>(in.soft_table_at + 2 * nd), 0);
-  int32_t* w = in.words.data();
-
-  // Token ids (device canvases are gathered over theirs later) and absolute positions: an item's
-  // tokens start right after what its sequence has in the cache.
-  std::vector<std::array<std::pair<int64_t, int64_t>, kKvGroups>> ranges(items.size());
-  int64_t at = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const ForwardItem& it = items[i];
-    const int64_t o = in.offsets[i];
-    std::copy(it.tokens.begin(), it.tokens.end(), w + in.ids_at + o);
-    for (int64_t j = 0; j < it.length(); ++j) w[in.positions_at + o + j] = static_cast<int32_t>(it.kv.cached + j);
-    for (int g = 0; g < kKvGroups; ++g) {
-      const auto& tb = it.kv.tables[g];
-      std::copy(tb.begin(), tb.end(), w + in.tables_at + at);
-      ranges[i][g] = {at, at + static_cast<int64_t>(tb.size())};
-      at += static_cast<int64_t>(tb.size());
-    }
-  }
-  // Both KV groups' attention items; the launch plans see plan_cached where it is larger.
-  for (int g = 0; g < kKvGroups; ++g) {
-    const bool sliding = g == static_cast<int>(KvGroup::kSliding);
-    // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
-    auto visible_of = [&](int64_t cached) { return sliding ? std::min<int64_t>(cached, sliding_keep(config_)) : cached; };
-    in.plan_items[g].reserve(items.size());
-    in.host_items[g].reserve(items.size());
-    for (size_t i = 0; i < items.size(); ++i) {
-      const ForwardItem& it = items[i];
-      const int64_t cached = it.kv.cached, visible = visible_of(cached);
-      DG_CHECK(visible == 0 || ranges[i][g].second > ranges[i][g].first);
-      DG_CHECK(cached <= INT32_MAX && it.plan_cached <= INT32_MAX);
-      AttentionItem a;
-      a.q_first = static_cast<int32_t>(in.offsets[i]);
-      a.q_len = static_cast<int32_t>(in.offsets[i + 1] - in.offsets[i]);
-      a.cache_first = static_cast<int32_t>(cached - visible);
-      a.cache_len = static_cast<int32_t>(visible);
-      a.table_first = static_cast<int32_t>(ranges[i][g].first);
-      a.table_len = static_cast<int32_t>(ranges[i][g].second - ranges[i][g].first);
-      a.causal = it.kind == ForwardItem::Kind::kEncode ? 1 : 0;
-      a.window = (a.causal && sliding) ? t.sliding_window : 0;
-      std::copy_n(reinterpret_cast<const int32_t*>(&a), kAttentionItemFields, w + in.items_at[g] + i * kAttentionItemFields);
-      in.host_items[g].push_back(a);
-      if (it.plan_cached > cached) a.cache_len = static_cast<int32_t>(visible_of(it.plan_cached));
-      in.plan_items[g].push_back(a);
-    }
-  }
-  for (int64_t k = 0; k < nd; ++k) {
-    const ForwardItem& it = items[static_cast<size_t>(in.denoise[static_cast<size_t>(k)])];
-    // The device copies them in 16-byte words (Backend::gather_blocks).
-    DG_CHECK(address_of(it.token_ids) % 16 == 0 && address_of(it.soft_embeds) % 16 == 0);
-    put_address(in.words, in.canvas_table_at + 2 * k, it.token_ids);
-    put_address(in.words, in.soft_table_at + 2 * k, it.soft_embeds);
-  }
-  return in;
-}
-
-Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& block) {
+Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, const ForwardInputs& in,
+                                    const Tensor& block, const ForwardDump& dump) {
   const int64_t H = config_.text.hidden_size;
   Tensor ids = block.rows(in.ids_at, in.ids_at + in.total);
   // Device-resident tokens (the denoising canvases) are gathered over their rows of the block.
@@ -170,12 +68,12 @@ Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, const ForwardI
   } else {
     backend_.embed(ids, weights_.embed, embed_scale_, x);
   }
-  decoder_inputs(items, in, block, x);
+  decoder_inputs(items, in, block, x, dump);
   return x;
 }
 
-void DiffusionGemma::decoder_inputs(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& block,
-                                    const Tensor& x) {
+void DiffusionGemma::decoder_inputs(std::span<ForwardItem> items, const ForwardInputs& in,
+                                    const Tensor& block, const Tensor& x, const ForwardDump& dump) {
   // Decoder inputs: x0 = rmsnorm0(E[c]*scale + SC-MLP(pre_norm(soft))), every denoise row at once (the
   // ops are row-wise). A canvas's first step has no soft embeddings: its rows read zeros, whose SC-MLP
   // output is exactly +0 (rmsnorm of zeros is 0, the gated MLP of 0 is 0), so its x0 is
@@ -197,21 +95,14 @@ void DiffusionGemma::decoder_inputs(std::span<ForwardItem> items, const ForwardI
   gated_mlp(u, weights_.sc_gate_up, weights_.sc_gate, weights_.sc_up, weights_.sc_down, sc);
   for (int64_t k = 0; k < nd; ++k)
     if (!items[static_cast<size_t>(in.denoise[static_cast<size_t>(k)])].soft_embeds.empty())
-      dump("sc.mlp_out", sc.rows(k * C, (k + 1) * C));
+      dump.put("sc.mlp_out", sc.rows(k * C, (k + 1) * C));
   backend_.add(e, sc, e);
   backend_.rmsnorm(e, nullptr, eps, e);
-  for (int64_t k = 0; k < nd; ++k) dump("decoder.input", e.rows(k * C, (k + 1) * C));
-}
-
-void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv) {
-  const ForwardInputs in = encode_inputs(items);
-  Tensor block = backend_.alloc(ScalarType::kI32, {static_cast<int64_t>(in.words.size())});
-  backend_.from_host(block, in.words.data());
-  forward(items, kv, in, block);
+  for (int64_t k = 0; k < nd; ++k) dump.put("decoder.input", e.rows(k * C, (k + 1) * C));
 }
 
 void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv, const ForwardInputs& in,
-                             const Tensor& block) {
+                             const Tensor& block, const DumpHook& hook) {
   const TextConfig& t = config_.text;
   DG_CHECK(kv.layers.size() == static_cast<size_t>(t.num_hidden_layers) && kv.page_size > 0);
   DG_CHECK(in.offsets.size() == items.size() + 1 && block.type == ScalarType::kI32 &&
@@ -243,15 +134,17 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv, 
     }
   }
 
-  Tensor x = embed_inputs(items, in, block);
+  const ForwardDump dump(hook, backend_, sharded());
+  Tensor x = embed_inputs(items, in, block, dump);
   Tensor normed;  // each layer's attention input norm, computed by the layer before it
   for (int li = 0; li < t.num_hidden_layers; ++li)
-    layer(li, items, in.offsets, positions, kv, tables, attention, x, normed);
+    layer(li, items, in.offsets, positions, kv, tables, attention, x, normed, dump);
 
-  lm_head(items, in.offsets, x);
+  lm_head(items, in.offsets, x, dump);
 }
 
-void DiffusionGemma::lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& x) {
+void DiffusionGemma::lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets,
+                             const Tensor& x, const ForwardDump& dump) {
   const int64_t H = config_.text.hidden_size;
   const float eps = static_cast<float>(config_.text.rms_norm_eps);
   // Final norm and the tied LM head; the soft-cap is applied by the sampler (in fp32). Denoise items
@@ -285,8 +178,8 @@ void DiffusionGemma::lm_head(std::span<ForwardItem> items, const std::vector<int
     int64_t r = 0;
     for (size_t k = i; k < j; ++k) {
       const int64_t n = items[k].length();
-      dump("final_norm", hn.rows(r, r + n));
-      if (!sharded()) dump("logits", items[k].logits);  // a rank holds its vocabulary columns only
+      dump.put("final_norm", hn.rows(r, r + n));
+      dump.whole("logits", items[k].logits);  // a rank holds its vocabulary columns only
       r += n;
     }
     i = j;
@@ -296,7 +189,8 @@ void DiffusionGemma::lm_head(std::span<ForwardItem> items, const std::vector<int
 void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets,
                            const Tensor& positions, const KvStorage& kv,
                            const std::vector<std::array<Tensor, kKvGroups>>& tables,
-                           const std::array<GroupAttention, kKvGroups>& attention, Tensor& x, Tensor& normed) {
+                           const std::array<GroupAttention, kKvGroups>& attention, Tensor& x, Tensor& normed,
+                           const ForwardDump& dump) {
   const TextConfig& t = config_.text;
   const LayerWeights& w = weights_.layers[li];
   const LayerSpec& L = w.spec;
@@ -304,13 +198,8 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   // This rank's query and KV heads (all of them unsharded).
   const int64_t Hq = t.num_attention_heads / tp_.plan.size, Hkv = tp_.plan.kv_heads(L.num_kv_heads).size();
   const float eps = static_cast<float>(t.rms_norm_eps);
-  const std::string p = "layer" + std::to_string(li) + ".";
   auto bf16 = [&](std::initializer_list<int64_t> dims) { return backend_.alloc(ScalarType::kBF16, dims); };
-  // A rank's heads are a slice: dumped unsharded only (the names denote whole tensors).
-  auto dump_heads = [&](const std::string& name, const Tensor& v) {
-    if (!sharded()) dump(name, v);
-  };
-  dump(p + "input", x);
+  dump.layer(li, "input", x);
 
   // --- attention -----------------------------------------------------------------------------
   Tensor a = normed;
@@ -318,7 +207,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     a = bf16({T, H});
     backend_.rmsnorm(x, &w.input_norm, eps, a);
   }
-  dump(p + "attn_norm", a);
+  dump.layer(li, "attn_norm", a);
   // The q, k (and v) projections: one GEMM of the fused weight into [T, (Hq + Hkv (+ Hkv)) D] that the
   // prologue reads (or, with the parts stored in different formats, one GEMM each).
   Tensor q = bf16({T, Hq, D}), k = bf16({T, Hkv, D}), v = bf16({T, Hkv, D});
@@ -327,45 +216,26 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     qkv_out = bf16({T, w.qkv_proj.rows()});
     DG_CHECK(w.qkv_proj.rows() == (Hq + (L.k_eq_v ? 1 : 2) * Hkv) * D);
     backend_.matmul(a, w.qkv_proj, qkv_out);
-    if (dump_) {  // the dumps read the projections as their own tensors
-      backend_.copy_columns(q, qkv_out, 0);
-      backend_.copy_columns(k, qkv_out, Hq * D);
-      if (!L.k_eq_v) backend_.copy_columns(v, qkv_out, (Hq + Hkv) * D);
-    }
   } else {
     backend_.matmul(a, w.q_proj, q);
     backend_.matmul(a, w.k_proj, k);
     if (!L.k_eq_v) backend_.matmul(a, w.v_proj, v);
   }
-  dump_heads(p + "q_proj", q);
-  dump_heads(p + "k_proj", k);
-  if (!L.k_eq_v) dump_heads(p + "v_proj", v);
+  dump_projections(li, dump, qkv_out, q, k, v);
   // q_norm + RoPE, k_norm + RoPE, v's unit norm (K=V: V is the raw K projection, before k_norm and
-  // RoPE): one fused op, or the op-by-op sequence when the dumps want the pre-RoPE norms.
+  // RoPE): one fused op.
   QkvPrologueArgs qkv;
   qkv.q = q;
   qkv.k = k;
   qkv.v = v;
-  if (!dump_) qkv.qkv = qkv_out;  // empty when the projections ran one by one
+  qkv.qkv = qkv_out;  // empty when the projections ran one by one
   qkv.k_eq_v = L.k_eq_v;
   qkv.q_norm = w.q_norm;
   qkv.k_norm = w.k_norm;
   qkv.positions = positions;
   qkv.inv_freq = L.type == LayerType::kSliding ? inv_freq_sliding_ : inv_freq_full_;
   qkv.eps = eps;
-  if (dump_) {
-    if (L.k_eq_v) backend_.copy(v, k);
-    backend_.rmsnorm(q, &w.q_norm, eps, q);
-    backend_.rmsnorm(k, &w.k_norm, eps, k);
-    backend_.rmsnorm(v, nullptr, eps, v);
-    dump_heads(p + "q_norm", q);
-    dump_heads(p + "k_norm", k);
-    dump_heads(p + "v_norm", v);
-    backend_.rope(q, positions, qkv.inv_freq);
-    backend_.rope(k, positions, qkv.inv_freq);
-  } else {
-    backend_.qkv_prologue(qkv);
-  }
+  backend_.qkv_prologue(qkv);
   qkv_out = qkv.qkv = Tensor();  // read by now (stream order): back to the allocator before attention
 
   Tensor attn = bf16({T, Hq, D});
@@ -395,7 +265,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     args.out = attn;
     backend_.attention_batch(args);
   }
-  dump_heads(p + "attn_heads", attn);
+  dump.layer_whole(li, "attn_heads", attn);
   Tensor heads = attn.reshape({T, Hq * D});
   if (sharded()) {
     heads = bf16({T, Hq * D * tp_.plan.size});
@@ -403,11 +273,10 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   }
   Tensor o = bf16({T, H});
   linear_gathered(heads, w.o_proj, o);
-  dump(p + "attn_out", o);
+  dump.layer(li, "attn_out", o);
   // h1 = x + post_attn_norm(o), and the two FFN inputs and the router's input normed from it (one
   // fused op).
-  Tensor h1 = bf16({T, H}), d = bf16({T, H}), xe = bf16({T, H});
-  Tensor router_z = fused_norms_ ? bf16({T, H}) : Tensor{};
+  Tensor h1 = bf16({T, H}), d = bf16({T, H}), xe = bf16({T, H}), router_z = bf16({T, H});
   {
     AttnResidualArgs r;
     r.x = x;
@@ -419,22 +288,20 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     r.norm_b = w.pre_ff_norm2;
     r.out_b = xe;
     r.eps = eps;
-    if (fused_norms_) {
-      r.router_scale = w.router_scale;
-      r.router_root = router_root_;
-      r.router_out = router_z;
-    }
-    if (dump_) r.o_normed = bf16({T, H});
+    r.router_scale = w.router_scale;
+    r.router_root = router_root_;
+    r.router_out = router_z;
+    r.o_normed = dump.output({T, H});
     backend_.attn_residual(r);
-    dump(p + "post_attn_norm", r.o_normed);
+    dump.layer(li, "post_attn_norm", r.o_normed);
   }
-  dump(p + "mlp_norm", d);
-  dump(p + "moe_norm", xe);
+  dump.layer(li, "mlp_norm", d);
+  dump.layer(li, "moe_norm", xe);
 
   // --- dense MLP and MoE in parallel on h1 ------------------------------------------------------
   Tensor m1 = bf16({T, H});
   gated_mlp(d, w.mlp_gate_up, w.mlp_gate, w.mlp_up, w.mlp_down, m1);
-  dump(p + "mlp_out", m1);
+  dump.layer(li, "mlp_out", m1);
 
   MoeArgs m;
   m.router_in = h1;
@@ -452,30 +319,21 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     m.collective = tp_.collective;
   }
   m.out = bf16({T, H});
-  if (dump_) {
-    m.dbg_probs = host_tensor(ScalarType::kF32, {T, t.num_experts});
-    m.dbg_weights = host_tensor(ScalarType::kF32, {T, t.top_k_experts});
-    m.dbg_index = host_tensor(ScalarType::kI32, {T, t.top_k_experts});
-  }
+  m.dbg_probs = dump.host_output(ScalarType::kF32, {T, t.num_experts});
+  m.dbg_weights = dump.host_output(ScalarType::kF32, {T, t.top_k_experts});
+  m.dbg_index = dump.host_output(ScalarType::kI32, {T, t.top_k_experts});
   backend_.moe(m);
-  if (dump_) {
-    dump(p + "router_probs", m.dbg_probs);
-    dump(p + "router_weights", m.dbg_weights);
-    dump(p + "router_index", m.dbg_index);
-  }
-  dump(p + "moe_out", m.out);
+  dump.layer(li, "router_probs", m.dbg_probs);
+  dump.layer(li, "router_weights", m.dbg_weights);
+  dump.layer(li, "router_index", m.dbg_index);
+  dump.layer(li, "moe_out", m.out);
 
   // x = (h1 + post_ff_norm(post_ff_norm1(m1) + post_ff_norm2(moe))) * the layer's scalar, and the
   // next layer's attention input norm of it: one fused op per run of items of one kind (encoder and
   // decoder rows have their own scalar).
-  const bool has_next = fused_norms_ && li + 1 < t.num_hidden_layers;
+  const bool has_next = li + 1 < t.num_hidden_layers;
   normed = has_next ? bf16({T, H}) : Tensor{};
-  Tensor m1n, m2n, f;
-  if (dump_) {
-    m1n = bf16({T, H});
-    m2n = bf16({T, H});
-    f = bf16({T, H});
-  }
+  const Tensor m1n = dump.output({T, H}), m2n = dump.output({T, H}), f = dump.output({T, H});
   auto rows_of = [](const Tensor& t, int64_t b, int64_t e) { return t.empty() ? t : t.rows(b, e); };
   for (size_t i = 0; i < items.size();) {
     size_t j = i + 1;
@@ -501,10 +359,41 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     backend_.ffn_residual(r);
     i = j;
   }
-  dump(p + "mlp_post_norm", m1n);
-  dump(p + "moe_post_norm", m2n);
-  dump(p + "ffn_post_norm", f);
-  dump(p + "output", x);
+  dump.layer(li, "mlp_post_norm", m1n);
+  dump.layer(li, "moe_post_norm", m2n);
+  dump.layer(li, "ffn_post_norm", f);
+  dump.layer(li, "output", x);
+}
+
+void DiffusionGemma::dump_projections(int li, const ForwardDump& dump, const Tensor& qkv, const Tensor& q,
+                                      const Tensor& k, const Tensor& v) {
+  // A rank's heads are a slice: dumped unsharded only (the names denote whole tensors).
+  if (!dump.on() || sharded()) return;
+  const LayerWeights& w = weights_.layers[li];
+  const bool k_eq_v = w.spec.k_eq_v;
+  const float eps = static_cast<float>(config_.text.rms_norm_eps);
+  // Each projection as a tensor of its own: the column block of the fused output, or the tensor itself.
+  auto projection = [&](const Tensor& like, int64_t first) {
+    if (qkv.empty()) return like;
+    Tensor out = backend_.alloc(ScalarType::kBF16, {like.dim(0), like.dim(1), like.dim(2)});
+    backend_.copy_columns(out, qkv, first);
+    return out;
+  };
+  const int64_t q_cols = q.dim(1) * q.dim(2), k_cols = k.dim(1) * k.dim(2);
+  const Tensor qp = projection(q, 0), kp = projection(k, q_cols);
+  dump.layer(li, "q_proj", qp);
+  dump.layer(li, "k_proj", kp);
+  const Tensor vp = k_eq_v ? kp : projection(v, q_cols + k_cols);  // K=V: V is the raw K projection
+  if (!k_eq_v) dump.layer(li, "v_proj", vp);
+  // The per-head norms the prologue applies before RoPE (RMSNorm is per row of D: per head).
+  auto normed = [&](const char* name, const Tensor& p, const Tensor* weight) {
+    Tensor out = backend_.alloc(ScalarType::kBF16, {p.dim(0), p.dim(1), p.dim(2)});
+    backend_.rmsnorm(p, weight, eps, out);
+    dump.layer(li, name, out);
+  };
+  normed("q_norm", qp, &w.q_norm);
+  normed("k_norm", kp, &w.k_norm);
+  normed("v_norm", vp, nullptr);
 }
 
 void DiffusionGemma::linear_gathered(const Tensor& x, const Weight& w, const Tensor& out) {
@@ -540,8 +429,6 @@ void DiffusionGemma::gated_mlp(const Tensor& x, const Weight& gate_up, const Wei
   }
   linear_gathered(g, down, out);
 }
-
-void DiffusionGemma::sampler(SamplerArgs args) { sampler_batch(std::span<SamplerArgs>(&args, 1)); }
 
 void DiffusionGemma::sampler_batch(std::span<SamplerArgs> canvases) {
   if (sharded())

@@ -1,7 +1,6 @@
 #include "model/fused_weights.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -11,8 +10,6 @@
 
 namespace dgemma {
 namespace {
-
-std::atomic<bool> g_fuse{true};
 
 bool on_host(const Weight& w) { return w.data.device == Device::kCpu; }
 
@@ -33,9 +30,6 @@ Tensor like_rows(const Tensor& t, int64_t rows) {
 }
 
 }  // namespace
-
-bool set_fuse_projections(bool on) { return g_fuse.exchange(on); }
-bool fuse_projections() { return g_fuse.load(); }
 
 FusedPart fused_part(const WeightSpec& spec) {
   const std::string& n = spec.name;
@@ -87,7 +81,7 @@ std::optional<Weight> concat_rows(std::span<const Weight> parts) {
   return out;
 }
 
-void finish_fused(Backend& backend, Weight& fused, std::span<Weight* const> parts) {
+void finish_fused(Backend& backend, Weight& fused, std::span<Weight* const> parts, bool fuse) {
   std::vector<Weight*> present;
   for (Weight* p : parts)
     if (!p->empty()) present.push_back(p);
@@ -97,7 +91,7 @@ void finish_fused(Backend& backend, Weight& fused, std::span<Weight* const> part
   }
   std::vector<Weight> host;
   for (Weight* p : present) host.push_back(*p);
-  std::optional<Weight> joined = fuse_projections() ? concat_rows(host) : std::nullopt;
+  std::optional<Weight> joined = fuse ? concat_rows(host) : std::nullopt;
   if (joined) {
     fused = backend.upload_weight(*joined);
     for (Weight* p : present) *p = Weight();
@@ -107,17 +101,17 @@ void finish_fused(Backend& backend, Weight& fused, std::span<Weight* const> part
     if (on_host(*p)) *p = backend.upload_weight(*p);
 }
 
-void finish_layer_fusion(Backend& backend, LayerWeights& L) {
+void finish_layer_fusion(Backend& backend, LayerWeights& L, bool fuse) {
   Weight* qkv[] = {&L.q_proj, &L.k_proj, &L.v_proj};
-  finish_fused(backend, L.qkv_proj, qkv);
+  finish_fused(backend, L.qkv_proj, qkv, fuse);
   Weight* gate_up[] = {&L.mlp_gate, &L.mlp_up};
-  finish_fused(backend, L.mlp_gate_up, gate_up);
+  finish_fused(backend, L.mlp_gate_up, gate_up, fuse);
 }
 
-void finish_sc_fusion(Backend& backend, ModelWeights& w) {
+void finish_sc_fusion(Backend& backend, ModelWeights& w, bool fuse) {
   Weight gate(w.sc_gate), up(w.sc_up), fused(w.sc_gate_up);
   Weight* parts[] = {&gate, &up};
-  finish_fused(backend, fused, parts);
+  finish_fused(backend, fused, parts, fuse);
   w.sc_gate = gate.data;
   w.sc_up = up.data;
   w.sc_gate_up = fused.data;

@@ -22,12 +22,6 @@ struct WeightSpec;
 
 enum class FusedGroup { kNone, kQkv, kGateUp, kScGateUp };
 
-// Whether the loaders fuse the groups (on by default; off: every part stays its own weight, the
-// forward's one GEMM per part — the same bits on the CPU, an A/B for benchmarks: dgemma_bench
-// --fused-projections). Read at load time. Returns the previous value.
-bool set_fuse_projections(bool on);
-bool fuse_projections();
-
 // The fused group a checkpoint tensor (expected_weights' name) is a part of, and its place in it.
 struct FusedPart {
   FusedGroup group = FusedGroup::kNone;
@@ -45,12 +39,13 @@ std::optional<Weight> concat_rows(std::span<const Weight> parts);
 
 // Completes a fused group once all its parts are read: parts still on the host (not uploaded) are
 // concatenated and the result uploaded with backend.upload_weight into `fused`, the parts emptied; when
-// they cannot be fused (or fuse_projections() is off) each part is uploaded on its own. A `fused` weight already built (its parts
-// being views into it) just has its part views emptied. Absent parts (a K=V layer's v) are skipped.
-void finish_fused(Backend& backend, Weight& fused, std::span<Weight* const> parts);
+// they cannot be fused (or `fuse` is off: the loaders' fuse_projections) each part is uploaded on its
+// own. A `fused` weight already built (its parts being views into it) just has its part views emptied.
+// Absent parts (a K=V layer's v) are skipped.
+void finish_fused(Backend& backend, Weight& fused, std::span<Weight* const> parts, bool fuse = true);
 
 // The layer's groups (q | k | v, gate | up) and the self-conditioning MLP's gate | up, by finish_fused.
-void finish_layer_fusion(Backend& backend, LayerWeights& layer);
-void finish_sc_fusion(Backend& backend, ModelWeights& w);
+void finish_layer_fusion(Backend& backend, LayerWeights& layer, bool fuse = true);
+void finish_sc_fusion(Backend& backend, ModelWeights& w, bool fuse = true);
 
 }  // namespace dgemma

@@ -235,9 +235,9 @@ FusedSlot fused_slot(const ModelConfig& c, ModelWeights& w, const WeightSpec& sp
 }
 
 // Completes the fused groups of a layer (-1: the global self-conditioning MLP) once its slots are read.
-void finish_fusion(Backend& backend, ModelWeights& w, int layer) {
-  if (layer < 0) finish_sc_fusion(backend, w);
-  else finish_layer_fusion(backend, w.layers[static_cast<size_t>(layer)]);
+void finish_fusion(Backend& backend, ModelWeights& w, int layer, bool fuse) {
+  if (layer < 0) finish_sc_fusion(backend, w, fuse);
+  else finish_layer_fusion(backend, w.layers[static_cast<size_t>(layer)], fuse);
 }
 
 }  // namespace
@@ -322,6 +322,7 @@ std::vector<WeightSpec> expected_weights(const ModelConfig& c) {
 
 ParameterCounts count_parameters(const ModelConfig& c) {
   ParameterCounts p;
+  p.vision = count_vision_parameters(c);
   for (const auto& s : expected_weights(c)) {
     int64_t n = 1;
     for (int64_t d : s.shape) n *= d;
@@ -355,7 +356,7 @@ uint64_t device_weight_bytes(const ModelConfig& c, int tp_size) {
 }
 
 ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend,
-                          const LoadProgress& progress) {
+                          const LoadProgress& progress, const WeightLoadOptions& options) {
   refuse_gguf(path);
   auto ckpt = std::make_shared<SafetensorsCheckpoint>(path);
   ModelWeights w;
@@ -370,6 +371,12 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
     if (!t) t = ckpt->find(kEncoderPrefix + s.spec.name);
     if (t && !s.scalar_decoder) total += t->nbytes;
   }
+  const bool vision = options.vision && config.has_vision;
+  uint64_t vision_bytes = 0;
+  if (vision)
+    for (const VisionTensorSpec& v : expected_vision_tensors(config))
+      if (const TensorInfo* t = ckpt->find(v.name)) vision_bytes += t->nbytes;
+  total += vision_bytes;
   if (progress) progress(0, total);
   LinearLoader linears(*ckpt, config.quant, problems, used);
   std::map<std::string, int> formats;  // "group format" -> count, for the log
@@ -379,7 +386,7 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
   int layer = -1;
   for (Slot& s : slots) {
     if (s.spec.layer != layer) {
-      if (problems.empty()) finish_fusion(backend, w, layer);
+      if (problems.empty()) finish_fusion(backend, w, layer, options.fuse_projections);
       layer = s.spec.layer;
     }
     const bool part = fused_part(s.spec).group != FusedGroup::kNone;
@@ -435,7 +442,12 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
     done += t->nbytes;
     if (progress && done < total) progress(done, total);
   }
-  if (problems.empty()) finish_fusion(backend, w, layer);
+  if (problems.empty()) finish_fusion(backend, w, layer, options.fuse_projections);
+  if (vision) {
+    w.vision = load_vision_weights(config, *ckpt, backend, problems, used);
+    done += vision_bytes;
+    if (progress && done < total) progress(done, total);
+  }
   if (config.quant.quantized()) {
     std::string list;
     for (const auto& [k, n] : formats) list += (list.empty() ? "" : ", ") + fmt::format("{} x{}", k, n);
@@ -443,19 +455,21 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
   }
   if (progress && problems.empty()) progress(total, total);  // before the notes below, so a bar ends first
   // Anything left: the tied lm_head and vision tensors are expected; report the rest.
-  int vision = 0;
+  int unused_vision = 0;
   std::vector<std::string> unknown;
   for (const TensorInfo* t : ckpt->tensors()) {
     if (used.count(t->name)) continue;
     if (is_vision_tensor(t->name)) {
-      ++vision;
+      ++unused_vision;
     } else if (t->name == "lm_head.weight") {
       DG_LOG_INFO("weights", "lm_head.weight present; the LM head is tied to the embedding, ignoring it");
     } else {
       unknown.push_back(t->name);
     }
   }
-  if (vision > 0) DG_LOG_INFO("weights", "{}: ignoring {} vision tensors (text-only mode)", path, vision);
+  if (unused_vision > 0)
+    DG_LOG_INFO("weights", "{}: ignoring {} vision tensors ({})", path, unused_vision,
+                vision ? "not used by the vision tower" : "text-only: the vision tower is not loaded");
   if (!unknown.empty()) {
     std::string list;
     for (size_t i = 0; i < unknown.size() && i < 8; ++i) list += (i ? ", " : "") + unknown[i];
@@ -469,7 +483,8 @@ ModelWeights load_weights(const ModelConfig& config, const std::string& path, Ba
   return w;
 }
 
-ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t seed) {
+ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t seed,
+                           const WeightLoadOptions& options) {
   ModelWeights w;
   std::vector<Slot> slots = bind_slots(config, w);
   uint64_t index = 0;
@@ -477,7 +492,7 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
   for (Slot& s : slots) {
     ++index;
     if (s.spec.layer != layer) {
-      finish_fusion(backend, w, layer);
+      finish_fusion(backend, w, layer, options.fuse_projections);
       layer = s.spec.layer;
     }
     if (s.scalar_decoder) {
@@ -492,7 +507,7 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
       continue;
     }
     Tensor t;
-    if (part.group != FusedGroup::kNone && fuse_projections()) {
+    if (part.group != FusedGroup::kNone && options.fuse_projections) {
       // A bf16 part is generated in its rows of the fused tensor (the same values: fill_normal keys
       // each element by its index in the tensor it is given).
       const FusedSlot f = fused_slot(config, w, s.spec, part);
@@ -515,7 +530,8 @@ ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t
     if (s.weight) *s.weight = Weight(t);
     else *s.tensor = t;
   }
-  finish_fusion(backend, w, layer);
+  finish_fusion(backend, w, layer, options.fuse_projections);
+  if (options.vision && config.has_vision) w.vision = dummy_vision_weights(config, backend, seed);
   return w;
 }
 

@@ -2,7 +2,8 @@
 // Checkpoint names -> typed per-layer weight structs (docs/MODEL.md §2). Text weights are accepted under
 // model.decoder.* (the released checkpoint) or model.encoder.language_model.*; full-attention layers
 // have no v_proj (K=V); the duplicated encoder layer_scalar buffers are read for the encoder pass;
-// the LM head is the tied embedding; vision tensors are ignored (logged) in text-only mode.
+// the LM head is the tied embedding; the vision tower and its projection load too (vision_weights.h) unless
+// the deployment is text-only (WeightLoadOptions::vision), then they are skipped (logged) and take no memory.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/vision_weights.h"
 
 namespace dgemma {
 
@@ -30,7 +32,7 @@ struct WeightSpec {
 };
 std::vector<WeightSpec> expected_weights(const ModelConfig& config);
 
-// True for tensors of the vision tower (ignored in text-only mode).
+// True for tensors of the vision tower and its projection.
 bool is_vision_tensor(const std::string& name);
 
 // The projections that read one input are fused at load (model/fused_weights.h): qkv_proj holds the q,
@@ -60,17 +62,27 @@ struct ModelWeights {
   Tensor sc_gate_up;     // [2S, H]: the self-conditioning MLP's gate then up rows (bf16: always fused)
   Tensor sc_gate, sc_up; // its parts, empty after load
   std::vector<LayerWeights> layers;
+  VisionWeights vision;  // empty when the config has no vision_config or the deployment is text-only
   std::shared_ptr<const SafetensorsCheckpoint> checkpoint;  // keeps mmaps alive (CPU borrows them)
 };
 
 // Called with (bytes read and uploaded so far, bytes in all) before the first tensor and after each.
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 
+struct WeightLoadOptions {
+  // Load the vision tower and embed_vision (when the config has a vision_config). false: a text-only
+  // deployment (no image per prompt): the vision tensors are not read and use no memory.
+  bool vision = true;
+  // q | k | v and the gate | up pairs as one weight each where their parts allow (model/fused_weights.h);
+  // false: every part stays its own weight (the same bits; an A/B for benchmarks and tests).
+  bool fuse_projections = true;
+};
+
 // Loads and validates the checkpoint at `path` (directory or file) for `config`, onto `backend`.
 // Linear layers may be quantised as config.quant allows (linear_loader.h). Every missing, misshaped
 // or wrongly typed tensor is reported at once in one Error(kInvalidFile); GGUF files are refused.
 ModelWeights load_weights(const ModelConfig& config, const std::string& path, Backend& backend,
-                          const LoadProgress& progress = {});
+                          const LoadProgress& progress = {}, const WeightLoadOptions& options = {});
 
 // Header-only check (no tensor data read) of a linear slot whose fused / bf16 name is absent: its
 // per-expert or quantised module tensors are checked by name, dtype and shape and marked used.
@@ -83,10 +95,13 @@ bool is_linear_group(WeightGroup g);  // attention, dense MLP, experts
 // Deterministic random weights of the configured shape (benchmarks, tests, the embedded model). When
 // config.quant is set (e.g. quant_preset), the linears that format quantises are random quantised
 // weights of that format (random codes, scales giving ~1/sqrt(fan_in) weights).
-ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t seed = 0);
+// The vision tower's are included as options.vision says (vision_weights.h dummy_vision_weights).
+ModelWeights dummy_weights(const ModelConfig& config, Backend& backend, uint64_t seed = 0,
+                           const WeightLoadOptions& options = {});
 
 struct ParameterCounts {
   int64_t total = 0;               // all text parameters
+  int64_t vision = 0;              // the vision tower and its projection (vision_weights.h)
   int64_t active_per_token = 0;    // with top_k of num_experts experts
   int64_t by_group[8] = {};
 };

@@ -165,8 +165,14 @@ Gemma4ArgsStream::StrResult Gemma4ArgsStream::scan_string(std::string_view text,
   const size_t n = text.size();
   const char quote = str_ == Str::kDouble ? '"' : str_ == Str::kSingle ? '\'' : '\0';
   for (;;) {
-    size_t k = quote ? text.find_first_of(std::string_view(str_ == Str::kDouble ? "\"\\<" : "'\\<"), pos)
-                     : text.find('<', pos);
+    // Stops at the closing quote, a backslash escape or a markup byte (the delimiter or a control marker).
+    static constexpr std::string_view kDoubleStops = "\"\\\xF8\xF9\xFA\xFB\xFC\xFD";
+    static constexpr std::string_view kSingleStops = "'\\\xF8\xF9\xFA\xFB\xFC\xFD";
+    static constexpr std::string_view kDelimStops = "\xF8\xF9\xFA\xFB\xFC\xFD";
+    size_t k = text.find_first_of(str_ == Str::kDouble   ? kDoubleStops
+                                  : str_ == Str::kSingle ? kSingleStops
+                                                         : kDelimStops,
+                                  pos);
     if (k == std::string_view::npos) k = n;
     // Plain text up to k. A character cut by the end of the buffer waits for its remaining bytes.
     std::string_view chunk = text.substr(pos, k - pos);
@@ -191,7 +197,7 @@ Gemma4ArgsStream::StrResult Gemma4ArgsStream::scan_string(std::string_view text,
       end_string(false, out);
       return StrResult::kOk;
     }
-    if (c == '<') {
+    if (markup::is_markup_byte(c)) {
       std::string_view which;
       Match m = markup::match_any(
           text, k, {markup::kStringDelim, markup::kToolCallEnd, markup::kToolCallStart, markup::kToolResponse},
@@ -207,9 +213,7 @@ Gemma4ArgsStream::StrResult Gemma4ArgsStream::scan_string(std::string_view text,
         end_string(true, out);  // a control marker cuts the string short; the caller sees it next
         return StrResult::kOk;
       }
-      if (m == Match::kPartial && !final) return StrResult::kMore;
-      string_chunk("<", out);
-      ++pos;
+      ++pos;  // another markup token inside a string: not text (append_json_escaped would drop it too)
       continue;
     }
     // Backslash escape in a quoted string.
@@ -288,6 +292,7 @@ Gemma4ArgsStream::Status Gemma4ArgsStream::finish_all(std::string& out) {
     out += "\"\"";
     top.slot = Slot::kNext;
   }
+  cut_short_ = stack_.front().frame != Frame::kImplicit;
   while (!stack_.empty()) {
     if (stack_.back().frame != Frame::kImplicit) clean_ = false;
     out += closer_of(stack_.back().frame == Frame::kArray);
@@ -456,22 +461,17 @@ Gemma4ArgsStream::Status Gemma4ArgsStream::run(std::string_view text, size_t& po
     }
     // Bare scalar: runs to ',' or a bracket that closes an open container, or a marker.
     size_t q = pos + bare_scanned_;
-    bool more = false;
     for (; q < n; ++q) {
       const char d = text[q];
       if (d == ',') break;
       if (is_close_char(d) && any_closes(d)) break;
-      if (d == '<') {
-        const Match m = markup::match_any(
-            text, q, {markup::kStringDelim, markup::kToolCallEnd, markup::kToolCallStart, markup::kToolResponse});
-        if (m == Match::kFull) break;
-        if (m == Match::kPartial && !final) {
-          more = true;
-          break;
-        }
-      }
+      if (markup::is_markup_byte(d) &&
+          markup::match_any(text, q,
+                            {markup::kStringDelim, markup::kToolCallEnd, markup::kToolCallStart,
+                             markup::kToolResponse}) == Match::kFull)
+        break;
     }
-    if (more || (q == n && !final)) {
+    if (q == n && !final) {
       bare_scanned_ = q - pos;
       return Status::kNeedMore;
     }

@@ -53,6 +53,8 @@ class Gemma4ArgsStream {
   // True if the body ended by its own closing bracket (or, for kNone, at the end of text) with nothing
   // closed implicitly (an unterminated string or container).
   bool clean() const { return clean_; }
+  // True if the body ended without its own closing bracket: at a control marker or the end of text.
+  bool cut_short() const { return cut_short_; }
 
   // Earliest buffer position the stream may still look at (a member in progress), or `pos` if none:
   // text before it may be dropped by the caller after shifting with shift().
@@ -89,6 +91,7 @@ class Gemma4ArgsStream {
   size_t bare_scanned_ = 0;    // bytes after pos of a bare key/value already scanned (resume there)
   bool started_ = false;
   bool clean_ = true;
+  bool cut_short_ = false;
   bool ended_ = false;
   Status end_status_ = Status::kDone;
 };

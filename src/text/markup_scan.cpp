@@ -2,6 +2,40 @@
 
 namespace dgemma::markup {
 
+std::string render(std::string_view markup_text, bool keep_literal) {
+  std::string out;
+  out.reserve(markup_text.size());
+  for (char c : markup_text) {
+    if (!is_markup_byte(c)) {
+      out += c;
+      continue;
+    }
+    if (!keep_literal) continue;
+    for (const MarkupToken& t : kMarkupTokens)
+      if (t.code[0] == c) out += t.literal;
+  }
+  return out;
+}
+
+std::string from_literal(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const MarkupToken* hit = nullptr;
+    if (text[i] == '<')
+      for (const MarkupToken& t : kMarkupTokens)
+        if (text.substr(i, t.literal.size()) == t.literal) hit = &t;
+    if (hit) {
+      out += hit->code;
+      i += hit->literal.size();
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
 Match match_at(std::string_view text, size_t pos, std::string_view marker) {
   if (pos >= text.size()) return Match::kNone;
   std::string_view rest = text.substr(pos);
@@ -25,8 +59,10 @@ Match match_any(std::string_view text, size_t pos, std::initializer_list<std::st
 
 size_t find_marker(std::string_view text, size_t from, std::initializer_list<std::string_view> markers,
                    Match* result, std::string_view* which) {
-  // All markers start with '<', so only those positions need a closer look.
-  for (size_t i = text.find('<', from); i != std::string_view::npos; i = text.find('<', i + 1)) {
+  // Markers start with '<' or are markup bytes, so only those positions need a closer look.
+  static constexpr std::string_view kFirst = "<\xF8\xF9\xFA\xFB\xFC\xFD";
+  for (size_t i = text.find_first_of(kFirst, from); i != std::string_view::npos;
+       i = text.find_first_of(kFirst, i + 1)) {
     Match r = match_any(text, i, markers, which);
     if (r != Match::kNone) {
       *result = r;
@@ -97,6 +133,10 @@ size_t append_json_escaped(std::string& out, std::string_view raw, bool final) {
   size_t i = 0;
   while (i < raw.size()) {
     const unsigned char c = static_cast<unsigned char>(raw[i]);
+    if (is_markup_byte(raw[i])) {
+      ++i;
+      continue;
+    }
     if (c >= 0x80) {
       const int len = utf8_sequence(raw, i);
       if (len > 0) {

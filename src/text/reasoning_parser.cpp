@@ -158,8 +158,7 @@ ReasoningDelta parse_reasoning(std::string_view text, bool thinking_enabled, boo
 }
 
 bool prompt_opens_reasoning(std::string_view prompt) {
-  const std::string_view labelled = "<|channel>thought\n";
-  return prompt.ends_with(markup::kChannelOpen) || prompt.ends_with(labelled);
+  return prompt.ends_with("<|channel>") || prompt.ends_with("<|channel>thought\n");
 }
 
 }  // namespace dgemma

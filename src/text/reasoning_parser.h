@@ -1,8 +1,8 @@
 #pragma once
-// Splits Gemma 4 model output (detokenized, control tokens as their literal strings) into reasoning
-// and answer content. The model writes "<|channel>thought\n...reasoning...<channel|>answer"; the
-// "thought\n" label is a structural artefact and is stripped. Rules (identical for streaming and
-// non-streaming):
+// Splits Gemma 4 model output (markup text, text/markup_scan.h: the markup tokens as one byte each;
+// below they are written as their token text) into reasoning and answer content. The model writes
+// "<|channel>thought\n...reasoning...<channel|>answer"; the "thought\n" label is a structural artefact and is
+// stripped. Rules (identical for streaming and non-streaming):
 //  - Only a block at the very start of the output is reasoning (leading whitespace before the opener is
 //    dropped). Openers: "<|channel>" (closed by "<channel|>"; an optional "thought\n" label, or
 //    "thought" directly followed by the closer, is stripped) and DeepSeek-style "<think>" (closed by
@@ -20,9 +20,10 @@
 //  - starts_in_reasoning: the prompt itself ended inside an open thought channel (the July 2026
 //    template ends with "<|channel>thought\n" after a tool response when thinking is on; see
 //    prompt_opens_reasoning), so the output starts as reasoning unless it opens a block itself.
-//  - Streaming: markers may straddle deltas (a partial marker is held back and released as text once
-//    it turns out not to be one); the opener and closer usually arrive in different, large deltas; a
-//    delta never ends inside a UTF-8 character. Later markers, after the block, are ordinary content.
+//  - Streaming: the plain-text markers ("<think>", "</think>", the label) may straddle deltas (a
+//    partial one is held back and released as text once it turns out not to be one); the opener and
+//    closer usually arrive in different, large deltas; a delta never ends inside a UTF-8 character.
+//    Later markers, after the block, are ordinary content (markup bytes that render() drops).
 #include <string>
 #include <string_view>
 
@@ -63,8 +64,9 @@ class ReasoningParser {
 ReasoningDelta parse_reasoning(std::string_view text, bool thinking_enabled = true,
                                bool starts_in_reasoning = false);
 
-// True if a rendered prompt leaves the model inside an open thought channel, i.e. it ends with
-// "<|channel>" or "<|channel>thought\n": pass the result as starts_in_reasoning.
+// True if a rendered prompt (text with its control tokens spelled out) leaves the model inside an open
+// thought channel, i.e. it ends with "<|channel>" or "<|channel>thought\n": pass the result as
+// starts_in_reasoning.
 bool prompt_opens_reasoning(std::string_view prompt);
 
 }  // namespace dgemma

@@ -1,9 +1,10 @@
 #include "text/tool_parser.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <random>
 #include <optional>
+#include <random>
 
 #include "text/gemma4_args.h"
 #include "text/markup_scan.h"
@@ -52,11 +53,14 @@ std::string make_tool_call_id() {
 struct ToolCallParser::Impl {
   enum class State { kText, kHeader, kBody, kAfterBody, kRemainder };
 
-  std::string buf;  // text not yet consumed starts at pos
+  std::string buf;  // text not yet consumed starts at pos (an open call's text from call_start)
   size_t pos = 0;
   State state = State::kText;
   bool boundary = true;  // at the start or after a call: whitespace is dropped if a call or the end follows
   std::optional<Gemma4ArgsStream> args;
+  bool open = false;      // a "<|tool_call>" was read and its call has not ended
+  size_t call_start = 0;  // buf offset of the open call's "<|tool_call>"
+  ParsedToolCall call;    // the open call
   int calls = 0;
   bool finished = false;
 
@@ -71,24 +75,22 @@ struct ToolCallParser::Impl {
     emit_content(out, final ? n : n - markup::utf8_incomplete_tail(std::string_view(buf).substr(pos)));
   }
 
-  void emit_args(Delta& out, std::string_view piece) {
-    if (piece.empty()) return;
-    if (out.calls.empty() || out.calls.back().index != calls - 1) out.calls.push_back({calls - 1, {}, {}, {}});
-    out.calls.back().arguments_delta.append(piece);
-  }
-
-  void start_call(Delta& out, std::string_view name) {
-    ToolCallDelta d;
-    d.index = calls++;
-    d.id = make_tool_call_id();
-    d.name.assign(name);
-    out.calls.push_back(std::move(d));
+  // The open call ends at pos: emitted whole, and the text after it is read as text.
+  void end_call(Delta& out) {
+    call.text = buf.substr(call_start, pos - call_start);
+    call.content_offset = out.content.size();
+    out.calls.push_back(std::move(call));
+    call = ParsedToolCall();
+    open = false;
+    ++calls;
+    state = State::kText;
+    boundary = true;
   }
 
   // Each returns true if it changed state (run again), false if it needs more text (or is done).
   bool text(Delta& out, bool final);
   bool header(Delta& out, bool final);
-  bool body(Delta& out, bool final);
+  bool body(bool final);
   bool after_body(Delta& out, bool final);
   bool remainder(Delta& out, bool final);
 
@@ -98,18 +100,22 @@ struct ToolCallParser::Impl {
       switch (state) {
         case State::kText: again = text(out, final); break;
         case State::kHeader: again = header(out, final); break;
-        case State::kBody: again = body(out, final); break;
+        case State::kBody:
+          again = body(final);
+          break;
         case State::kAfterBody: again = after_body(out, final); break;
         case State::kRemainder: again = remainder(out, final); break;
       }
       if (!again) break;
     }
-    if (final) DG_CHECK(pos == buf.size());
-    // Drop consumed text (a member in progress may still need its start).
-    const size_t keep = state == State::kBody ? args->keep_from(pos) : pos;
+    if (final) DG_CHECK(pos == buf.size() && !open);
+    // Drop consumed text (a member in progress may still need its start; an open call keeps its text).
+    size_t keep = state == State::kBody ? args->keep_from(pos) : pos;
+    if (open) keep = std::min(keep, call_start);
     if (keep > 0) {
       buf.erase(0, keep);
       pos -= keep;
+      if (open) call_start -= keep;
       if (state == State::kBody) args->shift(keep);
     }
   }
@@ -149,6 +155,8 @@ bool ToolCallParser::Impl::text(Delta& out, bool final) {
   emit_content(out, i);
   if (m == Match::kPartial) return false;
   if (which == markup::kToolCallStart) {
+    open = true;
+    call_start = i;
     pos = i + which.size();
     state = State::kHeader;
     return true;
@@ -166,10 +174,13 @@ bool ToolCallParser::Impl::text(Delta& out, bool final) {
 bool ToolCallParser::Impl::header(Delta& out, bool final) {
   const std::string_view b = buf;
   const size_t n = b.size();
-  const auto not_a_call = [&] {
-    out.content.append(markup::kToolCallStart);  // the text after it is scanned as ordinary text
-    state = State::kText;
-    boundary = false;
+  // Not a call header: the text up to where a call would end is a call without a body (so no
+  // "<|tool_call>" text passes as content; the caller rejects it).
+  const auto not_a_call = [&](std::string_view name) {
+    call.name.assign(name.substr(0, kMaxNameBytes));
+    call.arguments_json = "{}";
+    call.arguments = ParsedToolCall::Arguments::kNoBody;
+    state = State::kRemainder;
     return true;
   };
   const auto skip_ws = [&](size_t q) {
@@ -183,19 +194,19 @@ bool ToolCallParser::Impl::header(Delta& out, bool final) {
   };
   size_t q = skip_ws(pos);
   std::string_view name = read_name(q);
-  if (name.size() > kMaxNameBytes) return not_a_call();
+  if (name.size() > kMaxNameBytes) return not_a_call(name);
   size_t t = skip_ws(q);
-  if (t == n) return final ? not_a_call() : false;
+  if (t == n) return final ? not_a_call(name) : false;
   if (name == "call" && b[t] == ':') {
     q = skip_ws(t + 1);
     name = read_name(q);
-    if (name.size() > kMaxNameBytes) return not_a_call();
+    if (name.size() > kMaxNameBytes) return not_a_call(name);
     t = skip_ws(q);
-    if (t == n) return final ? not_a_call() : false;
+    if (t == n) return final ? not_a_call(name) : false;
   }
-  if (name.empty()) return not_a_call();
+  if (name.empty()) return not_a_call(name);
   if (b[t] == '{' || b[t] == '(') {
-    start_call(out, name);
+    call.name.assign(name);
     args.emplace(b[t] == '{' ? Gemma4ArgsStream::Opener::kBrace : Gemma4ArgsStream::Opener::kParen);
     pos = t + 1;
     state = State::kBody;
@@ -204,27 +215,30 @@ bool ToolCallParser::Impl::header(Delta& out, bool final) {
   const Match m = markup::match_at(b, t, markup::kToolCallEnd);
   if (m == Match::kPartial && !final) return false;
   if (m == Match::kFull) {  // "<|tool_call>call:NAME<tool_call|>": a call without arguments
-    start_call(out, name);
-    emit_args(out, "{}");
+    call.name.assign(name);
+    call.arguments_json = "{}";
     pos = t + markup::kToolCallEnd.size();
-    state = State::kText;
-    boundary = true;
+    end_call(out);
     return true;
   }
-  return not_a_call();
+  return not_a_call(name);
 }
 
-bool ToolCallParser::Impl::body(Delta& out, bool final) {
-  std::string piece;
-  const auto status = args->run(buf, pos, final, piece);
-  emit_args(out, piece);
+bool ToolCallParser::Impl::body(bool final) {
+  const auto status = args->run(buf, pos, final, call.arguments_json);
   if (status == Gemma4ArgsStream::Status::kNeedMore) return false;
+  // Cut short by the end of the output (not by a marker) after some argument text: a value may be
+  // truncated. An empty body cut there ("NAME{" and no room) holds nothing that could be.
+  if (status == Gemma4ArgsStream::Status::kError)
+    call.arguments = ParsedToolCall::Arguments::kMalformed;
+  else if (args->cut_short() && pos == buf.size() && call.arguments_json != "{}")
+    call.arguments = ParsedToolCall::Arguments::kCutShort;
   state = status == Gemma4ArgsStream::Status::kDone ? State::kAfterBody : State::kRemainder;
   args.reset();
   return true;
 }
 
-bool ToolCallParser::Impl::after_body(Delta&, bool final) {
+bool ToolCallParser::Impl::after_body(Delta& out, bool final) {
   const std::string_view b = buf;
   const size_t n = b.size();
   size_t q = pos;
@@ -232,8 +246,7 @@ bool ToolCallParser::Impl::after_body(Delta&, bool final) {
   pos = q;  // whitespace and stray closing brackets after a body are dropped
   if (q == n) {
     if (!final) return false;
-    state = State::kText;
-    boundary = true;
+    end_call(out);
     return true;
   }
   std::string_view which;
@@ -242,8 +255,7 @@ bool ToolCallParser::Impl::after_body(Delta&, bool final) {
   if (m == Match::kPartial && !final) return false;
   if (m == Match::kFull) {
     if (which == markup::kToolCallEnd) pos = q + which.size();
-    state = State::kText;
-    boundary = true;
+    end_call(out);
     return true;
   }
   state = State::kRemainder;
@@ -256,14 +268,16 @@ bool ToolCallParser::Impl::remainder(Delta& out, bool final) {
   const size_t i = markup::find_marker(
       buf, pos, {markup::kToolCallEnd, markup::kToolCallStart, markup::kToolResponse}, &m, &which);
   if (m == Match::kNone || (m == Match::kPartial && final)) {
-    emit_rest(out, final);
-    return false;
+    if (!final) return false;  // held: the call's end decides where this text belongs
+    call.stray.append(buf, pos, buf.size() - pos);
+    pos = buf.size();
+    end_call(out);
+    return true;
   }
-  emit_content(out, i);
   if (m == Match::kPartial) return false;
-  if (which == markup::kToolCallEnd) pos = i + which.size();
-  state = State::kText;
-  boundary = true;
+  call.stray.append(buf, pos, i - pos);
+  pos = which == markup::kToolCallEnd ? i + which.size() : i;
+  end_call(out);
   return true;
 }
 
@@ -294,11 +308,11 @@ ToolParseResult parse_tool_calls(std::string_view text) {
   ToolCallParser parser;
   ToolParseResult result;
   for (ToolCallParser::Delta d : {parser.feed(text), parser.finish()}) {
-    result.content += d.content;
-    for (ToolCallDelta& c : d.calls) {
-      if (c.index == static_cast<int>(result.calls.size())) result.calls.push_back({c.id, c.name, {}});
-      result.calls[static_cast<size_t>(c.index)].arguments_json += c.arguments_delta;
+    for (ParsedToolCall& c : d.calls) {
+      c.content_offset += result.content.size();
+      result.calls.push_back(std::move(c));
     }
+    result.content += d.content;
   }
   return result;
 }

@@ -183,9 +183,9 @@ describe('command line', () => {
 
   test('/health is 503 (unavailable_error) while the model loads, then 200', async () => {
     const { spawn } = await import('node:child_process');
-    const { freePort, sleep, BIN } = await import('./helpers.mjs');
+    const { freePort, sleep, TEST_SERVER } = await import('./helpers.mjs');
     const port = await freePort();
-    const p = spawn(BIN, ['serve', modelDir, '--port', String(port), '--load-format', `scripted:${modelDir}/script.json`], { stdio: 'ignore' });
+    const p = spawn(TEST_SERVER, ['serve', modelDir, '--port', String(port), '--load-format', `scripted:${modelDir}/script.json`], { stdio: 'ignore' });
     const seen = [];
     try {
       for (let i = 0; i < 3000; i++) {

@@ -151,7 +151,6 @@ const cases = [
   ['guided_json', CHAT, chat({ guided_json: { type: 'object' } }), 400, 'guided_json'],
   ['chat_template in the body', CHAT, chat({ chat_template: '{{ 7 * 7 }}' }), 400, 'chat_template'],
   ['chat_template_kwargs nested', CHAT, chat({ chat_template_kwargs: { enable_thinking: { a: 1 } } }), 400, /^chat_template_kwargs/],
-  ['chat_template_kwargs unknown key', CHAT, chat({ chat_template_kwargs: { add_vision_id: true } }), 400, 'chat_template_kwargs'],
   ['chat_template_kwargs 1 MB value', CHAT, chat({ chat_template_kwargs: { enable_thinking: big(1 << 20) } }), 400, /^chat_template_kwargs/],
   ['functions (legacy)', CHAT, chat({ functions: [{ name: 'f' }] }), 400, 'functions'],
   ['continue_final_message after a user message', CHAT, chat({ continue_final_message: true }), 400, 'continue_final_message'],

@@ -46,13 +46,12 @@ describe('chat templates', () => {
       chat_template_kwargs: { persona: 'Ada' },
     });
     assert.equal(withKwarg, '<bos><|turn>system\nI am Ada.<turn|>\n<|turn>user\nhi<turn|>\n<|turn>model\n');
-    // A key the template does not read is refused, as before.
-    const bad = await postJson(server.url('/v1/chat/completions'), {
-      messages: [{ role: 'user', content: 'hi' }],
+    // A key the template does not read is ignored (as vLLM does): the prompt is the one without it.
+    const ignored = await promptText(server, {
+      messages: [{ role: 'user', content: '  hi  ' }],
       chat_template_kwargs: { enable_thinking: true },
     });
-    assert.equal(bad.status, 400);
-    assert.match(bad.json.error.param, /^chat_template_kwargs/);
+    assert.equal(ignored, text);
     const chat = await server.client().chat.completions.create({ model: modelDir, messages: [{ role: 'user', content: 'x' }] });
     assert.equal(chat.choices[0].message.content, 'ok');
   });

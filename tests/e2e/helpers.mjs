@@ -1,6 +1,7 @@
 // Shared e2e helpers: a throw-away model directory, the real `dgemma serve` binary on a free port, and
 // small HTTP/SSE/Prometheus readers. Tests pick the engine with loadFormat: 'scripted' (the real engine over
-// a scripted model runner: a JSON script of replies, test-only) or 'dummy' (the model on random weights).
+// a scripted model runner: a JSON script of replies; the test server `dgemma_test_server`, which is
+// `dgemma serve` plus --load-format scripted:FILE) or 'dummy' (the model on random weights, the product binary).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -10,6 +11,12 @@ import OpenAI from 'openai';
 
 export const BIN = process.env.DGEMMA_BIN;
 if (!BIN) throw new Error('set DGEMMA_BIN to the dgemma binary');
+export const TEST_SERVER = process.env.DGEMMA_TEST_SERVER || path.join(path.dirname(BIN), 'dgemma_test_server');
+
+// The binary a command line runs on: the test server when it names a scripted load format, else dgemma.
+export function binFor(args) {
+  return args.some((a) => typeof a === 'string' && a.startsWith('scripted:')) ? TEST_SERVER : BIN;
+}
 
 // The Gemma 4 tokenizer the build produces (${build}/gemma4-tokenizer/tokenizer.json).
 export function tokenizerPath() {
@@ -108,12 +115,13 @@ export async function freePort() {
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// Starts `dgemma serve`; resolves once /health answers 200. loadFormat: 'scripted' | 'dummy' | any.
+// Starts `dgemma serve` (scripted: the test server's); resolves once /health answers 200. loadFormat:
+// 'scripted' | 'dummy' | any.
 export async function startServer({ modelDir, loadFormat = 'scripted', args = [], env = {}, timeoutMs = 120000 } = {}) {
   const port = await freePort();
   const lf = loadFormat === 'scripted' ? `scripted:${path.join(modelDir, 'script.json')}` : loadFormat;
   const argv = ['serve', modelDir, '--port', String(port), '--load-format', lf, ...args];
-  const proc = spawn(BIN, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(binFor(argv), argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => (log += d));
   proc.stderr.on('data', (d) => (log += d));
@@ -245,7 +253,7 @@ export async function waitFor(pred, { timeoutMs = 10000, intervalMs = 50 } = {})
 // Runs the binary to completion (CLI tests).
 export async function runCli(args, { timeoutMs = 30000 } = {}) {
   return new Promise((resolve) => {
-    const p = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(binFor(args), args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     p.stdout.on('data', (d) => (out += d));

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { spawn } from 'node:child_process';
-import { BIN, freePort, makeModelDir, metrics, postJson, sample, sleep, startServer, streamRaw, waitFor } from './helpers.mjs';
+import { TEST_SERVER, freePort, makeModelDir, metrics, postJson, sample, sleep, startServer, streamRaw, waitFor } from './helpers.mjs';
 
 const Q = '<|"|>';
 const script = {
@@ -167,7 +167,7 @@ describe('out of file descriptors', () => {
     // `ulimit -n 120` in a shell that then becomes the server: fewer descriptors than the flood below.
     const dir = makeModelDir({ script });
     const port = await freePort();
-    const proc = spawn('sh', ['-c', 'ulimit -n 120 && exec "$0" "$@"', BIN, 'serve', dir, '--port', String(port),
+    const proc = spawn('sh', ['-c', 'ulimit -n 120 && exec "$0" "$@"', TEST_SERVER, 'serve', dir, '--port', String(port),
       '--load-format', `scripted:${dir}/script.json`], { stdio: ['ignore', 'ignore', 'pipe'] });
     let log = '';
     proc.stderr.on('data', (d) => (log += d));

@@ -1,6 +1,6 @@
 // The pinned chat forms through the server: assistant prefill (continue_final_message), forced tool
 // calls (tool_choice required / named), response_format json_object and json_schema, with the retry
-// and model_error paths and the 400s. The scripted runner sits behind the real engine, so pins go
+// and model_error (422) paths and the 400s. The scripted runner sits behind the real engine, so pins go
 // through the engine's mechanism: pinned positions hold the pinned tokens, and an EOS in a free
 // position before the last pin is dropped (a script writes a JSON value, then EOS to the end of its gap).
 import assert from 'node:assert/strict';
@@ -128,11 +128,12 @@ describe('forced tool calls', () => {
     assert.equal(r.json.choices[0].message.tool_calls[0].function.name, 'get_time');
   });
 
-  test('a reply that never holds a valid call is retried, then a 500 model_error', async () => {
+  test('a reply that never holds a valid call is retried, then a 422 model_error (not retried by clients)', async () => {
     const body = { messages: user('refuse tools'), tools, tool_choice: { type: 'function', function: { name: 'get_weather' } } };
     const r = await postJson(server.url(CHAT), body);
-    assert.equal(r.status, 500, r.text);
+    assert.equal(r.status, 422, r.text);
     assert.equal(r.json.error.type, 'model_error');
+    assert.equal(r.json.error.code, 'invalid_model_output');
     assert.match(r.json.error.message, /invalid content after 3 attempts/);
     const s = await streamChat(server, body);
     assert.equal(s.status, 200);
@@ -150,9 +151,9 @@ describe('forced tool calls', () => {
 });
 
 describe('response_format', () => {
-  test('json_object: prose is retried, then a 500 model_error', async () => {
+  test('json_object: prose is retried, then a 422 model_error', async () => {
     const r = await postJson(server.url(CHAT), { messages: user('no json'), response_format: { type: 'json_object' } });
-    assert.equal(r.status, 500, r.text);
+    assert.equal(r.status, 422, r.text);
     assert.equal(r.json.error.type, 'model_error');
     assert.match(r.json.error.message, /not valid JSON/);
   });
@@ -238,9 +239,9 @@ describe('response_format with pinned structure (replies written token by token)
     assert.equal(s.content, '{"city": "Paris", "population": 2100000}');
   });
 
-  test('a reply that breaks the schema is retried, then a 500 model_error naming the violation', async () => {
+  test('a reply that breaks the schema is retried, then a 422 model_error naming the violation', async () => {
     const r = await postJson(schemaServer.url(CHAT), body('bad city'));
-    assert.equal(r.status, 500, r.text);
+    assert.equal(r.status, 422, r.text);
     assert.equal(r.json.error.type, 'model_error');
     assert.match(r.json.error.message, /\$\.population: expected an integer/);
   });

@@ -2,7 +2,7 @@
 // go through the engine's pinned-span mechanism (docs/MODEL.md §6.6). A random model writes nothing
 // useful into a gap, so what is asserted is what the pins guarantee: a fully pinned layout comes back
 // exactly, across canvases; a forced call with no room for arguments is that call; a prefill is pinned
-// and not returned; and a reply with free gaps is either valid or a 500 model_error, never invalid.
+// and not returned; and a reply with free gaps is either valid or a 422 model_error, never invalid.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { makeModelDir, startServer, tinyConfig, GENERATION_CONFIG, postJson } from './helpers.mjs';
@@ -73,7 +73,7 @@ describe('pinned chat forms on the real engine (dummy weights, CPU)', () => {
     assert.equal(echo.json.choices[0].message.content, 'Once upon a time' + r.json.choices[0].message.content);
   });
 
-  test('with free gaps the reply is valid or a 500 model_error, never an invalid answer', async () => {
+  test('with free gaps the reply is valid or a 422 model_error, never an invalid answer', async () => {
     const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
     for (const seed of [11]) {
       const r = await postJson(server.url(CHAT), {
@@ -85,7 +85,7 @@ describe('pinned chat forms on the real engine (dummy weights, CPU)', () => {
         assert.deepEqual(Object.keys(v), ['ok']);
         assert.equal(typeof v.ok, 'boolean');
       } else {
-        assert.equal(r.status, 500, r.text);
+        assert.equal(r.status, 422, r.text);
         assert.equal(r.json.error.type, 'model_error');
         assert.match(r.json.error.message, /after 3 attempts/);
       }

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import {
-  BIN, freePort, makeModelDir, metrics, postJson, runCli, sample, sleep, startServer, tokenizerPath, waitFor,
+  binFor, freePort, makeModelDir, metrics, postJson, runCli, sample, sleep, startServer, tokenizerPath, waitFor,
 } from './helpers.mjs';
 
 const script = {
@@ -29,7 +29,7 @@ const exitOf = (proc) =>
 
 // Spawns `dgemma serve` without waiting for it (start-up failures, loading).
 function spawnServe(args, env = {}) {
-  const proc = spawn(BIN, ['serve', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(binFor(args), ['serve', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   proc.stdout.on('data', (d) => (log += d));
   proc.stderr.on('data', (d) => (log += d));
@@ -156,7 +156,7 @@ describe('model forms (vLLM): MODEL, --model, repo ids in the local cache', () =
 
 function runCliEnv(args, env) {
   return new Promise((resolve) => {
-    const p = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(binFor(args), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     p.stdout.on('data', (d) => (out += d));
@@ -239,7 +239,7 @@ describe('vLLM flags and exit codes', () => {
     assert.equal((await runCli(['--version'])).code, 0);
     const help = await runCli(['serve', '--help']);
     assert.equal(help.code, 0);
-    assert.match(help.stdout.replace(/\s+/g, ' '), /Default: max_position_embeddings capped at 32768, halved until the KV caches fit in memory/);
+    assert.match(help.stdout.replace(/\s+/g, ' '), /at most, and by default, the model's max_position_embeddings/);
   });
 
   test('limits are checked before the port is bound', async () => {

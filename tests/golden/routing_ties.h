@@ -25,12 +25,14 @@ constexpr double kTieRowMaxNmse = 0.1;    // a routed-differently row; a missing
 // (k = top_k_experts) of each of the first `rows` rows of the forward that `run` performs, over the
 // layers where the k-th expert weighs at least kRouterWeight (a swap of two near-zero experts does not
 // move the row beyond rounding).
-inline std::vector<float> routing_margins(Fixture& fx, int64_t rows, const std::function<void()>& run) {
+inline std::vector<float> routing_margins(Fixture& fx, int64_t rows,
+                                          const std::function<void(const DumpHook&)>& run) {
   const int64_t k = fx.config.text.top_k_experts;
   std::vector<float> margin(static_cast<size_t>(rows), INFINITY);
-  fx.model->set_dump_hook([&](const std::string& name, const Tensor& t) {
+  run([&](const std::string& name, const Tensor& t) {
     const std::string suffix = "router_probs";
-    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return;
+    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      return;
     const std::vector<float> p = tensor_to_floats(*fx.backend, t);
     const int64_t E = t.dim(-1);
     if (E <= k) return;  // every expert is chosen: no boundary
@@ -38,11 +40,10 @@ inline std::vector<float> routing_margins(Fixture& fx, int64_t rows, const std::
       std::vector<float> q(p.begin() + r * E, p.begin() + (r + 1) * E);
       std::sort(q.begin(), q.end(), std::greater<>());
       const float qk = q[static_cast<size_t>(k - 1)], next = q[static_cast<size_t>(k)];
-      if (qk >= kRouterWeight) margin[static_cast<size_t>(r)] = std::min(margin[static_cast<size_t>(r)], qk - next);
+      if (qk >= kRouterWeight)
+        margin[static_cast<size_t>(r)] = std::min(margin[static_cast<size_t>(r)], qk - next);
     }
   });
-  run();
-  fx.model->set_dump_hook(nullptr);
   return margin;
 }
 

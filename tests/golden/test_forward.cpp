@@ -6,6 +6,7 @@
 #include "golden_util.h"
 #include "layer_replay.h"
 #include "routing_ties.h"
+#include "support/forward.h"
 
 namespace dgemma::golden {
 namespace {
@@ -103,7 +104,7 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
   items[0].kv = item_kv;
-  fx.model->forward(items, kv);
+  forward_items(*fx.backend, *fx.model, items, kv);
   std::printf("%s\n", fx.name.c_str());
   const int64_t n = static_cast<int64_t>(prompt.size());
   for (size_t li = 0; li < kv.layers.size(); ++li) {
@@ -131,13 +132,12 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
   const int li = fx.manifest["layer_for_intermediates"].get<int>();
   std::map<std::string, std::vector<float>> captured;
   const std::string prefix = "layer" + std::to_string(li) + ".";
-  fx.model->set_dump_hook([&](const std::string& name, const Tensor& t) {
+  const DumpHook capture = [&](const std::string& name, const Tensor& t) {
     if (name.rfind(prefix, 0) == 0) captured[name] = tensor_to_floats(be, t);
-  });
+  };
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, item_kv, {}, logits, {}};
-  fx.model->forward(items, kv);
-  fx.model->set_dump_hook(nullptr);
+  forward_items(be, *fx.model, items, kv, capture);
   ASSERT_EQ(tensor_to_floats(be, kv.layers[0].k), cache_before) << "the decoder must not write the cache";
 
   Tensor capped = be.alloc(ScalarType::kF32, {C, V});
@@ -202,7 +202,8 @@ TEST_P(ForwardGolden, PrefillKvLogitsAndIntermediates) {
     items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, item_kv, soft, logits, {}};
     // The soft embeddings are a GEMM over the vocabulary, summed in another order than cuBLAS: a
     // rounding boundary there can route a row near a routing tie differently (routing_ties.h).
-    const std::vector<float> margin = routing_margins(fx, C, [&] { fx.model->forward(items, kv); });
+    const std::vector<float> margin = routing_margins(
+        fx, C, [&](const DumpHook& hook) { forward_items(*fx.backend, *fx.model, items, kv, hook); });
     be.softcap_logits(logits, 30.0f, capped);
     got = tensor_to_floats(be, capped);
     check_logits_with_routing_ties("decoder.logits_sc", got, fx.array("decoder.logits_sc").as_float(), V, margin,

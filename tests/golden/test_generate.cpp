@@ -1,12 +1,12 @@
 // Whole generate() trajectories against transformers with the same counter-based noise injected:
 // every step of every canvas (input canvas, temperature, entropies, accept mask, argmax, sample,
 // renoised canvas, stop flag) and the final sequences must match.
-#include <cstdio>
-
 #include <fmt/format.h>
 
-#include "engine/model_core.h"
+#include <cstdio>
+
 #include "golden_util.h"
+#include "support/model_core.h"
 
 namespace dgemma::golden {
 namespace {
@@ -57,7 +57,7 @@ TEST_P(GenerateGolden, TrajectoryMatchesTokenForToken) {
   const std::string pre = "run." + rc.run + ".";
   if (meta["initial_canvas"].get<bool>()) p.initial_canvas = fx.ids(pre + "initial_canvas");
 
-  ModelCore core(*fx.model, ModelCoreOptions{});
+  ModelCore core(*fx.backend, *fx.model);
   std::unique_ptr<Sequence> owned = core.make_sequence(1, fx.ids("prompt_ids"), p);
   Sequence& seq = *owned;
   core.run({&seq}, 10000);

@@ -6,11 +6,12 @@
 // The reference's side of the same steps: test_pins_golden.cpp.
 #include <algorithm>
 
+#include "backend/decide_rules.h"
 #include "engine/denoise_policy.h"
 #include "engine/kv_pool.h"
-#include "engine/model_core.h"
-#include "backend/decide_rules.h"
 #include "golden_util.h"
+#include "support/forward.h"
+#include "support/model_core.h"
 #include "util/counter_rng.h"
 
 namespace dgemma::golden {
@@ -37,7 +38,7 @@ struct PinRun {
 };
 
 PinRun run(const Fixture& fx, const SequenceParams& p, uint64_t id = 1) {
-  ModelCore core(*fx.model, ModelCoreOptions{});
+  ModelCore core(*fx.backend, *fx.model);
   std::unique_ptr<Sequence> s = core.make_sequence(id, fx.ids("prompt_ids"), p);
   core.run({s.get()}, 10000);
   return {core.traces().canvases(s->id()), s->output(), s->finish_reason()};
@@ -166,7 +167,7 @@ TEST(PinsEngine, PinnedPositionsFeedOneHotSelfConditioning) {
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
   items[0].kv = item_kv;
-  fx.model->forward(items, kv);
+  forward_items(*fx.backend, *fx.model, items, kv);
   item_kv.cached = static_cast<int64_t>(prompt.size());
 
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
@@ -186,7 +187,7 @@ TEST(PinsEngine, PinnedPositionsFeedOneHotSelfConditioning) {
     return tensor_to_floats(be, entropy);
   };
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, s0.canvas_in, item_kv, {}, logits, {}};
-  fx.model->forward(items, kv);
+  forward_items(*fx.backend, *fx.model, items, kv);
   ASSERT_EQ(sampler(0), s0.entropy);
 
   Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
@@ -199,11 +200,11 @@ TEST(PinsEngine, PinnedPositionsFeedOneHotSelfConditioning) {
   for (const auto& [b, e] : cp.runs) fx.model->one_hot_soft_embeddings(pin_ids.rows(b, e), soft.rows(b, e));
 
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, s1.canvas_in, item_kv, soft, logits, {}};
-  fx.model->forward(items, kv);
+  forward_items(*fx.backend, *fx.model, items, kv);
   EXPECT_EQ(sampler(1), s1.entropy) << "step 1 is the forward with one-hot self-conditioning rows";
   // And the softmax rows would have given something else (the check has teeth).
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, s1.canvas_in, item_kv, soft_plain, logits, {}};
-  fx.model->forward(items, kv);
+  forward_items(*fx.backend, *fx.model, items, kv);
   EXPECT_NE(sampler(1), s1.entropy);
 }
 
@@ -229,7 +230,7 @@ TEST(PinsEngine, PinsStayWithTheirSequenceInABatch) {
   SequenceParams unpinned = pinned_params(fx, {}, 20);
   unpinned.seed = 99;
   const PinRun solo = run(fx, unpinned, 2);
-  ModelCore core(*fx.model, ModelCoreOptions{});
+  ModelCore core(*fx.backend, *fx.model);
   auto s1 = core.make_sequence(1, fx.ids("prompt_ids"), pinned_params(fx, kPins, 24));
   auto s2 = core.make_sequence(2, fx.ids("prompt_ids"), unpinned);
   core.run({s1.get(), s2.get()}, 10000);

@@ -11,9 +11,10 @@
 #include "backend/decide_rules.h"
 #include "engine/denoise_policy.h"
 #include "engine/kv_pool.h"
-#include "engine/model_core.h"
 #include "golden_util.h"
 #include "routing_ties.h"
+#include "support/forward.h"
+#include "support/model_core.h"
 
 namespace dgemma::golden {
 namespace {
@@ -72,7 +73,7 @@ TEST_P(PinsGolden, ForwardsOfAPinnedCanvasAndOneHotSelfConditioning) {
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
   items[0].kv = item_kv;
-  fx.model->forward(items, kv);
+  forward_items(*fx.backend, *fx.model, items, kv);
   item_kv.cached = static_cast<int64_t>(prompt.size());
 
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
@@ -85,7 +86,7 @@ TEST_P(PinsGolden, ForwardsOfAPinnedCanvasAndOneHotSelfConditioning) {
   };
   const std::vector<int32_t> canvas0 = g.ids("canvas0"), canvas1 = g.ids("canvas1");
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas0, item_kv, {}, logits, {}};
-  fx.model->forward(items, kv);
+  forward_items(*fx.backend, *fx.model, items, kv);
   const double e0 = nmse(capped_rows(), g.array("logits0").as_float());
   std::printf("  %s logits0 nmse=%.2e\n", fx.name.c_str(), e0);
   EXPECT_LE(e0, kMaxNmse);
@@ -103,7 +104,8 @@ TEST_P(PinsGolden, ForwardsOfAPinnedCanvasAndOneHotSelfConditioning) {
   for (const auto& [b, e] : cp.runs) fx.model->one_hot_soft_embeddings(pin_ids.rows(b, e), soft.rows(b, e));
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas1, item_kv, soft, logits, {}};
   // Self-conditioned: rows near a routing tie are checked loosely (routing_ties.h).
-  const std::vector<float> margin = routing_margins(fx, C, [&] { fx.model->forward(items, kv); });
+  const std::vector<float> margin = routing_margins(
+      fx, C, [&](const DumpHook& hook) { forward_items(*fx.backend, *fx.model, items, kv, hook); });
   const std::vector<float> got1 = capped_rows();
   const double e1 = check_logits_with_routing_ties(fx.name + " logits1 (one-hot SC)", got1, g.array("logits1").as_float(),
                                                    V, margin, kMaxNmse, kMaxNormAbs);
@@ -133,7 +135,7 @@ TEST_P(PinsGolden, StepZeroOfAPinnedRequestIsTheReferenceStepFromThatCanvas) {
   p.eos_ids = g.m["eos_token_ids"].get<std::vector<int32_t>>();
   p.trace = true;
   p.pins = g.pins;
-  ModelCore core(*fx.model, ModelCoreOptions{});
+  ModelCore core(*fx.backend, *fx.model);
   auto seq = core.make_sequence(1, fx.ids("prompt_ids"), p);
   core.run({seq.get()}, 100000);
   // A copy: canvases() returns the records by value (a reference into it would dangle).

@@ -6,9 +6,10 @@
 #include <cstring>
 
 #include "engine/kv_pool.h"
-#include "engine/model_core.h"
 #include "golden_util.h"
 #include "model/tensor_parallel.h"
+#include "support/forward.h"
+#include "support/model_core.h"
 #include "util/counter_rng.h"
 #include "util/error.h"
 
@@ -77,8 +78,7 @@ TEST_P(TensorParallelGolden, ForwardSamplerAndSelfConditioningAreBitIdentical) {
     Tensor logits, logits_sc, probs, soft;
     Tensor entropy, argmax, sample, logprob, argmax_gap, sample_gap;
   };
-  auto step = [&](DiffusionGemma& m, int tp_size) {
-    Backend& be = m.backend();
+  auto step = [&](Backend& be, DiffusionGemma& m, int tp_size) {
     Out o;
     o.kv = allocate_kv_storage(fx.config, be, plan, tp_size);
     ItemKv ikv;
@@ -87,11 +87,11 @@ TEST_P(TensorParallelGolden, ForwardSamplerAndSelfConditioningAreBitIdentical) {
     items[0].kind = ForwardItem::Kind::kEncode;
     items[0].tokens = prompt;
     items[0].kv = ikv;
-    m.forward(items, o.kv);
+    forward_items(be, m, items, o.kv);
     ikv.cached = static_cast<int64_t>(prompt.size());
     o.logits = be.alloc(ScalarType::kBF16, {C, m.logits_columns()});
     items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, ikv, {}, o.logits, {}};
-    m.forward(items, o.kv);
+    forward_items(be, m, items, o.kv);
     // The sampler writes the probabilities over a copy of the logits.
     o.probs = be.alloc(ScalarType::kBF16, {C, m.logits_columns()});
     be.copy(o.probs, o.logits);
@@ -99,22 +99,23 @@ TEST_P(TensorParallelGolden, ForwardSamplerAndSelfConditioningAreBitIdentical) {
     sa.logits = o.probs;
     sa.temperature = 0.8f;
     sa.sample_key = rng::stream_key(7, 0, 0, rng::kSample);
-    for (Tensor* t : {&o.entropy, &o.logprob, &o.argmax_gap, &o.sample_gap}) *t = be.alloc(ScalarType::kF32, {C});
+    for (Tensor* t : {&o.entropy, &o.logprob, &o.argmax_gap, &o.sample_gap})
+      *t = be.alloc(ScalarType::kF32, {C});
     o.argmax = be.alloc(ScalarType::kI32, {C});
     o.sample = be.alloc(ScalarType::kI32, {C});
     sa.entropy = o.entropy, sa.argmax = o.argmax, sa.sample = o.sample, sa.argmax_logprob = o.logprob;
     sa.argmax_gap = o.argmax_gap, sa.sample_gap = o.sample_gap;
-    m.sampler(sa);
+    m.sampler_batch_encoded(std::span<SamplerArgs>(&sa, 1), Tensor{});  // the CPU encodes nothing
     o.soft = be.alloc(ScalarType::kBF16, {C, H});
     m.soft_embeddings(o.probs, o.soft);
     o.logits_sc = be.alloc(ScalarType::kBF16, {C, m.logits_columns()});
     items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, ikv, o.soft, o.logits_sc, {}};
-    m.forward(items, o.kv);
+    forward_items(be, m, items, o.kv);
     return o;
   };
-  const Out want = step(*fx.model, 1);
+  const Out want = step(*fx.backend, *fx.model, 1);
   std::vector<Out> got(static_cast<size_t>(N));
-  tp->run([&](int r) { got[static_cast<size_t>(r)] = step(tp->rank(r), N); });
+  tp->run([&](int r) { got[static_cast<size_t>(r)] = step(tp->backend(r), tp->rank(r), N); });
 
   for (int r = 0; r < N; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
@@ -173,8 +174,8 @@ TEST_P(TensorParallelGolden, SeededTrajectoriesAreBitIdentical) {
     core.run({seqs[0].get(), seqs[1].get()}, 10000);
     return seqs;
   };
-  ModelCore ref_core(*fx.model, ModelCoreOptions{});
-  ModelCore tp_core(*tp, ModelCoreOptions{});
+  ModelCore ref_core(*fx.backend, *fx.model);
+  ModelCore tp_core(*tp);
   const auto want = generate(ref_core);
   const auto got = generate(tp_core);
   int steps = 0;

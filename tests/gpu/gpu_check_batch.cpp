@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/tuning.h"
 #include "backend/decide_rules.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
@@ -96,8 +95,7 @@ void expect_cpu(Reporter& r, const std::string& name, const SamplerArgs& g, cons
 void run_sampler_batch(Reporter& r, const std::string& name, int64_t C, int64_t V, const std::vector<CanvasCase>& cases) {
   Data d("sampler batch " + name);
   std::vector<Tensor> logits;
-  std::vector<SamplerArgs> cpu_args, gpu_args, single_args, direct_args, scalar_args, one_block_args, earlier_args,
-      earlier_direct_args;
+  std::vector<SamplerArgs> cpu_args, gpu_args, single_args;
   for (size_t i = 0; i < cases.size(); ++i) {
     // Broad noise plus a few strong candidates per row (as run_sampler's), a different draw per canvas.
     Tensor l = d.bf16({C, V}, 2.0f);
@@ -109,51 +107,14 @@ void run_sampler_batch(Reporter& r, const std::string& name, int64_t C, int64_t 
     cpu_args.push_back(make_canvas(l, false, key, cases[i]));
     gpu_args.push_back(make_canvas(l, true, key, cases[i]));
     single_args.push_back(make_canvas(l, true, key, cases[i]));
-    direct_args.push_back(make_canvas(l, true, key, cases[i]));
-    scalar_args.push_back(make_canvas(l, true, key, cases[i]));
-    one_block_args.push_back(make_canvas(l, true, key, cases[i]));
-    earlier_args.push_back(make_canvas(l, true, key, cases[i]));
-    earlier_direct_args.push_back(make_canvas(l, true, key, cases[i]));
   }
   for (const SamplerArgs& a : cpu_args) cpu().sampler(a);
   cuda().sampler_batch(gpu_args);
   for (const SamplerArgs& a : single_args) cuda().sampler(a);
-  // z evaluated per element instead of read from the table: the same z, so the same decisions; the
-  // sums from per-element exps instead of the table's e^z (other fp32 roundings, within the CPU
-  // tolerance).
-  const bool was = cuda::set_sampler_z_table(false);
-  cuda().sampler_batch(direct_args);
-  cuda::set_sampler_z_table(was);
-  // One logit a thread and round instead of eight: other fp32 runs of the entropy sums (within the
-  // CPU tolerance), the same sample and argmax. One block an SM: the same code, bit for bit.
-  const bool vec = cuda::set_sampler_vector_sweep(false);
-  cuda().sampler_batch(scalar_args);
-  cuda::set_sampler_vector_sweep(vec);
-  const int blocks = cuda::set_sampler_stats_blocks(1);
-  cuda().sampler_batch(one_block_args);
-  cuda::set_sampler_stats_blocks(blocks);
-  // The earlier main pass (per-element exps, the exact noise of each round's candidates at once):
-  // other fp32 runs of the sums, the same sample and argmax; with the table and without.
-  const bool lean = cuda::set_sampler_lean_sweep(false);
-  cuda().sampler_batch(earlier_args);
-  const bool table = cuda::set_sampler_z_table(false);
-  cuda().sampler_batch(earlier_direct_args);
-  cuda::set_sampler_z_table(table);
-  cuda::set_sampler_lean_sweep(lean);
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string at = name + " canvas " + std::to_string(i);
     expect_same(r, at, gpu_args[i], single_args[i]);
-    expect_cpu(r, at + " (z per element)", direct_args[i], cpu_args[i], logits[i]);
-    if (i32(direct_args[i].sample) != i32(single_args[i].sample) || i32(direct_args[i].argmax) != i32(single_args[i].argmax))
-      r.fail(at + ": z per element decides differently");
-    expect_same(r, at + " (1 block an SM)", one_block_args[i], single_args[i]);
     expect_cpu(r, at, gpu_args[i], cpu_args[i], logits[i]);
-    expect_cpu(r, at + " (1 logit a round)", scalar_args[i], cpu_args[i], logits[i]);
-    expect_cpu(r, at + " (earlier main pass)", earlier_args[i], cpu_args[i], logits[i]);
-    expect_cpu(r, at + " (earlier main pass, z per element)", earlier_direct_args[i], cpu_args[i], logits[i]);
-    // Whatever the pass, the decisions are the exact values': the same sample and argmax bit for bit.
-    if (i32(earlier_args[i].sample) != i32(gpu_args[i].sample) || i32(earlier_args[i].argmax) != i32(gpu_args[i].argmax))
-      r.fail(at + ": the earlier main pass decides differently");
   }
 }
 

@@ -1,61 +1,35 @@
-// Checks of the one-launch flash attention (backend/cuda/flash_attention.cu, attention_batch with
-// cuda::set_flash_attention on) against the CPU backend (the reference: attention() per item) and
-// against the CUDA backend's per-item path (cuBLAS), on fresh random inputs with poisoned outputs. The
-// cases are those of the emulated unit test (tests/unit/backend/test_flash_attention_emulated.cpp) and
-// the model's shapes: several items in one launch, head dims 64 to 512, bidirectional / causal /
-// causal with a window, caches over several pages of a shuffled pool (table entries of the pages
-// before cache_first are -1: never read), cache_first > 0, page sizes that are and are not powers of
-// two, K = V, items without a cache, and forced key splits; every kernel variant (variants 1 .. 3 in
-// checks of their own, 3 the Hopper wgmma kernel). `--bench` rows (flash_bench) time one layer's
-// attention of the 26B-A4B shapes at batch 1, 4 and 16 and causal prefill chunks, per variant.
+// Checks of the one-launch flash attention (backend/cuda/attention/flash.cu, attention_batch) against
+// the CPU backend (the reference: attention() per item), against the CUDA backend's per-item path
+// (cuBLAS) and, where the hopper family runs the wgmma kernel (head dims 256 / 512), against the
+// portable family's mma.sync kernel, on fresh random inputs with poisoned outputs. The cases are those
+// of the emulated unit test (tests/unit/backend/test_flash_attention_emulated.cpp) and the model's
+// shapes: several items in one launch, head dims 64 to 512, bidirectional / causal / causal with a
+// window, caches over several pages of a shuffled pool (table entries of the pages before cache_first
+// are -1: never read), cache_first > 0, page sizes that are and are not powers of two, K = V, items
+// without a cache, and forced key splits; each kernel in a check of its own (flash_attention_mma_sync,
+// flash_attention_wgmma), the others in the run's kernel family. `--bench` rows (flash_bench) time one
+// layer's attention of the 26B-A4B shapes at batch 1, 4 and 16 and causal prefill chunks, per kernel.
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "backend/cuda/device_info.cuh"
-#include "backend/cuda/flash_attention.cuh"
-#include "backend/cuda/tuning.h"
+#include "backend/cuda/attention/flash.cuh"
+#include "backend/cuda/cuda_backend.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
+#include "util/error.h"
 
 namespace dgemma::gpu_test {
 namespace {
 
-class FlashKnob {
- public:
-  explicit FlashKnob(bool on) : old_(cuda::set_flash_attention(on)) {}
-  ~FlashKnob() { cuda::set_flash_attention(old_); }
-  FlashKnob(const FlashKnob&) = delete;
-  FlashKnob& operator=(const FlashKnob&) = delete;
-
- private:
-  bool old_;
-};
-
-class FlashVariantKnob {
- public:
-  explicit FlashVariantKnob(int v) : old_(cuda::set_flash_attention_variant(v)) {}
-  ~FlashVariantKnob() { cuda::set_flash_attention_variant(old_); }
-  FlashVariantKnob(const FlashVariantKnob&) = delete;
-  FlashVariantKnob& operator=(const FlashVariantKnob&) = delete;
-
- private:
-  int old_;
-};
-
-class FlashSplitsKnob {
- public:
-  explicit FlashSplitsKnob(int splits) : old_(cuda::set_flash_attention_splits(splits)) {}
-  ~FlashSplitsKnob() { cuda::set_flash_attention_splits(old_); }
-  FlashSplitsKnob(const FlashSplitsKnob&) = delete;
-  FlashSplitsKnob& operator=(const FlashSplitsKnob&) = delete;
-
- private:
-  int old_;
-};
+// A scope whose flash attention plans take `splits` key splits (0: planned).
+CudaOptions with_splits(int splits) {
+  return options_with([&](CudaOptions& o) { o.flash_splits = splits; });
+}
 
 struct FlashItem {
   int64_t n, L, first;
@@ -70,8 +44,16 @@ struct FlashCase {
   std::vector<FlashItem> items;
   float scaling = 1.0f;
   float score_std = 1.5f;
-  int want_variant = -1;  // >= 0: the plan must run this kernel variant
 };
+
+const char* kernel_name(cuda::FlashKernel k) { return k == cuda::FlashKernel::kWgmma ? "wgmma" : "mma.sync"; }
+
+// The flash plan cuda() makes for these items.
+cuda::FlashAttentionPlan plan_of(int64_t T, int64_t Hq, int64_t Hkv, int64_t D, const std::vector<AttentionItem>& items) {
+  const cuda::Context& ctx = cuda::context_of(cuda());
+  return cuda::plan_flash_attention(T, Hq, Hkv, D, reinterpret_cast<const int32_t*>(items.data()),
+                                    static_cast<int>(items.size()), ctx.hopper(), ctx.options.flash_splits, ctx.stream);
+}
 
 // One batch on the host and on the GPU. Not copyable: host_items points into `items`.
 struct BatchInputs {
@@ -182,19 +164,18 @@ void expect_rounding_bound(Reporter& r, const std::string& what, const std::vect
   if (nmse > max_nmse) r.fail(what + ": nmse " + fmt_double(nmse) + " > " + fmt_double(max_nmse));
 }
 
-void run_flash(Reporter& r, const FlashCase& c) {
+// want_kernel: the kernel the plan must run (any when empty).
+void run_flash(Reporter& r, const FlashCase& c, std::optional<cuda::FlashKernel> want_kernel = {}) {
   Data d("flash attention " + c.name);
   BatchInputs in;
   make_batch(d, c, in);
   const int64_t T = in.host.q.dim(0);
-  const auto* words = reinterpret_cast<const int32_t*>(in.items.data());
-  const cuda::FlashAttentionPlan plan =
-      cuda::plan_flash_attention(T, c.Hq, c.Hkv, c.D, words, static_cast<int>(in.items.size()), 0);
-  r.note(c.name + ": " + std::to_string(plan.tiles) + " row tiles, " + std::to_string(plan.splits) + " splits, variant " +
-         std::to_string(plan.variant));
+  const cuda::FlashAttentionPlan plan = plan_of(T, c.Hq, c.Hkv, c.D, in.items);
+  r.note(c.name + ": " + std::to_string(plan.tiles) + " row tiles, " + std::to_string(plan.splits) + " splits, " +
+         kernel_name(plan.kernel));
   if (plan.splits <= 0) r.fail(c.name + ": no flash plan (the check would test the per-item path)");
-  if (c.want_variant >= 0 && plan.variant != c.want_variant)
-    r.fail(c.name + ": planned variant " + std::to_string(plan.variant) + ", not " + std::to_string(c.want_variant));
+  if (want_kernel && plan.kernel != *want_kernel)
+    r.fail(c.name + ": planned the " + kernel_name(plan.kernel) + " kernel, not " + kernel_name(*want_kernel));
 
   cpu().attention_batch(in.host);
   AttentionBatchArgs abs_args = in.host;  // the same probabilities over |V|
@@ -202,15 +183,20 @@ void run_flash(Reporter& r, const FlashCase& c) {
   abs_args.v_pages = abs_of(in.host.v_pages);
   abs_args.out = host_tensor(ScalarType::kBF16, {T, c.Hq, c.D});
   cpu().attention_batch(abs_args);
-  {
-    FlashKnob knob(true);
-    cuda().attention_batch(in.gpu);
-  }
+  cuda().attention_batch(in.gpu);
   AttentionBatchArgs ua = in.gpu;  // the per-item CUDA path, its own poisoned output
   ua.out = poisoned(ScalarType::kBF16, {T, c.Hq, c.D});
   {
-    FlashKnob knob(false);
+    const WithOptions per_item(options_with([](CudaOptions& o) { o.attention = AttentionKernel::kPerItem; }));
     cuda().attention_batch(ua);
+  }
+  // Where this ran the wgmma kernel, the portable family's mma.sync kernel on the same inputs.
+  AttentionBatchArgs ma = in.gpu;
+  const bool both = plan.kernel == cuda::FlashKernel::kWgmma;
+  if (both) {
+    ma.out = poisoned(ScalarType::kBF16, {T, c.Hq, c.D});
+    const WithOptions portable(options_with([](CudaOptions& o) { o.family = KernelFamily::kPortable; }));
+    cuda().attention_batch(ma);
   }
   const auto flash = u16(in.gpu.out), want = u16(in.host.out), unfused = u16(ua.out), A = u16(abs_args.out);
 
@@ -228,14 +214,16 @@ void run_flash(Reporter& r, const FlashCase& c) {
   tol_c.max_bad_fraction = outliers;
   tol_c.min_exact = 0.8;
   expect_bf16(r, c.name + " per-item cuda vs cpu", unfused, want, tol_c);
+  if (both) {  // the two families' kernels: each within the bound of the reference, so of each other twice
+    const auto mma = u16(ma.out);
+    expect_rounding_bound(r, c.name + " mma.sync vs cpu", mma, want, A, outliers, 0.5, 2e-5);
+    expect_rounding_bound(r, c.name + " wgmma vs mma.sync", flash, mma, A, 2 * outliers, 0.5, 4e-5);
+  }
 
   // Deterministic: a second run into a fresh poisoned output is bit-identical.
   AttentionBatchArgs again = in.gpu;
   again.out = poisoned(ScalarType::kBF16, {T, c.Hq, c.D});
-  {
-    FlashKnob knob(true);
-    cuda().attention_batch(again);
-  }
+  cuda().attention_batch(again);
   expect_bf16(r, c.name + " flash rerun", u16(again.out), flash, exact_tol());
 }
 
@@ -251,98 +239,62 @@ void check_flash_small(Reporter& r) {
                 6.0f});
 }
 
-// Kernel variant 1 (set_flash_attention_variant): head dim 512 with the output halves in CTAs of
-// their own (the scores recomputed by each), head dim 256 with 8 warps splitting the head dim.
-void check_flash_variant1(Reporter& r) {
-  FlashVariantKnob knob(1);
-  run_flash(r, {"v1 d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}});
-  run_flash(r, {"v1 sliding denoise batch4", 16, 8, 256, 256, false,
-                {{256, 1023, 0, false, 0}, {256, 1023, 300, false, 0}, {256, 500, 0, false, 0},
-                 {256, 1023, 4000, false, 0}}});
-  run_flash(r, {"v1 sliding prefill 600 w1024 + canvas", 16, 8, 256, 256, false,
-                {{600, 1023, 977, true, 1024}, {256, 1023, 0, false, 0}}});
-  run_flash(r, {"halves d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}});
-  run_flash(r, {"halves full denoise batch2 K=V", 16, 2, 512, 256, true, {{256, 1000, 0, false, 0}, {256, 700, 0, false, 0}}});
-  FlashSplitsKnob splits(3);
-  run_flash(r, {"halves splits3 full prefill 300 causal", 16, 2, 512, 256, true, {{300, 1500, 0, true, 0}}});
-  run_flash(r, {"v1 splits3 d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
-}
-
-// Variant 2: head dim 256 with 8 warps over 128 query rows a CTA.
-void check_flash_variant2(Reporter& r) {
-  FlashVariantKnob knob(2);
-  run_flash(r, {"v2 d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}, {80, 20, 5, true, 30}}});
-  run_flash(r, {"v2 sliding denoise batch4", 16, 8, 256, 256, false,
-                {{256, 1023, 0, false, 0}, {256, 1023, 300, false, 0}, {256, 500, 0, false, 0},
-                 {256, 1023, 4000, false, 0}}});
-  run_flash(r, {"v2 sliding prefill 600 w1024 + canvas", 16, 8, 256, 256, false,
-                {{600, 1023, 977, true, 1024}, {256, 1023, 0, false, 0}}});
-  FlashSplitsKnob splits(3);
-  run_flash(r, {"v2 splits3 d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
-}
-
-// Variant 3: the Hopper warpgroup-MMA kernel (flash_attention_wgmma_kernel.cuh; on a GPU without it
-// the plan runs variant 0 and the check says so). Head dim 256: the small cases, the model's sliding
-// shapes (denoise at batch 4, a causal prompt chunk with a window next to a canvas, a long cache),
-// items of one warpgroup's rows, forced splits (more than the key tiles, too), K = V. Head dim 512
-// (the consumers split the head dim): the model's full layers (denoise over caches, a causal prompt),
-// a long cache with a window, splits, K = V and not.
-void check_flash_variant3(Reporter& r) {
-  FlashVariantKnob knob(3);
-  const int want = cuda::current_device_has_wgmma() ? 3 : 0;
-  if (want != 3) r.note("flash variant 3: this GPU has no wgmma; the plans run variant 0");
+// The cases of one family's kernel for head dims 256 and 512 (the wgmma kernel in the hopper family,
+// mma.sync in the portable one): the small cases, the model's sliding shapes (denoise at batch 4, a
+// causal prompt chunk with a window next to a canvas, a long cache), items of one warpgroup's rows,
+// forced splits (more than the key tiles, too), K = V; head dim 512: the model's full layers (denoise
+// over caches, a causal prompt), a long cache with a window, splits, K = V and not.
+void run_family_cases(Reporter& r, cuda::FlashKernel kernel) {
+  const std::string k = kernel == cuda::FlashKernel::kWgmma ? "wgmma " : "mma.sync ";
   auto run = [&](FlashCase c) {
-    c.want_variant = want;
-    run_flash(r, c);
+    c.name = k + c.name;
+    run_flash(r, c, kernel);
   };
   // Scaling 0: every visible score 0, P uniform (exactly 1 before the division): the output is the
   // mean of the visible V rows whatever the score MMA does, so a failure here is in the P.V operand
   // layout (the transposed V descriptor), one that passes only here in the scores.
-  run({"v3 d256 uniform P (P.V alone)", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}, 0.0f});
-  run({"v3 d512 uniform P (P.V alone)", 4, 1, 512, 16, false, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}, 0.0f});
-  run({"v3 d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}, {80, 20, 5, true, 30}}});
-  run({"v3 d256 P24 K=V three items", 8, 1, 256, 24, true,
+  run({"d256 uniform P (P.V alone)", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}, 0.0f});
+  run({"d512 uniform P (P.V alone)", 4, 1, 512, 16, false, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}, 0.0f});
+  run({"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}, {80, 20, 5, true, 30}}});
+  run({"d256 P24 K=V three items", 8, 1, 256, 24, true,
        {{40, 300, 17, false, 0}, {70, 100, 0, true, 50}, {9, 0, 0, false, 0}}});
-  run({"v3 sliding denoise batch4", 16, 8, 256, 256, false,
+  run({"sliding denoise batch4", 16, 8, 256, 256, false,
        {{256, 1023, 0, false, 0}, {256, 1023, 300, false, 0}, {256, 500, 0, false, 0}, {256, 1023, 4000, false, 0}}});
-  run({"v3 sliding prefill 600 w1024 + canvas", 16, 8, 256, 256, false,
+  run({"sliding prefill 600 w1024 + canvas", 16, 8, 256, 256, false,
        {{600, 1023, 977, true, 1024}, {256, 1023, 0, false, 0}}});
-  run({"v3 sliding prefill 2048 w1024 fresh", 16, 8, 256, 256, false, {{2048, 0, 0, true, 1024}}});
-  run({"v3 scaling one item n1", 16, 8, 256, 16, false, {{1, 1, 0, false, 0}}, 0.125f, 6.0f});
-  run({"v3 d256 cache32768", 4, 2, 256, 256, false, {{5, 32768, 0, false, 0}}});
-  run({"v3 d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}});
-  run({"v3 full denoise batch2 K=V", 16, 2, 512, 256, true, {{256, 3000, 0, false, 0}, {256, 700, 0, false, 0}}});
-  run({"v3 full prefill 300 causal K=V", 16, 2, 512, 256, true, {{300, 1500, 0, true, 0}}});
-  run({"v3 d512 causal w1024 cache32768", 8, 1, 512, 256, false, {{5, 32768, 100, true, 1024}}});
-  run({"v3 d512 scaling causal w7", 4, 2, 512, 16, false, {{5, 7, 2, true, 7}, {3, 0, 0, false, 0}}, 0.0625f, 6.0f});
+  run({"sliding prefill 2048 w1024 fresh", 16, 8, 256, 256, false, {{2048, 0, 0, true, 1024}}});
+  run({"scaling one item n1", 16, 8, 256, 16, false, {{1, 1, 0, false, 0}}, 0.125f, 6.0f});
+  run({"d256 cache32768", 4, 2, 256, 256, false, {{5, 32768, 0, false, 0}}});
+  run({"d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}});
+  run({"full denoise batch2 K=V", 16, 2, 512, 256, true, {{256, 3000, 0, false, 0}, {256, 700, 0, false, 0}}});
+  run({"full prefill 300 causal K=V", 16, 2, 512, 256, true, {{300, 1500, 0, true, 0}}});
+  run({"d512 causal w1024 cache32768", 8, 1, 512, 256, false, {{5, 32768, 100, true, 1024}}});
+  run({"d512 scaling causal w7", 4, 2, 512, 16, false, {{5, 7, 2, true, 7}, {3, 0, 0, false, 0}}, 0.0625f, 6.0f});
   for (int s : {2, 5, 32}) {
-    FlashSplitsKnob splits(s);
-    run({"v3 splits" + std::to_string(s) + " d256 sliding", 16, 8, 256, 256, false,
+    const WithOptions splits(with_splits(s));
+    run({"splits" + std::to_string(s) + " d256 sliding", 16, 8, 256, 256, false,
          {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
-    run({"v3 splits" + std::to_string(s) + " d512 K=V", 16, 2, 512, 256, true, {{256, 1000, 0, false, 0}, {1, 5, 0, false, 0}}});
+    run({"splits" + std::to_string(s) + " d512 K=V", 16, 2, 512, 256, true, {{256, 1000, 0, false, 0}, {1, 5, 0, false, 0}}});
   }
 }
 
-// Variant 4: variant 3 on key tiles of 80 for head dim 256 (head dim 512 plans variant 3).
-void check_flash_variant4(Reporter& r) {
-  FlashVariantKnob knob(4);
-  const bool wgmma = cuda::current_device_has_wgmma();
-  auto run = [&](FlashCase c, int want) {
-    c.want_variant = wgmma ? want : 0;
-    run_flash(r, c);
-  };
-  run({"v4 d256 uniform P (P.V alone)", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}, 0.0f}, 4);
-  run({"v4 d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}, {80, 20, 5, true, 30}}}, 4);
-  run({"v4 sliding denoise batch4", 16, 8, 256, 256, false,
-       {{256, 1023, 0, false, 0}, {256, 1023, 300, false, 0}, {256, 500, 0, false, 0}, {256, 1023, 4000, false, 0}}},
-      4);
-  run({"v4 sliding prefill 600 w1024 + canvas", 16, 8, 256, 256, false,
-       {{600, 1023, 977, true, 1024}, {256, 1023, 0, false, 0}}},
-      4);
-  run({"v4 d256 cache32768", 4, 2, 256, 256, false, {{5, 32768, 0, false, 0}}}, 4);
-  FlashSplitsKnob splits(5);
-  run({"v4 splits5 d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}}, 4);
-  run({"v4 knob d512 (variant 3)", 16, 2, 512, 256, false, {{256, 1000, 0, false, 0}}}, 3);
+// The hopper family's warpgroup-MMA kernel (attention/flash_wgmma_kernel.cuh), whatever the run's
+// family; on a GPU that is not sm_90 the check says so and passes.
+void check_flash_wgmma(Reporter& r) {
+  std::optional<WithOptions> hopper;
+  try {
+    hopper.emplace(options_with([](CudaOptions& o) { o.family = KernelFamily::kHopper; }));
+  } catch (const Error& e) {
+    r.note(std::string("flash wgmma: not on this GPU (") + e.what() + ")");
+    return;
+  }
+  run_family_cases(r, cuda::FlashKernel::kWgmma);
+}
+
+// The portable family's mma.sync kernel at head dims 256 and 512, whatever the run's family.
+void check_flash_mma_sync(Reporter& r) {
+  const WithOptions portable(options_with([](CudaOptions& o) { o.family = KernelFamily::kPortable; }));
+  run_family_cases(r, cuda::FlashKernel::kMmaSync);
 }
 
 // The model's shapes: 26B-A4B sliding (D 256, 16 / 8 heads, window 1024: a canvas sees 1023 cached
@@ -360,7 +312,7 @@ void check_flash_model(Reporter& r) {
 // Forced key splits: more splits than key tiles (empty splits), splits of causal windows, two.
 void check_flash_splits(Reporter& r) {
   for (int s : {2, 5, 32}) {
-    FlashSplitsKnob knob(s);
+    const WithOptions splits(with_splits(s));
     const std::string p = "splits" + std::to_string(s) + " ";
     run_flash(r, {p + "d64 P16", 4, 2, 64, 16, false, {{20, 37, 5, false, 0}, {33, 0, 0, true, 0}, {17, 50, 40, true, 24}}});
     run_flash(r, {p + "d256 sliding", 16, 8, 256, 256, false, {{256, 1023, 0, false, 0}, {40, 300, 10, true, 100}}});
@@ -376,15 +328,13 @@ void check_flash_long(Reporter& r) {
 
 // Unsupported shapes get no plan (the backend then runs the per-item path).
 void check_flash_plan(Reporter& r) {
-  const AttentionItem it{0, 5, 0, 7, 0, 1, 0, 0};
-  const auto* w = reinterpret_cast<const int32_t*>(&it);
+  const std::vector<AttentionItem> it = {{0, 5, 0, 7, 0, 1, 0, 0}};
   for (int64_t D : {32, 96, 192, 1024})
-    if (cuda::plan_flash_attention(5, 4, 2, D, w, 1, 0).splits != 0)
-      r.fail("flash plan: head dim " + std::to_string(D) + " has a plan");
-  if (cuda::plan_flash_attention(5, 6, 4, 64, w, 1, 0).splits != 0) r.fail("flash plan: Hq % Hkv != 0 has a plan");
+    if (plan_of(5, 4, 2, D, it).splits != 0) r.fail("flash plan: head dim " + std::to_string(D) + " has a plan");
+  if (plan_of(5, 6, 4, 64, it).splits != 0) r.fail("flash plan: Hq % Hkv != 0 has a plan");
   // Denoise at batch 1: few row tiles over long caches -> several splits.
-  const AttentionItem den{0, 256, 0, 1023, 0, 4, 0, 0};
-  const auto p = cuda::plan_flash_attention(256, 16, 8, 256, reinterpret_cast<const int32_t*>(&den), 1, 0);
+  const std::vector<AttentionItem> den = {{0, 256, 0, 1023, 0, 4, 0, 0}};
+  const auto p = plan_of(256, 16, 8, 256, den);
   r.note("flash plan sliding denoise batch 1: " + std::to_string(p.tiles) + " tiles, " + std::to_string(p.splits) +
          " splits, " + std::to_string(p.workspace_bytes) + " workspace bytes");
   if (p.splits < 2) r.fail("flash plan: sliding denoise batch 1 has " + std::to_string(p.splits) + " splits");
@@ -394,10 +344,9 @@ void check_flash_plan(Reporter& r) {
 
 std::vector<Case> flash_attention_cases() {
   return {
-      {"flash_attention_small", check_flash_small}, {"flash_attention_model", check_flash_model},
-      {"flash_attention_splits", check_flash_splits}, {"flash_attention_long", check_flash_long},
-      {"flash_attention_variant1", check_flash_variant1}, {"flash_attention_variant2", check_flash_variant2},
-      {"flash_attention_variant3", check_flash_variant3}, {"flash_attention_variant4", check_flash_variant4},
+      {"flash_attention_small", check_flash_small},       {"flash_attention_model", check_flash_model},
+      {"flash_attention_splits", check_flash_splits},     {"flash_attention_long", check_flash_long},
+      {"flash_attention_mma_sync", check_flash_mma_sync}, {"flash_attention_wgmma", check_flash_wgmma},
       {"flash_attention_plan", check_flash_plan},
   };
 }
@@ -456,50 +405,45 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     a.items = up(host_i32(std::vector<int32_t>(words, words + items.size() * kAttentionItemFields)));
     a.host_items = items;
     a.out = be.alloc(ScalarType::kBF16, {T, Hq, s.D});
-    const bool was = cuda::set_flash_attention(false);
-    const bool fused_was = cuda::set_fused_attention(false);
-    // 0: cuBLAS per item; 1: flash; 2: flash variant 1 (D 256: 8 warps splitting the head dim; D 512:
-    // output halves in CTAs of their own); 3 (D 256): variant 2 (8 warps over 128 query rows); 4:
-    // variant 3 (the wgmma kernel, sm_90); 5 (D 256): variant 4 (the wgmma kernel on 80-key tiles).
-    for (int mode = 0; mode < 6; ++mode) {
-      if ((mode == 3 || mode == 5) && s.D != 256) continue;
-      cuda::set_flash_attention(mode != 0);
-      const int variant_was = cuda::set_flash_attention_variant(mode >= 2 ? mode - 1 : 0);
-      const uint64_t l0 = cuda::launches_so_far();
-      be.attention_batch(a);
-      be.synchronize();
-      const uint64_t launches = cuda::launches_so_far() - l0;
-      const char* what = mode == 0   ? " cublas"
-                         : mode == 1 ? " flash"
-                         : mode == 2 ? " flash-v1"
-                         : mode == 3 ? " flash-v2"
-                         : mode == 4 ? " flash-v3"
-                                     : " flash-v4";
-      const std::string name = std::string("attn ") + s.name + " b" + std::to_string(s.batch) + what + " (" +
+    // Per item (cuBLAS), then flash with each family's kernel (the wgmma one: hopper, D 256 / 512).
+    struct Mode {
+      const char* name;
+      AttentionKernel attention;
+      KernelFamily family;
+    };
+    const Mode modes[] = {{" cublas", AttentionKernel::kPerItem, KernelFamily::kAuto},
+                          {" flash mma.sync", AttentionKernel::kAuto, KernelFamily::kPortable},
+                          {" flash wgmma", AttentionKernel::kAuto, KernelFamily::kHopper}};
+    for (const Mode& m : modes) {
+      if (m.family == KernelFamily::kHopper && s.D < 256) continue;
+      std::optional<WithOptions> scope;
+      try {
+        scope.emplace(options_with([&](CudaOptions& o) {
+          o.attention = m.attention;
+          if (m.family != KernelFamily::kAuto) o.family = m.family;
+        }));
+      } catch (const Error&) {
+        continue;  // the hopper family off sm_90
+      }
+      Backend& b = cuda();
+      const uint64_t l0 = b.work_stats().launches;
+      b.attention_batch(a);
+      b.synchronize();
+      const uint64_t launches = b.work_stats().launches - l0;
+      const std::string name = std::string("attn ") + s.name + " b" + std::to_string(s.batch) + m.name + " (" +
                                std::to_string(launches) + " launches)";
-      row(name.c_str(), time_ms([&] { be.attention_batch(a); }));
-      cuda::set_flash_attention_variant(variant_was);
-    }
-    if (s.batch == 1 && s.L > 0) {  // the split heuristic's alternatives where the grid is small
-      cuda::set_flash_attention(true);
-      const auto* w = reinterpret_cast<const int32_t*>(items.data());
-      for (int variant = 0; variant < 5; ++variant) {
-        if ((variant == 2 || variant == 4) && s.D != 256) continue;
-        const int variant_was = cuda::set_flash_attention_variant(variant);
-        const auto plan = cuda::plan_flash_attention(T, Hq, s.Hkv, s.D, w, static_cast<int>(items.size()), 0);
-        for (int forced : {1, 2, 4, 8}) {
-          const int old = cuda::set_flash_attention_splits(forced);
-          const std::string name = std::string("attn ") + s.name + " b1 flash" +
-                                   (variant ? "-v" + std::to_string(variant) : std::string()) +
-                                   " splits " + std::to_string(forced) + (forced == plan.splits ? " (auto)" : "");
-          row(name.c_str(), time_ms([&] { be.attention_batch(a); }));
-          cuda::set_flash_attention_splits(old);
-        }
-        cuda::set_flash_attention_variant(variant_was);
+      row(name.c_str(), time_ms([&] { b.attention_batch(a); }));
+      if (m.attention != AttentionKernel::kAuto || s.batch != 1 || s.L == 0) continue;
+      // The split heuristic's alternatives where the grid is small.
+      const int planned = plan_of(T, Hq, s.Hkv, s.D, items).splits;
+      for (int forced : {1, 2, 4, 8}) {
+        const WithOptions splits(with_splits(forced));
+        Backend& f = cuda();
+        const std::string sname = std::string("attn ") + s.name + " b1" + m.name + " splits " + std::to_string(forced) +
+                                  (forced == planned ? " (auto)" : "");
+        row(sname.c_str(), time_ms([&] { f.attention_batch(a); }));
       }
     }
-    cuda::set_fused_attention(fused_was);
-    cuda::set_flash_attention(was);
   }
 }
 

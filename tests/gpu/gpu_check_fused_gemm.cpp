@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -70,14 +69,16 @@ void check_fused_qkv_input(Reporter& r) {
     expect_bf16(r, name + " CPU q fused input vs separate", u16(c.q), u16(c_sep.q), exact_tol());
     expect_bf16(r, name + " CPU k fused input vs separate", u16(c.k), u16(c_sep.k), exact_tol());
     expect_bf16(r, name + " CPU v fused input vs separate", u16(c.v), u16(c_sep.v), exact_tol());
-    for (int mode : {0, 1, 2}) {  // the kernel, the op sequence, the earlier row kernel (variant 2)
-      const bool kernel = mode != 1;
-      Scoped<bool> sw(cuda::set_fused_qkv_prologue, kernel);
-      Scoped<int> row(cuda::set_small_kernel_variant, mode == 2 ? 2 : 0);
+    for (const bool kernel : {true, false}) {  // the fused kernel, the op sequence it replaces
       QkvPrologueArgs g = args(cuda(), true), g_sep = args(cuda(), false);
-      cuda().qkv_prologue(g);
-      cuda().qkv_prologue(g_sep);
-      const std::string what = name + (mode == 0 ? " (kernel)" : mode == 1 ? " (ops)" : " (row kernel)");
+      if (kernel) {
+        cuda().qkv_prologue(g);
+        cuda().qkv_prologue(g_sep);
+      } else {
+        cuda().Backend::qkv_prologue(g);
+        cuda().Backend::qkv_prologue(g_sep);
+      }
+      const std::string what = name + (kernel ? " (kernel)" : " (ops)");
       expect_bf16(r, what + " q fused input vs separate", u16(g.q), u16(g_sep.q), exact_tol());
       expect_bf16(r, what + " k fused input vs separate", u16(g.k), u16(g_sep.k), exact_tol());
       expect_bf16(r, what + " v fused input vs separate", u16(g.v), u16(g_sep.v), exact_tol());
@@ -91,7 +92,7 @@ void check_fused_qkv_input(Reporter& r) {
 void check_gelu_mul_halves(Reporter& r) {
   Data d("gelu_mul_halves");
   const Tol libm_tol{1, 0.0, 1e-4, 0.9999, 1e-6};
-  // T = 1,024 at I = 2,112: the table kernel (gelu_kernel.cuh), with every bf16 gate value among the
+  // T = 1,024 at I = 2,112: the table kernel (layer/gelu_kernel.cuh), with every bf16 gate value among the
   // gates (the table's, and those outside it: zeros, subnormals, huge, infinite, NaN).
   for (int64_t I : {int64_t{2112}, int64_t{64}, int64_t{13} /* I % 8 != 0: the scalar kernel */, int64_t{-2112}}) {
     const int64_t T = I < 0 ? 1024 : 33;
@@ -191,7 +192,8 @@ Weight random_quant(Data& d, bool fp8, int64_t N, int64_t K, float row) {
 // different row scales against the parts, at the dense MLP's gate | up shape.
 void check_fused_quant_gemm(Reporter& r) {
   Data d("fused_quant_gemm");
-  const Scoped<cuda::DenseQuant> dense(cuda::set_dense_quant, cuda::DenseQuant::kKernel);  // random_quant's weights prescribe no FP8 activations
+  // The W8A16 / W4A16 kernel (random_quant's weights prescribe no FP8 activations either way).
+  const WithOptions dense(options_with([](CudaOptions& o) { o.dense_quant = DenseQuant::kKernel; }));
   for (bool fp8 : {false, true}) {
     const int64_t T = 256, K = 2816, I = 2112;
     const std::string name = std::string("fused ") + (fp8 ? "fp8" : "nvfp4") + " gemm T=256 N=2112+2112 K=2816";

@@ -1,21 +1,21 @@
-// CUDA graphs of the denoising step (DiffusionModelRunner::enable_graphs) against the same engine op by
+// CUDA graphs of the denoising step (RunnerOptions::cuda_graphs) against the same engine op by
 // op: the golden fixtures' run settings, a greedy and a top-k one, batched in one engine each way, on
 // a fixture's shape with head dims the one-launch attention kernel takes (64 / 128; the fixtures' 16 /
 // 32 run the per-item path, which a graph cannot record) and dummy weights. The recorded
 // step runs the same kernels on the same inputs (the op-by-op runner plans its attention for the same
-// context: set_attention_plan_context), so every step's trace and every output must be identical bit
+// context: RunnerOptions::plan_context), so every step's trace and every output must be identical bit
 // for bit; the batch shrinks as sequences finish, so the replays pad with idle canvases, and the
 // top-k canvas and the commit steps run op by op in the recording engine too.
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/model_core.h"
 #include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/weights.h"
+#include "support/model_core.h"
 #include "util/error.h"
 #include "util/json.h"
 #include "util/mmap_file.h"
@@ -60,12 +60,11 @@ Engine run_engine(DiffusionGemma& model, const std::vector<int32_t>& prompt, con
   o.max_num_batched_tokens = static_cast<int64_t>(runs.size()) * (static_cast<int64_t>(prompt.size()) + 2 * model.config().canvas_length);
   o.kv_tokens = static_cast<int64_t>(runs.size()) * (static_cast<int64_t>(prompt.size()) + 8 * model.config().canvas_length);
   o.prefix_caching = false;
-  e.core = std::make_unique<ModelCore>(model, o);
-  std::vector<int> buckets;
-  for (int b = 1; b < o.max_num_seqs; b *= 2) buckets.push_back(b);
-  buckets.push_back(o.max_num_seqs);
-  if (graphs) *recorded = e.core->runner().enable_graphs(buckets, max_context);
-  else e.core->runner().set_attention_plan_context(max_context);
+  o.runner.batch_buckets = engine_batch_buckets(o.max_num_seqs);
+  o.runner.cuda_graphs = graphs;
+  o.runner.plan_context = max_context;
+  e.core = std::make_unique<ModelCore>(cuda(), model, o);
+  if (graphs) *recorded = e.core->graph_batches();
   std::vector<Sequence*> all;
   for (size_t i = 0; i < runs.size(); ++i) {
     e.seqs.push_back(e.core->make_sequence(static_cast<uint64_t>(i + 1), prompt, runs[i]));
@@ -89,12 +88,13 @@ void graphs_vs_eager(Reporter& rep, const std::string& fixture) {
   Engine g = run_engine(model, prompt, runs, true, max_context, &recorded);
   Engine e = run_engine(model, prompt, runs, false, max_context, nullptr);
   if (recorded.empty()) rep.fail(fixture + ": no graph was recorded");
-  const DiffusionModelRunner& gr = g.core->runner();
+  const ModelCore& gr = *g.core;
   if (gr.graph_steps() == 0) rep.fail(fixture + ": no step replayed a graph");
   if (gr.eager_steps() == 0) rep.fail(fixture + ": no step ran op by op (prefill, commits, the top-k canvas)");
-  if (e.core->runner().graph_steps() != 0) rep.fail(fixture + ": the op-by-op engine replayed a graph");
-  rep.note(fixture + ": " + std::to_string(gr.graph_steps()) + " steps replayed, " + std::to_string(gr.eager_steps()) +
-           " op by op; the op-by-op engine " + std::to_string(e.core->runner().eager_steps()) + " steps");
+  if (e.core->graph_steps() != 0) rep.fail(fixture + ": the op-by-op engine replayed a graph");
+  rep.note(fixture + ": " + std::to_string(gr.graph_steps()) + " steps replayed, " +
+           std::to_string(gr.eager_steps()) + " op by op; the op-by-op engine " +
+           std::to_string(e.core->eager_steps()) + " steps");
   for (size_t i = 0; i < runs.size(); ++i) {
     const std::string name = fixture + " run " + std::to_string(i);
     const Sequence& a = *g.seqs[i];

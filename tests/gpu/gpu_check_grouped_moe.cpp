@@ -1,10 +1,11 @@
-// Checks of the device-grouped MoE (grouping kernel + grouped expert GEMMs, grouped_moe.cu) against
-// the CPU backend and against the host-grouped CUDA path (cuBLAS), on random, completely skewed and
-// sparse routings, at the small test shapes (including N and K tails of the tiles) and the real one
-// (E128 k8 H2816 I704) at T = 1 .. 2048. Both GEMM kernels of the automatic choice run: the small-R
-// one (32-row tiles, up to 24 rows per expert on average) and the large-R one (tiles from the tile
-// list; experts with more rows than a tile get several), and the grouped_moe_variants_* cases run
-// every variant (set_grouped_moe_variant). Outputs are poisoned, so unwritten elements show.
+// Checks of the MoE block (the routing fused with the grouping by expert, moe/route.cu, and the
+// grouped expert GEMMs, moe/grouped.cu) against the CPU backend and against the small-rows kernel, on
+// random, completely skewed and sparse routings, at the small test shapes (including N and K tails of
+// the tiles) and the real one (E128 k8 H2816 I704) at T = 1 .. 2048. The kernels of the automatic
+// choice run: the small-rows one (up to 24 rows per expert on average) and the family's tile-list
+// one (experts with more rows than a tile get several); the grouped_moe_kernels_* cases run every
+// kernel (CudaOptions::moe; the hopper family's where the GPU has them). Outputs are poisoned, so
+// unwritten elements show.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,10 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/grouped_moe.cuh"
-#include "backend/cuda/tuning.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/moe/grouped.cuh"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
+#include "util/error.h"
 
 namespace dgemma::gpu_test {
 namespace {
@@ -94,15 +96,11 @@ MoeArgs to_gpu(const MoeArgs& c, const Shape& s) {
   return g;
 }
 
-void run_cuda(const MoeArgs& g, bool device_grouping) {
-  const bool old = cuda::set_moe_device_grouping(device_grouping);
-  try {
-    cuda().moe(g);
-  } catch (...) {
-    cuda::set_moe_device_grouping(old);
-    throw;
-  }
-  cuda::set_moe_device_grouping(old);
+// The MoE of g on cuda() with the bf16 expert kernel `kernel` (kAuto: the automatic choice).
+void run_cuda(const MoeArgs& g, MoeKernel kernel = MoeKernel::kAuto) {
+  if (kernel == MoeKernel::kAuto) return cuda().moe(g);
+  const WithOptions scope(options_with([&](CudaOptions& o) { o.moe = kernel; }));
+  cuda().moe(g);
 }
 
 // The outputs of two MoE runs on the tokens routed identically by both. Both compute every expert
@@ -158,37 +156,57 @@ void run_grouped(Reporter& r, const Shape& s) {
   ca.dbg_weights = host_tensor(ScalarType::kF32, {T, K});
   ca.dbg_index = host_tensor(ScalarType::kI32, {T, K});
   MoeArgs dev = to_gpu(ca, s);
-  MoeArgs host = to_gpu(ca, s);
+  MoeArgs small = to_gpu(ca, s);
   cpu().moe(ca);
-  run_cuda(dev, true);
-  run_cuda(host, false);
+  run_cuda(dev);
+  run_cuda(small, MoeKernel::kSmallRows);
   check_routing_shape(r, s, i32(ca.dbg_index));
 
-  // 1. Device grouping vs the host-grouped CUDA path: the routing comes from the same kernels on the
+  // 1. The automatic choice vs the small-rows kernel: the routing comes from the same kernels on the
   // same inputs, so it must be bit-identical; the expert outputs differ only in summation order.
   {
-    const auto pd = f32(dev.dbg_probs), ph = f32(host.dbg_probs);
-    const auto wd = f32(dev.dbg_weights), wh = f32(host.dbg_weights);
-    const auto id = i32(dev.dbg_index), ih = i32(host.dbg_index);
-    if (pd != ph || id != ih || wd != wh) r.fail(s.name + ": routing differs between device and host grouping");
-    compare_out(r, s.name + " device vs host grouping", s, host, dev, std::vector<char>(static_cast<size_t>(T), 1));
+    const auto pd = f32(dev.dbg_probs), ph = f32(small.dbg_probs);
+    const auto wd = f32(dev.dbg_weights), wh = f32(small.dbg_weights);
+    const auto id = i32(dev.dbg_index), ih = i32(small.dbg_index);
+    if (pd != ph || id != ih || wd != wh) r.fail(s.name + ": routing differs between two runs");
+    compare_out(r, s.name + " automatic vs small-rows kernel", s, small, dev, std::vector<char>(static_cast<size_t>(T), 1));
   }
 
-  // 2. Device grouping vs the CPU: routing by compare_routing (not required below 4 tokens, where one
-  // flipped logit already moves a quarter of them); outputs on the identically routed tokens.
+  // 2. The automatic choice vs the CPU: routing by compare_routing (not required below 4 tokens, where
+  // one flipped logit already moves a quarter of them); outputs on the identically routed tokens.
   const std::vector<char> same = compare_routing(r, s.name, ca, dev, 4);
-  compare_out(r, s.name + " device grouping vs CPU (identically routed tokens)", s, ca, dev, same);
+  compare_out(r, s.name + " vs CPU (identically routed tokens)", s, ca, dev, same);
+}
+
+// A shape off the kernels' rule (I not a multiple of 8) is refused with a clear error, not computed
+// wrongly or crashed on: the engine refuses such a model at load (cuda_limits.h).
+void run_refused(Reporter& r, const Shape& s) {
+  Data d("grouped moe refused " + s.name);
+  MoeArgs ca = make_inputs(d, s);
+  ca.out = host_tensor(ScalarType::kBF16, {s.T, s.H});
+  MoeArgs g = to_gpu(ca, s);
+  try {
+    cuda().moe(g);
+    r.fail(s.name + ": the CUDA MoE ran a shape off its kernels' rule");
+  } catch (const Error& e) {
+    r.note(s.name + ": refused (" + e.what() + ")");
+    if (e.kind() != ErrorKind::kUnsupported) r.fail(s.name + ": refused with another error kind");
+  }
 }
 
 Case make_case(const std::string& id, Shape s) {
   return {id, [s](Reporter& r) { run_grouped(r, s); }};
 }
 
-// Every bf16 grouped GEMM variant (set_grouped_moe_variant: the small kernel and each tile-list shape)
-// on one shape: the CPU runs once, each variant's output against it on the identically routed tokens,
-// and bit-identical to variant 2 (every mma.sync variant accumulates each element in the same order;
-// the wgmma ones only report how many elements differ). The automatic choice runs first (the routing).
-void run_variants(Reporter& r, const Shape& s) {
+constexpr MoeKernel kKernels[] = {MoeKernel::kSmallRows, MoeKernel::kMmaSync128x128, MoeKernel::kWgmma64x128,
+                                  MoeKernel::kTma128x256};
+bool hopper_kernel(MoeKernel k) { return k == MoeKernel::kWgmma64x128 || k == MoeKernel::kTma128x256; }
+
+// Every bf16 grouped GEMM kernel (CudaOptions::moe) on one shape: the CPU runs once, each kernel's
+// output against it on the identically routed tokens, and bit-identical to the mma.sync 128 x 128
+// tiles' (both mma.sync kernels accumulate each element in the same order; the hopper family's wgmma
+// and TMA kernels only report how many elements differ). The automatic choice runs first (the routing).
+void run_kernels(Reporter& r, const Shape& s) {
   Data d("grouped moe variants " + s.name);
   const int64_t T = s.T, E = s.E, K = s.K;
   MoeArgs ca = make_inputs(d, s);
@@ -199,54 +217,48 @@ void run_variants(Reporter& r, const Shape& s) {
   cpu().moe(ca);
   check_routing_shape(r, s, i32(ca.dbg_index));
   MoeArgs first = to_gpu(ca, s);
-  run_cuda(first, true);
+  run_cuda(first);
   const std::vector<char> same = compare_routing(r, s.name, ca, first, 4);
-  std::vector<uint16_t> ref_out;  // variant 2's (mma.sync, 128 x 128 tiles)
-  for (int v = 1; v <= cuda::kGroupedMoeVariants; ++v) {
-    MoeArgs dev = to_gpu(ca, s);
-    const int old = cuda::set_grouped_moe_variant(v);
-    try {
-      run_cuda(dev, true);
-    } catch (...) {
-      cuda::set_grouped_moe_variant(old);
-      throw;
+  MoeArgs ref = to_gpu(ca, s);  // the reference of the bit-for-bit comparisons
+  run_cuda(ref, MoeKernel::kMmaSync128x128);
+  const std::vector<uint16_t> ref_out = u16(ref.out);
+  const bool hopper = sm90_gpu();
+  for (const MoeKernel k : kKernels) {
+    const std::string what = s.name + " " + moe_kernel_word(k);
+    if (hopper_kernel(k) && !hopper) {
+      r.note(what + ": a hopper-family kernel, not on this GPU");
+      continue;
     }
-    cuda::set_grouped_moe_variant(old);
-    const std::string what = s.name + " variant " + std::to_string(v);
+    MoeArgs dev = to_gpu(ca, s);
+    {
+      const WithOptions scope(options_with([&](CudaOptions& o) {
+        o.moe = k;
+        if (hopper_kernel(k)) o.family = KernelFamily::kHopper;
+      }));
+      cuda().moe(dev);
+    }
     compare_out(r, what + " vs CPU (identically routed tokens)", s, ca, dev, same);
     const std::vector<uint16_t> out = u16(dev.out);
-    if (v == 1) {  // variant 2 next: the reference of the bit-for-bit comparisons
-      MoeArgs ref = to_gpu(ca, s);
-      const int was = cuda::set_grouped_moe_variant(2);
-      try {
-        run_cuda(ref, true);
-      } catch (...) {
-        cuda::set_grouped_moe_variant(was);
-        throw;
-      }
-      cuda::set_grouped_moe_variant(was);
-      ref_out = u16(ref.out);
-    }
     size_t diff = 0;
     for (size_t i = 0; i < out.size(); ++i) diff += out[i] != ref_out[i];
-    // The wgmma variants (11 ..) sum in the tensor cores' order: a note, the CPU comparison above decides.
-    if (v >= 11)
+    // The hopper kernels sum in the tensor cores' order: a note, the CPU comparison above decides.
+    if (hopper_kernel(k))
       r.note(what + ": " + std::to_string(diff) + " of " + std::to_string(out.size()) +
-             " elements differ from variant 2's output");
+             " elements differ from the mma.sync kernel's output");
     else if (diff != 0)
-      r.fail(what + ": " + std::to_string(diff) + " elements differ from variant 2's output");
+      r.fail(what + ": " + std::to_string(diff) + " elements differ from the mma.sync kernel's output");
   }
 }
 
-Case make_variants_case(const std::string& id, Shape s) {
-  return {id, [s](Reporter& r) { run_variants(r, s); }};
+Case make_kernels_case(const std::string& id, Shape s) {
+  return {id, [s](Reporter& r) { run_kernels(r, s); }};
 }
 
-// The projections alone, every tile-list variant against the mma.sync variant 2 on the same grouped
-// rows (random top-K routing at T tokens, E experts, the real H / I): an element is off when it differs
-// by more than 2% of the output's RMS and 2% of itself. The mma.sync variants must match bit for bit; the
-// wgmma ones within that bound, and when they do not, where the off elements sit (row % 64 in 8-row
-// groups, column % 128 in n8 fragments) tells a layout error from a rounding one.
+// The projections alone, every kernel against the mma.sync 128 x 128 tiles on the same grouped rows
+// (random top-K routing at T tokens, E experts, the real H / I): an element is off when it differs by
+// more than 2% of the output's RMS and 2% of itself. The mma.sync kernels must match bit for bit; the
+// hopper family's within that bound, and when they do not, where the off elements sit (row % 64 in
+// 8-row groups, column % 128 in n8 fragments) tells a layout error from a rounding one.
 void run_gemm_layouts(Reporter& r, int64_t T, int64_t E) {
   constexpr int64_t H = 2816, I = 704, K = 8;
   const int64_t R = T * K;
@@ -268,29 +280,27 @@ void run_gemm_layouts(Reporter& r, int64_t T, int64_t E) {
   }
   std::vector<float> w(static_cast<size_t>(R));
   for (auto& v : w) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng);
-  Tensor top_idx = be.alloc(ScalarType::kI32, {R}), top_w = be.alloc(ScalarType::kF32, {R});
-  be.from_host(top_idx, idx.data());
+  Tensor top_w = be.alloc(ScalarType::kF32, {R});
   be.from_host(top_w, w.data());
-  Tensor offsets = be.alloc(ScalarType::kI32, {E + 1}), pairs = be.alloc(ScalarType::kI32, {R});
-  Tensor tiles = be.alloc(ScalarType::kI32, {4 * (R / 64 + E)});
   be.synchronize();
-  auto run = [&](int v, std::vector<uint16_t>& act, std::vector<uint16_t>& y) {
-    const int old = cuda::set_grouped_moe_variant(v);
-    const cuda::GroupedPlan plan = cuda::grouped_moe_plan(R, E);
-    cuda::set_grouped_moe_variant(old);
-    int32_t* tl = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
+  const cuda::Context& ctx = cuda::context_of(be);
+  auto run = [&](MoeKernel k, std::vector<uint16_t>& act, std::vector<uint16_t>& y) {
+    const cuda::GroupedPlan plan = cuda::grouped_moe_plan(R, E, k, true);
+    const Grouping g = group_by_expert(idx, E, plan.tile_rows, plan.max_tiles);
+    const Tensor offsets = up(host_i32(g.offsets)), pairs = up(host_i32(g.pairs));
+    const Tensor tiles = plan.max_tiles > 0 ? up(host_i32(g.tiles)) : Tensor();
+    const int32_t* tl = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
     Tensor a = poisoned(ScalarType::kBF16, {R, I}), yy = poisoned(ScalarType::kBF16, {R, H});
-    cuda::launch_moe_group(top_idx.ptr<int32_t>(), R, E, plan, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tl, nullptr);
     cuda::launch_grouped_gate_up(plan, x.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
-                                 pairs.ptr<int32_t>(), tl, R, E, K, H, I, a.ptr<uint16_t>(), nullptr);
+                                 pairs.ptr<int32_t>(), tl, R, E, K, H, I, a.ptr<uint16_t>(), ctx.stream);
     cuda::launch_grouped_down(plan, act_in.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(),
-                              pairs.ptr<int32_t>(), tl, top_w.ptr<float>(), R, E, H, I, yy.ptr<uint16_t>(), nullptr);
-    if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("grouped gemm layouts: a kernel failed");
+                              pairs.ptr<int32_t>(), tl, top_w.ptr<float>(), R, E, H, I, yy.ptr<uint16_t>(), ctx.stream);
+    be.synchronize();
     act = u16(a);
     y = u16(yy);
   };
   std::vector<uint16_t> act_ref, y_ref;
-  run(2, act_ref, y_ref);
+  run(MoeKernel::kMmaSync128x128, act_ref, y_ref);
   // The grouped row of each pair (the act rows are grouped rows, y rows pair ids): rows by position in
   // the expert's tile list are what a layout error would follow.
   std::vector<int64_t> count(static_cast<size_t>(E), 0), row_in_expert(static_cast<size_t>(R));
@@ -326,16 +336,21 @@ void run_gemm_layouts(Reporter& r, int64_t T, int64_t E) {
     r.note(what + ": " + std::to_string(diff) + " of " + std::to_string(got.size()) + " differ, " + std::to_string(off) +
            " off, " + std::to_string(unwritten) + " unwritten" + (off ? where : ""));
     if (unwritten) r.fail(what + ": elements not written");
-    if (exact ? diff != 0 : off * 1000 > got.size()) r.fail(what + ": differs from variant 2");
+    if (exact ? diff != 0 : off * 1000 > got.size()) r.fail(what + ": differs from the mma.sync 128 x 128 tiles");
   };
   // y rows are pair ids: their row within the expert.
-  for (int v = 1; v <= cuda::kGroupedMoeVariants; ++v) {
-    if (v == 2) continue;
+  const bool hopper = sm90_gpu();
+  for (const MoeKernel k : kKernels) {
+    if (k == MoeKernel::kMmaSync128x128) continue;
+    if (hopper_kernel(k) && !hopper) {
+      r.note(std::string(moe_kernel_word(k)) + ": a hopper-family kernel, not on this GPU");
+      continue;
+    }
     std::vector<uint16_t> act, y;
-    run(v, act, y);
-    const std::string name = "T" + std::to_string(T) + " variant " + std::to_string(v);
-    compare(name + " gate_up", act, act_ref, I, grouped_row_pos, v < 11);
-    compare(name + " down", y, y_ref, H, row_in_expert, v < 11);
+    run(k, act, y);
+    const std::string name = "T" + std::to_string(T) + " " + moe_kernel_word(k);
+    compare(name + " gate_up", act, act_ref, I, grouped_row_pos, !hopper_kernel(k));
+    compare(name + " down", y, y_ref, H, row_in_expert, !hopper_kernel(k));
   }
 }
 
@@ -367,44 +382,46 @@ void grouped_moe_bench() {
   const Tensor x = bf({kMaxT, H}, 91, 1.0f), gate_up = bf({E, 2 * I, H}, 92, 0.02f), down = bf({E, H, I}, 93, 0.04f);
   const Tensor act = bf({kMaxT * K, I}, 94, 1.0f);
   Tensor y = be.alloc(ScalarType::kBF16, {kMaxT * K, H});
-  Tensor top_idx = be.alloc(ScalarType::kI32, {kMaxT * K}), top_w = be.alloc(ScalarType::kF32, {kMaxT * K});
-  Tensor offsets = be.alloc(ScalarType::kI32, {E + 1}), pairs = be.alloc(ScalarType::kI32, {kMaxT * K});
-  Tensor tiles = be.alloc(ScalarType::kI32, {4 * (kMaxT * K / 64 + E)});
+  Tensor top_w = be.alloc(ScalarType::kF32, {kMaxT * K});
+  std::vector<int32_t> idx(static_cast<size_t>(kMaxT * K));
   {  // top-8 of a random permutation per token: ~T K / E rows per expert
     std::mt19937 rng(5);
-    std::vector<int32_t> idx(static_cast<size_t>(kMaxT * K)), perm(static_cast<size_t>(E));
+    std::vector<int32_t> perm(static_cast<size_t>(E));
     for (int64_t t = 0; t < kMaxT; ++t) {
       std::iota(perm.begin(), perm.end(), 0);
       std::shuffle(perm.begin(), perm.end(), rng);
       std::copy_n(perm.begin(), K, idx.begin() + t * K);
     }
     std::vector<float> w(static_cast<size_t>(kMaxT * K), 0.125f);
-    be.from_host(top_idx, idx.data());
     be.from_host(top_w, w.data());
     be.synchronize();
   }
+  const cuda::Context& ctx = cuda::context_of(be);
   const double gu_bytes = 2.0 * E * 2 * I * H, dn_bytes = 2.0 * E * H * I;
   std::printf("%-34s %9s %7s %7s %9s %7s %7s\n", "grouped bf16 GEMMs (26B-A4B)", "gate_up", "TB/s", "TF/s", "down",
               "TB/s", "TF/s");
   for (const int64_t T : {256, 512, 1024, 2048, 4096}) {
     const int64_t R = T * K;
-    for (int v = 0; v <= cuda::kGroupedMoeVariants; ++v) {
-      const int old = cuda::set_grouped_moe_variant(v);
-      const cuda::GroupedPlan plan = cuda::grouped_moe_plan(R, E);
-      cuda::set_grouped_moe_variant(old);
-      int32_t* tl = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
-      cuda::launch_moe_group(top_idx.ptr<int32_t>(), R, E, plan, offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tl, nullptr);
+    const std::vector<int32_t> idx_t(idx.begin(), idx.begin() + R);
+    for (const MoeKernel k : {MoeKernel::kAuto, MoeKernel::kSmallRows, MoeKernel::kMmaSync128x128, MoeKernel::kWgmma64x128,
+                              MoeKernel::kTma128x256}) {
+      if (hopper_kernel(k) && !sm90_gpu()) continue;
+      const cuda::GroupedPlan plan = cuda::grouped_moe_plan(R, E, k, ctx.hopper() || hopper_kernel(k));
+      const Grouping g = group_by_expert(idx_t, E, plan.tile_rows, plan.max_tiles);
+      const Tensor offsets = up(host_i32(g.offsets)), pairs = up(host_i32(g.pairs));
+      const Tensor tiles = plan.max_tiles > 0 ? up(host_i32(g.tiles)) : Tensor();
+      const int32_t* tl = plan.max_tiles > 0 ? tiles.ptr<int32_t>() : nullptr;
       const double gu = device_ms([&] {
         cuda::launch_grouped_gate_up(plan, x.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
-                                     pairs.ptr<int32_t>(), tl, R, E, K, H, I, act.ptr<uint16_t>(), nullptr);
+                                     pairs.ptr<int32_t>(), tl, R, E, K, H, I, act.ptr<uint16_t>(), ctx.stream);
       });
       const double dn = device_ms([&] {
         cuda::launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(),
-                                  pairs.ptr<int32_t>(), tl, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), nullptr);
+                                  pairs.ptr<int32_t>(), tl, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), ctx.stream);
       });
       char what[64];
-      std::snprintf(what, sizeof what, "T=%lld variant %d%s (rows %d)", static_cast<long long>(T), plan.variant,
-                    v == 0 ? " auto" : "", plan.tile_rows);
+      std::snprintf(what, sizeof what, "T=%lld %s%s (rows %d)", static_cast<long long>(T), moe_kernel_word(plan.kernel),
+                    k == MoeKernel::kAuto ? " auto" : "", plan.tile_rows);
       const double flop = 2.0 * static_cast<double>(R) * 2 * I * H;  // per projection (down: R H I x 2 as well)
       std::printf("%-34s %9.3f %7.2f %7.0f %9.3f %7.2f %7.0f\n", what, gu, gu_bytes / gu * 1e-9, flop / gu * 1e-9, dn,
                   dn_bytes / dn * 1e-9, flop / 2 / dn * 1e-9);
@@ -427,13 +444,14 @@ std::vector<Case> grouped_moe_cases() {
       make_case("grouped_moe_E8_k2_big_multitile", {"grouped moe E8 k2 T700 H72 I40 (large R)", 700, 72, 40, 8, 2}),
       make_case("grouped_moe_E8_k2_big_skewed",
                 {"grouped moe E8 k2 T700 H72 I40 skewed (large R)", 700, 72, 40, 8, 2, Routing::kSkewed}),
-      // I not a multiple of 8: not supported by the grouped kernel; the host-grouped path runs instead.
-      make_case("grouped_moe_E8_k2_fallback", {"grouped moe E8 k2 H60 I30 (host fallback)", 21, 60, 30, 8, 2}),
+      // I not a multiple of 8: off the kernels' rule, refused.
+      {"grouped_moe_E8_k2_refused",
+       [](Reporter& r) { run_refused(r, {"grouped moe E8 k2 H60 I30", 21, 60, 30, 8, 2}); }},
       make_case("grouped_moe_E128_k8_T1", {"grouped moe E128 k8 T1", 1, H, I, 128, 8}),
       make_case("grouped_moe_E128_k8_T64", {"grouped moe E128 k8 T64", 64, H, I, 128, 8}),
       make_case("grouped_moe_E128_k8_T256", {"grouped moe E128 k8 T256", 256, H, I, 128, 8}),
-      // 62.5 rows per expert on average: the automatic choice's tile-list kernel (64-row wgmma tiles on
-      // sm_90: about half the experts get a second, short tile).
+      // 62.5 rows per expert on average: the automatic choice's tile-list kernel (64-row wgmma tiles in
+      // the hopper family: about half the experts get a second, short tile).
       make_case("grouped_moe_E128_k8_T1000", {"grouped moe E128 k8 T1000", 1000, H, I, 128, 8}),
       // 128 rows per expert on average: two or three tiles each.
       make_case("grouped_moe_E128_k8_T2048", {"grouped moe E128 k8 T2048", 2048, H, I, 128, 8}),
@@ -449,19 +467,19 @@ std::vector<Case> grouped_moe_cases() {
       make_case("grouped_moe_E128_k8_sparse", {"grouped moe E128 k8 T300 sparse", 300, H, I, 128, 8, Routing::kSparse}),
       make_case("grouped_moe_E128_k8_sparse_T1000",
                 {"grouped moe E128 k8 T1000 sparse", 1000, H, I, 128, 8, Routing::kSparse}),
-      // Every kernel variant. The projections alone (no CPU: every variant against variant 2), with
-      // where the off elements sit.
-      {"grouped_moe_variants_gemm_T256", [](Reporter& r) { run_gemm_layouts(r, 256, 128); }},
-      {"grouped_moe_variants_gemm_T2048", [](Reporter& r) { run_gemm_layouts(r, 2048, 128); }},
+      // Every kernel. The projections alone (no CPU: every kernel against the mma.sync 128 x 128
+      // tiles), with where the off elements sit.
+      {"grouped_moe_kernels_gemm_T256", [](Reporter& r) { run_gemm_layouts(r, 256, 128); }},
+      {"grouped_moe_kernels_gemm_T2048", [](Reporter& r) { run_gemm_layouts(r, 2048, 128); }},
       // The MoE vs the CPU: tails of every tile shape (gate_up 72 columns, down 136; K = 136 and 72),
       // ~37 rows per expert and a skewed routing (one expert with all 700 rows: several tiles of
       // every height); then the real shape at T = 1000 (~62 rows per expert) and sparse (~670).
-      make_variants_case("grouped_moe_variants_tails", {"E8 k2 T150 H136 I72", 150, 136, 72, 8, 2}),
-      make_variants_case("grouped_moe_variants_skewed",
-                         {"E8 k2 T700 H136 I72 skewed", 700, 136, 72, 8, 2, Routing::kSkewed}),
-      make_variants_case("grouped_moe_variants_E128_T1000", {"E128 k8 T1000", 1000, H, I, 128, 8}),
-      make_variants_case("grouped_moe_variants_E128_sparse",
-                         {"E128 k8 T1000 sparse", 1000, H, I, 128, 8, Routing::kSparse}),
+      make_kernels_case("grouped_moe_kernels_tails", {"E8 k2 T150 H136 I72", 150, 136, 72, 8, 2}),
+      make_kernels_case("grouped_moe_kernels_skewed",
+                        {"E8 k2 T700 H136 I72 skewed", 700, 136, 72, 8, 2, Routing::kSkewed}),
+      make_kernels_case("grouped_moe_kernels_E128_T1000", {"E128 k8 T1000", 1000, H, I, 128, 8}),
+      make_kernels_case("grouped_moe_kernels_E128_sparse",
+                        {"E128 k8 T1000 sparse", 1000, H, I, 128, 8, Routing::kSparse}),
   };
 }
 

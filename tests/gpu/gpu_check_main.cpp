@@ -1,8 +1,11 @@
 // dgemma_gpu_check: the CUDA-vs-CPU checks of gpu_checks.h without GoogleTest, for machines that
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
-//   dgemma_gpu_check [substring...]   runs the checks whose name contains any substring (all if none)
-//   dgemma_gpu_check --only NAME...   runs the checks of exactly these names
+//   dgemma_gpu_check [--kernel-family auto|hopper|portable] [substring...]
+//                                     runs the checks whose name contains any substring (all if none)
+//                                     with the run's backend in that kernel family (auto by default;
+//                                     checks of one family's kernels force it where the GPU runs it)
+//   dgemma_gpu_check [--kernel-family F] --only NAME...   runs the checks of exactly these names
 //   dgemma_gpu_check --list           prints every check's name, one a line, in run order (no GPU needed)
 //   dgemma_gpu_check --bench [quant|flash|tail|fused|small|moe|w8a8]  times the CUDA ops at the 26B-A4B shapes
 //                                     (canvas 256) instead (quant: only the quantised kernels' rows; flash:
@@ -24,13 +27,15 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/tuning.h"
+#include "gpu_check_util.h"
 #include "gpu_checks.h"
 
 namespace {
 
-// Median wall time of fn (synchronised) over `reps` runs after 2 warm-ups, in ms.
-double time_ms(dgemma::Backend& be, const std::function<void()>& fn, int reps = 10) {
+// Median wall time of fn over `reps` runs after 2 warm-ups, in ms, synchronising the backend the
+// checks run on now (gpu_test::cuda(): a bench in a WithOptions scope times that scope's backend).
+double time_ms(const std::function<void()>& fn, int reps = 10) {
+  dgemma::Backend& be = dgemma::gpu_test::cuda();
   for (int i = 0; i < 2; ++i) fn();
   be.synchronize();
   std::vector<double> t;
@@ -52,10 +57,10 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
   Backend& be = gpu_test::cuda();
   if (quant_only) {  // --bench quant: the quantised kernels' rows only
     std::printf("%-44s %10s\n", "op (26B-A4B shapes, canvas 256)", "median ms");
-    gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+    gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(fn); },
                           [](const char* what, double ms) { std::printf("%-44s %10.3f\n", what, ms); });
     // last: the W8A8 rows (the newest kernels: a fault there cannot take the rows above with it)
-    gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+    gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(fn); },
                          [](const char* what, double ms) { std::printf("%-60s %10.3f\n", what, ms); });
     return 0;
   }
@@ -71,23 +76,23 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
     std::fflush(stdout);
   };
   if (flash_only) {
-    gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+    gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(fn); }, row);
     return 0;
   }
   if (small_only) {  // --bench small: the per-layer small kernels' rows only
-    gpu_test::small_kernel_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+    gpu_test::small_kernel_bench([&](const std::function<void()>& fn) { return time_ms(fn); }, row);
     return 0;
   }
   {
     Tensor x = bf({C, H}, 1, 1.0f), w = bf({Hq * 256, H}, 2, 0.02f), o = be.alloc(ScalarType::kBF16, {C, Hq * 256});
-    row("matmul q_proj [256,2816]x[4096,2816]^T", time_ms(be, [&] { be.matmul(x, w, o); }));
+    row("matmul q_proj [256,2816]x[4096,2816]^T", time_ms([&] { be.matmul(x, w, o); }));
     Tensor e = bf({V, H}, 3, 1.0f), logits = be.alloc(ScalarType::kBF16, {C, V});
-    row("matmul LM head [256,2816]x[262144,2816]^T", time_ms(be, [&] { be.matmul(x, e, logits); }));
+    row("matmul LM head [256,2816]x[262144,2816]^T", time_ms([&] { be.matmul(x, e, logits); }));
     Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
     Tensor probs = bf({C, V}, 4, 1e-6f, 4e-6f);
-    row("matmul_kn SC [256,262144]x[262144,2816]", time_ms(be, [&] { be.matmul_kn(probs, e, soft); }));
+    row("matmul_kn SC [256,262144]x[262144,2816]", time_ms([&] { be.matmul_kn(probs, e, soft); }));
     Tensor n = be.alloc(ScalarType::kBF16, {C, H}), wn = bf({H}, 5, 0.1f, 1.0f);
-    row("rmsnorm [256,2816]", time_ms(be, [&] { be.rmsnorm(x, &wn, 1e-6f, n); }));
+    row("rmsnorm [256,2816]", time_ms([&] { be.rmsnorm(x, &wn, 1e-6f, n); }));
     Tensor raw = bf({C, V}, 6, 3.0f);
     Tensor ent = be.alloc(ScalarType::kF32, {C}), lp = be.alloc(ScalarType::kF32, {C});
     Tensor am = be.alloc(ScalarType::kI32, {C}), sm = be.alloc(ScalarType::kI32, {C});
@@ -99,41 +104,13 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
     sa.sample = sm;
     sa.argmax_logprob = lp;
     sa.logits = logits;
-    row("sampler C=256 V=262144 (+probs)", time_ms(be, [&] {
+    row("sampler C=256 V=262144 (+probs)", time_ms([&] {
           be.copy(logits, raw);
           be.sampler(sa);
         }));
-    row("  of which the copy of the logits", time_ms(be, [&] { be.copy(logits, raw); }));
-    {
-      const bool was = cuda::set_sampler_z_table(false);
-      row("sampler C=256 (+probs), z per element", time_ms(be, [&] {
-            be.copy(logits, raw);
-            be.sampler(sa);
-          }));
-      cuda::set_sampler_z_table(was);
-    }
-    {
-      const bool was = cuda::set_sampler_vector_sweep(false);
-      row("sampler C=256 (+probs), 1 logit a round", time_ms(be, [&] {
-            be.copy(logits, raw);
-            be.sampler(sa);
-          }));
-      cuda::set_sampler_vector_sweep(was);
-      const int blocks = cuda::set_sampler_stats_blocks(1);
-      row("sampler C=256 (+probs), 1 block an SM", time_ms(be, [&] {
-            be.copy(logits, raw);
-            be.sampler(sa);
-          }));
-      cuda::set_sampler_stats_blocks(blocks);
-      const bool lean = cuda::set_sampler_lean_sweep(false);
-      row("sampler C=256 (+probs), earlier main pass", time_ms(be, [&] {
-            be.copy(logits, raw);
-            be.sampler(sa);
-          }));
-      cuda::set_sampler_lean_sweep(lean);
-    }
+    row("  of which the copy of the logits", time_ms([&] { be.copy(logits, raw); }));
     sa.want_sample = false;
-    row("sampler C=256 greedy (no noise drawn)", time_ms(be, [&] {
+    row("sampler C=256 greedy (no noise drawn)", time_ms([&] {
           be.copy(logits, raw);
           be.sampler(sa);
         }));
@@ -153,28 +130,20 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
       a.sample = be.alloc(ScalarType::kI32, {C});
       four.push_back(a);
     }
-    const double copy4 = time_ms(be, [&] { be.copy(logits4, raw4); });
-    row("sampler 4 x C=256, 4 calls (-copy)", time_ms(be, [&] {
+    const double copy4 = time_ms([&] { be.copy(logits4, raw4); });
+    row("sampler 4 x C=256, 4 calls (-copy)", time_ms([&] {
           be.copy(logits4, raw4);
           for (const SamplerArgs& a : four) be.sampler(a);
         }) - copy4);
-    row("sampler 4 x C=256, one batch (-copy)", time_ms(be, [&] {
+    row("sampler 4 x C=256, one batch (-copy)", time_ms([&] {
           be.copy(logits4, raw4);
           be.sampler_batch(four);
         }) - copy4);
-    {
-      const bool lean = cuda::set_sampler_lean_sweep(false);
-      row("sampler 4 x C=256, one batch, earlier pass", time_ms(be, [&] {
-            be.copy(logits4, raw4);
-            be.sampler_batch(four);
-          }) - copy4);
-      cuda::set_sampler_lean_sweep(lean);
-    }
     Tensor x4 = bf({B * C, H}, 8, 1.0f), soft4 = be.alloc(ScalarType::kBF16, {B * C, H});
-    row("matmul LM head [1024,2816]x[262144,2816]^T", time_ms(be, [&] { be.matmul(x4, e, logits4); }));
+    row("matmul LM head [1024,2816]x[262144,2816]^T", time_ms([&] { be.matmul(x4, e, logits4); }));
     Tensor probs4 = bf({B * C, V}, 9, 1e-6f, 4e-6f);
-    row("matmul_kn SC [1024,262144]x[262144,2816]", time_ms(be, [&] { be.matmul_kn(probs4, e, soft4); }));
-    row("matmul_kn SC 4 x [256,262144] calls", time_ms(be, [&] {
+    row("matmul_kn SC [1024,262144]x[262144,2816]", time_ms([&] { be.matmul_kn(probs4, e, soft4); }));
+    row("matmul_kn SC 4 x [256,262144] calls", time_ms([&] {
           for (int64_t i = 0; i < B; ++i) be.matmul_kn(probs4.rows(i * C, (i + 1) * C), e, soft4.rows(i * C, (i + 1) * C));
         }));
   }
@@ -193,13 +162,8 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
     a.k_new = bf({C, Hkv, D}, 13, 0.25f);
     a.v_new = bf({C, Hkv, D}, 14, 1.0f);
     a.out = be.alloc(ScalarType::kBF16, {C, Hq, D});
-    const bool was = cuda::set_fused_attention(false);
     row(full ? "attention denoise D=512 Hkv=2 cache 4096 (cuBLAS)" : "attention denoise D=256 Hkv=8 cache 1023 (cuBLAS)",
-        time_ms(be, [&] { be.attention(a); }));
-    cuda::set_fused_attention(true);
-    row(full ? "attention denoise D=512 Hkv=2 cache 4096 (fused)" : "attention denoise D=256 Hkv=8 cache 1023 (fused)",
-        time_ms(be, [&] { be.attention(a); }));
-    cuda::set_fused_attention(was);
+        time_ms([&] { be.attention(a); }));
   }
   if (!tail_only) {  // the encoder's causal pass over a 512-token prompt chunk
     const int64_t D = 256, Hkv = 8, n = 512;
@@ -210,11 +174,7 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
     a.causal = true;
     a.window = 1024;
     a.out = be.alloc(ScalarType::kBF16, {n, Hq, D});
-    const bool was = cuda::set_fused_attention(false);
-    row("attention prefill 512 causal D=256 (cuBLAS)", time_ms(be, [&] { be.attention(a); }));
-    cuda::set_fused_attention(true);
-    row("attention prefill 512 causal D=256 (fused)", time_ms(be, [&] { be.attention(a); }));
-    cuda::set_fused_attention(was);
+    row("attention prefill 512 causal D=256 (cuBLAS)", time_ms([&] { be.attention(a); }));
   }
   if (!tail_only) {
     MoeArgs m;
@@ -227,51 +187,35 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
     m.down = bf({E, H, I}, 26, 0.04f);
     m.top_k = static_cast<int>(K);
     m.out = be.alloc(ScalarType::kBF16, {C, H});
-    const bool was = cuda::set_moe_device_grouping(false);
-    row("moe T=256 E=128 k=8 (host-grouped, cuBLAS)", time_ms(be, [&] { be.moe(m); }));
-    cuda::set_moe_device_grouping(true);
-    row("moe T=256 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m); }));
-    MoeArgs m4 = m;  // batch 4: four canvases in one pass
-    m4.router_in = bf({4 * C, H}, 27, 1.0f);
-    m4.expert_in = bf({4 * C, H}, 28, 1.0f);
-    m4.out = be.alloc(ScalarType::kBF16, {4 * C, H});
-    cuda::set_moe_device_grouping(false);
-    row("moe T=1024 E=128 k=8 (host-grouped, cuBLAS)", time_ms(be, [&] { be.moe(m4); }));
-    cuda::set_moe_device_grouping(true);
-    row("moe T=1024 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m4); }));
-    MoeArgs m8 = m;  // a 2,048-token prompt chunk
-    m8.router_in = bf({8 * C, H}, 29, 1.0f);
-    m8.expert_in = bf({8 * C, H}, 30, 1.0f);
-    m8.out = be.alloc(ScalarType::kBF16, {8 * C, H});
-    cuda::set_moe_device_grouping(false);
-    row("moe T=2048 E=128 k=8 (host-grouped, cuBLAS)", time_ms(be, [&] { be.moe(m8); }));
-    cuda::set_moe_device_grouping(true);
-    row("moe T=2048 E=128 k=8 (device-grouped kernel)", time_ms(be, [&] { be.moe(m8); }));
-    // Each bf16 grouped GEMM variant (tuning.h set_grouped_moe_variant; 0 the automatic choice) at
-    // batch 1, 4, 8 and 16 canvases: the whole MoE block, so the router / grouping / combine are in
-    // every row alike. Floors: the expert weights are 1.52 GB (0.38 ms at 4 TB/s); the expert FLOPs
-    // 0.095 TFLOP per 1,024 tokens.
+    // The whole MoE block at batch 1, 4, 8 and 16 canvases with each bf16 grouped GEMM kernel (the
+    // automatic choice first; the hopper family's where the GPU runs them): the router / grouping /
+    // combine are in every row alike. Floors: the expert weights are 1.52 GB (0.38 ms at 4 TB/s); the
+    // expert FLOPs 0.095 TFLOP per 1,024 tokens.
     for (const int64_t n : {1, 4, 8, 16}) {
       MoeArgs mv = m;
       mv.router_in = bf({n * C, H}, 40 + static_cast<uint64_t>(n), 1.0f);
       mv.expert_in = bf({n * C, H}, 60 + static_cast<uint64_t>(n), 1.0f);
       mv.out = be.alloc(ScalarType::kBF16, {n * C, H});
-      for (int v = 0; v <= cuda::kGroupedMoeVariants; ++v) {
-        const int old = cuda::set_grouped_moe_variant(v);
+      for (const MoeKernel k : {MoeKernel::kAuto, MoeKernel::kSmallRows, MoeKernel::kMmaSync128x128,
+                                MoeKernel::kWgmma64x128, MoeKernel::kTma128x256}) {
+        const bool hopper = k == MoeKernel::kWgmma64x128 || k == MoeKernel::kTma128x256;
+        if (hopper && !gpu_test::sm90_gpu()) continue;
+        const gpu_test::WithOptions scope(gpu_test::options_with([&](CudaOptions& o) {
+          o.moe = k;
+          if (hopper) o.family = KernelFamily::kHopper;
+        }));
+        Backend& b = gpu_test::cuda();
         char what[96];
-        std::snprintf(what, sizeof what, "moe T=%lld bf16 grouped variant %d%s", static_cast<long long>(n * C), v,
-                      v == 0 ? " (auto)" : "");
-        row(what, time_ms(be, [&] { be.moe(mv); }));
-        cuda::set_grouped_moe_variant(old);
+        std::snprintf(what, sizeof what, "moe T=%lld bf16 grouped %s", static_cast<long long>(n * C), moe_kernel_word(k));
+        row(what, time_ms([&] { b.moe(mv); }));
       }
     }
-    cuda::set_moe_device_grouping(was);
   }
   if (!tail_only) {
     gpu_test::grouped_moe_bench();  // the bf16 grouped GEMMs alone, per variant
-    gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
-    gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
-    gpu_test::small_kernel_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);
+    gpu_test::quant_bench([&](const std::function<void()>& fn) { return time_ms(fn); }, row);
+    gpu_test::flash_bench([&](const std::function<void()>& fn) { return time_ms(fn); }, row);
+    gpu_test::small_kernel_bench([&](const std::function<void()>& fn) { return time_ms(fn); }, row);
   }
   {
     DecideArgs d;
@@ -291,7 +235,7 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
     for (const Tensor* t : {&d.argmax, &d.sample, &d.prev_argmax}) be.from_host(*t, ids.data());
     d.vocab = static_cast<int32_t>(V);
     d.have_prev = true;
-    row("decide C=256 (accept, renoise, flags)", time_ms(be, [&] { be.decide(d); }));
+    row("decide C=256 (accept, renoise, flags)", time_ms([&] { be.decide(d); }));
     std::vector<DecideArgs> four;
     for (int i = 0; i < 4; ++i) {
       DecideArgs di = d;
@@ -301,12 +245,12 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
       be.from_host(di.prev_argmax, ids.data());
       four.push_back(di);
     }
-    row("decide 4 x C=256, 4 calls", time_ms(be, [&] {
+    row("decide 4 x C=256, 4 calls", time_ms([&] {
           for (const DecideArgs& a : four) be.decide(a);
         }));
-    row("decide 4 x C=256, one batch", time_ms(be, [&] { be.decide_batch(four); }));
+    row("decide 4 x C=256, one batch", time_ms([&] { be.decide_batch(four); }));
   }
-  if (!tail_only) gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); }, row);  // last (the newest kernels)
+  if (!tail_only) gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(fn); }, row);  // last (the newest kernels)
   return 0;
 }
 
@@ -324,6 +268,15 @@ class PrintReporter final : public dgemma::gpu_test::Reporter {
 
 int main(int argc, char** argv) {
   using namespace dgemma::gpu_test;
+  if (argc > 2 && std::strcmp(argv[1], "--kernel-family") == 0) {  // the run's family, then the rest as usual
+    if (!dgemma::parse_kernel_family(argv[2], &run_options().family)) {
+      std::printf("--kernel-family: one of %s, not %s\n", dgemma::kernel_family_words().c_str(), argv[2]);
+      return 2;
+    }
+    argv[2] = argv[0];
+    argv += 2;
+    argc -= 2;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--list") == 0) {
     for (const Case& c : all_cases()) std::printf("%s\n", c.name.c_str());
     return 0;
@@ -333,18 +286,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("random inputs: DGEMMA_TEST_SEED=%llu\n", static_cast<unsigned long long>(run_seed()));
-  std::printf("backend: %s\n", cuda().name().c_str());
+  std::printf("backend: %s, kernel family %s\n", cuda().name().c_str(),
+              dgemma::kernel_family_word(run_options().family));
   if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) {
     auto mode = [&](const char* m) { return argc > 2 && std::strcmp(argv[2], m) == 0; };
     if (mode("fused")) {  // the fused projections' GEMMs against their parts'
-      dgemma::Backend& be = dgemma::gpu_test::cuda();
-      dgemma::gpu_test::fused_gemm_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+      dgemma::gpu_test::fused_gemm_bench([&](const std::function<void()>& fn) { return time_ms(fn); },
                                          [](const char* what, double ms) { std::printf("%-56s %10.3f\n", what, ms); });
       return 0;
     }
     if (mode("w8a8")) {  // the dense FP8 linears and the FP8 MoE block: W8A8, W8A16, bf16
-      dgemma::Backend& be = dgemma::gpu_test::cuda();
-      dgemma::gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(be, fn); },
+      dgemma::gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(fn); },
                                    [](const char* what, double ms) { std::printf("%-60s %10.3f\n", what, ms); });
       return 0;
     }

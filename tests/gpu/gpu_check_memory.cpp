@@ -10,7 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "backend/cuda/flash_attention.cuh"
+#include "backend/cuda/attention/flash.cuh"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/workspace_bounds.h"
 #include "gpu_check_util.h"
 #include "util/error.h"
@@ -105,40 +106,49 @@ void check_flash_workspace_bound(Reporter& r) {
   };
   const Layer layers[] = {{"full D=512", 16, 2, 512, 0}, {"sliding D=256", 16, 8, 256, 1024}};
   const int64_t C = 256, L = 30000;
-  for (const Layer& l : layers) {
-    uint64_t worst = 0;
-    int64_t worst_t = 0;
-    int worst_splits = 0;
-    for (int canvases = 0; canvases <= 4; ++canvases)
-      for (int64_t T = std::max<int64_t>(1, canvases * C); T <= 4096; ++T) {
-        std::vector<AttentionItem> items;
-        int32_t at = 0;
-        for (int c = 0; c < canvases; ++c) {
-          items.push_back({at, static_cast<int32_t>(C), 0, static_cast<int32_t>(l.window > 0 ? l.window - 1 : L), 0, 1, 0, 0});
-          at += static_cast<int32_t>(C);
+  const cuda::Stream stream = cuda::context_of(cuda()).stream;
+  // Both kernels' plans where the GPU runs both (the hopper family's wgmma kernel on sm_90).
+  for (const bool wgmma : {false, true}) {
+    if (wgmma && !sm90_gpu()) continue;
+    const char* kernel = wgmma ? "wgmma" : "mma.sync";
+    for (const Layer& l : layers) {
+      uint64_t worst = 0;
+      int64_t worst_t = 0;
+      int worst_splits = 0;
+      for (int canvases = 0; canvases <= 4; ++canvases)
+        for (int64_t T = std::max<int64_t>(1, canvases * C); T <= 4096; ++T) {
+          std::vector<AttentionItem> items;
+          int32_t at = 0;
+          const int32_t cached = static_cast<int32_t>(l.window > 0 ? l.window - 1 : L);
+          for (int c = 0; c < canvases; ++c) {
+            items.push_back({at, static_cast<int32_t>(C), 0, cached, 0, 1, 0, 0});
+            at += static_cast<int32_t>(C);
+          }
+          if (T > at)
+            items.push_back({at, static_cast<int32_t>(T - at), 0, cached, 0, 1, 1, static_cast<int32_t>(l.window)});
+          const auto plan =
+              cuda::plan_flash_attention(T, l.Hq, l.Hkv, l.D, reinterpret_cast<const int32_t*>(items.data()),
+                                         static_cast<int>(items.size()), wgmma, 0, stream);
+          const uint64_t bound =
+              workspace_bounds::flash_split_bytes(T, l.Hq, l.D, workspace_bounds::kFlashMaxAutoSplits);
+          if (plan.splits > workspace_bounds::kFlashMaxAutoSplits ||
+              static_cast<uint64_t>(plan.workspace_bytes) > bound) {
+            r.fail(fmt::format("{} {} T={} ({} canvases): {} splits, {} workspace bytes over the bound {}", kernel,
+                               l.name, T, canvases, plan.splits, plan.workspace_bytes, bound));
+            return;
+          }
+          if (static_cast<uint64_t>(plan.workspace_bytes) > worst) {
+            worst = static_cast<uint64_t>(plan.workspace_bytes);
+            worst_t = T;
+            worst_splits = plan.splits;
+          }
         }
-        if (T > at)
-          items.push_back({at, static_cast<int32_t>(T - at), 0, static_cast<int32_t>(l.window > 0 ? l.window - 1 : L), 0, 1, 1,
-                           static_cast<int32_t>(l.window)});
-        const auto plan = cuda::plan_flash_attention(T, l.Hq, l.Hkv, l.D, reinterpret_cast<const int32_t*>(items.data()),
-                                                     static_cast<int>(items.size()), 0);
-        const uint64_t bound = workspace_bounds::flash_split_bytes(T, l.Hq, l.D, workspace_bounds::kFlashMaxAutoSplits);
-        if (plan.splits > workspace_bounds::kFlashMaxAutoSplits || static_cast<uint64_t>(plan.workspace_bytes) > bound) {
-          r.fail(fmt::format("{} T={} ({} canvases): {} splits, {} workspace bytes over the bound {}", l.name, T, canvases,
-                             plan.splits, plan.workspace_bytes, bound));
-          return;
-        }
-        if (static_cast<uint64_t>(plan.workspace_bytes) > worst) {
-          worst = static_cast<uint64_t>(plan.workspace_bytes);
-          worst_t = T;
-          worst_splits = plan.splits;
-        }
-      }
-    r.note(fmt::format("{}: the largest key-split workspace up to 4096 tokens is {:.1f} MiB ({} splits at T={}); the plan's "
-                       "bound at 4096 tokens: {:.1f} MiB",
-                       l.name, worst / double(kMiB), worst_splits, worst_t,
-                       workspace_bounds::flash_split_bytes(4096, l.Hq, l.D, workspace_bounds::kFlashMaxAutoSplits) /
-                           double(kMiB)));
+      r.note(fmt::format("{} {}: the largest key-split workspace up to 4096 tokens is {:.1f} MiB ({} splits at "
+                         "T={}); the plan's bound at 4096 tokens: {:.1f} MiB",
+                         kernel, l.name, worst / double(kMiB), worst_splits, worst_t,
+                         workspace_bounds::flash_split_bytes(4096, l.Hq, l.D, workspace_bounds::kFlashMaxAutoSplits) /
+                             double(kMiB)));
+    }
   }
 }
 

@@ -7,12 +7,12 @@
 #include <map>
 #include <memory>
 
-#include "backend/cuda/tuning.h"
+#include "engine/kv_pool.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "engine/kv_pool.h"
 #include "model/weights.h"
+#include "support/forward.h"
 #include "util/bf16.h"
 #include "util/counter_rng.h"
 #include "util/json.h"
@@ -26,11 +26,15 @@ std::string fixture_dir(const std::string& name) { return std::string(DGEMMA_SOU
 
 struct Model {
   ModelConfig config;
+  Backend* backend = nullptr;
   std::unique_ptr<DiffusionGemma> model;
-  Model(const std::string& fixture, Backend& be) {
+  Model(const std::string& fixture, Backend& be) : backend(&be) {
     const std::string dir = fixture_dir(fixture) + "/model";
     config = load_model_config(dir);
     model = std::make_unique<DiffusionGemma>(config, load_weights(config, dir, be), be);
+  }
+  void forward(std::span<ForwardItem> items, const KvStorage& kv, const DumpHook& dump = {}) {
+    forward_items(*backend, *model, items, kv, dump);
   }
 };
 
@@ -160,7 +164,7 @@ void golden_forward(Reporter& r, const std::string& fx) {
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
   items[0].kv = kv.item();
-  m.model->forward(items, kv.kv);
+  m.forward(items, kv.kv);
   kv.encoded = static_cast<int64_t>(prompt.size());
   for (size_t li = 0; li < kv.kv.layers.size(); ++li) {
     for (bool keys : {true, false}) {
@@ -179,13 +183,12 @@ void golden_forward(Reporter& r, const std::string& fx) {
   const int li = manifest["layer_for_intermediates"].get<int>();
   const std::string prefix = "layer" + std::to_string(li) + ".";
   std::map<std::string, std::vector<float>> captured;
-  m.model->set_dump_hook([&](const std::string& name, const Tensor& t) {
+  const DumpHook capture = [&](const std::string& name, const Tensor& t) {
     if (name.rfind(prefix, 0) == 0) captured[name] = floats(be, t);
-  });
+  };
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, kv.item(), {}, logits, {}};
-  m.model->forward(items, kv.kv);
-  m.model->set_dump_hook(nullptr);
+  m.forward(items, kv.kv, capture);
   if (floats(be, kv.kv.layers[0].k) != cache_before) r.fail(fx + ": the decoder wrote the cache");
 
   Tensor capped = be.alloc(ScalarType::kF32, {C, V});
@@ -238,7 +241,7 @@ void golden_forward(Reporter& r, const std::string& fx) {
     Tensor soft = be.alloc(ScalarType::kBF16, {C, H});
     m.model->soft_embeddings(be.upload(probs), soft);
     items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, kv.item(), soft, logits, {}};
-    m.model->forward(items, kv.kv);
+    m.forward(items, kv.kv);
     be.softcap_logits(logits, 30.0f, capped);
     check_close(r, fx + " decoder.logits_sc", floats(be, capped), golden(fx, "decoder.logits_sc").as_float());
   }
@@ -260,8 +263,8 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
     std::span<const int32_t> chunk(prompt.data() + b, e - b);
     std::vector<ForwardItem> ic{{ForwardItem::Kind::kEncode, chunk, kc.item(), {}, {}, {}}};
     std::vector<ForwardItem> ig{{ForwardItem::Kind::kEncode, chunk, kg.item(), {}, {}, {}}};
-    mc.model->forward(ic, kc.kv);
-    mg.model->forward(ig, kg.kv);
+    mc.forward(ic, kc.kv);
+    mg.forward(ig, kg.kv);
     kc.encoded = kg.encoded = static_cast<int64_t>(e);
   }
   for (size_t li = 0; li < kc.kv.layers.size(); ++li)
@@ -273,8 +276,8 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
   for (int step = 0; step < 2; ++step) {
     std::vector<ForwardItem> ic{{ForwardItem::Kind::kDenoise, canvas, kc.item(), step ? sc_c : Tensor{}, lc, {}}};
     std::vector<ForwardItem> ig{{ForwardItem::Kind::kDenoise, canvas, kg.item(), step ? sc_g : Tensor{}, lg, {}}};
-    mc.model->forward(ic, kc.kv);
-    mg.model->forward(ig, kg.kv);
+    mc.forward(ic, kc.kv);
+    mg.forward(ig, kg.kv);
     const std::string s = fx + " cpu-vs-cuda step " + std::to_string(step);
     check_close(r, s + " logits", floats(cuda(), lg), floats(cpu(), lc));
     if (step == 1) break;
@@ -319,45 +322,6 @@ void cpu_vs_cuda_forward(Reporter& r, const std::string& fx) {
   }
 }
 
-// The fused small kernels of a layer (the qkv prologue, the MoE routing, the junction norms) against
-// the op-by-op sequence on the CUDA backend, through whole forward passes (a two-chunk prefill and a
-// denoising step with self-conditioning): the same caches and logits, bit for bit.
-void fused_vs_ops_forward(Reporter& r, const std::string& fx) {
-  Model m(fx, cuda());
-  const auto prompt = golden_ids(fx, "prompt_ids");
-  const auto canvas = golden_ids(fx, "canvas_ids");
-  const int64_t C = m.config.canvas_length, V = m.config.text.vocab_size, H = m.config.text.hidden_size;
-  const int64_t tokens = static_cast<int64_t>(prompt.size()) + C;
-  auto run = [&](bool fused, PagedCache& kv, const Tensor& logits) {
-    const bool q = cuda::set_fused_qkv_prologue(fused), rt = cuda::set_fused_moe_routing(fused);
-    m.model->set_fused_junction_norms(fused);
-    const size_t half = prompt.size() / 2;
-    for (auto [b, e] : {std::pair<size_t, size_t>{0, half}, std::pair<size_t, size_t>{half, prompt.size()}}) {
-      std::span<const int32_t> chunk(prompt.data() + b, e - b);
-      std::vector<ForwardItem> it{{ForwardItem::Kind::kEncode, chunk, kv.item(), {}, {}, {}}};
-      m.model->forward(it, kv.kv);
-      kv.encoded = static_cast<int64_t>(e);
-    }
-    Tensor sc = cuda().alloc(ScalarType::kBF16, {C, H});
-    cuda().fill_normal(sc, 7, 0.0f, 0.05f);
-    std::vector<ForwardItem> it{{ForwardItem::Kind::kDenoise, canvas, kv.item(), sc, logits, {}}};
-    m.model->forward(it, kv.kv);
-    cuda().synchronize();
-    cuda::set_fused_qkv_prologue(q);
-    cuda::set_fused_moe_routing(rt);
-    m.model->set_fused_junction_norms(true);
-  };
-  PagedCache ko(m.config, cuda(), tokens), kf(m.config, cuda(), tokens);
-  Tensor lo = cuda().alloc(ScalarType::kBF16, {C, V}), lf = cuda().alloc(ScalarType::kBF16, {C, V});
-  run(false, ko, lo);
-  run(true, kf, lf);
-  int64_t bad = 0;
-  for (size_t li = 0; li < ko.kv.layers.size(); ++li)
-    for (bool keys : {true, false}) bad += kf.rows(cuda(), li, keys) != ko.rows(cuda(), li, keys);
-  if (bad != 0) r.fail(fx + ": " + std::to_string(bad) + " cache tensors differ between the fused kernels and the ops");
-  expect_bf16(r, fx + " fused vs ops logits", u16(lf), u16(lo), exact_tol());
-}
-
 }  // namespace
 
 std::vector<Case> model_cases() {
@@ -366,8 +330,6 @@ std::vector<Case> model_cases() {
       {"golden_forward_tiny_b", [](Reporter& r) { golden_forward(r, "tiny_b"); }},
       {"cpu_vs_cuda_forward_tiny_a", [](Reporter& r) { cpu_vs_cuda_forward(r, "tiny_a"); }},
       {"cpu_vs_cuda_forward_tiny_b", [](Reporter& r) { cpu_vs_cuda_forward(r, "tiny_b"); }},
-      {"fused_vs_ops_forward_tiny_a", [](Reporter& r) { fused_vs_ops_forward(r, "tiny_a"); }},
-      {"fused_vs_ops_forward_tiny_b", [](Reporter& r) { fused_vs_ops_forward(r, "tiny_b"); }},
   };
 }
 

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <cstdio>
 
-#include "backend/cuda/tuning.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
@@ -374,23 +373,13 @@ void check_attention_d512_long(Reporter& r) {
   run_attention(r, {"d512 causal cache500", 100, 16, 2, 512, 500, 700, true, 0});
 }
 
-// Query chunking (used when the score buffer would exceed its budget) on a small budget.
-// The unfused path's query chunking (the fused kernel, on by default for these head dims, has no
-// score buffer to chunk: it is switched off here).
+// Query chunking of the per-item path (used when the score buffer would exceed its budget) on a
+// small budget (CudaOptions::attention_score_budget).
 void check_attention_chunked(Reporter& r) {
   const int64_t ld = 1056;  // round_up(round_up(1000, 8) + 50, 8)
-  const int64_t old = cuda::set_attention_score_budget(16 * ld * 2 * 7);
-  const bool old_fused = cuda::set_fused_attention(false);
-  try {
-    run_attention(r, {"d256 causal w300 chunks of 7", 50, 16, 8, 256, 1000, 1000, true, 300});
-    run_attention(r, {"d128 bidir chunks of 7", 50, 16, 8, 128, 1000, 1000, false, 0});
-  } catch (...) {
-    cuda::set_attention_score_budget(old);
-    cuda::set_fused_attention(old_fused);
-    throw;
-  }
-  cuda::set_attention_score_budget(old);
-  cuda::set_fused_attention(old_fused);
+  const WithOptions small(options_with([&](CudaOptions& o) { o.attention_score_budget = 16 * ld * 2 * 7; }));
+  run_attention(r, {"d256 causal w300 chunks of 7", 50, 16, 8, 256, 1000, 1000, true, 300});
+  run_attention(r, {"d128 bidir chunks of 7", 50, 16, 8, 128, 1000, 1000, false, 0});
 }
 
 // ---- MoE --------------------------------------------------------------------------------------
@@ -551,10 +540,6 @@ void check_sampler_vocab(Reporter& r) {
   // Without the gap outputs the GPU screens the Gumbel noise with an fp32 estimate and evaluates the
   // double value only for candidates (the engine's path): every sample must still match.
   run_sampler(r, "V262144 C32 T0.6 screened", 32, 262144, 0.6f, true, false);
-  // The earlier main pass (tuning.h set_sampler_lean_sweep) against the same CPU results.
-  const bool lean = cuda::set_sampler_lean_sweep(false);
-  run_sampler(r, "V262144 C32 T0.6 screened, earlier pass", 32, 262144, 0.6f, true, false);
-  cuda::set_sampler_lean_sweep(lean);
 }
 
 void check_sampler_small(Reporter& r) {

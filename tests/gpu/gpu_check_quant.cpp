@@ -1,15 +1,15 @@
-// Quantised weights on the CUDA backend against the CPU reference (backend/cpu/quant.h):
-//  * the W4A16 grouped expert kernels (grouped_moe_fp4.cu): NVFP4 experts kept packed on the device,
+// Quantised weights on the CUDA backend against the CPU reference (backend/quant_reference.h):
+//  * the W4A16 grouped expert kernels (quant/weight_only.cu): NVFP4 experts kept packed on the device,
 //    random packed values, block scales spanning E4M3's range and gate / up / down global scales that
 //    all differ, at small shapes and the 26B shape (E128 k8 H2816 I704), T = 1 .. 2048, skewed routing;
 //  * the W8A16 FP8 expert kernels (the same kernel with E4M3 weights), against the CPU reference with
-//    bf16 activations; the W8A8 ones (FP8 wgmma, grouped_moe_w8a8.cuh) against it with FP8 activations
+//    bf16 activations; the W8A8 ones (FP8 wgmma, quant/w8a8_experts.cuh) against it with FP8 activations
 //    (w8a8_moe_cases, registered last in gpu_checks.cpp);
 //  * dense quantised linears: the W8A16 / W4A16 dense kernel and the bf16 dequantisation fallback;
 //  * whole forward passes of the quantised fixtures (tests/fixtures/quant/*_pow2: their dequantised
 //    weights are exact bf16 values, so the CPU reference and the CUDA path compute the same maths up
 //    to summation order): with the dense linears on the W8A16 kernel, FP8-dynamic's activation
-//    quantisation off on the CPU; with them on W8A8 (set_dense_quant kW8A8, gpu_check_w8a8.cpp), on for
+//    quantisation off on the CPU; with them on W8A8 (DenseQuant::kW8A8, gpu_check_w8a8.cpp), on for
 //    the CPU's dense linears too (the experts run W8A16 on CUDA, so their activations stay bf16).
 #include <cuda_runtime_api.h>
 
@@ -21,14 +21,14 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
-#include "backend/cuda/grouped_moe_fp4.cuh"
-#include "backend/cuda/tuning.h"
+#include "backend/cuda/quant/weight_only.cuh"
+#include "backend/quant_reference.h"
+#include "engine/kv_pool.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
-#include "engine/kv_pool.h"
 #include "model/weights.h"
+#include "support/forward.h"
 #include "util/bf16.h"
 #include "util/error.h"
 
@@ -82,12 +82,21 @@ struct Shape {
   int K;
   bool skewed = false;
   bool fp8 = false;
-  bool every_tile = false;  // also each tile variant of the kernels (cuda::set_quant_moe_tiles ids 1 .. 9)
-  bool w8a8 = false;        // FP8 experts on the W8A8 kernels (set_fp8_moe_w8a8; every_tile: each W8A8 tile shape)
+  bool every_tile = false;  // also each tile of the W4A16 / W8A16 kernel (CudaOptions::quant_experts)
+  bool w8a8 = false;        // FP8 experts on the W8A8 kernels (Fp8Experts::kW8A8: the hopper family)
 };
 
 void run_fp4_moe(Reporter& r, const Shape& s) {
   Data d("fp4 moe " + s.name);
+  if (s.w8a8 && !sm90_gpu()) {
+    r.note(s.name + ": the W8A8 experts are hopper-family kernels, not on this GPU");
+    return;
+  }
+  // FP8: the W8A8 kernels (the hopper family) or the W8A16 ones, for the whole check.
+  const WithOptions path(options_with([&](CudaOptions& o) {
+    o.fp8_experts = s.w8a8 ? Fp8Experts::kW8A8 : Fp8Experts::kW8A16;
+    if (s.w8a8) o.family = KernelFamily::kHopper;
+  }));
   const int64_t T = s.T, H = s.H, I = s.I, E = s.E, K = s.K;
   MoeArgs c;
   c.router_in = d.bf16({T, H}, s.skewed ? 1.0f : 3.0f, s.skewed ? 3.0f : 0.0f);
@@ -114,11 +123,8 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
   g.router_scale = up(c.router_scale);
   g.router_proj = up(c.router_proj);
   g.per_expert_scale = up(c.per_expert_scale);
-  {
-    const Scoped<bool> path(cuda::set_fp8_moe_w8a8, s.w8a8);
-    g.gate_up = cuda().upload_weight(c.gate_up);
-    g.down = cuda().upload_weight(c.down);
-  }
+  g.gate_up = cuda().upload_weight(c.gate_up);
+  g.down = cuda().upload_weight(c.down);
   if (g.gate_up.format != c.gate_up.format || g.down.format != c.down.format) {
     r.fail(s.name + ": the CUDA backend did not keep the experts quantised");
     return;
@@ -151,10 +157,10 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
     // bits than fp32 between promotions (w8a8_gemm_tol, gpu_check_w8a8.cpp), so gate_up's bf16 output
     // rounds the other way in ~10% of the elements, and ~1/32 of those (a bf16 step against an E4M3
     // step, 2^-8 / 2^-3) land on the other side of an E4M3 boundary in the down input: a 2^-4 step of
-    // a few of I terms, ~0.6% of the output's rms, NMSE ~4e-5. Measured on the H200 at the five
-    // shapes of fp8_w8a8_moe_*: bit-identical 0.49-0.91, up to 6.5% of the elements outside 4 steps or
-    // 4e-3 rms, NMSE 1.8e-5-3.7e-5. Bound: NMSE 1e-4, the elements 12%, bit-identical 0.4; W8A16 is
-    // off from this reference by ~6e-4 a GEMM, so the NMSE bound still tells the two apart.
+    // a few of I terms, ~0.6% of the output's rms, NMSE ~4e-5 (seen at the five shapes of
+    // fp8_w8a8_moe_*: bit-identical 0.49-0.91, up to 6.5% of the elements outside 4 steps or 4e-3
+    // rms, NMSE 1.8e-5-3.7e-5). Bound: NMSE 1e-4, the elements 12%, bit-identical 0.4; W8A16 is off
+    // from this reference by ~6e-4 a GEMM, so the NMSE bound still tells the two apart.
     const Tol tol = s.w8a8 ? Tol{4, 4e-3, 0.12, 0.4, 1e-4} : Tol{4, 2e-3, 2e-2, 0.8, 1e-5};
     expect_bf16(r, what + (s.w8a8 ? " W8A8" : s.fp8 ? " W8A16" : " W4A16") + " grouped vs CPU reference", sg, sc, tol);
     for (size_t i = 0; i < og.size(); ++i)
@@ -164,32 +170,21 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
       }
   };
   check(s.name);
-  if (s.w8a8) {
-    if (!s.every_tile || std::getenv("DGEMMA_W8A8_MOE_TILE")) return;
-    for (int v = 1; v <= cuda::kW8a8MoeTiles; ++v) {  // each W8A8 tile shape (set_w8a8_moe_tile)
-      {
-        const Scoped<int> tile(cuda::set_w8a8_moe_tile, v);
-        g.out = poisoned(ScalarType::kBF16, {T, H});
-        cuda().moe(g);
-      }
-      check(s.name + " w8a8 tile " + std::to_string(v));
-    }
-    return;
-  }
-  if (!s.every_tile || std::getenv("DGEMMA_QUANT_MOE_TILE")) return;  // a run for one variant
-  for (int v = 1; v < cuda::kQuantMoeTileCount; ++v) {
+  if (s.w8a8 || !s.every_tile) return;
+  for (const QuantTile tile : {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128, QuantTile::kRows32Cols128Deep,
+                               QuantTile::kRows128Cols64}) {
     {
-      const Scoped<cuda::QuantMoeTiles> tiles(cuda::set_quant_moe_tiles, {v, v});
+      const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_experts = tile; }));
       g.out = poisoned(ScalarType::kBF16, {T, H});
       cuda().moe(g);
     }
-    check(s.name + " tile " + std::to_string(v));
+    check(s.name + " tile " + quant_tile_word(tile));
   }
 }
 
-// Dense quantised linears: the W8A16 / W4A16 dense kernel (set_dense_quant kKernel, the default)
-// against the CPU reference with bf16 activations, and the dequantise-to-bf16 path (off) against the
-// CPU's bf16 GEMM on bf16(dequantised weights).
+// Dense quantised linears: the W8A16 / W4A16 dense kernel (DenseQuant::kKernel) against the CPU
+// reference with bf16 activations, and the dequantise-to-bf16 path (kBf16) against the CPU's bf16 GEMM
+// on bf16(dequantised weights).
 void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t K) {
   Data d(std::string("dense quant ") + (fp8 ? "fp8" : "nvfp4") + (kernel ? " kernel" : " fallback"));
   const float typical = 1.0f / std::sqrt(static_cast<float>(K));
@@ -204,14 +199,14 @@ void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t
     cpu().matmul(x, w, oc);
   } else {
     std::vector<float> deq(static_cast<size_t>(N * K));
-    cpu::dequantize(w, deq.data());
+    quant_ref::dequantize(w, deq.data());
     Tensor wb = host_tensor(ScalarType::kBF16, {N, K});
     for (size_t i = 0; i < deq.size(); ++i) wb.ptr<uint16_t>()[i] = f32_to_bf16(deq[i]);
     cpu().matmul(x, wb, oc);
   }
   Weight wg;
   {
-    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, kernel ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
+    const WithOptions path(options_with([&](CudaOptions& o) { o.dense_quant = kernel ? DenseQuant::kKernel : DenseQuant::kBf16; }));
     wg = cuda().upload_weight(w);
   }
   if (wg.quantized() != kernel) {
@@ -227,7 +222,7 @@ void run_dense(Reporter& r, bool fp8, bool kernel, int64_t T, int64_t N, int64_t
 
 // The decoders' subnormal codes: every FP8 weight an E4M3 subnormal (m * 2^-9, random sign), or every
 // NVFP4 block scale one (codes 1 .. 7). The kernels build their bf16 values through a bf16 subnormal
-// pattern times 2^120 (quant_layout.h); flushing it would zero these outputs, off by 100 %.
+// pattern times 2^120 (quant/layout.h); flushing it would zero these outputs, off by 100 %.
 void run_dense_subnormal(Reporter& r, bool fp8) {
   Data d(std::string("dense quant subnormal ") + (fp8 ? "fp8" : "nvfp4"));
   const int64_t T = 40, N = 64, K = 256;
@@ -248,7 +243,7 @@ void run_dense_subnormal(Reporter& r, bool fp8) {
   cpu().matmul(x, w, oc);
   Weight wg;
   {
-    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kKernel);
+    const WithOptions path(options_with([](CudaOptions& o) { o.dense_quant = DenseQuant::kKernel; }));
     wg = cuda().upload_weight(w);
   }
   Tensor og = poisoned(ScalarType::kBF16, {T, N});
@@ -287,11 +282,11 @@ std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, CpuAct
   for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + 5) % V));
   for (int64_t i = 0; i < C; ++i) canvas.push_back(static_cast<int32_t>((i * 7 + 3) % V));
   std::vector<ForwardItem> items{{ForwardItem::Kind::kEncode, prompt, item, {}, {}, {}}};
-  m.forward(items, kv);
+  forward_items(be, m, items, kv);
   Tensor logits = be.alloc(ScalarType::kBF16, {C, V});
   item.cached = static_cast<int64_t>(prompt.size());
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, item, {}, logits, {}};
-  m.forward(items, kv);
+  forward_items(be, m, items, kv);
   return u16(logits);
 }
 
@@ -304,18 +299,25 @@ std::vector<uint16_t> forward_logits(Backend& be, const std::string& dir, CpuAct
 // it; two CPU variants differing only in x / s against x * (1 / s) differ by logits NMSE 1.9e-3. So
 // W8A8 gets 1e-2 here (the golden test's free-running FP8-dynamic bound is 2e-2); the op-level
 // check (gpu_check_w8a8.cpp w8a8_dense) is where W8A8 meets the GEMM bound. all_w8a8: the experts on
-// the W8A8 kernels too (set_fp8_moe_w8a8), the whole model as the checkpoint prescribes on both sides.
-void run_fixture(Reporter& r, const std::string& fixture, cuda::DenseQuant path = cuda::DenseQuant::kKernel,
-                 bool all_w8a8 = false) {
+// the W8A8 kernels too (Fp8Experts::kW8A8, the hopper family), the whole model as the checkpoint
+// prescribes on both sides.
+void run_fixture(Reporter& r, const std::string& fixture, DenseQuant path = DenseQuant::kKernel, bool all_w8a8 = false) {
   const std::string dir = std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/quant/" + fixture + "/model";
-  const bool w8a8 = path == cuda::DenseQuant::kW8A8;
+  const bool w8a8 = path == DenseQuant::kW8A8;
   DG_CHECK(w8a8 || !all_w8a8);
+  if (all_w8a8 && !sm90_gpu()) {
+    r.note(fixture + ": the W8A8 experts are hopper-family kernels, not on this GPU");
+    return;
+  }
   const std::vector<uint16_t> c =
       forward_logits(cpu(), dir, all_w8a8 ? CpuActs::kAll : w8a8 ? CpuActs::kDenseOnly : CpuActs::kNone);
   std::vector<uint16_t> g;
   {
-    const Scoped<cuda::DenseQuant> scope(cuda::set_dense_quant, path);
-    const Scoped<bool> experts(cuda::set_fp8_moe_w8a8, all_w8a8);
+    const WithOptions scope(options_with([&](CudaOptions& o) {
+      o.dense_quant = path;
+      o.fp8_experts = all_w8a8 ? Fp8Experts::kW8A8 : Fp8Experts::kW8A16;
+      if (all_w8a8) o.family = KernelFamily::kHopper;
+    }));
     g = forward_logits(cuda(), dir, CpuActs::kAll);
   }
   const std::string what = fixture + (all_w8a8 ? " (W8A8 dense and experts)" : w8a8 ? " (dense W8A8)" : "");
@@ -370,91 +372,6 @@ Weight bench_weight(Data& d, bool fp8, int64_t E, int64_t N, int64_t K) {
   return w;
 }
 
-// The grouped expert kernels alone, each tile variant (cuda::set_quant_moe_tiles; 0 = the automatic
-// choice) at T = 256 and 1024 (uniform random top-8 routing: ~16 / ~64 rows an expert), gate_up and
-// down: the time of one launch (the fastest of 5 bursts of 10 back-to-back on the default stream) and
-// the weight stream's rate (packed weights + block scales over the time).
-void tile_bench(Data& d, const MoeArgs& m, bool fp8, const std::function<void(const char*, double)>& row) {
-  constexpr int64_t H = 2816, I = 704, E = 128, K = 8;
-  static const char* const kNames[cuda::kQuantMoeTileCount] = {
-      "auto", "BM16xBN64 4w", "BM32xBN64 4w", "BM64xBN64 4w", "BM32xBN128 8w", "BM64xBN128 8w", "BM128xBN64 4w",
-      "BM16xBN64 4w s8", "BM32xBN64 4w s6", "BM32xBN128 8w s6", "wgmma 64x128", "wgmma 128x128", "wgmma 128x256"};
-  for (int64_t T : {int64_t{256}, int64_t{1024}}) {
-    const int64_t R = T * K;
-    std::vector<int32_t> offsets(E + 1, 0), pairs;
-    std::vector<std::vector<int32_t>> by_expert(E);
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<int32_t> p(E);
-      for (int64_t e = 0; e < E; ++e) p[static_cast<size_t>(e)] = static_cast<int32_t>(e);
-      for (int64_t k = 0; k < K; ++k) {  // a partial Fisher-Yates: K distinct experts
-        std::swap(p[static_cast<size_t>(k)], p[static_cast<size_t>(d.integer(k, E - 1))]);
-        by_expert[static_cast<size_t>(p[static_cast<size_t>(k)])].push_back(static_cast<int32_t>(t * K + k));
-      }
-    }
-    for (int64_t e = 0; e < E; ++e) {
-      offsets[static_cast<size_t>(e)] = static_cast<int32_t>(pairs.size());
-      pairs.insert(pairs.end(), by_expert[static_cast<size_t>(e)].begin(), by_expert[static_cast<size_t>(e)].end());
-    }
-    offsets[E] = static_cast<int32_t>(R);
-    Tensor h_off = host_tensor(ScalarType::kI32, {E + 1}), h_pairs = host_tensor(ScalarType::kI32, {R});
-    std::copy(offsets.begin(), offsets.end(), h_off.ptr<int32_t>());
-    std::copy(pairs.begin(), pairs.end(), h_pairs.ptr<int32_t>());
-    const Tensor off = up(h_off), prs = up(h_pairs);
-    const Tensor x = up(d.bf16({T, H}, 1.0f)), act = up(d.bf16({R, I}, 0.5f));
-    Tensor h_top_w = host_tensor(ScalarType::kF32, {R});
-    std::fill_n(h_top_w.ptr<float>(), R, 0.125f);
-    const Tensor top_w32 = up(h_top_w);
-    Tensor act_out = cuda().alloc(ScalarType::kBF16, {R, I}), y = cuda().alloc(ScalarType::kBF16, {R, H});
-    const double w_bytes = static_cast<double>(E) * 2 * I * H * (fp8 ? 1.0 : 0.5 + 1.0 / 16);  // gate_up; down half
-    for (int v = 0; v < cuda::kQuantMoeTileCount; ++v) {
-      const cuda::QuantMoeTiles old = cuda::set_quant_moe_tiles({v, v});
-      for (int proj = 0; proj < 2; ++proj) {
-        auto launch = [&] {
-          if (proj == 0 && fp8)
-            cuda::launch_grouped_gate_up_fp8(x.ptr<uint16_t>(), m.gate_up.data.ptr<uint8_t>(), m.gate_up.row_scale.ptr<float>(),
-                                             off.ptr<int32_t>(), prs.ptr<int32_t>(), R, E, K, H, I, act_out.ptr<uint16_t>(), nullptr);
-          else if (proj == 0)
-            cuda::launch_grouped_gate_up_fp4(x.ptr<uint16_t>(), m.gate_up.data.ptr<uint8_t>(), m.gate_up.block.ptr<uint8_t>(),
-                                             m.gate_up.row_scale.ptr<float>(), off.ptr<int32_t>(), prs.ptr<int32_t>(), R, E, K,
-                                             H, I, act_out.ptr<uint16_t>(), nullptr);
-          else if (fp8)
-            cuda::launch_grouped_down_fp8(act.ptr<uint16_t>(), m.down.data.ptr<uint8_t>(), m.down.row_scale.ptr<float>(),
-                                          off.ptr<int32_t>(), prs.ptr<int32_t>(), top_w32.ptr<float>(), R, E, H, I,
-                                          y.ptr<uint16_t>(), nullptr);
-          else
-            cuda::launch_grouped_down_fp4(act.ptr<uint16_t>(), m.down.data.ptr<uint8_t>(), m.down.block.ptr<uint8_t>(),
-                                          m.down.row_scale.ptr<float>(), off.ptr<int32_t>(), prs.ptr<int32_t>(),
-                                          top_w32.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), nullptr);
-        };
-        for (int i = 0; i < 3; ++i) launch();
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        // the fastest of 5 bursts of 10 launches: robust against a GPU time-shared with other work
-        constexpr int kReps = 10;
-        double per = 1e30;
-        for (int burst = 0; burst < 5; ++burst) {
-          cudaEventRecord(e0, nullptr);
-          for (int i = 0; i < kReps; ++i) launch();
-          cudaEventRecord(e1, nullptr);
-          cudaEventSynchronize(e1);
-          float ms = 0;
-          cudaEventElapsedTime(&ms, e0, e1);
-          per = std::min(per, static_cast<double>(ms) / kReps);
-        }
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-        const double bytes = proj == 0 ? w_bytes : w_bytes / 2;
-        char what[160];
-        std::snprintf(what, sizeof what, "%s %s T=%lld tile %d %-14s %5.2f TB/s", fp8 ? "FP8  " : "NVFP4",
-                      proj == 0 ? "gate_up" : "down   ", static_cast<long long>(T), v, kNames[v], bytes / (per * 1e-3) / 1e12);
-        row(what, per);
-      }
-      cuda::set_quant_moe_tiles(old);
-    }
-  }
-}
-
 }  // namespace
 
 void quant_bench(const std::function<double(const std::function<void()>&)>& time_ms,
@@ -469,10 +386,10 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
     m.router_scale = up(d.bf16({H}, 0.1f, 1.0f));
     m.router_proj = up(d.bf16({E, H}, 1.0f));
     m.per_expert_scale = up(d.bf16({E}, 0.1f, 1.0f));
-    {
-      const Scoped<bool> w8a16(cuda::set_fp8_moe_w8a8, false);  // FP8: the W8A16 kernels (--bench w8a8 has W8A8)
-      m.gate_up = be.upload_weight(bench_weight(d, fp8, E, 2 * I, H));
-      m.down = be.upload_weight(bench_weight(d, fp8, E, H, I));
+    {  // FP8: the W8A16 kernels (--bench w8a8 has W8A8)
+      const WithOptions w8a16(options_with([](CudaOptions& o) { o.fp8_experts = Fp8Experts::kW8A16; }));
+      m.gate_up = cuda().upload_weight(bench_weight(d, fp8, E, 2 * I, H));
+      m.down = cuda().upload_weight(bench_weight(d, fp8, E, H, I));
     }
     m.top_k = static_cast<int>(K);
     m.eps = 1e-6f;
@@ -484,8 +401,7 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
       const std::string what = std::string("moe T=") + std::to_string(T) + " E=128 k=8 " + (fp8 ? "FP8 W8A16" : "NVFP4 W4A16");
       row(what.c_str(), time_ms([&] { be.moe(mt); }));
     }
-    tile_bench(d, m, fp8, row);
-    quant_moe_block_bench(m, fp8, row);  // gpu_check_quant_wgmma.cpp
+    quant_moe_block_bench(m, fp8, row);  // gpu_check_quant_large.cpp
   }
   // Dense linears at T = 256: q_proj (FP8 checkpoint) and the MLP's gate (FP8 and CT NVFP4), quantised
   // kernel against the bf16 fallback (the same weights dequantised, cuBLAS).
@@ -502,16 +418,18 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
     for (bool kernel : {true, false}) {
       Weight w;
       {
-        const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, kernel ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
-        w = be.upload_weight(host);
+        const WithOptions path(options_with([&](CudaOptions& o) { o.dense_quant = kernel ? DenseQuant::kKernel : DenseQuant::kBf16; }));
+        w = cuda().upload_weight(host);
       }
       const std::string what = std::string("matmul T=256 ") + c.name + (c.fp8 ? " FP8" : " NVFP4") +
                                (kernel ? " kernel" : " bf16 cuBLAS");
       row(what.c_str(), time_ms([&] { be.matmul(x, w, out); }));
       if (!kernel) continue;
-      for (int v = 1; v < cuda::kQuantMoeTileCount; ++v) {  // the dense kernel's tile variants
-        const Scoped<int> tile(cuda::set_quant_dense_tile, v);
-        row(("  tile " + std::to_string(v)).c_str(), time_ms([&] { be.matmul(x, w, out); }));
+      for (const QuantTile tile : {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128, QuantTile::kRows32Cols128Deep,
+                                   QuantTile::kRows128Cols64}) {  // the dense kernel's tiles
+        const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_dense = tile; }));
+        Backend& b = cuda();
+        row((std::string("  tile ") + quant_tile_word(tile)).c_str(), time_ms([&] { b.matmul(x, w, out); }));
       }
     }
   }
@@ -530,12 +448,12 @@ std::vector<Case> w8a8_moe_cases() {
       moe_case("fp8_w8a8_moe_E128_k8_T2048", {"fp8 w8a8 moe E128 k8 T2048", 2048, H, I, 128, 8, false, true, false, true}),
       // The FP8-dynamic fixtures' forwards with the dense linears on W8A8, then the experts too.
       {"quant_forward_fp8_dynamic_w8a8", [](Reporter& r) {
-         run_fixture(r, "tiny_a_fp8_dynamic_pow2", cuda::DenseQuant::kW8A8);
-         run_fixture(r, "tiny_a_fp8_dynamic_pow2", cuda::DenseQuant::kW8A8, true);
+         run_fixture(r, "tiny_a_fp8_dynamic_pow2", DenseQuant::kW8A8);
+         run_fixture(r, "tiny_a_fp8_dynamic_pow2", DenseQuant::kW8A8, true);
        }},
       {"quant_forward_realistic_scales_w8a8", [](Reporter& r) {
-         run_fixture(r, "tiny_a_fp8_dynamic", cuda::DenseQuant::kW8A8);
-         run_fixture(r, "tiny_a_fp8_dynamic", cuda::DenseQuant::kW8A8, true);
+         run_fixture(r, "tiny_a_fp8_dynamic", DenseQuant::kW8A8);
+         run_fixture(r, "tiny_a_fp8_dynamic", DenseQuant::kW8A8, true);
        }},
   };
 }
@@ -550,7 +468,7 @@ std::vector<Case> quant_cases() {
       moe_case("fp4_moe_E128_k8_T1024", {"fp4 moe E128 k8 T1024", 1024, H, I, 128, 8}),
       moe_case("fp4_moe_E128_k8_T2048", {"fp4 moe E128 k8 T2048", 2048, H, I, 128, 8}),
       moe_case("fp4_moe_E128_k8_skewed", {"fp4 moe E128 k8 T256 skewed", 256, H, I, 128, 8, true, false, true}),
-      // The 26B rows and K at 4 experts (cheap): a run per tile variant (DGEMMA_QUANT_MOE_TILE=v) or all.
+      // The 26B rows and K at 4 experts (cheap), every tile.
       moe_case("fp8_moe_probe_H2816_I704", {"fp8 moe E4 k2 H2816 I704", 24, H, I, 4, 2, false, true, true}),
       moe_case("fp4_moe_probe_H2816_I704", {"fp4 moe E4 k2 H2816 I704", 24, H, I, 4, 2, false, false, true}),
       moe_case("fp8_moe_E8_k2", {"fp8 moe E8 k2 H64 I64", 37, 64, 64, 8, 2, false, true, true}),

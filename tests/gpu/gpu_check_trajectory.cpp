@@ -7,13 +7,13 @@
 #include <cstdio>
 #include <memory>
 
-#include "engine/model_core.h"
 #include "engine/pins.h"
 #include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/weights.h"
+#include "support/model_core.h"
 #include "util/error.h"
 #include "util/json.h"
 #include "util/mmap_file.h"
@@ -38,7 +38,7 @@ Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const
   Run r;
   const std::string dir = fixture_dir(fixture) + "/model";
   r.model = std::make_unique<DiffusionGemma>(mc, load_weights(mc, dir, be), be);
-  r.core = std::make_unique<ModelCore>(*r.model, ModelCoreOptions{});
+  r.core = std::make_unique<ModelCore>(be, *r.model);
   r.seq = r.core->make_sequence(1, prompt, p);
   try {
     r.core->run({r.seq.get()}, 10000);
@@ -76,7 +76,7 @@ void compare_batched(Reporter& rep, const std::string& fixture, const ModelConfi
   o.max_num_seqs = static_cast<int>(runs.size());
   o.max_num_batched_tokens = static_cast<int64_t>(runs.size()) * (static_cast<int64_t>(prompt.size()) + 2 * mc.canvas_length);
   o.prefix_caching = false;  // every sequence encodes its prompt, as alone
-  ModelCore core(model, o);
+  ModelCore core(cuda(), model, o);
   std::vector<std::unique_ptr<Sequence>> seqs;
   std::vector<Sequence*> all;
   for (size_t i = 0; i < runs.size(); ++i) {

@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <utility>
 
+#include "backend/cuda/core/device_info.cuh"
 #include "util/bf16.h"
 #include "util/counter_rng.h"
 
@@ -16,9 +18,58 @@ Backend& cpu() {
   return *b;
 }
 
+namespace {
+// The run's backend and the WithOptions scopes' (innermost last).
+struct CudaBackends {
+  CudaOptions run;
+  std::unique_ptr<Backend> base;
+  std::vector<std::pair<CudaOptions, std::unique_ptr<Backend>>> scoped;
+};
+CudaBackends& backends() {
+  static CudaBackends b;
+  return b;
+}
+}  // namespace
+
+CudaOptions& run_options() { return backends().run; }
+
 Backend& cuda() {
-  static std::unique_ptr<Backend> b = make_cuda_backend(0);
-  return *b;
+  CudaBackends& b = backends();
+  if (!b.scoped.empty()) return *b.scoped.back().second;
+  if (!b.base) b.base = make_cuda_backend(0, b.run);
+  return *b.base;
+}
+
+WithOptions::WithOptions(const CudaOptions& options) {
+  Backend& outer = cuda();
+  outer.synchronize();
+  outer.release_cached_memory();
+  backends().scoped.emplace_back(options, make_cuda_backend(0, options));
+}
+
+WithOptions::~WithOptions() {
+  try {
+    backends().scoped.back().second->synchronize();
+  } catch (const std::exception&) {
+    // the check that used it reports the device error itself
+  }
+  backends().scoped.pop_back();
+}
+
+bool sm90_gpu() {
+  const std::vector<cuda::DeviceInfo> d = cuda::query_devices();
+  return !d.empty() && d[0].major == 9;
+}
+
+const CudaOptions& current_options() {
+  const CudaBackends& b = backends();
+  return b.scoped.empty() ? b.run : b.scoped.back().first;
+}
+
+CudaOptions options_with(const std::function<void(CudaOptions&)>& change) {
+  CudaOptions o = current_options();
+  change(o);
+  return o;
 }
 
 uint64_t run_seed() {
@@ -275,6 +326,23 @@ std::vector<char> compare_routing(Reporter& r, const std::string& name, const Mo
     r.fail(name + ": fewer than half of the tokens have bit-identical router probabilities");
   if (worst_prob > 0.02) r.fail(name + ": router probabilities differ by " + fmt_double(worst_prob));
   return same;
+}
+
+Grouping group_by_expert(const std::vector<int32_t>& idx, int64_t E, int tile_rows, int64_t max_tiles) {
+  Grouping g;
+  g.offsets.assign(static_cast<size_t>(E) + 1, 0);
+  for (int32_t e : idx) ++g.offsets[static_cast<size_t>(e) + 1];
+  for (int64_t e = 0; e < E; ++e) g.offsets[e + 1] += g.offsets[e];
+  std::vector<int32_t> next(g.offsets.begin(), g.offsets.end() - 1);
+  g.pairs.assign(idx.size(), 0);
+  for (size_t p = 0; p < idx.size(); ++p) g.pairs[static_cast<size_t>(next[idx[p]]++)] = static_cast<int32_t>(p);
+  if (tile_rows > 0) {
+    for (int64_t e = 0; e < E; ++e)
+      for (int32_t r0 = g.offsets[e]; r0 < g.offsets[e + 1]; r0 += tile_rows)
+        g.tiles.insert(g.tiles.end(), {static_cast<int32_t>(e), r0, std::min(tile_rows, g.offsets[e + 1] - r0), 0});
+    while (static_cast<int64_t>(g.tiles.size()) < 4 * max_tiles) g.tiles.insert(g.tiles.end(), {-1, 0, 0, 0});
+  }
+  return g;
 }
 
 }  // namespace dgemma::gpu_test

@@ -4,33 +4,36 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/tuning.h"
 #include "gpu_checks.h"
 
 namespace dgemma::gpu_test {
 
-// A tuning setting (tuning.h: cuda::set_…(value) -> the previous value) set for a scope and restored on
-// exit, also when a check throws. E.g. Scoped<bool> split(cuda::set_route_split_placement, true);
-// Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kKernel) (uploads inside
-// take that path).
-template <class T>
-class Scoped {
+// Within its scope, cuda() (and every helper below) is a CUDA backend of its own built with `options`
+// (kernel choices: cuda_options.h), over the same device; the backend before it is synchronised first
+// (and its cached memory given back), this one at the end, so tensors pass between them safely. E.g.
+//   const WithOptions scope(options_with([](CudaOptions& o) { o.moe = MoeKernel::kSmallRows; }));
+// runs the MoE calls inside on the small-rows kernel.
+class WithOptions {
  public:
-  Scoped(T (*set)(T), T value) : set_(set), old_(set(value)) {}
-  ~Scoped() { set_(old_); }
-  Scoped(const Scoped&) = delete;
-  Scoped& operator=(const Scoped&) = delete;
-
- private:
-  T (*set_)(T);
-  T old_;
+  explicit WithOptions(const CudaOptions& options);
+  ~WithOptions();
+  WithOptions(const WithOptions&) = delete;
+  WithOptions& operator=(const WithOptions&) = delete;
 };
+// Whether the GPU runs the hopper family's kernels (sm_90), whatever the run's family: the checks of
+// those kernels force the family where it does.
+bool sm90_gpu();
+// The options of cuda() now: the innermost scope's, else run_options().
+const CudaOptions& current_options();
+// current_options() with `change` applied (for the scopes above).
+CudaOptions options_with(const std::function<void(CudaOptions&)>& change);
 
 // Random host tensors from one seeded stream (one per check: run_seed() mixed with the check's name).
 class Data {
@@ -114,6 +117,15 @@ AttnInputs make_attention_inputs(Data& d, const AttnCase& c);
 // over random seeds 47 to 53 of 64 tokens at H=2816, all 37 at H=64, while a structural error changes
 // every token) and on any probability moved by more than one bf16 step of a logit (2%). Returns, per
 // token, whether the routing (experts and weights) is identical.
+// The grouping of the MoE pairs top_idx [R] (values in [0, E)) by expert, as the routing kernel writes
+// it (moe/route.cuh, moe/grouped.cuh): offsets [E + 1], pairs [R] (the stable sort by expert) and the tile
+// list of tile_rows-row tiles ({expert, first row, rows, 0}, then {-1, 0, 0, 0} up to max_tiles
+// entries; none when tile_rows is 0).
+struct Grouping {
+  std::vector<int32_t> offsets, pairs, tiles;
+};
+Grouping group_by_expert(const std::vector<int32_t>& top_idx, int64_t E, int tile_rows, int64_t max_tiles);
+
 std::vector<char> compare_routing(Reporter& r, const std::string& name, const MoeArgs& cpu_args, const MoeArgs& gpu_args,
                                   int64_t min_tokens = 1);
 

@@ -1,6 +1,6 @@
-// FP8-dynamic's W8A8 dense linears on the CUDA backend (fp8_gemm.h, set_dense_quant(kW8A8)) against
+// FP8-dynamic's W8A8 dense linears on the CUDA backend (quant/fp8_gemm.h, DenseQuant::kW8A8) against
 // the CPU reference, which quantises the activations per token as the checkpoint prescribes
-// (cpu::quantize_fp8_per_token):
+// (quant_ref::quantize_fp8_per_token):
 //  * the activation quantisation kernel alone, bit for bit (scales and codes) at several shapes and on
 //    rows with outliers, zeros, NaN, infinities and tiny values;
 //  * the whole matmul (quantise + cuBLASLt FP8 GEMM) at the 26B shapes and small ones, and what the
@@ -17,11 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
-#include "backend/cuda/cuda_context.h"
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/fp8_gemm.h"
-#include "backend/cuda/tuning.h"
+#include "backend/cuda/core/context.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/quant/fp8_gemm.h"
+#include "backend/quant_reference.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
 
@@ -80,7 +79,7 @@ bool same_bits(float a, float b) {
   return x == y;
 }
 
-// The quantisation kernel against cpu::quantize_fp8_per_token, bit for bit.
+// The quantisation kernel against quant_ref::quantize_fp8_per_token, bit for bit.
 void check_quantize(Reporter& r) {
   Data d("w8a8 quantize");
   const cuda::Context& ctx = cuda::context_of(cuda());
@@ -102,7 +101,7 @@ void check_quantize(Reporter& r) {
     }
     std::vector<float> want(static_cast<size_t>(s.T * s.K)), want_s(static_cast<size_t>(s.T));
     for (size_t i = 0; i < want.size(); ++i) want[i] = bf16_to_f32(p[i]);
-    cpu::quantize_fp8_per_token(want.data(), s.T, s.K, want_s.data());
+    quant_ref::quantize_fp8_per_token(want.data(), s.T, s.K, want_s.data());
     const Tensor xg = up(x);
     Tensor q = cuda().alloc(ScalarType::kU8, {s.T, s.K}), sc = poisoned(ScalarType::kF32, {s.T});
     poison(q);
@@ -119,7 +118,7 @@ void check_quantize(Reporter& r) {
       }
     r.note(name + ": " + std::to_string(bad_s) + " scales and " + std::to_string(bad_q) + " codes differ from the CPU's");
     if (bad_s != 0 || bad_q != 0)
-      r.fail(name + ": not bit-identical to cpu::quantize_fp8_per_token" +
+      r.fail(name + ": not bit-identical to quant_ref::quantize_fp8_per_token" +
              (first >= 0 ? " (first code at " + std::to_string(first) + ": got " +
                                std::to_string(f8e4m3_to_f32(codes[static_cast<size_t>(first)])) + " want " +
                                std::to_string(want[static_cast<size_t>(first)]) + ")"
@@ -148,11 +147,11 @@ void check_dense(Reporter& r, int64_t T, int64_t N, int64_t K) {
   cpu().matmul(x, w, oc);  // w.act: FP8 activations
   Weight wg, wk;
   {
-    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kW8A8);
+    const WithOptions path(options_with([](CudaOptions& o) { o.dense_quant = DenseQuant::kW8A8; }));
     wg = cuda().upload_weight(w);
   }
   {
-    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kKernel);
+    const WithOptions path(options_with([](CudaOptions& o) { o.dense_quant = DenseQuant::kKernel; }));
     wk = cuda().upload_weight(w);
   }
   if (wg.act != ActQuant::kFp8Token || !wg.quantized()) {
@@ -180,7 +179,7 @@ void check_refused_shape(Reporter& r) {
   const Tensor x = activations(d, T, K);
   Weight wg;
   {
-    const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, cuda::DenseQuant::kW8A8);
+    const WithOptions path(options_with([](CudaOptions& o) { o.dense_quant = DenseQuant::kW8A8; }));
     wg = cuda().upload_weight(w);
   }
   if (wg.act != ActQuant::kNone || !wg.quantized()) {
@@ -231,8 +230,10 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
     const Weight host = fp8_dense_weight(d, s.N, s.K, 0.02f);
     Weight w[3];
     for (int p = 0; p < 3; ++p) {
-      const Scoped<cuda::DenseQuant> path(cuda::set_dense_quant, p == 0 ? cuda::DenseQuant::kW8A8 : p == 1 ? cuda::DenseQuant::kKernel : cuda::DenseQuant::kBf16);
-      w[p] = be.upload_weight(host);
+      const WithOptions path(options_with([&](CudaOptions& o) {
+        o.dense_quant = p == 0 ? DenseQuant::kW8A8 : p == 1 ? DenseQuant::kKernel : DenseQuant::kBf16;
+      }));
+      w[p] = cuda().upload_weight(host);
     }
     const bool w8a8 = w[0].act == ActQuant::kFp8Token;
     for (int64_t T : {int64_t{256}, int64_t{1024}, int64_t{4096}}) {
@@ -262,9 +263,9 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
       row((base + " bf16 cuBLAS").c_str(), time_ms([&] { be.matmul(x, w[2], out); }));
     }
   }
-  // The MoE block with FP8-dynamic experts (E128 top-8, H2816 I704): W8A16 (grouped_moe_fp4.cuh)
-  // against W8A8 (grouped_moe_w8a8.cuh, each tile shape; automatic first), the whole moe() call
-  // (routing, grouping, quantisations, both GEMMs, combine).
+  // The MoE block with FP8-dynamic experts (E128 top-8, H2816 I704): W8A16 (quant/weight_only.cuh)
+  // against W8A8 (quant/w8a8_experts.cuh, the hopper family), the whole moe() call (routing, grouping,
+  // quantisations, both GEMMs, combine).
   constexpr int64_t H = 2816, I = 704, E = 128, K = 8, Tmax = 4096;
   MoeArgs m;
   m.router_in = be.alloc(ScalarType::kBF16, {Tmax, H});
@@ -282,14 +283,17 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
   const Weight gu = fp8_dense_weight(d, 2 * I, H, 0.02f, E), dn = fp8_dense_weight(d, H, I, 0.04f, E);
   MoeArgs m16 = m, m8 = m;
   {
-    const Scoped<bool> w8a16(cuda::set_fp8_moe_w8a8, false);
-    m16.gate_up = be.upload_weight(gu);
-    m16.down = be.upload_weight(dn);
+    const WithOptions w8a16(options_with([](CudaOptions& o) { o.fp8_experts = Fp8Experts::kW8A16; }));
+    m16.gate_up = cuda().upload_weight(gu);
+    m16.down = cuda().upload_weight(dn);
   }
-  {
-    const Scoped<bool> w8a8(cuda::set_fp8_moe_w8a8, true);
-    m8.gate_up = be.upload_weight(gu);
-    m8.down = be.upload_weight(dn);
+  if (sm90_gpu()) {
+    const WithOptions w8a8(options_with([](CudaOptions& o) {
+      o.family = KernelFamily::kHopper;
+      o.fp8_experts = Fp8Experts::kW8A8;
+    }));
+    m8.gate_up = cuda().upload_weight(gu);
+    m8.down = cuda().upload_weight(dn);
   }
   const bool w8a8 = m8.gate_up.act == ActQuant::kFp8Token && m8.down.act == ActQuant::kFp8Token;
   for (int64_t T : {int64_t{256}, int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
@@ -304,11 +308,7 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
       row((base + " W8A8: not kept for W8A8 (no sm_90?)").c_str(), 0.0);
       continue;
     }
-    static const char* const kTiles[cuda::kW8a8MoeTiles + 1] = {"auto", "64x128", "128x128"};
-    for (int v = 0; v <= cuda::kW8a8MoeTiles; ++v) {
-      const Scoped<int> tile(cuda::set_w8a8_moe_tile, v);
-      row((base + " W8A8 tile " + kTiles[v]).c_str(), time_ms([&] { be.moe(m8); }));
-    }
+    row((base + " W8A8").c_str(), time_ms([&] { be.moe(m8); }));
   }
 }
 

@@ -6,12 +6,11 @@ std::vector<Case> op_cases();     // gpu_check_ops.cpp
 std::vector<Case> model_cases();  // gpu_check_model.cpp
 std::vector<Case> trajectory_cases();  // gpu_check_trajectory.cpp
 std::vector<Case> graph_cases();       // gpu_check_graphs.cpp
-std::vector<Case> fused_attention_cases();  // gpu_check_fused_attention.cpp
 std::vector<Case> flash_attention_cases();  // gpu_check_flash_attention.cpp
 std::vector<Case> grouped_moe_cases();      // gpu_check_grouped_moe.cpp
 std::vector<Case> decide_cases();           // gpu_check_decide.cpp
 std::vector<Case> quant_cases();            // gpu_check_quant.cpp
-std::vector<Case> quant_wgmma_cases();      // gpu_check_quant_wgmma.cpp
+std::vector<Case> quant_large_cases();      // gpu_check_quant_large.cpp
 std::vector<Case> nccl_cases();             // gpu_check_nccl.cpp
 std::vector<Case> sample_filter_cases();    // gpu_check_sample_filter.cpp
 std::vector<Case> batch_cases();            // gpu_check_batch.cpp
@@ -23,7 +22,6 @@ std::vector<Case> w8a8_moe_cases();         // gpu_check_quant.cpp
 
 std::vector<Case> all_cases() {
   std::vector<Case> all = op_cases();
-  for (auto& c : fused_attention_cases()) all.push_back(std::move(c));
   for (auto& c : flash_attention_cases()) all.push_back(std::move(c));
   for (auto& c : grouped_moe_cases()) all.push_back(std::move(c));
   for (auto& c : decide_cases()) all.push_back(std::move(c));
@@ -33,7 +31,7 @@ std::vector<Case> all_cases() {
   for (auto& c : memory_cases()) all.push_back(std::move(c));
   for (auto& c : fused_gemm_cases()) all.push_back(std::move(c));
   for (auto& c : quant_cases()) all.push_back(std::move(c));
-  for (auto& c : quant_wgmma_cases()) all.push_back(std::move(c));
+  for (auto& c : quant_large_cases()) all.push_back(std::move(c));
   for (auto& c : model_cases()) all.push_back(std::move(c));
   for (auto& c : trajectory_cases()) all.push_back(std::move(c));
   for (auto& c : graph_cases()) all.push_back(std::move(c));

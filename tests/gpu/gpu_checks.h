@@ -29,9 +29,13 @@ struct Case {
 // Every check, in a fixed order.
 std::vector<Case> all_cases();
 
-// The two backends (created once per process). cuda() throws when no GPU is usable.
+// The two backends (created once per process; cuda() with run_options(), or within a WithOptions
+// scope that scope's backend, gpu_check_util.h). cuda() throws when no GPU is usable.
 Backend& cpu();
 Backend& cuda();
+// The kernel choices of the run's CUDA backend (the drivers' --kernel-family: the whole set of checks
+// runs in the family given); set before the first cuda().
+CudaOptions& run_options();
 
 // Seed of this run's random inputs: DGEMMA_TEST_SEED if set, else fresh from std::random_device
 // (printed by the drivers, so a failure can be replayed).

@@ -50,7 +50,8 @@ class StepProfileTest(unittest.TestCase):
     def test_by_kind_tells_the_vocabulary_gemms_from_the_per_layer_ones(self):
         launches = [("void dgemma::grouped_wgmma_kernel<Cfg, 1>(Args)", 0.4), ("nvjet_sm90_tst_176x128", 0.05),
                     ("nvjet_sm90_tst_176x128", 0.05), ("nvjet_sm90_tst_320x128_TNT", 0.5),
-                    ("void flash::flash_attention_kernel<256>(Params)", 0.1), ("dgemma::slice_stats_kernel<1, 2>", 0.3),
+                    ("void flash::flash_attention_kernel<256>(Params)", 0.1), ("dgemma::slice_stats_kernel<32>", 0.2),
+                    ("dgemma::z_exp_table_kernel(SamplerBatch const*, uint4*)", 0.1),
                     ("dgemma::quantize_fp8_rows_kernel<4>", 0.01), ("dgemma::route_group_kernel<4>", 0.02),
                     ("residual::ffn_residual_kernel<1>", 0.03)]
         s = step_profile.summarise_by_kind(launches).splitlines()

@@ -8,7 +8,7 @@ instruction of the kernel writes; they stopped with cudaErrorIllegalInstruction 
 (docs/QUANTIZATION.md). This check flags that pattern in every kernel of a build.
 
 Usage (on the GPU machine, after scripts/device_build.sh):
-  for o in build-device/obj/src/backend/cuda/*.o; do cuobjdump -sass $o; done > all.sass
+  find build-device/obj/src/backend/cuda -name '*.o' | while read -r o; do cuobjdump -sass $o; done > all.sass
   python3 tools/cuda/sass_descriptor_check.py all.sass
 Exit status 1 when a kernel has a suspect descriptor.
 """

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "backend/collective.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/rope_math.h"
 #include "util/bf16.h"
 #include "util/counter_rng.h"
 #include "util/error.h"
@@ -119,17 +120,7 @@ class CpuBackend final : public Backend {
           c[j] = round_bf16(std::cos(f));
           s[j] = round_bf16(std::sin(f));
         }
-        for (int64_t h = 0; h < NH; ++h) {
-          uint16_t* v = data + (t * NH + h) * D;
-          for (int64_t j = 0; j < half; ++j) {
-            const float x1 = bf16_to_f32(v[j]), x2 = bf16_to_f32(v[j + half]);
-            // (x * cos) + (rotate_half(x) * sin), each product and the sum rounded to bf16
-            const float o1 = round_bf16(round_bf16(x1 * c[j]) + round_bf16(-x2 * s[j]));
-            const float o2 = round_bf16(round_bf16(x2 * c[j]) + round_bf16(x1 * s[j]));
-            v[j] = f32_to_bf16(o1);
-            v[j + half] = f32_to_bf16(o2);
-          }
-        }
+        for (int64_t h = 0; h < NH; ++h) rope_rotate_block(data + (t * NH + h) * D, half, c.data(), s.data());
       }
     });
   }

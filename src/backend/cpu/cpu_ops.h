@@ -15,6 +15,9 @@ void attention(const AttentionArgs& a);                               // attenti
 void moe(const MoeArgs& a);                                           // moe.cpp
 void sampler(const SamplerArgs& a);                                   // sampler.cpp
 void decide(const DecideArgs& a);                                     // decide.cpp
+// Host tensors only (the Backend defaults call them through the host).
+void rope_2d(const Tensor& x, const Tensor& positions, const Tensor& inv_freq);  // vision_ops.cpp
+void vision_pool(const VisionPoolArgs& a);                                       // vision_ops.cpp
 
 // gelu_pytorch_tanh in fp32, exactly PyTorch's formula.
 inline float gelu_tanh(float x) {

@@ -1,11 +1,12 @@
-// GEMMs on the CPU (bf16 or quantised weights, quant.h): operands converted to fp32, fixed-order fp32 dot products (dot.h), output
-// rounded to bf16 — what cuBLAS does with bf16 inputs and fp32 accumulation, up to summation order.
+// GEMMs on the CPU (bf16 or quantised weights, quant_reference.h): operands converted to fp32, fixed-order
+// fp32 dot products (dot.h), output rounded to bf16 — what cuBLAS does with bf16 inputs and fp32
+// accumulation, up to summation order.
 #include <algorithm>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/dot.h"
-#include "backend/cpu/quant.h"
+#include "backend/quant_reference.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -36,9 +37,9 @@ void matmul(const Tensor& x, const Weight& w, const Tensor& out) {
   std::vector<float> xs;  // per-token activation scales (FP8-dynamic)
   if (w.act == ActQuant::kFp8Token) {
     xs.resize(static_cast<size_t>(T));
-    quantize_fp8_per_token(xf.data(), T, K, xs.data());
+    quant_ref::quantize_fp8_per_token(xf.data(), T, K, xs.data());
   }
-  const float* rs = row_scales(w, 0);
+  const float* rs = quant_ref::row_scales(w, 0);
   const int64_t tiles = (N + kRowTile - 1) / kRowTile;
   uint16_t* o = out.ptr<uint16_t>();
   parallel_for(static_cast<size_t>(tiles), [&](size_t b, size_t e) {
@@ -46,7 +47,7 @@ void matmul(const Tensor& x, const Weight& w, const Tensor& out) {
     for (size_t ti = b; ti < e; ++ti) {
       const int64_t n0 = static_cast<int64_t>(ti) * kRowTile;
       const int64_t nn = std::min(kRowTile, N - n0);
-      dequant_rows(w, 0, n0, nn, wf.data());
+      quant_ref::dequant_rows(w, 0, n0, nn, wf.data());
       for (int64_t t = 0; t < T; ++t)
         for (int64_t j = 0; j < nn; ++j) {
           float acc = dot_f32(xf.data() + t * K, wf.data() + j * K, K);

@@ -9,7 +9,7 @@
 #include "backend/collective.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/dot.h"
-#include "backend/cpu/quant.h"
+#include "backend/quant_reference.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -18,16 +18,17 @@ namespace dgemma::cpu {
 namespace {
 
 // out[n, N] = x[n, K] . w^T of one expert (w already dequantised to fp32 value * block), then the
-// activation and row scales of a quantised weight (quant.h); x is quantised in place for FP8-dynamic.
+// activation and row scales of a quantised weight (quant_reference.h); x is quantised in place for
+// FP8-dynamic.
 void expert_gemm(const Weight& w, int64_t ex, std::vector<float>& x, const std::vector<float>& wf,
                  std::vector<float>& out, int64_t n, int64_t N, int64_t K) {
   std::vector<float> xs;
   if (w.act == ActQuant::kFp8Token) {
     xs.resize(static_cast<size_t>(n));
-    quantize_fp8_per_token(x.data(), n, K, xs.data());
+    quant_ref::quantize_fp8_per_token(x.data(), n, K, xs.data());
   }
   gemm_nt_f32(x.data(), wf.data(), out.data(), n, N, K);
-  const float* rs = row_scales(w, ex);
+  const float* rs = quant_ref::row_scales(w, ex);
   if (xs.empty() && !rs) return;
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < N; ++j) {
@@ -137,8 +138,8 @@ void moe(const MoeArgs& a) {
         for (int64_t i = 0; i < H; ++i) xs[r * H + i] = bf16_to_f32(src[i]);
       }
       const int64_t lx = static_cast<int64_t>(le);  // the expert's index in the local weights
-      dequant_rows(a.gate_up, lx, 0, I2, wgu.data());
-      dequant_rows(a.down, lx, 0, H, wd.data());
+      quant_ref::dequant_rows(a.gate_up, lx, 0, I2, wgu.data());
+      quant_ref::dequant_rows(a.down, lx, 0, H, wd.data());
       expert_gemm(a.gate_up, lx, xs, wgu, gu, n, I2, H);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t i = 0; i < I; ++i) {

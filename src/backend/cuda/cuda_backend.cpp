@@ -1,7 +1,7 @@
 // The CUDA backend: every op of backend.h on one stream of one GPU, bf16 activations with fp32
 // maths and the CPU reference's bf16 rounding points (tests/gpu compare the two op by op).
 //
-// Memory: a caching allocator (cuda_context.cpp); alloc() memory is not zeroed. to_host synchronises
+// Memory: a caching allocator (core/context.cpp); alloc() memory is not zeroed. to_host synchronises
 // the stream; from_host of a small buffer is staged through a pinned ring and copied asynchronously
 // (the caller may reuse its buffer at once; a step's inputs go up without a synchronisation), larger
 // ones and upload() synchronise. Ops only enqueue work; synchronize() and to_host wait and report
@@ -16,186 +16,36 @@
 //  * fp32 libm functions (exp, tanh, cos, sin, pow) are evaluated in double and rounded once: this
 //    matches glibc's (correctly rounded in almost all cases) fp32 results nearly always.
 // Every other op is bit-identical to the CPU backend.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <climits>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
-#include "backend/cuda/block_copy.cuh"
-#include "backend/cuda/cuda_check.h"
-#include "backend/cuda/cuda_context.h"
-#include "backend/cuda/cuda_graph.h"
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/decide.cuh"
-#include "backend/cuda/elementwise.cuh"
-#include "backend/cuda/fp8_gemm.h"
-#include "backend/cuda/grouped_moe_fp4.cuh"
-#include "backend/cuda/grouped_moe_w8a8.cuh"
-#include "backend/cuda/quant_layout.h"
-#include "backend/cuda/kv_cache.cuh"
-#include "backend/cuda/norm_rope.cuh"
-#include "backend/cuda/qkv_prologue.cuh"
-#include "backend/cuda/sampler.cuh"
-#include "backend/cuda/tuning.h"
-#include "backend/cpu/quant.h"
-#include "backend/decide_rules.h"
+#include "backend/cuda/attention/attention.h"
+#include "backend/cuda/core/block_copy.cuh"
+#include "backend/cuda/core/check.h"
+#include "backend/cuda/core/context.h"
+#include "backend/cuda/core/graph.h"
+#include "backend/cuda/core/kv_cache.cuh"
+#include "backend/cuda/layer/elementwise.cuh"
+#include "backend/cuda/layer/norm.cuh"
+#include "backend/cuda/layer/qkv_prologue.cuh"
+#include "backend/cuda/layer/residual.cuh"
+#include "backend/cuda/layer/rope.cuh"
+#include "backend/cuda/moe/moe.h"
+#include "backend/cuda/quant/fp8_gemm.h"
+#include "backend/cuda/quant/weight_only.cuh"
+#include "backend/cuda/quant/weight_placement.h"
+#include "backend/cuda/sampler/ops.h"
 #include "util/counter_rng.h"
-#include "util/bf16.h"
 #include "util/error.h"
 #include "util/log.h"
-#include "util/parallel.h"
 
 namespace dgemma::cuda {
-
-namespace {
-
-// One canvas's sampler arguments, validated, as the kernels take them.
-SamplerLaunch sampler_launch(const SamplerArgs& a) {
-  const char* op = "sampler";
-  need_type(a.logits, ScalarType::kBF16, op, "logits");
-  DG_CHECK(a.logits.ndim == 2);
-  const int64_t C = a.logits.dim(0), V = a.logits.dim(1);
-  DG_CHECK(V > 0 && V < INT_MAX);
-  need_type(a.entropy, ScalarType::kF32, op, "entropy");
-  need_type(a.argmax, ScalarType::kI32, op, "argmax");
-  need_type(a.sample, ScalarType::kI32, op, "sample");
-  DG_CHECK(a.entropy.numel() == C && a.argmax.numel() == C && a.sample.numel() == C);
-  SamplerLaunch s;
-  s.logits = a.logits.ptr<uint16_t>();
-  s.C = C;
-  s.V = V;
-  s.softcap = a.softcap;
-  s.temperature = a.temperature;
-  s.sample_key = a.sample_key;
-  s.want_probs = a.want_probs;
-  s.want_sample = a.want_sample;
-  s.entropy = a.entropy.ptr<float>();
-  s.argmax = a.argmax.ptr<int32_t>();
-  s.sample = a.sample.ptr<int32_t>();
-  auto optional = [&](const Tensor& t, const char* what) -> float* {
-    if (t.empty()) return nullptr;
-    need_type(t, ScalarType::kF32, op, what);
-    DG_CHECK(t.numel() == C);
-    return t.ptr<float>();
-  };
-  s.argmax_logprob = optional(a.argmax_logprob, "argmax_logprob");
-  s.argmax_gap = optional(a.argmax_gap, "argmax_gap");
-  s.sample_gap = optional(a.sample_gap, "sample_gap");
-  s.sample_floor = optional(a.sample_floor, "sample_floor");
-  s.filter = a.filter;
-  if (a.top_n > 0) {
-    DG_CHECK(a.top_n <= kMaxTopN && a.top_n <= V);
-    need_type(a.top_ids, ScalarType::kI32, op, "top_ids");
-    need_type(a.top_logprobs, ScalarType::kF32, op, "top_logprobs");
-    DG_CHECK(a.top_ids.numel() == C * a.top_n && a.top_logprobs.numel() == C * a.top_n);
-    s.top_n = a.top_n;
-    s.top_ids = a.top_ids.ptr<int32_t>();
-    s.top_logprobs = a.top_logprobs.ptr<float>();
-  }
-  return s;
-}
-
-}  // namespace
-
-namespace {
-std::atomic<bool> g_sampler_z_table{true};
-}  // namespace
-
-bool set_sampler_z_table(bool on) { return g_sampler_z_table.exchange(on); }
-
-// The launch groups of a step's canvases (kMaxSamplerBatch each), validated, as the kernels read them.
-std::vector<SamplerBatch> sampler_batches(std::span<const SamplerArgs> canvases) {
-  std::vector<SamplerLaunch> all;
-  all.reserve(canvases.size());
-  for (const SamplerArgs& a : canvases) {
-    all.push_back(sampler_launch(a));
-    if (all.back().V != all.front().V)
-      fail(ErrorKind::kInternal, "sampler_batch: canvases of {} and {} columns", all.front().V, all.back().V);
-  }
-  std::vector<SamplerBatch> groups;
-  for (size_t i = 0; i < all.size(); i += kMaxSamplerBatch)
-    groups.push_back(make_sampler_batch(all.data() + i, static_cast<int>(std::min<size_t>(kMaxSamplerBatch, all.size() - i))));
-  return groups;
-}
-
-size_t encoded_sampler_bytes(int canvases) {
-  return static_cast<size_t>((canvases + kMaxSamplerBatch - 1) / kMaxSamplerBatch) * sizeof(SamplerBatch);
-}
-
-void encode_sampler_args(std::span<const SamplerArgs> canvases, void* host) {
-  const std::vector<SamplerBatch> groups = sampler_batches(canvases);
-  std::memcpy(host, groups.data(), groups.size() * sizeof(SamplerBatch));
-}
-
-// One launch per pass for each group; the kernels read group g at encoded + g (device memory), or, without
-// `encoded`, from a copy sent up through the staging ring ahead of the launches.
-void sampler_batch(const Context& ctx, std::span<const SamplerArgs> canvases, const SamplerBatch* encoded) {
-  const std::vector<SamplerBatch> groups = sampler_batches(canvases);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const size_t ws_bytes = sampler_workspace_bytes(groups[g]);
-    const size_t args_at = (ws_bytes + 255) / 256 * 256;
-    Tensor workspace = ctx.alloc(ScalarType::kU8, {static_cast<int64_t>(args_at + (encoded ? 0 : sizeof(SamplerBatch)))});
-    const SamplerBatch* dev = encoded + g;
-    if (encoded == nullptr) {
-      dev = reinterpret_cast<const SamplerBatch*>(workspace.ptr<uint8_t>() + args_at);
-      ctx.upload_small(const_cast<SamplerBatch*>(dev), &groups[g], sizeof(SamplerBatch));
-    }
-    launch_sampler(groups[g], dev, workspace.data, ctx.stream, g_sampler_z_table.load());
-  }
-}
-
-void sampler(const Context& ctx, const SamplerArgs& a) { sampler_batch(ctx, std::span<const SamplerArgs>(&a, 1), nullptr); }
-
-namespace {
-std::atomic<DenseQuant>& dense_quant_setting() {
-  static std::atomic<DenseQuant> path{[] {
-    DenseQuant p = DenseQuant::kW8A8;
-    const char* v = std::getenv("DGEMMA_DENSE_QUANT");
-    if (v != nullptr && !parse_dense_quant(v, &p))
-      DG_LOG_WARN("cuda", "DGEMMA_DENSE_QUANT={} is none of w8a8 / on / off: ignored", v);
-    return p;
-  }()};
-  return path;
-}
-std::atomic<bool> g_fused_qkv{true};
-std::atomic<bool>& fp8_kernels_setting() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("DGEMMA_FP8_KERNELS");
-    return v == nullptr || std::string_view(v) != "0";
-  }()};
-  return on;
-}
-}  // namespace
-
-DenseQuant set_dense_quant(DenseQuant path) { return dense_quant_setting().exchange(path); }
-DenseQuant dense_quant() { return dense_quant_setting().load(); }
-
-bool parse_dense_quant(const char* word, DenseQuant* out) {
-  const std::string_view w = word == nullptr ? std::string_view() : std::string_view(word);
-  if (w == "w8a8") *out = DenseQuant::kW8A8;
-  else if (w == "on") *out = DenseQuant::kKernel;
-  else if (w == "off") *out = DenseQuant::kBf16;
-  else return false;
-  return true;
-}
-
-const char* dense_quant_name(DenseQuant path) {
-  switch (path) {
-    case DenseQuant::kW8A8: return "w8a8";
-    case DenseQuant::kKernel: return "on";
-    case DenseQuant::kBf16: return "off";
-  }
-  return "?";
-}
-
-bool set_fp8_weight_kernels(bool on) { return fp8_kernels_setting().exchange(on); }
-bool set_fused_qkv_prologue(bool on) { return g_fused_qkv.exchange(on); }
-
 namespace {
 
 const uint16_t* bf16_in(const Tensor& t, const char* op, const char* what) {
@@ -215,7 +65,7 @@ cudaMemcpyKind kind_of(Device dst, Device src) {
 class CudaBackend final : public Backend {
  public:
   const Context& context() const { return ctx_; }
-  explicit CudaBackend(int device_index) : ctx_(device_index), fp8_gemm_(ctx_.stream) {
+  CudaBackend(int device_index, const CudaOptions& resolved) : ctx_(device_index, resolved), fp8_gemm_(ctx_.stream) {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, device_index));
     name_ = fmt::format("cuda:{} ({}, sm_{}{})", device_index, p.name, p.major, p.minor);
@@ -238,6 +88,14 @@ class CudaBackend final : public Backend {
     activate();
     ctx_.allocator->trim();
   }
+  DeviceWorkStats work_stats() const override {
+    return {ctx_.counters.launches(), ctx_.counters.syncs(), ctx_.counters.wait_ns()};
+  }
+  void profiler_window(bool open) override {
+    activate();
+    if (open) CUDA_CHECK(cudaProfilerStart());
+    else CUDA_CHECK(cudaProfilerStop());
+  }
 
   Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) override {
     activate();
@@ -255,110 +113,48 @@ class CudaBackend final : public Backend {
     return t;
   }
 
-  // Where a quantised weight goes (set_dense_quant, tuning.h): the one rule.
-  enum class Placement {
-    kW8A8,    // row-major E4M3 as in the checkpoint: cuBLASLt's FP8 GEMM (fp8_gemm.h) or the W8A8 experts
-    kKernel,  // repacked for the W4A16 / W8A16 kernels (quant_layout.h)
-    kBf16,    // dequantised exactly, rounded to bf16 once
-  };
-  Placement placement(const Weight& host) {
-    const bool fp8 = host.format == WeightFormat::kFp8Channel;
-    // set_fp8_weight_kernels(false) (DGEMMA_FP8_KERNELS=0) serves FP8 weights from exact bf16 copies.
-    if (fp8 && !fp8_kernels_setting().load()) return Placement::kBf16;
-    const bool kernel_shape = host.rows() % 8 == 0 && host.cols() % 64 == 0;
-    if (host.data.ndim == 3) {  // expert stacks: W8A8 on FP8 wgmma (set_fp8_moe_w8a8), else the W8A16 / W4A16 kernels
-      if (fp8 && host.act == ActQuant::kFp8Token && fp8_moe_w8a8()) {
-        activate();
-        if (grouped_w8a8_supported(host.rows(), host.cols(), nullptr)) return Placement::kW8A8;
-      }
-      return kernel_shape ? Placement::kKernel : Placement::kBf16;
-    }
-    const DenseQuant path = dense_quant();
-    if (path == DenseQuant::kW8A8 && fp8 && host.act == ActQuant::kFp8Token) {
+  // Where a quantised weight goes (quant/weight_placement.h); cuBLASLt is asked about a dense W8A8
+  // linear's shape once per weight.
+  WeightPlacement placement(const Weight& host) {
+    bool dense_w8a8 = false;
+    if (wants_dense_w8a8(host, ctx_.options)) {
       activate();
-      if (fp8_gemm_.supported(host.rows(), host.cols())) return Placement::kW8A8;
-      if (!warned_w8a8_) {
+      dense_w8a8 = fp8_gemm_.supported(host.rows(), host.cols());
+      if (!dense_w8a8 && !warned_w8a8_) {
         DG_LOG_WARN("cuda", "cuBLASLt takes no W8A8 FP8 GEMM of a [{}, {}] weight: such linears run W8A16", host.rows(),
                     host.cols());
         warned_w8a8_ = true;
       }
     }
-    return path != DenseQuant::kBf16 && kernel_shape ? Placement::kKernel : Placement::kBf16;
+    return weight_placement(host, ctx_.options, dense_w8a8);
   }
 
   // kBf16 serves quantised weights off the kernels' shape rule (K % 64, rows % 8), and dense linears
-  // when set_dense_quant is off: the weight is dequantised exactly on the host (the CPU reference,
-  // fp32) and rounded to bf16 once, then served by the bf16 kernels: bf16 speed and memory for those
-  // weights, and FP8-dynamic's activation quantisation is not emulated. The device weight's `act`
-  // says what the device computes: kFp8Token only for kW8A8 (which matmul reads as the row-major
-  // layout), kNone for the W8A16 kernel's repacked weights.
+  // with DenseQuant::kBf16: bf16 speed and memory for those weights, and FP8-dynamic's activation
+  // quantisation is not emulated. The device weight's `act` says what the device computes: kFp8Token
+  // only for kW8A8 (which matmul reads as the row-major layout), kNone for the W8A16 kernel's repacked
+  // weights.
   Weight upload_weight(const Weight& host) override {
     if (!host.quantized()) return Backend::upload_weight(host);
-    const Placement where = placement(host);
-    if (where == Placement::kW8A8) {
-      DG_CHECK(host.data.device == Device::kCpu);
-      return Backend::upload_weight(host);
-    }
-    if (where == Placement::kKernel) {
-      Weight w = host;
-      w.act = ActQuant::kNone;  // W4A16 / W8A16: bf16 activations
-      if (host.format == WeightFormat::kNvfp4)
-        DG_CHECK(host.block.device == Device::kCpu && host.block.numel() == host.experts() * host.rows() * (host.cols() / 16));
-      Tensor bytes = host.data.ndim == 3 ? host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1), host.data.dim(2)})
-                                         : host_tensor(host.data.type, {host.data.dim(0), host.data.dim(1)});
-      const int64_t n = static_cast<int64_t>(bytes.nbytes()), chunk = int64_t{1} << 20;  // whole rows per chunk
-      const int64_t row = host.data.dim(-1), rows_per_chunk = std::max<int64_t>(1, chunk / row);
-      const int64_t n_rows = n / row;
-      parallel_for(static_cast<size_t>((n_rows + rows_per_chunk - 1) / rows_per_chunk), [&](size_t b, size_t e) {
-        for (size_t c = b; c < e; ++c) {
-          const int64_t r0 = static_cast<int64_t>(c) * rows_per_chunk, r1 = std::min(n_rows, r0 + rows_per_chunk);
-          std::memcpy(bytes.ptr<uint8_t>() + r0 * row, host.data.ptr<uint8_t>() + r0 * row, static_cast<size_t>((r1 - r0) * row));
-          if (host.format == WeightFormat::kNvfp4)  // the device scale codes have no zero (quant_layout.h)
-            zero_unscaled_blocks(bytes.ptr<uint8_t>() + r0 * row, host.block.ptr<uint8_t>() + r0 * (host.cols() / 16),
-                                 r1 - r0, host.cols());
-          repack_quant_weights(host.format == WeightFormat::kFp8Channel, bytes.ptr<uint8_t>() + r0 * row, (r1 - r0) * row);
-        }
-      });
-      w.data = bytes;
-      if (host.format == WeightFormat::kNvfp4) {  // block scales stage major (quant_layout.h), same dims
-        DG_CHECK(host.block.device == Device::kCpu && host.block.numel() == host.experts() * host.rows() * (host.cols() / 16));
-        Tensor scales = host_tensor(host.block.type, {host.block.numel()});
-        const int64_t per_expert = host.rows() * (host.cols() / 16);
-        parallel_for(static_cast<size_t>(host.experts()), [&](size_t b, size_t e) {
-          for (size_t x = b; x < e; ++x)
-            repack_block_scales(host.block.ptr<uint8_t>() + x * per_expert, scales.ptr<uint8_t>() + x * per_expert, 1,
-                                host.rows(), host.cols());
-        });
-        w.block = host.block.ndim == 3 ? scales.reshape({host.experts(), host.rows(), host.cols() / 16})
-                                       : scales.reshape({host.rows(), host.cols() / 16});
-      }
-      return Backend::upload_weight(w);
+    switch (placement(host)) {
+      case WeightPlacement::kW8A8:
+        DG_CHECK(host.data.device == Device::kCpu);
+        return Backend::upload_weight(host);
+      case WeightPlacement::kKernel: return Backend::upload_weight(repacked_for_kernels(host));
+      case WeightPlacement::kBf16: break;
     }
     DG_CHECK(host.data.device == Device::kCpu);
     if (!warned_dequant_) {
-      // Dense linears with set_dense_quant off are dequantised by request (as are FP8 weights with
-      // set_fp8_weight_kernels off); a weight off the kernels' shape rule is worth a warning.
+      // Dense linears with DenseQuant::kBf16 are dequantised by request; a weight off the kernels'
+      // shape rule is worth a warning.
       if (host.rows() % 8 == 0 && host.cols() % 64 == 0)
-        DG_LOG_INFO("cuda", "{} linears are dequantised to bf16 at load (set_dense_quant off or set_fp8_weight_kernels off)",
-                    weight_format_name(host.format));
+        DG_LOG_INFO("cuda", "{} linears are dequantised to bf16 at load (dense quant bf16)", weight_format_name(host.format));
       else
         DG_LOG_WARN("cuda", "{} weights off the quantised kernels' shape rule are dequantised to bf16 at load",
                     weight_format_name(host.format));
       warned_dequant_ = true;
     }
-    const int64_t E = host.experts(), N = host.rows(), K = host.cols();
-    Tensor bf = host.data.ndim == 3 ? host_tensor(ScalarType::kBF16, {E, N, K}) : host_tensor(ScalarType::kBF16, {N, K});
-    parallel_for(static_cast<size_t>(E * N), [&](size_t b, size_t e) {
-      std::vector<float> row(static_cast<size_t>(K));
-      for (size_t r = b; r < e; ++r) {
-        const int64_t ex = static_cast<int64_t>(r) / N, n = static_cast<int64_t>(r) % N;
-        cpu::dequant_rows(host, ex, n, 1, row.data());
-        const float rs = cpu::row_scales(host, ex)[n];
-        uint16_t* dst = bf.ptr<uint16_t>() + static_cast<int64_t>(r) * K;
-        for (int64_t k = 0; k < K; ++k) dst[k] = f32_to_bf16(row[static_cast<size_t>(k)] * rs);
-      }
-    });
-    return Weight(upload(bf));
+    return Weight(upload(dequantized_bf16(host)));
   }
 
   void to_host(const Tensor& src, void* dst) override {
@@ -370,7 +166,7 @@ class CudaBackend final : public Backend {
     activate();
     const auto t0 = std::chrono::steady_clock::now();  // a copy into pageable memory waits in the call
     CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, ctx_.stream));
-    add_sync_wait(static_cast<uint64_t>(
+    ctx_.counters.add_wait(static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
     ctx_.sync();
   }
@@ -453,7 +249,7 @@ class CudaBackend final : public Backend {
                    : grouped_fp4_supported(N, K, weight.data.data, weight.block.data));
       launch_dense_quant(fp8, bf16_in(x, "matmul", "x"), weight.data.ptr<uint8_t>(),
                          fp8 ? nullptr : weight.block.ptr<uint8_t>(), weight.row_scale.ptr<float>(), T, N, K,
-                         bf16_out(out, "matmul", "out"), ctx_.stream);
+                         bf16_out(out, "matmul", "out"), ctx_.options.quant_dense, ctx_.stream);
       return;
     }
     const Tensor& w = bf16_weight(weight, "matmul", "w");
@@ -575,7 +371,7 @@ class CudaBackend final : public Backend {
     uint16_t* v = bf16_out(a.v, op, "v");
     const uint16_t* wq = bf16_in(a.q_norm, op, "q_norm");
     const uint16_t* wk = bf16_in(a.k_norm, op, "k_norm");
-    if (!g_fused_qkv.load() || !qkv_prologue_fusable(D, {q, k, v, wq, wk, qkv})) return Backend::qkv_prologue(a);
+    if (!qkv_prologue_fusable(D, {q, k, v, wq, wk, qkv})) return Backend::qkv_prologue(a);
     launch_qkv_prologue(q, k, v, a.k_eq_v, wq, wk, a.positions.ptr<int32_t>(), a.inv_freq.ptr<float>(), T, Hq, Hkv, D,
                         a.eps, ctx_.stream, qkv);
   }
@@ -649,15 +445,12 @@ class CudaBackend final : public Backend {
 
   // ---- a step's arguments in device memory, graphs ----
   size_t encoded_sampler_bytes(int canvases) const override { return cuda::encoded_sampler_bytes(canvases); }
-  size_t encoded_decide_bytes(int canvases) const override {
-    return static_cast<size_t>((canvases + kMaxDecideBatch - 1) / kMaxDecideBatch) * sizeof(DecideBatch);
-  }
+  size_t encoded_decide_bytes(int canvases) const override { return cuda::encoded_decide_bytes(canvases); }
   void encode_sampler_args(std::span<const SamplerArgs> canvases, void* host) const override {
     cuda::encode_sampler_args(canvases, host);
   }
   void encode_decide_args(std::span<const DecideArgs> canvases, void* host) const override {
-    const std::vector<DecideBatch> groups = decide_batches(canvases);
-    std::memcpy(host, groups.data(), groups.size() * sizeof(DecideBatch));
+    cuda::encode_decide_args(canvases, host);
   }
   void sampler_batch_encoded(std::span<const SamplerArgs> canvases, const Tensor& encoded) override {
     activate();
@@ -668,11 +461,12 @@ class CudaBackend final : public Backend {
     cuda::sampler_batch(ctx_, canvases, static_cast<const SamplerBatch*>(encoded.data));
   }
   void decide_batch_encoded(std::span<const DecideArgs> canvases, const Tensor& encoded) override {
+    activate();
     if (canvases.empty()) return;
     need_cuda(encoded, "decide_batch_encoded", "encoded");
     DG_CHECK(encoded.nbytes() >= encoded_decide_bytes(static_cast<int>(canvases.size())) &&
              reinterpret_cast<uintptr_t>(encoded.data) % alignof(DecideBatch) == 0);
-    decide_groups(canvases, static_cast<const DecideBatch*>(encoded.data));
+    cuda::decide_batch(ctx_, canvases, static_cast<const DecideBatch*>(encoded.data));
   }
   void gather_blocks(const Tensor& table, int64_t n, int64_t block_bytes, const Tensor& dst, bool zero_missing) override {
     activate();
@@ -696,54 +490,9 @@ class CudaBackend final : public Backend {
   }
   bool supports_graphs() const override { return true; }
 
-  void decide_batch(std::span<const DecideArgs> canvases) override { decide_groups(canvases, nullptr); }
-
-  // The launch groups (kMaxDecideBatch canvases each), validated, as the kernel reads them.
-  static std::vector<DecideBatch> decide_batches(std::span<const DecideArgs> canvases) {
-    std::vector<DecideLaunch> all;
-    all.reserve(canvases.size());
-    for (const DecideArgs& a : canvases) all.push_back(decide_launch(a));
-    std::vector<DecideBatch> groups;
-    for (size_t i = 0; i < all.size(); i += kMaxDecideBatch)
-      groups.push_back(make_decide_batch(all.data() + i, static_cast<int>(std::min<size_t>(kMaxDecideBatch, all.size() - i))));
-    return groups;
-  }
-
-  // The kernel reads group g at encoded + g, or, with encoded null, from a copy sent up first.
-  void decide_groups(std::span<const DecideArgs> canvases, const DecideBatch* encoded) {
+  void decide_batch(std::span<const DecideArgs> canvases) override {
     activate();
-    const std::vector<DecideBatch> groups = decide_batches(canvases);
-    for (size_t g = 0; g < groups.size(); ++g) {
-      if (encoded != nullptr) {
-        launch_decide(groups[g], encoded + g, ctx_.stream);
-        continue;
-      }
-      Tensor copy = ctx_.alloc(ScalarType::kU8, {static_cast<int64_t>(sizeof(DecideBatch))});
-      ctx_.upload_small(copy.data, &groups[g], sizeof(DecideBatch));
-      launch_decide(groups[g], reinterpret_cast<const DecideBatch*>(copy.data), ctx_.stream);
-    }
-  }
-
-  static DecideLaunch decide_launch(const DecideArgs& a) {
-    DecideLaunch d;
-    d.C = check_decide_args(a, Device::kCuda);
-    d.entropy = a.entropy.ptr<float>();
-    d.argmax = a.argmax.ptr<int32_t>();
-    d.sample = a.greedy ? nullptr : a.sample.ptr<int32_t>();
-    d.entropy_bound = a.entropy_bound;
-    d.confidence_threshold = a.confidence_threshold;
-    d.renoise_key = a.renoise_key;
-    d.vocab = static_cast<uint32_t>(a.vocab);
-    d.prev_argmax = a.prev_argmax.ptr<int32_t>();
-    d.have_prev = a.have_prev;
-    d.canvas = a.canvas.ptr<int32_t>();
-    d.flags = a.flags.ptr<int32_t>();
-    d.accept = a.accept.empty() ? nullptr : a.accept.ptr<uint8_t>();
-    if (!a.pin_mask.empty()) {
-      d.pin_mask = a.pin_mask.ptr<uint8_t>();
-      d.pin_tokens = a.pin_tokens.ptr<int32_t>();
-    }
-    return d;
+    cuda::decide_batch(ctx_, canvases, nullptr);
   }
 
   void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) override {
@@ -787,7 +536,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> create_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
+std::unique_ptr<Backend> create_backend(int device_index, const CudaOptions& resolved) {
+  return std::make_unique<CudaBackend>(device_index, resolved);
+}
 
 const Context& context_of(Backend& backend) {
   auto* b = dynamic_cast<CudaBackend*>(&backend);

@@ -1,6 +1,7 @@
 // The per-choice output pipeline on the real Gemma 4 tokenizer: stop strings cut inside and across
 // canvases (the concatenated output does not depend on where canvases split), UTF-8-safe deltas, exact
-// token accounting, stop token ids, logprobs, special-token skipping and the reasoning/tool parsers.
+// token accounting, logprobs, special-token skipping (with the parsers on too), the reasoning/tool
+// parsers on token ids and the checks of tool calls.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -132,25 +133,33 @@ TEST(ChoiceOutput, HoldBackNeverSplitsACharacter) {
   }
 }
 
-TEST(ChoiceOutput, StopTokenIds) {
+TEST(ChoiceOutput, SpecialTokensSkippedWithTheParsersOnToo) {
   DG_API_TOKENIZER(tok);
-  const Ids ids = tok->encode("alpha beta gamma");
-  ChoiceOutputOptions opt;
-  opt.stop_token_ids = {ids[2]};
-  const OutputRun r = run(*tok, opt, ids, {1});
-  EXPECT_EQ(r.content, tok->decode(Ids(ids.begin(), ids.begin() + 2)));
-  EXPECT_EQ(r.tokens, 2);
-  EXPECT_EQ(r.stop_reason, ids[2]);
+  const Ids ids = tok->encode("a<turn|>b<pad><pad><|\"|>c<eos>", /*allow_special=*/true);
+  ASSERT_EQ(std::count(ids.begin(), ids.end(), 106), 1);
+  for (bool parsers : {false, true}) {
+    SCOPED_TRACE(parsers);
+    ChoiceOutputOptions opt;
+    opt.reasoning = opt.tools = parsers;
+    for (size_t cut = 0; cut <= ids.size(); ++cut) {
+      const OutputRun r = run(*tok, opt, ids, {cut});
+      EXPECT_EQ(r.content, "abc") << cut;
+      EXPECT_EQ(r.tokens, static_cast<int64_t>(ids.size())) << "pads and other special tokens count";
+    }
+    opt.skip_special_tokens = false;
+    EXPECT_EQ(run(*tok, opt, ids, {3}).content, "a<turn|>b<pad><pad><|\"|>c<eos>");
+  }
 }
 
-TEST(ChoiceOutput, SpecialTokensSkippedUnlessAParserNeedsThem) {
+// The parsers act on markup tokens, found by id: text that spells a marker is text.
+TEST(ChoiceOutput, TextThatSpellsMarkupIsNotParsed) {
   DG_API_TOKENIZER(tok);
-  const Ids ids = tok->encode("a<turn|>b", /*allow_special=*/true);
-  ASSERT_EQ(std::count(ids.begin(), ids.end(), 106), 1);
+  const Ids ids = tok->encode("<|tool_call>call:f{a:1}<tool_call|>", /*allow_special=*/false);
   ChoiceOutputOptions opt;
-  EXPECT_EQ(run(*tok, opt, ids, {}).content, "ab");
-  opt.skip_special_tokens = false;
-  EXPECT_EQ(run(*tok, opt, ids, {}).content, "a<turn|>b");
+  opt.reasoning = opt.tools = true;
+  const OutputRun r = run(*tok, opt, ids, {4});
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, "<|tool_call>call:f{a:1}<tool_call|>");
 }
 
 TEST(ChoiceOutput, ReasoningAndToolCalls) {
@@ -166,16 +175,51 @@ TEST(ChoiceOutput, ReasoningAndToolCalls) {
     const OutputRun r = run(*tok, opt, ids, {cut});
     EXPECT_EQ(r.reasoning, "Need weather.") << cut;
     EXPECT_EQ(r.content, "") << cut;
-    ASSERT_FALSE(r.calls.empty());
+    ASSERT_EQ(r.calls.size(), 1u) << "a call arrives whole, in one delta";
+    EXPECT_EQ(r.calls[0].index, 0);
+    EXPECT_EQ(r.calls[0].id.substr(0, 5), "call_");
     EXPECT_EQ(r.calls[0].name, "get_weather");
-    std::string args;
-    for (const auto& c : r.calls) args += c.arguments_delta;
-    EXPECT_EQ(Json::parse(args), Json({{"city", "Paris"}}));
+    EXPECT_EQ(Json::parse(r.calls[0].arguments_delta), Json({{"city", "Paris"}}));
   }
-  // Without the tool parser the call stays in the content, markers included.
+  // Without the tool parser the call is text: its markup skipped, or spelled out on request.
   opt.tools = false;
-  const OutputRun r = run(*tok, opt, ids, {7});
-  EXPECT_EQ(r.content.find("<|tool_call>call:get_weather"), 0u);
+  EXPECT_EQ(run(*tok, opt, ids, {7}).content, "call:get_weather{city:Paris}");
+  opt.skip_special_tokens = false;
+  EXPECT_EQ(run(*tok, opt, ids, {7}).content,
+            "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>");
+}
+
+TEST(ChoiceOutput, UntrustedCallsAreRejectedIntoTheContent) {
+  DG_API_TOKENIZER(tok);
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  ChoiceOutputOptions opt;
+  opt.reasoning = opt.tools = true;
+  opt.declared_tools = std::make_shared<const DeclaredTools>(tools);
+  const Ids ids = tok->encode(
+      "A<|tool_call>call:nope{}<tool_call|>B<|tool_call>call:get_weather{}<tool_call|>C"
+      "<|tool_call>call:get_weather{city:<|\"|>Oslo<|\"|>}<tool_call|>D",
+      true);
+  for (size_t cut = 0; cut <= ids.size(); cut += 3) {
+    ChoiceOutput out(*tok, opt);
+    OutputDelta d = out.feed(Ids(ids.begin(), ids.begin() + cut), {});
+    d.append(out.feed(Ids(ids.begin() + cut, ids.end()), {}));
+    d.append(out.finish());
+    EXPECT_EQ(d.content, "Acall:nope{}Bcall:get_weather{}CD") << cut;
+    ASSERT_EQ(d.rejected_tool_calls.size(), 2u);
+    EXPECT_EQ(d.rejected_tool_calls[0].name, "nope");
+    EXPECT_EQ(d.rejected_tool_calls[0].reason, "'nope' is not a function declared in 'tools'");
+    EXPECT_EQ(d.rejected_tool_calls[1].reason, "the required argument 'city' is missing");
+    ASSERT_EQ(d.tool_calls.size(), 1u);
+    EXPECT_EQ(d.tool_calls[0].index, 0) << "rejected calls take no index";
+    EXPECT_EQ(d.tool_calls[0].arguments_delta, R"({"city": "Oslo"})");
+    EXPECT_TRUE(out.saw_tool_calls());
+  }
+  // Only rejected calls: no tool call was returned.
+  ChoiceOutput out(*tok, opt);
+  out.feed(tok->encode("<|tool_call>call:nope{}<tool_call|>", true), {});
+  out.finish();
+  EXPECT_FALSE(out.saw_tool_calls());
 }
 
 TEST(ChoiceOutput, OutOfRangeIdsAreAnError) {

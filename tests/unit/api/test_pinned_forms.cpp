@@ -437,8 +437,9 @@ TEST(PinnedForms, AReplyThatNeverPassesIsAModelError) {
   FakeRun r = start(*tok, body, {"{oops", "{\"a\": ", "{} trailing"}, {PinnedSpan{0, tok->encode("{")}});
   ASSERT_TRUE(r.gen->wait_done(std::chrono::milliseconds(2000)));
   ASSERT_TRUE(r.gen->failed());
-  EXPECT_EQ(r.gen->error_status(), 500);
+  EXPECT_EQ(r.gen->error_status(), 422) << "not a status the official clients retry";
   EXPECT_EQ(r.gen->error_type(), "model_error");
+  EXPECT_EQ(r.gen->error_code(), "invalid_model_output");
   EXPECT_NE(r.gen->error_message().find("after 3 attempts"), std::string::npos) << r.gen->error_message();
   EXPECT_NE(r.gen->error_message().find("not valid JSON"), std::string::npos) << r.gen->error_message();
   EXPECT_EQ(r.engine->submitted.size(), static_cast<size_t>(kMaxStructuredAttempts));

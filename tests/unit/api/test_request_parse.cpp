@@ -48,23 +48,47 @@ std::vector<BadCase> bad_cases() {
       {"message not object", true, {{"messages", {1}}}, K, "messages[0]"},
       {"no role", true, {{"messages", {Json::object()}}}, K, "messages[0].role"},
       {"bad role", true, {{"messages", {{{"role", "bot"}, {"content", "x"}}}}}, K, "messages[0].role"},
-      {"user null content", true, {{"messages", {{{"role", "user"}, {"content", nullptr}}}}}, K, "messages[0].content"},
-      {"number content", true, {{"messages", {{{"role", "user"}, {"content", 3}}}}}, K, "messages[0].content"},
-      {"empty parts", true, {{"messages", {{{"role", "user"}, {"content", Json::array()}}}}}, K, "messages[0].content"},
-      {"image part", true, {{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}}, U, "messages[0].content[0]"},
-      {"bad tool args json", true,
-       {{"messages", {{{"role", "assistant"}, {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", "{x"}}}}}}}}}},
-       K, "messages[0].tool_calls[0].function.arguments"},
-      {"args not object", true,
-       {{"messages", {{{"role", "assistant"}, {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", "[1]"}}}}}}}}}},
-       K, "messages[0].tool_calls[0].function.arguments"},
+      {"user null content",
+       true,
+       {{"messages", {{{"role", "user"}, {"content", nullptr}}}}},
+       K,
+       "messages[0].content"},
+      {"number content",
+       true,
+       {{"messages", {{{"role", "user"}, {"content", 3}}}}},
+       K,
+       "messages[0].content"},
+      {"empty parts",
+       true,
+       {{"messages", {{{"role", "user"}, {"content", Json::array()}}}}},
+       K,
+       "messages[0].content"},
+      {"image part",
+       true,
+       {{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
+       U,
+       "messages[0].content[0]"},
+      {"bad tool args json",
+       true,
+       {{"messages",
+         {{{"role", "assistant"}, {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", "{x"}}}}}}}}}},
+       K,
+       "messages[0].tool_calls[0].function.arguments"},
+      {"args not object",
+       true,
+       {{"messages",
+         {{{"role", "assistant"}, {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", "[1]"}}}}}}}}}},
+       K,
+       "messages[0].tool_calls[0].function.arguments"},
       {"unknown model", true, chat_body({{"model", "gpt"}}), ErrorKind::kNotFound, "model"},
       {"model number", true, chat_body({{"model", 1}}), K, "model"},
       {"max_tokens 0", true, chat_body({{"max_tokens", 0}}), K, "max_tokens"},
       {"max_tokens float", true, chat_body({{"max_tokens", 2.5}}), K, "max_tokens"},
-      {"max_tokens huge unsigned", true, chat_body({{"max_tokens", 18446744073709551615ull}}), K, "max_tokens"},
+      {"max_tokens huge unsigned", true, chat_body({{"max_tokens", 18446744073709551615ull}}), K,
+       "max_tokens"},
       {"max_tokens bool", true, chat_body({{"max_tokens", true}}), K, "max_tokens"},
-      {"conflict", true, chat_body({{"max_tokens", 1}, {"max_completion_tokens", 2}}), K, "max_completion_tokens"},
+      {"conflict", true, chat_body({{"max_tokens", 1}, {"max_completion_tokens", 2}}), K,
+       "max_completion_tokens"},
       {"n 17", true, chat_body({{"n", 17}}), K, "n"},
       {"temperature nan-ish", true, chat_body({{"temperature", "NaN"}}), K, "temperature"},
       {"temperature 2.5", true, chat_body({{"temperature", 2.5}}), K, "temperature"},
@@ -78,25 +102,30 @@ std::vector<BadCase> bad_cases() {
       {"stop long", true, chat_body({{"stop", std::string(2000, 'x')}}), K, "stop"},
       {"stop_token_ids range", true, chat_body({{"stop_token_ids", {1000}}}), K, "stop_token_ids"},
       {"stream string", true, chat_body({{"stream", "yes"}}), K, "stream"},
-      {"stream_options no stream", true, chat_body({{"stream_options", {{"include_usage", true}}}}), K, "stream_options"},
-      {"include_usage string", true, chat_body({{"stream", true}, {"stream_options", {{"include_usage", "y"}}}}), K,
+      {"stream_options no stream", true, chat_body({{"stream_options", {{"include_usage", true}}}}), K,
+       "stream_options"},
+      {"include_usage string", true,
+       chat_body({{"stream", true}, {"stream_options", {{"include_usage", "y"}}}}), K,
        "stream_options.include_usage"},
       {"top_logprobs no logprobs", true, chat_body({{"top_logprobs", 1}}), K, "top_logprobs"},
       {"top_logprobs 21", true, chat_body({{"logprobs", true}, {"top_logprobs", 21}}), K, "top_logprobs"},
       {"top_k huge", true, chat_body({{"top_k", 4294967296ll}}), K, "top_k"},
       {"min_p -0.1", true, chat_body({{"min_p", -0.1}}), K, "min_p"},
       {"top_p string", true, chat_body({{"top_p", "0.9"}}), K, "top_p"},
-      {"response_format grammar", true, chat_body({{"response_format", {{"type", "grammar"}}}}), U, "response_format"},
-      {"response_format bad", true, chat_body({{"response_format", {{"type", "toml"}}}}), K, "response_format.type"},
+      {"response_format grammar", true, chat_body({{"response_format", {{"type", "grammar"}}}}), U,
+       "response_format"},
+      {"response_format bad", true, chat_body({{"response_format", {{"type", "toml"}}}}), K,
+       "response_format.type"},
       {"tools empty", true, chat_body({{"tools", Json::array()}}), K, "tools"},
       {"tool bad name", true,
-       chat_body({{"tools", {{{"type", "function"}, {"function", {{"name", "bad name!"}}}}}}}), K, "tools[0].function.name"},
+       chat_body({{"tools", {{{"type", "function"}, {"function", {{"name", "bad name!"}}}}}}}), K,
+       "tools[0].function.name"},
       {"tool_choice required no tools", true, chat_body({{"tool_choice", "required"}}), K, "tool_choice"},
       {"tool_choice missing", true,
-       chat_body({{"tools", {kTool}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "x"}}}}}}), K,
-       "tool_choice"},
+       chat_body(
+           {{"tools", {kTool}}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "x"}}}}}}),
+       K, "tool_choice"},
       {"tool_choice no tools", true, chat_body({{"tool_choice", "auto"}}), K, "tool_choice"},
-      {"kwargs unknown", true, chat_body({{"chat_template_kwargs", {{"x", 1}}}}), K, "chat_template_kwargs"},
       {"kwargs nested", true, chat_body({{"chat_template_kwargs", {{"enable_thinking", {1}}}}}), K,
        "chat_template_kwargs.enable_thinking"},
       {"chat_template", true, chat_body({{"chat_template", "x"}}), U, "chat_template"},
@@ -104,8 +133,10 @@ std::vector<BadCase> bad_cases() {
       {"entropy_bound 0", true, chat_body({{"entropy_bound", 0}}), K, "entropy_bound"},
       {"steps 2000", true, chat_body({{"max_denoising_steps", 2000}}), K, "max_denoising_steps"},
       {"t order", true, chat_body({{"t_min", 0.9}, {"t_max", 0.1}}), K, "t_max"},
-      {"xargs unknown", true, chat_body({{"vllm_xargs", {{"temperature_boost", 1}}}}), K, "vllm_xargs.temperature_boost"},
-      {"xargs bad value", true, chat_body({{"vllm_xargs", {{"entropy_bound", -1}}}}), K, "vllm_xargs.entropy_bound"},
+      {"xargs unknown", true, chat_body({{"vllm_xargs", {{"temperature_boost", 1}}}}), K,
+       "vllm_xargs.temperature_boost"},
+      {"xargs bad value", true, chat_body({{"vllm_xargs", {{"entropy_bound", -1}}}}), K,
+       "vllm_xargs.entropy_bound"},
       {"store true", true, chat_body({{"store", true}}), U, "store"},
       {"modalities audio", true, chat_body({{"modalities", {"audio"}}}), U, "modalities"},
       {"no prompt", false, Json::object(), K, "prompt"},
@@ -117,18 +148,50 @@ std::vector<BadCase> bad_cases() {
       {"logprobs 6", false, {{"prompt", "x"}, {"logprobs", 6}}, K, "logprobs"},
       {"echo+logprobs", false, {{"prompt", "x"}, {"logprobs", 0}, {"echo", true}}, U, "echo"},
       {"suffix not a string", false, {{"prompt", "x"}, {"suffix", 3}}, K, "suffix"},
-      {"infill with suffix", false, {{"prompt", "x"}, {"suffix", "y"}, {"infill_template", {"a", {{"max_tokens", 2}}}}}, K, "infill_template"},
+      {"infill with suffix",
+       false,
+       {{"prompt", "x"}, {"suffix", "y"}, {"infill_template", {"a", {{"max_tokens", 2}}}}},
+       K,
+       "infill_template"},
       {"infill not array", false, {{"prompt", "x"}, {"infill_template", "a"}}, K, "infill_template"},
       {"infill empty", false, {{"prompt", "x"}, {"infill_template", Json::array()}}, K, "infill_template"},
       {"infill no hole", false, {{"prompt", "x"}, {"infill_template", {"a", "b"}}}, K, "infill_template"},
-      {"infill two holes in a row", false, {{"prompt", "x"}, {"infill_template", {"a", {{"max_tokens", 2}}, {{"max_tokens", 3}}}}}, K, "infill_template"},
-      {"infill hole without room", false, {{"prompt", "x"}, {"infill_template", {"a", Json::object()}}}, K, "infill_template"},
-      {"infill hole room 0", false, {{"prompt", "x"}, {"infill_template", {"a", {{"max_tokens", 0}}}}}, K, "infill_template[1].max_tokens"},
-      {"infill hole unknown key", false, {{"prompt", "x"}, {"infill_template", {"a", {{"max_tokens", 2}, {"n", 1}}}}}, K, "infill_template"},
-      {"infill empty text", false, {{"prompt", "x"}, {"infill_template", {"", {{"max_tokens", 2}}}}}, K, "infill_template"},
+      {"infill two holes in a row",
+       false,
+       {{"prompt", "x"}, {"infill_template", {"a", {{"max_tokens", 2}}, {{"max_tokens", 3}}}}},
+       K,
+       "infill_template"},
+      {"infill hole without room",
+       false,
+       {{"prompt", "x"}, {"infill_template", {"a", Json::object()}}},
+       K,
+       "infill_template"},
+      {"infill hole room 0",
+       false,
+       {{"prompt", "x"}, {"infill_template", {"a", {{"max_tokens", 0}}}}},
+       K,
+       "infill_template[1].max_tokens"},
+      {"infill hole unknown key",
+       false,
+       {{"prompt", "x"}, {"infill_template", {"a", {{"max_tokens", 2}, {"n", 1}}}}},
+       K,
+       "infill_template"},
+      {"infill empty text",
+       false,
+       {{"prompt", "x"}, {"infill_template", {"", {{"max_tokens", 2}}}}},
+       K,
+       "infill_template"},
       {"infill number piece", false, {{"prompt", "x"}, {"infill_template", {"a", 5}}}, K, "infill_template"},
-      {"infill stream", false, {{"prompt", "x"}, {"stream", true}, {"infill_template", {"a", {{"max_tokens", 2}}}}}, U, "infill_template"},
-      {"infill with stop", false, {{"prompt", "x"}, {"stop", "q"}, {"infill_template", {"a", {{"max_tokens", 2}}}}}, K, "stop"},
+      {"infill stream",
+       false,
+       {{"prompt", "x"}, {"stream", true}, {"infill_template", {"a", {{"max_tokens", 2}}}}},
+       U,
+       "infill_template"},
+      {"infill with stop",
+       false,
+       {{"prompt", "x"}, {"stop", "q"}, {"infill_template", {"a", {{"max_tokens", 2}}}}},
+       K,
+       "stop"},
       {"messages on completions", false, {{"prompt", "x"}, {"messages", Json::array()}}, U, "messages"},
   };
 }
@@ -237,6 +300,31 @@ TEST(RequestParse, ReasoningEffortAndServerDefaults) {
       parse_chat_request(chat_body({{"chat_template_kwargs", {{"enable_thinking", false}}}}), p).template_kwargs));
 }
 
+// As vLLM: a chat_template_kwargs key the template does not read is dropped, not an error.
+TEST(RequestParse, TemplateKwargsTheTemplateDoesNotReadAreIgnored) {
+  const ParsedRequest r = parse_chat_request(
+      chat_body({{"chat_template_kwargs", {{"x", 1}, {"enable_thinking", true}}}}), policy());
+  EXPECT_FALSE(r.template_kwargs.contains("x"));
+  EXPECT_EQ(r.template_kwargs["enable_thinking"], true);
+}
+
+// --chat-template-content-format string and --enable-force-include-usage.
+TEST(RequestParse, ContentFormatStringAndForcedUsage) {
+  RequestPolicy p = policy();
+  const Json parts = {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}};
+  const Json body = {{"messages", {{{"role", "user"}, {"content", parts}}}}};
+  EXPECT_EQ(parse_chat_request(body, p).messages[0]["content"], parts);
+  p.content_as_string = true;
+  EXPECT_EQ(parse_chat_request(body, p).messages[0]["content"], "a\nb");
+  EXPECT_FALSE(parse_chat_request(chat_body({{"stream", true}}), p).include_usage);
+  p.force_include_usage = true;
+  EXPECT_TRUE(parse_chat_request(chat_body({{"stream", true}}), p).include_usage);
+  EXPECT_TRUE(
+      parse_chat_request(chat_body({{"stream", true}, {"stream_options", {{"include_usage", false}}}}), p)
+          .include_usage);
+  EXPECT_FALSE(parse_chat_request(chat_body(), p).include_usage);
+}
+
 TEST(RequestParse, StrictParamsRejectsUnknownKeys) {
   RequestPolicy p = policy();
   p.strict_params = true;
@@ -320,12 +408,16 @@ TEST(ApiError, ContextLengthWordingMatchesVllm) {
 }
 
 TEST(ApiError, CompletionOverflowNamesThePrompt) {
-  const ApiError e = prompt_too_long_error(4096, 5000, "prompt", /*at_least=*/true);
+  const ApiError e = context_length_error(4096, 5000, std::nullopt, "prompt", /*at_least=*/true);
   EXPECT_EQ(e.param, "prompt");
   EXPECT_EQ(e.message,
             "This model's maximum context length is 4096 tokens. However, your request has at least 5000 input tokens. "
             "Please reduce the length of the input prompt.");
   EXPECT_EQ(context_length_error(4096, 4000, 200, "prompt").param, "prompt");
+  EXPECT_EQ(
+      context_length_error(4096, 5000, std::nullopt).message,
+      "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. "
+      "Please reduce the length of the input messages.");
 }
 
 TEST(ApiError, KindsMapToStatuses) {

@@ -1,8 +1,8 @@
 #pragma once
 // A host emulation of the CUDA operations the quantised and bf16 grouped GEMM kernels and the flash
-// attention kernels use (the lists are in src/backend/cuda/grouped_moe_fp4_kernel.cuh,
-// grouped_moe_kernel.cuh, grouped_moe_w8a8_kernel.cuh (FP8 wgmma), flash_attention_kernel.cuh and
-// flash_attention_wgmma_kernel.cuh), so that the kernels themselves run in the
+// attention kernels use (the lists are in src/backend/cuda/quant/weight_only_kernel.cuh,
+// moe/grouped_kernel.cuh, quant/w8a8_experts_kernel.cuh (FP8 wgmma), attention/flash_mma_kernel.cuh and
+// attention/flash_wgmma_kernel.cuh), so that the kernels themselves run in the
 // unit tests of a machine without a GPU: a block is 128 (up to 384) fibers with a barrier for
 // __syncthreads and for the warp-collective ldmatrix / mma.sync / shuffles, shared memory a buffer whose
 // every access is bounds- and alignment-checked, cp.async a copy performed when its thread waits for
@@ -14,25 +14,25 @@
 // C rows g (+8), cols 2 (lane % 4) (+1)). The device path is checked by tests/gpu; this checks the
 // kernel's indexing, device layout and decoding wherever the unit tests run. Not a general emulator:
 // no other asynchrony, no memory model, a warp's lanes only meet at the collectives and __syncwarp.
-// Also blockDim / gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (residual_kernel.cuh,
-// moe_combine_kernel.cuh, fp8_quant_kernel.cuh, qkv_prologue_kernel.cuh with its cos_f32 / sin_f32),
-// and what the routing kernels use
-// (moe_route_kernel.cuh): static shared arrays, the integer shuffles and reductions, atomics and
+// Also blockDim / gridDim, uint4, __ldg and the fp64 shuffle of the row kernels (layer/residual_kernel.cuh,
+// moe/combine_kernel.cuh, quant/fp8_quant_kernel.cuh, layer/qkv_prologue_kernel.cuh with its cos_f32 /
+// sin_f32), and what the routing kernels use
+// (moe/route_kernel.cuh): static shared arrays, the integer shuffles and reductions, atomics and
 // fences (plain: one block runs at a time), __ldcg / __stcg, exp_f32 and warp_reduce. And the
-// transaction barriers and TMA copies of the warp-specialised GEMM (grouped_moe_tma_kernel.cuh,
-// tma_ptx.cuh): a barrier counts arrivals and bytes per phase, a waiting thread yields until its phase
+// transaction barriers and TMA copies of the warp-specialised GEMM (moe/grouped_tma_kernel.cuh,
+// core/tma_ptx.cuh): a barrier counts arrivals and bytes per phase, a waiting thread yields until its phase
 // completes, and the data of the copies that report to a barrier (TMA loads, cp.async with an
 // arrive) lands only when the barrier's phase completes, so a stage read before its wait, or refilled
 // before its readers released it, computes with the wrong data here. Named barriers (bar.sync with a
-// thread count). The wgmma forms: bf16 m64 n32 / n64 / n80 / n128 k16 from shared memory (K-major),
+// thread count). The wgmma forms: bf16 m64 n32 / n80 / n128 k16 from shared memory (K-major),
 // m64n256k16 with A from registers and B MN-major (the transposed form), FP8 m64n128k32; a write
 // issued into the shared-memory operands of a wgmma that some thread has issued and not yet waited
 // for is reported at once (a race on the GPU whatever the order the emulation runs the threads in).
 // Threads run round robin, or (g_jitter_seed) with warps sitting out random runs of rounds, so that
 // producers and consumers drift apart as on the GPU.
-// And what the sampler's kernels use (sampler_kernel.cuh, blocks of 512 threads): uint2, the int
+// And what the sampler's kernels use (sampler/sampler_kernel.cuh, blocks of 512 threads): uint2, the int
 // shuffle and votes, shared-memory atomicMax / atomicMin, block_reduce, __fmaf_rn, and the fast
-// logarithms __logf / __log2f, which return the exact value moved by the largest error the CUDA
+// logarithm __log2f, which returns the exact value moved by the largest error the CUDA
 // programming guide allows them, in a direction that depends on the argument: a kernel whose error
 // argument leaves too little margin for them fails here.
 #include <algorithm>
@@ -166,7 +166,7 @@ struct ThreadAsync {
   std::vector<std::vector<AsyncMma>> mma_groups;
 };
 inline std::vector<ThreadAsync> g_async;
-// A transaction barrier (tma_ptx.cuh) at a shared-memory address: the current phase's arrivals and
+// A transaction barrier (core/tma_ptx.cuh) at a shared-memory address: the current phase's arrivals and
 // bytes still owed, the phases completed, and the writes that land when the current one completes.
 struct Mbar {
   int expected = 0, pending = 0;
@@ -349,7 +349,6 @@ inline float emu_fast_log(double exact, float x, double abs_err, double ulps) {
   const double err = (x >= 0.5f && x <= 2.0f) ? abs_err : ulps * std::ldexp(1.0, std::ilogb(static_cast<float>(exact)) - 23);
   return static_cast<float>(exact + sign * err);
 }
-inline float __logf(float x) { return emu_fast_log(std::log(static_cast<double>(x)), x, std::exp2(-21.41), 3.0); }
 inline float __log2f(float x) { return emu_fast_log(std::log2(static_cast<double>(x)), x, std::exp2(-22.0), 2.0); }
 inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   const uint64_t in = x | (static_cast<uint64_t>(y) << 32);
@@ -401,16 +400,6 @@ template <int N> inline void cp_async_wait() {
 inline uint32_t lds_u32(uint32_t a) { emu::chk(a, 4, 4); uint32_t v; std::memcpy(&v, emu::g_smem + a, 4); return v; }
 inline void lds_v2(uint32_t a, uint32_t (&v)[2]) { emu::chk(a, 8, 8); std::memcpy(v, emu::g_smem + a, 8); }
 inline void lds_v4(uint32_t a, uint32_t (&v)[4]) { emu::chk(a, 16, 16); std::memcpy(v, emu::g_smem + a, 16); }
-inline void sts_v2(uint32_t a, const uint32_t (&v)[2]) {
-  emu::chk(a, 8, 8);
-  emu::chk_no_mma_read(a, 8);
-  std::memcpy(emu::g_smem + a, v, 8);
-}
-inline void sts_v4(uint32_t a, const uint32_t (&v)[4]) {
-  emu::chk(a, 16, 16);
-  emu::chk_no_mma_read(a, 16);
-  std::memcpy(emu::g_smem + a, v, 16);
-}
 inline uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t r = 0;
   for (int h = 0; h < 2; ++h) {
@@ -479,7 +468,7 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
     d[q] = s;
   }
 }
-// Warpgroup MMA (wgmma_ptx.cuh): each thread computes its own accumulator elements from shared memory
+// Warpgroup MMA (core/wgmma_ptx.cuh): each thread computes its own accumulator elements from shared memory
 // through the descriptors (K-major, 128-byte swizzle: row r, element k at start + (r / 8) * stride +
 // (r % 8) * 128 + 2 k, 16-byte chunk bits 4-6 XOR row bits 7-9; or MN-major, wgmma_operand_mn), summing
 // k in order as the mma above, when it waits for the MMA's group (wgmma_wait; emu::ThreadAsync); the
@@ -502,7 +491,7 @@ inline uint32_t wgmma_addr(uint64_t desc, int row, int kbyte) {
   return a ^ (((a >> 7) & 7) << 4);
 }
 // The MN-major form (the transposed B): element (k, n) of a K x N bf16 operand at start + (n / 64) LBO
-// + (k / 8) SBO + (k % 8) 128 + 2 (n % 64), swizzled as above (wgmma_desc.cuh sw128_mn_desc).
+// + (k / 8) SBO + (k % 8) 128 + 2 (n % 64), swizzled as above (core/wgmma_desc.cuh sw128_mn_desc).
 inline uint32_t wgmma_addr_mn(uint64_t desc, int k, int n) {
   wgmma_check_swizzle(desc);
   const uint32_t start = static_cast<uint32_t>(desc & 0x3FFF) << 4, lbo = static_cast<uint32_t>((desc >> 16) & 0x3FFF) << 4,
@@ -575,16 +564,10 @@ inline void wgmma_commit() {
   a.mma_groups.push_back(std::move(a.mmas));
   a.mmas.clear();
 }
-// The flash attention forms: scores m64 n32 / n64 / n80 (both operands K-major in shared memory), and P.V
+// The flash attention forms: scores m64 n32 / n80 (both operands K-major in shared memory), and P.V
 // m64 n256 with A from registers and B MN-major. A register operand is gathered at the issue, a warp
 // collective (the lanes of a row's quad publish their fragments, as for mma_bf16): a kernel can only
 // change the registers after the issue in its own copy, and reads of B still happen at the wait.
-inline void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, bool accumulate) {
-  emu::AsyncMma m = wgmma_op(d, da, db);
-  m.accumulate = accumulate;
-  m.n = 64;
-  wgmma_issue(std::move(m));
-}
 inline void wgmma_m64n80k16(float (&d)[40], uint64_t da, uint64_t db, bool accumulate) {
   emu::AsyncMma m = wgmma_op(d, da, db);
   m.accumulate = accumulate;
@@ -667,7 +650,7 @@ inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool
   m.accumulate = accumulate;
   wgmma_issue(std::move(m));
 }
-// Transaction barriers and TMA (tma_ptx.cuh). The map: a row-major bf16 matrix read in boxes of
+// Transaction barriers and TMA (core/tma_ptx.cuh). The map: a row-major bf16 matrix read in boxes of
 // box_rows x 64 elements into the 128-byte swizzle (16-byte chunk bits 4-6 XOR address bits 7-9).
 struct TmaMap {
   const uint16_t* base;
@@ -831,7 +814,7 @@ inline int __reduce_min_sync(unsigned mask, int v) {
   return m;
 }
 namespace dgemma::cuda {
-// common.cuh's fp32 exp, cos and sin (double, rounded once) and warp reduction, for the kernels that
+// core/common.cuh's fp32 exp, cos and sin (double, rounded once) and warp reduction, for the kernels that
 // use them.
 inline float exp_f32(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
 inline float cos_f32(float x) { return static_cast<float>(std::cos(static_cast<double>(x))); }
@@ -848,7 +831,7 @@ inline T warp_reduce(T v, Op op) {
   for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// common.cuh's block reduction (every thread gets the result).
+// core/common.cuh's block reduction (every thread gets the result).
 template <typename T, typename Op>
 inline T block_reduce(T v, Op op, T identity, T* shared) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;

@@ -1,6 +1,6 @@
 #pragma once
 // The routing and tile list that the emulated grouped-MoE kernel tests (test_grouped_moe_emulated.cpp,
-// test_w8a8_moe_emulated.cpp) feed the kernels: what grouped_moe.cu's routing and grouping kernels
+// test_w8a8_moe_emulated.cpp) feed the kernels: what moe/grouped.cu's routing and grouping kernels
 // produce on the device, built on the host.
 #include <gtest/gtest.h>
 
@@ -34,8 +34,8 @@ inline Routing random_routing(const std::vector<int>& counts, int K, std::mt1993
   return g;
 }
 
-// The grouping kernel's tile list (grouped_moe.cu group_kernel): each expert's rows cut into tiles of
-// tile_rows in expert order, then {-1, 0, 0, 0} up to max_tiles entries.
+// The routing kernel's tile list (moe/route_kernel.cuh, route_group_kernel): each expert's rows cut into
+// tiles of tile_rows in expert order, then {-1, 0, 0, 0} up to max_tiles entries.
 inline std::vector<int32_t> tile_list(const std::vector<int32_t>& offsets, int tile_rows, int64_t max_tiles) {
   std::vector<int32_t> t;
   for (size_t e = 0; e + 1 < offsets.size(); ++e)

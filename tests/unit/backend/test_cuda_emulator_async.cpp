@@ -2,7 +2,7 @@
 // waits for its group, a wgmma reads its operands when its thread waits for it, so the kernel tests see
 // a refill that comes too early; a write into the operands of a wgmma in flight is reported at once.
 // And the flash attention kernel's wgmma forms against products computed here from the operand
-// layouts (wgmma_desc.cuh): scores m64n64k16 (K-major A and B), P.V m64n256k16 (A from registers in
+// layouts (core/wgmma_desc.cuh): scores m64n80k16 (K-major A and B), P.V m64n256k16 (A from registers in
 // the mma.sync fragment layout, B MN-major).
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cuda_emulator.h"
-#include "backend/cuda/wgmma_desc.cuh"
+#include "backend/cuda/core/wgmma_desc.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -77,37 +77,39 @@ uint32_t swizzled(uint32_t atom, uint32_t row, uint32_t byte) {
   return atom + row * 128 + (((byte / 16) ^ (row % 8)) * 16) + byte % 16;
 }
 
-// S (64 x 64) = A (64 x 16) . B (64 x 16)^T, both K-major, rows of 64 elements (128 bytes) of which
+// S (64 x 80) = A (64 x 16) . B (80 x 16)^T, both K-major, rows of 64 elements (128 bytes) of which
 // the MMA reads k16 step 2 (bytes 64 .. 95): element (r, k) at atom r / 8 (1024 bytes each), row r % 8.
-TEST(CudaEmulatorWgmma, ScoresFormK64MajorN64) {
-  const auto a = small_ints(64 * 64, 1), b = small_ints(64 * 64, 2);
+TEST(CudaEmulatorWgmma, ScoresFormK64MajorN80) {
+  const auto a = small_ints(64 * 64, 1), b = small_ints(80 * 64, 2);
   constexpr uint32_t kA = 0, kB = 8192;
-  std::vector<float> got(64 * 64, -1.f);
+  std::vector<float> got(64 * 80, -1.f);
   emu::launch(
       [&] {
         const int tid = static_cast<int>(threadIdx.x);
-        if (tid == 0)
+        if (tid == 0) {
           for (uint32_t r = 0; r < 64; ++r)
-            for (uint32_t k = 0; k < 64; ++k) {
+            for (uint32_t k = 0; k < 64; ++k)
               std::memcpy(emu::smem() + swizzled(kA + r / 8 * 1024, r % 8, 2 * k), &a[r * 64 + k], 2);
+          for (uint32_t r = 0; r < 80; ++r)
+            for (uint32_t k = 0; k < 64; ++k)
               std::memcpy(emu::smem() + swizzled(kB + r / 8 * 1024, r % 8, 2 * k), &b[r * 64 + k], 2);
-            }
+        }
         __syncthreads();
-        float d[32];
+        float d[40];
         for (float& x : d) x = 1e6f;  // scale-d 0: overwritten
-        wgmma_m64n64k16(d, sw128_desc(kA + 64), sw128_desc(kB + 64), false);
+        wgmma_m64n80k16(d, sw128_desc(kA + 64), sw128_desc(kB + 64), false);
         wgmma_commit();
         wgmma_wait<0>();
         const int w = tid / 32, g = tid % 32 / 4, t = tid % 4;
-        for (int i = 0; i < 8; ++i)
-          for (int q = 0; q < 4; ++q) got[(16 * w + g + 8 * (q / 2)) * 64 + 8 * i + 2 * t + q % 2] = d[4 * i + q];
+        for (int i = 0; i < 10; ++i)
+          for (int q = 0; q < 4; ++q) got[(16 * w + g + 8 * (q / 2)) * 80 + 8 * i + 2 * t + q % 2] = d[4 * i + q];
       },
-      1, 1, 16384, 128);
+      1, 1, 20480, 128);
   for (int r = 0; r < 64; ++r)
-    for (int c = 0; c < 64; ++c) {
+    for (int c = 0; c < 80; ++c) {
       float want = 0;
       for (int k = 32; k < 48; ++k) want += bf16_to_f32(a[r * 64 + k]) * bf16_to_f32(b[c * 64 + k]);
-      ASSERT_EQ(got[r * 64 + c], want) << r << ", " << c;
+      ASSERT_EQ(got[r * 80 + c], want) << r << ", " << c;
     }
 }
 
@@ -159,14 +161,14 @@ TEST(CudaEmulatorWgmma, ReportsAWriteIntoOperandsInFlight) {
   std::vector<uint32_t> src(4, 0);
   EXPECT_DEATH(emu::launch(
                    [&] {
-                     float d[32] = {};
-                     wgmma_m64n64k16(d, sw128_desc(0), sw128_desc(8192), false);
+                     float d[40] = {};
+                     wgmma_m64n80k16(d, sw128_desc(0), sw128_desc(8192), false);
                      wgmma_commit();
                      __syncthreads();
                      if (threadIdx.x == 0) cp_async16(8192 + 1024, src.data(), true);  // B's rows 8 .. 15
                      wgmma_wait<0>();
                    },
-                   1, 1, 16384, 128),
+                   1, 1, 20480, 128),
                "written while a wgmma reading it is in flight");
 }
 

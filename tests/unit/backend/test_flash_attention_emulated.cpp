@@ -1,5 +1,5 @@
-// The flash attention kernels (src/backend/cuda/flash_attention_kernel.cuh, and the wgmma kernel of
-// flash_attention_wgmma_kernel.cuh) run on the host through cuda_emulator.h against the CPU backend's
+// The flash attention kernels (src/backend/cuda/attention/flash_mma_kernel.cuh, and the wgmma kernel of
+// attention/flash_wgmma_kernel.cuh) run on the host through cuda_emulator.h against the CPU backend's
 // attention (the reference), on small random batches: several items in one launch (row tiles of
 // several items, an item of more than one tile), head dims 64 to 512 (512: two output halves),
 // bidirectional / causal / causal with a window, caches over several pages of a shuffled page table
@@ -22,8 +22,8 @@
 #include "util/error.h"
 
 #include "cuda_emulator.h"
-#include "backend/cuda/flash_attention_kernel.cuh"
-#include "backend/cuda/flash_attention_wgmma_kernel.cuh"
+#include "backend/cuda/attention/flash_mma_kernel.cuh"
+#include "backend/cuda/attention/flash_wgmma_kernel.cuh"
 
 namespace dgemma {
 namespace {
@@ -54,11 +54,11 @@ Tensor wrap(ScalarType t, std::initializer_list<int64_t> dims, void* data) {
   return x;
 }
 
-template <int D, int kVariant = 0>
+template <int D>
 void launch_emulated(const cuda::flash::Params& p, int tiles) {
-  using S = cuda::flash::ShapeOf<D, kVariant>;
-  using C = cuda::flash::Cfg<D, kVariant>;
-  emu::launch_3d([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG, C::RG>(p); }, tiles, p.Hkv,
+  using S = cuda::flash::ShapeOf<D>;
+  using C = cuda::flash::Cfg<D>;
+  emu::launch_3d([p] { cuda::flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>(p); }, tiles, p.Hkv,
                  p.splits * S::kDChunks, S::kSmemBytes, S::kThreads);
   if (p.splits > 1) {
     const int64_t threads = int64_t{p.T} * p.Hq * (D / 4);
@@ -67,13 +67,13 @@ void launch_emulated(const cuda::flash::Params& p, int tiles) {
   }
 }
 
-// The wgmma kernel (variant 3; flash_attention_wgmma_kernel.cuh) with the shapes flash_attention.cu
-// launches: K and V tiles of 64 keys (D 256) or 32 (D 512), two stages each; variant 4 tiles of 80
-// keys (D 256).
-constexpr int kWgmma = 3, kWgmma80 = 4;
+// The two kernels: mma.sync (attention/flash_mma_kernel.cuh) and the hopper family's wgmma one
+// (attention/flash_wgmma_kernel.cuh) with the shapes attention/flash.cu launches: K and V tiles of 80
+// keys (D 256) or 32 (D 512), two stages each.
+enum class Kernel { kMmaSync, kWgmma };
 // Warps fall asleep for runs of rounds (emu::g_jitter_seed): a consumer warp then reads a stage long
 // after its warpgroup released it, and the consumers of head dim 512 drift apart between exchanges.
-template <int D, int BN = D == 256 ? 64 : 32>
+template <int D, int BN = D == 256 ? 80 : 32>
 void launch_emulated_wgmma(const cuda::flash::Params& p, int tiles) {
   constexpr int kStages = 2;
   using S = cuda::flash::WgmmaShape<D, BN, kStages>;
@@ -88,9 +88,9 @@ void launch_emulated_wgmma(const cuda::flash::Params& p, int tiles) {
   }
 }
 
-// variant: the kernel variant of D 256 / 512 (flash_attention_kernel.cuh Cfg; 3 the wgmma kernel).
-void run_case(const Case& c, int splits, int variant = 0) {
-  SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + " variant " + std::to_string(variant));
+void run_case(const Case& c, int splits, Kernel kernel = Kernel::kMmaSync) {
+  const bool wgmma = kernel == Kernel::kWgmma;
+  SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + (wgmma ? " wgmma" : " mma.sync"));
   std::mt19937 rng(1234 + c.D + splits);
   const int groups = c.Hq / c.Hkv;
   int T = 0;
@@ -181,7 +181,7 @@ void run_case(const Case& c, int splits, int variant = 0) {
   p.splits = splits;
   p.scaling = scaling;
   int tiles = 0;
-  const int cta_rows = c.D == 256 && variant >= 2 ? 2 * cuda::flash::kBM : cuda::flash::kBM;  // D 512: 64
+  const int cta_rows = c.D == 256 && wgmma ? 2 * cuda::flash::kBM : cuda::flash::kBM;  // D 512: 64
   for (const auto& it : items) tiles += (it.q_len * groups + cta_rows - 1) / cta_rows;
   tiles += 1;  // one CTA past the last tile: it must exit without writing
   auto bytes = [](const auto& v) { return v.size() * sizeof(v[0]); };
@@ -194,16 +194,12 @@ void run_case(const Case& c, int splits, int variant = 0) {
     case 64: launch_emulated<64>(p, tiles); break;
     case 128: launch_emulated<128>(p, tiles); break;
     case 256:
-      if (variant == kWgmma80) launch_emulated_wgmma<256, 80>(p, tiles);
-      else if (variant == kWgmma) launch_emulated_wgmma<256>(p, tiles);
-      else if (variant == 2) launch_emulated<256, 2>(p, tiles);
-      else if (variant == 1) launch_emulated<256, 1>(p, tiles);
-      else launch_emulated<256, 0>(p, tiles);
+      if (wgmma) launch_emulated_wgmma<256>(p, tiles);
+      else launch_emulated<256>(p, tiles);
       break;
     case 512:
-      if (variant == kWgmma) launch_emulated_wgmma<512>(p, tiles);
-      else if (variant) launch_emulated<512, 1>(p, tiles);
-      else launch_emulated<512, 0>(p, tiles);
+      if (wgmma) launch_emulated_wgmma<512>(p, tiles);
+      else launch_emulated<512>(p, tiles);
       break;
     default: FAIL() << "head dim";
   }
@@ -230,7 +226,7 @@ void run_case(const Case& c, int splits, int variant = 0) {
   const double n = static_cast<double>(got.size()), out_rows = static_cast<double>(T) * c.Hq;
   const double nmse = err2 / std::max(ref2, 1e-30);
   std::printf("  %s%s splits %d: nmse %.2e, exact %.3f, beyond the bound %.5f\n", c.name.c_str(),
-              variant ? (" (variant " + std::to_string(variant) + ")").c_str() : "", splits, nmse, exact / n, bad / n);
+              wgmma ? " (wgmma)" : "", splits, nmse, exact / n, bad / n);
   EXPECT_LT(nmse, 2e-5) << "relative mean-square error";
   EXPECT_LE(bad / n, std::max(1e-3, 1.0 / out_rows)) << "fraction of elements beyond the rounding bound";
   EXPECT_GT(exact / n, 0.5) << "bit-identical fraction";
@@ -252,46 +248,34 @@ TEST(FlashAttentionEmulated, HeadDim128Gqa8) {
 TEST(FlashAttentionEmulated, HeadDim256) {
   const Case c{"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}};
   run_case(c, 1);
-  run_case(c, 1, 1);
-  run_case(c, 2, 1);
-  run_case(c, 1, 2);
-  run_case(c, 3, 2);
-  // Variant 2's 128-row tiles: an item of more than one of them (160 rows).
-  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, 2);
+  run_case(c, 3);
+  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1);
 }
 
-// The wgmma kernel (variant 3): 128-row tiles over two consumer warpgroups, K / V tiles of 64 keys
-// in a ring of two stages (several laps of it), items of one tile, of several, and of rows in one
-// warpgroup only, bidirectional and causal with windows, several splits (empty ones too).
+// The wgmma kernel: 128-row tiles over two consumer warpgroups, K / V tiles of 80 keys (m64n80k16
+// scores, five k16 steps of P.V) in a ring of two stages (several laps of it), items of one tile, of
+// several, and of rows in one warpgroup only, bidirectional and causal with windows, several splits
+// (empty ones too).
 TEST(FlashAttentionEmulated, HeadDim256Wgmma) {
   const Case c{"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}};
-  run_case(c, 1, kWgmma);
-  run_case(c, 3, kWgmma);
+  constexpr Kernel kWg = Kernel::kWgmma;
+  run_case(c, 1, kWg);
+  run_case(c, 2, kWg);
+  run_case(c, 3, kWg);
   // More key tiles than stages (the ring's phases), an item of two 128-row tiles, a canvas over a
   // long cache with a page table that starts mid-page.
-  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, kWgmma);
+  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, kWg);
   run_case({"d256 P24 canvas over 300 cached", 4, 2, 256, 24, false,
             {{40, 300, 17, false, 0}, {70, 100, 0, true, 50}, {9, 0, 0, false, 0}}},
-           1, kWgmma);
-  run_case({"d256 P16 K=V prefill", 8, 1, 256, 16, true, {{33, 60, 4, true, 0}, {20, 70, 0, false, 0}}}, 2, kWgmma);
-  run_case({"d256 P16 splits past the tiles", 4, 2, 256, 16, false, {{12, 90, 3, false, 0}}}, 5, kWgmma);
-}
-
-// Variant 4: the same kernel on key tiles of 80 (m64n80k16 scores, five k16 steps of P.V).
-TEST(FlashAttentionEmulated, HeadDim256Wgmma80) {
-  run_case({"d256 P16", 4, 2, 256, 16, false, {{7, 40, 20, false, 0}, {21, 33, 0, true, 16}}}, 2, kWgmma80);
-  run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1, kWgmma80);
-  run_case({"d256 P24 canvas over 300 cached", 4, 2, 256, 24, false,
-            {{40, 300, 17, false, 0}, {70, 100, 0, true, 50}, {9, 0, 0, false, 0}}},
-           1, kWgmma80);
+           1, kWg);
+  run_case({"d256 P16 K=V prefill", 8, 1, 256, 16, true, {{33, 60, 4, true, 0}, {20, 70, 0, false, 0}}}, 2, kWg);
+  run_case({"d256 P16 splits past the tiles", 4, 2, 256, 16, false, {{12, 90, 3, false, 0}}}, 5, kWg);
 }
 
 TEST(FlashAttentionEmulated, HeadDim512KEqV) {
   const Case c{"d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}};
   run_case(c, 1);
   run_case(c, 2);
-  run_case(c, 1, 1);
-  run_case(c, 2, 1);
 }
 
 // The wgmma kernel at head dim 512: 64-row tiles, the two consumers splitting the head dim and
@@ -300,11 +284,12 @@ TEST(FlashAttentionEmulated, HeadDim512KEqV) {
 // too).
 TEST(FlashAttentionEmulated, HeadDim512Wgmma) {
   const Case c{"d512 P8 K=V", 4, 1, 512, 8, true, {{6, 45, 3, false, 0}, {10, 0, 0, true, 0}}};
-  run_case(c, 1, kWgmma);
-  run_case(c, 2, kWgmma);
-  run_case({"d512 P16 g8 long", 8, 1, 512, 16, false, {{20, 150, 9, false, 0}, {12, 40, 0, true, 0}}}, 1, kWgmma);
-  run_case({"d512 P24 w30 two heads", 4, 2, 512, 24, false, {{40, 70, 5, true, 30}, {3, 9, 0, false, 0}}}, 3, kWgmma);
-  run_case({"d512 P8 K=V splits past the tiles", 4, 1, 512, 8, true, {{5, 30, 0, false, 0}}}, 6, kWgmma);
+  constexpr Kernel kWg = Kernel::kWgmma;
+  run_case(c, 1, kWg);
+  run_case(c, 2, kWg);
+  run_case({"d512 P16 g8 long", 8, 1, 512, 16, false, {{20, 150, 9, false, 0}, {12, 40, 0, true, 0}}}, 1, kWg);
+  run_case({"d512 P24 w30 two heads", 4, 2, 512, 24, false, {{40, 70, 5, true, 30}, {3, 9, 0, false, 0}}}, 3, kWg);
+  run_case({"d512 P8 K=V splits past the tiles", 4, 1, 512, 8, true, {{5, 30, 0, false, 0}}}, 6, kWg);
 }
 
 // The default attention_batch (one attention() per item) refuses items outside the batch's rows or

@@ -1,5 +1,5 @@
-// The W8A8 activation quantisation kernel (src/backend/cuda/fp8_quant_kernel.cuh) run on the host
-// through cuda_emulator.h against the CPU reference (cpu::quantize_fp8_per_token, f32_to_f8e4m3), bit
+// The W8A8 activation quantisation kernel (src/backend/cuda/quant/fp8_quant_kernel.cuh) run on the host
+// through cuda_emulator.h against the CPU reference (quant_ref::quantize_fp8_per_token, f32_to_f8e4m3), bit
 // for bit: its E4M3 rounding over every bf16 value and over fp32 values at and around every rounding
 // tie, and whole rows (random, an all-zero row, rows with outliers, NaN and infinity, subnormal-range
 // values, K from 8 to 8192 with rows of several words a lane).
@@ -12,15 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
+#include "backend/quant_reference.h"
 #include "backend/weight.h"
 #include "util/bf16.h"
 
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/bf16_words.cuh"
-#include "backend/cuda/fp8_quant_kernel.cuh"
+#include "backend/cuda/core/bf16_words.cuh"
+#include "backend/cuda/quant/fp8_quant_kernel.cuh"
 // clang-format on
 
 namespace dgemma {
@@ -103,7 +103,7 @@ void check_layout(const std::vector<uint16_t>& x, int64_t T, int64_t K, int w, c
 void check_rows(const std::vector<uint16_t>& x, int64_t T, int64_t K, const std::string& name) {
   std::vector<float> want(x.size()), want_s(static_cast<size_t>(T));
   for (size_t i = 0; i < x.size(); ++i) want[i] = bf16_to_f32(x[i]);
-  cpu::quantize_fp8_per_token(want.data(), T, K, want_s.data());
+  quant_ref::quantize_fp8_per_token(want.data(), T, K, want_s.data());
   for (const int w : {1, 2, 4}) {
     const bool automatic = w == cuda::fp8_quant_row_warps(K / 8);
     check_layout(x, T, K, w, want, want_s,

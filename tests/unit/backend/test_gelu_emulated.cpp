@@ -1,4 +1,4 @@
-// The table kernel of gelu_mul_halves (src/backend/cuda/gelu_kernel.cuh) run on the host through
+// The table kernel of gelu_mul_halves (src/backend/cuda/layer/gelu_kernel.cuh) run on the host through
 // cuda_emulator.h, bit for bit against the element formula of the vectorised kernel and the CPU
 // reference, bf16(bf16(gelu_tanh(gate)) * up), for every one of the 65,536 bf16 gates (in the table,
 // outside it, zeros, subnormals, infinities, NaNs), with a grid of fewer blocks than rounds (each
@@ -13,8 +13,8 @@
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/bf16_words.cuh"
-#include "backend/cuda/gelu_kernel.cuh"
+#include "backend/cuda/core/bf16_words.cuh"
+#include "backend/cuda/layer/gelu_kernel.cuh"
 // clang-format on
 
 namespace dgemma::cuda {

@@ -1,7 +1,7 @@
-// The bf16 grouped expert GEMM kernels (src/backend/cuda/grouped_moe_kernel.cuh) run on the host
-// through cuda_emulator.h: every variant (the small kernel, each mma.sync tile-list shape, each
-// wgmma shape and each warp-specialised TMA shape, whose emulation sums k in order like the mma's) on routings of 0,
-// 1 .. 200 rows per expert, with N and K tails, against the MoE maths of cpu/moe.cpp computed here
+// The bf16 grouped expert GEMM kernels (src/backend/cuda/moe/grouped_kernel.cuh) run on the host
+// through cuda_emulator.h: every kernel (the small-rows one, the mma.sync tile-list one, and the hopper
+// family's wgmma and warp-specialised TMA ones, whose emulation sums k in order like the mma's) on
+// routings of 0, 1 .. 290 rows per expert, with N and K tails, against the MoE maths of cpu/moe.cpp computed here
 // (each element one fp32 dot product in k order, as the emulated mma sums, rounded at the CPU's
 // points): a tiling, indexing or epilogue error moves elements, a summation-order difference none.
 // The same kernel source the GPU runs; tests/gpu checks it there against the CPU backend.
@@ -15,7 +15,7 @@
 
 #include "cuda_emulator.h"
 #include "moe_test_routing.h"
-#include "backend/cuda/grouped_moe_kernel.cuh"
+#include "backend/cuda/moe/grouped_kernel.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -60,7 +60,7 @@ size_t count_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b
 }
 
 // Routing `counts` rows per expert (pair ids a random permutation, token = pair / K), hidden H,
-// intermediate I; every variant's gate_up and down against the reference.
+// intermediate I; every kernel's gate_up and down against the reference.
 void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
   std::mt19937 rng(seed);
   const test::Routing route = test::random_routing(counts, K, rng);
@@ -99,47 +99,56 @@ void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
     }
 
   EmuLauncher l;
-  for (int v = 1; v <= kLastVariant; ++v) {
-    const GroupedPlanImpl plan = grouped_plan(v, R, E);
-    ASSERT_EQ(plan.variant, v);
+  for (const MoeKernel v : {MoeKernel::kSmallRows, MoeKernel::kMmaSync128x128, MoeKernel::kWgmma64x128,
+                            MoeKernel::kTma128x256}) {
+    const GroupedPlanImpl plan = grouped_plan(v, R, E, true);
+    ASSERT_EQ(plan.kernel, v);
     const std::vector<int32_t> tiles = plan.max_tiles > 0 ? tile_list(offsets, plan.tile_rows, plan.max_tiles)
                                                           : std::vector<int32_t>{};
     const int32_t* tp = tiles.empty() ? nullptr : tiles.data();
     std::vector<uint16_t> act(static_cast<size_t>(R) * I, 0xFFFF), y(static_cast<size_t>(R) * H, 0xFFFF);
     run_grouped_gate_up(l, plan, x.data(), gate_up.data(), offsets.data(), pairs.data(), tp, R, E, K, H, I, act.data());
-    EXPECT_EQ(count_diff(act, act_ref), 0u) << "variant " << v << " gate_up H" << H << " I" << I;
+    EXPECT_EQ(count_diff(act, act_ref), 0u) << moe_kernel_word(v) << " gate_up H" << H << " I" << I;
     run_grouped_down(l, plan, act_ref.data(), down.data(), offsets.data(), pairs.data(), tp, top_w.data(), R, E, H, I,
                      y.data());
-    EXPECT_EQ(count_diff(y, y_ref), 0u) << "variant " << v << " down H" << H << " I" << I;
+    EXPECT_EQ(count_diff(y, y_ref), 0u) << moe_kernel_word(v) << " down H" << H << " I" << I;
   }
 }
 
 // One K tile + 8 (gate_up K = 72), one partial K tile (down K = 40); gate_up 40 and down 72 columns:
 // partial N tiles everywhere. Rows: empty experts, 1 row, 200 rows (several tiles of every height,
-// the last partial), counts just past the tile heights 64 and 80, and 290 rows (two of the 256-row
-// tiles, the second partial).
-TEST(GroupedMoeEmulated, EveryVariantOnRaggedRouting) {
-  check(72, 40, 2, {0, 1, 200, 17, 0, 65, 81, 3, 0, 290}, 11);
+// the last partial), counts just past the tile heights 64 and 128, and 290 rows.
+TEST(GroupedMoeEmulated, EveryKernelOnRaggedRouting) {
+  check(72, 40, 2, {0, 1, 200, 17, 0, 65, 81, 3, 0, 129, 290}, 11);
 }
 
 // Several N tiles of every shape (gate_up 136 columns, down 264) and several K tiles with tails
-// (K = 264 and 136), with two row tiles of the 64-row shapes.
-TEST(GroupedMoeEmulated, EveryVariantOnSeveralNAndKTiles) { check(264, 136, 4, {0, 3, 70}, 12); }
+// (K = 264 and 136), with two row tiles of the 64-row shape.
+TEST(GroupedMoeEmulated, EveryKernelOnSeveralNAndKTiles) { check(264, 136, 4, {0, 3, 70}, 12); }
 
-// The automatic choice: the small kernel up to 24 rows per expert on average, a tile list beyond.
+// The automatic choice: the small-rows kernel up to 24 rows per expert on average, a tile list beyond:
+// in the hopper family the wgmma 64 x 128 tiles up to 96 rows an expert, then the TMA 128 x 256 ones;
+// in the portable family the mma.sync 128 x 128 tiles.
 TEST(GroupedMoeEmulated, AutomaticPlan) {
-  EXPECT_EQ(grouped_plan(0, 0, 128).max_tiles, 0);
-  EXPECT_EQ(grouped_plan(0, 256 * 8, 128).variant, 1);
-  EXPECT_EQ(grouped_plan(0, 256 * 8, 128).max_tiles, 0);
-  for (const int64_t T : {1024, 2048, 4096, 32768}) {
-    const GroupedPlanImpl big = grouped_plan(0, T * 8, 128);
-    EXPECT_GE(big.variant, kFirstTileVariant);
-    EXPECT_EQ(big.tile_rows, kTileRows[big.variant]);
-    EXPECT_EQ(big.max_tiles, T * 8 / big.tile_rows + 128);
+  for (const bool hopper : {true, false}) {
+    EXPECT_EQ(grouped_plan(MoeKernel::kAuto, 0, 128, hopper).max_tiles, 0);
+    EXPECT_EQ(grouped_plan(MoeKernel::kAuto, 256 * 8, 128, hopper).kernel, MoeKernel::kSmallRows);
+    EXPECT_EQ(grouped_plan(MoeKernel::kAuto, 256 * 8, 128, hopper).max_tiles, 0);
+    for (const int64_t T : {1024, 2048, 4096, 32768}) {
+      const GroupedPlanImpl big = grouped_plan(MoeKernel::kAuto, T * 8, 128, hopper);
+      const MoeKernel want = !hopper ? MoeKernel::kMmaSync128x128
+                             : T <= 1536 ? MoeKernel::kWgmma64x128
+                                         : MoeKernel::kTma128x256;
+      EXPECT_EQ(big.kernel, want) << T << (hopper ? " hopper" : " portable");
+      EXPECT_EQ(big.tile_rows, tile_rows_of(want));
+      EXPECT_EQ(big.max_tiles, T * 8 / big.tile_rows + 128);
+    }
   }
-  // An explicit variant is taken as it is, even where the automatic choice would differ.
-  EXPECT_EQ(grouped_plan(2, 256 * 8, 128).variant, 2);
-  EXPECT_EQ(grouped_plan(1, 4096 * 8, 128).max_tiles, 0);
+  // A named kernel is taken as it is, even where the automatic choice would differ; the portable
+  // family runs a hopper kernel's request on the mma.sync tiles.
+  EXPECT_EQ(grouped_plan(MoeKernel::kMmaSync128x128, 256 * 8, 128, true).kernel, MoeKernel::kMmaSync128x128);
+  EXPECT_EQ(grouped_plan(MoeKernel::kSmallRows, 4096 * 8, 128, true).max_tiles, 0);
+  EXPECT_EQ(grouped_plan(MoeKernel::kTma128x256, 4096 * 8, 128, false).kernel, MoeKernel::kMmaSync128x128);
 }
 
 // The emulator reports a barrier that some thread never reaches instead of hanging: thread 0 waits at

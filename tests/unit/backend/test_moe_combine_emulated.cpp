@@ -1,4 +1,4 @@
-// The MoE combine kernel (src/backend/cuda/moe_combine_kernel.cuh) run on the host through
+// The MoE combine kernel (src/backend/cuda/moe/combine_kernel.cuh) run on the host through
 // cuda_emulator.h against the combine of the CPU reference (cpu/moe.cpp: per token, the bf16 running
 // sum of its K expert rows in the order given, rounded after every add), bit for bit: K from 1 to 64
 // (the unrolled groups of eight and the tail), rows of one word to several blocks of words with a
@@ -16,8 +16,8 @@
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/bf16_words.cuh"
-#include "backend/cuda/moe_combine_kernel.cuh"
+#include "backend/cuda/core/bf16_words.cuh"
+#include "backend/cuda/moe/combine_kernel.cuh"
 // clang-format on
 
 namespace dgemma {

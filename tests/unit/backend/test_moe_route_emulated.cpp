@@ -1,10 +1,9 @@
-// The MoE routing kernels (src/backend/cuda/moe_route_kernel.cuh) run on the host through
+// The MoE routing kernels (src/backend/cuda/moe/route_kernel.cuh) run on the host through
 // cuda_emulator.h, bit for bit against the routing maths of cpu/moe.cpp written out here with the
 // kernels' fp32 exp (double, rounded once): the softmax over E experts summed in index order, the top
 // K by probability (ties to the lower index), the weights p / sum(p of the K) times the expert's
 // scale, the slot order by ascending expert; then the grouping, the stable sort of the (token, slot)
-// pairs by expert, its offsets and the tile list. The fused kernel is run both ways: placing the
-// pairs in its last block, and (set_route_split_placement) in place_pairs_kernel after it. Several
+// pairs by expert, its offsets and the tile list (the fused kernel, then place_pairs_kernel). Several
 // blocks' worth of tokens, a partial last block, E of one to eight register slots per lane.
 #include <gtest/gtest.h>
 
@@ -20,8 +19,8 @@
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/expert_groups.cuh"
-#include "backend/cuda/moe_route_kernel.cuh"
+#include "backend/cuda/moe/expert_groups.cuh"
+#include "backend/cuda/moe/route_kernel.cuh"
 // clang-format on
 
 namespace dgemma::cuda {
@@ -80,7 +79,7 @@ Routing reference(const std::vector<uint16_t>& logits, const std::vector<uint16_
 
 template <int kPer>
 Routing run_fused(const std::vector<uint16_t>& logits, const std::vector<uint16_t>& pes, int T, int E, int K,
-                  int tile_rows, int max_tiles, bool split) {
+                  int tile_rows, int max_tiles) {
   Routing r;
   const int R = T * K;
   r.top_idx.assign(static_cast<size_t>(R), -7);
@@ -95,29 +94,9 @@ Routing run_fused(const std::vector<uint16_t>& logits, const std::vector<uint16_
   RouteLaunch a{logits.data(), T, E, K, pes.data(), nullptr, r.top_idx.data(), r.top_w.data(), r.order.data(),
                 r.offsets.data(), r.pairs.data(), reinterpret_cast<int4*>(r.tiles.data()), max_tiles, tile_rows,
                 scratch.data(), scratch.data() + static_cast<size_t>(blocks) * E, &ticket};
-  if (split) {
-    emu::launch([a] { route_group_kernel<kPer, kRouteTokens, kRouteWarps, false>(a); }, blocks, 1, 0, kRouteWarps * 32);
-    emu::launch([a, K] { place_pairs_kernel(a, kRouteTokens * K); }, (R + 255) / 256, 1, 0, 256);
-  } else {
-    emu::launch([a] { route_group_kernel<kPer, kRouteTokens, kRouteWarps, true>(a); }, blocks, 1, 0, kRouteWarps * 32);
-  }
+  emu::launch([a] { route_group_kernel<kPer>(a); }, blocks, 1, 0, kRouteWarps * 32);
+  emu::launch([a, K] { place_pairs_kernel(a, kRouteTokens * K); }, (R + 255) / 256, 1, 0, 256);
   EXPECT_EQ(ticket, 0u) << "the last block resets the ticket for the next launch";
-  return r;
-}
-
-template <int kPer>
-Routing run_topk(const std::vector<uint16_t>& logits, const std::vector<uint16_t>& pes, int T, int E, int K) {
-  Routing r;
-  r.top_idx.assign(static_cast<size_t>(T) * K, -7);
-  r.top_w.assign(r.top_idx.size(), -7.0f);
-  r.order.assign(r.top_idx.size(), -7);
-  const uint16_t* l = logits.data();
-  const uint16_t* s = pes.data();
-  int32_t* ti = r.top_idx.data();
-  float* tw = r.top_w.data();
-  int32_t* o = r.order.data();
-  emu::launch([=] { topk_reg_kernel<kPer>(l, T, E, K, s, nullptr, ti, tw, o); }, (T + kTopkWarps - 1) / kTopkWarps, 1,
-              0, kTopkWarps * 32);
   return r;
 }
 
@@ -132,20 +111,13 @@ void check(int T, int E, int K, uint32_t seed) {
   const int R = T * K, tile_rows = 64, max_tiles = R / tile_rows + E;
   const Routing want = reference(logits, pes, T, E, K, tile_rows, max_tiles);
   const std::string shape = "T" + std::to_string(T) + " E" + std::to_string(E) + " K" + std::to_string(K);
-  const Routing tk = run_topk<kPer>(logits, pes, T, E, K);
-  EXPECT_EQ(tk.top_idx, want.top_idx) << "top-k " << shape;
-  EXPECT_EQ(tk.top_w, want.top_w) << "top-k " << shape;
-  EXPECT_EQ(tk.order, want.order) << "top-k " << shape;
-  for (bool split : {false, true}) {
-    const Routing got = run_fused<kPer>(logits, pes, T, E, K, tile_rows, max_tiles, split);
-    const std::string what = shape + (split ? " (placement kernel)" : " (last block places)");
-    EXPECT_EQ(got.top_idx, want.top_idx) << what;
-    EXPECT_EQ(got.top_w, want.top_w) << what;
-    EXPECT_EQ(got.order, want.order) << what;
-    EXPECT_EQ(got.offsets, want.offsets) << what;
-    EXPECT_EQ(got.pairs, want.pairs) << what;
-    EXPECT_EQ(got.tiles, want.tiles) << what;
-  }
+  const Routing got = run_fused<kPer>(logits, pes, T, E, K, tile_rows, max_tiles);
+  EXPECT_EQ(got.top_idx, want.top_idx) << shape;
+  EXPECT_EQ(got.top_w, want.top_w) << shape;
+  EXPECT_EQ(got.order, want.order) << shape;
+  EXPECT_EQ(got.offsets, want.offsets) << shape;
+  EXPECT_EQ(got.pairs, want.pairs) << shape;
+  EXPECT_EQ(got.tiles, want.tiles) << shape;
 }
 
 TEST(MoeRouteEmulated, EightSlotsPerLaneManyBlocks) { check<4>(37, 128, 8, 1); }  // 10 blocks, the last partial

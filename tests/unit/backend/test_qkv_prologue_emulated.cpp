@@ -1,5 +1,6 @@
-// The attention prologue kernels (src/backend/cuda/qkv_prologue_kernel.cuh) run on the host through
-// cuda_emulator.h: the token-loop kernel (the default) bit for bit against the earlier row kernel,
+// The attention prologue kernels (src/backend/cuda/layer/qkv_prologue_kernel.cuh) run on the host through
+// cuda_emulator.h: the token-loop kernel bit for bit against the row kernel (which takes the head
+// counts past the token-loop kernel's block),
 // and both against a scalar transcription of the layer's formulas with the kernels' functions (the
 // row's sum of squares in double, (mean + eps)^-0.5 as inv_rms_of, cos / sin in double rounded once,
 // every RoPE product and sum rounded to bf16). The 26B-A4B shapes (sliding: Hq 16, Hkv 8, D 256,
@@ -20,8 +21,8 @@
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/bf16_words.cuh"
-#include "backend/cuda/qkv_prologue_kernel.cuh"
+#include "backend/cuda/core/bf16_words.cuh"
+#include "backend/cuda/layer/qkv_prologue_kernel.cuh"
 // clang-format on
 
 namespace dgemma::cuda {
@@ -145,10 +146,10 @@ void check(const Shape& s, uint32_t seed) {
     }
     return o;
   };
-  const Outputs got = run(true), earlier = run(false);
-  EXPECT_EQ(got.q, earlier.q) << name << ": q, token-loop kernel vs row kernel";
-  EXPECT_EQ(got.k, earlier.k) << name << ": k, token-loop kernel vs row kernel";
-  EXPECT_EQ(got.v, earlier.v) << name << ": v, token-loop kernel vs row kernel";
+  const Outputs got = run(true), by_row = run(false);
+  EXPECT_EQ(got.q, by_row.q) << name << ": q, token-loop kernel vs row kernel";
+  EXPECT_EQ(got.k, by_row.k) << name << ": k, token-loop kernel vs row kernel";
+  EXPECT_EQ(got.v, by_row.v) << name << ": v, token-loop kernel vs row kernel";
   for (int64_t t = 0; t < s.T; ++t)
     for (int64_t r = 0; r < rows; ++r) {
       const int32_t p = pos[static_cast<size_t>(t)];

@@ -1,4 +1,4 @@
-// The device layout of quantised weights (backend/cuda/quant_layout.h) against the definition of the
+// The device layout of quantised weights (backend/cuda/quant/layout.h) against the definition of the
 // mma.sync m16n8k16 B fragment: reading the repacked words the way the W4A16 / W8A16 kernels do (one
 // 8- or 16-byte load per lane quad, row and 64-value stage; scale codes 4 bytes per row and stage) and
 // decoding them with the kernels' rotate-and-mask must yield, for lane quad b and k16 step kk, exactly
@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "backend/cuda/quant_layout.h"
+#include "backend/cuda/quant/layout.h"
 
 namespace dgemma::cuda {
 namespace {

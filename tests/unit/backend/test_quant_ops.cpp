@@ -1,4 +1,4 @@
-// The CPU reference of the quantised weight formats (backend/cpu/quant.h): the E4M3 encoder against a
+// The CPU reference of the quantised weight formats (backend/quant_reference.h): the E4M3 encoder against a
 // brute-force nearest search, the quantised matmul against a double-precision evaluation of the
 // format's definition, FP8-dynamic per-token activations, and the MoE op on quantised experts equal,
 // bit for bit, to the bf16 MoE on their dequantised weights.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cpu/quant.h"
+#include "backend/quant_reference.h"
 #include "util/bf16.h"
 
 namespace dgemma {
@@ -140,7 +140,7 @@ TEST(QuantOps, MatmulMatchesTheFormatDefinition) {
 TEST(QuantOps, Fp8PerTokenActivationsOfAZeroRowStayZero) {
   std::vector<float> x(8, 0.0f);
   float s = 0;
-  cpu::quantize_fp8_per_token(x.data(), 1, 8, &s);
+  quant_ref::quantize_fp8_per_token(x.data(), 1, 8, &s);
   EXPECT_GT(s, 0.0f);
   for (float v : x) EXPECT_EQ(v, 0.0f);
 }
@@ -165,7 +165,7 @@ TEST(QuantOps, MoeOnQuantisedExpertsEqualsBf16OnDequantised) {
     MoeArgs d = q;
     auto deq = [](const Weight& w) {
       std::vector<float> v(static_cast<size_t>(w.experts() * w.rows() * w.cols()));
-      cpu::dequantize(w, v.data());
+      quant_ref::dequantize(w, v.data());
       Tensor t = host_tensor(ScalarType::kBF16, {w.experts(), w.rows(), w.cols()});
       for (size_t i = 0; i < v.size(); ++i) {
         EXPECT_EQ(round_bf16(v[i]), v[i]);

@@ -1,4 +1,4 @@
-// The residual junction kernels (src/backend/cuda/residual_kernel.cuh) run on the host through
+// The residual junction kernels (src/backend/cuda/layer/residual_kernel.cuh) run on the host through
 // cuda_emulator.h against the CPU backend's composed ops (backend.cpp: rmsnorm / add / mul / scale),
 // bit for bit: one, two and four words per thread (H = 2816 at both of its plans), rows with padding
 // threads (H / 8 not a multiple of 32), every optional output present and absent, a row of tiny values
@@ -20,8 +20,8 @@
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/bf16_words.cuh"
-#include "backend/cuda/residual_kernel.cuh"
+#include "backend/cuda/core/bf16_words.cuh"
+#include "backend/cuda/layer/residual_kernel.cuh"
 // clang-format on
 
 namespace dgemma {
@@ -101,7 +101,7 @@ TEST(ResidualEmulated, PlanCoversTheModelShapes) {
   EXPECT_EQ(res::plan_for(512).per, 2);
   EXPECT_EQ(res::plan_for(2048).per, 4);
   EXPECT_EQ(res::plan_for(2048).threads, 512);
-  EXPECT_EQ(res::plan_for(2049).per, 0);  // H > 16384: the loop kernels
+  EXPECT_EQ(res::plan_for(2049).per, 0);  // H > 16384: the composed ops (residual_fusable)
   for (int64_t words = 1; words <= 2048; ++words) {
     const res::Plan p = res::plan_for(words);
     ASSERT_TRUE(p.threads % 32 == 0 && p.threads >= 32 && p.threads <= res::kMaxThreads) << words;

@@ -1,20 +1,18 @@
-// The sampler's kernels (src/backend/cuda/sampler_kernel.cuh and sampler_stats_kernel.cuh: slice
-// maxima, both z tables, the main pass in its lean and earlier forms, top-N, the merge of the slices,
-// the probabilities) run on the host through cuda_emulator.h, in the
-// launcher's order and workspace layout, against the CPU backend's sampler: several canvases a launch
-// (each its own rows, temperature, greedy or sampling, with or without probabilities, gaps and
-// top-N), rows cut into several slices, slices swept 8 logits a round (16-byte aligned, a multiple of
-// 8 long; the vector knob on) or one (otherwise, or the knob off), the z table on and off, peaked and
-// flat rows (flat: every logit within the noise's reach of the best, the screen and the bound at
+// The sampler's kernels (src/backend/cuda/sampler/sampler_kernel.cuh and sampler/stats_kernel.cuh: slice
+// maxima, the z table, the main pass, top-N, the merge of the slices, the probabilities) run on the
+// host through cuda_emulator.h, in the launcher's order and workspace layout, against the CPU
+// backend's sampler: several canvases a launch (each its own rows, temperature, greedy or sampling,
+// with or without probabilities, gaps and top-N), rows cut into several slices, slices swept 8 logits
+// a round (16-byte aligned, a multiple of 8 long) or one (otherwise), peaked and flat rows (flat: every logit within the noise's reach of the best, the screen and the bound at
 // work over several rounds), saturated logits (different logits of one z: ties broken by the lowest
 // index), and temperatures whose e^z table cannot serve some or all rows (the per-element exps then).
 // The host's z is the CPU's bit for bit (the same tanhf), so the argmax and the sample must be the
 // CPU's exactly; the entropy within the bound the kernels derive for their fp32 sums, the
 // log-probabilities and the probabilities (their denominator) within what tests/gpu allows the
 // device. The device's own maths (tanhf, expf, the fast logarithms' rounding) is checked by
-// tests/gpu; the emulator's __logf / __log2f err by their documented maximum. Then the lean pass's
-// pieces alone: its hash against rng::bits, both noise estimates against their claimed bounds, the
-// warp maximum, which rows the e^z table serves.
+// tests/gpu; the emulator's __log2f errs by its documented maximum. Then the main pass's pieces
+// alone: its hash against rng::bits, the noise estimate against its claimed bound, the warp maximum,
+// which rows the e^z table serves.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,27 +31,20 @@
 // The emulator first: it provides the device operations that the kernel headers use.
 // clang-format off
 #include "cuda_emulator.h"
-#include "backend/cuda/sampler_kernel.cuh"
-#include "backend/cuda/sampler_stats_kernel.cuh"
+#include "backend/cuda/sampler/sampler_kernel.cuh"
+#include "backend/cuda/sampler/stats_kernel.cuh"
 // clang-format on
 
 namespace dgemma::cuda {
 namespace {
 
-// Which main pass runs (the launcher's knobs, tuning.h) and, for the lean one, how many candidates a
-// warp keeps for the end of the slice (1: nearly every candidate takes the overflow's exact path).
-struct Variant {
-  bool lean = true;     // set_sampler_lean_sweep
-  bool z_table = true;  // set_sampler_z_table
-  bool vector = true;   // set_sampler_vector_sweep
+// How many candidates a warp of the main pass keeps for the end of the slice: kCandidates (the
+// launcher's), or one (nearly every candidate takes the overflow's exact path).
+struct Pass {
   bool one_candidate = false;
-  std::string name() const {
-    return std::string(lean ? "lean" : "earlier") + (z_table ? ", table" : ", per-element") + (vector ? ", vector" : ", scalar") +
-           (one_candidate ? ", one candidate a warp" : "");
-  }
+  std::string name() const { return one_candidate ? "one candidate a warp" : "main pass"; }
 };
-constexpr Variant kLean{true, true, true, false}, kLeanPerElement{true, false, true, false}, kLeanScalar{true, true, false, false},
-    kLeanOneCandidate{true, true, true, true}, kEarlier{false, true, true, false}, kEarlierPerElement{false, false, true, false};
+constexpr Pass kMain{false}, kOneCandidate{true};
 
 // One canvas of a case and what each backend wrote for it.
 struct Canvas {
@@ -103,20 +94,14 @@ Outputs run_cpu(const Canvas& c, int64_t V) {
   return o;
 }
 
-// Both kinds of z table of a batch's canvases (the same for every variant).
-struct Tables {
-  std::vector<uint2> z;
-  std::vector<uint4> z_exp;
-};
-
-// The launcher's passes (sampler.cu launch_sampler), emulated, over all canvases in one batch.
-std::vector<Outputs> run_emulated(const std::vector<Canvas>& cs, int64_t V, int splits, const Variant& var, const Tables& tables) {
+// The launcher's passes (sampler/sampler.cu launch_sampler), emulated, over all canvases in one batch.
+std::vector<Outputs> run_emulated(const std::vector<Canvas>& cs, int64_t V, int splits, const Pass& pass,
+                                  const std::vector<uint4>& z_tables) {
   const int n = static_cast<int>(cs.size());
   std::vector<Outputs> out(cs.size());
   SamplerBatch b;
   b.n = n;
   b.splits = splits;
-  b.vector = var.vector;
   int64_t rows = 0, top_entries = 0, max_c = 0;
   bool any_top = false, any_probs = false;
   for (int i = 0; i < n; ++i) {
@@ -151,19 +136,10 @@ std::vector<Outputs> run_emulated(const std::vector<Canvas>& cs, int64_t V, int 
   float* const sm = slice_max.data();
   float* const rf = row_floor.data();
   Stats* const pt = partials.data();
+  const uint4* zt = z_tables.data();
   std::function<void()> stats;
-  if (var.lean && var.z_table) {
-    const uint4* zt = tables.z_exp.data();
-    if (var.one_candidate) stats = [=] { slice_stats_kernel<true, 2, 1>(bp, sm, rf, zt, pt); };
-    else stats = [=] { slice_stats_kernel<true, 2>(bp, sm, rf, zt, pt); };
-  } else if (var.lean) {
-    stats = [=] { slice_stats_kernel<false, 2>(bp, sm, rf, nullptr, pt); };
-  } else if (var.z_table) {
-    const uint2* zt = tables.z.data();
-    stats = [=] { slice_stats_earlier_kernel<true, 2>(bp, sm, rf, zt, pt); };
-  } else {
-    stats = [=] { slice_stats_earlier_kernel<false, 2>(bp, sm, rf, nullptr, pt); };
-  }
+  if (pass.one_candidate) stats = [=] { slice_stats_kernel<1>(bp, sm, rf, zt, pt); };
+  else stats = [=] { slice_stats_kernel<>(bp, sm, rf, zt, pt); };
   emu::launch_3d(stats, splits, mc, n, 0, kThreads);
   emu::launch_3d([&] { finalize_kernel(bp, slice_max.data(), partials.data(), row_bsum.data(), row_floor.data(), top.data()); },
                  mc, n, 1, 0, 32);
@@ -241,23 +217,20 @@ struct Case {
   bool flat;
 };
 
-// The tables of the batch: z_table_kernel and z_exp_table_kernel, one thread an entry.
-Tables make_tables(const std::vector<Canvas>& cs) {
+// The z tables of the batch (z_exp_table_kernel, one thread an entry).
+std::vector<uint4> make_tables(const std::vector<Canvas>& cs) {
   SamplerBatch b;
   b.n = static_cast<int>(cs.size());
   for (size_t i = 0; i < cs.size(); ++i) b.c[i].softcap = cs[i].cap, b.c[i].temperature = cs[i].T;
-  Tables t;
-  t.z.resize(cs.size() * kZTable);
-  t.z_exp.resize(cs.size() * kZTable);
+  std::vector<uint4> t(cs.size() * kZTable);
   const SamplerBatch* bp = &b;
-  emu::launch_independent([&] { z_table_kernel(bp, t.z.data()); }, kZTable / 256, b.n, 256);
-  emu::launch_independent([&] { z_exp_table_kernel(bp, t.z_exp.data()); }, kZTable / 256, b.n, 256);
+  emu::launch_independent([&] { z_exp_table_kernel(bp, t.data()); }, kZTable / 256, b.n, 256);
   return t;
 }
 
-// Four canvases of different rows and settings in one launch, through the given variants of the main
+// Four canvases of different rows and settings in one launch, through the given forms of the main
 // pass.
-void run_case(const Case& k, const std::vector<float>& temps, uint64_t seed, std::initializer_list<Variant> variants) {
+void run_case(const Case& k, const std::vector<float>& temps, uint64_t seed, std::initializer_list<Pass> passes) {
   std::mt19937_64 rng(seed);
   std::vector<Canvas> cs;
   const int64_t rows[4] = {2, 1, 2, 1};
@@ -275,41 +248,40 @@ void run_case(const Case& k, const std::vector<float>& temps, uint64_t seed, std
   }
   std::vector<Outputs> want;
   for (const Canvas& c : cs) want.push_back(run_cpu(c, k.V));
-  const Tables tables = make_tables(cs);
-  for (const Variant& var : variants) {
-    const std::vector<Outputs> got = run_emulated(cs, k.V, k.splits, var, tables);
+  const std::vector<uint4> tables = make_tables(cs);
+  for (const Pass& pass : passes) {
+    const std::vector<Outputs> got = run_emulated(cs, k.V, k.splits, pass, tables);
     for (size_t i = 0; i < cs.size(); ++i)
-      expect_cpu(k.name + " (" + var.name() + ") canvas " + std::to_string(i), cs[i], got[i], want[i]);
+      expect_cpu(k.name + " (" + pass.name() + ") canvas " + std::to_string(i), cs[i], got[i], want[i]);
   }
 }
 
 // Slices of 20,480 logits: five rounds of 512 threads x 8.
 TEST(SamplerEmulated, VectorSlicesOverSeveralRounds) {
-  run_case({"V40960 / 2", 40960, 2, false}, {0.8f, 1.0f, 0.6f, 0.7f}, 1, {kLean, kLeanPerElement, kEarlier});
+  run_case({"V40960 / 2", 40960, 2, false}, {0.8f, 1.0f, 0.6f, 0.7f}, 1, {kMain});
 }
 
 // Every logit within the noise's reach: the screen and the candidates at work; with one candidate a
 // warp kept, the rest take the overflow's exact path.
 TEST(SamplerEmulated, FlatRowsEveryLogitWithinReach) {
-  run_case({"flat V40960 / 2", 40960, 2, true}, {0.8f, 0.9f, 0.5f, 1.0f}, 2, {kLean, kLeanOneCandidate, kEarlier});
+  run_case({"flat V40960 / 2", 40960, 2, true}, {0.8f, 0.9f, 0.5f, 1.0f}, 2, {kMain, kOneCandidate});
 }
 
-// 4,104 = 3 x 1,368: aligned slices of 171 chunks (a partial round: idle lanes); and with the vector
-// knob off, one logit a round.
+// 4,104 = 3 x 1,368: aligned slices of 171 chunks (a partial round: idle lanes).
 TEST(SamplerEmulated, VectorSlicesPartialRound) {
-  run_case({"V4104 / 3", 4104, 3, false}, {0.8f, 0.408f, 1.2f, 0.8f}, 3, {kLean, kLeanScalar, kEarlierPerElement});
+  run_case({"V4104 / 3", 4104, 3, false}, {0.8f, 0.408f, 1.2f, 0.8f}, 3, {kMain, kOneCandidate});
 }
 
 // Slices of 1,001 (odd lengths: one logit a round).
 TEST(SamplerEmulated, ScalarSlices) {
-  run_case({"V3003 / 3", 3003, 3, false}, {0.8f, 0.7f, 0.6f, 1.0f}, 4, {kLean, kLeanPerElement});
-  run_case({"flat V3003 / 3", 3003, 3, true}, {0.8f, 0.7f, 0.6f, 1.0f}, 5, {kLean, kEarlier});
+  run_case({"V3003 / 3", 3003, 3, false}, {0.8f, 0.7f, 0.6f, 1.0f}, 4, {kMain});
+  run_case({"flat V3003 / 3", 3003, 3, true}, {0.8f, 0.7f, 0.6f, 1.0f}, 5, {kMain, kOneCandidate});
 }
 
 // Small temperatures (cap / T from 100 to 600): most rows' z span more than the e^z table serves
 // (the per-element exps), the rows holding the saturated logits are served.
 TEST(SamplerEmulated, SmallTemperatures) {
-  run_case({"V8192 / 2", 8192, 2, false}, {0.3f, 0.05f, 0.1f, 0.2f}, 6, {kLean, kLeanPerElement, kEarlier});
+  run_case({"V8192 / 2", 8192, 2, false}, {0.3f, 0.05f, 0.1f, 0.2f}, 6, {kMain});
 }
 
 // The main pass's hash with the row's half computed once is rng::bits, bit for bit, over the range of
@@ -328,8 +300,8 @@ TEST(SamplerEmulated, CounterBitsAreTheRngBits) {
   }
 }
 
-// The fp32 noise estimates against the double noise, at the bounds their comments claim (the
-// emulator's fast logarithms err by their documented maximum): random bits, and the edges of u's
+// The fp32 noise estimate against the double noise, at the bound its comment claims (the emulator's
+// fast logarithm errs by its documented maximum): random bits, and the edges of u's
 // range and of the estimates' cases (u near 1/2, 1 - u near 1/16, u = 1: +inf).
 TEST(SamplerEmulated, NoiseEstimatesWithinTheirBounds) {
   std::mt19937_64 rng(12);
@@ -345,15 +317,12 @@ TEST(SamplerEmulated, NoiseEstimatesWithinTheirBounds) {
     const double g = rng::gumbel_from_bits(b);
     for (float z : zs) {
       const double want = static_cast<double>(z) + g;
-      const float lean = noise_estimate(b, __fadd_rn(z, kLnLn2));
-      const float earlier = __fadd_rn(z, gumbel_approx(b));
+      const float est = noise_estimate(b, __fadd_rn(z, kLnLn2));
       if (std::isinf(want)) {
-        ASSERT_TRUE(std::isinf(lean) && lean > 0) << m;
-        ASSERT_TRUE(std::isinf(earlier) && earlier > 0) << m;
+        ASSERT_TRUE(std::isinf(est) && est > 0) << m;
         continue;
       }
-      ASSERT_LE(std::fabs(lean - want), 1.2e-5 + std::ldexp(std::fabs(want), -23)) << "m " << m << " z " << z;
-      ASSERT_LE(std::fabs(earlier - want), 2e-5 + std::ldexp(std::fabs(want), -24)) << "m " << m << " z " << z;
+      ASSERT_LE(std::fabs(est - want), 1.2e-5 + std::ldexp(std::fabs(want), -23)) << "m " << m << " z " << z;
     }
   }
 }

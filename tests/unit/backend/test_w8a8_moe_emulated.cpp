@@ -1,10 +1,11 @@
-// The W8A8 grouped expert kernels (src/backend/cuda/grouped_moe_w8a8_kernel.cuh) run on the host through
+// The W8A8 grouped expert kernels (src/backend/cuda/quant/w8a8_experts_kernel.cuh) run on the host through
 // cuda_emulator.h (FP8 wgmma emulated from its descriptors, summing k in order) against the MoE maths
 // of cpu/moe.cpp with FP8-dynamic experts computed here: activations quantised per row by
-// cpu::quantize_fp8_per_token (gate_up's per token, down's per grouped row of the bf16 activation),
+// quant_ref::quantize_fp8_per_token (gate_up's per token, down's per grouped row of the bf16 activation),
 // per element fp32 sums in k order over each K tile of 128 added to the total tile by tile (the
-// kernel's promotion; the E4M3 products are exact), then * s_row * row_scale and the CPU's roundings. Every tile shape on ragged routings with N and K tails: a tiling,
-// indexing, scale or epilogue error moves elements, bit for bit otherwise.
+// kernel's promotion; the E4M3 products are exact), then * s_row * row_scale and the CPU's roundings,
+// on ragged routings with N and K tails: a tiling, indexing, scale or epilogue error moves elements,
+// bit for bit otherwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,15 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
+#include "backend/quant_reference.h"
 #include "backend/weight.h"
 #include "util/bf16.h"
 
 // clang-format off
 #include "cuda_emulator.h"
 #include "moe_test_routing.h"
-#include "backend/cuda/grouped_moe_kernel.cuh"
-#include "backend/cuda/grouped_moe_w8a8_kernel.cuh"
+#include "backend/cuda/moe/grouped_kernel.cuh"
+#include "backend/cuda/quant/w8a8_experts_kernel.cuh"
 // clang-format on
 
 namespace dgemma::cuda {
@@ -48,7 +49,7 @@ Quantised quantise(const std::vector<uint16_t>& x, int64_t n, int64_t K) {
   q.values.resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) q.values[i] = dgemma::bf16_to_f32(x[i]);
   q.scales.resize(static_cast<size_t>(n));
-  cpu::quantize_fp8_per_token(q.values.data(), n, K, q.scales.data());
+  quant_ref::quantize_fp8_per_token(q.values.data(), n, K, q.scales.data());
   q.codes.resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) q.codes[i] = dgemma::f32_to_f8e4m3(q.values[i]);
   return q;
@@ -115,8 +116,8 @@ void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
     }
 
   EmuW8a8Launcher l;
-  for (int v = 0; v <= kW8a8Variants; ++v) {
-    const GroupedPlanImpl plan = w8a8_plan(v, R, E);
+  {
+    const GroupedPlanImpl plan = w8a8_plan(R, E);
     const std::vector<int32_t> tiles = tile_list(offsets, plan.tile_rows, plan.max_tiles);
     std::vector<uint16_t> act(static_cast<size_t>(R) * I, 0xFFFF), y(static_cast<size_t>(R) * H, 0xFFFF);
     const W8a8Args gu{qx.codes.data(), qx.scales.data(), gate_up.data(), rs_gu.data(), offsets.data(), pairs.data(),
@@ -124,32 +125,31 @@ void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
     run_w8a8<true>(l, plan, gu, tiles.data());
     size_t diff = 0;
     for (size_t i = 0; i < act.size(); ++i) diff += act[i] != act_ref[i];
-    EXPECT_EQ(diff, 0u) << "variant " << v << " (plan " << plan.variant << ") gate_up H" << H << " I" << I;
+    EXPECT_EQ(diff, 0u) << "gate_up H" << H << " I" << I;
     const W8a8Args dn{qa.codes.data(), qa.scales.data(), down.data(), rs_dn.data(), offsets.data(), pairs.data(),
                       top_w.data(), y.data(), I, H, 1};
     run_w8a8<false>(l, plan, dn, tiles.data());
     diff = 0;
     for (size_t i = 0; i < y.size(); ++i) diff += y[i] != y_ref[i];
-    EXPECT_EQ(diff, 0u) << "variant " << v << " (plan " << plan.variant << ") down H" << H << " I" << I;
+    EXPECT_EQ(diff, 0u) << "down H" << H << " I" << I;
   }
 }
 
 // gate_up K = 272 (two K tiles + 16: the promotion between tiles), down K = 80 (one partial K tile);
 // gate_up 80 and down 272 output columns: partial N tiles of every shape. Rows: an empty expert, 1
 // row, 70 and 130 (several tiles of 64, one past 128), 3.
-TEST(W8a8MoeEmulated, EveryTileShapeOnRaggedRouting) { check(272, 80, 2, {0, 1, 70, 130, 3}, 5); }
+TEST(W8a8MoeEmulated, RaggedRouting) { check(272, 80, 2, {0, 1, 70, 130, 3}, 5); }
 
 // Tile boundaries: experts of exactly 64 and 128 rows and one past, whole K tiles only (gate_up K =
 // 128) and the smallest K (down K = 16, one chunk a row); top-8 routing.
 TEST(W8a8MoeEmulated, TileBoundariesAndShortK) { check(128, 16, 8, {64, 128, 129, 0, 2}, 9); }
 
-TEST(W8a8MoeEmulated, AutomaticPlan) {
-  EXPECT_EQ(w8a8_plan(0, 256 * 8, 128).variant, 1);   // ~16 rows an expert
-  EXPECT_EQ(w8a8_plan(0, 2048 * 8, 128).variant, 1);  // ~128
-  EXPECT_EQ(w8a8_plan(0, 4096 * 8, 128).variant, 1);  // ~256: still 64 x 128 (measured faster)
-  const GroupedPlanImpl p = w8a8_plan(2, 1000, 7);
-  EXPECT_EQ(p.tile_rows, 128);
-  EXPECT_EQ(p.max_tiles, 1000 / 128 + 7);
+// One tile shape, 64 x 128, at every size: the tile list of 64-row tiles.
+TEST(W8a8MoeEmulated, Plan) {
+  EXPECT_EQ(w8a8_plan(0, 128).max_tiles, 0);
+  const GroupedPlanImpl p = w8a8_plan(1000, 7);
+  EXPECT_EQ(p.tile_rows, 64);
+  EXPECT_EQ(p.max_tiles, 1000 / 64 + 7);
 }
 
 }  // namespace

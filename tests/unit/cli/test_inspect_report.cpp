@@ -14,6 +14,8 @@
 #include <functional>
 #include <random>
 
+#include "../reference_data.h"
+#include "backend/device_memory.h"
 #include "cli/inspect_report.h"
 #include "model/safetensors.h"
 #include "util/error.h"
@@ -26,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-const std::string kRef26B = std::string(DGEMMA_SOURCE_DIR) + "/../shared/reference/configs/diffusiongemma-26b-a4b";
+const std::string kRef26B = testing::reference_path("configs/diffusiongemma-26b-a4b");
 const std::string kTinyA = std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/tiny_a/model";
 const std::string kTinyB = std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/tiny_b/model";
 
@@ -48,17 +50,13 @@ class TempDir {
   fs::path path_;
 };
 
-void require_reference() {
-  ASSERT_TRUE(fs::exists(kRef26B + "/config.json"))
-      << "reference config missing: " << kRef26B << "/config.json (the shared reference tree beside the checkout must be present)";
-}
-
 InspectOptions dummy_26b_options(int max_num_seqs = 4, int64_t max_model_len = 8192) {
   InspectOptions o;
   o.model_dir = kRef26B;
   o.load_format = "dummy";
   o.max_num_seqs = max_num_seqs;
   o.max_model_len = max_model_len;
+  o.gpu_memory_bytes = 141e9;  // one H200
   return o;
 }
 InspectReport dummy_26b(int max_num_seqs = 4, int64_t max_model_len = 8192) {
@@ -95,7 +93,7 @@ constexpr int64_t kTotal = kEmbedding + kAttention + kDense + kRouter + kExperts
 constexpr int64_t kActive = kEmbedding + kAttention + kDense + kRouter + kExperts / 128 * 8 + kNorms + kScalars;
 
 TEST(InspectReport, ParameterCountsOf26BMatchTheHandCount) {
-  require_reference();
+  DG_NEED_REFERENCE(kRef26B + "/config.json");
   const InspectReport r = dummy_26b();
   EXPECT_EQ(by_group(r, WeightGroup::kEmbedding), kEmbedding);
   EXPECT_EQ(by_group(r, WeightGroup::kAttention), kAttention);
@@ -126,7 +124,7 @@ TEST(InspectReport, ParameterCountsOf26BMatchTheHandCount) {
 }
 
 TEST(InspectReport, ConfigSummaryOf26B) {
-  require_reference();
+  DG_NEED_REFERENCE(kRef26B + "/config.json");
   const InspectReport r = dummy_26b();
   EXPECT_EQ(r.load_format, "dummy");
   EXPECT_FALSE(r.checkpoint.present);
@@ -171,7 +169,7 @@ TEST(InspectReport, ConfigSummaryOf26B) {
 }
 
 TEST(InspectReport, KvAndMemoryPlanOf26B) {
-  require_reference();
+  DG_NEED_REFERENCE(kRef26B + "/config.json");
   const InspectReport r = dummy_26b(4, 8192);
   const MemoryPlan& p = r.plan;
   // Pages of 256 tokens (the canvas). Full layers: 5 layers × (K, V) × 2 KV heads × 512 × 2 bytes per
@@ -248,6 +246,7 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
   big.load_format = "dummy";
   big.max_num_seqs = 64;
   big.max_model_len = 262144;
+  big.gpu_memory_bytes = 141e9;
   big.enforce_eager = true;
   const MemoryPlan q = build_inspect_report(big).plan;
   EXPECT_TRUE(q.fits);
@@ -277,11 +276,12 @@ TEST(InspectReport, KvAndMemoryPlanOf26B) {
 // and self-conditioning MLPs, the experts, the sliding layers' 8 KV heads; the full layers' 2 KV heads
 // split at N = 2 and replicated (one per GPU) at N = 4; router, norms and scalars on every GPU.
 TEST(InspectReport, PerGpuPlanOf26BUnderTensorParallelism) {
-  require_reference();
+  DG_NEED_REFERENCE(kRef26B + "/config.json");
   InspectOptions o;
   o.model_dir = kRef26B;
   o.load_format = "dummy";
   o.max_model_len = 8192;
+  o.gpu_memory_bytes = 141e9;
   const MemoryPlan one = build_inspect_report(o).plan;
   for (int64_t n : {2, 4}) {
     SCOPED_TRACE("tp " + std::to_string(n));
@@ -305,7 +305,7 @@ TEST(InspectReport, PerGpuPlanOf26BUnderTensorParallelism) {
 }
 
 TEST(InspectReport, DefaultModelLenAndCanvasOverride) {
-  require_reference();
+  DG_NEED_REFERENCE(kRef26B + "/config.json");
   InspectOptions o;
   o.model_dir = kRef26B;
   o.load_format = "dummy";
@@ -316,6 +316,36 @@ TEST(InspectReport, DefaultModelLenAndCanvasOverride) {
   EXPECT_EQ(r.plan.kv.page_size, 64);
   EXPECT_EQ(r.plan.work_bytes_per_seq, 64ull * (262144 + 2816) * 2);
   EXPECT_EQ(r.plan.kv_bytes_per_seq, 4096 * 20480ull * 64 + ((1023 + 127) / 64 + 2) * 204800ull * 64);
+}
+
+// Without --gpu-memory-bytes the plan is for this machine's GPU; without a GPU it has no budget, so no
+// KV pool and no verdict, rather than a card the machine does not have.
+TEST(InspectReport, GpuMemoryComesFromTheMachineOrTheFlag) {
+  InspectOptions o;
+  o.model_dir = kTinyA;
+  const InspectReport r = build_inspect_report(o);
+  const std::string text = format_inspect_text(r);
+  const Json j = inspect_report_json(r);
+  if (const auto gpu = cuda_device_memory()) {
+    EXPECT_EQ(r.gpu_memory_source, "GPU 0");
+    EXPECT_EQ(r.plan.in.device_bytes, *gpu);
+    EXPECT_THAT(text, HasSubstr("(GPU 0)"));
+  } else {
+    EXPECT_EQ(r.gpu_memory_source, "");
+    EXPECT_THAT(text, HasSubstr("none: no GPU is visible"));
+    EXPECT_THAT(text, HasSubstr("total without the KV pool"));
+    EXPECT_THAT(text, ::testing::Not(HasSubstr("verdict")));
+    EXPECT_TRUE(j["memory_plan"]["fits"].is_null());
+    EXPECT_TRUE(j["memory_plan"]["gpu_memory_bytes"].is_null());
+  }
+  o.gpu_memory_bytes = 80e9;
+  const InspectReport h100 = build_inspect_report(o);
+  EXPECT_EQ(h100.gpu_memory_source, "--gpu-memory-bytes");
+  EXPECT_EQ(h100.plan.in.device_bytes, 80000000000u);
+  EXPECT_THAT(format_inspect_text(h100), HasSubstr("verdict"));
+  // The full-attention layers are listed as indices, not read as a count.
+  EXPECT_THAT(text, HasSubstr("full-attention layer indices"));
+  EXPECT_THAT(text, HasSubstr("(from 0)"));
 }
 
 TEST(InspectReport, LayerTypePattern) {

@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
-#include "engine/model_core.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/weights.h"
+#include "support/model_core.h"
 
 namespace dgemma {
 namespace {
@@ -50,7 +50,7 @@ class BatchingTest : public ::testing::Test {
   // of different sequences mix within one forward) until all finish; `pages` bounds the KV pool.
   std::vector<Run> run(const std::vector<Spec>& specs, ModelCoreOptions o = {}) {
     o.prefill_chunk = 7;
-    ModelCore mc(*model_, o);
+    ModelCore mc(*backend_, *model_, o);
     std::vector<std::unique_ptr<Sequence>> seqs;
     std::vector<Sequence*> ptrs;
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -148,7 +148,7 @@ TEST_F(BatchingTest, PrefixCacheHitsAreBitIdenticalToAFreshRun) {
 
   ModelCoreOptions o;
   o.prefill_chunk = 7;
-  ModelCore core(*model_, o);
+  ModelCore core(*backend_, *model_, o);
   auto first = core.make_sequence(1, prompt, params(spec));
   core.run({first.get()}, 2000);
   EXPECT_EQ(first->cached_tokens, 0);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/denoise_policy.h"
+#include "engine/sequence.h"
 #include "util/counter_rng.h"
 
 namespace dgemma {
@@ -58,6 +59,26 @@ TEST(Stability, NeverStableOnTheFirstStep) {
   EXPECT_FALSE(t2.update(true)) << "only one repeat since the change";
   StabilityRun t0(0);
   EXPECT_TRUE(t0.update(false)) << "threshold 0 means always stable";
+}
+
+// What the runner reads back for a step follows the stop rule before the step is counted:
+// Sequence::last_step (and StabilityRun::stable_after) answer what on_step (update) then returns.
+TEST(Stability, LastStepPredictsTheStopRule) {
+  SequenceParams p;
+  p.diffusion.max_denoising_steps = 6;
+  p.diffusion.stability_threshold = 2;
+  Sequence s(1, {5, 6}, p, 4, 100);
+  const bool flags[][2] = {{false, true}, {true, false}, {true, true}, {false, true}, {true, true}, {true, true}};
+  for (const auto& f : flags) {
+    const bool predicted = s.last_step(f[0], f[1]);
+    EXPECT_EQ(predicted, s.on_step(f[0], f[1])) << "step " << s.step();
+    if (predicted) break;
+  }
+  EXPECT_EQ(s.step(), 3) << "stable twice in a row and confident at the third step";
+  Sequence capped(2, {5}, p, 4, 100);
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(capped.last_step(false, true));
+  for (int i = 0; i < 5; ++i) capped.on_step(false, true);
+  EXPECT_TRUE(capped.last_step(false, false)) << "the step cap";
 }
 
 TEST(RandomCanvas, UniformOverTheVocabulary) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "engine/diffusion_runner.h"
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "engine/request.h"
@@ -109,18 +110,19 @@ TEST(Engine, WarmUpLeavesNothingBehind) {
 
 // The warm-up's last batch is the memory plan's profile run: its prompts together fill a step budget.
 TEST(Engine, WarmUpProfilePromptsFillAStepBudget) {
-  EngineSizing s;
-  s.max_model_len = 33024;
-  s.max_num_batched_tokens = 4 * 2 * 256 + 2048;  // 4,096
-  s.kv.full_tokens = 408320;
-  EXPECT_EQ(warm_up_profile_prompt_len(s, 256, 4, 512), 1024) << "4 x 1,024 = the budget";
-  EXPECT_EQ(warm_up_profile_prompt_len(s, 256, 3, 512), 1366) << "ceil(4,096 / 3)";
-  s.max_model_len = 1200;  // capped by the context: 1,200 - 256 - 1
-  EXPECT_EQ(warm_up_profile_prompt_len(s, 256, 1, 512), 943);
-  s.max_model_len = 33024;
-  s.kv.full_tokens = 4 * 1024;  // capped by the pool: 1,024 - 3 x 256 a sequence
-  EXPECT_EQ(warm_up_profile_prompt_len(s, 256, 4, 100), 256);
-  EXPECT_EQ(warm_up_profile_prompt_len(s, 256, 4, 512), 512) << "never below the other batches' prompts";
+  int64_t max_model_len = 33024, full_tokens = 408320;
+  const int64_t batched = 4 * 2 * 256 + 2048;  // 4,096
+  auto len = [&](int batch, int64_t floor) {
+    return warm_up_profile_prompt_len(batched, max_model_len, full_tokens, 256, batch, floor);
+  };
+  EXPECT_EQ(len(4, 512), 1024) << "4 x 1,024 = the budget";
+  EXPECT_EQ(len(3, 512), 1366) << "ceil(4,096 / 3)";
+  max_model_len = 1200;  // capped by the context: 1,200 - 256 - 1
+  EXPECT_EQ(len(1, 512), 943);
+  max_model_len = 33024;
+  full_tokens = 4 * 1024;  // capped by the pool: 1,024 - 3 x 256 a sequence
+  EXPECT_EQ(len(4, 100), 256);
+  EXPECT_EQ(len(4, 512), 512) << "never below the other batches' prompts";
 }
 
 TEST(Engine, CancelQueuedAndRunningFreesSlots) {

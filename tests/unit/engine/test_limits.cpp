@@ -150,5 +150,30 @@ TEST(Limits, TheFactoryTakesExactlyTheCliRangeOfMaxNumSeqs) {
   EXPECT_NO_THROW(create_model_engine(c));
 }
 
+// The context-length message, in vLLM's wording, is written in one place for the engine and the API.
+TEST(Limits, ContextLengthMessage) {
+  EXPECT_EQ(limits::context_length_message(4096, 4000, 200),
+            "This model's maximum context length is 4096 tokens. However, you requested 4200 tokens (4000 in the "
+            "messages, 200 in the completion). Please reduce the length of the messages or completion.");
+  EXPECT_NE(limits::context_length_message(10, 8, 4, "prompt").find("(8 in the prompt, 4 in the completion)"),
+            std::string::npos);
+  EngineConfig c;
+  c.model_dir = std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/tiny_a/model";
+  c.device = "cpu";
+  c.load_format = "dummy";
+  c.max_model_len = 64;
+  auto engine = create_model_engine(c);
+  GenerationRequest r;
+  r.prompt = {2, 105, 7};
+  r.params.max_tokens = 100;
+  try {
+    engine->submit(r);
+    ADD_FAILURE() << "a request past max_model_len was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.what(), limits::context_length_message(64, 3, 100));
+    EXPECT_EQ(e.param(), "max_tokens");
+  }
+}
+
 }  // namespace
 }  // namespace dgemma

@@ -7,8 +7,9 @@
 #include "backend/backend.h"
 #include "backend/caching_allocator.h"
 #include "backend/workspace_bounds.h"
-#include "engine/memory_plan.h"
 #include "engine/kv_pool.h"
+#include "engine/limits.h"
+#include "engine/memory_plan.h"
 #include "model/quant_config.h"
 #include "model/shard_plan.h"
 #include "model/weights.h"
@@ -21,7 +22,7 @@ ModelConfig tiny() { return load_model_config(std::string(DGEMMA_SOURCE_DIR) + "
 TEST(MemoryPlan, PrefillChunkIsCappedByChunkingAndNeverBelowACanvas) {
   ModelConfig c = tiny();
   c.canvas_length = 16;
-  EXPECT_EQ(prefill_chunk_tokens(c, 32768, true), kMaxPrefillChunk);
+  EXPECT_EQ(prefill_chunk_tokens(c, 32768, true), limits::kMaxPrefillChunk);
   EXPECT_EQ(prefill_chunk_tokens(c, 1000, true), 1000);
   EXPECT_EQ(prefill_chunk_tokens(c, 32768, false), 32768) << "without chunking a prompt is one chunk";
   c.canvas_length = 4096;

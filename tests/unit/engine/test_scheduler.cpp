@@ -21,9 +21,9 @@ class FakeRunner final : public ModelRunner {
  public:
   int canvas_length() const override { return kC; }
   int vocab_size() const override { return 1000; }
-  std::vector<DenoiseFlags> run(const StepPlan& plan) override {
+  StepResult run(const StepPlan& plan) override {
     plans.push_back(plan);
-    std::vector<DenoiseFlags> out;
+    StepResult out;
     std::map<const Sequence*, int64_t> encoded;
     for (const auto& it : plan.items) {
       if (it.kind == PlannedItem::Kind::kEncode) {
@@ -36,15 +36,14 @@ class FakeRunner final : public ModelRunner {
       const int64_t done = encoded.count(it.seq) ? encoded[it.seq] : it.seq->encoded;
       EXPECT_EQ(done, static_cast<int64_t>(it.seq->history().size()))
           << "a denoising step needs the whole history encoded (by the items before it)";
-      out.push_back({it.seq->step() > 0, true});
+      CanvasResult r;
+      r.flags = {it.seq->step() > 0, true};
+      r.argmax.assign(kC, static_cast<int32_t>(10 * it.seq->id() + it.seq->canvas_index()));
+      if (it.seq->params().logprobs) r.logprobs.assign(kC, 0.f);
+      out.canvases.push_back(std::move(r));
     }
     return out;
   }
-  std::vector<int32_t> read_argmax(const Sequence& s) override {
-    return std::vector<int32_t>(kC, static_cast<int32_t>(10 * s.id() + s.canvas_index()));
-  }
-  std::vector<float> read_logprobs(const Sequence&) override { return std::vector<float>(kC, 0.f); }
-  StepRecord read_trace(const Sequence&, bool) override { return {}; }
   void release(const Sequence& s) override { ++released[s.id()]; }
 
   std::vector<StepPlan> plans;

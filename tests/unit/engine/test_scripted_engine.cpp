@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "engine/scripted_runner.h"
+#include "support/scripted_runner.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -149,16 +149,13 @@ class ThrowOnceRunner final : public ModelRunner {
   explicit ThrowOnceRunner(std::unique_ptr<ScriptedRunner> inner) : inner_(std::move(inner)) {}
   int canvas_length() const override { return inner_->canvas_length(); }
   int vocab_size() const override { return inner_->vocab_size(); }
-  std::vector<DenoiseFlags> run(const StepPlan& plan) override {
+  StepResult run(const StepPlan& plan) override {
     if (!thrown_) {
       thrown_ = true;
       throw Error(ErrorKind::kInternal, "CUDA error: an illegal memory access");
     }
     return inner_->run(plan);
   }
-  std::vector<int32_t> read_argmax(const Sequence& s) override { return inner_->read_argmax(s); }
-  std::vector<float> read_logprobs(const Sequence& s) override { return inner_->read_logprobs(s); }
-  StepRecord read_trace(const Sequence& s, bool stop) override { return inner_->read_trace(s, stop); }
   void release(const Sequence& s) override { inner_->release(s); }
 
  private:
@@ -178,11 +175,12 @@ TEST(ScriptedEngine, ARunnerExceptionFailsItsStepNotTheServer) {
   o.tokenizer = bytes_tokenizer();
   auto inner = ScriptedRunner::from_json(Json::parse(R"({"replies": [{"canvases": ["fine"]}]})"), o);
   EngineSizing sz;
+  sz.max_num_seqs = c.max_num_seqs;
   sz.max_model_len = 512;
   sz.max_num_batched_tokens = 128;
   sz.prefill_chunk = 64;
   sz.kv.pages = {32, 32};
-  DiffusionEngine e(c, std::make_unique<ThrowOnceRunner>(std::move(inner)), mc, g, sz);
+  DiffusionEngine e(c, EngineCore::create(mc, sz, std::make_unique<ThrowOnceRunner>(std::move(inner))), g);
   auto a = e.submit(req("first"));
   const Result ra = collect(*a);
   EXPECT_EQ(ra.last.kind, RequestEvent::Kind::kError);

@@ -7,13 +7,13 @@
 
 #include <cstdlib>
 #include <functional>
-#include <memory>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "backend/caching_allocator.h"
 #include "engine/engine_core.h"
-#include "engine/scripted_runner.h"
+#include "support/scripted_runner.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -97,21 +97,21 @@ struct Run {
 };
 
 // Steps the core until it is idle; collects each sequence's events.
-std::map<const Sequence*, Run> run_all(EngineCore& core, const std::vector<Sequence*>& seqs) {
+std::map<uint64_t, Run> run_all(EngineCore& core, const std::vector<Sequence*>& seqs) {
   for (Sequence* s : seqs) core.add(s);
-  std::map<const Sequence*, Run> out;
+  std::map<uint64_t, Run> out;
   for (int i = 0; i < 1000 && core.has_work(); ++i) {
     std::vector<CoreEvent> events;
     core.step(events);
     for (auto& ev : events) {
-      Run& r = out[ev.seq];
-      if (ev.kind == CoreEvent::Kind::kCanvas) {
-        r.canvases.push_back(ev.tokens);
-        r.steps.push_back(ev.steps);
-      } else if (ev.kind == CoreEvent::Kind::kPreview) {
-        r.previews.push_back(ev.tokens);
+      Run& r = out[ev.seq_id];
+      if (ev.event.kind == RequestEvent::Kind::kCanvas) {
+        r.canvases.push_back(ev.event.tokens);
+        r.steps.push_back(ev.event.steps);
+      } else if (ev.event.kind == RequestEvent::Kind::kPreview) {
+        r.previews.push_back(ev.event.tokens);
       } else {
-        r.error = ev.message;
+        r.error = ev.event.message;
       }
     }
   }
@@ -128,14 +128,14 @@ TEST(ScriptedRunner, ReplyIsCutIntoCanvasesAndTrimmedAtEos) {
   auto s = seq(1, "say hello");
   auto r = run_all(core, {s.get()});
   // "Hello world" + EOS = 12 tokens: canvases "Hell", "o wo", "rld" (the EOS trims the last).
-  ASSERT_EQ(r[s.get()].canvases.size(), 3u);
-  EXPECT_EQ(text(r[s.get()].canvases[0]), "Hell");
-  EXPECT_EQ(text(r[s.get()].canvases[1]), "o wo");
-  EXPECT_EQ(text(r[s.get()].canvases[2]), "rld");
+  ASSERT_EQ(r[s->id()].canvases.size(), 3u);
+  EXPECT_EQ(text(r[s->id()].canvases[0]), "Hell");
+  EXPECT_EQ(text(r[s->id()].canvases[1]), "o wo");
+  EXPECT_EQ(text(r[s->id()].canvases[2]), "rld");
   EXPECT_EQ(text(s->output()), "Hello world");
   EXPECT_EQ(s->finish_reason(), FinishReason::kStop);
   // A canvas takes the steps of the segment its first position belongs to ("o wo" starts in "Hello").
-  EXPECT_EQ(r[s.get()].steps, (std::vector<int>{3, 3, 5}));
+  EXPECT_EQ(r[s->id()].steps, (std::vector<int>{3, 3, 5}));
   EXPECT_EQ(core.blocks().used_pages(KvGroup::kFull), 0);
 }
 
@@ -168,11 +168,11 @@ TEST(ScriptedRunner, StepsAreCappedAndPreviewsConverge) {
   p.diffusion.max_denoising_steps = 2;  // below the script's 3 and 5
   auto s = seq(1, "hello", p);
   auto r = run_all(core, {s.get()});
-  EXPECT_EQ(r[s.get()].steps, (std::vector<int>{2, 2, 2}));
-  ASSERT_EQ(r[s.get()].previews.size(), 6u);  // one per step
+  EXPECT_EQ(r[s->id()].steps, (std::vector<int>{2, 2, 2}));
+  ASSERT_EQ(r[s->id()].previews.size(), 6u);  // one per step
   // The last step's argmax is the committed canvas.
-  EXPECT_EQ(text(r[s.get()].previews[1]), "Hell");
-  EXPECT_EQ(text(r[s.get()].previews[3]), "o wo");
+  EXPECT_EQ(text(r[s->id()].previews[1]), "Hell");
+  EXPECT_EQ(text(r[s->id()].previews[3]), "o wo");
 }
 
 TEST(ScriptedRunner, PinnedPositionsShowTheirTokensInEveryStep) {
@@ -184,7 +184,7 @@ TEST(ScriptedRunner, PinnedPositionsShowTheirTokensInEveryStep) {
   auto s = seq(1, "hello", p);
   auto r = run_all(core, {s.get()});
   EXPECT_EQ(text(s->output()), "HelXYZworld");
-  const auto& prev = r[s.get()].previews;
+  const auto& prev = r[s->id()].previews;
   ASSERT_EQ(prev.size(), 3u + 3u + 5u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(prev[i][3], ids("X")[0]) << "canvas 0, step " << i;
   for (size_t i = 3; i < 6; ++i) {
@@ -199,8 +199,8 @@ TEST(ScriptedRunner, AFailingItemEndsOnlyItsRequest) {
   auto good = seq(2, "hello");
   auto r = run_all(core, {bad.get(), good.get()});
   // "abcdefghij": canvases "abcd", "efgh" commit; the error sits in canvas 2.
-  ASSERT_EQ(r[bad.get()].canvases.size(), 2u);
-  EXPECT_EQ(r[bad.get()].error, "device lost");
+  ASSERT_EQ(r[bad->id()].canvases.size(), 2u);
+  EXPECT_EQ(r[bad->id()].error, "device lost");
   EXPECT_EQ(bad->finish_reason(), FinishReason::kError);
   EXPECT_EQ(text(good->output()), "Hello world");
   EXPECT_EQ(good->finish_reason(), FinishReason::kStop);
@@ -217,13 +217,10 @@ class ThrowingRunner final : public ModelRunner {
       : inner_(runner()), throw_at_(throw_at), thrower_(std::move(thrower)) {}
   int canvas_length() const override { return inner_->canvas_length(); }
   int vocab_size() const override { return inner_->vocab_size(); }
-  std::vector<DenoiseFlags> run(const StepPlan& plan) override {
+  StepResult run(const StepPlan& plan) override {
     if (step_++ == throw_at_) thrower_();
     return inner_->run(plan);
   }
-  std::vector<int32_t> read_argmax(const Sequence& s) override { return inner_->read_argmax(s); }
-  std::vector<float> read_logprobs(const Sequence& s) override { return inner_->read_logprobs(s); }
-  StepRecord read_trace(const Sequence& s, bool stop) override { return inner_->read_trace(s, stop); }
   void release(const Sequence& s) override {
     ++released;
     inner_->release(s);
@@ -244,7 +241,7 @@ TEST(ScriptedRunner, AThrowingStepFailsItsSequencesAndTheEngineGoesOn) {
   auto b = seq(2, "hello");  // waits: one running place
   auto out = run_all(core, {a.get(), b.get()});
   EXPECT_EQ(a->finish_reason(), FinishReason::kError);
-  EXPECT_NE(out[a.get()].error.find("illegal memory access"), std::string::npos);
+  EXPECT_NE(out[a->id()].error.find("illegal memory access"), std::string::npos);
   EXPECT_EQ(tr->released, 2);  // a at its failure, b at its end
   // The waiting one was not in the failed step: it runs afterwards.
   EXPECT_EQ(b->finish_reason(), FinishReason::kStop);
@@ -281,9 +278,10 @@ TEST(ScriptedRunner, AStepOverTheAllocatorCeilingFailsItsSequencesAndTheEngineGo
   auto b = seq(2, "hello");
   auto out = run_all(core, {a.get(), b.get()});
   EXPECT_EQ(a->finish_reason(), FinishReason::kError);
-  EXPECT_NE(out[a.get()].error.find("engine error: test device: out of memory under the memory plan's ceiling"),
-            std::string::npos)
-      << out[a.get()].error;
+  EXPECT_NE(
+      out[a->id()].error.find("engine error: test device: out of memory under the memory plan's ceiling"),
+      std::string::npos)
+      << out[a->id()].error;
   EXPECT_EQ(b->finish_reason(), FinishReason::kStop);
   EXPECT_EQ(text(b->output()), "Hello world");
   EXPECT_EQ(core.blocks().used_pages(KvGroup::kFull), 0);

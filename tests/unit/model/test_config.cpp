@@ -2,6 +2,7 @@
 // clear error for every out-of-range or inconsistent value.
 #include <gtest/gtest.h>
 
+#include "../reference_data.h"
 #include "model/config.h"
 #include "util/error.h"
 #include "util/mmap_file.h"
@@ -9,12 +10,18 @@
 namespace dgemma {
 namespace {
 
+using testing::reference_path;
+
+const std::string kRealConfig = reference_path("configs/diffusiongemma-26b-a4b/config.json");
+const std::string kRealGenerationConfig =
+    reference_path("configs/diffusiongemma-26b-a4b/generation_config.json");
+
 Json real_config() {
-  const std::string path = std::string(DGEMMA_SOURCE_DIR) + "/../shared/reference/configs/diffusiongemma-26b-a4b/config.json";
-  return parse_json(read_text_file(path), path, true);
+  return parse_json(read_text_file(kRealConfig), kRealConfig, true);
 }
 
 TEST(Config, ReleasedCheckpointShape) {
+  DG_NEED_REFERENCE(kRealConfig);
   const ModelConfig c = parse_model_config(real_config(), "config.json");
   const TextConfig& t = c.text;
   EXPECT_EQ(c.canvas_length, 256);
@@ -40,6 +47,7 @@ TEST(Config, ReleasedCheckpointShape) {
 }
 
 TEST(Config, PerLayerConfigStyleEqualsGlobalKeys) {
+  DG_NEED_REFERENCE(kRealConfig);
   Json j = real_config();
   Json& t = j["text_config"];
   t.erase("global_head_dim");
@@ -55,6 +63,7 @@ TEST(Config, PerLayerConfigStyleEqualsGlobalKeys) {
 }
 
 TEST(Config, DefaultLayerPatternWhenAbsent) {
+  DG_NEED_REFERENCE(kRealConfig);
   Json j = real_config();
   j["text_config"].erase("layer_types");
   const ModelConfig c = parse_model_config(j, "x");
@@ -75,6 +84,7 @@ void expect_bad(Json j, const std::string& needle) {
 }
 
 TEST(Config, RejectsBadValuesClearly) {
+  DG_NEED_REFERENCE(kRealConfig);
   Json j = real_config();
   j["model_type"] = "llama";
   expect_bad(j, "model_type");
@@ -120,7 +130,8 @@ TEST(Config, RejectsBadValuesClearly) {
 }
 
 TEST(GenerationConfig, ReleasedValuesAndDefaults) {
-  const std::string path = std::string(DGEMMA_SOURCE_DIR) + "/../shared/reference/configs/diffusiongemma-26b-a4b/generation_config.json";
+  DG_NEED_REFERENCE(kRealGenerationConfig);
+  const std::string& path = kRealGenerationConfig;
   const GenerationConfig g = parse_generation_config(parse_json(read_text_file(path), path, true), path);
   EXPECT_EQ(g.max_denoising_steps, 48);
   EXPECT_DOUBLE_EQ(g.entropy_bound, 0.1);

@@ -1,10 +1,12 @@
-// A forward pass's input block (model/diffusion_gemma.h ForwardInputs): its layout depends only on the
+// A step's input block (model/forward_inputs.h): the forward's layout depends only on the
 // items' kinds and lengths and on the tables' reserved room (what lets a recorded step replay with
 // another step's block), the attention launch plans see plan_cached, device canvases and soft
-// embeddings named by address give what host tokens and tensors give, and the block-copy ops of the
-// CPU backend gather and scatter what they name.
+// embeddings named by address give what host tokens and tensors give, a step appends the canvases'
+// soft-output addresses and the sampler's and decide's arguments after the forward's words, and the
+// block-copy ops of the CPU backend gather and scatter what they name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/weights.h"
+#include "support/forward.h"
 #include "util/bf16.h"
 #include "util/error.h"
 
@@ -51,7 +54,8 @@ TEST(ForwardInputs, LayoutDependsOnlyOnKindsLengthsAndTableRoom) {
     for (ForwardItem& it : *items) it.tokens = canvas;
   b[1].kv.tables = {};
   const int64_t room = 32;
-  const ForwardInputs ia = t.model.encode_inputs(a, room), ib = t.model.encode_inputs(b, room);
+  const ForwardInputs ia = encode_forward_inputs(t.model.forward_shape(), a, room),
+                      ib = encode_forward_inputs(t.model.forward_shape(), b, room);
   EXPECT_EQ(ia.words.size(), ib.words.size());
   EXPECT_EQ(ia.positions_at, ib.positions_at);
   EXPECT_EQ(ia.tables_at, ib.tables_at);
@@ -63,8 +67,9 @@ TEST(ForwardInputs, LayoutDependsOnlyOnKindsLengthsAndTableRoom) {
   EXPECT_EQ(ib.words[static_cast<size_t>(ib.positions_at)], 4 * C + 7);
   EXPECT_EQ(ib.words[static_cast<size_t>(ib.positions_at + C)], 0);
   // Without room given, exactly the tables' entries; too little room is refused.
-  EXPECT_EQ(t.model.encode_inputs(b).table_words, static_cast<int64_t>(2 * long_table.size()));
-  EXPECT_THROW(t.model.encode_inputs(b, 3), Error);
+  EXPECT_EQ(encode_forward_inputs(t.model.forward_shape(), b).table_words,
+            static_cast<int64_t>(2 * long_table.size()));
+  EXPECT_THROW(encode_forward_inputs(t.model.forward_shape(), b, 3), Error);
 }
 
 TEST(ForwardInputs, LaunchPlansSeePlanCachedTheDeviceTheRealCache) {
@@ -76,7 +81,7 @@ TEST(ForwardInputs, LaunchPlansSeePlanCachedTheDeviceTheRealCache) {
   std::vector<ForwardItem> items = {denoise_item(t, table, 2 * C, logits)};
   items[0].tokens = canvas;
   items[0].plan_cached = 100 * C;
-  const ForwardInputs in = t.model.encode_inputs(items);
+  const ForwardInputs in = encode_forward_inputs(t.model.forward_shape(), items);
   const int full = static_cast<int>(KvGroup::kFull), sliding = static_cast<int>(KvGroup::kSliding);
   // The block's item rows (AttentionItem's field order: cache_len is the fourth word).
   const int32_t dev_full_cache = in.words[static_cast<size_t>(in.items_at[full] + 3)];
@@ -98,7 +103,7 @@ TEST(ForwardInputs, EncodeItemsComeFirst) {
   items[0].tokens = canvas;
   items[1].tokens = prompt;
   items[1].kv.tables = {std::span<const int32_t>(table), std::span<const int32_t>(table)};
-  EXPECT_THROW(t.model.encode_inputs(items), Error);
+  EXPECT_THROW(encode_forward_inputs(t.model.forward_shape(), items), Error);
 }
 
 // The same denoising pass with the canvas and the soft embeddings on the host (tokens, a tensor read
@@ -115,7 +120,7 @@ TEST(ForwardInputs, DeviceCanvasesAndSoftEmbeddingsAreGathered) {
   std::vector<ForwardItem> enc(1);
   enc[0].tokens = prompt;
   enc[0].kv.tables = {std::span<const int32_t>(table), std::span<const int32_t>(table)};
-  t.model.forward(enc, kv);
+  forward_items(*t.be, t.model, enc, kv);
   std::vector<int32_t> canvas;
   for (int64_t i = 0; i < C; ++i) canvas.push_back(static_cast<int32_t>((i * 7 + 3) % V));
   Tensor soft = t.be->alloc(ScalarType::kBF16, {C, H});
@@ -128,10 +133,39 @@ TEST(ForwardInputs, DeviceCanvasesAndSoftEmbeddingsAreGathered) {
     a[0].tokens = canvas;
     b[0].token_ids = ids;
     if (with_soft) a[0].soft_embeds = b[0].soft_embeds = soft;
-    t.model.forward(a, kv);
-    t.model.forward(b, kv);
+    forward_items(*t.be, t.model, a, kv);
+    forward_items(*t.be, t.model, b, kv);
     EXPECT_EQ(0, std::memcmp(l1.data, l2.data, l1.nbytes())) << (with_soft ? "with" : "without") << " soft embeddings";
   }
+}
+
+TEST(ForwardInputs, AStepAppendsItsPartsAfterTheForwards) {
+  Tiny t;
+  const int64_t C = t.c.canvas_length, V = t.c.text.vocab_size, H = t.c.text.hidden_size;
+  Tensor logits = t.be->alloc(ScalarType::kBF16, {2 * C, V});
+  Tensor soft = t.be->alloc(ScalarType::kBF16, {C, H});
+  const std::vector<int32_t> table = {0, 1};
+  std::vector<int32_t> canvas(static_cast<size_t>(C), 3);
+  std::vector<ForwardItem> items = {denoise_item(t, table, C, logits.rows(0, C)),
+                                    denoise_item(t, table, C, logits.rows(C, 2 * C))};
+  for (ForwardItem& it : items) it.tokens = canvas;
+  const std::vector<Tensor> soft_out = {soft, Tensor{}};  // the second canvas is idle: not scattered
+  const std::vector<SamplerArgs> sampling(2);
+  const std::vector<DecideArgs> deciding(2);
+  const StepInputs s = encode_step_inputs(t.model.forward_shape(), *t.be, items, 0, soft_out, sampling, deciding);
+  const ForwardInputs alone = encode_forward_inputs(t.model.forward_shape(), items);
+  EXPECT_GE(s.soft_out_at, static_cast<int64_t>(alone.words.size())) << "after the forward's words";
+  EXPECT_EQ(s.soft_out_at % 16, 0) << "64-byte aligned";
+  EXPECT_TRUE(std::equal(alone.words.begin(), alone.words.end(), s.forward.words.begin()));
+  EXPECT_EQ(static_cast<int64_t>(s.forward.words.size()), s.words);
+  uint64_t first = 0, second = 0;
+  std::memcpy(&first, &s.forward.words[static_cast<size_t>(s.soft_out_at)], 8);
+  std::memcpy(&second, &s.forward.words[static_cast<size_t>(s.soft_out_at + 2)], 8);
+  EXPECT_EQ(first, reinterpret_cast<uintptr_t>(soft.data));
+  EXPECT_EQ(second, 0u);
+  EXPECT_LE(s.soft_out_at + 4, s.sampler_at);
+  EXPECT_LE(s.sampler_at, s.decide_at);
+  EXPECT_LE(s.decide_at, s.words);
 }
 
 TEST(BlockCopies, GatherAndScatterWhatTheTableNames) {

@@ -10,13 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant.h"
+#include "backend/quant_reference.h"
 #include "engine/kv_pool.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/fused_weights.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "support/forward.h"
 #include "util/bf16.h"
 
 namespace dgemma {
@@ -90,10 +91,10 @@ Weight small_weight(WeightFormat format, int64_t N, int64_t K, uint8_t salt) {
 
 std::vector<float> dequantised(const Weight& w) {
   std::vector<float> v(static_cast<size_t>(w.rows() * w.cols()));
-  cpu::dequantize(w, v.data());
+  quant_ref::dequantize(w, v.data());
   if (w.quantized())  // the row scale applies after the dot product; fold it in for the comparison
     for (int64_t n = 0; n < w.rows(); ++n)
-      for (int64_t k = 0; k < w.cols(); ++k) v[static_cast<size_t>(n * w.cols() + k)] *= cpu::row_scales(w, 0)[n];
+      for (int64_t k = 0; k < w.cols(); ++k) v[static_cast<size_t>(n * w.cols() + k)] *= quant_ref::row_scales(w, 0)[n];
   return v;
 }
 
@@ -151,13 +152,14 @@ ForwardRun forward(const ModelConfig& c, ModelWeights w, bool dump) {
   auto be = make_cpu_backend();
   DiffusionGemma m(c, std::move(w), *be);
   ForwardRun run;
+  DumpHook hook;
   if (dump)
-    m.set_dump_hook([&](const std::string& name, const Tensor& t) {
+    hook = [&](const std::string& name, const Tensor& t) {
       if (t.type != ScalarType::kBF16) return;
       std::vector<uint16_t> v(static_cast<size_t>(t.numel()));
       std::memcpy(v.data(), t.data, t.nbytes());
       run.dumps[name] = std::move(v);
-    });
+    };
   const int64_t V = c.text.vocab_size, C = c.canvas_length, H = c.text.hidden_size;
   const int64_t prompt_len = 20, pages = (prompt_len + C - 1) / C + 1;
   KvPoolPlan plan;
@@ -174,13 +176,13 @@ ForwardRun forward(const ModelConfig& c, ModelWeights w, bool dump) {
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
   items[0].kv = item;
-  m.forward(items, kv);
+  forward_items(*be, m, items, kv, hook);
   Tensor logits = be->alloc(ScalarType::kBF16, {C, V});
   Tensor soft = be->alloc(ScalarType::kBF16, {C, H});
   for (int64_t i = 0; i < C * H; ++i) soft.ptr<uint16_t>()[i] = f32_to_bf16(std::sin(0.37f * static_cast<float>(i)));
   item.cached = prompt_len;
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, item, soft, logits, {}};
-  m.forward(items, kv);
+  forward_items(*be, m, items, kv, hook);
   run.logits.assign(logits.ptr<uint16_t>(), logits.ptr<uint16_t>() + C * V);
   return run;
 }
@@ -210,8 +212,8 @@ TEST(FusedWeights, UnfusedProjectionsGiveTheSameBits) {
   const ForwardRun fused = forward(c, w, false), parts = forward(c, unfused(c, w), false);
   ASSERT_EQ(fused.logits.size(), parts.logits.size());
   EXPECT_TRUE(fused.logits == parts.logits) << "fused vs unfused projections";
-  // The dump path (op by op, the projections copied out of the fused output) too, and its
-  // intermediates (q_proj, k_proj, v_proj, ...) are the unfused model's.
+  // With a dump hook too (the projections copied out of the fused output), and its intermediates
+  // (q_proj, k_proj, v_proj, ...) are the unfused model's.
   const ForwardRun fused_dump = forward(c, w, true), parts_dump = forward(c, unfused(c, w), true);
   EXPECT_TRUE(fused_dump.logits == fused.logits) << "the dump path";
   EXPECT_TRUE(parts_dump.logits == fused.logits);
@@ -220,18 +222,13 @@ TEST(FusedWeights, UnfusedProjectionsGiveTheSameBits) {
   for (const auto& [name, v] : fused_dump.dumps) EXPECT_TRUE(v == parts_dump.dumps.at(name)) << name;
 }
 
-// The load-time switch (dgemma_bench --fused-projections off): the parts stay separate, the model
+// The load-time option (dgemma_bench --fused-projections off): the parts stay separate, the model
 // computes the same bits, and dummy weights hold the same values either way.
 TEST(FusedWeights, FusionSwitchedOffKeepsThePartsAndTheBits) {
-  struct Restore {
-    bool old = set_fuse_projections(false);
-    ~Restore() { set_fuse_projections(old); }
-  } restore;
   const ModelConfig c = load_model_config(kTiny);
   auto be = make_cpu_backend();
-  const ModelWeights parts = load_weights(c, kTiny, *be);
-  const ModelWeights dummy_parts = dummy_weights(c, *be, 5);
-  set_fuse_projections(true);
+  const ModelWeights parts = load_weights(c, kTiny, *be, {}, WeightLoadOptions{.fuse_projections = false});
+  const ModelWeights dummy_parts = dummy_weights(c, *be, 5, WeightLoadOptions{.fuse_projections = false});
   const ModelWeights fused = load_weights(c, kTiny, *be);
   const ModelWeights dummy_fused = dummy_weights(c, *be, 5);
   EXPECT_TRUE(parts.sc_gate_up.empty() && !parts.sc_gate.empty() && !parts.sc_up.empty());

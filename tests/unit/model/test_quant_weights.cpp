@@ -3,7 +3,6 @@
 // dequantised weights bit for bit (pow2-scale fixtures, where the dequantised weights are exactly
 // bf16), FP8-dynamic's activation quantisation is applied, and broken files are refused clearly.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -12,13 +11,14 @@
 #include <fstream>
 #include <functional>
 
-#include "backend/cpu/quant.h"
+#include "backend/quant_reference.h"
+#include "engine/kv_pool.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/fused_weights.h"
-#include "engine/kv_pool.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "support/forward.h"
 #include "util/bf16.h"
 #include "util/error.h"
 
@@ -83,10 +83,10 @@ std::vector<uint16_t> forward_logits(const std::string& dir, bool bf16_activatio
   items[0].kind = ForwardItem::Kind::kEncode;
   items[0].tokens = prompt;
   items[0].kv = pool.item(0);
-  m.forward(items, pool.kv);
+  forward_items(*be, m, items, pool.kv);
   Tensor logits = be->alloc(ScalarType::kBF16, {C, V});
   items[0] = ForwardItem{ForwardItem::Kind::kDenoise, canvas, pool.item(static_cast<int64_t>(prompt.size())), {}, logits, {}};
-  m.forward(items, pool.kv);
+  forward_items(*be, m, items, pool.kv);
   std::vector<uint16_t> out(static_cast<size_t>(C * V));
   be->to_host(logits, out.data());
   return out;
@@ -157,7 +157,7 @@ TEST(QuantWeights, DequantisationEqualsTheQuantisersBitForBit) {
         ASSERT_NE(ref, nullptr) << name;
         std::vector<float> got(static_cast<size_t>(wt->experts() * wt->rows() * wt->cols()));
         ASSERT_EQ(got.size() * 2, ref->nbytes);
-        cpu::dequantize(*wt, got.data());
+        quant_ref::dequantize(*wt, got.data());
         for (size_t i = 0; i < got.size(); ++i) {
           uint16_t b;
           std::memcpy(&b, ref->data + 2 * i, 2);
@@ -367,13 +367,13 @@ TEST(QuantWeights, GateAndUpGlobalScalesStaySeparate) {
   const Weight& wa = a.layers[1].experts_gate_up;
   const Weight& wm = m.layers[1].experts_gate_up;
   const int64_t I = c.text.moe_intermediate_size, H = c.text.hidden_size, N = 2 * I;
-  const float* rs = cpu::row_scales(wm, 2);
+  const float* rs = quant_ref::row_scales(wm, 2);
   for (int64_t r = 0; r < I; ++r) EXPECT_EQ(rs[r], gate_s2) << "gate row " << r;
   for (int64_t r = I; r < N; ++r) EXPECT_EQ(rs[r], up_s2) << "up row " << r;
   ASSERT_NE(gate_s2, up_s2);
   std::vector<float> da(static_cast<size_t>(8 * N * H)), dm(da.size());
-  cpu::dequantize(wa, da.data());
-  cpu::dequantize(wm, dm.data());
+  quant_ref::dequantize(wa, da.data());
+  quant_ref::dequantize(wm, dm.data());
   for (int64_t e = 0; e < 8; ++e)
     for (int64_t r = 0; r < N; ++r)
       for (int64_t k = 0; k < H; ++k) {
@@ -488,7 +488,7 @@ TEST(QuantWeights, DummyWeightsInEachFormat) {
     EXPECT_EQ(w.layers[1].experts_down.act, fp8 ? ActQuant::kFp8Token : ActQuant::kNone);
     std::vector<float> deq(static_cast<size_t>(w.layers[1].experts_down.experts() * w.layers[1].experts_down.rows() *
                                                w.layers[1].experts_down.cols()));
-    cpu::dequantize(w.layers[1].experts_down, deq.data());
+    quant_ref::dequantize(w.layers[1].experts_down, deq.data());
     double ss = 0;
     for (float v : deq) ss += static_cast<double>(v) * v;
     const double rms = std::sqrt(ss / static_cast<double>(deq.size()));
@@ -499,7 +499,7 @@ TEST(QuantWeights, DummyWeightsInEachFormat) {
     const Pool pool(c, *be, 2);
     std::vector<int32_t> prompt{5, 6, 7, 8};
     std::vector<ForwardItem> items{{ForwardItem::Kind::kEncode, prompt, pool.item(0), {}, {}, {}}};
-    m.forward(items, pool.kv);
+    forward_items(*be, m, items, pool.kv);
   }
   EXPECT_THROW(quant_preset("awq"), Error);
 }

@@ -1,7 +1,6 @@
 // Weight mapping: both HF prefixes, K=V full layers, encoder/decoder layer_scalar buffers, vision
 // tensors ignored, every problem of a broken checkpoint reported at once, dummy weights.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstring>
@@ -9,6 +8,7 @@
 #include <functional>
 #include <set>
 
+#include "../reference_data.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
@@ -118,7 +118,8 @@ TEST(Weights, ReportsEveryProblemAtOnce) {
 }
 
 TEST(Weights, ParameterCountOfTheReleasedShape) {
-  const std::string dir = std::string(DGEMMA_SOURCE_DIR) + "/../shared/reference/configs/diffusiongemma-26b-a4b";
+  const std::string dir = testing::reference_path("configs/diffusiongemma-26b-a4b");
+  DG_NEED_REFERENCE(dir + "/config.json");
   const ModelConfig c = load_model_config(dir);
   const ParameterCounts p = count_parameters(c);
   // docs/MODEL.md §1.2: text 25.25 B, experts 22.84 B, 3.82 B active per token.

@@ -1,7 +1,7 @@
 #pragma once
-// Streaming == non-streaming checks for the reasoning and tool-call parsers: a text is fed split at
-// every byte position, in 1-byte chunks and (for short texts) in every 3-piece split, and each result
-// must equal the non-streaming parse of the whole text.
+// Streaming == non-streaming checks for the reasoning and tool-call parsers: a markup text is fed split
+// at every byte position, in 1-byte chunks and (for short texts) in every 3-piece split, and each
+// result must equal the non-streaming parse of the whole text.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "text/markup_scan.h"
 #include "text/reasoning_parser.h"
 #include "text/tool_parser.h"
 
@@ -29,58 +30,67 @@ inline std::vector<std::vector<std::string_view>> all_splits(std::string_view te
 }
 
 struct ToolOutcome {
-  std::string content;
+  std::string content;                                     // markup spelled out
   std::vector<std::pair<std::string, std::string>> calls;  // name, arguments JSON
+  std::vector<std::string> untrusted;  // calls whose arguments are not complete: their text
   bool operator==(const ToolOutcome&) const = default;
 };
 
 inline void PrintTo(const ToolOutcome& o, std::ostream* os) {
   *os << "content=\"" << o.content << "\" calls=[";
   for (const auto& [n, a] : o.calls) *os << n << a << "; ";
+  *os << "] untrusted=[";
+  for (const auto& t : o.untrusted) *os << t << "; ";
   *os << "]";
 }
 
+// The outcome with the markup spelled out; each call's text and stray text are checked to lie in the
+// markup text it came from.
 inline ToolOutcome outcome_of(const ToolParseResult& r) {
-  ToolOutcome o{r.content, {}};
-  for (const ToolCall& c : r.calls) o.calls.emplace_back(c.name, c.arguments_json);
+  ToolOutcome o{markup::render(r.content, true), {}, {}};
+  size_t last = 0;
+  for (const ParsedToolCall& c : r.calls) {
+    if (c.arguments != ParsedToolCall::Arguments::kNoBody) {
+      EXPECT_FALSE(c.name.empty());
+    }
+    EXPECT_EQ(c.text.substr(0, markup::kToolCallStart.size()), markup::kToolCallStart);
+    EXPECT_NE(c.text.find(c.stray), std::string::npos);
+    EXPECT_GE(c.content_offset, last);
+    EXPECT_LE(c.content_offset, r.content.size());
+    last = c.content_offset;
+    if (c.arguments == ParsedToolCall::Arguments::kComplete)
+      o.calls.emplace_back(c.name, c.arguments_json);
+    else
+      o.untrusted.push_back(markup::render(c.text, true));
+  }
   return o;
 }
 
-// Feeds the pieces to a streaming parser and checks the delta protocol on the way: a call's first
-// delta has its id and name, later ones neither, indices appear in order, no delta is empty.
+// Feeds the pieces to a streaming parser and merges its deltas as parse_tool_calls does.
 inline ToolOutcome stream_tool_calls(const std::vector<std::string_view>& pieces) {
   ToolCallParser parser;
-  ToolOutcome o;
-  const auto absorb = [&](const ToolCallParser::Delta& d) {
-    o.content += d.content;
-    for (const ToolCallDelta& c : d.calls) {
-      if (c.index == static_cast<int>(o.calls.size())) {
-        EXPECT_EQ(c.id.substr(0, 5), "call_");
-        EXPECT_EQ(c.id.size(), 29u);
-        EXPECT_FALSE(c.name.empty());
-        o.calls.emplace_back(c.name, c.arguments_delta);
-      } else {
-        EXPECT_EQ(c.index, static_cast<int>(o.calls.size()) - 1) << "deltas must be for the newest call";
-        EXPECT_TRUE(c.id.empty());
-        EXPECT_TRUE(c.name.empty());
-        EXPECT_FALSE(c.arguments_delta.empty());
-        if (!o.calls.empty()) o.calls.back().second += c.arguments_delta;
-      }
+  ToolParseResult all;
+  const auto absorb = [&](ToolCallParser::Delta&& d) {
+    for (ParsedToolCall& c : d.calls) {
+      c.content_offset += all.content.size();
+      all.calls.push_back(std::move(c));
     }
+    all.content += d.content;
   };
   for (std::string_view p : pieces) absorb(parser.feed(p));
   absorb(parser.finish());
-  EXPECT_EQ(parser.saw_tool_call(), !o.calls.empty());
-  return o;
+  EXPECT_EQ(parser.saw_tool_call(), !all.calls.empty());
+  return outcome_of(all);
 }
 
+// `text` is markup text.
 inline void expect_tool_split_equivalence(std::string_view text) {
   const ToolOutcome whole = outcome_of(parse_tool_calls(text));
   for (const auto& pieces : all_splits(text)) {
     const ToolOutcome got = stream_tool_calls(pieces);
     if (got != whole) {
       std::string desc;
-      for (std::string_view p : pieces) desc += "[" + std::string(p) + "]";
+      for (std::string_view p : pieces) desc += "[" + markup::render(p, true) + "]";
       ADD_FAILURE() << "streaming differs for split " << desc;
       return;
     }
@@ -109,9 +119,9 @@ inline void expect_reasoning_split_equivalence(std::string_view text, bool think
     if (got.reasoning != whole.reasoning || got.content != whole.content) {
       std::string desc;
       for (std::string_view p : pieces) desc += "[" + std::string(p) + "]";
-      ADD_FAILURE() << "streaming differs for split " << desc << ": reasoning \"" << got.reasoning
-                    << "\" vs \"" << whole.reasoning << "\", content \"" << got.content << "\" vs \""
-                    << whole.content << "\"";
+      ADD_FAILURE() << "streaming differs for split " << markup::render(desc, true) << ": reasoning \""
+                    << got.reasoning << "\" vs \"" << whole.reasoning << "\", content \"" << got.content
+                    << "\" vs \"" << whole.content << "\"";
       return;
     }
   }

@@ -2,8 +2,6 @@
 // (tests/fixtures/chat_template/, made by tools/chat_template/render_expectations.py): the native
 // renderer, and the Jinja interpreter running the reference template files themselves; plus template
 // recognition.
-#include "text/chat_template.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "../reference_data.h"
+#include "text/chat_template.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -22,13 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kFixtures = fs::path(DGEMMA_SOURCE_DIR) / "tests" / "fixtures" / "chat_template";
-// The reference templates are not part of the project; CI checks ../shared out beside the checkout
-// (DGEMMA_SHARED_DIR overrides where that checkout is).
-fs::path reference_templates_dir() {
-  const char* shared = std::getenv("DGEMMA_SHARED_DIR");
-  const fs::path root = shared && *shared ? fs::path(shared) : fs::path(DGEMMA_SOURCE_DIR) / ".." / "shared";
-  return root / "reference" / "chat_templates";
-}
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -214,18 +207,15 @@ TEST(ChatTemplate, KwargsAllowList) {
 
 // ---- Recognition of the reference templates (read from ../shared, never copied) ----
 
-std::string reference_template(const char* file) {
-  const fs::path path = reference_templates_dir() / file;
-  // Deliberately an error, not a skip: CI checks out ../shared beside the repository.
-  if (!fs::exists(path))
-    throw std::runtime_error("reference chat template missing: " + path.string() +
-                             " (check out the shared reference data beside the repository)");
-  return read_file(path);
-}
+// The reference templates are not part of the project (tests/unit/reference_data.h).
+const std::string kJuly = testing::reference_path("chat_templates/diffusiongemma-2026-07.jinja");
+const std::string kJune = testing::reference_path("chat_templates/diffusiongemma-2026-06.jinja");
 
 TEST(ChatTemplate, RecognisesReferenceTemplates) {
-  const std::string july = reference_template("diffusiongemma-2026-07.jinja");
-  const std::string june = reference_template("diffusiongemma-2026-06.jinja");
+  DG_NEED_REFERENCE(kJuly);
+  DG_NEED_REFERENCE(kJune);
+  const std::string july = read_file(kJuly);
+  const std::string june = read_file(kJune);
   EXPECT_EQ(ChatTemplate::from_template_text(july).kind(), ChatTemplateKind::kDiffusionGemma2026_07);
   EXPECT_EQ(ChatTemplate::from_template_text(june).kind(), ChatTemplateKind::kDiffusionGemma2026_06);
   // A trailing newline (editors add one) and CRLF line endings do not change what jinja renders.
@@ -240,19 +230,22 @@ TEST(ChatTemplate, RecognisesReferenceTemplates) {
 
 // The same matrices through the Jinja interpreter running the reference template files.
 TEST(ChatTemplate, InterpreterMatchesJinjaJuly) {
-  const ChatTemplate tmpl = ChatTemplate::from_template_text(reference_template("diffusiongemma-2026-07.jinja"));
+  DG_NEED_REFERENCE(kJuly);
+  const ChatTemplate tmpl = ChatTemplate::from_template_text(read_file(kJuly));
   EXPECT_GE(run_matrix(tmpl, "conversations.json", "expected_2026-07.json").rendered, 30);
   EXPECT_GE(run_matrix(tmpl, "random_conversations.json", "expected_2026-07.json").rendered, 100);
 }
 
 TEST(ChatTemplate, InterpreterMatchesJinjaJune) {
-  const ChatTemplate tmpl = ChatTemplate::from_template_text(reference_template("diffusiongemma-2026-06.jinja"));
+  DG_NEED_REFERENCE(kJune);
+  const ChatTemplate tmpl = ChatTemplate::from_template_text(read_file(kJune));
   EXPECT_GE(run_matrix(tmpl, "conversations.json", "expected_2026-06.json").rendered, 30);
   EXPECT_GE(run_matrix(tmpl, "random_conversations.json", "expected_2026-06.json").rendered, 100);
 }
 
 TEST(ChatTemplate, InterpreterKwargsAreTheTemplatesVariables) {
-  const ChatTemplate july = ChatTemplate::from_template_text(reference_template("diffusiongemma-2026-07.jinja"));
+  DG_NEED_REFERENCE(kJuly);
+  const ChatTemplate july = ChatTemplate::from_template_text(read_file(kJuly));
   EXPECT_TRUE(july.accepts_kwarg("enable_thinking"));
   EXPECT_TRUE(july.accepts_kwarg("preserve_thinking"));
   EXPECT_FALSE(july.accepts_kwarg("messages"));
@@ -267,7 +260,8 @@ TEST(ChatTemplate, InterpreterKwargsAreTheTemplatesVariables) {
 
 // A modified template is no longer refused: it runs on the interpreter, modification included.
 TEST(ChatTemplate, ModifiedTemplateRunsOnTheInterpreter) {
-  std::string modified = reference_template("diffusiongemma-2026-07.jinja");
+  DG_NEED_REFERENCE(kJuly);
+  std::string modified = read_file(kJuly);
   const size_t pos = modified.find("<|turn>model\\n");
   ASSERT_NE(pos, std::string::npos);
   modified[pos + 2] = 'T';  // "<|Turn>model": one byte changed

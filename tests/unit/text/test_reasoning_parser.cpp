@@ -1,18 +1,25 @@
 // Gemma 4 reasoning split: "<|channel>thought\n...<channel|>" and "<think>...</think>", the
 // DiffusionGemma deviations (empty block with thinking off, missing closer, no label, markers arriving
-// in different deltas), and streaming == non-streaming for every split.
+// in different deltas), and streaming == non-streaming for every split. Texts are written with the
+// markup spelled out and turned into markup text (markup::from_literal); results are spelled out again.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "parser_split_check.h"
+#include "text/markup_scan.h"
 #include "text/reasoning_parser.h"
 #include "text/tool_parser.h"
 
 namespace dgemma {
 namespace {
 
+using markup::from_literal;
 using testing::expect_reasoning_split_equivalence;
+
+std::string lit(std::string_view markup_text) {
+  return markup::render(markup_text, true);
+}
 
 struct Split {
   std::string reasoning;
@@ -20,10 +27,11 @@ struct Split {
 };
 
 // Non-streaming result, after checking the streaming equivalence for the same mode.
-Split parse(std::string_view text, bool thinking, bool starts_in_reasoning = false) {
+Split parse(std::string_view literal, bool thinking, bool starts_in_reasoning = false) {
+  const std::string text = from_literal(literal);
   expect_reasoning_split_equivalence(text, thinking, starts_in_reasoning);
   const ReasoningDelta d = parse_reasoning(text, thinking, starts_in_reasoning);
-  return {d.reasoning, d.content};
+  return {lit(d.reasoning), lit(d.content)};
 }
 
 #define EXPECT_SPLIT(text, thinking, r, c)             \
@@ -85,10 +93,10 @@ TEST(ReasoningParser, ThinkingOffClosedBlockIsAThought) {
   EXPECT_SPLIT("<|channel>thought\nLet me check." + call, false, "", "Let me check." + call);
   // Streaming holds the undecided text back until the closer decides it.
   ReasoningParser p(false);
-  ReasoningDelta d = p.feed("<|channel>thought\nNeed a lookup.");
+  ReasoningDelta d = p.feed(from_literal("<|channel>thought\nNeed a lookup."));
   EXPECT_EQ(d.reasoning, "");
   EXPECT_EQ(d.content, "");
-  d = p.feed("<channel|>Answer.");
+  d = p.feed(from_literal("<channel|>Answer."));
   EXPECT_EQ(d.reasoning, "Need a lookup.");
   EXPECT_EQ(d.content, "Answer.");
 }
@@ -120,7 +128,8 @@ TEST(ReasoningParser, ToolCallEndsReasoning) {
   EXPECT_SPLIT("<|channel>thought\nI should call f." + call, true, "I should call f.", call);
   EXPECT_SPLIT("<|channel>thought\nplan<channel|>" + call, true, "plan", call);
   // The content then goes to the tool-call parser.
-  const ToolParseResult r = parse_tool_calls(parse_reasoning("<|channel>thought\nplan" + call).content);
+  const ToolParseResult r =
+      parse_tool_calls(parse_reasoning(from_literal("<|channel>thought\nplan" + call)).content);
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments_json, R"({"a": 1})");
 }
@@ -143,18 +152,18 @@ TEST(ReasoningParser, PromptOpenedTheChannel) {
 TEST(ReasoningParser, CanvasSizedDeltas) {
   // A whole canvas arrives at once; the closer comes several canvases later.
   ReasoningParser p(true);
-  ReasoningDelta d = p.feed("<|channel>thought\nStep 1: read the question. ");
+  ReasoningDelta d = p.feed(from_literal("<|channel>thought\nStep 1: read the question. "));
   EXPECT_EQ(d.reasoning, "Step 1: read the question. ");
   EXPECT_EQ(d.content, "");
-  d = p.feed("Step 2: answer it. <chan");  // a partial closer is held back
-  EXPECT_EQ(d.reasoning, "Step 2: answer it. ");
+  d = p.feed("Step 2: answer it. <chan");  // text that spells part of a marker is text
+  EXPECT_EQ(d.reasoning, "Step 2: answer it. <chan");
   EXPECT_FALSE(p.in_content());
-  d = p.feed("nel|>The answer.");
+  d = p.feed(from_literal("<channel|>The answer."));
   EXPECT_EQ(d.reasoning, "");
   EXPECT_EQ(d.content, "The answer.");
   EXPECT_TRUE(p.in_content());
-  d = p.feed(" More <|channel> text");
-  EXPECT_EQ(d.content, " More <|channel> text");
+  d = p.feed(from_literal(" More <|channel> text"));
+  EXPECT_EQ(lit(d.content), " More <|channel> text");
   d = p.finish();
   EXPECT_EQ(d.reasoning, "");
   EXPECT_EQ(d.content, "");
@@ -162,27 +171,27 @@ TEST(ReasoningParser, CanvasSizedDeltas) {
 
 TEST(ReasoningParser, LabelHeldUntilDecided) {
   ReasoningParser p(true);
-  EXPECT_EQ(p.feed("<|channel>thou").reasoning, "");
+  EXPECT_EQ(p.feed(from_literal("<|channel>thou")).reasoning, "");
   const ReasoningDelta d = p.feed("ght\nidea");
   EXPECT_EQ(d.reasoning, "idea");
   ReasoningParser q(true);
-  EXPECT_EQ(q.feed("<|channel>thou").reasoning, "");
+  EXPECT_EQ(q.feed(from_literal("<|channel>thou")).reasoning, "");
   EXPECT_EQ(q.feed("sands of").reasoning, "thousands of");  // not the label: released
 }
 
-TEST(ReasoningParser, PartialMarkerReleasedAsText) {
+TEST(ReasoningParser, PartialTextMarkerReleasedAsText) {
   ReasoningParser p(true);
-  ReasoningDelta d = p.feed("<|chan");
+  ReasoningDelta d = p.feed("<thi");  // may still become "<think>"
   EXPECT_EQ(d.content, "");
-  d = p.feed("ge of plan");
-  EXPECT_EQ(d.content, "<|change of plan");
+  d = p.feed("s is not a tag");
+  EXPECT_EQ(d.content, "<this is not a tag");
 }
 
 TEST(ReasoningParser, DeltasNeverSplitUtf8) {
   ReasoningParser p(true);
-  ReasoningDelta d = p.feed("<|channel>thought\n\xE6\x97");
+  ReasoningDelta d = p.feed(from_literal("<|channel>thought\n\xE6\x97"));
   EXPECT_EQ(d.reasoning, "");
-  d = p.feed("\xA5<channel|>\xF0\x9F\x98");
+  d = p.feed(from_literal("\xA5<channel|>\xF0\x9F\x98"));
   EXPECT_EQ(d.reasoning, "\xE6\x97\xA5");
   EXPECT_EQ(d.content, "");
   d = p.feed("\x80");
@@ -196,8 +205,8 @@ TEST(ReasoningParser, SplitEquivalenceBothModes) {
           "<|channel>thoughtX<channel|>", "<think>a</thin</think>b", "<|channel>thought\nr<|tool_call>call:f{}",
           "\xC3\xA9<|channel>", "<|channel>thought \n<channel|>x", "<|chann<|channel>x"}) {
       SCOPED_TRACE(text);
-      expect_reasoning_split_equivalence(text, thinking);
-      expect_reasoning_split_equivalence(text, thinking, true);
+      expect_reasoning_split_equivalence(from_literal(text), thinking);
+      expect_reasoning_split_equivalence(from_literal(text), thinking, true);
     }
   }
 }

@@ -1,11 +1,13 @@
 // Gemma 4 tool-call parsing: the native format, the malformed forms DiffusionGemma emits,
-// lossless handling of unparseable text, and streaming == non-streaming for every split.
+// lossless handling of unparseable text, and streaming == non-streaming for every split. Inputs are
+// written with the markup spelled out and turned into markup text (markup::from_literal).
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "parser_split_check.h"
 #include "text/gemma4_args.h"
+#include "text/markup_scan.h"
 #include "text/tool_parser.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -17,12 +19,14 @@ using testing::expect_tool_split_equivalence;
 using testing::outcome_of;
 using testing::ToolOutcome;
 
-// Parses text, checks every call's arguments are a JSON object, the streaming equivalence, and returns
-// the outcome.
-ToolOutcome parse_checked(std::string_view text) {
+using markup::from_literal;
+
+// Parses text (markup spelled out), checks every call's arguments are a JSON object, the streaming
+// equivalence, and returns the outcome.
+ToolOutcome parse_checked(std::string_view literal) {
+  const std::string text = from_literal(literal);
   const ToolParseResult r = parse_tool_calls(text);
-  for (const ToolCall& c : r.calls) {
-    EXPECT_EQ(c.id.substr(0, 5), "call_");
+  for (const ParsedToolCall& c : r.calls) {
     Json j = Json::parse(c.arguments_json);  // throws (fails the test) on invalid JSON
     EXPECT_TRUE(j.is_object()) << c.arguments_json;
   }
@@ -30,8 +34,13 @@ ToolOutcome parse_checked(std::string_view text) {
   return outcome_of(r);
 }
 
-ToolOutcome calls(std::string content, std::vector<std::pair<std::string, std::string>> c) {
-  return {std::move(content), std::move(c)};
+ToolOutcome calls(std::string content, std::vector<std::pair<std::string, std::string>> c,
+                  std::vector<std::string> untrusted = {}) {
+  return {std::move(content), std::move(c), std::move(untrusted)};
+}
+
+Json args_json(std::string_view literal) {
+  return gemma4_args_to_json(from_literal(literal));
 }
 
 TEST(ToolParser, NativeCall) {
@@ -44,15 +53,19 @@ TEST(ToolParser, NativeCall) {
 TEST(ToolParser, ForcedOpeningsParse) {
   EXPECT_EQ(tool_call_opening(""), "<|tool_call>call:");
   EXPECT_EQ(tool_call_opening("get_weather"), "<|tool_call>call:get_weather{");
-  auto r = parse_tool_calls(tool_call_opening("get_weather") + "city:<|\"|>Paris<|\"|>}<tool_call|>");
+  auto r = parse_tool_calls(
+      from_literal(tool_call_opening("get_weather") + "city:<|\"|>Paris<|\"|>}<tool_call|>"));
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "get_weather");
   EXPECT_EQ(r.calls[0].arguments_json, "{\"city\": \"Paris\"}");
+  EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kComplete);
   EXPECT_EQ(r.content, "");
-  r = parse_tool_calls(tool_call_opening("get_time"));
+  // No room left after the opening: an empty body, nothing truncated.
+  r = parse_tool_calls(from_literal(tool_call_opening("get_time")));
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments_json, "{}");
-  r = parse_tool_calls(tool_call_opening("") + "get_time{}<tool_call|>");
+  EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kComplete);
+  r = parse_tool_calls(from_literal(tool_call_opening("") + "get_time{}<tool_call|>"));
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "get_time");
 }
@@ -118,9 +131,14 @@ TEST(ToolParser, SeveralCallsAndContentBefore) {
   // Whitespace around and between calls is not content; text between calls is.
   EXPECT_EQ(parse_checked("  \n<|tool_call>call:a{}<tool_call|> and <|tool_call>call:b{}<tool_call|>\n\n"),
             calls(" and ", {{"a", "{}"}, {"b", "{}"}}));
-  const ToolParseResult r = parse_tool_calls("<|tool_call>call:a{}<tool_call|><|tool_call>call:b{}<tool_call|>");
+  // Each call records where it sits in the content and its own text.
+  const ToolParseResult r =
+      parse_tool_calls(from_literal("A<|tool_call>call:a{}<tool_call|>B<|tool_call>call:b{}<tool_call|>"));
   ASSERT_EQ(r.calls.size(), 2u);
-  EXPECT_NE(r.calls[0].id, r.calls[1].id);
+  EXPECT_EQ(r.content, "AB");
+  EXPECT_EQ(r.calls[0].content_offset, 1u);
+  EXPECT_EQ(r.calls[1].content_offset, 2u);
+  EXPECT_EQ(markup::render(r.calls[1].text, true), "<|tool_call>call:b{}<tool_call|>");
 }
 
 TEST(ToolParser, TrailingToolResponseDropped) {
@@ -181,30 +199,54 @@ TEST(ToolParser, MissingCloserRecovered) {
   // The next call ends the previous one.
   EXPECT_EQ(parse_checked("<|tool_call>call:f{a:1}<|tool_call>call:g{b:2}<tool_call|>"),
             calls("", {{"f", R"({"a": 1})"}, {"g", R"({"b": 2})"}}));
-  // A body cut short by the closer or the end: what is open gets closed.
+  // A body cut short by the closer: what is open gets closed.
   EXPECT_EQ(parse_checked(R"x(<|tool_call>call:f{a:<|"|>abc<tool_call|>after)x"), calls("after", {{"f", R"({"a": "abc"})"}}));
-  EXPECT_EQ(parse_checked(R"x(<|tool_call>call:f{a:[1,{b:<|"|>x)x"), calls("", {{"f", R"({"a": [1, {"b": "x"}]})"}}));
-  EXPECT_EQ(parse_checked("<|tool_call>call:f{a:"), calls("", {{"f", R"({"a": ""})"}}));
+  // Cut short by the end of the output (max_tokens): the values may be truncated, so the call is untrusted.
+  EXPECT_EQ(parse_checked(R"x(<|tool_call>call:f{a:[1,{b:<|"|>x)x"),
+            calls("", {}, {R"x(<|tool_call>call:f{a:[1,{b:<|"|>x)x"}));
+  EXPECT_EQ(parse_checked("<|tool_call>call:f{a:"), calls("", {}, {"<|tool_call>call:f{a:"}));
+  const ToolParseResult r = parse_tool_calls(from_literal("<|tool_call>call:f{a:"));
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kCutShort);
+  EXPECT_EQ(r.calls[0].arguments_json, R"({"a": ""})");
 }
 
-TEST(ToolParser, UnparseableTextStaysInContent) {
-  // Not a call header: everything verbatim.
-  EXPECT_EQ(parse_checked("<|tool_call>hello there"), calls("<|tool_call>hello there", {}));
-  EXPECT_EQ(parse_checked("<|tool_call>call:get_wea"), calls("<|tool_call>call:get_wea", {}));
-  EXPECT_EQ(parse_checked("x <|tool_call>call:f[1]<tool_call|>"), calls("x <|tool_call>call:f[1]<tool_call|>", {}));
-  EXPECT_EQ(parse_checked("<|tool_call>"), calls("<|tool_call>", {}));
+TEST(ToolParser, UnparseableTextStaysWithItsCall) {
+  // Not a call header: a call without a body, whose text runs to where a call's would end.
+  EXPECT_EQ(parse_checked("<|tool_call>hello there"), calls("", {}, {"<|tool_call>hello there"}));
+  EXPECT_EQ(parse_checked("<|tool_call>call:get_wea"), calls("", {}, {"<|tool_call>call:get_wea"}));
+  EXPECT_EQ(parse_checked("x <|tool_call>call:f[1]<tool_call|> y"),
+            calls("x  y", {}, {"<|tool_call>call:f[1]<tool_call|>"}));
+  EXPECT_EQ(parse_checked("<|tool_call>"), calls("", {}, {"<|tool_call>"}));
   EXPECT_EQ(parse_checked("a <tool_call|> b"), calls("a <tool_call|> b", {}));
   const std::string long_name = "<|tool_call>call:" + std::string(300, 'n') + "{}<tool_call|>";
-  EXPECT_EQ(parse_checked(long_name), calls(long_name, {}));
-  // A syntax error inside a body: members before it are kept, the raw rest goes to content.
-  EXPECT_EQ(parse_checked("<|tool_call>call:f{a:1, ]b:2}<tool_call|>tail"), calls("]b:2}tail", {{"f", R"({"a": 1})"}}));
+  EXPECT_EQ(parse_checked(long_name), calls("", {}, {long_name}));
+  ToolParseResult r =
+      parse_tool_calls(from_literal("<|tool_call>call:calculateather:city:Paris}<tool_call|>"));
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kNoBody);
+  EXPECT_EQ(r.calls[0].name, "calculateather");
+  EXPECT_EQ(r.calls[0].arguments_json, "{}");
+  // A syntax error inside a body: the call is untrusted (its JSON holds the members before the error),
+  // and its whole text is kept with it.
+  EXPECT_EQ(parse_checked("<|tool_call>call:f{a:1, ]b:2}<tool_call|>tail"),
+            calls("tail", {}, {"<|tool_call>call:f{a:1, ]b:2}<tool_call|>"}));
   EXPECT_EQ(parse_checked("<|tool_call>call:f{a:1, key without value}<tool_call|>"),
-            calls("key without value}", {{"f", R"({"a": 1})"}}));
-  EXPECT_EQ(parse_checked(R"x(<|tool_call>call:f{<|"|>k<|"|> 5}<tool_call|>)x"), calls(R"x(<|"|>k<|"|> 5})x", {{"f", "{}"}}));
-  // Text after the body before the closer.
-  EXPECT_EQ(parse_checked("<|tool_call>call:f{a:1} oops<tool_call|>"), calls("oops", {{"f", R"({"a": 1})"}}));
+            calls("", {}, {"<|tool_call>call:f{a:1, key without value}<tool_call|>"}));
+  EXPECT_EQ(parse_checked(R"x(<|tool_call>call:f{<|"|>k<|"|> 5}<tool_call|>)x"),
+            calls("", {}, {R"x(<|tool_call>call:f{<|"|>k<|"|> 5}<tool_call|>)x"}));
+  r = parse_tool_calls(from_literal("<|tool_call>call:f{a:1, ]b:2}<tool_call|>"));
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, ParsedToolCall::Arguments::kMalformed);
+  EXPECT_EQ(r.calls[0].arguments_json, R"({"a": 1})");
+  // Text after the body before the closer is the call's stray text.
+  EXPECT_EQ(parse_checked("<|tool_call>call:f{a:1} oops<tool_call|>"), calls("", {{"f", R"({"a": 1})"}}));
+  r = parse_tool_calls(from_literal("<|tool_call>call:f{a:1} oops<tool_call|>"));
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].stray, "oops");
   // A valid call after garbage is still found.
-  EXPECT_EQ(parse_checked("<|tool_call>nope <|tool_call>call:g{}<tool_call|>"), calls("<|tool_call>nope ", {{"g", "{}"}}));
+  EXPECT_EQ(parse_checked("<|tool_call>nope <|tool_call>call:g{}<tool_call|>"),
+            calls("", {{"g", "{}"}}, {"<|tool_call>nope "}));
 }
 
 TEST(ToolParser, DepthLimit) {
@@ -213,11 +255,12 @@ TEST(ToolParser, DepthLimit) {
   deep += "1<tool_call|>";
   const ToolOutcome o = parse_checked(deep);
   // The outer object and 31 arrays make kMaxDepth (32) containers; the 32nd '[' is the error point: the
-  // call keeps what is open (closed), the raw text from there goes to content.
-  ASSERT_EQ(o.calls.size(), 1u);
+  // call is untrusted and keeps what is open (closed).
+  EXPECT_EQ(o, calls("", {}, {deep}));
   EXPECT_EQ(Gemma4ArgsStream::kMaxDepth, 32u);
-  EXPECT_EQ(o.calls[0].second, R"({"a": )" + std::string(31, '[') + std::string(31, ']') + "}");
-  EXPECT_EQ(o.content, std::string(9, '[') + "1");
+  const ToolParseResult r = parse_tool_calls(from_literal(deep));
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments_json, R"({"a": )" + std::string(31, '[') + std::string(31, ']') + "}");
 }
 
 TEST(ToolParser, InvalidUtf8BecomesReplacementCharacter) {
@@ -226,42 +269,36 @@ TEST(ToolParser, InvalidUtf8BecomesReplacementCharacter) {
   EXPECT_EQ(o.calls[0].second, "{\"s\": \"a\xEF\xBF\xBD(\xEF\xBF\xBD\xEF\xBF\xBD b\xEF\xBF\xBD\"}");
 }
 
-TEST(ToolParser, StreamingEmitsNameFirstThenFinalArgumentPieces) {
+TEST(ToolParser, StreamingEmitsContentAtOnceAndCallsWhole) {
   ToolCallParser p;
-  ToolCallParser::Delta d = p.feed("Checking. <|tool");
-  EXPECT_EQ(d.content, "Checking. ");  // a possible "<|tool_call>" prefix is held back
+  ToolCallParser::Delta d = p.feed(from_literal("Checking. <|tool_call>call:get_weather{location:<|\"|>Par"));
+  EXPECT_EQ(d.content, "Checking. ");
   EXPECT_TRUE(d.calls.empty());
   EXPECT_FALSE(p.saw_tool_call());
-  d = p.feed("_call>call:get_weather{location:<|\"|>Par");
-  EXPECT_EQ(d.content, "");
-  ASSERT_EQ(d.calls.size(), 1u);
-  EXPECT_EQ(d.calls[0].index, 0);
-  EXPECT_EQ(d.calls[0].name, "get_weather");
-  EXPECT_EQ(d.calls[0].id.size(), 29u);
-  EXPECT_EQ(d.calls[0].arguments_delta, R"({"location": "Par)");
-  EXPECT_TRUE(p.saw_tool_call());
-  d = p.feed("is, France<|\"|>,days:1");  // the bare value may still grow: withheld
-  ASSERT_EQ(d.calls.size(), 1u);
-  EXPECT_TRUE(d.calls[0].name.empty());
-  EXPECT_EQ(d.calls[0].arguments_delta, R"(is, France")");
-  d = p.feed("0}<tool_call|><|tool_call>call:g{}");
-  ASSERT_EQ(d.calls.size(), 2u);
-  EXPECT_EQ(d.calls[0].arguments_delta, R"(, "days": 10})");
-  EXPECT_EQ(d.calls[1].index, 1);
-  EXPECT_EQ(d.calls[1].name, "g");
-  EXPECT_EQ(d.calls[1].arguments_delta, "{}");
-  d = p.finish();
+  d = p.feed(from_literal("is, France<|\"|>,days:1"));
   EXPECT_EQ(d.content, "");
   EXPECT_TRUE(d.calls.empty());
+  d = p.feed(from_literal("0}<tool_call|> and <|tool_call>call:g{}"));
+  EXPECT_EQ(d.content, " and ");
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].name, "get_weather");
+  EXPECT_EQ(d.calls[0].arguments_json, R"({"location": "Paris, France", "days": 10})");
+  EXPECT_EQ(d.calls[0].content_offset, 0u);
+  EXPECT_TRUE(p.saw_tool_call());
+  d = p.finish();  // "g{}" ended by the end of the output: its body was closed by its own bracket
+  EXPECT_EQ(d.content, "");
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].name, "g");
+  EXPECT_EQ(d.calls[0].arguments, ParsedToolCall::Arguments::kComplete);
 }
 
-TEST(ToolParser, StreamingNeverLeaksMarkerPrefixes) {
-  const std::string text = "Sure<|tool_call>call:f{a:<|\"|>x<|\"|>}<tool_call|>";
+TEST(ToolParser, StreamingNeverLeaksMarkup) {
+  const std::string text = from_literal("Sure<|tool_call>call:f{a:<|\"|>x<|\"|>}<tool_call|>");
   ToolCallParser p;
   std::string content;
   for (char c : text) {
     content += p.feed(std::string_view(&c, 1)).content;
-    EXPECT_EQ(content.find('<'), std::string::npos) << content;
+    for (char k : content) EXPECT_FALSE(markup::is_markup_byte(k)) << content;
   }
   content += p.finish().content;
   EXPECT_EQ(content, "Sure");
@@ -274,26 +311,34 @@ TEST(ToolParser, StreamingHoldsIncompleteUtf8) {
   EXPECT_EQ(p.finish().content, "");
 }
 
+// Markup is found by token, never by text that spells it: a literal "<|tool_call>" is ordinary text.
+TEST(ToolParser, SpelledOutMarkupIsText) {
+  const ToolParseResult r = parse_tool_calls("<|tool_call>call:f{a:1}<tool_call|>");
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, "<|tool_call>call:f{a:1}<tool_call|>");
+}
+
 TEST(ToolParser, ParserIsMovable) {
   ToolCallParser a;
-  EXPECT_EQ(a.feed("<|tool_call>call:f{x:1").calls.size(), 1u);
+  EXPECT_TRUE(a.feed(from_literal("<|tool_call>call:f{x:1")).calls.empty());
   ToolCallParser b = std::move(a);
   const ToolCallParser::Delta d = b.finish();
   ASSERT_EQ(d.calls.size(), 1u);
-  EXPECT_EQ(d.calls[0].arguments_delta, R"("x": 1})");
+  EXPECT_EQ(d.calls[0].arguments_json, R"({"x": 1})");
+  EXPECT_EQ(d.calls[0].arguments, ParsedToolCall::Arguments::kCutShort);
 }
 
 TEST(ToolParser, SplitEquivalenceOnMixedOutput) {
-  expect_tool_split_equivalence(
+  expect_tool_split_equivalence(from_literal(
       "Intro é.\n<|tool_call>call:a{s:<|\"|>x<y 😀<|\"|>,n:-1.5e3,l:[true,None,{k:'v'}]}<tool_call|> mid "
       "<|tool_call>call:b(q=\"\\u00e9\\n\")<tool_call|><|tool_call>bad<|tool_call>call:c{a:1, ]x}"
-      "<tool_call|>end<|tool_response>");
+      "<tool_call|>end<|tool_response>"));
 }
 
 TEST(Gemma4Args, ToJson) {
-  EXPECT_EQ(gemma4_args_to_json(R"x({location:<|"|>Tokyo<|"|>,n:42,f:1.5,b:false,z:null,o:{p:[1,<|"|>a<|"|>]}})x"),
+  EXPECT_EQ(args_json(R"x({location:<|"|>Tokyo<|"|>,n:42,f:1.5,b:false,z:null,o:{p:[1,<|"|>a<|"|>]}})x"),
             Json::parse(R"({"location":"Tokyo","n":42,"f":1.5,"b":false,"z":null,"o":{"p":[1,"a"]}})"));
-  EXPECT_EQ(gemma4_args_to_json(R"x(location:<|"|>Tokyo<|"|>,unit:<|"|>c<|"|>)x"),
+  EXPECT_EQ(args_json(R"x(location:<|"|>Tokyo<|"|>,unit:<|"|>c<|"|>)x"),
             Json::parse(R"({"location":"Tokyo","unit":"c"})"));
   EXPECT_EQ(gemma4_args_to_json("(a='x', n=3)"), Json::parse(R"({"a":"x","n":3})"));
   EXPECT_EQ(gemma4_args_to_json(" {} "), Json::object());
@@ -307,7 +352,7 @@ TEST(Gemma4Args, NumbersBeyondADoubleAreStrings) {
             Json::parse(R"({"a":"1e400","b":"-1.8e308","c":"0.5e3777777777777777777777","d":1.5e308,"e":1e-400,"f":-0.0})"));
   const std::string digits(400, '7');
   EXPECT_EQ(gemma4_args_to_json("{n:" + digits + "}"), Json::parse(R"({"n":")" + digits + R"("})"));
-  const ToolParseResult r = parse_tool_calls("<|tool_call>call:f{a:[1e400,2]}<tool_call|>");
+  const ToolParseResult r = parse_tool_calls(from_literal("<|tool_call>call:f{a:[1e400,2]}<tool_call|>"));
   ASSERT_EQ(r.calls.size(), 1u);
   const Json j = Json::parse(r.calls[0].arguments_json, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.calls[0].arguments_json;
@@ -318,7 +363,7 @@ TEST(Gemma4Args, RejectsIncompleteOrMalformed) {
   for (const char* bad : {"{a:1", "{a:<|\"|>x}", "{a 1}", "{a:1} extra", "{:1}", "{a:[1,2}", "{\"a\"}", "a:1,}",
                           "{a:1<tool_call|>}", "{<|\"|>unterminated key", "{a:1]"}) {
     try {
-      gemma4_args_to_json(bad);
+      gemma4_args_to_json(from_literal(bad));
       ADD_FAILURE() << "accepted: " << bad;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << bad;

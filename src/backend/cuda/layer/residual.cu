@@ -1,0 +1,102 @@
+// The layer's residual junctions (layer/residual.cuh), the kernels of layer/residual_kernel.cuh: the row
+// in registers, the blocks looping over the rows (as many as are resident at once).
+#include "backend/cuda/core/common.cuh"
+#include "backend/cuda/layer/residual.cuh"
+#include "backend/cuda/layer/residual_kernel.cuh"
+#include "util/error.h"
+
+namespace dgemma::cuda {
+namespace {
+
+const uint4* words_of(const uint16_t* p) {
+  return reinterpret_cast<const uint4*>(p);
+}
+uint4* words_of(uint16_t* p) {
+  return reinterpret_cast<uint4*>(p);
+}
+
+// One launch of kernel<kPer> of the plan (kPer 1, 2 or 4 words a thread) over `rows` rows.
+template <class Args, class K1, class K2, class K4>
+void launch_junction(const Args& a, int64_t rows, const residual::Plan& plan, K1 k1, K2 k2, K4 k4,
+                     Stream stream) {
+  auto run = [&](auto kernel) {
+    constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
+    kernel<<<resident_grid(stream, kernel, plan.threads, kSmem, rows), plan.threads, kSmem, stream>>>(a);
+  };
+  switch (plan.per) {
+    case 1:
+      run(k1);
+      break;
+    case 2:
+      run(k2);
+      break;
+    default:
+      run(k4);
+      break;
+  }
+  CUDA_CHECK_LAUNCH(stream);
+}
+
+}  // namespace
+
+bool residual_fusable(int64_t n, std::initializer_list<const void*> ptrs) {
+  if (n <= 0 || n % 8 != 0 || residual::plan_for(n / 8).per == 0) return false;
+  for (const void* p : ptrs)
+    if ((reinterpret_cast<uintptr_t>(p) & 15u) != 0) return false;
+  return true;
+}
+
+void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* post_norm, uint16_t* h1,
+                          const uint16_t* norm_a, uint16_t* out_a, const uint16_t* norm_b, uint16_t* out_b,
+                          uint16_t* o_normed, const uint16_t* router_scale, float router_root,
+                          uint16_t* router_out, int64_t rows, int64_t n, float eps, Stream stream) {
+  if (rows <= 0) return;
+  const residual::Plan plan = residual::plan_for(n / 8);
+  DG_CHECK(plan.per > 0);  // residual_fusable
+  const residual::AttnArgs a{words_of(x),
+                             words_of(o),
+                             words_of(post_norm),
+                             words_of(h1),
+                             words_of(norm_a),
+                             words_of(out_a),
+                             words_of(norm_b),
+                             words_of(out_b),
+                             words_of(o_normed),
+                             words_of(router_scale),
+                             router_root,
+                             words_of(router_out),
+                             n / 8,
+                             eps,
+                             rows};
+  launch_junction(a, rows, plan, residual::attn_residual_kernel<1>, residual::attn_residual_kernel<2>,
+                  residual::attn_residual_kernel<4>, stream);
+}
+
+void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, const uint16_t* norm1,
+                         const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out,
+                         uint16_t* m1n, uint16_t* m2n, uint16_t* f, const uint16_t* next_norm,
+                         uint16_t* next_out, int64_t rows, int64_t n, float eps, Stream stream) {
+  if (rows <= 0) return;
+  const residual::Plan plan = residual::plan_for(n / 8);
+  DG_CHECK(plan.per > 0);  // residual_fusable
+  const residual::FfnArgs a{words_of(h1),
+                            words_of(m1),
+                            words_of(m2),
+                            words_of(norm1),
+                            words_of(norm2),
+                            words_of(norm_f),
+                            scale,
+                            words_of(out),
+                            words_of(m1n),
+                            words_of(m2n),
+                            words_of(f),
+                            words_of(next_norm),
+                            words_of(next_out),
+                            n / 8,
+                            eps,
+                            rows};
+  launch_junction(a, rows, plan, residual::ffn_residual_kernel<1>, residual::ffn_residual_kernel<2>,
+                  residual::ffn_residual_kernel<4>, stream);
+}
+
+}  // namespace dgemma::cuda

@@ -1,0 +1,27 @@
+#pragma once
+// The layer's residual junctions (backend.h AttnResidualArgs / FfnResidualArgs: the residual adds with
+// the norms around them fused into one kernel each; host launchers, kernels in layer/residual.cu and
+// layer/residual_kernel.cuh).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "backend/cuda/core/stream.h"
+
+namespace dgemma::cuda {
+
+// Rows of n elements. residual_fusable: n a multiple of 8 that the kernels' plan takes (up to 16,384:
+// residual::plan_for) and every pointer 16-byte aligned; otherwise the backend composes the junction
+// of the separate ops (the same roundings: bit-identical). Null optional outputs are not written.
+bool residual_fusable(int64_t n, std::initializer_list<const void*> ptrs);
+void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* post_norm, uint16_t* h1,
+                          const uint16_t* norm_a, uint16_t* out_a, const uint16_t* norm_b, uint16_t* out_b,
+                          uint16_t* o_normed, const uint16_t* router_scale, float router_root,
+                          uint16_t* router_out, int64_t rows, int64_t n, float eps, Stream stream);
+void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, const uint16_t* norm1,
+                         const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out,
+                         uint16_t* m1n, uint16_t* m2n, uint16_t* f, const uint16_t* next_norm,
+                         uint16_t* next_out, int64_t rows, int64_t n, float eps, Stream stream);
+
+}  // namespace dgemma::cuda
