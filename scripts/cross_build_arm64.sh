@@ -4,9 +4,10 @@
 #
 #   scripts/cross_build_arm64.sh [BUILD_DIR] [-- CTEST_ARGS...]
 #
-# BUILD_DIR defaults to build-arm64; JOBS (default 2) sets the build and test parallelism. CTEST_ARGS
-# replace the default test selection, which leaves out the node and Python suites (e2e, python, deploy):
-# they drive the binary from tools that are not emulated. Installs what it needs and only that, like
+# BUILD_DIR defaults to build-arm64; JOBS (default 2) sets the build and test parallelism; TARGETS (a
+# space-separated list, default all) builds only those targets, e.g. TARGETS="unit_util unit_text" with
+# CTEST_ARGS -R '^(util|text)\.'. CTEST_ARGS replace the default test selection, which leaves out the node
+# and Python suites (e2e, python, deploy): they drive the binary from tools that are not emulated. Installs what it needs and only that, like
 # scripts/setup.sh:
 #   - scripts/setup.sh (host tools, npm packages);
 #   - the arm64 architecture in dpkg, the cross compiler and qemu-user;
@@ -28,6 +29,7 @@ fi
 ctest_args=("$@")
 [ ${#ctest_args[@]} -eq 0 ] && ctest_args=(-E '^(e2e|python|deploy)\.')
 jobs=${JOBS:-2}
+read -r -a targets <<<"${TARGETS:-all}"
 
 kExtraArm64Packages=(
   libssl-dev              # CMake's pkg_check_modules(openssl); setup.sh gets it through httplib
@@ -63,7 +65,11 @@ arch_of() {  # "all", "arm64", or empty when the sources hold no arm64 build
   if [ "$(candidate_arch "$1")" = all ]; then echo all; else candidate_arch "$1:arm64"; fi
 }
 wanted=("${kHostCrossPackages[@]}")
+installed_arch() { dpkg-query -W -f='${Architecture}\n' "$1" 2>/dev/null | grep -qx "$2"; }
 for p in $setup_dev_packages "${kExtraArm64Packages[@]}"; do
+  # Installed already: no apt-cache query (slow, one per package).
+  if installed "$p:arm64"; then wanted+=("$p:arm64"); continue; fi
+  if installed "$p" && installed_arch "$p" all; then wanted+=("$p"); continue; fi
   arch=$(arch_of "$p")
   if [ -z "$arch" ]; then
     apt_get update
@@ -87,7 +93,7 @@ command -v qemu-aarch64 >/dev/null || die "qemu-aarch64 not found after installi
 start=$(date +%s)
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$PWD/scripts/aarch64-linux-gnu.toolchain.cmake" \
   -DDGEMMA_CUDA=OFF
-nice -n 19 cmake --build "$build_dir" -j "$jobs"
+nice -n 19 cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}"
 built=$(date +%s)
 
 # Some tests start aarch64 executables themselves: the golden CLI runs start build/dgemma, GoogleTest's
