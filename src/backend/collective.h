@@ -3,7 +3,7 @@
 // "Tensor parallelism"). Every rank calls the same operations in the same order with tensors of the same
 // shape on its own backend's device. Three implementations: ThreadCollective (one thread per rank of one
 // process, host memory: the CPU simulation CI runs), the one-device collective (N CUDA backends of one GPU,
-// backend/cuda/parallel/device_collective.h: how one GPU proves the sharded CUDA step) and NcclCollective
+// backend/device_collective.h: how one GPU runs the sharded CUDA step) and NcclCollective
 // (one GPU per rank, NCCL loaded at run time, backend/nccl.h).
 //
 // Only exact operations are used: a gather moves values unchanged, and the reductions are sums where at
@@ -13,11 +13,9 @@
 // Failures: a rank that waits longer than its group's timeout for the others throws (and aborts the
 // group, so no rank waits on); CollectiveGroup::abort makes every rank waiting in, or entering, a
 // collective throw instead of hanging.
-#include <functional>
 #include <memory>
 #include <string>
 
-#include "backend/backend.h"
 #include "backend/tensor.h"
 
 namespace dgemma {
@@ -39,13 +37,6 @@ class Collective {
   // Blocks until every rank has arrived and its work so far is done (tests; the operations above
   // synchronise by themselves).
   virtual void barrier() = 0;
-  // Records the device work `body` enqueues on `backend` (this rank's) as a graph to replay, every
-  // rank at once with the same work (Backend::capture). The default records each rank's own graph (NCCL
-  // orders the ranks' graphs by itself); a collective whose ranks are ordered by their host threads
-  // records the ranks' work together.
-  virtual std::unique_ptr<StepGraph> capture(Backend& backend, const std::function<void()>& body) {
-    return backend.capture(body);
-  }
 };
 
 // The endpoints of one group of ranks.

@@ -83,6 +83,7 @@ struct ServeFlags {
   std::string ssl_certfile;
   std::string kv_cache_dtype = "auto";
   int data_parallel_size = 1;
+  bool enable_expert_parallel = false;
   int pipeline_parallel_size = 1;
   bool disable_uvicorn_access_log = false;
   // Pure tuning knobs of vLLM: accepted and logged as having no effect (name -> value given).
@@ -776,7 +777,11 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
         ->group("vLLM compatibility (no effect)");
   }
   sub->add_option("--tensor-parallel-size", f->tensor_parallel_size,
-                  "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CPU backend only for now");
+                  "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CUDA: one GPU per rank (NCCL), CPU: "
+                  "one thread per rank");
+  sub->add_flag("--enable-expert-parallel", f->enable_expert_parallel,
+                "With -tp N: experts split by expert (each rank holds E / N whole experts; dgemma's only split of "
+                "the experts, so on or off the same)");
   sub->add_option(
       "--config", f->config_file,
       "vLLM's YAML config file: flag: value lines (long flag names); the command line wins over it");
