@@ -6,6 +6,7 @@
 
 #include "backend/cuda_limits.h"
 #include "backend/nccl.h"
+#include "engine/data_parallel.h"
 #include "engine/diffusion_runner.h"
 #include "engine/engine.h"
 #include "engine/engine_config.h"
@@ -169,9 +170,33 @@ std::string resolve_device(const std::string& device) {
 
 namespace {
 
+// -dp N: N whole engines (replica r on GPU r; CPU: N engines of the CPU backend) behind one router.
+std::unique_ptr<EngineInterface> create_data_parallel_engine(const EngineConfig& c) {
+  const int dp = c.data_parallel_size;
+  if (dp < 1 || dp > 8) fail_arg("--data-parallel-size must be 1 to 8 (got {})", dp);
+  if (c.tensor_parallel_size > 1)
+    fail_arg("--data-parallel-size {} with --tensor-parallel-size {}: one or the other (replicas of split models are "
+             "not supported)", dp, c.tensor_parallel_size);
+  const std::string device = resolve_device(c.device);
+  if (device == "cuda" && cuda_device_count() < dp)
+    fail(ErrorKind::kUnsupported, "--data-parallel-size {} needs {} GPUs, one per replica (this process sees {})", dp, dp,
+         cuda_device_count());
+  std::vector<std::unique_ptr<EngineInterface>> replicas;
+  for (int r = 0; r < dp; ++r) {
+    EngineConfig rc = c;
+    rc.data_parallel_size = 1;
+    rc.cuda_device = device == "cuda" ? r : 0;
+    DG_LOG_INFO("engine", "data-parallel replica {} of {}{}", r, dp, device == "cuda" ? fmt::format(" on GPU {}", r) : "");
+    replicas.push_back(create_model_engine(rc));
+  }
+  const int canvas = replicas.front()->stats().canvas_length;
+  return std::make_unique<DataParallelEngine>(std::move(replicas), canvas);
+}
+
 }  // namespace
 
 std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
+  if (c.data_parallel_size != 1) return create_data_parallel_engine(c);
   check_engine_flags(c);
   ModelConfig mc = engine_model_config(c);
   GenerationConfig g = resolve_generation_config(c, mc);
@@ -195,7 +220,7 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
       for (int r = 0; r < tp; ++r) rank_backends.push_back(make_cuda_backend(r, c.cuda));
       backend = make_cpu_backend();
     } else {
-      backend = make_cuda_backend(0, c.cuda);
+      backend = make_cuda_backend(c.cuda_device, c.cuda);
     }
   } else if (device == "cpu") {
     backend = make_cpu_backend();
