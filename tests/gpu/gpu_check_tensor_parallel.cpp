@@ -5,8 +5,8 @@
 //     ranks' block partials gathered and summed equal the one-GPU self-conditioning GEMM bit for bit
 //     (the same per-block cuBLAS call on either side); the partials match the CPU's within GEMM noise.
 //   tp_expert_parallel_moe: the MoE with each rank holding E / N experts equals the one-GPU MoE bit for
-//     bit, on the tile kernels and on the small-rows kernel (same routing, same per-expert GEMMs, the
-//     other ranks' slots -0, an exact sum).
+//     bit, under the automatic kernel choice, the small-rows kernel and the mma.sync tile kernel (same
+//     routing, same per-expert GEMMs, the other ranks' slots -0, an exact sum).
 //   tp_trajectory_*: whole seeded trajectories of the golden fixtures' models (two batched sequences,
 //     one with pinned positions), -tp N against -tp 1, both on CUDA: every step's canvases, argmax,
 //     samples, accept and stop decisions identical (token-exact), the entropies within the bound below.
@@ -180,14 +180,16 @@ void check_sharded_ops(Reporter& r) {
 
 void check_expert_parallel_moe(Reporter& r) {
   Data data("tp_expert_parallel_moe");
-  const int64_t T = 48, H = 256, I = 128, E = 16, K = 4;
+  const int64_t T = 256, H = 256, I = 128, E = 16, K = 4;  // 64 rows an expert: tile kernels under auto
   const Tensor router_in = data.bf16({T, H}, 1.0f), expert_in = data.bf16({T, H}, 1.0f);
   const Tensor router_scale = data.bf16({H}, 0.2f, 1.0f), router_proj = data.bf16({E, H}, 0.5f);
   const Tensor pes = data.bf16({E}, 0.1f, 1.0f);
   const Tensor gate_up = data.bf16({E, 2 * I, H}, 0.06f), down = data.bf16({E, H, I}, 0.09f);
-  for (MoeKernel kernel : {MoeKernel::kAuto, MoeKernel::kSmallRows}) {
+  for (MoeKernel kernel : {MoeKernel::kAuto, MoeKernel::kSmallRows, MoeKernel::kMmaSync128x128}) {
     const CudaOptions o = options_with([&](CudaOptions& c) { c.moe = kernel; });
-    const std::string which = kernel == MoeKernel::kAuto ? "auto kernel" : "small-rows kernel";
+    const std::string which = kernel == MoeKernel::kAuto        ? "auto kernel"
+                              : kernel == MoeKernel::kSmallRows ? "small-rows kernel"
+                                                                : "mma.sync tile kernel";
     auto args = [&](Backend& be, int64_t e0, int64_t e1) {
       MoeArgs a;
       a.router_in = be.upload(router_in);
