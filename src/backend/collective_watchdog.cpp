@@ -6,8 +6,12 @@
 
 namespace dgemma {
 
-CollectiveWatchdog::CollectiveWatchdog(int ranks, double timeout_seconds, Hooks hooks, std::chrono::milliseconds poll)
-    : timeout_seconds_(timeout_seconds), hooks_(std::move(hooks)), poll_(poll), pending_(static_cast<size_t>(ranks)) {
+CollectiveWatchdog::CollectiveWatchdog(int ranks, double timeout_seconds, Hooks hooks,
+                                       std::chrono::milliseconds poll)
+    : timeout_seconds_(timeout_seconds),
+      hooks_(std::move(hooks)),
+      poll_(poll),
+      pending_(static_cast<size_t>(ranks)) {
   DG_CHECK(ranks >= 1 && hooks_.done && hooks_.release && hooks_.abort);
   thread_ = std::thread([this] { run(); });
 }
@@ -72,8 +76,10 @@ void CollectiveWatchdog::run() {
       }
       if (!q.empty() && timeout_seconds_ > 0 &&
           std::chrono::duration<double>(now - q.front().since).count() > timeout_seconds_)
-        why = fmt::format("rank {}'s {} did not complete within {:.0f} s (a rank died or stopped calling the "
-                          "collectives)", r, q.front().what, timeout_seconds_);
+        why = fmt::format(
+            "rank {}'s {} did not complete within {:.0f} s (a rank died or stopped calling the "
+            "collectives)",
+            r, q.front().what, timeout_seconds_);
     }
     if (why.empty() && hooks_.async_error) {  // unlocked: the hook may take the group's own lock
       lock.unlock();

@@ -23,9 +23,9 @@ class CollectiveWatchdog {
   // Hooks are called from the watchdog's thread without its lock held (done / release excepted: they
   // must not call back into the watchdog).
   struct Hooks {
-    std::function<bool(void* token)> done;           // the operation has completed
-    std::function<void(void* token)> release;        // the token is no longer needed
-    std::function<std::string()> async_error;        // non-empty: the group has failed (optional)
+    std::function<bool(void* token)> done;              // the operation has completed
+    std::function<void(void* token)> release;           // the token is no longer needed
+    std::function<std::string()> async_error;           // non-empty: the group has failed (optional)
     std::function<void(const std::string& why)> abort;  // stops every rank's pending operations
   };
   // timeout_seconds <= 0: operations may take forever (async errors still abort).

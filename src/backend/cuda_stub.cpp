@@ -12,7 +12,9 @@ std::unique_ptr<Backend> make_cuda_backend(int, const CudaOptions&) {
   fail(ErrorKind::kUnsupported, "this dgemma was built without CUDA (nvcc was not found at build time); use --device cpu");
 }
 bool cuda_available() { return false; }
-int cuda_device_count() { return 0; }
+int cuda_device_count() {
+  return 0;
+}
 std::optional<uint64_t> cuda_device_memory() {
   return std::nullopt;
 }

@@ -43,8 +43,9 @@ std::vector<const void*> Rendezvous::exchange(int rank, const void* mine) {
         if (!here) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
       aborted_ = true;
-      why_ = "rank " + std::to_string(rank) + " waited " + std::to_string(static_cast<int>(timeout_seconds_)) +
-             " s for rank(s) " + missing + " (timed out)";
+      why_ = "rank " + std::to_string(rank) + " waited " +
+             std::to_string(static_cast<int>(timeout_seconds_)) + " s for rank(s) " + missing +
+             " (timed out)";
       cv_.notify_all();
       throw_aborted();
     }

@@ -38,8 +38,8 @@ class Rendezvous {
   int arrived_ = 0;
   uint64_t generation_ = 0;
   std::vector<const void*> posted_;
-  std::vector<int> waiting_;                   // ranks arrived in this round
-  std::vector<const void*> released_[2];       // the values of the last two rounds (by parity)
+  std::vector<int> waiting_;              // ranks arrived in this round
+  std::vector<const void*> released_[2];  // the values of the last two rounds (by parity)
   bool aborted_ = false;
   std::string why_;
 };

@@ -36,7 +36,8 @@ class ThreadCollective final : public Collective {
         const auto* src = static_cast<const uint8_t*>(all[r]->data);
         DG_CHECK(all[r]->numel() == in.numel() && all[r]->type == in.type);
         for (int64_t i = 0; i < rows; ++i)
-          std::memcpy(dst + (static_cast<size_t>(i) * N + r) * row_bytes, src + static_cast<size_t>(i) * row_bytes, row_bytes);
+          std::memcpy(dst + (static_cast<size_t>(i) * N + r) * row_bytes,
+                      src + static_cast<size_t>(i) * row_bytes, row_bytes);
       }
     });
   }
@@ -102,12 +103,18 @@ ThreadCollectiveGroup::ThreadCollectiveGroup(int size, double timeout_seconds)
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<ThreadCollective>(state_, r));
 }
 ThreadCollectiveGroup::~ThreadCollectiveGroup() = default;
-int ThreadCollectiveGroup::size() const { return state_->meet.size(); }
+int ThreadCollectiveGroup::size() const {
+  return state_->meet.size();
+}
 Collective& ThreadCollectiveGroup::rank(int r) {
   DG_CHECK(r >= 0 && r < size());
   return *ranks_[static_cast<size_t>(r)];
 }
-void ThreadCollectiveGroup::abort() { state_->meet.abort("another rank failed"); }
-void ThreadCollectiveGroup::reset() { state_->meet.reset(); }
+void ThreadCollectiveGroup::abort() {
+  state_->meet.abort("another rank failed");
+}
+void ThreadCollectiveGroup::reset() {
+  state_->meet.reset();
+}
 
 }  // namespace dgemma

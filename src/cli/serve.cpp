@@ -350,7 +350,8 @@ Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
   if (f.data_parallel_size < 1 || f.data_parallel_size > 8)
     fail_arg("--data-parallel-size must be 1 to 8 (got {})", f.data_parallel_size);
   if (f.data_parallel_size != 1 && p.extra_format)
-    fail_arg("--data-parallel-size {}: the {} engine has no model to replicate", f.data_parallel_size, extra.prefix);
+    fail_arg("--data-parallel-size {}: the {} engine has no model to replicate", f.data_parallel_size,
+             extra.prefix);
   e.data_parallel_size = f.data_parallel_size;
   if (f.pipeline_parallel_size != 1)
     fail_arg("--pipeline-parallel-size {}: dgemma runs one model on one device (only 1 is accepted)",
@@ -779,12 +780,14 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
     sub->add_flag_callback(flag, [f, flag] { f->no_effect.emplace_back(flag, ""); }, "vLLM knob: accepted, no effect")
         ->group("vLLM compatibility (no effect)");
   }
-  sub->add_option("--tensor-parallel-size", f->tensor_parallel_size,
-                  "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CUDA: one GPU per rank (NCCL), CPU: "
-                  "one thread per rank");
-  sub->add_flag("--enable-expert-parallel", f->enable_expert_parallel,
-                "With -tp N: experts split by expert (each rank holds E / N whole experts; dgemma's only split of "
-                "the experts, so on or off the same)");
+  sub->add_option(
+      "--tensor-parallel-size", f->tensor_parallel_size,
+      "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CUDA: one GPU per rank (NCCL), CPU: "
+      "one thread per rank");
+  sub->add_flag(
+      "--enable-expert-parallel", f->enable_expert_parallel,
+      "With -tp N: experts split by expert (each rank holds E / N whole experts; dgemma's only split of "
+      "the experts, so on or off the same)");
   sub->add_option(
       "--config", f->config_file,
       "vLLM's YAML config file: flag: value lines (long flag names); the command line wins over it");

@@ -6,8 +6,12 @@
 
 namespace dgemma {
 
-DataParallelEngine::DataParallelEngine(std::vector<std::unique_ptr<EngineInterface>> replicas, int canvas_length)
-    : replicas_(std::move(replicas)), canvas_(canvas_length), in_flight_(replicas_.size()), load_(replicas_.size(), 0) {
+DataParallelEngine::DataParallelEngine(std::vector<std::unique_ptr<EngineInterface>> replicas,
+                                       int canvas_length)
+    : replicas_(std::move(replicas)),
+      canvas_(canvas_length),
+      in_flight_(replicas_.size()),
+      load_(replicas_.size(), 0) {
   DG_CHECK(!replicas_.empty() && canvas_ >= 1);
 }
 
@@ -48,7 +52,8 @@ int DataParallelEngine::route_locked(const std::vector<uint64_t>& prefixes, int6
     const auto it = prefix_owner_.find(prefixes[k]);
     if (it == prefix_owner_.end()) continue;
     const int64_t saved = static_cast<int64_t>(k + 1) * canvas_;
-    if (load_[static_cast<size_t>(it->second)] - load_[static_cast<size_t>(least)] <= saved) return it->second;
+    if (load_[static_cast<size_t>(it->second)] - load_[static_cast<size_t>(least)] <= saved)
+      return it->second;
     break;  // the longest match is too busy: balance instead
   }
   return least;
@@ -67,7 +72,8 @@ std::vector<int64_t> DataParallelEngine::tokens_in_flight() const {
 }
 
 std::shared_ptr<RequestStream> DataParallelEngine::submit(GenerationRequest request) {
-  const int64_t tokens = static_cast<int64_t>(request.prompt.size()) + std::max<int64_t>(0, request.params.max_tokens);
+  const int64_t tokens =
+      static_cast<int64_t>(request.prompt.size()) + std::max<int64_t>(0, request.params.max_tokens);
   const std::vector<uint64_t> prefixes = page_prefixes(request.prompt);
   std::lock_guard<std::mutex> lock(mu_);
   prune();

@@ -139,7 +139,8 @@ void DiffusionModelRunner::execute(Step& step, const StepInputs& in, const Tenso
   if (model.gathers_vocabulary()) model.gather_vocabulary(logits_.rows(0, N * C), sampled_.rows(0, N * C));
   model.sampler_batch_encoded(step.sampling, block.rows(in.sampler_at, in.decide_at));
   // The rank's columns of the probabilities the whole-vocabulary sampler wrote.
-  if (model.gathers_vocabulary()) be.copy_columns(logits_.rows(0, N * C), sampled_.rows(0, N * C), model.vocab_first());
+  if (model.gathers_vocabulary())
+    be.copy_columns(logits_.rows(0, N * C), sampled_.rows(0, N * C), model.vocab_first());
   Tensor soft = be.alloc(ScalarType::kBF16, {N * C, H});
   model.soft_embeddings(logits_.rows(0, N * C), soft);  // probs . E * embed_scale
   be.scatter_blocks(soft, block.rows(in.soft_out_at, in.soft_out_at + 2 * N), N, C * H * 2);

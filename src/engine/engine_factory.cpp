@@ -160,7 +160,6 @@ std::unique_ptr<EngineInterface> start_engine(const EngineConfig& c, const Model
   return std::make_unique<DiffusionEngine>(c, std::move(core), std::move(g));
 }
 
-
 }  // namespace
 
 std::string resolve_device(const std::string& device) {
@@ -175,18 +174,23 @@ std::unique_ptr<EngineInterface> create_data_parallel_engine(const EngineConfig&
   const int dp = c.data_parallel_size;
   if (dp < 1 || dp > 8) fail_arg("--data-parallel-size must be 1 to 8 (got {})", dp);
   if (c.tensor_parallel_size > 1)
-    fail_arg("--data-parallel-size {} with --tensor-parallel-size {}: one or the other (replicas of split models are "
-             "not supported)", dp, c.tensor_parallel_size);
+    fail_arg(
+        "--data-parallel-size {} with --tensor-parallel-size {}: one or the other (replicas of split models "
+        "are "
+        "not supported)",
+        dp, c.tensor_parallel_size);
   const std::string device = resolve_device(c.device);
   if (device == "cuda" && cuda_device_count() < dp)
-    fail(ErrorKind::kUnsupported, "--data-parallel-size {} needs {} GPUs, one per replica (this process sees {})", dp, dp,
+    fail(ErrorKind::kUnsupported,
+         "--data-parallel-size {} needs {} GPUs, one per replica (this process sees {})", dp, dp,
          cuda_device_count());
   std::vector<std::unique_ptr<EngineInterface>> replicas;
   for (int r = 0; r < dp; ++r) {
     EngineConfig rc = c;
     rc.data_parallel_size = 1;
     rc.cuda_device = device == "cuda" ? r : 0;
-    DG_LOG_INFO("engine", "data-parallel replica {} of {}{}", r, dp, device == "cuda" ? fmt::format(" on GPU {}", r) : "");
+    DG_LOG_INFO("engine", "data-parallel replica {} of {}{}", r, dp,
+                device == "cuda" ? fmt::format(" on GPU {}", r) : "");
     replicas.push_back(create_model_engine(rc));
   }
   const int canvas = replicas.front()->stats().canvas_length;
@@ -214,7 +218,8 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
       const int gpus = cuda_device_count();
       if (gpus < tp)
         fail(ErrorKind::kUnsupported,
-             "--tensor-parallel-size {} on CUDA needs {} GPUs, one per rank (this process sees {}); --device cpu runs "
+             "--tensor-parallel-size {} on CUDA needs {} GPUs, one per rank (this process sees {}); --device "
+             "cpu runs "
              "the CPU simulation",
              tp, tp, gpus);
       for (int r = 0; r < tp; ++r) rank_backends.push_back(make_cuda_backend(r, c.cuda));
@@ -227,8 +232,10 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   } else {
     fail_arg("--device must be auto, cuda or cpu (got '{}')", c.device);
   }
-  DG_LOG_INFO("engine", "backend: {}{}", rank_backends.empty() ? backend->name() : rank_backends.front()->name(),
-              tp > 1 ? fmt::format(", tensor parallel over {} ranks ({})", tp, device == "cpu" ? "threads" : "GPUs, NCCL")
+  DG_LOG_INFO("engine", "backend: {}{}",
+              rank_backends.empty() ? backend->name() : rank_backends.front()->name(),
+              tp > 1 ? fmt::format(", tensor parallel over {} ranks ({})", tp,
+                                   device == "cpu" ? "threads" : "GPUs, NCCL")
                      : "");
 
   ModelWeights w;

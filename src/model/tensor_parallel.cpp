@@ -28,15 +28,17 @@ std::unique_ptr<TensorParallelModel> TensorParallelModel::cpu(const ModelConfig&
   return tp;
 }
 
-std::unique_ptr<TensorParallelModel> TensorParallelModel::upload(const ModelConfig& config, const ModelWeights& full,
-                                                                std::vector<std::unique_ptr<Backend>> backends,
-                                                                std::unique_ptr<CollectiveGroup> group) {
+std::unique_ptr<TensorParallelModel> TensorParallelModel::upload(
+    const ModelConfig& config, const ModelWeights& full, std::vector<std::unique_ptr<Backend>> backends,
+    std::unique_ptr<CollectiveGroup> group) {
   const int size = static_cast<int>(backends.size());
   validate_tensor_parallel(config, size);
   std::vector<ModelWeights> weights;
   for (int r = 0; r < size; ++r)
-    weights.push_back(upload_model_weights(shard_weights(full, config, ShardPlan{r, size}), *backends[static_cast<size_t>(r)]));
-  return std::make_unique<TensorParallelModel>(std::move(backends), std::move(group), config, std::move(weights));
+    weights.push_back(upload_model_weights(shard_weights(full, config, ShardPlan{r, size}),
+                                           *backends[static_cast<size_t>(r)]));
+  return std::make_unique<TensorParallelModel>(std::move(backends), std::move(group), config,
+                                               std::move(weights));
 }
 
 TensorParallelModel::TensorParallelModel(std::vector<std::unique_ptr<Backend>> backends, std::unique_ptr<CollectiveGroup> group,

@@ -3,8 +3,12 @@
 namespace dgemma {
 namespace {
 
-Tensor up(const Tensor& t, Backend& be) { return t.empty() ? Tensor{} : be.upload(t); }
-Weight up(const Weight& w, Backend& be) { return w.empty() ? Weight{} : be.upload_weight(w); }
+Tensor up(const Tensor& t, Backend& be) {
+  return t.empty() ? Tensor{} : be.upload(t);
+}
+Weight up(const Weight& w, Backend& be) {
+  return w.empty() ? Weight{} : be.upload_weight(w);
+}
 
 }  // namespace
 
@@ -23,17 +27,30 @@ ModelWeights upload_model_weights(const ModelWeights& host, Backend& be) {
     l.spec = h.spec;
     l.layer_scalar_decoder = h.layer_scalar_decoder;
     l.layer_scalar_encoder = h.layer_scalar_encoder;
-    for (auto [dst, src] : {std::pair{&l.input_norm, &h.input_norm}, {&l.post_attn_norm, &h.post_attn_norm},
-                            {&l.q_norm, &h.q_norm}, {&l.k_norm, &h.k_norm}, {&l.pre_ff_norm, &h.pre_ff_norm},
-                            {&l.post_ff_norm1, &h.post_ff_norm1}, {&l.router_proj, &h.router_proj},
-                            {&l.router_scale, &h.router_scale}, {&l.per_expert_scale, &h.per_expert_scale},
-                            {&l.pre_ff_norm2, &h.pre_ff_norm2}, {&l.post_ff_norm2, &h.post_ff_norm2},
+    for (auto [dst, src] : {std::pair{&l.input_norm, &h.input_norm},
+                            {&l.post_attn_norm, &h.post_attn_norm},
+                            {&l.q_norm, &h.q_norm},
+                            {&l.k_norm, &h.k_norm},
+                            {&l.pre_ff_norm, &h.pre_ff_norm},
+                            {&l.post_ff_norm1, &h.post_ff_norm1},
+                            {&l.router_proj, &h.router_proj},
+                            {&l.router_scale, &h.router_scale},
+                            {&l.per_expert_scale, &h.per_expert_scale},
+                            {&l.pre_ff_norm2, &h.pre_ff_norm2},
+                            {&l.post_ff_norm2, &h.post_ff_norm2},
                             {&l.post_ff_norm, &h.post_ff_norm}})
       *dst = up(*src, be);
-    for (auto [dst, src] : {std::pair{&l.qkv_proj, &h.qkv_proj}, {&l.q_proj, &h.q_proj}, {&l.k_proj, &h.k_proj},
-                            {&l.v_proj, &h.v_proj}, {&l.o_proj, &h.o_proj}, {&l.mlp_gate_up, &h.mlp_gate_up},
-                            {&l.mlp_gate, &h.mlp_gate}, {&l.mlp_up, &h.mlp_up}, {&l.mlp_down, &h.mlp_down},
-                            {&l.experts_gate_up, &h.experts_gate_up}, {&l.experts_down, &h.experts_down}})
+    for (auto [dst, src] : {std::pair{&l.qkv_proj, &h.qkv_proj},
+                            {&l.q_proj, &h.q_proj},
+                            {&l.k_proj, &h.k_proj},
+                            {&l.v_proj, &h.v_proj},
+                            {&l.o_proj, &h.o_proj},
+                            {&l.mlp_gate_up, &h.mlp_gate_up},
+                            {&l.mlp_gate, &h.mlp_gate},
+                            {&l.mlp_up, &h.mlp_up},
+                            {&l.mlp_down, &h.mlp_down},
+                            {&l.experts_gate_up, &h.experts_gate_up},
+                            {&l.experts_down, &h.experts_down}})
       *dst = up(*src, be);
     w.layers.push_back(std::move(l));
   }
@@ -46,12 +63,19 @@ ModelWeights upload_model_weights(const ModelWeights& host, Backend& be) {
   v.embed_projection = up(hv.embed_projection, be);
   for (const VisionLayerWeights& h : hv.layers) {
     VisionLayerWeights l;
-    for (auto [dst, src] : {std::pair{&l.input_norm, &h.input_norm}, {&l.post_attn_norm, &h.post_attn_norm},
-                            {&l.pre_ff_norm, &h.pre_ff_norm}, {&l.post_ff_norm, &h.post_ff_norm},
-                            {&l.q_norm, &h.q_norm}, {&l.k_norm, &h.k_norm}})
+    for (auto [dst, src] : {std::pair{&l.input_norm, &h.input_norm},
+                            {&l.post_attn_norm, &h.post_attn_norm},
+                            {&l.pre_ff_norm, &h.pre_ff_norm},
+                            {&l.post_ff_norm, &h.post_ff_norm},
+                            {&l.q_norm, &h.q_norm},
+                            {&l.k_norm, &h.k_norm}})
       *dst = up(*src, be);
-    for (auto [dst, src] : {std::pair{&l.q_proj, &h.q_proj}, {&l.k_proj, &h.k_proj}, {&l.v_proj, &h.v_proj},
-                            {&l.o_proj, &h.o_proj}, {&l.mlp_gate, &h.mlp_gate}, {&l.mlp_up, &h.mlp_up},
+    for (auto [dst, src] : {std::pair{&l.q_proj, &h.q_proj},
+                            {&l.k_proj, &h.k_proj},
+                            {&l.v_proj, &h.v_proj},
+                            {&l.o_proj, &h.o_proj},
+                            {&l.mlp_gate, &h.mlp_gate},
+                            {&l.mlp_up, &h.mlp_up},
                             {&l.mlp_down, &h.mlp_down}})
       *dst = up(*src, be);
     v.layers.push_back(std::move(l));

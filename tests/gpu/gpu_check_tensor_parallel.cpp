@@ -126,8 +126,9 @@ void check_device_collective(Reporter& r) {
       }
     });
     for (int k = 0; k < n; ++k)
-      if (got[k] != want[k]) r.fail("one-device collective N=" + std::to_string(n) + " rank " + std::to_string(k) +
-                                    ": differs from the thread collective");
+      if (got[k] != want[k])
+        r.fail("one-device collective N=" + std::to_string(n) + " rank " + std::to_string(k) +
+               ": differs from the thread collective");
     r.note("one-device collective N=" + std::to_string(n) + ": gathers and bf16 / f32 / i32 sums checked");
   }
 }
@@ -152,7 +153,8 @@ void check_sharded_ops(Reporter& r) {
       // The rank's columns of x (contiguous) and rows of w.
       Tensor xr = host_tensor(ScalarType::kBF16, {T, Vr});
       for (int64_t t = 0; t < T; ++t)
-        std::memcpy(xr.ptr<uint16_t>() + t * Vr, x.ptr<uint16_t>() + t * V + k * Vr, static_cast<size_t>(Vr) * 2);
+        std::memcpy(xr.ptr<uint16_t>() + t * Vr, x.ptr<uint16_t>() + t * V + k * Vr,
+                    static_cast<size_t>(Vr) * 2);
       const Tensor wr = w.rows(k * Vr, (k + 1) * Vr);
       Tensor part = be.alloc(ScalarType::kF32, {T, H, blocks});
       be.matmul_kn_blocks(up(xr), up(clone(wr)), blocks, part);
@@ -160,21 +162,25 @@ void check_sharded_ops(Reporter& r) {
       Tensor cpu_part = host_tensor(ScalarType::kF32, {T, H, blocks});
       cpu().matmul_kn_blocks(xr, clone(wr), blocks, cpu_part);
       expect_f32(r, "matmul_kn_blocks vs CPU (N=" + std::to_string(n) + ")", p,
-                 std::vector<float>(cpu_part.ptr<float>(), cpu_part.ptr<float>() + cpu_part.numel()),
-                 1e-5, 1e-4);
+                 std::vector<float>(cpu_part.ptr<float>(), cpu_part.ptr<float>() + cpu_part.numel()), 1e-5,
+                 1e-4);
       for (int64_t m = 0; m < T * H; ++m)
-        for (int b = 0; b < blocks; ++b) all.ptr<float>()[m * kVocabBlocks + k * blocks + b] = p[static_cast<size_t>(m * blocks + b)];
+        for (int b = 0; b < blocks; ++b)
+          all.ptr<float>()[m * kVocabBlocks + k * blocks + b] = p[static_cast<size_t>(m * blocks + b)];
       // The sharded lookup: the rank's rows, -0 elsewhere.
       Tensor e_gpu = be.alloc(ScalarType::kBF16, {T, H}), e_cpu = host_tensor(ScalarType::kBF16, {T, H});
       be.embed_shard(up(ids), up(clone(wr)), k * Vr, V, 3.5f, e_gpu);
       cpu().embed_shard(ids, clone(wr), k * Vr, V, 3.5f, e_cpu);
-      if (u16(e_gpu) != u16(e_cpu)) r.fail("embed_shard N=" + std::to_string(n) + " rank " + std::to_string(k) + " differs from the CPU");
+      if (u16(e_gpu) != u16(e_cpu))
+        r.fail("embed_shard N=" + std::to_string(n) + " rank " + std::to_string(k) + " differs from the CPU");
     }
     Tensor sum = be.alloc(ScalarType::kBF16, {T, H}), cpu_sum = host_tensor(ScalarType::kBF16, {T, H});
     be.sum_blocks(up(all), sum);
     cpu().sum_blocks(all, cpu_sum);
     if (u16(sum) != u16(cpu_sum)) r.fail("sum_blocks differs from the CPU's (N=" + std::to_string(n) + ")");
-    if (u16(sum) != want) r.fail("the ranks' block partials summed differ from the one-GPU matmul_kn (N=" + std::to_string(n) + ")");
+    if (u16(sum) != want)
+      r.fail("the ranks' block partials summed differ from the one-GPU matmul_kn (N=" + std::to_string(n) +
+             ")");
   }
 }
 
@@ -248,7 +254,8 @@ void compare_traces(Reporter& r, const std::string& name, ModelCore& a, const Se
     return;
   }
   for (size_t k = 0; k < wa.size(); ++k) {
-    if (wa[k].committed != wb[k].committed) r.fail(name + ": canvas " + std::to_string(k) + " committed differs");
+    if (wa[k].committed != wb[k].committed)
+      r.fail(name + ": canvas " + std::to_string(k) + " committed differs");
     if (wa[k].trace.size() != wb[k].trace.size()) {
       r.fail(name + ": canvas " + std::to_string(k) + " step counts differ");
       continue;
@@ -256,8 +263,8 @@ void compare_traces(Reporter& r, const std::string& name, ModelCore& a, const Se
     for (size_t s = 0; s < wa[k].trace.size(); ++s, ++c.steps) {
       const StepRecord &x = wa[k].trace[s], &y = wb[k].trace[s];
       const std::string at = name + " canvas " + std::to_string(k) + " step " + std::to_string(s);
-      if (x.canvas_in != y.canvas_in || x.argmax != y.argmax || x.sample != y.sample || x.canvas_out != y.canvas_out ||
-          x.accept != y.accept || x.stop != y.stop) {
+      if (x.canvas_in != y.canvas_in || x.argmax != y.argmax || x.sample != y.sample ||
+          x.canvas_out != y.canvas_out || x.accept != y.accept || x.stop != y.stop) {
         r.fail(at + ": decisions differ from -tp 1");
         return;
       }
@@ -274,14 +281,15 @@ void compare_traces(Reporter& r, const std::string& name, ModelCore& a, const Se
 }
 
 // Two batched seeded sequences (the second shorter, with pinned positions) through -tp 1 and -tp n.
-void compare_models(Reporter& r, const std::string& name, const ModelConfig& mc, const ModelWeights& host, int n,
-                    const SequenceParams& p, const std::vector<int32_t>& prompt) {
+void compare_models(Reporter& r, const std::string& name, const ModelConfig& mc, const ModelWeights& host,
+                    int n, const SequenceParams& p, const std::vector<int32_t>& prompt) {
   auto one_be = make_cuda_backend(0, current_options());
   DiffusionGemma one(mc, upload_model_weights(host, *one_be), *one_be);
   auto owned = one_gpu_backends(n, current_options());
   auto group = make_device_group(pointers(owned));
   auto tp = TensorParallelModel::upload(mc, host, std::move(owned), std::move(group));
-  const std::vector<int32_t> shorter(prompt.begin(), prompt.begin() + static_cast<long>(prompt.size() / 2 + 1));
+  const std::vector<int32_t> shorter(prompt.begin(),
+                                     prompt.begin() + static_cast<long>(prompt.size() / 2 + 1));
   auto run = [&](ModelCore& core) {
     std::vector<std::unique_ptr<Sequence>> seqs;
     SequenceParams a = p, b = p;
@@ -303,7 +311,8 @@ void compare_models(Reporter& r, const std::string& name, const ModelConfig& mc,
   for (size_t i = 0; i < want.size(); ++i)
     compare_traces(r, name + " sequence " + std::to_string(i + 1), ref, *want[i], sharded, *got[i], c);
   if (c.steps < 2) r.fail(name + ": fewer than 2 traced steps compared");
-  r.note(name + ": " + std::to_string(c.steps) + " traced steps token-exact against -tp 1, max |dH| " + fmt_double(c.max_dh));
+  r.note(name + ": " + std::to_string(c.steps) + " traced steps token-exact against -tp 1, max |dH| " +
+         fmt_double(c.max_dh));
 }
 
 void check_fixture(Reporter& r, const std::string& fixture, int n) {
@@ -311,7 +320,8 @@ void check_fixture(Reporter& r, const std::string& fixture, int n) {
   const ModelConfig mc = load_model_config(dir);
   auto loader = make_cpu_backend();
   const ModelWeights host = load_weights(mc, dir, *loader);
-  const Json manifest = parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
+  const Json manifest =
+      parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
   SequenceParams p = fixture_run_params(manifest["runs"][0]);
   p.max_tokens = 2 * mc.canvas_length;
   compare_models(r, fixture + " tp" + std::to_string(n), mc, host, n, p, fixture_ids(fixture, "prompt_ids"));
@@ -344,7 +354,8 @@ ModelConfig config_26b_shape() {
 void check_26b_shape(Reporter& r) {
   const ModelConfig mc = config_26b_shape();
   auto loader = make_cpu_backend();
-  const ModelWeights host = dummy_weights(mc, *loader, 11, WeightLoadOptions{false, true});  // once for N = 2, 4
+  const ModelWeights host =
+      dummy_weights(mc, *loader, 11, WeightLoadOptions{false, true});  // once for N = 2, 4
   SequenceParams p;
   p.max_tokens = mc.canvas_length;
   p.diffusion.max_denoising_steps = 4;

@@ -227,8 +227,9 @@ class CudaBackend final : public Backend {
     DG_CHECK(table.ndim == 2 && first >= 0 && first + table.dim(0) <= vocab_total);
     const int64_t T = ids.numel(), H = table.dim(1);
     DG_CHECK(out.numel() == T * H);
-    launch_embed_shard(ids.ptr<int32_t>(), T, bf16_in(table, "embed_shard", "table"), first, table.dim(0), vocab_total, H,
-                       scale, bf16_out(out, "embed_shard", "out"), ctx_.error_dev, ctx_.stream);
+    launch_embed_shard(ids.ptr<int32_t>(), T, bf16_in(table, "embed_shard", "table"), first, table.dim(0),
+                       vocab_total, H, scale, bf16_out(out, "embed_shard", "out"), ctx_.error_dev,
+                       ctx_.stream);
   }
 
   // Per block one cuBLAS GEMM with f32 output (x's and w's block b: columns / rows [b Kb, (b + 1) Kb)), the
@@ -496,7 +497,8 @@ class CudaBackend final : public Backend {
     // (DiffusionGemma::gathers_vocabulary): a vocabulary shard never reaches it.
     for (const SamplerArgs& a : canvases)
       if (a.collective != nullptr || a.vocab_first != 0)
-        fail(ErrorKind::kInternal, "CUDA sampler: a vocabulary shard (the model gathers the vocabulary first)");
+        fail(ErrorKind::kInternal,
+             "CUDA sampler: a vocabulary shard (the model gathers the vocabulary first)");
     if (!canvases.empty()) cuda::sampler_batch(ctx_, canvases, nullptr);
   }
 

@@ -52,7 +52,8 @@ TEST(Rendezvous, ARankThatWaitsPastTheTimeoutThrowsNamingTheMissingRanks) {
     }
   });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(errors[static_cast<size_t>(r)].find("tensor-parallel collective aborted"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("tensor-parallel collective aborted"), std::string::npos)
+        << errors[r];
     EXPECT_NE(errors[static_cast<size_t>(r)].find("rank(s) 2"), std::string::npos) << errors[r];
   }
   EXPECT_TRUE(meet.aborted());

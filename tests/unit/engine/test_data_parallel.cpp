@@ -70,10 +70,10 @@ void finish(const std::shared_ptr<RequestStream>& s) {
 
 TEST(DataParallel, RequestsGoToTheReplicaWithTheFewestTokensInFlight) {
   Router r(3);
-  auto a = r.engine->submit(req({1, 2, 3}, 10));   // 13 tokens -> replica 0 (all empty: the lowest)
-  auto b = r.engine->submit(req({4, 5}, 3));       // 5 -> replica 1
-  auto c = r.engine->submit(req({6}, 1));          // 2 -> replica 2
-  auto d = r.engine->submit(req({7}, 1));          // 2 -> replica 2 (least: 2 < 5 < 13)
+  auto a = r.engine->submit(req({1, 2, 3}, 10));  // 13 tokens -> replica 0 (all empty: the lowest)
+  auto b = r.engine->submit(req({4, 5}, 3));      // 5 -> replica 1
+  auto c = r.engine->submit(req({6}, 1));         // 2 -> replica 2
+  auto d = r.engine->submit(req({7}, 1));         // 2 -> replica 2 (least: 2 < 5 < 13)
   EXPECT_EQ(r.replicas[0]->streams.size(), 1u);
   EXPECT_EQ(r.replicas[1]->streams.size(), 1u);
   EXPECT_EQ(r.replicas[2]->streams.size(), 2u);
@@ -86,8 +86,8 @@ TEST(DataParallel, RequestsGoToTheReplicaWithTheFewestTokensInFlight) {
 TEST(DataParallel, ARequestFollowsItsLongestWholePagePrefix) {
   Router r(2);
   const std::vector<int32_t> doc = {1, 2, 3, 4, 5, 6, 7, 8, 9};  // two whole pages of 4, then one id
-  auto a = r.engine->submit(req(doc, 4));                    // replica 0
-  auto b = r.engine->submit(req({50, 51}, 4));               // replica 1 (least loaded)
+  auto a = r.engine->submit(req(doc, 4));                        // replica 0
+  auto b = r.engine->submit(req({50, 51}, 4));                   // replica 1 (least loaded)
   EXPECT_EQ(r.replicas[1]->streams.size(), 1u);
   // Same first two pages, another tail: replica 0 although it holds more tokens (13 vs 6), since the
   // difference (7) is within the 8 prefix tokens it would not prefill again.
@@ -95,8 +95,8 @@ TEST(DataParallel, ARequestFollowsItsLongestWholePagePrefix) {
   finish(b);  // now 13 vs 0: more than 8 apart, balance wins
   EXPECT_EQ(r.engine->route({1, 2, 3, 4, 5, 6, 7, 8, 77}, 4), 1);
   Router q(2);
-  auto c = q.engine->submit(req(doc, 0));      // 9 tokens on replica 0
-  auto d = q.engine->submit(req({60}, 2));     // 3 tokens on replica 1
+  auto c = q.engine->submit(req(doc, 0));   // 9 tokens on replica 0
+  auto d = q.engine->submit(req({60}, 2));  // 3 tokens on replica 1
   // 9 - 3 = 6 <= 8 (two pages): the prefix wins; with one page in common (4 tokens) it does not.
   EXPECT_EQ(q.engine->route({1, 2, 3, 4, 5, 6, 7, 8, 77}, 4), 0);
   EXPECT_EQ(q.engine->route({1, 2, 3, 4, 0, 0, 0, 0}, 4), 1);

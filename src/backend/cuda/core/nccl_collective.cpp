@@ -2,18 +2,17 @@
 // from the library found at run time. Every queued operation is watched (backend/collective_watchdog.h:
 // an event recorded after it; the communicators' asynchronous errors): one that does not complete
 // within the group's timeout, or an NCCL error, aborts every communicator and makes every later
-// operation throw with the reason instead of hanging. The declarations below are NCCL's stable C ABI (nccl.h of NCCL 2:
-// an opaque communicator pointer, int result codes, the data type and reduction enums' values).
-#include <dlfcn.h>
-
+// operation throw with the reason instead of hanging. The declarations below are NCCL's stable C ABI (nccl.h
+// of NCCL 2: an opaque communicator pointer, int result codes, the data type and reduction enums' values).
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
-#include <type_traits>
 
 #include "backend/collective_watchdog.h"
 #include "backend/cuda/core/check.h"
@@ -85,7 +84,12 @@ class NcclCollective final : public Collective {
  public:
   NcclCollective(std::shared_ptr<const NcclApi> api, NcclComm comm, Backend& backend, int rank, int size,
                  CollectiveWatchdog& watchdog)
-      : api_(std::move(api)), comm_(comm), ctx_(cuda::context_of(backend)), rank_(rank), size_(size), watchdog_(watchdog) {}
+      : api_(std::move(api)),
+        comm_(comm),
+        ctx_(cuda::context_of(backend)),
+        rank_(rank),
+        size_(size),
+        watchdog_(watchdog) {}
   ~NcclCollective() override {
     if (scratch_) cudaFree(scratch_);
   }
@@ -119,8 +123,11 @@ class NcclCollective final : public Collective {
              (t.type == ScalarType::kBF16 || t.type == ScalarType::kF32 || t.type == ScalarType::kI32));
     activate();
     healthy();
-    const int type = t.type == ScalarType::kBF16 ? kNcclBfloat16 : t.type == ScalarType::kF32 ? kNcclFloat32 : kNcclInt32;
-    call(api_->all_reduce(t.data, t.data, static_cast<size_t>(t.numel()), type, kNcclSum, comm_, ctx_.stream), "all_reduce");
+    const int type = t.type == ScalarType::kBF16  ? kNcclBfloat16
+                     : t.type == ScalarType::kF32 ? kNcclFloat32
+                                                  : kNcclInt32;
+    call(api_->all_reduce(t.data, t.data, static_cast<size_t>(t.numel()), type, kNcclSum, comm_, ctx_.stream),
+         "all_reduce");
   }
 
   void barrier() override {
@@ -146,7 +153,8 @@ class NcclCollective final : public Collective {
   // graph: there is nothing to wait on until it replays).
   void call(NcclResult r, const char* what) {
     if (r != 0) {
-      const std::string why = fmt::format("NCCL {} failed on rank {}: {}", what, rank_, api_->error_string(r));
+      const std::string why =
+          fmt::format("NCCL {} failed on rank {}: {}", what, rank_, api_->error_string(r));
       watchdog_.fail(why);
       fail(ErrorKind::kInternal, "{}", why);
     }
@@ -180,7 +188,9 @@ class NcclCollective final : public Collective {
 class NcclGroup final : public CollectiveGroup {
  public:
   NcclGroup(std::shared_ptr<const NcclApi> api, const std::vector<Backend*>& backends, double timeout_seconds)
-      : api_(std::move(api)), backends_(backends), watchdog_(static_cast<int>(backends.size()), timeout_seconds, hooks()) {
+      : api_(std::move(api)),
+        backends_(backends),
+        watchdog_(static_cast<int>(backends.size()), timeout_seconds, hooks()) {
     std::lock_guard<std::mutex> lock(mu_);  // the watchdog's thread reads ranks_
     init();
   }
@@ -235,8 +245,8 @@ class NcclGroup final : public CollectiveGroup {
     std::vector<NcclComm> comms(devices.size());
     check(*api_, api_->comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
     for (size_t r = 0; r < comms.size(); ++r)
-      ranks_.push_back(
-          std::make_unique<NcclCollective>(api_, comms[r], *backends_[r], static_cast<int>(r), size(), watchdog_));
+      ranks_.push_back(std::make_unique<NcclCollective>(api_, comms[r], *backends_[r], static_cast<int>(r),
+                                                        size(), watchdog_));
   }
 
   std::shared_ptr<const NcclApi> api_;
@@ -255,8 +265,8 @@ bool nccl_available(std::string* why, const std::string& library) {
   return a->error.empty();
 }
 
-std::unique_ptr<CollectiveGroup> make_nccl_group(const std::vector<Backend*>& backends, const std::string& library,
-                                                 double timeout_seconds) {
+std::unique_ptr<CollectiveGroup> make_nccl_group(const std::vector<Backend*>& backends,
+                                                 const std::string& library, double timeout_seconds) {
   DG_CHECK(!backends.empty());
   std::shared_ptr<const NcclApi> api = load_nccl(library);
   if (!api->error.empty()) fail(ErrorKind::kUnsupported, "NCCL: {}", api->error);

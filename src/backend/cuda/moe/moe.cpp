@@ -13,19 +13,20 @@
 // expert as on one GPU (the same tile list), the grouped GEMMs over the rank's experts only (their tile
 // entries renumbered, the others skipped; offsets from the rank's first expert), into slot rows filled
 // with -0 beforehand; the exact sum over the ranks then gives every rank the one-GPU slot rows.
+#include "backend/cuda/moe/moe.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "backend/collective.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/layer/norm.cuh"
 #include "backend/cuda/moe/combine.cuh"
 #include "backend/cuda/moe/grouped.cuh"
-#include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/route.cuh"
 #include "backend/cuda/parallel/shard_kernels.cuh"
-#include "backend/collective.h"
 #include "backend/cuda/quant/fp8_gemm.h"
 #include "backend/cuda/quant/w8a8_experts.cuh"
 #include "backend/cuda/quant/weight_only.cuh"
@@ -138,7 +139,8 @@ void moe(const Context& ctx, const MoeArgs& a) {
                          ctx.ticket, st);
   const QuantTile tile = ctx.options.quant_experts;
   const int32_t* loff = offsets.ptr<int32_t>() + e0;
-  if (ep) launch_moe_tiles_local(tiles_ptr, plan.max_tiles, static_cast<int>(e0), static_cast<int>(e0 + El), st);
+  if (ep)
+    launch_moe_tiles_local(tiles_ptr, plan.max_tiles, static_cast<int>(e0), static_cast<int>(e0 + El), st);
   Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
   Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
   if (ep) launch_fill_u16(y.ptr<uint16_t>(), R * H, 0x8000, st);  // other ranks' slots: -0
@@ -146,31 +148,33 @@ void moe(const Context& ctx, const MoeArgs& a) {
     Tensor q = ctx.alloc(ScalarType::kU8, {T, H}), s = ctx.alloc(ScalarType::kF32, {T});
     launch_quantize_fp8_rows(a.expert_in.ptr<uint16_t>(), T, H, q.ptr<uint8_t>(), s.ptr<float>(), st);
     launch_grouped_gate_up_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), gate_up.ptr<uint8_t>(),
-                                a.gate_up.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(),
-                                tiles_ptr, R, El, K, H, I, act.ptr<uint16_t>(), st);
+                                a.gate_up.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), tiles_ptr, R,
+                                El, K, H, I, act.ptr<uint16_t>(), st);
   } else if (fp8_gu)
-    launch_grouped_gate_up_fp8(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.row_scale.ptr<float>(),
-                               loff, pairs.ptr<int32_t>(), R, El, K, H, I, act.ptr<uint16_t>(), tile, st);
+    launch_grouped_gate_up_fp8(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(),
+                               a.gate_up.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), R, El, K, H, I,
+                               act.ptr<uint16_t>(), tile, st);
   else if (fp4_gu)
-    launch_grouped_gate_up_fp4(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.block.ptr<uint8_t>(),
-                               a.gate_up.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), R, El,
-                               K, H, I, act.ptr<uint16_t>(), tile, st);
+    launch_grouped_gate_up_fp4(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(),
+                               a.gate_up.block.ptr<uint8_t>(), a.gate_up.row_scale.ptr<float>(), loff,
+                               pairs.ptr<int32_t>(), R, El, K, H, I, act.ptr<uint16_t>(), tile, st);
   else
     launch_grouped_gate_up(plan, a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), loff,
                            pairs.ptr<int32_t>(), tiles_ptr, R, El, K, H, I, act.ptr<uint16_t>(), st);
   if (w8a8_dn) {  // the activation quantised per grouped row
     Tensor q = ctx.alloc(ScalarType::kU8, {R, I}), s = ctx.alloc(ScalarType::kF32, {R});
     launch_quantize_fp8_rows(act.ptr<uint16_t>(), R, I, q.ptr<uint8_t>(), s.ptr<float>(), st);
-    launch_grouped_down_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(),
-                             loff, pairs.ptr<int32_t>(), tiles_ptr, top_w.ptr<float>(), R, El, H, I,
-                             y.ptr<uint16_t>(), st);
+    launch_grouped_down_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), down.ptr<uint8_t>(),
+                             a.down.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), tiles_ptr,
+                             top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), st);
   } else if (fp8_dn)
     launch_grouped_down_fp8(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(), loff,
-                            pairs.ptr<int32_t>(), top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), tile, st);
+                            pairs.ptr<int32_t>(), top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), tile,
+                            st);
   else if (fp4_dn)
     launch_grouped_down_fp4(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.block.ptr<uint8_t>(),
-                            a.down.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(),
-                            top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), tile, st);
+                            a.down.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), top_w.ptr<float>(), R,
+                            El, H, I, y.ptr<uint16_t>(), tile, st);
   else
     launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), loff, pairs.ptr<int32_t>(),
                         tiles_ptr, top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), st);

@@ -33,7 +33,8 @@ class DeviceCollective final : public Collective {
   std::string name() const override { return "one-device"; }
 
   void all_gather_last(const Tensor& in, const Tensor& out) override {
-    DG_CHECK(in.device == Device::kCuda && out.device == Device::kCuda && in.type == out.type && in.ndim >= 1);
+    DG_CHECK(in.device == Device::kCuda && out.device == Device::kCuda && in.type == out.type &&
+             in.ndim >= 1);
     const int N = size();
     DG_CHECK(out.numel() == in.numel() * N);
     const int64_t n = in.dim(-1), rows = n > 0 ? in.numel() / n : 0;
@@ -44,27 +45,32 @@ class DeviceCollective final : public Collective {
       DG_CHECK(src.numel() == in.numel() && src.type == in.type);
       if (rows > 0 && width > 0)
         CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(out.data) + static_cast<size_t>(r) * width,
-                                     width * static_cast<size_t>(N), src.data, width, width, static_cast<size_t>(rows),
-                                     cudaMemcpyDeviceToDevice, stream()));
+                                     width * static_cast<size_t>(N), src.data, width, width,
+                                     static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream()));
     }
     read_done();
   }
 
   void all_reduce_sum(const Tensor& t) override {
     DG_CHECK(t.device == Device::kCuda);
-    const int type = t.type == ScalarType::kBF16 ? 0 : t.type == ScalarType::kF32 ? 1 : t.type == ScalarType::kI32 ? 2 : -1;
+    const int type = t.type == ScalarType::kBF16  ? 0
+                     : t.type == ScalarType::kF32 ? 1
+                     : t.type == ScalarType::kI32 ? 2
+                                                  : -1;
     DG_CHECK(type >= 0);
     // The sum goes to a private buffer first: the others still read this rank's values.
     Tensor sum = ctx().alloc(t.type, {t.numel()});
     const std::vector<const Tensor*> all = post(t);
     cuda::RankPointers p{};
     for (int r = 0; r < size(); ++r) {
-      DG_CHECK(all[static_cast<size_t>(r)]->numel() == t.numel() && all[static_cast<size_t>(r)]->type == t.type);
+      DG_CHECK(all[static_cast<size_t>(r)]->numel() == t.numel() &&
+               all[static_cast<size_t>(r)]->type == t.type);
       p.p[r] = all[static_cast<size_t>(r)]->data;
     }
     cuda::launch_sum_ranks(p, size(), type, t.numel(), sum.data, ctx().stream);
     read_done();
-    if (t.nbytes() > 0) CUDA_CHECK(cudaMemcpyAsync(t.data, sum.data, t.nbytes(), cudaMemcpyDeviceToDevice, stream()));
+    if (t.nbytes() > 0)
+      CUDA_CHECK(cudaMemcpyAsync(t.data, sum.data, t.nbytes(), cudaMemcpyDeviceToDevice, stream()));
   }
 
   void barrier() override {
@@ -83,7 +89,8 @@ class DeviceCollective final : public Collective {
   std::vector<const Tensor*> post(const Tensor& mine) {
     activate();
     if (ctx().capturing())
-      fail(ErrorKind::kUnsupported, "the one-device collective cannot be recorded into a CUDA graph (--enforce-eager)");
+      fail(ErrorKind::kUnsupported,
+           "the one-device collective cannot be recorded into a CUDA graph (--enforce-eager)");
     CUDA_CHECK(cudaEventRecord(s_->ready[static_cast<size_t>(rank_)], stream()));
     const std::vector<const void*> posted = s_->meet.exchange(rank_, &mine);
     std::vector<const Tensor*> all(posted.size());
@@ -118,8 +125,9 @@ class DeviceGroup final : public CollectiveGroup {
     const int device = s_->ctx.front()->device;
     for (const cuda::Context* c : s_->ctx)
       if (c->device != device)
-        fail(ErrorKind::kInvalidArgument, "the one-device collective joins backends of one GPU (got devices {} and {})",
-             device, c->device);
+        fail(ErrorKind::kInvalidArgument,
+             "the one-device collective joins backends of one GPU (got devices {} and {})", device,
+             c->device);
     CUDA_CHECK(cudaSetDevice(device));
     s_->ready.resize(static_cast<size_t>(n));
     s_->done.resize(static_cast<size_t>(n));
@@ -141,7 +149,8 @@ class DeviceGroup final : public CollectiveGroup {
 
 }  // namespace
 
-std::unique_ptr<CollectiveGroup> make_device_group(const std::vector<Backend*>& backends, double timeout_seconds) {
+std::unique_ptr<CollectiveGroup> make_device_group(const std::vector<Backend*>& backends,
+                                                   double timeout_seconds) {
   return std::make_unique<DeviceGroup>(backends, timeout_seconds);
 }
 

@@ -10,8 +10,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr uint16_t kNegZero = 0x8000;
 
-__global__ void embed_shard_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ table, int64_t first,
-                                   int64_t rows, int64_t vocab_total, int64_t H, float scale,
+__global__ void embed_shard_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ table,
+                                   int64_t first, int64_t rows, int64_t vocab_total, int64_t H, float scale,
                                    uint16_t* __restrict__ out, unsigned* error_word) {
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
@@ -27,10 +27,12 @@ __global__ void embed_shard_kernel(const int32_t* __restrict__ ids, const uint16
     return;
   }
   const uint16_t* row = table + local * H;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) o[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(row[i]), scale));
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
+    o[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(row[i]), scale));
 }
 
-__global__ void blocks_last_kernel(const float* __restrict__ src, int64_t B, int64_t M, float* __restrict__ dst) {
+__global__ void blocks_last_kernel(const float* __restrict__ src, int64_t B, int64_t M,
+                                   float* __restrict__ dst) {
   const int64_t n = B * M;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -39,7 +41,8 @@ __global__ void blocks_last_kernel(const float* __restrict__ src, int64_t B, int
   }
 }
 
-__global__ void sum_blocks_kernel(const float* __restrict__ p, int64_t M, int64_t B, uint16_t* __restrict__ out) {
+__global__ void sum_blocks_kernel(const float* __restrict__ p, int64_t M, int64_t B,
+                                  uint16_t* __restrict__ out) {
   for (int64_t m = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; m < M;
        m += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float acc = 0.f;
@@ -67,7 +70,8 @@ __global__ void sum_ranks_kernel(RankPointers in, int ranks, int type, int64_t n
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (type == 0) {
       float acc = bf16_to_f32(static_cast<const uint16_t*>(in.p[0])[i]);
-      for (int r = 1; r < ranks; ++r) acc = __fadd_rn(acc, bf16_to_f32(static_cast<const uint16_t*>(in.p[r])[i]));
+      for (int r = 1; r < ranks; ++r)
+        acc = __fadd_rn(acc, bf16_to_f32(static_cast<const uint16_t*>(in.p[r])[i]));
       static_cast<uint16_t*>(out)[i] = f32_to_bf16(acc);
     } else if (type == 1) {
       float acc = static_cast<const float*>(in.p[0])[i];
@@ -84,10 +88,11 @@ __global__ void sum_ranks_kernel(RankPointers in, int ranks, int type, int64_t n
 }  // namespace
 
 void launch_embed_shard(const int32_t* ids, int64_t T, const uint16_t* table, int64_t first, int64_t rows,
-                        int64_t vocab_total, int64_t H, float scale, uint16_t* out, unsigned* error_word, Stream stream) {
+                        int64_t vocab_total, int64_t H, float scale, uint16_t* out, unsigned* error_word,
+                        Stream stream) {
   if (T <= 0 || H <= 0) return;
-  embed_shard_kernel<<<static_cast<unsigned>(T), threads_for_row(H), 0, stream>>>(ids, table, first, rows, vocab_total,
-                                                                                  H, scale, out, error_word);
+  embed_shard_kernel<<<static_cast<unsigned>(T), threads_for_row(H), 0, stream>>>(
+      ids, table, first, rows, vocab_total, H, scale, out, error_word);
   CUDA_CHECK_LAUNCH(stream);
 }
 

@@ -13,7 +13,8 @@ namespace dgemma::cuda {
 // 0x8000: the neutral element of the exact sum that follows); ids outside [0, vocab_total) set
 // error_word bit kErrEmbedTokenId (and write -0).
 void launch_embed_shard(const int32_t* ids, int64_t T, const uint16_t* table, int64_t first, int64_t rows,
-                        int64_t vocab_total, int64_t H, float scale, uint16_t* out, unsigned* error_word, Stream stream);
+                        int64_t vocab_total, int64_t H, float scale, uint16_t* out, unsigned* error_word,
+                        Stream stream);
 
 // dst[m, b] = src[b, m] for B blocks of M f32 (the per-block GEMM outputs into the block-last layout).
 void launch_blocks_last(const float* src, int64_t B, int64_t M, float* dst, Stream stream);
