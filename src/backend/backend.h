@@ -337,6 +337,9 @@ class Backend {
   // on it (the defaults loop; the CUDA backend runs each pass of all canvases in one launch). The
   // canvases' tensors must not overlap.
   virtual void sampler_batch(std::span<const SamplerArgs> canvases);
+  // Whether sampler / sampler_batch take a vocabulary shard (SamplerArgs::collective). Without, a
+  // tensor-parallel model gathers the vocabulary first (DiffusionGemma::gathers_vocabulary).
+  virtual bool vocab_sharded_sampler() const { return false; }
   virtual void decide_batch(std::span<const DecideArgs> canvases);
   // ---- A step's arguments in device memory, and CUDA graphs ----
   // The batched sampler's and decide's per-canvas arguments encoded as the backend's kernels read them:
@@ -382,5 +385,7 @@ std::unique_ptr<Backend> make_cpu_backend();
 // the GPU cannot run (the hopper family off sm_90). Logs the kernel family and kernels it chose.
 std::unique_ptr<Backend> make_cuda_backend(int device_index = 0, const CudaOptions& options = {});
 bool cuda_available();
+// The CUDA GPUs this process sees (0 without CUDA).
+int cuda_device_count();
 
 }  // namespace dgemma

@@ -83,6 +83,7 @@ struct ServeFlags {
   std::string ssl_certfile;
   std::string kv_cache_dtype = "auto";
   int data_parallel_size = 1;
+  bool enable_expert_parallel = false;
   int pipeline_parallel_size = 1;
   bool disable_uvicorn_access_log = false;
   // Pure tuning knobs of vLLM: accepted and logged as having no effect (name -> value given).
@@ -346,9 +347,12 @@ Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
     DG_LOG_INFO("serve", "--attention-backend {}: accepted for vLLM compatibility; dgemma uses its own kernels",
                 f.attention_backend);
   if (f.trust_remote_code) DG_LOG_INFO("serve", "--trust-remote-code: accepted; dgemma never runs model code");
-  if (f.data_parallel_size != 1)
-    fail_arg("--data-parallel-size {}: dgemma runs one engine per process (only 1 is accepted; run replicas behind a "
-             "load balancer)", f.data_parallel_size);
+  if (f.data_parallel_size < 1 || f.data_parallel_size > 8)
+    fail_arg("--data-parallel-size must be 1 to 8 (got {})", f.data_parallel_size);
+  if (f.data_parallel_size != 1 && p.extra_format)
+    fail_arg("--data-parallel-size {}: the {} engine has no model to replicate", f.data_parallel_size,
+             extra.prefix);
+  e.data_parallel_size = f.data_parallel_size;
   if (f.pipeline_parallel_size != 1)
     fail_arg("--pipeline-parallel-size {}: dgemma runs one model on one device (only 1 is accepted)",
              f.pipeline_parallel_size);
@@ -742,7 +746,8 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
   sub->add_option("--ssl-keyfile", f->ssl_keyfile, "PEM private key: serve HTTPS (with --ssl-certfile)");
   sub->add_option("--ssl-certfile", f->ssl_certfile, "PEM certificate chain: serve HTTPS (with --ssl-keyfile)");
   sub->add_option("--kv-cache-dtype", f->kv_cache_dtype, "auto or bfloat16 (the KV cache is bfloat16)");
-  sub->add_option("--data-parallel-size", f->data_parallel_size, "Must be 1 (also accepted as -dp 1)");
+  sub->add_option("--data-parallel-size", f->data_parallel_size,
+                  "N engine replicas behind this server, one per GPU (CPU: N engines); also -dp N");
   sub->add_option("--pipeline-parallel-size", f->pipeline_parallel_size, "Must be 1 (also accepted as -pp 1)");
   // vLLM tuning knobs that mean nothing here: accepted, and logged as having no effect.
   sub->add_option("--tokenizer-mode", f->tokenizer_mode,
@@ -775,8 +780,14 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
     sub->add_flag_callback(flag, [f, flag] { f->no_effect.emplace_back(flag, ""); }, "vLLM knob: accepted, no effect")
         ->group("vLLM compatibility (no effect)");
   }
-  sub->add_option("--tensor-parallel-size", f->tensor_parallel_size,
-                  "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CPU backend only for now");
+  sub->add_option(
+      "--tensor-parallel-size", f->tensor_parallel_size,
+      "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CUDA: one GPU per rank (NCCL), CPU: "
+      "one thread per rank");
+  sub->add_flag(
+      "--enable-expert-parallel", f->enable_expert_parallel,
+      "With -tp N: experts split by expert (each rank holds E / N whole experts; dgemma's only split of "
+      "the experts, so on or off the same)");
   sub->add_option(
       "--config", f->config_file,
       "vLLM's YAML config file: flag: value lines (long flag names); the command line wins over it");

@@ -25,6 +25,8 @@ struct EngineConfig {
   int64_t max_model_len = 0;           // 0: from config (max_position_embeddings), capped by memory
   int max_num_seqs = 4;                // running requests
   int tensor_parallel_size = 1;        // -tp N: ranks the model is split over (CPU: threads of the simulation)
+  int data_parallel_size = 1;          // -dp N: engine replicas behind one server (engine/data_parallel.h)
+  int cuda_device = 0;                 // the GPU of a one-GPU engine (a data-parallel replica's)
   int64_t max_num_batched_tokens = 0;  // 0: derived (max_num_seqs * canvas + prefill chunk)
   int max_queue = 1024;                // waiting requests before 503
   double gpu_memory_utilization = 0.9;   // share of the device's memory the engine may use (CUDA)

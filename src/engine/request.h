@@ -143,6 +143,7 @@ class RequestStream {
     std::shared_ptr<StreamWaker> waker;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (ev.kind == RequestEvent::Kind::kFinished || ev.kind == RequestEvent::Kind::kError) ended_ = true;
       events_.push_back(std::move(ev));
       waker = waker_;
     }
@@ -173,10 +174,13 @@ class RequestStream {
   // Asks the engine to drop this request (client gone, stop string hit). Idempotent.
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
+  // Whether the engine has pushed the terminal event (kFinished / kError), popped or not.
+  bool ended() const { return ended_; }
 
  private:
   uint64_t id_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> ended_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestEvent> events_;

@@ -440,8 +440,14 @@ void DiffusionGemma::sampler_batch(std::span<SamplerArgs> canvases) {
   backend_.sampler_batch(canvases);
 }
 
+void DiffusionGemma::gather_vocabulary(const Tensor& local, const Tensor& full) {
+  DG_CHECK(sharded() && local.dim(-1) == logits_columns() && full.dim(-1) == config_.text.vocab_size);
+  tp_.collective->all_gather_last(local, full);
+}
+
 void DiffusionGemma::sampler_batch_encoded(std::span<SamplerArgs> canvases, const Tensor& encoded) {
-  if (!sharded()) return backend_.sampler_batch_encoded(canvases, encoded);
+  // Unsharded, or over the gathered vocabulary (gathers_vocabulary): the one-rank sampler.
+  if (!sharded() || gathers_vocabulary()) return backend_.sampler_batch_encoded(canvases, encoded);
   // The vocabulary-sharded sampler reads its host arguments (only the CPU backend has one).
   DG_CHECK(backend_.encoded_sampler_bytes(static_cast<int>(canvases.size())) == 0);
   sampler_batch(canvases);

@@ -50,6 +50,16 @@ class DiffusionGemma {
   // the arguments the backend encoded into the step's block (Backend::sampler_batch_encoded); a rank
   // samples its vocabulary columns and exchanges the statistics.
   void sampler_batch_encoded(std::span<SamplerArgs> canvases, const Tensor& encoded);
+  // Whether a rank samples over the whole vocabulary: its backend has no vocabulary-sharded sampler
+  // (Backend::vocab_sharded_sampler; CUDA), so the ranks gather their logits columns
+  // (gather_vocabulary) and each runs the one-rank sampler over all of them — the same outputs on
+  // every rank and equal to one rank's by construction; a rank then keeps its columns of the
+  // probabilities for soft_embeddings. The runner sizes its buffers by it.
+  bool gathers_vocabulary() const { return sharded() && !backend_.vocab_sharded_sampler(); }
+  // full[rows, vocabulary] = every rank's logits columns [rows, logits_columns()] in rank order.
+  void gather_vocabulary(const Tensor& local, const Tensor& full);
+  // The first vocabulary id of this rank's logits columns.
+  int64_t vocab_first() const { return tp_.plan.split(config_.text.vocab_size).begin; }
   // Columns of the logits forward writes: the vocabulary, or this rank's slice of it.
   int64_t logits_columns() const { return config_.text.vocab_size / tp_.plan.size; }
   const TensorParallelRank& tensor_parallel() const { return tp_; }
