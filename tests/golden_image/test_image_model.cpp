@@ -169,13 +169,16 @@ void encoder_and_decoder(ImageMask mask, const std::string& own, const std::stri
             got.push_back(all[static_cast<size_t>(
                 ((table[static_cast<size_t>(pos / P)] * Hkv + h) * P + pos % P) * D + d)]);
       const Err e = err(got, want.as_float(), D), x = err(got, apart.as_float(), D);
-      std::printf("  %-16s nmse %.2e (the other mask's: %.2e)  min cos %.6f\n", key.c_str(), e.nmse, x.nmse,
-                  e.min_cos);
+      const double gap = err(apart.as_float(), want.as_float(), D).nmse;  // the two references apart
+      std::printf("  %-16s nmse %.2e (the other mask's: %.2e; the references apart: %.2e)  min cos %.6f\n",
+                  key.c_str(), e.nmse, x.nmse, gap, e.min_cos);
       // bf16 noise of the tiny model (the reference ran in fp32): per-row cosine and NMSE.
       EXPECT_LE(e.nmse, 1e-3) << key;
       EXPECT_GE(e.min_cos, 0.995) << key;
-      if (li > 0 && x.nmse > 1e-6)
+      // Where the two masks give clearly different caches, this one is the right one's.
+      if (gap > 1e-3) {
         EXPECT_LT(e.nmse, 0.1 * x.nmse) << key << ": not told apart from the other mask";
+      }
     }
   }
   item_kv.cached = n;
@@ -187,13 +190,17 @@ void encoder_and_decoder(ImageMask mask, const std::string& own, const std::stri
   Tensor capped = be.alloc(ScalarType::kF32, {C, V});
   be.softcap_logits(logits, static_cast<float>(m.config.text.final_logit_softcapping), capped);
   const std::vector<float> got = tensor_to_floats(be, capped);
-  const Err e = err(got, array("decoder." + own + ".logits_no_sc").as_float(), V);
-  const Err x = err(got, array("decoder." + other + ".logits_no_sc").as_float(), V);
-  std::printf("  decoder logits   nmse %.2e (the other mask's: %.2e)  min cos %.6f\n", e.nmse, x.nmse,
-              e.min_cos);
+  const std::vector<float> want = array("decoder." + own + ".logits_no_sc").as_float();
+  const std::vector<float> apart = array("decoder." + other + ".logits_no_sc").as_float();
+  const Err e = err(got, want, V), x = err(got, apart, V);
+  const double gap = err(apart, want, V).nmse;
+  std::printf("  decoder logits   nmse %.2e (the other mask's: %.2e; the references apart: %.2e)  min cos %.6f\n",
+              e.nmse, x.nmse, gap, e.min_cos);
   EXPECT_LE(e.nmse, 1e-3);
   EXPECT_GE(e.min_cos, 0.999);
-  EXPECT_LT(e.nmse, 0.1 * x.nmse) << "the decoder's logits are not told apart from the other mask's";
+  if (gap > 1e-3) {
+    EXPECT_LT(e.nmse, 0.1 * x.nmse) << "the decoder's logits are not told apart from the other mask's";
+  }
 }
 
 TEST(ImageModelGolden, EncoderAndDecoderUnderTheGenerateMask) {

@@ -373,7 +373,9 @@ TEST(Sequence, ImageBlocksBoundChunksAndKeyTheCache) {
   for (int64_t j = 0; j < 20; ++j) {
     const bool image = (j >= 3 && j < 8) || (j >= 10 && j < 14);
     EXPECT_EQ(keys[static_cast<size_t>(j)] < 0, image) << j;
-    if (!image) EXPECT_EQ(keys[static_cast<size_t>(j)], s->history()[static_cast<size_t>(j)]);
+    if (!image) {
+      EXPECT_EQ(keys[static_cast<size_t>(j)], s->history()[static_cast<size_t>(j)]);
+    }
   }
 }
 
