@@ -229,6 +229,13 @@ StepResult DiffusionModelRunner::run(const StepPlan& plan) {
       it.tokens = std::span<const int32_t>(s.history())
                       .subspan(static_cast<size_t>(p.begin), static_cast<size_t>(p.end - p.begin));
       it.kv.cached = p.begin;
+      // The chunk's images (a chunk holds an image block whole or not at all).
+      for (size_t m = 0; m < s.images().size(); ++m) {
+        const PromptImage& im = s.images()[m];
+        if (im.first < p.begin || im.first >= p.end) continue;
+        DG_CHECK(im.first + s.image_soft_tokens(m) <= p.end);
+        it.images.push_back({im.first - p.begin, VisionImageInput{im.grid_h, im.grid_w, *im.patches}});
+      }
       step.items.push_back(it);
       continue;
     }

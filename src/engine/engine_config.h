@@ -37,6 +37,10 @@ struct EngineConfig {
   std::string generation_config;           // --generation-config: "auto" (model dir), "vllm" (built-in defaults) or a directory
   Json override_generation_config = Json::object();  // --override-generation-config
   uint64_t seed = 0;                       // --seed: base for requests without their own seed
+  // --limit-mm-per-prompt '{"image": N}': images a prompt may hold (-1: the default, 999 as in vLLM; 0: a
+  // text-only deployment: the vision tower is not loaded).
+  int max_images_per_prompt = -1;
+  ImageMask image_mask = ImageMask::kGenerate;  // --image-attention: how image blocks attend
   bool enable_prefix_caching = true;     // on by default, as in vLLM
   bool enable_chunked_prefill = true;
   bool warmup = false;  // the runner's start-up warm-up (diffusion_runner.h); serve turns it on for the GPU

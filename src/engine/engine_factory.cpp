@@ -75,8 +75,17 @@ void check_engine_flags(const EngineConfig& c) {
 
 // The model's config with the canvas length the engine runs at (--diffusion-config canvas_length,
 // else `fallback_canvas`, else the checkpoint's).
+constexpr int kDefaultImagesPerPrompt = 999;  // vLLM's default per modality
+
+// Whether the deployment takes images: the model has a vision tower, images are not limited to 0, and
+// one rank runs the model (the tower's weights are not sharded).
+bool images_loaded(const EngineConfig& c, const ModelConfig& mc) {
+  return mc.has_vision && c.max_images_per_prompt != 0 && c.tensor_parallel_size == 1;
+}
+
 ModelConfig engine_model_config(const EngineConfig& c, std::optional<int> fallback_canvas = std::nullopt) {
   ModelConfig mc = load_model_config(c.model_dir);
+  mc.image_mask = c.image_mask;
   check_quantization_flag(mc.quant, c.quantization);
   if (c.canvas_length || fallback_canvas) {
     mc.canvas_length = c.canvas_length ? *c.canvas_length : *fallback_canvas;
@@ -157,7 +166,20 @@ std::unique_ptr<EngineInterface> start_engine(const EngineConfig& c, const Model
   core->prepare([&](uint64_t id) {
     return resolve_sequence_params(SamplingParams{}, g, {c.seed, id, mc.canvas_length, mc.text.vocab_size});
   });
-  return std::make_unique<DiffusionEngine>(c, std::move(core), std::move(g));
+  auto engine = std::make_unique<DiffusionEngine>(c, std::move(core), std::move(g));
+  if (images_loaded(c, mc)) {
+    ImageSupport s;
+    s.max_per_prompt = c.max_images_per_prompt < 0 ? kDefaultImagesPerPrompt : c.max_images_per_prompt;
+    s.image_token_id = mc.image_token_id;
+    s.boi_token_id = mc.boi_token_id;
+    s.eoi_token_id = mc.eoi_token_id;
+    s.patch_size = mc.vision.patch_size;
+    s.pooling_kernel_size = mc.vision.pooling_kernel_size;
+    s.max_soft_tokens = load_processor_config(c.model_dir, mc.vision).max_soft_tokens;
+    s.max_block_tokens = sizing.prefill_chunk;
+    engine->set_image_support(s);
+  }
+  return engine;
 }
 
 }  // namespace
@@ -239,12 +261,19 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
                      : "");
 
   ModelWeights w;
+  WeightLoadOptions load_options;
+  load_options.vision = images_loaded(c, mc);
+  if (mc.has_vision && !load_options.vision)
+    DG_LOG_INFO("engine", "image input off ({}): the vision tower is not loaded",
+                tp > 1 ? "tensor parallelism" : "--limit-mm-per-prompt image 0");
   if (c.load_format == "dummy") {
-    w = dummy_weights(mc, *backend, c.seed);
+    w = dummy_weights(mc, *backend, c.seed, load_options);
     DG_LOG_INFO("engine", "dummy weights (deterministic random, seed {})", c.seed);
   } else if (c.load_format == "auto" || c.load_format == "safetensors") {
     ProgressReporter progress(ProgressReporter::for_stderr("loading weights"));
-    w = load_weights(mc, c.model_dir, *backend, [&](uint64_t done, uint64_t total) { progress.update(done, total); });
+    w = load_weights(
+        mc, c.model_dir, *backend, [&](uint64_t done, uint64_t total) { progress.update(done, total); },
+        load_options);
   } else {
     fail_arg("--load-format must be auto, safetensors or dummy (got '{}')", c.load_format);
   }

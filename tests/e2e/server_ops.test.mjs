@@ -282,7 +282,7 @@ describe('vLLM flags and exit codes', () => {
     const knobs = [
       ['--swap-space', '4'], ['--block-size', '16'], ['--max-cudagraph-capture-size', '512'], ['--async-scheduling'],
       ['--compilation-config', '{"level":3}'], ['--uvicorn-log-level', 'warning'], ['--disable-fastapi-docs'],
-      ['--max-log-len', '100'], ['--enable-log-requests'], ['--max-logprobs', '20'], ['--limit-mm-per-prompt', '{"image":0}'],
+      ['--max-log-len', '100'], ['--enable-log-requests'], ['--max-logprobs', '20'],
     ];
     const s = await startServer({
       modelDir: dir,

@@ -21,6 +21,7 @@ std::vector<Case> fused_gemm_cases();       // gpu_check_fused_gemm.cpp
 std::vector<Case> w8a8_cases();             // gpu_check_w8a8.cpp
 std::vector<Case> w8a8_moe_cases();         // gpu_check_quant.cpp
 std::vector<Case> expert_stream_cases();    // gpu_check_expert_stream.cpp
+std::vector<Case> vision_cases();           // gpu_check_vision.cpp
 
 std::vector<Case> all_cases() {
   std::vector<Case> all = op_cases();
@@ -35,6 +36,7 @@ std::vector<Case> all_cases() {
   for (auto& c : quant_cases()) all.push_back(std::move(c));
   for (auto& c : quant_large_cases()) all.push_back(std::move(c));
   for (auto& c : model_cases()) all.push_back(std::move(c));
+  for (auto& c : vision_cases()) all.push_back(std::move(c));
   for (auto& c : trajectory_cases()) all.push_back(std::move(c));
   for (auto& c : graph_cases()) all.push_back(std::move(c));
   for (auto& c : nccl_cases()) all.push_back(std::move(c));

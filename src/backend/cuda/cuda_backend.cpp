@@ -36,6 +36,7 @@
 #include "backend/cuda/layer/qkv_prologue.cuh"
 #include "backend/cuda/layer/residual.cuh"
 #include "backend/cuda/layer/rope.cuh"
+#include "backend/cuda/layer/vision.cuh"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/parallel/shard_kernels.cuh"
 #include "backend/cuda/quant/fp8_gemm.h"
@@ -356,6 +357,36 @@ class CudaBackend final : public Backend {
     need_type(inv_freq, ScalarType::kF32, "rope", "inv_freq");
     DG_CHECK(inv_freq.numel() == D / 2 && positions.numel() == T);
     launch_rope(bf16_out(x, "rope", "x"), positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, NH, D, ctx_.stream);
+  }
+
+  void rope_2d(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) override {
+    activate();
+    DG_CHECK(x.ndim == 3);
+    const int64_t T = x.dim(0), NH = x.dim(1), D = x.dim(2);
+    DG_CHECK(D % 4 == 0 && D <= 8192);
+    need_type(positions, ScalarType::kI32, "rope_2d", "positions");
+    need_type(inv_freq, ScalarType::kF32, "rope_2d", "inv_freq");
+    DG_CHECK(inv_freq.numel() == D / 4 && positions.numel() == 2 * T);
+    launch_rope_2d(bf16_out(x, "rope_2d", "x"), positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, NH, D,
+                   ctx_.stream);
+  }
+
+  void vision_pool(const VisionPoolArgs& a) override {
+    activate();
+    DG_CHECK(a.kernel >= 1 && a.std_bias.empty() == a.std_scale.empty());
+    const int64_t H = a.x.dim(-1), N = a.x.numel() / H, S = a.out.numel() / H, k = a.kernel;
+    const uint16_t* x = bf16_in(a.x, "vision_pool", "x");
+    uint16_t* out = bf16_out(a.out, "vision_pool", "out");
+    const uint16_t* bias = a.std_bias.empty() ? nullptr : bf16_in(a.std_bias, "vision_pool", "std_bias");
+    const uint16_t* scale = a.std_scale.empty() ? nullptr : bf16_in(a.std_scale, "vision_pool", "std_scale");
+    DG_CHECK(!bias || (a.std_bias.numel() == H && a.std_scale.numel() == H));
+    for (const VisionPoolItem& it : a.items) {
+      const int64_t gw = it.grid_w, gh = it.grid_h;
+      DG_CHECK(gw > 0 && gh > 0 && gw % k == 0 && gh % k == 0 && it.row_first >= 0 &&
+               it.row_first + gw * gh <= N);
+      DG_CHECK(it.out_first >= 0 && it.out_first + (gw / k) * (gh / k) <= S);
+      launch_vision_pool(x, it.row_first, gh, gw, k, H, a.scale, bias, scale, out, it.out_first, ctx_.stream);
+    }
   }
 
   void attn_residual(const AttnResidualArgs& a) override {
