@@ -1,5 +1,7 @@
 #include "engine/params.h"
 
+#include "engine/guided_answer.h"
+
 #include <algorithm>
 
 #include "engine/limits.h"
@@ -100,6 +102,10 @@ SequenceParams resolve_sequence_params(const SamplingParams& p, const Generation
   }
   validate_pins(p.pins, p.max_tokens, ctx.vocab_size);
   s.pins = p.pins;
+  if (p.guided) {
+    validate_guided_answer(*p.guided, p.max_tokens, ctx.vocab_size);
+    s.guided = p.guided;
+  }
   return s;
 }
 
