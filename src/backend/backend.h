@@ -365,6 +365,9 @@ class Backend {
   virtual void attention(const AttentionArgs& args) = 0;
   virtual void attention_batch(const AttentionBatchArgs& args);
   virtual void moe(const MoeArgs& args) = 0;
+  // Whether sampler and decide apply SamplerArgs::guided / DecideArgs::guided (GuidedGap); a backend
+  // without them is given no gap (the engine's commit-time rule alone keeps guided answers valid).
+  virtual bool supports_guided_gaps() const { return false; }
   virtual void sampler(const SamplerArgs& args) = 0;
   virtual void decide(const DecideArgs& args) = 0;
   // The same ops over several canvases of one denoising step, each element exactly as the single op

@@ -67,9 +67,15 @@ GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t s
   const guided::TokenConstraintView v = c.view();
   const guided::WalkResult r =
       guided::walk_tokens_within(v, c.distances().data(), state, canvas.data() + seg.first, len, seg.room);
-  for (int p = seg.first; p < seg.first + r.accepted; ++p)
-    if (is_filler(c, canvas[static_cast<size_t>(p)])) canvas[static_cast<size_t>(p)] = pad_id;
-  int at = seg.first + r.accepted;  // the first position after the kept prefix
+  // `at`: the position after the kept prefix's last text token (filler after it is dropped anyway, so
+  // a completion may go there; the walk checked its room from there).
+  int at = seg.first;
+  for (int p = seg.first; p < seg.first + r.accepted; ++p) {
+    if (is_filler(c, canvas[static_cast<size_t>(p)]))
+      canvas[static_cast<size_t>(p)] = pad_id;
+    else
+      at = p + 1;
+  }
   int32_t st = r.state;
   const bool last_canvas = base + C >= g.end;
   const bool model_ended = r.accepted == len && r.accepted > 0 && is_filler(c, canvas[static_cast<size_t>(seg.last - 1)]);

@@ -33,7 +33,8 @@ struct GuidedCommit {
 
 // The committed canvas `canvas` (pinned tokens laid on) of canvas `canvas_index`, its part of the value
 // starting in `state`: the longest prefix of the segment that the automaton accepts and whose shortest
-// completion fits in the room after it is kept; filler in it becomes pad_id. Then
+// completion fits in the room after it is kept; filler in it becomes pad_id. Then, after the prefix's
+// last text token:
 //  - the value closes here (its shortest completion written after the prefix, the rest pad) when this
 //    is the region's last canvas, when the segment ends in filler after an accepted prefix (the model
 //    ended the value) and the completion fits, or when the value can go no further;
