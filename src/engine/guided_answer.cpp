@@ -70,15 +70,17 @@ GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t s
   // `at`: the position after the kept prefix's last text token (filler after it is dropped anyway, so
   // a completion may go there; the walk checked its room from there).
   int at = seg.first;
+  bool ends_in_filler = false;  // the kept prefix ends in filler: the model ended the value there
   for (int p = seg.first; p < seg.first + r.accepted; ++p) {
-    if (is_filler(c, canvas[static_cast<size_t>(p)]))
+    ends_in_filler = is_filler(c, canvas[static_cast<size_t>(p)]);
+    if (ends_in_filler)
       canvas[static_cast<size_t>(p)] = pad_id;
     else
       at = p + 1;
   }
   int32_t st = r.state;
   const bool last_canvas = base + C >= g.end;
-  const bool model_ended = r.accepted == len && r.accepted > 0 && is_filler(c, canvas[static_cast<size_t>(seg.last - 1)]);
+  const bool model_ended = ends_in_filler;
   const bool cannot_grow = c.accepting(st) && closed(c, st);
   std::vector<int32_t> tail = completion(c, st);
   const bool fits = static_cast<int>(tail.size()) <= seg.last - at;

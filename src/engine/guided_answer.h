@@ -36,8 +36,9 @@ struct GuidedCommit {
 // completion fits in the room after it is kept; filler in it becomes pad_id. Then, after the prefix's
 // last text token:
 //  - the value closes here (its shortest completion written after the prefix, the rest pad) when this
-//    is the region's last canvas, when the segment ends in filler after an accepted prefix (the model
-//    ended the value) and the completion fits, or when the value can go no further;
+//    is the region's last canvas, when the kept prefix ends in filler (the model ended the value: pad
+//    or end-of-sequence after its text, whatever follows) and the completion fits, or when the value
+//    can go no further;
 //  - otherwise the rest of the segment becomes pad, and as many tokens of the shortest completion as
 //    the room of the later canvases needs are written after the prefix: the next canvas continues
 //    from the returned state.
