@@ -1,7 +1,7 @@
 // Model-level benchmark: dummy weights of any config (e.g. the real 26B-A4B shape) on a backend;
 // times the prompt prefill and batched denoising steps (forward + sampler + self-conditioning) with
-// the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU machine by
-// scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
+// the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU
+// machine by scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
 //                [--kernel-family auto|hopper|portable] [--attention auto|per-item]
@@ -21,9 +21,10 @@
 //                [--max-model-len L]     (the context the recorded attention plans assume: 32,768 by default,
 //                                         the recipe's, capped by max_position_embeddings)
 //                [--guided-schema FILE]  (every canvas guided by the JSON Schema in FILE, docs/API.md "Guided
-//                                         decoding on the canvas": its gap mask before sampling, the decide walk,
-//                                         the commit rule; the schema's value spans the answer)
-//                [--tokenizer FILE]      (the tokenizer.json the constraint is lifted to; default: a synthetic
+//                                         decoding on the canvas": its gap mask before sampling, the decide
+//                                         walk, the commit rule; the schema's value spans the answer)
+//                [--tokenizer FILE]      (the tokenizer.json the constraint is lifted to; default: a
+//                synthetic
 //                                         vocabulary of the model's size — fillers, the 256 bytes, then short
 //                                         ASCII pieces)
 // Prefill and denoising are timed apart: every prompt is encoded in prefill-only steps (the step budget
@@ -41,11 +42,11 @@
 #include "backend/backend.h"
 #include "guided/guided.h"
 #include "guided/token_constraint.h"
-#include "text/tokenizer.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/weights.h"
 #include "support/model_core.h"
+#include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/timing.h"
 
@@ -112,8 +113,9 @@ bool parse_runs(const std::string& text, int default_prompt, std::vector<Run>* r
 // One run: its prompts prefilled alone (the step budget holds every prompt, and no prompt's last chunk
 // shares its pass with the first denoising step), then the denoising steps of the whole batch, twice
 // (the first round warms up); prints the second round's figures as one line.
-void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, const Run& run, int canvases, int profile_step,
-                 const Graphs& graphs, const std::shared_ptr<const guided::TokenConstraint>& constraint) {
+void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, const Run& run, int canvases,
+                 int profile_step, const Graphs& graphs,
+                 const std::shared_ptr<const guided::TokenConstraint>& constraint) {
   const int64_t C = mc.canvas_length;
   const int batch = run.batch, steps = run.steps, prompt_len = run.prompt_len;
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
@@ -185,17 +187,18 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
     const double total = all.ms();
     if (rep == 0) first_round_step_ms = step_ms / static_cast<double>(std::max<int64_t>(step_count, 1));
     if (rep == 1) {
-      std::printf("batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
-                  "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step, "
-                  "%.1f host waits per step (%.2f ms waiting: the rest of the step is host time), %s, "
-                  "first round %.2f ms per step%s\n",
-                  batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
-                  1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count), total,
-                  1e3 * batch * canvases * C / (total - prefill_ms),
-                  static_cast<double>(step_launches) / static_cast<double>(step_count),
-                  static_cast<double>(step_syncs) / static_cast<double>(step_count),
-                  1e-6 * static_cast<double>(step_wait_ns) / static_cast<double>(step_count),
-                  recorded ? "CUDA graph" : "op by op", first_round_step_ms, constraint ? ", guided" : "");
+      std::printf(
+          "batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
+          "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step, "
+          "%.1f host waits per step (%.2f ms waiting: the rest of the step is host time), %s, "
+          "first round %.2f ms per step%s\n",
+          batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
+          1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count),
+          total, 1e3 * batch * canvases * C / (total - prefill_ms),
+          static_cast<double>(step_launches) / static_cast<double>(step_count),
+          static_cast<double>(step_syncs) / static_cast<double>(step_count),
+          1e-6 * static_cast<double>(step_wait_ns) / static_cast<double>(step_count),
+          recorded ? "CUDA graph" : "op by op", first_round_step_ms, constraint ? ", guided" : "");
       std::fflush(stdout);  // each run's line as soon as it is measured
     }
   }
@@ -224,20 +227,27 @@ bool parse_cuda_flag(const std::string& k, const char* v, CudaOptions& o) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
-                 "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
-                 "                   [--kernel-family %s] [--attention %s]\n"
-                 "                   [--moe-kernel %s]\n"
-                 "                   [--quant-tile %s] [--dense-quant-tile (the same)]\n"
-                 "                   [--dense-quant %s] [--fp8-moe %s]   (CUDA kernel choices)\n"
-                 "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM per projection)\n"
-                 "                   [--profile-step N]   (profiler capture window around the N-th measured denoising step)\n"
-                 "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, on one set of weights)\n"
-                 "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed as a CUDA graph, as dgemma serve)\n"
-                 "                   [--guided-schema FILE] [--tokenizer FILE]   (canvases guided by a JSON Schema)\n",
-                 kernel_family_words().c_str(), attention_kernel_words().c_str(), moe_kernel_words().c_str(),
-                 quant_tile_words().c_str(), dense_quant_words().c_str(), fp8_experts_words().c_str());
+    std::fprintf(
+        stderr,
+        "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] "
+        "[--canvases K]\n"
+        "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' "
+        "format)\n"
+        "                   [--kernel-family %s] [--attention %s]\n"
+        "                   [--moe-kernel %s]\n"
+        "                   [--quant-tile %s] [--dense-quant-tile (the same)]\n"
+        "                   [--dense-quant %s] [--fp8-moe %s]   (CUDA kernel choices)\n"
+        "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM "
+        "per projection)\n"
+        "                   [--profile-step N]   (profiler capture window around the N-th measured denoising "
+        "step)\n"
+        "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, on one "
+        "set of weights)\n"
+        "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed as a CUDA "
+        "graph, as dgemma serve)\n"
+        "                   [--guided-schema FILE] [--tokenizer FILE]   (canvases guided by a JSON Schema)\n",
+        kernel_family_words().c_str(), attention_kernel_words().c_str(), moe_kernel_words().c_str(),
+        quant_tile_words().c_str(), dense_quant_words().c_str(), fp8_experts_words().c_str());
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
@@ -259,8 +269,10 @@ int main(int argc, char** argv) {
     else if (k == "--runs") runs_arg = argv[i + 1];
     else if (k == "--cuda-graphs") graphs.on = std::string(argv[i + 1]) != "off";
     else if (k == "--max-model-len") graphs.max_context = std::atoll(argv[i + 1]);
-    else if (k == "--guided-schema") schema_file = argv[i + 1];
-    else if (k == "--tokenizer") tokenizer_file = argv[i + 1];
+    else if (k == "--guided-schema")
+      schema_file = argv[i + 1];
+    else if (k == "--tokenizer")
+      tokenizer_file = argv[i + 1];
     else if (k == "--fused-projections")
       fuse_projections = std::string(argv[i + 1]) != "off";
     else if (!parse_cuda_flag(k, argv[i + 1], cuda)) {
@@ -308,8 +320,9 @@ int main(int argc, char** argv) {
       }
       Stopwatch compile;
       constraint = guided::compile_for_vocabulary(guided::ConstraintSpec::json_schema(schema), vocab);
-      std::fprintf(stderr, "guided: %d states, gap mask %s, compiled in %.0f ms\n", constraint->dfa().num_states,
-                   constraint->gap_mask_exact() ? "exact" : "byte-class", compile.ms());
+      std::fprintf(stderr, "guided: %d states, gap mask %s, compiled in %.0f ms\n",
+                   constraint->dfa().num_states, constraint->gap_mask_exact() ? "exact" : "byte-class",
+                   compile.ms());
     }
     for (const Run& run : runs) measure_run(model, *be, mc, run, canvases, profile_step, graphs, constraint);
   } catch (const std::exception& e) {

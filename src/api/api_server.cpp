@@ -363,9 +363,11 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
       if (opt_.default_max_tokens) p.max_tokens = std::min(p.max_tokens, *opt_.default_max_tokens);
     }
     if (min_answer > p.max_tokens)
-      fail_param(pr.max_tokens ? "max_tokens" : prompt_param,
-                 "the shortest reply that '{}' allows takes up to {} answer tokens (one per byte), but at most {} "
-                 "may be generated", guided_param, min_answer, p.max_tokens);
+      fail_param(
+          pr.max_tokens ? "max_tokens" : prompt_param,
+          "the shortest reply that '{}' allows takes up to {} answer tokens (one per byte), but at most {} "
+          "may be generated",
+          guided_param, min_answer, p.max_tokens);
     p.guided = guided_answer_for(plan, p.max_tokens);
     if (pr.infill.active()) {
       p.infill = layout_infill(pr.infill, [&](std::string_view text) { return m->prompts->text(text); },

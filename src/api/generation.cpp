@@ -44,7 +44,7 @@ struct Generation::Choice {
   std::optional<PinnedOutput> pinned;  // infilling: drops / sorts the pinned tokens
   size_t text_len = 0;   // bytes of text streamed so far (completions text_offset)
   GenerationRequest request;
-  int64_t skip = 0;           // prefill tokens still to drop from the engine's output
+  int64_t skip = 0;  // prefill tokens still to drop from the engine's output
 };
 
 struct Generation::Event {
@@ -377,7 +377,9 @@ Json Generation::usage_json() const {
   int64_t cached_total = 0;
   for (int64_t v : cached) cached_total += v;
   // dgemma extension (docs/API.md): the diffusion cost that token counts hide.
-  Json ext{{"canvases", canvases}, {"denoising_steps", steps}, {"canvas_length", ctx_.engine->stats().canvas_length}};
+  Json ext{{"canvases", canvases},
+           {"denoising_steps", steps},
+           {"canvas_length", ctx_.engine->stats().canvas_length}};
   return Json{{"prompt_tokens", prompt},
               {"completion_tokens", completion},
               {"total_tokens", prompt + completion},

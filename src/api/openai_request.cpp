@@ -272,7 +272,8 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
 void set_guided(ParsedRequest& out, std::string param, guided::ConstraintSpec spec,
                 std::vector<std::string> schema_path = {}) {
   if (out.guided)
-    fail_param(param, "'{}' cannot be combined with '{}': a request takes one guided form", param, out.guided->param);
+    fail_param(param, "'{}' cannot be combined with '{}': a request takes one guided form", param,
+               out.guided->param);
   try {
     guided::check_constraint(spec);
   } catch (const Error& e) {
@@ -282,8 +283,10 @@ void set_guided(ParsedRequest& out, std::string param, guided::ConstraintSpec sp
 }
 
 // A JSON Schema given as an object (its text is re-read in member order, GuidedForm) or as a string.
-void set_schema(ParsedRequest& out, const std::string& param, const Json& schema, std::vector<std::string> path) {
-  if (schema.is_string()) return set_guided(out, param, guided::ConstraintSpec::json_schema(schema.get<std::string>()));
+void set_schema(ParsedRequest& out, const std::string& param, const Json& schema,
+                std::vector<std::string> path) {
+  if (schema.is_string())
+    return set_guided(out, param, guided::ConstraintSpec::json_schema(schema.get<std::string>()));
   if (!schema.is_object() && !schema.is_boolean())
     fail_param(param, "'{}' must be a JSON Schema (an object or its text), not {}", param, type_name(schema));
   set_guided(out, param, guided::ConstraintSpec::json_schema(schema.dump()), std::move(path));
@@ -320,18 +323,22 @@ void parse_response_format(Fields& f, ParsedRequest& out) {
     auto schema = js->find("schema");
     if (schema == js->end() || schema->is_null())
       fail_param("response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
-    return set_schema(out, "response_format.json_schema.schema", *schema, {"response_format", "json_schema", "schema"});
+    return set_schema(out, "response_format.json_schema.schema", *schema,
+                      {"response_format", "json_schema", "schema"});
   }
   if (type == "structural_tag" || type == "grammar" || type == "regex")
-    fail_unsupported("response_format", "response_format type '{}' is not supported (only text, json_object and "
-                     "json_schema; a regex goes in structured_outputs.regex)", type);
+    fail_unsupported("response_format",
+                     "response_format type '{}' is not supported (only text, json_object and "
+                     "json_schema; a regex goes in structured_outputs.regex)",
+                     type);
   fail_param("response_format.type", "unknown response_format type '{}'", type);
 }
 
 // vLLM's structured_outputs object and its older guided_* fields (docs/API.md "Guided decoding").
 void parse_structured_outputs(Fields& f, ParsedRequest& out) {
   if (const Json* so = f.get("structured_outputs"); so && !so->is_null()) {
-    if (!so->is_object()) fail_param("structured_outputs", "'structured_outputs' must be an object, not {}", type_name(*so));
+    if (!so->is_object())
+      fail_param("structured_outputs", "'structured_outputs' must be an object, not {}", type_name(*so));
     for (auto it = so->begin(); it != so->end(); ++it) {
       const std::string param = "structured_outputs." + it.key();
       const Json& v = it.value();
@@ -352,20 +359,24 @@ void parse_structured_outputs(Fields& f, ParsedRequest& out) {
                  it.key() == "whitespace_pattern") {
         fail_unsupported(param, "'{}' is not supported: the JSON text form is fixed (docs/API.md)", param);
       } else {
-        fail_param(param, "unknown key '{}' in structured_outputs (accepted: json, regex, choice, json_object)",
+        fail_param(param,
+                   "unknown key '{}' in structured_outputs (accepted: json, regex, choice, json_object)",
                    it.key());
       }
     }
   }
-  if (const Json* v = f.get("guided_json"); v && !v->is_null()) set_schema(out, "guided_json", *v, {"guided_json"});
+  if (const Json* v = f.get("guided_json"); v && !v->is_null())
+    set_schema(out, "guided_json", *v, {"guided_json"});
   if (auto v = f.string("guided_regex")) set_guided(out, "guided_regex", guided::ConstraintSpec::regex(*v));
   if (const Json* v = f.get("guided_choice"); v && !v->is_null())
     set_guided(out, "guided_choice", guided::ConstraintSpec::choice(string_list(*v, "guided_choice")));
   if (const Json* v = f.get("guided_grammar"); v && !v->is_null())
-    fail_unsupported("guided_grammar", "'guided_grammar': grammars are not supported (use guided_json, guided_regex "
+    fail_unsupported("guided_grammar",
+                     "'guided_grammar': grammars are not supported (use guided_json, guided_regex "
                      "or guided_choice)");
   if (const Json* v = f.get("guided_whitespace_pattern"); v && !v->is_null())
-    fail_unsupported("guided_whitespace_pattern", "'guided_whitespace_pattern' is not supported: the JSON text form is "
+    fail_unsupported("guided_whitespace_pattern",
+                     "'guided_whitespace_pattern' is not supported: the JSON text form is "
                      "fixed (docs/API.md)");
   if (auto v = f.string("guided_decoding_backend")) (void)v;  // accepted: there is one implementation
 }
@@ -632,7 +643,8 @@ void check_pinned_forms(const ParsedRequest& out) {
     fail_unsupported("continue_final_message", "'continue_final_message' cannot be combined with {}",
                      forced_call ? "a forced tool_choice" : "guided decoding ('" + out.guided->param + "')");
   if (forced_call && json)
-    fail_unsupported(out.guided->param, "'{}' cannot be combined with a forced tool_choice", out.guided->param);
+    fail_unsupported(out.guided->param, "'{}' cannot be combined with a forced tool_choice",
+                     out.guided->param);
 }
 
 void finish_unknown(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {

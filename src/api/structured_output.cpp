@@ -52,8 +52,8 @@ guided::ConstraintSpec tool_call_spec(const ParsedRequest& req, std::string_view
     names.push_back(name);
     auto p = fn.find("parameters");
     schemas.push_back(p == fn.end() || p->is_null() ? std::string()
-                                                    : ordered_member_text(body, {"tools", std::to_string(i), "function",
-                                                                                 "parameters"}));
+                                                    : ordered_member_text(body, {"tools", std::to_string(i),
+                                                                                 "function", "parameters"}));
   }
   return guided::ConstraintSpec::tool_call(std::move(names), std::move(schemas));
 }

@@ -36,7 +36,8 @@ class GuidedCompiler {
  public:
   explicit GuidedCompiler(std::shared_ptr<const Tokenizer> tokenizer);
   // Throws Error(kInvalidArgument / kUnsupported, ..., param) when the constraint cannot be compiled.
-  std::shared_ptr<const guided::TokenConstraint> compile(const guided::ConstraintSpec& spec, const std::string& param);
+  std::shared_ptr<const guided::TokenConstraint> compile(const guided::ConstraintSpec& spec,
+                                                         const std::string& param);
 
  private:
   std::shared_ptr<const Tokenizer> tokenizer_;

@@ -109,7 +109,7 @@ struct GuidedTables {
   Tensor token_offsets;  // i32 [vocab_size + 1]
   Tensor token_bytes;    // u8
   Tensor token_kind;     // u8 [vocab_size] (guided::TokenKind)
-  Tensor gap_mask;       // i32 [(vocab_size + 31) / 32] (bit words): bit (id & 31) of word id / 32, 1 = allowed
+  Tensor gap_mask;  // i32 [(vocab_size + 31) / 32] (bit words): bit (id & 31) of word id / 32, 1 = allowed
 };
 
 // The gap of one canvas: positions [first, last) hold one value of the automaton, from `state` on.

@@ -75,7 +75,7 @@ guided::TokenConstraintView guided_view(const GuidedTables& t) {
 int32_t guided_decide(const GuidedGap& gap, const int32_t* chosen, uint8_t* accept) {
   const guided::TokenConstraintView v = guided_view(*gap.tables);
   const guided::WalkResult r = guided::walk_tokens_within(v, gap.tables->distance.ptr<int32_t>(), gap.state,
-                                                         chosen + gap.first, gap.last - gap.first, gap.room);
+                                                          chosen + gap.first, gap.last - gap.first, gap.room);
   for (int32_t p = gap.first + r.accepted; p < gap.last; ++p) accept[p] = 0;
   return r.accepted;
 }
@@ -110,8 +110,10 @@ int64_t check_decide_args(const DecideArgs& a, Device device) {
   if (a.vocab < 1) throw Error(ErrorKind::kInvalidArgument, "decide: vocab must be positive");
   if (a.guided.active()) {
     const GuidedGap& g = a.guided;
-    if (g.first < 0 || g.last > C || g.state < 0 || g.state >= g.tables->num_states || g.room < g.last - g.first)
-      throw Error(ErrorKind::kInvalidArgument, "decide: the guided gap lies outside the canvas or its automaton");
+    if (g.first < 0 || g.last > C || g.state < 0 || g.state >= g.tables->num_states ||
+        g.room < g.last - g.first)
+      throw Error(ErrorKind::kInvalidArgument,
+                  "decide: the guided gap lies outside the canvas or its automaton");
   }
   return C;
 }

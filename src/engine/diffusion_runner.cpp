@@ -101,7 +101,8 @@ void DiffusionModelRunner::add_idle_canvas(Step& step, int k) {
 bool DiffusionModelRunner::graphable(const Step& step, bool dumping) const {
   if (step.canvases.empty() || step.items.size() != step.canvases.size() || dumping) return false;
   for (const Sequence* s : step.seqs)
-    if (s != nullptr && (!s->canvas_pins().empty() || (backend_->supports_guided_gaps() && !s->guided_segment().empty())))
+    if (s != nullptr &&
+        (!s->canvas_pins().empty() || (backend_->supports_guided_gaps() && !s->guided_segment().empty())))
       return false;
   for (const SamplerArgs& a : step.sampling)
     if (a.filter.active() || a.top_n > 0) return false;

@@ -33,14 +33,17 @@ void validate_guided_answer(const GuidedAnswer& g, int64_t max_tokens, int64_t v
   auto fail = [](const std::string& why) { throw Error(ErrorKind::kInvalidArgument, why, "max_tokens"); };
   DG_CHECK(g.constraint != nullptr);
   if (g.constraint->vocabulary().size() > vocab_size)
-    throw Error(ErrorKind::kInvalidArgument, "guided decoding: the constraint's vocabulary is larger than the model's");
+    throw Error(ErrorKind::kInvalidArgument,
+                "guided decoding: the constraint's vocabulary is larger than the model's");
   if (g.begin < 0 || g.end < g.begin || g.end + static_cast<int64_t>(g.suffix.size()) > max_tokens)
-    fail(fmt::format("the guided value's positions [{}, {}) and its {} closing tokens do not fit in max_tokens = {}",
-                     g.begin, g.end, g.suffix.size(), max_tokens));
+    fail(fmt::format(
+        "the guided value's positions [{}, {}) and its {} closing tokens do not fit in max_tokens = {}",
+        g.begin, g.end, g.suffix.size(), max_tokens));
   const int64_t shortest = g.constraint->completion_length(g.constraint->start());
   if (shortest > g.end - g.begin)
-    fail(fmt::format("the shortest valid value takes up to {} tokens, but only {} answer positions are left for it",
-                     shortest, g.end - g.begin));
+    fail(fmt::format(
+        "the shortest valid value takes up to {} tokens, but only {} answer positions are left for it",
+        shortest, g.end - g.begin));
 }
 
 GuidedSegment guided_segment(const GuidedAnswer& g, int64_t canvas_index, int canvas_length) {
@@ -54,8 +57,8 @@ GuidedSegment guided_segment(const GuidedAnswer& g, int64_t canvas_index, int ca
   return s;
 }
 
-GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t state, std::span<int32_t> canvas,
-                          int32_t pad_id) {
+GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t state,
+                          std::span<int32_t> canvas, int32_t pad_id) {
   const guided::TokenConstraint& c = *g.constraint;
   const int C = static_cast<int>(canvas.size());
   const int64_t base = canvas_index * C;

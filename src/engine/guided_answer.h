@@ -12,8 +12,8 @@
 namespace dgemma {
 
 // Throws Error(kInvalidArgument, ..., "max_tokens") unless 0 <= begin <= end, end + suffix <= max_tokens,
-// the constraint's vocabulary is at most `vocab_size` ids (the rest are never allowed) and its shortest value fits in [begin, end) (one token per
-// byte: every byte has a piece).
+// the constraint's vocabulary is at most `vocab_size` ids (the rest are never allowed) and its shortest value
+// fits in [begin, end) (one token per byte: every byte has a piece).
 void validate_guided_answer(const GuidedAnswer& g, int64_t max_tokens, int64_t vocab_size);
 
 // The region's positions in canvas `canvas_index` ([first, last) canvas positions, empty when none).
@@ -26,9 +26,9 @@ GuidedSegment guided_segment(const GuidedAnswer& g, int64_t canvas_index, int ca
 
 // What guide_canvas did to a committed canvas.
 struct GuidedCommit {
-  int32_t state = 0;       // the automaton state after the canvas's part of the value
-  bool done = false;       // the value is complete: the answer ends at value_end
-  int64_t value_end = 0;   // answer position after the value's last token (done only)
+  int32_t state = 0;      // the automaton state after the canvas's part of the value
+  bool done = false;      // the value is complete: the answer ends at value_end
+  int64_t value_end = 0;  // answer position after the value's last token (done only)
 };
 
 // The committed canvas `canvas` (pinned tokens laid on) of canvas `canvas_index`, its part of the value
@@ -44,7 +44,7 @@ struct GuidedCommit {
 //    from the returned state.
 // Throws Error(kInternal) when the vocabulary cannot spell a completion (validate_guided_answer's
 // premise).
-GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t state, std::span<int32_t> canvas,
-                          int32_t pad_id);
+GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t state,
+                          std::span<int32_t> canvas, int32_t pad_id);
 
 }  // namespace dgemma

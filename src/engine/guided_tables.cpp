@@ -12,7 +12,8 @@ Tensor upload_array(Backend& be, const T* data, size_t n, ScalarType type) {
 
 }  // namespace
 
-const GuidedTables& GuidedTableCache::get(Backend& be, const std::shared_ptr<const guided::TokenConstraint>& c) {
+const GuidedTables& GuidedTableCache::get(Backend& be,
+                                          const std::shared_ptr<const guided::TokenConstraint>& c) {
   if (auto it = index_.find(c.get()); it != index_.end()) {
     lru_.splice(lru_.begin(), lru_, it->second);
     lru_.front().used = step_;
@@ -25,8 +26,9 @@ const GuidedTables& GuidedTableCache::get(Backend& be, const std::shared_ptr<con
     t.token_offsets = upload_array(be, vocab.offsets().data(), vocab.offsets().size(), ScalarType::kI32);
     // A vocabulary of empty pieces still gets a one-byte table (an empty tensor has no address).
     static const uint8_t kNone[1] = {0};
-    t.token_bytes = vocab.data().empty() ? upload_array(be, kNone, 1, ScalarType::kU8)
-                                         : upload_array(be, vocab.data().data(), vocab.data().size(), ScalarType::kU8);
+    t.token_bytes = vocab.data().empty()
+                        ? upload_array(be, kNone, 1, ScalarType::kU8)
+                        : upload_array(be, vocab.data().data(), vocab.data().size(), ScalarType::kU8);
     t.token_kind = upload_array(be, vocab.kinds().data(), vocab.kinds().size(), ScalarType::kU8);
     vt = vocabularies_.emplace(vocab.serial(), std::move(t)).first;
   }

@@ -1,9 +1,8 @@
 #include "engine/params.h"
 
-#include "engine/guided_answer.h"
-
 #include <algorithm>
 
+#include "engine/guided_answer.h"
 #include "engine/limits.h"
 #include "engine/pins.h"
 #include "util/counter_rng.h"

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "guided/token_constraint.h"
-
 #include "util/counter_rng.h"
 #include "util/error.h"
 

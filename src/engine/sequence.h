@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "engine/block_manager.h"
-#include "engine/request.h"
 #include "engine/denoise_policy.h"
 #include "engine/guided_answer.h"
 #include "engine/params.h"
 #include "engine/pins.h"
+#include "engine/request.h"
 
 namespace dgemma {
 

@@ -141,8 +141,8 @@ std::string constraint_key(const ConstraintSpec& spec, const CompileLimits& limi
           if (!schema.empty()) schema = parse_schema_text(schema, limits).dump();
         } catch (const Error&) {
         }
-        key += std::to_string(spec.choices[i].size()) + ":" + spec.choices[i] + std::to_string(schema.size()) + ":" +
-               schema;
+        key += std::to_string(spec.choices[i].size()) + ":" + spec.choices[i] +
+               std::to_string(schema.size()) + ":" + schema;
       }
       break;
   }

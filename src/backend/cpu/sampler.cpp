@@ -73,7 +73,9 @@ struct RowMask {
     last = a.guided.last;
   }
   const uint32_t* of(int64_t p) const { return words != nullptr && p >= first && p < last ? words : nullptr; }
-  bool allowed(const uint32_t* m, int64_t id) const { return id < limit && ((m[id >> 5] >> (id & 31)) & 1u) != 0; }
+  bool allowed(const uint32_t* m, int64_t id) const {
+    return id < limit && ((m[id >> 5] >> (id & 31)) & 1u) != 0;
+  }
   int64_t limit = 0;
 };
 
@@ -296,8 +298,9 @@ void sampler_sharded(const SamplerArgs& a) {
       std::vector<uint8_t> mine(static_cast<size_t>(rows) * row_bytes, 0), all(mine.size() * static_cast<size_t>(N));
       parallel_for(static_cast<size_t>(rows), [&](size_t b, size_t e) {
         for (size_t i = b; i < e; ++i)
-          add_histogram(logits + (r0 + static_cast<int64_t>(i)) * V, V, reinterpret_cast<uint32_t*>(mine.data() + i * row_bytes),
-                        &mask, mask.of(r0 + static_cast<int64_t>(i)), a.vocab_first);
+          add_histogram(logits + (r0 + static_cast<int64_t>(i)) * V, V,
+                        reinterpret_cast<uint32_t*>(mine.data() + i * row_bytes), &mask,
+                        mask.of(r0 + static_cast<int64_t>(i)), a.vocab_first);
       });
       comm.all_gather_last(bytes(mine, rows), bytes(all, rows));
       parallel_for(static_cast<size_t>(rows), [&](size_t b, size_t e) {

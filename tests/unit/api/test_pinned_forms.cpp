@@ -114,10 +114,12 @@ TEST(PinnedForms, BadRequestsAre400sNamingTheParameter) {
                "continue_final_message");
   expect_error(chat({{"tools", kTools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}), U,
                "response_format");
-  expect_error(chat({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}}), U, "structured_outputs.grammar");
+  expect_error(chat({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}}), U,
+               "structured_outputs.grammar");
   expect_error(chat({{"guided_grammar", "root ::= \"a\""}}), U, "guided_grammar");
   expect_error(chat({{"guided_regex", "a"}, {"guided_choice", {"a"}}}), K, "guided_choice");
-  expect_error(chat({{"guided_json", {{"type", "object"}, {"patternProperties", Json::object()}}}}), U, "guided_json");
+  expect_error(chat({{"guided_json", {{"type", "object"}, {"patternProperties", Json::object()}}}}), U,
+               "guided_json");
   expect_error(chat({{"guided_regex", "(a"}}), K, "guided_regex");
   expect_error(chat({{"tool_choice", "required"}}), K, "tool_choice");
   expect_error(chat({{"response_format", {{"type", "json_schema"}}}}), K, "response_format.json_schema");
@@ -125,7 +127,6 @@ TEST(PinnedForms, BadRequestsAre400sNamingTheParameter) {
                "response_format.json_schema.schema");
   expect_error(chat({{"response_format", {{"type", "regex"}}}}), U, "response_format");
 }
-
 
 // ---- layout and validation ----
 

@@ -80,7 +80,8 @@ TEST(GuidedAnswer, TheStateGoesOnInTheNextCanvasAndTheModelMayEndTheValue) {
   const GuidedCommit r2 = guide_canvas(g, 0, g.constraint->start(), only_pad, kPad);
   EXPECT_TRUE(r2.done);
   ASSERT_EQ(g.constraint->completion_bytes(g.constraint->start()), "ab");
-  EXPECT_EQ(r2.value_end, static_cast<int64_t>(g.constraint->completion_tokens(g.constraint->start())->size()));
+  EXPECT_EQ(r2.value_end,
+            static_cast<int64_t>(g.constraint->completion_tokens(g.constraint->start())->size()));
 }
 
 TEST(GuidedAnswer, AValueLongerThanItsCanvasGetsTheCompletionTheLaterRoomNeeds) {
@@ -115,7 +116,7 @@ TEST(GuidedAnswer, ValidationNeedsRoomForTheShortestValue) {
   g.end = 8;
   EXPECT_NO_THROW(validate_guided_answer(g, 8, kVocab));
   g.suffix = {kA};
-  EXPECT_THROW(validate_guided_answer(g, 8, kVocab), Error);  // the suffix must fit too
+  EXPECT_THROW(validate_guided_answer(g, 8, kVocab), Error);      // the suffix must fit too
   EXPECT_THROW(validate_guided_answer(g, 9, kVocab - 1), Error);  // a larger vocabulary than the model's
 }
 
@@ -139,7 +140,8 @@ struct SamplerRun {
   std::vector<float> entropy, logprob;
   std::vector<int32_t> argmax, sample;
   SamplerArgs a;
-  SamplerRun(const std::vector<uint16_t>& l, int64_t C) : logits(l), entropy(C), logprob(C), argmax(C), sample(C) {
+  SamplerRun(const std::vector<uint16_t>& l, int64_t C)
+      : logits(l), entropy(C), logprob(C), argmax(C), sample(C) {
     a.logits = borrow_tensor(logits.data(), ScalarType::kBF16, {C, kVocab});
     a.entropy = borrow_tensor(entropy.data(), ScalarType::kF32, {C});
     a.argmax = borrow_tensor(argmax.data(), ScalarType::kI32, {C});

@@ -424,8 +424,8 @@ TEST(GuidedJsonSchemaProperty, RandomSchemasAreSoundAndCompleteForTheTextForm) {
   EXPECT_GT(schemas, 250);
   EXPECT_GT(valid_instances, 4000);
   EXPECT_GT(rejected_mutants, 5000);
-  std::printf("schemas %d, sampled texts %d, valid instances %d, rejected mutants %d\n", schemas, accepted_samples,
-              valid_instances, rejected_mutants);
+  std::printf("schemas %d, sampled texts %d, valid instances %d, rejected mutants %d\n", schemas,
+              accepted_samples, valid_instances, rejected_mutants);
 }
 
 }  // namespace
