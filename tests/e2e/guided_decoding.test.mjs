@@ -66,6 +66,7 @@ function schemaGen(rand) {
       case 3: return { oneOf: [{ type: 'integer' }, { type: 'boolean' }] };
       case 4: {
         const name = `D${Object.keys(defs).length}`;
+        defs[name] = {};  // the name is taken before the definition is made (no recursion)
         defs[name] = object(depth + 1);
         return { $ref: `#/$defs/${name}` };
       }
@@ -97,7 +98,7 @@ function validator() {
 }
 
 // Runs `count` random schemas with `concurrency` requests in flight; returns the failures.
-async function property(server, { count, seed, maxTokens, concurrency, messages }) {
+async function property(server, { count, seed, maxTokens, concurrency, messages, steps }) {
   const ajv = validator();
   const rand = rng(seed);
   const jobs = [];
@@ -108,10 +109,14 @@ async function property(server, { count, seed, maxTokens, concurrency, messages 
   async function worker() {
     while (next < jobs.length) {
       const job = jobs[next++];
-      const r = await postJson(server.url(CHAT), {
-        messages, max_tokens: maxTokens, seed: job.seed,
+      const ask = (max_tokens) => postJson(server.url(CHAT), {
+        messages, max_tokens, seed: job.seed, max_denoising_steps: steps,
         response_format: { type: 'json_schema', json_schema: { name: `s${job.i}`, schema: job.schema } },
       });
+      let r = await ask(maxTokens);
+      // One canvas is the cheapest run; a schema whose shortest value does not fit is a 400 naming
+      // max_tokens before anything is generated, and gets a second canvas.
+      if (r.status === 400 && r.json?.error?.param === 'max_tokens') r = await ask(2 * maxTokens);
       if (r.status !== 200) {
         failures.push({ schema: job.schema, why: `status ${r.status}: ${r.text}` });
         continue;
@@ -144,7 +149,7 @@ describe('guided decoding on the shipped model (models/tiny-code, CPU)', () => {
   before(async () => {
     server = await startServer({
       modelDir: TINY_CODE, loadFormat: 'safetensors',
-      args: ['--device', 'cpu', '--served-model-name', 'tiny-code', '--max-num-seqs', '8',
+      args: ['--device', 'cpu', '--served-model-name', 'tiny-code', '--max-num-seqs', '16',
         '--enable-auto-tool-choice', '--tool-call-parser', 'gemma4'],
     });
   });
@@ -152,10 +157,11 @@ describe('guided decoding on the shipped model (models/tiny-code, CPU)', () => {
 
   test('1,000 random schemas with random seeds: every reply parses and validates (ajv)', async () => {
     const { ok, failures } = await property(server, {
-      count: 1000, seed: 33, maxTokens: 128, concurrency: 8,
+      count: 1000, seed: 33, maxTokens: 64, concurrency: 16, steps: 1,
       messages: [{ role: 'user', content: 'Give me the record as JSON.' }],
     });
-    assert.deepEqual(failures.slice(0, 3), [], `${failures.length} invalid replies`);
+    const shown = failures.slice(0, 3).map((f) => `${f.why}\n  content: ${f.content}\n  schema: ${JSON.stringify(f.schema)}`);
+    assert.equal(failures.length, 0, `${failures.length} invalid replies:\n${shown.join('\n')}`);
     assert.equal(ok, 1000);
   });
 
@@ -249,9 +255,10 @@ describe('guided decoding on the tiny fixture (real 262k vocabulary, dummy weigh
 
   test('random schemas with random seeds: every reply parses and validates (ajv), across canvases', async () => {
     const { ok, failures } = await property(server, {
-      count: 40, seed: 7, maxTokens: 96, concurrency: 4, messages: [{ role: 'user', content: 'JSON please.' }],
+      count: 12, seed: 7, maxTokens: 48, concurrency: 4, steps: 1, messages: [{ role: 'user', content: 'JSON please.' }],
     });
-    assert.deepEqual(failures.slice(0, 3), [], `${failures.length} invalid replies`);
-    assert.equal(ok, 40);
+    const shown = failures.slice(0, 3).map((f) => `${f.why}\n  content: ${f.content}\n  schema: ${JSON.stringify(f.schema)}`);
+    assert.equal(failures.length, 0, `${failures.length} invalid replies:\n${shown.join('\n')}`);
+    assert.equal(ok, 12);
   });
 });

@@ -198,7 +198,9 @@ TEST(GuidedOps, TheSamplerSeesOnlyTheGapMaskInTheGapAndIsUnchangedElsewhere) {
       }
     EXPECT_NEAR(masked.entropy[P], h, 1e-5);  // fp32 z vs double here
     for (int v = 0; v < kVocab; ++v)
-      if (!allowed(v)) EXPECT_EQ(bf16_to_f32(masked.logits[P * kVocab + v]), 0.0f) << v;  // no probability
+      if (!allowed(v)) {
+        EXPECT_EQ(bf16_to_f32(masked.logits[P * kVocab + v]), 0.0f) << v;  // no probability
+      }
   }
 }
 
