@@ -135,15 +135,21 @@ AnswerPlan plan_answer(const ParsedRequest& req, const Tokenizer& tok, bool star
   guided->begin = at;
   // The value's fixed opening, pinned when its tokens walk the automaton (they do: the same bytes).
   const std::string opening = forced_opening(constraint->dfa());
+  int32_t state = constraint->start();
+  int64_t opening_tokens = 0;
   if (!opening.empty()) {
     std::vector<int32_t> tokens = tok.encode(opening, false);
-    int32_t s = constraint->start();
+    int32_t s = state;
     for (int32_t t : tokens) s = s >= 0 ? constraint->step(s, t) : s;
-    if (s >= 0 && !tokens.empty()) plan.pins.push_back(PinnedSpan{at, std::move(tokens)});
+    if (s >= 0 && !tokens.empty()) {
+      state = s;
+      opening_tokens = static_cast<int64_t>(tokens.size());
+      plan.pins.push_back(PinnedSpan{at, std::move(tokens)});
+    }
   }
+  plan.min_tokens =
+      at + opening_tokens + constraint->completion_length(state) + static_cast<int64_t>(guided->suffix.size());
   guided->constraint = std::move(constraint);
-  plan.min_tokens = at + guided->constraint->completion_length(guided->constraint->start()) +
-                    static_cast<int64_t>(guided->suffix.size());
   plan.guided = std::move(guided);
   return plan;
 }

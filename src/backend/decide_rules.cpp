@@ -72,10 +72,11 @@ guided::TokenConstraintView guided_view(const GuidedTables& t) {
   return v;
 }
 
-int32_t guided_decide(const GuidedGap& gap, const int32_t* chosen, uint8_t* accept) {
+int32_t guided_decide(const GuidedGap& gap, const int32_t* chosen, uint8_t* accept, const uint8_t* pinned) {
   const guided::TokenConstraintView v = guided_view(*gap.tables);
   const guided::WalkResult r = guided::walk_tokens_within(v, gap.tables->distance.ptr<int32_t>(), gap.state,
-                                                          chosen + gap.first, gap.last - gap.first, gap.room);
+                                                          chosen + gap.first, gap.last - gap.first, gap.room,
+                                                         pinned == nullptr ? nullptr : pinned + gap.first);
   for (int32_t p = gap.first + r.accepted; p < gap.last; ++p) accept[p] = 0;
   return r.accepted;
 }

@@ -29,21 +29,33 @@ std::vector<int32_t> completion(const guided::TokenConstraint& c, int32_t state)
 
 }  // namespace
 
-void validate_guided_answer(const GuidedAnswer& g, int64_t max_tokens, int64_t vocab_size) {
+void validate_guided_answer(const GuidedAnswer& g, std::span<const PinnedSpan> pins, int64_t max_tokens,
+                            int64_t vocab_size) {
   auto fail = [](const std::string& why) { throw Error(ErrorKind::kInvalidArgument, why, "max_tokens"); };
   DG_CHECK(g.constraint != nullptr);
-  if (g.constraint->vocabulary().size() > vocab_size)
-    throw Error(ErrorKind::kInvalidArgument,
-                "guided decoding: the constraint's vocabulary is larger than the model's");
+  const guided::TokenConstraint& c = *g.constraint;
+  if (c.vocabulary().size() > vocab_size)
+    throw Error(ErrorKind::kInvalidArgument, "guided decoding: the constraint's vocabulary is larger than the model's");
   if (g.begin < 0 || g.end < g.begin || g.end + static_cast<int64_t>(g.suffix.size()) > max_tokens)
-    fail(fmt::format(
-        "the guided value's positions [{}, {}) and its {} closing tokens do not fit in max_tokens = {}",
-        g.begin, g.end, g.suffix.size(), max_tokens));
-  const int64_t shortest = g.constraint->completion_length(g.constraint->start());
-  if (shortest > g.end - g.begin)
-    fail(fmt::format(
-        "the shortest valid value takes up to {} tokens, but only {} answer positions are left for it",
-        shortest, g.end - g.begin));
+    fail(fmt::format("the guided value's positions [{}, {}) and its {} closing tokens do not fit in max_tokens = {}",
+                     g.begin, g.end, g.suffix.size(), max_tokens));
+  // The pinned tokens from `begin` on, as the walk takes them.
+  int32_t state = c.start();
+  int64_t at = g.begin;
+  for (const PinnedSpan& s : pins) {
+    if (s.offset + static_cast<int64_t>(s.tokens.size()) <= at) continue;
+    if (s.offset != at) break;
+    for (int32_t t : s.tokens) {
+      if (at >= g.end) break;
+      state = c.step(state, t);
+      if (state < 0) throw Error(ErrorKind::kInvalidArgument, "guided decoding: a pinned token breaks the value");
+      ++at;
+    }
+  }
+  const int64_t shortest = c.completion_length(state);
+  if (shortest > g.end - at)
+    fail(fmt::format("the shortest valid value takes up to {} more tokens, but only {} answer positions are left for it",
+                     shortest, g.end - at));
 }
 
 GuidedSegment guided_segment(const GuidedAnswer& g, int64_t canvas_index, int canvas_length) {
@@ -57,8 +69,8 @@ GuidedSegment guided_segment(const GuidedAnswer& g, int64_t canvas_index, int ca
   return s;
 }
 
-GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t state,
-                          std::span<int32_t> canvas, int32_t pad_id) {
+GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t state, std::span<int32_t> canvas,
+                          int32_t pad_id, std::span<const uint8_t> pinned) {
   const guided::TokenConstraint& c = *g.constraint;
   const int C = static_cast<int>(canvas.size());
   const int64_t base = canvas_index * C;
@@ -69,7 +81,8 @@ GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t s
   const int len = seg.last - seg.first;
   const guided::TokenConstraintView v = c.view();
   const guided::WalkResult r =
-      guided::walk_tokens_within(v, c.distances().data(), state, canvas.data() + seg.first, len, seg.room);
+      guided::walk_tokens_within(v, c.distances().data(), state, canvas.data() + seg.first, len, seg.room,
+                                 pinned.empty() ? nullptr : pinned.data() + seg.first);
   // `at`: the position after the kept prefix's last text token (filler after it is dropped anyway, so
   // a completion may go there; the walk checked its room from there).
   int at = seg.first;

@@ -12,9 +12,11 @@
 namespace dgemma {
 
 // Throws Error(kInvalidArgument, ..., "max_tokens") unless 0 <= begin <= end, end + suffix <= max_tokens,
-// the constraint's vocabulary is at most `vocab_size` ids (the rest are never allowed) and its shortest value
-// fits in [begin, end) (one token per byte: every byte has a piece).
-void validate_guided_answer(const GuidedAnswer& g, int64_t max_tokens, int64_t vocab_size);
+// the constraint's vocabulary is at most `vocab_size` ids (the rest are never allowed), the pinned
+// tokens from `begin` on (the value's fixed opening) are a valid start, and the shortest completion
+// after them fits in the rest of [begin, end) (one token per byte: every byte has a piece).
+void validate_guided_answer(const GuidedAnswer& g, std::span<const PinnedSpan> pins, int64_t max_tokens,
+                            int64_t vocab_size);
 
 // The region's positions in canvas `canvas_index` ([first, last) canvas positions, empty when none).
 struct GuidedSegment {
@@ -31,7 +33,7 @@ struct GuidedCommit {
   int64_t value_end = 0;  // answer position after the value's last token (done only)
 };
 
-// The committed canvas `canvas` (pinned tokens laid on) of canvas `canvas_index`, its part of the value
+// The committed canvas `canvas` (pinned tokens laid on; `pinned`: its pin mask, may be empty) of canvas `canvas_index`, its part of the value
 // starting in `state`: the longest prefix of the segment that the automaton accepts and whose shortest
 // completion fits in the room after it is kept; filler in it becomes pad_id. Then, after the prefix's
 // last text token:
@@ -44,7 +46,7 @@ struct GuidedCommit {
 //    from the returned state.
 // Throws Error(kInternal) when the vocabulary cannot spell a completion (validate_guided_answer's
 // premise).
-GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t state,
-                          std::span<int32_t> canvas, int32_t pad_id);
+GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t state, std::span<int32_t> canvas,
+                          int32_t pad_id, std::span<const uint8_t> pinned = {});
 
 }  // namespace dgemma

@@ -102,7 +102,7 @@ SequenceParams resolve_sequence_params(const SamplingParams& p, const Generation
   validate_pins(p.pins, p.max_tokens, ctx.vocab_size);
   s.pins = p.pins;
   if (p.guided) {
-    validate_guided_answer(*p.guided, p.max_tokens, ctx.vocab_size);
+    validate_guided_answer(*p.guided, p.pins, p.max_tokens, ctx.vocab_size);
     s.guided = p.guided;
   }
   return s;

@@ -69,7 +69,7 @@ CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vec
   GuidedCommit guided;
   int64_t filler_end = pins_end_;
   if (params_.guided) {
-    guided = guide_canvas(*params_.guided, canvas_index_, guided_state_, committed, params_.pad_id);
+    guided = guide_canvas(*params_.guided, canvas_index_, guided_state_, committed, params_.pad_id, pins_.mask);
     guided_state_ = guided.state;
     filler_end = std::max(filler_end, guided.done ? guided.value_end : params_.guided->end);
   }

@@ -30,7 +30,7 @@ void decide(const DecideArgs& a) {
     if (pin_tokens)
       for (int64_t p = 0; p < C; ++p)
         if (pinned[p]) walked[p] = pin_tokens[p];
-    guided_decide(a.guided, walked.data(), accept.data());
+    guided_decide(a.guided, walked.data(), accept.data(), pin_tokens ? pinned.data() : nullptr);
   }
   bool same = a.have_prev;
   for (int64_t p = 0; p < C; ++p) {

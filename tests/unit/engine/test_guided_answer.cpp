@@ -112,12 +112,12 @@ TEST(GuidedAnswer, AValueLongerThanItsCanvasGetsTheCompletionTheLaterRoomNeeds) 
 
 TEST(GuidedAnswer, ValidationNeedsRoomForTheShortestValue) {
   GuidedAnswer g = answer("a{6}", 2, 7);
-  EXPECT_THROW(validate_guided_answer(g, 7, kVocab), Error);  // 5 positions for 6 bytes
+  EXPECT_THROW(validate_guided_answer(g, {}, 7, kVocab), Error);  // 5 positions for 6 bytes
   g.end = 8;
-  EXPECT_NO_THROW(validate_guided_answer(g, 8, kVocab));
+  EXPECT_NO_THROW(validate_guided_answer(g, {}, 8, kVocab));
   g.suffix = {kA};
-  EXPECT_THROW(validate_guided_answer(g, 8, kVocab), Error);      // the suffix must fit too
-  EXPECT_THROW(validate_guided_answer(g, 9, kVocab - 1), Error);  // a larger vocabulary than the model's
+  EXPECT_THROW(validate_guided_answer(g, {}, 8, kVocab), Error);      // the suffix must fit too
+  EXPECT_THROW(validate_guided_answer(g, {}, 9, kVocab - 1), Error);  // a larger vocabulary than the model's
 }
 
 TEST(GuidedAnswer, SegmentsAreTheRegionsPositionsInEachCanvas) {
