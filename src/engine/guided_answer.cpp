@@ -113,10 +113,11 @@ GuidedCommit guide_canvas(const GuidedAnswer& g, int64_t canvas_index, int32_t s
     out.value_end = base + at;
     return out;
   }
-  // The value goes on in the next canvas: enough of the completion here that the rest fits after it.
+  // The value goes on in the next canvas: enough of the completion here that the rest fits after it
+  // (free positions always suffice: each keeps the room rule; after pinned text, which is not held to
+  // it, the pins of the next canvas carry the value on and the validation checked what follows them).
   const int64_t room_after = g.end - (base + C);
-  for (size_t i = 0; i < tail.size() && c.completion_length(st) > room_after; ++i) {
-    DG_CHECK(at < seg.last);
+  for (size_t i = 0; i < tail.size() && at < seg.last && c.completion_length(st) > room_after; ++i) {
     canvas[static_cast<size_t>(at++)] = tail[i];
     st = c.step(st, tail[i]);
   }
