@@ -110,6 +110,26 @@ TEST(GuidedAnswer, AValueLongerThanItsCanvasGetsTheCompletionTheLaterRoomNeeds) 
   EXPECT_EQ(text, "abab");
 }
 
+TEST(GuidedAnswer, PinnedTextIsNotHeldToTheRoomRuleAndCarriesTheValueAcrossCanvases) {
+  // (ab){6} fully pinned as six "ab" tokens in answer positions [0, 6), canvases of 4: after canvas 0
+  // 4 bytes remain for 2 positions (the room rule counts a byte per position), which the pins of
+  // canvas 1 fill.
+  GuidedAnswer g = answer("(ab){6}", 0, 6);
+  std::vector<PinnedSpan> pins = {PinnedSpan{0, std::vector<int32_t>(6, kAB)}};
+  EXPECT_NO_THROW(validate_guided_answer(g, pins, 6, kVocab));
+  EXPECT_THROW(validate_guided_answer(g, {}, 6, kVocab), Error);  // unpinned, 12 bytes need 12 positions
+  const std::vector<uint8_t> mask(4, 1);
+  std::vector<int32_t> c0(4, kAB);
+  const GuidedCommit r0 = guide_canvas(g, 0, g.constraint->start(), c0, kPad, mask);
+  EXPECT_FALSE(r0.done);
+  EXPECT_EQ(c0, std::vector<int32_t>(4, kAB));
+  std::vector<int32_t> c1 = {kAB, kAB, kX, kX};
+  const std::vector<uint8_t> mask1 = {1, 1, 0, 0};
+  const GuidedCommit r1 = guide_canvas(g, 1, r0.state, c1, kPad, mask1);
+  EXPECT_TRUE(r1.done);
+  EXPECT_EQ(r1.value_end, 6);
+}
+
 TEST(GuidedAnswer, ValidationNeedsRoomForTheShortestValue) {
   GuidedAnswer g = answer("a{6}", 2, 7);
   EXPECT_THROW(validate_guided_answer(g, {}, 7, kVocab), Error);  // 5 positions for 6 bytes
