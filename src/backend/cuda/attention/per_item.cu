@@ -6,6 +6,7 @@
 
 #include "backend/cuda/attention/per_item.cuh"
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -14,6 +15,8 @@ constexpr int kThreads = 256;
 
 __global__ void gather_q_kernel(const uint16_t* __restrict__ q, int64_t Hq, int64_t D, int64_t i0, int64_t nc,
                                 uint16_t* __restrict__ qh) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * D;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -25,6 +28,8 @@ __global__ void gather_q_kernel(const uint16_t* __restrict__ q, int64_t Hq, int6
 
 __global__ void scatter_out_kernel(const float* __restrict__ oh, int64_t Hq, int64_t D, int64_t i0, int64_t nc,
                                    uint16_t* __restrict__ out) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * D;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -38,6 +43,8 @@ __global__ void scatter_out_kernel(const float* __restrict__ oh, int64_t Hq, int
 // elements per thread; dw = D / 8 words per head row.
 __global__ void gather_q_vec_kernel(const uint4* __restrict__ q, int64_t Hq, int64_t dw, int64_t i0, int64_t nc,
                                     uint4* __restrict__ qh) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * dw;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -49,6 +56,8 @@ __global__ void gather_q_vec_kernel(const uint4* __restrict__ q, int64_t Hq, int
 
 __global__ void scatter_out_vec_kernel(const float4* __restrict__ oh, int64_t Hq, int64_t dw, int64_t i0, int64_t nc,
                                        uint4* __restrict__ out) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * dw;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -63,6 +72,8 @@ __global__ void scatter_out_vec_kernel(const float4* __restrict__ oh, int64_t Hq
 // One block per score row. Three passes over the row (max, sum, write); the row is read from L2.
 __global__ void softmax_kernel(uint16_t* S, int64_t ld, int64_t nc, int64_t L, int64_t Lpad, int64_t n, int64_t i0,
                                int causal, int64_t window, float scaling) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   uint16_t* s = S + row * ld;
@@ -102,6 +113,8 @@ constexpr int64_t kWarpRowMax = 4096;
 
 __global__ void softmax_warp_kernel(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t L, int64_t Lpad,
                                     int64_t n, int64_t i0, int causal, int64_t window, float scaling) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t row = blockIdx.x * static_cast<int64_t>(kSoftmaxWarps) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together
   const int lane = threadIdx.x & 31;
@@ -162,13 +175,11 @@ void launch_attn_gather_q(const uint16_t* q, int64_t Hq, int64_t D, int64_t i0, 
   const int64_t total = Hq * nc * D;
   if (total <= 0) return;
   if (vec8_ok(D, q, qh)) {
-    gather_q_vec_kernel<<<grid_for(total / 8, kThreads), kThreads, 0, stream>>>(
-        reinterpret_cast<const uint4*>(q), Hq, D / 8, i0, nc, reinterpret_cast<uint4*>(qh));
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, gather_q_vec_kernel, grid_for(total / 8, kThreads), kThreads, 0,
+                  reinterpret_cast<const uint4*>(q), Hq, D / 8, i0, nc, reinterpret_cast<uint4*>(qh));
     return;
   }
-  gather_q_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(q, Hq, D, i0, nc, qh);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, gather_q_kernel, grid_for(total, kThreads), kThreads, 0, q, Hq, D, i0, nc, qh);
 }
 
 void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t L, int64_t Lpad, int64_t n,
@@ -178,14 +189,12 @@ void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int6
   // flight per row).
   if (vec8_ok(ld, S) && Lpad + n <= kWarpRowMax) {
     const unsigned blocks = static_cast<unsigned>(ceil_div(rows, kSoftmaxWarps));
-    softmax_warp_kernel<<<blocks, 32 * kSoftmaxWarps, 0, stream>>>(S, rows, ld, nc, L, Lpad, n, i0, causal ? 1 : 0,
-                                                                   window, scaling);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, softmax_warp_kernel, blocks, 32 * kSoftmaxWarps, 0, S, rows, ld, nc, L, Lpad, n, i0,
+                  causal ? 1 : 0, window, scaling);
     return;
   }
-  softmax_kernel<<<static_cast<unsigned>(rows), threads_for_row(L + n), 0, stream>>>(S, ld, nc, L, Lpad, n, i0,
-                                                                                     causal ? 1 : 0, window, scaling);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, softmax_kernel, static_cast<unsigned>(rows), threads_for_row(L + n), 0, S, ld, nc, L,
+                Lpad, n, i0, causal ? 1 : 0, window, scaling);
 }
 
 void launch_attn_scatter_out(const float* oh, int64_t Hq, int64_t D, int64_t i0, int64_t nc, uint16_t* out,
@@ -193,13 +202,11 @@ void launch_attn_scatter_out(const float* oh, int64_t Hq, int64_t D, int64_t i0,
   const int64_t total = Hq * nc * D;
   if (total <= 0) return;
   if (vec8_ok(D, oh, out)) {
-    scatter_out_vec_kernel<<<grid_for(total / 8, kThreads), kThreads, 0, stream>>>(
-        reinterpret_cast<const float4*>(oh), Hq, D / 8, i0, nc, reinterpret_cast<uint4*>(out));
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, scatter_out_vec_kernel, grid_for(total / 8, kThreads), kThreads, 0,
+                  reinterpret_cast<const float4*>(oh), Hq, D / 8, i0, nc, reinterpret_cast<uint4*>(out));
     return;
   }
-  scatter_out_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(oh, Hq, D, i0, nc, out);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, scatter_out_kernel, grid_for(total, kThreads), kThreads, 0, oh, Hq, D, i0, nc, out);
 }
 
 }  // namespace dgemma::cuda
