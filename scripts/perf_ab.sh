@@ -4,15 +4,16 @@
 # graphs checks, and the quantised MoE / dense / W8A8 checks (dgemma_gpu_check, three processes side by
 # side), the expert GEMM benchmark (dgemma_gpu_check --bench experts), then dgemma_bench on the 26B-A4B
 # dummy shape (bench/denoise_step_bench.py --write-model) at batch 1, 4 and 16 for fp8-dynamic,
-# nvfp4-modelopt and bf16: (a) every choice automatic, (b) --experts grouped, (c) --pdl on (PDL is off
-# in auto until this A/B decides; bf16 only (a): its experts take the grouped kernels at every size).
+# nvfp4-modelopt and bf16: (a) every choice automatic, (b) --experts stream (auto takes the grouped
+# kernels), (c) --pdl on (off in auto until this A/B decides; bf16 no (b): its experts are grouped at
+# every size), and fp8-dynamic op by op (--cuda-graphs off) for the launches per step.
 # Each check set prints one PASS / FAIL line; the last lines are the A/B table (ms per step, launches
 # per step). Bench rows that would run past the time budget (BUDGET_S, default 450 s from the start)
 # are listed as skipped.
 # Usage: scripts/perf_ab.sh OUT   (from the repository root, on the GPU machine; JOBS=16 for the build)
 # OUT gets build.log, checks.txt, bench_experts.txt, bench.txt, table.txt and logs.tgz (the rest).
 set -uo pipefail
-[ $# -eq 1 ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 OUT="$1"
 mkdir -p "$OUT/more"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -94,12 +95,14 @@ row() {
   ROWS+=("$(printf '%-15s %-16s %s' "$fmt" "$label" "$cells")")
 }
 row fp8-dynamic auto
-row fp8-dynamic experts=grouped --experts grouped
-row nvfp4-modelopt auto
-row nvfp4-modelopt experts=grouped --experts grouped
 row fp8-dynamic pdl=on --pdl on
+row nvfp4-modelopt auto
 row nvfp4-modelopt pdl=on --pdl on
-row bf16 auto  # bf16 experts take the grouped kernels at every size: (b) and (c) change nothing there
+row fp8-dynamic experts=stream --experts stream
+row nvfp4-modelopt experts=stream --experts stream
+row fp8-dynamic eager --cuda-graphs off  # op by op: the launches per step (a graph replay counts one)
+row bf16 auto  # bf16 experts take the grouped kernels at every size: (b) changes nothing there
+row bf16 pdl=on --pdl on
 
 tar -czf "$OUT/logs.tgz" -C "$OUT" more && rm -rf "$OUT/more"
 {

@@ -196,10 +196,11 @@ std::string describe_cuda_kernels(const CudaOptions& r) {
   const std::string moe = r.moe != MoeKernel::kAuto ? moe_kernel_word(r.moe)
                           : hopper ? "auto (small-rows / wgmma-64x128 / tma-128x256 by rows per expert)"
                                    : "auto (small-rows / mma-sync-128x128 by rows per expert)";
-  const std::string experts = r.experts == ExpertKernels::kAuto
-                                  ? fmt::format("auto (stream up to {} rows an expert, then grouped)",
-                                                r.expert_stream_rows)
-                                  : expert_kernels_word(r.experts);
+  const std::string experts = r.experts != ExpertKernels::kAuto ? expert_kernels_word(r.experts)
+                              : r.expert_stream_rows == 0
+                                  ? "auto (grouped)"
+                                  : fmt::format("auto (stream up to {} rows an expert, then grouped)",
+                                                r.expert_stream_rows);
   return fmt::format(
       "kernel family {}; attention {}; bf16 MoE {}; quantised experts {}, tiles experts {} dense {}; dense "
       "quant {}; FP8 experts {}; PDL {}",

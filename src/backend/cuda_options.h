@@ -48,14 +48,15 @@ enum class Fp8Experts { kAuto, kW8A8, kW8A16 };
 // the grouped kernels above it; kStream / kGrouped one of them at every size. The portable family has
 // only the grouped kernels.
 enum class ExpertKernels { kAuto, kStream, kGrouped };
-// The mean rows per expert (routed rows / experts) up to which kAuto streams the weights: batch-1
-// denoising of a 256-token canvas at top-8 of 128 experts is 16.
-constexpr int kExpertStreamRows = 32;
+// The mean rows per expert (routed rows / experts) up to which kAuto streams the weights (batch-1
+// denoising of a 256-token canvas at top-8 of 128 experts is 16); 0, the default: never (the grouped
+// kernels are the faster at every batch: docs/BENCHMARKS.md, "Kernel choices").
+constexpr int kExpertStreamRows = 0;
 
-// Programmatic dependent launch (core/launch.cuh, core/griddep.cuh) of the kernels that wait for their
-// predecessor in DG_GRIDDEP_WAIT (the weight-streaming experts): such a kernel may start while the one
-// before it finishes, its first weight loads overlapping that kernel's tail; results are the same bit
-// for bit. kOn needs sm_90; kAuto is off until the device A/B (scripts/perf_ab.sh) has measured it.
+// Programmatic dependent launch (core/launch.cuh, core/griddep.cuh): every dgemma kernel waits for its
+// predecessor in DG_GRIDDEP_WAIT, so it may start (the weight-streaming experts prefetching weights)
+// while the kernel before it finishes; bit-identical results; cuBLAS's launches stay ordinary.
+// kOn needs sm_90; kAuto is off until the device A/B (scripts/perf_ab.sh) has measured it.
 enum class Pdl { kAuto, kOn, kOff };
 
 struct CudaOptions {

@@ -54,8 +54,10 @@ class NotesOnly final : public Reporter {
 // with fewer bits than fp32 between the promotions every 128 K (the dense W8A8 GEMM measured NMSE
 // ~8e-7, bit-identical ~0.9, w8a8_gemm_tol in gpu_check_w8a8.cpp); act combines two such sums through
 // gelu(gate) * up, so twice the NMSE and bad fraction and a lower bit-identical share; y is one sum
-// times the routing weight. And the same kernel maths as the grouped W8A8 kernel on the same tensor
-// cores: not more than 3x its NMSE (floored at 1e-7) from the same reference.
+// times the routing weight (on an H100 every shape here stayed within a third of these bounds: act
+// NMSE <= 2.3e-6 with >= 0.86 bit-identical, y <= 5.6e-7 with >= 0.92). And the same kernel maths as
+// the grouped W8A8 kernel on the same tensor cores (e4m3 products, fp32 promotion every 128 K, the
+// same K order): bit for bit its output, every element.
 Tol act_tol(ExpertFormat f) {
   return f == ExpertFormat::kW8a8 ? Tol{2, 1e-3, 2e-3, 0.7, 8e-6} : Tol{4, 2e-3, 2e-2, 0.8, 1e-5};
 }
@@ -86,8 +88,8 @@ void compare(Reporter& r, const std::string& what, ExpertFormat f, const std::ve
   r.note(what + ": bit-identical to the grouped kernel " +
          fmt_double(static_cast<double>(same) / got.size()) + ", nmse vs CPU " + fmt_double(n_new) +
          " (grouped kernel " + fmt_double(n_old) + ")");
-  if (f == ExpertFormat::kW8a8 && n_new > 3 * std::max(n_old, 1e-7))
-    r.fail(what + ": nmse " + fmt_double(n_new) + " > 3x the grouped kernel's " + fmt_double(n_old));
+  if (f == ExpertFormat::kW8a8 && same != got.size())
+    r.fail(what + ": " + std::to_string(got.size() - same) + " elements differ from the grouped W8A8 kernel's");
 }
 
 void run(Reporter& r, ExpertFormat f, const Shape& s) {

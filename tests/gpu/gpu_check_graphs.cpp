@@ -143,11 +143,13 @@ void expect_same_runs(Reporter& rep, const std::string& fixture, const std::vect
   }
 }
 
-// Programmatic dependent launch (CudaOptions::pdl) over a whole recorded step: the fixture's shape
-// with quantised experts (NVFP4 or FP8-dynamic dummy weights; the expert width raised to 64 so that
-// the weight-streaming kernels take it) on the weight-streaming kernels, graphs on, PDL on against PDL
-// off. PDL only moves when a kernel starts, never what it reads: bit-identical.
-void pdl_on_vs_off(Reporter& rep, const std::string& fixture, const std::string& format) {
+// Programmatic dependent launch (CudaOptions::pdl) over a whole recorded step: every kernel of the
+// step launched with the attribute and waiting for its predecessor in DG_GRIDDEP_WAIT. The fixture's
+// shape with bf16, NVFP4 or FP8-dynamic dummy weights (the expert width raised to 64 so that the
+// weight-streaming kernels take the quantised experts when `experts` allows them), graphs on, PDL on
+// against PDL off. PDL only moves when a kernel starts, never what it reads: bit-identical.
+void pdl_on_vs_off(Reporter& rep, const std::string& fixture, const std::string& format,
+                   ExpertKernels experts) {
   const std::string dir = fixture_dir(fixture) + "/model";
   ModelConfig mc = load_model_config(dir);
   mc.text.head_dim = 64;
@@ -155,21 +157,21 @@ void pdl_on_vs_off(Reporter& rep, const std::string& fixture, const std::string&
   for (LayerSpec& L : mc.text.layers) L.head_dim = L.type == LayerType::kSliding ? 64 : 128;
   mc.text.moe_intermediate_size = 64;
   mc.quant = quant_preset(format);
-  const std::string what = fixture + " " + format;
+  const std::string what = fixture + " " + format + " experts=" + expert_kernels_word(experts);
   const std::vector<int32_t> prompt = fixture_ids(fixture, "prompt_ids");
   const std::vector<SequenceParams> runs = fixture_runs(fixture);
-  auto stream_experts = [](Pdl pdl) {
-    return options_with([pdl](CudaOptions& o) {
-      o.experts = ExpertKernels::kStream;
+  auto options_for = [experts](Pdl pdl) {
+    return options_with([experts, pdl](CudaOptions& o) {
+      o.experts = experts;
       o.pdl = pdl;
     });
   };
   // Nested scopes: each engine, its model and its backend live until the comparison is done.
-  const WithOptions off_scope(stream_experts(Pdl::kOff));
+  const WithOptions off_scope(options_for(Pdl::kOff));
   DiffusionGemma off_model(mc, dummy_weights(mc, cuda(), 7), cuda());
   std::vector<int> rec_off;
   Engine off = run_engine(off_model, prompt, runs, true, mc.text.max_position_embeddings, &rec_off);
-  const WithOptions on_scope(stream_experts(Pdl::kOn));
+  const WithOptions on_scope(options_for(Pdl::kOn));
   DiffusionGemma on_model(mc, dummy_weights(mc, cuda(), 7), cuda());
   std::vector<int> rec_on;
   Engine on = run_engine(on_model, prompt, runs, true, mc.text.max_position_embeddings, &rec_on);
@@ -185,8 +187,13 @@ std::vector<Case> graph_cases() {
   return {
       {"graphs_vs_eager_tiny_a", [](Reporter& r) { graphs_vs_eager(r, "tiny_a"); }},
       {"graphs_vs_eager_tiny_b", [](Reporter& r) { graphs_vs_eager(r, "tiny_b"); }},
-      {"pdl_step_nvfp4_tiny_a", [](Reporter& r) { pdl_on_vs_off(r, "tiny_a", "nvfp4-modelopt"); }},
-      {"pdl_step_fp8_dynamic_tiny_a", [](Reporter& r) { pdl_on_vs_off(r, "tiny_a", "fp8-dynamic"); }},
+      {"pdl_step_nvfp4_tiny_a",
+       [](Reporter& r) { pdl_on_vs_off(r, "tiny_a", "nvfp4-modelopt", ExpertKernels::kStream); }},
+      {"pdl_step_fp8_dynamic_tiny_a",
+       [](Reporter& r) { pdl_on_vs_off(r, "tiny_a", "fp8-dynamic", ExpertKernels::kStream); }},
+      {"pdl_step_fp8_dynamic_grouped_tiny_a",
+       [](Reporter& r) { pdl_on_vs_off(r, "tiny_a", "fp8-dynamic", ExpertKernels::kGrouped); }},
+      {"pdl_step_bf16_tiny_a", [](Reporter& r) { pdl_on_vs_off(r, "tiny_a", "bf16", ExpertKernels::kAuto); }},
   };
 }
 

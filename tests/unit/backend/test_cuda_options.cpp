@@ -130,7 +130,11 @@ TEST(CudaOptions, DescribesTheKernelsChosen) {
   EXPECT_NE(h.find("kernel family hopper"), std::string::npos) << h;
   EXPECT_NE(h.find("wgmma"), std::string::npos) << h;
   EXPECT_NE(h.find("FP8 experts w8a8"), std::string::npos) << h;
-  EXPECT_NE(h.find("stream up to 32 rows an expert"), std::string::npos) << h;
+  EXPECT_NE(h.find("quantised experts auto (grouped)"), std::string::npos) << h;
+  CudaOptions streaming;
+  streaming.expert_stream_rows = 32;
+  const std::string s = describe_cuda_kernels(resolve_cuda_options(streaming, 9, 0, "H100"));
+  EXPECT_NE(s.find("stream up to 32 rows an expert"), std::string::npos) << s;
   EXPECT_NE(h.find("PDL off"), std::string::npos) << h;
   const std::string p = describe_cuda_kernels(resolve_cuda_options({}, 8, 6, "A6000"));
   EXPECT_NE(p.find("kernel family portable"), std::string::npos) << p;

@@ -40,7 +40,8 @@ struct Kernel<D, FlashKernel::kMmaSync> {
   static constexpr int kSmemBytes = S::kSmemBytes;
   static const void* ptr() { return reinterpret_cast<const void*>(flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>); }
   static void launch(dim3 grid, const Params& p, Stream stream) {
-    flash::flash_attention_kernel<D, C::DV, C::BN, C::KG><<<grid, kThreads, kSmemBytes, stream>>>(p);
+    launch_kernel(stream, flash::flash_attention_kernel<D, C::DV, C::BN, C::KG>, grid, kThreads, kSmemBytes,
+                  p);
   }
 };
 // The wgmma kernel: K and V tiles of 80 keys (D 256) or 32 (D 512), two stages each.
@@ -52,7 +53,7 @@ struct Kernel<D, FlashKernel::kWgmma> {
   static constexpr int kSmemBytes = S::kSmemBytes;
   static const void* ptr() { return reinterpret_cast<const void*>(flash::flash_wgmma_kernel<D, kBN, kStages>); }
   static void launch(dim3 grid, const Params& p, Stream stream) {
-    flash::flash_wgmma_kernel<D, kBN, kStages><<<grid, kThreads, kSmemBytes, stream>>>(p);
+    launch_kernel(stream, flash::flash_wgmma_kernel<D, kBN, kStages>, grid, kThreads, kSmemBytes, p);
   }
 };
 
@@ -129,11 +130,10 @@ void launch_for(const FlashAttentionPlan& plan, Params p, void* ws, Stream strea
   const dim3 grid(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(p.Hkv),
                   static_cast<unsigned>(plan.splits * kDChunks));
   Kernel<D, K>::launch(grid, p, stream);
-  CUDA_CHECK_LAUNCH(stream);
   if (plan.splits > 1) {
     const int64_t threads = rows * (D / 4);
-    flash::flash_combine_kernel<D><<<static_cast<unsigned>(ceil_div(threads, kThreads)), kThreads, 0, stream>>>(p);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, flash::flash_combine_kernel<D>, static_cast<unsigned>(ceil_div(threads, kThreads)),
+                  kThreads, 0, p);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/attention/per_item.cuh"
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -14,6 +15,8 @@ constexpr int kThreads = 256;
 
 __global__ void gather_q_kernel(const uint16_t* __restrict__ q, int64_t Hq, int64_t D, int64_t i0, int64_t nc,
                                 uint16_t* __restrict__ qh) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * D;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -23,8 +26,10 @@ __global__ void gather_q_kernel(const uint16_t* __restrict__ q, int64_t Hq, int6
   }
 }
 
-__global__ void scatter_out_kernel(const float* __restrict__ oh, int64_t Hq, int64_t D, int64_t i0, int64_t nc,
-                                   uint16_t* __restrict__ out) {
+__global__ void scatter_out_kernel(const float* __restrict__ oh, int64_t Hq, int64_t D, int64_t i0,
+                                   int64_t nc, uint16_t* __restrict__ out) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * D;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -36,8 +41,10 @@ __global__ void scatter_out_kernel(const float* __restrict__ oh, int64_t Hq, int
 
 // Word forms of the two (D a multiple of 8, 16-byte aligned): one 16-byte word of eight head-dim
 // elements per thread; dw = D / 8 words per head row.
-__global__ void gather_q_vec_kernel(const uint4* __restrict__ q, int64_t Hq, int64_t dw, int64_t i0, int64_t nc,
-                                    uint4* __restrict__ qh) {
+__global__ void gather_q_vec_kernel(const uint4* __restrict__ q, int64_t Hq, int64_t dw, int64_t i0,
+                                    int64_t nc, uint4* __restrict__ qh) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * dw;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -47,8 +54,10 @@ __global__ void gather_q_vec_kernel(const uint4* __restrict__ q, int64_t Hq, int
   }
 }
 
-__global__ void scatter_out_vec_kernel(const float4* __restrict__ oh, int64_t Hq, int64_t dw, int64_t i0, int64_t nc,
-                                       uint4* __restrict__ out) {
+__global__ void scatter_out_vec_kernel(const float4* __restrict__ oh, int64_t Hq, int64_t dw, int64_t i0,
+                                       int64_t nc, uint4* __restrict__ out) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * dw;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -63,6 +72,8 @@ __global__ void scatter_out_vec_kernel(const float4* __restrict__ oh, int64_t Hq
 // One block per score row. Three passes over the row (max, sum, write); the row is read from L2.
 __global__ void softmax_kernel(uint16_t* S, int64_t ld, int64_t nc, int64_t Lpad, int64_t i0,
                                const ItemKeys rule, float scaling) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   uint16_t* s = S + row * ld;
@@ -100,6 +111,8 @@ constexpr int64_t kWarpRowMax = 4096;
 
 __global__ void softmax_warp_kernel(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t Lpad,
                                     int64_t i0, const ItemKeys rule, float scaling) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t row = blockIdx.x * static_cast<int64_t>(kSoftmaxWarps) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together
   const int lane = threadIdx.x & 31;
@@ -146,7 +159,9 @@ __global__ void softmax_warp_kernel(uint16_t* S, int64_t rows, int64_t ld, int64
     unpack_bf16x8(s[w], v);
 #pragma unroll
     for (int k = 0; k < 8; ++k)
-      v[k] = any && visible(8 * w + k) ? round_bf16(__fdiv_rn(expf(round_bf16(__fmul_rn(v[k], scaling)) - mx), sum)) : 0.f;
+      v[k] = any && visible(8 * w + k)
+                 ? round_bf16(__fdiv_rn(expf(round_bf16(__fmul_rn(v[k], scaling)) - mx), sum))
+                 : 0.f;
     s[w] = pack_bf16x8(v);
   }
 }
@@ -158,13 +173,11 @@ void launch_attn_gather_q(const uint16_t* q, int64_t Hq, int64_t D, int64_t i0, 
   const int64_t total = Hq * nc * D;
   if (total <= 0) return;
   if (vec8_ok(D, q, qh)) {
-    gather_q_vec_kernel<<<grid_for(total / 8, kThreads), kThreads, 0, stream>>>(
-        reinterpret_cast<const uint4*>(q), Hq, D / 8, i0, nc, reinterpret_cast<uint4*>(qh));
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, gather_q_vec_kernel, grid_for(total / 8, kThreads), kThreads, 0,
+                  reinterpret_cast<const uint4*>(q), Hq, D / 8, i0, nc, reinterpret_cast<uint4*>(qh));
     return;
   }
-  gather_q_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(q, Hq, D, i0, nc, qh);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, gather_q_kernel, grid_for(total, kThreads), kThreads, 0, q, Hq, D, i0, nc, qh);
 }
 
 void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t Lpad, int64_t i0,
@@ -175,13 +188,12 @@ void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int6
   // flight per row).
   if (vec8_ok(ld, S) && Lpad + n <= kWarpRowMax) {
     const unsigned blocks = static_cast<unsigned>(ceil_div(rows, kSoftmaxWarps));
-    softmax_warp_kernel<<<blocks, 32 * kSoftmaxWarps, 0, stream>>>(S, rows, ld, nc, Lpad, i0, rule, scaling);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, softmax_warp_kernel, blocks, 32 * kSoftmaxWarps, 0, S, rows, ld, nc, Lpad, i0, rule,
+                  scaling);
     return;
   }
-  softmax_kernel<<<static_cast<unsigned>(rows), threads_for_row(rule.L + n), 0, stream>>>(S, ld, nc, Lpad, i0,
-                                                                                          rule, scaling);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, softmax_kernel, static_cast<unsigned>(rows), threads_for_row(rule.L + n), 0, S, ld,
+                nc, Lpad, i0, rule, scaling);
 }
 
 void launch_attn_scatter_out(const float* oh, int64_t Hq, int64_t D, int64_t i0, int64_t nc, uint16_t* out,
@@ -189,13 +201,11 @@ void launch_attn_scatter_out(const float* oh, int64_t Hq, int64_t D, int64_t i0,
   const int64_t total = Hq * nc * D;
   if (total <= 0) return;
   if (vec8_ok(D, oh, out)) {
-    scatter_out_vec_kernel<<<grid_for(total / 8, kThreads), kThreads, 0, stream>>>(
-        reinterpret_cast<const float4*>(oh), Hq, D / 8, i0, nc, reinterpret_cast<uint4*>(out));
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, scatter_out_vec_kernel, grid_for(total / 8, kThreads), kThreads, 0,
+                  reinterpret_cast<const float4*>(oh), Hq, D / 8, i0, nc, reinterpret_cast<uint4*>(out));
     return;
   }
-  scatter_out_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(oh, Hq, D, i0, nc, out);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, scatter_out_kernel, grid_for(total, kThreads), kThreads, 0, oh, Hq, D, i0, nc, out);
 }
 
 }  // namespace dgemma::cuda

@@ -3,6 +3,7 @@
 // C * H * 2 bytes of allocator blocks), else single bytes.
 #include "backend/cuda/core/block_copy.cuh"
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -12,6 +13,8 @@ constexpr int kWordsPerThread = 4;  // 16-byte words per thread per chunk: 16 Ki
 
 template <typename Word>
 __global__ void __launch_bounds__(kThreads) gather_kernel(const uint64_t* table, int64_t words, Word* dst, bool zero_missing) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t i = blockIdx.y;
   const Word* src = reinterpret_cast<const Word*>(static_cast<uintptr_t>(table[i]));
   if (src == nullptr && !zero_missing) return;
@@ -26,6 +29,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const uint64_t* table,
 
 template <typename Word>
 __global__ void __launch_bounds__(kThreads) scatter_kernel(const Word* src, const uint64_t* table, int64_t words) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t i = blockIdx.y;
   Word* dst = reinterpret_cast<Word*>(static_cast<uintptr_t>(table[i]));
   if (dst == nullptr) return;
@@ -55,24 +60,24 @@ void launch_gather_blocks(const uint64_t* table, int64_t n, int64_t bytes, void*
   if (n <= 0 || bytes <= 0) return;
   if (n > 65535) CUDA_CHECK(cudaErrorInvalidValue);
   if (wide(bytes, dst)) {
-    gather_kernel<uint4><<<grid_of(bytes / 16, n), kThreads, 0, stream>>>(table, bytes / 16, static_cast<uint4*>(dst),
-                                                                          zero_missing);
+    launch_kernel(stream, gather_kernel<uint4>, grid_of(bytes / 16, n), kThreads, 0, table, bytes / 16,
+                  static_cast<uint4*>(dst), zero_missing);
   } else {
-    gather_kernel<uint8_t><<<grid_of(bytes, n), kThreads, 0, stream>>>(table, bytes, static_cast<uint8_t*>(dst),
-                                                                       zero_missing);
+    launch_kernel(stream, gather_kernel<uint8_t>, grid_of(bytes, n), kThreads, 0, table, bytes,
+                  static_cast<uint8_t*>(dst), zero_missing);
   }
-  CUDA_CHECK_LAUNCH(stream);
 }
 
 void launch_scatter_blocks(const void* src, const uint64_t* table, int64_t n, int64_t bytes, Stream stream) {
   if (n <= 0 || bytes <= 0) return;
   if (n > 65535) CUDA_CHECK(cudaErrorInvalidValue);
   if (wide(bytes, src)) {
-    scatter_kernel<uint4><<<grid_of(bytes / 16, n), kThreads, 0, stream>>>(static_cast<const uint4*>(src), table, bytes / 16);
+    launch_kernel(stream, scatter_kernel<uint4>, grid_of(bytes / 16, n), kThreads, 0,
+                  static_cast<const uint4*>(src), table, bytes / 16);
   } else {
-    scatter_kernel<uint8_t><<<grid_of(bytes, n), kThreads, 0, stream>>>(static_cast<const uint8_t*>(src), table, bytes);
+    launch_kernel(stream, scatter_kernel<uint8_t>, grid_of(bytes, n), kThreads, 0,
+                  static_cast<const uint8_t*>(src), table, bytes);
   }
-  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dgemma::cuda

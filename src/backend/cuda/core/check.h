@@ -22,11 +22,3 @@ namespace dgemma::cuda {
     const int dg_cublas_st_ = static_cast<int>(expr);                                               \
     if (dg_cublas_st_ != 0) ::dgemma::cuda::fail_cublas(dg_cublas_st_, #expr, __FILE__, __LINE__);   \
   } while (0)
-
-// After every kernel launch on `stream` (a Stream, core/stream.h): the launch is counted, and
-// launch-configuration errors surface here, at the launch site.
-#define CUDA_CHECK_LAUNCH(stream)   \
-  do {                              \
-    (stream).count_launch();        \
-    CUDA_CHECK(cudaGetLastError()); \
-  } while (0)

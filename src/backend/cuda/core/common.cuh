@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/launch.cuh"
 #include "backend/cuda/core/stream.h"
 
 namespace dgemma::cuda {
@@ -88,17 +89,6 @@ __device__ __forceinline__ T block_reduce(T v, Op op, T identity, T* shared) {
 // ---- launch helpers --------------------------------------------------------------------------------
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Launches a tile kernel that wants a large shared-memory stage buffer: past 48 KB the opt-in size, and
-// the most shared memory the SM offers whatever the driver would pick otherwise. Set at every launch:
-// the attributes belong to the current device.
-template <typename... Params, typename... Args>
-void launch_large_smem(void (*kernel)(Params...), dim3 grid, int threads, int smem, Stream stream, Args... args) {
-  if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  kernel<<<grid, threads, smem, stream>>>(args...);
-  CUDA_CHECK_LAUNCH(stream);
-}
 
 // Grid size for a grid-stride loop over n elements with `threads` per block (bounded; the loop covers
 // the rest).

@@ -1,4 +1,5 @@
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/core/kv_cache.cuh"
 
 namespace dgemma::cuda {
@@ -8,6 +9,8 @@ namespace {
 __global__ void kv_write_paged_kernel(uint16_t* __restrict__ pages, int64_t Hkv, int64_t P, int64_t D,
                                       const int32_t* __restrict__ table, int64_t first,
                                       const uint16_t* __restrict__ src) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t r = blockIdx.x;  // r = j * Hkv + h, the source row
   const int64_t j = r / Hkv, h = r % Hkv;
   const int64_t pos = first + j;
@@ -21,6 +24,8 @@ __global__ void kv_write_paged_kernel(uint16_t* __restrict__ pages, int64_t Hkv,
 __global__ void kv_gather_kernel(const uint16_t* __restrict__ pages, int64_t Hkv, int64_t P, int64_t D,
                                  const int32_t* __restrict__ table, int64_t first, int64_t L,
                                  uint16_t* __restrict__ dst) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t r = blockIdx.x;  // r = h * L + j, the destination row
   const int64_t h = r / L, j = r % L;
   const int64_t pos = first + j;
@@ -40,17 +45,15 @@ unsigned threads_for_words(int64_t D) {
 void launch_kv_write_paged(uint16_t* pages, int64_t Hkv, int64_t P, int64_t D, const int32_t* table, int64_t first,
                            const uint16_t* src, int64_t n, Stream stream) {
   if (n <= 0 || Hkv <= 0 || D <= 0) return;
-  kv_write_paged_kernel<<<static_cast<unsigned>(n * Hkv), threads_for_words(D), 0, stream>>>(pages, Hkv, P, D, table,
-                                                                                             first, src);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, kv_write_paged_kernel, static_cast<unsigned>(n * Hkv), threads_for_words(D), 0, pages,
+                Hkv, P, D, table, first, src);
 }
 
 void launch_kv_gather(const uint16_t* pages, int64_t Hkv, int64_t P, int64_t D, const int32_t* table, int64_t first,
                       int64_t L, uint16_t* dst, Stream stream) {
   if (L <= 0 || Hkv <= 0 || D <= 0) return;
-  kv_gather_kernel<<<static_cast<unsigned>(Hkv * L), threads_for_words(D), 0, stream>>>(pages, Hkv, P, D, table, first,
-                                                                                        L, dst);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, kv_gather_kernel, static_cast<unsigned>(Hkv * L), threads_for_words(D), 0, pages, Hkv,
+                P, D, table, first, L, dst);
 }
 
 }  // namespace dgemma::cuda

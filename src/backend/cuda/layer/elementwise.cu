@@ -1,6 +1,7 @@
 // Element-wise kernels: grid-stride loops over int64 indices, one bf16 rounding per output as in the
 // CPU backend, explicit __f*_rn arithmetic so that nvcc never contracts a multiply-add into an FMA.
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/layer/elementwise.cuh"
 #include "backend/cuda/layer/gelu_kernel.cuh"
 #include "util/counter_rng.h"
@@ -11,24 +12,32 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void add_kernel(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(__fadd_rn(bf16_to_f32(a[i]), bf16_to_f32(b[i])));
 }
 
 __global__ void scale_kernel(const uint16_t* x, float s, uint16_t* out, int64_t n) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(x[i]), s));
 }
 
 __global__ void mul_kernel(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, int64_t m) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(a[i]), bf16_to_f32(b[i % m])));
 }
 
 __global__ void gelu_mul_kernel(const uint16_t* g, const uint16_t* u, uint16_t* out, int64_t n) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(__fmul_rn(round_bf16(gelu_tanh(bf16_to_f32(g[i]))), bf16_to_f32(u[i])));
@@ -43,6 +52,8 @@ __device__ __forceinline__ void for_each_word(int64_t words, F f) {
 }
 
 __global__ void add_vec_kernel(const uint4* a, const uint4* b, uint4* out, int64_t words) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for_each_word(words, [&](int64_t w) {
     float x[8], y[8];
     unpack_bf16x8(a[w], x);
@@ -54,6 +65,8 @@ __global__ void add_vec_kernel(const uint4* a, const uint4* b, uint4* out, int64
 }
 
 __global__ void scale_vec_kernel(const uint4* x, float s, uint4* out, int64_t words) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for_each_word(words, [&](int64_t w) {
     float v[8];
     unpack_bf16x8(x[w], v);
@@ -65,6 +78,8 @@ __global__ void scale_vec_kernel(const uint4* x, float s, uint4* out, int64_t wo
 
 // b broadcast over rows of m elements (m a multiple of 8): word w of a pairs with word w % (m / 8) of b.
 __global__ void mul_vec_kernel(const uint4* a, const uint4* b, uint4* out, int64_t words, int64_t mwords) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for_each_word(words, [&](int64_t w) {
     float x[8], y[8];
     unpack_bf16x8(a[w], x);
@@ -76,6 +91,8 @@ __global__ void mul_vec_kernel(const uint4* a, const uint4* b, uint4* out, int64
 }
 
 __global__ void gelu_mul_vec_kernel(const uint4* g, const uint4* u, uint4* out, int64_t words) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for_each_word(words, [&](int64_t w) {
     float x[8], y[8];
     unpack_bf16x8(g[w], x);
@@ -89,6 +106,8 @@ __global__ void gelu_mul_vec_kernel(const uint4* g, const uint4* u, uint4* out, 
 // The halves of rows of 2I (the fused gate|up projection): element (t, i) pairs gate_up[t, i] with
 // gate_up[t, I + i]; in words of eight when I % 8 == 0 (iw = I / 8 words a half row).
 __global__ void gelu_mul_halves_kernel(const uint16_t* gu, uint16_t* out, int64_t n, int64_t I) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / I, j = i - t * I;
@@ -98,6 +117,8 @@ __global__ void gelu_mul_halves_kernel(const uint16_t* gu, uint16_t* out, int64_
 }
 
 __global__ void gelu_mul_halves_vec_kernel(const uint4* gu, uint4* out, int64_t words, int64_t iw) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for_each_word(words, [&](int64_t w) {
     const int64_t t = w / iw, j = w - t * iw;
     float x[8], y[8];
@@ -110,12 +131,16 @@ __global__ void gelu_mul_halves_vec_kernel(const uint4* gu, uint4* out, int64_t 
 }
 
 __global__ void softcap_kernel(const uint16_t* __restrict__ in, float cap, float* __restrict__ out, int64_t n) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = __fmul_rn(tanh_f32(__fdiv_rn(bf16_to_f32(in[i]), cap)), cap);
 }
 
 __global__ void fill_normal_kernel(uint16_t* __restrict__ out, int64_t n, uint64_t key, float mean, float std) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(__fadd_rn(mean, __fmul_rn(std, rng::normal(key, static_cast<uint64_t>(i)))));
@@ -124,6 +149,8 @@ __global__ void fill_normal_kernel(uint16_t* __restrict__ out, int64_t n, uint64
 // One block per token.
 __global__ void embed_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ table, int64_t V,
                              int64_t H, float scale, uint16_t* __restrict__ out, unsigned* error_word) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   uint16_t* o = out + t * H;
@@ -141,52 +168,44 @@ __global__ void embed_kernel(const int32_t* __restrict__ ids, const uint16_t* __
 void launch_add(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, Stream stream) {
   if (n <= 0) return;
   if (vec8_ok(n, a, b, out)) {
-    add_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(a),
-                                                                        reinterpret_cast<const uint4*>(b),
-                                                                        reinterpret_cast<uint4*>(out), n / 8);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, add_vec_kernel, grid_for(n / 8, kThreads), kThreads, 0,
+                  reinterpret_cast<const uint4*>(a), reinterpret_cast<const uint4*>(b),
+                  reinterpret_cast<uint4*>(out), n / 8);
     return;
   }
-  add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, b, out, n);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, add_kernel, grid_for(n, kThreads), kThreads, 0, a, b, out, n);
 }
 
 void launch_scale(const uint16_t* x, float s, uint16_t* out, int64_t n, Stream stream) {
   if (n <= 0) return;
   if (vec8_ok(n, x, out)) {
-    scale_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(x), s,
-                                                                          reinterpret_cast<uint4*>(out), n / 8);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, scale_vec_kernel, grid_for(n / 8, kThreads), kThreads, 0,
+                  reinterpret_cast<const uint4*>(x), s, reinterpret_cast<uint4*>(out), n / 8);
     return;
   }
-  scale_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, s, out, n);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, scale_kernel, grid_for(n, kThreads), kThreads, 0, x, s, out, n);
 }
 
 void launch_mul(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, int64_t m, Stream stream) {
   if (n <= 0) return;
   if (vec8_ok(n, a, b, out) && m % 8 == 0 && m > 0 && n % m == 0) {
-    mul_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(a),
-                                                                        reinterpret_cast<const uint4*>(b),
-                                                                        reinterpret_cast<uint4*>(out), n / 8, m / 8);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, mul_vec_kernel, grid_for(n / 8, kThreads), kThreads, 0,
+                  reinterpret_cast<const uint4*>(a), reinterpret_cast<const uint4*>(b),
+                  reinterpret_cast<uint4*>(out), n / 8, m / 8);
     return;
   }
-  mul_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, b, out, n, m);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, mul_kernel, grid_for(n, kThreads), kThreads, 0, a, b, out, n, m);
 }
 
 void launch_gelu_mul(const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n, Stream stream) {
   if (n <= 0) return;
   if (vec8_ok(n, gate, up, out)) {
-    gelu_mul_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(gate),
-                                                                             reinterpret_cast<const uint4*>(up),
-                                                                             reinterpret_cast<uint4*>(out), n / 8);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, gelu_mul_vec_kernel, grid_for(n / 8, kThreads), kThreads, 0,
+                  reinterpret_cast<const uint4*>(gate), reinterpret_cast<const uint4*>(up),
+                  reinterpret_cast<uint4*>(out), n / 8);
     return;
   }
-  gelu_mul_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(gate, up, out, n);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, gelu_mul_kernel, grid_for(n, kThreads), kThreads, 0, gate, up, out, n);
 }
 
 void launch_gelu_mul_halves(const uint16_t* gate_up, uint16_t* out, int64_t T, int64_t I, Stream stream) {
@@ -200,38 +219,33 @@ void launch_gelu_mul_halves(const uint16_t* gate_up, uint16_t* out, int64_t T, i
     const int64_t words = n / 8;
     const unsigned grid =
         resident_grid(stream, gelu_mul_halves_table_kernel, kGeluThreads, 0, ceil_div(words, 2 * kGeluThreads));
-    gelu_mul_halves_table_kernel<<<grid, kGeluThreads, 0, stream>>>(reinterpret_cast<const uint4*>(gate_up),
-                                                                     reinterpret_cast<uint4*>(out), words, I / 8);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, gelu_mul_halves_table_kernel, grid, kGeluThreads, 0,
+                  reinterpret_cast<const uint4*>(gate_up), reinterpret_cast<uint4*>(out), words, I / 8);
     return;
   }
   if (vec8_ok(I, gate_up, out)) {
-    gelu_mul_halves_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(
-        reinterpret_cast<const uint4*>(gate_up), reinterpret_cast<uint4*>(out), n / 8, I / 8);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, gelu_mul_halves_vec_kernel, grid_for(n / 8, kThreads), kThreads, 0,
+                  reinterpret_cast<const uint4*>(gate_up), reinterpret_cast<uint4*>(out), n / 8, I / 8);
     return;
   }
-  gelu_mul_halves_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(gate_up, out, n, I);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, gelu_mul_halves_kernel, grid_for(n, kThreads), kThreads, 0, gate_up, out, n, I);
 }
 
 void launch_softcap(const uint16_t* logits, float softcap, float* out, int64_t n, Stream stream) {
   if (n <= 0) return;
-  softcap_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(logits, softcap, out, n);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, softcap_kernel, grid_for(n, kThreads), kThreads, 0, logits, softcap, out, n);
 }
 
 void launch_fill_normal(uint16_t* out, int64_t n, uint64_t key, float mean, float std, Stream stream) {
   if (n <= 0) return;
-  fill_normal_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, n, key, mean, std);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, fill_normal_kernel, grid_for(n, kThreads), kThreads, 0, out, n, key, mean, std);
 }
 
 void launch_embed(const int32_t* ids, int64_t T, const uint16_t* table, int64_t V, int64_t H, float scale,
                   uint16_t* out, unsigned* error_word, Stream stream) {
   if (T <= 0 || H <= 0) return;
-  embed_kernel<<<static_cast<unsigned>(T), threads_for_row(H), 0, stream>>>(ids, table, V, H, scale, out, error_word);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, embed_kernel, static_cast<unsigned>(T), threads_for_row(H), 0, ids, table, V, H,
+                scale, out, error_word);
 }
 
 }  // namespace dgemma::cuda

@@ -5,6 +5,7 @@
 // bit for bit. (mean + eps)^-0.5 is evaluated as 1/sqrt in double and rounded once: the correctly
 // rounded fp32 value that glibc's powf returns in all but rare cases (CUDA's powf may be ulps off).
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/layer/norm.cuh"
 
 namespace dgemma::cuda {
@@ -25,6 +26,8 @@ __device__ __forceinline__ float row_inv_rms(const uint16_t* xr, int64_t n, floa
 template <bool kRouter>
 __global__ void rmsnorm_kernel(const uint16_t* x, const uint16_t* __restrict__ w, float root, uint16_t* out,
                                int64_t n, float eps) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   __shared__ double shared[32];
   const int64_t row = blockIdx.x;
   const uint16_t* xr = x + row * n;
@@ -69,6 +72,8 @@ __device__ __forceinline__ void norm_word(const uint4* xr, const uint4* w, const
 template <bool kRouter>
 __global__ void rmsnorm_warp_kernel(const uint4* x, const uint4* __restrict__ w, const uint4* __restrict__ scale,
                                     float root, uint4* out, int64_t rows, int64_t words, float eps) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together
   const int lane = threadIdx.x & 31;
@@ -84,6 +89,8 @@ __global__ void rmsnorm_warp_kernel(const uint4* x, const uint4* __restrict__ w,
 template <bool kRouter>
 __global__ void rmsnorm_block_kernel(const uint4* x, const uint4* __restrict__ w, const uint4* __restrict__ scale,
                                      float root, uint4* out, int64_t words, float eps) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   __shared__ double shared[32];
   const int64_t row = blockIdx.x;
   const uint4* xr = x + row * words;
@@ -106,12 +113,13 @@ void launch_norm_vec(const uint16_t* x, const uint16_t* w, const uint16_t* scale
   if (words <= 64) {
     constexpr int kWarpsPerBlock = 8;
     const unsigned blocks = static_cast<unsigned>(ceil_div(rows, kWarpsPerBlock));
-    rmsnorm_warp_kernel<kRouter><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(xv, wv, sv, root, ov, rows, words, eps);
+    launch_kernel(stream, rmsnorm_warp_kernel<kRouter>, blocks, 32 * kWarpsPerBlock, 0, xv, wv, sv, root, ov,
+                  rows, words, eps);
   } else {
     const int threads = threads_for_row(ceil_div(words, 2));
-    rmsnorm_block_kernel<kRouter><<<static_cast<unsigned>(rows), threads, 0, stream>>>(xv, wv, sv, root, ov, words, eps);
+    launch_kernel(stream, rmsnorm_block_kernel<kRouter>, static_cast<unsigned>(rows), threads, 0, xv, wv, sv,
+                  root, ov, words, eps);
   }
-  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace
@@ -121,8 +129,7 @@ void launch_rmsnorm(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t
   if (rows <= 0 || n <= 0) return;
   if (vec8_ok(n, x, w, out)) return launch_norm_vec<false>(x, w, nullptr, 1.0f, out, rows, n, eps, stream);
   const unsigned blocks = static_cast<unsigned>(rows);
-  rmsnorm_kernel<false><<<blocks, threads_for_row(n), 0, stream>>>(x, w, 1.0f, out, n, eps);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, rmsnorm_kernel<false>, blocks, threads_for_row(n), 0, x, w, 1.0f, out, n, eps);
 }
 
 void launch_router_norm(const uint16_t* x, const uint16_t* scale, float root, uint16_t* out, int64_t rows, int64_t n,
@@ -130,8 +137,7 @@ void launch_router_norm(const uint16_t* x, const uint16_t* scale, float root, ui
   if (rows <= 0 || n <= 0) return;
   if (vec8_ok(n, x, scale, out)) return launch_norm_vec<true>(x, nullptr, scale, root, out, rows, n, eps, stream);
   const unsigned blocks = static_cast<unsigned>(rows);
-  rmsnorm_kernel<true><<<blocks, threads_for_row(n), 0, stream>>>(x, scale, root, out, n, eps);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, rmsnorm_kernel<true>, blocks, threads_for_row(n), 0, x, scale, root, out, n, eps);
 }
 
 }  // namespace dgemma::cuda

@@ -63,14 +63,14 @@ void launch_qkv_prologue(uint16_t* q, uint16_t* k, uint16_t* v, bool k_eq_v, con
   if (threads <= kQkvMaxThreads) {
     const size_t smem = static_cast<size_t>(D) * 2 * 2 * sizeof(float);
     const int n = static_cast<int>(threads);
-    qkv_prologue_kernel<<<resident_grid(stream, qkv_prologue_kernel, n, smem, T), n, smem, stream>>>(a);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, qkv_prologue_kernel, resident_grid(stream, qkv_prologue_kernel, n, smem, T), n,
+                  smem, a);
     return;
   }
   int warps = static_cast<int>(std::clamp<int64_t>(rows, 1, kMaxWarps));
   while (warps > 1 && row_kernel_smem(D, warps) > kSmemLimit) --warps;
-  qkv_prologue_row_kernel<<<static_cast<unsigned>(T), warps * 32, row_kernel_smem(D, warps), stream>>>(a);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, qkv_prologue_row_kernel, static_cast<unsigned>(T), warps * 32,
+                row_kernel_smem(D, warps), a);
 }
 
 }  // namespace dgemma::cuda

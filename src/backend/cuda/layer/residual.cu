@@ -21,7 +21,8 @@ void launch_junction(const Args& a, int64_t rows, const residual::Plan& plan, K1
                      Stream stream) {
   auto run = [&](auto kernel) {
     constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
-    kernel<<<resident_grid(stream, kernel, plan.threads, kSmem, rows), plan.threads, kSmem, stream>>>(a);
+    launch_kernel(stream, kernel, resident_grid(stream, kernel, plan.threads, kSmem, rows), plan.threads,
+                  kSmem, a);
   };
   switch (plan.per) {
     case 1:
@@ -34,7 +35,6 @@ void launch_junction(const Args& a, int64_t rows, const residual::Plan& plan, K1
       run(k4);
       break;
   }
-  CUDA_CHECK_LAUNCH(stream);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // NeoX RoPE in place with the CPU reference's rounding points (rope.cuh).
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/layer/rope.cuh"
 
 namespace dgemma::cuda {
@@ -8,6 +9,8 @@ namespace {
 // One block per token: bf16 cos/sin of the token's angles in shared memory, then every (head, pair).
 __global__ void rope_kernel(uint16_t* x, const int32_t* __restrict__ positions,
                             const float* __restrict__ inv_freq, int64_t heads, int64_t D) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   extern __shared__ float cs[];  // cos [half], then sin [half]
   const int64_t t = blockIdx.x, half = D / 2;
   float* c = cs;
@@ -38,9 +41,8 @@ void launch_rope(uint16_t* x, const int32_t* positions, const float* inv_freq, i
                  int64_t D, Stream stream) {
   if (T <= 0 || heads <= 0 || D < 2) return;
   const size_t shared = static_cast<size_t>(D / 2) * 2 * sizeof(float);
-  rope_kernel<<<static_cast<unsigned>(T), threads_for_row(heads * (D / 2)), shared, stream>>>(
-      x, positions, inv_freq, heads, D);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, rope_kernel, static_cast<unsigned>(T), threads_for_row(heads * (D / 2)), shared, x,
+                positions, inv_freq, heads, D);
 }
 
 }  // namespace dgemma::cuda

@@ -1,5 +1,6 @@
 // The vision tower's 2-D RoPE and pooler with the CPU reference's rounding points (vision.cuh).
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/layer/vision.cuh"
 
 namespace dgemma::cuda {
@@ -8,6 +9,8 @@ namespace {
 // One block per patch: bf16 cos/sin of both axes' angles in shared memory, then every (head, half, pair).
 __global__ void rope_2d_kernel(uint16_t* x, const int32_t* __restrict__ positions,
                                const float* __restrict__ inv_freq, int64_t heads, int64_t D) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   extern __shared__ float cs[];  // cos [2 quarter] (columns, then rows), then sin [2 quarter]
   const int64_t t = blockIdx.x, quarter = D / 4;
   float* c = cs;
@@ -38,6 +41,8 @@ __global__ void vision_pool_kernel(const uint16_t* __restrict__ x, int64_t row_f
                                    int64_t k, int64_t H, float scale, const uint16_t* __restrict__ bias,
                                    const uint16_t* __restrict__ std_scale, uint16_t* __restrict__ out,
                                    int64_t out_first) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t cell = blockIdx.x, pw = grid_w / k, cx = cell % pw, cy = cell / pw;
   const float w = __fdiv_rn(1.0f, static_cast<float>(k * k));
   uint16_t* o = out + (out_first + cell) * H;
@@ -59,9 +64,8 @@ void launch_rope_2d(uint16_t* x, const int32_t* positions, const float* inv_freq
                     int64_t D, Stream stream) {
   if (T <= 0 || heads <= 0 || D < 4) return;
   const size_t shared = static_cast<size_t>(D / 4) * 4 * sizeof(float);
-  rope_2d_kernel<<<static_cast<unsigned>(T), threads_for_row(heads * (D / 2)), shared, stream>>>(
-      x, positions, inv_freq, heads, D);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, rope_2d_kernel, static_cast<unsigned>(T), threads_for_row(heads * (D / 2)), shared, x,
+                positions, inv_freq, heads, D);
 }
 
 void launch_vision_pool(const uint16_t* x, int64_t row_first, int64_t grid_h, int64_t grid_w, int64_t k,
@@ -69,9 +73,8 @@ void launch_vision_pool(const uint16_t* x, int64_t row_first, int64_t grid_h, in
                         uint16_t* out, int64_t out_first, Stream stream) {
   const int64_t cells = (grid_h / k) * (grid_w / k);
   if (cells <= 0 || H <= 0) return;
-  vision_pool_kernel<<<static_cast<unsigned>(cells), threads_for_row(H), 0, stream>>>(
-      x, row_first, grid_w, k, H, scale, bias, std_scale, out, out_first);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, vision_pool_kernel, static_cast<unsigned>(cells), threads_for_row(H), 0, x, row_first,
+                grid_w, k, H, scale, bias, std_scale, out, out_first);
 }
 
 }  // namespace dgemma::cuda

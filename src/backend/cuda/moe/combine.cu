@@ -15,10 +15,9 @@ void launch_moe_combine(const uint16_t* y, const int32_t* order, int64_t T, int6
   DG_CHECK(K >= 1 && K <= kCombineMaxK && vec8_ok(H, y, out));
   if (T <= 0 || H <= 0) return;
   const int64_t chunks = ceil_div(H / 8, kCombineThreads);
-  combine_vec_kernel<<<static_cast<unsigned>(T * chunks), kCombineThreads, 0, stream>>>(
-      reinterpret_cast<const uint4*>(y), order, static_cast<int>(K), H / 8, chunks,
-      reinterpret_cast<uint4*>(out));
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, combine_vec_kernel, static_cast<unsigned>(T * chunks), kCombineThreads, 0,
+                reinterpret_cast<const uint4*>(y), order, static_cast<int>(K), H / 8, chunks,
+                reinterpret_cast<uint4*>(out));
 }
 
 }  // namespace dgemma::cuda

@@ -20,8 +20,8 @@ struct DeviceLauncher {
     constexpr int smem = small_smem_bytes<BM>();
     auto* kernel = grouped_gemm_kernel<BM, kGateUp>;
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), kSmallThreads, smem, stream>>>(g);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, kernel, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)),
+                  kSmallThreads, smem, g);
   }
   template <class C, bool kGateUp>
   void tile(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y) {

@@ -42,14 +42,21 @@ void launch_moe_route_group(const uint16_t* logits, int64_t T, int64_t E, int64_
                 tile_rows, scratch, scratch + blocks * E, ticket};
   const unsigned grid = static_cast<unsigned>(blocks);
   switch (slots_for(E)) {
-    case 1: route_group_kernel<1><<<grid, kRouteWarps * 32, 0, stream>>>(a); break;
-    case 2: route_group_kernel<2><<<grid, kRouteWarps * 32, 0, stream>>>(a); break;
-    case 4: route_group_kernel<4><<<grid, kRouteWarps * 32, 0, stream>>>(a); break;
-    default: route_group_kernel<8><<<grid, kRouteWarps * 32, 0, stream>>>(a); break;
+    case 1:
+      launch_kernel(stream, route_group_kernel<1>, grid, kRouteWarps * 32, 0, a);
+      break;
+    case 2:
+      launch_kernel(stream, route_group_kernel<2>, grid, kRouteWarps * 32, 0, a);
+      break;
+    case 4:
+      launch_kernel(stream, route_group_kernel<4>, grid, kRouteWarps * 32, 0, a);
+      break;
+    default:
+      launch_kernel(stream, route_group_kernel<8>, grid, kRouteWarps * 32, 0, a);
+      break;
   }
-  CUDA_CHECK_LAUNCH(stream);
-  place_pairs_kernel<<<static_cast<unsigned>(ceil_div(T * K, 256)), 256, 0, stream>>>(a, static_cast<int>(kRouteTokens * K));
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, place_pairs_kernel, static_cast<unsigned>(ceil_div(T * K, 256)), 256, 0, a,
+                static_cast<int>(kRouteTokens * K));
 }
 
 }  // namespace dgemma::cuda

@@ -1,6 +1,7 @@
 // The sharded ops' small kernels (shard_kernels.cuh). Plain grid-stride loops: they move or add a few
 // megabytes a step at most.
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/parallel/shard_kernels.cuh"
 #include "util/error.h"
 
@@ -13,6 +14,8 @@ constexpr uint16_t kNegZero = 0x8000;
 __global__ void embed_shard_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ table,
                                    int64_t first, int64_t rows, int64_t vocab_total, int64_t H, float scale,
                                    uint16_t* __restrict__ out, unsigned* error_word) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   uint16_t* o = out + t * H;
@@ -33,6 +36,8 @@ __global__ void embed_shard_kernel(const int32_t* __restrict__ ids, const uint16
 
 __global__ void blocks_last_kernel(const float* __restrict__ src, int64_t B, int64_t M,
                                    float* __restrict__ dst) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t n = B * M;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -43,6 +48,8 @@ __global__ void blocks_last_kernel(const float* __restrict__ src, int64_t B, int
 
 __global__ void sum_blocks_kernel(const float* __restrict__ p, int64_t M, int64_t B,
                                   uint16_t* __restrict__ out) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t m = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; m < M;
        m += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float acc = 0.f;
@@ -52,12 +59,16 @@ __global__ void sum_blocks_kernel(const float* __restrict__ p, int64_t M, int64_
 }
 
 __global__ void fill_u16_kernel(uint16_t* p, int64_t n, uint16_t value) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     p[i] = value;
 }
 
 __global__ void tiles_local_kernel(int32_t* tiles, int64_t max_tiles, int e0, int e1) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < max_tiles;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int e = tiles[4 * j];
@@ -66,6 +77,8 @@ __global__ void tiles_local_kernel(int32_t* tiles, int64_t max_tiles, int e0, in
 }
 
 __global__ void sum_ranks_kernel(RankPointers in, int ranks, int type, int64_t n, void* out) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (type == 0) {
@@ -91,40 +104,35 @@ void launch_embed_shard(const int32_t* ids, int64_t T, const uint16_t* table, in
                         int64_t vocab_total, int64_t H, float scale, uint16_t* out, unsigned* error_word,
                         Stream stream) {
   if (T <= 0 || H <= 0) return;
-  embed_shard_kernel<<<static_cast<unsigned>(T), threads_for_row(H), 0, stream>>>(
-      ids, table, first, rows, vocab_total, H, scale, out, error_word);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, embed_shard_kernel, static_cast<unsigned>(T), threads_for_row(H), 0, ids, table,
+                first, rows, vocab_total, H, scale, out, error_word);
 }
 
 void launch_blocks_last(const float* src, int64_t B, int64_t M, float* dst, Stream stream) {
   if (B * M <= 0) return;
-  blocks_last_kernel<<<grid_for(B * M, kThreads), kThreads, 0, stream>>>(src, B, M, dst);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, blocks_last_kernel, grid_for(B * M, kThreads), kThreads, 0, src, B, M, dst);
 }
 
 void launch_sum_blocks(const float* partials, int64_t M, int64_t B, uint16_t* out, Stream stream) {
   if (M <= 0) return;
-  sum_blocks_kernel<<<grid_for(M, kThreads), kThreads, 0, stream>>>(partials, M, B, out);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, sum_blocks_kernel, grid_for(M, kThreads), kThreads, 0, partials, M, B, out);
 }
 
 void launch_fill_u16(uint16_t* p, int64_t n, uint16_t value, Stream stream) {
   if (n <= 0) return;
-  fill_u16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(p, n, value);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, fill_u16_kernel, grid_for(n, kThreads), kThreads, 0, p, n, value);
 }
 
 void launch_moe_tiles_local(int32_t* tiles, int64_t max_tiles, int e0, int e1, Stream stream) {
   if (max_tiles <= 0) return;
-  tiles_local_kernel<<<grid_for(max_tiles, kThreads), kThreads, 0, stream>>>(tiles, max_tiles, e0, e1);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, tiles_local_kernel, grid_for(max_tiles, kThreads), kThreads, 0, tiles, max_tiles, e0,
+                e1);
 }
 
 void launch_sum_ranks(const RankPointers& in, int ranks, int type, int64_t n, void* out, Stream stream) {
   DG_CHECK(ranks >= 1 && ranks <= kMaxRanks && type >= 0 && type <= 2);
   if (n <= 0) return;
-  sum_ranks_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(in, ranks, type, n, out);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, sum_ranks_kernel, grid_for(n, kThreads), kThreads, 0, in, ranks, type, n, out);
 }
 
 }  // namespace dgemma::cuda

@@ -19,9 +19,10 @@
 namespace dgemma::cuda {
 namespace {
 
+// Launches on `stream` with its pdl set from ExpertStreamOptions::pdl (the kernels' early weight
+// prefetch is planned for it).
 struct DeviceStreamLauncher {
   Stream stream;
-  bool pdl;
   ExpertStreamLaunch* info;
   TmaMap map(const void* base, int64_t rows, int64_t cols, int box_cols, int box_rows, bool swizzle) {
     return byte_tile_map(base, rows, cols, box_cols, box_rows, swizzle);
@@ -29,19 +30,24 @@ struct DeviceStreamLauncher {
   template <bool kGateUp, int kMaxRows>
   void w8a8(const TmaMap& m, const ExpertStreamArgs& g, int grid_x, int64_t grid_y, int smem) {
     info->grid_x = grid_x;
-    launch_kernel(stream, pdl, expert_stream_w8a8_kernel<kGateUp, kMaxRows>,
-                  dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), dim3(kStreamThreads), smem, m,
-                  g);
+    launch_large_smem(expert_stream_w8a8_kernel<kGateUp, kMaxRows>,
+                      dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)),
+                      dim3(kStreamThreads), smem, stream, m, g);
   }
   template <bool kGateUp, bool kFp8, int kMaxRows>
   void w4a16(const TmaMap& wm, const TmaMap& sm, const ExpertStreamArgs& g, int grid_x, int64_t grid_y,
              int smem) {
     info->grid_x = grid_x;
-    launch_kernel(stream, pdl, expert_stream_w4a16_kernel<kGateUp, kFp8, kMaxRows>,
-                  dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), dim3(kW4a16Threads), smem,
-                  wm, sm, g);
+    launch_large_smem(expert_stream_w4a16_kernel<kGateUp, kFp8, kMaxRows>,
+                      dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), dim3(kW4a16Threads),
+                      smem, stream, wm, sm, g);
   }
 };
+
+Stream with_pdl(Stream stream, bool pdl) {
+  stream.pdl = pdl;
+  return stream;
+}
 
 ExpertStreamLaunch to_launch(const ExpertStreamPlan& p) {
   return {p.max_rows, p.stages, p.blocks_per_cta, p.ctas_per_sm, p.smem, 0};
@@ -57,7 +63,7 @@ ExpertStreamLaunch run_w8a8(const ExpertStreamOptions& o, const ExpertStreamArgs
     fail(ErrorKind::kUnsupported, "expert_stream W8A8: no plan for Kd={} N={} (max_rows {})", g.Kd, g.N,
          o.max_rows);
   ExpertStreamLaunch info = to_launch(p);
-  DeviceStreamLauncher l{stream, o.pdl, &info};
+  DeviceStreamLauncher l{with_pdl(stream, o.pdl), &info};
   run_expert_stream_w8a8<kGateUp>(l, p, g, w, E, o.pdl);
   return info;
 }
@@ -75,7 +81,7 @@ ExpertStreamLaunch run_w4a16(const ExpertStreamOptions& o, bool fp8, const Exper
     fail(ErrorKind::kUnsupported, "expert_stream W4A16: no plan for Kd={} N={} (max_rows {})", g.Kd, g.N,
          o.max_rows);
   ExpertStreamLaunch info = to_launch(p);
-  DeviceStreamLauncher l{stream, o.pdl, &info};
+  DeviceStreamLauncher l{with_pdl(stream, o.pdl), &info};
   if (fp8)
     run_expert_stream_w4a16<kGateUp, true>(l, p, g, w, block, E, o.pdl);
   else

@@ -12,10 +12,15 @@ void launch_quantize_fp8_rows(const uint16_t* x, int64_t T, int64_t K, uint8_t* 
   const unsigned blocks = static_cast<unsigned>(fp8_quant_blocks(T, w));
   const auto* xv = reinterpret_cast<const uint4*>(x);
   auto* qv = reinterpret_cast<uint32_t*>(q);
-  if (w == 4) quantize_fp8_rows_kernel<4><<<blocks, 32 * kFp8QuantWarps, 0, stream>>>(xv, T, words, qv, scales);
-  else if (w == 2) quantize_fp8_rows_kernel<2><<<blocks, 32 * kFp8QuantWarps, 0, stream>>>(xv, T, words, qv, scales);
-  else quantize_fp8_rows_kernel<1><<<blocks, 32 * kFp8QuantWarps, 0, stream>>>(xv, T, words, qv, scales);
-  CUDA_CHECK_LAUNCH(stream);
+  if (w == 4)
+    launch_kernel(stream, quantize_fp8_rows_kernel<4>, blocks, 32 * kFp8QuantWarps, 0, xv, T, words, qv,
+                  scales);
+  else if (w == 2)
+    launch_kernel(stream, quantize_fp8_rows_kernel<2>, blocks, 32 * kFp8QuantWarps, 0, xv, T, words, qv,
+                  scales);
+  else
+    launch_kernel(stream, quantize_fp8_rows_kernel<1>, blocks, 32 * kFp8QuantWarps, 0, xv, T, words, qv,
+                  scales);
 }
 
 }  // namespace dgemma::cuda

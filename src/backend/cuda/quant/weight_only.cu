@@ -16,8 +16,8 @@ struct DeviceLauncher {
     auto* kernel = grouped_fp4_kernel<MF, W, S, kGateUp, kFp8>;
     constexpr int smem = smem_bytes<MF, W, S, kFp8>();
     if (smem >= 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), 32 * W, smem, stream>>>(g);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, kernel, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), 32 * W,
+                  smem, g);
   }
 };
 

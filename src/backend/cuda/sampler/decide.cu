@@ -12,6 +12,7 @@
 // of the mean and the argmax comparison. Without a mask every position is free: the same operations
 // in the same order as before pins existed.
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/sampler/decide.cuh"
 #include "util/counter_rng.h"
 
@@ -21,6 +22,8 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) decide_kernel(const DecideBatch* b) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   extern __shared__ float smem[];
   const DecideLaunch& d = b->c[blockIdx.x];
   const int C = static_cast<int>(d.C);
@@ -112,8 +115,7 @@ void launch_decide(const DecideBatch& b, const DecideBatch* dev, Stream stream) 
         cudaFuncSetAttribute(decide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 8192);
     CUDA_CHECK(attr);
   }
-  decide_kernel<<<b.n, kThreads, smem, stream>>>(dev);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, decide_kernel, b.n, kThreads, smem, dev);
 }
 
 }  // namespace dgemma::cuda

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/cuda/core/common.cuh"
+#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/sampler/common.cuh"
 #include "backend/cuda/sampler/sampler.cuh"
 #include "backend/sample_filter.h"
@@ -18,6 +19,8 @@ constexpr int kFloorThreads = 1024;  // one block per row, 64 keys per thread
 constexpr int kKeysPerThread = static_cast<int>(sample_filter::kBins) / kFloorThreads;
 
 __global__ void __launch_bounds__(kThreads) hist_kernel(const SamplerBatch* bp, int canvas, int64_t row0, uint32_t* hist) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const SamplerBatch& b = *bp;
   const SamplerLaunch& a = b.c[canvas];
   const int splits = b.splits;
@@ -63,6 +66,8 @@ __device__ uint32_t block_max_u32(uint32_t v, uint32_t* sh) {
 // the keys [top - 63, top], top = 65535 - 64 t, so prefixes in thread order are suffixes by key.
 __global__ void __launch_bounds__(kFloorThreads) floor_kernel(const SamplerBatch* bp, int canvas, int64_t row0,
                                                               const uint32_t* hist, float* row_floor) {
+  DG_GRIDDEP_WAIT();
+  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const SamplerLaunch& a = bp->c[canvas];
   __shared__ Mass scan[kFloorThreads];
   __shared__ uint32_t shared_u[kFloorThreads / 32];
@@ -164,10 +169,10 @@ void launch_filter_floors(const SamplerBatch& b, const SamplerBatch* dev, uint32
     for (int64_t r0 = 0; r0 < s.C; r0 += kFilterRows) {
       const int64_t rows = std::min<int64_t>(kFilterRows, s.C - r0);
       CUDA_CHECK(cudaMemsetAsync(hist, 0, static_cast<size_t>(rows) * sample_filter::kBins * sizeof(uint32_t), stream));
-      hist_kernel<<<dim3(static_cast<unsigned>(b.splits), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(dev, i, r0, hist);
-      CUDA_CHECK_LAUNCH(stream);
-      floor_kernel<<<static_cast<unsigned>(rows), kFloorThreads, 0, stream>>>(dev, i, r0, hist, row_floor);
-      CUDA_CHECK_LAUNCH(stream);
+      launch_kernel(stream, hist_kernel, dim3(static_cast<unsigned>(b.splits), static_cast<unsigned>(rows)),
+                    kThreads, 0, dev, i, r0, hist);
+      launch_kernel(stream, floor_kernel, static_cast<unsigned>(rows), kFloorThreads, 0, dev, i, r0, hist,
+                    row_floor);
     }
   }
 }

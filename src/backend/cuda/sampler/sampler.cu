@@ -149,27 +149,23 @@ void launch_sampler(const SamplerBatch& b, const SamplerBatch* dev, void* worksp
   float* row_floor = reinterpret_cast<float*>(base + w.row_floor);
   TopEntry* top = reinterpret_cast<TopEntry*>(base + w.top);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(max_c), static_cast<unsigned>(n));
-  slice_max_kernel<<<grid, kThreads, 0, stream>>>(dev, slice_max);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, slice_max_kernel, grid, kThreads, 0, dev, slice_max);
   // The filters' histograms and floors (only canvases that ask; a canvas at a time, in chunks of rows).
   launch_filter_floors(b, dev, reinterpret_cast<uint32_t*>(base + w.hist), row_floor, stream);
   if (any_top) {
-    topn_partial_kernel<<<grid, kTopThreads, 0, stream>>>(dev, top);
-    CUDA_CHECK_LAUNCH(stream);
+    launch_kernel(stream, topn_partial_kernel, grid, kTopThreads, 0, dev, top);
   }
   uint4* z_tables = reinterpret_cast<uint4*>(base + w.z_tables);
-  z_exp_table_kernel<<<dim3(kZTable / 256, static_cast<unsigned>(n)), 256, 0, stream>>>(dev, z_tables);
-  CUDA_CHECK_LAUNCH(stream);
-  slice_stats_kernel<<<grid, kThreads, 0, stream>>>(dev, slice_max, row_floor, z_tables, partials);
-  CUDA_CHECK_LAUNCH(stream);
-  finalize_kernel<<<dim3(static_cast<unsigned>(max_c), static_cast<unsigned>(n)), 32, 0, stream>>>(
-      dev, slice_max, partials, row_bsum, row_floor, top);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, z_exp_table_kernel, dim3(kZTable / 256, static_cast<unsigned>(n)), 256, 0, dev,
+                z_tables);
+  launch_kernel(stream, slice_stats_kernel<>, grid, kThreads, 0, dev, slice_max, row_floor, z_tables,
+                partials);
+  launch_kernel(stream, finalize_kernel, dim3(static_cast<unsigned>(max_c), static_cast<unsigned>(n)), 32, 0,
+                dev, slice_max, partials, row_bsum, row_floor, top);
   bool any_probs = false;
   for (int i = 0; i < n; ++i) any_probs |= b.c[i].want_probs;
   if (!any_probs) return;
-  probs_kernel<<<grid, kThreads, 0, stream>>>(dev, slice_max, row_bsum);
-  CUDA_CHECK_LAUNCH(stream);
+  launch_kernel(stream, probs_kernel, grid, kThreads, 0, dev, slice_max, row_bsum);
 }
 
 }  // namespace dgemma::cuda
