@@ -5,7 +5,7 @@
 #include <set>
 
 #include "api/api_error.h"
-#include "text/tool_parser.h"
+#include "text/parsers/tool_parser.h"
 #include "util/error.h"
 
 namespace dgemma {

@@ -24,7 +24,7 @@
 
 #include "api/openai_request.h"
 #include "engine/request.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/json.h"
 
 namespace dgemma {
