@@ -604,12 +604,12 @@ inline void wgmma_m64n256k16_rs_mn(float (&d)[128], const uint32_t (&a)[4], uint
 }
 template <int N> inline void setmaxnreg_dec() {}
 template <int N> inline void setmaxnreg_inc() {}
-inline void wgmma_run_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate);
+inline void wgmma_run_e4m3(float* d, int n, uint64_t da, uint64_t db, bool accumulate);
 template <int N> inline void wgmma_wait() {
   emu::ThreadAsync& a = emu::async_state();
   while (a.mma_groups.size() > static_cast<size_t>(N)) {
     for (const emu::AsyncMma& m : a.mma_groups.front()) {
-      if (m.fp8) wgmma_run_e4m3(*reinterpret_cast<float(*)[64]>(m.d), m.da, m.db, m.accumulate);
+      if (m.fp8) wgmma_run_e4m3(m.d, m.n, m.da, m.db, m.accumulate);
       else wgmma_run(m);
       for (uint32_t u : m.units) --emu::g_mma_reads[u];
     }
@@ -632,11 +632,11 @@ inline float wgmma_operand_e4m3(uint64_t desc, int row, int k) {
   if (ex == 0xf && mant == 7) return std::nanf("");
   return sign * (ex == 0 ? std::ldexp(static_cast<float>(mant), -9) : std::ldexp(1.0f + mant / 8.0f, ex - 7));
 }
-// The FP8 MMA on the operands at the moment of the wait (accumulate false: d = A . B^T).
-inline void wgmma_run_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool accumulate) {
+// The FP8 MMA (m64 n k32) on the operands at the moment of the wait (accumulate false: d = A . B^T).
+inline void wgmma_run_e4m3(float* d, int n, uint64_t da, uint64_t db, bool accumulate) {
   const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
   const int g = lane / 4, t = lane % 4;
-  for (int i = 0; i < 16; ++i)
+  for (int i = 0; i < n / 8; ++i)
     for (int q = 0; q < 4; ++q) {
       const int r = 16 * wq + g + 8 * (q / 2), c = 8 * i + 2 * t + q % 2;
       float acc = accumulate ? d[4 * i + q] : 0.0f;
@@ -650,12 +650,56 @@ inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool
   m.accumulate = accumulate;
   wgmma_issue(std::move(m));
 }
-// Transaction barriers and TMA (core/tma_ptx.cuh). The map: a row-major bf16 matrix read in boxes of
-// box_rows x 64 elements into the 128-byte swizzle (16-byte chunk bits 4-6 XOR address bits 7-9).
+// The weight-streaming expert kernels' forms (core/wgmma_ptx.cuh): FP8 m64 n16 / n32 / n48 / n64
+// k32 with both operands K-major in shared memory (an E4M3 MMA of n columns: fp8 with that n), and
+// bf16 m64 n16 .. n64 k16 with A from registers (the mma.sync A fragment, gathered at the issue as for
+// wgmma_m64n256k16_rs_mn) and B K-major. Their TMA maps are byte matrices (TmaMap elem_bytes 1, boxes
+// of 128 swizzled or 256 plain bytes a row) and their 8-byte shared stores sts_b64.
+inline void sts_b64(uint32_t a, uint32_t lo, uint32_t hi) {
+  emu::chk(a, 8, 8);
+  emu::chk_no_mma_read(a, 8);
+  const uint32_t v[2] = {lo, hi};
+  std::memcpy(emu::g_smem + a, v, 8);
+}
+template <int N>
+inline void wgmma_m64nk32_e4m3(float (&d)[N / 2], uint64_t da, uint64_t db, bool accumulate) {
+  static_assert(N == 16 || N == 32 || N == 48 || N == 64, "N");
+  emu::AsyncMma m = wgmma_op(d, da, db);
+  m.fp8 = true;
+  m.accumulate = accumulate;
+  m.n = N;
+  wgmma_issue(std::move(m));
+}
+template <int N>
+inline void wgmma_m64nk16_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, bool accumulate) {
+  static_assert(N == 16 || N == 32 || N == 48 || N == 64, "N");
+  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
+  uint32_t(&sc)[32][8] = collective_scratch(w, i);
+  for (int q = 0; q < 4; ++q) sc[i][q] = a[q];
+  emu::g_warp_bar[w]->arrive_and_wait();
+  emu::AsyncMma m = wgmma_op(d, 0, db);
+  m.n = N;
+  m.a_regs = true;
+  m.accumulate = accumulate;
+  const int g = i / 4;
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) {
+      const uint32_t reg = sc[g * 4 + (k % 8) / 2][h + 2 * (k >= 8)];
+      m.a_vals[h][k] = bf16_to_f32(static_cast<uint16_t>(reg >> (16 * (k % 2))));
+    }
+  wgmma_issue(std::move(m));
+}
+// Transaction barriers and TMA (core/tma_ptx.cuh). The map: a row-major matrix [rows, cols] of elem_bytes
+// elements read in boxes of box_rows x box_cols elements, laid out row after row; with `swizzle` the
+// box rows are 128 bytes and take the 128-byte swizzle (16-byte chunk bits 4-6 XOR address bits 7-9).
+// The defaults: bf16 boxes of 64 columns, swizzled (moe/grouped_tma_kernel.cuh's map).
 struct TmaMap {
-  const uint16_t* base;
+  const void* base;
   int64_t rows, cols;
   int box_rows;
+  int box_cols = 64;
+  int elem_bytes = 2;
+  bool swizzle = true;
 };
 inline emu::Mbar& mbar_at(uint32_t bar) {
   auto it = emu::g_mbars.find(bar);
@@ -711,26 +755,36 @@ inline void cp_async_mbar_arrive_noinc(uint32_t bar) {
   mbar_arrive(bar);
 }
 inline void tma_load_2d(uint32_t dst, const TmaMap* map, int x, int y, uint32_t bar) {
-  const uint32_t bytes = static_cast<uint32_t>(map->box_rows) * 128;
-  emu::chk(dst, bytes, 1024);
+  const uint32_t eb = static_cast<uint32_t>(map->elem_bytes), row_bytes = static_cast<uint32_t>(map->box_cols) * eb;
+  const uint32_t bytes = static_cast<uint32_t>(map->box_rows) * row_bytes;
+  if (map->swizzle && row_bytes != 128) {
+    std::fprintf(stderr, "emulated TMA: a 128-byte swizzle needs 128-byte box rows (%u)\n", row_bytes);
+    std::abort();
+  }
+  emu::chk(dst, bytes, map->swizzle ? 1024 : 128);
   emu::chk_no_mma_read(dst, bytes);
   std::vector<unsigned char> image(bytes);
+  const auto* base = static_cast<const unsigned char*>(map->base);
   for (int r = 0; r < map->box_rows; ++r)
-    for (int k = 0; k < 64; ++k) {
+    for (int k = 0; k < map->box_cols; ++k) {
       const int64_t row = int64_t{y} + r, col = int64_t{x} + k;
-      uint16_t v = 0;
+      unsigned char v[8] = {};
       if (row >= 0 && row < map->rows && col >= 0 && col < map->cols) {
-        emu::chk_global(map->base + row * map->cols + col, 2);
-        v = map->base[row * map->cols + col];
+        const unsigned char* src = base + (row * map->cols + col) * eb;
+        emu::chk_global(src, eb);
+        std::memcpy(v, src, eb);
       }
-      uint32_t a = dst + static_cast<uint32_t>(r) * 128 + 2 * static_cast<uint32_t>(k);
-      a ^= ((a >> 7) & 7) << 4;
-      std::memcpy(image.data() + (a - dst), &v, 2);
+      uint32_t a = dst + static_cast<uint32_t>(r) * row_bytes + eb * static_cast<uint32_t>(k);
+      if (map->swizzle) a ^= ((a >> 7) & 7) << 4;
+      std::memcpy(image.data() + (a - dst), v, eb);
     }
   emu::Mbar& m = mbar_at(bar);
   m.writes.emplace_back(dst, std::move(image));
   m.tx -= bytes;
   mbar_complete_if_done(m);
+}
+inline void tma_load_2d_hint(uint32_t dst, const TmaMap* map, int x, int y, uint32_t bar, uint64_t) {
+  tma_load_2d(dst, map, x, y, bar);
 }
 }  // namespace dgemma::cuda
 // A warp shuffle: every lane of the warp publishes its value, then reads its partner's.

@@ -1,7 +1,9 @@
 #pragma once
 // TMA descriptors (CUtensorMap) of the kernels that copy with the tensor memory accelerator, encoded on
 // the host through the driver's cuTensorMapEncodeTiled (reached through the runtime: no link to
-// libcuda).
+// libcuda). A descriptor is a pure function of its arguments (address, shape, box, swizzle), so each
+// one is encoded once per process and then taken from a cache (a weight's maps are asked for at every
+// launch); the cache holds at most a few thousand descriptors and starts over when full.
 #include <cstdint>
 
 #include <cuda.h>
@@ -12,5 +14,12 @@ namespace dgemma::cuda {
 // of box_rows rows by 64 columns (128 bytes, the 128-byte swizzle of the wgmma operands; elements
 // past the matrix read as zeros). Throws std::runtime_error when the driver refuses the shape.
 CUtensorMap bf16_row_tile_map(const void* base, int64_t rows, int64_t cols, int box_rows);
+
+// A row-major byte matrix [rows, cols] at `base` (16-byte aligned, cols a multiple of 16) read in boxes
+// of box_rows rows by box_cols bytes, with the 128-byte swizzle (box_cols 128) or none (box_cols a
+// multiple of 16, at most 256); elements past the matrix read as zeros. Throws std::runtime_error when
+// the driver refuses the shape.
+CUtensorMap byte_tile_map(const void* base, int64_t rows, int64_t cols, int box_cols, int box_rows,
+                          bool swizzle_128b);
 
 }  // namespace dgemma::cuda
