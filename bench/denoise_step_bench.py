@@ -31,6 +31,11 @@ TOP = dict(architectures=["DiffusionGemmaForBlockDiffusion"], model_type="diffus
 VISION = dict(model_type="gemma4_vision", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
               num_attention_heads=2, num_key_value_heads=2, head_dim=8, patch_size=4, position_embedding_size=64,
               pooling_kernel_size=2, standardize=False, use_clipped_linears=False, rms_norm_eps=1e-6)
+# The released vision tower (--write-model DIR --with-vision: dgemma_bench --images).
+RELEASED_VISION = dict(model_type="gemma4_vision", hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
+                       num_attention_heads=16, num_key_value_heads=16, head_dim=72, patch_size=16,
+                       position_embedding_size=10240, pooling_kernel_size=3, standardize=True,
+                       use_clipped_linears=False, rms_norm_eps=1e-6, default_output_length=280)
 GEN = {"max_new_tokens": 256, "max_denoising_steps": 48,
        "sampler_config": {"entropy_bound": 0.1, "_cls_name": "EntropyBoundSamplerConfig"},
        "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1, "confidence_threshold": 0.005,
@@ -180,12 +185,15 @@ def main():
     ap.add_argument("--skip-dgemma", action="store_true")
     ap.add_argument("--full", action="store_true", help="also batches 8 and 16, 16-step runs and a 4,000-token prompt")
     ap.add_argument("--write-model", metavar="DIR", help="only write the 26B-A4B config (for dgemma_engine_bench) and exit")
+    ap.add_argument("--with-vision", action="store_true",
+                    help="with --write-model: the released vision tower's vision_config too (dgemma_bench --images)")
     ap.add_argument("--formats", default="bf16",
                     help="comma-separated dummy-weight formats for dgemma: bf16, nvfp4-modelopt, nvfp4-ct, fp8-dynamic")
     a = ap.parse_args()
     if a.write_model:
         os.makedirs(a.write_model, exist_ok=True)
-        json.dump(TOP, open(os.path.join(a.write_model, "config.json"), "w"))
+        top = dict(TOP, vision_config=RELEASED_VISION) if a.with_vision else TOP
+        json.dump(top, open(os.path.join(a.write_model, "config.json"), "w"))
         json.dump(GEN, open(os.path.join(a.write_model, "generation_config.json"), "w"))
         return
     result = {}

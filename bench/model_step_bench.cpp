@@ -1,7 +1,7 @@
 // Model-level benchmark: dummy weights of any config (e.g. the real 26B-A4B shape) on a backend;
 // times the prompt prefill and batched denoising steps (forward + sampler + self-conditioning) with
-// the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU machine by
-// scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
+// the engine's core (scheduler, model runner, paged KV pool), steps forced to the cap. Built on the GPU
+// machine by scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
 //                [--kernel-family auto|hopper|portable] [--attention auto|per-item]
@@ -19,6 +19,10 @@
 //                                        the quantised formats' dummy weights take ~30 s to make)
 //                [--cuda-graphs on|off]  (on, the default: the run's denoising step recorded as a CUDA graph
 //                                         and replayed, as dgemma serve; off: op by op, --enforce-eager)
+//                [--images N]            (N images of 280 soft tokens (42 x 60 patches, random pixels) at the
+//                                         start of every prompt: the prefill runs the vision tower; the
+//                                         config needs a vision_config, e.g. denoise_step_bench.py
+//                                         --write-model DIR --with-vision)
 //                [--max-model-len L]     (the context the recorded attention plans assume: 32,768 by default,
 //                                         the recipe's, capped by max_position_embeddings)
 // Prefill and denoising are timed apart: every prompt is encoded in prefill-only steps (the step budget
@@ -28,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +54,13 @@ struct Graphs {
   bool on = true;
   int64_t max_context = 32768;
 };
+
+// The prompt's images (--images): each a block of 280 soft tokens after <|image>, then <image|>.
+struct PromptImages {
+  int count = 0;
+  std::shared_ptr<const std::vector<uint8_t>> patches;  // one image's, shared by all
+};
+constexpr int64_t kImageGridH = 42, kImageGridW = 60;  // 14 x 20 pooled cells: 280 soft tokens
 
 // "B:S[:P],..." -> runs (each number positive); false on anything else.
 bool parse_runs(const std::string& text, int default_prompt, std::vector<Run>* runs) {
@@ -78,13 +90,31 @@ bool parse_runs(const std::string& text, int default_prompt, std::vector<Run>* r
 // One run: its prompts prefilled alone (the step budget holds every prompt, and no prompt's last chunk
 // shares its pass with the first denoising step), then the denoising steps of the whole batch, twice
 // (the first round warms up); prints the second round's figures as one line.
-void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, const Run& run, int canvases, int profile_step,
-                 const Graphs& graphs) {
+void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, const Run& run, int canvases,
+                 int profile_step, const Graphs& graphs, const PromptImages& pi) {
   const int64_t C = mc.canvas_length;
   const int batch = run.batch, steps = run.steps, prompt_len = run.prompt_len;
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
   // Token ids below any vocabulary (the 26B's 262,144 leaves them as they are; a test model's is smaller).
   for (int i = 0; i < prompt_len; ++i) prompt[i] = static_cast<int32_t>((1000 + (i * 7919) % 200000) % mc.text.vocab_size);
+  const int64_t soft =
+      kImageGridH / mc.vision.pooling_kernel_size * (kImageGridW / mc.vision.pooling_kernel_size);
+  std::vector<PromptImage> images;
+  for (int m = 0; m < pi.count; ++m) {
+    const int64_t at = 1 + m * (soft + 2);  // after <bos> and the blocks before it
+    if (at + soft + 1 >= prompt_len)
+      throw Error(ErrorKind::kInvalidArgument, "--images: the prompt is too short for them");
+    prompt[static_cast<size_t>(at)] = mc.boi_token_id;
+    for (int64_t j = 0; j < soft; ++j) prompt[static_cast<size_t>(at + 1 + j)] = mc.image_token_id;
+    prompt[static_cast<size_t>(at + 1 + soft)] = mc.eoi_token_id;
+    PromptImage im;
+    im.first = at + 1;
+    im.grid_h = kImageGridH;
+    im.grid_w = kImageGridW;
+    im.patches = pi.patches;
+    im.digest.fill(static_cast<uint8_t>(m + 1));
+    images.push_back(im);
+  }
   ModelCoreOptions o;
   o.max_num_seqs = batch;
   o.max_num_batched_tokens = std::max<int64_t>(static_cast<int64_t>(batch) * prompt_len, C);
@@ -112,6 +142,7 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
       p.max_tokens = canvases * C;
       p.ignore_eos = true;
       seqs.push_back(core.make_sequence(static_cast<uint64_t>(rep * batch + b + 1), prompt, p));
+      if (!images.empty()) seqs.back()->set_images(images, std::vector<int64_t>(images.size(), soft));
       core.core().add(seqs.back().get());
     }
     double prefill_ms = 0, step_ms = 0;
@@ -145,6 +176,9 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
     const double total = all.ms();
     if (rep == 0) first_round_step_ms = step_ms / static_cast<double>(std::max<int64_t>(step_count, 1));
     if (rep == 1) {
+      if (pi.count > 0)
+        std::printf("%d image(s) of %lld soft tokens in each prompt: ", pi.count,
+                    static_cast<long long>(soft));
       std::printf("batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
                   "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step, "
                   "%.1f host waits per step (%.2f ms waiting: the rest of the step is host time), %s, "
@@ -191,24 +225,32 @@ bool parse_cuda_flag(const std::string& k, const char* v, CudaOptions& o) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]\n"
-                 "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' format)\n"
+                 "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] "
+                 "[--canvases K]\n"
+                 "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy "
+                 "weights' format)\n"
                  "                   [--kernel-family %s] [--attention %s]\n"
                  "                   [--moe-kernel %s]\n"
                  "                   [--quant-tile %s] [--dense-quant-tile (the same)]\n"
                  "                   [--dense-quant %s] [--fp8-moe %s]\n"
                  "                   [--experts %s] [--expert-stream-rows N] [--pdl %s]   (CUDA kernel choices)\n"
-                 "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM per projection)\n"
-                 "                   [--profile-step N]   (profiler capture window around the N-th measured denoising step)\n"
-                 "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, on one set of weights)\n"
-                 "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed as a CUDA graph, as dgemma serve)\n",
+                 "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or "
+                 "one GEMM per projection)\n"
+                 "                   [--profile-step N]   (profiler capture window around the N-th measured "
+                 "denoising step)\n"
+                 "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, "
+                 "on one set of weights)\n"
+                 "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed "
+                 "as a CUDA graph, as dgemma serve)\n"
+                 "                   [--images N]   (N images of 280 soft tokens in each prompt; needs a "
+                 "vision_config)\n",
                  kernel_family_words().c_str(), attention_kernel_words().c_str(), moe_kernel_words().c_str(),
                  quant_tile_words().c_str(), dense_quant_words().c_str(), fp8_experts_words().c_str(),
                  expert_kernels_words().c_str(), pdl_words().c_str());
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
-  int batch = 1, prompt_len = 512, steps = 48, canvases = 1, profile_step = 0;
+  int batch = 1, prompt_len = 512, steps = 48, canvases = 1, profile_step = 0, images = 0;
   const char* runs_arg = nullptr;  // --runs, when given
   bool fuse_projections = true;  // --fused-projections
   Graphs graphs;
@@ -220,6 +262,8 @@ int main(int argc, char** argv) {
     else if (k == "--batch") batch = std::atoi(argv[i + 1]);
     else if (k == "--prompt-len") prompt_len = std::atoi(argv[i + 1]);
     else if (k == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (k == "--images")
+      images = std::atoi(argv[i + 1]);
     else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
     else if (k == "--profile-step") profile_step = std::atoi(argv[i + 1]);
     else if (k == "--runs") runs_arg = argv[i + 1];
@@ -254,7 +298,17 @@ int main(int argc, char** argv) {
     be->synchronize();
     std::fprintf(stderr, "dummy weights in %.1f s\n", load.seconds());
     graphs.max_context = std::min<int64_t>(graphs.max_context, mc.text.max_position_embeddings);
-    for (const Run& run : runs) measure_run(model, *be, mc, run, canvases, profile_step, graphs);
+    PromptImages pi;
+    pi.count = images;
+    if (images > 0) {
+      if (!model.vision())
+        throw Error(ErrorKind::kInvalidArgument, "--images: the config has no vision_config");
+      const int64_t values = 3 * int64_t{mc.vision.patch_size} * mc.vision.patch_size;
+      std::vector<uint8_t> px(static_cast<size_t>(kImageGridH * kImageGridW * values));
+      for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
+      pi.patches = std::make_shared<const std::vector<uint8_t>>(std::move(px));
+    }
+    for (const Run& run : runs) measure_run(model, *be, mc, run, canvases, profile_step, graphs, pi);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dgemma_bench: %s\n", e.what());
     return 1;

@@ -312,6 +312,11 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
       } else {
         p.tokens = m->prompts->chat(pr.messages, pr.tools, o, limit);
       }
+      if (!pr.images.empty()) {
+        const ImageSupport images = m->engine->image_support();
+        p.images = load_prompt_images(pr.images, opt_.images, images, pr.max_soft_tokens);
+        expand_image_placeholders(p.tokens, p.images, images);
+      }
       const size_t tail = std::min<size_t>(p.tokens.size(), 8);
       p.starts_in_reasoning = prompt_opens_reasoning(
           m->tokenizer->decode(std::span<const int32_t>(p.tokens.data() + p.tokens.size() - tail, tail), false));
@@ -339,6 +344,11 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
         context_length_error(max_len, e.at_least, std::nullopt, prompt_param, /*at_least=*/true));
   }
   for (auto& p : prompts) {
+    if (pr.truncate_prompt_tokens && static_cast<int64_t>(p.tokens.size()) > *pr.truncate_prompt_tokens) {
+      if (!p.images.empty())
+        fail_param("truncate_prompt_tokens",
+                   "a prompt with images cannot be truncated (an image would be cut)");
+    }
     if (pr.truncate_prompt_tokens && static_cast<int64_t>(p.tokens.size()) > *pr.truncate_prompt_tokens)
       p.tokens.erase(p.tokens.begin(), p.tokens.end() - *pr.truncate_prompt_tokens);
     if (p.tokens.empty()) fail_param(prompt_param, "the prompt is empty");

@@ -13,6 +13,7 @@
 
 #include "api/auth.h"
 #include "api/http_server.h"
+#include "api/image_input.h"
 #include "api/metrics.h"
 #include "api/openai_request.h"
 #include "api/prompt_builder.h"
@@ -40,6 +41,7 @@ struct ApiServerOptions {
   bool content_as_string = false;           // --chat-template-content-format string
   bool force_include_usage = false;         // --enable-force-include-usage
   bool return_tokens_as_token_ids = false;  // --return-tokens-as-token-ids
+  ImageInputPolicy images;                  // image_url parts: sources and limits
 };
 
 // What becomes available once the model has loaded.

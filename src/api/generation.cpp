@@ -125,6 +125,7 @@ void Generation::start() {
         c->out = make_output(p);
         GenerationRequest& g = c->request;
         g.prompt = prompts_[p].tokens;
+        g.images = prompts_[p].images;
         g.params = req_.sampling;
         g.params.max_tokens = prompts_[p].max_tokens + prompts_[p].prefill_tokens;
         g.params.stop_token_ids = req_.stop_token_ids;

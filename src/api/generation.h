@@ -40,6 +40,7 @@ struct PreparedPrompt {
   int64_t max_tokens = 0; // decided from the context budget
   bool starts_in_reasoning = false;  // chat: the prompt ends inside an open thought channel
   InfillLayout infill;  // completions infilling: the answer's pinned spans (none: no infilling)
+  std::vector<PromptImage> images;  // chat: the images whose soft tokens the prompt holds
 };
 
 class Generation {

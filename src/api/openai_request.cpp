@@ -7,6 +7,7 @@
 #include "api/api_error.h"
 #include "api/structured_output.h"
 #include "engine/limits.h"
+#include "image/image_processor.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -308,8 +309,11 @@ void parse_response_format(Fields& f, ParsedRequest& out) {
   fail_param("response_format.type", "unknown response_format type '{}'", type);
 }
 
-void check_text_parts(const Json& parts, const std::string& param) {
+// Checks a message's content parts; image_url parts are collected into `images` (in order) and become
+// {"type": "image"}, the part every chat template renders as the image placeholder.
+Json normalize_parts(const Json& parts, const std::string& param, std::vector<ImageRef>& images) {
   if (parts.empty()) fail_param(param, "'{}' must not be an empty array", param);
+  Json out = Json::array();
   for (size_t i = 0; i < parts.size(); ++i) {
     const Json& p = parts[i];
     const std::string pp = fmt::format("{}[{}]", param, i);
@@ -320,13 +324,26 @@ void check_text_parts(const Json& parts, const std::string& param) {
     if (type == "text") {
       auto tx = p.find("text");
       if (tx == p.end() || !tx->is_string()) fail_param(pp + ".text", "'{}.text' must be a string", pp);
-    } else if (type == "image_url" || type == "input_image" || type == "image" || type == "input_audio" ||
-               type == "audio_url" || type == "video_url" || type == "file") {
-      fail_unsupported(pp, "content part type '{}' is not supported: this server handles text only", type);
+      out.push_back(p);
+    } else if (type == "image_url") {
+      auto iu = p.find("image_url");
+      const Json* url = nullptr;
+      if (iu != p.end() && iu->is_string()) url = &*iu;
+      if (iu != p.end() && iu->is_object())
+        if (auto u = iu->find("url"); u != iu->end() && u->is_string()) url = &*u;
+      if (!url) fail_param(pp + ".image_url", "'{}.image_url' must be an object with a string 'url'", pp);
+      if (images.size() >= RequestLimits::kMaxImages)
+        fail_param(pp, "more than {} images in one request", RequestLimits::kMaxImages);
+      images.push_back({url->get<std::string>(), pp + ".image_url.url"});
+      out.push_back(Json{{"type", "image"}});
+    } else if (type == "input_image" || type == "image" || type == "input_audio" || type == "audio_url" ||
+               type == "video_url" || type == "file" || type == "image_embeds" || type == "image_pil") {
+      fail_unsupported(pp, "content part type '{}' is not supported: images come as 'image_url' parts", type);
     } else {
       fail_param(pp + ".type", "unknown content part type '{}'", type);
     }
   }
+  return out;
 }
 
 Json normalize_tool_calls(const Json& calls, const std::string& param) {
@@ -366,7 +383,7 @@ Json normalize_tool_calls(const Json& calls, const std::string& param) {
   return out;
 }
 
-Json normalize_messages(const Json& messages) {
+Json normalize_messages(const Json& messages, std::vector<ImageRef>& images) {
   if (!messages.is_array()) fail_param("messages", "'messages' must be an array, not {}", type_name(messages));
   if (messages.empty()) fail_param("messages", "'messages' must not be empty");
   if (messages.size() > RequestLimits::kMaxMessages)
@@ -391,7 +408,7 @@ Json normalize_messages(const Json& messages) {
         if (role != "assistant") fail_param(pm + ".content", "'{}.content' is required for role '{}'", pm, role);
       }
     } else if (content->is_array()) {
-      check_text_parts(*content, pm + ".content");
+      copy["content"] = normalize_parts(*content, pm + ".content", images);
     } else if (!content->is_string()) {
       fail_param(pm + ".content", "'{}.content' must be a string or an array of content parts, not {}", pm,
                  type_name(*content));
@@ -544,8 +561,19 @@ void parse_template_options(Fields& f, const RequestPolicy& policy, ParsedReques
   out.echo = f.boolean("echo").value_or(false);
   f.unsupported("chat_template", "request-supplied chat templates are not accepted (start the server with --chat-template)");
   f.unsupported("documents", "'documents' are not supported by the DiffusionGemma chat template");
-  f.unsupported("mm_processor_kwargs", "multimodal input is not supported");
-  f.unsupported("media_io_kwargs", "multimodal input is not supported");
+  if (const Json* mk = f.get("mm_processor_kwargs")) {
+    if (!mk->is_object()) fail_param("mm_processor_kwargs", "'mm_processor_kwargs' must be an object");
+    for (auto it = mk->begin(); it != mk->end(); ++it) {
+      const std::string p = "mm_processor_kwargs." + it.key().substr(0, 100);
+      if (it.key() != "max_soft_tokens")
+        fail_param(p, "'{}' is not a setting of the image processor (max_soft_tokens)", p);
+      if (!it->is_number_integer() || !is_supported_soft_tokens(it->get<int>()))
+        fail_param(p, "'{}' must be one of 70, 140, 280, 560, 1120", p);
+      out.max_soft_tokens = it->get<int>();
+    }
+  }
+  f.unsupported("media_io_kwargs",
+                "'media_io_kwargs' is not supported (set --media-io-kwargs at the server)");
 }
 
 void parse_misc_openai(Fields& f) {
@@ -729,7 +757,11 @@ ParsedRequest parse_chat_request(const Json& body, const RequestPolicy& policy) 
   parse_model(f, policy, out);
   const Json* messages = f.get("messages");
   if (!messages) fail_param("messages", "'messages' is required");
-  out.messages = normalize_messages(*messages);
+  out.messages = normalize_messages(*messages, out.images);
+  if (policy.content_as_string && !out.images.empty())
+    fail_unsupported("messages",
+                     "image parts need the content-part chat format (--chat-template-content-format "
+                     "string renders text only)");
   if (policy.content_as_string) join_text_parts(out.messages);
   parse_stream(f, policy, out);
   parse_max_tokens(f, out);

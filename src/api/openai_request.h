@@ -43,6 +43,13 @@ struct RequestLimits {
   static constexpr size_t kMaxKwargBytes = 1024;
   static constexpr size_t kMaxInfillPieces = 64;
   static constexpr int64_t kMaxInfillHole = 1 << 20;
+  static constexpr size_t kMaxImages = 1024;  // image parts parsed per request (the server's limit is lower)
+};
+
+// An image part of a chat request: its URL and the parameter that names it in errors.
+struct ImageRef {
+  std::string url;
+  std::string param;
 };
 
 // kRequired / kNamed force a call: its opening markup (and the name) is pinned at the start of the
@@ -79,7 +86,10 @@ struct ParsedRequest {
   SamplingParams sampling;          // everything but max_tokens (decided once the prompt length is known)
 
   // Chat only.
-  Json messages = Json::array();    // validated; tool-call arguments given as JSON strings are parsed to objects
+  Json messages = Json::array();  // validated; tool-call arguments given as JSON strings are parsed to
+                                  // objects; image_url parts replaced by {"type": "image"}
+  std::vector<ImageRef> images;        // the image_url parts, in message order
+  std::optional<int> max_soft_tokens;  // mm_processor_kwargs.max_soft_tokens
   Json tools = nullptr;             // null or a non-empty array of function tools
   ToolChoiceMode tool_choice = ToolChoiceMode::kNone;
   std::string tool_choice_name;     // kNamed: the function

@@ -47,6 +47,22 @@ void Backend::ffn_residual(const FfnResidualArgs& a) {
   if (!a.next_out.empty()) rmsnorm(a.out, &a.next_norm, a.eps, a.next_out);
 }
 
+void check_image_blocks(std::span<const ImageBlock> blocks, int64_t n) {
+  for (size_t b = 0; b < blocks.size(); ++b)
+    DG_CHECK(blocks[b].first >= 0 && blocks[b].first < blocks[b].end && blocks[b].end <= n &&
+             (b == 0 || blocks[b - 1].end <= blocks[b].first));
+}
+
+std::span<const ImageBlock> item_image_blocks(const AttentionItem& it, std::span<const ImageBlock> blocks) {
+  if (it.blocks_len == 0) return {};
+  DG_CHECK(it.blocks_len > 0 && it.blocks_first >= 0 &&
+           it.blocks_first + int64_t{it.blocks_len} <= static_cast<int64_t>(blocks.size()) &&
+           (it.blocks_windowed == 0 || it.blocks_windowed == 1));
+  const auto mine = blocks.subspan(static_cast<size_t>(it.blocks_first), static_cast<size_t>(it.blocks_len));
+  check_image_blocks(mine, it.q_len);
+  return mine;
+}
+
 // One attention() per item, each on its rows and its slice of the page tables.
 void Backend::attention_batch(const AttentionBatchArgs& a) {
   DG_CHECK(a.items.empty() || a.items.numel() == static_cast<int64_t>(a.host_items.size()) * kAttentionItemFields);
@@ -71,6 +87,15 @@ void Backend::attention_batch(const AttentionBatchArgs& a) {
     }
     one.causal = it.causal != 0;
     one.window = it.window;
+    one.blocks = item_image_blocks(it, a.host_blocks);
+    if (!one.blocks.empty()) {
+      if (!a.blocks.empty()) {
+        DG_CHECK(a.blocks.numel() == 2 * static_cast<int64_t>(a.host_blocks.size()));
+        one.blocks_device = a.blocks.reshape({a.blocks.numel()})
+                                .rows(2 * it.blocks_first, 2 * (it.blocks_first + it.blocks_len));
+      }
+      one.blocks_windowed = it.blocks_windowed != 0;
+    }
     one.scaling = a.scaling;
     attention(one);
   }

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 
+#include "backend/attention_keys.h"
 #include "backend/caching_allocator.h"
 #include "backend/cuda_options.h"
 #include "backend/sample_filter.h"
@@ -39,6 +40,12 @@ struct AttentionArgs {
   Tensor k_new, v_new;      // [n, Hkv, D]
   bool causal = false;      // encoder: key visible iff pos_k <= pos_q (and pos_q - pos_k < window)
   int64_t window = 0;       // sliding window for causal passes (0: none)
+  // Causal passes: the image blocks of the new tokens, each seen whole by its own tokens (attention_keys.h);
+  // `windowed`: the block keys obey the window too. `blocks_device`: the same pairs on the backend's
+  // device (i32 [2 * blocks.size()]), for backends whose kernels read them there (empty: uploaded).
+  std::span<const ImageBlock> blocks;
+  Tensor blocks_device;
+  bool blocks_windowed = false;
   float scaling = 1.0f;
   Tensor out;               // [n, Hq, D]
 };
@@ -49,15 +56,18 @@ struct AttentionArgs {
 // table_len) of page_tables. The item rows live on the backend's device (`items`, i32 [N, 8] in the
 // field order of AttentionItem) so that kernels read the lengths from device memory; `host_items` is
 // the same table on the host (the default implementation, and launch planning). The default runs
-// attention() once per item; the CUDA backend can run all items in one launch.
+// attention() once per item; the CUDA backend can run all items in one launch. A causal item's image
+// blocks are entries [blocks_first, blocks_first + blocks_len) of the batch's `blocks` (attention_keys.h).
 struct AttentionItem {
   int32_t q_first = 0, q_len = 0;
   int32_t cache_first = 0, cache_len = 0;
   int32_t table_first = 0, table_len = 0;
   int32_t causal = 0;  // 0 / 1
   int32_t window = 0;  // causal items only (0: none)
+  int32_t blocks_first = 0, blocks_len = 0;
+  int32_t blocks_windowed = 0;  // 0 / 1: the blocks' keys obey the window too
 };
-constexpr int kAttentionItemFields = 8;
+constexpr int kAttentionItemFields = 11;
 static_assert(sizeof(AttentionItem) == kAttentionItemFields * sizeof(int32_t));
 struct AttentionBatchArgs {
   Tensor q;                 // [T, Hq, D]
@@ -66,12 +76,21 @@ struct AttentionBatchArgs {
   Tensor k_new, v_new;      // [T, Hkv, D]
   Tensor items;             // i32 [N, kAttentionItemFields], the backend's device
   std::span<const AttentionItem> host_items;  // the same N rows on the host
+  // Every item's image blocks: i32 [M, 2] on the backend's device and the same M on the host (empty:
+  // no item has any).
+  Tensor blocks;
+  std::span<const ImageBlock> host_blocks;
   // The rows the launch plan assumes (empty: host_items): the same items with caches at least as long
   // (a recorded step plans for the longest cache its replays may see; the kernels read the real rows).
   std::span<const AttentionItem> plan_items;
   float scaling = 1.0f;
   Tensor out;               // [T, Hq, D]
 };
+
+// Throws unless `blocks` are image blocks of n new tokens: non-empty, in range, ascending, disjoint.
+void check_image_blocks(std::span<const ImageBlock> blocks, int64_t n);
+// The image blocks of batch item `it` among the batch's `blocks` (checked as above; empty when it has none).
+std::span<const ImageBlock> item_image_blocks(const AttentionItem& it, std::span<const ImageBlock> blocks);
 
 // The MoE block of one layer for T tokens (router on the raw residual, experts on the normed one).
 struct MoeArgs {
@@ -337,6 +356,9 @@ class Backend {
   // on it (the defaults loop; the CUDA backend runs each pass of all canvases in one launch). The
   // canvases' tensors must not overlap.
   virtual void sampler_batch(std::span<const SamplerArgs> canvases);
+  // Whether sampler / sampler_batch take a vocabulary shard (SamplerArgs::collective). Without, a
+  // tensor-parallel model gathers the vocabulary first (DiffusionGemma::gathers_vocabulary).
+  virtual bool vocab_sharded_sampler() const { return false; }
   virtual void decide_batch(std::span<const DecideArgs> canvases);
   // ---- A step's arguments in device memory, and CUDA graphs ----
   // The batched sampler's and decide's per-canvas arguments encoded as the backend's kernels read them:
@@ -382,5 +404,7 @@ std::unique_ptr<Backend> make_cpu_backend();
 // the GPU cannot run (the hopper family off sm_90). Logs the kernel family and kernels it chose.
 std::unique_ptr<Backend> make_cuda_backend(int device_index = 0, const CudaOptions& options = {});
 bool cuda_available();
+// The CUDA GPUs this process sees (0 without CUDA).
+int cuda_device_count();
 
 }  // namespace dgemma

@@ -1,13 +1,18 @@
 #pragma once
 // The collective operations tensor parallelism needs between the ranks of one model (docs/ARCHITECTURE.md
 // "Tensor parallelism"). Every rank calls the same operations in the same order with tensors of the same
-// shape on its own backend's device. Two implementations: ThreadCollective (one thread per rank of one
-// process, host memory: the CPU simulation CI runs) and NcclCollective (CUDA devices, NCCL loaded at run
-// time, backend/cuda/nccl_collective.h).
+// shape on its own backend's device. Three implementations: ThreadCollective (one thread per rank of one
+// process, host memory: the CPU simulation CI runs), the one-device collective (N CUDA backends of one GPU,
+// backend/device_collective.h: how one GPU runs the sharded CUDA step) and NcclCollective
+// (one GPU per rank, NCCL loaded at run time, backend/nccl.h).
 //
-// Only exact operations are used: a gather moves values unchanged, and the one reduction (a sum where at
-// most one rank contributes a value other than -0 at each element, the others -0) is exact in any order.
-// That is what makes a sharded model bit-identical to the unsharded one.
+// Only exact operations are used: a gather moves values unchanged, and the reductions are sums where at
+// most one rank contributes a value other than -0 at each element, the others -0 (exact in any order), or
+// integer counts. That is what makes a sharded model bit-identical to the unsharded one.
+//
+// Failures: a rank that waits longer than its group's timeout for the others throws (and aborts the
+// group, so no rank waits on); CollectiveGroup::abort makes every rank waiting in, or entering, a
+// collective throw instead of hanging.
 #include <memory>
 #include <string>
 
@@ -25,10 +30,12 @@ class Collective {
   // Gather along the last dimension: in is [..., n] (rows = numel / n), out is [..., size * n] with rank
   // r's row i at out row i, columns [r * n, (r + 1) * n). Any scalar type (bytes are moved).
   virtual void all_gather_last(const Tensor& in, const Tensor& out) = 0;
-  // In-place element-wise sum over the ranks (bf16 or f32). Exact when every element has at most one
-  // contribution other than -0 (the sharded embedding lookup and the expert-parallel MoE slots).
+  // In-place element-wise sum over the ranks. bf16 and f32: exact when every element has at most one
+  // contribution other than -0 (the sharded embedding lookup and the expert-parallel MoE slots); i32:
+  // exact (histogram counts).
   virtual void all_reduce_sum(const Tensor& t) = 0;
-  // Blocks until every rank has arrived (tests; the operations above synchronise by themselves).
+  // Blocks until every rank has arrived and its work so far is done (tests; the operations above
+  // synchronise by themselves).
   virtual void barrier() = 0;
 };
 
@@ -39,6 +46,7 @@ class CollectiveGroup {
   virtual int size() const = 0;
   virtual Collective& rank(int r) = 0;
   // A rank failed: every rank waiting in (or entering) a collective throws instead of hanging.
+  // Thread-safe; callable from any thread (a watchdog's).
   virtual void abort() = 0;
   // After an abort, once no rank is inside a collective: the group is usable again.
   virtual void reset() = 0;
@@ -46,5 +54,9 @@ class CollectiveGroup {
 
 // The bf16 code of -0: the neutral element of an exact sum (-0 + x == x for every x, +0 and -0 included).
 constexpr uint16_t kBf16NegZero = 0x8000;
+
+// Seconds a rank waits for the others in one collective before the group gives up (groups take it at
+// construction; 0: forever).
+constexpr double kDefaultCollectiveTimeoutSeconds = 300;
 
 }  // namespace dgemma

@@ -20,7 +20,10 @@ bool nccl_available(std::string* why = nullptr, const std::string& library = "")
 
 // One communicator per backend (ncclCommInitAll over their devices): rank r is backends[r], a CUDA
 // backend (make_cuda_backend) on its own device. Throws Error(kUnsupported) when NCCL cannot be loaded.
+// An operation not complete within timeout_seconds (<= 0: no limit), or an NCCL error, aborts the group
+// (backend/collective_watchdog.h): every rank's later operation throws with the reason.
 std::unique_ptr<CollectiveGroup> make_nccl_group(const std::vector<Backend*>& backends,
-                                                 const std::string& library = "");
+                                                 const std::string& library = "",
+                                                 double timeout_seconds = kDefaultCollectiveTimeoutSeconds);
 
 }  // namespace dgemma

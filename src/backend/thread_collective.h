@@ -1,7 +1,8 @@
 #pragma once
 // In-process collective for N ranks running on N threads over host memory (the CPU simulation of
 // tensor parallelism). A group is created once; each rank takes its endpoint. If a rank fails, the group
-// is aborted: every rank waiting in (or later entering) a collective throws instead of hanging.
+// is aborted: every rank waiting in (or later entering) a collective throws instead of hanging; a rank
+// that waits longer than the timeout for the others throws and aborts the group likewise.
 #include <memory>
 #include <vector>
 
@@ -11,7 +12,8 @@ namespace dgemma {
 
 class ThreadCollectiveGroup final : public CollectiveGroup {
  public:
-  explicit ThreadCollectiveGroup(int size);
+  // timeout_seconds <= 0: wait forever.
+  explicit ThreadCollectiveGroup(int size, double timeout_seconds = kDefaultCollectiveTimeoutSeconds);
   ~ThreadCollectiveGroup() override;
   int size() const override;
   Collective& rank(int r) override;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "api/image_input.h"
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/generate_chat.h"
@@ -11,12 +12,15 @@
 #include "engine/engine_config.h"
 #include "engine/limits.h"
 #include "engine/request.h"
+#include "image/image_processor.h"
 #include "model/config.h"
+#include "model/vision_config.h"
 #include "text/chat/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/mmap_file.h"
 #include "util/npy.h"
 #include "util/timing.h"
 
@@ -35,7 +39,38 @@ struct GenerateOptions {
   bool ignore_eos = false, thinking = false, raw = false, chat = false;
   int batch = 1;  // run this many copies (seeds seed..seed+batch-1) together, to measure batched steps
   int tensor_parallel_size = 1;
+  std::vector<std::string> images;  // --image FILE: one per image token id of --prompt-ids, in order
+  std::optional<int> max_soft_tokens;
 };
+
+// The images of --image, decoded and preprocessed; each image token id of `prompt` becomes its block.
+std::vector<PromptImage> prompt_images(const GenerateOptions& o, const ModelConfig& mc,
+                                       std::vector<int32_t>& prompt) {
+  if (o.images.empty()) return {};
+  if (!mc.has_vision) fail_arg("--image: the model has no vision tower (config.json has no vision_config)");
+  ImageSupport s;
+  s.max_per_prompt = static_cast<int>(o.images.size());
+  s.image_token_id = mc.image_token_id;
+  s.boi_token_id = mc.boi_token_id;
+  s.eoi_token_id = mc.eoi_token_id;
+  s.patch_size = mc.vision.patch_size;
+  s.pooling_kernel_size = mc.vision.pooling_kernel_size;
+  s.max_soft_tokens = o.max_soft_tokens.value_or(load_processor_config(o.model, mc.vision).max_soft_tokens);
+  if (!is_supported_soft_tokens(s.max_soft_tokens))
+    fail_arg("--max-soft-tokens must be 70, 140, 280, 560 or 1120");
+  std::vector<PromptImage> images;
+  for (const std::string& file : o.images) {
+    const std::string bytes = read_text_file(file);
+    try {
+      images.push_back(prompt_image(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                                    s, s.max_soft_tokens, ImageInputPolicy{}));
+    } catch (const Error& e) {
+      fail_arg("--image {}: {}", file, e.what());
+    }
+  }
+  expand_image_placeholders(prompt, images, s);
+  return images;
+}
 
 std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
   std::vector<int32_t> out;
@@ -104,6 +139,7 @@ int run_generate(GenerateOptions o) {
   } else {
     fail_arg("give a prompt: --prompt-ids 2,105,... or -p TEXT");
   }
+  const std::vector<PromptImage> images = prompt_images(o, mc, prompt);
   if (o.max_tokens < 1) fail_arg("--max-tokens must be at least 1");
   if (o.batch < 1 || o.batch > 64) fail_arg("--batch must be in [1, 64]");
 
@@ -140,6 +176,7 @@ int run_generate(GenerateOptions o) {
   for (int b = 0; b < o.batch; ++b) {
     GenerationRequest r;
     r.prompt = prompt;
+    r.images = images;
     SamplingParams& sp = r.params;
     sp.max_tokens = o.max_tokens;
     sp.seed = o.seed + static_cast<uint64_t>(b);
@@ -215,6 +252,13 @@ void add_generate_command(CLI::App& app, CommandList& out) {
   sub->add_flag("--chat", o->chat, "interactive chat on stdin: the canvas settles in place on a terminal, statistics per canvas");
   sub->add_flag("--raw", o->raw, "with -p: tokenize the text as is, no chat template");
   sub->add_flag("--enable-thinking", o->thinking, "with -p: render the prompt with enable_thinking=true");
+  sub->add_option(
+      "--image", o->images,
+      "an image file (PNG, JPEG, WebP, GIF; repeatable): each image token id of --prompt-ids stands for "
+      "one image, in order, and becomes its <|image> ... <image|> block");
+  sub->add_option(
+      "--max-soft-tokens", o->max_soft_tokens,
+      "soft tokens an image may have: 70, 140, 280, 560 or 1120 (default: processor_config.json's)");
   sub->add_option("--canvas-ids", o->canvas_ids, "comma-separated initial canvas (canvas_length ids) for the first canvas");
   sub->add_option("--seed", o->seed, "seed of the counter-based RNG (default 0)");
   sub->add_option("--max-tokens", o->max_tokens, "maximum tokens to return (default 256)");

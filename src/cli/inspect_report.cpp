@@ -120,15 +120,19 @@ void check_checkpoint(const ModelConfig& config, const SafetensorsCheckpoint& ck
       check(dec ? dec : enc, s);
     }
   }
+  // The vision tower's tensors, by the rules load_weights applies to them (names, shapes, dtypes).
+  if (config.has_vision) check_vision_headers(config, ckpt, used, v.problems);
   for (const TensorInfo* t : ckpt.tensors()) {
     auto& d = sum.by_dtype[dtype_name(t->dtype)];
     ++d.tensors;
     d.bytes += t->nbytes;
-    if (used.count(t->name)) continue;
     if (is_vision_tensor(t->name)) {
       ++sum.vision_tensors;
       sum.vision_bytes += t->nbytes;
-    } else if (t->name == "lm_head.weight") {
+      continue;
+    }
+    if (used.count(t->name)) continue;
+    if (t->name == "lm_head.weight") {
       sum.lm_head = true;
     } else {
       sum.unexpected.push_back(t->name);
@@ -332,7 +336,9 @@ std::string format_inspect_text(const InspectReport& r) {
                                           : "FP8 W8A16");
     o.row("linear layers", f + (cuda_path.empty() ? std::string() : " (CUDA: " + cuda_path + ")"));
   }
-  o.row("vision config", c.has_vision ? "present (ignored: text-only mode)" : "absent");
+  o.row("vision config",
+        c.has_vision ? "present (the vision tower loads unless --limit-mm-per-prompt '{\"image\": 0}')"
+                     : "absent");
   o.row("load format", r.load_format + (r.load_format_note.empty() ? "" : " (" + r.load_format_note + ")"));
 
   o.section("Text config");
@@ -372,6 +378,7 @@ std::string format_inspect_text(const InspectReport& r) {
 
   o.section("Parameters (text model)");
   o.row("total", billions(r.params.total));
+  if (r.params.vision > 0) o.row("vision tower + projection", billions(r.params.vision));
   o.row("active per token", billions(r.params.active_per_token));
   o.line("(active: attention + dense MLP + router + norms + top_k/num_experts of the experts + the embedding,");
   o.line(" which the tied LM head reads for every token; the self-conditioning MLP is not counted)");
@@ -386,7 +393,7 @@ std::string format_inspect_text(const InspectReport& r) {
     const CheckpointSummary& s = r.checkpoint;
     o.row("files / tensors", fmt::format("{} / {}", s.files, s.tensors));
     o.row("text tensors", fmt::format("{} (of which {} encoder copies of layer buffers)", s.text_tensors, s.encoder_copies));
-    o.row("vision tensors (ignored)", fmt::format("{}, {} bytes", s.vision_tensors, group_digits(s.vision_bytes)));
+    o.row("vision tensors", fmt::format("{}, {} bytes", s.vision_tensors, group_digits(s.vision_bytes)));
     if (s.lm_head) o.row("lm_head.weight", "present, ignored (tied)");
     if (!s.unexpected.empty()) o.row("unexpected tensors", std::to_string(s.unexpected.size()));
   }
@@ -511,7 +518,10 @@ Json inspect_report_json(const InspectReport& r) {
                             {"eos_token_id", g.eos_token_ids}};
   Json groups = Json::object();
   for (int i = 0; i < 8; ++i) groups[weight_group_name(static_cast<WeightGroup>(i))] = r.params.by_group[i];
-  j["parameters"] = {{"total", r.params.total}, {"active_per_token", r.params.active_per_token}, {"by_group", groups}};
+  j["parameters"] = {{"total", r.params.total},
+                     {"vision", r.params.vision},
+                     {"active_per_token", r.params.active_per_token},
+                     {"by_group", groups}};
   Json dt = Json::object();
   for (const auto& [name, d] : r.bytes_by_dtype) dt[name] = {{"bytes", d.bytes}, {"tensors", d.tensors}};
   j["bytes_by_dtype"] = dt;

@@ -66,7 +66,7 @@ struct CheckpointSummary {
   uint64_t total_bytes = 0;
   std::map<std::string, DtypeTotal> by_dtype;  // safetensors dtype name -> totals over every tensor
   int64_t text_tensors = 0;                    // tensors matched to expected_weights (either prefix)
-  int64_t vision_tensors = 0;                  // ignored in text-only mode
+  int64_t vision_tensors = 0;                  // the vision tower's and embed_vision's
   uint64_t vision_bytes = 0;
   int64_t encoder_copies = 0;   // model.encoder.language_model.* copies next to model.decoder.* (layer_scalar)
   bool lm_head = false;         // an (ignored) lm_head.weight; the head is tied to the embedding

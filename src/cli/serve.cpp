@@ -1,5 +1,6 @@
 // dgemma serve MODEL [flags]: the OpenAI-compatible server. Flags follow `vllm serve` (docs/API.md)
 // so launch scripts carry over; vLLM knobs that mean nothing here are accepted and logged.
+#include <algorithm>
 #include <cctype>
 #include <csignal>
 #include <cstdio>
@@ -83,6 +84,7 @@ struct ServeFlags {
   std::string ssl_certfile;
   std::string kv_cache_dtype = "auto";
   int data_parallel_size = 1;
+  bool enable_expert_parallel = false;
   int pipeline_parallel_size = 1;
   bool disable_uvicorn_access_log = false;
   // Pure tuning knobs of vLLM: accepted and logged as having no effect (name -> value given).
@@ -102,7 +104,52 @@ struct ServeFlags {
   std::string task = "auto";
   bool enable_force_include_usage = false;
   bool return_tokens_as_token_ids = false;
+  // Images.
+  std::string limit_mm_per_prompt;  // --limit-mm-per-prompt '{"image": N}'
+  std::string image_attention = "generate";
+  std::string allowed_local_media_path;
+  std::string max_image_bytes = "20MiB";
+  int64_t max_image_pixels = 40000000;
+  std::string media_io_kwargs;  // '{"image": {"rgba_background_color": [r, g, b]}}'
 };
+
+Json parse_flag_json(const std::string& text, const std::string& flag);
+uint64_t parse_byte_count(const std::string& s, const std::string& flag);
+
+// Where image_url parts may come from and what one image may cost (--allowed-local-media-path,
+// --max-image-bytes, --max-image-pixels, --media-io-kwargs).
+ImageInputPolicy image_input_policy(const ServeFlags& f) {
+  ImageInputPolicy p;
+  if (!f.allowed_local_media_path.empty()) {
+    if (!std::filesystem::is_directory(f.allowed_local_media_path))
+      fail_arg("--allowed-local-media-path {} is not a directory", f.allowed_local_media_path);
+    p.allowed_local_media_path = f.allowed_local_media_path;
+  }
+  p.limits.max_bytes = parse_byte_count(f.max_image_bytes, "--max-image-bytes");
+  if (p.limits.max_bytes < 64 || p.limits.max_bytes > (uint64_t{1} << 30))
+    fail_arg("--max-image-bytes must be between 64 bytes and 1 GiB");
+  if (f.max_image_pixels < 1 || f.max_image_pixels > 178956970)
+    fail_arg("--max-image-pixels must be between 1 and 178956970");
+  p.limits.max_pixels = f.max_image_pixels;
+  if (!f.media_io_kwargs.empty()) {
+    const Json m = parse_flag_json(f.media_io_kwargs, "--media-io-kwargs");
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (it.key() != "image" || !it->is_object())
+        fail_arg("--media-io-kwargs: only an \"image\" object is accepted");
+      for (auto k = it->begin(); k != it->end(); ++k) {
+        const Json& c = *k;
+        if (k.key() != "rgba_background_color" || !c.is_array() || c.size() != 3 ||
+            !std::all_of(c.begin(), c.end(), [](const Json& v) {
+              return v.is_number_integer() && v.get<int>() >= 0 && v.get<int>() <= 255;
+            }))
+          fail_arg("--media-io-kwargs: image accepts rgba_background_color: [r, g, b] (0..255)");
+        p.background = Rgb{static_cast<uint8_t>(c[0].get<int>()), static_cast<uint8_t>(c[1].get<int>()),
+                           static_cast<uint8_t>(c[2].get<int>())};
+      }
+    }
+  }
+  return p;
+}
 
 Json parse_flag_json(const std::string& text, const std::string& flag) {
   Json j;
@@ -287,6 +334,24 @@ Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
   // The warm-up pays the GPU's one-time start-up costs; the CPU backend has none worth a delay.
   e.warmup = !f.no_warmup && resolve_device(f.device) == "cuda";
   e.enforce_eager = f.enforce_eager;
+  if (!f.limit_mm_per_prompt.empty()) {
+    const Json lm = parse_flag_json(f.limit_mm_per_prompt, "--limit-mm-per-prompt");
+    if (!lm.is_object()) fail_arg("--limit-mm-per-prompt must be a JSON object such as '{{\"image\": 4}}'");
+    for (auto it = lm.begin(); it != lm.end(); ++it) {
+      const bool count = it->is_number_integer() && it->get<int64_t>() >= 0 && it->get<int64_t>() <= 100000;
+      if (it.key() == "image") {
+        if (!count) fail_arg("--limit-mm-per-prompt: image must be an integer in [0, 100000]");
+        e.max_images_per_prompt = it->get<int>();
+      } else if (it.key() == "video" || it.key() == "audio") {
+        if (!count) fail_arg("--limit-mm-per-prompt: {} must be a non-negative integer", it.key());
+        if (it->get<int64_t>() > 0)
+          DG_LOG_INFO("serve", "--limit-mm-per-prompt: {} input is not supported (ignored)", it.key());
+      } else {
+        fail_arg("--limit-mm-per-prompt: unknown modality '{}' (image, video, audio)", it.key());
+      }
+    }
+  }
+  e.image_mask = parse_image_mask(f.image_attention, "--image-attention");
   if (!f.kv_cache_memory.empty()) e.kv_cache_memory = parse_byte_count(f.kv_cache_memory, "--kv-cache-memory");
 
   if (!f.diffusion_config.empty()) {
@@ -345,9 +410,12 @@ Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
     DG_LOG_INFO("serve", "--attention-backend {}: accepted for vLLM compatibility; dgemma uses its own kernels",
                 f.attention_backend);
   if (f.trust_remote_code) DG_LOG_INFO("serve", "--trust-remote-code: accepted; dgemma never runs model code");
-  if (f.data_parallel_size != 1)
-    fail_arg("--data-parallel-size {}: dgemma runs one engine per process (only 1 is accepted; run replicas behind a "
-             "load balancer)", f.data_parallel_size);
+  if (f.data_parallel_size < 1 || f.data_parallel_size > 8)
+    fail_arg("--data-parallel-size must be 1 to 8 (got {})", f.data_parallel_size);
+  if (f.data_parallel_size != 1 && p.extra_format)
+    fail_arg("--data-parallel-size {}: the {} engine has no model to replicate", f.data_parallel_size,
+             extra.prefix);
+  e.data_parallel_size = f.data_parallel_size;
   if (f.pipeline_parallel_size != 1)
     fail_arg("--pipeline-parallel-size {}: dgemma runs one model on one device (only 1 is accepted)",
              f.pipeline_parallel_size);
@@ -395,6 +463,7 @@ Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
   a.content_as_string = f.chat_template_content_format == "string";
   a.force_include_usage = f.enable_force_include_usage;
   a.return_tokens_as_token_ids = f.return_tokens_as_token_ids;
+  a.images = image_input_policy(f);
   if (!f.default_chat_template_kwargs.empty()) {
     a.default_template_kwargs = parse_flag_json(f.default_chat_template_kwargs, "--default-chat-template-kwargs");
     for (auto it = a.default_template_kwargs.begin(); it != a.default_template_kwargs.end(); ++it) {
@@ -746,7 +815,8 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
   sub->add_option("--ssl-keyfile", f->ssl_keyfile, "PEM private key: serve HTTPS (with --ssl-certfile)");
   sub->add_option("--ssl-certfile", f->ssl_certfile, "PEM certificate chain: serve HTTPS (with --ssl-keyfile)");
   sub->add_option("--kv-cache-dtype", f->kv_cache_dtype, "auto or bfloat16 (the KV cache is bfloat16)");
-  sub->add_option("--data-parallel-size", f->data_parallel_size, "Must be 1 (also accepted as -dp 1)");
+  sub->add_option("--data-parallel-size", f->data_parallel_size,
+                  "N engine replicas behind this server, one per GPU (CPU: N engines); also -dp N");
   sub->add_option("--pipeline-parallel-size", f->pipeline_parallel_size, "Must be 1 (also accepted as -pp 1)");
   // vLLM tuning knobs that mean nothing here: accepted, and logged as having no effect.
   sub->add_option("--tokenizer-mode", f->tokenizer_mode,
@@ -760,12 +830,29 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
                 "Every stream ends with a usage chunk, as if stream_options.include_usage were set");
   sub->add_flag("--return-tokens-as-token-ids", f->return_tokens_as_token_ids,
                 "Logprobs name tokens as \"token_id:N\" instead of their text");
+  sub->add_option(
+      "--limit-mm-per-prompt", f->limit_mm_per_prompt,
+      "Images a prompt may hold, as JSON: '{\"image\": N}' (default 999; 0: text only, the vision "
+      "tower is not loaded)");
+  sub->add_option(
+         "--image-attention", f->image_attention,
+         "How an image's tokens attend: generate (each image block sees itself whole in every layer, "
+         "the reference's generate(); default), gemma4 (sliding layers only, within the window) or causal")
+      ->check(CLI::IsMember({"generate", "gemma4", "causal"}));
+  sub->add_option("--allowed-local-media-path", f->allowed_local_media_path,
+                  "Directory whose files image_url parts may name as file:// URLs (default: none)");
+  sub->add_option("--max-image-bytes", f->max_image_bytes, "Largest image file accepted (default 20MiB)");
+  sub->add_option("--max-image-pixels", f->max_image_pixels,
+                  "Largest image accepted, in pixels (default 40000000), checked before decoding");
+  sub->add_option("--media-io-kwargs", f->media_io_kwargs,
+                  "'{\"image\": {\"rgba_background_color\": [r, g, b]}}': the background RGBA images are "
+                  "composited over (default white)");
   // vLLM tuning and deployment knobs that mean nothing here: accepted, and logged as having no effect.
   for (const char* name :
        {"--swap-space", "--block-size", "--max-cudagraph-capture-size", "--compilation-config",
-        "--uvicorn-log-level", "--max-log-len", "--max-logprobs", "--limit-mm-per-prompt",
-        "--distributed-executor-backend", "--max-seq-len-to-capture", "--tokenizer-pool-size",
-        "--guided-decoding-backend", "--structured-outputs-config"}) {
+        "--uvicorn-log-level", "--max-log-len", "--max-logprobs", "--distributed-executor-backend",
+        "--max-seq-len-to-capture", "--tokenizer-pool-size", "--guided-decoding-backend",
+        "--structured-outputs-config"}) {
     const std::string flag = name;
     sub->add_option_function<std::string>(
            flag, [f, flag](const std::string& v) { f->no_effect.emplace_back(flag, v); },
@@ -779,8 +866,14 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
     sub->add_flag_callback(flag, [f, flag] { f->no_effect.emplace_back(flag, ""); }, "vLLM knob: accepted, no effect")
         ->group("vLLM compatibility (no effect)");
   }
-  sub->add_option("--tensor-parallel-size", f->tensor_parallel_size,
-                  "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CPU backend only for now");
+  sub->add_option(
+      "--tensor-parallel-size", f->tensor_parallel_size,
+      "Split the model over N ranks: 1, 2, 4 or 8 (also -tp N); CUDA: one GPU per rank (NCCL), CPU: "
+      "one thread per rank");
+  sub->add_flag(
+      "--enable-expert-parallel", f->enable_expert_parallel,
+      "With -tp N: experts split by expert (each rank holds E / N whole experts; dgemma's only split of "
+      "the experts, so on or off the same)");
   sub->add_option(
       "--config", f->config_file,
       "vLLM's YAML config file: flag: value lines (long flag names); the command line wins over it");

@@ -38,6 +38,11 @@ DiffusionModelRunner::DeviceState& DiffusionModelRunner::state_of(const Sequence
   return state_.emplace(seq.id(), new_state(true)).first->second;
 }
 
+Tensor DiffusionModelRunner::sampler_logits(int64_t i) const {
+  const int64_t C = canvas_;
+  return model_->gathers_vocabulary() ? sampled_.rows(i * C, (i + 1) * C) : logits_.rows(i * C, (i + 1) * C);
+}
+
 DiffusionModelRunner::DeviceState& DiffusionModelRunner::idle_state(int k) {
   while (static_cast<int>(idle_.size()) <= k) {
     DeviceState d = new_state(false);  // no soft buffer: an idle canvas's rows are never scattered
@@ -55,6 +60,10 @@ void DiffusionModelRunner::ensure_step_buffers(int64_t canvases) {
     DG_CHECK(graphs_.empty());  // recorded steps read the buffers they were recorded with
     logits_ = Tensor{};         // back to the allocator before the larger one is taken
     logits_ = be.alloc(ScalarType::kBF16, {canvases * C, model_->logits_columns()});
+    if (model_->gathers_vocabulary()) {
+      sampled_ = Tensor{};
+      sampled_ = be.alloc(ScalarType::kBF16, {canvases * C, model_->config().text.vocab_size});
+    }
   }
   if (out_.empty() || out_.dim(0) < canvases) {
     DG_CHECK(graphs_.empty());
@@ -78,7 +87,7 @@ void DiffusionModelRunner::add_idle_canvas(Step& step, int k) {
   const Tensor row = out_.rows(k, k + 1).reshape({2 + C});
   d.argmax = borrow_tensor(row.ptr<int32_t>() + 2, ScalarType::kI32, {C}, row.device);
   SamplerArgs sa;
-  sa.logits = fi.logits;
+  sa.logits = sampler_logits(k);
   sa.softcap = static_cast<float>(model_->config().text.final_logit_softcapping);
   sa.want_sample = false;
   sa.entropy = d.entropy;
@@ -127,7 +136,11 @@ void DiffusionModelRunner::execute(Step& step, const StepInputs& in, const Tenso
   // All canvases at once: one sampler, one self-conditioning GEMM (its rows scattered to each canvas's
   // soft buffer), one decide.
   const int64_t C = canvas_, H = model.config().text.hidden_size;
+  if (model.gathers_vocabulary()) model.gather_vocabulary(logits_.rows(0, N * C), sampled_.rows(0, N * C));
   model.sampler_batch_encoded(step.sampling, block.rows(in.sampler_at, in.decide_at));
+  // The rank's columns of the probabilities the whole-vocabulary sampler wrote.
+  if (model.gathers_vocabulary())
+    be.copy_columns(logits_.rows(0, N * C), sampled_.rows(0, N * C), model.vocab_first());
   Tensor soft = be.alloc(ScalarType::kBF16, {N * C, H});
   model.soft_embeddings(logits_.rows(0, N * C), soft);  // probs . E * embed_scale
   be.scatter_blocks(soft, block.rows(in.soft_out_at, in.soft_out_at + 2 * N), N, C * H * 2);
@@ -216,6 +229,13 @@ StepResult DiffusionModelRunner::run(const StepPlan& plan) {
       it.tokens = std::span<const int32_t>(s.history())
                       .subspan(static_cast<size_t>(p.begin), static_cast<size_t>(p.end - p.begin));
       it.kv.cached = p.begin;
+      // The chunk's images (a chunk holds an image block whole or not at all).
+      for (size_t m = 0; m < s.images().size(); ++m) {
+        const PromptImage& im = s.images()[m];
+        if (im.first < p.begin || im.first >= p.end) continue;
+        DG_CHECK(im.first + s.image_soft_tokens(m) <= p.end);
+        it.images.push_back({im.first - p.begin, VisionImageInput{im.grid_h, im.grid_w, *im.patches}});
+      }
       step.items.push_back(it);
       continue;
     }
@@ -262,7 +282,7 @@ StepResult DiffusionModelRunner::run(const StepPlan& plan) {
     const Tensor row = out_.rows(i, i + 1).reshape({2 + C});
     d.argmax = borrow_tensor(row.ptr<int32_t>() + 2, ScalarType::kI32, {C}, row.device);
     d.argmax.owner = out_.owner;
-    step.sampling.push_back(sampler_args(seq, d, logits_.rows(i * C, (i + 1) * C)));
+    step.sampling.push_back(sampler_args(seq, d, sampler_logits(i)));
     step.deciding.push_back(
         decide_args(seq, d, borrow_tensor(row.ptr<int32_t>(), ScalarType::kI32, {2}, row.device)));
   }

@@ -106,6 +106,8 @@ class DiffusionModelRunner final : public ModelRunner {
   // The state of idle canvas k (padding of replayed steps), and the canvas added to a step as its
   // k-th (its logits and out_ rows k).
   DeviceState& idle_state(int k);
+  // Canvas i's rows of the logits its sampler reads (logits_, or sampled_ when gathering the vocabulary).
+  Tensor sampler_logits(int64_t i) const;
   void add_idle_canvas(Step& step, int k);
   // Whether a step may replay a graph: denoising canvases only, none filtered, none with top
   // log-probabilities or pinned positions, no dump.
@@ -147,6 +149,9 @@ class DiffusionModelRunner final : public ModelRunner {
   // the largest step seen; overwritten with the probabilities by the sampler. out_: canvas i's
   // {flags[2], argmax[C]} at row i, read back once per step. Both stay put while graphs exist.
   Tensor logits_;
+  // [rows, whole vocabulary]: the gathered logits a rank samples when the model gathers the
+  // vocabulary (DiffusionGemma::gathers_vocabulary; else empty), overwritten with the probabilities.
+  Tensor sampled_;
   Tensor out_;
   std::vector<Graph> graphs_;  // ascending canvases
   Tensor graph_block_;         // the input block the graphs read (the largest layout)

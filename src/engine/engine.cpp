@@ -5,6 +5,7 @@
 
 #include "engine/limits.h"
 #include "engine/params.h"
+#include "engine/prompt_images.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/timing.h"
@@ -55,6 +56,7 @@ std::shared_ptr<RequestStream> DiffusionEngine::submit(GenerationRequest request
             scheduler.max_pages_needed(plen, max_tokens), core_->canvas_length(), plen, max_tokens,
             core_->blocks().total_pages(KvGroup::kFull)),
         "max_tokens");
+  std::vector<int64_t> soft = check_prompt_images(request, images_);
   const uint64_t id = next_id_++;
   SequenceParams sp = resolve(request.params, id);
   auto stream = std::make_shared<RequestStream>(id);
@@ -69,6 +71,7 @@ std::shared_ptr<RequestStream> DiffusionEngine::submit(GenerationRequest request
                   fmt::format("the server is busy: {} requests are already waiting (--max-queue)", waiting));
     auto seq = std::make_unique<Sequence>(id, std::move(request.prompt), std::move(sp),
                                           core_->canvas_length(), vocab_size());
+    seq->set_images(std::move(request.images), std::move(soft));
     seq->submit_time = now_seconds();
     incoming_.push_back({std::move(seq), stream});
   }

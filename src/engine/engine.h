@@ -31,6 +31,9 @@ class DiffusionEngine final : public EngineInterface {
   EngineStats stats() const override;
   int64_t max_model_len() const override { return core_->max_model_len(); }
   int vocab_size() const override { return core_->vocab_size(); }
+  ImageSupport image_support() const override { return images_; }
+  // Turns image input on (the model's vision tower is loaded); before the first submit.
+  void set_image_support(const ImageSupport& s) { images_ = s; }
 
  private:
   struct Entry {
@@ -38,6 +41,7 @@ class DiffusionEngine final : public EngineInterface {
     std::shared_ptr<RequestStream> stream;
   };
   SequenceParams resolve(const SamplingParams& p, uint64_t request_id) const;
+  ImageSupport images_;
   void loop();
   // The core's counts, published for submit() and stats() (under mu_).
   void publish();

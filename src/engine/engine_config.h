@@ -25,6 +25,8 @@ struct EngineConfig {
   int64_t max_model_len = 0;           // 0: from config (max_position_embeddings), capped by memory
   int max_num_seqs = 4;                // running requests
   int tensor_parallel_size = 1;        // -tp N: ranks the model is split over (CPU: threads of the simulation)
+  int data_parallel_size = 1;          // -dp N: engine replicas behind one server (engine/data_parallel.h)
+  int cuda_device = 0;                 // the GPU of a one-GPU engine (a data-parallel replica's)
   int64_t max_num_batched_tokens = 0;  // 0: derived (max_num_seqs * canvas + prefill chunk)
   int max_queue = 1024;                // waiting requests before 503
   double gpu_memory_utilization = 0.9;   // share of the device's memory the engine may use (CUDA)
@@ -35,6 +37,10 @@ struct EngineConfig {
   std::string generation_config;           // --generation-config: "auto" (model dir), "vllm" (built-in defaults) or a directory
   Json override_generation_config = Json::object();  // --override-generation-config
   uint64_t seed = 0;                       // --seed: base for requests without their own seed
+  // --limit-mm-per-prompt '{"image": N}': images a prompt may hold (-1: the default, 999 as in vLLM; 0: a
+  // text-only deployment: the vision tower is not loaded).
+  int max_images_per_prompt = -1;
+  ImageMask image_mask = ImageMask::kGenerate;  // --image-attention: how image blocks attend
   bool enable_prefix_caching = true;     // on by default, as in vLLM
   bool enable_chunked_prefill = true;
   bool warmup = false;  // the runner's start-up warm-up (diffusion_runner.h); serve turns it on for the GPU

@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "backend/cuda_limits.h"
+#include "backend/nccl.h"
+#include "engine/data_parallel.h"
 #include "engine/diffusion_runner.h"
 #include "engine/engine.h"
 #include "engine/engine_config.h"
@@ -73,8 +75,17 @@ void check_engine_flags(const EngineConfig& c) {
 
 // The model's config with the canvas length the engine runs at (--diffusion-config canvas_length,
 // else `fallback_canvas`, else the checkpoint's).
+constexpr int kDefaultImagesPerPrompt = 999;  // vLLM's default per modality
+
+// Whether the deployment takes images: the model has a vision tower, images are not limited to 0, and
+// one rank runs the model (the tower's weights are not sharded).
+bool images_loaded(const EngineConfig& c, const ModelConfig& mc) {
+  return mc.has_vision && c.max_images_per_prompt != 0 && c.tensor_parallel_size == 1;
+}
+
 ModelConfig engine_model_config(const EngineConfig& c, std::optional<int> fallback_canvas = std::nullopt) {
   ModelConfig mc = load_model_config(c.model_dir);
+  mc.image_mask = c.image_mask;
   check_quantization_flag(mc.quant, c.quantization);
   if (c.canvas_length || fallback_canvas) {
     mc.canvas_length = c.canvas_length ? *c.canvas_length : *fallback_canvas;
@@ -155,7 +166,20 @@ std::unique_ptr<EngineInterface> start_engine(const EngineConfig& c, const Model
   core->prepare([&](uint64_t id) {
     return resolve_sequence_params(SamplingParams{}, g, {c.seed, id, mc.canvas_length, mc.text.vocab_size});
   });
-  return std::make_unique<DiffusionEngine>(c, std::move(core), std::move(g));
+  auto engine = std::make_unique<DiffusionEngine>(c, std::move(core), std::move(g));
+  if (images_loaded(c, mc)) {
+    ImageSupport s;
+    s.max_per_prompt = c.max_images_per_prompt < 0 ? kDefaultImagesPerPrompt : c.max_images_per_prompt;
+    s.image_token_id = mc.image_token_id;
+    s.boi_token_id = mc.boi_token_id;
+    s.eoi_token_id = mc.eoi_token_id;
+    s.patch_size = mc.vision.patch_size;
+    s.pooling_kernel_size = mc.vision.pooling_kernel_size;
+    s.max_soft_tokens = load_processor_config(c.model_dir, mc.vision).max_soft_tokens;
+    s.max_block_tokens = sizing.prefill_chunk;
+    engine->set_image_support(s);
+  }
+  return engine;
 }
 
 }  // namespace
@@ -165,7 +189,40 @@ std::string resolve_device(const std::string& device) {
   return device;
 }
 
+namespace {
+
+// -dp N: N whole engines (replica r on GPU r; CPU: N engines of the CPU backend) behind one router.
+std::unique_ptr<EngineInterface> create_data_parallel_engine(const EngineConfig& c) {
+  const int dp = c.data_parallel_size;
+  if (dp < 1 || dp > 8) fail_arg("--data-parallel-size must be 1 to 8 (got {})", dp);
+  if (c.tensor_parallel_size > 1)
+    fail_arg(
+        "--data-parallel-size {} with --tensor-parallel-size {}: one or the other (replicas of split models "
+        "are "
+        "not supported)",
+        dp, c.tensor_parallel_size);
+  const std::string device = resolve_device(c.device);
+  if (device == "cuda" && cuda_device_count() < dp)
+    fail(ErrorKind::kUnsupported,
+         "--data-parallel-size {} needs {} GPUs, one per replica (this process sees {})", dp, dp,
+         cuda_device_count());
+  std::vector<std::unique_ptr<EngineInterface>> replicas;
+  for (int r = 0; r < dp; ++r) {
+    EngineConfig rc = c;
+    rc.data_parallel_size = 1;
+    rc.cuda_device = device == "cuda" ? r : 0;
+    DG_LOG_INFO("engine", "data-parallel replica {} of {}{}", r, dp,
+                device == "cuda" ? fmt::format(" on GPU {}", r) : "");
+    replicas.push_back(create_model_engine(rc));
+  }
+  const int canvas = replicas.front()->stats().canvas_length;
+  return std::make_unique<DataParallelEngine>(std::move(replicas), canvas);
+}
+
+}  // namespace
+
 std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
+  if (c.data_parallel_size != 1) return create_data_parallel_engine(c);
   check_engine_flags(c);
   ModelConfig mc = engine_model_config(c);
   GenerationConfig g = resolve_generation_config(c, mc);
@@ -173,29 +230,50 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   validate_tensor_parallel(mc, tp);
 
   const std::string device = resolve_device(c.device);
+  // `backend` is where the weights load: the device of a one-GPU engine, or the host when -tp N splits
+  // them over GPUs (rank_backends: one per GPU, each taking its shard).
   std::unique_ptr<Backend> backend;
+  std::vector<std::unique_ptr<Backend>> rank_backends;
   if (device == "cuda") {
     check_cuda_supports(cuda_model_shape(mc));  // refused here, naming the limit, not mid-request
-    backend = make_cuda_backend(0, c.cuda);
+    if (tp > 1) {
+      const int gpus = cuda_device_count();
+      if (gpus < tp)
+        fail(ErrorKind::kUnsupported,
+             "--tensor-parallel-size {} on CUDA needs {} GPUs, one per rank (this process sees {}); --device "
+             "cpu runs "
+             "the CPU simulation",
+             tp, tp, gpus);
+      for (int r = 0; r < tp; ++r) rank_backends.push_back(make_cuda_backend(r, c.cuda));
+      backend = make_cpu_backend();
+    } else {
+      backend = make_cuda_backend(c.cuda_device, c.cuda);
+    }
   } else if (device == "cpu") {
     backend = make_cpu_backend();
   } else {
     fail_arg("--device must be auto, cuda or cpu (got '{}')", c.device);
   }
-  if (tp > 1 && device != "cpu")
-    fail(ErrorKind::kUnsupported,
-         "--tensor-parallel-size {}: the {} backend has no tensor-parallel kernels yet (the sharded model runs on the CPU "
-         "backend: --device cpu, one thread per rank)",
-         tp, backend->name());
-  DG_LOG_INFO("engine", "backend: {}{}", backend->name(), tp > 1 ? fmt::format(", tensor parallel over {} ranks (threads)", tp) : "");
+  DG_LOG_INFO("engine", "backend: {}{}",
+              rank_backends.empty() ? backend->name() : rank_backends.front()->name(),
+              tp > 1 ? fmt::format(", tensor parallel over {} ranks ({})", tp,
+                                   device == "cpu" ? "threads" : "GPUs, NCCL")
+                     : "");
 
   ModelWeights w;
+  WeightLoadOptions load_options;
+  load_options.vision = images_loaded(c, mc);
+  if (mc.has_vision && !load_options.vision)
+    DG_LOG_INFO("engine", "image input off ({}): the vision tower is not loaded",
+                tp > 1 ? "tensor parallelism" : "--limit-mm-per-prompt image 0");
   if (c.load_format == "dummy") {
-    w = dummy_weights(mc, *backend, c.seed);
+    w = dummy_weights(mc, *backend, c.seed, load_options);
     DG_LOG_INFO("engine", "dummy weights (deterministic random, seed {})", c.seed);
   } else if (c.load_format == "auto" || c.load_format == "safetensors") {
     ProgressReporter progress(ProgressReporter::for_stderr("loading weights"));
-    w = load_weights(mc, c.model_dir, *backend, [&](uint64_t done, uint64_t total) { progress.update(done, total); });
+    w = load_weights(
+        mc, c.model_dir, *backend, [&](uint64_t done, uint64_t total) { progress.update(done, total); },
+        load_options);
   } else {
     fail_arg("--load-format must be auto, safetensors or dummy (got '{}')", c.load_format);
   }
@@ -205,15 +283,24 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
   // after the per-sequence buffers and the activation workspace.
   const int64_t C = mc.canvas_length;
   const int64_t max_len = engine_max_model_len(c, mc);
+  std::shared_ptr<TensorParallelModel> gpu_ranks;
+  if (!rank_backends.empty()) {  // each GPU takes its shard of the host weights; NCCL joins them
+    std::vector<Backend*> ranks;
+    for (const auto& b : rank_backends) ranks.push_back(b.get());
+    std::unique_ptr<CollectiveGroup> group = make_nccl_group(ranks);
+    gpu_ranks = TensorParallelModel::upload(mc, w, std::move(rank_backends), std::move(group));
+    w = ModelWeights{};
+  }
   MemoryPlanInputs in = memory_plan_inputs(c, max_len, device == "cpu");
   in.tensor_parallel_size = tp;
   uint64_t outside_allocator = 0;
-  if (!in.cpu) {
-    backend->release_cached_memory();  // freed loading temporaries are not the weights
-    const MemoryInfo mem = backend->memory_info();
+  if (!in.cpu) {  // measured on the GPU (rank 0's: the ranks hold equal shares)
+    Backend& gpu = gpu_ranks ? gpu_ranks->backend(0) : *backend;
+    gpu.release_cached_memory();  // freed loading temporaries are not the weights
+    const MemoryInfo mem = gpu.memory_info();
     in.device_bytes = mem.total;
     in.used_bytes = mem.total - mem.free;
-    const uint64_t held = backend->allocator_stats().reserved;
+    const uint64_t held = gpu.allocator_stats().reserved;
     outside_allocator = in.used_bytes > held ? in.used_bytes - held : 0;
   }
   const MemoryPlan plan = plan_memory(mc, in);
@@ -247,7 +334,9 @@ std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& c) {
               plan.step_tokens, c.enable_prefix_caching ? "on" : "off");
   const RunnerOptions ro = runner_options(c, plan, outside_allocator);
   std::unique_ptr<ModelRunner> runner;
-  if (tp > 1) {  // the ranks' weights are views of the host weights just loaded
+  if (gpu_ranks) {
+    runner = std::make_unique<TensorParallelRunner>(gpu_ranks, plan.pool, ro);
+  } else if (tp > 1) {  // the ranks' weights are views of the host weights just loaded
     runner =
         std::make_unique<TensorParallelRunner>(TensorParallelModel::cpu(mc, std::move(w), tp), plan.pool, ro);
   } else {

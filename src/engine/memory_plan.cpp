@@ -68,7 +68,13 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
   p.weight_bytes = in.used_bytes > 0 ? in.used_bytes
                    : c.quant.quantized() || tp > 1 ? device_weight_bytes(c, tp)
                                                    : static_cast<uint64_t>(count_parameters(c).total) * kBf16Bytes;
-  p.work_bytes_per_seq = static_cast<uint64_t>(C) * (static_cast<uint64_t>(t.vocab_size / tp) + t.hidden_size) * kBf16Bytes;
+  // A GPU rank also holds its canvases' logits over the whole vocabulary: it samples the gathered
+  // vocabulary (DiffusionGemma::gathers_vocabulary).
+  const int64_t sampled_vocab = tp > 1 && !in.cpu ? t.vocab_size : t.vocab_size / tp;
+  p.work_bytes_per_seq = static_cast<uint64_t>(C) *
+                         (static_cast<uint64_t>(t.vocab_size / tp) + t.hidden_size +
+                          (sampled_vocab != t.vocab_size / tp ? static_cast<uint64_t>(sampled_vocab) : 0)) *
+                         kBf16Bytes;
   p.work_bytes_all_seqs = sat_mul(static_cast<uint64_t>(in.max_num_seqs), p.work_bytes_per_seq);
   p.activation_bytes_per_token = activation_bytes_per_token(c);
   p.activation_bytes = sat_mul(static_cast<uint64_t>(p.step_tokens), p.activation_bytes_per_token);
@@ -76,7 +82,7 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
   for (const auto& L : t.layers) head_dim = std::max<int64_t>(head_dim, L.head_dim);
   p.attention_split_bytes = workspace_bounds::flash_split_bytes(p.step_tokens, t.num_attention_heads / tp, head_dim,
                                                                 workspace_bounds::kFlashMaxAutoSplits);
-  p.sampler_bytes = workspace_bounds::sampler_bytes(in.max_num_seqs, C, t.vocab_size / tp);
+  p.sampler_bytes = workspace_bounds::sampler_bytes(in.max_num_seqs, C, sampled_vocab);
   if (c.quant.fp8_act_token) {  // the W8A8 paths' input copies (counted whether or not they are switched on)
     int64_t widest = std::max<int64_t>(t.hidden_size, t.intermediate_size);
     for (const auto& L : t.layers) widest = std::max<int64_t>(widest, int64_t{t.num_attention_heads} * L.head_dim / tp);

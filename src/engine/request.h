@@ -1,6 +1,7 @@
 #pragma once
 // The engine's public request interface: what the API layer submits and what it receives back.
 // HTTP threads only ever touch these types; the engine thread owns the model and the device.
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -57,9 +58,22 @@ struct SamplingParams {
   std::vector<PinnedSpan> pins;
 };
 
+// An image of a prompt: its soft tokens take the prompt's positions [first, first + soft tokens), which
+// hold the image token (the <|image> ... <image|> markers around them are ordinary tokens). `patches`
+// are the processor's uint8 patches (image/image_processor.h) of a grid_h x grid_w grid; `digest`
+// identifies the pixels (SHA-256 of the grid and patches) so that the prefix cache never shares the
+// pages of two different images.
+struct PromptImage {
+  int64_t first = 0;
+  int64_t grid_h = 0, grid_w = 0;
+  std::shared_ptr<const std::vector<uint8_t>> patches{};
+  std::array<uint8_t, 32> digest{};
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids (already templated/tokenised)
   SamplingParams params;
+  std::vector<PromptImage> images{};  // ascending, disjoint (the engine checks them against the prompt)
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
@@ -143,6 +157,7 @@ class RequestStream {
     std::shared_ptr<StreamWaker> waker;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (ev.kind == RequestEvent::Kind::kFinished || ev.kind == RequestEvent::Kind::kError) ended_ = true;
       events_.push_back(std::move(ev));
       waker = waker_;
     }
@@ -173,14 +188,26 @@ class RequestStream {
   // Asks the engine to drop this request (client gone, stop string hit). Idempotent.
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
+  // Whether the engine has pushed the terminal event (kFinished / kError), popped or not.
+  bool ended() const { return ended_; }
 
  private:
   uint64_t id_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> ended_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestEvent> events_;
   std::shared_ptr<StreamWaker> waker_;
+};
+
+// What the engine accepts in a prompt's images (max_per_prompt 0: a text-only deployment).
+struct ImageSupport {
+  int max_per_prompt = 0;
+  int32_t image_token_id = -1, boi_token_id = -1, eoi_token_id = -1;
+  int patch_size = 16, pooling_kernel_size = 3;
+  int max_soft_tokens = 280;     // the processor's budget per image (processor_config.json)
+  int64_t max_block_tokens = 0;  // soft tokens an image may have: its block is encoded in one prefill chunk
 };
 
 // Counters the API exposes on /metrics.
@@ -208,6 +235,7 @@ class EngineInterface {
   virtual EngineStats stats() const = 0;
   virtual int64_t max_model_len() const = 0;
   virtual int vocab_size() const = 0;
+  virtual ImageSupport image_support() const { return {}; }
 };
 
 }  // namespace dgemma

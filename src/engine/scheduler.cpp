@@ -77,7 +77,15 @@ void Scheduler::admit(StepPlan& plan, double now) {
     Sequence* s = waiting_.front();
     DG_CHECK(s->encoded == 0 && s->blocks.tables[0].empty() && s->blocks.tables[1].empty());
     // Keep at least one token to encode: the prefix cache serves whole pages before the last token.
-    const int64_t cached = blocks_.share_prefix(s->blocks, s->history(), static_cast<int64_t>(s->history().size()) - 1);
+    // A cached prefix never ends inside an image block (its tokens are encoded together).
+    int64_t cap = static_cast<int64_t>(s->history().size()) - 1;
+    int64_t cached = blocks_.share_prefix(s->blocks, s->cache_keys(), cap);
+    while (cached > 0 && s->inside_image(cached)) {
+      blocks_.free(s->blocks);
+      cap = s->chunk_end(0, cached);
+      cap = cap < cached ? cap : 0;
+      cached = cap > 0 ? blocks_.share_prefix(s->blocks, s->cache_keys(), cap) : 0;
+    }
     s->encoded = cached;
     const int64_t end = std::min<int64_t>(static_cast<int64_t>(s->history().size()), cached + config_.prefill_chunk);
     const int64_t need_full = blocks_.pages_needed(s->blocks, cached, static_cast<int64_t>(s->history().size()), KvGroup::kFull);
@@ -130,8 +138,14 @@ StepPlan Scheduler::schedule(double now) {
     const int64_t remaining = s->pending();
     // Within the budget; when the denoising work took all of it, still one chunk a step.
     const int64_t allowed = budget > 0 ? budget : (any_prefill ? 0 : config_.prefill_chunk);
-    const int64_t chunk = std::min({remaining, config_.prefill_chunk, allowed});
+    int64_t chunk = std::min({remaining, config_.prefill_chunk, allowed});
     if (chunk <= 0) continue;
+    // A chunk never cuts an image block: it stops before one, or takes one that starts it whole (then
+    // only as the step's first prefill chunk, as a chunk beyond the budget is; submit checked that a
+    // block fits a chunk).
+    const int64_t end = s->chunk_end(s->encoded, s->encoded + chunk);
+    if (end > s->encoded + chunk && (any_prefill || end - s->encoded > config_.prefill_chunk)) continue;
+    chunk = end - s->encoded;
     if (!reserve(s, s->encoded + chunk, plan)) continue;
     plan.items.push_back({s, PlannedItem::Kind::kEncode, s->encoded, s->encoded + chunk});
     any_prefill = true;
@@ -155,7 +169,7 @@ void Scheduler::on_step_done(const StepPlan& plan, double now) {
     Sequence* s = it.seq;
     DG_CHECK(it.begin == s->encoded);
     s->encoded = it.end;
-    blocks_.on_encoded(s->blocks, s->history(), s->encoded);
+    blocks_.on_encoded(s->blocks, s->cache_keys(), s->encoded);
     // The step that encoded the prompt's last token (alone or fused with the first denoising step)
     // has run: the request's prefill time ends here. A prefill again after a preemption keeps the first.
     if (s->prefill_done_time == 0 && s->encoded >= s->prompt_len()) s->prefill_done_time = now;

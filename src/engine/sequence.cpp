@@ -21,6 +21,40 @@ Sequence::Sequence(uint64_t id, std::vector<int32_t> prompt, SequenceParams para
   pins_end_ = dgemma::pins_end(params_.pins);
 }
 
+void Sequence::set_images(std::vector<PromptImage> images, std::vector<int64_t> soft) {
+  DG_CHECK(images.size() == soft.size() && history_.size() == static_cast<size_t>(prompt_len_));
+  images_ = std::move(images);
+  soft_ = std::move(soft);
+  keys_.clear();
+  if (images_.empty()) return;
+  keys_ = history_;
+  for (size_t i = 0; i < images_.size(); ++i) {
+    const PromptImage& im = images_[i];
+    DG_CHECK(im.first >= 0 && im.first + soft_[i] <= prompt_len_);
+    for (int64_t j = 0; j < soft_[i]; ++j) {
+      // Eight words of the digest in turn, 31 bits each: a block of 8+ tokens keys all 248 of them.
+      const size_t w = static_cast<size_t>(j % 8) * 4;
+      uint32_t v = 0;
+      for (int b = 0; b < 4; ++b) v = (v << 8) | im.digest[w + static_cast<size_t>(b)];
+      keys_[static_cast<size_t>(im.first + j)] = -1 - static_cast<int32_t>(v & 0x7fffffffu);
+    }
+  }
+}
+
+int64_t Sequence::chunk_end(int64_t begin, int64_t end) const {
+  for (size_t i = 0; i < images_.size(); ++i) {
+    const int64_t f = images_[i].first, e = f + soft_[i];
+    if (f < end && end < e) return f > begin ? f : e;
+  }
+  return end;
+}
+
+bool Sequence::inside_image(int64_t pos) const {
+  for (size_t i = 0; i < images_.size(); ++i)
+    if (images_[i].first < pos && pos < images_[i].first + soft_[i]) return true;
+  return false;
+}
+
 void Sequence::begin_canvas(double now) {
   step_ = 0;
   stability_ = StabilityRun(params_.diffusion.stability_threshold);
@@ -121,6 +155,7 @@ CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vec
   } else {
     // The whole argmax canvas (not the trimmed part) conditions the next one, as in the reference.
     history_.insert(history_.end(), committed.begin(), committed.end());
+    if (!images_.empty()) keys_.insert(keys_.end(), committed.begin(), committed.end());
     begin_canvas(now);
   }
   return c;

@@ -9,13 +9,14 @@
 // dropped filler is decided (docs/MODEL.md §6.6).
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "engine/block_manager.h"
-#include "engine/request.h"
 #include "engine/denoise_policy.h"
 #include "engine/params.h"
 #include "engine/pins.h"
+#include "engine/request.h"
 
 namespace dgemma {
 
@@ -47,6 +48,20 @@ class Sequence {
   uint64_t id() const { return id_; }
   const SequenceParams& params() const { return params_; }
   const std::vector<int32_t>& history() const { return history_; }
+  // The prompt's images (checked by the engine) and the blocks of soft tokens they fill: `soft` each.
+  void set_images(std::vector<PromptImage> images, std::vector<int64_t> soft);
+  const std::vector<PromptImage>& images() const { return images_; }
+  int64_t image_soft_tokens(size_t i) const { return soft_[i]; }
+  // The history as the prefix cache keys it: the image tokens of an image block replaced by words of
+  // its image's digest (negative, so never a token id), so equal keys mean equal pixels.
+  std::span<const int32_t> cache_keys() const {
+    return images_.empty() ? std::span<const int32_t>(history_) : keys_;
+  }
+  // `end` moved so that history [begin, end) cuts no image block: back to a block's start, or when the
+  // block starts at `begin`, past its end.
+  int64_t chunk_end(int64_t begin, int64_t end) const;
+  // Whether history position `pos` lies strictly inside an image block (a cached prefix may not end there).
+  bool inside_image(int64_t pos) const;
   int64_t prompt_len() const { return prompt_len_; }
   int canvas_length() const { return canvas_; }
 
@@ -103,6 +118,9 @@ class Sequence {
   int canvas_, vocab_;
   int64_t prompt_len_;
   std::vector<int32_t> history_;
+  std::vector<PromptImage> images_;
+  std::vector<int64_t> soft_;
+  std::vector<int32_t> keys_;  // cache_keys() when there are images
   int canvas_index_ = 0;
   int step_ = 0;
   StabilityRun stability_;

@@ -10,6 +10,24 @@
 #include "util/mmap_file.h"
 
 namespace dgemma {
+
+const char* image_mask_name(ImageMask m) {
+  switch (m) {
+    case ImageMask::kGenerate:
+      return "generate";
+    case ImageMask::kGemma4:
+      return "gemma4";
+    case ImageMask::kCausal:
+      return "causal";
+  }
+  return "?";
+}
+
+ImageMask parse_image_mask(const std::string& name, const std::string& what) {
+  for (ImageMask m : {ImageMask::kGenerate, ImageMask::kGemma4, ImageMask::kCausal})
+    if (name == image_mask_name(m)) return m;
+  fail_arg("{} must be generate, gemma4 or causal (got '{}')", what, name);
+}
 namespace {
 
 RopeParams parse_rope(const Json& j, const std::string& what, RopeParams def) {

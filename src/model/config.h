@@ -57,6 +57,16 @@ struct TextConfig {
   std::vector<LayerSpec> layers;  // one per layer, resolved
 };
 
+// How the encoder's mask treats the tokens of one image (docs/IMAGES.md "The attention mask"):
+//   kGenerate: each image block sees itself whole in every layer, the sliding window not applied to it
+//              (the reference's generate(); the default);
+//   kGemma4:   the same in sliding layers only, within the window (Gemma 4's masks);
+//   kCausal:   no exception: causal like text (the reference's plain forward()).
+enum class ImageMask { kGenerate, kGemma4, kCausal };
+const char* image_mask_name(ImageMask m);
+// "generate" | "gemma4" | "causal"; Error(kInvalidArgument) naming `what` otherwise.
+ImageMask parse_image_mask(const std::string& name, const std::string& what);
+
 struct ModelConfig {
   TextConfig text;
   int canvas_length = 256;
@@ -67,6 +77,8 @@ struct ModelConfig {
   bool tie_word_embeddings = true;
   bool has_vision = false;
   VisionConfig vision;  // vision_config (meaningful when has_vision)
+  ImageMask image_mask =
+      ImageMask::kGenerate;  // a deployment choice (serve --image-attention), not config.json's
   std::string dtype = "bfloat16";
   QuantConfig quant;  // quantization_config / hf_quant_config.json (method none when absent)
 };

@@ -45,6 +45,8 @@ DiffusionGemma::DiffusionGemma(ModelConfig config, ModelWeights weights, Backend
   for (const auto& L : t.layers)
     if (L.type == LayerType::kFull) full_dim = L.head_dim;
   inv_freq_full_ = upload_freq(t.rope_full, full_dim);
+  if (config_.has_vision && !weights_.vision.empty())
+    vision_ = std::make_unique<VisionTower>(config_, weights_.vision, backend_);
 }
 
 Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, const ForwardInputs& in,
@@ -68,8 +70,28 @@ Tensor DiffusionGemma::embed_inputs(std::span<ForwardItem> items, const ForwardI
   } else {
     backend_.embed(ids, weights_.embed, embed_scale_, x);
   }
+  scatter_images(items, in, x, dump);
   decoder_inputs(items, in, block, x, dump);
   return x;
+}
+
+void DiffusionGemma::scatter_images(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& x,
+                                    const ForwardDump& dump) {
+  std::vector<VisionImageInput> images;
+  for (const ForwardItem& it : items)
+    for (const ForwardImage& im : it.images) images.push_back(im.pixels);
+  if (images.empty()) return;
+  if (!vision_) fail_arg("this deployment takes no images (the vision tower is not loaded)");
+  // Every rank runs the whole tower (its weights are not sharded) and gets the same soft tokens.
+  const Tensor soft = vision_->encode(images);
+  dump.put("vision.soft_tokens", soft);
+  int64_t row = 0;
+  for (size_t i = 0; i < items.size(); ++i)
+    for (const ForwardImage& im : items[i].images) {
+      const int64_t n = vision_->soft_tokens(im.pixels), at = in.offsets[i] + im.first;
+      backend_.copy(x.rows(at, at + n), soft.rows(row, row + n));
+      row += n;
+    }
 }
 
 void DiffusionGemma::decoder_inputs(std::span<ForwardItem> items, const ForwardInputs& in,
@@ -126,6 +148,10 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv, 
     attention[g].items =
         block.rows(in.items_at[g], in.items_at[g] + static_cast<int64_t>(items.size()) * kAttentionItemFields);
     attention[g].host = in.host_items[g];
+    attention[g].host_blocks = in.host_blocks;
+    if (!in.host_blocks.empty())
+      attention[g].blocks =
+          block.rows(in.blocks_at, in.blocks_at + 2 * static_cast<int64_t>(in.host_blocks.size()));
     attention[g].plan = in.plan_items[g];
     for (size_t i = 0; i < items.size(); ++i) {
       const AttentionItem& a = in.host_items[g][i];
@@ -261,6 +287,8 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     args.v_new = v;
     args.items = ga.items;
     args.host_items = ga.host;
+    args.blocks = ga.blocks;
+    args.host_blocks = ga.host_blocks;
     args.plan_items = ga.plan;
     args.out = attn;
     backend_.attention_batch(args);
@@ -440,8 +468,14 @@ void DiffusionGemma::sampler_batch(std::span<SamplerArgs> canvases) {
   backend_.sampler_batch(canvases);
 }
 
+void DiffusionGemma::gather_vocabulary(const Tensor& local, const Tensor& full) {
+  DG_CHECK(sharded() && local.dim(-1) == logits_columns() && full.dim(-1) == config_.text.vocab_size);
+  tp_.collective->all_gather_last(local, full);
+}
+
 void DiffusionGemma::sampler_batch_encoded(std::span<SamplerArgs> canvases, const Tensor& encoded) {
-  if (!sharded()) return backend_.sampler_batch_encoded(canvases, encoded);
+  // Unsharded, or over the gathered vocabulary (gathers_vocabulary): the one-rank sampler.
+  if (!sharded() || gathers_vocabulary()) return backend_.sampler_batch_encoded(canvases, encoded);
   // The vocabulary-sharded sampler reads its host arguments (only the CPU backend has one).
   DG_CHECK(backend_.encoded_sampler_bytes(static_cast<int>(canvases.size())) == 0);
   sampler_batch(canvases);

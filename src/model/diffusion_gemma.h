@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "model/forward_inputs.h"
 #include "model/kv_view.h"
 #include "model/shard_plan.h"
+#include "model/vision_tower.h"
 #include "model/weights.h"
 
 namespace dgemma {
@@ -50,6 +52,16 @@ class DiffusionGemma {
   // the arguments the backend encoded into the step's block (Backend::sampler_batch_encoded); a rank
   // samples its vocabulary columns and exchanges the statistics.
   void sampler_batch_encoded(std::span<SamplerArgs> canvases, const Tensor& encoded);
+  // Whether a rank samples over the whole vocabulary: its backend has no vocabulary-sharded sampler
+  // (Backend::vocab_sharded_sampler; CUDA), so the ranks gather their logits columns
+  // (gather_vocabulary) and each runs the one-rank sampler over all of them — the same outputs on
+  // every rank and equal to one rank's by construction; a rank then keeps its columns of the
+  // probabilities for soft_embeddings. The runner sizes its buffers by it.
+  bool gathers_vocabulary() const { return sharded() && !backend_.vocab_sharded_sampler(); }
+  // full[rows, vocabulary] = every rank's logits columns [rows, logits_columns()] in rank order.
+  void gather_vocabulary(const Tensor& local, const Tensor& full);
+  // The first vocabulary id of this rank's logits columns.
+  int64_t vocab_first() const { return tp_.plan.split(config_.text.vocab_size).begin; }
   // Columns of the logits forward writes: the vocabulary, or this rank's slice of it.
   int64_t logits_columns() const { return config_.text.vocab_size / tp_.plan.size; }
   const TensorParallelRank& tensor_parallel() const { return tp_; }
@@ -59,10 +71,16 @@ class DiffusionGemma {
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
+  // The vision tower when the model has one and its weights are loaded (null: a text-only deployment).
+  const VisionTower* vision() const { return vision_.get(); }
   float embed_scale() const { return embed_scale_; }
 
  private:
   Tensor embed_inputs(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& block,
+                      const ForwardDump& dump);
+  // The encode items' images through the vision tower (all of the pass's images in one call), their soft
+  // tokens written unscaled over the rows of their image tokens in x.
+  void scatter_images(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& x,
                       const ForwardDump& dump);
   // The denoise items' rows of x (the last rows: the items follow the encode items, each C long): their
   // self-conditioning inputs gathered (zeros where an item has none), the SC-MLP added, then the
@@ -82,6 +100,8 @@ class DiffusionGemma {
     Tensor tables, items;                 // device: all page tables; [N * kAttentionItemFields] i32
     std::span<const AttentionItem> host;  // the items on the host
     std::span<const AttentionItem> plan;  // as the launch plans see them
+    Tensor blocks;                        // device: the encode items' image blocks (empty: none)
+    std::span<const ImageBlock> host_blocks;
   };
   void lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& x,
                const ForwardDump& dump);
@@ -105,6 +125,7 @@ class DiffusionGemma {
   float embed_scale_;
   float router_root_;
   Tensor inv_freq_sliding_, inv_freq_full_;
+  std::unique_ptr<VisionTower> vision_;
 };
 
 // RoPE inverse frequencies [head_dim / 2] of a layer type (default or proportional), in fp32.

@@ -48,7 +48,19 @@ ForwardInputs encode_forward_inputs(const ForwardShape& shape, std::span<const F
       in.denoise.push_back(static_cast<int64_t>(i));
     } else {
       DG_CHECK(in.denoise.empty());  // encode items first, then the denoise items
+      int64_t end = 0;
+      for (const ForwardImage& im : it.images) {
+        const int64_t n = im.pixels.grid_h * im.pixels.grid_w /
+                          (int64_t{config.vision.pooling_kernel_size} * config.vision.pooling_kernel_size);
+        DG_CHECK(config.has_vision && n > 0 && im.first >= end && im.first + n <= it.length() &&
+                 !it.tokens.empty());
+        for (int64_t j = im.first; j < im.first + n; ++j)
+          DG_CHECK(it.tokens[static_cast<size_t>(j)] == config.image_token_id);
+        in.host_blocks.push_back({static_cast<int32_t>(im.first), static_cast<int32_t>(im.first + n)});
+        end = im.first + n;
+      }
     }
+    DG_CHECK(it.kind == ForwardItem::Kind::kEncode || it.images.empty());
     for (const auto& tb : it.kv.tables) entries += static_cast<int64_t>(tb.size());
     in.offsets.push_back(in.total);
     in.total += it.length();
@@ -58,14 +70,16 @@ ForwardInputs encode_forward_inputs(const ForwardShape& shape, std::span<const F
   DG_CHECK(table_words == 0 || table_words >= entries);
   in.table_words = std::max<int64_t>(table_words > 0 ? table_words : entries, 1);
   const int64_t n = static_cast<int64_t>(items.size()), item_words = n * kAttentionItemFields;
-  // Layout: ids, positions, tables, both groups' items, then the u64 address tables (8-byte aligned).
+  // Layout: ids, positions, tables, both groups' items, the image blocks, then the u64 address tables
+  // (8-byte aligned).
   in.ids_at = 0;
   in.positions_at = in.total;
   in.tables_at = 2 * in.total;
   in.items_at[0] = in.tables_at + in.table_words;
   in.items_at[1] = in.items_at[0] + item_words;
+  in.blocks_at = in.items_at[1] + item_words;
   const int64_t nd = static_cast<int64_t>(in.denoise.size());
-  in.canvas_table_at = (in.items_at[1] + item_words + 1) / 2 * 2;
+  in.canvas_table_at = (in.blocks_at + 2 * static_cast<int64_t>(in.host_blocks.size()) + 1) / 2 * 2;
   in.soft_table_at = in.canvas_table_at + 2 * nd;
   in.words.assign(static_cast<size_t>(in.soft_table_at + 2 * nd), 0);
   int32_t* w = in.words.data();
@@ -77,7 +91,10 @@ ForwardInputs encode_forward_inputs(const ForwardShape& shape, std::span<const F
   for (size_t i = 0; i < items.size(); ++i) {
     const ForwardItem& it = items[i];
     const int64_t o = in.offsets[i];
-    std::copy(it.tokens.begin(), it.tokens.end(), w + in.ids_at + o);
+    // The encoder embeds every image token as the pad id (its image's soft tokens, if any, overwrite it).
+    std::transform(it.tokens.begin(), it.tokens.end(), w + in.ids_at + o, [&](int32_t id) {
+      return it.kind == ForwardItem::Kind::kEncode && id == config.image_token_id ? t.pad_token_id : id;
+    });
     for (int64_t j = 0; j < it.length(); ++j)
       w[in.positions_at + o + j] = static_cast<int32_t>(it.kv.cached + j);
     for (int g = 0; g < kKvGroups; ++g) {
@@ -87,9 +104,16 @@ ForwardInputs encode_forward_inputs(const ForwardShape& shape, std::span<const F
       at += static_cast<int64_t>(tb.size());
     }
   }
+  std::copy_n(reinterpret_cast<const int32_t*>(in.host_blocks.data()), 2 * in.host_blocks.size(),
+              w + in.blocks_at);
   // Both KV groups' attention items; the launch plans see plan_cached where it is larger.
   for (int g = 0; g < kKvGroups; ++g) {
     const bool sliding = g == static_cast<int>(KvGroup::kSliding);
+    // Which layers widen their mask over the image blocks, and whether the window still applies.
+    const bool blocks =
+        config.image_mask == ImageMask::kGenerate || (config.image_mask == ImageMask::kGemma4 && sliding);
+    const bool windowed = config.image_mask == ImageMask::kGemma4;
+    int32_t next_block = 0;
     // Visible cache: every cached token (full layers) or the most recent window-1 (sliding layers).
     auto visible_of = [&](int64_t cached) {
       return sliding ? std::min<int64_t>(cached, sliding_keep(config)) : cached;
@@ -110,6 +134,10 @@ ForwardInputs encode_forward_inputs(const ForwardShape& shape, std::span<const F
       a.table_len = static_cast<int32_t>(ranges[i][g].second - ranges[i][g].first);
       a.causal = it.kind == ForwardItem::Kind::kEncode ? 1 : 0;
       a.window = (a.causal && sliding) ? t.sliding_window : 0;
+      a.blocks_first = next_block;
+      a.blocks_len = blocks ? static_cast<int32_t>(it.images.size()) : 0;
+      a.blocks_windowed = a.blocks_len > 0 && windowed ? 1 : 0;
+      next_block += static_cast<int32_t>(it.images.size());
       std::copy_n(reinterpret_cast<const int32_t*>(&a), kAttentionItemFields,
                   w + in.items_at[g] + i * kAttentionItemFields);
       in.host_items[g].push_back(a);

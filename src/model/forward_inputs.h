@@ -12,8 +12,16 @@
 #include "backend/backend.h"
 #include "model/config.h"
 #include "model/kv_view.h"
+#include "model/vision_tower.h"
 
 namespace dgemma {
+
+// An image of a prompt chunk: its soft tokens replace the embeddings of the chunk's tokens [first, first +
+// soft tokens), which attend to each other as one image block (docs/IMAGES.md "The attention mask").
+struct ForwardImage {
+  int64_t first = 0;        // offset in the item's tokens
+  VisionImageInput pixels;  // the vision tower's input
+};
 
 // One piece of work of one sequence in a batched forward pass.
 struct ForwardItem {
@@ -32,16 +40,19 @@ struct ForwardItem {
   // The cache length the attention launch plans assume when larger than kv.cached (a recorded step,
   // replayed later over longer caches, plans for the longest: AttentionBatchArgs::host_items); -1: kv.cached.
   int64_t plan_cached = -1;
+  // kEncode: the images of the chunk, ascending and whole (a chunk never cuts an image block).
+  std::vector<ForwardImage> images{};
 
   int64_t length() const {
     return token_ids.empty() ? static_cast<int64_t>(tokens.size()) : token_ids.numel();
   }
 };
 
-// The forward's part of the block: encode items' token ids, every token's position, both KV groups' page
-// tables and attention items, and the device addresses of the denoise items' canvases (token_ids) and
-// self-conditioning inputs (soft_embeds), which the forward gathers on the device. `words` is the
-// whole block (a step block appends its parts after the forward's).
+// The forward's part of the block: encode items' token ids (the image token as the pad id: the encoder
+// embeds it as pad, its soft tokens overwrite the rows of images), every token's position, both KV groups'
+// page tables and attention items, the encode items' image blocks, and the device addresses of the denoise
+// items' canvases (token_ids) and self-conditioning inputs (soft_embeds), which the forward gathers on the
+// device. `words` is the whole block (a step block appends its parts after the forward's).
 struct ForwardInputs {
   std::vector<int32_t> words;
   int64_t total = 0;                          // tokens of all items
@@ -51,6 +62,8 @@ struct ForwardInputs {
   std::array<int64_t, kKvGroups> items_at{};  // [N * kAttentionItemFields] per group
   std::array<std::vector<AttentionItem>, kKvGroups> host_items;  // the items as the block holds them
   std::array<std::vector<AttentionItem>, kKvGroups> plan_items;  // as the launch plans see them (plan_cached)
+  int64_t blocks_at = 0;                           // [2 * host_blocks.size()]: the encode items' image blocks
+  std::vector<ImageBlock> host_blocks;             // the same on the host (AttentionBatchArgs::host_blocks)
   std::vector<int64_t> denoise;                    // indices of the denoise items, in item order
   int64_t canvas_table_at = 0, soft_table_at = 0;  // one u64 address (2 words) per denoise item; 0: none
 };

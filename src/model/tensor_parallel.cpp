@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "backend/thread_collective.h"
+#include "model/weight_upload.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -25,6 +26,19 @@ std::unique_ptr<TensorParallelModel> TensorParallelModel::cpu(const ModelConfig&
   full.sc_gate_up = Tensor();
   tp->full_ = std::move(full);
   return tp;
+}
+
+std::unique_ptr<TensorParallelModel> TensorParallelModel::upload(
+    const ModelConfig& config, const ModelWeights& full, std::vector<std::unique_ptr<Backend>> backends,
+    std::unique_ptr<CollectiveGroup> group) {
+  const int size = static_cast<int>(backends.size());
+  validate_tensor_parallel(config, size);
+  std::vector<ModelWeights> weights;
+  for (int r = 0; r < size; ++r)
+    weights.push_back(upload_model_weights(shard_weights(full, config, ShardPlan{r, size}),
+                                           *backends[static_cast<size_t>(r)]));
+  return std::make_unique<TensorParallelModel>(std::move(backends), std::move(group), config,
+                                               std::move(weights));
 }
 
 TensorParallelModel::TensorParallelModel(std::vector<std::unique_ptr<Backend>> backends, std::unique_ptr<CollectiveGroup> group,

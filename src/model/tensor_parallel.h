@@ -19,6 +19,12 @@ class TensorParallelModel {
   // The CPU simulation: `size` CPU backends over views of one set of host weights, exchanging through
   // an in-process collective. `full` is the unsharded model's weights (CPU tensors).
   static std::unique_ptr<TensorParallelModel> cpu(const ModelConfig& config, ModelWeights full, int size);
+  // Ranks on the given backends joined by `group` (CUDA: one GPU each with NCCL, backend/nccl.h, or
+  // several backends of one GPU with the one-device collective, backend/device_collective.h): each rank
+  // takes its shard of the host weights `full` (CPU tensors), uploaded to its backend.
+  static std::unique_ptr<TensorParallelModel> upload(const ModelConfig& config, const ModelWeights& full,
+                                                     std::vector<std::unique_ptr<Backend>> backends,
+                                                     std::unique_ptr<CollectiveGroup> group);
   // Any backends and group (one backend per rank, weights already sharded and on the rank's device).
   TensorParallelModel(std::vector<std::unique_ptr<Backend>> backends, std::unique_ptr<CollectiveGroup> group,
                       const ModelConfig& config, std::vector<ModelWeights> rank_weights);

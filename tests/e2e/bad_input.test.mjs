@@ -129,7 +129,7 @@ const cases = [
   ['null user content', CHAT, { messages: [{ role: 'user', content: null }] }, 400, 'messages[0].content'],
   ['numeric content', CHAT, { messages: [{ role: 'user', content: 5 }] }, 400, 'messages[0].content'],
   ['unknown part type', CHAT, { messages: [{ role: 'user', content: [{ type: 'hologram' }] }] }, 400, 'messages[0].content[0].type'],
-  ['image part', CHAT, { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://x/y.png' } }] }] }, 400, 'messages[0].content[0]'],
+  ['image part (a model without images)', CHAT, { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://x/y.png' } }] }] }, 400, 'messages[0].content[0].image_url.url'],
   ['text part without text', CHAT, { messages: [{ role: 'user', content: [{ type: 'text' }] }] }, 400, 'messages[0].content[0].text'],
   ['1M messages', CHAT, `{"messages":[${Array(200000).fill('1').join(',')}]}`, 400, 'messages'],
   ['function role', CHAT, { messages: [{ role: 'function', content: 'x', name: 'f' }] }, 400, 'messages[0].role'],

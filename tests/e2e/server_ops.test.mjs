@@ -267,7 +267,7 @@ describe('vLLM flags and exit codes', () => {
       [['--kv-cache-dtype', 'fp8'], /--kv-cache-dtype fp8: the KV cache is bfloat16/],
       [['--ssl-keyfile', 'k.pem'], /TLS needs both --ssl-keyfile and --ssl-certfile/],
       [['--ssl-keyfile', '/nonexistent/k.pem', '--ssl-certfile', '/nonexistent/c.pem'], /--ssl-certfile \/nonexistent\/c\.pem: /],
-      [['-dp', '2'], /--data-parallel-size 2: dgemma runs one engine per process/],
+      [['-dp', '9'], /--data-parallel-size must be 1 to 8 \(got 9\)/],
       [['--pipeline-parallel-size', '2'], /--pipeline-parallel-size 2/],
       [['--root-path', 'llm'], /--root-path 'llm' must be a path starting with '\/'/],
       [['--allowed-origins', 'http://x'], /--allowed-origins: expected a JSON list of strings/],
@@ -282,7 +282,7 @@ describe('vLLM flags and exit codes', () => {
     const knobs = [
       ['--swap-space', '4'], ['--block-size', '16'], ['--max-cudagraph-capture-size', '512'], ['--async-scheduling'],
       ['--compilation-config', '{"level":3}'], ['--uvicorn-log-level', 'warning'], ['--disable-fastapi-docs'],
-      ['--max-log-len', '100'], ['--enable-log-requests'], ['--max-logprobs', '20'], ['--limit-mm-per-prompt', '{"image":0}'],
+      ['--max-log-len', '100'], ['--enable-log-requests'], ['--max-logprobs', '20'],
     ];
     const s = await startServer({
       modelDir: dir,

@@ -44,6 +44,8 @@ struct FlashCase {
   std::vector<FlashItem> items;
   float scaling = 1.0f;
   float score_std = 1.5f;
+  std::vector<std::vector<ImageBlock>> blocks = {};  // per item (missing: none)
+  bool windowed = false;                             // the blocks obey the window too
 };
 
 const char* kernel_name(cuda::FlashKernel k) { return k == cuda::FlashKernel::kWgmma ? "wgmma" : "mma.sync"; }
@@ -58,6 +60,7 @@ cuda::FlashAttentionPlan plan_of(int64_t T, int64_t Hq, int64_t Hkv, int64_t D, 
 // One batch on the host and on the GPU. Not copyable: host_items points into `items`.
 struct BatchInputs {
   std::vector<AttentionItem> items;
+  std::vector<ImageBlock> blocks;
   AttentionBatchArgs host, gpu;
   BatchInputs() = default;
   BatchInputs(const BatchInputs&) = delete;
@@ -92,6 +95,13 @@ void make_batch(Data& d, const FlashCase& c, BatchInputs& in) {
     for (int64_t pg = 0; pg < np; ++pg) tables.push_back((pg + 1) * c.P <= it.first ? -1 : perm[next++]);
     a.causal = it.causal ? 1 : 0;
     a.window = static_cast<int32_t>(it.window);
+    if (in.items.size() < c.blocks.size() && !c.blocks[in.items.size()].empty()) {
+      const auto& b = c.blocks[in.items.size()];
+      a.blocks_first = static_cast<int32_t>(in.blocks.size());
+      a.blocks_len = static_cast<int32_t>(b.size());
+      a.blocks_windowed = c.windowed ? 1 : 0;
+      in.blocks.insert(in.blocks.end(), b.begin(), b.end());
+    }
     in.items.push_back(a);
     q0 += it.n;
   }
@@ -106,6 +116,11 @@ void make_batch(Data& d, const FlashCase& c, BatchInputs& in) {
   const auto* words = reinterpret_cast<const int32_t*>(in.items.data());
   h.items = host_i32(std::vector<int32_t>(words, words + in.items.size() * kAttentionItemFields));
   h.host_items = in.items;
+  h.host_blocks = in.blocks;
+  if (!in.blocks.empty()) {
+    const auto* bw = reinterpret_cast<const int32_t*>(in.blocks.data());
+    h.blocks = host_i32(std::vector<int32_t>(bw, bw + 2 * in.blocks.size()));
+  }
   h.scaling = c.scaling;
   h.out = host_tensor(ScalarType::kBF16, {T, c.Hq, c.D});
   AttentionBatchArgs& g = in.gpu;
@@ -117,6 +132,7 @@ void make_batch(Data& d, const FlashCase& c, BatchInputs& in) {
   g.v_pages = c.k_eq_v ? g.k_pages : up(h.v_pages);
   g.page_tables = up(h.page_tables);
   g.items = up(h.items);
+  if (!h.blocks.empty()) g.blocks = up(h.blocks);
   g.out = poisoned(ScalarType::kBF16, {T, c.Hq, c.D});
 }
 
@@ -332,6 +348,26 @@ void check_flash_long(Reporter& r) {
 }
 
 // Unsupported shapes get no plan (the backend then runs the per-item path).
+// Causal prefill items with image blocks (the image-block mask of backend/attention_keys.h): blocks seen
+// whole by their tokens, past the window (the reference's generate()) and clamped to it (Gemma 4's),
+// blocks crossing row and key tiles, next to a bidirectional item and over a cache.
+void check_flash_image_blocks(Reporter& r) {
+  const std::vector<std::vector<ImageBlock>> blocks = {{{3, 130}, {131, 200}}, {}, {{0, 12}, {20, 39}}};
+  for (bool windowed : {false, true})
+    for (int64_t D : {64, 128, 256, 512})
+      run_flash(r, {"d" + std::to_string(D) + (windowed ? " image blocks in the window" : " image blocks"),
+                    4,
+                    2,
+                    D,
+                    16,
+                    false,
+                    {{210, 0, 0, true, 64}, {9, 30, 0, false, 0}, {40, 23, 0, true, 0}},
+                    1.0f,
+                    1.5f,
+                    blocks,
+                    windowed});
+}
+
 void check_flash_plan(Reporter& r) {
   const std::vector<AttentionItem> it = {{0, 5, 0, 7, 0, 1, 0, 0}};
   for (int64_t D : {32, 96, 192, 1024})
@@ -349,10 +385,14 @@ void check_flash_plan(Reporter& r) {
 
 std::vector<Case> flash_attention_cases() {
   return {
-      {"flash_attention_small", check_flash_small},       {"flash_attention_model", check_flash_model},
-      {"flash_attention_splits", check_flash_splits},     {"flash_attention_long", check_flash_long},
-      {"flash_attention_mma_sync", check_flash_mma_sync}, {"flash_attention_wgmma", check_flash_wgmma},
+      {"flash_attention_small", check_flash_small},
+      {"flash_attention_model", check_flash_model},
+      {"flash_attention_splits", check_flash_splits},
+      {"flash_attention_long", check_flash_long},
+      {"flash_attention_mma_sync", check_flash_mma_sync},
+      {"flash_attention_wgmma", check_flash_wgmma},
       {"flash_attention_plan", check_flash_plan},
+      {"flash_attention_image_blocks", check_flash_image_blocks},
   };
 }
 

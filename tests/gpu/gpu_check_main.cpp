@@ -8,13 +8,15 @@
 //   dgemma_gpu_check [--kernel-family F] --only NAME...   runs the checks of exactly these names
 //   dgemma_gpu_check --list           prints every check's name, one a line, in run order (no GPU needed)
 //   dgemma_gpu_check --bench experts  the expert GEMMs, grouped kernels against weight-streaming ones
-//   dgemma_gpu_check --bench [quant|flash|tail|fused|small|moe|w8a8]  times the CUDA ops at the 26B-A4B shapes
+//   dgemma_gpu_check --bench [quant|flash|tail|fused|small|moe|w8a8|vision]  times the CUDA ops at the
+//   26B-A4B shapes
 //                                     (canvas 256) instead (quant: only the quantised kernels' rows; flash:
 //                                     only the attention_batch rows; moe: the bf16 grouped
 //                                     expert GEMMs per variant and T; tail: the LM head, sampler,
 //                                     self-conditioning GEMM and decide only; fused: the fused projections'
 //                                     GEMMs; small: the per-layer small kernels only; w8a8: the dense
-//                                     FP8 linears and the FP8 MoE block, W8A8 / W8A16 / bf16)
+//                                     FP8 linears and the FP8 MoE block, W8A8 / W8A16 / bf16; vision: the
+//                                     released vision tower at 1 and 8 images)
 // Prints each check's statistics, then "N passed, M failed"; exit status 0 only if all passed. With
 // no GPU it fails (exit 1): on the machine it is meant for, that is an error.
 #ifdef DGEMMA_GPU_CHECK_MAIN
@@ -299,6 +301,12 @@ int main(int argc, char** argv) {
     if (mode("w8a8")) {  // the dense FP8 linears and the FP8 MoE block: W8A8, W8A16, bf16
       dgemma::gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(fn); },
                                    [](const char* what, double ms) { std::printf("%-60s %10.3f\n", what, ms); });
+      return 0;
+    }
+    if (mode("vision")) {  // the released vision tower at 1 and 8 images
+      dgemma::gpu_test::vision_bench(
+          [&](const std::function<void()>& fn) { return time_ms(fn, 5); },
+          [](const char* what, double ms) { std::printf("%-64s %10.3f\n", what, ms); });
       return 0;
     }
     if (mode("moe")) {  // the bf16 grouped expert GEMMs alone, per variant and T

@@ -12,6 +12,7 @@ std::vector<Case> decide_cases();           // gpu_check_decide.cpp
 std::vector<Case> quant_cases();            // gpu_check_quant.cpp
 std::vector<Case> quant_large_cases();      // gpu_check_quant_large.cpp
 std::vector<Case> nccl_cases();             // gpu_check_nccl.cpp
+std::vector<Case> tensor_parallel_cases();  // gpu_check_tensor_parallel.cpp
 std::vector<Case> sample_filter_cases();    // gpu_check_sample_filter.cpp
 std::vector<Case> batch_cases();            // gpu_check_batch.cpp
 std::vector<Case> small_kernel_cases();     // gpu_check_small_kernels.cpp
@@ -20,6 +21,7 @@ std::vector<Case> fused_gemm_cases();       // gpu_check_fused_gemm.cpp
 std::vector<Case> w8a8_cases();             // gpu_check_w8a8.cpp
 std::vector<Case> w8a8_moe_cases();         // gpu_check_quant.cpp
 std::vector<Case> expert_stream_cases();    // gpu_check_expert_stream.cpp
+std::vector<Case> vision_cases();           // gpu_check_vision.cpp
 
 std::vector<Case> all_cases() {
   std::vector<Case> all = op_cases();
@@ -34,9 +36,11 @@ std::vector<Case> all_cases() {
   for (auto& c : quant_cases()) all.push_back(std::move(c));
   for (auto& c : quant_large_cases()) all.push_back(std::move(c));
   for (auto& c : model_cases()) all.push_back(std::move(c));
+  for (auto& c : vision_cases()) all.push_back(std::move(c));
   for (auto& c : trajectory_cases()) all.push_back(std::move(c));
   for (auto& c : graph_cases()) all.push_back(std::move(c));
   for (auto& c : nccl_cases()) all.push_back(std::move(c));
+  for (auto& c : tensor_parallel_cases()) all.push_back(std::move(c));
   // Last: the W8A8 paths, the newest kernels (a sticky CUDA error there would fail every later check).
   for (auto& c : w8a8_cases()) all.push_back(std::move(c));
   for (auto& c : w8a8_moe_cases()) all.push_back(std::move(c));

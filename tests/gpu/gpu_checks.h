@@ -53,6 +53,10 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
 // W8A16 against W8A8 (each tile shape), T = 256 .. 4096.
 void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_ms,
                 const std::function<void(const char*, double)>& row);
+// `dgemma_gpu_check --bench vision` (gpu_check_vision.cpp): the released vision tower (dummy weights) at 1
+// and 8 images of 280 soft tokens.
+void vision_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                  const std::function<void(const char*, double)>& row);
 // Rows of the fused small kernels (gpu_check_small_kernels.cpp): the attention prologue and the MoE
 // routing, the sequences they replace against them, at T = 256 and 1024.
 void small_kernel_bench(const std::function<double(const std::function<void()>&)>& time_ms,

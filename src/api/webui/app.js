@@ -1,7 +1,8 @@
 // dgemma web page: chat over /v1/chat/completions (streamed) and the live canvas from the
 // `: dgemma.preview` comment lines (docs/API.md). Answers are rendered as Markdown (markdown.js), tool
 // calls can be answered with their results, and the request carries only the settings the user set
-// (the rest are the server's defaults). No framework and nothing fetched but this server.
+// (the rest are the server's defaults). Images pasted, dropped or picked go with the next message as
+// image_url parts with data: URLs. No framework and nothing fetched but this server.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -61,9 +62,14 @@ function el(tag, cls, text) {
   return e;
 }
 
-function addMessage(role, text) {
+function addMessage(role, text, images) {
   const m = el('div', 'msg ' + role);
   m.appendChild(el('div', 'role', role));
+  for (const url of images || []) {
+    const img = el('img', 'thumb');
+    img.src = url;
+    m.appendChild(img);
+  }
   const content = el('div', 'content', text || '');
   m.appendChild(content);
   $('chat').appendChild(m);
@@ -332,9 +338,42 @@ async function clampMaxTokens(body, a) {
   if (body.max_tokens < want) a.note('max tokens ' + body.max_tokens + ': what the context (' + (state.maxLen[body.model] || '?') + ' tokens) leaves');
 }
 
+// Images for the next message, as data: URLs.
+const pendingImages = [];
+
+function showPendingImages() {
+  const box = $('attachments');
+  box.textContent = '';
+  pendingImages.forEach((url, i) => {
+    const img = el('img', 'thumb');
+    img.src = url;
+    img.title = 'click to remove';
+    img.addEventListener('click', () => {
+      pendingImages.splice(i, 1);
+      showPendingImages();
+    });
+    box.appendChild(img);
+  });
+  document.body.dataset.pendingImages = String(pendingImages.length);
+}
+
+function addImageFile(file) {
+  if (!file || !/^image\//.test(file.type)) return;
+  const reader = new FileReader();
+  reader.onload = () => {
+    pendingImages.push(reader.result);
+    showPendingImages();
+  };
+  reader.readAsDataURL(file);
+}
+
 async function send(text) {
-  state.messages.push({ role: 'user', content: text });
-  addMessage('user', text);
+  const images = pendingImages.splice(0);
+  showPendingImages();
+  const parts = images.map((url) => ({ type: 'image_url', image_url: { url } }));
+  if (text) parts.push({ type: 'text', text });
+  state.messages.push({ role: 'user', content: images.length ? parts : text });
+  addMessage('user', text, images);
   await runTurn();
 }
 
@@ -404,7 +443,7 @@ $('save-key').addEventListener('click', () => {
 $('composer').addEventListener('submit', (e) => {
   e.preventDefault();
   const text = $('input').value.trim();
-  if (!text || state.abort) return;
+  if ((!text && !pendingImages.length) || state.abort) return;
   $('input').value = '';
   send(text);
 });
@@ -413,6 +452,18 @@ $('input').addEventListener('keydown', (e) => {
     e.preventDefault();
     $('composer').requestSubmit();
   }
+});
+$('input').addEventListener('paste', (e) => {
+  for (const f of e.clipboardData ? e.clipboardData.files : []) addImageFile(f);
+});
+document.addEventListener('dragover', (e) => e.preventDefault());
+document.addEventListener('drop', (e) => {
+  e.preventDefault();
+  for (const f of e.dataTransfer ? e.dataTransfer.files : []) addImageFile(f);
+});
+$('attach').addEventListener('change', (e) => {
+  for (const f of e.target.files) addImageFile(f);
+  e.target.value = '';
 });
 $('stop').addEventListener('click', () => state.abort && state.abort.abort());
 $('model').addEventListener('change', () => {

@@ -47,21 +47,24 @@ void attention(const AttentionArgs& a) {
     return j < L ? vc + cached_row(kvh, j) : vn + ((j - L) * Hkv + kvh) * D;
   };
 
+  check_image_blocks(a.blocks, n);
+  const ItemKeys rule{static_cast<int>(L),
+                      static_cast<int>(n),
+                      a.causal ? 1 : 0,
+                      static_cast<int>(a.window),
+                      reinterpret_cast<const int32_t*>(a.blocks.data()),
+                      static_cast<int>(a.blocks.size()),
+                      a.blocks_windowed ? 1 : 0};
   parallel_for(static_cast<size_t>(n * Hq), [&](size_t b, size_t e) {
     std::vector<float> qf(D), kf(D), scores(total), acc(D);
     for (size_t task = b; task < e; ++task) {
       const int64_t i = static_cast<int64_t>(task) / Hq, h = static_cast<int64_t>(task) % Hq;
       const int64_t kvh = h / groups;
       for (int64_t d = 0; d < D; ++d) qf[d] = bf16_to_f32(q[(i * Hq + h) * D + d]);
-      // Key j's position relative to query i: cached j -> j - L, new j -> j - L (same formula).
+      const KeyRange keys = query_keys(rule, static_cast<int>(i));
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < total; ++j) {
-        bool visible = true;
-        if (a.causal) {
-          const int64_t dq = i - (j - L);  // pos_q - pos_k
-          visible = dq >= 0 && (a.window <= 0 || dq < a.window);
-        }
-        if (!visible) {
+        if (j < keys.lo || j >= keys.hi) {
           scores[j] = -std::numeric_limits<float>::infinity();
           continue;
         }

@@ -176,6 +176,7 @@ class CpuBackend final : public Backend {
   void attention(const AttentionArgs& a) override { cpu::attention(a); }
   void moe(const MoeArgs& a) override { cpu::moe(a); }
   void sampler(const SamplerArgs& a) override { cpu::sampler(a); }
+  bool vocab_sharded_sampler() const override { return true; }
   void decide(const DecideArgs& a) override { cpu::decide(a); }
 
   void kv_write(const Tensor& pages, const Tensor& page_table, int64_t first_pos, const Tensor& src) override {

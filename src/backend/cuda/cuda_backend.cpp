@@ -36,7 +36,9 @@
 #include "backend/cuda/layer/qkv_prologue.cuh"
 #include "backend/cuda/layer/residual.cuh"
 #include "backend/cuda/layer/rope.cuh"
+#include "backend/cuda/layer/vision.cuh"
 #include "backend/cuda/moe/moe.h"
+#include "backend/cuda/parallel/shard_kernels.cuh"
 #include "backend/cuda/quant/fp8_gemm.h"
 #include "backend/cuda/quant/weight_only.cuh"
 #include "backend/cuda/quant/weight_placement.h"
@@ -218,6 +220,58 @@ class CudaBackend final : public Backend {
                  ctx_.error_dev, ctx_.stream);
   }
 
+  // ---- the sharded ops of tensor parallelism (backend.h; parallel/shard_kernels.cuh) ----
+  void embed_shard(const Tensor& ids, const Tensor& table, int64_t first, int64_t vocab_total, float scale,
+                   const Tensor& out) override {
+    activate();
+    need_type(ids, ScalarType::kI32, "embed_shard", "ids");
+    DG_CHECK(table.ndim == 2 && first >= 0 && first + table.dim(0) <= vocab_total);
+    const int64_t T = ids.numel(), H = table.dim(1);
+    DG_CHECK(out.numel() == T * H);
+    launch_embed_shard(ids.ptr<int32_t>(), T, bf16_in(table, "embed_shard", "table"), first, table.dim(0),
+                       vocab_total, H, scale, bf16_out(out, "embed_shard", "out"), ctx_.error_dev,
+                       ctx_.stream);
+  }
+
+  // Per block one cuBLAS GEMM with f32 output (x's and w's block b: columns / rows [b Kb, (b + 1) Kb)), the
+  // same call for a block whichever rank holds it, into [B, T, N], then the block-last layout [T, N, B].
+  void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor& out) override {
+    activate();
+    const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(-1), B = blocks;
+    DG_CHECK(w.ndim == 2 && w.dim(0) == K && x.numel() == T * K && B >= 1 && K % B == 0);
+    need_type(out, ScalarType::kF32, "matmul_kn_blocks", "out");
+    DG_CHECK(out.numel() == T * N * B);
+    if (T == 0 || N == 0) return;
+    const int64_t Kb = K / B;
+    Tensor parts = ctx_.alloc(ScalarType::kF32, {B, T, N});
+    const uint16_t* xa = bf16_in(x, "matmul_kn_blocks", "x");
+    const uint16_t* wa = bf16_in(w, "matmul_kn_blocks", "w");
+    for (int64_t b = 0; b < B; ++b) {
+      Gemm g;
+      g.a = xa + b * Kb;
+      g.lda = K;
+      g.b = wa + b * Kb * N;
+      g.b_nk = false;
+      g.ldb = N;
+      g.c = parts.ptr<float>() + b * T * N;
+      g.c_f32 = true;
+      g.ldc = N;
+      g.M = T;
+      g.N = N;
+      g.K = Kb;
+      gemm(ctx_, g);
+    }
+    launch_blocks_last(parts.ptr<float>(), B, T * N, out.ptr<float>(), ctx_.stream);
+  }
+
+  void sum_blocks(const Tensor& partials, const Tensor& out) override {
+    activate();
+    need_type(partials, ScalarType::kF32, "sum_blocks", "partials");
+    const int64_t B = partials.dim(-1), M = out.numel();
+    DG_CHECK(partials.numel() == M * B);
+    launch_sum_blocks(partials.ptr<float>(), M, B, bf16_out(out, "sum_blocks", "out"), ctx_.stream);
+  }
+
   void rmsnorm(const Tensor& x, const Tensor* weight, float eps, const Tensor& out) override {
     activate();
     const int64_t N = x.dim(-1);
@@ -268,10 +322,18 @@ class CudaBackend final : public Backend {
     gemm(ctx_, g);
   }
 
+  // K (the vocabulary of the self-conditioning GEMM) in kVocabBlocks blocks summed in block order, as
+  // the CPU's: exactly what a vocabulary-sharded rank computes with matmul_kn_blocks + sum_blocks.
   void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) override {
     activate();
     const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(-1);
     DG_CHECK(w.ndim == 2 && w.dim(0) == K && x.numel() == T * K && out.numel() == T * N);
+    if (K % kVocabBlocks == 0 && T > 0 && N > 0) {
+      Tensor parts = ctx_.alloc(ScalarType::kF32, {T, N, kVocabBlocks});
+      matmul_kn_blocks(x, w, kVocabBlocks, parts);
+      sum_blocks(parts, out);
+      return;
+    }
     Gemm g;
     g.a = bf16_in(x, "matmul_kn", "x");
     g.lda = K;
@@ -295,6 +357,36 @@ class CudaBackend final : public Backend {
     need_type(inv_freq, ScalarType::kF32, "rope", "inv_freq");
     DG_CHECK(inv_freq.numel() == D / 2 && positions.numel() == T);
     launch_rope(bf16_out(x, "rope", "x"), positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, NH, D, ctx_.stream);
+  }
+
+  void rope_2d(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) override {
+    activate();
+    DG_CHECK(x.ndim == 3);
+    const int64_t T = x.dim(0), NH = x.dim(1), D = x.dim(2);
+    DG_CHECK(D % 4 == 0 && D <= 8192);
+    need_type(positions, ScalarType::kI32, "rope_2d", "positions");
+    need_type(inv_freq, ScalarType::kF32, "rope_2d", "inv_freq");
+    DG_CHECK(inv_freq.numel() == D / 4 && positions.numel() == 2 * T);
+    launch_rope_2d(bf16_out(x, "rope_2d", "x"), positions.ptr<int32_t>(), inv_freq.ptr<float>(), T, NH, D,
+                   ctx_.stream);
+  }
+
+  void vision_pool(const VisionPoolArgs& a) override {
+    activate();
+    DG_CHECK(a.kernel >= 1 && a.std_bias.empty() == a.std_scale.empty());
+    const int64_t H = a.x.dim(-1), N = a.x.numel() / H, S = a.out.numel() / H, k = a.kernel;
+    const uint16_t* x = bf16_in(a.x, "vision_pool", "x");
+    uint16_t* out = bf16_out(a.out, "vision_pool", "out");
+    const uint16_t* bias = a.std_bias.empty() ? nullptr : bf16_in(a.std_bias, "vision_pool", "std_bias");
+    const uint16_t* scale = a.std_scale.empty() ? nullptr : bf16_in(a.std_scale, "vision_pool", "std_scale");
+    DG_CHECK(!bias || (a.std_bias.numel() == H && a.std_scale.numel() == H));
+    for (const VisionPoolItem& it : a.items) {
+      const int64_t gw = it.grid_w, gh = it.grid_h;
+      DG_CHECK(gw > 0 && gh > 0 && gw % k == 0 && gh % k == 0 && it.row_first >= 0 &&
+               it.row_first + gw * gh <= N);
+      DG_CHECK(it.out_first >= 0 && it.out_first + (gw / k) * (gh / k) <= S);
+      launch_vision_pool(x, it.row_first, gh, gw, k, H, a.scale, bias, scale, out, it.out_first, ctx_.stream);
+    }
   }
 
   void attn_residual(const AttnResidualArgs& a) override {
@@ -425,19 +517,19 @@ class CudaBackend final : public Backend {
 
   void moe(const MoeArgs& a) override {
     activate();
-    // Expert parallelism (MoeArgs::collective) has no CUDA kernels yet: refused, never approximated.
-    if (a.collective != nullptr || a.expert_first != 0)
-      fail(ErrorKind::kUnsupported, "tensor parallelism: the CUDA backend has no expert-parallel MoE yet");
-    cuda::moe(ctx_, a);
+    cuda::moe(ctx_, a);  // expert parallelism (MoeArgs::collective) included
   }
 
   void sampler(const SamplerArgs& a) override { sampler_batch(std::span<const SamplerArgs>(&a, 1)); }
 
   void sampler_batch(std::span<const SamplerArgs> canvases) override {
     activate();
+    // A tensor-parallel model gathers the vocabulary and runs this sampler over all of it
+    // (DiffusionGemma::gathers_vocabulary): a vocabulary shard never reaches it.
     for (const SamplerArgs& a : canvases)
       if (a.collective != nullptr || a.vocab_first != 0)
-        fail(ErrorKind::kUnsupported, "tensor parallelism: the CUDA backend has no vocabulary-sharded sampler yet");
+        fail(ErrorKind::kInternal,
+             "CUDA sampler: a vocabulary shard (the model gathers the vocabulary first)");
     if (!canvases.empty()) cuda::sampler_batch(ctx_, canvases, nullptr);
   }
 

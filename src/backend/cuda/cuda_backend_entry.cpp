@@ -10,6 +10,7 @@
 namespace dgemma {
 
 bool cuda_available() { return !cuda::query_devices().empty(); }
+int cuda_device_count() { return static_cast<int>(cuda::query_devices().size()); }
 
 std::optional<uint64_t> cuda_device_memory() {
   const std::vector<cuda::DeviceInfo> devices = cuda::query_devices();

@@ -88,7 +88,9 @@ void launch_emulated_wgmma(const cuda::flash::Params& p, int tiles) {
   }
 }
 
-void run_case(const Case& c, int splits, Kernel kernel = Kernel::kMmaSync) {
+// blocks[i]: item i's image blocks (items without an entry have none); windowed: they obey the window.
+void run_case(const Case& c, int splits, Kernel kernel = Kernel::kMmaSync,
+              const std::vector<std::vector<ImageBlock>>& blocks = {}, bool windowed = false) {
   const bool wgmma = kernel == Kernel::kWgmma;
   SCOPED_TRACE(c.name + " splits " + std::to_string(splits) + (wgmma ? " wgmma" : " mma.sync"));
   std::mt19937 rng(1234 + c.D + splits);
@@ -99,6 +101,7 @@ void run_case(const Case& c, int splits, Kernel kernel = Kernel::kMmaSync) {
   // entries of pages wholly before `first` are -1 (absent, never read).
   std::vector<int32_t> tables;
   std::vector<AttentionItem> items;
+  std::vector<ImageBlock> all_blocks;
   int pages = 0;
   for (const auto& it : c.items) pages += (it.first + it.L + c.P - 1) / c.P;
   std::vector<int32_t> perm(std::max(pages, 1));
@@ -117,6 +120,12 @@ void run_case(const Case& c, int splits, Kernel kernel = Kernel::kMmaSync) {
     for (int pg = 0; pg < np; ++pg) tables.push_back((pg + 1) * c.P <= it.first ? -1 : perm[next_page++]);
     a.causal = it.causal ? 1 : 0;
     a.window = it.window;
+    if (items.size() < blocks.size() && !blocks[items.size()].empty()) {
+      a.blocks_first = static_cast<int32_t>(all_blocks.size());
+      a.blocks_len = static_cast<int32_t>(blocks[items.size()].size());
+      a.blocks_windowed = windowed ? 1 : 0;
+      all_blocks.insert(all_blocks.end(), blocks[items.size()].begin(), blocks[items.size()].end());
+    }
     items.push_back(a);
     q0 += it.n;
   }
@@ -141,6 +150,7 @@ void run_case(const Case& c, int splits, Kernel kernel = Kernel::kMmaSync) {
   a.page_tables = wrap(ScalarType::kI32, {static_cast<int64_t>(tables.size())}, tables.data());
   a.items = wrap(ScalarType::kI32, {static_cast<int64_t>(items.size()), kAttentionItemFields}, items.data());
   a.host_items = items;
+  a.host_blocks = all_blocks;
   a.scaling = scaling;
   a.out = host_tensor(ScalarType::kBF16, {T, c.Hq, c.D});
   cpu->attention_batch(a);
@@ -169,6 +179,7 @@ void run_case(const Case& c, int splits, Kernel kernel = Kernel::kMmaSync) {
   p.v_pages = vp.data();
   p.tables = tables.data();
   p.items = reinterpret_cast<const int32_t*>(items.data());
+  p.blocks = all_blocks.empty() ? nullptr : reinterpret_cast<const int32_t*>(all_blocks.data());
   p.out = got.data();
   p.ws_o = ws_o.data();
   p.ws_ml = ws_ml.data();
@@ -250,6 +261,24 @@ TEST(FlashAttentionEmulated, HeadDim256) {
   run_case(c, 1);
   run_case(c, 3);
   run_case({"d256 P16 long item", 4, 2, 256, 16, false, {{80, 20, 5, true, 30}, {3, 9, 0, false, 0}}}, 1);
+}
+
+// Image blocks in causal prefill items: a block seen whole by its tokens (later keys of the block
+// included), unclamped by the window and clamped to it, blocks crossing row tiles and key tiles.
+TEST(FlashAttentionEmulated, ImageBlocks) {
+  const Case c{"d64 P16 images",
+               4,
+               2,
+               64,
+               16,
+               false,
+               {{70, 0, 0, true, 16}, {40, 23, 0, true, 0}, {9, 30, 0, false, 0}}};
+  const std::vector<std::vector<ImageBlock>> blocks = {{{3, 30}, {31, 60}}, {{0, 12}, {20, 39}}};
+  run_case(c, 1, Kernel::kMmaSync, blocks);
+  run_case(c, 3, Kernel::kMmaSync, blocks);
+  run_case(c, 1, Kernel::kMmaSync, blocks, /*windowed=*/true);
+  run_case({"d256 P16 images", 4, 2, 256, 16, false, {{50, 10, 0, true, 12}}}, 2, Kernel::kWgmma,
+           {{{5, 45}}});
 }
 
 // The wgmma kernel: 128-row tiles over two consumer warpgroups, K / V tiles of 80 keys (m64n80k16

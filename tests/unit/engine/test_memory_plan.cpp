@@ -222,5 +222,23 @@ TEST(MemoryPlan, PerRankWorkspaceTerms) {
   EXPECT_EQ(p.attention_split_bytes, 4'734'976u);
 }
 
+// A GPU rank samples the gathered vocabulary (DiffusionGemma::gathers_vocabulary): its per-sequence
+// buffers hold the logits over the whole vocabulary besides its columns; a CPU rank holds its columns.
+TEST(MemoryPlan, GpuRanksHoldTheWholeVocabularysLogits) {
+  const ModelConfig c = tiny();
+  const uint64_t C = static_cast<uint64_t>(c.canvas_length), V = static_cast<uint64_t>(c.text.vocab_size),
+                 H = static_cast<uint64_t>(c.text.hidden_size);
+  MemoryPlanInputs in;
+  in.max_model_len = 2048;
+  in.tensor_parallel_size = 2;
+  in.cpu = true;
+  EXPECT_EQ(plan_memory(c, in).work_bytes_per_seq, C * (V / 2 + H) * 2);
+  in.cpu = false;
+  in.device_bytes = 80ull << 30;
+  EXPECT_EQ(plan_memory(c, in).work_bytes_per_seq, C * (V / 2 + H + V) * 2);
+  in.tensor_parallel_size = 1;
+  EXPECT_EQ(plan_memory(c, in).work_bytes_per_seq, C * (V + H) * 2);
+}
+
 }  // namespace
 }  // namespace dgemma

@@ -304,5 +304,80 @@ TEST(Scheduler, KnowsWhatCanNeverFit) {
   EXPECT_FALSE(s.can_ever_fit(10, 4 * kC));
 }
 
+// A sequence whose prompt holds image blocks [first, first + n) (image token 900) with these digests.
+std::unique_ptr<Sequence> image_seq(uint64_t id, int prompt_len, std::vector<std::pair<int, int>> blocks,
+                                    std::vector<uint8_t> digest_bytes) {
+  auto s = seq(id, prompt_len, kC);
+  std::vector<int32_t> prompt(s->history());
+  std::vector<PromptImage> images;
+  std::vector<int64_t> soft;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    for (int j = blocks[b].first; j < blocks[b].first + blocks[b].second; ++j)
+      prompt[static_cast<size_t>(j)] = 900;
+    PromptImage im;
+    im.first = blocks[b].first;
+    im.digest.fill(digest_bytes[b]);
+    images.push_back(im);
+    soft.push_back(blocks[b].second);
+  }
+  auto out = std::make_unique<Sequence>(id, prompt, params(kC), kC, 1000);
+  out->set_images(std::move(images), std::move(soft));
+  return out;
+}
+
+TEST(Scheduler, PrefillChunksNeverCutAnImageBlock) {
+  // A budget of 6 tokens a step, chunks of 8: [0, 6) would cut the block [5, 12), so the first chunk stops
+  // at 5; the next starts at the block and takes it whole (7 tokens, past the budget, as the step's only
+  // chunk); then [12, 13) stops before the block [13, 21), which the next chunk takes whole.
+  Harness h(sched(2, 6, 8), pool(64));
+  auto a = image_seq(1, 30, {{5, 7}, {13, 8}}, {1, 2});
+  h.run({a.get()});
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  for (const auto& p : h.runner->plans)
+    for (const auto& it : p.items)
+      if (it.kind == PlannedItem::Kind::kEncode && it.end <= 30) chunks.push_back({it.begin, it.end});
+  const std::vector<std::pair<int64_t, int64_t>> want = {{0, 5},   {5, 12},  {12, 13},
+                                                         {13, 21}, {21, 27}, {27, 30}};
+  EXPECT_EQ(chunks, want);
+  EXPECT_EQ(a->output(), expected_output(1, kC));
+}
+
+TEST(Scheduler, PrefixCacheKeysImageBlocksByTheirPixels) {
+  Harness h(sched(2, 64, 64), pool(64));
+  // The image block [2, 10) of a 21-token prompt; pages of 4 tokens.
+  auto a = image_seq(1, 21, {{2, 8}}, {7});
+  auto same = image_seq(2, 21, {{2, 8}}, {7});
+  auto other = image_seq(3, 21, {{2, 8}}, {8});
+  h.run({a.get()});
+  h.run({same.get()});
+  h.run({other.get()});
+  EXPECT_EQ(same->cached_tokens, 20) << "the same pixels: every whole page is shared";
+  EXPECT_EQ(other->cached_tokens, 0) << "other pixels behind the same placeholder ids share nothing";
+  // A prefix that would end inside a block stops before it: a cache of [0, 8) only (same pixels,
+  // a shorter prompt whose block [2, 10) ends past the last whole page).
+  auto cut = image_seq(4, 9 + 1, {{2, 8}}, {7});
+  h.run({cut.get()});
+  EXPECT_EQ(cut->cached_tokens, 0) << "pages [0, 8) end inside the block [2, 10)";
+}
+
+TEST(Sequence, ImageBlocksBoundChunksAndKeyTheCache) {
+  auto s = image_seq(1, 20, {{3, 5}, {10, 4}}, {1, 2});
+  EXPECT_EQ(s->chunk_end(0, 6), 3);
+  EXPECT_EQ(s->chunk_end(3, 6), 8);
+  EXPECT_EQ(s->chunk_end(0, 8), 8);
+  EXPECT_EQ(s->chunk_end(8, 12), 10);
+  EXPECT_TRUE(s->inside_image(4));
+  EXPECT_FALSE(s->inside_image(3));
+  EXPECT_FALSE(s->inside_image(8));
+  const auto keys = s->cache_keys();
+  for (int64_t j = 0; j < 20; ++j) {
+    const bool image = (j >= 3 && j < 8) || (j >= 10 && j < 14);
+    EXPECT_EQ(keys[static_cast<size_t>(j)] < 0, image) << j;
+    if (!image) {
+      EXPECT_EQ(keys[static_cast<size_t>(j)], s->history()[static_cast<size_t>(j)]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dgemma

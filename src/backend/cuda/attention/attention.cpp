@@ -12,11 +12,13 @@
 // keys beyond memory. attention_batch (all items of a layer) runs attention/flash.cu in one launch for head
 // dims 64/128/256/512 (CudaOptions::attention kAuto), else the backend's default (this attention()
 // per item).
+#include "backend/cuda/attention/attention.h"
+
 #include <algorithm>
 
-#include "backend/cuda/attention/attention.h"
 #include "backend/cuda/attention/flash.cuh"
 #include "backend/cuda/attention/per_item.cuh"
+#include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kv_cache.cuh"
 #include "util/error.h"
 
@@ -25,7 +27,52 @@ namespace dgemma::cuda {
 namespace {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// The flash kernels' head dims; another one (the vision tower's 72) runs at the next of them.
+constexpr int64_t kFlashHeadDims[] = {64, 128, 256, 512};
+int64_t padded_head_dim(int64_t D) {
+  for (const int64_t d : kFlashHeadDims)
+    if (D <= d) return D == d ? 0 : d;
+  return 0;
+}
+
+// rows x D of `src` into the first D columns of rows x Dp `dst` (the rest zeros), or back (`unpad`).
+void pad_columns(const Context& ctx, const Tensor& small, const Tensor& wide, int64_t rows, int64_t D,
+                 int64_t Dp, bool unpad) {
+  const size_t w = static_cast<size_t>(D) * 2, wp = static_cast<size_t>(Dp) * 2;
+  if (!unpad) CUDA_CHECK(cudaMemsetAsync(wide.data, 0, wide.nbytes(), ctx.stream));
+  if (unpad)
+    CUDA_CHECK(cudaMemcpy2DAsync(small.data, w, wide.data, wp, w, static_cast<size_t>(rows),
+                                 cudaMemcpyDeviceToDevice, ctx.stream));
+  else
+    CUDA_CHECK(cudaMemcpy2DAsync(wide.data, wp, small.data, w, w, static_cast<size_t>(rows),
+                                 cudaMemcpyDeviceToDevice, ctx.stream));
+}
+
 }  // namespace
+
+// Items without caches at a head dim the flash kernels have no tiles for (D a multiple of 8 below 512):
+// q, k and v padded with zero columns to the next supported head dim (the scores are the same sums; the
+// padded value columns give zeros, dropped), the flash kernel at that head dim, the output's first D
+// columns. False where that does not apply (the per-item path then runs).
+static bool padded_head_dims(const Context& ctx, const AttentionBatchArgs& a, bool any_cache) {
+  const int64_t T = a.q.dim(0), Hq = a.q.dim(1), D = a.q.dim(2), Hkv = a.k_new.dim(1);
+  const int64_t Dp = padded_head_dim(D);
+  if (any_cache || Dp == 0 || D % 8 != 0) return false;
+  for (const AttentionItem& it : a.host_items)
+    if (it.cache_len > 0) return false;
+  AttentionBatchArgs p = a;
+  p.q = ctx.alloc(ScalarType::kBF16, {T, Hq, Dp});
+  p.k_new = ctx.alloc(ScalarType::kBF16, {T, Hkv, Dp});
+  p.v_new = ctx.alloc(ScalarType::kBF16, {T, Hkv, Dp});
+  p.out = ctx.alloc(ScalarType::kBF16, {T, Hq, Dp});
+  pad_columns(ctx, a.q, p.q, T * Hq, D, Dp, false);
+  pad_columns(ctx, a.k_new, p.k_new, T * Hkv, D, Dp, false);
+  pad_columns(ctx, a.v_new, p.v_new, T * Hkv, D, Dp, false);
+  if (!attention_batch(ctx, p)) return false;
+  pad_columns(ctx, a.out, p.out, T * Hq, D, Dp, true);
+  return true;
+}
 
 void attention(const Context& ctx, const AttentionArgs& a) {
   const char* op = "attention";
@@ -65,6 +112,22 @@ void attention(const Context& ctx, const AttentionArgs& a) {
                      v_gathered.ptr<uint16_t>(), ctx.stream);
   }
   if (n == 0) return;
+  // The item's image blocks where the softmax reads them: on the device.
+  check_image_blocks(a.blocks, n);
+  Tensor blocks = a.blocks_device;
+  if (!a.blocks.empty() && blocks.empty()) {
+    blocks = ctx.alloc(ScalarType::kI32, {static_cast<int64_t>(2 * a.blocks.size())});
+    ctx.upload_small(blocks.data, a.blocks.data(), blocks.nbytes());
+  }
+  DG_CHECK(a.blocks.empty() ||
+           (blocks.type == ScalarType::kI32 && blocks.numel() == static_cast<int64_t>(2 * a.blocks.size())));
+  const ItemKeys rule{static_cast<int>(L),
+                      static_cast<int>(n),
+                      a.causal ? 1 : 0,
+                      static_cast<int>(a.window),
+                      a.blocks.empty() ? nullptr : blocks.ptr<int32_t>(),
+                      static_cast<int>(a.blocks.size()),
+                      a.blocks_windowed ? 1 : 0};
 
   const int64_t groups = Hq / Hkv;
   const int64_t Lpad = round_up(L, 8);
@@ -110,7 +173,7 @@ void attention(const Context& ctx, const AttentionArgs& a) {
     s.N = n;
     gemm(ctx, s);
 
-    launch_attn_softmax(S, Hq * c, ld, c, L, Lpad, n, i0, a.causal, a.window, a.scaling, ctx.stream);
+    launch_attn_softmax(S, Hq * c, ld, c, Lpad, i0, rule, a.scaling, ctx.stream);
 
     Gemm pv;  // O = P . V per KV head, fp32, cached part then new part accumulated
     pv.lda = ld;
@@ -167,6 +230,7 @@ bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
   for (const AttentionItem& it : a.host_items) {
     DG_CHECK(it.q_first >= 0 && it.q_len >= 0 && it.q_first + int64_t{it.q_len} <= T);
     DG_CHECK(it.cache_first >= 0 && it.cache_len >= 0 && it.window >= 0 && (it.causal == 0 || it.causal == 1));
+    (void)item_image_blocks(it, a.host_blocks);
     if (it.cache_len == 0) continue;
     DG_CHECK(P > 0 && it.table_first >= 0 && it.table_len > 0 &&
              it.table_first + int64_t{it.table_len} <= a.page_tables.numel() &&
@@ -176,8 +240,15 @@ bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
   DG_CHECK(planned.size() == a.host_items.size());
   for (size_t i = 0; i < planned.size(); ++i)
     DG_CHECK(planned[i].q_first == a.host_items[i].q_first && planned[i].q_len == a.host_items[i].q_len &&
-             planned[i].cache_len >= a.host_items[i].cache_len && planned[i].causal == a.host_items[i].causal &&
-             planned[i].window == a.host_items[i].window);
+             planned[i].cache_len >= a.host_items[i].cache_len &&
+             planned[i].causal == a.host_items[i].causal && planned[i].window == a.host_items[i].window &&
+             planned[i].blocks_len == a.host_items[i].blocks_len &&
+             planned[i].blocks_windowed == a.host_items[i].blocks_windowed);
+  const bool any_blocks = !a.host_blocks.empty();
+  if (any_blocks) {
+    need_type(a.blocks, ScalarType::kI32, op, "blocks");
+    DG_CHECK(a.blocks.numel() == 2 * static_cast<int64_t>(a.host_blocks.size()));
+  }
   if (any_cache) {
     need_type(a.k_pages, ScalarType::kBF16, op, "k_pages");
     need_type(a.v_pages, ScalarType::kBF16, op, "v_pages");
@@ -190,7 +261,7 @@ bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
   const auto* host_items = reinterpret_cast<const int32_t*>(planned.data());
   const FlashAttentionPlan plan =
       plan_flash_attention(T, Hq, Hkv, D, host_items, static_cast<int>(N), ctx.hopper(), ctx.options.flash_splits, ctx.stream);
-  if (plan.splits <= 0) return false;  // another head dim: the per-item path
+  if (plan.splits <= 0) return padded_head_dims(ctx, a, any_cache);  // another head dim
   Tensor ws;
   if (plan.workspace_bytes > 0) ws = ctx.alloc(ScalarType::kU8, {plan.workspace_bytes});
   launch_flash_attention(plan, plan.workspace_bytes > 0 ? ws.data : nullptr, a.q.ptr<uint16_t>(),
@@ -198,7 +269,8 @@ bool attention_batch(const Context& ctx, const AttentionBatchArgs& a) {
                          any_cache ? a.k_pages.ptr<uint16_t>() : nullptr,
                          any_cache ? a.v_pages.ptr<uint16_t>() : nullptr, any_cache ? P : 1,
                          any_cache ? a.page_tables.ptr<int32_t>() : nullptr, a.items.ptr<int32_t>(),
-                         static_cast<int>(N), a.out.ptr<uint16_t>(), T, Hq, Hkv, D, a.scaling, ctx.stream);
+                         any_blocks ? a.blocks.ptr<int32_t>() : nullptr, static_cast<int>(N),
+                         a.out.ptr<uint16_t>(), T, Hq, Hkv, D, a.scaling, ctx.stream);
   return true;
 }
 

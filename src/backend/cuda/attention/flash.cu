@@ -77,7 +77,10 @@ FlashAttentionPlan plan_for(int64_t T, int64_t Hq, int64_t Hkv, const int32_t* i
     if (n <= 0) continue;
     tiles += ceil_div(n * groups, kRows);
     int64_t span = L + n;
-    if (it[flash::kCausal] && window > 0) span = std::min<int64_t>(span, window + kRows / groups + 1);
+    // A windowed tile spans its window and its rows, unless an image block widens it past the window.
+    const bool wide_blocks = it[flash::kBlocksLen] > 0 && !it[flash::kBlocksWindowed];
+    if (it[flash::kCausal] && window > 0 && !wide_blocks)
+      span = std::min<int64_t>(span, window + kRows / groups + 1);
     max_key_tiles = std::max(max_key_tiles, ceil_div(span, BN));
   }
   if (tiles == 0 || tiles > 0x7fffffff) return {};
@@ -157,8 +160,8 @@ FlashAttentionPlan plan_flash_attention(int64_t T, int64_t Hq, int64_t Hkv, int6
 void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, const uint16_t* q,
                             const uint16_t* k_new, const uint16_t* v_new, const uint16_t* k_pages,
                             const uint16_t* v_pages, int64_t page_size, const int32_t* tables,
-                            const int32_t* items, int num_items, uint16_t* out, int64_t T, int64_t Hq,
-                            int64_t Hkv, int64_t D, float scaling, Stream stream) {
+                            const int32_t* items, const int32_t* blocks, int num_items, uint16_t* out,
+                            int64_t T, int64_t Hq, int64_t Hkv, int64_t D, float scaling, Stream stream) {
   DG_CHECK(plan.splits > 0 && plan.tiles > 0 && page_size > 0 && page_size <= 0x7fffffff);
   Params p{};
   p.q = q;
@@ -168,6 +171,7 @@ void launch_flash_attention(const FlashAttentionPlan& plan, void* workspace, con
   p.v_pages = v_pages;
   p.tables = tables;
   p.items = items;
+  p.blocks = blocks;
   p.out = out;
   p.num_items = num_items;
   p.T = static_cast<int>(T);

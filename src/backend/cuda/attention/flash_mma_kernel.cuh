@@ -51,16 +51,14 @@ struct Params {
   const uint16_t* k_pages;  // [pages, Hkv, P, D] (null when no item has a cache)
   const uint16_t* v_pages;
   const int32_t* tables;    // all items' page tables
-  const int32_t* items;     // [num_items, 8]: AttentionItem rows
+  const int32_t* items;     // [num_items, kFields]: AttentionItem rows
+  const int32_t* blocks;    // the items' image blocks (pairs; null when no item has any)
   uint16_t* out;            // [T, Hq, D]
   float* ws_o;              // splits > 1: [splits, T * Hq, D] fp32 partial outputs (unnormalised)
   float* ws_ml;             // splits > 1: [splits, T * Hq, 2] running max (log2 units) and sum
   int num_items, T, Hq, Hkv, groups, page_size, splits;
   float scaling;
 };
-
-// Item fields (AttentionItem, backend.h).
-enum : int { kQFirst = 0, kQLen, kCacheFirst, kCacheLen, kTableFirst, kTableLen, kCausal, kWindow, kFields };
 
 // KG warp groups of 4 warps split the head dim: group g sums the scores over its DQK / KG dims
 // (the partial scores meet in shared memory, added in group order so every group holds the same
@@ -145,18 +143,19 @@ __device__ __forceinline__ int find_item(const Params& p, int tile, int& local) 
 }
 
 // The scores of key tile [jt, jt + BN) for a thread's mma accumulator fragment (C layout: element e of
-// n-block nb is row tok_a (e < 2) or tok_b, key jt + nb * 8 + 2 t4 + (e & 1)), in place: the reference's
-// roundings s = bf16(bf16(q . k) * scaling), in base 2, -inf where the key is hidden (tested only when
-// the tile has hidden keys); mx[h] takes the maximum of row h's scores. score(nb, e) names the element.
+// n-block nb is the row whose token sees keys_a (e < 2) or keys_b, key jt + nb * 8 + 2 t4 + (e & 1)), in
+// place: the reference's roundings s = bf16(bf16(q . k) * scaling), in base 2, -inf where the key is
+// hidden (tested only when the tile has hidden keys); mx[h] takes the maximum of row h's scores.
+// score(nb, e) names the element.
 template <int BN, class Score>
-__device__ __forceinline__ void scale_mask_scores(Score&& score, const KeyRule& rule, bool masked, int jt,
-                                                  int tok_a, int tok_b, int t4, float scaling,
+__device__ __forceinline__ void scale_mask_scores(Score&& score, bool masked, int jt, const KeyRange& keys_a,
+                                                  const KeyRange& keys_b, int t4, float scaling,
                                                   float (&mx)[2]) {
   DG_UNROLL
   for (int nb = 0; nb < BN / 8; ++nb)
     DG_UNROLL
     for (int e = 0; e < 4; ++e) {
-      const bool vis = !masked || key_visible(rule, e < 2 ? tok_a : tok_b, jt + nb * 8 + 2 * t4 + (e & 1));
+      const bool vis = !masked || key_visible(e < 2 ? keys_a : keys_b, jt + nb * 8 + 2 * t4 + (e & 1));
       float& acc = score(nb, e);
       const float s = vis ? round_score(round_score(acc) * scaling) * kLog2e : -INFINITY;
       acc = s;
@@ -180,12 +179,12 @@ __global__ void __launch_bounds__(128 * KG, 1) flash_attention_kernel(const Para
   if (item < 0) return;  // the whole CTA leaves together
   const int* meta = p.items + item * kFields;
   const int q_first = meta[kQFirst], n = meta[kQLen], cache_first = meta[kCacheFirst], L = meta[kCacheLen];
-  const int table_first = meta[kTableFirst], causal = meta[kCausal], window = meta[kWindow];
+  const int table_first = meta[kTableFirst];
   const int groups = p.groups, rows = n * groups, r0 = tile * kRows;
 
-  const TileKeys keys = tile_keys(r0, kRows, n, groups, L, causal, window, BN, p.splits, split);
-  const int i_lo = keys.i_lo, i_hi = keys.i_hi, j_lo = keys.j_lo, j_hi = keys.j_hi, kt0 = keys.kt0, kt1 = keys.kt1;
-  const KeyRule rule{L, j_hi, causal, window};
+  const ItemKeys rule = item_keys(meta, p.blocks);
+  const TileKeys keys = tile_keys(rule, r0, kRows, groups, BN, p.splits, split);
+  const int j_lo = keys.j_lo, j_hi = keys.j_hi, kt0 = keys.kt0, kt1 = keys.kt1;
 
   const uint32_t q_s = smem_addr(smem);
   const uint32_t k_s = q_s + S::kKOff, v_s = q_s + S::kVOff;
@@ -244,6 +243,7 @@ __global__ void __launch_bounds__(128 * KG, 1) flash_attention_kernel(const Para
   const int g = lane >> 2, t4 = lane & 3;
   const int ra = warp * 16 + g;
   const int tok_a = (r0 + ra) / groups, tok_b = (r0 + ra + 8) / groups;
+  const KeyRange keys_a = query_keys(rule, tok_a), keys_b = query_keys(rule, tok_b);
   float o_acc[DV / 8][4];
   DG_UNROLL
   for (int nb = 0; nb < DV / 8; ++nb) o_acc[nb][0] = o_acc[nb][1] = o_acc[nb][2] = o_acc[nb][3] = 0.f;
@@ -300,10 +300,10 @@ __global__ void __launch_bounds__(128 * KG, 1) flash_attention_kernel(const Para
     // The reference's score roundings, the masks, base-2 scores; row maxima over the quad. Whether any
     // (row, key) of the tile is masked is uniform over the CTA (its token range).
     const int jt = j_lo + kt * BN;
-    const bool masked = tile_has_hidden_keys(rule, i_lo, i_hi, jt, BN);
+    const bool masked = tile_has_hidden_keys(keys, jt, BN);
     float mx[2] = {-INFINITY, -INFINITY};
     auto score = [&](int nb, int e) -> float& { return s_acc[nb][e]; };
-    scale_mask_scores<BN>(score, rule, masked, jt, tok_a, tok_b, t4, p.scaling, mx);
+    scale_mask_scores<BN>(score, masked, jt, keys_a, keys_b, t4, p.scaling, mx);
     float alpha[2], base[2];
     DG_UNROLL
     for (int h = 0; h < 2; ++h) {

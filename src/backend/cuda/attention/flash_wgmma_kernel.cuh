@@ -120,13 +120,13 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
   if (item < 0) return;  // the whole CTA leaves together, before any barrier
   const int* meta = p.items + item * kFields;
   const int q_first = meta[kQFirst], n = meta[kQLen], cache_first = meta[kCacheFirst], L = meta[kCacheLen];
-  const int table_first = meta[kTableFirst], causal = meta[kCausal], window = meta[kWindow];
+  const int table_first = meta[kTableFirst];
   const int groups = p.groups, rows = n * groups, r0 = tile * kRows;
 
   // The keys any row of the tile sees and this split's key tiles (attention/flash_mask.cuh).
-  const TileKeys keys = tile_keys(r0, kRows, n, groups, L, causal, window, BN, p.splits, split);
-  const int i_lo = keys.i_lo, i_hi = keys.i_hi, j_lo = keys.j_lo, j_hi = keys.j_hi, kt0 = keys.kt0, kt1 = keys.kt1;
-  const KeyRule rule{L, j_hi, causal, window};
+  const ItemKeys rule = item_keys(meta, p.blocks);
+  const TileKeys keys = tile_keys(rule, r0, kRows, groups, BN, p.splits, split);
+  const int j_lo = keys.j_lo, j_hi = keys.j_hi, kt0 = keys.kt0, kt1 = keys.kt1;
   const int n_tiles = max(kt1 - kt0, 0);
 
   const uint32_t q_s = (smem_addr(smem) + 1023u) & ~1023u;
@@ -205,6 +205,7 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
   const int c = wg - 1, wq = (tid >> 5) & 3, g = lane >> 2, t4 = lane & 3;
   const int ra = (kHalves ? 0 : 64 * c) + 16 * wq + g;  // this thread's rows ra and ra + 8 of the CTA's
   const int tok_a = (r0 + ra) / groups, tok_b = (r0 + ra + 8) / groups;
+  const KeyRange keys_a = query_keys(rule, tok_a), keys_b = query_keys(rule, tok_b);
   const int chunk0 = kHalves ? 4 * c : 0;  // the first 64-dim chunk of the consumer's score dims and columns
   const uint32_t q_c = q_s + (kHalves ? 0 : c * 64 * 128);
 
@@ -273,10 +274,10 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
   auto softmax = [&](int kt, float (&alpha)[2]) {
     // Whether any (row, key) of the tile is masked is uniform over the CTA (its token range).
     const int jt = j_lo + kt * BN;
-    const bool masked = tile_has_hidden_keys(rule, i_lo, i_hi, jt, BN);
+    const bool masked = tile_has_hidden_keys(keys, jt, BN);
     float mx[2] = {-INFINITY, -INFINITY};
     auto score = [&](int nb, int e) -> float& { return s_acc[4 * nb + e]; };
-    scale_mask_scores<BN>(score, rule, masked, jt, tok_a, tok_b, t4, p.scaling, mx);
+    scale_mask_scores<BN>(score, masked, jt, keys_a, keys_b, t4, p.scaling, mx);
     float base[2];
     DG_UNROLL
     for (int h = 0; h < 2; ++h) {

@@ -61,19 +61,17 @@ __global__ void scatter_out_vec_kernel(const float4* __restrict__ oh, int64_t Hq
 }
 
 // One block per score row. Three passes over the row (max, sum, write); the row is read from L2.
-__global__ void softmax_kernel(uint16_t* S, int64_t ld, int64_t nc, int64_t L, int64_t Lpad, int64_t n, int64_t i0,
-                               int causal, int64_t window, float scaling) {
+__global__ void softmax_kernel(uint16_t* S, int64_t ld, int64_t nc, int64_t Lpad, int64_t i0,
+                               const ItemKeys rule, float scaling) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   uint16_t* s = S + row * ld;
+  const int64_t L = rule.L, n = rule.n;
   const int64_t i = i0 + row % nc;  // query index among the new tokens
   const int64_t total = L + n;
-  // Visible keys form one contiguous range [j_lo, j_hi): causal keeps pos_k in (pos_q - window, pos_q].
-  int64_t j_lo = 0, j_hi = total;
-  if (causal) {
-    j_hi = L + i + 1;
-    if (window > 0) j_lo = L + i - window + 1 > 0 ? L + i - window + 1 : 0;
-  }
+  // Visible keys form one contiguous range [j_lo, j_hi) (backend/attention_keys.h).
+  const KeyRange keys = query_keys(rule, static_cast<int>(i));
+  const int64_t j_lo = keys.lo, j_hi = keys.hi;
   auto col = [&](int64_t j) { return j < L ? j : Lpad + (j - L); };
   auto score = [&](int64_t j) { return round_bf16(__fmul_rn(bf16_to_f32(s[col(j)]), scaling)); };
 
@@ -100,18 +98,16 @@ __global__ void softmax_kernel(uint16_t* S, int64_t ld, int64_t nc, int64_t L, i
 constexpr int kSoftmaxWarps = 8;
 constexpr int64_t kWarpRowMax = 4096;
 
-__global__ void softmax_warp_kernel(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t L, int64_t Lpad,
-                                    int64_t n, int64_t i0, int causal, int64_t window, float scaling) {
+__global__ void softmax_warp_kernel(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t Lpad,
+                                    int64_t i0, const ItemKeys rule, float scaling) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(kSoftmaxWarps) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together
   const int lane = threadIdx.x & 31;
   uint4* s = reinterpret_cast<uint4*>(S + row * ld);
+  const int64_t L = rule.L, n = rule.n;
   const int64_t i = i0 + row % nc;
-  int64_t j_lo = 0, j_hi = L + n;
-  if (causal) {
-    j_hi = L + i + 1;
-    if (window > 0) j_lo = L + i - window + 1 > 0 ? L + i - window + 1 : 0;
-  }
+  const KeyRange keys = query_keys(rule, static_cast<int>(i));
+  const int64_t j_lo = keys.lo, j_hi = keys.hi;
   const int64_t words = (Lpad + n + 7) / 8;
   auto visible = [&](int64_t c) {
     const int64_t j = c < Lpad ? (c < L ? c : -1) : (c - Lpad < n ? L + c - Lpad : -1);
@@ -171,20 +167,20 @@ void launch_attn_gather_q(const uint16_t* q, int64_t Hq, int64_t D, int64_t i0, 
   CUDA_CHECK_LAUNCH(stream);
 }
 
-void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t L, int64_t Lpad, int64_t n,
-                         int64_t i0, bool causal, int64_t window, float scaling, Stream stream) {
+void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t Lpad, int64_t i0,
+                         const ItemKeys& rule, float scaling, Stream stream) {
   if (rows <= 0) return;
+  const int64_t n = rule.n;
   // Rows up to a few thousand columns: one warp each; longer rows keep one block each (more loads in
   // flight per row).
   if (vec8_ok(ld, S) && Lpad + n <= kWarpRowMax) {
     const unsigned blocks = static_cast<unsigned>(ceil_div(rows, kSoftmaxWarps));
-    softmax_warp_kernel<<<blocks, 32 * kSoftmaxWarps, 0, stream>>>(S, rows, ld, nc, L, Lpad, n, i0, causal ? 1 : 0,
-                                                                   window, scaling);
+    softmax_warp_kernel<<<blocks, 32 * kSoftmaxWarps, 0, stream>>>(S, rows, ld, nc, Lpad, i0, rule, scaling);
     CUDA_CHECK_LAUNCH(stream);
     return;
   }
-  softmax_kernel<<<static_cast<unsigned>(rows), threads_for_row(L + n), 0, stream>>>(S, ld, nc, L, Lpad, n, i0,
-                                                                                     causal ? 1 : 0, window, scaling);
+  softmax_kernel<<<static_cast<unsigned>(rows), threads_for_row(rule.L + n), 0, stream>>>(S, ld, nc, Lpad, i0,
+                                                                                          rule, scaling);
   CUDA_CHECK_LAUNCH(stream);
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/attention_keys.h"
 #include "backend/cuda/core/stream.h"
 
 namespace dgemma::cuda {
@@ -15,12 +16,12 @@ void launch_attn_gather_q(const uint16_t* q, int64_t Hq, int64_t D, int64_t i0, 
                           Stream stream);
 
 // In place over the bf16 score rows S[h * nc + il, :] (row stride ld): cached key j < L sits in column j,
-// new key j >= L in column Lpad + (j - L). Masked scores are excluded; then
+// new key j >= L in column Lpad + (j - L) (L = rule.L, n = rule.n). Masked scores are excluded; then
 //   s = bf16(s * scaling), p = exp(s - max) / sum(exp(s - max)) in fp32, stored as bf16(p) (0 if masked).
-// Query il has absolute index i0 + il among the n new tokens; causal: key j visible iff
-// 0 <= (i0 + il) - (j - L) < window (window <= 0: no window).
-void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t L, int64_t Lpad, int64_t n,
-                         int64_t i0, bool causal, int64_t window, float scaling, Stream stream);
+// Query il has index i0 + il among the n new tokens and sees the keys query_keys(rule, i0 + il) names
+// (backend/attention_keys.h; rule.blocks in device memory).
+void launch_attn_softmax(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t Lpad, int64_t i0,
+                         const ItemKeys& rule, float scaling, Stream stream);
 
 // out[i0 + il, h, :] = bf16(oh[h, il, :]) (fp32 P.V results back to the [n, Hq, D] layout).
 void launch_attn_scatter_out(const float* oh, int64_t Hq, int64_t D, int64_t i0, int64_t nc, uint16_t* out,

@@ -10,17 +10,24 @@
 //           running sum in ascending expert order (moe/combine.cu). No host synchronisation, fixed grids:
 //           a step's MoE records into a CUDA graph. The shapes these kernels take
 //           (grouped_moe_supported, moe_route_supported) are checked when a model is loaded.
+// Expert parallelism (MoeArgs::expert_first / collective): the router and the grouping run over every
+// expert as on one GPU (the same tile list), the grouped GEMMs over the rank's experts only (their tile
+// entries renumbered, the others skipped; offsets from the rank's first expert), into slot rows filled
+// with -0 beforehand; the exact sum over the ranks then gives every rank the one-GPU slot rows.
+#include "backend/cuda/moe/moe.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "backend/collective.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/layer/norm.cuh"
 #include "backend/cuda/moe/combine.cuh"
 #include "backend/cuda/moe/grouped.cuh"
-#include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/route.cuh"
+#include "backend/cuda/parallel/shard_kernels.cuh"
 #include "backend/cuda/quant/expert_stream.cuh"
 #include "backend/cuda/quant/fp8_gemm.h"
 #include "backend/cuda/quant/w8a8_experts.cuh"
@@ -45,12 +52,16 @@ void moe(const Context& ctx, const MoeArgs& a) {
   need_type(a.out, ScalarType::kBF16, op, "out");
   const int64_t T = a.router_in.dim(0), H = a.router_in.dim(1);
   const int64_t E = a.router_proj.dim(0);
+  // The rank's experts [e0, e0 + El) (all of them without expert parallelism).
+  const int64_t El = gate_up.dim(0), e0 = a.expert_first;
+  const bool ep = a.collective != nullptr;
   const int64_t I2 = a.gate_up.rows(), I = I2 / 2;
   const int64_t K = a.top_k;
   DG_CHECK(a.router_in.ndim == 2 && a.expert_in.ndim == 2 && a.expert_in.dim(0) == T && a.expert_in.dim(1) == H);
   DG_CHECK(a.router_proj.dim(1) == H && a.router_scale.numel() == H && a.per_expert_scale.numel() == E);
-  DG_CHECK(gate_up.ndim == 3 && gate_up.dim(0) == E && a.gate_up.cols() == H && I2 % 2 == 0);
-  DG_CHECK(down.ndim == 3 && down.dim(0) == E && down.dim(1) == H && a.down.cols() == I);
+  DG_CHECK(gate_up.ndim == 3 && e0 >= 0 && El >= 1 && e0 + El <= E && a.gate_up.cols() == H && I2 % 2 == 0);
+  DG_CHECK(ep || (e0 == 0 && El == E));
+  DG_CHECK(down.ndim == 3 && down.dim(0) == El && down.dim(1) == H && a.down.cols() == I);
   if (fp4_gu) DG_CHECK(grouped_fp4_supported(I2, H, gate_up.data, a.gate_up.block.data));
   if (fp4_dn) DG_CHECK(grouped_fp4_supported(H, I, down.data, a.down.block.data));
   // FP8 experts uploaded for W8A8 keep act kFp8Token (CudaBackend::placement), the W8A16 ones kNone.
@@ -125,7 +136,8 @@ void moe(const Context& ctx, const MoeArgs& a) {
   const bool stream_dn = w8a8_dn ? expert_stream_w8a8_supported(H, I, down.data)
                                  : (fp8_dn || fp4_dn) && expert_stream_w4a16_supported(fp8_dn, H, I, down.data,
                                                                                          a.down.block.data);
-  const bool stream = stream_gu && stream_dn && expert_stream_chosen(ctx.options, R, E);
+  // The weight-streaming kernels take all experts (one rank's slice under expert parallelism: grouped).
+  const bool stream = !ep && stream_gu && stream_dn && expert_stream_chosen(ctx.options, R, E);
   const GroupedPlan plan = stream                ? GroupedPlan{}
                            : w8a8_gu || w8a8_dn ? grouped_w8a8_plan(R, E)
                            : any_quant        ? GroupedPlan{}
@@ -139,8 +151,12 @@ void moe(const Context& ctx, const MoeArgs& a) {
                          pairs.ptr<int32_t>(), tiles_ptr, plan.max_tiles, plan.tile_rows, scratch.ptr<int32_t>(),
                          ctx.ticket, st);
   const QuantTile tile = ctx.options.quant_experts;
+  const int32_t* loff = offsets.ptr<int32_t>() + e0;
+  if (ep)
+    launch_moe_tiles_local(tiles_ptr, plan.max_tiles, static_cast<int>(e0), static_cast<int>(e0 + El), st);
   Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
   Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
+  if (ep) launch_fill_u16(y.ptr<uint16_t>(), R * H, 0x8000, st);  // other ranks' slots: -0
   ExpertStreamOptions so;
   so.pdl = ctx.options.pdl == Pdl::kOn;
   if (stream && w8a8_gu)
@@ -156,18 +172,19 @@ void moe(const Context& ctx, const MoeArgs& a) {
     Tensor q = ctx.alloc(ScalarType::kU8, {T, H}), s = ctx.alloc(ScalarType::kF32, {T});
     launch_quantize_fp8_rows(a.expert_in.ptr<uint16_t>(), T, H, q.ptr<uint8_t>(), s.ptr<float>(), st);
     launch_grouped_gate_up_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), gate_up.ptr<uint8_t>(),
-                                a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
-                                tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
+                                a.gate_up.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), tiles_ptr, R,
+                                El, K, H, I, act.ptr<uint16_t>(), st);
   } else if (fp8_gu)
-    launch_grouped_gate_up_fp8(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.row_scale.ptr<float>(),
-                               offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), tile, st);
+    launch_grouped_gate_up_fp8(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(),
+                               a.gate_up.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), R, El, K, H, I,
+                               act.ptr<uint16_t>(), tile, st);
   else if (fp4_gu)
-    launch_grouped_gate_up_fp4(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(), a.gate_up.block.ptr<uint8_t>(),
-                               a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), R, E,
-                               K, H, I, act.ptr<uint16_t>(), tile, st);
+    launch_grouped_gate_up_fp4(a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(),
+                               a.gate_up.block.ptr<uint8_t>(), a.gate_up.row_scale.ptr<float>(), loff,
+                               pairs.ptr<int32_t>(), R, El, K, H, I, act.ptr<uint16_t>(), tile, st);
   else
-    launch_grouped_gate_up(plan, a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), offsets.ptr<int32_t>(),
-                           pairs.ptr<int32_t>(), tiles_ptr, R, E, K, H, I, act.ptr<uint16_t>(), st);
+    launch_grouped_gate_up(plan, a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), loff,
+                           pairs.ptr<int32_t>(), tiles_ptr, R, El, K, H, I, act.ptr<uint16_t>(), st);
   if (stream && w8a8_dn)
     launch_expert_stream_down_w8a8(so, act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(),
                                    offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I,
@@ -180,19 +197,21 @@ void moe(const Context& ctx, const MoeArgs& a) {
   else if (w8a8_dn) {  // the activation quantised per grouped row
     Tensor q = ctx.alloc(ScalarType::kU8, {R, I}), s = ctx.alloc(ScalarType::kF32, {R});
     launch_quantize_fp8_rows(act.ptr<uint16_t>(), R, I, q.ptr<uint8_t>(), s.ptr<float>(), st);
-    launch_grouped_down_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(),
-                             offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), tiles_ptr, top_w.ptr<float>(), R, E, H, I,
-                             y.ptr<uint16_t>(), st);
+    launch_grouped_down_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), down.ptr<uint8_t>(),
+                             a.down.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), tiles_ptr,
+                             top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), st);
   } else if (fp8_dn)
-    launch_grouped_down_fp8(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(),
-                            pairs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), tile, st);
+    launch_grouped_down_fp8(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(), loff,
+                            pairs.ptr<int32_t>(), top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), tile,
+                            st);
   else if (fp4_dn)
     launch_grouped_down_fp4(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.block.ptr<uint8_t>(),
-                            a.down.row_scale.ptr<float>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
-                            top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), tile, st);
+                            a.down.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), top_w.ptr<float>(), R,
+                            El, H, I, y.ptr<uint16_t>(), tile, st);
   else
-    launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), offsets.ptr<int32_t>(), pairs.ptr<int32_t>(),
-                        tiles_ptr, top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), st);
+    launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), loff, pairs.ptr<int32_t>(),
+                        tiles_ptr, top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), st);
+  if (ep) a.collective->all_reduce_sum(y);  // every slot from the rank holding its expert (exact)
   launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
   if (queue_debug_copies()) ctx.sync();
 }

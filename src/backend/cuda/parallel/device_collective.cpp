@@ -1,0 +1,157 @@
+// The one-device collective (backend/device_collective.h).
+#include "backend/device_collective.h"
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/core/check.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/parallel/shard_kernels.cuh"
+#include "backend/rendezvous.h"
+#include "util/error.h"
+
+namespace dgemma {
+namespace {
+
+// What the ranks share: the meeting point, each rank's context and its two events ("my input is
+// ready", "I have read everyone's").
+struct Shared {
+  Shared(int n, double timeout) : meet(n, timeout) {}
+  Rendezvous meet;
+  std::vector<const cuda::Context*> ctx;
+  std::vector<cudaEvent_t> ready, done;
+  ~Shared() {
+    for (cudaEvent_t e : ready) cudaEventDestroy(e);
+    for (cudaEvent_t e : done) cudaEventDestroy(e);
+  }
+};
+
+class DeviceCollective final : public Collective {
+ public:
+  DeviceCollective(std::shared_ptr<Shared> s, int rank) : s_(std::move(s)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return s_->meet.size(); }
+  std::string name() const override { return "one-device"; }
+
+  void all_gather_last(const Tensor& in, const Tensor& out) override {
+    DG_CHECK(in.device == Device::kCuda && out.device == Device::kCuda && in.type == out.type &&
+             in.ndim >= 1);
+    const int N = size();
+    DG_CHECK(out.numel() == in.numel() * N);
+    const int64_t n = in.dim(-1), rows = n > 0 ? in.numel() / n : 0;
+    const std::vector<const Tensor*> all = post(in);
+    const size_t width = static_cast<size_t>(n) * scalar_size(in.type);
+    for (int r = 0; r < N; ++r) {
+      const Tensor& src = *all[static_cast<size_t>(r)];
+      DG_CHECK(src.numel() == in.numel() && src.type == in.type);
+      if (rows > 0 && width > 0)
+        CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(out.data) + static_cast<size_t>(r) * width,
+                                     width * static_cast<size_t>(N), src.data, width, width,
+                                     static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream()));
+    }
+    read_done();
+  }
+
+  void all_reduce_sum(const Tensor& t) override {
+    DG_CHECK(t.device == Device::kCuda);
+    const int type = t.type == ScalarType::kBF16  ? 0
+                     : t.type == ScalarType::kF32 ? 1
+                     : t.type == ScalarType::kI32 ? 2
+                                                  : -1;
+    DG_CHECK(type >= 0);
+    // The sum goes to a private buffer first: the others still read this rank's values.
+    Tensor sum = ctx().alloc(t.type, {t.numel()});
+    const std::vector<const Tensor*> all = post(t);
+    cuda::RankPointers p{};
+    for (int r = 0; r < size(); ++r) {
+      DG_CHECK(all[static_cast<size_t>(r)]->numel() == t.numel() &&
+               all[static_cast<size_t>(r)]->type == t.type);
+      p.p[r] = all[static_cast<size_t>(r)]->data;
+    }
+    cuda::launch_sum_ranks(p, size(), type, t.numel(), sum.data, ctx().stream);
+    read_done();
+    if (t.nbytes() > 0)
+      CUDA_CHECK(cudaMemcpyAsync(t.data, sum.data, t.nbytes(), cudaMemcpyDeviceToDevice, stream()));
+  }
+
+  void barrier() override {
+    activate();
+    CUDA_CHECK(cudaStreamSynchronize(stream()));
+    s_->meet.arrive(rank_);
+  }
+
+ private:
+  const cuda::Context& ctx() const { return *s_->ctx[static_cast<size_t>(rank_)]; }
+  cudaStream_t stream() const { return ctx().stream; }
+  void activate() const { CUDA_CHECK(cudaSetDevice(ctx().device)); }
+
+  // Marks this rank's input ready on its stream, meets the others, and orders this rank's stream after
+  // every rank's input. Returns every rank's tensor.
+  std::vector<const Tensor*> post(const Tensor& mine) {
+    activate();
+    if (ctx().capturing())
+      fail(ErrorKind::kUnsupported,
+           "the one-device collective cannot be recorded into a CUDA graph (--enforce-eager)");
+    CUDA_CHECK(cudaEventRecord(s_->ready[static_cast<size_t>(rank_)], stream()));
+    const std::vector<const void*> posted = s_->meet.exchange(rank_, &mine);
+    std::vector<const Tensor*> all(posted.size());
+    for (size_t r = 0; r < posted.size(); ++r) {
+      all[r] = static_cast<const Tensor*>(posted[r]);
+      if (static_cast<int>(r) != rank_) CUDA_CHECK(cudaStreamWaitEvent(stream(), s_->ready[r], 0));
+    }
+    return all;
+  }
+
+  // After this rank's reads are queued: no rank's stream goes on (and overwrites its input) before
+  // every rank has read it. A rank records its "done" event again only after the next meeting, which
+  // every other rank reaches after queueing its wait on it.
+  void read_done() {
+    CUDA_CHECK(cudaEventRecord(s_->done[static_cast<size_t>(rank_)], stream()));
+    s_->meet.arrive(rank_);
+    for (int r = 0; r < size(); ++r)
+      if (r != rank_) CUDA_CHECK(cudaStreamWaitEvent(stream(), s_->done[static_cast<size_t>(r)], 0));
+  }
+
+  std::shared_ptr<Shared> s_;
+  int rank_;
+};
+
+class DeviceGroup final : public CollectiveGroup {
+ public:
+  DeviceGroup(const std::vector<Backend*>& backends, double timeout)
+      : s_(std::make_shared<Shared>(static_cast<int>(backends.size()), timeout)) {
+    const int n = static_cast<int>(backends.size());
+    DG_CHECK(n >= 1 && n <= cuda::kMaxRanks);
+    for (Backend* b : backends) s_->ctx.push_back(&cuda::context_of(*b));
+    const int device = s_->ctx.front()->device;
+    for (const cuda::Context* c : s_->ctx)
+      if (c->device != device)
+        fail(ErrorKind::kInvalidArgument,
+             "the one-device collective joins backends of one GPU (got devices {} and {})", device,
+             c->device);
+    CUDA_CHECK(cudaSetDevice(device));
+    s_->ready.resize(static_cast<size_t>(n));
+    s_->done.resize(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&s_->ready[static_cast<size_t>(r)], cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&s_->done[static_cast<size_t>(r)], cudaEventDisableTiming));
+      ranks_.push_back(std::make_unique<DeviceCollective>(s_, r));
+    }
+  }
+  int size() const override { return s_->meet.size(); }
+  Collective& rank(int r) override { return *ranks_.at(static_cast<size_t>(r)); }
+  void abort() override { s_->meet.abort("another rank failed"); }
+  void reset() override { s_->meet.reset(); }
+
+ private:
+  std::shared_ptr<Shared> s_;
+  std::vector<std::unique_ptr<DeviceCollective>> ranks_;
+};
+
+}  // namespace
+
+std::unique_ptr<CollectiveGroup> make_device_group(const std::vector<Backend*>& backends,
+                                                   double timeout_seconds) {
+  return std::make_unique<DeviceGroup>(backends, timeout_seconds);
+}
+
+}  // namespace dgemma

@@ -1,0 +1,383 @@
+// Tensor parallelism on one GPU: N CUDA backends of the same device as the N ranks, joined by the
+// one-device collective (backend/device_collective.h; NCCL refuses two ranks on one GPU).
+//   tp_device_collective: its gathers and sums equal the thread collective's bit for bit (N = 2, 4).
+//   tp_sharded_ops: the sharded embedding lookup and the block sums equal the CPU's bit for bit; the
+//     ranks' block partials gathered and summed equal the one-GPU self-conditioning GEMM bit for bit
+//     (the same per-block cuBLAS call on either side); the partials match the CPU's within GEMM noise.
+//   tp_expert_parallel_moe: the MoE with each rank holding E / N experts equals the one-GPU MoE bit for
+//     bit, under the automatic kernel choice, the small-rows kernel and the mma.sync tile kernel (same
+//     routing, same per-expert GEMMs, the other ranks' slots -0, an exact sum).
+//   tp_trajectory_*: whole seeded trajectories of the golden fixtures' models (two batched sequences,
+//     one with pinned positions), -tp N against -tp 1, both on CUDA: every step's canvases, argmax,
+//     samples, accept and stop decisions identical (token-exact), the entropies within the bound below.
+//   tp_26b_shape: the same for a few steps of a model of the released 26B-A4B's widths (two layers,
+//     one sliding and one full, dummy weights), N = 2 and 4.
+// Where the ranks' linears are column slices, cuBLAS may pick another kernel for the narrower GEMM, so
+// logits can differ from one GPU by bf16 rounding; the entropy of a row then moves by at most a few
+// rounding steps of its logits: bound |dH| <= 0.02 + 1% (the CPU-vs-CUDA trajectory check allows 0.1 +
+// 5% for whole different GEMMs). Decisions must still be identical; the largest |dH| is printed.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "backend/device_collective.h"
+#include "backend/thread_collective.h"
+#include "gpu_check_fixtures.h"
+#include "gpu_check_util.h"
+#include "model/config.h"
+#include "model/diffusion_gemma.h"
+#include "model/tensor_parallel.h"
+#include "model/weight_upload.h"
+#include "model/weights.h"
+#include "support/model_core.h"
+#include "util/bf16.h"
+#include "util/error.h"
+#include "util/json.h"
+#include "util/mmap_file.h"
+
+namespace dgemma::gpu_test {
+namespace {
+
+void each(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> t;
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k)
+    t.emplace_back([&, k] {
+      try {
+        fn(k);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(k)] = e.what();
+      }
+    });
+  for (auto& x : t) x.join();
+  for (const std::string& e : errors)
+    if (!e.empty()) throw Error(ErrorKind::kInternal, e);
+}
+
+std::vector<std::unique_ptr<Backend>> one_gpu_backends(int n, const CudaOptions& o) {
+  std::vector<std::unique_ptr<Backend>> b;
+  for (int k = 0; k < n; ++k) b.push_back(make_cuda_backend(0, o));
+  return b;
+}
+
+std::vector<Backend*> pointers(const std::vector<std::unique_ptr<Backend>>& b) {
+  std::vector<Backend*> p;
+  for (const auto& x : b) p.push_back(x.get());
+  return p;
+}
+
+std::vector<uint8_t> bytes_of(Backend& be, const Tensor& t) {
+  std::vector<uint8_t> v(t.nbytes());
+  if (t.device == Device::kCpu)
+    std::memcpy(v.data(), t.data, v.size());
+  else
+    be.to_host(t, v.data());
+  return v;
+}
+
+void check_device_collective(Reporter& r) {
+  for (int n : {2, 4}) {
+    auto owned = one_gpu_backends(n, current_options());
+    auto group = make_device_group(pointers(owned));
+    ThreadCollectiveGroup ref(n);
+    Data data("tp_device_collective" + std::to_string(n));
+    const int64_t rows = 37, cols = 24;
+    std::vector<Tensor> in(n), bf(n), f(n), ints(n);
+    for (int k = 0; k < n; ++k) {
+      in[k] = data.bf16({rows, cols}, 1.0f);
+      bf[k] = data.bf16({rows, cols}, 1.0f);
+      f[k] = host_tensor(ScalarType::kF32, {rows, cols});
+      ints[k] = host_tensor(ScalarType::kI32, {rows, cols});
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const bool mine = i % n == k;
+        if (!mine) bf[k].ptr<uint16_t>()[i] = kBf16NegZero;
+        f[k].ptr<float>()[i] = mine ? data.uniform(-3.0f, 3.0f) : -0.0f;
+        ints[k].ptr<int32_t>()[i] = static_cast<int32_t>(data.integer(-1000, 1000));
+      }
+    }
+    std::vector<std::vector<uint8_t>> want(n), got(n);
+    each(n, [&](int k) {
+      Tensor g = host_tensor(ScalarType::kBF16, {rows, cols * n});
+      ref.rank(k).all_gather_last(in[k], g);
+      Tensor b = clone(bf[k]), x = clone(f[k]), i = clone(ints[k]);
+      ref.rank(k).all_reduce_sum(b);
+      ref.rank(k).all_reduce_sum(x);
+      ref.rank(k).all_reduce_sum(i);
+      for (const Tensor* t : {&g, &b, &x, &i}) {
+        const auto v = bytes_of(*owned[k], *t);
+        want[k].insert(want[k].end(), v.begin(), v.end());
+      }
+    });
+    each(n, [&](int k) {
+      Backend& be = *owned[k];
+      Tensor g = be.alloc(ScalarType::kBF16, {rows, cols * n});
+      group->rank(k).all_gather_last(be.upload(in[k]), g);
+      Tensor b = be.upload(bf[k]), x = be.upload(f[k]), i = be.upload(ints[k]);
+      group->rank(k).all_reduce_sum(b);
+      group->rank(k).all_reduce_sum(x);
+      group->rank(k).all_reduce_sum(i);
+      group->rank(k).barrier();
+      for (const Tensor* t : {&g, &b, &x, &i}) {
+        const auto v = bytes_of(be, *t);
+        got[k].insert(got[k].end(), v.begin(), v.end());
+      }
+    });
+    for (int k = 0; k < n; ++k)
+      if (got[k] != want[k])
+        r.fail("one-device collective N=" + std::to_string(n) + " rank " + std::to_string(k) +
+               ": differs from the thread collective");
+    r.note("one-device collective N=" + std::to_string(n) + ": gathers and bf16 / f32 / i32 sums checked");
+  }
+}
+
+void check_sharded_ops(Reporter& r) {
+  Backend& be = cuda();
+  Data data("tp_sharded_ops");
+  const int64_t T = 40, V = 1024, H = 96;
+  const Tensor x = data.bf16({T, V}, 0.05f), w = data.bf16({V, H}, 0.5f);
+  std::vector<int32_t> idv;
+  for (int64_t t = 0; t < T; ++t) idv.push_back(static_cast<int32_t>(data.integer(0, V - 1)));
+  const Tensor ids = host_i32(idv);
+  // The one-GPU GEMM (blocked, backend.h kVocabBlocks).
+  Tensor one = be.alloc(ScalarType::kBF16, {T, H});
+  be.matmul_kn(up(x), up(w), one);
+  const std::vector<uint16_t> want = u16(one);
+  for (int n : {2, 4, 8}) {
+    const int64_t Vr = V / n;
+    const int blocks = kVocabBlocks / n;
+    Tensor all = host_tensor(ScalarType::kF32, {T, H, kVocabBlocks});
+    for (int k = 0; k < n; ++k) {
+      // The rank's columns of x (contiguous) and rows of w.
+      Tensor xr = host_tensor(ScalarType::kBF16, {T, Vr});
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(xr.ptr<uint16_t>() + t * Vr, x.ptr<uint16_t>() + t * V + k * Vr,
+                    static_cast<size_t>(Vr) * 2);
+      const Tensor wr = w.rows(k * Vr, (k + 1) * Vr);
+      Tensor part = be.alloc(ScalarType::kF32, {T, H, blocks});
+      be.matmul_kn_blocks(up(xr), up(clone(wr)), blocks, part);
+      const std::vector<float> p = f32(part);
+      Tensor cpu_part = host_tensor(ScalarType::kF32, {T, H, blocks});
+      cpu().matmul_kn_blocks(xr, clone(wr), blocks, cpu_part);
+      expect_f32(r, "matmul_kn_blocks vs CPU (N=" + std::to_string(n) + ")", p,
+                 std::vector<float>(cpu_part.ptr<float>(), cpu_part.ptr<float>() + cpu_part.numel()), 1e-5,
+                 1e-4);
+      for (int64_t m = 0; m < T * H; ++m)
+        for (int b = 0; b < blocks; ++b)
+          all.ptr<float>()[m * kVocabBlocks + k * blocks + b] = p[static_cast<size_t>(m * blocks + b)];
+      // The sharded lookup: the rank's rows, -0 elsewhere.
+      Tensor e_gpu = be.alloc(ScalarType::kBF16, {T, H}), e_cpu = host_tensor(ScalarType::kBF16, {T, H});
+      be.embed_shard(up(ids), up(clone(wr)), k * Vr, V, 3.5f, e_gpu);
+      cpu().embed_shard(ids, clone(wr), k * Vr, V, 3.5f, e_cpu);
+      if (u16(e_gpu) != u16(e_cpu))
+        r.fail("embed_shard N=" + std::to_string(n) + " rank " + std::to_string(k) + " differs from the CPU");
+    }
+    Tensor sum = be.alloc(ScalarType::kBF16, {T, H}), cpu_sum = host_tensor(ScalarType::kBF16, {T, H});
+    be.sum_blocks(up(all), sum);
+    cpu().sum_blocks(all, cpu_sum);
+    if (u16(sum) != u16(cpu_sum)) r.fail("sum_blocks differs from the CPU's (N=" + std::to_string(n) + ")");
+    if (u16(sum) != want)
+      r.fail("the ranks' block partials summed differ from the one-GPU matmul_kn (N=" + std::to_string(n) +
+             ")");
+  }
+}
+
+void check_expert_parallel_moe(Reporter& r) {
+  Data data("tp_expert_parallel_moe");
+  const int64_t T = 256, H = 256, I = 128, E = 16, K = 4;  // 64 rows an expert: tile kernels under auto
+  const Tensor router_in = data.bf16({T, H}, 1.0f), expert_in = data.bf16({T, H}, 1.0f);
+  const Tensor router_scale = data.bf16({H}, 0.2f, 1.0f), router_proj = data.bf16({E, H}, 0.5f);
+  const Tensor pes = data.bf16({E}, 0.1f, 1.0f);
+  const Tensor gate_up = data.bf16({E, 2 * I, H}, 0.06f), down = data.bf16({E, H, I}, 0.09f);
+  for (MoeKernel kernel : {MoeKernel::kAuto, MoeKernel::kSmallRows, MoeKernel::kMmaSync128x128}) {
+    const CudaOptions o = options_with([&](CudaOptions& c) { c.moe = kernel; });
+    const std::string which = kernel == MoeKernel::kAuto        ? "auto kernel"
+                              : kernel == MoeKernel::kSmallRows ? "small-rows kernel"
+                                                                : "mma.sync tile kernel";
+    auto args = [&](Backend& be, int64_t e0, int64_t e1) {
+      MoeArgs a;
+      a.router_in = be.upload(router_in);
+      a.expert_in = be.upload(expert_in);
+      a.router_scale = be.upload(router_scale);
+      a.router_proj = be.upload(router_proj);
+      a.per_expert_scale = be.upload(pes);
+      a.gate_up = be.upload_weight(Weight(clone(gate_up.rows(e0, e1))));
+      a.down = be.upload_weight(Weight(clone(down.rows(e0, e1))));
+      a.top_k = static_cast<int>(K);
+      a.out = be.alloc(ScalarType::kBF16, {T, H});
+      a.expert_first = e0;
+      return a;
+    };
+    auto ref_be = make_cuda_backend(0, o);
+    MoeArgs ra = args(*ref_be, 0, E);
+    ref_be->moe(ra);
+    std::vector<uint16_t> want(static_cast<size_t>(T * H));
+    ref_be->to_host(ra.out, want.data());
+    for (int n : {2, 4}) {
+      auto owned = one_gpu_backends(n, o);
+      auto group = make_device_group(pointers(owned));
+      std::vector<std::vector<uint16_t>> got(n, std::vector<uint16_t>(static_cast<size_t>(T * H)));
+      each(n, [&](int k) {
+        Backend& be = *owned[k];
+        MoeArgs a = args(be, k * E / n, (k + 1) * E / n);
+        a.collective = &group->rank(k);
+        be.moe(a);
+        be.to_host(a.out, got[k].data());
+      });
+      for (int k = 0; k < n; ++k)
+        if (got[k] != want)
+          r.fail("expert-parallel MoE (" + which + ") N=" + std::to_string(n) + " rank " + std::to_string(k) +
+                 " differs from the one-GPU MoE");
+    }
+  }
+}
+
+// ---- trajectories ------------------------------------------------------------------------------------
+
+struct Compared {
+  int steps = 0;
+  double max_dh = 0;
+};
+
+void compare_traces(Reporter& r, const std::string& name, ModelCore& a, const Sequence& sa, ModelCore& b,
+                    const Sequence& sb, Compared& c) {
+  if (sa.state != Sequence::State::kFinished || sb.state != Sequence::State::kFinished) {
+    r.fail(name + ": a trajectory did not finish");
+    return;
+  }
+  if (sa.output() != sb.output()) r.fail(name + ": outputs differ");
+  const auto wa = a.traces().canvases(sa.id()), wb = b.traces().canvases(sb.id());
+  if (wa.size() != wb.size()) {
+    r.fail(name + ": canvas counts differ");
+    return;
+  }
+  for (size_t k = 0; k < wa.size(); ++k) {
+    if (wa[k].committed != wb[k].committed)
+      r.fail(name + ": canvas " + std::to_string(k) + " committed differs");
+    if (wa[k].trace.size() != wb[k].trace.size()) {
+      r.fail(name + ": canvas " + std::to_string(k) + " step counts differ");
+      continue;
+    }
+    for (size_t s = 0; s < wa[k].trace.size(); ++s, ++c.steps) {
+      const StepRecord &x = wa[k].trace[s], &y = wb[k].trace[s];
+      const std::string at = name + " canvas " + std::to_string(k) + " step " + std::to_string(s);
+      if (x.canvas_in != y.canvas_in || x.argmax != y.argmax || x.sample != y.sample ||
+          x.canvas_out != y.canvas_out || x.accept != y.accept || x.stop != y.stop) {
+        r.fail(at + ": decisions differ from -tp 1");
+        return;
+      }
+      for (size_t i = 0; i < x.entropy.size(); ++i) {
+        const double d = std::fabs(static_cast<double>(x.entropy[i]) - y.entropy[i]);
+        c.max_dh = std::max(c.max_dh, d);
+        if (d > 0.02 + 0.01 * std::fabs(x.entropy[i])) {
+          r.fail(at + ": entropy at " + std::to_string(i) + " moved by " + fmt_double(d));
+          break;
+        }
+      }
+    }
+  }
+}
+
+// Two batched seeded sequences (the second shorter, with pinned positions) through -tp 1 and -tp n.
+void compare_models(Reporter& r, const std::string& name, const ModelConfig& mc, const ModelWeights& host,
+                    int n, const SequenceParams& p, const std::vector<int32_t>& prompt) {
+  auto one_be = make_cuda_backend(0, current_options());
+  DiffusionGemma one(mc, upload_model_weights(host, *one_be), *one_be);
+  auto owned = one_gpu_backends(n, current_options());
+  auto group = make_device_group(pointers(owned));
+  auto tp = TensorParallelModel::upload(mc, host, std::move(owned), std::move(group));
+  const std::vector<int32_t> shorter(prompt.begin(),
+                                     prompt.begin() + static_cast<long>(prompt.size() / 2 + 1));
+  auto run = [&](ModelCore& core) {
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    SequenceParams a = p, b = p;
+    b.seed = a.seed + 101;
+    b.pins = {PinnedSpan{3, {5, 6, 7}}};
+    seqs.push_back(core.make_sequence(1, prompt, a));
+    seqs.push_back(core.make_sequence(2, shorter, b));
+    try {
+      core.run({seqs[0].get(), seqs[1].get()}, 10000);
+    } catch (const Error&) {
+      // Reported by compare_traces from the sequences' states.
+    }
+    return seqs;
+  };
+  ModelCore ref(*one_be, one), sharded(*tp);
+  const auto want = run(ref);
+  const auto got = run(sharded);
+  Compared c;
+  for (size_t i = 0; i < want.size(); ++i)
+    compare_traces(r, name + " sequence " + std::to_string(i + 1), ref, *want[i], sharded, *got[i], c);
+  if (c.steps < 2) r.fail(name + ": fewer than 2 traced steps compared");
+  r.note(name + ": " + std::to_string(c.steps) + " traced steps token-exact against -tp 1, max |dH| " +
+         fmt_double(c.max_dh));
+}
+
+void check_fixture(Reporter& r, const std::string& fixture, int n) {
+  const std::string dir = fixture_dir(fixture) + "/model";
+  const ModelConfig mc = load_model_config(dir);
+  auto loader = make_cpu_backend();
+  const ModelWeights host = load_weights(mc, dir, *loader);
+  const Json manifest =
+      parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
+  SequenceParams p = fixture_run_params(manifest["runs"][0]);
+  p.max_tokens = 2 * mc.canvas_length;
+  compare_models(r, fixture + " tp" + std::to_string(n), mc, host, n, p, fixture_ids(fixture, "prompt_ids"));
+}
+
+// The released 26B-A4B's widths (hidden 2816, 16 query heads, 8 / 2 KV heads of 256 / 512, 128 experts
+// top-8 of 704, dense 2112, vocabulary 262144, canvas 256) with one sliding and one full layer.
+ModelConfig config_26b_shape() {
+  Json j = parse_json(read_text_file(fixture_dir("tiny_a") + "/model/config.json"), "config", true);
+  j.erase("vision_config");
+  j["canvas_length"] = 256;
+  Json& t = j["text_config"];
+  t["vocab_size"] = 262144;
+  t["hidden_size"] = 2816;
+  t["intermediate_size"] = 2112;
+  t["num_hidden_layers"] = 2;
+  t["num_attention_heads"] = 16;
+  t["num_key_value_heads"] = 8;
+  t["head_dim"] = 256;
+  t["global_head_dim"] = 512;
+  t["num_global_key_value_heads"] = 2;
+  t["sliding_window"] = 1024;
+  t["num_experts"] = 128;
+  t["top_k_experts"] = 8;
+  t["moe_intermediate_size"] = 704;
+  t["layer_types"] = Json::array({"sliding_attention", "full_attention"});
+  return parse_model_config(j, "the 26B-A4B shape");
+}
+
+void check_26b_shape(Reporter& r) {
+  const ModelConfig mc = config_26b_shape();
+  auto loader = make_cpu_backend();
+  const ModelWeights host =
+      dummy_weights(mc, *loader, 11, WeightLoadOptions{false, true});  // once for N = 2, 4
+  SequenceParams p;
+  p.max_tokens = mc.canvas_length;
+  p.diffusion.max_denoising_steps = 4;
+  p.seed = 7;
+  p.trace = true;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 120; ++i) prompt.push_back(2 + (i * 7919) % 262000);
+  for (int n : {2, 4}) compare_models(r, "26B shape tp" + std::to_string(n), mc, host, n, p, prompt);
+}
+
+}  // namespace
+
+std::vector<Case> tensor_parallel_cases() {
+  return {
+      {"tp_device_collective", check_device_collective},
+      {"tp_sharded_ops", check_sharded_ops},
+      {"tp_expert_parallel_moe", check_expert_parallel_moe},
+      {"tp_trajectory_tiny_a_tp2", [](Reporter& r) { check_fixture(r, "tiny_a", 2); }},
+      {"tp_trajectory_tiny_a_tp4", [](Reporter& r) { check_fixture(r, "tiny_a", 4); }},
+      {"tp_trajectory_tiny_b_tp2", [](Reporter& r) { check_fixture(r, "tiny_b", 2); }},
+      {"tp_26b_shape", check_26b_shape},
+  };
+}
+
+}  // namespace dgemma::gpu_test
