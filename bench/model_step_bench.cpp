@@ -25,6 +25,13 @@
 //                                         --write-model DIR --with-vision)
 //                [--max-model-len L]     (the context the recorded attention plans assume: 32,768 by default,
 //                                         the recipe's, capped by max_position_embeddings)
+//                [--guided-schema FILE]  (every canvas guided by the JSON Schema in FILE, docs/API.md "Guided
+//                                         decoding on the canvas": its gap mask before sampling, the decide
+//                                         walk, the commit rule; the schema's value spans the answer)
+//                [--tokenizer FILE]      (the tokenizer.json the constraint is lifted to; default: a
+//                synthetic
+//                                         vocabulary of the model's size — fillers, the 256 bytes, then short
+//                                         ASCII pieces)
 // Prefill and denoising are timed apart: every prompt is encoded in prefill-only steps (the step budget
 // holds all prompts; the last chunk is not fused with the first denoising step, fuse_prefill_tail), so
 // every denoising step carries the whole batch of canvases and nothing else.
@@ -32,15 +39,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "guided/guided.h"
+#include "guided/token_constraint.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/weights.h"
 #include "support/model_core.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/timing.h"
 
@@ -61,6 +73,30 @@ struct PromptImages {
   std::shared_ptr<const std::vector<uint8_t>> patches;  // one image's, shared by all
 };
 constexpr int64_t kImageGridH = 42, kImageGridW = 60;  // 14 x 20 pooled cells: 280 soft tokens
+
+// A vocabulary of `size` ids for a model without a tokenizer: 0 pad and 1 eos (fillers), 2 and 3 never
+// (control tokens), the 256 bytes, then pieces of 2..7 ASCII characters (letters, digits, punctuation,
+// space), deterministic.
+std::shared_ptr<const guided::TokenVocabulary> synthetic_vocabulary(int64_t size) {
+  std::vector<std::string> pieces = {"", "", "", ""};
+  std::vector<guided::TokenKind> kinds = {guided::TokenKind::kFiller, guided::TokenKind::kFiller,
+                                          guided::TokenKind::kNever, guided::TokenKind::kNever};
+  for (int b = 0; b < 256 && static_cast<int64_t>(pieces.size()) < size; ++b) {
+    pieces.push_back(std::string(1, static_cast<char>(b)));
+    kinds.push_back(guided::TokenKind::kText);
+  }
+  uint64_t x = 0x9E3779B97F4A7C15ULL;
+  static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-.,:\"{}[]";
+  while (static_cast<int64_t>(pieces.size()) < size) {
+    std::string p;
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int len = 2 + static_cast<int>((x >> 60) % 6);
+    for (int i = 0; i < len; ++i) p.push_back(kChars[(x >> (8 * (i % 7))) % (sizeof(kChars) - 1)]);
+    pieces.push_back(p);
+    kinds.push_back(guided::TokenKind::kText);
+  }
+  return guided::TokenVocabulary::from_pieces(pieces, kinds);
+}
 
 // "B:S[:P],..." -> runs (each number positive); false on anything else.
 bool parse_runs(const std::string& text, int default_prompt, std::vector<Run>* runs) {
@@ -91,7 +127,8 @@ bool parse_runs(const std::string& text, int default_prompt, std::vector<Run>* r
 // shares its pass with the first denoising step), then the denoising steps of the whole batch, twice
 // (the first round warms up); prints the second round's figures as one line.
 void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, const Run& run, int canvases,
-                 int profile_step, const Graphs& graphs, const PromptImages& pi) {
+                 int profile_step, const Graphs& graphs, const PromptImages& pi,
+                 const std::shared_ptr<const guided::TokenConstraint>& constraint) {
   const int64_t C = mc.canvas_length;
   const int batch = run.batch, steps = run.steps, prompt_len = run.prompt_len;
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
@@ -141,6 +178,12 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
       p.seed = static_cast<uint64_t>(b + 1);
       p.max_tokens = canvases * C;
       p.ignore_eos = true;
+      if (constraint) {
+        auto g = std::make_shared<GuidedAnswer>();
+        g->constraint = constraint;
+        g->end = p.max_tokens;
+        p.guided = std::move(g);
+      }
       seqs.push_back(core.make_sequence(static_cast<uint64_t>(rep * batch + b + 1), prompt, p));
       if (!images.empty()) seqs.back()->set_images(images, std::vector<int64_t>(images.size(), soft));
       core.core().add(seqs.back().get());
@@ -179,17 +222,18 @@ void measure_run(DiffusionGemma& model, Backend& be, const ModelConfig& mc, cons
       if (pi.count > 0)
         std::printf("%d image(s) of %lld soft tokens in each prompt: ", pi.count,
                     static_cast<long long>(soft));
-      std::printf("batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
-                  "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step, "
-                  "%.1f host waits per step (%.2f ms waiting: the rest of the step is host time), %s, "
-                  "first round %.2f ms per step\n",
-                  batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
-                  1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count), total,
-                  1e3 * batch * canvases * C / (total - prefill_ms),
-                  static_cast<double>(step_launches) / static_cast<double>(step_count),
-                  static_cast<double>(step_syncs) / static_cast<double>(step_count),
-                  1e-6 * static_cast<double>(step_wait_ns) / static_cast<double>(step_count),
-                  recorded ? "CUDA graph" : "op by op", first_round_step_ms);
+      std::printf(
+          "batch %d, prompt %d, canvas %lld, %d steps x %d canvas(es): prefill %.1f ms (%.0f tokens/s), "
+          "%.2f ms per denoising step (%lld steps), %.0f ms total, %.0f tokens/s, %.0f launches per step, "
+          "%.1f host waits per step (%.2f ms waiting: the rest of the step is host time), %s, "
+          "first round %.2f ms per step%s\n",
+          batch, prompt_len, static_cast<long long>(C), steps, canvases, prefill_ms,
+          1e3 * batch * prompt_len / prefill_ms, step_ms / step_count, static_cast<long long>(step_count),
+          total, 1e3 * batch * canvases * C / (total - prefill_ms),
+          static_cast<double>(step_launches) / static_cast<double>(step_count),
+          static_cast<double>(step_syncs) / static_cast<double>(step_count),
+          1e-6 * static_cast<double>(step_wait_ns) / static_cast<double>(step_count),
+          recorded ? "CUDA graph" : "op by op", first_round_step_ms, constraint ? ", guided" : "");
       std::fflush(stdout);  // each run's line as soon as it is measured
     }
   }
@@ -224,32 +268,34 @@ bool parse_cuda_flag(const std::string& k, const char* v, CudaOptions& o) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] "
-                 "[--canvases K]\n"
-                 "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy "
-                 "weights' format)\n"
-                 "                   [--kernel-family %s] [--attention %s]\n"
-                 "                   [--moe-kernel %s]\n"
-                 "                   [--quant-tile %s] [--dense-quant-tile (the same)]\n"
-                 "                   [--dense-quant %s] [--fp8-moe %s]\n"
-                 "                   [--experts %s] [--expert-stream-rows N] [--pdl %s]   (CUDA kernel choices)\n"
-                 "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or "
-                 "one GEMM per projection)\n"
-                 "                   [--profile-step N]   (profiler capture window around the N-th measured "
-                 "denoising step)\n"
-                 "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, "
-                 "on one set of weights)\n"
-                 "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed "
-                 "as a CUDA graph, as dgemma serve)\n"
-                 "                   [--images N]   (N images of 280 soft tokens in each prompt; needs a "
-                 "vision_config)\n",
-                 kernel_family_words().c_str(), attention_kernel_words().c_str(), moe_kernel_words().c_str(),
-                 quant_tile_words().c_str(), dense_quant_words().c_str(), fp8_experts_words().c_str(),
-                 expert_kernels_words().c_str(), pdl_words().c_str());
+    std::fprintf(
+        stderr,
+        "usage: dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] "
+        "[--canvases K]\n"
+        "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' "
+        "format)\n"
+        "                   [--kernel-family %s] [--attention %s]\n"
+        "                   [--moe-kernel %s]\n"
+        "                   [--quant-tile %s] [--dense-quant-tile (the same)]\n"
+        "                   [--dense-quant %s] [--fp8-moe %s]\n"
+        "                   [--experts %s] [--expert-stream-rows N] [--pdl %s]   (CUDA kernel choices)\n"
+        "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM "
+        "per projection)\n"
+        "                   [--profile-step N]   (profiler capture window around the N-th measured denoising "
+        "step)\n"
+        "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, on one "
+        "set of weights)\n"
+        "                   [--cuda-graphs on|off] [--max-model-len L]   (denoising steps replayed as a CUDA "
+        "graph, as dgemma serve)\n"
+        "                   [--images N]   (N images of 280 soft tokens in each prompt; needs a vision_config)\n"
+        "                   [--guided-schema FILE] [--tokenizer FILE]   (canvases guided by a JSON Schema)\n",
+        kernel_family_words().c_str(), attention_kernel_words().c_str(), moe_kernel_words().c_str(),
+        quant_tile_words().c_str(), dense_quant_words().c_str(), fp8_experts_words().c_str(),
+        expert_kernels_words().c_str(), pdl_words().c_str());
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares
+  std::string schema_file, tokenizer_file;
   int batch = 1, prompt_len = 512, steps = 48, canvases = 1, profile_step = 0, images = 0;
   const char* runs_arg = nullptr;  // --runs, when given
   bool fuse_projections = true;  // --fused-projections
@@ -269,6 +315,10 @@ int main(int argc, char** argv) {
     else if (k == "--runs") runs_arg = argv[i + 1];
     else if (k == "--cuda-graphs") graphs.on = std::string(argv[i + 1]) != "off";
     else if (k == "--max-model-len") graphs.max_context = std::atoll(argv[i + 1]);
+    else if (k == "--guided-schema")
+      schema_file = argv[i + 1];
+    else if (k == "--tokenizer")
+      tokenizer_file = argv[i + 1];
     else if (k == "--fused-projections")
       fuse_projections = std::string(argv[i + 1]) != "off";
     else if (!parse_cuda_flag(k, argv[i + 1], cuda)) {
@@ -308,7 +358,29 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
       pi.patches = std::make_shared<const std::vector<uint8_t>>(std::move(px));
     }
-    for (const Run& run : runs) measure_run(model, *be, mc, run, canvases, profile_step, graphs, pi);
+    std::shared_ptr<const guided::TokenConstraint> constraint;
+    std::unique_ptr<Tokenizer> tokenizer;
+    if (!schema_file.empty()) {
+      std::ifstream in(schema_file);
+      if (!in) throw Error(ErrorKind::kNotFound, "cannot read " + schema_file);
+      const std::string schema((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::shared_ptr<const guided::TokenVocabulary> vocab;
+      if (!tokenizer_file.empty()) {
+        tokenizer = Tokenizer::from_file(tokenizer_file);
+        std::vector<int32_t> fillers;
+        for (const char* name : {"<pad>", "<eos>"})
+          if (auto id = tokenizer->token_to_id(name)) fillers.push_back(*id);
+        vocab = guided::TokenVocabulary::from_tokenizer(*tokenizer, fillers);
+      } else {
+        vocab = synthetic_vocabulary(mc.text.vocab_size);
+      }
+      Stopwatch compile;
+      constraint = guided::compile_for_vocabulary(guided::ConstraintSpec::json_schema(schema), vocab);
+      std::fprintf(stderr, "guided: %d states, gap mask %s, compiled in %.0f ms\n",
+                   constraint->dfa().num_states, constraint->gap_mask_exact() ? "exact" : "byte-class",
+                   compile.ms());
+    }
+    for (const Run& run : runs) measure_run(model, *be, mc, run, canvases, profile_step, graphs, pi, constraint);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dgemma_bench: %s\n", e.what());
     return 1;

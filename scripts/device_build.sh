@@ -13,8 +13,9 @@
 #   DEVDEPS (default .devdeps/include), WERROR=1 to add -Werror to the C++ files, NVCC_EXTRA: more nvcc
 #   flags (e.g. -lineinfo, so compute-sanitizer names source lines), NATIVE=0: no machine code for the
 #   GPUs found here (only sm_90a and the compute_80 PTX).
-# Compiles: src/util, src/backend (+cpu, +cuda), src/model, src/engine, tests/support (the harness the
-# checks and benchmarks link; not the test server), tests/gpu (no api/text/cli).
+# Compiles: src/util, src/backend (+cpu, +cuda), src/model, src/engine, src/guided, the tokenizer of
+# src/text, tests/support (the harness the checks and benchmarks link; not the test server), tests/gpu
+# (no api/cli).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -69,8 +70,10 @@ cpp_sources=()
 # src/backend/cuda: every folder below it (core, attention, moe, quant, sampler, layer).
 mapfile -t cuda_cpp < <(find src/backend/cuda -name '*.cpp' | LC_ALL=C sort)
 mapfile -t cu_sources < <(find src/backend/cuda -name '*.cu' | LC_ALL=C sort)
+# The engine's guided decoding needs src/guided and, of src/text, the tokenizer and UTF-8 helpers.
 for f in src/util/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp "${cuda_cpp[@]}" src/model/*.cpp \
-         src/engine/*.cpp tests/support/*.cpp tests/gpu/*.cpp; do
+         src/engine/*.cpp src/guided/*.cpp src/text/tokenizer/tokenizer.cpp src/text/tokenizer/tokenizer_json.cpp \
+         src/text/tokenizer/tokenizer_load.cpp src/text/tokenizer/utf8.cpp tests/support/*.cpp tests/gpu/*.cpp; do
   [ "$f" = tests/gpu/test_gpu.cpp ] && continue  # the GoogleTest driver
   [ "$f" = tests/support/test_server.cpp ] && continue  # the test server (needs api/text/cli)
   cpp_sources+=("$f")

@@ -46,6 +46,7 @@ std::shared_ptr<const LoadedModel> ApiServer::model() const {
 
 void ApiServer::set_ready(LoadedModel model) {
   DG_CHECK(model.engine && model.tokenizer && model.prompts);
+  if (!model.guided) model.guided = std::make_shared<GuidedCompiler>(model.tokenizer);
   auto m = std::make_shared<const LoadedModel>(std::move(model));
   std::lock_guard<std::mutex> lock(mu_);
   model_ = std::move(m);
@@ -296,7 +297,13 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
   // Tokenising stops once a prompt is certainly too long (unless it is to be truncated anyway).
   const int64_t limit = pr.truncate_prompt_tokens ? 0 : max_len - 1;
   std::vector<PreparedPrompt> prompts;
-  int64_t min_answer = 0;  // answer positions a forced form's pins take (docs/API.md "Pinned chat forms")
+  // Guided decoding (docs/API.md "Guided decoding on the canvas"): the answer's constraint, compiled
+  // (or found in the cache) before anything is generated; a bad one is a 400 here.
+  std::shared_ptr<const guided::TokenConstraint> constraint;
+  std::string guided_param = pr.guided ? pr.guided->param : std::string("tools");
+  if (auto spec = answer_constraint(pr, req.body)) constraint = m->guided->compile(*spec, guided_param);
+  AnswerPlan plan;
+  int64_t min_answer = 0;  // answer positions the guided layout needs at least
   try {
     if (endpoint == Endpoint::kChat) {
       ChatTemplateOptions o;
@@ -321,10 +328,9 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
       p.starts_in_reasoning = prompt_opens_reasoning(
           m->tokenizer->decode(std::span<const int32_t>(p.tokens.data() + p.tokens.size() - tail, tail), false));
       if (pr.echo && last.value("role", "") == opt_.response_role) p.echo_text = message_text(last);
-      if (AnswerPlan plan = plan_answer_pins(pr, *m->tokenizer, p.starts_in_reasoning); !plan.pins.empty()) {
-        p.pins = std::move(plan.pins);
-        min_answer = plan.min_tokens;
-      }
+      plan = plan_answer(pr, *m->tokenizer, p.starts_in_reasoning, constraint);
+      p.pins.insert(p.pins.end(), plan.pins.begin(), plan.pins.end());
+      min_answer = plan.min_tokens;
       prompts.push_back(std::move(p));
     } else {
       for (auto& in : pr.prompts) {
@@ -336,6 +342,9 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
           p.tokens = m->prompts->text(in.text, limit);
           p.echo_text = std::move(in.text);
         }
+        plan = plan_answer(pr, *m->tokenizer, false, constraint);
+        p.pins = plan.pins;
+        min_answer = plan.min_tokens;
         prompts.push_back(std::move(p));
       }
     }
@@ -364,9 +373,12 @@ HttpResponse ApiServer::generate(const HttpRequest& req, Endpoint endpoint) {
       if (opt_.default_max_tokens) p.max_tokens = std::min(p.max_tokens, *opt_.default_max_tokens);
     }
     if (min_answer > p.max_tokens)
-      fail_param(pr.max_tokens ? "max_tokens" : prompt_param,
-                 "the pinned layout of the reply takes {} answer tokens, but at most {} may be generated", min_answer,
-                 p.max_tokens);
+      fail_param(
+          pr.max_tokens ? "max_tokens" : prompt_param,
+          "the shortest reply that '{}' allows takes up to {} answer tokens (one per byte), but at most {} "
+          "may be generated",
+          guided_param, min_answer, p.max_tokens);
+    p.guided = guided_answer_for(plan, p.max_tokens);
     if (pr.infill.active()) {
       p.infill = layout_infill(pr.infill, [&](std::string_view text) { return m->prompts->text(text); },
                                m->engine->stats().canvas_length, p.max_tokens, max_len - plen, pr.max_tokens.has_value());

@@ -45,10 +45,12 @@ struct ApiServerOptions {
 };
 
 // What becomes available once the model has loaded.
+class GuidedCompiler;
 struct LoadedModel {
   std::shared_ptr<EngineInterface> engine;
   std::shared_ptr<const Tokenizer> tokenizer;
   std::shared_ptr<const PromptBuilder> prompts;
+  std::shared_ptr<GuidedCompiler> guided;  // set by set_ready: the tokenizer's compiled constraints
 };
 
 class ApiServer {

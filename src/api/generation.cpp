@@ -43,10 +43,8 @@ struct Generation::Choice {
   OutputDelta total;     // everything produced (non-stream response)
   std::optional<PinnedOutput> pinned;  // infilling: drops / sorts the pinned tokens
   size_t text_len = 0;   // bytes of text streamed so far (completions text_offset)
-  GenerationRequest request;  // as first submitted (retries resubmit it with another seed)
-  int attempt = 0;            // 0-based attempt of a checked form
-  int64_t skip = 0;           // prefill tokens still to drop from the engine's output
-  OutputDelta held;           // a checked form's output, released once it passes its check
+  GenerationRequest request;
+  int64_t skip = 0;  // prefill tokens still to drop from the engine's output
 };
 
 struct Generation::Event {
@@ -79,20 +77,13 @@ std::unique_ptr<ChoiceOutput> Generation::make_output(size_t prompt_index) const
   return std::make_unique<ChoiceOutput>(*ctx_.tokenizer, std::move(opts));
 }
 
-bool Generation::checked_form() const {
-  return req_.tool_choice == ToolChoiceMode::kRequired || req_.tool_choice == ToolChoiceMode::kNamed ||
-         req_.response_format != ResponseFormat::kText;
-}
-
 int64_t Generation::prompt_tokens(size_t prompt_index) const {
   const PreparedPrompt& p = prompts_[prompt_index];
   return static_cast<int64_t>(p.tokens.size()) + p.prefill_tokens;
 }
 
-// Submits the choice's current attempt. Seeds: docs/API.md, structured_output.h (kRetrySeedStride).
 void Generation::submit(Choice& c) {
   GenerationRequest g = c.request;
-  if (g.params.seed) g.params.seed = *g.params.seed + static_cast<uint64_t>(c.attempt) * kRetrySeedStride;
   c.skip = prompts_[c.prompt_index].prefill_tokens;
   c.stream = ctx_.engine->submit(std::move(g));
   c.stream->set_waker(waker_);
@@ -131,6 +122,7 @@ void Generation::start() {
         g.params.stop_token_ids = req_.stop_token_ids;
         g.params.previews = req_.stream && req_.include_previews;
         g.params.pins = prompts_[p].pins;
+        g.params.guided = prompts_[p].guided;
         if (!prompts_[p].infill.pins.empty()) {
           g.params.pins = prompts_[p].infill.pins;
           c->pinned.emplace(prompts_[p].infill);
@@ -228,73 +220,11 @@ void Generation::finish_choice(Choice& c, const std::string& reason, std::vector
 
 void Generation::emit(Choice& c, OutputDelta&& d, std::vector<Event>& events) {
   if (d.empty()) return;
-  if (checked_form()) {
-    c.held.append(std::move(d));  // released once the whole reply passes its check
-    return;
-  }
   c.total.append(OutputDelta(d));
   Event e;
   e.choice = &c;
   e.delta = std::move(d);
   events.push_back(std::move(e));
-}
-
-std::optional<std::string> Generation::check_output(const Choice& c) const {
-  if (req_.tool_choice == ToolChoiceMode::kRequired || req_.tool_choice == ToolChoiceMode::kNamed) {
-    if (!c.held.rejected_tool_calls.empty())
-      return fmt::format("the reply's call of '{}' was rejected: {}", c.held.rejected_tool_calls[0].name,
-                         c.held.rejected_tool_calls[0].reason);
-    std::vector<ToolCallSummary> calls;
-    for (const auto& tc : c.held.tool_calls) calls.push_back(ToolCallSummary{tc.name});
-    const std::vector<std::string> allowed =
-        req_.tool_choice == ToolChoiceMode::kNamed ? std::vector<std::string>{req_.tool_choice_name} : req_.tool_names;
-    return check_forced_tool_calls(calls, c.held.content, allowed);
-  }
-  if (req_.response_format == ResponseFormat::kJsonObject) return check_json_output(c.held.content, nullptr);
-  if (req_.response_format == ResponseFormat::kJsonSchema) return check_json_output(c.held.content, &req_.response_schema);
-  return std::nullopt;
-}
-
-void Generation::conclude(Choice& c, const std::string& reason, std::vector<Event>& events,
-                          const RequestEvent* engine_ev) {
-  if (!checked_form()) return finish_choice(c, reason, events, engine_ev);
-  const auto why = check_output(c);
-  if (!why) {
-    OutputDelta d = std::move(c.held);
-    c.held = OutputDelta();
-    if (!d.empty()) {  // released as one delta
-      c.total.append(OutputDelta(d));
-      Event e;
-      e.choice = &c;
-      e.delta = std::move(d);
-      events.push_back(std::move(e));
-    }
-    return finish_choice(c, reason, events, engine_ev);
-  }
-  if (c.attempt + 1 >= kMaxStructuredAttempts) {
-    DG_LOG_INFO("api", "{} choice {}: attempt {} failed its check ({}); giving up", id_, c.index, c.attempt + 1, *why);
-    error_ = fmt::format("The model produced invalid content after {} attempts: {}", kMaxStructuredAttempts, *why);
-    // Not a status the OpenAI clients retry (5xx, 408, 409, 429): each retry would be three more attempts.
-    error_status_ = 422;
-    error_type_ = "model_error";
-    error_code_ = "invalid_model_output";
-    return fail_request(c, events);
-  }
-  DG_LOG_DEBUG("api", "{} choice {}: attempt {} failed its check ({}); retrying", id_, c.index, c.attempt + 1, *why);
-  c.stream->cancel();
-  ++c.attempt;
-  c.out = make_output(c.prompt_index);
-  c.held = OutputDelta();
-  try {
-    submit(c);
-  } catch (const Error& e) {
-    error_ = fmt::format("retrying a reply that failed its check: {}", e.what());
-    if (e.kind() == ErrorKind::kResourceExhausted) {
-      error_status_ = 503;
-      error_type_ = "unavailable_error";
-    }
-    fail_request(c, events);
-  }
 }
 
 void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events) {
@@ -330,7 +260,7 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
       emit(c, c.out->feed(ev.tokens, ev.logprobs, ev.top_n, ev.top_ids, ev.top_logprobs), events);
       if (c.out->stopped()) {
         c.stream->cancel();  // a stop string or id ended the output inside this canvas
-        conclude(c, "stop", events, nullptr);
+        finish_choice(c, "stop", events, nullptr);
       }
       return;
     }
@@ -368,7 +298,7 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
         fail_request(c, events);
         return;
       }
-      conclude(c, reason, events, &ev);
+      finish_choice(c, reason, events, &ev);
       return;
     }
     case RequestEvent::Kind::kError: {
@@ -436,12 +366,11 @@ std::string Generation::access_note() const {
 Json Generation::usage_json() const {
   int64_t prompt = 0, completion = 0;
   for (size_t p = 0; p < prompts_.size(); ++p) prompt += prompt_tokens(p);
-  int64_t canvases = 0, steps = 0, retries = 0;
+  int64_t canvases = 0, steps = 0;
   for (const auto& c : choices_) {
     completion += c->out->completion_tokens();
     canvases += c->canvases;
     steps += c->denoising_steps;
-    retries += c->attempt;
   }
   // Cached prompt tokens per prompt (the choices of one prompt share it: the largest share counts).
   std::vector<int64_t> cached(prompts_.size(), 0);
@@ -449,9 +378,9 @@ Json Generation::usage_json() const {
   int64_t cached_total = 0;
   for (int64_t v : cached) cached_total += v;
   // dgemma extension (docs/API.md): the diffusion cost that token counts hide.
-  // canvases / denoising_steps include the attempts a checked form retried (`retries`).
-  Json ext{{"canvases", canvases}, {"denoising_steps", steps}, {"canvas_length", ctx_.engine->stats().canvas_length},
-           {"retries", retries}};
+  Json ext{{"canvases", canvases},
+           {"denoising_steps", steps},
+           {"canvas_length", ctx_.engine->stats().canvas_length}};
   return Json{{"prompt_tokens", prompt},
               {"completion_tokens", completion},
               {"total_tokens", prompt + completion},

@@ -41,6 +41,7 @@ struct PreparedPrompt {
   bool starts_in_reasoning = false;  // chat: the prompt ends inside an open thought channel
   InfillLayout infill;  // completions infilling: the answer's pinned spans (none: no infilling)
   std::vector<PromptImage> images;  // chat: the images whose soft tokens the prompt holds
+  std::shared_ptr<const GuidedAnswer> guided;  // guided decoding of the answer (api/structured_output.h)
 };
 
 class Generation {
@@ -72,9 +73,7 @@ class Generation {
   const std::string& error_message() const { return error_; }
   // The request was cut because the server stops (answer 503, not 500).
   bool cut_by_shutdown() const { return cut_; }
-  // The status, error type and code of a failed request: 500 server_error, or 422 model_error
-  // (code invalid_model_output) when a checked form (forced tool call, JSON) still failed its check
-  // after every attempt.
+  // The status, error type and code of a failed request (500 server_error unless said otherwise).
   int error_status() const { return error_status_; }
   const std::string& error_type() const { return error_type_; }
   const std::string& error_code() const { return error_code_; }
@@ -92,12 +91,7 @@ class Generation {
   void fail_request(Choice& c, std::vector<Event>& events);
   std::unique_ptr<ChoiceOutput> make_output(size_t prompt_index) const;
   void submit(Choice& c);
-  // A choice's output is complete: free text finishes; a checked form is checked, then released,
-  // retried or failed.
-  void conclude(Choice& c, const std::string& reason, std::vector<Event>& events, const RequestEvent* engine_ev);
   void emit(Choice& c, OutputDelta&& d, std::vector<Event>& events);
-  std::optional<std::string> check_output(const Choice& c) const;
-  bool checked_form() const;
   int64_t prompt_tokens(size_t prompt_index) const;
   Json chunk_base() const;
   Json usage_json() const;

@@ -250,9 +250,6 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
   }
   if (auto v = f.integer("truncate_prompt_tokens", 1, INT64_MAX)) out.truncate_prompt_tokens = *v;
 
-  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
-                          "guided_whitespace_pattern", "structured_outputs"})
-    f.unsupported(key, "token-level constrained decoding is not implemented for block diffusion (use response_format)");
   f.unsupported("prompt_logprobs", "prompt log-probabilities are not computed");
   f.unsupported("allowed_token_ids", "token restrictions are not implemented for the diffusion sampler");
   f.unsupported("bad_words", "token restrictions are not implemented for the diffusion sampler");
@@ -272,21 +269,50 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
   }
 }
 
+// One guided form: the constraint checked against the supported subset (a 400 naming the parameter).
+void set_guided(ParsedRequest& out, std::string param, guided::ConstraintSpec spec,
+                std::vector<std::string> schema_path = {}) {
+  if (out.guided)
+    fail_param(param, "'{}' cannot be combined with '{}': a request takes one guided form", param,
+               out.guided->param);
+  try {
+    guided::check_constraint(spec);
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("'{}': {}", param, e.what()), param);
+  }
+  out.guided = GuidedForm{std::move(spec), std::move(param), std::move(schema_path)};
+}
+
+// A JSON Schema given as an object (its text is re-read in member order, GuidedForm) or as a string.
+void set_schema(ParsedRequest& out, const std::string& param, const Json& schema,
+                std::vector<std::string> path) {
+  if (schema.is_string())
+    return set_guided(out, param, guided::ConstraintSpec::json_schema(schema.get<std::string>()));
+  if (!schema.is_object() && !schema.is_boolean())
+    fail_param(param, "'{}' must be a JSON Schema (an object or its text), not {}", param, type_name(schema));
+  set_guided(out, param, guided::ConstraintSpec::json_schema(schema.dump()), std::move(path));
+}
+
+std::vector<std::string> string_list(const Json& v, const std::string& param) {
+  if (!v.is_array() || v.empty()) fail_param(param, "'{}' must be a non-empty array of strings", param);
+  std::vector<std::string> out;
+  for (const auto& e : v) {
+    if (!e.is_string()) fail_param(param, "'{}' must be a non-empty array of strings", param);
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
 void parse_response_format(Fields& f, ParsedRequest& out) {
   const Json* rf = f.get("response_format");
-  if (!rf) return;
+  if (!rf || rf->is_null()) return;
   if (!rf->is_object()) fail_param("response_format", "'response_format' must be an object, not {}", type_name(*rf));
   auto t = rf->find("type");
   if (t == rf->end() || !t->is_string()) fail_param("response_format.type", "'response_format.type' must be a string");
   const std::string type = t->get<std::string>();
   if (type == "text") return;
-  if (type == "json_object" || type == "json_schema") {
-    if (out.endpoint != Endpoint::kChat)
-      fail_unsupported("response_format", "response_format type '{}' is supported on /v1/chat/completions only", type);
-    if (type == "json_object") {
-      out.response_format = ResponseFormat::kJsonObject;
-      return;
-    }
+  if (type == "json_object") return set_guided(out, "response_format", guided::ConstraintSpec::json_object());
+  if (type == "json_schema") {
     auto js = rf->find("json_schema");
     if (js == rf->end() || !js->is_object())
       fail_param("response_format.json_schema", "When response_format type is 'json_schema', the 'json_schema' field "
@@ -298,15 +324,62 @@ void parse_response_format(Fields& f, ParsedRequest& out) {
     auto schema = js->find("schema");
     if (schema == js->end() || schema->is_null())
       fail_param("response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
-    check_schema_supported(*schema, "response_format.json_schema.schema");
-    out.response_format = ResponseFormat::kJsonSchema;
-    out.response_schema = *schema;
-    return;
+    return set_schema(out, "response_format.json_schema.schema", *schema,
+                      {"response_format", "json_schema", "schema"});
   }
   if (type == "structural_tag" || type == "grammar" || type == "regex")
-    fail_unsupported("response_format", "response_format type '{}' is not supported (only text, json_object and "
-                     "json_schema)", type);
+    fail_unsupported("response_format",
+                     "response_format type '{}' is not supported (only text, json_object and "
+                     "json_schema; a regex goes in structured_outputs.regex)",
+                     type);
   fail_param("response_format.type", "unknown response_format type '{}'", type);
+}
+
+// vLLM's structured_outputs object and its older guided_* fields (docs/API.md "Guided decoding").
+void parse_structured_outputs(Fields& f, ParsedRequest& out) {
+  if (const Json* so = f.get("structured_outputs"); so && !so->is_null()) {
+    if (!so->is_object())
+      fail_param("structured_outputs", "'structured_outputs' must be an object, not {}", type_name(*so));
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      const std::string param = "structured_outputs." + it.key();
+      const Json& v = it.value();
+      if (v.is_null()) continue;
+      if (it.key() == "json") {
+        set_schema(out, param, v, {"structured_outputs", "json"});
+      } else if (it.key() == "regex") {
+        if (!v.is_string()) fail_param(param, "'{}' must be a string", param);
+        set_guided(out, param, guided::ConstraintSpec::regex(v.get<std::string>()));
+      } else if (it.key() == "choice") {
+        set_guided(out, param, guided::ConstraintSpec::choice(string_list(v, param)));
+      } else if (it.key() == "json_object") {
+        if (!v.is_boolean()) fail_param(param, "'{}' must be a boolean", param);
+        if (v.get<bool>()) set_guided(out, param, guided::ConstraintSpec::json_object());
+      } else if (it.key() == "grammar" || it.key() == "structural_tag") {
+        fail_unsupported(param, "'{}': grammars are not supported (use json, regex or choice)", param);
+      } else if (it.key() == "disable_any_whitespace" || it.key() == "disable_additional_properties" ||
+                 it.key() == "whitespace_pattern") {
+        fail_unsupported(param, "'{}' is not supported: the JSON text form is fixed (docs/API.md)", param);
+      } else {
+        fail_param(param,
+                   "unknown key '{}' in structured_outputs (accepted: json, regex, choice, json_object)",
+                   it.key());
+      }
+    }
+  }
+  if (const Json* v = f.get("guided_json"); v && !v->is_null())
+    set_schema(out, "guided_json", *v, {"guided_json"});
+  if (auto v = f.string("guided_regex")) set_guided(out, "guided_regex", guided::ConstraintSpec::regex(*v));
+  if (const Json* v = f.get("guided_choice"); v && !v->is_null())
+    set_guided(out, "guided_choice", guided::ConstraintSpec::choice(string_list(*v, "guided_choice")));
+  if (const Json* v = f.get("guided_grammar"); v && !v->is_null())
+    fail_unsupported("guided_grammar",
+                     "'guided_grammar': grammars are not supported (use guided_json, guided_regex "
+                     "or guided_choice)");
+  if (const Json* v = f.get("guided_whitespace_pattern"); v && !v->is_null())
+    fail_unsupported("guided_whitespace_pattern",
+                     "'guided_whitespace_pattern' is not supported: the JSON text form is "
+                     "fixed (docs/API.md)");
+  if (auto v = f.string("guided_decoding_backend")) (void)v;  // accepted: there is one implementation
 }
 
 // Checks a message's content parts; image_url parts are collected into `images` (in order) and become
@@ -593,12 +666,13 @@ void parse_misc_openai(Fields& f) {
 // Each pinned form owns the start of the answer: at most one per request.
 void check_pinned_forms(const ParsedRequest& out) {
   const bool forced_call = out.tool_choice == ToolChoiceMode::kRequired || out.tool_choice == ToolChoiceMode::kNamed;
-  const bool json = out.response_format != ResponseFormat::kText;
+  const bool json = out.guided.has_value();
   if (out.continue_final_message && (forced_call || json))
     fail_unsupported("continue_final_message", "'continue_final_message' cannot be combined with {}",
-                     forced_call ? "a forced tool_choice" : "a JSON response_format");
+                     forced_call ? "a forced tool_choice" : "guided decoding ('" + out.guided->param + "')");
   if (forced_call && json)
-    fail_unsupported("response_format", "a JSON response_format cannot be combined with a forced tool_choice");
+    fail_unsupported(out.guided->param, "'{}' cannot be combined with a forced tool_choice",
+                     out.guided->param);
 }
 
 void finish_unknown(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
@@ -768,6 +842,7 @@ ParsedRequest parse_chat_request(const Json& body, const RequestPolicy& policy) 
   parse_stop(f, policy, out);
   parse_sampling(f, out);
   parse_response_format(f, out);
+  parse_structured_outputs(f, out);
   parse_tools(f, policy, out);
   parse_template_options(f, policy, out);
   parse_misc_openai(f);
@@ -794,6 +869,7 @@ ParsedRequest parse_completion_request(const Json& body, const RequestPolicy& po
   parse_stop(f, policy, out);
   parse_sampling(f, out);
   parse_response_format(f, out);
+  parse_structured_outputs(f, out);
   parse_misc_openai(f);
   if (out.prompts.size() * static_cast<size_t>(out.n) > static_cast<size_t>(RequestLimits::kMaxChoices))
     fail_param("n", "{} prompts x n={} exceeds the limit of {} choices per request", out.prompts.size(), out.n,
@@ -807,6 +883,8 @@ ParsedRequest parse_completion_request(const Json& body, const RequestPolicy& po
   if (out.echo && out.logprobs)
     fail_unsupported("echo", "'echo' together with 'logprobs' is not supported (prompt log-probabilities are not computed)");
   parse_infill(f, out);
+  if (out.infill.active() && out.guided)
+    fail_unsupported(out.guided->param, "'{}' cannot be combined with infilling", out.guided->param);
   if (auto v = f.boolean("add_special_tokens")) (void)v;  // Gemma 4 adds no BOS/EOS when tokenising either way
   for (const char* key : {"tools", "tool_choice", "messages", "chat_template", "chat_template_kwargs"})
     f.unsupported(key, "only valid for /v1/chat/completions");

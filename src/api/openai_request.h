@@ -12,6 +12,7 @@
 
 #include "api/infill.h"
 #include "engine/request.h"
+#include "guided/guided.h"
 #include "util/json.h"
 
 namespace dgemma {
@@ -52,12 +53,18 @@ struct ImageRef {
   std::string param;
 };
 
-// kRequired / kNamed force a call: its opening markup (and the name) is pinned at the start of the
-// answer and the reply is checked (docs/API.md "Pinned chat forms").
+// kRequired / kNamed force a call: its opening markup is pinned at the start of the answer and the
+// call is decoded under the declared names and argument schemas (docs/API.md "Guided decoding").
 enum class ToolChoiceMode { kNone, kAuto, kRequired, kNamed };
 
-// response_format: json_object / json_schema pin the value's fixed structure and check the reply.
-enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
+// A guided answer (docs/API.md "Guided decoding on the canvas"): the constraint, the parameter that
+// set it (for errors), and for a JSON Schema the body keys leading to it: the schema's text is read
+// again from the request body with its member order kept (Json sorts members).
+struct GuidedForm {
+  guided::ConstraintSpec spec;
+  std::string param;
+  std::vector<std::string> schema_path;
+};
 
 struct PromptInput {
   bool is_tokens = false;
@@ -100,8 +107,9 @@ struct ParsedRequest {
   // Assistant prefill (vLLM's continue_final_message): the last message is an assistant message whose
   // text is pinned at the start of the answer; the response holds only the continuation.
   bool continue_final_message = false;
-  ResponseFormat response_format = ResponseFormat::kText;
-  Json response_schema = nullptr;   // kJsonSchema: the schema (checked by check_schema_supported)
+  // Both endpoints: response_format json_object / json_schema, structured_outputs, guided_* (checked
+  // against the supported subset: anything else is a 400 naming it).
+  std::optional<GuidedForm> guided;
 
   // Completions only.
   std::vector<PromptInput> prompts;

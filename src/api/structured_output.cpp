@@ -1,277 +1,164 @@
 #include "api/structured_output.h"
 
-#include <algorithm>
-#include <cmath>
-#include <set>
+#include <array>
 
 #include "api/api_error.h"
+#include "guided/json_text.h"
+#include "guided/token_constraint.h"
 #include "text/parsers/tool_parser.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace dgemma {
 namespace {
 
-const std::set<std::string, std::less<>> kKeywords = {"type", "properties", "required", "enum", "const", "items",
-                                                      "additionalProperties"};
-const std::set<std::string, std::less<>> kAnnotations = {"title", "description", "$schema", "default", "examples"};
-const std::set<std::string, std::less<>> kTypes = {"object", "array", "string", "number", "integer", "boolean", "null"};
+// Compiled constraints kept per tokenizer (a schema is compiled once while it stays in use).
+constexpr size_t kCacheEntries = 256;
+constexpr size_t kCacheBytes = size_t{512} << 20;
 
-std::string type_of(const Json& s) {
-  auto t = s.find("type");
-  return t == s.end() ? std::string() : t->get<std::string>();
-}
-
-void check_schema(const Json& s, const std::string& path) {
-  if (!s.is_object()) {
-    if (s.is_boolean())
-      fail_unsupported(path, "'{}': boolean schemas are not supported (write a schema object)", path);
-    fail_param(path, "'{}' must be a JSON Schema object", path);
+// The text every value of the automaton starts with: from the start state, as long as the state is not
+// accepting and exactly one byte leads on; cut back to whole UTF-8 characters.
+std::string forced_opening(const guided::Dfa& d) {
+  std::array<int, 256> per_class{};
+  std::array<uint8_t, 256> byte_of{};
+  for (int b = 0; b < 256; ++b) {
+    per_class[d.byte_class[static_cast<size_t>(b)]] += 1;
+    byte_of[d.byte_class[static_cast<size_t>(b)]] = static_cast<uint8_t>(b);
   }
-  for (auto it = s.begin(); it != s.end(); ++it) {
-    if (kKeywords.count(it.key()) || kAnnotations.count(it.key())) continue;
-    fail_unsupported(path, "'{}' uses the JSON Schema keyword '{}', which is not supported (supported: type, "
-                     "properties, required, enum, const, items, additionalProperties; see docs/API.md)", path, it.key());
-  }
-  std::string type;
-  if (auto t = s.find("type"); t != s.end()) {
-    if (t->is_array()) fail_unsupported(path + ".type", "'{}.type': a list of types is not supported", path);
-    if (!t->is_string() || !kTypes.count(t->get<std::string>()))
-      fail_param(path + ".type", "'{}.type' must be one of object, array, string, number, integer, boolean, null", path);
-    type = t->get<std::string>();
-  }
-  if (auto e = s.find("enum"); e != s.end()) {
-    if (!e->is_array() || e->empty()) fail_param(path + ".enum", "'{}.enum' must be a non-empty array", path);
-    if (!type.empty())
-      for (const auto& v : *e)
-        if (validate_against_schema(v, Json{{"type", type}}))
-          fail_param(path + ".enum", "'{}.enum' holds {}, which is not of type {}", path, v.dump(), type);
-  }
-  if (auto c = s.find("const"); c != s.end() && !type.empty() && validate_against_schema(*c, Json{{"type", type}}))
-    fail_param(path + ".const", "'{}.const' is not of type {}", path, type);
-  const bool object_keys = s.contains("properties") || s.contains("required") || s.contains("additionalProperties");
-  if (object_keys && type != "object")
-    fail_unsupported(path, "'{}': properties, required and additionalProperties are supported only with type \"object\"",
-                     path);
-  if (s.contains("items") && type != "array")
-    fail_unsupported(path, "'{}': items is supported only with type \"array\"", path);
-  if (auto p = s.find("properties"); p != s.end()) {
-    if (!p->is_object()) fail_param(path + ".properties", "'{}.properties' must be an object", path);
-    for (auto it = p->begin(); it != p->end(); ++it) check_schema(it.value(), path + ".properties." + it.key());
-  }
-  if (auto r = s.find("required"); r != s.end()) {
-    if (!r->is_array()) fail_param(path + ".required", "'{}.required' must be an array of strings", path);
-    std::set<std::string> seen;
-    for (const auto& k : *r) {
-      if (!k.is_string()) fail_param(path + ".required", "'{}.required' must be an array of strings", path);
-      if (!seen.insert(k.get<std::string>()).second)
-        fail_param(path + ".required", "'{}.required' names '{}' twice", path, k.get<std::string>());
-    }
-  }
-  if (auto a = s.find("additionalProperties"); a != s.end() && !a->is_boolean())
-    fail_unsupported(path + ".additionalProperties", "'{}.additionalProperties': only true or false is supported", path);
-  if (auto i = s.find("items"); i != s.end()) check_schema(*i, path + ".items");
-}
-
-bool is_integral(const Json& v) {
-  if (v.is_number_integer()) return true;
-  if (!v.is_number_float()) return false;
-  const double d = v.get<double>();
-  return std::isfinite(d) && d == std::floor(d);
-}
-
-std::optional<std::string> validate(const Json& v, const Json& s, const std::string& path) {
-  auto bad = [&](const std::string& why) { return std::optional<std::string>(path + ": " + why); };
-  if (auto c = s.find("const"); c != s.end() && v != *c) return bad("expected " + c->dump());
-  if (auto e = s.find("enum"); e != s.end() && std::find(e->begin(), e->end(), v) == e->end())
-    return bad("not one of the enum values");
-  const std::string type = type_of(s);
-  if (type == "object" && !v.is_object()) return bad("expected an object");
-  if (type == "array" && !v.is_array()) return bad("expected an array");
-  if (type == "string" && !v.is_string()) return bad("expected a string");
-  if (type == "number" && !v.is_number()) return bad("expected a number");
-  if (type == "integer" && !is_integral(v)) return bad("expected an integer");
-  if (type == "boolean" && !v.is_boolean()) return bad("expected a boolean");
-  if (type == "null" && !v.is_null()) return bad("expected null");
-  if (type == "object") {
-    const auto props = s.find("properties");
-    if (auto r = s.find("required"); r != s.end())
-      for (const auto& k : *r)
-        if (!v.contains(k.get<std::string>())) return bad("missing required key \"" + k.get<std::string>() + "\"");
-    const bool closed = s.value("additionalProperties", true) == false;
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      const bool declared = props != s.end() && props->contains(it.key());
-      if (!declared) {
-        if (closed) return bad("unexpected key \"" + it.key() + "\"");
-        continue;
+  std::string out;
+  int32_t s = d.start;
+  while (s >= 0 && !d.accepting[static_cast<size_t>(s)] && out.size() < 4096) {
+    int live = -1, count = 0;
+    for (int32_t k = 0; k < d.num_classes; ++k)
+      if (d.next[static_cast<size_t>(s) * static_cast<size_t>(d.num_classes) + static_cast<size_t>(k)] >= 0) {
+        live = k;
+        ++count;
       }
-      if (auto why = validate(it.value(), (*props)[it.key()], path + "." + it.key())) return why;
-    }
+    if (count != 1 || per_class[static_cast<size_t>(live)] != 1) break;
+    out.push_back(static_cast<char>(byte_of[static_cast<size_t>(live)]));
+    s = d.next[static_cast<size_t>(s) * static_cast<size_t>(d.num_classes) + static_cast<size_t>(live)];
   }
-  if (type == "array") {
-    if (auto items = s.find("items"); items != s.end())
-      for (size_t i = 0; i < v.size(); ++i)
-        if (auto why = validate(v[i], *items, path + "[" + std::to_string(i) + "]")) return why;
-  }
-  return std::nullopt;
+  while (!out.empty() && !utf8::is_valid(out)) out.pop_back();
+  return out;
 }
 
-class Layout {
- public:
-  void pin(const std::string& text) {
-    if (out_.empty() || out_.back().room > 0) out_.push_back(LayoutPiece{text, 0});
-    else out_.back().text += text;
+// The function names and parameter schemas (text in body order) of a forced call.
+guided::ConstraintSpec tool_call_spec(const ParsedRequest& req, std::string_view body) {
+  std::vector<std::string> names, schemas;
+  for (size_t i = 0; i < req.tools.size(); ++i) {
+    const Json& fn = req.tools[i]["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (req.tool_choice == ToolChoiceMode::kNamed && name != req.tool_choice_name) continue;
+    names.push_back(name);
+    auto p = fn.find("parameters");
+    schemas.push_back(p == fn.end() || p->is_null() ? std::string()
+                                                    : ordered_member_text(body, {"tools", std::to_string(i),
+                                                                                 "function", "parameters"}));
   }
-  void gap(int room) {
-    if (out_.empty()) out_.push_back(LayoutPiece{"", room});
-    else out_.back().room += room;
-  }
-  void value(const Json& s) {
-    if (auto c = s.find("const"); c != s.end()) return pin(c->dump());
-    if (auto e = s.find("enum"); e != s.end()) {
-      if (e->size() == 1) return pin((*e)[0].dump());
-      size_t longest = 0;
-      for (const auto& v : *e) longest = std::max(longest, v.dump().size());
-      return gap(static_cast<int>(longest) + 2);  // bytes bound tokens from above
-    }
-    const std::string type = type_of(s);
-    if (type == "null") return pin("null");
-    if (type == "string") {
-      pin("\"");
-      gap(SchemaRooms::kString);
-      return pin("\"");
-    }
-    if (type == "integer") return gap(SchemaRooms::kInteger);
-    if (type == "number") return gap(SchemaRooms::kNumber);
-    if (type == "boolean") return gap(SchemaRooms::kBoolean);
-    if (type == "array") {
-      pin("[");
-      gap(SchemaRooms::kArray);
-      return pin("]");
-    }
-    if (type == "object") return object(s);
-    gap(SchemaRooms::kAny);
-  }
-  std::vector<LayoutPiece> take() { return std::move(out_); }
-
- private:
-  void object(const Json& s) {
-    pin("{");
-    const Json props = s.value("properties", Json::object());
-    const Json required = s.value("required", Json::array());
-    bool first = true;
-    for (const auto& k : required) {
-      pin(std::string(first ? "" : ", ") + k.dump() + ": ");
-      first = false;
-      const std::string key = k.get<std::string>();
-      value(props.contains(key) ? props[key] : Json::object());
-    }
-    bool more = false;
-    for (auto it = props.begin(); it != props.end(); ++it)
-      if (std::find(required.begin(), required.end(), it.key()) == required.end()) more = true;
-    if (props.empty() && s.value("additionalProperties", true) != false) more = true;
-    if (more) gap(SchemaRooms::kObjectRest);
-    pin("}");
-  }
-
-  std::vector<LayoutPiece> out_;
-};
-
-std::string trimmed(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return {};
-  const size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
+  return guided::ConstraintSpec::tool_call(std::move(names), std::move(schemas));
 }
-
-std::string excerpt(const std::string& s) { return s.size() > 80 ? s.substr(0, 80) + "..." : s; }
 
 }  // namespace
 
-void check_schema_supported(const Json& schema, const std::string& param) { check_schema(schema, param); }
-
-std::optional<std::string> validate_against_schema(const Json& value, const Json& schema) {
-  return validate(value, schema, "$");
-}
-
-std::vector<LayoutPiece> schema_layout(const Json& schema) {
-  Layout l;
-  l.value(schema);
-  return l.take();
-}
-
-std::vector<PinnedSpan> layout_pins(const std::vector<LayoutPiece>& layout, const Tokenizer& tok, bool allow_special,
-                                    int64_t& length) {
-  std::vector<PinnedSpan> pins;
-  int64_t offset = 0;
-  for (const auto& piece : layout) {
-    if (!piece.text.empty()) {
-      PinnedSpan span;
-      span.offset = offset;
-      span.tokens = tok.encode(piece.text, allow_special);
-      offset += static_cast<int64_t>(span.tokens.size());
-      if (!span.tokens.empty()) pins.push_back(std::move(span));
+std::string ordered_member_text(std::string_view body, const std::vector<std::string>& path) {
+  // The body already parsed as Json (depth-limited), so this parse is bounded the same way.
+  const guided::OrderedJson doc = guided::OrderedJson::parse(body.begin(), body.end());
+  const guided::OrderedJson* v = &doc;
+  for (const std::string& key : path) {
+    if (v->is_array()) {
+      v = &v->at(static_cast<size_t>(std::stoul(key)));
+    } else {
+      v = &v->at(key);
     }
-    offset += piece.room;
   }
-  length = offset;
-  return pins;
+  return v->dump();
 }
 
-AnswerPlan plan_answer_pins(const ParsedRequest& req, const Tokenizer& tok, bool starts_in_reasoning) {
-  std::vector<LayoutPiece> layout;
-  bool specials = false;
+std::optional<guided::ConstraintSpec> answer_constraint(const ParsedRequest& req, std::string_view body) {
   if (req.tool_choice == ToolChoiceMode::kRequired || req.tool_choice == ToolChoiceMode::kNamed) {
-    // Names are [A-Za-z0-9_.-] (checked with the tools), so only the markup can become control tokens.
-    layout.push_back(LayoutPiece{tool_call_opening(req.tool_choice == ToolChoiceMode::kNamed ? req.tool_choice_name : ""), 0});
-    specials = true;
-  } else if (req.response_format == ResponseFormat::kJsonObject) {
-    layout.push_back(LayoutPiece{"{", 0});
-  } else if (req.response_format == ResponseFormat::kJsonSchema) {
-    layout = schema_layout(req.response_schema);
-  } else {
-    return {};
+    guided::ConstraintSpec spec = tool_call_spec(req, body);
+    try {
+      guided::check_constraint(spec);
+    } catch (const Error& e) {
+      throw Error(e.kind(), fmt::format("'tools': a function's parameters: {}", e.what()), "tools");
+    }
+    return spec;
   }
+  if (!req.guided) return std::nullopt;
+  guided::ConstraintSpec spec = req.guided->spec;
+  if (!req.guided->schema_path.empty()) spec.text = ordered_member_text(body, req.guided->schema_path);
+  return spec;
+}
+
+GuidedCompiler::GuidedCompiler(std::shared_ptr<const Tokenizer> tokenizer)
+    : tokenizer_(std::move(tokenizer)), cache_(kCacheEntries, kCacheBytes) {}
+
+std::shared_ptr<const guided::TokenConstraint> GuidedCompiler::compile(const guided::ConstraintSpec& spec,
+                                                                       const std::string& param) {
+  std::shared_ptr<const guided::TokenVocabulary> vocab;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!vocab_) {
+      std::vector<int32_t> fillers;
+      for (const char* name : {"<pad>", "<eos>"})
+        if (auto id = tokenizer_->token_to_id(name)) fillers.push_back(*id);
+      vocab_ = guided::TokenVocabulary::from_tokenizer(*tokenizer_, fillers);
+    }
+    vocab = vocab_;
+  }
+  try {
+    return cache_.get(spec, vocab);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kInvalidArgument && e.kind() != ErrorKind::kUnsupported) throw;
+    throw Error(e.kind(), fmt::format("'{}': {}", param, e.what()), param);
+  }
+}
+
+AnswerPlan plan_answer(const ParsedRequest& req, const Tokenizer& tok, bool starts_in_reasoning,
+                       std::shared_ptr<const guided::TokenConstraint> constraint) {
   AnswerPlan plan;
-  int64_t shift = 0;
+  if (!constraint) return plan;
+  int64_t at = 0;
   if (starts_in_reasoning) {
     PinnedSpan closer{0, tok.encode("<channel|>", true)};
-    shift = static_cast<int64_t>(closer.tokens.size());
+    at += static_cast<int64_t>(closer.tokens.size());
     plan.pins.push_back(std::move(closer));
   }
-  int64_t length = 0;
-  for (auto& span : layout_pins(layout, tok, specials, length)) {
-    span.offset += shift;
-    plan.pins.push_back(std::move(span));
+  auto guided = std::make_shared<GuidedAnswer>();
+  if (req.tool_choice == ToolChoiceMode::kRequired || req.tool_choice == ToolChoiceMode::kNamed) {
+    // The call's markup: "<|tool_call>call:" pinned, the value NAME{arguments}, then "<tool_call|>".
+    PinnedSpan opening{at, tok.encode(tool_call_opening(""), true)};
+    at += static_cast<int64_t>(opening.tokens.size());
+    plan.pins.push_back(std::move(opening));
+    guided->suffix = tok.encode("<tool_call|>", true);
   }
-  plan.min_tokens = shift + length;
+  guided->begin = at;
+  // The value's fixed opening, pinned when its tokens walk the automaton (they do: the same bytes).
+  const std::string opening = forced_opening(constraint->dfa());
+  int32_t state = constraint->start();
+  int64_t opening_tokens = 0;
+  if (!opening.empty()) {
+    std::vector<int32_t> tokens = tok.encode(opening, false);
+    int32_t s = state;
+    for (int32_t t : tokens) s = s >= 0 ? constraint->step(s, t) : s;
+    if (s >= 0 && !tokens.empty()) {
+      state = s;
+      opening_tokens = static_cast<int64_t>(tokens.size());
+      plan.pins.push_back(PinnedSpan{at, std::move(tokens)});
+    }
+  }
+  plan.min_tokens =
+      at + opening_tokens + constraint->completion_length(state) + static_cast<int64_t>(guided->suffix.size());
+  guided->constraint = std::move(constraint);
+  plan.guided = std::move(guided);
   return plan;
 }
 
-std::optional<std::string> check_forced_tool_calls(const std::vector<ToolCallSummary>& calls, const std::string& content,
-                                                   const std::vector<std::string>& allowed_names) {
-  if (calls.empty()) return std::string("the reply holds no tool call");
-  for (const auto& c : calls)
-    if (std::find(allowed_names.begin(), allowed_names.end(), c.name) == allowed_names.end())
-      return "the reply calls '" + excerpt(c.name) + "', which is not an allowed function";
-  if (const std::string rest = trimmed(content); !rest.empty())
-    return "the reply holds text outside its tool calls: \"" + excerpt(rest) + "\"";
-  return std::nullopt;
-}
-
-std::optional<std::string> check_json_output(const std::string& content, const Json* schema) {
-  const std::string text = trimmed(content);
-  Json value;
-  try {
-    value = parse_json(text, "the reply", false);
-  } catch (const Error& e) {
-    return std::string("the reply is not valid JSON (") + e.what() + ")";
-  }
-  if (!schema) {
-    if (!value.is_object()) return std::string("the reply is not a JSON object");
-    return std::nullopt;
-  }
-  if (auto why = validate_against_schema(value, *schema)) return "the reply does not match the schema: " + *why;
-  return std::nullopt;
+std::shared_ptr<const GuidedAnswer> guided_answer_for(const AnswerPlan& plan, int64_t max_tokens) {
+  if (!plan.guided) return nullptr;
+  auto g = std::make_shared<GuidedAnswer>(*plan.guided);
+  g->end = max_tokens - static_cast<int64_t>(g->suffix.size());
+  return g;
 }
 
 }  // namespace dgemma

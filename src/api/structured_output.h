@@ -1,86 +1,63 @@
 #pragma once
-// The chat forms that pinned spans make possible (docs/API.md "Pinned chat forms"): forced tool calls
-// (tool_choice "required" or a named function) and JSON output (response_format json_object /
-// json_schema). Each is a layout of pinned text and free gaps at the start of the answer, plus a
-// check of the committed output; a reply that fails the check is retried with another seed.
-//
-// json_schema support is a subset, checked up front (anything else is a 400 naming the keyword):
-//   type (one of object, array, string, number, integer, boolean, null), properties, required, enum,
-//   const, items, additionalProperties (a boolean), and the annotations title, description, $schema,
-//   default, examples.
-// Layout of a value (pinned text in quotes, gaps as [room]):
-//   const / one-value enum / null: the value itself, pinned;   enum: [max value length + 2]
-//   string: "\"" [64] "\"";   integer: [12];   number: [24];   boolean: [3];   array: "[" [128] "]"
-//   object: "{" then, for each required key in the order of `required`, "\"key\": " (", \"key\": " after
-//     the first) and the key's layout; then [128] if the object may hold other keys (optional
-//     properties, or no `additionalProperties: false` without properties); then "}"
-//   a schema without type, enum or const: [64]
-// Free positions the model leaves empty (EOS / pad before the last pinned position) are dropped by the
-// engine, so a value shorter than its gap closes up against the next pinned text.
+// The guided answers of the API (docs/API.md "Guided decoding on the canvas"): a request's guided form
+// (response_format json_object / json_schema, structured_outputs, guided_*) or forced tool call
+// (tool_choice "required" or a named function) becomes one constraint over the answer's value, decoded
+// on the canvas by the engine (engine/guided_answer.h), so the reply is valid by construction.
+// Layout of the answer: ["<channel|>" when the prompt ends inside an open thought] [a forced call's
+// "<|tool_call>call:"] then the value, whose fixed opening (the text every value starts with, e.g.
+// {"name": ") is pinned; the rest of the value is one gap reaching to max_tokens (less a call's closing
+// "<tool_call|>", appended after the value).
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/openai_request.h"
 #include "engine/request.h"
+#include "guided/constraint_cache.h"
 #include "text/tokenizer/tokenizer.h"
-#include "util/json.h"
 
 namespace dgemma {
 
-// Retries: a reply that fails its check is generated again, up to this many attempts in all. With a
-// seed, attempt a (0-based) of choice j runs with seed + j + a * kRetrySeedStride (mod 2^64), so a
-// seeded request is reproducible and its first attempt is the unconstrained seed + j.
-constexpr int kMaxStructuredAttempts = 3;
-constexpr uint64_t kRetrySeedStride = 0x9E3779B97F4A7C15ULL;
+// The constraint of the request's answer: its guided form, or the forced call (the declared names and
+// their parameter schemas); nullopt for free text. `body`: the request body's text, from which a
+// schema given as an object is read again in member order.
+std::optional<guided::ConstraintSpec> answer_constraint(const ParsedRequest& req, std::string_view body);
 
-// Gap sizes of the layout above (answer positions).
-struct SchemaRooms {
-  static constexpr int kString = 64;
-  static constexpr int kInteger = 12;
-  static constexpr int kNumber = 24;
-  static constexpr int kBoolean = 3;
-  static constexpr int kArray = 128;
-  static constexpr int kObjectRest = 128;
-  static constexpr int kAny = 64;
+// The text of the JSON value at `path` (object keys) in `body`, members in their order in the body.
+std::string ordered_member_text(std::string_view body, const std::vector<std::string>& path);
+
+// Compiles constraints for one tokenizer's vocabulary (fillers: <pad> and <eos>; built at the first
+// compilation), cached. Thread-safe. The tokenizer must outlive it.
+class GuidedCompiler {
+ public:
+  explicit GuidedCompiler(std::shared_ptr<const Tokenizer> tokenizer);
+  // Throws Error(kInvalidArgument / kUnsupported, ..., param) when the constraint cannot be compiled.
+  std::shared_ptr<const guided::TokenConstraint> compile(const guided::ConstraintSpec& spec,
+                                                         const std::string& param);
+
+ private:
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::mutex mu_;
+  std::shared_ptr<const guided::TokenVocabulary> vocab_;
+  guided::ConstraintCache cache_;
 };
 
-// Throws Error(kUnsupported, ..., param) naming the first keyword or construct outside the subset, and
-// Error(kInvalidArgument) for a malformed schema (required not an array of strings, ...).
-void check_schema_supported(const Json& schema, const std::string& param);
-
-// nullopt when `value` satisfies `schema` (a schema that passed check_schema_supported); else what is
-// wrong, with a JSON-pointer-like path ("$.items[2].name: expected a string").
-std::optional<std::string> validate_against_schema(const Json& value, const Json& schema);
-
-// One piece of a layout: pinned text (may be empty), then `room` free positions.
-struct LayoutPiece {
-  std::string text;
-  int room = 0;
-};
-std::vector<LayoutPiece> schema_layout(const Json& schema);
-
-// Pinned spans from a layout: each non-empty text tokenised (control-token strings stay plain text
-// unless allow_special) at its offset. `length` receives the layout's answer positions in all.
-std::vector<PinnedSpan> layout_pins(const std::vector<LayoutPiece>& layout, const Tokenizer& tok, bool allow_special,
-                                    int64_t& length);
-
-// The pins a chat request's forced form puts at the start of its answer (none for free text) and the
-// answer positions they take (max_tokens must leave room for them). When the prompt ends inside an open
-// thought channel, "<channel|>" is pinned first so the forced text is the answer, not a thought.
+// The answer's pins and its guided value. `guided` has begin and suffix set; its end is the prompt's
+// (guided_answer_for). min_tokens: the answer positions the layout needs at least (the pins, the
+// shortest value at one token per byte, the suffix).
 struct AnswerPlan {
   std::vector<PinnedSpan> pins;
   int64_t min_tokens = 0;
+  std::shared_ptr<const GuidedAnswer> guided;
 };
-AnswerPlan plan_answer_pins(const ParsedRequest& req, const Tokenizer& tok, bool starts_in_reasoning);
+AnswerPlan plan_answer(const ParsedRequest& req, const Tokenizer& tok, bool starts_in_reasoning,
+                       std::shared_ptr<const guided::TokenConstraint> constraint);
 
-// The checks of the committed output. Each returns nullopt when it passes, else why not.
-struct ToolCallSummary {
-  std::string name;
-};
-std::optional<std::string> check_forced_tool_calls(const std::vector<ToolCallSummary>& calls, const std::string& content,
-                                                   const std::vector<std::string>& allowed_names);
-std::optional<std::string> check_json_output(const std::string& content, const Json* schema);
+// The plan's guided value for an answer of max_tokens positions (nullptr without one).
+std::shared_ptr<const GuidedAnswer> guided_answer_for(const AnswerPlan& plan, int64_t max_tokens);
 
 }  // namespace dgemma

@@ -117,6 +117,35 @@ struct MoeArgs {
   Collective* collective = nullptr;
 };
 
+// Guided decoding (docs/API.md "Guided decoding on the canvas"): one compiled constraint's flat tables
+// (guided/token_walk.h, guided/token_constraint.h) on the backend's device, made once per constraint.
+struct GuidedTables {
+  int32_t num_states = 0, num_classes = 0, vocab_size = 0;
+  Tensor byte_class;     // u8 [256]
+  Tensor next;           // i32 [num_states * num_classes], -1 = dead
+  Tensor accepting;      // u8 [num_states]
+  Tensor distance;       // i32 [num_states]: bytes of the shortest completion
+  Tensor token_offsets;  // i32 [vocab_size + 1]
+  Tensor token_bytes;    // u8
+  Tensor token_kind;     // u8 [vocab_size] (guided::TokenKind)
+  Tensor gap_mask;  // i32 [(vocab_size + 31) / 32] (bit words): bit (id & 31) of word id / 32, 1 = allowed
+};
+
+// The gap of one canvas: positions [first, last) hold one value of the automaton, from `state` on.
+// Sampler: the gap's rows see only the tokens of the gap mask (the others' z is -inf, so entropy,
+// argmax, sample, log-probabilities and the self-conditioning probabilities are those of the allowed
+// set). Decide: the tokens the step chose for the gap (pinned positions: their pinned token) are walked
+// left to right from `state`; a token is kept while it extends a valid prefix whose shortest completion
+// (distance, in bytes) still fits in the room left (`room` positions from `first` on, one token per
+// byte); the positions after the longest such prefix are renoised. tables == nullptr: no gap.
+struct GuidedGap {
+  const GuidedTables* tables = nullptr;
+  int32_t first = 0, last = 0;
+  int32_t state = 0;
+  int64_t room = 0;
+  bool active() const { return tables != nullptr && last > first; }
+};
+
 // The per-position sampler maths of one denoising step for one canvas (docs/MODEL.md §6): soft-cap,
 // temperature, entropy, argmax, the Gumbel-max sample with the project's counter-based noise, the
 // log-probability of the argmax, and the bf16 self-conditioning probabilities (written over the
@@ -153,6 +182,8 @@ struct SamplerArgs {
   int64_t vocab_first = 0;
   int64_t vocab_total = 0;
   Collective* collective = nullptr;
+  // Guided decoding: the canvas's gap (GuidedGap above; inactive for unconstrained canvases).
+  GuidedGap guided;
 };
 
 // The accept / renoise / stop decision of one denoising step of one canvas (docs/MODEL.md §6.2, §6.4) on the
@@ -182,6 +213,9 @@ struct DecideArgs {
   Tensor accept;               // optional u8 [C] out: the acceptance mask (traces)
   Tensor pin_mask;             // optional u8 [C]: 1 = pinned position (empty: no pins)
   Tensor pin_tokens;           // i32 [C] with pin_mask: the pinned token of each pinned position
+  // Guided decoding: the canvas's gap (GuidedGap above): the accepted positions after its longest
+  // valid prefix are renoised (and not accepted). Inactive: exactly the rules above.
+  GuidedGap guided;
 };
 
 // The two residual junctions of a decoder layer, each one launch on the GPU (the default
@@ -350,6 +384,9 @@ class Backend {
   virtual void attention(const AttentionArgs& args) = 0;
   virtual void attention_batch(const AttentionBatchArgs& args);
   virtual void moe(const MoeArgs& args) = 0;
+  // Whether sampler and decide apply SamplerArgs::guided / DecideArgs::guided (GuidedGap); a backend
+  // without them is given no gap (the engine's commit-time rule alone keeps guided answers valid).
+  virtual bool supports_guided_gaps() const { return false; }
   virtual void sampler(const SamplerArgs& args) = 0;
   virtual void decide(const DecideArgs& args) = 0;
   // The same ops over several canvases of one denoising step, each element exactly as the single op

@@ -57,6 +57,30 @@ bool is_confident(std::span<const float> entropy, float threshold, std::span<con
   return mean < threshold;
 }
 
+guided::TokenConstraintView guided_view(const GuidedTables& t) {
+  guided::TokenConstraintView v;
+  v.num_states = t.num_states;
+  v.num_classes = t.num_classes;
+  v.start = 0;
+  v.byte_class = t.byte_class.ptr<uint8_t>();
+  v.next = t.next.ptr<int32_t>();
+  v.accepting = t.accepting.ptr<uint8_t>();
+  v.vocab_size = t.vocab_size;
+  v.token_offsets = t.token_offsets.ptr<int32_t>();
+  v.token_bytes = t.token_bytes.ptr<uint8_t>();
+  v.token_kind = t.token_kind.ptr<uint8_t>();
+  return v;
+}
+
+int32_t guided_decide(const GuidedGap& gap, const int32_t* chosen, uint8_t* accept, const uint8_t* pinned) {
+  const guided::TokenConstraintView v = guided_view(*gap.tables);
+  const guided::WalkResult r = guided::walk_tokens_within(v, gap.tables->distance.ptr<int32_t>(), gap.state,
+                                                          chosen + gap.first, gap.last - gap.first, gap.room,
+                                                         pinned == nullptr ? nullptr : pinned + gap.first);
+  for (int32_t p = gap.first + r.accepted; p < gap.last; ++p) accept[p] = 0;
+  return r.accepted;
+}
+
 int64_t check_decide_args(const DecideArgs& a, Device device) {
   auto need = [&](const Tensor& t, ScalarType type, const char* what) {
     if (t.empty() || t.type != type || t.device != device)
@@ -85,6 +109,13 @@ int64_t check_decide_args(const DecideArgs& a, Device device) {
     throw Error(ErrorKind::kInvalidArgument, "decide: pin_tokens needs pin_mask");
   }
   if (a.vocab < 1) throw Error(ErrorKind::kInvalidArgument, "decide: vocab must be positive");
+  if (a.guided.active()) {
+    const GuidedGap& g = a.guided;
+    if (g.first < 0 || g.last > C || g.state < 0 || g.state >= g.tables->num_states ||
+        g.room < g.last - g.first)
+      throw Error(ErrorKind::kInvalidArgument,
+                  "decide: the guided gap lies outside the canvas or its automaton");
+  }
   return C;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "guided/token_walk.h"
 
 namespace dgemma {
 
@@ -25,6 +26,15 @@ bool is_confident(std::span<const float> entropy, float threshold);
 // positions is confident). An empty mask is the unpinned rule above, bit for bit.
 std::vector<uint8_t> entropy_bound_accept(std::span<const float> entropy, float bound, std::span<const uint8_t> pinned);
 bool is_confident(std::span<const float> entropy, float threshold, std::span<const uint8_t> pinned);
+
+// The flat view of a constraint's tables (their tensors' storage as the backend's kernels address it).
+guided::TokenConstraintView guided_view(const GuidedTables& t);
+
+// The guided rule of decide (backend.h GuidedGap) on host arrays: `chosen` is the step's chosen token
+// per position (pinned positions hold their pinned token; `pinned`: the canvas's pin mask or null);
+// positions of the gap after its longest kept prefix lose their acceptance (accept[p] = 0). Returns how
+// many gap positions were kept.
+int32_t guided_decide(const GuidedGap& gap, const int32_t* chosen, uint8_t* accept, const uint8_t* pinned);
 
 // Validates a DecideArgs for a backend of `device` and returns C (throws naming the bad field).
 int64_t check_decide_args(const DecideArgs& a, Device device);

@@ -110,7 +110,9 @@ void DiffusionModelRunner::add_idle_canvas(Step& step, int k) {
 bool DiffusionModelRunner::graphable(const Step& step, bool dumping) const {
   if (step.canvases.empty() || step.items.size() != step.canvases.size() || dumping) return false;
   for (const Sequence* s : step.seqs)
-    if (s != nullptr && !s->canvas_pins().empty()) return false;
+    if (s != nullptr &&
+        (!s->canvas_pins().empty() || (backend_->supports_guided_gaps() && !s->guided_segment().empty())))
+      return false;
   for (const SamplerArgs& a : step.sampling)
     if (a.filter.active() || a.top_n > 0) return false;
   return true;
@@ -276,6 +278,7 @@ StepResult DiffusionModelRunner::run(const StepPlan& plan) {
 
   // Each canvas's sampler and decide arguments: its row i of out_ receives {flags[2], argmax[C]}.
   const int64_t N = static_cast<int64_t>(step.canvases.size());
+  guided_.begin_step();
   for (int64_t i = 0; i < N; ++i) {
     DeviceState& d = *step.canvases[static_cast<size_t>(i)];
     const Sequence& seq = *step.seqs[static_cast<size_t>(i)];
@@ -412,7 +415,20 @@ SamplerArgs DiffusionModelRunner::sampler_args(const Sequence& seq, DeviceState&
     sa.sample_gap = d.sample_gap = be.alloc(ScalarType::kF32, {canvas_});
   }
   if ((sp.trace || sp.previews) && d.accept.empty()) d.accept = be.alloc(ScalarType::kU8, {canvas_});
+  sa.guided = guided_gap(seq);
   return sa;
+}
+
+GuidedGap DiffusionModelRunner::guided_gap(const Sequence& seq) {
+  const GuidedSegment seg = seq.guided_segment();
+  GuidedGap g;
+  if (seg.empty() || !backend_->supports_guided_gaps()) return g;
+  g.tables = &guided_.get(*backend_, seq.params().guided->constraint);
+  g.first = seg.first;
+  g.last = seg.last;
+  g.state = seq.guided_state();
+  g.room = seg.room;
+  return g;
 }
 
 DecideArgs DiffusionModelRunner::decide_args(const Sequence& seq, DeviceState& d, const Tensor& flags) {
@@ -433,6 +449,7 @@ DecideArgs DiffusionModelRunner::decide_args(const Sequence& seq, DeviceState& d
   da.canvas = d.canvas;
   da.flags = flags;
   if (sp.trace || sp.previews) da.accept = d.accept;  // the acceptance mask, for traces and previews
+  da.guided = guided_gap(seq);
   if (!seq.canvas_pins().empty()) {
     da.pin_mask = d.pin_mask;
     da.pin_tokens = d.pin_tokens;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/guided_tables.h"
 #include "engine/kv_pool.h"
 #include "engine/model_runner.h"
 #include "model/diffusion_gemma.h"
@@ -88,6 +89,7 @@ class DiffusionModelRunner final : public ModelRunner {
   DeviceState new_state(bool soft);  // a canvas's buffers ([C, H] soft embeddings too when `soft`)
   SamplerArgs sampler_args(const Sequence& seq, DeviceState& d, const Tensor& logits);
   DecideArgs decide_args(const Sequence& seq, DeviceState& d, const Tensor& flags);
+  GuidedGap guided_gap(const Sequence& seq);  // inactive without a gap in the current canvas
 
   // One step's work on the host side: the forward items (encode items first), and for each denoising
   // canvas its state and its sampler and decide arguments.
@@ -110,7 +112,7 @@ class DiffusionModelRunner final : public ModelRunner {
   Tensor sampler_logits(int64_t i) const;
   void add_idle_canvas(Step& step, int k);
   // Whether a step may replay a graph: denoising canvases only, none filtered, none with top
-  // log-probabilities or pinned positions, no dump.
+  // log-probabilities, pinned positions or a guided gap, no dump.
   bool graphable(const Step& step, bool dumping) const;
   void ensure_step_buffers(int64_t canvases);
   // The step's dump hook (host copies of the intermediates), if the options' step_dump gives one.
@@ -143,6 +145,7 @@ class DiffusionModelRunner final : public ModelRunner {
   int canvas_;
   int vocab_;
   std::unordered_map<uint64_t, DeviceState> state_;
+  GuidedTableCache guided_;  // guided decoding's tables on the device
   std::deque<DeviceState>
       idle_;  // padding canvases of replayed steps (a deque: references stay valid as it grows)
   // [rows, V] bf16 logits of a step's denoising canvases (canvas i: rows [i C, (i + 1) C)), grown to

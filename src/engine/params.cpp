@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/guided_answer.h"
 #include "engine/limits.h"
 #include "engine/pins.h"
 #include "util/counter_rng.h"
@@ -100,6 +101,10 @@ SequenceParams resolve_sequence_params(const SamplingParams& p, const Generation
   }
   validate_pins(p.pins, p.max_tokens, ctx.vocab_size);
   s.pins = p.pins;
+  if (p.guided) {
+    validate_guided_answer(*p.guided, p.pins, p.max_tokens, ctx.vocab_size);
+    s.guided = p.guided;
+  }
   return s;
 }
 

@@ -32,6 +32,7 @@ struct SequenceParams {
   std::vector<int32_t> initial_canvas;  // first canvas (empty: random)
   std::vector<PinnedSpan> pins;         // validated: in bounds, sorted, non-overlapping, ids < vocab
   int32_t pad_id = 0;                   // with pins: a filler token of a gap (sequence.h commit)
+  std::shared_ptr<const GuidedAnswer> guided;  // validated: inside max_tokens, room for the shortest value
   bool previews = false;
   bool logprobs = false;
   int top_logprobs = 0;                 // alternatives per committed token (needs logprobs)

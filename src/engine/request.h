@@ -15,6 +15,21 @@
 
 namespace dgemma {
 
+namespace guided {
+class TokenConstraint;
+}
+
+// Guided decoding (docs/API.md "Guided decoding on the canvas"): answer positions [begin, end) hold one
+// value of `constraint`, written left to right with filler (pad, end-of-sequence) anywhere in between;
+// the answer ends right after the value, followed by `suffix` (e.g. a tool call's closing marker).
+// Pinned spans may lie inside [begin, end) (the value's fixed opening): they are walked like any token.
+struct GuidedAnswer {
+  std::shared_ptr<const guided::TokenConstraint> constraint;
+  int64_t begin = 0;
+  int64_t end = 0;
+  std::vector<int32_t> suffix;
+};
+
 // A run of answer positions whose tokens are given and never renoised (pinned spans, docs/API.md).
 // `offset` counts answer positions from the first generated token: canvas k covers answer positions
 // [k * canvas_length, (k + 1) * canvas_length), so a span lies in one canvas or is split across
@@ -56,6 +71,8 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   // Pinned spans of the answer (infilling, assistant prefill, forced tool-call or JSON openings).
   std::vector<PinnedSpan> pins;
+  // Guided decoding of the answer (nullptr: none).
+  std::shared_ptr<const GuidedAnswer> guided;
 };
 
 // An image of a prompt: its soft tokens take the prompt's positions [first, first + soft tokens), which

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "guided/token_constraint.h"
 #include "util/counter_rng.h"
 #include "util/error.h"
 
@@ -19,6 +20,12 @@ Sequence::Sequence(uint64_t id, std::vector<int32_t> prompt, SequenceParams para
   DG_CHECK(params_.initial_canvas.empty() || static_cast<int>(params_.initial_canvas.size()) == canvas_);
   pins_ = dgemma::canvas_pins(params_.pins, 0, canvas_);
   pins_end_ = dgemma::pins_end(params_.pins);
+  if (params_.guided) guided_state_ = params_.guided->constraint->start();
+}
+
+GuidedSegment Sequence::guided_segment() const {
+  if (!params_.guided) return {};
+  return dgemma::guided_segment(*params_.guided, canvas_index_, canvas_);
 }
 
 void Sequence::set_images(std::vector<PromptImage> images, std::vector<int64_t> soft) {
@@ -90,7 +97,16 @@ std::vector<int32_t> Sequence::shown_canvas(std::vector<int32_t> argmax) const {
 
 CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vector<float>& logprob, double now,
                               const TopAlternatives& top) {
-  const std::vector<int32_t> committed = shown_canvas(argmax);  // a pinned position commits its pinned token
+  std::vector<int32_t> committed = shown_canvas(argmax);  // a pinned position commits its pinned token
+  // Guided decoding: the canvas's part of the value made valid; filler inside the region is dropped
+  // below like a gap's, and a complete value ends the answer (then its suffix follows).
+  GuidedCommit guided;
+  int64_t filler_end = pins_end_;
+  if (params_.guided) {
+    guided = guide_canvas(*params_.guided, canvas_index_, guided_state_, committed, params_.pad_id, pins_.mask);
+    guided_state_ = guided.state;
+    filler_end = std::max(filler_end, guided.done ? guided.value_end : params_.guided->end);
+  }
   if (params_.logprobs) DG_CHECK(static_cast<int>(logprob.size()) == canvas_);
   // Alternatives (n = 0: a runner that does not compute them).
   const bool want_top = params_.top_logprobs > 0 && top.n > 0;
@@ -109,7 +125,7 @@ CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vec
   // A canvas of nothing but pad (past every pinned position) ends the answer like an EOS: the reference
   // would go on appending such canvases, which give no text, until max_tokens.
   const auto is_pad = [&](int32_t t) { return t == params_.pad_id; };
-  if (!params_.ignore_eos && base >= pins_end_ && std::all_of(committed.begin(), committed.end(), is_pad))
+  if (!params_.ignore_eos && base >= filler_end && std::all_of(committed.begin(), committed.end(), is_pad))
     eos = true;
   for (int p = 0; p < canvas_ && !eos; ++p) {
     const int64_t a = base + p;
@@ -117,7 +133,11 @@ CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vec
     const bool pinned = pins_.pinned(p);
     const bool stop_id = !pinned && is_in(params_.stop_ids, t);
     const bool end = stop_id || (!pinned && !params_.ignore_eos && is_in(params_.eos_ids, t));
-    if (a < pins_end_ && !pinned && (end || t == params_.pad_id)) continue;
+    if (guided.done && a >= guided.value_end) {
+      eos = true;  // the guided value is complete: the answer ends after it (and its suffix)
+      break;
+    }
+    if (a < filler_end && !pinned && (end || t == params_.pad_id)) continue;
     if (end) {
       eos = true;
       if (stop_id) stop_token_id_ = t;
@@ -136,6 +156,22 @@ CanvasCommit Sequence::commit(const std::vector<int32_t>& argmax, const std::vec
       for (size_t j = 0; j < k; ++j) {
         c.top.ids.push_back(pinned ? (j == 0 ? t : -1) : top.ids[static_cast<size_t>(p) * k + j]);
         c.top.logprobs.push_back(pinned ? 0.0f : top.logprobs[static_cast<size_t>(p) * k + j]);
+      }
+    }
+  }
+  if (guided.done) {
+    eos = true;
+    length = false;
+    for (int32_t t : params_.guided->suffix) {
+      c.tokens.push_back(t);
+      if (params_.logprobs) c.logprobs.push_back(0.0f);
+      if (with_pins) c.pinned.push_back(1);
+      if (want_top) {
+        c.top.n = top.n;
+        for (size_t j = 0; j < k; ++j) {
+          c.top.ids.push_back(j == 0 ? t : -1);
+          c.top.logprobs.push_back(0.0f);
+        }
       }
     }
   }

@@ -6,7 +6,7 @@
 // committed canvas is encoded together with the next canvas's first denoising step.
 // These methods are the one place where a canvas is trimmed at EOS / stop ids / max_tokens (a canvas of
 // nothing but pad ends the answer as an EOS would), and where pinned spans are laid on the canvas and
-// dropped filler is decided (docs/MODEL.md §6.6).
+// dropped filler is decided (docs/MODEL.md §6.6), and where a guided value is closed (guided_answer.h).
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -14,6 +14,7 @@
 
 #include "engine/block_manager.h"
 #include "engine/denoise_policy.h"
+#include "engine/guided_answer.h"
 #include "engine/params.h"
 #include "engine/pins.h"
 #include "engine/request.h"
@@ -84,6 +85,9 @@ class Sequence {
   // The pinned positions of the current canvas (empty for most requests).
   const CanvasPins& canvas_pins() const { return pins_; }
   float temperature() const { return temperature_at(params_.diffusion, step_); }
+  // Guided decoding: the current canvas's part of the value and the automaton state it starts in.
+  GuidedSegment guided_segment() const;
+  int32_t guided_state() const { return guided_state_; }
   // After a denoising step: the stop rule from decide's two flags. Returns true when this was the
   // canvas's last step (stable and confident, or the step cap).
   bool on_step(bool same_argmax, bool confident);
@@ -132,6 +136,7 @@ class Sequence {
   int64_t denoise_steps_total_ = 0;
   CanvasPins pins_;       // of canvas_index_
   int64_t pins_end_ = 0;  // answer position after the last pinned one
+  int32_t guided_state_ = 0;  // guided decoding: the automaton state at the current canvas's segment
 };
 
 }  // namespace dgemma

@@ -38,6 +38,28 @@ Dfa compile_choices(const std::vector<std::string>& choices, const CompileLimits
   return determinize(build_nfa(ast, ast.alt(std::move(alts))), limits);
 }
 
+constexpr const char* kNoArguments = R"({"type": "object", "additionalProperties": false})";
+
+void check_tool_call(const ConstraintSpec& spec, const CompileLimits& limits) {
+  if (spec.choices.empty() || spec.choices.size() != spec.schemas.size())
+    fail_arg("tool call: one parameter schema per function name is needed");
+  check_choices(spec.choices, limits);
+  for (const std::string& schema : spec.schemas)
+    check_json_schema(parse_schema_text(schema.empty() ? kNoArguments : schema, limits), limits);
+}
+
+Dfa compile_tool_call(const ConstraintSpec& spec, const CompileLimits& limits) {
+  check_tool_call(spec, limits);
+  Ast ast(limits);
+  std::vector<NodeId> alts;
+  for (size_t i = 0; i < spec.choices.size(); ++i) {
+    const std::string& schema = spec.schemas[i].empty() ? std::string(kNoArguments) : spec.schemas[i];
+    auto args = std::make_shared<const Dfa>(compile_json_schema(parse_schema_text(schema, limits), limits));
+    alts.push_back(ast.concat({ast.bytes(spec.choices[i]), ast.automaton(std::move(args))}));
+  }
+  return determinize(build_nfa(ast, ast.alt(std::move(alts))), limits);
+}
+
 }  // namespace
 
 std::string limits_key(const CompileLimits& l) {
@@ -61,6 +83,9 @@ void check_constraint(const ConstraintSpec& spec, const CompileLimits& limits) {
     case ConstraintKind::kChoice:
       check_choices(spec.choices, limits);
       return;
+    case ConstraintKind::kToolCall:
+      check_tool_call(spec, limits);
+      return;
   }
 }
 
@@ -74,6 +99,8 @@ Dfa compile_constraint(const ConstraintSpec& spec, const CompileLimits& limits) 
       return compile_regex(spec.text, limits);
     case ConstraintKind::kChoice:
       return compile_choices(spec.choices, limits);
+    case ConstraintKind::kToolCall:
+      return compile_tool_call(spec, limits);
   }
   DG_CHECK(false);
 }
@@ -105,6 +132,18 @@ std::string constraint_key(const ConstraintSpec& spec, const CompileLimits& limi
     case ConstraintKind::kChoice:
       key += "|choice|";
       for (const std::string& c : spec.choices) key += std::to_string(c.size()) + ":" + c;
+      break;
+    case ConstraintKind::kToolCall:
+      key += "|tool_call|";
+      for (size_t i = 0; i < spec.choices.size() && i < spec.schemas.size(); ++i) {
+        std::string schema = spec.schemas[i];
+        try {
+          if (!schema.empty()) schema = parse_schema_text(schema, limits).dump();
+        } catch (const Error&) {
+        }
+        key += std::to_string(spec.choices[i].size()) + ":" + spec.choices[i] +
+               std::to_string(schema.size()) + ":" + schema;
+      }
       break;
   }
   return key;

@@ -60,22 +60,28 @@
 
 namespace dgemma::guided {
 
-enum class ConstraintKind { kJsonSchema, kJsonObject, kRegex, kChoice };
+// kToolCall: one tool call's text NAME{arguments}, NAME one of `choices` and the arguments a value of
+// that function's parameter schema (`schemas`, same order; an empty text: no arguments, "{}").
+enum class ConstraintKind { kJsonSchema, kJsonObject, kRegex, kChoice, kToolCall };
 
 struct ConstraintSpec {
   ConstraintKind kind = ConstraintKind::kJsonObject;
   std::string text;                  // kJsonSchema: the schema's JSON text; kRegex: the pattern
-  std::vector<std::string> choices;  // kChoice
+  std::vector<std::string> choices;  // kChoice; kToolCall: the function names
+  std::vector<std::string> schemas;  // kToolCall: each function's parameter schema text
 
   static ConstraintSpec json_schema(std::string schema_text) {
-    return {ConstraintKind::kJsonSchema, std::move(schema_text), {}};
+    return {ConstraintKind::kJsonSchema, std::move(schema_text), {}, {}};
   }
-  static ConstraintSpec json_object() { return {ConstraintKind::kJsonObject, {}, {}}; }
+  static ConstraintSpec json_object() { return {ConstraintKind::kJsonObject, {}, {}, {}}; }
   static ConstraintSpec regex(std::string pattern) {
-    return {ConstraintKind::kRegex, std::move(pattern), {}};
+    return {ConstraintKind::kRegex, std::move(pattern), {}, {}};
   }
   static ConstraintSpec choice(std::vector<std::string> choices) {
-    return {ConstraintKind::kChoice, {}, std::move(choices)};
+    return {ConstraintKind::kChoice, {}, std::move(choices), {}};
+  }
+  static ConstraintSpec tool_call(std::vector<std::string> names, std::vector<std::string> schemas) {
+    return {ConstraintKind::kToolCall, {}, std::move(names), std::move(schemas)};
   }
 };
 

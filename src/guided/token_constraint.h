@@ -51,6 +51,7 @@ class TokenConstraint {
   std::vector<uint32_t> state_mask(int32_t state) const;
 
   int32_t completion_length(int32_t state) const { return distance_[static_cast<size_t>(state)]; }  // bytes
+  const std::vector<int32_t>& distances() const { return distance_; }  // [states] completion_length
   std::string completion_bytes(int32_t state) const;
   // nullopt when the vocabulary cannot spell the completion (no piece for some byte).
   std::optional<std::vector<int32_t>> completion_tokens(int32_t state) const;

@@ -56,4 +56,23 @@ DGEMMA_GUIDED_HD inline WalkResult walk_tokens(const TokenConstraintView& v, int
   return r;
 }
 
+// walk_tokens with room: a text token is accepted only while the shortest completion of the state after
+// it (distance[state], bytes) fits in the positions left after it, `room` being the positions from the
+// first token on (a completion of b bytes takes at most b tokens when every byte has a piece). Fillers
+// are not checked (a completion may take their positions), nor tokens with pinned[i] != 0 (`pinned`
+// may be null): given text whose room the caller checked.
+DGEMMA_GUIDED_HD inline WalkResult walk_tokens_within(const TokenConstraintView& v, const int32_t* distance,
+                                                      int32_t state, const int32_t* tokens, int32_t count,
+                                                      int64_t room, const uint8_t* pinned = nullptr) {
+  WalkResult r{0, state};
+  for (int32_t i = 0; i < count; ++i) {
+    const int32_t next = step_token(v, r.state, tokens[i]);
+    const bool checked = v.token_kind[tokens[i] < 0 ? 0 : tokens[i]] != 1 && (pinned == nullptr || pinned[i] == 0);
+    if (next < 0 || (checked && distance[next] > room - (i + 1))) break;
+    r.state = next;
+    r.accepted = i + 1;
+  }
+  return r;
+}
+
 }  // namespace dgemma::guided

@@ -1,22 +1,18 @@
-// The pinned chat forms through the server: assistant prefill (continue_final_message), forced tool
-// calls (tool_choice required / named), response_format json_object and json_schema, with the retry
-// and model_error (422) paths and the 400s. The scripted runner sits behind the real engine, so pins go
-// through the engine's mechanism: pinned positions hold the pinned tokens, and an EOS in a free
-// position before the last pin is dropped (a script writes a JSON value, then EOS to the end of its gap).
+// The pinned and guided chat forms through the server: assistant prefill (continue_final_message),
+// forced tool calls (tool_choice required / named), response_format json_object and json_schema, and
+// the 400s. The scripted runner sits behind the real engine, so pins and the guided commit rule go
+// through the engine's mechanism (docs/API.md "Guided decoding on the canvas"): pinned positions hold
+// the pinned tokens, a reply's valid prefix is kept and the value closed with its shortest completion,
+// so a reply that breaks its form still comes back valid (no retry, no 422).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { makeModelDir, postJson, startServer, streamRaw } from './helpers.mjs';
 
-const Q = '<|"|>';
 const script = {
   canvas_length: 32,
   canvas_delay_ms: 5,
   replies: [
     { when: 'tell a story', canvases: ['Once upon a time', ' there was a dragon.<turn|>'] },
-    { when: 'weather in Paris', canvases: [`<|tool_call>call:get_weather{location:${Q}Paris${Q}}<tool_call|>`] },
-    { when: 'what time', canvases: [`<|tool_call>call:get_time{zone:${Q}UTC${Q}}<tool_call|>`] },
-    { when: 'refuse tools', canvases: ['Sorry, I would rather not look that up for you today, try again later.<turn|>'] },
-    { when: 'no json', canvases: ['Here is what you asked for, in prose rather than JSON.<turn|>'] },
   ],
 };
 
@@ -102,10 +98,45 @@ describe('assistant prefill (continue_final_message)', () => {
   });
 });
 
-describe('forced tool calls', () => {
-  test('a named function: the opening and the name are pinned, the call is parsed', async () => {
+describe('forced tool calls and JSON (replies written token by token, aligned with the pins)', () => {
+  // {"city": "...", "population": N}
+  const schema = {
+    type: 'object',
+    properties: { city: { type: 'string' }, population: { type: 'integer' } },
+    required: ['city', 'population'],
+    additionalProperties: false,
+  };
+  let guided;
+  before(async () => {
+    const tok = async (prompt) => (await postJson(server.url('/tokenize'), { prompt })).json.tokens;
+    const [eos] = await tok('<eos>');
+    // A script's tokens split where the pins split the text (the call opening, the value's fixed
+    // opening), so that the reply lines up with the pinned positions.
+    const call = async (...parts) => {
+      const out = [];
+      for (const p of parts) out.push(...(await tok(p)));
+      return { tokens: [...out, eos] };
+    };
+    const s = {
+      canvas_length: 32,
+      canvas_delay_ms: 5,
+      replies: [
+        { when: 'weather in Paris', canvases: [await call('<|tool_call>', 'call:', 'get_weather{', '"location": "Paris"}', '<tool_call|>')] },
+        { when: 'what time', canvases: [await call('<|tool_call>', 'call:', 'get_', 'time{"zone": "UTC"}', '<tool_call|>')] },
+        { when: 'refuse tools', canvases: ['Sorry, I would rather not look that up for you today, try again later.<turn|>'] },
+        { when: 'no json', canvases: ['Here is what you asked for, in prose rather than JSON.<turn|>'] },
+        { when: 'good city', canvases: [await call('{"city": "', 'Paris', '", "population": ', '2100000', '}')] },
+        { when: 'bad city', canvases: [await call('{"city": "', 'Lyon', '", "population": ', '"many"}')] },
+        { when: 'json please', canvases: [await call('{', '"answer": 42, "unit": "none"}')] },
+      ],
+    };
+    guided = await startServer({ modelDir: makeModelDir({ script: s }) });
+  });
+  after(async () => guided?.stop());
+
+  test('a named function: the call is parsed, streamed or not', async () => {
     const body = { messages: user('weather in Paris?'), tools, tool_choice: { type: 'function', function: { name: 'get_weather' } } };
-    const r = await postJson(server.url(CHAT), body);
+    const r = await postJson(guided.url(CHAT), body);
     assert.equal(r.status, 200, r.text);
     const m = r.json.choices[0].message;
     assert.equal(m.content, null);
@@ -113,8 +144,8 @@ describe('forced tool calls', () => {
     assert.equal(m.tool_calls[0].function.name, 'get_weather');
     assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), { location: 'Paris' });
     assert.equal(r.json.choices[0].finish_reason, 'tool_calls');
-    assert.equal(r.json.usage.dgemma.retries, 0);
-    const s = await streamChat(server, body);
+    assert.equal(r.json.usage.dgemma.retries, undefined);
+    const s = await streamChat(guided, body);
     assert.equal(s.status, 200);
     assert.deepEqual(s.calls.map((c) => [c.name, JSON.parse(c.arguments)]), [['get_weather', { location: 'Paris' }]]);
     assert.equal(s.content, '');
@@ -123,126 +154,86 @@ describe('forced tool calls', () => {
   });
 
   test('required: any of the tools', async () => {
-    const r = await postJson(server.url(CHAT), { messages: user('what time is it'), tools, tool_choice: 'required' });
+    const r = await postJson(guided.url(CHAT), { messages: user('what time is it'), tools, tool_choice: 'required' });
     assert.equal(r.status, 200, r.text);
     assert.equal(r.json.choices[0].message.tool_calls[0].function.name, 'get_time');
+    assert.deepEqual(JSON.parse(r.json.choices[0].message.tool_calls[0].function.arguments), { zone: 'UTC' });
   });
 
-  test('a reply that never holds a valid call is retried, then a 422 model_error (not retried by clients)', async () => {
-    const body = { messages: user('refuse tools'), tools, tool_choice: { type: 'function', function: { name: 'get_weather' } } };
-    const r = await postJson(server.url(CHAT), body);
-    assert.equal(r.status, 422, r.text);
-    assert.equal(r.json.error.type, 'model_error');
-    assert.equal(r.json.error.code, 'invalid_model_output');
-    assert.match(r.json.error.message, /invalid content after 3 attempts/);
-    const s = await streamChat(server, body);
-    assert.equal(s.status, 200);
-    assert.equal(s.errors.length, 1);
-    assert.equal(s.errors[0].type, 'model_error');
-    assert.equal(s.done, false);  // an error ends the stream without [DONE]
-    assert.equal(s.content, '');  // nothing of a rejected attempt was streamed
+  test('a reply that holds no call still comes back as a valid call (guided), not an error', async () => {
+    const body = { messages: user('refuse tools'), tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 64 };
+    const r = await postJson(guided.url(CHAT), body);
+    assert.equal(r.status, 200, r.text);
+    const calls = r.json.choices[0].message.tool_calls;
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].function.name, 'get_weather');
+    const args = JSON.parse(calls[0].function.arguments);
+    assert.equal(typeof args, 'object');
+    if ('location' in args) assert.equal(typeof args.location, 'string');
   });
 
   test('required without tools is a 400', async () => {
-    const r = await postJson(server.url(CHAT), { messages: user('x'), tool_choice: 'required' });
+    const r = await postJson(guided.url(CHAT), { messages: user('x'), tool_choice: 'required' });
     assert.equal(r.status, 400);
     assert.equal(r.json.error.param, 'tool_choice');
   });
-});
 
-describe('response_format', () => {
-  test('json_object: prose is retried, then a 422 model_error', async () => {
-    const r = await postJson(server.url(CHAT), { messages: user('no json'), response_format: { type: 'json_object' } });
-    assert.equal(r.status, 422, r.text);
-    assert.equal(r.json.error.type, 'model_error');
-    assert.match(r.json.error.message, /not valid JSON/);
+  test('json_object: prose becomes a JSON object (its valid prefix, closed)', async () => {
+    const r = await postJson(guided.url(CHAT), { messages: user('no json'), response_format: { type: 'json_object' }, max_tokens: 64 });
+    assert.equal(r.status, 200, r.text);
+    const v = JSON.parse(r.json.choices[0].message.content);
+    assert.equal(typeof v, 'object');
+    assert.ok(!Array.isArray(v) && v !== null);
   });
 
   test('json_schema beyond the supported subset, or without room, is a 400', async () => {
     const fmt = (schema) => ({ type: 'json_schema', json_schema: { name: 'x', schema } });
     const cases = [
-      [fmt({ type: 'string', pattern: '^a' }), 'response_format.json_schema.schema', /'pattern'/],
-      [fmt({ anyOf: [{ type: 'string' }] }), 'response_format.json_schema.schema', /'anyOf'/],
-      [fmt({ type: 'object', properties: { a: { $ref: '#/x' } } }), 'response_format.json_schema.schema.properties.a', /'\$ref'/],
+      [fmt({ type: 'object', patternProperties: {} }), 'response_format.json_schema.schema', /patternProperties/],
+      [fmt({ type: 'object', properties: { a: { $ref: '#/x' } } }), 'response_format.json_schema.schema', /\$ref|#\/x/],
       [{ type: 'json_schema', json_schema: { name: 'x' } }, 'response_format.json_schema.schema', /required/],
     ];
     for (const [response_format, param, message] of cases) {
-      const r = await postJson(server.url(CHAT), { messages: user('x'), response_format });
+      const r = await postJson(guided.url(CHAT), { messages: user('x'), response_format });
       assert.equal(r.status, 400, r.text);
       assert.equal(r.json.error.param, param);
       assert.match(r.json.error.message, message);
     }
-    const small = await postJson(server.url(CHAT), {
+    const small = await postJson(guided.url(CHAT), {
       messages: user('x'),
-      max_tokens: 8,
+      max_tokens: 4,  // the pinned opening {"a": " alone takes more
       response_format: fmt({ type: 'object', properties: { a: { type: 'string' } }, required: ['a'] }),
     });
     assert.equal(small.status, 400, small.text);
     assert.equal(small.json.error.param, 'max_tokens');
-    assert.match(small.json.error.message, /pinned layout/);
+    assert.match(small.json.error.message, /shortest reply/);
   });
-});
-
-describe('response_format with pinned structure (replies written token by token)', () => {
-  // {"city": "[64]", "population": [12]} -- docs/API.md gives the rooms.
-  const schema = {
-    type: 'object',
-    properties: { city: { type: 'string' }, population: { type: 'integer' } },
-    required: ['city', 'population'],
-    additionalProperties: false,
-  };
-  let schemaServer;
-  before(async () => {
-    const tok = async (prompt) => (await postJson(server.url('/tokenize'), { prompt })).json.tokens;
-    const [eos] = await tok('<eos>');
-    // What a model writes into the canvas: each value in its gap, the rest of the gap EOS (dropped).
-    const fill = async (text, room) => {
-      const t = await tok(text);
-      return [...t, ...Array(room - t.length).fill(eos)];
-    };
-    const canvas = (parts) => parts.flat();
-    const good = canvas([await tok('{"city": "'), await fill('Paris', 64), await tok('", "population": '),
-                         await fill('2100000', 12), await tok('}'), [eos]]);
-    const bad = canvas([await tok('{"city": "'), await fill('Lyon', 64), await tok('", "population": '),
-                        await fill('"many"', 12), await tok('}'), [eos]]);
-    const s = {
-      canvas_length: 64,
-      canvas_delay_ms: 5,
-      replies: [
-        { when: 'good city', canvases: [{ tokens: good }] },
-        { when: 'bad city', canvases: [{ tokens: bad }] },
-        // '{"' is one token: a model that sees '{' pinned writes the quote as a token of its own.
-        { when: 'json please', canvases: [{ tokens: [...(await tok('{')), ...(await tok('"answer": 42, "unit": "none"}')), eos] }] },
-      ],
-    };
-    schemaServer = await startServer({ modelDir: makeModelDir({ script: s }) });
-  });
-  after(async () => schemaServer?.stop());
 
   test('json_object: the opening brace is pinned and the reply is JSON', async () => {
-    const r = await postJson(schemaServer.url(CHAT), { messages: user('json please'), response_format: { type: 'json_object' } });
+    const r = await postJson(guided.url(CHAT), { messages: user('json please'), response_format: { type: 'json_object' } });
     assert.equal(r.status, 200, r.text);
     assert.deepEqual(JSON.parse(r.json.choices[0].message.content), { answer: 42, unit: 'none' });
-    const s = await streamChat(schemaServer, { messages: user('json please'), response_format: { type: 'json_object' } });
+    const s = await streamChat(guided, { messages: user('json please'), response_format: { type: 'json_object' } });
     assert.deepEqual(JSON.parse(s.content), { answer: 42, unit: 'none' });
   });
 
-
   const body = (q) => ({ messages: user(q), response_format: { type: 'json_schema', json_schema: { name: 'city', strict: true, schema } } });
 
-  test('fixed keys are pinned, the gaps close up, the reply matches the schema', async () => {
-    const r = await postJson(schemaServer.url(CHAT), body('good city'));
+  test('the fixed opening is pinned, the value is written across canvases, the reply matches the schema', async () => {
+    const r = await postJson(guided.url(CHAT), body('good city'));
     assert.equal(r.status, 200, r.text);
     assert.equal(r.json.choices[0].message.content, '{"city": "Paris", "population": 2100000}');
     assert.equal(r.json.choices[0].finish_reason, 'stop');
-    const s = await streamChat(schemaServer, body('good city'));
+    const s = await streamChat(guided, body('good city'));
     assert.equal(s.content, '{"city": "Paris", "population": 2100000}');
   });
 
-  test('a reply that breaks the schema is retried, then a 422 model_error naming the violation', async () => {
-    const r = await postJson(schemaServer.url(CHAT), body('bad city'));
-    assert.equal(r.status, 422, r.text);
-    assert.equal(r.json.error.type, 'model_error');
-    assert.match(r.json.error.message, /\$\.population: expected an integer/);
+  test('a reply that breaks the schema keeps its valid prefix and is closed with the shortest completion', async () => {
+    const r = await postJson(guided.url(CHAT), { ...body('bad city'), max_tokens: 64 });
+    assert.equal(r.status, 200, r.text);
+    const v = JSON.parse(r.json.choices[0].message.content);
+    assert.deepEqual(Object.keys(v), ['city', 'population']);
+    assert.equal(v.city, 'Lyon');
+    assert.ok(Number.isInteger(v.population), r.json.choices[0].message.content);
   });
 });

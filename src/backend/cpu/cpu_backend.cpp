@@ -28,6 +28,7 @@ class CpuBackend final : public Backend {
 
   Tensor alloc(ScalarType type, std::initializer_list<int64_t> dims) override { return host_tensor(type, dims); }
   Tensor upload(const Tensor& host) override { return host; }
+  bool supports_guided_gaps() const override { return true; }
   void to_host(const Tensor& src, void* dst) override { std::memcpy(dst, src.data, src.nbytes()); }
   void from_host(const Tensor& dst, const void* src) override { std::memcpy(dst.data, src, dst.nbytes()); }
   void copy(const Tensor& dst, const Tensor& src) override {

@@ -1,5 +1,5 @@
 // The accept / renoise / stop decision of one denoising step (backend.h DecideArgs) on the CPU: the
-// reference rules of decide_rules.h applied to host tensors.
+// reference rules of decide_rules.h applied to host tensors (with a guided gap, its walk).
 #include <algorithm>
 #include <span>
 
@@ -23,7 +23,15 @@ void decide(const DecideArgs& a) {
     pin_tokens = a.pin_tokens.ptr<int32_t>();
   }
 
-  const std::vector<uint8_t> accept = entropy_bound_accept(entropy, a.entropy_bound, pinned);
+  std::vector<uint8_t> accept = entropy_bound_accept(entropy, a.entropy_bound, pinned);
+  if (a.guided.active()) {
+    // The gap's chosen tokens, pinned positions holding their pinned token.
+    std::vector<int32_t> walked(chosen, chosen + C);
+    if (pin_tokens)
+      for (int64_t p = 0; p < C; ++p)
+        if (pinned[p]) walked[p] = pin_tokens[p];
+    guided_decide(a.guided, walked.data(), accept.data(), pin_tokens ? pinned.data() : nullptr);
+  }
   bool same = a.have_prev;
   for (int64_t p = 0; p < C; ++p) {
     const uint32_t pos = static_cast<uint32_t>(p);

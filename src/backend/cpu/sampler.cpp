@@ -58,13 +58,41 @@ float z_of(uint16_t bits, float cap, float T) {
   return s / T;
 }
 
-void compute_z(const uint16_t* row, int64_t n, float cap, float temp, float* z) {
+// A guided gap's token mask (backend.h GuidedGap) as the rows of one canvas see it: nullptr for a row
+// outside the gap. Bit (vocab_first + v) allows column v.
+// Ids at or past the constraint's vocabulary (a tokenizer smaller than the LM head) are never allowed.
+struct RowMask {
+  const uint32_t* words = nullptr;
+  int32_t first = 0, last = 0;
+  int64_t vocab_first = 0;
+  explicit RowMask(const SamplerArgs& a) : vocab_first(a.vocab_first) {
+    if (!a.guided.active()) return;
+    words = a.guided.tables->gap_mask.ptr<uint32_t>();
+    limit = a.guided.tables->vocab_size;
+    first = a.guided.first;
+    last = a.guided.last;
+  }
+  const uint32_t* of(int64_t p) const { return words != nullptr && p >= first && p < last ? words : nullptr; }
+  bool allowed(const uint32_t* m, int64_t id) const {
+    return id < limit && ((m[id >> 5] >> (id & 31)) & 1u) != 0;
+  }
+  int64_t limit = 0;
+};
+
+// z of a row; with a mask, the disallowed columns' z is -inf (first: the row's first vocabulary id).
+void compute_z(const uint16_t* row, int64_t n, float cap, float temp, float* z, const RowMask* rm = nullptr,
+               const uint32_t* mask = nullptr, int64_t first = 0) {
   for (int64_t v = 0; v < n; ++v) z[v] = z_of(row[v], cap, temp);
+  if (mask != nullptr)
+    for (int64_t v = 0; v < n; ++v)
+      if (!rm->allowed(mask, first + v)) z[v] = -INFINITY;
 }
 
-// Counts of the row's valid bf16 keys added to hist (kBins entries).
-void add_histogram(const uint16_t* row, int64_t n, uint32_t* hist) {
+// Counts of the row's valid bf16 keys added to hist (kBins entries); with a mask, allowed columns only.
+void add_histogram(const uint16_t* row, int64_t n, uint32_t* hist, const RowMask* rm = nullptr,
+                   const uint32_t* mask = nullptr, int64_t first = 0) {
   for (int64_t v = 0; v < n; ++v) {
+    if (mask != nullptr && !rm->allowed(mask, first + v)) continue;
     const uint32_t key = sample_filter::key_of(row[v]);
     if (sample_filter::valid_key(key)) hist[key] += 1;
   }
@@ -173,6 +201,7 @@ void block_sums(const float* z, int64_t n, int64_t blocks, float zmax, BlockSums
   for (int64_t b = 0; b < blocks; ++b) {
     BlockSums s;
     for (int64_t v = b * len; v < (b + 1) * len; ++v) {
+      if (z[v] == -INFINITY) continue;  // a masked column (guided gap): no mass
       const double d = static_cast<double>(z[v]) - zmax;
       const double e = std::exp(d);
       s.s += e;
@@ -257,6 +286,7 @@ void sampler_sharded(const SamplerArgs& a) {
   const int64_t nb = kVocabBlocks / N;  // blocks of this rank
   uint16_t* logits = a.logits.ptr<uint16_t>();
   const float cap = a.softcap, T = a.temperature;
+  const RowMask mask(a);
 
   // 0. The sample filter's floors: every rank's histograms gathered and added (counts are exact),
   //    so every rank finds the one-rank floor.
@@ -268,7 +298,9 @@ void sampler_sharded(const SamplerArgs& a) {
       std::vector<uint8_t> mine(static_cast<size_t>(rows) * row_bytes, 0), all(mine.size() * static_cast<size_t>(N));
       parallel_for(static_cast<size_t>(rows), [&](size_t b, size_t e) {
         for (size_t i = b; i < e; ++i)
-          add_histogram(logits + (r0 + static_cast<int64_t>(i)) * V, V, reinterpret_cast<uint32_t*>(mine.data() + i * row_bytes));
+          add_histogram(logits + (r0 + static_cast<int64_t>(i)) * V, V,
+                        reinterpret_cast<uint32_t*>(mine.data() + i * row_bytes), &mask,
+                        mask.of(r0 + static_cast<int64_t>(i)), a.vocab_first);
       });
       comm.all_gather_last(bytes(mine, rows), bytes(all, rows));
       parallel_for(static_cast<size_t>(rows), [&](size_t b, size_t e) {
@@ -290,7 +322,7 @@ void sampler_sharded(const SamplerArgs& a) {
   parallel_for(static_cast<size_t>(C), [&](size_t b, size_t e) {
     std::vector<float> z(static_cast<size_t>(V));
     for (size_t p = b; p < e; ++p) {
-      compute_z(logits + p * V, V, cap, T, z.data());
+      compute_z(logits + p * V, V, cap, T, z.data(), &mask, mask.of(static_cast<int64_t>(p)), a.vocab_first);
       const Stats st = local_stats(z.data(), V, a.vocab_first, a.sample_key, static_cast<uint32_t>(p), floor[p], a.want_sample);
       std::memcpy(mine.data() + p * sizeof(Stats), &st, sizeof(Stats));
     }
@@ -318,7 +350,7 @@ void sampler_sharded(const SamplerArgs& a) {
     std::vector<float> z(static_cast<size_t>(V));
     std::vector<TopEntry> scratch;
     for (size_t p = b; p < e; ++p) {
-      compute_z(logits + p * V, V, cap, T, z.data());
+      compute_z(logits + p * V, V, cap, T, z.data(), &mask, mask.of(static_cast<int64_t>(p)), a.vocab_first);
       block_sums(z.data(), V, nb, st[p].zmax, reinterpret_cast<BlockSums*>(sums.data()) + p * nb);
       if (ln > 0) local_top(z.data(), V, a.vocab_first, ln, scratch, reinterpret_cast<TopEntry*>(tops.data()) + p * ln);
     }
@@ -336,7 +368,7 @@ void sampler_sharded(const SamplerArgs& a) {
                                     reinterpret_cast<const BlockSums*>(all_sums.data()) + p * kVocabBlocks, kVocabBlocks,
                                     floor[p], cand, static_cast<size_t>(N * ln));
       if (!a.want_probs) continue;
-      compute_z(logits + p * V, V, cap, T, z.data());
+      compute_z(logits + p * V, V, cap, T, z.data(), &mask, mask.of(static_cast<int64_t>(p)), a.vocab_first);
       write_probs(z.data(), V, st[p].zmax, bsum, logits + p * V);
     }
   });
@@ -353,6 +385,7 @@ void sampler(const SamplerArgs& a) {
   const int64_t blocks = V % kVocabBlocks == 0 ? kVocabBlocks : 1;
   uint16_t* logits = a.logits.ptr<uint16_t>();
   const bool filtered = a.filter.active();
+  const RowMask mask(a);
   const Outputs out{a};
   parallel_for(static_cast<size_t>(C), [&](size_t b, size_t e) {
     std::vector<float> z(static_cast<size_t>(V));
@@ -361,11 +394,12 @@ void sampler(const SamplerArgs& a) {
     std::vector<TopEntry> top(static_cast<size_t>(a.top_n)), scratch;
     for (size_t p = b; p < e; ++p) {
       uint16_t* row = logits + p * V;
-      compute_z(row, V, a.softcap, a.temperature, z.data());
+      const uint32_t* m = mask.of(static_cast<int64_t>(p));
+      compute_z(row, V, a.softcap, a.temperature, z.data(), &mask, m);
       float floor = -INFINITY;
       if (filtered) {
         std::fill(hist.begin(), hist.end(), 0u);
-        add_histogram(row, V, hist.data());
+        add_histogram(row, V, hist.data(), &mask, m);
         floor = histogram_floor(hist.data(), a.softcap, a.temperature, a.filter);
       }
       const Stats st = local_stats(z.data(), V, 0, a.sample_key, static_cast<uint32_t>(p), floor, a.want_sample);

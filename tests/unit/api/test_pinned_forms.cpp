@@ -1,6 +1,6 @@
-// The pinned chat forms: request -> pins + prompt (assistant prefill, forced tool calls, JSON), the
-// json_schema subset (layout, validation, refusals) and the check/retry logic of Generation against a
-// fake engine that honours pins by overlaying them on its scripted replies.
+// The pinned chat forms: request -> pins + prompt (assistant prefill), the parsing of the guided forms
+// (response_format, structured_outputs, guided_*, forced tool calls) and their refusals, and Generation
+// against a fake engine that honours pins by overlaying them on its scripted replies.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -62,13 +62,29 @@ TEST(PinnedForms, ParsesEachForm) {
   EXPECT_EQ(r.tool_choice, ToolChoiceMode::kNamed);
   EXPECT_EQ(r.tool_choice_name, "get_time");
   r = parse_chat_request(chat({{"response_format", {{"type", "json_object"}}}}), policy());
-  EXPECT_EQ(r.response_format, ResponseFormat::kJsonObject);
+  ASSERT_TRUE(r.guided);
+  EXPECT_EQ(r.guided->spec.kind, guided::ConstraintKind::kJsonObject);
   const Json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "string"}}}}}, {"required", {"a"}}};
   r = parse_chat_request(
       chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"strict", true}, {"schema", schema}}}}}}),
       policy());
-  EXPECT_EQ(r.response_format, ResponseFormat::kJsonSchema);
-  EXPECT_EQ(r.response_schema, schema);
+  ASSERT_TRUE(r.guided);
+  EXPECT_EQ(r.guided->spec.kind, guided::ConstraintKind::kJsonSchema);
+  EXPECT_EQ(r.guided->param, "response_format.json_schema.schema");
+  EXPECT_EQ(r.guided->schema_path, (std::vector<std::string>{"response_format", "json_schema", "schema"}));
+  // vLLM's structured_outputs and guided_* forms, on both endpoints.
+  r = parse_chat_request(chat({{"structured_outputs", {{"regex", "[a-z]+"}}}}), policy());
+  ASSERT_TRUE(r.guided);
+  EXPECT_EQ(r.guided->spec.kind, guided::ConstraintKind::kRegex);
+  EXPECT_EQ(r.guided->spec.text, "[a-z]+");
+  r = parse_completion_request({{"prompt", "x"}, {"guided_choice", {"yes", "no"}}}, policy());
+  ASSERT_TRUE(r.guided);
+  EXPECT_EQ(r.guided->spec.choices, (std::vector<std::string>{"yes", "no"}));
+  r = parse_completion_request({{"prompt", "x"}, {"guided_json", R"({"type": "integer"})"}}, policy());
+  ASSERT_TRUE(r.guided);
+  EXPECT_EQ(r.guided->spec.text, R"({"type": "integer"})");
+  r = parse_completion_request({{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, policy());
+  ASSERT_TRUE(r.guided);
   r = parse_chat_request({{"messages", prefill_messages("Sure")}, {"continue_final_message", true}}, policy());
   EXPECT_TRUE(r.continue_final_message);
   EXPECT_FALSE(r.add_generation_prompt);  // vLLM: omitted add_generation_prompt + continue -> no generation prompt
@@ -98,181 +114,21 @@ TEST(PinnedForms, BadRequestsAre400sNamingTheParameter) {
                "continue_final_message");
   expect_error(chat({{"tools", kTools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}), U,
                "response_format");
+  expect_error(chat({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}}), U,
+               "structured_outputs.grammar");
+  expect_error(chat({{"guided_grammar", "root ::= \"a\""}}), U, "guided_grammar");
+  expect_error(chat({{"guided_regex", "a"}, {"guided_choice", {"a"}}}), K, "guided_choice");
+  expect_error(chat({{"guided_json", {{"type", "object"}, {"patternProperties", Json::object()}}}}), U,
+               "guided_json");
+  expect_error(chat({{"guided_regex", "(a"}}), K, "guided_regex");
   expect_error(chat({{"tool_choice", "required"}}), K, "tool_choice");
   expect_error(chat({{"response_format", {{"type", "json_schema"}}}}), K, "response_format.json_schema");
   expect_error(chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}), K,
                "response_format.json_schema.schema");
   expect_error(chat({{"response_format", {{"type", "regex"}}}}), U, "response_format");
-  // /v1/completions has no JSON forms.
-  try {
-    parse_completion_request({{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, policy());
-    ADD_FAILURE() << "accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), U);
-    EXPECT_EQ(e.param(), "response_format");
-  }
-}
-
-Json with_schema(const Json& schema) {
-  return chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}}}});
-}
-
-TEST(PinnedForms, SchemasBeyondTheSubsetAreRefusedNamingTheKeyword) {
-  const auto K = ErrorKind::kInvalidArgument;
-  const auto U = ErrorKind::kUnsupported;
-  const std::string root = "response_format.json_schema.schema";
-  struct Case {
-    Json schema;
-    ErrorKind kind;
-    std::string param;
-    std::string says;
-  };
-  const std::vector<Case> cases = {
-      {{{"type", "string"}, {"pattern", "^a"}}, U, root, "'pattern'"},
-      {{{"anyOf", {{{"type", "string"}}}}}, U, root, "'anyOf'"},
-      {{{"$ref", "#/$defs/x"}}, U, root, "'$ref'"},
-      {{{"type", {"string", "null"}}}, U, root + ".type", "list of types"},
-      {{{"type", "object"}, {"properties", {{"a", {{"type", "string"}, {"format", "date"}}}}}}, U, root + ".properties.a",
-       "'format'"},
-      {{{"type", "object"}, {"additionalProperties", {{"type", "string"}}}}, U, root + ".additionalProperties", "true or false"},
-      {{{"type", "array"}, {"items", {{"type", "integer"}, {"minimum", 0}}}}, U, root + ".items", "'minimum'"},
-      {{{"properties", {{"a", {{"type", "string"}}}}}}, U, root, "only with type"},
-      {{{"type", "string"}, {"items", {{"type", "string"}}}}, U, root, "only with type"},
-      {true, U, root, "boolean schemas"},
-      {{{"type", "text"}}, K, root + ".type", "must be one of"},
-      {{{"type", "object"}, {"required", "a"}}, K, root + ".required", "array of strings"},
-      {{{"type", "object"}, {"required", {"a", "a"}}}, K, root + ".required", "twice"},
-      {{{"enum", Json::array()}}, K, root + ".enum", "non-empty"},
-      {{{"type", "integer"}, {"enum", {1, "two"}}}, K, root + ".enum", "not of type integer"},
-  };
-  for (const auto& c : cases) {
-    try {
-      parse_chat_request(with_schema(c.schema), policy());
-      ADD_FAILURE() << "accepted " << c.schema.dump();
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), c.kind) << c.schema.dump();
-      EXPECT_EQ(e.param(), c.param) << c.schema.dump();
-      EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();
-    }
-  }
-  // Annotations are accepted.
-  EXPECT_NO_THROW(parse_chat_request(
-      with_schema({{"type", "object"}, {"title", "T"}, {"description", "d"}, {"$schema", "x"},
-                   {"properties", {{"a", {{"type", "integer"}, {"default", 1}, {"examples", {1}}}}}}}),
-      policy()));
 }
 
 // ---- layout and validation ----
-
-TEST(PinnedForms, SchemaLayoutPinsKeysInRequiredOrder) {
-  const Json schema = {
-      {"type", "object"},
-      {"properties",
-       {{"name", {{"type", "string"}}},
-        {"age", {{"type", "integer"}}},
-        {"kind", {{"enum", {"cat", "dog"}}}},
-        {"tags", {{"type", "array"}, {"items", {{"type", "string"}}}}},
-        {"meta", {{"type", "object"}, {"properties", {{"ok", {{"type", "boolean"}}}}}, {"required", {"ok"}},
-                  {"additionalProperties", false}}},
-        {"v", {{"const", 2}}},
-        {"z", {{"type", "null"}}}}},
-      {"required", {"name", "age", "kind", "tags", "meta", "v", "z"}},
-      {"additionalProperties", false}};
-  const auto layout = schema_layout(schema);
-  using P = LayoutPiece;
-  const std::vector<P> want = {
-      {"{\"name\": \"", SchemaRooms::kString},
-      {"\", \"age\": ", SchemaRooms::kInteger},
-      {", \"kind\": ", 7},  // longest enum value "\"cat\"" (5 bytes) + 2
-      {", \"tags\": [", SchemaRooms::kArray},
-      {"], \"meta\": {\"ok\": ", SchemaRooms::kBoolean},
-      {"}, \"v\": 2, \"z\": null}", 0},
-  };
-  ASSERT_EQ(layout.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_EQ(layout[i].text, want[i].text) << i;
-    EXPECT_EQ(layout[i].room, want[i].room) << i;
-  }
-  // Optional properties leave a gap before the closing brace; so does an open object without properties.
-  const auto open = schema_layout({{"type", "object"}, {"properties", {{"a", {{"type", "number"}}}, {"b", {{"type", "number"}}}}},
-                                   {"required", {"b"}}});
-  ASSERT_EQ(open.size(), 2u);
-  EXPECT_EQ(open[0].text, "{\"b\": ");
-  EXPECT_EQ(open[0].room, SchemaRooms::kNumber + SchemaRooms::kObjectRest);
-  EXPECT_EQ(open[1].text, "}");
-  const auto any = schema_layout({{"type", "object"}});
-  ASSERT_EQ(any.size(), 2u);
-  EXPECT_EQ(any[0].text, "{");
-  EXPECT_EQ(any[0].room, SchemaRooms::kObjectRest);
-  const auto closed_empty = schema_layout({{"type", "object"}, {"additionalProperties", false}});
-  ASSERT_EQ(closed_empty.size(), 1u);
-  EXPECT_EQ(closed_empty[0].text, "{}");
-  // A top-level string.
-  const auto str = schema_layout({{"type", "string"}});
-  ASSERT_EQ(str.size(), 2u);
-  EXPECT_EQ(str[0].text, "\"");
-  EXPECT_EQ(str[1].text, "\"");
-}
-
-TEST(PinnedForms, LayoutPinsAreTokenisedAtTheirOffsets) {
-  DG_API_TOKENIZER(tok);
-  const std::vector<LayoutPiece> layout = {{"{\"a\": \"", 5}, {"\", \"<|turn>\": ", 3}, {"}", 0}};
-  int64_t length = 0;
-  const auto pins = layout_pins(layout, *tok, false, length);
-  ASSERT_EQ(pins.size(), 3u);
-  const Ids t0 = tok->encode("{\"a\": \"", false), t1 = tok->encode("\", \"<|turn>\": ", false), t2 = tok->encode("}", false);
-  EXPECT_EQ(pins[0].offset, 0);
-  EXPECT_EQ(pins[0].tokens, t0);
-  EXPECT_EQ(pins[1].offset, static_cast<int64_t>(t0.size()) + 5);
-  EXPECT_EQ(pins[1].tokens, t1);
-  EXPECT_EQ(pins[2].offset, static_cast<int64_t>(t0.size() + t1.size()) + 8);
-  EXPECT_EQ(length, pins[2].offset + static_cast<int64_t>(t2.size()));
-  // A key that spells a control token stays text.
-  const auto turn = tok->token_to_id("<|turn>");
-  ASSERT_TRUE(turn);
-  EXPECT_EQ(std::count(pins[1].tokens.begin(), pins[1].tokens.end(), *turn), 0);
-  EXPECT_EQ(tok->decode(pins[1].tokens), "\", \"<|turn>\": ");
-}
-
-TEST(PinnedForms, ValidationFollowsTheSubset) {
-  const Json schema = {{"type", "object"},
-                       {"properties",
-                        {{"n", {{"type", "integer"}}},
-                         {"s", {{"type", "string"}}},
-                         {"e", {{"enum", {"a", 1}}}},
-                         {"l", {{"type", "array"}, {"items", {{"type", "boolean"}}}}}}},
-                       {"required", {"n", "s"}},
-                       {"additionalProperties", false}};
-  EXPECT_FALSE(validate_against_schema(Json::parse(R"({"n": 3, "s": "x"})"), schema));
-  EXPECT_FALSE(validate_against_schema(Json::parse(R"({"n": 3.0, "s": "x", "e": 1, "l": [true]})"), schema));
-  auto why = validate_against_schema(Json::parse(R"({"n": 3.5, "s": "x"})"), schema);
-  ASSERT_TRUE(why);
-  EXPECT_EQ(*why, "$.n: expected an integer");
-  why = validate_against_schema(Json::parse(R"({"s": "x"})"), schema);
-  ASSERT_TRUE(why);
-  EXPECT_EQ(*why, "$: missing required key \"n\"");
-  why = validate_against_schema(Json::parse(R"({"n": 1, "s": "x", "q": 0})"), schema);
-  ASSERT_TRUE(why);
-  EXPECT_EQ(*why, "$: unexpected key \"q\"");
-  why = validate_against_schema(Json::parse(R"({"n": 1, "s": "x", "e": "b"})"), schema);
-  ASSERT_TRUE(why);
-  EXPECT_EQ(*why, "$.e: not one of the enum values");
-  why = validate_against_schema(Json::parse(R"({"n": 1, "s": "x", "l": [true, 0]})"), schema);
-  ASSERT_TRUE(why);
-  EXPECT_EQ(*why, "$.l[1]: expected a boolean");
-
-  EXPECT_FALSE(check_json_output("  {\"a\": 1}\n", nullptr));
-  EXPECT_TRUE(check_json_output("{\"a\": 1} and more", nullptr));
-  EXPECT_TRUE(check_json_output("[1]", nullptr));  // json_object: an object
-  EXPECT_TRUE(check_json_output("", nullptr));
-  EXPECT_FALSE(check_json_output("{\"n\": 1, \"s\": \"\"}", &schema));
-
-  const std::vector<std::string> names = {"get_weather"};
-  EXPECT_FALSE(check_forced_tool_calls({{"get_weather"}}, " \n", names));
-  EXPECT_TRUE(check_forced_tool_calls({}, "", names));
-  EXPECT_TRUE(check_forced_tool_calls({{"get_time"}}, "", names));
-  EXPECT_TRUE(check_forced_tool_calls({{"get_weather"}}, "junk", names));
-}
 
 // ---- prompts ----
 
@@ -303,32 +159,6 @@ TEST(PinnedForms, PrefillIsTheTemplatesContinuationSplitFromThePrompt) {
   } catch (const Error& e) {
     EXPECT_EQ(e.param(), "continue_final_message");
   }
-}
-
-TEST(PinnedForms, ForcedOpeningsArePinnedAtTheStart) {
-  DG_API_TOKENIZER(tok);
-  auto r = parse_chat_request(chat({{"tools", kTools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}}),
-                              policy());
-  auto plan = plan_answer_pins(r, *tok, false);
-  ASSERT_EQ(plan.pins.size(), 1u);
-  EXPECT_EQ(plan.pins[0].offset, 0);
-  EXPECT_EQ(plan.pins[0].tokens, tok->encode("<|tool_call>call:get_time{", true));
-  EXPECT_EQ(plan.pins[0].tokens[0], *tok->token_to_id("<|tool_call>"));
-  EXPECT_EQ(plan.min_tokens, static_cast<int64_t>(plan.pins[0].tokens.size()));
-  r = parse_chat_request(chat({{"tools", kTools}, {"tool_choice", "required"}}), policy());
-  plan = plan_answer_pins(r, *tok, false);
-  ASSERT_EQ(plan.pins.size(), 1u);
-  EXPECT_EQ(tok->decode(plan.pins[0].tokens), "<|tool_call>call:");
-  // A prompt that ends inside an open thought channel: the channel is closed first.
-  r = parse_chat_request(chat({{"response_format", {{"type", "json_object"}}}}), policy());
-  plan = plan_answer_pins(r, *tok, true);
-  ASSERT_EQ(plan.pins.size(), 2u);
-  EXPECT_EQ(plan.pins[0].tokens, (Ids{*tok->token_to_id("<channel|>")}));
-  EXPECT_EQ(plan.pins[1].offset, 1);
-  EXPECT_EQ(tok->decode(plan.pins[1].tokens), "{");
-  EXPECT_EQ(plan.min_tokens, 2);
-  r = parse_chat_request(chat(), policy());
-  EXPECT_TRUE(plan_answer_pins(r, *tok, false).pins.empty());
 }
 
 // ---- Generation: checks and retries ----
@@ -397,73 +227,6 @@ FakeRun start(const Tokenizer& tok, const Json& body, std::vector<std::string> r
   r.gen = std::make_unique<Generation>(ctx, parse_chat_request(body, policy()), std::move(prompts), "chatcmpl-test", 0.0);
   r.gen->start();
   return r;
-}
-
-TEST(PinnedForms, ARejectedReplyIsRetriedWithTheNextSeed) {
-  DG_API_TOKENIZER(tok);
-  const Json body = chat({{"tools", kTools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
-                          {"seed", 7}, {"n", 2}});
-  auto plan = plan_answer_pins(parse_chat_request(body, policy()), *tok, false);
-  const std::string call = "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>";
-  // Choice 0: a reply that leaves text outside the call, then a valid one. Choice 1: valid at once.
-  // (Replies are taken in submit order: choice 0, choice 1, then choice 0's retry.)
-  FakeRun r = start(*tok, body, {"<|tool_call>call:get_weather{city:1}<tool_call|> and more", call, call}, plan.pins);
-  ASSERT_TRUE(r.gen->wait_done(std::chrono::milliseconds(2000)));
-  ASSERT_FALSE(r.gen->failed()) << r.gen->error_message();
-  ASSERT_EQ(r.engine->submitted.size(), 3u);
-  EXPECT_EQ(*r.engine->submitted[0].params.seed, 7u);
-  EXPECT_EQ(*r.engine->submitted[1].params.seed, 8u);
-  EXPECT_EQ(*r.engine->submitted[2].params.seed, 7u + kRetrySeedStride);
-  for (const auto& g : r.engine->submitted) {
-    ASSERT_EQ(g.params.pins.size(), 1u);
-    EXPECT_EQ(tok->decode(g.params.pins[0].tokens), "<|tool_call>call:get_weather{");
-  }
-  const Json resp = r.gen->response_json();
-  for (int i = 0; i < 2; ++i) {
-    const Json& m = resp["choices"][i]["message"];
-    EXPECT_TRUE(m["content"].is_null()) << resp.dump();
-    ASSERT_EQ(m["tool_calls"].size(), 1u) << resp.dump();
-    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
-    EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
-    EXPECT_EQ(resp["choices"][i]["finish_reason"], "tool_calls");
-  }
-  EXPECT_EQ(resp["usage"]["dgemma"]["retries"], 1);
-  EXPECT_EQ(resp["usage"]["dgemma"]["canvases"], 3);
-}
-
-TEST(PinnedForms, AReplyThatNeverPassesIsAModelError) {
-  DG_API_TOKENIZER(tok);
-  const Json body = chat({{"response_format", {{"type", "json_object"}}}});
-  FakeRun r = start(*tok, body, {"{oops", "{\"a\": ", "{} trailing"}, {PinnedSpan{0, tok->encode("{")}});
-  ASSERT_TRUE(r.gen->wait_done(std::chrono::milliseconds(2000)));
-  ASSERT_TRUE(r.gen->failed());
-  EXPECT_EQ(r.gen->error_status(), 422) << "not a status the official clients retry";
-  EXPECT_EQ(r.gen->error_type(), "model_error");
-  EXPECT_EQ(r.gen->error_code(), "invalid_model_output");
-  EXPECT_NE(r.gen->error_message().find("after 3 attempts"), std::string::npos) << r.gen->error_message();
-  EXPECT_NE(r.gen->error_message().find("not valid JSON"), std::string::npos) << r.gen->error_message();
-  EXPECT_EQ(r.engine->submitted.size(), static_cast<size_t>(kMaxStructuredAttempts));
-  // Unseeded attempts leave the seed to the engine (fresh noise each time).
-  for (const auto& g : r.engine->submitted) EXPECT_FALSE(g.params.seed.has_value());
-}
-
-TEST(PinnedForms, SchemaRepliesAreValidatedAndStreamedOnlyOnceTheyPass) {
-  DG_API_TOKENIZER(tok);
-  const Json schema = {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}}}}}, {"required", {"n"}}};
-  Json body = with_schema(schema);
-  body["stream"] = true;
-  FakeRun r = start(*tok, body, {"{\"n\": \"seven\"}", "{\"n\": 7}"}, {PinnedSpan{0, tok->encode("{\"n\": ")}});
-  std::string sse = r.gen->stream_prologue();
-  for (int i = 0; i < 100; ++i) {
-    std::string out;
-    const auto st = r.gen->stream_step(std::chrono::milliseconds(100), out);
-    sse += out;
-    if (st == Generation::Status::kDone) break;
-  }
-  EXPECT_EQ(sse.find("seven"), std::string::npos) << sse;  // the rejected attempt never reaches the client
-  EXPECT_NE(sse.find(R"("content":"{\"n\": 7}")"), std::string::npos) << sse;
-  EXPECT_NE(sse.find("data: [DONE]"), std::string::npos) << sse;
-  EXPECT_EQ(r.engine->submitted.size(), 2u);
 }
 
 TEST(PinnedForms, APrefillIsPinnedButNotReturned) {

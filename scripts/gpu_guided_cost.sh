@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The cost of guided decoding at the DiffusionGemma-26B-A4B shape (random weights) on one GPU: the
+# denoising step of dgemma_bench unguided and guided by bench/guided_schema.json (docs/API.md "Guided
+# decoding on the canvas"), batch 1 and 4, 16 steps, a 512-token prompt, 2 canvases each. Builds with
+# scripts/device_build.sh first.
+#
+#   scripts/gpu_guided_cost.sh [build-dir]      (default: build-device)
+# Prints one dgemma_bench line per run (", guided" at the end of the guided ones) and the ratio of the
+# per-step times. TOKENIZER=path/to/tokenizer.json lifts the schema to that vocabulary (default: the
+# build's gemma4-tokenizer/tokenizer.json if present, else dgemma_bench's synthetic vocabulary).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${1:-build-device}"
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+cd "$ROOT"
+bash scripts/device_build.sh "$BUILD" > "$BUILD.log" 2>&1 || { tail -30 "$BUILD.log"; exit 1; }
+MODEL="$BUILD/model-26b"
+python3 bench/denoise_step_bench.py --write-model "$MODEL" > /dev/null
+tok=()
+TOKENIZER="${TOKENIZER:-$ROOT/build/gemma4-tokenizer/tokenizer.json}"
+[ -f "$TOKENIZER" ] && tok=(--tokenizer "$TOKENIZER")
+run() { "$BUILD/dgemma_bench" "$MODEL" --runs 1:16,4:16 --prompt-len 512 --canvases 2 "$@" 2>&1 | grep 'per denoising step'; }
+plain="$(run)"
+guided="$(run --guided-schema bench/guided_schema.json "${tok[@]}")"
+printf '%s\n%s\n' "$plain" "$guided"
+paste <(echo "$plain" | sed -E 's/.*, ([0-9.]+) ms per denoising step.*/\1/') \
+      <(echo "$guided" | sed -E 's/.*, ([0-9.]+) ms per denoising step.*/\1/') |
+  awk '{ printf "batch %s: guided / unguided step = %.3f\n", (NR == 1 ? 1 : 4), $2 / $1 }'
