@@ -52,7 +52,7 @@
 #include "model/diffusion_gemma.h"
 #include "model/weights.h"
 #include "support/model_core.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/timing.h"
 

@@ -36,7 +36,7 @@ port="${PORT:-8011}"
 model="$(mktemp -d)"
 trap 'rm -rf "$model"; [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; true' EXIT
 if [ "$shape" = 26b ]; then
-  cp "$build/gemma4-tokenizer/tokenizer.json" "$model/"
+  cp "$build/gemma4-tokenizer/tokenizer.json" "$root/models/tiny-code/chat_template.jinja" "$model/"
   python3 - "$root/bench" "$model" <<'PY'
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
@@ -55,7 +55,7 @@ PY
 else
   bash "$root/scripts/embedded_model.sh" "$build" >/dev/null
   cp "$build/embedded-model/config.json" "$build/embedded-model/generation_config.json" \
-     "$build/embedded-model/tokenizer.json" "$model/"  # its shape, random weights
+     "$build/embedded-model/tokenizer.json" "$build/embedded-model/chat_template.jinja" "$model/"  # its shape, random weights
   bench_defaults=(--concurrency 1,2 --num-prompts 2 --input-len 8 --output-len 8 --ignore-eos)
   name=dgemma-embedded
 fi

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "text/detokenizer.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/detokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/json.h"
 #include "util/mmap_file.h"

@@ -72,8 +72,8 @@ mapfile -t cuda_cpp < <(find src/backend/cuda -name '*.cpp' | LC_ALL=C sort)
 mapfile -t cu_sources < <(find src/backend/cuda -name '*.cu' | LC_ALL=C sort)
 # The engine's guided decoding needs src/guided and, of src/text, the tokenizer and UTF-8 helpers.
 for f in src/util/*.cpp src/backend/*.cpp src/backend/cpu/*.cpp "${cuda_cpp[@]}" src/model/*.cpp \
-         src/engine/*.cpp src/guided/*.cpp src/text/tokenizer.cpp src/text/tokenizer_json.cpp \
-         src/text/tokenizer_load.cpp src/text/utf8.cpp tests/support/*.cpp tests/gpu/*.cpp; do
+         src/engine/*.cpp src/guided/*.cpp src/text/tokenizer/tokenizer.cpp src/text/tokenizer/tokenizer_json.cpp \
+         src/text/tokenizer/tokenizer_load.cpp src/text/tokenizer/utf8.cpp tests/support/*.cpp tests/gpu/*.cpp; do
   [ "$f" = tests/gpu/test_gpu.cpp ] && continue  # the GoogleTest driver
   [ "$f" = tests/support/test_server.cpp ] && continue  # the test server (needs api/text/cli)
   cpp_sources+=("$f")

@@ -37,12 +37,12 @@ install_new() {
 
 if [[ -f "$tiny/model.safetensors" ]]; then
   cp "$tiny/config.json" "$tiny/generation_config.json" "$tiny/tokenizer.json" "$tiny/tokenizer_config.json" \
-     "$tiny/model.safetensors" "$new/"
+     "$tiny/chat_template.jinja" "$tiny/model.safetensors" "$new/"
   install_new
   echo "embedded model (models/tiny-code, trained weights) written to $out"
   exit 0
 fi
-cp "$build/gemma4-tokenizer/tokenizer.json" "$build/gemma4-tokenizer/tokenizer_config.json" "$new/"
+cp "$build/gemma4-tokenizer/tokenizer.json" "$build/gemma4-tokenizer/tokenizer_config.json" "$tiny/chat_template.jinja" "$new/"
 cat > "$new/config.json" <<'JSON'
 {
   "architectures": ["DiffusionGemmaForBlockDiffusion"],

@@ -8,7 +8,7 @@
 #include "api/sse.h"
 #include "api/structured_output.h"
 #include "api/webui.h"
-#include "text/reasoning_parser.h"
+#include "text/parsers/reasoning_parser.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/timing.h"

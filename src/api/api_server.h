@@ -19,7 +19,7 @@
 #include "api/prompt_builder.h"
 #include "api/responses_api.h"
 #include "engine/request.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace dgemma {
 

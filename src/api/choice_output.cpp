@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "text/markup_scan.h"
+#include "text/parsers/markup_scan.h"
 #include "util/error.h"
 
 namespace dgemma {

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "api/tool_call_check.h"
-#include "text/detokenizer.h"
-#include "text/reasoning_parser.h"
-#include "text/tokenizer.h"
-#include "text/tool_parser.h"
+#include "text/tokenizer/detokenizer.h"
+#include "text/parsers/reasoning_parser.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/parsers/tool_parser.h"
 #include "util/json.h"
 
 namespace dgemma {

@@ -15,7 +15,7 @@
 #include "api/metrics.h"
 #include "api/openai_request.h"
 #include "engine/request.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/json.h"
 
 namespace dgemma {

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "text/chat_template.h"
-#include "text/tokenizer.h"
+#include "text/chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/json.h"
 
 namespace dgemma {

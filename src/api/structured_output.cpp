@@ -5,8 +5,8 @@
 #include "api/api_error.h"
 #include "guided/json_text.h"
 #include "guided/token_constraint.h"
-#include "text/tool_parser.h"
-#include "text/utf8.h"
+#include "text/parsers/tool_parser.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace dgemma {

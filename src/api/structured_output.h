@@ -18,7 +18,7 @@
 #include "api/openai_request.h"
 #include "engine/request.h"
 #include "guided/constraint_cache.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace dgemma {
 

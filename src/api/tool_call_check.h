@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "text/tool_parser.h"
+#include "text/parsers/tool_parser.h"
 #include "util/json.h"
 
 namespace dgemma {

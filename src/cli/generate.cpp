@@ -15,8 +15,8 @@
 #include "image/image_processor.h"
 #include "model/config.h"
 #include "model/vision_config.h"
-#include "text/chat_template.h"
-#include "text/tokenizer.h"
+#include "text/chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -126,7 +126,11 @@ int run_generate(GenerateOptions o) {
     if (!tok) fail_arg("-p needs {} (or use --prompt-ids)", tok_path);
     std::string text = o.prompt_text;
     if (!o.raw) {
-      ChatTemplate tmpl(ChatTemplateKind::kDiffusionGemma2026_07);
+      const ChatTemplate tmpl = ChatTemplate::from_model_dir(o.model);
+      if (!tmpl.present())
+        fail_arg("-p renders the prompt with the model's chat template: {} has no chat_template.jinja "
+                 "(--raw sends the text as it is)",
+                 o.model);
       ChatTemplateOptions opts;
       opts.extra_kwargs = Json{{"enable_thinking", o.thinking}};
       text = tmpl.render(Json::array({Json{{"role", "user"}, {"content", o.prompt_text}}}), Json::array(), opts);

@@ -15,8 +15,8 @@
 #include "api/choice_output.h"
 #include "api/prompt_builder.h"
 #include "engine/engine_config.h"
-#include "text/chat_template.h"
-#include "text/tokenizer.h"
+#include "text/chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/mmap_file.h"
 #include "util/timing.h"
@@ -158,12 +158,6 @@ struct CanvasStat {
   double denoise_ms = 0;
 };
 
-ChatTemplate model_template(const std::string& model) {
-  const auto path = std::filesystem::path(model) / "chat_template.jinja";
-  if (std::filesystem::is_regular_file(path)) return ChatTemplate::from_template_text(read_text_file(path.string()));
-  return ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_07);
-}
-
 }  // namespace
 
 int run_generate_chat(const ChatOptions& o) {
@@ -171,7 +165,10 @@ int run_generate_chat(const ChatOptions& o) {
   const std::string tok_path = (std::filesystem::path(o.model) / "tokenizer.json").string();
   if (!std::filesystem::exists(tok_path)) fail_arg("--chat needs {}", tok_path);
   std::unique_ptr<Tokenizer> tok = Tokenizer::from_file(tok_path);
-  PromptBuilder prompts(*tok, model_template(o.model));
+  ChatTemplate tmpl = ChatTemplate::from_model_dir(o.model);
+  if (!tmpl.present())
+    fail_arg("--chat needs the model's chat template: {} has no chat_template.jinja", o.model);
+  PromptBuilder prompts(*tok, std::move(tmpl));
 
   EngineConfig ec;
   ec.model_dir = o.model;

@@ -22,8 +22,8 @@
 #include "engine/engine_config.h"
 #include "engine/limits.h"
 #include "model/config.h"
-#include "text/chat_template.h"
-#include "text/tokenizer.h"
+#include "text/chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -216,32 +216,31 @@ LogLevel parse_log_level(const std::string& s) {
   fail_arg("--log-level: '{}' is not one of debug, info, warn, error, off", s);
 }
 
-// --chat-template as vLLM's: a file, else (when it contains '{', '}' or a newline) the template itself;
-// also a built-in template's name. Default: the model's chat_template.jinja, else the built-in July one.
+// --chat-template as vLLM's: a file, else (when it contains '{', '}' or a newline) the template itself.
+// Default: the model's chat_template.jinja, else none (chat requests then fail with a 400 naming
+// --chat-template, as vLLM's do).
 ChatTemplate choose_chat_template(const ServeFlags& f, const std::string& tokenizer_dir) {
+  if (f.chat_template.empty()) {
+    ChatTemplate t = ChatTemplate::from_model_dir(tokenizer_dir);
+    if (t.present())
+      DG_LOG_INFO("serve", "chat template: model's chat_template.jinja ({})", t.describe());
+    else
+      DG_LOG_WARN("serve",
+                  "the model has no chat_template.jinja: chat requests will be refused until the server "
+                  "is started with --chat-template FILE");
+    return t;
+  }
   const ChatTemplateSpecialTokens tokens = ChatTemplate::special_tokens_from_model_dir(tokenizer_dir);
   auto load = [&](const std::string& text, const std::string& origin) {
     ChatTemplate t = ChatTemplate::from_template_text(text, tokens);
     DG_LOG_INFO("serve", "chat template: {} ({})", origin, t.describe());
     return t;
   };
-  if (!f.chat_template.empty()) {
-    for (auto kind : {ChatTemplateKind::kDiffusionGemma2026_07, ChatTemplateKind::kDiffusionGemma2026_06})
-      if (f.chat_template == ChatTemplate::name(kind)) {
-        DG_LOG_INFO("serve", "chat template: {}", ChatTemplate(kind).describe());
-        return ChatTemplate(kind);
-      }
-    if (std::filesystem::is_regular_file(f.chat_template)) return load(read_text_file(f.chat_template), f.chat_template);
-    if (f.chat_template.find_first_of("{}\n") != std::string::npos) return load(f.chat_template, "--chat-template text");
-    fail_arg("--chat-template: '{}' looks like a file path but cannot be opened (nor is it a template name: {}, {})",
-             f.chat_template, ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_07),
-             ChatTemplate::name(ChatTemplateKind::kDiffusionGemma2026_06));
-  }
-  const auto path = std::filesystem::path(tokenizer_dir) / "chat_template.jinja";
-  if (std::filesystem::is_regular_file(path)) return load(read_text_file(path.string()), "model's chat_template.jinja");
-  const ChatTemplate builtin(ChatTemplateKind::kDiffusionGemma2026_07);
-  DG_LOG_INFO("serve", "chat template: {} (the model has no chat_template.jinja)", builtin.describe());
-  return builtin;
+  if (std::filesystem::is_regular_file(f.chat_template))
+    return load(read_text_file(f.chat_template), f.chat_template);
+  if (f.chat_template.find_first_of("{}\n") != std::string::npos)
+    return load(f.chat_template, "--chat-template text");
+  fail_arg("--chat-template: '{}' looks like a file path but cannot be opened", f.chat_template);
 }
 
 struct Prepared {
@@ -606,6 +605,10 @@ bool is_loopback(const std::string& host) {
 int run_serve(ServeFlags& f, const std::string& version, const ServeLoadFormat& extra) {
   Prepared p = prepare(f, extra);
   const ChatTemplate tmpl = choose_chat_template(f, p.tokenizer_dir);  // a template that does not compile is a start-up error
+  if (!tmpl.present() && !p.api.default_template_kwargs.empty())
+    fail_arg(
+        "--default-chat-template-kwargs: the model has no chat_template.jinja (give one with "
+        "--chat-template)");
   for (auto it = p.api.default_template_kwargs.begin(); it != p.api.default_template_kwargs.end(); ++it)
     if (!tmpl.accepts_kwarg(it.key()))
       fail_arg("--default-chat-template-kwargs: key '{}' is not read by the chat template", it.key());
@@ -755,8 +758,9 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
                   "Reasoning parser: gemma4 (thought channel -> reasoning_content / reasoning)");
   sub->add_option("--default-chat-template-kwargs", f->default_chat_template_kwargs,
                   "JSON defaults for chat_template_kwargs, e.g. {\"enable_thinking\": true}");
-  sub->add_option("--chat-template", f->chat_template,
-                  "A Jinja chat template: a file, the template text itself, or a built-in: diffusiongemma-2026-07 / diffusiongemma-2026-06");
+  sub->add_option(
+      "--chat-template", f->chat_template,
+      "A Jinja chat template: a file or the template text itself; default: the model's chat_template.jinja");
   sub->add_option("--api-key", f->api_keys,
                   "Require this key (Bearer or X-Api-Key) on /v1/*; repeatable. Default: $DGEMMA_API_KEY, else $VLLM_API_KEY");
   sub->add_option("--dtype", f->dtype, "auto or bfloat16");

@@ -3,7 +3,7 @@
 #include "guided/json_schema.h"
 #include "guided/nfa.h"
 #include "guided/regex_parser.h"
-#include "text/utf8.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace dgemma::guided {

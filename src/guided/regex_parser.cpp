@@ -1,6 +1,6 @@
 #include "guided/regex_parser.h"
 
-#include "text/utf8.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace dgemma::guided {

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <deque>
 
-#include "text/tokenizer.h"
-#include "text/utf8.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace dgemma::guided {

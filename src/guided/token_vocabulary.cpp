@@ -4,7 +4,7 @@
 #include <atomic>
 #include <unordered_set>
 
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace dgemma::guided {

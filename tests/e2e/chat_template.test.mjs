@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
-import { makeModelDir, postJson, runCli, startServer } from './helpers.mjs';
+import { CHAT_TEMPLATE, makeModelDir, postJson, runCli, startServer } from './helpers.mjs';
 
 const script = { canvas_length: 16, steps: 2, default: { canvases: ['ok<turn|>'] } };
 
@@ -73,10 +73,28 @@ describe('chat templates', () => {
     assert.ok(fromFile.log().includes(`chat template: ${file} (jinja, sha256 `), fromFile.log());
   });
 
-  test('a model without chat_template.jinja uses the built-in template', async () => {
-    const server = await startServer({ modelDir: makeModelDir({ script }) });
+  test('a model without chat_template.jinja refuses chat requests with a 400 naming --chat-template (vLLM)', async () => {
+    const server = await startServer({ modelDir: makeModelDir({ script, chatTemplate: false }) });
     servers.push(server);
-    assert.match(server.log(), /chat template: diffusiongemma-2026-07 \(built-in\)/);
+    assert.match(server.log(), /no chat_template\.jinja: chat requests will be refused/);
+    for (const route of ['/v1/chat/completions', '/tokenize']) {
+      const r = await postJson(server.url(route), { messages: [{ role: 'user', content: 'hi' }] });
+      assert.equal(r.status, 400, r.text);
+      assert.match(r.json.error.message, /--chat-template/);
+    }
+    // Plain completions need no template.
+    const done = await postJson(server.url('/v1/completions'), { prompt: 'hi', max_tokens: 4 });
+    assert.equal(done.status, 200, done.text);
+    // The server keeps serving, and a template given on the command line is used.
+    const dir = makeModelDir({ script, chatTemplate: false });
+    const withFlag = await startServer({ modelDir: dir, args: ['--chat-template', CHAT_TEMPLATE] });
+    servers.push(withFlag);
+    assert.equal(await promptText(withFlag, { messages: [{ role: 'user', content: 'hi' }] }),
+      '<bos><|turn>user\nhi<turn|>\n<|turn>model\n');
+    const kw = await runCli(['serve', dir, '--port', '0', '--load-format', `scripted:${path.join(dir, 'script.json')}`,
+      '--default-chat-template-kwargs', '{"enable_thinking": true}']);
+    assert.notEqual(kw.code, 0);
+    assert.match(kw.stderr, /no chat_template\.jinja \(give one with --chat-template\)/);
   });
 
   test('an unsupported construct is a start-up error naming the line and the construct', async () => {

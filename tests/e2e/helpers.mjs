@@ -90,13 +90,19 @@ process.on('exit', () => {
   for (const d of tempDirs) fs.rmSync(d, { recursive: true, force: true });
 });
 
+// The DiffusionGemma chat template (July format) the embedded model ships with.
+export const CHAT_TEMPLATE = path.join(path.dirname(new URL(import.meta.url).pathname), '..', '..', 'models',
+  'tiny-code', 'chat_template.jinja');
+
 // Creates a model directory; `script` (an object) is written to script.json for the scripted runner.
-export function makeModelDir({ script, config = tinyConfig(), generationConfig = GENERATION_CONFIG } = {}) {
+// chatTemplate: a copy of CHAT_TEMPLATE as its chat_template.jinja (false: the model has none).
+export function makeModelDir({ script, config = tinyConfig(), generationConfig = GENERATION_CONFIG, chatTemplate = true } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dgemma-e2e-'));
   tempDirs.push(dir);
   fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
   fs.writeFileSync(path.join(dir, 'generation_config.json'), JSON.stringify(generationConfig));
   fs.symlinkSync(tokenizerPath(), path.join(dir, 'tokenizer.json'));
+  if (chatTemplate) fs.copyFileSync(CHAT_TEMPLATE, path.join(dir, 'chat_template.jinja'));
   if (script) fs.writeFileSync(path.join(dir, 'script.json'), JSON.stringify(script));
   return dir;
 }

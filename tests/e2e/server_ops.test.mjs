@@ -79,7 +79,7 @@ function makeCache(repo, { commit = 'a'.repeat(40), ref = 'main' } = {}) {
   const snap = path.join(folder, 'snapshots', commit);
   fs.mkdirSync(snap, { recursive: true });
   fs.writeFileSync(path.join(folder, 'refs', ref), commit);
-  for (const name of ['config.json', 'generation_config.json', 'tokenizer.json', 'script.json']) {
+  for (const name of ['config.json', 'generation_config.json', 'tokenizer.json', 'chat_template.jinja', 'script.json']) {
     const blob = path.join(folder, 'blobs', `blob-${name}`);
     fs.copyFileSync(name === 'tokenizer.json' ? tokenizerPath() : path.join(src, name), blob);
     fs.symlinkSync(path.join('..', '..', 'blobs', `blob-${name}`), path.join(snap, name));

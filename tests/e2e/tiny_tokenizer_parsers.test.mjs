@@ -14,7 +14,7 @@ describe('tiny-code tokenizer with the chat template and parsers', () => {
   let server, client, dir;
   before(async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dgemma-tiny-tok-'));
-    for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json'])
+    for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja'])
       fs.copyFileSync(path.join(TINY, f), path.join(dir, f));
     fs.writeFileSync(path.join(dir, 'script.json'), JSON.stringify({
       canvas_length: 64, steps: 3, canvas_delay_ms: 0, filler: [' x'],

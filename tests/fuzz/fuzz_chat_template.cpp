@@ -1,13 +1,13 @@
 // libFuzzer target for the chat-template renderer: the input is JSON
 // {"messages": [...], "tools": [...], "kwargs": {...}, "add_generation_prompt": bool} (anything else is
-// used as the messages value) rendered with both DiffusionGemma templates. A dgemma::Error is an
-// expected rejection; any other exception, a crash, a hang or a sanitizer report is a bug. The raw
-// bytes are also offered to template recognition.
+// used as the messages value) rendered with the embedded model's DiffusionGemma template. A
+// dgemma::Error is an expected rejection; any other exception, a crash, a hang or a sanitizer report
+// is a bug. The raw bytes are also compiled as a template.
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-#include "text/chat_template.h"
+#include "text/chat/chat_template.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -35,12 +35,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (input.contains("add_generation_prompt") && input["add_generation_prompt"].is_boolean())
       opts.add_generation_prompt = input["add_generation_prompt"].get<bool>();
   }
-  for (ChatTemplateKind kind : {ChatTemplateKind::kDiffusionGemma2026_07, ChatTemplateKind::kDiffusionGemma2026_06}) {
-    try {
-      const std::string out = ChatTemplate(kind).render(messages, tools, opts);
-      if (out.rfind("<bos>", 0) != 0) __builtin_trap();  // every render starts with the BOS text
-    } catch (const Error&) {
-    }
+  static const ChatTemplate tmpl = ChatTemplate::from_model_dir(DGEMMA_SOURCE_DIR "/models/tiny-code");
+  if (!tmpl.present()) __builtin_trap();
+  try {
+    const std::string out = tmpl.render(messages, tools, opts);
+    if (out.rfind("<bos>", 0) != 0) __builtin_trap();  // every render starts with the BOS text
+  } catch (const Error&) {
   }
   return 0;
 }

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "guided/guided.h"
-#include "text/utf8.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace {

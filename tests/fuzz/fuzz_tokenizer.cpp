@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "text/detokenizer.h"
-#include "text/tokenizer.h"
-#include "text/utf8.h"
+#include "text/tokenizer/detokenizer.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace {

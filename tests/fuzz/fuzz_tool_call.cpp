@@ -14,10 +14,10 @@
 #include <string_view>
 #include <vector>
 
-#include "text/gemma4_args.h"
-#include "text/markup_scan.h"
-#include "text/reasoning_parser.h"
-#include "text/tool_parser.h"
+#include "text/parsers/gemma4_args.h"
+#include "text/parsers/markup_scan.h"
+#include "text/parsers/reasoning_parser.h"
+#include "text/parsers/tool_parser.h"
 #include "util/error.h"
 
 namespace {

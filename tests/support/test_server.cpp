@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "support/scripted_runner.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
   using namespace dgemma;

@@ -1,6 +1,6 @@
 """The tiny model's tokenizer: vocabulary layout, corpus, and a reference encoder (pure Python).
 
-Format: the Gemma 4 tokenizer.json shape (docs/ARCHITECTURE.md, src/text/tokenizer_load.cpp): BPE with
+Format: the Gemma 4 tokenizer.json shape (docs/ARCHITECTURE.md, src/text/tokenizer/tokenizer_load.cpp): BPE with
 byte fallback, normalizer Replace " " -> "▁", no effective pre-tokenizer (the whole text between
 control tokens is one BPE word), decoder Replace "▁" -> " ", ByteFallback, Fuse. Ids 0..106 are the
 Gemma 4 control / unused tokens at their Gemma 4 ids (so eos 1, <turn|> 106, <|tool_response> 50 —

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "text/chat_template_internal.h"
 #include "text/jinja/interpreter.h"
 #include "text/jinja/pystr.h"
 
@@ -50,7 +49,7 @@ Value get_attribute_path(Interpreter& in, const Value& item, const Value& attrib
 }
 
 Value lower_if_string(const Value& v, bool case_sensitive) {
-  if (!case_sensitive && v.is_string()) return Value::string(chat_detail::py_lower(v.as_string()));
+  if (!case_sensitive && v.is_string()) return Value::string(py_lower(v.as_string()));
   return v;
 }
 
@@ -179,7 +178,7 @@ bool parse_float(std::string s, double* out) {
     clean += s[k];
   }
   if (clean.empty()) return false;
-  std::string lowered = chat_detail::py_lower(clean);
+  std::string lowered = py_lower(clean);
   const std::string body = lowered[0] == '+' || lowered[0] == '-' ? lowered.substr(1) : lowered;
   if (body == "inf" || body == "infinity" || body == "nan") {
     *out = body == "nan" ? NAN : (lowered[0] == '-' ? -INFINITY : INFINITY);
@@ -307,8 +306,8 @@ Value f_length(Interpreter&, const Value& v, CallArgs&) { return Value::integer(
 
 Value f_list(Interpreter& in, const Value& v, CallArgs&) { return Value::list(in.iterate(v)); }
 
-Value f_lower(Interpreter&, const Value& v, CallArgs&) { return Value::string(chat_detail::py_lower(soft_str(v))); }
-Value f_upper(Interpreter&, const Value& v, CallArgs&) { return Value::string(chat_detail::py_upper(soft_str(v))); }
+Value f_lower(Interpreter&, const Value& v, CallArgs&) { return Value::string(py_lower(soft_str(v))); }
+Value f_upper(Interpreter&, const Value& v, CallArgs&) { return Value::string(py_upper(soft_str(v))); }
 Value f_title(Interpreter&, const Value& v, CallArgs&) { return Value::string(jinja_title(soft_str(v))); }
 
 Value f_map(Interpreter& in, const Value& v, CallArgs& a) {

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "text/chat_template_internal.h"
+#include "text/jinja/pystr.h"
 #include "util/error.h"
 
 namespace dgemma::jinja {
@@ -14,47 +14,13 @@ void syntax_error(int line, const std::string& message) {
 
 namespace {
 
-// Python's str.isspace() / the `\s` of a str regex.
-bool is_space_cp(uint32_t cp) {
-  switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x1C: case 0x1D: case 0x1E:
-    case 0x1F: case 0x20: case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029:
-    case 0x202F: case 0x205F: case 0x3000:
-      return true;
-    default:
-      return cp >= 0x2000 && cp <= 0x200A;
-  }
-}
-
-// Decodes the code point at s[i] (invalid bytes as themselves); returns its length.
-size_t cp_at(std::string_view s, size_t i, uint32_t* cp) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  int n = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 1;
-  if (i + n > s.size()) n = 1;
-  if (n == 1) {
-    *cp = b0;
-    return 1;
-  }
-  uint32_t v = b0 & (0xFF >> (n + 1));
-  for (int k = 1; k < n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) {
-      *cp = b0;
-      return 1;
-    }
-    v = (v << 6) | (b & 0x3F);
-  }
-  *cp = v;
-  return static_cast<size_t>(n);
-}
-
 // Length of the whitespace run starting at s[i].
 size_t space_run(std::string_view s, size_t i) {
   size_t j = i;
   while (j < s.size()) {
     uint32_t cp;
-    const size_t n = cp_at(s, j, &cp);
-    if (!is_space_cp(cp)) break;
+    const size_t n = decode_code_point(s, j, &cp);
+    if (!py_is_space(cp)) break;
     j += n;
   }
   return j - i;
@@ -65,8 +31,8 @@ std::string_view rstrip(std::string_view s) {
   size_t end = 0;
   for (size_t i = 0; i < s.size();) {
     uint32_t cp;
-    const size_t n = cp_at(s, i, &cp);
-    if (!is_space_cp(cp)) end = i + n;
+    const size_t n = decode_code_point(s, i, &cp);
+    if (!py_is_space(cp)) end = i + n;
     i += n;
   }
   return s.substr(0, end);
@@ -82,7 +48,7 @@ std::string normalise_newlines(std::string_view s) {
   bool ended_with_break = false;
   for (size_t i = 0; i < s.size();) {
     uint32_t cp;
-    size_t n = cp_at(s, i, &cp);
+    size_t n = decode_code_point(s, i, &cp);
     const bool brk = cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || (cp >= 0x1C && cp <= 0x1E) || cp == 0x85 ||
                      cp == 0x2028 || cp == 0x2029;
     if (brk) {
@@ -137,7 +103,7 @@ std::string decode_string(std::string_view body, int line) {
           v = v * 16 + static_cast<uint32_t>(hex_value(body[++i]));
         }
         if (v > 0x10FFFF || (v >= 0xD800 && v < 0xE000)) syntax_error(line, "invalid code point escape in a string literal");
-        chat_detail::utf8_append(out, v);
+        append_code_point(out, v);
         break;
       }
       case 'N':
@@ -147,7 +113,7 @@ std::string decode_string(std::string_view body, int line) {
           uint32_t v = static_cast<uint32_t>(e - '0');
           for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k)
             v = v * 8 + static_cast<uint32_t>(body[++i] - '0');
-          chat_detail::utf8_append(out, v);
+          append_code_point(out, v);
         } else {
           out += '\\';
           out += e;

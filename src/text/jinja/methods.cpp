@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "text/chat_template_internal.h"
 #include "text/jinja/interpreter.h"
 #include "text/jinja/pystr.h"
 
@@ -162,8 +161,8 @@ std::optional<Value> str_method(Interpreter& in, const std::string& s, const std
     const int64_t count = to_index(arg(a, 2, "count", Value::integer(-1)), "count");
     return make_string(in, py_replace(s, old_s, new_s, count, in));
   }
-  if (name == "upper") return Value::string(chat_detail::py_upper(s));
-  if (name == "lower") return Value::string(chat_detail::py_lower(s));
+  if (name == "upper") return Value::string(py_upper(s));
+  if (name == "lower") return Value::string(py_lower(s));
   if (name == "title") return Value::string(py_title_method(s));
   if (name == "capitalize") return Value::string(py_capitalize(s));
   if (name == "swapcase") return Value::string(py_swapcase(s));

@@ -2,14 +2,94 @@
 #include "text/jinja/pystr.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 
-#include "text/chat_template_internal.h"
 #include "text/jinja/interpreter.h"
+#include "text/jinja/unicode_tables.h"
 
 namespace dgemma::jinja {
 
-using chat_detail::py_lower;
-using chat_detail::py_upper;
+size_t decode_code_point(std::string_view s, size_t i, uint32_t* cp) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  auto cont = [&](size_t k) {
+    return i + k < s.size() && (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+  };
+  auto bits = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(s[i + k]) & 0x3F); };
+  if (b0 < 0x80) {
+    *cp = b0;
+    return 1;
+  }
+  if (b0 >= 0xC2 && b0 < 0xE0 && cont(1)) {
+    *cp = ((b0 & 0x1Fu) << 6) | bits(1);
+    return 2;
+  }
+  if (b0 >= 0xE0 && b0 < 0xF0 && cont(1) && cont(2)) {
+    const uint32_t v = ((b0 & 0x0Fu) << 12) | (bits(1) << 6) | bits(2);
+    if (v >= 0x800 && !(v >= 0xD800 && v < 0xE000)) {
+      *cp = v;
+      return 3;
+    }
+  }
+  if (b0 >= 0xF0 && b0 < 0xF5 && cont(1) && cont(2) && cont(3)) {
+    const uint32_t v = ((b0 & 0x07u) << 18) | (bits(1) << 12) | (bits(2) << 6) | bits(3);
+    if (v >= 0x10000 && v < 0x110000) {
+      *cp = v;
+      return 4;
+    }
+  }
+  *cp = 0xDC00 + b0;
+  return 1;
+}
+
+namespace {
+
+// Applies one of Python's case mappings (runs of one-to-one mappings plus multi-character specials).
+std::string map_case(std::string_view s, const CaseRun* runs, size_t nruns, const CaseSpecial* specials,
+                     size_t nspecials) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp;
+    i += decode_code_point(s, i, &cp);
+    const CaseSpecial* sp =
+        std::find_if(specials, specials + nspecials, [&](const CaseSpecial& x) { return x.cp == cp; });
+    if (sp != specials + nspecials) {
+      out += sp->utf8;
+      continue;
+    }
+    // Last run starting at or before cp.
+    const CaseRun* r =
+        std::upper_bound(runs, runs + nruns, cp, [](uint32_t v, const CaseRun& x) { return v < x.first; });
+    uint32_t mapped = cp;
+    if (r != runs) {
+      --r;
+      const uint32_t off = cp - r->first;
+      if (off % static_cast<uint32_t>(r->stride) == 0 &&
+          off / static_cast<uint32_t>(r->stride) < static_cast<uint32_t>(r->count))
+        mapped = static_cast<uint32_t>(static_cast<int64_t>(cp) + r->delta);
+    }
+    append_code_point(out, mapped);
+  }
+  return out;
+}
+
+bool py_isprintable(uint32_t cp) {
+  const auto& t = kUnicodeTables;
+  const PrintableRange* end = t.printable + t.printable_size;
+  const PrintableRange* r =
+      std::upper_bound(t.printable, end, cp, [](uint32_t v, const PrintableRange& x) { return v < x.begin; });
+  if (r == t.printable) return false;
+  --r;
+  return cp < r->end;
+}
+
+void append_hex(std::string& out, uint32_t v, int digits) {
+  static const char kHex[] = "0123456789abcdef";
+  for (int k = digits - 1; k >= 0; --k) out.push_back(kHex[(v >> (4 * k)) & 0xF]);
+}
+
+}  // namespace
 
 bool py_is_space(uint32_t cp) {
   switch (cp) {
@@ -22,11 +102,145 @@ bool py_is_space(uint32_t cp) {
   }
 }
 
-std::vector<uint32_t> code_points(std::string_view s) { return chat_detail::utf8_decode(s); }
+std::vector<uint32_t> code_points(std::string_view s) {
+  std::vector<uint32_t> cps;
+  cps.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp;
+    i += decode_code_point(s, i, &cp);
+    cps.push_back(cp);
+  }
+  return cps;
+}
+
+void append_code_point(std::string& out, uint32_t cp) {
+  if (cp >= 0xDC80 && cp <= 0xDCFF) {  // an undecodable byte, see decode_code_point
+    out.push_back(static_cast<char>(cp - 0xDC00));
+  } else if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
 
 std::string from_code_points(const std::vector<uint32_t>& cps, size_t begin, size_t end) {
   std::string out;
-  for (size_t k = begin; k < end; ++k) chat_detail::utf8_append(out, cps[k]);
+  for (size_t k = begin; k < end; ++k) append_code_point(out, cps[k]);
+  return out;
+}
+
+std::string py_upper(std::string_view s) {
+  const auto& t = kUnicodeTables;
+  return map_case(s, t.upper_runs, t.upper_runs_size, t.upper_specials, t.upper_specials_size);
+}
+
+std::string py_lower(std::string_view s) {
+  if (std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
+    std::string out;
+    out.reserve(s.size());
+    for (char c : s) out.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
+    return out;
+  }
+  const auto& t = kUnicodeTables;
+  return map_case(s, t.lower_runs, t.lower_runs_size, t.lower_specials, t.lower_specials_size);
+}
+
+std::string py_repr_string(std::string_view s) {
+  const bool has_single = s.find('\'') != std::string_view::npos;
+  const bool has_double = s.find('"') != std::string_view::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
+  std::string out(1, quote);
+  for (uint32_t cp : code_points(s)) {
+    if (cp == static_cast<uint32_t>(quote) || cp == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(cp));
+    } else if (cp == '\t') {
+      out += "\\t";
+    } else if (cp == '\n') {
+      out += "\\n";
+    } else if (cp == '\r') {
+      out += "\\r";
+    } else if (cp < 0x20 || cp == 0x7F) {
+      out += "\\x";
+      append_hex(out, cp, 2);
+    } else if (cp < 0x7F) {
+      out.push_back(static_cast<char>(cp));
+    } else if (cp >= 0xDC80 && cp <= 0xDCFF) {  // undecodable byte; Python strings cannot hold one
+      out += "\\udc";
+      append_hex(out, cp & 0xFF, 2);
+    } else if (py_isprintable(cp)) {
+      append_code_point(out, cp);
+    } else if (cp <= 0xFF) {
+      out += "\\x";
+      append_hex(out, cp, 2);
+    } else if (cp <= 0xFFFF) {
+      out += "\\u";
+      append_hex(out, cp, 4);
+    } else {
+      out += "\\U";
+      append_hex(out, cp, 8);
+    }
+  }
+  out.push_back(quote);
+  return out;
+}
+
+// CPython's rules: shortest round-trip digits, fixed notation when the decimal exponent is in [-4, 16),
+// else d.ddde+XX with at least two exponent digits.
+std::string py_float_repr(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
+  if (d == 0) return std::signbit(d) ? "-0.0" : "0.0";
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
+  std::string_view sci(buf, static_cast<size_t>(res.ptr - buf));
+  std::string out;
+  if (sci.front() == '-') {
+    out.push_back('-');
+    sci.remove_prefix(1);
+  }
+  const size_t epos = sci.find('e');
+  std::string digits;
+  for (char c : sci.substr(0, epos))
+    if (c != '.') digits.push_back(c);
+  int exp10 = 0;
+  std::from_chars(sci.data() + epos + 1 + (sci[epos + 1] == '+' ? 1 : 0), sci.data() + sci.size(), exp10);
+  const int decpt = exp10 + 1;  // value = 0.DIGITS * 10^decpt
+  const int ndigits = static_cast<int>(digits.size());
+  if (decpt <= -4 || decpt > 16) {
+    out.push_back(digits[0]);
+    if (ndigits > 1) {
+      out.push_back('.');
+      out.append(digits, 1);
+    }
+    out.push_back('e');
+    out.push_back(exp10 < 0 ? '-' : '+');
+    const int a = std::abs(exp10);
+    if (a < 10) out.push_back('0');
+    out += std::to_string(a);
+  } else if (decpt <= 0) {
+    out += "0.";
+    out.append(static_cast<size_t>(-decpt), '0');
+    out += digits;
+  } else if (decpt >= ndigits) {
+    out += digits;
+    out.append(static_cast<size_t>(decpt - ndigits), '0');
+    out += ".0";
+  } else {
+    out.append(digits, 0, static_cast<size_t>(decpt));
+    out.push_back('.');
+    out.append(digits, static_cast<size_t>(decpt));
+  }
   return out;
 }
 
@@ -45,7 +259,7 @@ std::string strip_if(std::string_view s, int side, Pred strip) {
 
 std::string cp_str(uint32_t cp) {
   std::string s;
-  chat_detail::utf8_append(s, cp);
+  append_code_point(s, cp);
   return s;
 }
 
@@ -168,7 +382,7 @@ std::string py_replace(std::string_view s, std::string_view old_s, std::string_v
     const auto cps = code_points(s);
     for (size_t k = 0; k <= cps.size(); ++k) {
       if (count-- > 0) out += new_s;
-      if (k < cps.size()) chat_detail::utf8_append(out, cps[k]);
+      if (k < cps.size()) append_code_point(out, cps[k]);
       in.check_size(out.size());
     }
     return out;

@@ -4,13 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "text/chat_template_internal.h"
+#include "text/jinja/pystr.h"
 #include "util/error.h"
 
 namespace dgemma::jinja {
-
-using chat_detail::py_float_repr;
-using chat_detail::py_repr_string;
 
 void runtime_error(std::string message) { throw Error(ErrorKind::kInvalidArgument, std::move(message)); }
 
@@ -321,7 +318,7 @@ void append_hex4(std::string& out, uint32_t v) {
 
 void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
-  for (uint32_t cp : chat_detail::utf8_decode(s)) {
+  for (uint32_t cp : code_points(s)) {
     switch (cp) {
       case '"':
         out += "\\\"";
@@ -358,7 +355,7 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
         append_hex4(out, cp);
       }
     } else {
-      chat_detail::utf8_append(out, cp);
+      append_code_point(out, cp);
     }
   }
   out += '"';

@@ -1,5 +1,6 @@
 #pragma once
-// Shared by the api unit tests: the Gemma 4 tokenizer the build generates.
+// Shared by the api unit tests: the Gemma 4 tokenizer the build generates, and a DiffusionGemma chat
+// template (the embedded model's, in the July format).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -7,7 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "text/tokenizer.h"
+#include "text/chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace dgemma::api_test {
 
@@ -23,6 +25,10 @@ inline const Tokenizer* gemma4() {
     return Tokenizer::from_file(gemma4_tokenizer_path());
   }();
   return tok.get();
+}
+
+inline ChatTemplate diffusiongemma_template() {
+  return ChatTemplate::from_model_dir(std::string(DGEMMA_SOURCE_DIR) + "/models/tiny-code");
 }
 
 }  // namespace dgemma::api_test

@@ -136,8 +136,8 @@ TEST(PinnedForms, BadRequestsAre400sNamingTheParameter) {
 // bos_token "<bos>"), cut after the final message as transformers' continue_final_message does.
 TEST(PinnedForms, PrefillIsTheTemplatesContinuationSplitFromThePrompt) {
   DG_API_TOKENIZER(tok);
-  for (auto kind : {ChatTemplateKind::kDiffusionGemma2026_07, ChatTemplateKind::kDiffusionGemma2026_06}) {
-    PromptBuilder pb(*tok, ChatTemplate(kind));
+  {
+    PromptBuilder pb(*tok, api_test::diffusiongemma_template());
     ChatTemplateOptions o;
     o.add_generation_prompt = false;
     // The template strips the trailing spaces: the continuation starts from "is".
@@ -148,7 +148,7 @@ TEST(PinnedForms, PrefillIsTheTemplatesContinuationSplitFromThePrompt) {
     all.insert(all.end(), c.prefill.begin(), c.prefill.end());
     EXPECT_EQ(all, tok->encode("<bos><|turn>user\nHi<turn|>\n<|turn>model\nSure, here is", true));
   }
-  PromptBuilder pb(*tok, ChatTemplate(ChatTemplateKind::kDiffusionGemma2026_07));
+  PromptBuilder pb(*tok, api_test::diffusiongemma_template());
   ChatTemplateOptions o;
   o.add_generation_prompt = false;
   // The July template strips thought blocks from model turns: the text is not there to continue.

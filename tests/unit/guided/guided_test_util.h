@@ -13,7 +13,7 @@
 #include "guided/dfa.h"
 #include "guided/guided.h"
 #include "guided/json_schema.h"
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace dgemma::guided::test {
 

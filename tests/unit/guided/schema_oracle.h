@@ -8,7 +8,7 @@
 #include <regex>
 #include <string>
 
-#include "text/utf8.h"
+#include "text/tokenizer/utf8.h"
 
 namespace dgemma::guided::test {
 

@@ -7,7 +7,7 @@
 
 #include "guided/code_set.h"
 #include "guided_test_util.h"
-#include "text/utf8.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace dgemma::guided {

@@ -14,7 +14,7 @@
 #include "guided/nfa.h"
 #include "guided/regex_parser.h"
 #include "guided_test_util.h"
-#include "text/utf8.h"
+#include "text/tokenizer/utf8.h"
 
 namespace dgemma::guided {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "guided_test_util.h"
-#include "text/utf8.h"
+#include "text/tokenizer/utf8.h"
 
 namespace dgemma::guided {
 namespace {

@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "text/markup_scan.h"
-#include "text/reasoning_parser.h"
-#include "text/tool_parser.h"
+#include "text/parsers/markup_scan.h"
+#include "text/parsers/reasoning_parser.h"
+#include "text/parsers/tool_parser.h"
 
 namespace dgemma::testing {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "text/detokenizer.h"
-#include "text/markup_scan.h"
+#include "text/tokenizer/detokenizer.h"
+#include "text/parsers/markup_scan.h"
 #include "tokenizer_test_util.h"
 #include "util/error.h"
 

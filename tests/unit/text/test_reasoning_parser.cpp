@@ -7,9 +7,9 @@
 #include <string>
 
 #include "parser_split_check.h"
-#include "text/markup_scan.h"
-#include "text/reasoning_parser.h"
-#include "text/tool_parser.h"
+#include "text/parsers/markup_scan.h"
+#include "text/parsers/reasoning_parser.h"
+#include "text/parsers/tool_parser.h"
 
 namespace dgemma {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"
 
 namespace dgemma {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tokenizer_test_util.h"
-#include "text/utf8.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 
 namespace dgemma {

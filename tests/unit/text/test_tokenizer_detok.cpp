@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "text/detokenizer.h"
-#include "text/utf8.h"
+#include "text/tokenizer/detokenizer.h"
+#include "text/tokenizer/utf8.h"
 #include "tokenizer_test_util.h"
 #include "util/error.h"
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "text/tokenizer.h"
-#include "text/tokenizer_impl.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer_impl.h"
 #include "tokenizer_test_util.h"
 #include "util/error.h"
 #include "util/json.h"

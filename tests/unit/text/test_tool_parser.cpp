@@ -6,9 +6,9 @@
 #include <string>
 
 #include "parser_split_check.h"
-#include "text/gemma4_args.h"
-#include "text/markup_scan.h"
-#include "text/tool_parser.h"
+#include "text/parsers/gemma4_args.h"
+#include "text/parsers/markup_scan.h"
+#include "text/parsers/tool_parser.h"
 #include "util/error.h"
 #include "util/json.h"
 

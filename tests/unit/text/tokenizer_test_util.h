@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/json.h"
 #include "util/mmap_file.h"
 

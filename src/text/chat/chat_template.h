@@ -1,16 +1,14 @@
 #pragma once
-// The chat template: turns OpenAI-style messages into the prompt text. Two mechanisms:
-//  - any Hugging Face chat template (a model's chat_template.jinja or --chat-template) runs on the
-//    Jinja interpreter in src/text/jinja/, with the environment transformers' apply_chat_template uses;
-//  - the two DiffusionGemma templates are also re-implemented natively (chat_template.cpp), as the
-//    built-in default for model directories without a chat_template.jinja (the template text is not
-//    shipped with dgemma) and for `dgemma generate`.
-// Both are tested byte for byte against python3-jinja2 rendering the real template files
-// (tests/fixtures/chat_template/, produced by tools/chat_template/render_expectations.py), and the
-// interpreter against a generated corpus (tests/fixtures/jinja/).
+// The chat template: turns OpenAI-style messages into the prompt text by running a Hugging Face chat
+// template (a model's chat_template.jinja or --chat-template) on the Jinja interpreter in
+// src/text/jinja/, with the environment transformers' apply_chat_template uses. Tested byte for byte
+// against python3-jinja2 rendering the real DiffusionGemma templates (tests/fixtures/chat_template/,
+// produced by tools/chat_template/render_expectations.py), and the interpreter against a generated
+// corpus (tests/fixtures/jinja/). A model directory without a template has none: rendering a chat
+// then fails with a request error that names --chat-template.
 //
-// Callers: OpenAI clients send tool_calls[].function.arguments as a JSON *string*; the July template
-// rejects that (raise_exception), so parse it into an object before rendering (as vLLM does).
+// Callers: OpenAI clients send tool_calls[].function.arguments as a JSON *string*; the DiffusionGemma
+// templates reject that (raise_exception), so parse it into an object before rendering (as vLLM does).
 //
 // Where the output can differ from jinja2 (none of it reachable with well-formed requests to the
 // DiffusionGemma templates):
@@ -30,8 +28,9 @@
 
 namespace dgemma {
 
+// The published DiffusionGemma templates, recognised by content (for logs).
 enum class ChatTemplateKind {
-  kDiffusionGemma2026_07,  // "Google Gemma 4 Canonical Chat Template", published 2026-07-09 (default)
+  kDiffusionGemma2026_07,  // "Google Gemma 4 Canonical Chat Template", published 2026-07-09
   kDiffusionGemma2026_06,  // launch template (June 2026), same as vLLM's tool_chat_template_gemma4
 };
 
@@ -50,45 +49,45 @@ struct ChatTemplateSpecialTokens {
 struct ChatTemplateOptions {
   bool add_generation_prompt = true;
   // chat_template_kwargs, e.g. {"enable_thinking": true, "preserve_thinking": true}. Only keys for
-  // which ChatTemplate::is_allowed_kwarg() is true are read; others are ignored here (the API layer
-  // rejects them).
+  // which ChatTemplate::accepts_kwarg() is true are passed to the template; others are ignored here.
   Json extra_kwargs = Json::object();
 };
 
 class ChatTemplate {
  public:
-  // A built-in DiffusionGemma template, rendered natively.
-  explicit ChatTemplate(ChatTemplateKind kind);
+  // No template: render() fails with Error(kInvalidArgument) naming --chat-template.
+  static ChatTemplate none();
 
   // Any Hugging Face chat template text (a model's chat_template.jinja or a --chat-template), compiled
   // for the Jinja interpreter. Throws Error(kUnsupported, "chat template line N: ...") naming the
   // construct when the template uses Jinja beyond the supported subset or does not parse.
-  static ChatTemplate from_template_text(std::string_view jinja_text, const ChatTemplateSpecialTokens& tokens = {});
+  static ChatTemplate from_template_text(std::string_view jinja_text,
+                                         const ChatTemplateSpecialTokens& tokens = {});
+
+  // The model directory's chat_template.jinja (with the special tokens of its tokenizer_config.json),
+  // else none().
+  static ChatTemplate from_model_dir(const std::string& model_dir);
 
   // messages / tools in OpenAI chat format (as parsed from the request JSON; tools may be null).
   // Returns the prompt text, control tokens as text (the tokenizer maps control-token strings to ids
   // when special tokens are allowed). Throws Error(kInvalidArgument, message, param) for what the
   // template itself rejects (raise_exception, an UndefinedError...) or what cannot be rendered
-  // (unknown role, bad content type, non-mapping tool arguments in the July template, ...).
+  // (unknown role, bad content type, ...), and when there is no template.
   std::string render(const Json& messages, const Json& tools, const ChatTemplateOptions& opts) const;
 
-  // The built-in template, or the DiffusionGemma template the text was recognised as (by content);
-  // nullopt for any other template.
+  bool present() const { return jinja_ != nullptr; }
+  // The DiffusionGemma template the text was recognised as (by content); nullopt for any other.
   std::optional<ChatTemplateKind> kind() const { return kind_; }
-  // For logs: "diffusiongemma-2026-07 (built-in)" or "jinja, sha256 1a2b3c4d5e6f (diffusiongemma-2026-07)".
+  // For logs: "jinja, sha256 1a2b3c4d5e6f (diffusiongemma-2026-07)", or "none".
   std::string describe() const;
-  // SHA-256 of the template text (empty for a built-in template).
+  // SHA-256 of the template text (empty without a template).
   const std::string& sha256() const { return sha256_; }
 
-  // Whether chat_template_kwargs / --default-chat-template-kwargs may set `key`: for a Jinja template
-  // the variables it reads (other than messages, tools, the special tokens...), for a built-in one
-  // enable_thinking and preserve_thinking.
+  // Whether chat_template_kwargs / --default-chat-template-kwargs may set `key`: the variables the
+  // template reads other than messages, tools, the special tokens... (none without a template).
   bool accepts_kwarg(std::string_view key) const;
 
-  // The built-in templates' kwargs (enable_thinking, preserve_thinking).
-  static bool is_allowed_kwarg(std::string_view key);
-
-  // Human-readable name ("diffusiongemma-2026-07"), for logs and /v1/models metadata.
+  // Human-readable name ("diffusiongemma-2026-07"), for logs.
   static std::string_view name(ChatTemplateKind kind);
 
   // Loads the special tokens from a model directory's tokenizer_config.json (defaults when absent).
@@ -96,12 +95,10 @@ class ChatTemplate {
 
  private:
   ChatTemplate() = default;
-  std::string render_jinja(const Json& messages, const Json& tools, const ChatTemplateOptions& opts) const;
 
   std::optional<ChatTemplateKind> kind_;
-  bool native_ = false;  // render with the native renderer (built-in templates)
   std::shared_ptr<const jinja::Template> jinja_;
-  std::shared_ptr<const std::set<std::string, std::less<>>> kwargs_;  // accepted kwargs of a Jinja template
+  std::shared_ptr<const std::set<std::string, std::less<>>> kwargs_;  // accepted kwargs
   ChatTemplateSpecialTokens tokens_;
   std::string sha256_;
 };

@@ -1,4 +1,4 @@
-#include "text/tool_parser.h"
+#include "text/parsers/tool_parser.h"
 
 #include <algorithm>
 #include <atomic>
@@ -6,8 +6,8 @@
 #include <optional>
 #include <random>
 
-#include "text/gemma4_args.h"
-#include "text/markup_scan.h"
+#include "text/parsers/gemma4_args.h"
+#include "text/parsers/markup_scan.h"
 #include "util/counter_rng.h"
 #include "util/error.h"
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <string_view>
 
-#include "text/tokenizer_impl.h"
-#include "text/utf8.h"
+#include "text/tokenizer/tokenizer_impl.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 #include "util/json.h"
 

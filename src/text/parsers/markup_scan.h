@@ -3,7 +3,7 @@
 // markup text, prefix matching for markers that may straddle streaming deltas, and UTF-8 handling (a
 // delta never ends inside a multi-byte character; JSON text is always valid UTF-8).
 //
-// Markup text is model output as the parsers read it (text/markup_detokenizer.h builds it from token
+// Markup text is model output as the parsers read it (text/tokenizer/detokenizer.h builds it from token
 // ids): ordinary text as UTF-8, and each Gemma 4 markup token the parsers act on as one reserved byte
 // 0xF8..0xFD, a byte valid UTF-8 never holds. So a markup token is recognised by its id, never by
 // text that happens to spell it, and a marker can never be cut in two. render() turns what the

@@ -1,5 +1,5 @@
 #pragma once
-// Extracts Gemma 4 tool calls from model output in markup text (text/markup_scan.h; the markup tokens
+// Extracts Gemma 4 tool calls from model output in markup text (text/parsers/markup_scan.h; the markup tokens
 // are written below as their token text):
 //   <|tool_call>call:NAME{ARGS}<tool_call|>   (several simply concatenated)
 // Rules (identical for streaming and non-streaming):

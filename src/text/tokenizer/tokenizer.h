@@ -7,7 +7,7 @@
 // time with Error(kInvalidFile) rather than silently tokenising differently from the reference.
 //
 // Thread safety: a loaded Tokenizer is immutable; all const methods may run concurrently.
-// Streaming decode: IncrementalDetokenizer in text/detokenizer.h.
+// Streaming decode: IncrementalDetokenizer in text/tokenizer/detokenizer.h.
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -10,9 +10,9 @@
 #include <queue>
 #include <unordered_map>
 
-#include "text/tokenizer.h"
-#include "text/tokenizer_impl.h"
-#include "text/utf8.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer_impl.h"
+#include "text/tokenizer/utf8.h"
 #include "util/error.h"
 #include "util/json.h"
 #include "util/mmap_file.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "text/tokenizer_impl.h"
+#include "text/tokenizer/tokenizer_impl.h"
 #include "util/error.h"
 #include "util/json.h"
 

@@ -1,4 +1,4 @@
-#include "text/utf8.h"
+#include "text/tokenizer/utf8.h"
 
 namespace dgemma::utf8 {
 namespace {

@@ -1,5 +1,5 @@
 #pragma once
-// Splits Gemma 4 model output (markup text, text/markup_scan.h: the markup tokens as one byte each;
+// Splits Gemma 4 model output (markup text, text/parsers/markup_scan.h: the markup tokens as one byte each;
 // below they are written as their token text) into reasoning and answer content. The model writes
 // "<|channel>thought\n...reasoning...<channel|>answer"; the "thought\n" label is a structural artefact and is
 // stripped. Rules (identical for streaming and non-streaming):

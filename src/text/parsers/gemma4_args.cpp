@@ -1,11 +1,11 @@
-#include "text/gemma4_args.h"
+#include "text/parsers/gemma4_args.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <system_error>
 
-#include "text/markup_scan.h"
+#include "text/parsers/markup_scan.h"
 #include "util/error.h"
 
 namespace dgemma {

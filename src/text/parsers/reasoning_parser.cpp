@@ -1,6 +1,6 @@
-#include "text/reasoning_parser.h"
+#include "text/parsers/reasoning_parser.h"
 
-#include "text/markup_scan.h"
+#include "text/parsers/markup_scan.h"
 #include "util/error.h"
 
 namespace dgemma {

@@ -1,4 +1,4 @@
-#include "text/markup_scan.h"
+#include "text/parsers/markup_scan.h"
 
 namespace dgemma::markup {
 

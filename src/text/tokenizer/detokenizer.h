@@ -1,12 +1,12 @@
 #pragma once
-// Streaming detokenisation on top of Tokenizer (text/tokenizer.h).
+// Streaming detokenisation on top of Tokenizer (text/tokenizer/tokenizer.h).
 #include <cstdint>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "text/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace dgemma {
 
@@ -28,7 +28,7 @@ class IncrementalDetokenizer {
   std::string pending_bytes_;  // bytes of the current, unfinished byte-fallback run
 };
 
-// Model output as markup text (text/markup_scan.h): the Gemma 4 markup tokens, found by id in the
+// Model output as markup text (text/parsers/markup_scan.h): the Gemma 4 markup tokens, found by id in the
 // vocabulary, become their markup bytes; every other id decodes as IncrementalDetokenizer decodes it
 // (skip_special: the other special tokens, <pad>, <eos>, <turn|>, ..., give no text). A markup token
 // ends a run of byte-fallback pieces. So markup::render(all text, false) is the output decoded with

@@ -1,6 +1,6 @@
-#include "text/detokenizer.h"
+#include "text/tokenizer/detokenizer.h"
 
-#include "text/markup_scan.h"
+#include "text/parsers/markup_scan.h"
 #include "util/error.h"
 
 namespace dgemma {
