@@ -5,6 +5,8 @@
 #include <set>
 
 #include "api/api_error.h"
+#include "api/guided_request.h"
+#include "api/request_fields.h"
 #include "api/structured_output.h"
 #include "engine/limits.h"
 #include "image/image_processor.h"
@@ -14,111 +16,13 @@
 namespace dgemma {
 namespace {
 
-std::string type_name(const Json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
-int64_t as_int64(const Json& v, const std::string& param, int64_t lo, int64_t hi) {
-  int64_t x = 0;
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(INT64_MAX)) fail_param(param, "'{}' is out of range (got {})", param, u);
-    x = static_cast<int64_t>(u);
-  } else if (v.is_number_integer()) {
-    x = v.get<int64_t>();
-  } else if (v.is_number_float()) {
-    const double d = v.get<double>();
-    // Integral floats (10.0) are accepted like pydantic's lax mode; anything else is not an integer.
-    if (!std::isfinite(d) || d != std::floor(d)) fail_param(param, "'{}' must be an integer (got {})", param, v.dump());
-    if (d < -9.2e18 || d > 9.2e18) fail_param(param, "'{}' is out of range (got {})", param, v.dump());
-    x = static_cast<int64_t>(d);
-  } else {
-    fail_param(param, "'{}' must be an integer, not {}", param, type_name(v));
-  }
-  if (x < lo || x > hi) {
-    if (hi == INT64_MAX) fail_param(param, "'{}' must be at least {} (got {})", param, lo, x);
-    fail_param(param, "'{}' must be between {} and {} (got {})", param, lo, hi, x);
-  }
-  return x;
-}
-
-double as_number(const Json& v, const std::string& param) {
-  if (!v.is_number()) fail_param(param, "'{}' must be a number, not {}", param, type_name(v));
-  const double d = v.get<double>();
-  if (!std::isfinite(d)) fail_param(param, "'{}' must be a finite number", param);
-  return d;
-}
-
-// Reads the fields of one JSON object, remembering which keys were looked at.
-class Fields {
- public:
-  Fields(const Json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
-
-  std::string name(std::string_view key) const { return prefix_ + std::string(key); }
-
-  // nullptr when absent or null.
-  const Json* get(std::string_view key) {
-    seen_.insert(std::string(key));
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-  std::optional<bool> boolean(std::string_view key) {
-    const Json* v = get(key);
-    if (!v) return std::nullopt;
-    if (!v->is_boolean()) fail_param(name(key), "'{}' must be a boolean, not {}", name(key), type_name(*v));
-    return v->get<bool>();
-  }
-  std::optional<int64_t> integer(std::string_view key, int64_t lo, int64_t hi) {
-    const Json* v = get(key);
-    if (!v) return std::nullopt;
-    return as_int64(*v, name(key), lo, hi);
-  }
-  std::optional<double> number(std::string_view key, double lo, double hi) {
-    const Json* v = get(key);
-    if (!v) return std::nullopt;
-    const double d = as_number(*v, name(key));
-    if (d < lo || d > hi) fail_param(name(key), "'{}' must be between {} and {} (got {})", name(key), lo, hi, d);
-    return d;
-  }
-  std::optional<std::string> string(std::string_view key, size_t max_bytes = 1u << 20) {
-    const Json* v = get(key);
-    if (!v) return std::nullopt;
-    if (!v->is_string()) fail_param(name(key), "'{}' must be a string, not {}", name(key), type_name(*v));
-    const auto& s = v->get_ref<const std::string&>();
-    if (s.size() > max_bytes) fail_param(name(key), "'{}' is longer than {} bytes", name(key), max_bytes);
-    return s;
-  }
-  // A parameter we cannot honour: any non-null value other than the allowed no-op is rejected.
-  void unsupported(std::string_view key, std::string_view why) {
-    if (get(key)) fail_unsupported(name(key), "'{}' is not supported: {}", name(key), why);
-  }
-  std::vector<std::string> unknown() const {
-    std::vector<std::string> out;
-    for (auto it = obj_.begin(); it != obj_.end(); ++it)
-      if (!seen_.count(it.key())) out.push_back(it.key());
-    return out;
-  }
-
- private:
-  const Json& obj_;
-  std::string prefix_;
-  std::set<std::string, std::less<>> seen_;
-};
-
 std::string join(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
   return out;
 }
 
-void parse_model(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
+void parse_model(RequestFields& f, const RequestPolicy& policy, ParsedRequest& out) {
   out.model = policy.served_names.empty() ? std::string("dgemma") : policy.served_names.front();
   if (auto m = f.string("model", 4096)) {
     if (!policy.served_names.empty() &&
@@ -128,13 +32,13 @@ void parse_model(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
   }
 }
 
-void parse_stream(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
+void parse_stream(RequestFields& f, const RequestPolicy& policy, ParsedRequest& out) {
   out.stream = f.boolean("stream").value_or(false);
   out.include_usage = out.stream && policy.force_include_usage;
   if (const Json* so = f.get("stream_options")) {
     if (!so->is_object()) fail_param("stream_options", "'stream_options' must be an object, not {}", type_name(*so));
     if (!out.stream) fail_param("stream_options", "Stream options can only be defined when `stream=True`.");
-    Fields s(*so, "stream_options.");
+    RequestFields s(*so, "stream_options.");
     out.include_usage = s.boolean("include_usage").value_or(false) || policy.force_include_usage;
     out.continuous_usage = s.boolean("continuous_usage_stats").value_or(false);
     out.include_previews = s.boolean("include_previews").value_or(false);
@@ -142,7 +46,7 @@ void parse_stream(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
   }
 }
 
-void parse_max_tokens(Fields& f, ParsedRequest& out) {
+void parse_max_tokens(RequestFields& f, ParsedRequest& out) {
   auto a = f.integer("max_tokens", 1, INT64_MAX);
   auto b = f.integer("max_completion_tokens", 1, INT64_MAX);
   if (a && b && *a != *b)
@@ -150,7 +54,7 @@ void parse_max_tokens(Fields& f, ParsedRequest& out) {
   out.max_tokens = b ? b : a;
 }
 
-void parse_stop(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
+void parse_stop(RequestFields& f, const RequestPolicy& policy, ParsedRequest& out) {
   if (const Json* s = f.get("stop")) {
     std::vector<std::string> stops;
     if (s->is_string()) {
@@ -183,7 +87,7 @@ void parse_stop(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
 }
 
 // Diffusion sampler extensions, accepted at the top level and inside vllm_xargs.
-void parse_diffusion_params(Fields& f, SamplingParams& sp) {
+void parse_diffusion_params(RequestFields& f, SamplingParams& sp) {
   if (auto v = f.integer("max_denoising_steps", 1, limits::kMaxDenoisingSteps)) sp.max_denoising_steps = static_cast<int>(*v);
   if (auto v = f.number("entropy_bound", 0, limits::kMaxEntropyBound)) {
     if (*v <= 0) fail_param(f.name("entropy_bound"), "'{}' must be greater than 0", f.name("entropy_bound"));
@@ -201,7 +105,7 @@ void parse_diffusion_params(Fields& f, SamplingParams& sp) {
   }
 }
 
-void parse_sampling(Fields& f, ParsedRequest& out) {
+void parse_sampling(RequestFields& f, ParsedRequest& out) {
   SamplingParams& sp = out.sampling;
   if (auto t = f.number("temperature", limits::kMinTemperature, limits::kMaxTemperature)) {
     if (*t != 1.0) sp.temperature = *t;
@@ -261,125 +165,12 @@ void parse_sampling(Fields& f, ParsedRequest& out) {
   parse_diffusion_params(f, sp);
   if (const Json* x = f.get("vllm_xargs")) {
     if (!x->is_object()) fail_param("vllm_xargs", "'vllm_xargs' must be an object, not {}", type_name(*x));
-    Fields xf(*x, "vllm_xargs.");
+    RequestFields xf(*x, "vllm_xargs.");
     parse_diffusion_params(xf, sp);
     for (const auto& k : xf.unknown())
       fail_param("vllm_xargs." + k, "unknown key '{}' in vllm_xargs (accepted: max_denoising_steps, entropy_bound, "
                  "t_min, t_max, stability_threshold, confidence_threshold)", k);
   }
-}
-
-// One guided form: the constraint checked against the supported subset (a 400 naming the parameter).
-void set_guided(ParsedRequest& out, std::string param, guided::ConstraintSpec spec,
-                std::vector<std::string> schema_path = {}) {
-  if (out.guided)
-    fail_param(param, "'{}' cannot be combined with '{}': a request takes one guided form", param,
-               out.guided->param);
-  try {
-    guided::check_constraint(spec);
-  } catch (const Error& e) {
-    throw Error(e.kind(), fmt::format("'{}': {}", param, e.what()), param);
-  }
-  out.guided = GuidedForm{std::move(spec), std::move(param), std::move(schema_path)};
-}
-
-// A JSON Schema given as an object (its text is re-read in member order, GuidedForm) or as a string.
-void set_schema(ParsedRequest& out, const std::string& param, const Json& schema,
-                std::vector<std::string> path) {
-  if (schema.is_string())
-    return set_guided(out, param, guided::ConstraintSpec::json_schema(schema.get<std::string>()));
-  if (!schema.is_object() && !schema.is_boolean())
-    fail_param(param, "'{}' must be a JSON Schema (an object or its text), not {}", param, type_name(schema));
-  set_guided(out, param, guided::ConstraintSpec::json_schema(schema.dump()), std::move(path));
-}
-
-std::vector<std::string> string_list(const Json& v, const std::string& param) {
-  if (!v.is_array() || v.empty()) fail_param(param, "'{}' must be a non-empty array of strings", param);
-  std::vector<std::string> out;
-  for (const auto& e : v) {
-    if (!e.is_string()) fail_param(param, "'{}' must be a non-empty array of strings", param);
-    out.push_back(e.get<std::string>());
-  }
-  return out;
-}
-
-void parse_response_format(Fields& f, ParsedRequest& out) {
-  const Json* rf = f.get("response_format");
-  if (!rf || rf->is_null()) return;
-  if (!rf->is_object()) fail_param("response_format", "'response_format' must be an object, not {}", type_name(*rf));
-  auto t = rf->find("type");
-  if (t == rf->end() || !t->is_string()) fail_param("response_format.type", "'response_format.type' must be a string");
-  const std::string type = t->get<std::string>();
-  if (type == "text") return;
-  if (type == "json_object") return set_guided(out, "response_format", guided::ConstraintSpec::json_object());
-  if (type == "json_schema") {
-    auto js = rf->find("json_schema");
-    if (js == rf->end() || !js->is_object())
-      fail_param("response_format.json_schema", "When response_format type is 'json_schema', the 'json_schema' field "
-                 "must be provided.");
-    if (auto n = js->find("name"); n != js->end() && !n->is_null() && !n->is_string())
-      fail_param("response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
-    if (auto st = js->find("strict"); st != js->end() && !st->is_null() && !st->is_boolean())
-      fail_param("response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean");
-    auto schema = js->find("schema");
-    if (schema == js->end() || schema->is_null())
-      fail_param("response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
-    return set_schema(out, "response_format.json_schema.schema", *schema,
-                      {"response_format", "json_schema", "schema"});
-  }
-  if (type == "structural_tag" || type == "grammar" || type == "regex")
-    fail_unsupported("response_format",
-                     "response_format type '{}' is not supported (only text, json_object and "
-                     "json_schema; a regex goes in structured_outputs.regex)",
-                     type);
-  fail_param("response_format.type", "unknown response_format type '{}'", type);
-}
-
-// vLLM's structured_outputs object and its older guided_* fields (docs/API.md "Guided decoding").
-void parse_structured_outputs(Fields& f, ParsedRequest& out) {
-  if (const Json* so = f.get("structured_outputs"); so && !so->is_null()) {
-    if (!so->is_object())
-      fail_param("structured_outputs", "'structured_outputs' must be an object, not {}", type_name(*so));
-    for (auto it = so->begin(); it != so->end(); ++it) {
-      const std::string param = "structured_outputs." + it.key();
-      const Json& v = it.value();
-      if (v.is_null()) continue;
-      if (it.key() == "json") {
-        set_schema(out, param, v, {"structured_outputs", "json"});
-      } else if (it.key() == "regex") {
-        if (!v.is_string()) fail_param(param, "'{}' must be a string", param);
-        set_guided(out, param, guided::ConstraintSpec::regex(v.get<std::string>()));
-      } else if (it.key() == "choice") {
-        set_guided(out, param, guided::ConstraintSpec::choice(string_list(v, param)));
-      } else if (it.key() == "json_object") {
-        if (!v.is_boolean()) fail_param(param, "'{}' must be a boolean", param);
-        if (v.get<bool>()) set_guided(out, param, guided::ConstraintSpec::json_object());
-      } else if (it.key() == "grammar" || it.key() == "structural_tag") {
-        fail_unsupported(param, "'{}': grammars are not supported (use json, regex or choice)", param);
-      } else if (it.key() == "disable_any_whitespace" || it.key() == "disable_additional_properties" ||
-                 it.key() == "whitespace_pattern") {
-        fail_unsupported(param, "'{}' is not supported: the JSON text form is fixed (docs/API.md)", param);
-      } else {
-        fail_param(param,
-                   "unknown key '{}' in structured_outputs (accepted: json, regex, choice, json_object)",
-                   it.key());
-      }
-    }
-  }
-  if (const Json* v = f.get("guided_json"); v && !v->is_null())
-    set_schema(out, "guided_json", *v, {"guided_json"});
-  if (auto v = f.string("guided_regex")) set_guided(out, "guided_regex", guided::ConstraintSpec::regex(*v));
-  if (const Json* v = f.get("guided_choice"); v && !v->is_null())
-    set_guided(out, "guided_choice", guided::ConstraintSpec::choice(string_list(*v, "guided_choice")));
-  if (const Json* v = f.get("guided_grammar"); v && !v->is_null())
-    fail_unsupported("guided_grammar",
-                     "'guided_grammar': grammars are not supported (use guided_json, guided_regex "
-                     "or guided_choice)");
-  if (const Json* v = f.get("guided_whitespace_pattern"); v && !v->is_null())
-    fail_unsupported("guided_whitespace_pattern",
-                     "'guided_whitespace_pattern' is not supported: the JSON text form is "
-                     "fixed (docs/API.md)");
-  if (auto v = f.string("guided_decoding_backend")) (void)v;  // accepted: there is one implementation
 }
 
 // Checks a message's content parts; image_url parts are collected into `images` (in order) and become
@@ -510,7 +301,7 @@ bool valid_function_name(const std::string& n) {
   });
 }
 
-void parse_tools(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
+void parse_tools(RequestFields& f, const RequestPolicy& policy, ParsedRequest& out) {
   std::vector<std::string> names;
   if (const Json* tools = f.get("tools")) {
     if (!tools->is_array()) fail_param("tools", "'tools' must be an array, not {}", type_name(*tools));
@@ -595,7 +386,7 @@ void check_continued_message(const Json& messages) {
     fail_param(p + ".content", "'continue_final_message' needs text to continue: '{}.content' is empty", p);
 }
 
-void parse_template_options(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
+void parse_template_options(RequestFields& f, const RequestPolicy& policy, ParsedRequest& out) {
   out.template_kwargs = policy.default_template_kwargs.is_object() ? policy.default_template_kwargs : Json::object();
   bool explicit_thinking = false;
   if (const Json* kw = f.get("chat_template_kwargs")) {
@@ -649,7 +440,7 @@ void parse_template_options(Fields& f, const RequestPolicy& policy, ParsedReques
                 "'media_io_kwargs' is not supported (set --media-io-kwargs at the server)");
 }
 
-void parse_misc_openai(Fields& f) {
+void parse_misc_openai(RequestFields& f) {
   if (const Json* md = f.get("metadata"); md && !md->is_object()) fail_param("metadata", "'metadata' must be an object");
   if (auto v = f.boolean("store"); v && *v) fail_unsupported("store", "'store' = true is not supported (nothing is stored)");
   if (auto v = f.string("service_tier", 64)) (void)v;  // a single tier: any value is served the same way
@@ -675,7 +466,7 @@ void check_pinned_forms(const ParsedRequest& out) {
                      out.guided->param);
 }
 
-void finish_unknown(Fields& f, const RequestPolicy& policy, ParsedRequest& out) {
+void finish_unknown(RequestFields& f, const RequestPolicy& policy, ParsedRequest& out) {
   out.unknown_keys = f.unknown();
   if (policy.strict_params && !out.unknown_keys.empty())
     fail_param(out.unknown_keys.front(), "unknown request parameter(s): {}", join(out.unknown_keys));
@@ -736,7 +527,7 @@ std::vector<PromptInput> parse_prompts(const Json* p, const RequestPolicy& polic
 }
 
 // Completions infilling: OpenAI's `suffix`, or dgemma's `infill_template` (fixed pieces and holes).
-void parse_infill(Fields& f, ParsedRequest& out) {
+void parse_infill(RequestFields& f, ParsedRequest& out) {
   if (auto s = f.string("suffix")) out.infill.suffix = *s;
   const Json* t = f.get("infill_template");
   if (!t) return;
@@ -758,7 +549,7 @@ void parse_infill(Fields& f, ParsedRequest& out) {
       if (piece.text.empty()) fail_param("infill_template", "{}: fixed text must not be empty", name);
       previous_hole = false;
     } else if (e.is_object()) {
-      Fields h(e, name + ".");
+      RequestFields h(e, name + ".");
       const auto n = h.integer("max_tokens", 1, RequestLimits::kMaxInfillHole);
       if (!n) fail_param("infill_template", "{}: a hole needs \"max_tokens\" (its room in tokens)", name);
       for (const auto& k : h.unknown()) fail_param("infill_template", "{}: unknown key '{}' (a hole has only max_tokens)", name, k);
@@ -827,7 +618,7 @@ ParsedRequest parse_chat_request(const Json& body, const RequestPolicy& policy) 
   if (!body.is_object()) fail_param("", "the request body must be a JSON object");
   ParsedRequest out;
   out.endpoint = Endpoint::kChat;
-  Fields f(body, "");
+  RequestFields f(body, "");
   parse_model(f, policy, out);
   const Json* messages = f.get("messages");
   if (!messages) fail_param("messages", "'messages' is required");
@@ -861,7 +652,7 @@ ParsedRequest parse_completion_request(const Json& body, const RequestPolicy& po
   if (!body.is_object()) fail_param("", "the request body must be a JSON object");
   ParsedRequest out;
   out.endpoint = Endpoint::kCompletion;
-  Fields f(body, "");
+  RequestFields f(body, "");
   parse_model(f, policy, out);
   out.prompts = parse_prompts(f.get("prompt"), policy);
   parse_stream(f, policy, out);
