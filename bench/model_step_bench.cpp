@@ -4,7 +4,7 @@
 // machine by scripts/device_build.sh (target dgemma_bench); used by bench/denoise_step_bench.py.
 //   dgemma_bench MODEL_DIR [--device cuda|cpu] [--batch N] [--prompt-len P] [--steps S] [--canvases K]
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
-//                [--kernel-family auto|hopper|portable] [--attention auto|per-item]
+//                [--kernel-family auto|hopper|portable] [--attention auto|per-item] [--flash-splits N]
 //                [--moe-kernel auto|small-rows|mma-sync-128x128|wgmma-64x128|tma-128x256]
 //                [--quant-tile auto|32x64|32x128|32x128-deep|128x64] [--dense-quant-tile ...]
 //                [--dense-quant w8a8|kernel|bf16] [--fp8-moe auto|w8a8|w8a16]
@@ -255,6 +255,10 @@ bool parse_cuda_flag(const std::string& k, const char* v, CudaOptions& o) {
   if (k == "--dense-quant-tile") return take(parse_quant_tile, &o.quant_dense, quant_tile_words());
   if (k == "--dense-quant") return take(parse_dense_quant, &o.dense_quant, dense_quant_words());
   if (k == "--fp8-moe") return take(parse_fp8_experts, &o.fp8_experts, fp8_experts_words());
+  if (k == "--flash-splits") {
+    o.flash_splits = std::atoi(v);  // range-checked by resolve_cuda_options
+    return true;
+  }
   if (k == "--experts") return take(parse_expert_kernels, &o.experts, expert_kernels_words());
   if (k == "--pdl") return take(parse_pdl, &o.pdl, pdl_words());
   if (k == "--expert-stream-rows") {
@@ -274,7 +278,8 @@ int main(int argc, char** argv) {
         "[--canvases K]\n"
         "                   [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights' "
         "format)\n"
-        "                   [--kernel-family %s] [--attention %s]\n"
+        "                   [--kernel-family %s] [--attention %s] [--flash-splits N]   (N key splits "
+        "of every flash launch; 0 planned)\n"
         "                   [--moe-kernel %s]\n"
         "                   [--quant-tile %s] [--dense-quant-tile (the same)]\n"
         "                   [--dense-quant %s] [--fp8-moe %s]\n"

@@ -22,6 +22,8 @@ enum class AttentionKernel { kAuto, kPerItem };
 
 // The bf16 grouped expert GEMM (both projections): kAuto by the mean rows per expert (the family's
 // kernels), or one kernel at every size. kWgmma64x128 and kTma128x256 are hopper-family kernels.
+// W8A8 FP8 experts read it too: kSmallRows their few-rows kernel, any other kernel their 64 x 128
+// wgmma tiles (quant/w8a8_experts.cuh).
 enum class MoeKernel { kAuto, kSmallRows, kMmaSync128x128, kWgmma64x128, kTma128x256 };
 
 // The tile of the W4A16 / W8A16 kernel (NVFP4 and FP8 weights kept quantised): rows x columns a CTA;
@@ -37,9 +39,10 @@ enum class QuantTile { kAuto, kRows32Cols64, kRows32Cols128, kRows32Cols128Deep,
 //   kBf16:   exact dequantisation to bf16 copies for cuBLAS (bf16's memory for those weights).
 enum class DenseQuant { kW8A8, kKernel, kBf16 };
 
-// FP8-dynamic expert stacks: kW8A8 the checkpoint's maths on FP8 wgmma (activations quantised per
-// row; a hopper-family kernel), kW8A16 the W8A16 kernel with bf16 activations (less latency for few
-// rows an expert, less throughput for many). kAuto: kW8A8 in the hopper family, else kW8A16.
+// FP8-dynamic expert stacks: kW8A8 the checkpoint's maths on FP8 tensor cores (activations quantised
+// per row; hopper-family kernels), kW8A16 the W8A16 kernel with bf16 activations (the activations
+// stay unquantised, so results differ from the checkpoint's maths). kAuto: kW8A8 in the hopper family,
+// else kW8A16.
 enum class Fp8Experts { kAuto, kW8A8, kW8A16 };
 
 // The quantised experts' GEMMs (NVFP4 W4A16, FP8 W8A16 and W8A8): kAuto the weight-streaming kernels

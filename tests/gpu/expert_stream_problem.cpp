@@ -197,13 +197,13 @@ ExpertProblem make_expert_problem(Data& d, ExpertFormat f, int64_t T, int64_t H,
   if (f == ExpertFormat::kW8a8) {  // the grouped W8A8 kernels' tile list, as the grouping kernel writes it
     p.w8a8_plan = cuda::grouped_w8a8_plan(p.R, E);
     std::vector<int32_t> tiles;
-    for (int64_t e = 0; e < E; ++e)
+    for (int64_t e = 0; e < E && p.w8a8_plan.max_tiles > 0; ++e)
       for (int32_t r = p.offsets[static_cast<size_t>(e)]; r < p.offsets[static_cast<size_t>(e) + 1];
            r += p.w8a8_plan.tile_rows)
         tiles.insert(tiles.end(),
                      {static_cast<int32_t>(e), r,
                       std::min(p.w8a8_plan.tile_rows, p.offsets[static_cast<size_t>(e) + 1] - r), 0});
-    while (static_cast<int64_t>(tiles.size()) < 4 * p.w8a8_plan.max_tiles)
+    while (static_cast<int64_t>(tiles.size()) < 4 * std::max<int64_t>(1, p.w8a8_plan.max_tiles))
       tiles.insert(tiles.end(), {-1, 0, 0, 0});
     p.d_tiles = up(host_i32(tiles));
     p.d_q = cuda().alloc(ScalarType::kU8, {std::max(T * H, p.R * I)});

@@ -170,7 +170,22 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
       }
   };
   check(s.name);
-  if (s.w8a8 || !s.every_tile) return;
+  if (!s.every_tile) return;
+  if (s.w8a8) {  // both W8A8 kernels at every size: the few-rows mma.sync one and the wgmma tiles
+    for (const MoeKernel k : {MoeKernel::kSmallRows, MoeKernel::kWgmma64x128}) {
+      {
+        const WithOptions scope(options_with([&](CudaOptions& o) {
+          o.fp8_experts = Fp8Experts::kW8A8;
+          o.family = KernelFamily::kHopper;
+          o.moe = k;
+        }));
+        g.out = poisoned(ScalarType::kBF16, {T, H});
+        cuda().moe(g);
+      }
+      check(s.name + " kernel " + moe_kernel_word(k));
+    }
+    return;
+  }
   for (const QuantTile tile : {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128, QuantTile::kRows32Cols128Deep,
                                QuantTile::kRows128Cols64}) {
     {

@@ -468,6 +468,31 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
     d[q] = s;
   }
 }
+// The FP8 form (m16n8k32 E4M3): the same exchange, four codes a register, k summed in order.
+inline float e4m3_value(uint8_t v);
+inline void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
+  uint32_t(&sc)[32][8] = collective_scratch(w, i);
+  for (int q = 0; q < 4; ++q) sc[i][q] = a[q];
+  sc[i][4] = b0;
+  sc[i][5] = b1;
+  emu::g_warp_bar[w]->arrive_and_wait();
+  auto A = [&](int r, int k) {
+    const uint32_t reg = sc[(r % 8) * 4 + (k % 16) / 4][(r >= 8) + 2 * (k >= 16)];
+    return e4m3_value(static_cast<uint8_t>(reg >> (8 * (k % 4))));
+  };
+  auto B = [&](int k, int n) {
+    const uint32_t reg = sc[n * 4 + (k % 16) / 4][4 + (k >= 16)];
+    return e4m3_value(static_cast<uint8_t>(reg >> (8 * (k % 4))));
+  };
+  const int g = i / 4, t = i % 4;
+  const int rr[4] = {g, g, g + 8, g + 8}, cc[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int q = 0; q < 4; ++q) {
+    float s = d[q];
+    for (int k = 0; k < 32; ++k) s += A(rr[q], k) * B(k, cc[q]);
+    d[q] = s;
+  }
+}
 // Warpgroup MMA (core/wgmma_ptx.cuh): each thread computes its own accumulator elements from shared memory
 // through the descriptors (K-major, 128-byte swizzle: row r, element k at start + (r / 8) * stride +
 // (r % 8) * 128 + 2 k, 16-byte chunk bits 4-6 XOR row bits 7-9; or MN-major, wgmma_operand_mn), summing
@@ -626,7 +651,9 @@ inline float wgmma_operand_e4m3(uint64_t desc, int row, int k) {
   uint32_t a = start + static_cast<uint32_t>(row / 8) * stride + static_cast<uint32_t>(row % 8) * 128 + static_cast<uint32_t>(k);
   a ^= ((a >> 7) & 7) << 4;
   emu::chk(a, 1, 1);
-  const uint8_t v = emu::g_smem[a];
+  return e4m3_value(emu::g_smem[a]);
+}
+inline float e4m3_value(uint8_t v) {
   const float sign = (v & 0x80) ? -1.0f : 1.0f;
   const int ex = (v >> 3) & 0xf, mant = v & 7;
   if (ex == 0xf && mant == 7) return std::nanf("");

@@ -34,6 +34,11 @@ struct EmuW8a8Launcher {
     emu::launch([g, tiles] { grouped_w8a8_kernel<C, kGateUp>(g, tiles); }, static_cast<int>(grid_x),
                 static_cast<int>(grid_y), C::kSmem, C::kThreads);
   }
+  template <class C, bool kGateUp>
+  void rows(const W8a8Args& g, int64_t grid_x, int64_t grid_y) {
+    emu::launch([g] { grouped_w8a8_rows_kernel<C, kGateUp>(g); }, static_cast<int>(grid_x),
+                static_cast<int>(grid_y), C::kSmem, C::kThreads);
+  }
 };
 
 using test::tile_list;
@@ -116,22 +121,24 @@ void check(int H, int I, int K, const std::vector<int>& counts, uint32_t seed) {
     }
 
   EmuW8a8Launcher l;
-  {
-    const GroupedPlanImpl plan = w8a8_plan(R, E);
-    const std::vector<int32_t> tiles = tile_list(offsets, plan.tile_rows, plan.max_tiles);
+  for (MoeKernel kernel : {MoeKernel::kWgmma64x128, MoeKernel::kSmallRows}) {
+    const GroupedPlanImpl plan = w8a8_plan(R, E, kernel);
+    const std::string name = kernel == MoeKernel::kSmallRows ? "few-rows" : "wgmma tiles";
+    const std::vector<int32_t> tiles =
+        plan.max_tiles > 0 ? tile_list(offsets, plan.tile_rows, plan.max_tiles) : std::vector<int32_t>{};
     std::vector<uint16_t> act(static_cast<size_t>(R) * I, 0xFFFF), y(static_cast<size_t>(R) * H, 0xFFFF);
     const W8a8Args gu{qx.codes.data(), qx.scales.data(), gate_up.data(), rs_gu.data(), offsets.data(), pairs.data(),
                       nullptr, act.data(), H, I, K};
-    run_w8a8<true>(l, plan, gu, tiles.data());
+    run_w8a8<true>(l, plan, gu, tiles.data(), E);
     size_t diff = 0;
     for (size_t i = 0; i < act.size(); ++i) diff += act[i] != act_ref[i];
-    EXPECT_EQ(diff, 0u) << "gate_up H" << H << " I" << I;
+    EXPECT_EQ(diff, 0u) << name << " gate_up H" << H << " I" << I;
     const W8a8Args dn{qa.codes.data(), qa.scales.data(), down.data(), rs_dn.data(), offsets.data(), pairs.data(),
                       top_w.data(), y.data(), I, H, 1};
-    run_w8a8<false>(l, plan, dn, tiles.data());
+    run_w8a8<false>(l, plan, dn, tiles.data(), E);
     diff = 0;
     for (size_t i = 0; i < y.size(); ++i) diff += y[i] != y_ref[i];
-    EXPECT_EQ(diff, 0u) << "down H" << H << " I" << I;
+    EXPECT_EQ(diff, 0u) << name << " down H" << H << " I" << I;
   }
 }
 
@@ -144,12 +151,21 @@ TEST(W8a8MoeEmulated, RaggedRouting) { check(272, 80, 2, {0, 1, 70, 130, 3}, 5);
 // 128) and the smallest K (down K = 16, one chunk a row); top-8 routing.
 TEST(W8a8MoeEmulated, TileBoundariesAndShortK) { check(128, 16, 8, {64, 128, 129, 0, 2}, 9); }
 
-// One tile shape, 64 x 128, at every size: the tile list of 64-row tiles.
+// The plan: the few-rows kernel (no tile list) up to 24 rows an expert on average, the 64 x 128 tiles
+// past it; a forced kernel at every size.
 TEST(W8a8MoeEmulated, Plan) {
   EXPECT_EQ(w8a8_plan(0, 128).max_tiles, 0);
+  const GroupedPlanImpl few = w8a8_plan(256 * 8, 128);  // batch-1 denoising: 16 rows an expert
+  EXPECT_EQ(few.kernel, MoeKernel::kSmallRows);
+  EXPECT_EQ(few.max_tiles, 0);
+  EXPECT_EQ(w8a8_plan(1024 * 8, 128).kernel, MoeKernel::kWgmma64x128);  // batch 4: 64 rows an expert
   const GroupedPlanImpl p = w8a8_plan(1000, 7);
+  EXPECT_EQ(p.kernel, MoeKernel::kWgmma64x128);
   EXPECT_EQ(p.tile_rows, 64);
   EXPECT_EQ(p.max_tiles, 1000 / 64 + 7);
+  EXPECT_EQ(w8a8_plan(1000, 7, MoeKernel::kSmallRows).kernel, MoeKernel::kSmallRows);
+  EXPECT_EQ(w8a8_plan(256 * 8, 128, MoeKernel::kWgmma64x128).kernel, MoeKernel::kWgmma64x128);
+  EXPECT_EQ(w8a8_plan(256 * 8, 128, MoeKernel::kTma128x256).kernel, MoeKernel::kWgmma64x128);
 }
 
 }  // namespace

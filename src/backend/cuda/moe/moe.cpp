@@ -139,7 +139,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
   // The weight-streaming kernels take all experts (one rank's slice under expert parallelism: grouped).
   const bool stream = !ep && stream_gu && stream_dn && expert_stream_chosen(ctx.options, R, E);
   const GroupedPlan plan = stream                ? GroupedPlan{}
-                           : w8a8_gu || w8a8_dn ? grouped_w8a8_plan(R, E)
+                           : w8a8_gu || w8a8_dn ? grouped_w8a8_plan(R, E, ctx.options.moe)
                            : any_quant        ? GroupedPlan{}
                                               : grouped_moe_plan(R, E, ctx.options.moe, ctx.hopper());
   Tensor tiles;

@@ -1,9 +1,10 @@
 #pragma once
-// W8A8 grouped expert GEMMs for FP8-dynamic experts (kernel: quant/w8a8_experts_kernel.cuh; sm_90 only),
-// the checkpoint's maths: E4M3 activations with per-row scales (launch_quantize_fp8_rows, quant/fp8_gemm.h:
-// gate_up's input per token, down's per grouped row of the activation) times the checkpoint's E4M3
-// weights [E, Nw, Kd] (row-major, not repacked) on FP8 wgmma, then the W8A16 kernels' epilogues
-// (quant/weight_only.cuh). The device grouping of moe/grouped.cuh with a tile list of plan.tile_rows.
+// W8A8 grouped expert GEMMs for FP8-dynamic experts (sm_90 only), the checkpoint's maths: E4M3
+// activations with per-row scales (launch_quantize_fp8_rows, quant/fp8_gemm.h: gate_up's input per token,
+// down's per grouped row of the activation) times the checkpoint's E4M3 weights [E, Nw, Kd] (row-major,
+// not repacked), then the W8A16 kernels' epilogues (quant/weight_only.cuh). Two kernels: few rows an
+// expert (batch-1 denoising) on mma.sync m16n8k32 E4M3 (quant/w8a8_rows_kernel.cuh), more on FP8 wgmma
+// tiles with the device grouping's tile list (quant/w8a8_experts_kernel.cuh).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -16,8 +17,10 @@ namespace dgemma::cuda {
 // Shapes these kernels take: Kd a multiple of 16, output rows a multiple of 8, 16-byte aligned weights
 // (and an sm_90 device: the hopper family).
 bool grouped_w8a8_supported(int64_t rows, int64_t Kd, const void* weights);
-// The tile list's shape, for launch_moe_route_group.
-GroupedPlan grouped_w8a8_plan(int64_t R, int64_t E);
+// The kernel and its tile list's shape (for launch_moe_route_group): `kernel` kAuto by the rows an
+// expert (the few-rows mma.sync kernel up to 24 on average, the 64 x 128 wgmma tiles past it),
+// kSmallRows the few-rows kernel, any other the tiles.
+GroupedPlan grouped_w8a8_plan(int64_t R, int64_t E, MoeKernel kernel = MoeKernel::kAuto);
 
 // act[r, i] = bf16(bf16(gelu_tanh(bf16(g))) * bf16(u)), g = (q_x[t] . Wg[i]) * s_x[t] * rs[e, i], u likewise
 // with the up row I + i, t = pairs[r] / K.

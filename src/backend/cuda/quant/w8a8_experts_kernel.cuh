@@ -181,17 +181,43 @@ DG_UNROLL
 // each weight tile once per 128 rows of an expert).
 using W8a8Tile = WgCfg<1, 128, 4, 2>;
 
-inline GroupedPlanImpl w8a8_plan(int64_t R, int64_t E) {
+}  // namespace
+}  // namespace dgemma::cuda
+
+// The few-rows kernel, on the definitions above.
+#include "backend/cuda/quant/w8a8_rows_kernel.cuh"
+
+namespace dgemma::cuda {
+namespace {
+
+// The few-rows kernel's shape: 32 rows x 64 weight rows, four warps, four stages (48 KB), the bf16
+// small-rows kernel's bytes a stage.
+using W8a8Rows = W8a8RowsCfg<2, 4, 4>;
+
+// Which W8A8 kernel a call runs. kAuto: the few-rows kernel up to 24 rows an expert on average (the bf16
+// planner's first step, moe/grouped_kernel.cuh kAutoSteps), the 64 x 128 wgmma tiles past it; kSmallRows
+// the few-rows kernel at every size; any other kernel the wgmma tiles. The few-rows kernel needs no
+// tile list (max_tiles 0).
+inline GroupedPlanImpl w8a8_plan(int64_t R, int64_t E, MoeKernel kernel = MoeKernel::kAuto) {
   GroupedPlanImpl p;
   if (R <= 0 || E <= 0) return p;
+  if (kernel == MoeKernel::kAuto)
+    kernel = R <= kAutoSteps[0].max_mean_rows * E ? MoeKernel::kSmallRows : MoeKernel::kWgmma64x128;
+  if (kernel == MoeKernel::kSmallRows) return p;
+  p.kernel = MoeKernel::kWgmma64x128;
   p.tile_rows = W8a8Tile::kBM;
   p.max_tiles = R / p.tile_rows + E;
   return p;
 }
 
-// The launches for any launcher L with l.template w8a8<Cfg, kGateUp>(args, tiles, grid_x, grid_y).
+// The launches for any launcher L with l.template w8a8<Cfg, kGateUp>(args, tiles, grid_x, grid_y) (the
+// tiles) and l.template rows<Cfg, kGateUp>(args, grid_x, grid_y) (the few-rows kernel, grid_y experts).
 template <bool kGateUp, class L>
-void run_w8a8(L& l, const GroupedPlanImpl& plan, const W8a8Args& g, const int32_t* tiles) {
+void run_w8a8(L& l, const GroupedPlanImpl& plan, const W8a8Args& g, const int32_t* tiles, int64_t E) {
+  if (plan.kernel == MoeKernel::kSmallRows) {
+    const int64_t cols = kGateUp ? W8a8Rows::kBN / 2 : W8a8Rows::kBN;
+    return l.template rows<W8a8Rows, kGateUp>(g, (g.N + cols - 1) / cols, E);
+  }
   const int64_t cols = kGateUp ? W8a8Tile::kBN / 2 : W8a8Tile::kBN;
   l.template w8a8<W8a8Tile, kGateUp>(g, tiles, plan.max_tiles, (g.N + cols - 1) / cols);
 }
