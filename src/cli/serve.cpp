@@ -565,8 +565,8 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
                   "H100 / H200 only) or portable (the sm_80 mma.sync kernels every GPU runs)");
   sub->add_option("--fp8-moe", f->fp8_moe,
                   "CUDA, FP8-dynamic experts: auto (w8a8 with the hopper kernels, else w8a16), w8a8 (the "
-                  "checkpoint's FP8 activations: more throughput at many rows an expert) or w8a16 (bf16 "
-                  "activations: less latency for one stream at a time)");
+                  "checkpoint's FP8 activations, the faster at every batch) or w8a16 (bf16 activations, not "
+                  "the checkpoint's maths)");
   sub->add_option("--seed", f->seed,
                   "Base seed for requests without their own seed (default 0; -1: a random one)");
   sub->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->enable_chunked_prefill,
