@@ -136,6 +136,10 @@ std::string DiffusionEngine::failure() const {
 
 void DiffusionEngine::stop_for_good(const std::string& why) {
   DG_LOG_ERROR("engine", "the engine stopped: {}", why);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failure_ = why;  // before any request sees the error, so /health already reports it; submit() refuses
+  }
   const std::string message = "engine error: " + why;
   for (auto& [id, e] : active_) {
     if (!e.stream) continue;
@@ -147,7 +151,6 @@ void DiffusionEngine::stop_for_good(const std::string& why) {
   }
   active_.clear();
   std::lock_guard<std::mutex> lock(mu_);
-  failure_ = why;  // from here submit() refuses, so incoming_ only shrinks
   for (auto& e : incoming_) {
     RequestEvent ev;
     ev.kind = RequestEvent::Kind::kError;
