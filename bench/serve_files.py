@@ -2,8 +2,10 @@
 """The files `dgemma serve` needs next to a config for dummy weights (--load-format dummy): tokenizer.json and
 chat_template.jinja (default: models/tiny-code's, which the repository carries, so this works on a machine
 with nothing but the checkout), and with a vision tower a processor_config.json. The config's image token
-ids (boi, image, eoi) become the tokenizer's `<|image>`, `<|image|>`, `<image|>`, and its vocabulary at least
-covers the tokenizer's, so every prompt the tokenizer makes is valid.
+ids (boi, image, eoi) become the tokenizer's `<|image>`, `<|image|>`, `<image|>`. The vocabularies are made
+to agree: the model's covers the tokenizer's (every prompt is valid), and a tokenizer smaller than the
+model (tiny-code's 8192 against the 26B's 262144) gets plain tokens `<idN>` for the ids it lacks, so every
+id a model with random weights outputs decodes.
 
   python3 bench/serve_files.py DIR [--config FILE] [--tokenizer FILE] [--chat-template FILE]
                                [--max-soft-tokens N]
@@ -32,15 +34,24 @@ def image_processor(max_soft_tokens):
 def add_serve_files(model_dir, tokenizer=None, chat_template=None, max_soft_tokens=280):
     tokenizer = tokenizer or os.path.join(TINY_CODE, "tokenizer.json")
     chat_template = chat_template or os.path.join(TINY_CODE, "chat_template.jinja")
-    shutil.copyfile(tokenizer, os.path.join(model_dir, "tokenizer.json"))
     shutil.copyfile(chat_template, os.path.join(model_dir, "chat_template.jinja"))
     tok = json.load(open(tokenizer))
     ids = {t["content"]: t["id"] for t in tok.get("added_tokens", [])}
-    size = max([len(tok["model"].get("vocab", {}))] + [i + 1 for i in ids.values()])
+    vocab = tok["model"]["vocab"]
+    size = max([max(vocab.values()) + 1] + [i + 1 for i in ids.values()])
     path = os.path.join(model_dir, "config.json")
     config = json.load(open(path))
     text = config.get("text_config", config)
     text["vocab_size"] = max(text.get("vocab_size", 0), size)
+    if text["vocab_size"] > size:
+        for i in range(size, text["vocab_size"]):
+            name = f"<id{i}>"
+            if name in vocab or name in ids:
+                raise SystemExit(f"serve_files.py: {tokenizer} already has a token {name}")
+            vocab[name] = i
+        json.dump(tok, open(os.path.join(model_dir, "tokenizer.json"), "w"), ensure_ascii=False)
+    else:
+        shutil.copyfile(tokenizer, os.path.join(model_dir, "tokenizer.json"))
     if "vision_config" in config:
         for key, token in IMAGE_TOKENS.items():
             if token not in ids:
