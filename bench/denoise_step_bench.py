@@ -15,6 +15,9 @@ and aggregate (batch 4, 16). --full adds batches 8/16, the long prompt and the 1
 """
 import argparse, json, os, re, subprocess, sys, tempfile, time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_files  # noqa: E402
+
 LAYER_TYPES = (["sliding_attention"] * 5 + ["full_attention"]) * 5
 TEXT = dict(model_type="diffusion_gemma_text", vocab_size=262144, hidden_size=2816, intermediate_size=2112,
             num_hidden_layers=30, num_attention_heads=16, num_key_value_heads=8, head_dim=256, global_head_dim=512,
@@ -184,9 +187,13 @@ def main():
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-dgemma", action="store_true")
     ap.add_argument("--full", action="store_true", help="also batches 8 and 16, 16-step runs and a 4,000-token prompt")
-    ap.add_argument("--write-model", metavar="DIR", help="only write the 26B-A4B config (for dgemma_engine_bench) and exit")
+    ap.add_argument("--write-model", metavar="DIR",
+                    help="only write the 26B-A4B model directory for dummy weights and exit: config, generation "
+                         "config, and what `dgemma serve` needs (bench/serve_files.py: tokenizer, chat template, "
+                         "processor config)")
     ap.add_argument("--with-vision", action="store_true",
-                    help="with --write-model: the released vision tower's vision_config too (dgemma_bench --images)")
+                    help="with --write-model: the released vision tower's vision_config too (dgemma_bench --images, "
+                         "images through dgemma serve)")
     ap.add_argument("--formats", default="bf16",
                     help="comma-separated dummy-weight formats for dgemma: bf16, nvfp4-modelopt, nvfp4-ct, fp8-dynamic")
     a = ap.parse_args()
@@ -195,6 +202,7 @@ def main():
         top = dict(TOP, vision_config=RELEASED_VISION) if a.with_vision else TOP
         json.dump(top, open(os.path.join(a.write_model, "config.json"), "w"))
         json.dump(GEN, open(os.path.join(a.write_model, "generation_config.json"), "w"))
+        serve_files.add_serve_files(a.write_model)
         return
     result = {}
     if not a.skip_dgemma:

@@ -52,7 +52,13 @@ void ApiServer::set_ready(LoadedModel model) {
   model_ = std::move(m);
 }
 
-void ApiServer::begin_shutdown() { shutting_down_ = true; }
+void ApiServer::begin_shutdown(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_reason_ = reason;
+  }
+  shutting_down_ = true;
+}
 void ApiServer::cut_running() {
   shutting_down_ = true;
   cut_ = true;
@@ -63,6 +69,10 @@ HttpResponse ApiServer::not_ready() const {
   e.status = 503;
   e.type = "unavailable_error";
   e.message = shutting_down_ ? "The server is shutting down" : "Loading model";
+  if (shutting_down_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!shutdown_reason_.empty()) e.message = "The server is shutting down: " + shutdown_reason_;
+  }
   e.retry_after_s = 1;
   return error_response(e);
 }
@@ -224,7 +234,10 @@ HttpResponse ApiServer::not_supported(const HttpRequest& req) {
 }
 
 HttpResponse ApiServer::health(const HttpRequest&) {
-  if (!model() || shutting_down_) return not_ready();
+  auto m = model();
+  if (!m || shutting_down_) return not_ready();
+  if (std::string why = m->engine->failure(); !why.empty())
+    return error_response(503, "unavailable_error", "The engine has stopped: " + why);
   HttpResponse r;
   r.content_type = "text/plain";
   return r;

@@ -62,8 +62,9 @@ class ApiServer {
   void attach(HttpServer& http);
   // Until this is called every endpoint but /health, /version and /metrics answers 503.
   void set_ready(LoadedModel model);
-  // Refuses new work (503, /health too); requests already running go on (graceful drain).
-  void begin_shutdown();
+  // Refuses new work (503, /health too); requests already running go on (graceful drain). `reason`,
+  // when given, is the 503's message (else "The server is shutting down").
+  void begin_shutdown(const std::string& reason = {});
   // Ends every running request: streams get an error event, waiting ones a 503 (drain time is up).
   void cut_running();
   // Generation requests not yet answered in full.
@@ -103,6 +104,7 @@ class ApiServer {
   mutable std::mutex mu_;
   std::shared_ptr<const LoadedModel> model_;
   std::atomic<bool> shutting_down_{false};
+  std::string shutdown_reason_;  // under mu_
   std::atomic<bool> cut_{false};
   std::atomic<int> active_{0};
   std::mutex unknown_mu_;

@@ -64,29 +64,66 @@ const std::string& need_string(const Json& obj, const char* key, const std::stri
   return it->get_ref<const std::string&>();
 }
 
-// A message's content: a string or a list of text parts, as one string. Media parts are refused.
+// An `input_image` part as the chat `image_url` part it stands for: `image_url` a string (a data: URL, or
+// whatever chat's image rules then accept or refuse), or an object with `url`; `detail` is ignored.
+Json image_part(const Json& part, const std::string& param) {
+  if (part.contains("file_id"))
+    fail_unsupported(param + ".file_id", "'{}' is not supported: give the image as image_url",
+                     param + ".file_id");
+  auto it = part.find("image_url");
+  if (it != part.end() && it->is_object()) return Json{{"type", "image_url"}, {"image_url", *it}};
+  return Json{{"type", "image_url"},
+              {"image_url", {{"url", need_string(part, "image_url", param + ".image_url")}}}};
+}
+
+// One text part's text ('pp' its parameter path). Media parts other than images are refused; an
+// input_image here (a tool output, an assistant turn) is refused too.
+std::string part_text(const Json& part, const std::string& pp) {
+  if (!part.is_object()) fail_param(pp, "'{}' must be an object, not {}", pp, kind_of(part));
+  const std::string& type = need_string(part, "type", pp + ".type");
+  if (type == "input_text" || type == "output_text" || type == "text" || type == "summary_text" ||
+      type == "reasoning_text")
+    return need_string(part, "text", pp + ".text", false);
+  if (type == "refusal") return need_string(part, "refusal", pp + ".refusal", false);
+  if (type == "input_image")
+    fail_unsupported(pp + ".type", "'input_image' is only supported in the content of user messages");
+  if (type == "input_file" || type == "input_audio")
+    fail_unsupported(pp + ".type", "'{}' is not supported: this server takes text and images", type);
+  fail_param(pp + ".type", "unknown content part type '{}'", type.substr(0, 64));
+}
+
+// A content: a string or a list of text parts, as one string.
 std::string content_text(const Json& content, const std::string& param) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array())
     fail_param(param, "'{}' must be a string or an array of parts, not {}", param, kind_of(content));
   std::string text;
+  for (size_t k = 0; k < content.size(); ++k) text += part_text(content[k], fmt::format("{}[{}]", param, k));
+  return text;
+}
+
+// A user message's content for chat: as content_text, except that `input_image` parts make it a list of
+// chat parts (text and image_url, in order).
+Json message_content(const Json& content, const std::string& param) {
+  if (!content.is_array()) return content_text(content, param);
+  Json parts = Json::array();
+  std::string text;  // the text since the last image
+  bool images = false;
   for (size_t k = 0; k < content.size(); ++k) {
     const Json& part = content[k];
     const std::string pp = fmt::format("{}[{}]", param, k);
-    if (!part.is_object()) fail_param(pp, "'{}' must be an object, not {}", pp, kind_of(part));
-    const std::string& type = need_string(part, "type", pp + ".type");
-    if (type == "input_text" || type == "output_text" || type == "text" || type == "summary_text" ||
-        type == "reasoning_text") {
-      text += need_string(part, "text", pp + ".text", false);
-    } else if (type == "refusal") {
-      text += need_string(part, "refusal", pp + ".refusal", false);
-    } else if (type == "input_image" || type == "input_file" || type == "input_audio") {
-      fail_unsupported(pp + ".type", "'{}' is not supported: this server handles text only", type);
+    if (part.is_object() && part.value("type", Json()) == "input_image") {
+      if (!text.empty()) parts.push_back(Json{{"type", "text"}, {"text", std::move(text)}});
+      text.clear();
+      parts.push_back(image_part(part, pp));
+      images = true;
     } else {
-      fail_param(pp + ".type", "unknown content part type '{}'", type.substr(0, 64));
+      text += part_text(part, pp);
     }
   }
-  return text;
+  if (!images) return text;
+  if (!text.empty()) parts.push_back(Json{{"type", "text"}, {"text", std::move(text)}});
+  return parts;
 }
 
 // Turns `input` into chat messages appended to `messages`.
@@ -120,7 +157,9 @@ void convert_input(const Json& input, Json& messages) {
                    role.substr(0, 64));
       auto c = item.find("content");
       if (c == item.end()) fail_param(p + ".content", "'{}' is required", p + ".content");
-      Json msg{{"role", role}, {"content", content_text(*c, p + ".content")}};
+      Json msg{{"role", role},
+               {"content", role == "user" ? message_content(*c, p + ".content")
+                                          : Json(content_text(*c, p + ".content"))}};
       if (role == "assistant") {
         assistant(std::move(msg));
       } else {

@@ -50,6 +50,10 @@ class CollectiveGroup {
   virtual void abort() = 0;
   // After an abort, once no rank is inside a collective: the group is usable again.
   virtual void reset() = 0;
+  // Why the group failed, when it knows of a failure no rank has thrown yet (NCCL: an asynchronous error
+  // or a timed-out operation the watchdog aborted while the ranks' host threads were not inside a
+  // collective); empty otherwise.
+  virtual std::string failure() const { return {}; }
 };
 
 // The bf16 code of -0: the neutral element of an exact sum (-0 + x == x for every x, +0 and -0 included).

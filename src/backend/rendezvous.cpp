@@ -1,5 +1,7 @@
 #include "backend/rendezvous.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 
 #include "util/error.h"
@@ -43,9 +45,8 @@ std::vector<const void*> Rendezvous::exchange(int rank, const void* mine) {
         if (!here) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
       aborted_ = true;
-      why_ = "rank " + std::to_string(rank) + " waited " +
-             std::to_string(static_cast<int>(timeout_seconds_)) + " s for rank(s) " + missing +
-             " (timed out)";
+      why_ = fmt::format("rank(s) {} did not reach the collective within {:g} s (rank {} timed out waiting)",
+                         missing, timeout_seconds_, rank);
       cv_.notify_all();
       throw_aborted();
     }

@@ -27,7 +27,8 @@ using CommandList = std::vector<Command>;
 void add_inspect_command(CLI::App& app, CommandList& out);
 void add_generate_command(CLI::App& app, CommandList& out);
 // A `--load-format PREFIX<argument>` of `serve` beyond the model formats, whose engine the caller
-// builds: the test server's scripted runner (tests/support/test_server.cpp). The product has none.
+// builds: the test server's scripted runner and fault-injected tensor parallelism
+// (tests/support/test_server.cpp). The product has none.
 struct ServeLoadFormat {
   std::string prefix;  // e.g. "scripted:"; empty: none
   std::string help;    // what it is, for --help and the log
@@ -35,7 +36,7 @@ struct ServeLoadFormat {
                                                  std::shared_ptr<const Tokenizer>)>
       create;
 };
-void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra = {});
+void add_serve_command(CLI::App& app, CommandList& out, std::vector<ServeLoadFormat> extras = {});
 void add_bench_command(CLI::App& app, CommandList& out);
 
 // Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it starts later): a binary's

@@ -40,9 +40,10 @@ struct Prepared {
   ApiServerOptions api;
   HttpServerOptions http;
   std::optional<std::string> extra_format;  // --load-format <ServeLoadFormat's prefix><argument>: the argument
+  const ServeLoadFormat* extra = nullptr;   // the ServeLoadFormat it names
 };
 
-Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
+Prepared prepare(ServeFlags& f, const std::vector<ServeLoadFormat>& extras) {
   set_log_level(parse_log_level(f.log_level));
   Prepared p;
   EngineConfig& e = p.engine;
@@ -68,18 +69,23 @@ Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
   if (!std::filesystem::is_regular_file(std::filesystem::path(p.tokenizer_dir) / "tokenizer.json"))
     fail_arg("{} has no tokenizer.json{}", p.tokenizer_dir, f.tokenizer.empty() ? " (--tokenizer names another place)" : "");
   e.model_dir = p.model_dir;
-  if (!extra.prefix.empty() && f.load_format.rfind(extra.prefix, 0) == 0) {
-    p.extra_format = f.load_format.substr(extra.prefix.size());
-    if (p.extra_format->empty()) fail_arg("--load-format {}: needs its argument", extra.prefix);
-    e.load_format = extra.prefix;
+  std::string extra_names;
+  for (const ServeLoadFormat& x : extras) {
+    extra_names += ", " + x.prefix + "...";
+    if (!x.prefix.empty() && !p.extra && f.load_format.rfind(x.prefix, 0) == 0) p.extra = &x;
+  }
+  if (p.extra) {
+    const std::string& prefix = p.extra->prefix;
+    p.extra_format = f.load_format.substr(prefix.size());
+    if (p.extra_format->empty()) fail_arg("--load-format {}: needs its argument", prefix);
+    e.load_format = prefix;
   } else if (f.load_format == "auto" || f.load_format == "safetensors" || f.load_format == "dummy") {
     e.load_format = f.load_format;
   } else if (f.load_format == "fastsafetensors" || f.load_format == "runai_streamer") {
     DG_LOG_INFO("serve", "--load-format {}: loading with dgemma's own safetensors reader", f.load_format);
     e.load_format = "safetensors";
   } else {
-    fail_arg("--load-format: '{}' is not one of auto, safetensors, dummy{}", f.load_format,
-             extra.prefix.empty() ? "" : ", " + extra.prefix + "...");
+    fail_arg("--load-format: '{}' is not one of auto, safetensors, dummy{}", f.load_format, extra_names);
   }
   if (f.dtype == "auto" || f.dtype == "bfloat16" || f.dtype == "bf16") e.dtype = f.dtype == "auto" ? "auto" : "bfloat16";
   else fail_arg("--dtype: '{}' is not supported (auto or bfloat16)", f.dtype);
@@ -194,7 +200,7 @@ Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
     fail_arg("--tensor-parallel-size must be 1, 2, 4 or 8 (got {})", f.tensor_parallel_size);
   if (f.tensor_parallel_size != 1 && p.extra_format)
     fail_arg("--tensor-parallel-size {}: the {} engine has no model to split", f.tensor_parallel_size,
-             extra.prefix);
+             p.extra->prefix);
   e.tensor_parallel_size = f.tensor_parallel_size;  // checked against the model's shapes when it loads
   if (!f.attention_backend.empty())
     DG_LOG_INFO("serve", "--attention-backend {}: accepted for vLLM compatibility; dgemma uses its own kernels",
@@ -204,7 +210,7 @@ Prepared prepare(ServeFlags& f, const ServeLoadFormat& extra) {
     fail_arg("--data-parallel-size must be 1 to 8 (got {})", f.data_parallel_size);
   if (f.data_parallel_size != 1 && p.extra_format)
     fail_arg("--data-parallel-size {}: the {} engine has no model to replicate", f.data_parallel_size,
-             extra.prefix);
+             p.extra->prefix);
   e.data_parallel_size = f.data_parallel_size;
   if (f.pipeline_parallel_size != 1)
     fail_arg("--pipeline-parallel-size {}: dgemma runs one model on one device (only 1 is accepted)",
@@ -392,8 +398,8 @@ bool is_loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-int run_serve(ServeFlags& f, const std::string& version, const ServeLoadFormat& extra) {
-  Prepared p = prepare(f, extra);
+int run_serve(ServeFlags& f, const std::string& version, const std::vector<ServeLoadFormat>& extras) {
+  Prepared p = prepare(f, extras);
   const ChatTemplate tmpl = choose_chat_template(f, p.tokenizer_dir);  // a template that does not compile is a start-up error
   if (!tmpl.present() && !p.api.default_template_kwargs.empty())
     fail_arg(
@@ -438,6 +444,7 @@ int run_serve(ServeFlags& f, const std::string& version, const ServeLoadFormat& 
               p.http.ssl_certfile.empty() ? "http" : "https", p.http.host, port, p.http.root_path);
 
   std::shared_ptr<EngineInterface> engine;
+  std::string engine_failure;  // the engine stopped for good (EngineInterface::failure)
   int rc = 0;
   try {
     auto tokenizer = std::shared_ptr<const Tokenizer>(
@@ -445,8 +452,8 @@ int run_serve(ServeFlags& f, const std::string& version, const ServeLoadFormat& 
     const ModelConfig mc = load_model_config(p.model_dir);
     log_sampler_defaults(p.engine, mc);
     if (p.extra_format) {
-      engine = extra.create(p.engine, *p.extra_format, tokenizer);
-      DG_LOG_INFO("serve", "--load-format {}{}: {}", extra.prefix, *p.extra_format, extra.help);
+      engine = p.extra->create(p.engine, *p.extra_format, tokenizer);
+      DG_LOG_INFO("serve", "--load-format {}{}: {}", p.extra->prefix, *p.extra_format, p.extra->help);
     } else {
       engine = create_model_engine(p.engine);
     }
@@ -461,10 +468,11 @@ int run_serve(ServeFlags& f, const std::string& version, const ServeLoadFormat& 
     loaded = true;
     DG_LOG_INFO("serve", "ready: serving '{}' (max_model_len {}, max_num_seqs {})", p.api.served_names.front(),
                 engine->max_model_len(), engine->stats().max_num_seqs);
-    std::unique_lock<std::mutex> lock(stop_mu);
-    if (f.disable_log_stats) {
-      stop_cv.wait(lock, [&] { return stop.load(); });
-    } else {
+    // Serves until a signal asks for the drain or the engine stops for good (a tensor-parallel rank
+    // died: its requests have already ended with the error), polled every 100 ms.
+    std::optional<StatsLogger> stats;
+    auto period = std::chrono::milliseconds(0);
+    if (!f.disable_log_stats) {
       // vLLM's interval variable, default 10 s.
       double interval = 10;
       if (const char* v = std::getenv("VLLM_LOG_STATS_INTERVAL"); v && *v) {
@@ -473,9 +481,27 @@ int run_serve(ServeFlags& f, const std::string& version, const ServeLoadFormat& 
         if (end && *end == 0 && d >= 0.05 && d <= 3600) interval = d;
         else DG_LOG_WARN("serve", "VLLM_LOG_STATS_INTERVAL '{}' ignored (seconds between 0.05 and 3600)", v);
       }
-      StatsLogger stats(*engine, api.server_metrics());
-      const auto period = std::chrono::milliseconds(static_cast<int64_t>(interval * 1000));
-      while (!stop_cv.wait_for(lock, period, [&] { return stop.load(); })) stats.tick();
+      stats.emplace(*engine, api.server_metrics());
+      period = std::chrono::milliseconds(static_cast<int64_t>(interval * 1000));
+    }
+    auto next_tick = std::chrono::steady_clock::now() + period;
+    std::unique_lock<std::mutex> lock(stop_mu);
+    while (!stop_cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop.load(); })) {
+      if (std::string why = engine->failure(); !why.empty()) {
+        engine_failure = why;
+        break;
+      }
+      if (stats && std::chrono::steady_clock::now() >= next_tick) {
+        stats->tick();
+        next_tick += period;
+      }
+    }
+    if (!engine_failure.empty()) {
+      lock.unlock();
+      DG_LOG_ERROR("serve", "the engine stopped: {}; shutting down", engine_failure);
+      std::fprintf(stderr, "dgemma: error: the engine stopped: %s\n", engine_failure.c_str());
+      api.begin_shutdown("the engine stopped: " + engine_failure);
+      rc = 1;
     }
   } catch (const Error& e) {
     DG_LOG_ERROR("serve", "{}", e.what());
@@ -502,6 +528,13 @@ int run_serve(ServeFlags& f, const std::string& version, const ServeLoadFormat& 
   }
   http.stop();
   http_thread.join();
+  if (!engine_failure.empty()) {
+    // The responses are written; a rank may still be running (left behind, TensorParallelModel::run), so
+    // the process leaves without tearing the engine down.
+    DG_LOG_INFO("serve", "stopped (exit status {})", rc);
+    std::fflush(nullptr);
+    std::_Exit(rc);
+  }
   engine.reset();
   DG_LOG_INFO("serve", "stopped");
   return rc;
@@ -509,7 +542,7 @@ int run_serve(ServeFlags& f, const std::string& version, const ServeLoadFormat& 
 
 }  // namespace
 
-void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
+void add_serve_command(CLI::App& app, CommandList& out, std::vector<ServeLoadFormat> extras) {
   auto f = std::make_shared<ServeFlags>();
   auto* sub =
       app.add_subcommand("serve", "Serve an OpenAI-compatible API (vLLM-compatible flags; docs/API.md)");
@@ -556,9 +589,9 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
   sub->add_option("--dtype", f->dtype, "auto or bfloat16");
   sub->add_option("-q,--quantization", f->quantization,
                   "checkpoint quantisation (auto-detected when absent): modelopt | modelopt_fp4 | compressed-tensors | fp8 | none");
-  sub->add_option("--load-format", f->load_format,
-                  "auto, safetensors or dummy (random weights)" +
-                      (extra.prefix.empty() ? "" : ", or " + extra.prefix + "... (" + extra.help + ")"));
+  std::string load_formats = "auto, safetensors or dummy (random weights)";
+  for (const ServeLoadFormat& x : extras) load_formats += ", or " + x.prefix + "... (" + x.help + ")";
+  sub->add_option("--load-format", f->load_format, load_formats);
   sub->add_option("--device", f->device, "auto, cpu or cuda");
   sub->add_option("--kernel-family", f->kernel_family,
                   "CUDA kernels: auto (hopper on an sm_90 GPU, else portable), hopper (the sm_90 kernels: "
@@ -667,9 +700,9 @@ void add_serve_command(CLI::App& app, CommandList& out, ServeLoadFormat extra) {
   sub->add_option(
       "--config", f->config_file,
       "vLLM's YAML config file: flag: value lines (long flag names); the command line wins over it");
-  Command c{sub, [f, sub, extra] {
+  Command c{sub, [f, sub, extras] {
               if (!f->config_file.empty()) apply_config_file(*sub, f->config_file, "MODEL");
-              return run_serve(*f, DGEMMA_VERSION, extra);
+              return run_serve(*f, DGEMMA_VERSION, extras);
             }};
   c.handles_stop_signals = true;
   out.push_back(std::move(c));

@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -27,6 +28,12 @@ class DataParallelEngine final : public EngineInterface {
   EngineStats stats() const override;
   int64_t max_model_len() const override { return replicas_.front()->max_model_len(); }
   int vocab_size() const override { return replicas_.front()->vocab_size(); }
+  // A replica that stopped for good stops the whole server (the first one's reason).
+  std::string failure() const override {
+    for (const auto& r : replicas_)
+      if (std::string why = r->failure(); !why.empty()) return why;
+    return {};
+  }
 
   int size() const { return static_cast<int>(replicas_.size()); }
   // The replica submit would pick for this prompt now, and the tokens in flight of each (tests, logs).

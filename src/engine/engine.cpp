@@ -7,6 +7,7 @@
 #include "engine/params.h"
 #include "engine/prompt_images.h"
 #include "util/error.h"
+#include "util/fatal_error.h"
 #include "util/log.h"
 #include "util/timing.h"
 
@@ -56,6 +57,8 @@ std::shared_ptr<RequestStream> DiffusionEngine::submit(GenerationRequest request
             scheduler.max_pages_needed(plen, max_tokens), core_->canvas_length(), plen, max_tokens,
             core_->blocks().total_pages(KvGroup::kFull)),
         "max_tokens");
+  if (std::string why = failure(); !why.empty())
+    throw Error(ErrorKind::kResourceExhausted, "the engine has stopped: " + why);
   std::vector<int64_t> soft = check_prompt_images(request, images_);
   const uint64_t id = next_id_++;
   SequenceParams sp = resolve(request.params, id);
@@ -66,6 +69,7 @@ std::shared_ptr<RequestStream> DiffusionEngine::submit(GenerationRequest request
     // when a step is planned, and the engine may be inside a long step when they arrive).
     const int64_t free_places = std::max<int64_t>(0, scheduler.config().max_num_seqs - counts_.running);
     const int64_t waiting = static_cast<int64_t>(incoming_.size()) + counts_.waiting - free_places;
+    if (!failure_.empty()) throw Error(ErrorKind::kResourceExhausted, "the engine has stopped: " + failure_);
     if (waiting >= max_queue_)
       throw Error(ErrorKind::kResourceExhausted,
                   fmt::format("the server is busy: {} requests are already waiting (--max-queue)", waiting));
@@ -125,6 +129,39 @@ void DiffusionEngine::finish(Entry& e, FinishReason reason, const std::string& e
   e.stream.reset();  // marks the entry done
 }
 
+std::string DiffusionEngine::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void DiffusionEngine::stop_for_good(const std::string& why) {
+  DG_LOG_ERROR("engine", "the engine stopped: {}", why);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failure_ = why;  // before any request sees the error, so /health already reports it; submit() refuses
+  }
+  const std::string message = "engine error: " + why;
+  for (auto& [id, e] : active_) {
+    if (!e.stream) continue;
+    try {
+      core_->abort(e.seq.get());
+    } catch (const std::exception&) {  // the device may be gone with the rank: the request ends anyway
+    }
+    finish(e, FinishReason::kError, message);
+  }
+  active_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : incoming_) {
+    RequestEvent ev;
+    ev.kind = RequestEvent::Kind::kError;
+    ev.reason = FinishReason::kError;
+    ev.message = message;
+    e.stream->push(std::move(ev));
+  }
+  incoming_.clear();
+  counts_ = CoreCounts{};
+}
+
 void DiffusionEngine::loop() {
   std::vector<CoreEvent> events;
   // Admissions and preemptions show before the step runs (--max-queue counts the waiting ones).
@@ -158,6 +195,9 @@ void DiffusionEngine::loop() {
     try {
       core_->step(events);
       ++steps_;
+    } catch (const FatalError& e) {
+      stop_for_good(e.what());
+      break;
     } catch (const std::exception& e) {
       DG_LOG_ERROR("engine", "step failed: {}", e.what());
       for (auto& [id, en] : active_) {

@@ -3,7 +3,9 @@
 // model and the device); every step batches the work of all running requests (prefill chunks,
 // commits, denoising canvases) into one forward pass. Up to --max-num-seqs requests run at once, as
 // the KV pool's pages allow; more wait in a FIFO queue bounded by --max-queue. This class keeps the
-// thread, the request queue, cancellation and the statistics.
+// thread, the request queue, cancellation and the statistics. A FatalError from a step (a
+// tensor-parallel rank died) ends every request with its message and stops the engine: failure() says
+// why and submit() refuses new requests (503).
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -32,6 +34,7 @@ class DiffusionEngine final : public EngineInterface {
   int64_t max_model_len() const override { return core_->max_model_len(); }
   int vocab_size() const override { return core_->vocab_size(); }
   ImageSupport image_support() const override { return images_; }
+  std::string failure() const override;
   // Turns image input on (the model's vision tower is loaded); before the first submit.
   void set_image_support(const ImageSupport& s) { images_ = s; }
 
@@ -46,6 +49,8 @@ class DiffusionEngine final : public EngineInterface {
   // The core's counts, published for submit() and stats() (under mu_).
   void publish();
   void finish(Entry& e, FinishReason reason, const std::string& error = {});
+  // A FatalError from a step: every request ends with it, the engine stops taking work.
+  void stop_for_good(const std::string& why);
 
   const int max_queue_;
   const uint64_t seed_;
@@ -56,6 +61,7 @@ class DiffusionEngine final : public EngineInterface {
   std::condition_variable cv_;
   std::deque<Entry> incoming_;  // submitted, not yet seen by the engine thread
   CoreCounts counts_;           // the core's, as last published
+  std::string failure_;         // set once, by stop_for_good
   std::unordered_map<uint64_t, Entry> active_;  // engine thread only: in the core (waiting or running)
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> stop_{false};

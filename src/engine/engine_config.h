@@ -8,6 +8,7 @@
 
 #include "backend/cuda_options.h"
 #include "backend/tensor.h"
+#include "engine/kv_pool.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "model/config.h"
@@ -58,12 +59,13 @@ struct EngineConfig {
 // Throws Error with a clear message on a bad model directory or an impossible memory plan.
 std::unique_ptr<EngineInterface> create_model_engine(const EngineConfig& config);
 
-// The same engine over another runner (the test server's scripted one): the same flags, configs and
-// memory plan as the CPU model engine, nothing allocated (admission, page accounting and preemption
+// The same engine over another runner (the test server's scripted and fault-injected ones): the same
+// flags, configs and memory plan as the CPU model engine (admission, page accounting and preemption
 // follow the same plan). `canvas_length` (optional) replaces the checkpoint's, as --diffusion-config
-// canvas_length would; make_runner builds the runner for the resolved model and generation configs.
-using RunnerFactory =
-    std::function<std::unique_ptr<ModelRunner>(const ModelConfig&, const GenerationConfig&)>;
+// canvas_length would; make_runner builds the runner for the resolved model and generation configs and
+// the plan's KV pool (a runner with a model allocates it; a scripted one ignores it).
+using RunnerFactory = std::function<std::unique_ptr<ModelRunner>(const ModelConfig&, const GenerationConfig&,
+                                                                 const KvPoolPlan&)>;
 std::unique_ptr<EngineInterface> create_engine_with_runner(const EngineConfig& config,
                                                            std::optional<int> canvas_length,
                                                            const RunnerFactory& make_runner);

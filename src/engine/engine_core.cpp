@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "util/error.h"
+#include "util/fatal_error.h"
 #include "util/timing.h"
 
 namespace dgemma {
@@ -105,6 +106,8 @@ StepStats EngineCore::step(std::vector<CoreEvent>& events) {
   StepResult result;
   try {
     result = runner_->run(plan);
+  } catch (const FatalError&) {
+    throw;  // the engine cannot go on (DiffusionEngine stops)
   } catch (const std::exception& e) {
     // The step failed as a whole (a device error): each of its sequences fails, the rest go on.
     std::vector<Sequence*> seqs;

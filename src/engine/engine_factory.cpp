@@ -354,11 +354,11 @@ std::unique_ptr<EngineInterface> create_engine_with_runner(const EngineConfig& c
   const ModelConfig mc = engine_model_config(c, canvas_length);
   GenerationConfig g = resolve_generation_config(c, mc);
   const int64_t max_len = engine_max_model_len(c, mc);
-  // Sized as the CPU model engine would be: nothing is allocated, but admission, page accounting and
-  // preemption follow the same plan.
+  // Sized as the CPU model engine would be: admission, page accounting and preemption follow the same
+  // plan.
   const MemoryPlan plan = plan_memory(mc, memory_plan_inputs(c, max_len, /*cpu=*/true));
   if (!plan.fits) fail(ErrorKind::kResourceExhausted, "--kv-cache-memory is too small for two canvases");
-  std::unique_ptr<ModelRunner> runner = make_runner(mc, g);
+  std::unique_ptr<ModelRunner> runner = make_runner(mc, g, plan.pool);
   DG_LOG_INFO("engine", "canvas_length {}, {} full-attention pages, max_num_seqs {}, {} tokens per step",
               mc.canvas_length, plan.pool.pages[static_cast<int>(KvGroup::kFull)], c.max_num_seqs,
               plan.max_num_batched_tokens);

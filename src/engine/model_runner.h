@@ -5,7 +5,7 @@
 // and the test server put a scripted one behind the same interface.
 // Failures: an item that fails alone reports it in its CanvasResult (the engine fails that request, the
 // others go on); an exception from run() fails every sequence of the plan (a device error), and the
-// engine keeps serving the rest.
+// engine keeps serving the rest; a FatalError from run() (a tensor-parallel rank died) stops the engine.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -253,6 +253,9 @@ class EngineInterface {
   virtual int64_t max_model_len() const = 0;
   virtual int vocab_size() const = 0;
   virtual ImageSupport image_support() const { return {}; }
+  // Why the engine stopped for good (a FatalError: util/fatal_error.h), empty while it serves. Once set,
+  // its requests have ended with that error and submit() refuses new ones.
+  virtual std::string failure() const { return {}; }
 };
 
 }  // namespace dgemma

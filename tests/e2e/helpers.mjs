@@ -15,7 +15,7 @@ export const TEST_SERVER = process.env.DGEMMA_TEST_SERVER || path.join(path.dirn
 
 // The binary a command line runs on: the test server when it names a scripted load format, else dgemma.
 export function binFor(args) {
-  return args.some((a) => typeof a === 'string' && a.startsWith('scripted:')) ? TEST_SERVER : BIN;
+  return args.some((a) => typeof a === 'string' && (a.startsWith('scripted:') || a.startsWith('tp-fault:'))) ? TEST_SERVER : BIN;
 }
 
 // The Gemma 4 tokenizer the build produces (${build}/gemma4-tokenizer/tokenizer.json).

@@ -1,6 +1,7 @@
 // Images through the real server (dummy weights, CPU, a tiny model with a small vision tower): an
 // image_url part with a data: URL gets an answer through the official openai client, the prompt counts
-// the image's tokens, hostile images are 400s that leave the server serving, and a text-only deployment
+// the image's tokens, hostile images are 400s that leave the server serving, the Responses API's
+// input_image parts work as chat's image_url parts, and a text-only deployment
 // (--limit-mm-per-prompt '{"image": 0}') refuses images. The web page (headless Chromium) sends pasted and
 // dropped images as data: URLs.
 import { test, describe, before, after } from 'node:test';
@@ -123,6 +124,26 @@ describe('images (dummy weights, CPU, tiny vision tower)', () => {
     assert.equal(r.status, 400);
     const ok = await ask([imagePart(dataUrl(good)), { type: 'text', text: 'still there?' }]);
     assert.equal(typeof ok.choices[0].message.content, 'string');
+  });
+
+  test('the Responses API takes input_image parts as chat takes image_url parts', async () => {
+    const respond = (content) => client.responses.create(
+      { model: 'tiny-vision', input: [{ role: 'user', content }], max_output_tokens: 8, temperature: 0, seed: 1 });
+    const text = { type: 'input_text', text: 'What is this?' };
+    const image = { type: 'input_image', image_url: dataUrl(png(40, 40)), detail: 'auto' };
+    const [withImage, textOnly] = [await respond([image, text]), await respond([text])];
+    assert.equal(typeof withImage.output_text, 'string');
+    assert.equal(withImage.usage.input_tokens - textOnly.usage.input_tokens, 66);  // boi, 64 soft tokens, eoi
+    // The same prompt as chat's: the same answer for the same seed.
+    const chat = await ask([imagePart(image.image_url), { type: 'text', text: 'What is this?' }],
+                           { temperature: 0 });
+    assert.equal(withImage.usage.input_tokens, chat.usage.prompt_tokens);
+    assert.equal(withImage.output_text, chat.choices[0].message.content);
+    await assert.rejects(respond([{ type: 'input_image', image_url: 'data:image/png;base64,%%%' }, text]), (e) => {
+      assert.equal(e.status, 400);
+      assert.match(e.message, /base64/);
+      return true;
+    });
   });
 });
 

@@ -233,7 +233,7 @@ describe('responses: bad requests are 400s naming the field', () => {
     [{}, 'input'],
     [{ input: 5 }, 'input'],
     [{ input: [] }, 'input'],
-    [{ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'http://x/y.png' }] }] }, 'input[0].content[0].type'],
+    [{ input: [{ role: 'user', content: [{ type: 'input_file', file_id: 'file-1' }] }] }, 'input[0].content[0].type'],
     [{ input: [{ type: 'function_call_output', output: 'x' }] }, 'input[0].call_id'],
     [{ input: 'x', tools: [{ type: 'web_search' }] }, 'tools[0].type'],
     [{ input: 'x', previous_response_id: 'resp_nope' }, 'previous_response_id'],

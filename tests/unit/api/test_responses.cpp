@@ -102,6 +102,24 @@ TEST(ResponsesRequest, ToolsChoiceFormatReasoning) {
   EXPECT_FALSE(none.contains("tool_choice"));
 }
 
+TEST(ResponsesRequest, InputImagePartsBecomeChatImageParts) {
+  const Json chat = parse(Json::parse(R"({"input": [{"role": "user", "content": [
+      {"type": "input_text", "text": "Compare "}, {"type": "input_text", "text": "these:"},
+      {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "auto"},
+      {"type": "input_image", "image_url": {"url": "data:image/png;base64,BBBB"}},
+      {"type": "input_text", "text": "Which is larger?"}]}]})"));
+  EXPECT_EQ(chat["messages"], Json::parse(R"([{"role": "user", "content": [
+      {"type": "text", "text": "Compare these:"},
+      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+      {"type": "image_url", "image_url": {"url": "data:image/png;base64,BBBB"}},
+      {"type": "text", "text": "Which is larger?"}]}])"));
+  // Without an image the content stays one string, as before.
+  const Json text =
+      parse(Json::parse(R"({"input": [{"role": "user", "content": [{"type": "input_text", "text": "a"},
+      {"type": "input_text", "text": "b"}]}]})"));
+  EXPECT_EQ(text["messages"][0]["content"], "ab");
+}
+
 TEST(ResponsesRequest, BadInputNamesTheField) {
   EXPECT_EQ(param_of(Json::object()), "input");
   EXPECT_EQ(param_of(Json{{"input", 3}}), "input");
@@ -109,8 +127,17 @@ TEST(ResponsesRequest, BadInputNamesTheField) {
   EXPECT_EQ(param_of(Json{{"input", Json::array({"hi"})}}), "input[0]");
   EXPECT_EQ(param_of(Json::parse(R"({"input": [{"role": "robot", "content": "x"}]})")), "input[0].role");
   EXPECT_EQ(param_of(Json::parse(
-                R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]})")),
+                R"({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "u"}]}]})")),
             "input[0].content[0].type");
+  EXPECT_EQ(param_of(Json::parse(
+                R"({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "u"}]}]})")),
+            "input[0].content[0].file_id");
+  EXPECT_EQ(param_of(Json::parse(R"({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})")),
+            "input[0].content[0].image_url");
+  EXPECT_EQ(
+      param_of(Json::parse(
+          R"({"input": [{"role": "assistant", "content": [{"type": "input_image", "image_url": "u"}]}]})")),
+      "input[0].content[0].type");
   EXPECT_EQ(
       param_of(Json::parse(R"({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]})")),
       "input[0].call_id");

@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "support/scripted_runner.h"
 #include "util/error.h"
+#include "util/fatal_error.h"
 
 namespace dgemma {
 namespace {
@@ -143,15 +144,18 @@ TEST(ScriptedEngine, RejectsImpossibleRequests) {
   }
 }
 
-// Throws from its first run(), as a device error would, then replays the script.
+// Throws from its first run(), as a device error would (or, fatal, as a tensor-parallel model whose rank
+// died), then replays the script.
 class ThrowOnceRunner final : public ModelRunner {
  public:
-  explicit ThrowOnceRunner(std::unique_ptr<ScriptedRunner> inner) : inner_(std::move(inner)) {}
+  explicit ThrowOnceRunner(std::unique_ptr<ScriptedRunner> inner, bool fatal = false)
+      : inner_(std::move(inner)), fatal_(fatal) {}
   int canvas_length() const override { return inner_->canvas_length(); }
   int vocab_size() const override { return inner_->vocab_size(); }
   StepResult run(const StepPlan& plan) override {
     if (!thrown_) {
       thrown_ = true;
+      if (fatal_) throw FatalError("tensor-parallel rank 1 failed: NCCL error");
       throw Error(ErrorKind::kInternal, "CUDA error: an illegal memory access");
     }
     return inner_->run(plan);
@@ -160,8 +164,53 @@ class ThrowOnceRunner final : public ModelRunner {
 
  private:
   std::unique_ptr<ScriptedRunner> inner_;
+  bool fatal_;
   bool thrown_ = false;
 };
+
+std::unique_ptr<DiffusionEngine> throw_once_engine(const std::string& reply, bool fatal) {
+  EngineConfig c;
+  c.max_num_seqs = 2;
+  ModelConfig mc = load_model_config(std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/tiny_a/model");
+  GenerationConfig g = default_generation_config(mc);
+  ScriptedRunnerOptions o;
+  o.canvas_length = mc.canvas_length;
+  o.vocab_size = static_cast<int>(mc.text.vocab_size);
+  o.eos_ids = g.eos_token_ids;
+  o.tokenizer = bytes_tokenizer();
+  auto inner = ScriptedRunner::from_json(
+      Json{{"replies", Json::array({Json{{"canvases", Json::array({reply})}}})}}, o);
+  EngineSizing sz;
+  sz.max_num_seqs = c.max_num_seqs;
+  sz.max_model_len = 512;
+  sz.max_num_batched_tokens = 128;
+  sz.prefill_chunk = 64;
+  sz.kv.pages = {32, 32};
+  return std::make_unique<DiffusionEngine>(
+      c, EngineCore::create(mc, sz, std::make_unique<ThrowOnceRunner>(std::move(inner), fatal)), g);
+}
+
+TEST(ScriptedEngine, AFatalRunnerErrorEndsEveryRequestAndStopsTheEngine) {
+  auto e = throw_once_engine("fine", /*fatal=*/true);
+  EXPECT_EQ(e->failure(), "");
+  auto a = e->submit(req("first"));
+  auto b = e->submit(req("second"));
+  for (RequestStream* s : {a.get(), b.get()}) {
+    const Result r = collect(*s);
+    EXPECT_EQ(r.last.kind, RequestEvent::Kind::kError);
+    EXPECT_EQ(r.last.message, "engine error: tensor-parallel rank 1 failed: NCCL error");
+  }
+  wait_until([&] { return !e->failure().empty(); });
+  EXPECT_EQ(e->failure(), "tensor-parallel rank 1 failed: NCCL error");
+  try {
+    e->submit(req("third"));
+    ADD_FAILURE() << "a stopped engine took a request";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.kind(), ErrorKind::kResourceExhausted);  // 503
+    EXPECT_NE(std::string(err.what()).find("the engine has stopped: tensor-parallel rank 1 failed"),
+              std::string::npos);
+  }
+}
 
 TEST(ScriptedEngine, ARunnerExceptionFailsItsStepNotTheServer) {
   EngineConfig c;

@@ -203,6 +203,7 @@ class NcclGroup final : public CollectiveGroup {
   int size() const override { return static_cast<int>(backends_.size()); }
   Collective& rank(int r) override { return *ranks_.at(static_cast<size_t>(r)); }
   void abort() override { watchdog_.fail("another rank failed"); }
+  std::string failure() const override { return watchdog_.failure(); }
   void reset() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
