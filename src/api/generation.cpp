@@ -8,8 +8,8 @@
 #include <random>
 
 #include "api/api_error.h"
-#include "api/sse.h"
-#include "api/structured_output.h"
+#include "api/http/sse.h"
+#include "api/openai/structured_output.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/timing.h"

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "api/choice_output.h"
-#include "api/infill.h"
 #include "api/metrics.h"
-#include "api/openai_request.h"
+#include "api/openai/choice_output.h"
+#include "api/openai/infill.h"
+#include "api/openai/openai_request.h"
 #include "engine/request.h"
 #include "text/tokenizer/tokenizer.h"
 #include "util/json.h"
@@ -41,7 +41,7 @@ struct PreparedPrompt {
   bool starts_in_reasoning = false;  // chat: the prompt ends inside an open thought channel
   InfillLayout infill;  // completions infilling: the answer's pinned spans (none: no infilling)
   std::vector<PromptImage> images;  // chat: the images whose soft tokens the prompt holds
-  std::shared_ptr<const GuidedAnswer> guided;  // guided decoding of the answer (api/structured_output.h)
+  std::shared_ptr<const GuidedAnswer> guided;  // guided decoding (api/openai/structured_output.h)
 };
 
 class Generation {

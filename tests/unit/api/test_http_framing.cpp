@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "api/http_connections.h"
+#include "api/http/http_connections.h"
 
 namespace dgemma {
 namespace {

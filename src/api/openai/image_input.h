@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "api/openai_request.h"
+#include "api/openai/openai_request.h"
 #include "engine/request.h"
 #include "image/composite.h"
 #include "image/image.h"

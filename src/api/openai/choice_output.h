@@ -3,7 +3,7 @@
 //   token ids -> markup text (MarkupDetokenizer: the Gemma 4 markup tokens found by id, the other special
 //   tokens skipped unless skip_special_tokens is false) -> stop strings (cut inside a canvas)
 //   -> reasoning parser (chat, --reasoning-parser gemma4) -> tool-call parser (tool_choice auto) and the
-//   checks of its calls (api/tool_call_check.h) -> client text (markup::render: what the parsers leave
+//   checks of its calls (api/openai/tool_call_check.h) -> client text (markup::render: what the parsers leave
 //   of the markup is dropped, or spelled out when skip_special_tokens is false).
 // The engine has already cut the canvas at EOS, stop token ids and max_tokens (engine/sequence.h).
 // Text that could still be the start of a stop string is held back until the next canvas decides it,
@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "api/tool_call_check.h"
-#include "text/tokenizer/detokenizer.h"
+#include "api/openai/tool_call_check.h"
 #include "text/parsers/reasoning_parser.h"
-#include "text/tokenizer/tokenizer.h"
 #include "text/parsers/tool_parser.h"
+#include "text/tokenizer/detokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 #include "util/json.h"
 
 namespace dgemma {

@@ -1,4 +1,4 @@
-#include "api/structured_output.h"
+#include "api/openai/structured_output.h"
 
 #include <array>
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "api/http_server.h"
+#include "api/http/http_server.h"
 #include "util/sha256.h"
 
 namespace dgemma {

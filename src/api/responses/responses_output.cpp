@@ -1,7 +1,7 @@
-#include "api/responses_output.h"
+#include "api/responses/responses_output.h"
 
-#include "api/responses_request.h"
-#include "api/sse.h"
+#include "api/http/sse.h"
+#include "api/responses/responses_request.h"
 
 namespace dgemma {
 namespace {

@@ -1,4 +1,4 @@
-#include "api/guided_request.h"
+#include "api/openai/guided_request.h"
 
 #include "api/api_error.h"
 #include "util/error.h"

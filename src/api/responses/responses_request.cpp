@@ -1,4 +1,4 @@
-#include "api/responses_request.h"
+#include "api/responses/responses_request.h"
 
 #include <ctime>
 #include <mutex>

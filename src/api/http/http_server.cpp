@@ -1,11 +1,11 @@
 // cpp-httplib 0.11.4 behind the HttpServer interface, used for what it does well: parsing a request,
-// routing, writing a response. The sockets are ours (api/http_connections.h): the library's own loop
+// routing, writing a response. The sockets are ours (api/http/http_connections.h): the library's own loop
 // pins a worker per connection, times reads out per recv (slow headers are never cut), drops bytes
 // that follow a request (pipelining) and binds with SO_REUSEPORT (a second server shares the port).
 // Each buffered request goes to Server::process_request over a Stream on our connection. Other
 // pitfalls: the payload cap defaults to unlimited; streamed responses must write
 // to notice a gone client.
-#include "api/http_server.h"
+#include "api/http/http_server.h"
 
 #include <algorithm>
 #include <atomic>
@@ -21,7 +21,7 @@
 
 #include <httplib.h>
 
-#include "api/http_connections.h"
+#include "api/http/http_connections.h"
 #include "util/error.h"
 #include "util/log.h"
 

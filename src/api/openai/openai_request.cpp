@@ -1,13 +1,13 @@
-#include "api/openai_request.h"
+#include "api/openai/openai_request.h"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "api/api_error.h"
-#include "api/guided_request.h"
-#include "api/request_fields.h"
-#include "api/structured_output.h"
+#include "api/openai/guided_request.h"
+#include "api/openai/request_fields.h"
+#include "api/openai/structured_output.h"
 #include "engine/limits.h"
 #include "image/image_processor.h"
 #include "util/error.h"

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "api/model_source.h"
+#include "cli/model_source.h"
 #include "util/error.h"
 
 namespace dgemma {

@@ -1,6 +1,6 @@
-#include "api/responses_store.h"
+#include "api/responses/responses_store.h"
 
-#include "api/sse.h"
+#include "api/http/sse.h"
 
 namespace dgemma {
 

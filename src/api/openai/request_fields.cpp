@@ -1,4 +1,4 @@
-#include "api/request_fields.h"
+#include "api/openai/request_fields.h"
 
 #include <cmath>
 

@@ -1,10 +1,10 @@
-#include "api/responses_api.h"
+#include "api/responses/responses_api.h"
 
 #include "api/api_error.h"
-#include "api/openai_request.h"
-#include "api/responses_output.h"
-#include "api/responses_request.h"
-#include "api/sse.h"
+#include "api/http/sse.h"
+#include "api/openai/openai_request.h"
+#include "api/responses/responses_output.h"
+#include "api/responses/responses_request.h"
 #include "util/log.h"
 
 namespace dgemma {

@@ -1,4 +1,4 @@
-#include "api/tool_call_check.h"
+#include "api/openai/tool_call_check.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "api/prompt_builder.h"
+#include "text/chat/prompt_builder.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "api/stats_log.h"
+#include "cli/stats_log.h"
 
 #include "util/log.h"
 

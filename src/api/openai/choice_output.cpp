@@ -1,4 +1,4 @@
-#include "api/choice_output.h"
+#include "api/openai/choice_output.h"
 
 #include <algorithm>
 

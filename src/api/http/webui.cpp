@@ -1,8 +1,8 @@
-#include "api/webui.h"
+#include "api/http/webui.h"
 
 #include <string>
 
-#include "api/http_server.h"
+#include "api/http/http_server.h"
 
 namespace dgemma {
 

@@ -1,4 +1,4 @@
-#include "api/http_connections.h"
+#include "api/http/http_connections.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

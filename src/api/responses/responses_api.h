@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "api/http_server.h"
-#include "api/responses_store.h"
+#include "api/http/http_server.h"
+#include "api/responses/responses_store.h"
 
 namespace dgemma {
 

@@ -1,4 +1,4 @@
-#include "api/image_input.h"
+#include "api/openai/image_input.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "api/auth.h"
+#include "api/http/auth.h"
 
 #include "util/error.h"
 

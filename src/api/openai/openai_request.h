@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "api/infill.h"
+#include "api/openai/infill.h"
 #include "engine/request.h"
 #include "guided/guided.h"
 #include "util/json.h"

@@ -1,4 +1,4 @@
-#include "api/model_source.h"
+#include "cli/model_source.h"
 
 #include <algorithm>
 #include <cctype>

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "api/openai_request.h"
+#include "api/openai/openai_request.h"
 #include "engine/request.h"
 #include "guided/constraint_cache.h"
 #include "text/tokenizer/tokenizer.h"

@@ -1,4 +1,4 @@
-#include "api/infill.h"
+#include "api/openai/infill.h"
 
 #include <algorithm>
 

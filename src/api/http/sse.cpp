@@ -1,4 +1,4 @@
-#include "api/sse.h"
+#include "api/http/sse.h"
 
 namespace dgemma {
 
