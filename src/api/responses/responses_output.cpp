@@ -1,6 +1,7 @@
 #include "api/responses/responses_output.h"
 
 #include "api/http/sse.h"
+#include "api/openai/completion_json.h"
 #include "api/responses/responses_request.h"
 
 namespace dgemma {
@@ -304,9 +305,7 @@ Json ResponseBuilder::assistant_message() const {
     if (it.kind == Kind::kReasoning) reasoning += it.text;
     if (it.kind == Kind::kMessage) text += it.text;
     if (it.kind == Kind::kCall)
-      calls.push_back(Json{{"id", it.call_id},
-                           {"type", "function"},
-                           {"function", Json{{"name", it.name}, {"arguments", it.text}}}});
+      calls.push_back(tool_call_json(it.call_id, it.name, it.text));
   }
   if (!text.empty() || calls.empty()) msg["content"] = text;
   if (!calls.empty()) msg["tool_calls"] = std::move(calls);

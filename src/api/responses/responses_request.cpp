@@ -6,6 +6,7 @@
 #include <set>
 
 #include "api/api_error.h"
+#include "api/openai/completion_json.h"
 
 namespace dgemma {
 namespace {
@@ -139,9 +140,7 @@ void convert_input(const Json& input, Json& messages) {
         fail_param(p + ".arguments", "'{}' must be a JSON object", p + ".arguments");
       }
       if (!parsed.is_object()) fail_param(p + ".arguments", "'{}' must be a JSON object", p + ".arguments");
-      Json call{{"id", call_id},
-                {"type", "function"},
-                {"function", Json{{"name", name}, {"arguments", std::move(parsed)}}}};
+      Json call = tool_call_json(call_id, name, std::move(parsed));
       if (open_assistant < 0 || !reasoning.empty())
         assistant(Json{{"role", "assistant"}, {"content", nullptr}});
       Json& msg = messages[static_cast<size_t>(open_assistant)];
