@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "api/http_server.h"
+#include "api/http/http_server.h"
 #include "util/error.h"
 #include "util/json.h"
 

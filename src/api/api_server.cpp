@@ -4,10 +4,10 @@
 
 #include "api/api_error.h"
 #include "api/generation.h"
+#include "api/http/sse.h"
+#include "api/http/webui.h"
+#include "api/openai/structured_output.h"
 #include "api/openapi.h"
-#include "api/sse.h"
-#include "api/structured_output.h"
-#include "api/webui.h"
 #include "text/parsers/reasoning_parser.h"
 #include "util/error.h"
 #include "util/log.h"

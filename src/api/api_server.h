@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "api/auth.h"
-#include "api/http_server.h"
-#include "api/image_input.h"
+#include "api/http/auth.h"
+#include "api/http/http_server.h"
 #include "api/metrics.h"
-#include "api/openai_request.h"
-#include "api/prompt_builder.h"
-#include "api/responses_api.h"
+#include "api/openai/image_input.h"
+#include "api/openai/openai_request.h"
+#include "api/responses/responses_api.h"
 #include "engine/request.h"
+#include "text/chat/prompt_builder.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace dgemma {

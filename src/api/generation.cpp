@@ -1,15 +1,14 @@
 #include "api/generation.h"
 
 #include <algorithm>
-#include <cmath>
 #include <ctime>
 #include <mutex>
 #include <optional>
 #include <random>
 
 #include "api/api_error.h"
-#include "api/sse.h"
-#include "api/structured_output.h"
+#include "api/http/sse.h"
+#include "api/openai/structured_output.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/timing.h"
@@ -51,12 +50,8 @@ struct Generation::Event {
   enum class Kind { kDelta, kPreview, kFinish, kError } kind = Kind::kDelta;
   Choice* choice = nullptr;
   OutputDelta delta;
-  std::string text;
-  std::vector<std::string> pieces;  // preview: each position's token text
-  std::vector<float> entropy;       // preview: each position's entropy (model engine only)
-  std::vector<uint8_t> accepted;    // preview: each position accepted by the step (model engine only)
-  int step = 0;
-  int canvas = 0;
+  std::string text;     // error: the message
+  PreviewJson preview;  // entropy and accepted: model engine only
 };
 
 Generation::Generation(GenerationContext ctx, ParsedRequest req, std::vector<PreparedPrompt> prompts, std::string id,
@@ -65,8 +60,10 @@ Generation::Generation(GenerationContext ctx, ParsedRequest req, std::vector<Pre
       req_(std::move(req)),
       prompts_(std::move(prompts)),
       id_(std::move(id)),
-      created_(static_cast<int64_t>(std::time(nullptr))),
       arrival_s_(arrival_s),
+      json_(CompletionJsonOptions{id_, static_cast<int64_t>(std::time(nullptr)), req_.model,
+                                  req_.endpoint == Endpoint::kChat, ctx_.response_role, ctx_.tokens_as_ids,
+                                  ctx_.reasoning_parser}),
       waker_(std::make_shared<StreamWaker>()) {}
 
 Generation::~Generation() { cancel_all(); }
@@ -268,12 +265,15 @@ void Generation::handle(Choice& c, RequestEvent&& ev, std::vector<Event>& events
       Event e;
       e.kind = Event::Kind::kPreview;
       e.choice = &c;
-      e.text = ctx_.tokenizer->decode(ev.tokens, false);
-      for (int32_t t : ev.tokens) e.pieces.push_back(ctx_.tokenizer->decode(std::span<const int32_t>(&t, 1), false));
-      e.step = ev.steps;
-      e.canvas = c.canvases;
-      e.entropy = ev.entropy;
-      e.accepted = ev.accepted;
+      PreviewJson& p = e.preview;
+      p.index = c.index;
+      p.text = ctx_.tokenizer->decode(ev.tokens, false);
+      for (int32_t t : ev.tokens)
+        p.pieces.push_back(ctx_.tokenizer->decode(std::span<const int32_t>(&t, 1), false));
+      p.step = ev.steps;
+      p.canvas = c.canvases;
+      p.entropy = ev.entropy;
+      p.accepted = ev.accepted;
       events.push_back(std::move(e));
       return;
     }
@@ -348,14 +348,6 @@ Generation::Status Generation::pump(std::chrono::milliseconds timeout, std::vect
   }
 }
 
-Json Generation::chunk_base() const {
-  const bool chat = req_.endpoint == Endpoint::kChat;
-  return Json{{"id", id_},
-              {"object", chat ? "chat.completion.chunk" : "text_completion"},
-              {"created", created_},
-              {"model", req_.model}};
-}
-
 std::string Generation::access_note() const {
   int64_t prompt = 0, completion = 0;
   for (size_t p = 0; p < prompts_.size(); ++p) prompt += prompt_tokens(p);
@@ -363,127 +355,40 @@ std::string Generation::access_note() const {
   return fmt::format("prompt_tokens={} completion_tokens={} canvases={} steps={}", prompt, completion, canvases_, steps_);
 }
 
-Json Generation::usage_json() const {
-  int64_t prompt = 0, completion = 0;
-  for (size_t p = 0; p < prompts_.size(); ++p) prompt += prompt_tokens(p);
-  int64_t canvases = 0, steps = 0;
+UsageCounts Generation::usage_counts() const {
+  UsageCounts u;
+  for (size_t p = 0; p < prompts_.size(); ++p) u.prompt_tokens += prompt_tokens(p);
   for (const auto& c : choices_) {
-    completion += c->out->completion_tokens();
-    canvases += c->canvases;
-    steps += c->denoising_steps;
+    u.completion_tokens += c->out->completion_tokens();
+    u.canvases += c->canvases;
+    u.denoising_steps += c->denoising_steps;
   }
   // Cached prompt tokens per prompt (the choices of one prompt share it: the largest share counts).
   std::vector<int64_t> cached(prompts_.size(), 0);
   for (const auto& c : choices_) cached[c->prompt_index] = std::max(cached[c->prompt_index], c->cached_tokens);
-  int64_t cached_total = 0;
-  for (int64_t v : cached) cached_total += v;
-  // dgemma extension (docs/API.md): the diffusion cost that token counts hide.
-  Json ext{{"canvases", canvases},
-           {"denoising_steps", steps},
-           {"canvas_length", ctx_.engine->stats().canvas_length}};
-  return Json{{"prompt_tokens", prompt},
-              {"completion_tokens", completion},
-              {"total_tokens", prompt + completion},
-              {"prompt_tokens_details", Json{{"cached_tokens", cached_total}}},
-              {"dgemma", std::move(ext)}};
+  for (int64_t v : cached) u.cached_tokens += v;
+  u.canvas_length = ctx_.engine->stats().canvas_length;
+  return u;
 }
 
-Json Generation::logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const {
-  // --return-tokens-as-token-ids: "token_id:N" instead of the token's text.
-  const auto name = [&](int32_t id, const std::string& text) {
-    return ctx_.tokens_as_ids ? fmt::format("token_id:{}", id) : text;
-  };
-  if (req_.endpoint == Endpoint::kChat) {
-    Json content = Json::array();
-    for (const auto& lp : lps) {
-      Json top = Json::array();
-      for (const auto& a : lp.top)
-        top.push_back(Json{{"token", name(a.id, a.token)}, {"logprob", a.logprob}, {"bytes", a.bytes}});
-      content.push_back(Json{{"token", name(lp.id, lp.token)},
-                             {"logprob", lp.logprob},
-                             {"bytes", lp.bytes},
-                             {"top_logprobs", std::move(top)}});
-    }
-    return Json{{"content", std::move(content)}};
-  }
-  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
-  size_t off = text_offset;
-  for (const auto& lp : lps) {
-    tokens.push_back(name(lp.id, lp.token));
-    token_logprobs.push_back(lp.logprob);
-    // The returned token and its alternatives (vLLM's dict: the first of equal strings stays).
-    Json t = Json::object();
-    t[name(lp.id, lp.token)] = lp.logprob;
-    for (const auto& a : lp.top)
-      if (!t.contains(name(a.id, a.token))) t[name(a.id, a.token)] = a.logprob;
-    top.push_back(std::move(t));
-    offsets.push_back(off);
-    off += lp.token.size();
-  }
-  return Json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
-}
-
-Json Generation::rejected_json(const std::vector<RejectedToolCall>& rejected) {
-  Json out = Json::array();
-  for (const auto& r : rejected) out.push_back(Json{{"name", r.name}, {"reason", r.reason}});
-  return out;
-}
-
-Json Generation::delta_json(const Choice&, const OutputDelta& d) const {
-  Json delta = Json::object();
-  if (!d.reasoning.empty()) {
-    delta["reasoning_content"] = d.reasoning;
-    delta["reasoning"] = d.reasoning;
-  }
-  if (!d.content.empty()) delta["content"] = d.content;
-  if (!d.tool_calls.empty()) {
-    Json calls = Json::array();
-    for (const auto& tc : d.tool_calls) {
-      Json call{{"index", tc.index}};
-      Json fn = Json::object();
-      if (!tc.id.empty()) {
-        call["id"] = tc.id;
-        call["type"] = "function";
-        fn["name"] = tc.name;
-      }
-      fn["arguments"] = tc.arguments_delta;
-      call["function"] = std::move(fn);
-      calls.push_back(std::move(call));
-    }
-    delta["tool_calls"] = std::move(calls);
-  }
-  if (!d.rejected_tool_calls.empty())
-    delta["dgemma"] = Json{{"rejected_tool_calls", rejected_json(d.rejected_tool_calls)}};
-  return delta;
+std::string Generation::sse_chunk(Json chunk) const {
+  if (req_.continuous_usage) chunk["usage"] = usage_json(usage_counts());
+  return sse_data(chunk);
 }
 
 std::string Generation::stream_prologue() {
   std::string out;
   for (auto& c : choices_) {
-    Json chunk = chunk_base();
+    const std::string& echo = prompts_[c->prompt_index].echo_text;
     if (req_.endpoint == Endpoint::kChat) {
-      chunk["choices"] = Json::array({Json{{"index", c->index},
-                                           {"delta", Json{{"role", ctx_.response_role}, {"content", ""}}},
-                                           {"logprobs", nullptr},
-                                           {"finish_reason", nullptr}}});
-      const std::string& echo = prompts_[c->prompt_index].echo_text;
-      if (req_.echo && !echo.empty()) {
-        // vLLM: the echoed last message follows the role chunk as content of its own.
-        if (req_.continuous_usage) chunk["usage"] = usage_json();
-        out += sse_data(chunk);
-        chunk = chunk_base();
-        chunk["choices"] = Json::array({Json{{"index", c->index}, {"delta", Json{{"content", echo}}}, {"logprobs", nullptr},
-                                             {"finish_reason", nullptr}}});
-      }
+      out += sse_chunk(json_.chunk(json_.role_choice(c->index)));
+      // vLLM: the echoed last message follows the role chunk as content of its own.
+      if (req_.echo && !echo.empty()) out += sse_chunk(json_.chunk(json_.echo_choice(c->index, echo)));
     } else {
-      const std::string& echo = prompts_[c->prompt_index].echo_text;
       if (!req_.echo) continue;
       c->text_len += echo.size();
-      chunk["choices"] = Json::array({Json{{"index", c->index}, {"text", echo}, {"logprobs", nullptr},
-                                           {"finish_reason", nullptr}}});
+      out += sse_chunk(json_.chunk(json_.echo_choice(c->index, echo)));
     }
-    if (req_.continuous_usage) chunk["usage"] = usage_json();
-    out += sse_data(chunk);
   }
   return out;
 }
@@ -492,55 +397,21 @@ Generation::Status Generation::stream_step(std::chrono::milliseconds timeout, st
   if (epilogue_sent_) return Status::kDone;
   std::vector<Event> events;
   const Status st = pump(timeout, events);
-  const bool chat = req_.endpoint == Endpoint::kChat;
   for (auto& e : events) {
     switch (e.kind) {
       case Event::Kind::kDelta: {
-        Json choice{{"index", e.choice->index}};
-        if (chat) {
-          Json delta = delta_json(*e.choice, e.delta);
-          if (delta.empty() && e.delta.logprobs.empty()) continue;
-          if (delta.empty()) delta["content"] = "";
-          choice["delta"] = std::move(delta);
-        } else {
-          choice["text"] = e.delta.content;
-        }
-        choice["logprobs"] = e.delta.logprobs.empty() ? Json(nullptr) : logprobs_json(e.delta.logprobs, e.choice->text_len);
-        choice["finish_reason"] = nullptr;
+        Json choice = json_.delta_choice(e.choice->index, e.delta, e.choice->text_len);
+        if (choice.is_null()) continue;
         e.choice->text_len += e.delta.content.size();
-        Json chunk = chunk_base();
-        chunk["choices"] = Json::array({std::move(choice)});
-        if (req_.continuous_usage) chunk["usage"] = usage_json();
-        out += sse_data(chunk);
+        out += sse_chunk(json_.chunk(std::move(choice)));
         break;
       }
       case Event::Kind::kPreview:
-        if (req_.include_previews) {
-          Json p{{"index", e.choice->index}, {"canvas", e.canvas}, {"step", e.step}, {"text", e.text}, {"tokens", e.pieces}};
-          if (!e.entropy.empty()) {
-            Json h = Json::array();
-            for (float v : e.entropy) h.push_back(std::round(static_cast<double>(v) * 1e4) / 1e4);
-            p["entropy"] = std::move(h);
-          }
-          if (!e.accepted.empty()) {
-            Json a = Json::array();
-            for (uint8_t v : e.accepted) a.push_back(v ? 1 : 0);
-            p["accepted"] = std::move(a);
-          }
-          out += sse_comment("dgemma.preview " + json_text(p));
-        }
+        if (req_.include_previews) out += sse_comment("dgemma.preview " + json_text(preview_json(e.preview)));
         break;
       case Event::Kind::kFinish: {
-        Json choice{{"index", e.choice->index}};
-        if (chat) choice["delta"] = Json::object();
-        else choice["text"] = "";
-        choice["logprobs"] = nullptr;
-        choice["finish_reason"] = e.choice->finish_reason;
-        choice["stop_reason"] = e.choice->stop_reason;
-        Json chunk = chunk_base();
-        chunk["choices"] = Json::array({std::move(choice)});
-        if (req_.continuous_usage) chunk["usage"] = usage_json();
-        out += sse_data(chunk);
+        const Choice& c = *e.choice;
+        out += sse_chunk(json_.chunk(json_.finish_choice(c.index, c.finish_reason, c.stop_reason)));
         break;
       }
       case Event::Kind::kError: {
@@ -558,12 +429,7 @@ Generation::Status Generation::stream_step(std::chrono::milliseconds timeout, st
   }
   if (st == Status::kDone) {
     if (error_.empty()) {
-      if (req_.include_usage) {
-        Json chunk = chunk_base();
-        chunk["choices"] = Json::array();
-        chunk["usage"] = usage_json();
-        out += sse_data(chunk);
-      }
+      if (req_.include_usage) out += sse_data(json_.usage_chunk(usage_json(usage_counts())));
       out += sse_done();
     }
     epilogue_sent_ = true;
@@ -586,48 +452,20 @@ Json Generation::response_json() const {
   const bool chat = req_.endpoint == Endpoint::kChat;
   Json choices = Json::array();
   for (const auto& c : choices_) {
-    const OutputDelta& t = c->total;
-    Json choice{{"index", c->index}};
-    if (chat) {
-      Json msg{{"role", ctx_.response_role}};
-      Json calls = Json::array();
-      for (const auto& tc : t.tool_calls)
-        calls.push_back(Json{{"id", tc.id},
-                             {"type", "function"},
-                             {"function", Json{{"name", tc.name}, {"arguments", tc.arguments_delta}}}});
-      const std::string echo = req_.echo ? prompts_[c->prompt_index].echo_text : std::string();
-      // No answer text beside tool calls or a thought (e.g. one cut by max_tokens): null, as in vLLM.
-      const bool no_text = t.content.empty() && echo.empty();
-      msg["content"] =
-          no_text && (!calls.empty() || !t.reasoning.empty()) ? Json(nullptr) : Json(echo + t.content);
-      if (!calls.empty()) msg["tool_calls"] = std::move(calls);
-      if (!t.rejected_tool_calls.empty())
-        msg["dgemma"] = Json{{"rejected_tool_calls", rejected_json(t.rejected_tool_calls)}};
-      if (ctx_.reasoning_parser) {
-        msg["reasoning_content"] = t.reasoning.empty() ? Json(nullptr) : Json(t.reasoning);
-        msg["reasoning"] = msg["reasoning_content"];
-      }
-      choice["message"] = std::move(msg);
-    } else {
-      const std::string& echo = req_.echo ? prompts_[c->prompt_index].echo_text : std::string();
-      choice["text"] = echo + t.content;
-      if (c->pinned && c->pinned->has_holes()) {
-        // infill_template: each hole's text (the text above is the whole filled template).
-        Json holes = Json::array();
-        for (const auto& h : c->pinned->holes()) holes.push_back(ctx_.tokenizer->decode(h, req_.skip_special_tokens));
-        choice["holes"] = std::move(holes);
-      }
+    FinishedChoice f;
+    f.index = c->index;
+    if (req_.echo) f.echo = prompts_[c->prompt_index].echo_text;
+    f.logprobs = req_.logprobs;
+    f.finish_reason = c->finish_reason;
+    f.stop_reason = c->stop_reason;
+    if (!chat && c->pinned && c->pinned->has_holes()) {
+      f.holes.emplace();
+      for (const auto& h : c->pinned->holes())
+        f.holes->push_back(ctx_.tokenizer->decode(h, req_.skip_special_tokens));
     }
-    choice["logprobs"] = req_.logprobs ? logprobs_json(t.logprobs, 0) : Json(nullptr);
-    choice["finish_reason"] = c->finish_reason;
-    choice["stop_reason"] = c->stop_reason;
-    choices.push_back(std::move(choice));
+    choices.push_back(json_.finished_choice(f, c->total));
   }
-  Json resp = chunk_base();
-  resp["object"] = chat ? "chat.completion" : "text_completion";
-  resp["choices"] = std::move(choices);
-  resp["usage"] = usage_json();
-  return resp;
+  return json_.response(std::move(choices), usage_json(usage_counts()));
 }
 
 }  // namespace dgemma

@@ -1,7 +1,8 @@
 #pragma once
 // One chat/completions request in flight: its choices (n per prompt) as engine requests, their output
-// pipelines, and the JSON they become (a whole response, or SSE chunks). Used from one HTTP worker
-// thread at a time; cancel_all() may be called from any thread.
+// pipelines, and when each piece is sent (a whole response, or SSE chunks; the JSON is
+// api/openai/completion_json's). Used from one HTTP worker thread at a time; cancel_all() may be called
+// from any thread.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -10,10 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "api/choice_output.h"
-#include "api/infill.h"
 #include "api/metrics.h"
-#include "api/openai_request.h"
+#include "api/openai/choice_output.h"
+#include "api/openai/completion_json.h"
+#include "api/openai/infill.h"
+#include "api/openai/openai_request.h"
 #include "engine/request.h"
 #include "text/tokenizer/tokenizer.h"
 #include "util/json.h"
@@ -41,7 +43,7 @@ struct PreparedPrompt {
   bool starts_in_reasoning = false;  // chat: the prompt ends inside an open thought channel
   InfillLayout infill;  // completions infilling: the answer's pinned spans (none: no infilling)
   std::vector<PromptImage> images;  // chat: the images whose soft tokens the prompt holds
-  std::shared_ptr<const GuidedAnswer> guided;  // guided decoding of the answer (api/structured_output.h)
+  std::shared_ptr<const GuidedAnswer> guided;  // guided decoding (api/openai/structured_output.h)
 };
 
 class Generation {
@@ -93,19 +95,17 @@ class Generation {
   void submit(Choice& c);
   void emit(Choice& c, OutputDelta&& d, std::vector<Event>& events);
   int64_t prompt_tokens(size_t prompt_index) const;
-  Json chunk_base() const;
-  Json usage_json() const;
-  Json delta_json(const Choice& c, const OutputDelta& d) const;
-  static Json rejected_json(const std::vector<RejectedToolCall>& rejected);
-  Json logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset) const;
+  UsageCounts usage_counts() const;
+  // A chunk as SSE, with the usage so far when the client asked for continuous usage.
+  std::string sse_chunk(Json chunk) const;
   bool all_done() const;
 
   GenerationContext ctx_;
   ParsedRequest req_;
   std::vector<PreparedPrompt> prompts_;
   std::string id_;
-  int64_t created_;
   double arrival_s_;
+  CompletionJson json_;
   std::vector<std::unique_ptr<Choice>> choices_;
   std::shared_ptr<StreamWaker> waker_;
   std::string error_;

@@ -1,7 +1,7 @@
 // One benchmark request: a streaming chat/completions POST, timed chunk by chunk from the raw SSE.
 #include <httplib.h>
 
-#include "api/sse.h"
+#include "api/http/sse.h"
 #include "cli/bench.h"
 #include "util/error.h"
 #include "util/timing.h"

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "api/image_input.h"
+#include "api/openai/image_input.h"
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/generate_chat.h"

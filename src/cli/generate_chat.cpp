@@ -12,10 +12,10 @@
 
 #include <fmt/format.h>
 
-#include "api/choice_output.h"
-#include "api/prompt_builder.h"
+#include "api/openai/choice_output.h"
 #include "engine/engine_config.h"
 #include "text/chat/chat_template.h"
+#include "text/chat/prompt_builder.h"
 #include "text/tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/mmap_file.h"

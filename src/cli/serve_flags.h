@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "api/image_input.h"
+#include "api/openai/image_input.h"
 #include "text/chat/chat_template.h"
 #include "util/json.h"
 #include "util/log.h"

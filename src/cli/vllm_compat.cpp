@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "api/model_source.h"
+#include "cli/model_source.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mmap_file.h"

@@ -14,7 +14,7 @@
 
 namespace dgemma::cli {
 
-// MODEL: a local directory, or a repo id in the local cache (api/model_source.h), as the directory
+// MODEL: a local directory, or a repo id in the local cache (cli/model_source.h), as the directory
 // holding config.json (logged when it is a cache snapshot).
 std::string resolve_cli_model(const std::string& model, const std::string& revision,
                               const std::string& download_dir);

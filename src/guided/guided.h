@@ -2,7 +2,7 @@
 // Guided decoding: constraints (a JSON Schema, any JSON object, a regex, a set of choices) compiled to
 // byte automata and lifted to a vocabulary's token ids, for enforcement inside the denoising loop.
 //
-// Gaps. A constrained answer is a layout of pinned text and free gaps (src/api/structured_output.h);
+// Gaps. A constrained answer is a layout of pinned text and free gaps (src/api/openai/structured_output.h);
 // each gap carries one constraint. Its value is the concatenation of the gap's text tokens, left to
 // right, with filler ids (pad, end-of-sequence) skipped: a value shorter than its room ends early.
 // Per denoising step, for each gap:

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "api/http_connections.h"
+#include "api/http/request_framing.h"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <string_view>
 
 #include "api/api_error.h"
-#include "api/openai_request.h"
-#include "api/structured_output.h"
-#include "api/sse.h"
+#include "api/http/sse.h"
+#include "api/openai/openai_request.h"
+#include "api/openai/structured_output.h"
 #include "util/error.h"
 
 namespace {

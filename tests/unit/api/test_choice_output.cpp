@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "api/choice_output.h"
+#include "api/openai/choice_output.h"
 #include "api_test_util.h"
 #include "util/error.h"
 

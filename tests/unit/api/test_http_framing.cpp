@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "api/http_connections.h"
+#include "api/http/request_framing.h"
 
 namespace dgemma {
 namespace {

@@ -10,8 +10,8 @@
 #include <fstream>
 
 #include "../image/image_encoders.h"
-#include "api/image_input.h"
-#include "api/openai_request.h"
+#include "api/openai/image_input.h"
+#include "api/openai/openai_request.h"
 #include "util/error.h"
 
 namespace dgemma {

@@ -1,4 +1,4 @@
-// Infilling on /v1/completions (api/infill.h): the answer layouts of `suffix` and `infill_template`
+// Infilling on /v1/completions (api/openai/infill.h): the answer layouts of `suffix` and `infill_template`
 // as pinned spans, their bounds (each a 400 naming the field), and the output view (the inserted text
 // only; each hole's tokens).
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "api/infill.h"
+#include "api/openai/infill.h"
 #include "util/error.h"
 
 namespace dgemma {

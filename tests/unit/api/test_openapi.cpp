@@ -6,7 +6,7 @@
 #include <string>
 
 #include "api/api_server.h"
-#include "api/http_server.h"
+#include "api/http/http_server.h"
 #include "api/metrics.h"
 #include "api/openapi.h"
 

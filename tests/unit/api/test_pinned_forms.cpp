@@ -7,10 +7,10 @@
 
 #include "api/api_error.h"
 #include "api/generation.h"
-#include "api/openai_request.h"
-#include "api/prompt_builder.h"
-#include "api/structured_output.h"
+#include "api/openai/openai_request.h"
+#include "api/openai/structured_output.h"
 #include "api_test_util.h"
+#include "text/chat/prompt_builder.h"
 #include "util/error.h"
 
 namespace dgemma {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "api/api_error.h"
-#include "api/openai_request.h"
+#include "api/openai/openai_request.h"
 #include "util/error.h"
 
 namespace dgemma {

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "api/responses_output.h"
-#include "api/responses_request.h"
-#include "api/responses_store.h"
-#include "api/sse.h"
+#include "api/http/sse.h"
+#include "api/responses/responses_output.h"
+#include "api/responses/responses_request.h"
+#include "api/responses/responses_store.h"
 #include "util/error.h"
 
 namespace dgemma {

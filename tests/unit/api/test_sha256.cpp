@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "api/auth.h"
+#include "api/http/auth.h"
 #include "util/error.h"
 #include "util/sha256.h"
 

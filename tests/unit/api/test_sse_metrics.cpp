@@ -5,8 +5,8 @@
 #include <sstream>
 #include <string>
 
+#include "api/http/sse.h"
 #include "api/metrics.h"
-#include "api/sse.h"
 
 namespace dgemma {
 namespace {

@@ -2,7 +2,7 @@
 // `required` parameter present. Anything else is rejected with a reason that names the problem.
 #include <gtest/gtest.h>
 
-#include "api/tool_call_check.h"
+#include "api/openai/tool_call_check.h"
 
 namespace dgemma {
 namespace {

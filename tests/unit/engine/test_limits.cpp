@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "api/openai_request.h"
+#include "api/openai/openai_request.h"
 #include "engine/engine_config.h"
 #include "engine/limits.h"
 #include "engine/request.h"
