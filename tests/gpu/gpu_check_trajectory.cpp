@@ -1,15 +1,21 @@
 // Whole seeded trajectories on CPU and CUDA side by side: every golden fixture run (prompt, sampler
-// settings, seed) through the engine (scheduler, model runner, paged KV) on both backends, compared step by step. The
-// backends' GEMMs sum in different orders, so logits differ by bf16 rounding noise; a decision may
+// settings, seed) through the engine (scheduler, model runner, paged KV) on both backends, compared step by
+// step. The backends' GEMMs sum in different orders, so logits differ by bf16 rounding noise; a decision may
 // differ only where it was a near-tie at that noise level (the same criterion as the CPU-vs-
 // transformers trajectory test, tests/golden/test_generate.cpp). Comparison stops at such a point.
+// Guided answers (docs/API.md "Guided decoding on the canvas") likewise: the gap mask in the sampler, the
+// walk in decide and the commit rule on both backends, alone and batched with unguided sequences.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <random>
 
+#include "engine/guided_answer.h"
 #include "engine/pins.h"
 #include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
+#include "guided/guided.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/weights.h"
@@ -205,12 +211,88 @@ void trajectories(Reporter& rep, const std::string& fixture) {
   compare_batched(rep, fixture, mc, prompt, batch);
 }
 
+// A JSON value over a made-up vocabulary of the model's ids: the end-of-sequence ids and pad are
+// filler, id 2 never allowed, the rest pieces of one to three characters of JSON text (every character
+// has a piece of its own, so every completion can be spelt).
+std::shared_ptr<const GuidedAnswer> guided_answer(int vocab_size, const SequenceParams& p) {
+  const std::string chars = "ab{}\":, 0123456789xy";
+  std::mt19937_64 rng(7);
+  std::vector<std::string> pieces;
+  std::vector<guided::TokenKind> kinds;
+  for (int id = 0; id < vocab_size; ++id) {
+    const bool filler =
+        id == p.pad_id || std::find(p.eos_ids.begin(), p.eos_ids.end(), id) != p.eos_ids.end();
+    std::string piece;
+    if (!filler && id != 2) {
+      const size_t k = static_cast<size_t>(id) % (2 * chars.size());
+      if (k < chars.size()) {
+        piece = std::string(1, chars[k]);
+      } else {
+        for (uint64_t i = 0, n = 1 + rng() % 3; i < n; ++i) piece += chars[rng() % chars.size()];
+      }
+    }
+    pieces.push_back(piece);
+    kinds.push_back(filler    ? guided::TokenKind::kFiller
+                    : id == 2 ? guided::TokenKind::kNever
+                              : guided::TokenKind::kText);
+  }
+  auto g = std::make_shared<GuidedAnswer>();
+  g->constraint = guided::compile_for_vocabulary(
+      guided::ConstraintSpec::json_schema(R"({"type": "object", "properties": {"a": {"type": "integer"},
+                                             "b": {"type": "string"}}, "required": ["a"]})"),
+      guided::TokenVocabulary::from_pieces(pieces, kinds));
+  g->begin = 0;
+  g->end = p.max_tokens;
+  validate_guided_answer(*g, p.pins, p.max_tokens, vocab_size);
+  return g;
+}
+
+// The committed answer is one value of the constraint (filler skipped) on either backend.
+void expect_valid(Reporter& rep, const std::string& name, const GuidedAnswer& g, const Sequence& seq) {
+  const guided::TokenConstraint& c = *g.constraint;
+  const guided::WalkResult w = c.walk(c.start(), seq.output());
+  if (w.accepted != static_cast<int32_t>(seq.output().size()) || !c.accepting(w.state))
+    rep.fail(name + ": the answer is not a value of the constraint");
+}
+
+void guided_trajectories(Reporter& rep, const std::string& fixture) {
+  const std::string dir = fixture_dir(fixture) + "/model";
+  const ModelConfig mc = load_model_config(dir);
+  const Json manifest =
+      parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
+  const auto prompt = ids(fixture, "prompt_ids");
+  for (const auto& m : manifest["runs"]) {
+    if (m["name"] != "default") continue;
+    SequenceParams p = fixture_run_params(m);
+    p.max_tokens = 3 * mc.canvas_length;  // a value spanning canvases
+    p.guided = guided_answer(static_cast<int>(mc.text.vocab_size), p);
+    SequenceParams greedy = p;
+    greedy.greedy = true;
+    greedy.seed += 1;
+    for (const auto& [name, params] :
+         {std::pair{fixture + "/guided", p}, std::pair{fixture + "/guided greedy", greedy}}) {
+      Run c = run_on(cpu(), fixture, mc, params, prompt);
+      Run g = run_on(cuda(), fixture, mc, params, prompt);
+      compare(rep, name, params, {c.seq.get(), &c.canvases}, {g.seq.get(), &g.canvases});
+      expect_valid(rep, name + " on CPU", *params.guided, *c.seq);
+      expect_valid(rep, name + " on CUDA", *params.guided, *g.seq);
+    }
+    // Guided and unguided sequences in one step on CUDA.
+    SequenceParams plain = fixture_run_params(m);
+    compare_batched(
+        rep, fixture, mc, prompt,
+        {{fixture + "/guided", p}, {fixture + "/default", plain}, {fixture + "/guided greedy", greedy}});
+  }
+}
+
 }  // namespace
 
 std::vector<Case> trajectory_cases() {
   return {
       {"trajectory_cpu_vs_cuda_tiny_a", [](Reporter& r) { trajectories(r, "tiny_a"); }},
       {"trajectory_cpu_vs_cuda_tiny_b", [](Reporter& r) { trajectories(r, "tiny_b"); }},
+      {"guided_trajectory_tiny_a", [](Reporter& r) { guided_trajectories(r, "tiny_a"); }},
+      {"guided_trajectory_tiny_b", [](Reporter& r) { guided_trajectories(r, "tiny_b"); }},
   };
 }
 
