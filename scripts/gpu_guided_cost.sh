@@ -28,4 +28,5 @@ guided="$(run --guided-schema bench/guided_schema.json "${tok[@]}")"
 printf '%s\n%s\n%s\n' "$plain" "$eager" "$guided"
 ms() { sed -E 's/.*, ([0-9.]+) ms per denoising step.*/\1/'; }
 paste <(echo "$plain" | ms) <(echo "$eager" | ms) <(echo "$guided" | ms) |
-  awk '{ printf "batch %s: guided / unguided step = %.3f (unguided op by op: %.3f)\n", (NR == 1 ? 1 : 4), $3 / $1, $3 / $2 }'
+  awk '{ printf "batch %s: guided / unguided step = %.3f (unguided op by op: %.3f)\n",
+         (NR == 1 ? 1 : 4), $3 / $1, $3 / $2 }'

@@ -169,7 +169,8 @@ void launch_sampler(const SamplerBatch& b, const SamplerBatch* dev, void* worksp
     launch_kernel(stream, slice_stats_kernel<kCandidates, true>, grid, kThreads, 0, dev, slice_max, row_floor,
                   z_tables, partials);
   } else {
-    launch_kernel(stream, slice_stats_kernel<>, grid, kThreads, 0, dev, slice_max, row_floor, z_tables, partials);
+    launch_kernel(stream, slice_stats_kernel<>, grid, kThreads, 0, dev, slice_max, row_floor, z_tables,
+                  partials);
   }
   launch_kernel(stream, finalize_kernel, dim3(static_cast<unsigned>(max_c), static_cast<unsigned>(n)), 32, 0,
                 dev, slice_max, partials, row_bsum, row_floor, top);

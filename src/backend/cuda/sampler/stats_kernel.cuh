@@ -239,7 +239,8 @@ __global__ void __launch_bounds__(kThreads, 2) slice_stats_kernel(const SamplerB
       // The same processed() of the same value, its bf16 rounding and exps.
       const uint4 t = __ldg(z_table + x);
       const bool live = !kMask || gap_allows(mask, mask_limit, v);  // allowed by the gap mask
-      const float z = live ? __uint_as_float(t.x) : -INFINITY, e = __uint_as_float(t.z), eb = __uint_as_float(t.w);
+      const float z = live ? __uint_as_float(t.x) : -INFINITY;
+      const float e = __uint_as_float(t.z), eb = __uint_as_float(t.w);
       const uint32_t zb = live ? t.y : 0xFF80u;  // bf16 -inf
       // Top2::push without branches (the thread's elements come in ascending order).
       const bool better = z > st.z.v1;
