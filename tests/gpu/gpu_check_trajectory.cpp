@@ -5,13 +5,10 @@
 // transformers trajectory test, tests/golden/test_generate.cpp). Comparison stops at such a point.
 // Guided answers (docs/API.md "Guided decoding on the canvas") likewise: the gap mask in the sampler, the
 // walk in decide and the commit rule on both backends, alone and batched with unguided sequences.
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <random>
 
-#include "engine/guided_answer.h"
 #include "engine/pins.h"
 #include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
@@ -216,40 +213,6 @@ void trajectories(Reporter& rep, const std::string& fixture) {
   compare_batched(rep, fixture, mc, prompt, batch);
 }
 
-// A guided answer over a made-up vocabulary of the model's ids: the end-of-sequence ids and pad are
-// filler, id 2 never allowed, the rest pieces of one to three characters of JSON text (every character
-// has a piece of its own, so every completion can be spelt).
-std::shared_ptr<const GuidedAnswer> guided_answer(int vocab_size, const SequenceParams& p,
-                                                  const guided::ConstraintSpec& spec) {
-  const std::string chars = "ab{}[]\":, -0123456789xy";
-  std::mt19937_64 rng(7);
-  std::vector<std::string> pieces;
-  std::vector<guided::TokenKind> kinds;
-  for (int id = 0; id < vocab_size; ++id) {
-    const bool filler =
-        id == p.pad_id || std::find(p.eos_ids.begin(), p.eos_ids.end(), id) != p.eos_ids.end();
-    std::string piece;
-    if (!filler && id != 2) {
-      const size_t k = static_cast<size_t>(id) % (2 * chars.size());
-      if (k < chars.size()) {
-        piece = std::string(1, chars[k]);
-      } else {
-        for (uint64_t i = 0, n = 1 + rng() % 3; i < n; ++i) piece += chars[rng() % chars.size()];
-      }
-    }
-    pieces.push_back(piece);
-    kinds.push_back(filler    ? guided::TokenKind::kFiller
-                    : id == 2 ? guided::TokenKind::kNever
-                              : guided::TokenKind::kText);
-  }
-  auto g = std::make_shared<GuidedAnswer>();
-  g->constraint = guided::compile_for_vocabulary(spec, guided::TokenVocabulary::from_pieces(pieces, kinds));
-  g->begin = 0;
-  g->end = p.max_tokens;
-  validate_guided_answer(*g, p.pins, p.max_tokens, vocab_size);
-  return g;
-}
-
 // The committed answer is one value of the constraint (filler skipped) on either backend.
 void expect_valid(Reporter& rep, const std::string& name, const GuidedAnswer& g, const Sequence& seq) {
   const guided::TokenConstraint& c = *g.constraint;
@@ -274,7 +237,7 @@ void guided_trajectories(Reporter& rep, const std::string& fixture) {
     SequenceParams p = fixture_run_params(m);
     p.max_tokens = 3 * mc.canvas_length;
     p.diffusion.entropy_bound = 1e6;
-    p.guided = guided_answer(vocab, p, guided::ConstraintSpec::regex("[ab ]+(x[0-9]+)?"));
+    p.guided = fixture_guided_answer(vocab, p, guided::ConstraintSpec::regex("[ab ]+(x[0-9]+)?"));
     SequenceParams greedy = p;
     greedy.greedy = true;
     greedy.seed += 1;
@@ -282,7 +245,7 @@ void guided_trajectories(Reporter& rep, const std::string& fixture) {
     SequenceParams json = fixture_run_params(m);
     json.max_tokens = 3 * mc.canvas_length;
     json.seed += 2;
-    json.guided = guided_answer(vocab, json, guided::ConstraintSpec::json_schema(R"({"type": "object",
+    json.guided = fixture_guided_answer(vocab, json, guided::ConstraintSpec::json_schema(R"({"type": "object",
         "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}},
         "required": ["a"]})"));
     const std::vector<std::pair<std::string, SequenceParams>> runs = {
