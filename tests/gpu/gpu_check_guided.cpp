@@ -11,7 +11,9 @@
 // The end-to-end guided trajectory on the tiny model is in gpu_check_trajectory.cpp.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -393,6 +395,78 @@ void check_guided_decide(Reporter& r) {
 }
 
 }  // namespace
+
+void guided_tail_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                       const std::function<void(const char*, double)>& row) {
+  Backend& be = cuda();
+  const int64_t C = 256, V = 262144;
+  // The sampler: logits of a confident head, a gap over every row.
+  Tensor raw = be.alloc(ScalarType::kBF16, {C, V}), logits = be.alloc(ScalarType::kBF16, {C, V});
+  be.fill_normal(raw, 6, 0.0f, 3.0f);
+  SamplerArgs sa;
+  sa.logits = logits;
+  sa.temperature = 0.8f;
+  sa.sample_key = 42;
+  sa.entropy = be.alloc(ScalarType::kF32, {C});
+  sa.argmax = be.alloc(ScalarType::kI32, {C});
+  sa.sample = be.alloc(ScalarType::kI32, {C});
+  sa.argmax_logprob = be.alloc(ScalarType::kF32, {C});
+  const double copy = time_ms([&] { be.copy(logits, raw); });
+  row("sampler C=256 V=262144 unguided (-copy)", time_ms([&] {
+                                                   be.copy(logits, raw);
+                                                   be.sampler(sa);
+                                                 }) - copy);
+  std::mt19937_64 rng(5);
+  for (const auto& [what, density] : {std::pair{"sampler C=256 guided, half allowed (-copy)", 0.5},
+                                      std::pair{"sampler C=256 guided, 1% allowed (-copy)", 0.01}}) {
+    std::vector<uint32_t> mask(static_cast<size_t>(V / 32), 0u);
+    std::bernoulli_distribution on(density);
+    for (int64_t id = 0; id < V; ++id)
+      if (on(rng)) mask[static_cast<size_t>(id >> 5)] |= 1u << (id & 31);
+    GuidedTables t;
+    t.vocab_size = static_cast<int32_t>(V);
+    t.gap_mask = be.upload(borrow_tensor(mask.data(), ScalarType::kI32, {V / 32}));
+    SamplerArgs g = sa;
+    g.guided = GuidedGap{&t, 0, static_cast<int32_t>(C), 0, C};
+    row(what, time_ms([&] {
+                be.copy(logits, raw);
+                be.sampler(g);
+              }) - copy);
+  }
+  // Decide: 256 chosen tokens of 1 to 4 letters that the automaton all accepts (the walk's longest).
+  std::vector<std::string> pieces = {"", ""};
+  std::vector<guided::TokenKind> kinds = {guided::TokenKind::kFiller, guided::TokenKind::kFiller};
+  while (pieces.size() < 4096) {
+    std::string p;
+    for (uint64_t i = 0, n = 1 + rng() % 4; i < n; ++i) p += static_cast<char>('a' + rng() % 26);
+    pieces.push_back(p);
+    kinds.push_back(guided::TokenKind::kText);
+  }
+  const auto k = guided::compile_for_vocabulary(guided::ConstraintSpec::regex("[a-z]+"),
+                                                guided::TokenVocabulary::from_pieces(pieces, kinds));
+  GuidedTableCache cache;
+  const GuidedTables& t = cache.get(be, k);
+  std::vector<float> h(static_cast<size_t>(C));
+  std::vector<int32_t> ids(static_cast<size_t>(C));
+  for (int64_t p = 0; p < C; ++p) {
+    h[static_cast<size_t>(p)] = static_cast<float>((p * 37) % 101) * 0.01f;
+    ids[static_cast<size_t>(p)] = static_cast<int32_t>(2 + rng() % 4094);
+  }
+  DecideArgs d;
+  d.entropy = be.alloc(ScalarType::kF32, {C});
+  d.argmax = be.alloc(ScalarType::kI32, {C});
+  d.sample = be.alloc(ScalarType::kI32, {C});
+  d.prev_argmax = be.alloc(ScalarType::kI32, {C});
+  d.canvas = be.alloc(ScalarType::kI32, {C});
+  d.flags = be.alloc(ScalarType::kI32, {2});
+  be.from_host(d.entropy, h.data());
+  for (const Tensor* x : {&d.argmax, &d.sample, &d.prev_argmax}) be.from_host(*x, ids.data());
+  d.vocab = static_cast<int32_t>(V);
+  d.have_prev = true;
+  row("decide C=256 unguided", time_ms([&] { be.decide(d); }));
+  d.guided = GuidedGap{&t, 0, static_cast<int32_t>(C), k->start(), 4 * C};
+  row("decide C=256 guided, a 256-token walk", time_ms([&] { be.decide(d); }));
+}
 
 std::vector<Case> guided_cases() {
   return {
