@@ -67,8 +67,9 @@ DGEMMA_GUIDED_HD inline WalkResult walk_tokens_within(const TokenConstraintView&
   WalkResult r{0, state};
   for (int32_t i = 0; i < count; ++i) {
     const int32_t next = step_token(v, r.state, tokens[i]);
-    const bool checked = v.token_kind[tokens[i] < 0 ? 0 : tokens[i]] != 1 && (pinned == nullptr || pinned[i] == 0);
-    if (next < 0 || (checked && distance[next] > room - (i + 1))) break;
+    if (next < 0) break;  // rejected (an id outside the vocabulary included)
+    const bool checked = v.token_kind[tokens[i]] != 1 && (pinned == nullptr || pinned[i] == 0);
+    if (checked && distance[next] > room - (i + 1)) break;
     r.state = next;
     r.accepted = i + 1;
   }

@@ -252,6 +252,7 @@ int bench(bool quant_only, bool flash_only, bool tail_only, bool small_only) {
           for (const DecideArgs& a : four) be.decide(a);
         }));
     row("decide 4 x C=256, one batch", time_ms([&] { be.decide_batch(four); }));
+    gpu_test::guided_tail_bench([&](const std::function<void()>& fn) { return time_ms(fn); }, row);
   }
   if (!tail_only) gpu_test::w8a8_bench([&](const std::function<void()>& fn) { return time_ms(fn); }, row);  // last (the newest kernels)
   return 0;

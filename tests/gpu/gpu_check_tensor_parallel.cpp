@@ -280,7 +280,8 @@ void compare_traces(Reporter& r, const std::string& name, ModelCore& a, const Se
   }
 }
 
-// Two batched seeded sequences (the second shorter, with pinned positions) through -tp 1 and -tp n.
+// Two batched seeded sequences (the second shorter, with pinned positions unless guided) through -tp 1
+// and -tp n.
 void compare_models(Reporter& r, const std::string& name, const ModelConfig& mc, const ModelWeights& host,
                     int n, const SequenceParams& p, const std::vector<int32_t>& prompt) {
   auto one_be = make_cuda_backend(0, current_options());
@@ -294,7 +295,7 @@ void compare_models(Reporter& r, const std::string& name, const ModelConfig& mc,
     std::vector<std::unique_ptr<Sequence>> seqs;
     SequenceParams a = p, b = p;
     b.seed = a.seed + 101;
-    b.pins = {PinnedSpan{3, {5, 6, 7}}};
+    if (!p.guided) b.pins = {PinnedSpan{3, {5, 6, 7}}};
     seqs.push_back(core.make_sequence(1, prompt, a));
     seqs.push_back(core.make_sequence(2, shorter, b));
     try {
@@ -325,6 +326,25 @@ void check_fixture(Reporter& r, const std::string& fixture, int n) {
   SequenceParams p = fixture_run_params(manifest["runs"][0]);
   p.max_tokens = 2 * mc.canvas_length;
   compare_models(r, fixture + " tp" + std::to_string(n), mc, host, n, p, fixture_ids(fixture, "prompt_ids"));
+}
+
+// Guided answers (docs/API.md "Guided decoding on the canvas") under tensor parallelism: every rank's
+// sampler masks the gathered vocabulary by global token id and walks the gap as -tp 1 does; every
+// position passes the entropy bound, so the walk alone decides what is kept.
+void check_fixture_guided(Reporter& r, const std::string& fixture, int n) {
+  const std::string dir = fixture_dir(fixture) + "/model";
+  const ModelConfig mc = load_model_config(dir);
+  auto loader = make_cpu_backend();
+  const ModelWeights host = load_weights(mc, dir, *loader);
+  const Json manifest =
+      parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
+  SequenceParams p = fixture_run_params(manifest["runs"][0]);
+  p.max_tokens = 2 * mc.canvas_length;
+  p.diffusion.entropy_bound = 1e6;
+  p.guided = fixture_guided_answer(static_cast<int>(mc.text.vocab_size), p,
+                                   guided::ConstraintSpec::regex("[ab ]+(x[0-9]+)?"));
+  compare_models(r, fixture + " guided tp" + std::to_string(n), mc, host, n, p,
+                 fixture_ids(fixture, "prompt_ids"));
 }
 
 // The released 26B-A4B's widths (hidden 2816, 16 query heads, 8 / 2 KV heads of 256 / 512, 128 experts
@@ -376,6 +396,7 @@ std::vector<Case> tensor_parallel_cases() {
       {"tp_trajectory_tiny_a_tp2", [](Reporter& r) { check_fixture(r, "tiny_a", 2); }},
       {"tp_trajectory_tiny_a_tp4", [](Reporter& r) { check_fixture(r, "tiny_a", 4); }},
       {"tp_trajectory_tiny_b_tp2", [](Reporter& r) { check_fixture(r, "tiny_b", 2); }},
+      {"tp_guided_trajectory_tiny_a_tp2", [](Reporter& r) { check_fixture_guided(r, "tiny_a", 2); }},
       {"tp_26b_shape", check_26b_shape},
   };
 }

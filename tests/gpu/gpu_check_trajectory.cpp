@@ -1,8 +1,10 @@
 // Whole seeded trajectories on CPU and CUDA side by side: every golden fixture run (prompt, sampler
-// settings, seed) through the engine (scheduler, model runner, paged KV) on both backends, compared step by step. The
-// backends' GEMMs sum in different orders, so logits differ by bf16 rounding noise; a decision may
+// settings, seed) through the engine (scheduler, model runner, paged KV) on both backends, compared step by
+// step. The backends' GEMMs sum in different orders, so logits differ by bf16 rounding noise; a decision may
 // differ only where it was a near-tie at that noise level (the same criterion as the CPU-vs-
 // transformers trajectory test, tests/golden/test_generate.cpp). Comparison stops at such a point.
+// Guided answers (docs/API.md "Guided decoding on the canvas") likewise: the gap mask in the sampler, the
+// walk in decide and the commit rule on both backends, alone and batched with unguided sequences.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -10,6 +12,7 @@
 #include "engine/pins.h"
 #include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
+#include "guided/guided.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
 #include "model/weights.h"
@@ -131,6 +134,9 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
           break;
         }
       bool differs = false;
+      // With a guided answer a position's acceptance also depends on the chosen tokens before it (the
+      // walk): after a (near-tie) difference there, its acceptance may differ too.
+      bool chosen_differed = false;
       for (size_t i = 0; i < a.argmax.size(); ++i) {
         if (a.argmax[i] != b.argmax[i]) {
           differs = true;
@@ -142,8 +148,10 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
         }
         if (a.accept[i] != b.accept[i]) {
           differs = true;
-          if (a.accept_margin[i] >= kTieH) rep.fail(at + ": accept differs at " + std::to_string(i) + " without a near-tie");
+          if (a.accept_margin[i] >= kTieH && !(p.guided && chosen_differed))
+            rep.fail(at + ": accept differs at " + std::to_string(i) + " without a near-tie");
         }
+        chosen_differed = chosen_differed || a.argmax[i] != b.argmax[i] || a.sample[i] != b.sample[i];
       }
       if (a.stop != b.stop) {
         differs = true;
@@ -205,12 +213,65 @@ void trajectories(Reporter& rep, const std::string& fixture) {
   compare_batched(rep, fixture, mc, prompt, batch);
 }
 
+// The committed answer is one value of the constraint (filler skipped) on either backend.
+void expect_valid(Reporter& rep, const std::string& name, const GuidedAnswer& g, const Sequence& seq) {
+  const guided::TokenConstraint& c = *g.constraint;
+  const guided::WalkResult w = c.walk(c.start(), seq.output());
+  if (w.accepted != static_cast<int32_t>(seq.output().size()) || !c.accepting(w.state))
+    rep.fail(name + ": the answer is not a value of the constraint");
+}
+
+void guided_trajectories(Reporter& rep, const std::string& fixture) {
+  const std::string dir = fixture_dir(fixture) + "/model";
+  const ModelConfig mc = load_model_config(dir);
+  const Json manifest =
+      parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
+  const auto prompt = ids(fixture, "prompt_ids");
+  const int vocab = static_cast<int>(mc.text.vocab_size);
+  for (const auto& m : manifest["runs"]) {
+    if (m["name"] != "default") continue;
+    // A regex whose gap mask leaves a small part of the vocabulary and whose walk cuts often; every
+    // position passes the entropy bound, so the walk alone decides what is kept (on a random model the
+    // fixture's bound keeps about one position a step, which the walk then mostly cuts). The value
+    // spans canvases.
+    SequenceParams p = fixture_run_params(m);
+    p.max_tokens = 3 * mc.canvas_length;
+    p.diffusion.entropy_bound = 1e6;
+    p.guided = fixture_guided_answer(vocab, p, guided::ConstraintSpec::regex("[ab ]+(x[0-9]+)?"));
+    SequenceParams greedy = p;
+    greedy.greedy = true;
+    greedy.seed += 1;
+    // A JSON Schema with the fixture's settings.
+    SequenceParams json = fixture_run_params(m);
+    json.max_tokens = 3 * mc.canvas_length;
+    json.seed += 2;
+    json.guided = fixture_guided_answer(vocab, json, guided::ConstraintSpec::json_schema(R"({"type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}},
+        "required": ["a"]})"));
+    const std::vector<std::pair<std::string, SequenceParams>> runs = {
+        {fixture + "/guided", p}, {fixture + "/guided greedy", greedy}, {fixture + "/guided json", json}};
+    for (const auto& [name, params] : runs) {
+      Run c = run_on(cpu(), fixture, mc, params, prompt);
+      Run g = run_on(cuda(), fixture, mc, params, prompt);
+      compare(rep, name, params, {c.seq.get(), &c.canvases}, {g.seq.get(), &g.canvases});
+      expect_valid(rep, name + " on CPU", *params.guided, *c.seq);
+      expect_valid(rep, name + " on CUDA", *params.guided, *g.seq);
+    }
+    // Guided and unguided sequences in one step on CUDA.
+    std::vector<std::pair<std::string, SequenceParams>> batch = runs;
+    batch.insert(batch.begin() + 1, {fixture + "/default", fixture_run_params(m)});
+    compare_batched(rep, fixture, mc, prompt, batch);
+  }
+}
+
 }  // namespace
 
 std::vector<Case> trajectory_cases() {
   return {
       {"trajectory_cpu_vs_cuda_tiny_a", [](Reporter& r) { trajectories(r, "tiny_a"); }},
       {"trajectory_cpu_vs_cuda_tiny_b", [](Reporter& r) { trajectories(r, "tiny_b"); }},
+      {"guided_trajectory_tiny_a", [](Reporter& r) { guided_trajectories(r, "tiny_a"); }},
+      {"guided_trajectory_tiny_b", [](Reporter& r) { guided_trajectories(r, "tiny_b"); }},
   };
 }
 

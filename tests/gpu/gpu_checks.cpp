@@ -9,6 +9,7 @@ std::vector<Case> graph_cases();       // gpu_check_graphs.cpp
 std::vector<Case> flash_attention_cases();  // gpu_check_flash_attention.cpp
 std::vector<Case> grouped_moe_cases();      // gpu_check_grouped_moe.cpp
 std::vector<Case> decide_cases();           // gpu_check_decide.cpp
+std::vector<Case> guided_cases();           // gpu_check_guided.cpp
 std::vector<Case> quant_cases();            // gpu_check_quant.cpp
 std::vector<Case> quant_large_cases();      // gpu_check_quant_large.cpp
 std::vector<Case> nccl_cases();             // gpu_check_nccl.cpp
@@ -28,6 +29,7 @@ std::vector<Case> all_cases() {
   for (auto& c : flash_attention_cases()) all.push_back(std::move(c));
   for (auto& c : grouped_moe_cases()) all.push_back(std::move(c));
   for (auto& c : decide_cases()) all.push_back(std::move(c));
+  for (auto& c : guided_cases()) all.push_back(std::move(c));
   for (auto& c : sample_filter_cases()) all.push_back(std::move(c));
   for (auto& c : batch_cases()) all.push_back(std::move(c));
   for (auto& c : small_kernel_cases()) all.push_back(std::move(c));

@@ -59,6 +59,11 @@ void vision_bench(const std::function<double(const std::function<void()>&)>& tim
                   const std::function<void(const char*, double)>& row);
 // Rows of the fused small kernels (gpu_check_small_kernels.cpp): the attention prologue and the MoE
 // routing, the sequences they replace against them, at T = 256 and 1024.
+// `dgemma_gpu_check --bench [tail]` rows of guided decoding (gpu_check_guided.cpp): the sampler with a gap
+// mask over a whole canvas of the 262,144-token vocabulary, and decide walking a whole 256-token gap,
+// next to the unguided rows above them.
+void guided_tail_bench(const std::function<double(const std::function<void()>&)>& time_ms,
+                       const std::function<void(const char*, double)>& row);
 void small_kernel_bench(const std::function<double(const std::function<void()>&)>& time_ms,
                         const std::function<void(const char*, double)>& row);
 

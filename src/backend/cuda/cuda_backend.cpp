@@ -581,6 +581,9 @@ class CudaBackend final : public Backend {
     return capture_graph(ctx_, body);
   }
   bool supports_graphs() const override { return true; }
+  // The sampler masks a guided gap's rows and decide walks its tokens (sampler/stats_kernel.cuh,
+  // sampler/decide_kernel.cuh).
+  bool supports_guided_gaps() const override { return true; }
 
   void decide_batch(std::span<const DecideArgs> canvases) override {
     activate();

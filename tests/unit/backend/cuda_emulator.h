@@ -30,7 +30,8 @@
 // for is reported at once (a race on the GPU whatever the order the emulation runs the threads in).
 // Threads run round robin, or (g_jitter_seed) with warps sitting out random runs of rounds, so that
 // producers and consumers drift apart as on the GPU.
-// And what the sampler's kernels use (sampler/sampler_kernel.cuh, blocks of 512 threads): uint2, the int
+// And __syncthreads_and (sampler/decide_kernel.cuh). And what the sampler's kernels use
+// (sampler/sampler_kernel.cuh, blocks of 512 threads): uint2, the int
 // shuffle and votes, shared-memory atomicMax / atomicMin, block_reduce, __fmaf_rn, and the fast
 // logarithm __log2f, which returns the exact value moved by the largest error the CUDA
 // programming guide allows them, in a direction that depends on the argument: a kernel whose error
@@ -331,6 +332,19 @@ inline void __stcg(T* p, T v) { *p = v; }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
 inline void __syncthreads() { emu::g_block_bar->arrive_and_wait(); }
+// The barrier with a vote: every thread publishes its predicate, meets the others, reads them all, and
+// meets them again before anyone may vote anew.
+namespace emu {
+inline int g_vote[32 * kMaxWarps];
+}
+inline int __syncthreads_and(int pred) {
+  emu::g_vote[threadIdx.x] = pred;
+  emu::g_block_bar->arrive_and_wait();
+  int all = 1;
+  for (unsigned t = 0; t < blockDim.x; ++t) all = all && emu::g_vote[t] != 0;
+  emu::g_block_bar->arrive_and_wait();
+  return all;
+}
 inline void __syncwarp() { emu::g_warp_bar[threadIdx.x >> 5]->arrive_and_wait(); }  // the warp's lanes meet
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }

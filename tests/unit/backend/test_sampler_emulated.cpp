@@ -3,14 +3,17 @@
 // host through cuda_emulator.h, in the launcher's order and workspace layout, against the CPU
 // backend's sampler: several canvases a launch (each its own rows, temperature, greedy or sampling,
 // with or without probabilities, gaps and top-N), rows cut into several slices, slices swept 8 logits
-// a round (16-byte aligned, a multiple of 8 long) or one (otherwise), peaked and flat rows (flat: every logit within the noise's reach of the best, the screen and the bound at
-// work over several rounds), saturated logits (different logits of one z: ties broken by the lowest
-// index), and temperatures whose e^z table cannot serve some or all rows (the per-element exps then).
-// The host's z is the CPU's bit for bit (the same tanhf), so the argmax and the sample must be the
-// CPU's exactly; the entropy within the bound the kernels derive for their fp32 sums, the
-// log-probabilities and the probabilities (their denominator) within what tests/gpu allows the
-// device. The device's own maths (tanhf, expf, the fast logarithms' rounding) is checked by
-// tests/gpu; the emulator's __log2f errs by its documented maximum. Then the main pass's pieces
+// a round (16-byte aligned, a multiple of 8 long) or one (otherwise), peaked and flat rows (flat: every logit
+// within the noise's reach of the best, the screen and the bound at work over several rounds), saturated
+// logits (different logits of one z: ties broken by the lowest index), and temperatures whose e^z table
+// cannot serve some or all rows (the per-element exps then). The host's z is the CPU's bit for bit (the same
+// tanhf), so the argmax and the sample must be the CPU's exactly; the entropy within the bound the kernels
+// derive for their fp32 sums, the log-probabilities and the probabilities (their denominator) within what
+// tests/gpu allows the device. The device's own maths (tanhf, expf, the fast logarithms' rounding) is checked
+// by tests/gpu; the emulator's __log2f errs by its documented maximum. Guided gaps (backend.h GuidedGap):
+// canvases whose rows [first, last) see only a random token mask (dense, sparse, with ids past the
+// constraint's vocabulary), mixed with unguided canvases in one launch, against the CPU's masked
+// sampler to the same bounds. Then the main pass's pieces
 // alone: its hash against rng::bits, the noise estimate against its claimed bound, the warp maximum,
 // which rows the e^z table serves.
 #include <gtest/gtest.h>
@@ -54,6 +57,13 @@ struct Canvas {
   int top_n = 0;
   uint64_t key = 0;
   std::vector<uint16_t> logits;  // [C, V]
+  // A guided gap: rows [gap_first, gap_last) see the tokens of `mask` below `limit` (empty: no gap).
+  std::vector<uint32_t> mask;
+  int32_t gap_first = 0, gap_last = 0, limit = 0;
+  bool allowed(int64_t p, int64_t id) const {
+    return mask.empty() || p < gap_first || p >= gap_last ||
+           (id < limit && ((mask[static_cast<size_t>(id >> 5)] >> (id & 31)) & 1u) != 0);
+  }
 };
 struct Outputs {
   std::vector<uint16_t> logits;
@@ -73,6 +83,13 @@ Outputs run_cpu(const Canvas& c, int64_t V) {
   o.size(c);
   auto be = make_cpu_backend();
   SamplerArgs a;
+  GuidedTables tables;  // the sampler reads the gap mask and the constraint's vocabulary size only
+  std::vector<uint32_t> mask = c.mask;
+  if (!mask.empty()) {
+    tables.vocab_size = c.limit;
+    tables.gap_mask = borrow_tensor(mask.data(), ScalarType::kI32, {static_cast<int64_t>(mask.size())});
+    a.guided = GuidedGap{&tables, c.gap_first, c.gap_last, 0, c.gap_last - c.gap_first};
+  }
   a.logits = borrow_tensor(o.logits.data(), ScalarType::kBF16, {c.C, V});
   a.softcap = c.cap;
   a.temperature = c.T;
@@ -103,7 +120,7 @@ std::vector<Outputs> run_emulated(const std::vector<Canvas>& cs, int64_t V, int 
   b.n = n;
   b.splits = splits;
   int64_t rows = 0, top_entries = 0, max_c = 0;
-  bool any_top = false, any_probs = false;
+  bool any_top = false, any_probs = false, any_gap = false;
   for (int i = 0; i < n; ++i) {
     const Canvas& c = cs[static_cast<size_t>(i)];
     Outputs& o = out[static_cast<size_t>(i)];
@@ -118,6 +135,11 @@ std::vector<Outputs> run_emulated(const std::vector<Canvas>& cs, int64_t V, int 
     a.argmax_gap = c.gaps ? o.argmax_gap.data() : nullptr;
     a.sample_gap = c.gaps ? o.sample_gap.data() : nullptr;
     a.top_n = c.top_n, a.top_ids = o.top_ids.data(), a.top_logprobs = o.top_lp.data();
+    if (!c.mask.empty()) {
+      a.gap_mask = c.mask.data();
+      a.gap_first = c.gap_first, a.gap_last = c.gap_last, a.gap_limit = c.limit;
+      any_gap = true;
+    }
     a.row0 = rows, a.top0 = top_entries;
     rows += c.C;
     top_entries += c.C * splits * c.top_n;
@@ -137,8 +159,14 @@ std::vector<Outputs> run_emulated(const std::vector<Canvas>& cs, int64_t V, int 
   float* const rf = row_floor.data();
   Stats* const pt = partials.data();
   const uint4* zt = z_tables.data();
+  // The launcher's choice: the guided instance when a canvas of the batch has a gap.
   std::function<void()> stats;
-  if (pass.one_candidate) stats = [=] { slice_stats_kernel<1>(bp, sm, rf, zt, pt); };
+  if (pass.one_candidate && any_gap)
+    stats = [=] { slice_stats_kernel<1, true>(bp, sm, rf, zt, pt); };
+  else if (pass.one_candidate)
+    stats = [=] { slice_stats_kernel<1>(bp, sm, rf, zt, pt); };
+  else if (any_gap)
+    stats = [=] { slice_stats_kernel<kCandidates, true>(bp, sm, rf, zt, pt); };
   else stats = [=] { slice_stats_kernel<>(bp, sm, rf, zt, pt); };
   emu::launch_3d(stats, splits, mc, n, 0, kThreads);
   emu::launch_3d([&] { finalize_kernel(bp, slice_max.data(), partials.data(), row_bsum.data(), row_floor.data(), top.data()); },
@@ -155,6 +183,7 @@ void expect_cpu(const std::string& at, const Canvas& c, const Outputs& g, const 
     const std::string row = at + " row " + std::to_string(p);
     EXPECT_EQ(g.argmax[p], w.argmax[p]) << row;
     EXPECT_EQ(g.sample[p], w.sample[p]) << row;
+    EXPECT_TRUE(c.allowed(p, g.argmax[p]) && c.allowed(p, g.sample[p])) << row << ": a masked token chosen";
     // The entropy within the bound the kernels' comments derive for their fp32 runs, 5.4e-7 (1 + 2 H),
     // and the output's rounding (tests/gpu allows the device 1e-5 (1 + H)); seen: 4e-8 (1 + H).
     const double H = w.entropy[p];
@@ -167,7 +196,9 @@ void expect_cpu(const std::string& at, const Canvas& c, const Outputs& g, const 
     for (int j = 0; j < c.top_n; ++j) {
       const size_t k = static_cast<size_t>(p * c.top_n + j);
       EXPECT_EQ(g.top_ids[k], w.top_ids[k]) << row << " top " << j;
-      EXPECT_NEAR(g.top_lp[k], w.top_lp[k], 1e-5 + 1e-6 * std::fabs(w.top_lp[k])) << row << " top " << j;
+      if (g.top_lp[k] != w.top_lp[k]) {  // a masked token's -inf on both sides is equal
+        EXPECT_NEAR(g.top_lp[k], w.top_lp[k], 1e-5 + 1e-6 * std::fabs(w.top_lp[k])) << row << " top " << j;
+      }
     }
   }
   if (!c.want_probs) {
@@ -185,6 +216,12 @@ void expect_cpu(const std::string& at, const Canvas& c, const Outputs& g, const 
     ++off;
   }
   EXPECT_LE(off, w.logits.size() / 100) << at << ": probabilities one bf16 step off";
+  const int64_t V = static_cast<int64_t>(w.logits.size()) / c.C;
+  for (int64_t p = 0; p < c.C; ++p)
+    for (int64_t v = 0; v < V; ++v)
+      if (!c.allowed(p, v)) {
+        ASSERT_EQ(g.logits[static_cast<size_t>(p * V + v)], 0) << at << ": masked token " << v;
+      }
 }
 
 // Logits: broad noise with a few strong candidates (peaked) or all within a narrow band (flat: the
@@ -228,9 +265,30 @@ std::vector<uint4> make_tables(const std::vector<Canvas>& cs) {
   return t;
 }
 
+// The guided gaps of a case: every canvas but `unguided` gets a random mask over `limit` ids (each
+// allowed with probability `density`, at least one) on its rows from 1 (canvases of one row: 0) on.
+struct Guiding {
+  double density = 0.5;
+  int32_t limit = 0;  // <= V; ids at or past it are never allowed (their bits set or not)
+  int unguided = -1;
+};
+
+std::vector<uint32_t> make_mask(std::mt19937_64& rng, const Guiding& g) {
+  std::vector<uint32_t> m(static_cast<size_t>((g.limit + 31) / 32), 0);
+  std::bernoulli_distribution on(g.density);
+  for (int32_t id = 0; id < g.limit; ++id)
+    if (on(rng)) m[static_cast<size_t>(id >> 5)] |= 1u << (id & 31);
+  const int32_t one = static_cast<int32_t>(rng() % static_cast<uint64_t>(g.limit));
+  m[static_cast<size_t>(one >> 5)] |= 1u << (one & 31);
+  // The bits past `limit` in its last word are set too: the limit, not the bit, excludes those ids.
+  if (g.limit % 32 != 0) m[static_cast<size_t>(g.limit >> 5)] |= ~0u << (g.limit & 31);
+  return m;
+}
+
 // Four canvases of different rows and settings in one launch, through the given forms of the main
-// pass.
-void run_case(const Case& k, const std::vector<float>& temps, uint64_t seed, std::initializer_list<Pass> passes) {
+// pass (with `guiding`, some of them guided).
+void run_case(const Case& k, const std::vector<float>& temps, uint64_t seed,
+              std::initializer_list<Pass> passes, const Guiding* guiding = nullptr) {
   std::mt19937_64 rng(seed);
   std::vector<Canvas> cs;
   const int64_t rows[4] = {2, 1, 2, 1};
@@ -244,6 +302,12 @@ void run_case(const Case& k, const std::vector<float>& temps, uint64_t seed, std
     c.gaps = i == 3;                 // canvas 3 asks for the gaps: every noise value exact
     c.top_n = i == 0 ? 5 : 0;
     c.logits = make_logits(rng, c.C, k.V, k.flat, i == 0);
+    if (guiding != nullptr && static_cast<int>(i) != guiding->unguided) {
+      c.mask = make_mask(rng, *guiding);
+      c.limit = guiding->limit;
+      c.gap_first = c.C > 1 ? 1 : 0;
+      c.gap_last = static_cast<int32_t>(c.C);
+    }
     cs.push_back(std::move(c));
   }
   std::vector<Outputs> want;
@@ -282,6 +346,24 @@ TEST(SamplerEmulated, ScalarSlices) {
 // (the per-element exps), the rows holding the saturated logits are served.
 TEST(SamplerEmulated, SmallTemperatures) {
   run_case({"V8192 / 2", 8192, 2, false}, {0.3f, 0.05f, 0.1f, 0.2f}, 6, {kMain});
+}
+
+// Guided gaps: half the vocabulary allowed (the strong candidates knocked out at random), a sparse
+// mask whose allowed maximum lies far below the row's, and a single allowed token (entropy 0, every
+// sample the same); a constraint vocabulary shorter than the row (ids past it never allowed); greedy
+// and sampling canvases, with and without probabilities, top-N and exact noise, next to an unguided
+// canvas in the same launch.
+TEST(SamplerEmulated, GuidedGapsSeeOnlyTheirMask) {
+  const Guiding half{0.5, 40960, 1}, sparse{0.002, 40960 - 77, 2};
+  run_case({"guided half V40960 / 2", 40960, 2, false}, {0.8f, 1.0f, 0.6f, 0.7f}, 21, {kMain}, &half);
+  run_case({"guided sparse V40960 / 2", 40960, 2, false}, {0.8f, 1.0f, 0.6f, 0.7f}, 22,
+           {kMain, kOneCandidate}, &sparse);
+  const Guiding flat{0.3, 4104, 0}, single{0.0, 3003, 3};
+  run_case({"guided flat V4104 / 3", 4104, 3, true}, {0.8f, 0.408f, 1.2f, 0.8f}, 23, {kMain, kOneCandidate},
+           &flat);
+  run_case({"guided single V3003 / 3", 3003, 3, false}, {0.8f, 0.7f, 0.6f, 1.0f}, 24, {kMain}, &single);
+  const Guiding cold{0.1, 8192, 1};
+  run_case({"guided cold V8192 / 2", 8192, 2, false}, {0.3f, 0.05f, 0.1f, 0.2f}, 25, {kMain}, &cold);
 }
 
 // The main pass's hash with the row's half computed once is rng::bits, bit for bit, over the range of

@@ -27,6 +27,11 @@ struct SamplerLaunch {
   int top_n = 0;                    // 0..kMaxTopN alternatives per row
   int32_t* top_ids = nullptr;       // [C, top_n]
   float* top_logprobs = nullptr;    // [C, top_n]
+  // A guided gap (backend.h GuidedGap): rows [gap_first, gap_last) see only the tokens whose bit is set
+  // in gap_mask (bit (id & 31) of word id / 32) and whose id is below gap_limit; the others' z is -inf.
+  // gap_mask null: no gap (the rows take the unmasked path).
+  const uint32_t* gap_mask = nullptr;
+  int32_t gap_first = 0, gap_last = 0, gap_limit = 0;
   // Set by the launcher: this canvas's first row and first top-N entry in the batch's workspace.
   int64_t row0 = 0, top0 = 0;
 };

@@ -29,7 +29,9 @@ __global__ void __launch_bounds__(kThreads) hist_kernel(const SamplerBatch* bp, 
   uint32_t* h = hist + static_cast<size_t>(blockIdx.y) * sample_filter::kBins;
   int64_t v0, v1;
   slice_of(a.V, splits, v0, v1);
+  const uint32_t* mask = row_gap_mask(a, pos);  // a guided gap's row: allowed tokens only
   for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads) {
+    if (mask != nullptr && !gap_allows(mask, a.gap_limit, v)) continue;
     const uint32_t key = sample_filter::key_of(row[v]);
     if (sample_filter::valid_key(key)) atomicAdd(&h[key], 1u);
   }

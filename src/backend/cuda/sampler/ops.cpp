@@ -56,6 +56,17 @@ SamplerLaunch sampler_launch(const SamplerArgs& a) {
     s.top_ids = a.top_ids.ptr<int32_t>();
     s.top_logprobs = a.top_logprobs.ptr<float>();
   }
+  if (a.guided.active()) {
+    const GuidedGap& g = a.guided;
+    const GuidedTables& t = *g.tables;
+    need_type(t.gap_mask, ScalarType::kI32, op, "the guided gap mask");
+    DG_CHECK(t.vocab_size >= 0 && t.gap_mask.numel() == (static_cast<int64_t>(t.vocab_size) + 31) / 32);
+    DG_CHECK(g.first >= 0 && g.last <= C);
+    s.gap_mask = reinterpret_cast<const uint32_t*>(t.gap_mask.data);
+    s.gap_first = g.first;
+    s.gap_last = g.last;
+    s.gap_limit = t.vocab_size;
+  }
   return s;
 }
 
@@ -94,6 +105,27 @@ DecideLaunch decide_launch(const DecideArgs& a) {
   if (!a.pin_mask.empty()) {
     d.pin_mask = a.pin_mask.ptr<uint8_t>();
     d.pin_tokens = a.pin_tokens.ptr<int32_t>();
+  }
+  if (a.guided.active()) {  // check_decide_args checked its range and state
+    const GuidedTables& t = *a.guided.tables;
+    const char* op = "decide";
+    need_type(t.byte_class, ScalarType::kU8, op, "the guided byte classes");
+    need_type(t.next, ScalarType::kI32, op, "the guided transitions");
+    need_type(t.accepting, ScalarType::kU8, op, "the guided accepting states");
+    need_type(t.distance, ScalarType::kI32, op, "the guided completion lengths");
+    need_type(t.token_offsets, ScalarType::kI32, op, "the guided token offsets");
+    need_type(t.token_bytes, ScalarType::kU8, op, "the guided token bytes");
+    need_type(t.token_kind, ScalarType::kU8, op, "the guided token kinds");
+    DG_CHECK(t.byte_class.numel() == 256 && t.distance.numel() == t.num_states &&
+             t.next.numel() == static_cast<int64_t>(t.num_states) * t.num_classes &&
+             t.token_offsets.numel() == static_cast<int64_t>(t.vocab_size) + 1 &&
+             t.token_kind.numel() == t.vocab_size);
+    d.gap.view = guided_view(t);
+    d.gap.distance = t.distance.ptr<int32_t>();
+    d.gap.first = a.guided.first;
+    d.gap.last = a.guided.last;
+    d.gap.state = a.guided.state;
+    d.gap.room = a.guided.room;
   }
   return d;
 }

@@ -29,6 +29,11 @@
 //           the total order z descending, id ascending; finalize merges the slices and writes
 //           z - logsumexp.
 //   want_sample false (greedy canvases): no noise is drawn; the sample is the argmax.
+// Guided gaps (backend.h GuidedGap, SamplerLaunch::gap_mask): in a gap's rows the tokens the mask does
+// not allow get z = -inf before everything (the row's maximum, the sums, the sample, the filter's
+// histogram, top-N): the outputs are those of the allowed set, with the CPU's rules. A batch holding a
+// gap runs the main pass's guided instance (the same kernel with the per-row mask); any other runs the
+// unguided one.
 #include <algorithm>
 
 #include "backend/cuda/core/common.cuh"
@@ -158,8 +163,15 @@ void launch_sampler(const SamplerBatch& b, const SamplerBatch* dev, void* worksp
   uint4* z_tables = reinterpret_cast<uint4*>(base + w.z_tables);
   launch_kernel(stream, z_exp_table_kernel, dim3(kZTable / 256, static_cast<unsigned>(n)), 256, 0, dev,
                 z_tables);
-  launch_kernel(stream, slice_stats_kernel<>, grid, kThreads, 0, dev, slice_max, row_floor, z_tables,
-                partials);
+  bool any_gap = false;
+  for (int i = 0; i < n; ++i) any_gap |= b.c[i].gap_mask != nullptr;
+  if (any_gap) {
+    launch_kernel(stream, slice_stats_kernel<kCandidates, true>, grid, kThreads, 0, dev, slice_max, row_floor,
+                  z_tables, partials);
+  } else {
+    launch_kernel(stream, slice_stats_kernel<>, grid, kThreads, 0, dev, slice_max, row_floor, z_tables,
+                  partials);
+  }
   launch_kernel(stream, finalize_kernel, dim3(static_cast<unsigned>(max_c), static_cast<unsigned>(n)), 32, 0,
                 dev, slice_max, partials, row_bsum, row_floor, top);
   bool any_probs = false;

@@ -117,7 +117,8 @@ __device__ __forceinline__ void block_reduce_stats(Stats& st, Stats* warp_partia
 }
 
 
-// Pass 0: each block's largest raw logit of its slice (fmaxf ignores NaN, as the scalar loop).
+// Pass 0: each block's largest raw logit of its slice (fmaxf ignores NaN, as the scalar loop); in a
+// guided gap's rows, of the allowed tokens only.
 __global__ void __launch_bounds__(kThreads) slice_max_kernel(const SamplerBatch* bp, float* slice_max) {
   DG_GRIDDEP_WAIT();
   DG_GRIDDEP_LAUNCH_DEPENDENTS();
@@ -130,7 +131,11 @@ __global__ void __launch_bounds__(kThreads) slice_max_kernel(const SamplerBatch*
   int64_t v0, v1;
   slice_of(a.V, b.splits, v0, v1);
   float xmax = -INFINITY;
-  if (vectorisable(row, v0, v1)) {
+  if (const uint32_t* mask = row_gap_mask(a, pos); mask != nullptr) {
+    // A guided gap's row: the largest allowed logit (the shift of the allowed set's z).
+    for (int64_t v = v0 + threadIdx.x; v < v1; v += kThreads)
+      if (gap_allows(mask, a.gap_limit, v)) xmax = fmaxf(xmax, bf16_to_f32(row[v]));
+  } else if (vectorisable(row, v0, v1)) {
     const uint4* vec = reinterpret_cast<const uint4*>(row + v0);
     for (int64_t c = threadIdx.x; c < (v1 - v0) / 8; c += kThreads) {
       const uint4 q = vec[c];
@@ -208,8 +213,10 @@ __global__ void __launch_bounds__(kTopThreads) topn_partial_kernel(const Sampler
   slice_of(a.V, splits, v0, v1);
   TopEntry mine[kMaxTopN];
   for (int j = 0; j < kMaxTopN; ++j) mine[j] = {-INFINITY, INT_MAX};
+  const uint32_t* mask = row_gap_mask(a, pos);  // a guided gap's row: the others' z is -inf
   for (int64_t v = v0 + t; v < v1; v += kTopThreads) {
-    const float z = processed(bf16_to_f32(row[v]), a.softcap, a.temperature);
+    float z = processed(bf16_to_f32(row[v]), a.softcap, a.temperature);
+    if (mask != nullptr && !gap_allows(mask, a.gap_limit, v)) z = -INFINITY;
     const int id = static_cast<int>(v);
     if (!ranks_before(z, id, mine[n - 1].z, mine[n - 1].id)) continue;
     int j = n - 1;

@@ -161,9 +161,12 @@ constexpr int kCandidates = 32;  // per warp; more in a slice take their exact n
 //              lower index on equal values (Top2::push_tied), as the merges do.
 // With sample_gap asked (the runner-up of z + g is wanted) every element in the support takes the
 // exact noise in index order instead.
+// A guided gap's rows (kGuided, row_gap_mask): a token the mask does not allow has z = -inf (stored as
+// bf16 -inf, so pass 2 gives it probability 0) and adds nothing to the sums; it is never a candidate.
+// kGuided false (the launcher's choice when no canvas of the batch has a gap) is the unguided kernel.
 // The warps sweep the slice in lockstep rounds (a lane past the end contributes nothing), so the
 // warp-wide maxima are well defined. kCap: the candidates a warp keeps (the unit tests shrink it).
-template <int kCap = kCandidates>
+template <int kCap = kCandidates, bool kGuided = false>
 __global__ void __launch_bounds__(kThreads, 2) slice_stats_kernel(const SamplerBatch* bp, const float* slice_max,
                                                                 const float* row_floor, const uint4* z_tables,
                                                                 Stats* partials) {
@@ -221,9 +224,13 @@ __global__ void __launch_bounds__(kThreads, 2) slice_stats_kernel(const SamplerB
   // From the table the sums are of E(z) = e^(z - c), E(z) (z - m) and E(bf16(z)); the block's totals
   // are scaled by e^(c - m) and e^(c - bmax) in double at the end (relative error 2^-52).
   constexpr int kRun = 8;
-  // One sweep of the slice: kExp, the sums from the table; kExact, every noise value exact in order.
-  auto sweep = [&](auto exp_tag, auto exact_tag) {
+  const uint32_t* const mask = kGuided ? row_gap_mask(a, pos) : nullptr;
+  const int32_t mask_limit = a.gap_limit;
+  // One sweep of the slice: kExp, the sums from the table; kExact, every noise value exact in order;
+  // kMask, the row's gap mask applied.
+  auto sweep = [&](auto exp_tag, auto exact_tag, auto mask_tag) {
     constexpr bool kExp = decltype(exp_tag)::value, kExact = decltype(exact_tag)::value;
+    constexpr bool kMask = decltype(mask_tag)::value;
     float r1 = 0.0f, r2 = 0.0f, rb = 0.0f;
     int run = 0;
     // One element: z and bf16(z) (returned), the argmax, the sums, the noise's estimate (gf, or
@@ -231,15 +238,19 @@ __global__ void __launch_bounds__(kThreads, 2) slice_stats_kernel(const SamplerB
     auto element = [&](uint16_t x, int v, float thr, float& gf) -> uint32_t {
       // The same processed() of the same value, its bf16 rounding and exps.
       const uint4 t = __ldg(z_table + x);
-      const float z = __uint_as_float(t.x), e = __uint_as_float(t.z), eb = __uint_as_float(t.w);
-      const uint32_t zb = t.y;
+      const bool live = !kMask || gap_allows(mask, mask_limit, v);  // allowed by the gap mask
+      const float z = live ? __uint_as_float(t.x) : -INFINITY;
+      const float e = __uint_as_float(t.z), eb = __uint_as_float(t.w);
+      const uint32_t zb = live ? t.y : 0xFF80u;  // bf16 -inf
       // Top2::push without branches (the thread's elements come in ascending order).
       const bool better = z > st.z.v1;
       st.z.v2 = fmaxf(st.z.v2, better ? st.z.v1 : z);
       st.z.v1 = better ? z : st.z.v1;
       st.z.i1 = better ? v : st.z.i1;
       const float dz = __fsub_rn(z, m);
-      if constexpr (kExp) {
+      if (!live) {
+        // A masked token: no mass, no noise.
+      } else if constexpr (kExp) {
         r1 = __fadd_rn(r1, e);
         r2 = __fmaf_rn(e, dz, r2);
         rb = __fadd_rn(rb, eb);  // unused without want_probs
@@ -251,8 +262,8 @@ __global__ void __launch_bounds__(kThreads, 2) slice_stats_kernel(const SamplerB
       }
       gf = -INFINITY;
       if constexpr (kExact) {
-        if (z >= floor) st.g.push(exact_value(z, v), v);
-      } else if (z >= thr) {
+        if (live && z >= floor) st.g.push(exact_value(z, v), v);
+      } else if (live && z >= thr) {
         gf = noise_estimate(counter_bits(hash, static_cast<uint32_t>(v)), __fadd_rn(z, kLnLn2));
       }
       return zb;
@@ -337,9 +348,13 @@ DG_UNROLL
       }
     }
   };
-  if (all_exact) sweep(std::false_type{}, std::true_type{});
-  else if (from_table) sweep(std::true_type{}, std::false_type{});
-  else sweep(std::false_type{}, std::false_type{});
+  auto sweep_row = [&](auto mask_tag) {
+    if (all_exact) sweep(std::false_type{}, std::true_type{}, mask_tag);
+    else if (from_table) sweep(std::true_type{}, std::false_type{}, mask_tag);
+    else sweep(std::false_type{}, std::false_type{}, mask_tag);
+  };
+  if (kGuided && mask != nullptr) sweep_row(std::bool_constant<kGuided>{});
+  else sweep_row(std::false_type{});
 
   // The candidates at or above the block's final screen take their exact noise, lanes in parallel.
   __syncthreads();
