@@ -12,7 +12,6 @@
 // of the mean and the argmax comparison. Without a mask every position is free: the same operations
 // in the same order as before pins existed.
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/sampler/decide.cuh"
 #include "util/counter_rng.h"
 
@@ -22,8 +21,6 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) decide_kernel(const DecideBatch* b) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   extern __shared__ float smem[];
   const DecideLaunch& d = b->c[blockIdx.x];
   const int C = static_cast<int>(d.C);
