@@ -8,7 +8,6 @@
 //                [--moe-kernel auto|small-rows|mma-sync-128x128|wgmma-64x128|tma-128x256]
 //                [--quant-tile auto|32x64|32x128|32x128-deep|128x64] [--dense-quant-tile ...]
 //                [--dense-quant w8a8|kernel|bf16] [--fp8-moe auto|w8a8|w8a16]
-//                [--experts auto|stream|grouped] [--expert-stream-rows N] [--pdl auto|on|off]
 //                                     (the CUDA backend's kernel choices, cuda_options.h; each automatic
 //                                      by default)
 //                [--profile-step N]   (the profiler's capture window around the measured round's N-th
@@ -259,12 +258,6 @@ bool parse_cuda_flag(const std::string& k, const char* v, CudaOptions& o) {
     o.flash_splits = std::atoi(v);  // range-checked by resolve_cuda_options
     return true;
   }
-  if (k == "--experts") return take(parse_expert_kernels, &o.experts, expert_kernels_words());
-  if (k == "--pdl") return take(parse_pdl, &o.pdl, pdl_words());
-  if (k == "--expert-stream-rows") {
-    o.expert_stream_rows = std::atoi(v);  // range-checked by resolve_cuda_options
-    return true;
-  }
   return false;
 }
 
@@ -282,8 +275,7 @@ int main(int argc, char** argv) {
         "of every flash launch; 0 planned)\n"
         "                   [--moe-kernel %s]\n"
         "                   [--quant-tile %s] [--dense-quant-tile (the same)]\n"
-        "                   [--dense-quant %s] [--fp8-moe %s]\n"
-        "                   [--experts %s] [--expert-stream-rows N] [--pdl %s]   (CUDA kernel choices)\n"
+        "                   [--dense-quant %s] [--fp8-moe %s]   (CUDA kernel choices)\n"
         "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM "
         "per projection)\n"
         "                   [--profile-step N]   (profiler capture window around the N-th measured denoising "
@@ -295,8 +287,7 @@ int main(int argc, char** argv) {
         "                   [--images N]   (N images of 280 soft tokens in each prompt; needs a vision_config)\n"
         "                   [--guided-schema FILE] [--tokenizer FILE]   (canvases guided by a JSON Schema)\n",
         kernel_family_words().c_str(), attention_kernel_words().c_str(), moe_kernel_words().c_str(),
-        quant_tile_words().c_str(), dense_quant_words().c_str(), fp8_experts_words().c_str(),
-        expert_kernels_words().c_str(), pdl_words().c_str());
+        quant_tile_words().c_str(), dense_quant_words().c_str(), fp8_experts_words().c_str());
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares

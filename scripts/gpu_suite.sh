@@ -9,7 +9,8 @@
 #             batch 1, 4, 8 and 16)                                          steps.json, steps_log.txt
 #   profiles  bench/step_profile.py at batch 1, 4 and 16 (bf16), 1, 4 (NVFP4) and 1 (FP8)  profile_*.txt
 #             (PROFILES="FORMAT:BATCH ..." picks others)
-#   kernels   dgemma_gpu_check --bench moe, quant and small        bench_moe.txt, bench_quant.txt, bench_small.txt
+#   kernels   dgemma_gpu_check --bench moe, quant, small, w8a8 and experts
+#                            bench_moe.txt, bench_quant.txt, bench_small.txt, bench_w8a8.txt, bench_experts.txt
 #   moe       the step at batch 4 and 16 with each large-R grouped MoE kernel   moe_kernels.txt
 #   quant     the FP8 steps at batch 1 and 4 with each dense and expert path    quant_paths.txt
 #   graphs    the step at batch 1, 4, 8, 16 replayed as a CUDA graph and op by op (--cuda-graphs on / off),
@@ -75,7 +76,8 @@ for s in "${STAGES[@]}"; do
       "$BUILD/dgemma_gpu_check" --bench quant > "$OUT/bench_quant.txt" 2>&1
       "$BUILD/dgemma_gpu_check" --bench small > "$OUT/bench_small.txt" 2>&1
       "$BUILD/dgemma_gpu_check" --bench w8a8 > "$OUT/bench_w8a8.txt" 2>&1
-      say "kernels: bench_moe.txt, bench_quant.txt, bench_small.txt"
+      "$BUILD/dgemma_gpu_check" --bench experts > "$OUT/bench_experts.txt" 2>&1
+      say "kernels: bench_moe.txt, bench_quant.txt, bench_small.txt, bench_w8a8.txt, bench_experts.txt"
       ;;
     moe)
       : > "$OUT/moe_kernels.txt"

@@ -30,10 +30,6 @@ constexpr std::pair<DenseQuant, const char*> kDense[] = {
 constexpr std::pair<Fp8Experts, const char*> kFp8[] = {
     {Fp8Experts::kAuto, "auto"}, {Fp8Experts::kW8A8, "w8a8"}, {Fp8Experts::kW8A16, "w8a16"}};
 
-constexpr std::pair<ExpertKernels, const char*> kExperts[] = {
-    {ExpertKernels::kAuto, "auto"}, {ExpertKernels::kStream, "stream"}, {ExpertKernels::kGrouped, "grouped"}};
-constexpr std::pair<Pdl, const char*> kPdl[] = {{Pdl::kAuto, "auto"}, {Pdl::kOn, "on"}, {Pdl::kOff, "off"}};
-
 template <class E>
 bool parse(Words<E> words, std::string_view word, E* out) {
   for (const auto& [value, name] : words)
@@ -83,13 +79,6 @@ bool parse_fp8_experts(std::string_view word, Fp8Experts* out) {
   return parse<Fp8Experts>(kFp8, word, out);
 }
 
-bool parse_expert_kernels(std::string_view word, ExpertKernels* out) {
-  return parse<ExpertKernels>(kExperts, word, out);
-}
-bool parse_pdl(std::string_view word, Pdl* out) {
-  return parse<Pdl>(kPdl, word, out);
-}
-
 const char* kernel_family_word(KernelFamily v) {
   return word_of<KernelFamily>(kFamilies, v);
 }
@@ -109,13 +98,6 @@ const char* fp8_experts_word(Fp8Experts v) {
   return word_of<Fp8Experts>(kFp8, v);
 }
 
-const char* expert_kernels_word(ExpertKernels v) {
-  return word_of<ExpertKernels>(kExperts, v);
-}
-const char* pdl_word(Pdl v) {
-  return word_of<Pdl>(kPdl, v);
-}
-
 std::string kernel_family_words() {
   return list<KernelFamily>(kFamilies);
 }
@@ -133,13 +115,6 @@ std::string dense_quant_words() {
 }
 std::string fp8_experts_words() {
   return list<Fp8Experts>(kFp8);
-}
-
-std::string expert_kernels_words() {
-  return list<ExpertKernels>(kExperts);
-}
-std::string pdl_words() {
-  return list<Pdl>(kPdl);
 }
 
 CudaOptions resolve_cuda_options(const CudaOptions& options, int major, int minor,
@@ -164,20 +139,6 @@ CudaOptions resolve_cuda_options(const CudaOptions& options, int major, int mino
          "--fp8-moe w8a8 runs on the hopper kernel family; the kernel family here is portable "
          "({}): use auto or w8a16",
          gpu);
-  if (r.experts == ExpertKernels::kStream && !hopper)
-    fail(ErrorKind::kUnsupported,
-         "the weight-streaming expert kernels are hopper-family kernels; the kernel family here is portable "
-         "({}): use auto or grouped",
-         gpu);
-  if (!hopper) r.experts = ExpertKernels::kGrouped;
-  if (r.expert_stream_rows < 0 || r.expert_stream_rows > 4096)
-    fail(ErrorKind::kInvalidArgument, "the streaming experts' rows per expert must be 0 to 4096, not {}",
-         r.expert_stream_rows);
-  if (r.pdl == Pdl::kAuto) r.pdl = Pdl::kOff;
-  if (r.pdl == Pdl::kOn && !sm90)
-    fail(ErrorKind::kUnsupported,
-         "programmatic dependent launch runs with the sm_90a kernels; {} is not an sm_90 GPU: use auto or off",
-         gpu);
   if (r.flash_splits < 0 || r.flash_splits > 32)
     fail(ErrorKind::kInvalidArgument, "flash attention key splits must be 0 (planned) to 32, not {}",
          r.flash_splits);
@@ -196,17 +157,11 @@ std::string describe_cuda_kernels(const CudaOptions& r) {
   const std::string moe = r.moe != MoeKernel::kAuto ? moe_kernel_word(r.moe)
                           : hopper ? "auto (small-rows / wgmma-64x128 / tma-128x256 by rows per expert)"
                                    : "auto (small-rows / mma-sync-128x128 by rows per expert)";
-  const std::string experts = r.experts != ExpertKernels::kAuto ? expert_kernels_word(r.experts)
-                              : r.expert_stream_rows == 0
-                                  ? "auto (grouped)"
-                                  : fmt::format("auto (stream up to {} rows an expert, then grouped)",
-                                                r.expert_stream_rows);
   return fmt::format(
-      "kernel family {}; attention {}; bf16 MoE {}; quantised experts {}, tiles experts {} dense {}; dense "
-      "quant {}; FP8 experts {}; PDL {}",
-      kernel_family_word(r.family), attention, moe, experts, quant_tile_word(r.quant_experts),
-      quant_tile_word(r.quant_dense), dense_quant_word(r.dense_quant), fp8_experts_word(r.fp8_experts),
-      pdl_word(r.pdl));
+      "kernel family {}; attention {}; bf16 MoE {}; quantised tiles experts {} dense {}; dense quant {}; "
+      "FP8 experts {}",
+      kernel_family_word(r.family), attention, moe, quant_tile_word(r.quant_experts),
+      quant_tile_word(r.quant_dense), dense_quant_word(r.dense_quant), fp8_experts_word(r.fp8_experts));
 }
 
 }  // namespace dgemma

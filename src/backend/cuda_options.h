@@ -45,23 +45,6 @@ enum class DenseQuant { kW8A8, kKernel, kBf16 };
 // else kW8A16.
 enum class Fp8Experts { kAuto, kW8A8, kW8A16 };
 
-// The quantised experts' GEMMs (NVFP4 W4A16, FP8 W8A16 and W8A8): kAuto the weight-streaming kernels
-// (quant/expert_stream.cuh: the weights stream once through TMA as the MMA's M side, the expert's few
-// rows as N; hopper family) while the mean rows per expert is at most CudaOptions::expert_stream_rows,
-// the grouped kernels above it; kStream / kGrouped one of them at every size. The portable family has
-// only the grouped kernels.
-enum class ExpertKernels { kAuto, kStream, kGrouped };
-// The mean rows per expert (routed rows / experts) up to which kAuto streams the weights (batch-1
-// denoising of a 256-token canvas at top-8 of 128 experts is 16); 0, the default: never (the grouped
-// kernels are the faster at every batch: docs/BENCHMARKS.md, "Kernel choices").
-constexpr int kExpertStreamRows = 0;
-
-// Programmatic dependent launch (core/launch.cuh, core/griddep.cuh): every dgemma kernel waits for its
-// predecessor in DG_GRIDDEP_WAIT, so it may start (the weight-streaming experts prefetching weights)
-// while the kernel before it finishes; bit-identical results; cuBLAS's launches stay ordinary.
-// kOn needs sm_90; kAuto is off until the device A/B (scripts/perf_ab.sh) has measured it.
-enum class Pdl { kAuto, kOn, kOff };
-
 struct CudaOptions {
   KernelFamily family = KernelFamily::kAuto;
   AttentionKernel attention = AttentionKernel::kAuto;
@@ -70,9 +53,6 @@ struct CudaOptions {
   QuantTile quant_dense = QuantTile::kAuto;    // dense matmuls on the W4A16 / W8A16 kernel
   DenseQuant dense_quant = DenseQuant::kW8A8;  // read when a weight is uploaded
   Fp8Experts fp8_experts = Fp8Experts::kAuto;  // read when a weight is uploaded
-  ExpertKernels experts = ExpertKernels::kAuto;
-  int expert_stream_rows = kExpertStreamRows;  // 0 .. 4096 (kAuto's threshold)
-  Pdl pdl = Pdl::kAuto;
   // For tests: the key splits of every flash attention launch (0: planned; else 1 .. 32), and the
   // bytes of the per-item path's score buffer (queries are processed in chunks that fit it).
   int flash_splits = 0;
@@ -80,11 +60,10 @@ struct CudaOptions {
 };
 
 // The options as a backend on a GPU of compute capability major.minor runs them: the family kHopper
-// (sm_90) or kPortable, the FP8 experts' path kW8A8 (hopper) or kW8A16, the experts' kernels kGrouped
-// in the portable family (kAuto stays: chosen per call), pdl kOn (asked for, sm_90) or kOff. Throws
-// Error(kUnsupported), naming the GPU, for what it cannot run: the hopper family, a hopper-family MoE
-// kernel, W8A8 experts, streaming experts or PDL off sm_90, or a portable family asked for the hopper
-// kernels. Plain C++: tested without a GPU.
+// (sm_90) or kPortable, the FP8 experts' path kW8A8 (hopper) or kW8A16. Throws Error(kUnsupported),
+// naming the GPU, for what it cannot run: the hopper family, a hopper-family MoE kernel or W8A8 experts
+// off sm_90, or a portable family asked for them. Throws Error(kInvalidArgument) for flash splits or a
+// score budget out of range. Plain C++: tested without a GPU.
 CudaOptions resolve_cuda_options(const CudaOptions& options, int major, int minor,
                                  const std::string& gpu_name);
 // One line naming the family and the kernels resolved options choose (the start-up log).
@@ -99,23 +78,17 @@ bool parse_moe_kernel(std::string_view word, MoeKernel* out);
 bool parse_quant_tile(std::string_view word, QuantTile* out);
 bool parse_dense_quant(std::string_view word, DenseQuant* out);
 bool parse_fp8_experts(std::string_view word, Fp8Experts* out);
-bool parse_expert_kernels(std::string_view word, ExpertKernels* out);
-bool parse_pdl(std::string_view word, Pdl* out);
 const char* kernel_family_word(KernelFamily v);
 const char* attention_kernel_word(AttentionKernel v);
 const char* moe_kernel_word(MoeKernel v);
 const char* quant_tile_word(QuantTile v);
 const char* dense_quant_word(DenseQuant v);
 const char* fp8_experts_word(Fp8Experts v);
-const char* expert_kernels_word(ExpertKernels v);
-const char* pdl_word(Pdl v);
 std::string kernel_family_words();
 std::string attention_kernel_words();
 std::string moe_kernel_words();
 std::string quant_tile_words();
 std::string dense_quant_words();
 std::string fp8_experts_words();
-std::string expert_kernels_words();
-std::string pdl_words();
 
 }  // namespace dgemma

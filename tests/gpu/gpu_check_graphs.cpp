@@ -5,8 +5,7 @@
 // step runs the same kernels on the same inputs (the op-by-op runner plans its attention for the same
 // context: RunnerOptions::plan_context), so every step's trace and every output must be identical bit
 // for bit; the batch shrinks as sequences finish, so the replays pad with idle canvases, and the
-// top-k canvas and the commit steps run op by op in the recording engine too. Then programmatic
-// dependent launch on and off over recorded steps with the weight-streaming experts: identical too.
+// top-k canvas and the commit steps run op by op in the recording engine too.
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,7 +13,6 @@
 #include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
-#include "model/quant_config.h"
 #include "model/diffusion_gemma.h"
 #include "model/weights.h"
 #include "support/model_core.h"
@@ -76,9 +74,6 @@ Engine run_engine(DiffusionGemma& model, const std::vector<int32_t>& prompt, con
   return e;
 }
 
-void expect_same_runs(Reporter& rep, const std::string& fixture, const std::vector<SequenceParams>& runs,
-                      const Engine& g, const Engine& e);
-
 void graphs_vs_eager(Reporter& rep, const std::string& fixture) {
   const std::string dir = fixture_dir(fixture) + "/model";
   ModelConfig mc = load_model_config(dir);
@@ -100,13 +95,6 @@ void graphs_vs_eager(Reporter& rep, const std::string& fixture) {
   rep.note(fixture + ": " + std::to_string(gr.graph_steps()) + " steps replayed, " +
            std::to_string(gr.eager_steps()) + " op by op; the op-by-op engine " +
            std::to_string(e.core->eager_steps()) + " steps");
-  expect_same_runs(rep, fixture, runs, g, e);
-}
-
-// Every run of engines a and b finished with the same output, and every step's trace is the same bit
-// for bit.
-void expect_same_runs(Reporter& rep, const std::string& fixture, const std::vector<SequenceParams>& runs,
-                      const Engine& g, const Engine& e) {
   for (size_t i = 0; i < runs.size(); ++i) {
     const std::string name = fixture + " run " + std::to_string(i);
     const Sequence& a = *g.seqs[i];
@@ -143,57 +131,12 @@ void expect_same_runs(Reporter& rep, const std::string& fixture, const std::vect
   }
 }
 
-// Programmatic dependent launch (CudaOptions::pdl) over a whole recorded step: every kernel of the
-// step launched with the attribute and waiting for its predecessor in DG_GRIDDEP_WAIT. The fixture's
-// shape with bf16, NVFP4 or FP8-dynamic dummy weights (the expert width raised to 64 so that the
-// weight-streaming kernels take the quantised experts when `experts` allows them), graphs on, PDL on
-// against PDL off. PDL only moves when a kernel starts, never what it reads: bit-identical.
-void pdl_on_vs_off(Reporter& rep, const std::string& fixture, const std::string& format,
-                   ExpertKernels experts) {
-  const std::string dir = fixture_dir(fixture) + "/model";
-  ModelConfig mc = load_model_config(dir);
-  mc.text.head_dim = 64;
-  mc.text.global_head_dim = 128;
-  for (LayerSpec& L : mc.text.layers) L.head_dim = L.type == LayerType::kSliding ? 64 : 128;
-  mc.text.moe_intermediate_size = 64;
-  mc.quant = quant_preset(format);
-  const std::string what = fixture + " " + format + " experts=" + expert_kernels_word(experts);
-  const std::vector<int32_t> prompt = fixture_ids(fixture, "prompt_ids");
-  const std::vector<SequenceParams> runs = fixture_runs(fixture);
-  auto options_for = [experts](Pdl pdl) {
-    return options_with([experts, pdl](CudaOptions& o) {
-      o.experts = experts;
-      o.pdl = pdl;
-    });
-  };
-  // Nested scopes: each engine, its model and its backend live until the comparison is done.
-  const WithOptions off_scope(options_for(Pdl::kOff));
-  DiffusionGemma off_model(mc, dummy_weights(mc, cuda(), 7), cuda());
-  std::vector<int> rec_off;
-  Engine off = run_engine(off_model, prompt, runs, true, mc.text.max_position_embeddings, &rec_off);
-  const WithOptions on_scope(options_for(Pdl::kOn));
-  DiffusionGemma on_model(mc, dummy_weights(mc, cuda(), 7), cuda());
-  std::vector<int> rec_on;
-  Engine on = run_engine(on_model, prompt, runs, true, mc.text.max_position_embeddings, &rec_on);
-  if (rec_on.empty() || on.core->graph_steps() == 0) rep.fail(what + ": no step replayed a graph with PDL on");
-  rep.note(what + ": " + std::to_string(on.core->graph_steps()) + " steps replayed with PDL on, " +
-           std::to_string(off.core->graph_steps()) + " with PDL off");
-  expect_same_runs(rep, what, runs, on, off);
-}
-
 }  // namespace
 
 std::vector<Case> graph_cases() {
   return {
       {"graphs_vs_eager_tiny_a", [](Reporter& r) { graphs_vs_eager(r, "tiny_a"); }},
       {"graphs_vs_eager_tiny_b", [](Reporter& r) { graphs_vs_eager(r, "tiny_b"); }},
-      {"pdl_step_nvfp4_tiny_a",
-       [](Reporter& r) { pdl_on_vs_off(r, "tiny_a", "nvfp4-modelopt", ExpertKernels::kStream); }},
-      {"pdl_step_fp8_dynamic_tiny_a",
-       [](Reporter& r) { pdl_on_vs_off(r, "tiny_a", "fp8-dynamic", ExpertKernels::kStream); }},
-      {"pdl_step_fp8_dynamic_grouped_tiny_a",
-       [](Reporter& r) { pdl_on_vs_off(r, "tiny_a", "fp8-dynamic", ExpertKernels::kGrouped); }},
-      {"pdl_step_bf16_tiny_a", [](Reporter& r) { pdl_on_vs_off(r, "tiny_a", "bf16", ExpertKernels::kAuto); }},
   };
 }
 

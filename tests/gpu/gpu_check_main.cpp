@@ -7,7 +7,7 @@
 //                                     checks of one family's kernels force it where the GPU runs it)
 //   dgemma_gpu_check [--kernel-family F] --only NAME...   runs the checks of exactly these names
 //   dgemma_gpu_check --list           prints every check's name, one a line, in run order (no GPU needed)
-//   dgemma_gpu_check --bench experts  the expert GEMMs, grouped kernels against weight-streaming ones
+//   dgemma_gpu_check --bench experts  the quantised expert GEMMs (grouped kernels) per format and T
 //   dgemma_gpu_check --bench [quant|flash|tail|fused|small|moe|w8a8|vision]  times the CUDA ops at the
 //   26B-A4B shapes
 //                                     (canvas 256) instead (quant: only the quantised kernels' rows; flash:
@@ -314,8 +314,8 @@ int main(int argc, char** argv) {
       dgemma::gpu_test::grouped_moe_bench();
       return 0;
     }
-    if (mode("experts")) {  // the quantised expert GEMMs: grouped against weight-streaming kernels
-      dgemma::gpu_test::expert_stream_bench();
+    if (mode("experts")) {  // the quantised expert GEMMs (grouped kernels) per format and T
+      dgemma::gpu_test::experts_bench();
       return 0;
     }
     return bench(mode("quant"), mode("flash"), mode("tail"), mode("small"));

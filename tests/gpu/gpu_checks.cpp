@@ -21,7 +21,6 @@ std::vector<Case> memory_cases();           // gpu_check_memory.cpp
 std::vector<Case> fused_gemm_cases();       // gpu_check_fused_gemm.cpp
 std::vector<Case> w8a8_cases();             // gpu_check_w8a8.cpp
 std::vector<Case> w8a8_moe_cases();         // gpu_check_quant.cpp
-std::vector<Case> expert_stream_cases();    // gpu_check_expert_stream.cpp
 std::vector<Case> vision_cases();           // gpu_check_vision.cpp
 
 std::vector<Case> all_cases() {
@@ -46,7 +45,6 @@ std::vector<Case> all_cases() {
   // Last: the W8A8 paths, the newest kernels (a sticky CUDA error there would fail every later check).
   for (auto& c : w8a8_cases()) all.push_back(std::move(c));
   for (auto& c : w8a8_moe_cases()) all.push_back(std::move(c));
-  for (auto& c : expert_stream_cases()) all.push_back(std::move(c));  // the newest kernels of all
   return all;
 }
 

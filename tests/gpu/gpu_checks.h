@@ -82,9 +82,9 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
 // top-8 routing, with the weight-stream rate and the tensor-core rate each reaches.
 void grouped_moe_bench();
 
-// `dgemma_gpu_check --bench experts` rows (gpu_bench_expert_stream.cpp): the MoE block's expert GEMMs
-// at the 26B-A4B shape, T = 256 / 1,024 / 4,096, per format: the grouped kernels in use against the
-// weight-streaming ones (expert_stream.cuh), ms, GB/s of weights and % of the H100's HBM bandwidth.
-void expert_stream_bench();
+// `dgemma_gpu_check --bench experts` rows (gpu_bench_experts.cpp): the MoE block's quantised expert
+// GEMMs at the 26B-A4B shape, T = 256 / 1,024 / 4,096, per format: the grouped kernels' gate_up, down
+// and both, ms, GB/s of weights and % of the H100's HBM bandwidth.
+void experts_bench();
 
 }  // namespace dgemma::gpu_test

@@ -691,45 +691,6 @@ inline void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t da, uint64_t db, bool
   m.accumulate = accumulate;
   wgmma_issue(std::move(m));
 }
-// The weight-streaming expert kernels' forms (core/wgmma_ptx.cuh): FP8 m64 n16 / n32 / n48 / n64
-// k32 with both operands K-major in shared memory (an E4M3 MMA of n columns: fp8 with that n), and
-// bf16 m64 n16 .. n64 k16 with A from registers (the mma.sync A fragment, gathered at the issue as for
-// wgmma_m64n256k16_rs_mn) and B K-major. Their TMA maps are byte matrices (TmaMap elem_bytes 1, boxes
-// of 128 swizzled or 256 plain bytes a row) and their 8-byte shared stores sts_b64.
-inline void sts_b64(uint32_t a, uint32_t lo, uint32_t hi) {
-  emu::chk(a, 8, 8);
-  emu::chk_no_mma_read(a, 8);
-  const uint32_t v[2] = {lo, hi};
-  std::memcpy(emu::g_smem + a, v, 8);
-}
-template <int N>
-inline void wgmma_m64nk32_e4m3(float (&d)[N / 2], uint64_t da, uint64_t db, bool accumulate) {
-  static_assert(N == 16 || N == 32 || N == 48 || N == 64, "N");
-  emu::AsyncMma m = wgmma_op(d, da, db);
-  m.fp8 = true;
-  m.accumulate = accumulate;
-  m.n = N;
-  wgmma_issue(std::move(m));
-}
-template <int N>
-inline void wgmma_m64nk16_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, bool accumulate) {
-  static_assert(N == 16 || N == 32 || N == 48 || N == 64, "N");
-  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
-  uint32_t(&sc)[32][8] = collective_scratch(w, i);
-  for (int q = 0; q < 4; ++q) sc[i][q] = a[q];
-  emu::g_warp_bar[w]->arrive_and_wait();
-  emu::AsyncMma m = wgmma_op(d, 0, db);
-  m.n = N;
-  m.a_regs = true;
-  m.accumulate = accumulate;
-  const int g = i / 4;
-  for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < 16; ++k) {
-      const uint32_t reg = sc[g * 4 + (k % 8) / 2][h + 2 * (k >= 8)];
-      m.a_vals[h][k] = bf16_to_f32(static_cast<uint16_t>(reg >> (16 * (k % 2))));
-    }
-  wgmma_issue(std::move(m));
-}
 // Transaction barriers and TMA (core/tma_ptx.cuh). The map: a row-major matrix [rows, cols] of elem_bytes
 // elements read in boxes of box_rows x box_cols elements, laid out row after row; with `swizzle` the
 // box rows are 128 bytes and take the 128-byte swizzle (16-byte chunk bits 4-6 XOR address bits 7-9).

@@ -1,7 +1,6 @@
 // The CUDA backend's kernel choices as plain data (backend/cuda_options.h): the command-line words of
 // every choice both ways, and the resolution against a GPU's compute capability (the family auto, the
-// FP8 experts' path, the quantised experts' kernels, PDL, and the refusals of what the GPU or the
-// family cannot run). No GPU needed.
+// FP8 experts' path, and the refusals of what the GPU or the family cannot run). No GPU needed.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -41,26 +40,17 @@ TEST(CudaOptions, WordsRoundTrip) {
              {DenseQuant::kW8A8, DenseQuant::kKernel, DenseQuant::kBf16});
   round_trip(parse_fp8_experts, fp8_experts_word, fp8_experts_words,
              {Fp8Experts::kAuto, Fp8Experts::kW8A8, Fp8Experts::kW8A16});
-  round_trip(parse_expert_kernels, expert_kernels_word, expert_kernels_words,
-             {ExpertKernels::kAuto, ExpertKernels::kStream, ExpertKernels::kGrouped});
-  round_trip(parse_pdl, pdl_word, pdl_words, {Pdl::kAuto, Pdl::kOn, Pdl::kOff});
   EXPECT_EQ(kernel_family_words(), "auto, hopper or portable");
-  EXPECT_EQ(expert_kernels_words(), "auto, stream or grouped");
 }
 
 TEST(CudaOptions, AutoResolvesByTheGpu) {
   const CudaOptions h100 = resolve_cuda_options({}, 9, 0, "NVIDIA H100");
   EXPECT_EQ(h100.family, KernelFamily::kHopper);
   EXPECT_EQ(h100.fp8_experts, Fp8Experts::kW8A8);
-  EXPECT_EQ(h100.experts, ExpertKernels::kAuto);  // chosen per MoE call by the rows per expert
-  EXPECT_EQ(h100.expert_stream_rows, kExpertStreamRows);
-  EXPECT_EQ(h100.pdl, Pdl::kOff);  // on only when asked for, until measured
   for (const auto& [major, minor] : {std::pair{8, 0}, std::pair{8, 9}, std::pair{10, 0}, std::pair{12, 1}}) {
     const CudaOptions r = resolve_cuda_options({}, major, minor, "a GPU");
     EXPECT_EQ(r.family, KernelFamily::kPortable) << major << minor;
     EXPECT_EQ(r.fp8_experts, Fp8Experts::kW8A16) << major << minor;
-    EXPECT_EQ(r.experts, ExpertKernels::kGrouped) << major << minor;
-    EXPECT_EQ(r.pdl, Pdl::kOff) << major << minor;
   }
   // Portable on an H100: the sm_80 kernels, W8A16 experts; the choices given stay as given.
   CudaOptions o;
@@ -73,8 +63,6 @@ TEST(CudaOptions, AutoResolvesByTheGpu) {
   EXPECT_EQ(p.fp8_experts, Fp8Experts::kW8A16);
   EXPECT_EQ(p.moe, MoeKernel::kSmallRows);
   EXPECT_EQ(p.quant_dense, QuantTile::kRows128Cols64);
-  EXPECT_EQ(p.experts, ExpertKernels::kGrouped);  // the portable family has no streaming kernels
-  EXPECT_EQ(p.pdl, Pdl::kOff);
   // W8A16 experts asked for on a hopper GPU stay W8A16 (the latency side of the trade).
   CudaOptions w;
   w.fp8_experts = Fp8Experts::kW8A16;
@@ -103,20 +91,6 @@ TEST(CudaOptions, RefusesWhatTheGpuOrFamilyCannotRun) {
   CudaOptions w8a8;
   w8a8.fp8_experts = Fp8Experts::kW8A8;
   refused(w8a8, 8, "--fp8-moe w8a8");
-  CudaOptions stream;
-  stream.experts = ExpertKernels::kStream;
-  refused(stream, 8, "weight-streaming expert kernels");
-  stream.family = KernelFamily::kPortable;
-  refused(stream, 9, "weight-streaming expert kernels");
-  CudaOptions rows;
-  rows.expert_stream_rows = -1;
-  refused(rows, 9, "rows per expert");
-  rows.expert_stream_rows = 4097;
-  refused(rows, 9, "rows per expert");
-  CudaOptions pdl;
-  pdl.pdl = Pdl::kOn;
-  refused(pdl, 8, "programmatic dependent launch");
-  refused(pdl, 10, "Some GPU (sm_100)");
   CudaOptions splits;
   splits.flash_splits = 33;
   refused(splits, 9, "key splits");
@@ -130,18 +104,12 @@ TEST(CudaOptions, DescribesTheKernelsChosen) {
   EXPECT_NE(h.find("kernel family hopper"), std::string::npos) << h;
   EXPECT_NE(h.find("wgmma"), std::string::npos) << h;
   EXPECT_NE(h.find("FP8 experts w8a8"), std::string::npos) << h;
-  EXPECT_NE(h.find("quantised experts auto (grouped)"), std::string::npos) << h;
-  CudaOptions streaming;
-  streaming.expert_stream_rows = 32;
-  const std::string s = describe_cuda_kernels(resolve_cuda_options(streaming, 9, 0, "H100"));
-  EXPECT_NE(s.find("stream up to 32 rows an expert"), std::string::npos) << s;
-  EXPECT_NE(h.find("PDL off"), std::string::npos) << h;
+  EXPECT_NE(h.find("quantised tiles experts auto dense auto"), std::string::npos) << h;
   const std::string p = describe_cuda_kernels(resolve_cuda_options({}, 8, 6, "A6000"));
   EXPECT_NE(p.find("kernel family portable"), std::string::npos) << p;
   EXPECT_EQ(p.find("wgmma"), std::string::npos) << p;
   EXPECT_NE(p.find("dense quant w8a8"), std::string::npos) << p;
-  EXPECT_NE(p.find("quantised experts grouped"), std::string::npos) << p;
-  EXPECT_NE(p.find("PDL off"), std::string::npos) << p;
+  EXPECT_NE(p.find("FP8 experts w8a16"), std::string::npos) << p;
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 
 #include "backend/cuda/attention/per_item.cuh"
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/griddep.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -15,8 +14,6 @@ constexpr int kThreads = 256;
 
 __global__ void gather_q_kernel(const uint16_t* __restrict__ q, int64_t Hq, int64_t D, int64_t i0, int64_t nc,
                                 uint16_t* __restrict__ qh) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * D;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -28,8 +25,6 @@ __global__ void gather_q_kernel(const uint16_t* __restrict__ q, int64_t Hq, int6
 
 __global__ void scatter_out_kernel(const float* __restrict__ oh, int64_t Hq, int64_t D, int64_t i0,
                                    int64_t nc, uint16_t* __restrict__ out) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * D;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -43,8 +38,6 @@ __global__ void scatter_out_kernel(const float* __restrict__ oh, int64_t Hq, int
 // elements per thread; dw = D / 8 words per head row.
 __global__ void gather_q_vec_kernel(const uint4* __restrict__ q, int64_t Hq, int64_t dw, int64_t i0,
                                     int64_t nc, uint4* __restrict__ qh) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * dw;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -56,8 +49,6 @@ __global__ void gather_q_vec_kernel(const uint4* __restrict__ q, int64_t Hq, int
 
 __global__ void scatter_out_vec_kernel(const float4* __restrict__ oh, int64_t Hq, int64_t dw, int64_t i0,
                                        int64_t nc, uint4* __restrict__ out) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t total = Hq * nc * dw;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -72,8 +63,6 @@ __global__ void scatter_out_vec_kernel(const float4* __restrict__ oh, int64_t Hq
 // One block per score row. Three passes over the row (max, sum, write); the row is read from L2.
 __global__ void softmax_kernel(uint16_t* S, int64_t ld, int64_t nc, int64_t Lpad, int64_t i0,
                                const ItemKeys rule, float scaling) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   uint16_t* s = S + row * ld;
@@ -111,8 +100,6 @@ constexpr int64_t kWarpRowMax = 4096;
 
 __global__ void softmax_warp_kernel(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t Lpad,
                                     int64_t i0, const ItemKeys rule, float scaling) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t row = blockIdx.x * static_cast<int64_t>(kSoftmaxWarps) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together
   const int lane = threadIdx.x & 31;

@@ -1,11 +1,7 @@
 #pragma once
 // Every launch of a dgemma kernel goes through launch_kernel: `kernel` over `grid` blocks of `threads`
 // threads with `smem` bytes of dynamic shared memory on the stream, counted, its configuration errors
-// thrown here. When the stream says pdl (CudaOptions::pdl resolved on) the launch carries the
-// programmatic-stream-serialisation attribute: the kernel may start while the kernel ahead of it
-// finishes, and waits for it in DG_GRIDDEP_WAIT() (core/griddep.cuh), which every dgemma kernel runs
-// before it touches upstream data. Under stream capture the dependency becomes a programmatic edge of
-// the graph. launch_large_smem first sets, past 48 KB, the opt-in shared-memory size and, always, the
+// thrown here. launch_large_smem first sets, past 48 KB, the opt-in shared-memory size and, always, the
 // largest shared-memory carve-out (at every launch: the attributes belong to the current device).
 #include <cuda_runtime.h>
 
@@ -22,11 +18,6 @@ void launch_kernel(const Stream& stream, void (*kernel)(Params...), dim3 grid, d
   cfg.blockDim = threads;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream.handle;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = stream.pdl ? attr : nullptr;
-  cfg.numAttrs = stream.pdl ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
   stream.count_launch();
 }

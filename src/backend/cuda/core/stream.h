@@ -55,10 +55,6 @@ struct Stream {
   cudaStream_t handle = nullptr;
   WorkCounters* counters = nullptr;
   Occupancy* occupancy = nullptr;
-  // Programmatic dependent launch (CudaOptions::pdl resolved on): core/launch.cuh launches every kernel
-  // with the attribute, so each may start while the kernel before it finishes (up to its
-  // DG_GRIDDEP_WAIT, core/griddep.cuh).
-  bool pdl = false;
   operator cudaStream_t() const { return handle; }  // NOLINT: a kernel launch's stream argument
   void count_launch() const {
     if (counters != nullptr) counters->count_launch();

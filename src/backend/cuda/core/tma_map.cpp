@@ -1,7 +1,7 @@
 #include "backend/cuda/core/tma_map.h"
 
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <map>
 #include <mutex>
@@ -25,27 +25,25 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-// A 2-D map: element bytes (2 bf16, 1 bytes), base, rows, cols, box cols, box rows, 128-byte swizzle.
-using MapKey = std::tuple<int, const void*, int64_t, int64_t, int, int, bool>;
+// A bf16 map: base, rows, cols, box rows (boxes of 64 columns, 128-byte swizzle).
+using MapKey = std::tuple<const void*, int64_t, int64_t, int>;
 constexpr size_t kMaxCachedMaps = 4096;
 
 CUtensorMap encode(const MapKey& key) {
-  const auto& [elem, base, rows, cols, box_cols, box_rows, swizzle] = key;
+  const auto& [base, rows, cols, box_rows] = key;
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * static_cast<cuuint64_t>(elem)};  // bytes a row
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};  // bytes between rows
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode_tiled()(
-      &map, elem == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base),
-      dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
+                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("cuTensorMapEncodeTiled refused a [" + std::to_string(rows) + ", " +
-                             std::to_string(cols) + "] " + (elem == 2 ? "bf16" : "byte") + " map with boxes of " +
-                             std::to_string(box_rows) + " x " + std::to_string(box_cols) + " (CUresult " +
-                             std::to_string(static_cast<int>(r)) + ")");
+                             std::to_string(cols) + "] bf16 map with boxes of " + std::to_string(box_rows) +
+                             " rows (CUresult " + std::to_string(static_cast<int>(r)) + ")");
   return map;
 }
 
@@ -62,12 +60,7 @@ CUtensorMap cached(const MapKey& key) {
 }  // namespace
 
 CUtensorMap bf16_row_tile_map(const void* base, int64_t rows, int64_t cols, int box_rows) {
-  return cached(MapKey{2, base, rows, cols, 64, box_rows, true});
-}
-
-CUtensorMap byte_tile_map(const void* base, int64_t rows, int64_t cols, int box_cols, int box_rows,
-                          bool swizzle_128b) {
-  return cached(MapKey{1, base, rows, cols, box_cols, box_rows, swizzle_128b});
+  return cached(MapKey{base, rows, cols, box_rows});
 }
 
 }  // namespace dgemma::cuda

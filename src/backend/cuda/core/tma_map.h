@@ -15,11 +15,4 @@ namespace dgemma::cuda {
 // past the matrix read as zeros). Throws std::runtime_error when the driver refuses the shape.
 CUtensorMap bf16_row_tile_map(const void* base, int64_t rows, int64_t cols, int box_rows);
 
-// A row-major byte matrix [rows, cols] at `base` (16-byte aligned, cols a multiple of 16) read in boxes
-// of box_rows rows by box_cols bytes, with the 128-byte swizzle (box_cols 128) or none (box_cols a
-// multiple of 16, at most 256); elements past the matrix read as zeros. Throws std::runtime_error when
-// the driver refuses the shape.
-CUtensorMap byte_tile_map(const void* base, int64_t rows, int64_t cols, int box_cols, int box_rows,
-                          bool swizzle_128b);
-
 }  // namespace dgemma::cuda

@@ -17,7 +17,6 @@
 // output bit is the vectorised kernel's: the table holds exactly the values it computes.
 #include <cstdint>
 
-#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/core/kernel_macros.cuh"
 
 namespace dgemma::cuda {
@@ -47,8 +46,6 @@ namespace {
 // round, their four loads in flight together.
 __global__ void __launch_bounds__(kGeluThreads, 1)
     gelu_mul_halves_table_kernel(const uint4* gu, uint4* out, int64_t words, int64_t iw) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   __shared__ uint16_t table[kGeluTableEntries];
   const int64_t stride = 2 * static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t w0 = 2 * static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/core/kernel_macros.cuh"
 
 namespace dgemma::cuda::residual {
@@ -132,8 +131,6 @@ namespace {
 
 template <int kPer>
 __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true)) attn_residual_kernel(AttnArgs a) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   DG_KERNEL_DYNAMIC_SMEM(smem);
   double* scratch = reinterpret_cast<double*>(smem);
   const bool router = a.z_out != nullptr;  // uniform
@@ -218,8 +215,6 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
 
 template <int kPer>
 __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)) ffn_residual_kernel(FfnArgs a) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   DG_KERNEL_DYNAMIC_SMEM(smem);
   double* scratch = reinterpret_cast<double*>(smem);
   const bool next_norm = a.next_out != nullptr;  // uniform

@@ -5,7 +5,6 @@
 // word helpers of core/bf16_words.cuh.
 #include <cstdint>
 
-#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/core/kernel_macros.cuh"
 
 namespace dgemma::cuda {
@@ -29,8 +28,6 @@ namespace {
 __global__ void __launch_bounds__(kCombineThreads)
     combine_vec_kernel(const uint4* __restrict__ y, const int32_t* __restrict__ order, int K, int64_t words,
                        int64_t chunks, uint4* __restrict__ out) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   const int64_t t = blockIdx.x / chunks;
   const int64_t i = (blockIdx.x % chunks) * kCombineThreads + threadIdx.x;
   if (i >= words) return;

@@ -36,7 +36,6 @@
 //   80 rows of MMAs. The hopper family's wgmma and TMA kernels (included below) read the same tile list.
 #include <cstdint>
 
-#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/moe/expert_epilogue.cuh"
 #include "backend/cuda_options.h"
@@ -141,8 +140,6 @@ constexpr int small_smem_bytes() { return kSmallStages * (BM + kSmallBN) * kRowB
 
 template <int BM, bool kGateUp>
 __global__ void __launch_bounds__(kSmallThreads, BM == 32 ? 4 : 3) grouped_gemm_kernel(GroupedArgs g) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   constexpr int kThreads = kSmallThreads, kBN = kSmallBN, kStages = kSmallStages;
   constexpr int MF = BM / 16;              // m16 fragments per warp
   constexpr int kAChunks = BM * 8 / kThreads;  // 16-byte chunks per thread per A stage
@@ -322,8 +319,6 @@ using TileMma128x128 = TileCfg<1, 4, 8, 4, 3, 2>;
 // (tile rows kBN / 2 + ..), so acc[mf][nf] and acc[mf][nf + kNF / 2] are gate and up of one (row, i).
 template <class C, bool kGateUp>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_tile_kernel(GroupedArgs g, const int32_t* __restrict__ tiles) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   constexpr int kThreads = C::kThreads, MF = C::kMF, NF = C::kNF, kStages = C::kStages;
   constexpr int kBM = C::kBM, kBN = C::kBN, kAStage = C::kAStage, kBStage = C::kBStage;
   constexpr int kRowsPerPass = kThreads / 8;                       // rows one copy pass covers

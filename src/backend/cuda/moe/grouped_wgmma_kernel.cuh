@@ -17,7 +17,6 @@
 // match the mma.sync kernels to fp32 rounding, not bit for bit.
 #include <cstdint>
 
-#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/core/wgmma_desc.cuh"
 
 namespace dgemma::cuda {
@@ -94,8 +93,6 @@ DG_UNROLL
 
 template <class C, bool kGateUp>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_wgmma_kernel(GroupedArgs g, const int32_t* __restrict__ tiles) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   constexpr int kThreads = C::kThreads, kStages = C::kStages, kBM = C::kBM, kBN = C::kBN;
   constexpr int kAStage = C::kAStage, kBStage = C::kBStage;
   constexpr int kRowsPerPass = kThreads / 8;

@@ -5,8 +5,7 @@
 //           pairs by expert (moe/route.cu);
 //   experts: per expert one gate_up GEMM and one down GEMM as grouped kernels over every expert, with
 //           the gather, the activation (gelu(gate) * up) and the routing weight fused (moe/grouped.cu,
-//           the quantised forms in quant/weight_only.cu / quant/w8a8_experts.cu, or with few rows an
-//           expert the weight-streaming quant/expert_stream.cu), then per token a bf16
+//           the quantised forms in quant/weight_only.cu / quant/w8a8_experts.cu), then per token a bf16
 //           running sum in ascending expert order (moe/combine.cu). No host synchronisation, fixed grids:
 //           a step's MoE records into a CUDA graph. The shapes these kernels take
 //           (grouped_moe_supported, moe_route_supported) are checked when a model is loaded.
@@ -28,7 +27,6 @@
 #include "backend/cuda/moe/grouped.cuh"
 #include "backend/cuda/moe/route.cuh"
 #include "backend/cuda/parallel/shard_kernels.cuh"
-#include "backend/cuda/quant/expert_stream.cuh"
 #include "backend/cuda/quant/fp8_gemm.h"
 #include "backend/cuda/quant/w8a8_experts.cuh"
 #include "backend/cuda/quant/weight_only.cuh"
@@ -128,18 +126,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
   // The bf16 GEMMs' kernel and tile list (4 i32 an entry); with quantised experts (no list) a bf16
   // projection, if any, takes the small-rows kernel. W8A8 experts: the FP8 wgmma kernels' list.
   const bool any_quant = fp8_gu || fp4_gu || fp8_dn || fp4_dn;
-  // Quantised experts with few rows an expert (CudaOptions::experts): the weight-streaming kernels, both
-  // projections, the W8A8 activations quantised inside them (no tile list, no quantisation launches).
-  const bool stream_gu = w8a8_gu ? expert_stream_w8a8_supported(I2, H, gate_up.data)
-                                 : (fp8_gu || fp4_gu) && expert_stream_w4a16_supported(fp8_gu, I2, H, gate_up.data,
-                                                                                         a.gate_up.block.data);
-  const bool stream_dn = w8a8_dn ? expert_stream_w8a8_supported(H, I, down.data)
-                                 : (fp8_dn || fp4_dn) && expert_stream_w4a16_supported(fp8_dn, H, I, down.data,
-                                                                                         a.down.block.data);
-  // The weight-streaming kernels take all experts (one rank's slice under expert parallelism: grouped).
-  const bool stream = !ep && stream_gu && stream_dn && expert_stream_chosen(ctx.options, R, E);
-  const GroupedPlan plan = stream                ? GroupedPlan{}
-                           : w8a8_gu || w8a8_dn ? grouped_w8a8_plan(R, E, ctx.options.moe)
+  const GroupedPlan plan = w8a8_gu || w8a8_dn ? grouped_w8a8_plan(R, E, ctx.options.moe)
                            : any_quant        ? GroupedPlan{}
                                               : grouped_moe_plan(R, E, ctx.options.moe, ctx.hopper());
   Tensor tiles;
@@ -157,18 +144,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
   Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
   Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
   if (ep) launch_fill_u16(y.ptr<uint16_t>(), R * H, 0x8000, st);  // other ranks' slots: -0
-  ExpertStreamOptions so;
-  so.pdl = ctx.options.pdl == Pdl::kOn;
-  if (stream && w8a8_gu)
-    launch_expert_stream_gate_up_w8a8(so, a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(),
-                                      a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(),
-                                      pairs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), st);
-  else if (stream)
-    launch_expert_stream_gate_up_w4a16(so, fp8_gu, a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint8_t>(),
-                                       fp8_gu ? nullptr : a.gate_up.block.ptr<uint8_t>(),
-                                       a.gate_up.row_scale.ptr<float>(), offsets.ptr<int32_t>(),
-                                       pairs.ptr<int32_t>(), R, E, K, H, I, act.ptr<uint16_t>(), st);
-  else if (w8a8_gu) {  // the input quantised per token (the CPU's per routed row: the same rows)
+  if (w8a8_gu) {  // the input quantised per token (the CPU's per routed row: the same rows)
     Tensor q = ctx.alloc(ScalarType::kU8, {T, H}), s = ctx.alloc(ScalarType::kF32, {T});
     launch_quantize_fp8_rows(a.expert_in.ptr<uint16_t>(), T, H, q.ptr<uint8_t>(), s.ptr<float>(), st);
     launch_grouped_gate_up_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), gate_up.ptr<uint8_t>(),
@@ -185,16 +161,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
   else
     launch_grouped_gate_up(plan, a.expert_in.ptr<uint16_t>(), gate_up.ptr<uint16_t>(), loff,
                            pairs.ptr<int32_t>(), tiles_ptr, R, El, K, H, I, act.ptr<uint16_t>(), st);
-  if (stream && w8a8_dn)
-    launch_expert_stream_down_w8a8(so, act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(),
-                                   offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I,
-                                   y.ptr<uint16_t>(), st);
-  else if (stream)
-    launch_expert_stream_down_w4a16(so, fp8_dn, act.ptr<uint16_t>(), down.ptr<uint8_t>(),
-                                    fp8_dn ? nullptr : a.down.block.ptr<uint8_t>(), a.down.row_scale.ptr<float>(),
-                                    offsets.ptr<int32_t>(), pairs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I,
-                                    y.ptr<uint16_t>(), st);
-  else if (w8a8_dn) {  // the activation quantised per grouped row
+  if (w8a8_dn) {  // the activation quantised per grouped row
     Tensor q = ctx.alloc(ScalarType::kU8, {R, I}), s = ctx.alloc(ScalarType::kF32, {R});
     launch_quantize_fp8_rows(act.ptr<uint16_t>(), R, I, q.ptr<uint8_t>(), s.ptr<float>(), st);
     launch_grouped_down_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), down.ptr<uint8_t>(),

@@ -10,7 +10,6 @@
 // __fdiv_rn, fmaxf / fabsf, __shfl_xor_sync and core/bf16_words.cuh's unpack_bf16x8.
 #include <cstdint>
 
-#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/core/kernel_macros.cuh"
 
 namespace dgemma::cuda {
@@ -52,8 +51,6 @@ template <int W>
 __global__ void __launch_bounds__(32 * kFp8QuantWarps)
     quantize_fp8_rows_kernel(const uint4* __restrict__ x, int64_t T, int64_t words, uint32_t* __restrict__ q,
                              float* __restrict__ scales) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   static_assert(W == 1 || W == 2 || W == 4, "warps a row");
   constexpr int kRowsPerBlock = kFp8QuantWarps / W;
   __shared__ float row_amax[kFp8QuantWarps];

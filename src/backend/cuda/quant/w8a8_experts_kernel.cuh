@@ -25,8 +25,6 @@
 // other warpgroup, overlap it), and the accumulators twice over limit the tiles to 128 columns.
 #include <cstdint>
 
-#include "backend/cuda/core/griddep.cuh"
-
 namespace dgemma::cuda {
 namespace {
 
@@ -48,8 +46,6 @@ struct W8a8Args {
 
 template <class C, bool kGateUp>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_w8a8_kernel(W8a8Args g, const int32_t* __restrict__ tiles) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   constexpr int kThreads = C::kThreads, kStages = C::kStages, kBM = C::kBM, kBN = C::kBN;
   constexpr int kAStage = C::kAStage, kBStage = C::kBStage;
   constexpr int kRowsPerPass = kThreads / 8;

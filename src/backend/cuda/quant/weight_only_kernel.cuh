@@ -26,7 +26,6 @@
 // decode; mma.sync with register-built B fragments keeps the weights packed.
 #include <cstdint>
 
-#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/moe/expert_epilogue.cuh"
 #include "backend/cuda/quant/layout.h"
@@ -72,8 +71,6 @@ constexpr int min_blocks() { return MF >= 8 ? (W >= 8 ? 1 : 2) : (W >= 8 ? 2 : 4
 
 template <int MF, int W, int S, bool kGateUp, bool kFp8>
 __global__ void __launch_bounds__(32 * W, min_blocks<MF, W>()) grouped_fp4_kernel(Fp4Args g) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   constexpr int kStages = S;
   constexpr int kThreads = 32 * W;
   constexpr int BM = 16 * MF;

@@ -2,7 +2,6 @@
 // sampler/decide_kernel.cuh (the CPU reference is backend/cpu/decide.cpp with the rules of
 // backend/decide_rules.h; the results are bit-identical).
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/griddep.cuh"
 #include "backend/cuda/sampler/decide.cuh"
 #include "backend/cuda/sampler/decide_kernel.cuh"
 
@@ -12,8 +11,6 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) decide_kernel(const DecideBatch* b) {
-  DG_GRIDDEP_WAIT();
-  DG_GRIDDEP_LAUNCH_DEPENDENTS();
   decide_block(b->c[blockIdx.x]);
 }
 

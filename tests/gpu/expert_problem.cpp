@@ -1,24 +1,17 @@
-// One expert-GEMM problem for the weight-streaming expert kernels' checks and benchmark
-// (expert_stream_problem.h).
-#include "expert_stream_problem.h"
+// One expert-GEMM problem for the expert GEMM benchmark (expert_problem.h).
+#include "expert_problem.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <numeric>
 #include <random>
 
-#include "backend/cpu/cpu_ops.h"
-#include "backend/cpu/dot.h"
-#include "backend/quant_reference.h"
 #include "backend/cuda/core/context.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/quant/fp8_gemm.h"
-#include "backend/cuda/quant/weight_only.cuh"
-#include "backend/cuda/quant/w8a8_experts.cuh"
 #include "backend/cuda/quant/layout.h"
+#include "backend/cuda/quant/w8a8_experts.cuh"
+#include "backend/cuda/quant/weight_only.cuh"
 #include "util/bf16.h"
-#include "util/parallel.h"
 
 namespace dgemma::gpu_test {
 namespace {
@@ -80,24 +73,6 @@ Tensor device_block(const Weight& w) {
   return up(t);
 }
 
-// One projection of cpu/moe.cpp for expert e: out[n, N] = (x[n, K] . w^T) (* the rows' FP8 scales when
-// `quantise`: x quantised per row in place) * row_scale.
-void expert_gemm(const Weight& w, int64_t e, bool quantise, std::vector<float>& x, std::vector<float>& out,
-                 int64_t n, int64_t N, int64_t K) {
-  std::vector<float> scales(static_cast<size_t>(n), 1.0f), wf(static_cast<size_t>(N * K));
-  if (quantise) quant_ref::quantize_fp8_per_token(x.data(), n, K, scales.data());
-  quant_ref::dequant_rows(w, e, 0, N, wf.data());
-  out.assign(static_cast<size_t>(n * N), 0.0f);
-  cpu::gemm_nt_f32(x.data(), wf.data(), out.data(), n, N, K);
-  const float* rs = quant_ref::row_scales(w, e);
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < N; ++j) {
-      float& v = out[static_cast<size_t>(r * N + j)];
-      if (quantise) v *= scales[static_cast<size_t>(r)];
-      v *= rs[j];
-    }
-}
-
 }  // namespace
 
 const char* format_name(ExpertFormat f) {
@@ -129,15 +104,12 @@ cuda::Stream cuda_stream() {
 }
 
 ExpertProblem make_expert_problem(Data& d, ExpertFormat f, int64_t T, int64_t H, int64_t I, int64_t E,
-                                  int64_t K, double skew, int64_t empty, const ExpertProblem* weights_of) {
+                                  int64_t K, const ExpertProblem* weights_of) {
   ExpertProblem p;
   p.format = f;
   p.T = T, p.H = H, p.I = I, p.E = E, p.K = K, p.R = T * K;
-  // Routing: per token K distinct experts drawn by weight.
-  std::vector<double> weight(static_cast<size_t>(E), 1.0);
-  std::normal_distribution<double> nd(0.0, 1.0);
-  for (int64_t e = 0; e < E; ++e)
-    weight[static_cast<size_t>(e)] = e >= E - empty ? 0.0 : std::exp(skew * nd(d.engine()));
+  // Routing: per token K distinct experts drawn uniformly.
+  const std::vector<double> weight(static_cast<size_t>(E), 1.0);
   std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     std::vector<double> w = weight;
@@ -212,57 +184,7 @@ ExpertProblem make_expert_problem(Data& d, ExpertFormat f, int64_t T, int64_t H,
   return p;
 }
 
-std::vector<uint16_t> reference_gate_up(const ExpertProblem& p) {
-  const int64_t H = p.H, I = p.I;
-  const bool quantise = p.format == ExpertFormat::kW8a8;
-  std::vector<uint16_t> act(static_cast<size_t>(p.R * I));
-  const uint16_t* x = p.x.ptr<uint16_t>();
-  parallel_for(static_cast<size_t>(p.E), [&](size_t b, size_t e_end) {
-    for (size_t e = b; e < e_end; ++e) {
-      const int64_t r0 = p.offsets[e], n = p.offsets[e + 1] - r0;
-      if (n == 0) continue;
-      std::vector<float> xs(static_cast<size_t>(n * H)), gu;
-      for (int64_t r = 0; r < n; ++r) {
-        const uint16_t* src = x + (p.pairs[static_cast<size_t>(r0 + r)] / p.K) * H;
-        for (int64_t k = 0; k < H; ++k) xs[static_cast<size_t>(r * H + k)] = bf16_to_f32(src[k]);
-      }
-      expert_gemm(p.gate_up, static_cast<int64_t>(e), quantise, xs, gu, n, 2 * I, H);
-      for (int64_t r = 0; r < n; ++r)
-        for (int64_t i = 0; i < I; ++i) {
-          const float g = round_bf16(cpu::gelu_tanh(round_bf16(gu[static_cast<size_t>(r * 2 * I + i)])));
-          act[static_cast<size_t>((r0 + r) * I + i)] =
-              f32_to_bf16(g * round_bf16(gu[static_cast<size_t>(r * 2 * I + I + i)]));
-        }
-    }
-  });
-  return act;
-}
-
-std::vector<uint16_t> reference_down(const ExpertProblem& p, const std::vector<uint16_t>& act_in) {
-  const int64_t H = p.H, I = p.I;
-  const bool quantise = p.format == ExpertFormat::kW8a8;
-  std::vector<uint16_t> y(static_cast<size_t>(p.R * H));
-  parallel_for(static_cast<size_t>(p.E), [&](size_t b, size_t e_end) {
-    for (size_t e = b; e < e_end; ++e) {
-      const int64_t r0 = p.offsets[e], n = p.offsets[e + 1] - r0;
-      if (n == 0) continue;
-      std::vector<float> xs(static_cast<size_t>(n * I)), out;
-      for (int64_t k = 0; k < n * I; ++k)
-        xs[static_cast<size_t>(k)] = bf16_to_f32(act_in[static_cast<size_t>(r0 * I + k)]);
-      expert_gemm(p.down, static_cast<int64_t>(e), quantise, xs, out, n, H, I);
-      for (int64_t r = 0; r < n; ++r) {
-        const int32_t pair = p.pairs[static_cast<size_t>(r0 + r)];
-        const float w = p.top_w[static_cast<size_t>(pair)];
-        for (int64_t h = 0; h < H; ++h)
-          y[static_cast<size_t>(pair * H + h)] =
-              f32_to_bf16(round_bf16(out[static_cast<size_t>(r * H + h)]) * w);
-      }
-    }
-  });
-  return y;
-}
-
-void old_gate_up(const ExpertProblem& p, const Tensor& act, cuda::Stream st) {
+void grouped_gate_up(const ExpertProblem& p, const Tensor& act, cuda::Stream st) {
   switch (p.format) {
     case ExpertFormat::kW8a8: {
       const Tensor &q = p.d_q, &s = p.d_s;
@@ -287,7 +209,7 @@ void old_gate_up(const ExpertProblem& p, const Tensor& act, cuda::Stream st) {
   }
 }
 
-void old_down(const ExpertProblem& p, const Tensor& act_in, const Tensor& y, cuda::Stream st) {
+void grouped_down(const ExpertProblem& p, const Tensor& act_in, const Tensor& y, cuda::Stream st) {
   switch (p.format) {
     case ExpertFormat::kW8a8: {
       const Tensor &q = p.d_q, &s = p.d_s;
@@ -299,43 +221,18 @@ void old_down(const ExpertProblem& p, const Tensor& act_in, const Tensor& y, cud
       return;
     }
     case ExpertFormat::kNvfp4:
-      cuda::launch_grouped_down_fp4(act_in.ptr<uint16_t>(), p.d_dn.ptr<uint8_t>(),
-                                    p.d_dn_block.ptr<uint8_t>(), p.d_dn_rs.ptr<float>(),
-                                    p.d_offsets.ptr<int32_t>(), p.d_pairs.ptr<int32_t>(),
-                                    p.d_top_w.ptr<float>(), p.R, p.E, p.H, p.I, y.ptr<uint16_t>(), QuantTile::kAuto, st);
+      cuda::launch_grouped_down_fp4(
+          act_in.ptr<uint16_t>(), p.d_dn.ptr<uint8_t>(), p.d_dn_block.ptr<uint8_t>(), p.d_dn_rs.ptr<float>(),
+          p.d_offsets.ptr<int32_t>(), p.d_pairs.ptr<int32_t>(), p.d_top_w.ptr<float>(), p.R, p.E, p.H, p.I,
+          y.ptr<uint16_t>(), QuantTile::kAuto, st);
       return;
     case ExpertFormat::kW8a16:
       cuda::launch_grouped_down_fp8(act_in.ptr<uint16_t>(), p.d_dn.ptr<uint8_t>(), p.d_dn_rs.ptr<float>(),
                                     p.d_offsets.ptr<int32_t>(), p.d_pairs.ptr<int32_t>(),
-                                    p.d_top_w.ptr<float>(), p.R, p.E, p.H, p.I, y.ptr<uint16_t>(), QuantTile::kAuto, st);
+                                    p.d_top_w.ptr<float>(), p.R, p.E, p.H, p.I, y.ptr<uint16_t>(),
+                                    QuantTile::kAuto, st);
       return;
   }
-}
-
-cuda::ExpertStreamLaunch new_gate_up(const ExpertProblem& p, const cuda::ExpertStreamOptions& o,
-                                     const Tensor& act, cuda::Stream st) {
-  if (p.format == ExpertFormat::kW8a8)
-    return cuda::launch_expert_stream_gate_up_w8a8(
-        o, p.d_x.ptr<uint16_t>(), p.d_gu.ptr<uint8_t>(), p.d_gu_rs.ptr<float>(), p.d_offsets.ptr<int32_t>(),
-        p.d_pairs.ptr<int32_t>(), p.R, p.E, p.K, p.H, p.I, act.ptr<uint16_t>(), st);
-  const bool fp8 = p.format == ExpertFormat::kW8a16;
-  return cuda::launch_expert_stream_gate_up_w4a16(
-      o, fp8, p.d_x.ptr<uint16_t>(), p.d_gu.ptr<uint8_t>(), fp8 ? nullptr : p.d_gu_block.ptr<uint8_t>(),
-      p.d_gu_rs.ptr<float>(), p.d_offsets.ptr<int32_t>(), p.d_pairs.ptr<int32_t>(), p.R, p.E, p.K, p.H, p.I,
-      act.ptr<uint16_t>(), st);
-}
-
-cuda::ExpertStreamLaunch new_down(const ExpertProblem& p, const cuda::ExpertStreamOptions& o,
-                                  const Tensor& act_in, const Tensor& y, cuda::Stream st) {
-  if (p.format == ExpertFormat::kW8a8)
-    return cuda::launch_expert_stream_down_w8a8(
-        o, act_in.ptr<uint16_t>(), p.d_dn.ptr<uint8_t>(), p.d_dn_rs.ptr<float>(), p.d_offsets.ptr<int32_t>(),
-        p.d_pairs.ptr<int32_t>(), p.d_top_w.ptr<float>(), p.R, p.E, p.H, p.I, y.ptr<uint16_t>(), st);
-  const bool fp8 = p.format == ExpertFormat::kW8a16;
-  return cuda::launch_expert_stream_down_w4a16(
-      o, fp8, act_in.ptr<uint16_t>(), p.d_dn.ptr<uint8_t>(), fp8 ? nullptr : p.d_dn_block.ptr<uint8_t>(),
-      p.d_dn_rs.ptr<float>(), p.d_offsets.ptr<int32_t>(), p.d_pairs.ptr<int32_t>(), p.d_top_w.ptr<float>(),
-      p.R, p.E, p.H, p.I, y.ptr<uint16_t>(), st);
 }
 
 }  // namespace dgemma::gpu_test
