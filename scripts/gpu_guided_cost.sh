@@ -10,6 +10,7 @@
 # Prints one dgemma_bench line per run (", guided" at the end of the guided ones) and the ratios of the
 # per-step times. TOKENIZER=path/to/tokenizer.json lifts the schema to that vocabulary (default: the
 # build's gemma4-tokenizer/tokenizer.json if present, else dgemma_bench's synthetic vocabulary).
+# RUNS replaces the runs (dgemma_bench --runs; default 1:16,4:16: batch 1 and 4, 16 steps each).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-build-device}"
@@ -21,7 +22,7 @@ python3 bench/denoise_step_bench.py --write-model "$MODEL" > /dev/null
 tok=()
 TOKENIZER="${TOKENIZER:-$ROOT/build/gemma4-tokenizer/tokenizer.json}"
 [ -f "$TOKENIZER" ] && tok=(--tokenizer "$TOKENIZER")
-run() { "$BUILD/dgemma_bench" "$MODEL" --runs 1:16,4:16 --prompt-len 512 --canvases 2 "$@" 2>&1 | grep 'per denoising step'; }
+run() { "$BUILD/dgemma_bench" "$MODEL" --runs "${RUNS:-1:16,4:16}" --prompt-len 512 --canvases 2 "$@" 2>&1 | grep 'per denoising step'; }
 plain="$(run)"
 eager="$(run --cuda-graphs off)"
 guided="$(run --guided-schema bench/guided_schema.json "${tok[@]}")"
