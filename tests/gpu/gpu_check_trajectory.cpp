@@ -130,7 +130,10 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
       if (a.temperature != b.temperature) rep.fail(at + ": temperatures differ");
       for (size_t i = 0; i < a.entropy.size(); ++i)
         if (std::fabs(static_cast<double>(a.entropy[i]) - b.entropy[i]) > 0.1 + 0.05 * std::fabs(a.entropy[i])) {
-          rep.fail(at + ": entropy differs at " + std::to_string(i));
+          rep.fail(at + ": entropy differs at " + std::to_string(i) + " (CPU " + fmt_double(a.entropy[i]) + ", CUDA " +
+                   fmt_double(b.entropy[i]) + "; argmax " + std::to_string(a.argmax[i]) + " / " +
+                   std::to_string(b.argmax[i]) + ", sample " + std::to_string(a.sample[i]) + " / " +
+                   std::to_string(b.sample[i]) + ", input token " + std::to_string(a.canvas_in[i]) + ")");
           break;
         }
       bool differs = false;
@@ -144,7 +147,10 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
         }
         if (a.sample[i] != b.sample[i]) {
           differs = true;
-          if (a.sample_gap[i] >= kTieZ) rep.fail(at + ": sample differs at " + std::to_string(i) + " without a near-tie");
+          if (a.sample_gap[i] >= kTieZ)
+            rep.fail(at + ": sample differs at " + std::to_string(i) + " without a near-tie (CPU " +
+                     std::to_string(a.sample[i]) + ", CUDA " + std::to_string(b.sample[i]) + ", margin " +
+                     fmt_double(a.sample_gap[i]) + " / " + fmt_double(b.sample_gap[i]) + ")");
         }
         if (a.accept[i] != b.accept[i]) {
           differs = true;
