@@ -3,9 +3,9 @@
 // m16n8k32 E4M3 (sm_89+): the small-rows structure of moe/grouped_kernel.cuh (grid (N tiles, experts),
 // each CTA looping over its expert's M tiles with the (M tile, K tile) iterations flattened, so that the
 // cp.async pipeline runs on across M tiles) with one-byte operands. Included after
-// moe/grouped_kernel.cuh (swz, kRowBytes) and quant/w8a8_experts_kernel.cuh (W8a8Args, kBK8) by
-// quant/w8a8_experts.cu and by the emulated unit tests (tests/unit/backend/cuda_emulator.h emulates
-// mma_e4m3, summing k in order).
+// moe/grouped_kernel.cuh (swz, kRowBytes, the tile copies) and quant/w8a8_experts_kernel.cuh (W8a8Args,
+// kBK8) by quant/w8a8_experts.cu and by the emulated unit tests (tests/unit/backend/cuda_emulator.h
+// emulates mma_e4m3, summing k in order).
 //
 // Maths: those of the FP8 wgmma kernel (quant/w8a8_experts_kernel.cuh): per K tile of 128 the four k32
 // MMAs accumulate from zero and the tile's sum is added to fp32 registers (promotion every 128 K), then
@@ -54,57 +54,25 @@ __global__ void __launch_bounds__(C::kThreads) grouped_w8a8_rows_kernel(W8a8Args
   const uint32_t s_b = s_a + kStages * kAStage;
   const int chunk = tid & 7, trow = tid >> 3;
 
-  // This thread's weight rows (tile rows trow + (kThreads / 8) j): gate_up tile row s < BN / 2 is the
-  // gate row i = n0 + s, else the up row N + i of i = n0 + s - BN / 2.
+  // The copies of a stage (moe/grouped_kernel.cuh): this thread's tile rows trow + (kThreads / 8) j of
+  // the weights and of the M tile's activations (rows past the expert's zero-filled, branch-free: the
+  // main loop's ldmatrix / mma.sync need converged warps).
+  constexpr int kStep = kThreads / 8;
   const uint8_t* w_e = g.w + static_cast<int64_t>(e) * Nw * Kd;
   const uint8_t* b_src[kBChunks];
   bool b_ok[kBChunks];
-DG_UNROLL
-  for (int j = 0; j < kBChunks; ++j) {
-    const int s = trow + (kThreads / 8) * j;
-    int n;
-    if (kGateUp) {
-      const int i = blockIdx.x * (BN / 2) + (s < BN / 2 ? s : s - BN / 2);
-      b_ok[j] = i < N;
-      n = s < BN / 2 ? i : N + i;
-    } else {
-      n = blockIdx.x * BN + s;
-      b_ok[j] = n < N;
-    }
-    b_src[j] = b_ok[j] ? w_e + static_cast<int64_t>(n) * Kd : g.w;
-  }
-  const uint8_t* a_src[kAChunks];
-  bool a_ok[kAChunks];
-  // Branch-free (copies of zero bytes for rows past the expert's): the main loop's ldmatrix / mma.sync
-  // need converged warps.
-  auto set_a_rows = [&](int mt) {
-DG_UNROLL
-    for (int j = 0; j < kAChunks; ++j) {
-      const int m = mt * BM + trow + (kThreads / 8) * j;
-      a_ok[j] = m < rows;
-      const int r = row0 + (a_ok[j] ? m : 0);
-      const int64_t src_row = kGateUp ? g.pairs[r] / g.top_k : r;
-      a_src[j] = g.a + src_row * Kd;
-    }
-  };
+  tile_weight_rows<kGateUp>(w_e, g.w, trow, kStep, BN, blockIdx.x * (kGateUp ? BN / 2 : BN), N, Kd, b_src,
+                            b_ok);
+  int a_row[kAChunks];
 
   const uint64_t w_policy = evict_first_policy();
   int load_mt = 0, load_kt = 0;
   auto load_next = [&](int stage) {
-    if (load_kt == 0) set_a_rows(load_mt);
-    const int k = load_kt * kBK8 + chunk * 16;
-    const bool k_ok = k < Kd;
-    const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage;
-DG_UNROLL
-    for (int j = 0; j < kAChunks; ++j) {
-      const bool ok = a_ok[j] && k_ok;
-      cp_async16(sa + swz(trow + (kThreads / 8) * j, chunk), ok ? a_src[j] + k : g.a, ok);
-    }
-DG_UNROLL
-    for (int j = 0; j < kBChunks; ++j) {
-      const bool ok = b_ok[j] && k_ok;
-      cp_async16_hint(sb + swz(trow + (kThreads / 8) * j, chunk), ok ? b_src[j] + k : g.w, ok, w_policy);
-    }
+    if (load_kt == 0)
+      tile_activation_rows<kGateUp>(g.pairs, g.top_k, row0 + load_mt * BM, rows - load_mt * BM, BM, trow,
+                                    kStep, a_row);
+    tile_copy_stage(s_a + stage * kAStage, s_b + stage * kBStage, g.a, g.w, Kd, load_kt * kBK8 + chunk * 16,
+                    trow, kStep, chunk, a_row, b_src, b_ok, w_policy);
     if (++load_kt == KT) {
       load_kt = 0;
       ++load_mt;
@@ -175,13 +143,16 @@ DG_UNROLL
           const int m = mt * BM + mf * 16 + g_row + 8 * h;
           if (m >= rows) continue;
           const int64_t r = row0 + m;
+          // v = (sum * s_row) * row_scale[col + c] of n fragment nf's column c.
+          auto scaled = [&](int nf, int c, float s_row, int col) {
+            return __fmul_rn(__fmul_rn(sum[mf][nf][2 * h + c], s_row), rs_e[col + c]);
+          };
           if (kGateUp) {
             const int i = blockIdx.x * (BN / 2) + 8 * warp + g_col;
             if (i >= N) continue;
             const float s_row = g.a_scale[g.pairs[r] / g.top_k];
-            auto gate = [&](int c) { return __fmul_rn(__fmul_rn(sum[mf][0][2 * h + c], s_row), rs_e[i + c]); };
-            auto up = [&](int c) { return __fmul_rn(__fmul_rn(sum[mf][1][2 * h + c], s_row), rs_e[N + i + c]); };
-            store_act_pair(g.out + r * N + i, gate, up);
+            store_act_pair(g.out + r * N + i, [&](int c) { return scaled(0, c, s_row, i); },
+                           [&](int c) { return scaled(1, c, s_row, N + i); });
           } else {
             const int p = g.pairs[r];
             const float wt = g.top_w[p], s_row = g.a_scale[r];
@@ -189,8 +160,8 @@ DG_UNROLL
             for (int nf = 0; nf < 2; ++nf) {
               const int n = blockIdx.x * BN + 8 * W * nf + 8 * warp + g_col;
               if (n >= N) continue;
-              auto value = [&](int c) { return __fmul_rn(__fmul_rn(sum[mf][nf][2 * h + c], s_row), rs_e[n + c]); };
-              store_weighted_pair(g.out + static_cast<int64_t>(p) * N + n, value, wt);
+              store_weighted_pair(g.out + static_cast<int64_t>(p) * N + n,
+                                  [&](int c) { return scaled(nf, c, s_row, n); }, wt);
             }
           }
         }
