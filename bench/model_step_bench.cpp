@@ -35,6 +35,7 @@
 // holds all prompts; the last chunk is not fused with the first denoising step, fuse_prefill_tail), so
 // every denoising step carries the whole batch of canvases and nothing else.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -95,6 +96,18 @@ std::shared_ptr<const guided::TokenVocabulary> synthetic_vocabulary(int64_t size
     kinds.push_back(guided::TokenKind::kText);
   }
   return guided::TokenVocabulary::from_pieces(pieces, kinds);
+}
+
+// The integer value of flag `flag`; exits with a message unless `v` is a whole decimal integer.
+long long int_arg(const std::string& flag, const char* v) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v, &end, 10);
+  if (end == v || *end != '\0' || errno == ERANGE) {
+    std::fprintf(stderr, "%s: an integer, not '%s'\n", flag.c_str(), v);
+    std::exit(2);
+  }
+  return n;
 }
 
 // "B:S[:P],..." -> runs (each number positive); false on anything else.
@@ -255,7 +268,7 @@ bool parse_cuda_flag(const std::string& k, const char* v, CudaOptions& o) {
   if (k == "--dense-quant") return take(parse_dense_quant, &o.dense_quant, dense_quant_words());
   if (k == "--fp8-moe") return take(parse_fp8_experts, &o.fp8_experts, fp8_experts_words());
   if (k == "--flash-splits") {
-    o.flash_splits = std::atoi(v);  // range-checked by resolve_cuda_options
+    o.flash_splits = static_cast<int>(int_arg(k, v));  // range-checked by resolve_cuda_options
     return true;
   }
   return false;
@@ -301,16 +314,16 @@ int main(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--device") device = argv[i + 1];
     else if (k == "--quantization") quantization = argv[i + 1];
-    else if (k == "--batch") batch = std::atoi(argv[i + 1]);
-    else if (k == "--prompt-len") prompt_len = std::atoi(argv[i + 1]);
-    else if (k == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (k == "--batch") batch = static_cast<int>(int_arg(k, argv[i + 1]));
+    else if (k == "--prompt-len") prompt_len = static_cast<int>(int_arg(k, argv[i + 1]));
+    else if (k == "--steps") steps = static_cast<int>(int_arg(k, argv[i + 1]));
     else if (k == "--images")
-      images = std::atoi(argv[i + 1]);
-    else if (k == "--canvases") canvases = std::atoi(argv[i + 1]);
-    else if (k == "--profile-step") profile_step = std::atoi(argv[i + 1]);
+      images = static_cast<int>(int_arg(k, argv[i + 1]));
+    else if (k == "--canvases") canvases = static_cast<int>(int_arg(k, argv[i + 1]));
+    else if (k == "--profile-step") profile_step = static_cast<int>(int_arg(k, argv[i + 1]));
     else if (k == "--runs") runs_arg = argv[i + 1];
     else if (k == "--cuda-graphs") graphs.on = std::string(argv[i + 1]) != "off";
-    else if (k == "--max-model-len") graphs.max_context = std::atoll(argv[i + 1]);
+    else if (k == "--max-model-len") graphs.max_context = int_arg(k, argv[i + 1]);
     else if (k == "--guided-schema")
       schema_file = argv[i + 1];
     else if (k == "--tokenizer")
