@@ -4,18 +4,12 @@
 // (The routing rules themselves: tests/unit/engine/test_data_parallel.cpp.)
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { makeModelDir, metrics, sample, startServer, tinyConfig, waitFor, GENERATION_CONFIG } from './helpers.mjs';
+import { metrics, sample, startReferencePair, waitFor } from './helpers.mjs';
 
 describe('data parallelism (dummy weights, CPU)', () => {
   let one, two;
   before(async () => {
-    const modelDir = makeModelDir({
-      config: tinyConfig({ canvasLength: 16 }),
-      generationConfig: { ...GENERATION_CONFIG, max_denoising_steps: 4 },
-    });
-    const args = ['--device', 'cpu', '--served-model-name', 'tiny', '--max-num-seqs', '2', '--max-model-len', '512'];
-    one = await startServer({ modelDir, loadFormat: 'dummy', args });
-    two = await startServer({ modelDir, loadFormat: 'dummy', args: [...args, '-dp', '2'] });
+    ({ one, two } = await startReferencePair(['-dp', '2']));
   });
   after(async () => {
     if (one) await one.stop();

@@ -171,6 +171,23 @@ export async function startServer({ modelDir, loadFormat = 'scripted', args = []
   return server;
 }
 
+// Two servers on one tiny model with dummy weights (CPU, canvas 16, 4 denoising steps, two sequences):
+// the one-engine reference, and the same with `extraArgs` (e.g. ['-tp', '2']). The caller stops both.
+export async function startReferencePair(extraArgs) {
+  const modelDir = makeModelDir({
+    config: tinyConfig({ canvasLength: 16 }),
+    generationConfig: { ...GENERATION_CONFIG, max_denoising_steps: 4 },
+  });
+  const args = ['--device', 'cpu', '--served-model-name', 'tiny', '--max-num-seqs', '2', '--max-model-len', '512'];
+  const one = await startServer({ modelDir, loadFormat: 'dummy', args });
+  try {
+    return { one, two: await startServer({ modelDir, loadFormat: 'dummy', args: [...args, ...extraArgs] }) };
+  } catch (e) {
+    await one.stop();
+    throw e;
+  }
+}
+
 export async function postJson(url, body, headers = {}) {
   const r = await fetch(url, {
     method: 'POST',

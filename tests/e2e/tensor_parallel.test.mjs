@@ -3,18 +3,12 @@
 // sample filters (top_k, top_p, min_p) and the top log-probabilities.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { makeModelDir, startServer, tinyConfig, GENERATION_CONFIG } from './helpers.mjs';
+import { startReferencePair } from './helpers.mjs';
 
 describe('tensor parallelism (dummy weights, CPU)', () => {
   let one, two;
   before(async () => {
-    const modelDir = makeModelDir({
-      config: tinyConfig({ canvasLength: 16 }),
-      generationConfig: { ...GENERATION_CONFIG, max_denoising_steps: 4 },
-    });
-    const args = ['--device', 'cpu', '--served-model-name', 'tiny', '--max-num-seqs', '2', '--max-model-len', '512'];
-    one = await startServer({ modelDir, loadFormat: 'dummy', args });
-    two = await startServer({ modelDir, loadFormat: 'dummy', args: [...args, '-tp', '2'] });
+    ({ one, two } = await startReferencePair(['-tp', '2']));
   });
   after(async () => {
     if (one) await one.stop();

@@ -316,7 +316,11 @@ void compare_models(Reporter& r, const std::string& name, const ModelConfig& mc,
          fmt_double(c.max_dh));
 }
 
-void check_fixture(Reporter& r, const std::string& fixture, int n) {
+// The fixture's first golden run (two canvases) at -tp n against -tp 1; `guided`: with a guided answer
+// (docs/API.md "Guided decoding on the canvas"): every rank's sampler masks the gathered vocabulary by
+// global token id and walks the gap as -tp 1 does; every position passes the entropy bound, so the walk
+// alone decides what is kept.
+void check_fixture(Reporter& r, const std::string& fixture, int n, bool guided = false) {
   const std::string dir = fixture_dir(fixture) + "/model";
   const ModelConfig mc = load_model_config(dir);
   auto loader = make_cpu_backend();
@@ -325,25 +329,12 @@ void check_fixture(Reporter& r, const std::string& fixture, int n) {
       parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
   SequenceParams p = fixture_run_params(manifest["runs"][0]);
   p.max_tokens = 2 * mc.canvas_length;
-  compare_models(r, fixture + " tp" + std::to_string(n), mc, host, n, p, fixture_ids(fixture, "prompt_ids"));
-}
-
-// Guided answers (docs/API.md "Guided decoding on the canvas") under tensor parallelism: every rank's
-// sampler masks the gathered vocabulary by global token id and walks the gap as -tp 1 does; every
-// position passes the entropy bound, so the walk alone decides what is kept.
-void check_fixture_guided(Reporter& r, const std::string& fixture, int n) {
-  const std::string dir = fixture_dir(fixture) + "/model";
-  const ModelConfig mc = load_model_config(dir);
-  auto loader = make_cpu_backend();
-  const ModelWeights host = load_weights(mc, dir, *loader);
-  const Json manifest =
-      parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
-  SequenceParams p = fixture_run_params(manifest["runs"][0]);
-  p.max_tokens = 2 * mc.canvas_length;
-  p.diffusion.entropy_bound = 1e6;
-  p.guided = fixture_guided_answer(static_cast<int>(mc.text.vocab_size), p,
-                                   guided::ConstraintSpec::regex("[ab ]+(x[0-9]+)?"));
-  compare_models(r, fixture + " guided tp" + std::to_string(n), mc, host, n, p,
+  if (guided) {
+    p.diffusion.entropy_bound = 1e6;
+    p.guided = fixture_guided_answer(static_cast<int>(mc.text.vocab_size), p,
+                                     guided::ConstraintSpec::regex("[ab ]+(x[0-9]+)?"));
+  }
+  compare_models(r, fixture + (guided ? " guided tp" : " tp") + std::to_string(n), mc, host, n, p,
                  fixture_ids(fixture, "prompt_ids"));
 }
 
@@ -396,7 +387,7 @@ std::vector<Case> tensor_parallel_cases() {
       {"tp_trajectory_tiny_a_tp2", [](Reporter& r) { check_fixture(r, "tiny_a", 2); }},
       {"tp_trajectory_tiny_a_tp4", [](Reporter& r) { check_fixture(r, "tiny_a", 4); }},
       {"tp_trajectory_tiny_b_tp2", [](Reporter& r) { check_fixture(r, "tiny_b", 2); }},
-      {"tp_guided_trajectory_tiny_a_tp2", [](Reporter& r) { check_fixture_guided(r, "tiny_a", 2); }},
+      {"tp_guided_trajectory_tiny_a_tp2", [](Reporter& r) { check_fixture(r, "tiny_a", 2, true); }},
       {"tp_26b_shape", check_26b_shape},
   };
 }
