@@ -459,53 +459,38 @@ inline void ldmatrix_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_
   }
   r0 = out[0]; r1 = out[1]; r2 = out[2]; r3 = out[3];
 }
-inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// The m16n8 mma.sync forms: the lanes publish their registers (A a0..a3, B b0 b1), then each computes its
+// four accumulators, k summed in order. kBits-wide elements, 32 / kBits a register in k order from the low
+// bits; K = 16 elements of 16 bits (bf16, k16) or 32 of 8 (E4M3, k32): lane 4 row + (k % (K / 2)) / per,
+// register (A) row >= 8 and k >= K / 2, (B) k >= K / 2.
+template <int kBits, class Value>
+inline void mma_m16n8(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, Value value) {
+  constexpr int kPer = 32 / kBits, kK = 2 * 4 * kPer, kHalf = kK / 2;
   const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
   uint32_t(&sc)[32][8] = collective_scratch(w, i);
   for (int q = 0; q < 4; ++q) sc[i][q] = a[q];
   sc[i][4] = b0;
   sc[i][5] = b1;
   emu::g_warp_bar[w]->arrive_and_wait();
+  auto element = [&](uint32_t reg, int k) { return value(reg >> (kBits * (k % kPer))); };
   auto A = [&](int r, int k) {
-    const uint32_t reg = sc[(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
-    return bf16_to_f32(static_cast<uint16_t>(reg >> (16 * (k % 2))));
+    return element(sc[(r % 8) * 4 + (k % kHalf) / kPer][(r >= 8) + 2 * (k >= kHalf)], k);
   };
-  auto B = [&](int k, int n) {
-    const uint32_t reg = sc[n * 4 + (k % 8) / 2][4 + (k >= 8)];
-    return bf16_to_f32(static_cast<uint16_t>(reg >> (16 * (k % 2))));
-  };
+  auto B = [&](int k, int n) { return element(sc[n * 4 + (k % kHalf) / kPer][4 + (k >= kHalf)], k); };
   const int g = i / 4, t = i % 4;
   const int rr[4] = {g, g, g + 8, g + 8}, cc[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
   for (int q = 0; q < 4; ++q) {
     float s = d[q];
-    for (int k = 0; k < 16; ++k) s += A(rr[q], k) * B(k, cc[q]);
+    for (int k = 0; k < kK; ++k) s += A(rr[q], k) * B(k, cc[q]);
     d[q] = s;
   }
 }
-// The FP8 form (m16n8k32 E4M3): the same exchange, four codes a register, k summed in order.
+inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  mma_m16n8<16>(d, a, b0, b1, [](uint32_t bits) { return bf16_to_f32(static_cast<uint16_t>(bits)); });
+}
 inline float e4m3_value(uint8_t v);
 inline void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  const int i = threadIdx.x & 31, w = threadIdx.x >> 5;
-  uint32_t(&sc)[32][8] = collective_scratch(w, i);
-  for (int q = 0; q < 4; ++q) sc[i][q] = a[q];
-  sc[i][4] = b0;
-  sc[i][5] = b1;
-  emu::g_warp_bar[w]->arrive_and_wait();
-  auto A = [&](int r, int k) {
-    const uint32_t reg = sc[(r % 8) * 4 + (k % 16) / 4][(r >= 8) + 2 * (k >= 16)];
-    return e4m3_value(static_cast<uint8_t>(reg >> (8 * (k % 4))));
-  };
-  auto B = [&](int k, int n) {
-    const uint32_t reg = sc[n * 4 + (k % 16) / 4][4 + (k >= 16)];
-    return e4m3_value(static_cast<uint8_t>(reg >> (8 * (k % 4))));
-  };
-  const int g = i / 4, t = i % 4;
-  const int rr[4] = {g, g, g + 8, g + 8}, cc[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-  for (int q = 0; q < 4; ++q) {
-    float s = d[q];
-    for (int k = 0; k < 32; ++k) s += A(rr[q], k) * B(k, cc[q]);
-    d[q] = s;
-  }
+  mma_m16n8<8>(d, a, b0, b1, [](uint32_t bits) { return e4m3_value(static_cast<uint8_t>(bits)); });
 }
 }  // namespace dgemma::cuda
 
