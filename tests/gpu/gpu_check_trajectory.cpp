@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "engine/guided_answer.h"
 #include "engine/pins.h"
 #include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
@@ -98,6 +99,22 @@ void compare_batched(Reporter& rep, const std::string& fixture, const ModelConfi
   }
 }
 
+// For a guided run: whether position `pos` of canvas `k` lies in the gap, and which of `tokens` its
+// mask allows (a diagnosis of a divergence).
+std::string guided_context(const SequenceParams& p, int k, int C, int pos, std::initializer_list<int32_t> tokens) {
+  if (!p.guided) return "";
+  const GuidedSegment seg = guided_segment(*p.guided, k, C);
+  std::string s = "; gap [" + std::to_string(seg.first) + ", " + std::to_string(seg.last) + ")";
+  if (seg.empty() || pos < seg.first || pos >= seg.last) return s + ", outside";
+  const std::vector<uint32_t>& mask = p.guided->constraint->gap_mask();
+  s += ", allowed:";
+  for (int32_t t : tokens) {
+    const bool ok = t >= 0 && static_cast<size_t>(t >> 5) < mask.size() && ((mask[t >> 5] >> (t & 31)) & 1u) != 0;
+    s += " " + std::to_string(t) + (ok ? "=y" : "=n");
+  }
+  return s;
+}
+
 void compare(Reporter& rep, const std::string& name, const SequenceParams& p, const Trajectory& c, const Trajectory& g) {
   if (c.seq->state != Sequence::State::kFinished || g.seq->state != Sequence::State::kFinished) {
     rep.fail(name + ": a trajectory did not finish");
@@ -133,7 +150,10 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
           rep.fail(at + ": entropy differs at " + std::to_string(i) + " (CPU " + fmt_double(a.entropy[i]) + ", CUDA " +
                    fmt_double(b.entropy[i]) + "; argmax " + std::to_string(a.argmax[i]) + " / " +
                    std::to_string(b.argmax[i]) + ", sample " + std::to_string(a.sample[i]) + " / " +
-                   std::to_string(b.sample[i]) + ", input token " + std::to_string(a.canvas_in[i]) + ")");
+                   std::to_string(b.sample[i]) + ", input token " + std::to_string(a.canvas_in[i]) +
+                   guided_context(p, static_cast<int>(k), static_cast<int>(a.entropy.size()), static_cast<int>(i),
+                                  {a.argmax[i], b.argmax[i], a.sample[i], b.sample[i]}) +
+                   ")");
           break;
         }
       bool differs = false;
