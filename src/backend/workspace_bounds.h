@@ -55,7 +55,8 @@ inline constexpr uint64_t fp8_rows_bytes(int64_t rows, int64_t k) {
   return (r * static_cast<uint64_t>(k) + 255) / 256 * 256 + (r * 4 + 255) / 256 * 256;
 }
 inline constexpr uint64_t fp8_activation_bytes(int64_t tokens, int64_t widest_dense_input, int64_t hidden,
-                                               int64_t intermediate, int64_t top_k, int64_t moe_intermediate) {
+                                               int64_t intermediate, int64_t top_k,
+                                               int64_t moe_intermediate) {
   const uint64_t dense = fp8_rows_bytes(tokens, widest_dense_input);
   const uint64_t mlp = 2 * fp8_rows_bytes(tokens, hidden) + fp8_rows_bytes(tokens, intermediate);
   const uint64_t moe = fp8_rows_bytes(tokens, hidden) + fp8_rows_bytes(tokens * top_k, moe_intermediate);

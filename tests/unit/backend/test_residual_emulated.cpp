@@ -5,11 +5,12 @@
 // (eps matters) and, with eps 0, an all-zero row (an infinite inverse norm: the NaNs of the composed
 // ops, bit for bit); grids of one block a row and of fewer blocks than rows (each block loops over
 // rows, loading the next one ahead), up to thousands of rows. The same kernel source the GPU runs;
-// tests/gpu checks it there. The kFp8 forms write the same bf16 outputs and, byte for byte, the FP8 rows
-// (backend.h Fp8Rows) that launch_quantize_fp8_rows's kernel and the CPU reference write for them
-// (fp8_rows_check.h): each of out_a / out_b alone and both, next_out, on the same shapes, with norm
-// weights of ordinary and of large scale (large outputs), a row of tiny values (E4M3 subnormal codes),
-// a row with one outlier, and the all-zero row (eps 0: NaN outputs, code 0x7f, not in the amax).
+// tests/gpu checks it there. The FP8 forms (attn_residual_fp8_kernel, ffn_residual_fp8_kernel) write
+// the same bf16 outputs and, byte for byte, the FP8 rows (backend.h Fp8Rows) that
+// launch_quantize_fp8_rows's kernel and the CPU reference write for them (fp8_rows_check.h): each of
+// out_a / out_b alone and both, next_out, on the same shapes, with norm weights of ordinary and of large
+// scale (large outputs), a row of tiny values (E4M3 subnormal codes), a row with one outlier, and the
+// all-zero row (eps 0: NaN outputs, code 0x7f, not in the amax).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -155,8 +156,8 @@ TEST(ResidualEmulated, AttnJunctionMatchesComposedOps) {
       const res::AttnArgs a{
           cw(g.x),       cw(g.o),          cw(g.post_norm), mw(g.h1),       cw(g.norm_a),
           mw(g.out_a),   cw(g.norm_b),     mw(g.out_b),     mw(g.o_normed), cw(g.router_scale),
-          g.router_root, mw(g.router_out), s.H / 8,         s.eps,          s.T,
-          nullptr,       nullptr,          nullptr,         nullptr};
+          g.router_root, mw(g.router_out), s.H / 8,         s.eps,
+          s.T};
       launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
         if (per == 1)
           res::attn_residual_kernel<1>(a);
@@ -215,9 +216,10 @@ TEST(ResidualEmulated, FfnJunctionMatchesComposedOps) {
         g.next_out = poisoned(s.T, s.H);
       }
       cpu->ffn_residual(c);
-      const res::FfnArgs a{cw(g.h1),       cw(g.m1),  cw(g.m2),  cw(g.norm1), cw(g.norm2), cw(g.norm_f),
-                           g.scale,        mw(g.out), mw(g.m1n), mw(g.m2n),   mw(g.f),     cw(g.next_norm),
-                           mw(g.next_out), s.H / 8,   s.eps,     s.T,         nullptr,     nullptr};
+      const res::FfnArgs a{cw(g.h1),     cw(g.m1),        cw(g.m2),       cw(g.norm1), cw(g.norm2),
+                           cw(g.norm_f), g.scale,         mw(g.out),      mw(g.m1n),   mw(g.m2n),
+                           mw(g.f),      cw(g.next_norm), mw(g.next_out), s.H / 8,     s.eps,
+                           s.T};
       launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
         if (per == 1)
           res::ffn_residual_kernel<1>(a);
@@ -316,18 +318,16 @@ TEST(ResidualEmulated, AttnJunctionWritesTheFp8RowsOfItsOutputs) {
                               mw(g.router_out),
                               s.H / 8,
                               s.eps,
-                              s.T,
-                              codes_of(g.out_a_fp8),
-                              scales_of(g.out_a_fp8),
-                              codes_of(g.out_b_fp8),
-                              scales_of(g.out_b_fp8)};
+                              s.T};
+        const res::Fp8RowsOut qa{codes_of(g.out_a_fp8), scales_of(g.out_a_fp8)};
+        const res::Fp8RowsOut qb{codes_of(g.out_b_fp8), scales_of(g.out_b_fp8)};
         launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
           if (per == 1)
-            res::attn_residual_kernel<1, true>(a);
+            res::attn_residual_fp8_kernel<1>(a, qa, qb);
           else if (per == 2)
-            res::attn_residual_kernel<2, true>(a);
+            res::attn_residual_fp8_kernel<2>(a, qa, qb);
           else
-            res::attn_residual_kernel<4, true>(a);
+            res::attn_residual_fp8_kernel<4>(a, qa, qb);
         });
         expect_same(name + " h1", g.h1, c.h1);
         expect_same(name + " out_a", g.out_a, c.out_a);
@@ -396,16 +396,15 @@ TEST(ResidualEmulated, FfnJunctionWritesTheFp8RowsOfNextOut) {
                            mw(g.next_out),
                            s.H / 8,
                            s.eps,
-                           s.T,
-                           codes_of(g.next_out_fp8),
-                           scales_of(g.next_out_fp8)};
+                           s.T};
+      const res::Fp8RowsOut qn{codes_of(g.next_out_fp8), scales_of(g.next_out_fp8)};
       launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
         if (per == 1)
-          res::ffn_residual_kernel<1, true>(a);
+          res::ffn_residual_fp8_kernel<1>(a, qn);
         else if (per == 2)
-          res::ffn_residual_kernel<2, true>(a);
+          res::ffn_residual_fp8_kernel<2>(a, qn);
         else
-          res::ffn_residual_kernel<4, true>(a);
+          res::ffn_residual_fp8_kernel<4>(a, qn);
       });
       expect_same(name + " out", g.out, c.out);
       expect_same(name + " next_out", g.next_out, c.next_out);

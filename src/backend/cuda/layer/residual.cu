@@ -14,18 +14,18 @@ const uint4* words_of(const uint16_t* p) {
 uint4* words_of(uint16_t* p) {
   return reinterpret_cast<uint4*>(p);
 }
-uint2* code_words_of(uint8_t* p) {
-  return reinterpret_cast<uint2*>(p);
+residual::Fp8RowsOut fp8_out(uint8_t* q, float* s) {
+  return residual::Fp8RowsOut{reinterpret_cast<uint2*>(q), s};
 }
 
 // One launch of kernel<kPer> of the plan (kPer 1, 2 or 4 words a thread) over `rows` rows.
-template <class Args, class K1, class K2, class K4>
-void launch_junction(const Args& a, int64_t rows, const residual::Plan& plan, K1 k1, K2 k2, K4 k4,
-                     Stream stream) {
+template <class K1, class K2, class K4, class... Args>
+void launch_junction(int64_t rows, const residual::Plan& plan, K1 k1, K2 k2, K4 k4, Stream stream,
+                     const Args&... args) {
   auto run = [&](auto kernel) {
     constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
     launch_kernel(stream, kernel, resident_grid(stream, kernel, plan.threads, kSmem, rows), plan.threads,
-                  kSmem, a);
+                  kSmem, args...);
   };
   switch (plan.per) {
     case 1:
@@ -71,17 +71,13 @@ void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* 
                              words_of(router_out),
                              n / 8,
                              eps,
-                             rows,
-                             code_words_of(qa),
-                             sa,
-                             code_words_of(qb),
-                             sb};
+                             rows};
   if (qa != nullptr || qb != nullptr)
-    launch_junction(a, rows, plan, residual::attn_residual_kernel<1, true>,
-                    residual::attn_residual_kernel<2, true>, residual::attn_residual_kernel<4, true>, stream);
+    launch_junction(rows, plan, residual::attn_residual_fp8_kernel<1>, residual::attn_residual_fp8_kernel<2>,
+                    residual::attn_residual_fp8_kernel<4>, stream, a, fp8_out(qa, sa), fp8_out(qb, sb));
   else
-    launch_junction(a, rows, plan, residual::attn_residual_kernel<1>, residual::attn_residual_kernel<2>,
-                    residual::attn_residual_kernel<4>, stream);
+    launch_junction(rows, plan, residual::attn_residual_kernel<1>, residual::attn_residual_kernel<2>,
+                    residual::attn_residual_kernel<4>, stream, a);
 }
 
 void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, const uint16_t* norm1,
@@ -107,16 +103,14 @@ void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t*
                             words_of(next_out),
                             n / 8,
                             eps,
-                            rows,
-                            code_words_of(qn),
-                            sn};
+                            rows};
   if (qn != nullptr) {
     DG_CHECK(next_out != nullptr);
-    launch_junction(a, rows, plan, residual::ffn_residual_kernel<1, true>,
-                    residual::ffn_residual_kernel<2, true>, residual::ffn_residual_kernel<4, true>, stream);
+    launch_junction(rows, plan, residual::ffn_residual_fp8_kernel<1>, residual::ffn_residual_fp8_kernel<2>,
+                    residual::ffn_residual_fp8_kernel<4>, stream, a, fp8_out(qn, sn));
   } else {
-    launch_junction(a, rows, plan, residual::ffn_residual_kernel<1>, residual::ffn_residual_kernel<2>,
-                    residual::ffn_residual_kernel<4>, stream);
+    launch_junction(rows, plan, residual::ffn_residual_kernel<1>, residual::ffn_residual_kernel<2>,
+                    residual::ffn_residual_kernel<4>, stream, a);
   }
 }
 

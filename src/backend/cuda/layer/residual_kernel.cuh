@@ -24,11 +24,12 @@
 // Every output element is computed with exactly the operations and roundings of the composed ops
 // (backend.cpp).
 //
-// With kFp8 the kernels also write the FP8 rows (backend.h Fp8Rows) of out_a / out_b (attention junction)
-// and next_out (FFN junction), each where its pointers are set: the row's amax over the bf16-rounded
-// output words (kept in registers), one block max, then the codes and the scale with
-// quant/fp8_quant_kernel.cuh's helpers, bit for bit what launch_quantize_fp8_rows writes for the bf16
-// output. Without kFp8 the kernels are as they were (no extra work).
+// The FP8 forms (attn_residual_fp8_kernel, ffn_residual_fp8_kernel: the same rows with kFp8) also write
+// the FP8 rows (backend.h Fp8Rows) of out_a / out_b (attention junction) and next_out (FFN junction),
+// each where its pointers are set: the row's amax over the bf16-rounded output words (kept in
+// registers), one block max, then the codes and the scale with quant/fp8_quant_kernel.cuh's helpers, bit
+// for bit what launch_quantize_fp8_rows writes for the bf16 output. The plain kernels do no FP8 work and
+// keep their parameters.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
@@ -66,10 +67,6 @@ struct AttnArgs {
   int64_t words;
   float eps;
   int64_t rows;
-  uint2* qa;  // optional (kFp8): out_a's codes, 8 a word
-  float* sa;  // with qa: out_a's row scales
-  uint2* qb;  // optional (kFp8): out_b's codes
-  float* sb;  // with qb
 };
 
 struct FfnArgs {
@@ -82,8 +79,13 @@ struct FfnArgs {
   int64_t words;
   float eps;
   int64_t rows;
-  uint2* qn;  // optional (kFp8, with next_out): next_out's codes, 8 a word
-  float* sn;  // with qn: next_out's row scales
+};
+
+// FP8 rows an FP8 form writes (backend.h Fp8Rows): codes, eight a word, and the row scales; q null: not
+// written. A parameter of the FP8 forms only, so the plain kernels keep their parameters.
+struct Fp8RowsOut {
+  uint2* q;
+  float* s;
 };
 
 // Words per thread and threads per block for rows of `words` 16-byte words (per 0: too long for these
@@ -182,9 +184,10 @@ __device__ __forceinline__ void normed_residual8(const uint4 v, float inv, const
 // also links the device build's host stubs of the same names.
 namespace {
 
-template <int kPer, bool kFp8 = false>
-__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
-    attn_residual_kernel(AttnArgs a) {
+// The attention junction's rows (attn_residual_kernel, attn_residual_fp8_kernel below).
+template <int kPer, bool kFp8>
+__device__ __forceinline__ void attn_residual_rows(const AttnArgs& a, const Fp8RowsOut qa,
+                                                   const Fp8RowsOut qb) {
   DG_KERNEL_DYNAMIC_SMEM(smem);
   double* scratch = reinterpret_cast<double*>(smem);
   const bool router = a.z_out != nullptr;  // uniform
@@ -277,19 +280,31 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
     if constexpr (kFp8) {
       block_maxes<2>(amax, scratch + 64);
       const float sa = fp8_row_scale(amax[0]), sb = fp8_row_scale(amax[1]);
-      if (a.qa != nullptr) fp8_row_codes(oaw, ok, idx, sa, a.qa, base);
-      if (a.qb != nullptr) fp8_row_codes(obw, ok, idx, sb, a.qb, base);
+      if (qa.q != nullptr) fp8_row_codes(oaw, ok, idx, sa, qa.q, base);
+      if (qb.q != nullptr) fp8_row_codes(obw, ok, idx, sb, qb.q, base);
       if (threadIdx.x == 0) {
-        if (a.qa != nullptr) a.sa[row] = sa;
-        if (a.qb != nullptr) a.sb[row] = sb;
+        if (qa.q != nullptr) qa.s[row] = sa;
+        if (qb.q != nullptr) qb.s[row] = sb;
       }
     }
   }
 }
 
-template <int kPer, bool kFp8 = false>
-__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false))
-    ffn_residual_kernel(FfnArgs a) {
+template <int kPer>
+__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true)) attn_residual_kernel(AttnArgs a) {
+  attn_residual_rows<kPer, false>(a, Fp8RowsOut{nullptr, nullptr}, Fp8RowsOut{nullptr, nullptr});
+}
+
+// With the FP8 rows of out_a (qa) and / or out_b (qb).
+template <int kPer>
+__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
+    attn_residual_fp8_kernel(AttnArgs a, Fp8RowsOut qa, Fp8RowsOut qb) {
+  attn_residual_rows<kPer, true>(a, qa, qb);
+}
+
+// The FFN junction's rows (ffn_residual_kernel, ffn_residual_fp8_kernel below).
+template <int kPer, bool kFp8>
+__device__ __forceinline__ void ffn_residual_rows(const FfnArgs& a, const Fp8RowsOut qn) {
   DG_KERNEL_DYNAMIC_SMEM(smem);
   double* scratch = reinterpret_cast<double*>(smem);
   const bool next_norm = a.next_out != nullptr;  // uniform
@@ -395,10 +410,22 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)
     if constexpr (kFp8) {
       block_maxes<1>(amax, scratch + 128);
       const float sn = fp8_row_scale(amax[0]);
-      fp8_row_codes(hc, ok, idx, sn, a.qn, base);
-      if (threadIdx.x == 0) a.sn[row] = sn;
+      fp8_row_codes(hc, ok, idx, sn, qn.q, base);
+      if (threadIdx.x == 0) qn.s[row] = sn;
     }
   }
+}
+
+template <int kPer>
+__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)) ffn_residual_kernel(FfnArgs a) {
+  ffn_residual_rows<kPer, false>(a, Fp8RowsOut{nullptr, nullptr});
+}
+
+// With the FP8 rows of next_out (qn; next_out set).
+template <int kPer>
+__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false))
+    ffn_residual_fp8_kernel(FfnArgs a, Fp8RowsOut qn) {
+  ffn_residual_rows<kPer, true>(a, qn);
 }
 
 }  // namespace
