@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/quant_reference.h"
+#include "util/bf16.h"
 #include "util/error.h"
 
 namespace dgemma {
@@ -18,6 +20,41 @@ Weight Backend::upload_weight(const Weight& host) {
   if (!host.block.empty()) w.block = upload(host.block);
   if (!host.row_scale.empty()) w.row_scale = upload(host.row_scale);
   return w;
+}
+
+bool takes_fp8_rows(const Weight& w) {
+  return w.format == WeightFormat::kFp8Channel && w.act == ActQuant::kFp8Token &&
+         w.cols() % kFp8RowsAlign == 0;
+}
+
+void check_fp8_rows(const Fp8Rows& rows, int64_t T, int64_t K, Device device, const char* op) {
+  const Tensor &q = rows.codes, &s = rows.scales;
+  if (q.type != ScalarType::kU8 || s.type != ScalarType::kF32 || q.ndim < 1 || q.dim(0) != T ||
+      q.numel() != T * K || s.numel() != T || q.device != device || s.device != device)
+    fail(ErrorKind::kInternal,
+         "{}: FP8 rows must be u8 codes [{}, {}] and f32 scales [{}] on the op's device", op, T, K, T);
+}
+
+void check_fp8_input(const Fp8Rows& rows, const Weight& w, int64_t T, Device device, const char* op) {
+  if (!takes_fp8_rows(w))
+    fail(ErrorKind::kInternal, "{}: FP8 rows given for a weight that does not run W8A8 ({})", op,
+         w.describe());
+  check_fp8_rows(rows, T, w.cols(), device, op);
+}
+
+void Backend::quantize_fp8_rows(const Tensor& x, const Fp8Rows& out) {
+  const int64_t T = x.ndim > 0 ? x.dim(0) : 0, K = T > 0 ? x.numel() / T : 0;
+  DG_CHECK(x.type == ScalarType::kBF16);
+  check_fp8_rows(out, T, K, device(), "quantize_fp8_rows");
+  if (T == 0 || K == 0) return;
+  std::vector<uint16_t> xb(static_cast<size_t>(T * K));
+  to_host(x, xb.data());
+  std::vector<float> xf(xb.size()), scales(static_cast<size_t>(T));
+  for (size_t i = 0; i < xb.size(); ++i) xf[i] = bf16_to_f32(xb[i]);
+  std::vector<uint8_t> codes(xb.size());
+  quant_ref::quantize_fp8_codes(xf.data(), T, K, codes.data(), scales.data());
+  from_host(out.codes, codes.data());
+  from_host(out.scales, scales.data());
 }
 
 void Backend::attn_residual(const AttnResidualArgs& a) {
@@ -32,6 +69,8 @@ void Backend::attn_residual(const AttnResidualArgs& a) {
     mul(a.router_out, a.router_scale, a.router_out);
     scale(a.router_out, a.router_root, a.router_out);
   }
+  if (!a.out_a_fp8.empty()) quantize_fp8_rows(a.out_a, a.out_a_fp8);
+  if (!a.out_b_fp8.empty()) quantize_fp8_rows(a.out_b, a.out_b_fp8);
 }
 
 void Backend::ffn_residual(const FfnResidualArgs& a) {
@@ -45,6 +84,10 @@ void Backend::ffn_residual(const FfnResidualArgs& a) {
   add(a.h1, f, a.out);
   scale(a.out, a.scale, a.out);
   if (!a.next_out.empty()) rmsnorm(a.out, &a.next_norm, a.eps, a.next_out);
+  if (!a.next_out_fp8.empty()) {
+    DG_CHECK(!a.next_out.empty());
+    quantize_fp8_rows(a.next_out, a.next_out_fp8);
+  }
 }
 
 void check_image_blocks(std::span<const ImageBlock> blocks, int64_t n) {
@@ -163,13 +206,14 @@ void Backend::copy_columns(const Tensor& dst, const Tensor& src, int64_t first) 
   from_host(dst, d.data());
 }
 
-void Backend::gelu_mul_halves(const Tensor& gate_up, const Tensor& out) {
+void Backend::gelu_mul_halves(const Tensor& gate_up, const Tensor& out, const Fp8Rows& out_fp8) {
   const int64_t T = gate_up.dim(0), I = out.dim(-1);
   DG_CHECK(gate_up.numel() == 2 * out.numel() && out.dim(0) == T);
   Tensor g = alloc(ScalarType::kBF16, {T, I}), u = alloc(ScalarType::kBF16, {T, I});
   copy_columns(g, gate_up, 0);
   copy_columns(u, gate_up, I);
   gelu_mul(g, u, out);
+  if (!out_fp8.empty()) quantize_fp8_rows(out, out_fp8);
 }
 
 void Backend::qkv_prologue(const QkvPrologueArgs& a) {

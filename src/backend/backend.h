@@ -92,10 +92,37 @@ void check_image_blocks(std::span<const ImageBlock> blocks, int64_t n);
 // The image blocks of batch item `it` among the batch's `blocks` (checked as above; empty when it has none).
 std::span<const ImageBlock> item_image_blocks(const AttentionItem& it, std::span<const ImageBlock> blocks);
 
+// Per-token FP8 rows: bf16 x [T, K] quantised as FP8-dynamic prescribes for a W8A8 linear's input
+// (ActQuant::kFp8Token, quant_reference.h quantize_fp8_per_token): per row t
+//   scales[t] = s_t = max(amax_t / 448, 1 / (448 * 512)),  codes[t, k] = e4m3(clamp(x[t, k] / s_t, +-448))
+// (NaN -> 0x7f). The op producing a W8A8 linear's input rows can write them beside its bf16 output, so
+// that the linear (Backend::matmul_fp8, MoeArgs::expert_in_fp8) takes them instead of quantising.
+struct Fp8Rows {
+  Tensor codes;   // u8 [T, K]
+  Tensor scales;  // f32 [T]
+  bool empty() const { return codes.empty(); }
+  Fp8Rows rows(int64_t begin, int64_t end) const {  // rows [begin, end) (empty stays empty)
+    return empty() ? Fp8Rows{} : Fp8Rows{codes.rows(begin, end), scales.rows(begin, end)};
+  }
+};
+// The one rule for FP8 rows: a linear takes them exactly when its weight (as the backend holds it,
+// after upload_weight) runs W8A8 (an FP8 weight with ActQuant::kFp8Token) and its input width K is a
+// multiple of kFp8RowsAlign. The model asks an op for FP8 rows only for such a consumer; a linear given
+// rows for any other weight throws (check_fp8_input) instead of computing something else.
+constexpr int64_t kFp8RowsAlign = 16;
+bool takes_fp8_rows(const Weight& w);
+// Throws unless `rows` are FP8 rows of a [T, K] input (u8 codes [T, K], f32 scales [T], on `device`).
+void check_fp8_rows(const Fp8Rows& rows, int64_t T, int64_t K, Device device, const char* op);
+// A linear given FP8 rows: throws unless takes_fp8_rows(w) and check_fp8_rows(rows, T, w.cols(), ...).
+void check_fp8_input(const Fp8Rows& rows, const Weight& w, int64_t T, Device device, const char* op);
+
 // The MoE block of one layer for T tokens (router on the raw residual, experts on the normed one).
 struct MoeArgs {
   Tensor router_in;        // [T, H] raw residual h1
   Tensor expert_in;        // [T, H] pre_feedforward_layernorm_2(h1)
+  // Optional: expert_in's FP8 rows (Fp8Rows), given only when takes_fp8_rows(gate_up); the W8A8 expert
+  // gate_up reads them instead of quantising expert_in.
+  Fp8Rows expert_in_fp8;
   Tensor router_scale;     // [H] bf16
   // Optional: the router's input z = bf16(bf16(bf16(rmsnorm(h1)) * router_scale) * H^-0.5) already
   // computed (AttnResidualArgs::router_out); then router_in is not read.
@@ -221,7 +248,8 @@ struct DecideArgs {
 // The two residual junctions of a decoder layer, each one launch on the GPU (the default
 // implementation composes rmsnorm / add / scale, so every intermediate is rounded to bf16 exactly
 // where the unfused sequence rounds it). Row-wise over [T, H]; the optional outputs (empty: not
-// written) expose the intermediates for the model's debug dumps.
+// written) expose the intermediates for the model's debug dumps. The optional *_fp8 outputs (empty: not
+// written) are the FP8 rows (Fp8Rows) of the bf16 output of the same name, which is written as well.
 //   after attention: o_normed = rmsnorm(o) * post_norm; h1 = bf16(x + o_normed);
 //                    out_a = rmsnorm(h1) * norm_a; out_b = rmsnorm(h1) * norm_b;
 //                    router_out = bf16(bf16(rmsnorm(h1) * router_scale) * router_root) (MoeArgs::router_z)
@@ -236,6 +264,7 @@ struct AttnResidualArgs {
   Tensor o_normed;  // optional
   Tensor router_scale, router_out;  // optional (both or neither)
   float router_root = 1.0f;
+  Fp8Rows out_a_fp8, out_b_fp8;  // optional
 };
 struct FfnResidualArgs {
   Tensor h1, m1, m2, norm1, norm2, norm_f;
@@ -244,6 +273,7 @@ struct FfnResidualArgs {
   Tensor out;       // may alias nothing but itself
   Tensor m1n, m2n, f;  // optional
   Tensor next_norm, next_out;  // optional (both or neither)
+  Fp8Rows next_out_fp8;        // optional, with next_out
 };
 
 // The attention prologue of a decoder layer: the per-head norms and RoPE of the q / k / v projections,
@@ -344,6 +374,12 @@ class Backend {
   // out[T,N] = bf16(x[T,K] . w[N,K]^T), fp32 accumulation; w in any WeightFormat (weight.h), with the
   // activation quantisation the weight prescribes.
   virtual void matmul(const Tensor& x, const Weight& w, const Tensor& out) = 0;
+  // matmul of a W8A8 weight from its input's FP8 rows (Fp8Rows): exactly matmul(x, w, out) for the x
+  // whose rows they are. Throws unless takes_fp8_rows(w).
+  virtual void matmul_fp8(const Fp8Rows& x, const Weight& w, const Tensor& out) = 0;
+  // FP8 rows of bf16 x [T, K] (Fp8Rows): the activation quantisation of a W8A8 linear as an op of its
+  // own. The default runs the CPU reference through the host.
+  virtual void quantize_fp8_rows(const Tensor& x, const Fp8Rows& out);
   // out[T,N] = bf16(x[T,K] . w[K,N]), fp32 accumulation (the self-conditioning GEMM probs . E).
   virtual void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) = 0;
 
@@ -373,7 +409,8 @@ class Backend {
   // gelu_mul of the two halves of each row of gate_up [T, 2I] (the fused gate|up projection,
   // LayerWeights::mlp_gate_up): out[t, i] = bf16(bf16(gelu_tanh(gate_up[t, i])) * gate_up[t, I + i]),
   // out [T, I] (not overlapping gate_up). The default splits the halves (copy_columns) and runs gelu_mul.
-  virtual void gelu_mul_halves(const Tensor& gate_up, const Tensor& out);
+  // out_fp8 (optional, empty: not written): the FP8 rows of out (Fp8Rows).
+  virtual void gelu_mul_halves(const Tensor& gate_up, const Tensor& out, const Fp8Rows& out_fp8);
   // A column block of a row-major matrix: dst[t, j] = src[t, first + j] for dst [T, n] (any trailing
   // shape, read as rows of n = dst.numel() / T elements) and src [T, m] of the same type and device,
   // first + n <= m. The default goes through the host.

@@ -53,15 +53,36 @@ const float* row_scales(const Weight& w, int64_t expert) {
   return w.row_scale.ptr<float>() + expert * w.rows();
 }
 
+namespace {
+
+// s_t of a row of K values (std::max skips NaN: amax stays as it is).
+float fp8_row_scale(const float* row, int64_t K) {
+  float amax = 0;
+  for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(row[k]));
+  return std::max(amax / kFp8Max, kFp8MinScale);
+}
+
+uint8_t fp8_code(float v, float s) {
+  return f32_to_f8e4m3(std::clamp(v / s, -kFp8Max, kFp8Max));
+}
+
+}  // namespace
+
 void quantize_fp8_per_token(float* x, int64_t T, int64_t K, float* scales) {
   for (int64_t t = 0; t < T; ++t) {
     float* row = x + t * K;
-    float amax = 0;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(row[k]));
-    const float s = std::max(amax / kFp8Max, kFp8MinScale);
+    const float s = fp8_row_scale(row, K);
     scales[t] = s;
-    for (int64_t k = 0; k < K; ++k)
-      row[k] = f8e4m3_to_f32(f32_to_f8e4m3(std::clamp(row[k] / s, -kFp8Max, kFp8Max)));
+    for (int64_t k = 0; k < K; ++k) row[k] = f8e4m3_to_f32(fp8_code(row[k], s));
+  }
+}
+
+void quantize_fp8_codes(const float* x, int64_t T, int64_t K, uint8_t* codes, float* scales) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = x + t * K;
+    const float s = fp8_row_scale(row, K);
+    scales[t] = s;
+    for (int64_t k = 0; k < K; ++k) codes[t * K + k] = fp8_code(row[k], s);
   }
 }
 

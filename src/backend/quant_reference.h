@@ -22,6 +22,8 @@ const float* row_scales(const Weight& w, int64_t expert);
 constexpr float kFp8Max = 448.0f;
 constexpr float kFp8MinScale = 1.0f / (448.0f * 512.0f);  // floor of s_t (an all-zero row)
 void quantize_fp8_per_token(float* x, int64_t T, int64_t K, float* scales);
+// The same quantisation as E4M3 codes (backend.h Fp8Rows): codes[t, k] = e4m3(clamp(x[t, k] / s_t, +-448)).
+void quantize_fp8_codes(const float* x, int64_t T, int64_t K, uint8_t* codes, float* scales);
 
 // Exact fp32 dequantisation of a whole weight (value * block * row_scale), [.., N, K] row-major.
 void dequantize(const Weight& w, float* dst);

@@ -44,19 +44,24 @@ inline constexpr uint64_t sampler_bytes(int64_t canvases, int64_t canvas_rows, i
 }
 
 // W8A8 FP8 (FP8-dynamic checkpoints with the W8A8 paths on, cuda_options.h): the per-token E4M3 copies of
-// an FP8 linear's input and their fp32 scales, T * (K + 4) bytes per call, each part rounded up to
-// 256 bytes. A dense linear's copy lives for its matmul; the MoE's gate_up input (T rows of hidden)
-// and down input (the T * top_k routed rows of the expert intermediate) for the MoE call. The plan
-// counts the larger of the two.
+// an FP8 linear's input and their fp32 scales (backend.h Fp8Rows), T * (K + 4) bytes each, each part
+// rounded up to 256 bytes. A dense linear quantising its own input holds its copy for its matmul. The
+// rows the ops write upstream (DiffusionGemma) live longer: the dense MLP's input and the experts' input
+// (both written by the attention junction) with the down projection's input during the dense MLP; the
+// experts' input with the MoE's down input (the T * top_k routed rows of the expert intermediate) during
+// the MoE. The plan counts the largest of the three.
 inline constexpr uint64_t fp8_rows_bytes(int64_t rows, int64_t k) {
   const uint64_t r = static_cast<uint64_t>(rows);
   return (r * static_cast<uint64_t>(k) + 255) / 256 * 256 + (r * 4 + 255) / 256 * 256;
 }
-inline constexpr uint64_t fp8_activation_bytes(int64_t tokens, int64_t widest_dense_input, int64_t hidden, int64_t top_k,
+inline constexpr uint64_t fp8_activation_bytes(int64_t tokens, int64_t widest_dense_input, int64_t hidden,
+                                               int64_t intermediate, int64_t top_k,
                                                int64_t moe_intermediate) {
   const uint64_t dense = fp8_rows_bytes(tokens, widest_dense_input);
+  const uint64_t mlp = 2 * fp8_rows_bytes(tokens, hidden) + fp8_rows_bytes(tokens, intermediate);
   const uint64_t moe = fp8_rows_bytes(tokens, hidden) + fp8_rows_bytes(tokens * top_k, moe_intermediate);
-  return dense > moe ? dense : moe;
+  const uint64_t most = dense > mlp ? dense : mlp;
+  return most > moe ? most : moe;
 }
 // The workspace of the W8A8 GEMM's cuBLASLt handle (quant/fp8_gemm.cpp), taken with cudaMalloc on first use:
 // outside the allocator.

@@ -86,8 +86,9 @@ MemoryPlan plan_memory(const ModelConfig& c, const MemoryPlanInputs& in) {
   if (c.quant.fp8_act_token) {  // the W8A8 paths' input copies (counted whether or not they are switched on)
     int64_t widest = std::max<int64_t>(t.hidden_size, t.intermediate_size);
     for (const auto& L : t.layers) widest = std::max<int64_t>(widest, int64_t{t.num_attention_heads} * L.head_dim / tp);
-    p.fp8_activation_bytes = workspace_bounds::fp8_activation_bytes(p.step_tokens, widest, t.hidden_size, t.top_k_experts,
-                                                                    t.moe_intermediate_size);
+    p.fp8_activation_bytes =
+        workspace_bounds::fp8_activation_bytes(p.step_tokens, widest, t.hidden_size, t.intermediate_size,
+                                               t.top_k_experts, t.moe_intermediate_size);
   }
   p.reserve_bytes = kWorkspaceReserveBytes;
   p.rounding_bytes = kRoundingBlocks * CachingAllocator::kLargeGranule;

@@ -114,7 +114,7 @@ void DiffusionGemma::decoder_inputs(std::span<ForwardItem> items, const ForwardI
   Tensor u = backend_.alloc(ScalarType::kBF16, {nd * C, H});
   backend_.rmsnorm(soft, &weights_.sc_pre_norm, eps, u);
   Tensor sc = backend_.alloc(ScalarType::kBF16, {nd * C, H});
-  gated_mlp(u, weights_.sc_gate_up, weights_.sc_gate, weights_.sc_up, weights_.sc_down, sc);
+  gated_mlp(u, Fp8Rows{}, weights_.sc_gate_up, weights_.sc_gate, weights_.sc_up, weights_.sc_down, sc);
   for (int64_t k = 0; k < nd; ++k)
     if (!items[static_cast<size_t>(in.denoise[static_cast<size_t>(k)])].soft_embeds.empty())
       dump.put("sc.mlp_out", sc.rows(k * C, (k + 1) * C));
@@ -163,8 +163,9 @@ void DiffusionGemma::forward(std::span<ForwardItem> items, const KvStorage& kv, 
   const ForwardDump dump(hook, backend_, sharded());
   Tensor x = embed_inputs(items, in, block, dump);
   Tensor normed;  // each layer's attention input norm, computed by the layer before it
+  Fp8Rows normed_fp8;
   for (int li = 0; li < t.num_hidden_layers; ++li)
-    layer(li, items, in.offsets, positions, kv, tables, attention, x, normed, dump);
+    layer(li, items, in.offsets, positions, kv, tables, attention, x, normed, normed_fp8, dump);
 
   lm_head(items, in.offsets, x, dump);
 }
@@ -216,7 +217,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
                            const Tensor& positions, const KvStorage& kv,
                            const std::vector<std::array<Tensor, kKvGroups>>& tables,
                            const std::array<GroupAttention, kKvGroups>& attention, Tensor& x, Tensor& normed,
-                           const ForwardDump& dump) {
+                           Fp8Rows& normed_fp8, const ForwardDump& dump) {
   const TextConfig& t = config_.text;
   const LayerWeights& w = weights_.layers[li];
   const LayerSpec& L = w.spec;
@@ -229,7 +230,9 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
 
   // --- attention -----------------------------------------------------------------------------
   Tensor a = normed;
+  Fp8Rows a_fp8 = normed_fp8;  // the projections' input rows, when the previous layer wrote them
   if (a.empty()) {
+    DG_CHECK(a_fp8.empty());
     a = bf16({T, H});
     backend_.rmsnorm(x, &w.input_norm, eps, a);
   }
@@ -241,12 +244,13 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   if (!w.qkv_proj.empty()) {
     qkv_out = bf16({T, w.qkv_proj.rows()});
     DG_CHECK(w.qkv_proj.rows() == (Hq + (L.k_eq_v ? 1 : 2) * Hkv) * D);
-    backend_.matmul(a, w.qkv_proj, qkv_out);
+    linear(a, a_fp8, w.qkv_proj, qkv_out);
   } else {
-    backend_.matmul(a, w.q_proj, q);
-    backend_.matmul(a, w.k_proj, k);
-    if (!L.k_eq_v) backend_.matmul(a, w.v_proj, v);
+    linear(a, a_fp8, w.q_proj, q);
+    linear(a, a_fp8, w.k_proj, k);
+    if (!L.k_eq_v) linear(a, a_fp8, w.v_proj, v);
   }
+  a_fp8 = normed_fp8 = Fp8Rows{};  // read by now (stream order): back to the allocator
   dump_projections(li, dump, qkv_out, q, k, v);
   // q_norm + RoPE, k_norm + RoPE, v's unit norm (K=V: V is the raw K projection, before k_norm and
   // RoPE): one fused op.
@@ -303,8 +307,10 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   linear_gathered(heads, w.o_proj, o);
   dump.layer(li, "attn_out", o);
   // h1 = x + post_attn_norm(o), and the two FFN inputs and the router's input normed from it (one
-  // fused op).
+  // fused op), with the FFN inputs' FP8 rows for W8A8 consumers.
   Tensor h1 = bf16({T, H}), d = bf16({T, H}), xe = bf16({T, H}), router_z = bf16({T, H});
+  Fp8Rows d_fp8 = fp8_rows_for({&w.mlp_gate_up, &w.mlp_gate, &w.mlp_up}, T, H);
+  Fp8Rows xe_fp8 = fp8_rows_for({&w.experts_gate_up}, T, H);
   {
     AttnResidualArgs r;
     r.x = x;
@@ -320,6 +326,8 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     r.router_root = router_root_;
     r.router_out = router_z;
     r.o_normed = dump.output({T, H});
+    r.out_a_fp8 = d_fp8;
+    r.out_b_fp8 = xe_fp8;
     backend_.attn_residual(r);
     dump.layer(li, "post_attn_norm", r.o_normed);
   }
@@ -328,12 +336,14 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
 
   // --- dense MLP and MoE in parallel on h1 ------------------------------------------------------
   Tensor m1 = bf16({T, H});
-  gated_mlp(d, w.mlp_gate_up, w.mlp_gate, w.mlp_up, w.mlp_down, m1);
+  gated_mlp(d, d_fp8, w.mlp_gate_up, w.mlp_gate, w.mlp_up, w.mlp_down, m1);
+  d_fp8 = Fp8Rows{};
   dump.layer(li, "mlp_out", m1);
 
   MoeArgs m;
   m.router_in = h1;
   m.expert_in = xe;
+  m.expert_in_fp8 = xe_fp8;
   m.router_scale = w.router_scale;
   m.router_z = router_z;
   m.router_proj = w.router_proj;
@@ -351,6 +361,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   m.dbg_weights = dump.host_output(ScalarType::kF32, {T, t.top_k_experts});
   m.dbg_index = dump.host_output(ScalarType::kI32, {T, t.top_k_experts});
   backend_.moe(m);
+  xe_fp8 = m.expert_in_fp8 = Fp8Rows{};
   dump.layer(li, "router_probs", m.dbg_probs);
   dump.layer(li, "router_weights", m.dbg_weights);
   dump.layer(li, "router_index", m.dbg_index);
@@ -361,6 +372,11 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
   // decoder rows have their own scalar).
   const bool has_next = li + 1 < t.num_hidden_layers;
   normed = has_next ? bf16({T, H}) : Tensor{};
+  if (has_next) {
+    const LayerWeights& nw = weights_.layers[li + 1];
+    normed_fp8 = nw.qkv_proj.empty() ? fp8_rows_for({&nw.q_proj, &nw.k_proj, &nw.v_proj}, T, H)
+                                     : fp8_rows_for({&nw.qkv_proj}, T, H);
+  }
   const Tensor m1n = dump.output({T, H}), m2n = dump.output({T, H}), f = dump.output({T, H});
   auto rows_of = [](const Tensor& t, int64_t b, int64_t e) { return t.empty() ? t : t.rows(b, e); };
   for (size_t i = 0; i < items.size();) {
@@ -383,6 +399,7 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     if (has_next) {
       r.next_norm = weights_.layers[li + 1].input_norm;
       r.next_out = normed.rows(b, e);
+      r.next_out_fp8 = normed_fp8.rows(b, e);
     }
     backend_.ffn_residual(r);
     i = j;
@@ -431,22 +448,39 @@ void DiffusionGemma::linear_gathered(const Tensor& x, const Weight& w, const Ten
   tp_.collective->all_gather_last(part, out);
 }
 
-void DiffusionGemma::gated_mlp(const Tensor& x, const Weight& gate_up, const Weight& gate, const Weight& up,
-                               const Weight& down, const Tensor& out) {
+Fp8Rows DiffusionGemma::fp8_rows_for(std::initializer_list<const Weight*> consumers, int64_t T, int64_t K) {
+  if (!fp8_row_fusion_) return {};
+  for (const Weight* w : consumers)
+    if (takes_fp8_rows(*w))
+      return Fp8Rows{backend_.alloc(ScalarType::kU8, {T, K}), backend_.alloc(ScalarType::kF32, {T})};
+  return {};
+}
+
+void DiffusionGemma::linear(const Tensor& x, const Fp8Rows& x_fp8, const Weight& w, const Tensor& out) {
+  if (!x_fp8.empty() && takes_fp8_rows(w)) return backend_.matmul_fp8(x_fp8, w, out);
+  backend_.matmul(x, w, out);
+}
+
+void DiffusionGemma::gated_mlp(const Tensor& x, const Fp8Rows& x_fp8, const Weight& gate_up,
+                               const Weight& gate, const Weight& up, const Weight& down, const Tensor& out) {
   const int64_t T = x.dim(0);
   Tensor g;
+  // The down projection's input rows are whole rows here unless the width is sharded (then they are
+  // gathered first, and their amax is not this rank's).
+  Fp8Rows g_fp8;
   if (!gate_up.empty()) {  // one GEMM into [T, 2I], the two halves of each row multiplied
     const int64_t I = gate_up.rows() / 2;  // I: this rank's share of the width
     Tensor gu = backend_.alloc(ScalarType::kBF16, {T, 2 * I});
-    backend_.matmul(x, gate_up, gu);
+    linear(x, x_fp8, gate_up, gu);
     g = backend_.alloc(ScalarType::kBF16, {T, I});
-    backend_.gelu_mul_halves(gu, g);
+    if (!sharded()) g_fp8 = fp8_rows_for({&down}, T, I);
+    backend_.gelu_mul_halves(gu, g, g_fp8);
   } else {
     const int64_t I = gate.rows();
     g = backend_.alloc(ScalarType::kBF16, {T, I});
     Tensor u = backend_.alloc(ScalarType::kBF16, {T, I});
-    backend_.matmul(x, gate, g);
-    backend_.matmul(x, up, u);
+    linear(x, x_fp8, gate, g);
+    linear(x, x_fp8, up, u);
     backend_.gelu_mul(g, u, g);
   }
   const int64_t I = g.dim(1);
@@ -455,6 +489,7 @@ void DiffusionGemma::gated_mlp(const Tensor& x, const Weight& gate_up, const Wei
     tp_.collective->all_gather_last(g, all);
     g = all;
   }
+  if (!g_fp8.empty()) return linear(g, g_fp8, down, out);
   linear_gathered(g, down, out);
 }
 

@@ -74,6 +74,10 @@ class DiffusionGemma {
   // The vision tower when the model has one and its weights are loaded (null: a text-only deployment).
   const VisionTower* vision() const { return vision_.get(); }
   float embed_scale() const { return embed_scale_; }
+  // Whether the ops producing a W8A8 linear's input rows also write their FP8 rows for it (backend.h
+  // Fp8Rows; on by default). Off, every W8A8 linear quantises its own input: the same results (the
+  // tests' baseline for the fused path).
+  void set_fp8_row_fusion(bool on) { fp8_row_fusion_ = on; }
 
  private:
   Tensor embed_inputs(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& block,
@@ -90,10 +94,15 @@ class DiffusionGemma {
   bool sharded() const { return tp_.collective != nullptr && tp_.plan.sharded(); }
   // out[T, N] = x . w^T for w split on its output rows across the ranks: the rank's rows, gathered.
   void linear_gathered(const Tensor& x, const Weight& w, const Tensor& out);
+  // FP8 rows for an op to write beside its bf16 output x [T, K] when any of `consumers` (the linears
+  // reading whole rows of x) takes them (takes_fp8_rows) and the fusion is on; else empty.
+  Fp8Rows fp8_rows_for(std::initializer_list<const Weight*> consumers, int64_t T, int64_t K);
+  // out = x . w^T, from x's FP8 rows where they are given and w takes them, else from x.
+  void linear(const Tensor& x, const Fp8Rows& x_fp8, const Weight& w, const Tensor& out);
   // The gated GELU MLP (dense and self-conditioning): down(gelu(gate(x)) * up(x)) into out [T, H], with
-  // the fused gate | up weight when it is set (else the two parts).
-  void gated_mlp(const Tensor& x, const Weight& gate_up, const Weight& gate, const Weight& up, const Weight& down,
-                 const Tensor& out);
+  // the fused gate | up weight when it is set (else the two parts); x_fp8: x's FP8 rows (may be empty).
+  void gated_mlp(const Tensor& x, const Fp8Rows& x_fp8, const Weight& gate_up, const Weight& gate,
+                 const Weight& up, const Weight& down, const Tensor& out);
   // One KV group's attention items of a forward pass (AttentionBatchArgs): built and uploaded once per
   // forward together with the page tables, read by every layer of the group.
   struct GroupAttention {
@@ -106,12 +115,13 @@ class DiffusionGemma {
   void lm_head(std::span<ForwardItem> items, const std::vector<int64_t>& offsets, const Tensor& x,
                const ForwardDump& dump);
   // x: the residual stream, updated in place. normed: the layer's attention input norm when the
-  // previous layer computed it (else empty); on return the next layer's (empty after the last).
+  // previous layer computed it (else empty), with its FP8 rows in normed_fp8 when the previous layer
+  // wrote them; on return the next layer's (empty after the last).
   void layer(int li, std::span<ForwardItem> items, const std::vector<int64_t>& offsets,
              const Tensor& positions, const KvStorage& kv,
              const std::vector<std::array<Tensor, kKvGroups>>& tables,
              const std::array<GroupAttention, kKvGroups>& attention, Tensor& x, Tensor& normed,
-             const ForwardDump& dump);
+             Fp8Rows& normed_fp8, const ForwardDump& dump);
   // The dumps of a layer's q / k / v projections and of their per-head norms before RoPE (`qkv`: the
   // fused projection's output, else q / k / v hold the projections), taken before the prologue.
   void dump_projections(int li, const ForwardDump& dump, const Tensor& qkv, const Tensor& q, const Tensor& k,
@@ -124,6 +134,7 @@ class DiffusionGemma {
   TensorParallelRank tp_;
   float embed_scale_;
   float router_root_;
+  bool fp8_row_fusion_ = true;
   Tensor inv_freq_sliding_, inv_freq_full_;
   std::unique_ptr<VisionTower> vision_;
 };

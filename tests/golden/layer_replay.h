@@ -67,7 +67,7 @@ inline std::vector<ReplayCase> replay_layer(Backend& be, const ModelConfig& c, c
   const Tensor d = input("mlp_norm", {T, H});
   Tensor gu = be.alloc(ScalarType::kBF16, {T, 2 * I}), g = be.alloc(ScalarType::kBF16, {T, I});
   be.matmul(d, w.mlp_gate_up, gu);
-  be.gelu_mul_halves(gu, g);
+  be.gelu_mul_halves(gu, g, {});
   Tensor m1 = be.alloc(ScalarType::kBF16, {T, H});
   be.matmul(g, w.mlp_down, m1);
   out.push_back({p + "mlp_out", floats(m1)});

@@ -102,10 +102,10 @@ void check_gelu_mul_halves(Reporter& r) {
     if (T == 1024)
       for (int64_t e = 0; e < 65536; ++e) gu.ptr<uint16_t>()[(e / I) * 2 * I + e % I] = static_cast<uint16_t>(e);
     Tensor c = host_tensor(ScalarType::kBF16, {T, I});
-    cpu().gelu_mul_halves(gu, c);
+    cpu().gelu_mul_halves(gu, c, {});
     const Tensor g_gu = up(gu);
     Tensor g = poisoned(ScalarType::kBF16, {T, I});
-    cuda().gelu_mul_halves(g_gu, g);
+    cuda().gelu_mul_halves(g_gu, g, {});
     Tensor ga = poisoned(ScalarType::kBF16, {T, I}), gb = poisoned(ScalarType::kBF16, {T, I});
     Tensor g_ops = poisoned(ScalarType::kBF16, {T, I});
     cuda().copy_columns(ga, g_gu, 0);
@@ -274,7 +274,8 @@ void fused_gemm_bench(const std::function<double(const std::function<void()>&)>&
     const Tensor gu = bf({T, 2 * 2112}, 76, 1.0f), g = be.alloc(ScalarType::kBF16, {T, 2112});
     const Tensor a = bf({T, 2112}, 77, 1.0f), b = bf({T, 2112}, 78, 1.0f);
     row(("T=" + std::to_string(T) + " gelu_mul [T,2112] of two tensors").c_str(), time_ms([&] { be.gelu_mul(a, b, g); }));
-    row(("T=" + std::to_string(T) + " gelu_mul_halves [T,4224]").c_str(), time_ms([&] { be.gelu_mul_halves(gu, g); }));
+    row(("T=" + std::to_string(T) + " gelu_mul_halves [T,4224]").c_str(),
+        time_ms([&] { be.gelu_mul_halves(gu, g, {}); }));
   }
 }
 

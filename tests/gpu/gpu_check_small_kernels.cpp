@@ -537,7 +537,8 @@ void small_kernel_bench(const std::function<double(const std::function<void()>&)
     // The dense MLP's activation (gelu_mul_halves of the fused gate|up projection, I = 2112).
     {
       Tensor gu = bf({T, 2 * 2112}, 84, 1.0f), act = be.alloc(ScalarType::kBF16, {T, 2112});
-      row(("gelu_mul_halves I=2112" + t + " (per call)").c_str(), per_call([&] { be.gelu_mul_halves(gu, act); }));
+      row(("gelu_mul_halves I=2112" + t + " (per call)").c_str(),
+          per_call([&] { be.gelu_mul_halves(gu, act, {}); }));
     }
     // The MoE routing fused with the grouping, and the combine, at E 128, k 8, H 2816.
     Tensor logits = bf({T, E}, 50, 2.0f), pes = bf({E}, 51, 0.1f, 1.0f);

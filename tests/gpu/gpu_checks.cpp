@@ -21,6 +21,7 @@ std::vector<Case> memory_cases();           // gpu_check_memory.cpp
 std::vector<Case> fused_gemm_cases();       // gpu_check_fused_gemm.cpp
 std::vector<Case> w8a8_cases();             // gpu_check_w8a8.cpp
 std::vector<Case> w8a8_moe_cases();         // gpu_check_quant.cpp
+std::vector<Case> fp8_rows_cases();         // gpu_check_fp8_rows.cpp
 std::vector<Case> vision_cases();           // gpu_check_vision.cpp
 
 std::vector<Case> all_cases() {
@@ -45,6 +46,7 @@ std::vector<Case> all_cases() {
   // Last: the W8A8 paths, the newest kernels (a sticky CUDA error there would fail every later check).
   for (auto& c : w8a8_cases()) all.push_back(std::move(c));
   for (auto& c : w8a8_moe_cases()) all.push_back(std::move(c));
+  for (auto& c : fp8_rows_cases()) all.push_back(std::move(c));
   return all;
 }
 

@@ -82,6 +82,9 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const Tensor& x, const Weight& w, const Tensor& out) override { cpu::matmul(x, w, out); }
+  void matmul_fp8(const Fp8Rows& x, const Weight& w, const Tensor& out) override {
+    cpu::matmul_fp8(x, w, out);
+  }
   void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out) override { cpu::matmul_kn(x, w, out); }
   void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor& out) override {
     cpu::matmul_kn_blocks(x, w, blocks, out);
@@ -161,7 +164,7 @@ class CpuBackend final : public Backend {
       o[i] = f32_to_bf16(round_bf16(cpu::gelu_tanh(bf16_to_f32(g[i]))) * bf16_to_f32(u[i]));
   }
 
-  void gelu_mul_halves(const Tensor& gate_up, const Tensor& out) override {
+  void gelu_mul_halves(const Tensor& gate_up, const Tensor& out, const Fp8Rows& out_fp8) override {
     const int64_t T = gate_up.dim(0), I = out.dim(-1);
     DG_CHECK(gate_up.numel() == 2 * out.numel() && out.dim(0) == T && out.numel() == T * I);
     const uint16_t* in = gate_up.ptr<uint16_t>();
@@ -172,6 +175,7 @@ class CpuBackend final : public Backend {
       for (int64_t i = 0; i < I; ++i)
         o[t * I + i] = f32_to_bf16(round_bf16(cpu::gelu_tanh(bf16_to_f32(g[i]))) * bf16_to_f32(u[i]));
     }
+    if (!out_fp8.empty()) quantize_fp8_rows(out, out_fp8);
   }
 
   void attention(const AttentionArgs& a) override { cpu::attention(a); }

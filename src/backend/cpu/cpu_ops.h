@@ -8,6 +8,7 @@
 namespace dgemma::cpu {
 
 void matmul(const Tensor& x, const Weight& w, const Tensor& out);     // matmul.cpp
+void matmul_fp8(const Fp8Rows& x, const Weight& w, const Tensor& out);  // matmul.cpp
 void matmul_kn(const Tensor& x, const Tensor& w, const Tensor& out);  // matmul.cpp
 void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor& out);  // matmul.cpp
 void sum_blocks(const Tensor& partials, const Tensor& out);           // matmul.cpp

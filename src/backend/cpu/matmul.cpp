@@ -27,18 +27,12 @@ void gemm_nt_f32(const float* x, const float* w, float* out, int64_t T, int64_t 
     for (int64_t n = 0; n < N; ++n) out[t * N + n] = dot_f32(x + t * K, w + n * K, K);
 }
 
-void matmul(const Tensor& x, const Weight& w, const Tensor& out) {
-  DG_CHECK(x.type == ScalarType::kBF16 && out.type == ScalarType::kBF16 && w.data.ndim == 2);
-  const int64_t T = x.dim(0), K = x.dim(-1), N = w.rows();
-  DG_CHECK(w.cols() == K && out.numel() == T * N);
-  if (T == 0 || N == 0) return;
-  std::vector<float> xf(static_cast<size_t>(T * K));
-  to_f32(x.ptr<uint16_t>(), xf.data(), xf.size());
-  std::vector<float> xs;  // per-token activation scales (FP8-dynamic)
-  if (w.act == ActQuant::kFp8Token) {
-    xs.resize(static_cast<size_t>(T));
-    quant_ref::quantize_fp8_per_token(xf.data(), T, K, xs.data());
-  }
+namespace {
+
+// out [T, N] of the fp32 activations xf [T, K] (bf16 values, or FP8-dynamic's dequantised codes with
+// their per-token scales xs; empty: none).
+void matmul_f32(const std::vector<float>& xf, const std::vector<float>& xs, const Weight& w,
+                const Tensor& out, int64_t T, int64_t N, int64_t K) {
   const float* rs = quant_ref::row_scales(w, 0);
   const int64_t tiles = (N + kRowTile - 1) / kRowTile;
   uint16_t* o = out.ptr<uint16_t>();
@@ -57,6 +51,37 @@ void matmul(const Tensor& x, const Weight& w, const Tensor& out) {
         }
     }
   });
+}
+
+}  // namespace
+
+void matmul(const Tensor& x, const Weight& w, const Tensor& out) {
+  DG_CHECK(x.type == ScalarType::kBF16 && out.type == ScalarType::kBF16 && w.data.ndim == 2);
+  const int64_t T = x.dim(0), K = x.dim(-1), N = w.rows();
+  DG_CHECK(w.cols() == K && out.numel() == T * N);
+  if (T == 0 || N == 0) return;
+  std::vector<float> xf(static_cast<size_t>(T * K));
+  to_f32(x.ptr<uint16_t>(), xf.data(), xf.size());
+  std::vector<float> xs;  // per-token activation scales (FP8-dynamic)
+  if (w.act == ActQuant::kFp8Token) {
+    xs.resize(static_cast<size_t>(T));
+    quant_ref::quantize_fp8_per_token(xf.data(), T, K, xs.data());
+  }
+  matmul_f32(xf, xs, w, out, T, N, K);
+}
+
+// The codes decoded are the values quantize_fp8_per_token leaves in place: exactly matmul of their x.
+void matmul_fp8(const Fp8Rows& x, const Weight& w, const Tensor& out) {
+  DG_CHECK(out.type == ScalarType::kBF16 && w.data.ndim == 2);
+  const int64_t T = x.codes.ndim > 0 ? x.codes.dim(0) : 0, K = w.cols(), N = w.rows();
+  check_fp8_input(x, w, T, Device::kCpu, "matmul_fp8");
+  DG_CHECK(out.numel() == T * N);
+  if (T == 0 || N == 0) return;
+  std::vector<float> xf(static_cast<size_t>(T * K));
+  const uint8_t* q = x.codes.ptr<uint8_t>();
+  for (size_t i = 0; i < xf.size(); ++i) xf[i] = f8e4m3_to_f32(q[i]);
+  const std::vector<float> xs(x.scales.ptr<float>(), x.scales.ptr<float>() + T);
+  matmul_f32(xf, xs, w, out, T, N, K);
 }
 
 namespace {

@@ -19,11 +19,15 @@ namespace {
 
 // out[n, N] = x[n, K] . w^T of one expert (w already dequantised to fp32 value * block), then the
 // activation and row scales of a quantised weight (quant_reference.h); x is quantised in place for
-// FP8-dynamic.
+// FP8-dynamic, unless `given` holds its rows' scales (x then holds their decoded FP8 codes).
 void expert_gemm(const Weight& w, int64_t ex, std::vector<float>& x, const std::vector<float>& wf,
-                 std::vector<float>& out, int64_t n, int64_t N, int64_t K) {
+                 std::vector<float>& out, int64_t n, int64_t N, int64_t K,
+                 const std::vector<float>* given = nullptr) {
   std::vector<float> xs;
-  if (w.act == ActQuant::kFp8Token) {
+  if (given != nullptr) {
+    DG_CHECK(w.act == ActQuant::kFp8Token && static_cast<int64_t>(given->size()) == n);
+    xs = *given;
+  } else if (w.act == ActQuant::kFp8Token) {
     xs.resize(static_cast<size_t>(n));
     quant_ref::quantize_fp8_per_token(x.data(), n, K, xs.data());
   }
@@ -76,6 +80,10 @@ void moe(const MoeArgs& a) {
   DG_CHECK(a.collective != nullptr || (e0 == 0 && e1 == E));
   DG_CHECK(a.down.experts() == e1 - e0 && a.down.rows() == H && a.down.cols() == I && K >= 1 && K <= E);
   const uint16_t* xin = a.expert_in.ptr<uint16_t>();
+  // The experts' input rows already quantised (MoeArgs::expert_in_fp8): each routed row is its token's
+  // row, so its decoded codes and scale are what quantising the gathered row gives.
+  const bool given_fp8 = !a.expert_in_fp8.empty();
+  if (given_fp8) check_fp8_input(a.expert_in_fp8, a.gate_up, T, Device::kCpu, "moe");
   const uint16_t* rproj = a.router_proj.ptr<uint16_t>();
   const uint16_t* pes = a.per_expert_scale.ptr<uint16_t>();
   const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
@@ -133,14 +141,22 @@ void moe(const MoeArgs& a) {
       const int64_t n = static_cast<int64_t>(list.size());
       std::vector<float> xs(static_cast<size_t>(n * H)), wgu(static_cast<size_t>(I2 * H)), wd(static_cast<size_t>(H * I));
       std::vector<float> gu(static_cast<size_t>(n * I2)), act(static_cast<size_t>(n * I)), out(static_cast<size_t>(n * H));
+      std::vector<float> x_scales;  // given_fp8: the rows' scales
       for (int64_t r = 0; r < n; ++r) {
-        const uint16_t* src = xin + (list[r] / K) * H;
+        const int64_t t = list[r] / K;
+        if (given_fp8) {
+          const uint8_t* q = a.expert_in_fp8.codes.ptr<uint8_t>() + t * H;
+          for (int64_t i = 0; i < H; ++i) xs[r * H + i] = f8e4m3_to_f32(q[i]);
+          x_scales.push_back(a.expert_in_fp8.scales.ptr<float>()[t]);
+          continue;
+        }
+        const uint16_t* src = xin + t * H;
         for (int64_t i = 0; i < H; ++i) xs[r * H + i] = bf16_to_f32(src[i]);
       }
       const int64_t lx = static_cast<int64_t>(le);  // the expert's index in the local weights
       quant_ref::dequant_rows(a.gate_up, lx, 0, I2, wgu.data());
       quant_ref::dequant_rows(a.down, lx, 0, H, wd.data());
-      expert_gemm(a.gate_up, lx, xs, wgu, gu, n, I2, H);
+      expert_gemm(a.gate_up, lx, xs, wgu, gu, n, I2, H, given_fp8 ? &x_scales : nullptr);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t i = 0; i < I; ++i) {
           const float g = round_bf16(gelu_tanh(round_bf16(gu[r * I2 + i])));

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "backend/cuda/attention/attention.h"
 #include "backend/cuda/core/block_copy.cuh"
@@ -57,6 +58,14 @@ const uint16_t* bf16_in(const Tensor& t, const char* op, const char* what) {
 uint16_t* bf16_out(const Tensor& t, const char* op, const char* what) {
   need_type(t, ScalarType::kBF16, op, what);
   return t.ptr<uint16_t>();
+}
+
+// The codes and scales of an op's optional FP8 rows (backend.h Fp8Rows) of a [T, K] output ({nullptr,
+// nullptr}: not asked for).
+std::pair<uint8_t*, float*> fp8_out(const Fp8Rows& rows, int64_t T, int64_t K, const char* op) {
+  if (rows.empty()) return {nullptr, nullptr};
+  check_fp8_rows(rows, T, K, Device::kCuda, op);
+  return {rows.codes.ptr<uint8_t>(), rows.scales.ptr<float>()};
 }
 
 cudaMemcpyKind kind_of(Device dst, Device src) {
@@ -293,11 +302,9 @@ class CudaBackend final : public Backend {
       if (fp8 && weight.act == ActQuant::kFp8Token) {  // W8A8: e4m3 activations, cuBLASLt
         const uint16_t* xp = bf16_in(x, "matmul", "x");
         DG_CHECK((reinterpret_cast<uintptr_t>(xp) & 15u) == 0 && K % 16 == 0);
-        Tensor q = ctx_.alloc(ScalarType::kU8, {T, K}), s = ctx_.alloc(ScalarType::kF32, {T});
-        launch_quantize_fp8_rows(xp, T, K, q.ptr<uint8_t>(), s.ptr<float>(), ctx_.stream);
-        fp8_gemm_.run(q.ptr<uint8_t>(), s.ptr<float>(), weight.data.ptr<uint8_t>(), weight.row_scale.ptr<float>(), T, N,
-                      K, bf16_out(out, "matmul", "out"));
-        return;
+        const Fp8Rows xq{ctx_.alloc(ScalarType::kU8, {T, K}), ctx_.alloc(ScalarType::kF32, {T})};
+        launch_quantize_fp8_rows(xp, T, K, xq.codes.ptr<uint8_t>(), xq.scales.ptr<float>(), ctx_.stream);
+        return matmul_fp8(xq, weight, out);
       }
       DG_CHECK(fp8 ? grouped_fp8_supported(N, K, weight.data.data)
                    : grouped_fp4_supported(N, K, weight.data.data, weight.block.data));
@@ -320,6 +327,27 @@ class CudaBackend final : public Backend {
     g.N = N;
     g.K = K;
     gemm(ctx_, g);
+  }
+
+  // The W8A8 GEMM (cuBLASLt) of rows quantised upstream: what matmul runs after its own quantisation.
+  void matmul_fp8(const Fp8Rows& x, const Weight& weight, const Tensor& out) override {
+    activate();
+    const int64_t T = x.codes.ndim > 0 ? x.codes.dim(0) : 0, K = weight.cols(), N = weight.rows();
+    check_fp8_input(x, weight, T, Device::kCuda, "matmul_fp8");
+    DG_CHECK(weight.data.ndim == 2 && out.numel() == T * N);
+    fp8_gemm_.run(x.codes.ptr<uint8_t>(), x.scales.ptr<float>(), weight.data.ptr<uint8_t>(),
+                  weight.row_scale.ptr<float>(), T, N, K, bf16_out(out, "matmul_fp8", "out"));
+  }
+
+  // launch_quantize_fp8_rows where its layout holds (K % 8, 16-byte aligned rows), else the host reference.
+  void quantize_fp8_rows(const Tensor& x, const Fp8Rows& out) override {
+    activate();
+    const int64_t T = x.ndim > 0 ? x.dim(0) : 0, K = T > 0 ? x.numel() / T : 0;
+    const uint16_t* xp = bf16_in(x, "quantize_fp8_rows", "x");
+    const auto [q, s] = fp8_out(out, T, K, "quantize_fp8_rows");
+    if (K % 8 != 0 || ((reinterpret_cast<uintptr_t>(xp) | reinterpret_cast<uintptr_t>(q)) & 15u) != 0)
+      return Backend::quantize_fp8_rows(x, out);
+    launch_quantize_fp8_rows(xp, T, K, q, s, ctx_.stream);
   }
 
   // K (the vocabulary of the self-conditioning GEMM) in kVocabBlocks blocks summed in block order, as
@@ -414,8 +442,12 @@ class CudaBackend final : public Backend {
       wr = bf16_in(a.router_scale, op, "router_scale");
       z = bf16_out(a.router_out, op, "router_out");
     }
-    if (!residual_fusable(H, {x, o, wp, wa, wb, h1, oa, ob, on, wr, z})) return Backend::attn_residual(a);
-    launch_attn_residual(x, o, wp, h1, wa, oa, wb, ob, on, wr, a.router_root, z, T, H, a.eps, ctx_.stream);
+    const auto [qa, sa] = fp8_out(a.out_a_fp8, T, H, op);
+    const auto [qb, sb] = fp8_out(a.out_b_fp8, T, H, op);
+    if (!residual_fusable(H, {x, o, wp, wa, wb, h1, oa, ob, on, wr, z, qa, qb}))
+      return Backend::attn_residual(a);
+    launch_attn_residual(x, o, wp, h1, wa, oa, wb, ob, on, wr, a.router_root, z, qa, sa, qb, sb, T, H, a.eps,
+                         ctx_.stream);
   }
 
   void ffn_residual(const FfnResidualArgs& a) override {
@@ -442,8 +474,12 @@ class CudaBackend final : public Backend {
       wn = bf16_in(a.next_norm, op, "next_norm");
       next = bf16_out(a.next_out, op, "next_out");
     }
-    if (!residual_fusable(H, {h1, m1, m2, w1, w2, wf, out, m1n, m2n, f, wn, next})) return Backend::ffn_residual(a);
-    launch_ffn_residual(h1, m1, m2, w1, w2, wf, a.scale, out, m1n, m2n, f, wn, next, T, H, a.eps, ctx_.stream);
+    DG_CHECK(a.next_out_fp8.empty() || next != nullptr);
+    const auto [qn, sn] = fp8_out(a.next_out_fp8, T, H, op);
+    if (!residual_fusable(H, {h1, m1, m2, w1, w2, wf, out, m1n, m2n, f, wn, next, qn}))
+      return Backend::ffn_residual(a);
+    launch_ffn_residual(h1, m1, m2, w1, w2, wf, a.scale, out, m1n, m2n, f, wn, next, qn, sn, T, H, a.eps,
+                        ctx_.stream);
   }
 
   void qkv_prologue(const QkvPrologueArgs& a) override {
@@ -494,12 +530,17 @@ class CudaBackend final : public Backend {
                     gate.numel(), ctx_.stream);
   }
 
-  void gelu_mul_halves(const Tensor& gate_up, const Tensor& out) override {
+  void gelu_mul_halves(const Tensor& gate_up, const Tensor& out, const Fp8Rows& out_fp8) override {
     activate();
+    const char* op = "gelu_mul_halves";
     const int64_t T = gate_up.dim(0), I = out.dim(-1);
     DG_CHECK(gate_up.numel() == 2 * out.numel() && out.dim(0) == T && out.numel() == T * I);
-    launch_gelu_mul_halves(bf16_in(gate_up, "gelu_mul_halves", "gate_up"), bf16_out(out, "gelu_mul_halves", "out"), T, I,
-                           ctx_.stream);
+    const uint16_t* gu = bf16_in(gate_up, op, "gate_up");
+    uint16_t* o = bf16_out(out, op, "out");
+    const auto [q, s] = fp8_out(out_fp8, T, I, op);
+    if (q == nullptr) return launch_gelu_mul_halves(gu, o, T, I, ctx_.stream);
+    if (!gelu_mul_halves_fp8_fusable(I, {gu, o, q})) return Backend::gelu_mul_halves(gate_up, out, out_fp8);
+    launch_gelu_mul_halves_fp8(gu, o, q, s, T, I, ctx_.stream);
   }
 
   void attention(const AttentionArgs& a) override {

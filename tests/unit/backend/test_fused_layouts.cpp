@@ -49,8 +49,8 @@ TEST(FusedLayouts, GeluMulHalvesIsGeluMulOfTheHalves) {
     Tensor want = host_tensor(ScalarType::kBF16, {T, I}), got = host_tensor(ScalarType::kBF16, {T, I});
     Tensor dflt = host_tensor(ScalarType::kBF16, {T, I});
     be->gelu_mul(g, u, want);
-    be->gelu_mul_halves(gu, got);
-    be->Backend::gelu_mul_halves(gu, dflt);
+    be->gelu_mul_halves(gu, got, {});
+    be->Backend::gelu_mul_halves(gu, dflt, {});
     EXPECT_EQ(bits(got), bits(want)) << "I=" << I;
     EXPECT_EQ(bits(dflt), bits(want)) << "I=" << I;
   }

@@ -1,7 +1,9 @@
 // The CPU reference of the quantised weight formats (backend/quant_reference.h): the E4M3 encoder against a
 // brute-force nearest search, the quantised matmul against a double-precision evaluation of the
 // format's definition, FP8-dynamic per-token activations, and the MoE op on quantised experts equal,
-// bit for bit, to the bf16 MoE on their dequantised weights.
+// bit for bit, to the bf16 MoE on their dequantised weights. FP8 rows given upstream (backend.h
+// Fp8Rows): quantize_fp8_rows, matmul_fp8 and the MoE's expert_in_fp8 equal the ops quantising
+// themselves, bit for bit, and rows given for a weight that does not run W8A8 are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/quant_reference.h"
 #include "util/bf16.h"
+#include "util/error.h"
 
 namespace dgemma {
 namespace {
@@ -180,6 +183,92 @@ TEST(QuantOps, MoeOnQuantisedExpertsEqualsBf16OnDequantised) {
     be->moe(d);
     for (int64_t i = 0; i < T * H; ++i) ASSERT_EQ(q.out.ptr<uint16_t>()[i], d.out.ptr<uint16_t>()[i]) << i;
   }
+}
+
+Fp8Rows host_fp8_rows(int64_t T, int64_t K) {
+  return Fp8Rows{host_tensor(ScalarType::kU8, {T, K}), host_tensor(ScalarType::kF32, {T})};
+}
+
+TEST(QuantOps, Fp8RowsOpEqualsTheReferenceCodes) {
+  auto be = make_cpu_backend();
+  Rand r(21);
+  const int64_t T = 4, K = 48;
+  Tensor x = r.bf16({T, K}, 2.0f);
+  for (int64_t k = 0; k < K; ++k) x.ptr<uint16_t>()[K + k] = 0;  // an all-zero row: the floor scale
+  const Fp8Rows q = host_fp8_rows(T, K);
+  be->quantize_fp8_rows(x, q);
+  std::vector<float> xf(static_cast<size_t>(T * K)), s(static_cast<size_t>(T));
+  for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(x.ptr<uint16_t>()[i]);
+  quant_ref::quantize_fp8_per_token(xf.data(), T, K, s.data());  // the values the codes decode to
+  for (int64_t t = 0; t < T; ++t) EXPECT_EQ(q.scales.ptr<float>()[t], s[static_cast<size_t>(t)]) << t;
+  EXPECT_EQ(q.scales.ptr<float>()[1], quant_ref::kFp8MinScale);
+  for (size_t i = 0; i < xf.size(); ++i) ASSERT_EQ(f8e4m3_to_f32(q.codes.ptr<uint8_t>()[i]), xf[i]) << i;
+}
+
+TEST(QuantOps, MatmulFromFp8RowsEqualsMatmulExactly) {
+  auto be = make_cpu_backend();
+  Rand r(23);
+  const int64_t T = 6, N = 40, K = 96;
+  Weight w = random_weight(r, WeightFormat::kFp8Channel, 1, N, K, false);
+  w.act = ActQuant::kFp8Token;
+  ASSERT_TRUE(takes_fp8_rows(w));
+  Tensor x = r.bf16({T, K}, 3.0f);
+  Tensor want = host_tensor(ScalarType::kBF16, {T, N}), got = host_tensor(ScalarType::kBF16, {T, N});
+  be->matmul(x, w, want);
+  const Fp8Rows q = host_fp8_rows(T, K);
+  be->quantize_fp8_rows(x, q);
+  be->matmul_fp8(q, w, got);
+  for (int64_t i = 0; i < T * N; ++i) ASSERT_EQ(got.ptr<uint16_t>()[i], want.ptr<uint16_t>()[i]) << i;
+}
+
+// The one rule (takes_fp8_rows): only an FP8 weight run W8A8 with K a multiple of kFp8RowsAlign takes
+// rows; any other is refused rather than computed from the rows.
+TEST(QuantOps, Fp8RowsForAWeightNotRunW8a8AreRefused) {
+  auto be = make_cpu_backend();
+  Rand r(25);
+  const int64_t T = 3, N = 16, K = 64;
+  Weight w8a16 = random_weight(r, WeightFormat::kFp8Channel, 1, N, K, false);  // act kNone
+  Weight nvfp4 = random_weight(r, WeightFormat::kNvfp4, 1, N, K, false);
+  Weight plain(r.bf16({N, K}, 1.0f));
+  Weight odd = random_weight(r, WeightFormat::kFp8Channel, 1, N, 40, false);  // K % 16 != 0
+  odd.act = ActQuant::kFp8Token;
+  const Fp8Rows q = host_fp8_rows(T, K);
+  Tensor out = host_tensor(ScalarType::kBF16, {T, N});
+  for (const Weight* w : {&w8a16, &nvfp4, &plain, &odd}) {
+    EXPECT_FALSE(takes_fp8_rows(*w)) << w->describe();
+    EXPECT_THROW(be->matmul_fp8(q, *w, out), Error) << w->describe();
+  }
+  Weight ok = random_weight(r, WeightFormat::kFp8Channel, 1, N, K, false);
+  ok.act = ActQuant::kFp8Token;
+  EXPECT_THROW(be->matmul_fp8(host_fp8_rows(T, K - 16), ok, out), Error);  // rows of another width
+}
+
+// The experts' gate_up from expert_in's FP8 rows: bit for bit the MoE quantising each routed row.
+TEST(QuantOps, MoeFromGivenFp8RowsEqualsMoeQuantisingItself) {
+  auto be = make_cpu_backend();
+  Rand r(27);
+  const int64_t T = 12, H = 64, I = 32, E = 4;
+  MoeArgs a;
+  a.router_in = r.bf16({T, H}, 1.0f);
+  a.expert_in = r.bf16({T, H}, 1.0f);
+  a.router_scale = r.bf16({H}, 1.0f);
+  a.router_proj = r.bf16({E, H}, 0.3f);
+  a.per_expert_scale = r.bf16({E}, 1.0f);
+  a.gate_up = random_weight(r, WeightFormat::kFp8Channel, E, 2 * I, H, false);
+  a.down = random_weight(r, WeightFormat::kFp8Channel, E, H, I, false);
+  a.gate_up.act = a.down.act = ActQuant::kFp8Token;
+  a.top_k = 2;
+  a.out = host_tensor(ScalarType::kBF16, {T, H});
+  MoeArgs g = a;
+  g.out = host_tensor(ScalarType::kBF16, {T, H});
+  g.expert_in_fp8 = host_fp8_rows(T, H);
+  be->quantize_fp8_rows(g.expert_in, g.expert_in_fp8);
+  be->moe(a);
+  be->moe(g);
+  for (int64_t i = 0; i < T * H; ++i) ASSERT_EQ(g.out.ptr<uint16_t>()[i], a.out.ptr<uint16_t>()[i]) << i;
+  MoeArgs bad = g;  // rows for experts that do not run W8A8
+  bad.gate_up.act = ActQuant::kNone;
+  EXPECT_THROW(be->moe(bad), Error);
 }
 
 }  // namespace

@@ -5,7 +5,12 @@
 // (eps matters) and, with eps 0, an all-zero row (an infinite inverse norm: the NaNs of the composed
 // ops, bit for bit); grids of one block a row and of fewer blocks than rows (each block loops over
 // rows, loading the next one ahead), up to thousands of rows. The same kernel source the GPU runs;
-// tests/gpu checks it there.
+// tests/gpu checks it there. The FP8 forms (attn_residual_fp8_kernel, ffn_residual_fp8_kernel) write
+// the same bf16 outputs and, byte for byte, the FP8 rows (backend.h Fp8Rows) that
+// launch_quantize_fp8_rows's kernel and the CPU reference write for them (fp8_rows_check.h): each of
+// out_a / out_b alone and both, next_out, on the same shapes, with norm weights of ordinary and of large
+// scale (large outputs), a row of tiny values (E4M3 subnormal codes), a row with one outlier, and the
+// all-zero row (eps 0: NaN outputs, code 0x7f, not in the amax).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,6 +27,7 @@
 #include "cuda_emulator.h"
 #include "backend/cuda/core/bf16_words.cuh"
 #include "backend/cuda/layer/residual_kernel.cuh"
+#include "fp8_rows_check.h"
 // clang-format on
 
 namespace dgemma {
@@ -229,6 +235,183 @@ TEST(ResidualEmulated, FfnJunctionMatchesComposedOps) {
         expect_same(name + " f", g.f, c.f);
         expect_same(name + " next_out", g.next_out, c.next_out);
       }
+    }
+  }
+}
+
+// FP8 rows of a [T, H] output (host tensors), their codes poisoned.
+Fp8Rows fp8_rows(int64_t T, int64_t H) {
+  Fp8Rows r{host_tensor(ScalarType::kU8, {T, H}), host_tensor(ScalarType::kF32, {T})};
+  std::memset(r.codes.data, 0xa5, r.codes.nbytes());
+  for (int64_t t = 0; t < T; ++t) r.scales.ptr<float>()[t] = -1.0f;
+  return r;
+}
+
+uint2* codes_of(const Fp8Rows& r) {
+  return r.empty() ? nullptr : static_cast<uint2*>(r.codes.data);
+}
+float* scales_of(const Fp8Rows& r) {
+  return r.empty() ? nullptr : r.scales.ptr<float>();
+}
+
+void expect_same_rows(const std::string& what, const Fp8Rows& got, const Fp8Rows& want) {
+  ASSERT_EQ(got.codes.nbytes(), want.codes.nbytes()) << what;
+  ASSERT_EQ(std::memcmp(got.codes.data, want.codes.data, got.codes.nbytes()), 0) << what << ": codes";
+  ASSERT_EQ(std::memcmp(got.scales.data, want.scales.data, got.scales.nbytes()), 0) << what << ": scales";
+}
+
+// The first row with a single outlier (its other values then quantise to small and subnormal codes).
+void add_outlier(Tensor& t) {
+  t.ptr<uint16_t>()[3] = f32_to_bf16(200.0f);
+}
+
+TEST(ResidualEmulated, AttnJunctionWritesTheFp8RowsOfItsOutputs) {
+  std::mt19937 rng(4242);
+  auto cpu = make_cpu_backend();
+  for (const Shape& s : kShapes) {
+    if (s.T < 3) continue;
+    const res::Plan plan = res::plan_for(s.H / 8, s.max_threads);
+    Tensor x = random_rows(rng, s.T, s.H, 3.0f), o = random_rows(rng, s.T, s.H, 0.5f);
+    shape_rows(o, s.H, s.eps == 0.0f);
+    shape_rows(x, s.H, s.eps == 0.0f);
+    add_outlier(x);
+    for (const float wscale : {1.0f, 600.0f}) {  // ordinary outputs, and outputs in the thousands
+      Tensor wp = random_rows(rng, 1, s.H, 0.3f, 1.0f), wa = random_rows(rng, 1, s.H, 0.3f * wscale, wscale);
+      Tensor wb = random_rows(rng, 1, s.H, 0.3f, 1.0f), wr = random_rows(rng, 1, s.H, 0.2f, 1.0f);
+      for (int mode = 0; mode < 3; ++mode) {  // out_a and out_b, out_a alone, out_b alone
+        const std::string name =
+            name_of(s, plan) + " wscale=" + std::to_string(wscale) + " mode=" + std::to_string(mode);
+        AttnResidualArgs c;
+        c.x = x;
+        c.o = o;
+        c.post_norm = wp.reshape({s.H});
+        c.h1 = poisoned(s.T, s.H);
+        c.norm_a = wa.reshape({s.H});
+        c.out_a = poisoned(s.T, s.H);
+        c.norm_b = wb.reshape({s.H});
+        c.out_b = poisoned(s.T, s.H);
+        c.eps = s.eps;
+        c.router_scale = wr.reshape({s.H});
+        c.router_out = poisoned(s.T, s.H);
+        c.router_root = 0.125f;
+        if (mode != 2) c.out_a_fp8 = fp8_rows(s.T, s.H);
+        if (mode != 1) c.out_b_fp8 = fp8_rows(s.T, s.H);
+        AttnResidualArgs g = c;
+        g.h1 = poisoned(s.T, s.H);
+        g.out_a = poisoned(s.T, s.H);
+        g.out_b = poisoned(s.T, s.H);
+        g.router_out = poisoned(s.T, s.H);
+        if (mode != 2) g.out_a_fp8 = fp8_rows(s.T, s.H);
+        if (mode != 1) g.out_b_fp8 = fp8_rows(s.T, s.H);
+        cpu->attn_residual(c);  // the composed ops, then the CPU reference's quantisation
+        const res::AttnArgs a{cw(g.x),
+                              cw(g.o),
+                              cw(g.post_norm),
+                              mw(g.h1),
+                              cw(g.norm_a),
+                              mw(g.out_a),
+                              cw(g.norm_b),
+                              mw(g.out_b),
+                              nullptr,
+                              cw(g.router_scale),
+                              g.router_root,
+                              mw(g.router_out),
+                              s.H / 8,
+                              s.eps,
+                              s.T};
+        const res::Fp8RowsOut qa{codes_of(g.out_a_fp8), scales_of(g.out_a_fp8)};
+        const res::Fp8RowsOut qb{codes_of(g.out_b_fp8), scales_of(g.out_b_fp8)};
+        launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
+          if (per == 1)
+            res::attn_residual_fp8_kernel<1>(a, qa, qb);
+          else if (per == 2)
+            res::attn_residual_fp8_kernel<2>(a, qa, qb);
+          else
+            res::attn_residual_fp8_kernel<4>(a, qa, qb);
+        });
+        expect_same(name + " h1", g.h1, c.h1);
+        expect_same(name + " out_a", g.out_a, c.out_a);
+        expect_same(name + " out_b", g.out_b, c.out_b);
+        expect_same(name + " router_out", g.router_out, c.router_out);
+        for (int k = 0; k < 2; ++k) {
+          const Fp8Rows& got = k == 0 ? g.out_a_fp8 : g.out_b_fp8;
+          if (got.empty()) continue;
+          const Tensor& out = k == 0 ? g.out_a : g.out_b;
+          const std::string what = name + (k == 0 ? " out_a_fp8" : " out_b_fp8");
+          expect_same_rows(what, got, k == 0 ? c.out_a_fp8 : c.out_b_fp8);
+          fp8_rows_check::expect_fp8_rows_of(what, out.ptr<uint16_t>(), s.T, s.H, got.codes.ptr<uint8_t>(),
+                                             got.scales.ptr<float>());
+        }
+      }
+    }
+  }
+}
+
+TEST(ResidualEmulated, FfnJunctionWritesTheFp8RowsOfNextOut) {
+  std::mt19937 rng(99);
+  auto cpu = make_cpu_backend();
+  for (const Shape& s : kShapes) {
+    if (s.T < 3) continue;
+    const res::Plan plan = res::plan_for(s.H / 8, s.max_threads);
+    Tensor h1 = random_rows(rng, s.T, s.H, 3.0f), m1 = random_rows(rng, s.T, s.H, 2.0f);
+    Tensor m2 = random_rows(rng, s.T, s.H, 0.2f);
+    shape_rows(m1, s.H, s.eps == 0.0f);
+    shape_rows(m2, s.H, s.eps == 0.0f);
+    shape_rows(h1, s.H, s.eps == 0.0f);
+    add_outlier(h1);
+    for (const float wscale : {1.0f, 600.0f}) {
+      Tensor w1 = random_rows(rng, 1, s.H, 0.3f, 1.0f), w2 = random_rows(rng, 1, s.H, 0.3f, 1.0f);
+      Tensor wf = random_rows(rng, 1, s.H, 0.3f, 1.0f), wn = random_rows(rng, 1, s.H, 0.3f * wscale, wscale);
+      const std::string name = name_of(s, plan) + " wscale=" + std::to_string(wscale);
+      FfnResidualArgs c;
+      c.h1 = h1;
+      c.m1 = m1;
+      c.m2 = m2;
+      c.norm1 = w1.reshape({s.H});
+      c.norm2 = w2.reshape({s.H});
+      c.norm_f = wf.reshape({s.H});
+      c.eps = s.eps;
+      c.scale = 0.37f;
+      c.out = poisoned(s.T, s.H);
+      c.next_norm = wn.reshape({s.H});
+      c.next_out = poisoned(s.T, s.H);
+      c.next_out_fp8 = fp8_rows(s.T, s.H);
+      FfnResidualArgs g = c;
+      g.out = poisoned(s.T, s.H);
+      g.next_out = poisoned(s.T, s.H);
+      g.next_out_fp8 = fp8_rows(s.T, s.H);
+      cpu->ffn_residual(c);
+      const res::FfnArgs a{cw(g.h1),
+                           cw(g.m1),
+                           cw(g.m2),
+                           cw(g.norm1),
+                           cw(g.norm2),
+                           cw(g.norm_f),
+                           g.scale,
+                           mw(g.out),
+                           nullptr,
+                           nullptr,
+                           nullptr,
+                           cw(g.next_norm),
+                           mw(g.next_out),
+                           s.H / 8,
+                           s.eps,
+                           s.T};
+      const res::Fp8RowsOut qn{codes_of(g.next_out_fp8), scales_of(g.next_out_fp8)};
+      launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
+        if (per == 1)
+          res::ffn_residual_fp8_kernel<1>(a, qn);
+        else if (per == 2)
+          res::ffn_residual_fp8_kernel<2>(a, qn);
+        else
+          res::ffn_residual_fp8_kernel<4>(a, qn);
+      });
+      expect_same(name + " out", g.out, c.out);
+      expect_same(name + " next_out", g.next_out, c.next_out);
+      expect_same_rows(name + " next_out_fp8", g.next_out_fp8, c.next_out_fp8);
+      fp8_rows_check::expect_fp8_rows_of(name + " next_out_fp8", g.next_out.ptr<uint16_t>(), s.T, s.H,
+                                         g.next_out_fp8.codes.ptr<uint8_t>(),
+                                         g.next_out_fp8.scales.ptr<float>());
     }
   }
 }

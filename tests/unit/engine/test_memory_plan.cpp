@@ -182,12 +182,13 @@ TEST(MemoryPlan, Fp8DynamicCountsTheW8A8InputCopies) {
   const MemoryPlan p = plan_memory(c, in);
   ASSERT_EQ(p.step_tokens, 2176);
   // The widest dense input is max(64 hidden, 96 MLP, 4 heads x 32) = 128: 2,176 x 128 + 2,176 x 4 =
-  // 287,232 bytes. The MoE's: 2,176 tokens x (64 + 4) + 4,352 routed rows x (32 + 4) = 304,640, the
-  // larger (every part a multiple of 256 already).
-  EXPECT_EQ(p.fp8_activation_bytes, 304'640u);
-  EXPECT_EQ(p.workspace_bytes, bf.workspace_bytes + 304'640u);
+  // 287,232 bytes. The MoE's: 2,176 tokens x (64 + 4) + 4,352 routed rows x (32 + 4) = 304,640. The
+  // dense MLP's (its input, the experts' input and the down input): 2 x 2,176 x (64 + 4) + 2,176 x
+  // (96 + 4) = 513,536, the largest (every part a multiple of 256 already).
+  EXPECT_EQ(p.fp8_activation_bytes, 513'536u);
+  EXPECT_EQ(p.workspace_bytes, bf.workspace_bytes + 513'536u);
   EXPECT_EQ(p.runtime_reserve_bytes, kRuntimeReserveBytes + workspace_bounds::kFp8GemmWorkspaceBytes);
-  EXPECT_EQ(p.kv_budget_bytes, bf.kv_budget_bytes - 304'640u - workspace_bounds::kFp8GemmWorkspaceBytes);
+  EXPECT_EQ(p.kv_budget_bytes, bf.kv_budget_bytes - 513'536u - workspace_bounds::kFp8GemmWorkspaceBytes);
 }
 
 // The scheduler always runs every sequence's canvas and its committed canvas's encode, and one prefill

@@ -67,13 +67,16 @@ struct Pool {
 };
 
 // Prefill of a 20-token prompt, then one denoising pass over a canvas: the raw bf16 logits.
-std::vector<uint16_t> forward_logits(const std::string& dir, bool bf16_activations = false) {
+// fp8_row_fusion: DiffusionGemma::set_fp8_row_fusion.
+std::vector<uint16_t> forward_logits(const std::string& dir, bool bf16_activations = false,
+                                     bool fp8_row_fusion = true) {
   const ModelConfig c = load_model_config(dir);
   auto be = make_cpu_backend();
   ModelWeights w = load_weights(c, dir, *be);
   if (bf16_activations)
     for (Weight* p : linears(w)) p->act = ActQuant::kNone;
   DiffusionGemma m(c, std::move(w), *be);
+  m.set_fp8_row_fusion(fp8_row_fusion);
   const int64_t V = c.text.vocab_size, C = c.canvas_length;
   const Pool pool(c, *be, (20 + C - 1) / C + 1);
   std::vector<int32_t> prompt, canvas;
@@ -209,6 +212,35 @@ TEST(QuantWeights, Fp8DynamicActivationQuantisationIsAppliedAndBounded) {
   std::printf("  fp8 per-token activations vs bf16: %zu / %zu logits differ, nmse %.3g\n", differ, q.size(), nmse);
   EXPECT_GT(differ, q.size() / 2) << "activation quantisation not applied";
   EXPECT_LT(nmse, 1e-2);
+}
+
+// The FP8 rows that the residual junctions and the dense MLP's activation write for the W8A8 linears
+// (backend.h Fp8Rows, DiffusionGemma::set_fp8_row_fusion) change no bit: the logits equal those of every
+// linear quantising its own input. On these fixtures every consumer of those rows runs W8A8 (the
+// fused q|k|v, the dense gate|up and down, the experts' gate_up), so every fused output is taken.
+TEST(QuantWeights, Fp8RowFusionGivesTheSameLogits) {
+  for (const char* f : {"tiny_a_fp8_dynamic", "tiny_a_fp8_dynamic_pow2"}) {
+    SCOPED_TRACE(f);
+    const std::string dir = kQuant + std::string(f) + "/model";
+    {
+      const ModelConfig c = load_model_config(dir);
+      auto be = make_cpu_backend();
+      const ModelWeights w = load_weights(c, dir, *be);
+      for (const LayerWeights& l : w.layers) {
+        EXPECT_TRUE(takes_fp8_rows(l.qkv_proj));
+        EXPECT_TRUE(takes_fp8_rows(l.mlp_gate_up));
+        EXPECT_TRUE(takes_fp8_rows(l.mlp_down));
+        EXPECT_TRUE(takes_fp8_rows(l.experts_gate_up));
+      }
+    }
+    const std::vector<uint16_t> fused = forward_logits(dir);
+    const std::vector<uint16_t> plain =
+        forward_logits(dir, /*bf16_activations=*/false, /*fp8_row_fusion=*/false);
+    ASSERT_EQ(fused.size(), plain.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < fused.size(); ++i) differ += fused[i] != plain[i];
+    EXPECT_EQ(differ, 0u) << "the fused FP8 rows change the logits";
+  }
 }
 
 // The realistic-scale fixtures (the exporters' scale rules) serve too; their logits are finite.

@@ -1,9 +1,12 @@
 // Element-wise kernels: grid-stride loops over int64 indices, one bf16 rounding per output as in the
 // CPU backend, explicit __f*_rn arithmetic so that nvcc never contracts a multiply-add into an FMA.
+#include <algorithm>
+
 #include "backend/cuda/core/common.cuh"
 #include "backend/cuda/layer/elementwise.cuh"
 #include "backend/cuda/layer/gelu_kernel.cuh"
 #include "util/counter_rng.h"
+#include "util/error.h"
 
 namespace dgemma::cuda {
 namespace {
@@ -181,13 +184,55 @@ void launch_gelu_mul(const uint16_t* gate, const uint16_t* up, uint16_t* out, in
   launch_kernel(stream, gelu_mul_kernel, grid_for(n, kThreads), kThreads, 0, gate, up, out, n);
 }
 
+namespace {
+
+// From ~2M elements (T ~ 1,000 at I = 2,112) the table kernels (layer/gelu_kernel.cuh): a table a block
+// costs ~3 gelu_tanh a thread, repaid where the threads have many elements each.
+constexpr int64_t kTableFrom = int64_t{1} << 21;
+
+template <int kPer>
+void launch_gelu_fp8_rows(const uint4* gu, uint4* out, uint2* q, float* scales, int64_t T, int64_t iw,
+                          int threads, Stream stream) {
+  if (T * iw * 8 >= kTableFrom) {  // a few blocks an SM, each filling its table once for many rows
+    const unsigned grid =
+        static_cast<unsigned>(std::min<int64_t>(T, 2 * int64_t{stream.occupancy->sm_count()}));
+    launch_kernel(stream, gelu_mul_halves_fp8_kernel<kPer, true>, grid, threads, 0, gu, out, q, scales, T,
+                  iw);
+    return;
+  }
+  launch_kernel(stream, gelu_mul_halves_fp8_kernel<kPer, false>, static_cast<unsigned>(T), threads, 0, gu,
+                out, q, scales, T, iw);
+}
+
+}  // namespace
+
+bool gelu_mul_halves_fp8_fusable(int64_t I, std::initializer_list<const void*> ptrs) {
+  if (I <= 0 || I % 8 != 0 || gelu_row_plan(I / 8).per == 0) return false;
+  for (const void* p : ptrs)
+    if ((reinterpret_cast<uintptr_t>(p) & 15u) != 0) return false;
+  return true;
+}
+
+void launch_gelu_mul_halves_fp8(const uint16_t* gate_up, uint16_t* out, uint8_t* q, float* scales, int64_t T,
+                                int64_t I, Stream stream) {
+  if (T <= 0 || I <= 0) return;
+  const GeluRowPlan plan = gelu_row_plan(I / 8);
+  DG_CHECK(plan.per > 0 && I % 8 == 0);  // gelu_mul_halves_fp8_fusable
+  const auto* gu = reinterpret_cast<const uint4*>(gate_up);
+  auto* o = reinterpret_cast<uint4*>(out);
+  auto* qw = reinterpret_cast<uint2*>(q);
+  if (plan.per == 1)
+    launch_gelu_fp8_rows<1>(gu, o, qw, scales, T, I / 8, plan.threads, stream);
+  else if (plan.per == 2)
+    launch_gelu_fp8_rows<2>(gu, o, qw, scales, T, I / 8, plan.threads, stream);
+  else
+    launch_gelu_fp8_rows<4>(gu, o, qw, scales, T, I / 8, plan.threads, stream);
+}
+
 void launch_gelu_mul_halves(const uint16_t* gate_up, uint16_t* out, int64_t T, int64_t I, Stream stream) {
   const int64_t n = T * I;
   if (n <= 0) return;
-  // From ~2M elements (T ~ 1,000 at I = 2,112) the table kernel (layer/gelu_kernel.cuh): its per-block table
-  // costs ~3 gelu_tanh a thread, repaid where the threads have many elements each; below, the
-  // vectorised kernel.
-  constexpr int64_t kTableFrom = int64_t{1} << 21;
+  // The table kernel from kTableFrom elements; below, the vectorised kernel.
   if (vec8_ok(I, gate_up, out) && n >= kTableFrom) {
     const int64_t words = n / 8;
     const unsigned grid =

@@ -14,15 +14,18 @@ const uint4* words_of(const uint16_t* p) {
 uint4* words_of(uint16_t* p) {
   return reinterpret_cast<uint4*>(p);
 }
+residual::Fp8RowsOut fp8_out(uint8_t* q, float* s) {
+  return residual::Fp8RowsOut{reinterpret_cast<uint2*>(q), s};
+}
 
 // One launch of kernel<kPer> of the plan (kPer 1, 2 or 4 words a thread) over `rows` rows.
-template <class Args, class K1, class K2, class K4>
-void launch_junction(const Args& a, int64_t rows, const residual::Plan& plan, K1 k1, K2 k2, K4 k4,
-                     Stream stream) {
+template <class K1, class K2, class K4, class... Args>
+void launch_junction(int64_t rows, const residual::Plan& plan, K1 k1, K2 k2, K4 k4, Stream stream,
+                     const Args&... args) {
   auto run = [&](auto kernel) {
     constexpr size_t kSmem = residual::kScratchDoubles * sizeof(double);
     launch_kernel(stream, kernel, resident_grid(stream, kernel, plan.threads, kSmem, rows), plan.threads,
-                  kSmem, a);
+                  kSmem, args...);
   };
   switch (plan.per) {
     case 1:
@@ -49,7 +52,8 @@ bool residual_fusable(int64_t n, std::initializer_list<const void*> ptrs) {
 void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* post_norm, uint16_t* h1,
                           const uint16_t* norm_a, uint16_t* out_a, const uint16_t* norm_b, uint16_t* out_b,
                           uint16_t* o_normed, const uint16_t* router_scale, float router_root,
-                          uint16_t* router_out, int64_t rows, int64_t n, float eps, Stream stream) {
+                          uint16_t* router_out, uint8_t* qa, float* sa, uint8_t* qb, float* sb, int64_t rows,
+                          int64_t n, float eps, Stream stream) {
   if (rows <= 0) return;
   const residual::Plan plan = residual::plan_for(n / 8);
   DG_CHECK(plan.per > 0);  // residual_fusable
@@ -68,14 +72,19 @@ void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* 
                              n / 8,
                              eps,
                              rows};
-  launch_junction(a, rows, plan, residual::attn_residual_kernel<1>, residual::attn_residual_kernel<2>,
-                  residual::attn_residual_kernel<4>, stream);
+  if (qa != nullptr || qb != nullptr)
+    launch_junction(rows, plan, residual::attn_residual_fp8_kernel<1>, residual::attn_residual_fp8_kernel<2>,
+                    residual::attn_residual_fp8_kernel<4>, stream, a, fp8_out(qa, sa), fp8_out(qb, sb));
+  else
+    launch_junction(rows, plan, residual::attn_residual_kernel<1>, residual::attn_residual_kernel<2>,
+                    residual::attn_residual_kernel<4>, stream, a);
 }
 
 void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, const uint16_t* norm1,
                          const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out,
                          uint16_t* m1n, uint16_t* m2n, uint16_t* f, const uint16_t* next_norm,
-                         uint16_t* next_out, int64_t rows, int64_t n, float eps, Stream stream) {
+                         uint16_t* next_out, uint8_t* qn, float* sn, int64_t rows, int64_t n, float eps,
+                         Stream stream) {
   if (rows <= 0) return;
   const residual::Plan plan = residual::plan_for(n / 8);
   DG_CHECK(plan.per > 0);  // residual_fusable
@@ -95,8 +104,14 @@ void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t*
                             n / 8,
                             eps,
                             rows};
-  launch_junction(a, rows, plan, residual::ffn_residual_kernel<1>, residual::ffn_residual_kernel<2>,
-                  residual::ffn_residual_kernel<4>, stream);
+  if (qn != nullptr) {
+    DG_CHECK(next_out != nullptr);
+    launch_junction(rows, plan, residual::ffn_residual_fp8_kernel<1>, residual::ffn_residual_fp8_kernel<2>,
+                    residual::ffn_residual_fp8_kernel<4>, stream, a, fp8_out(qn, sn));
+  } else {
+    launch_junction(rows, plan, residual::ffn_residual_kernel<1>, residual::ffn_residual_kernel<2>,
+                    residual::ffn_residual_kernel<4>, stream, a);
+  }
 }
 
 }  // namespace dgemma::cuda

@@ -23,11 +23,19 @@
 //     additions does not change a bit.
 // Every output element is computed with exactly the operations and roundings of the composed ops
 // (backend.cpp).
+//
+// The FP8 forms (attn_residual_fp8_kernel, ffn_residual_fp8_kernel: the same rows with kFp8) also write
+// the FP8 rows (backend.h Fp8Rows) of out_a / out_b (attention junction) and next_out (FFN junction),
+// each where its pointers are set: the row's amax over the bf16-rounded output words (kept in
+// registers), one block max, then the codes and the scale with quant/fp8_quant_kernel.cuh's helpers, bit
+// for bit what launch_quantize_fp8_rows writes for the bf16 output. The plain kernels do no FP8 work and
+// keep their parameters.
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
 #include "backend/cuda/core/kernel_macros.cuh"
+#include "backend/cuda/quant/fp8_quant_kernel.cuh"
 
 namespace dgemma::cuda::residual {
 
@@ -43,7 +51,7 @@ constexpr int bound_threads(int per) {
 constexpr int bound_blocks(int per, bool attn) {
   return per == 1 ? (attn ? 3 : 2) : 1;
 }
-constexpr int kScratchDoubles = 4 * 32;  // the junctions' reductions: four slots of one double per warp
+constexpr int kScratchDoubles = 5 * 32;  // the junctions' reductions: five slots of one double per warp
 
 struct AttnArgs {
   const uint4 *x, *o, *wp;
@@ -71,6 +79,13 @@ struct FfnArgs {
   int64_t words;
   float eps;
   int64_t rows;
+};
+
+// FP8 rows an FP8 form writes (backend.h Fp8Rows): codes, eight a word, and the row scales; q null: not
+// written. A parameter of the FP8 forms only, so the plain kernels keep their parameters.
+struct Fp8RowsOut {
+  uint2* q;
+  float* s;
 };
 
 // Words per thread and threads per block for rows of `words` 16-byte words (per 0: too long for these
@@ -108,6 +123,46 @@ __device__ __forceinline__ void block_sums(double (&v)[N], double* slot) {
   }
 }
 
+// The maxima of N non-negative floats over the block (kept in `slot`, N * 32 doubles, as block_sums);
+// every thread gets them.
+template <int N>
+__device__ __forceinline__ void block_maxes(float (&v)[N], double* slot) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  DG_UNROLL
+  for (int n = 0; n < N; ++n)
+    for (int o = 16; o > 0; o >>= 1) v[n] = fmaxf(v[n], __shfl_xor_sync(0xffffffffu, v[n], o));
+  if (lane == 0)
+    for (int n = 0; n < N; ++n) slot[n * 32 + warp] = v[n];
+  __syncthreads();
+  DG_UNROLL
+  for (int n = 0; n < N; ++n) {
+    float m = 0.0f;
+    DG_UNROLL
+    for (int w = 0; w < kMaxThreads / 32; ++w)
+      if (w < warps) m = fmaxf(m, static_cast<float>(slot[n * 32 + w]));
+    v[n] = m;
+  }
+}
+
+// The FP8 codes of the row's bf16 output words `out` at scale s into q (the row's words from base).
+template <int kPer>
+__device__ __forceinline__ void fp8_row_codes(const uint4 (&out)[kPer], const bool (&ok)[kPer],
+                                              const int (&idx)[kPer], float s, uint2* q, int64_t base) {
+  DG_UNROLL
+  for (int j = 0; j < kPer; ++j) {
+    if (!ok[j]) continue;
+    float f[8];
+    unpack_bf16x8(out[j], f);
+    q[base + idx[j]] = fp8_codes8(f, s);
+  }
+}
+
+__device__ __forceinline__ float amax_of_word(float amax, const uint4 w) {
+  float f[8];
+  unpack_bf16x8(w, f);
+  return fp8_amax8(amax, f);
+}
+
 __device__ __forceinline__ uint4 zero_word() {
   return make_uint4(0u, 0u, 0u, 0u);
 }
@@ -129,8 +184,10 @@ __device__ __forceinline__ void normed_residual8(const uint4 v, float inv, const
 // also links the device build's host stubs of the same names.
 namespace {
 
-template <int kPer>
-__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true)) attn_residual_kernel(AttnArgs a) {
+// The attention junction's rows (attn_residual_kernel, attn_residual_fp8_kernel below).
+template <int kPer, bool kFp8>
+__device__ __forceinline__ void attn_residual_rows(const AttnArgs& a, const Fp8RowsOut qa,
+                                                   const Fp8RowsOut qb) {
   DG_KERNEL_DYNAMIC_SMEM(smem);
   double* scratch = reinterpret_cast<double*>(smem);
   const bool router = a.z_out != nullptr;  // uniform
@@ -187,6 +244,8 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
     }
     block_sums<1>(s, scratch + 32);
     const float inv_h = inv_rms_of(s[0], a.words * 8, a.eps);
+    uint4 oaw[kFp8 ? kPer : 1], obw[kFp8 ? kPer : 1];  // kFp8: the outputs' words, kept for their codes
+    float amax[2] = {0.0f, 0.0f};
     DG_UNROLL
     for (int j = 0; j < kPer; ++j) {
       if (!ok[j]) continue;
@@ -194,9 +253,17 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
       float h[8], w[8], y[8];
       unpack_bf16x8(hu[j], h);
       norm8(h, inv_h, wau[j], y);
-      a.oa[at] = pack_bf16x8_rn(y);
+      const uint4 oa = pack_bf16x8_rn(y);
+      a.oa[at] = oa;
       norm8(h, inv_h, wbu[j], y);
-      a.ob[at] = pack_bf16x8_rn(y);
+      const uint4 ob = pack_bf16x8_rn(y);
+      a.ob[at] = ob;
+      if constexpr (kFp8) {
+        oaw[j] = oa;
+        obw[j] = ob;
+        amax[0] = amax_of_word(amax[0], oa);
+        amax[1] = amax_of_word(amax[1], ob);
+      }
       if (!router) continue;
       // The router's input, as the router norm (layer/norm.cu): bf16(bf16(bf16(h * inv) * w) * root).
       DG_UNROLL
@@ -210,11 +277,34 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
       for (int k = 0; k < 8; ++k) y[k] = __fmul_rn(y[k], a.root);
       a.z_out[at] = pack_bf16x8_rn(y);
     }
+    if constexpr (kFp8) {
+      block_maxes<2>(amax, scratch + 64);
+      const float sa = fp8_row_scale(amax[0]), sb = fp8_row_scale(amax[1]);
+      if (qa.q != nullptr) fp8_row_codes(oaw, ok, idx, sa, qa.q, base);
+      if (qb.q != nullptr) fp8_row_codes(obw, ok, idx, sb, qb.q, base);
+      if (threadIdx.x == 0) {
+        if (qa.q != nullptr) qa.s[row] = sa;
+        if (qb.q != nullptr) qb.s[row] = sb;
+      }
+    }
   }
 }
 
 template <int kPer>
-__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)) ffn_residual_kernel(FfnArgs a) {
+__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true)) attn_residual_kernel(AttnArgs a) {
+  attn_residual_rows<kPer, false>(a, Fp8RowsOut{nullptr, nullptr}, Fp8RowsOut{nullptr, nullptr});
+}
+
+// With the FP8 rows of out_a (qa) and / or out_b (qb).
+template <int kPer>
+__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
+    attn_residual_fp8_kernel(AttnArgs a, Fp8RowsOut qa, Fp8RowsOut qb) {
+  attn_residual_rows<kPer, true>(a, qa, qb);
+}
+
+// The FFN junction's rows (ffn_residual_kernel, ffn_residual_fp8_kernel below).
+template <int kPer, bool kFp8>
+__device__ __forceinline__ void ffn_residual_rows(const FfnArgs& a, const Fp8RowsOut qn) {
   DG_KERNEL_DYNAMIC_SMEM(smem);
   double* scratch = reinterpret_cast<double*>(smem);
   const bool next_norm = a.next_out != nullptr;  // uniform
@@ -302,15 +392,40 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)
     if (!next_norm) continue;  // uniform
     block_sums<1>(sn, scratch + 96);
     const float inv_n = inv_rms_of(sn[0], a.words * 8, a.eps);
+    float amax[1] = {0.0f};
     DG_UNROLL
     for (int j = 0; j < kPer; ++j) {
       if (!ok[j]) continue;
       float h[8];
       unpack_bf16x8(hc[j], h);
       norm8(h, inv_n, wnu[j], h);
-      a.next_out[base + idx[j]] = pack_bf16x8_rn(h);
+      if constexpr (kFp8) {
+        hc[j] = pack_bf16x8_rn(h);  // next_out's word, kept for its codes
+        a.next_out[base + idx[j]] = hc[j];
+        amax[0] = amax_of_word(amax[0], hc[j]);
+      } else {
+        a.next_out[base + idx[j]] = pack_bf16x8_rn(h);
+      }
+    }
+    if constexpr (kFp8) {
+      block_maxes<1>(amax, scratch + 128);
+      const float sn = fp8_row_scale(amax[0]);
+      fp8_row_codes(hc, ok, idx, sn, qn.q, base);
+      if (threadIdx.x == 0) qn.s[row] = sn;
     }
   }
+}
+
+template <int kPer>
+__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)) ffn_residual_kernel(FfnArgs a) {
+  ffn_residual_rows<kPer, false>(a, Fp8RowsOut{nullptr, nullptr});
+}
+
+// With the FP8 rows of next_out (qn; next_out set).
+template <int kPer>
+__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false))
+    ffn_residual_fp8_kernel(FfnArgs a, Fp8RowsOut qn) {
+  ffn_residual_rows<kPer, true>(a, qn);
 }
 
 }  // namespace

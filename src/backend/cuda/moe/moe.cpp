@@ -72,6 +72,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
   if (!a.dbg_probs.empty()) DG_CHECK(a.dbg_probs.device == Device::kCpu && a.dbg_probs.numel() == T * E);
   if (!a.dbg_weights.empty()) DG_CHECK(a.dbg_weights.device == Device::kCpu && a.dbg_weights.numel() == T * K);
   if (!a.dbg_index.empty()) DG_CHECK(a.dbg_index.device == Device::kCpu && a.dbg_index.numel() == T * K);
+  if (!a.expert_in_fp8.empty()) check_fp8_input(a.expert_in_fp8, a.gate_up, T, Device::kCuda, op);
   if (T == 0) return;
   if (!grouped_moe_supported(T, H, I, E, K, a.expert_in.data, gate_up.data, down.data) || !moe_route_supported(E, K))
     fail(ErrorKind::kUnsupported, "CUDA moe: no kernels for this shape (T={}, H={}, I={}, E={}, K={})", T, H, I, E, K);
@@ -144,10 +145,16 @@ void moe(const Context& ctx, const MoeArgs& a) {
   Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
   Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
   if (ep) launch_fill_u16(y.ptr<uint16_t>(), R * H, 0x8000, st);  // other ranks' slots: -0
-  if (w8a8_gu) {  // the input quantised per token (the CPU's per routed row: the same rows)
-    Tensor q = ctx.alloc(ScalarType::kU8, {T, H}), s = ctx.alloc(ScalarType::kF32, {T});
-    launch_quantize_fp8_rows(a.expert_in.ptr<uint16_t>(), T, H, q.ptr<uint8_t>(), s.ptr<float>(), st);
-    launch_grouped_gate_up_w8a8(plan, q.ptr<uint8_t>(), s.ptr<float>(), gate_up.ptr<uint8_t>(),
+  if (w8a8_gu) {  // the input quantised per token (the CPU's per routed row: the same rows), or given so
+    Fp8Rows xq = a.expert_in_fp8;
+    if (xq.empty()) {
+      xq = Fp8Rows{ctx.alloc(ScalarType::kU8, {T, H}), ctx.alloc(ScalarType::kF32, {T})};
+      launch_quantize_fp8_rows(a.expert_in.ptr<uint16_t>(), T, H, xq.codes.ptr<uint8_t>(),
+                               xq.scales.ptr<float>(), st);
+    }
+    const uint8_t* q = xq.codes.ptr<uint8_t>();
+    DG_CHECK((reinterpret_cast<uintptr_t>(q) & 15u) == 0);
+    launch_grouped_gate_up_w8a8(plan, q, xq.scales.ptr<float>(), gate_up.ptr<uint8_t>(),
                                 a.gate_up.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), tiles_ptr, R,
                                 El, K, H, I, act.ptr<uint16_t>(), st);
   } else if (fp8_gu)

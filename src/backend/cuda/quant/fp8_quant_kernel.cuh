@@ -6,8 +6,11 @@
 // with round-to-nearest-even, saturation at 448 and NaN -> 0x7f (f32_to_f8e4m3). amax is a max, so any
 // order gives the CPU's value (fmaxf skips NaN inputs as std::max(amax, NaN) does); the divisions are
 // IEEE (__fdiv_rn, never the fast reciprocal). On the device fp8_gemm.cu includes core/common.cuh first.
-// What the kernel needs: threadIdx / blockIdx, uint4, __float_as_uint / __uint_as_float, __fadd_rn,
-// __fdiv_rn, fmaxf / fabsf, __shfl_xor_sync and core/bf16_words.cuh's unpack_bf16x8.
+// The scale, amax and code helpers are the one place of the rule for the kernels that write FP8 rows
+// beside their bf16 output (layer/residual_kernel.cuh, layer/gelu_kernel.cuh).
+// What the kernel needs: threadIdx / blockIdx, uint4, uint2 / make_uint2, __float_as_uint /
+// __uint_as_float, __fadd_rn, __fdiv_rn, fmaxf / fabsf, __shfl_xor_sync and core/bf16_words.cuh's
+// unpack_bf16x8.
 #include <cstdint>
 
 #include "backend/cuda/core/kernel_macros.cuh"
@@ -42,6 +45,26 @@ __device__ __forceinline__ uint32_t e4m3_code(float v) {
   return sign | (code > 0x7eu ? 0x7eu : code);
 }
 
+// The row's scale s_t from its absolute maximum (the rule above).
+__device__ __forceinline__ float fp8_row_scale(float amax) {
+  return fmaxf(__fdiv_rn(amax, kFp8QuantMax), kFp8QuantMinScale);
+}
+
+// The absolute maximum of amax and eight values (fmaxf skips a NaN value).
+__device__ __forceinline__ float fp8_amax8(float amax, const float (&f)[8]) {
+  DG_UNROLL
+  for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(f[k]));
+  return amax;
+}
+
+// The codes of eight values at scale s, little-endian in two words (value k in byte k).
+__device__ __forceinline__ uint2 fp8_codes8(const float (&f)[8], float s) {
+  uint32_t w[2] = {0, 0};
+  DG_UNROLL
+  for (int k = 0; k < 8; ++k) w[k / 4] |= e4m3_code(__fdiv_rn(f[k], s)) << (8 * (k % 4));
+  return make_uint2(w[0], w[1]);
+}
+
 // W warps a row (W = 1, 2 or 4; fp8_quant_row_warps), kFp8QuantWarps / W rows a block; `words` = K / 8
 // (16-byte words of bf16). q: the row's codes, little-endian in words of four; scales[t] = s_t. The
 // row's warps each reduce their words' amax, then meet in shared memory. Why several warps a row: a
@@ -65,8 +88,7 @@ __global__ void __launch_bounds__(32 * kFp8QuantWarps)
     for (int64_t i = first; i < words; i += stride) {
       float f[8];
       unpack_bf16x8(xr[i], f);
-      DG_UNROLL
-      for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(f[k]));
+      amax = fp8_amax8(amax, f);
     }
   }
   DG_UNROLL
@@ -79,17 +101,15 @@ __global__ void __launch_bounds__(32 * kFp8QuantWarps)
     for (int j = 1; j < W; ++j) amax = fmaxf(amax, row_amax[r * W + j]);
   }
   if (!valid) return;
-  const float s = fmaxf(__fdiv_rn(amax, kFp8QuantMax), kFp8QuantMinScale);
+  const float s = fp8_row_scale(amax);
   if (part == 0 && lane == 0) scales[t] = s;
   uint32_t* qr = q + 2 * t * words;
   for (int64_t i = first; i < words; i += stride) {  // the row again (from L1 / L2)
     float f[8];
     unpack_bf16x8(xr[i], f);
-    uint32_t w[2] = {0, 0};
-    DG_UNROLL
-    for (int k = 0; k < 8; ++k) w[k / 4] |= e4m3_code(__fdiv_rn(f[k], s)) << (8 * (k % 4));
-    qr[2 * i] = w[0];
-    qr[2 * i + 1] = w[1];
+    const uint2 w = fp8_codes8(f, s);
+    qr[2 * i] = w.x;
+    qr[2 * i + 1] = w.y;
   }
 }
 
