@@ -24,10 +24,7 @@ constexpr std::pair<QuantTile, const char*> kTiles[] = {{QuantTile::kAuto, "auto
                                                         {QuantTile::kRows32Cols64, "32x64"},
                                                         {QuantTile::kRows32Cols128, "32x128"},
                                                         {QuantTile::kRows32Cols128Deep, "32x128-deep"},
-                                                        {QuantTile::kRows128Cols64, "128x64"},
-                                                        {QuantTile::kRows32Cols64S8, "32x64-s8"},
-                                                        {QuantTile::kRows32Cols128S8, "32x128-s8"},
-                                                        {QuantTile::kRows32Cols128S12, "32x128-s12"}};
+                                                        {QuantTile::kRows128Cols64, "128x64"}};
 constexpr std::pair<DenseQuant, const char*> kDense[] = {
     {DenseQuant::kW8A8, "w8a8"}, {DenseQuant::kKernel, "kernel"}, {DenseQuant::kBf16, "bf16"}};
 constexpr std::pair<Fp8Experts, const char*> kFp8[] = {

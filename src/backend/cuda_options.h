@@ -27,18 +27,9 @@ enum class AttentionKernel { kAuto, kPerItem };
 enum class MoeKernel { kAuto, kSmallRows, kMmaSync128x128, kWgmma64x128, kTma128x256 };
 
 // The tile of the W4A16 / W8A16 kernel (NVFP4 and FP8 weights kept quantised): rows x columns a CTA;
-// kRows32Cols128Deep has six cp.async stages instead of four, the S8 / S12 tiles eight / twelve. kAuto
-// by the rows (per expert, or of a dense matmul).
-enum class QuantTile {
-  kAuto,
-  kRows32Cols64,
-  kRows32Cols128,
-  kRows32Cols128Deep,
-  kRows128Cols64,
-  kRows32Cols64S8,
-  kRows32Cols128S8,
-  kRows32Cols128S12
-};
+// kRows32Cols128Deep has six cp.async stages instead of four. kAuto by the rows (per expert, or of a
+// dense matmul).
+enum class QuantTile { kAuto, kRows32Cols64, kRows32Cols128, kRows32Cols128Deep, kRows128Cols64 };
 
 // How the dense (2-D) quantised linears are served (the experts stay quantised either way):
 //   kW8A8:   FP8 linears whose checkpoint prescribes dynamic per-token FP8 activations run as it says

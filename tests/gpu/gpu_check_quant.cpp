@@ -187,8 +187,7 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
     return;
   }
   for (const QuantTile tile : {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128, QuantTile::kRows32Cols128Deep,
-                               QuantTile::kRows128Cols64, QuantTile::kRows32Cols64S8, QuantTile::kRows32Cols128S8,
-                               QuantTile::kRows32Cols128S12}) {
+                               QuantTile::kRows128Cols64}) {
     {
       const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_experts = tile; }));
       g.out = poisoned(ScalarType::kBF16, {T, H});

@@ -35,8 +35,7 @@ TEST(CudaOptions, WordsRoundTrip) {
               MoeKernel::kTma128x256});
   round_trip(parse_quant_tile, quant_tile_word, quant_tile_words,
              {QuantTile::kAuto, QuantTile::kRows32Cols64, QuantTile::kRows32Cols128,
-              QuantTile::kRows32Cols128Deep, QuantTile::kRows128Cols64, QuantTile::kRows32Cols64S8,
-              QuantTile::kRows32Cols128S8, QuantTile::kRows32Cols128S12});
+              QuantTile::kRows32Cols128Deep, QuantTile::kRows128Cols64});
   round_trip(parse_dense_quant, dense_quant_word, dense_quant_words,
              {DenseQuant::kW8A8, DenseQuant::kKernel, DenseQuant::kBf16});
   round_trip(parse_fp8_experts, fp8_experts_word, fp8_experts_words,

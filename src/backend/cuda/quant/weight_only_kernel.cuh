@@ -305,9 +305,6 @@ constexpr TileShape tile_shape(QuantTile t) {
     case QuantTile::kRows32Cols128: return {2, 8, 4};
     case QuantTile::kRows32Cols128Deep: return {2, 8, 6};
     case QuantTile::kRows128Cols64: return {8, 4, 4};
-    case QuantTile::kRows32Cols64S8: return {2, 4, 8};
-    case QuantTile::kRows32Cols128S8: return {2, 8, 8};
-    case QuantTile::kRows32Cols128S12: return {2, 8, 12};
     default: return {0, 0, 0};
   }
 }
@@ -333,9 +330,6 @@ void go_tile(L& l, QuantTile tile, const Fp4Args& g, int64_t n_out, int64_t grid
     case QuantTile::kRows32Cols64: return go_tile<2, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
     case QuantTile::kRows32Cols128: return go_tile<2, 8, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
     case QuantTile::kRows32Cols128Deep: return go_tile<2, 8, 6, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows32Cols64S8: return go_tile<2, 4, 8, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows32Cols128S8: return go_tile<2, 8, 8, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows32Cols128S12: return go_tile<2, 8, 12, kGateUp, kFp8>(l, g, n_out, grid_y);
     default: return go_tile<8, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
   }
 }
