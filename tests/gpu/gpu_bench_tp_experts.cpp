@@ -12,18 +12,21 @@
 //                        over every expert with gate_up [E, 2w, H] and down [E, H, w], w = I/N rounded up
 //                        to the format's K step (the NVFP4 / W8A16 kernels step by 64: w = 384 and 192);
 //                        W8A8 quantises its [T k, w] activation rows with rank-local scales.
-// Each row: ms of one launch sequence (time_launches), the routed rows computed, the expert weight bytes
-// read and that rate against the H100's HBM. The ranks run one after another, each alone on this GPU as
-// on its own. The exchanges are not timed (one GPU); the "exchange" rows give their bytes per layer: the
-// split by expert sums y [T k, H] bf16 over the ranks (exact: the others' rows are -0), the split by
-// intermediate dimension sums the combined [T, H] (W8A8 with the one-GPU activation scales also takes
-// the max of the [T k] row amaxes).
+// The routings are drawn once (fixed seed) and shared by the formats. Each row: ms of one launch sequence
+// (time_launches), the routed rows computed, the expert weight bytes read and that rate against the H100's
+// HBM. The ranks run one after another, each alone on this GPU as on its own. The exchanges are not timed
+// (one GPU); the "exchange" rows give their bytes per layer: the split by expert sums y [T k, H] bf16 over
+// the ranks (exact: the others' rows are -0), the split by intermediate dimension sums the combined [T, H]
+// (W8A8 with the one-GPU activation scales also takes the max of the [T k] row amaxes).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <random>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/moe/grouped.cuh"
 #include "backend/cuda/parallel/shard_kernels.cuh"
@@ -76,14 +79,21 @@ ExpertProblem problem_at(Data& d, ExpertFormat f, int64_t w, const std::vector<i
   return p;
 }
 
-void split_rows(Data& d, ExpertFormat f, int64_t T, ExpertPopularity pop,
-                std::map<int64_t, ExpertProblem>& by_width) {
-  const std::vector<int32_t> top_idx = random_top_k(T, kE, kK, pop, d.engine());
+// One routing of the benchmark: T tokens' top-k (the same for every format).
+struct Routing {
+  int64_t T = 0;
+  ExpertPopularity popularity = ExpertPopularity::kUniform;
+  std::vector<int32_t> top_idx;
+};
+
+void split_rows(Data& d, ExpertFormat f, const Routing& routing, std::map<int64_t, ExpertProblem>& by_width) {
+  const int64_t T = routing.T;
+  const std::vector<int32_t>& top_idx = routing.top_idx;
   const std::vector<int64_t> rows = rows_per_expert(top_idx, kE);
   const double bpw = bytes_per_weight(f);
   const cuda::Stream st = cuda_stream();
   const std::string base =
-      std::string(format_name(f)) + " T=" + std::to_string(T) + " " + popularity_name(pop);
+      std::string(format_name(f)) + " T=" + std::to_string(T) + " " + popularity_name(routing.popularity);
   const int64_t R = T * kK;
 
   const ExpertProblem full = problem_at(d, f, kI, top_idx, by_width);
@@ -96,6 +106,8 @@ void split_rows(Data& d, ExpertFormat f, int64_t T, ExpertPopularity pop,
         grouped_down(full, act, y, st);
       }),
       one.rows, share_weight_bytes(one, kH, bpw));
+  row(base + " -0 fill of y (in each expert rank)",
+      time_launches([&] { cuda::launch_fill_u16(y.ptr<uint16_t>(), R * kH, 0x8000, st); }), 0, 0.0);
   cuda().synchronize();
 
   for (int n : {2, 4}) {
@@ -145,13 +157,16 @@ void tp_experts_bench() {
         "exchange T=%-5lld per layer: by expert sum of y [T k, H] bf16 %.1f MB; by intermediate sum of "
         "[T, H] bf16 %.1f MB (+ W8A8 exact scales: max of [T k] f32 %.2f MB)\n",
         static_cast<long long>(T), 2.0 * T * kK * kH / 1e6, 2.0 * T * kH / 1e6, 4.0 * T * kK / 1e6);
+  std::vector<Routing> routings;
+  std::mt19937_64 rng(35);
+  for (int64_t T : {int64_t{256}, int64_t{1024}, int64_t{4096}})
+    for (ExpertPopularity pop : {ExpertPopularity::kUniform, ExpertPopularity::kZipf})
+      routings.push_back({T, pop, random_top_k(T, kE, kK, pop, rng)});
   for (ExpertFormat f :
        {ExpertFormat::kW8a8, ExpertFormat::kNvfp4, ExpertFormat::kW8a16, ExpertFormat::kBf16}) {
     Data d(std::string("tp experts bench ") + format_name(f));
     std::map<int64_t, ExpertProblem> by_width;  // the weights per intermediate width, made once
-    for (int64_t T : {int64_t{256}, int64_t{1024}, int64_t{4096}})
-      for (ExpertPopularity pop : {ExpertPopularity::kUniform, ExpertPopularity::kZipf})
-        split_rows(d, f, T, pop, by_width);
+    for (const Routing& routing : routings) split_rows(d, f, routing, by_width);
   }
 }
 
