@@ -8,39 +8,15 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <string>
 
 #include "expert_problem.h"
 #include "gpu_check_util.h"
 #include "gpu_checks.h"
+#include "support/expert_split.h"
 
 namespace dgemma::gpu_test {
 namespace {
-
-constexpr double kHbmBytesPerS = 3.35e12;  // H100 SXM HBM3
-
-double time_launches(const std::function<void()>& launch) {
-  const cuda::Stream st = cuda_stream();
-  for (int i = 0; i < 3; ++i) launch();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  constexpr int kReps = 10;
-  double best = 1e30;
-  for (int burst = 0; burst < 5; ++burst) {
-    cudaEventRecord(e0, st);
-    for (int i = 0; i < kReps; ++i) launch();
-    cudaEventRecord(e1, st);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    best = std::min(best, static_cast<double>(ms) / kReps);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return best;
-}
 
 void row(const std::string& what, double ms, double bytes) {
   const double rate = bytes / (ms * 1e-3);
@@ -60,7 +36,8 @@ void experts_bench() {
     const ExpertProblem* weights = nullptr;
     ExpertProblem first;
     for (int64_t T : {int64_t{256}, int64_t{1024}, int64_t{4096}}) {
-      ExpertProblem p = make_expert_problem(d, f, T, H, I, E, K, weights);
+      ExpertProblem p = make_expert_problem(
+          d, f, H, I, E, K, random_top_k(T, E, K, ExpertPopularity::kUniform, d.engine()), weights);
       if (weights == nullptr) {
         first = p;
         weights = &first;

@@ -8,6 +8,8 @@
 //   dgemma_gpu_check [--kernel-family F] --only NAME...   runs the checks of exactly these names
 //   dgemma_gpu_check --list           prints every check's name, one a line, in run order (no GPU needed)
 //   dgemma_gpu_check --bench experts  the quantised expert GEMMs (grouped kernels) per format and T
+//   dgemma_gpu_check --bench tp-experts  the expert GEMMs per rank of N = 2 / 4, split by expert and by
+//                                     intermediate dimension, against the unsplit block
 //   dgemma_gpu_check --bench [quant|flash|tail|fused|small|moe|w8a8|vision]  times the CUDA ops at the
 //   26B-A4B shapes
 //                                     (canvas 256) instead (quant: only the quantised kernels' rows; flash:
@@ -316,6 +318,10 @@ int main(int argc, char** argv) {
     }
     if (mode("experts")) {  // the quantised expert GEMMs (grouped kernels) per format and T
       dgemma::gpu_test::experts_bench();
+      return 0;
+    }
+    if (mode("tp-experts")) {  // the expert GEMMs per rank under the two expert splits
+      dgemma::gpu_test::tp_experts_bench();
       return 0;
     }
     return bench(mode("quant"), mode("flash"), mode("tail"), mode("small"));

@@ -87,4 +87,10 @@ void grouped_moe_bench();
 // and both, ms, GB/s of weights and % of the H100's HBM bandwidth.
 void experts_bench();
 
+// `dgemma_gpu_check --bench tp-experts` rows (gpu_bench_tp_experts.cpp): per rank of N = 2 and 4, the
+// expert GEMMs of the split by expert (each rank, the slowest) and by intermediate dimension against the
+// unsplit block, at the 26B-A4B shape, T = 256 / 1,024 / 4,096, per format, on a uniform and a Zipf
+// routing, with the bytes each rank reads and the exchanges' bytes.
+void tp_experts_bench();
+
 }  // namespace dgemma::gpu_test
