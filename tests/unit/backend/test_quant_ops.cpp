@@ -148,6 +148,21 @@ TEST(QuantOps, Fp8PerTokenActivationsOfAZeroRowStayZero) {
   for (float v : x) EXPECT_EQ(v, 0.0f);
 }
 
+// A small MoE block (top-2 of E experts) in weight format f, its output allocated; `pow2` as random_weight.
+MoeArgs small_moe(Rand& r, WeightFormat f, int64_t T, int64_t H, int64_t I, int64_t E, bool pow2) {
+  MoeArgs a;
+  a.router_in = r.bf16({T, H}, 1.0f);
+  a.expert_in = r.bf16({T, H}, 1.0f);
+  a.router_scale = r.bf16({H}, 1.0f);
+  a.router_proj = r.bf16({E, H}, 0.3f);
+  a.per_expert_scale = r.bf16({E}, 1.0f);
+  a.gate_up = random_weight(r, f, E, 2 * I, H, pow2);
+  a.down = random_weight(r, f, E, H, I, pow2);
+  a.top_k = 2;
+  a.out = host_tensor(ScalarType::kBF16, {T, H});
+  return a;
+}
+
 // MoE on quantised experts == MoE on their dequantised bf16 weights, bit for bit (pow2 row scales:
 // the epilogue scale multiply is exact; value * block is exact in fp32), gate and up scales distinct.
 TEST(QuantOps, MoeOnQuantisedExpertsEqualsBf16OnDequantised) {
@@ -155,16 +170,7 @@ TEST(QuantOps, MoeOnQuantisedExpertsEqualsBf16OnDequantised) {
   for (WeightFormat f : {WeightFormat::kNvfp4, WeightFormat::kFp8Channel}) {
     Rand r(11);
     const int64_t T = 12, H = 64, I = 32, E = 4;
-    MoeArgs q;
-    q.router_in = r.bf16({T, H}, 1.0f);
-    q.expert_in = r.bf16({T, H}, 1.0f);
-    q.router_scale = r.bf16({H}, 1.0f);
-    q.router_proj = r.bf16({E, H}, 0.3f);
-    q.per_expert_scale = r.bf16({E}, 1.0f);
-    q.gate_up = random_weight(r, f, E, 2 * I, H, true);
-    q.down = random_weight(r, f, E, H, I, true);
-    q.top_k = 2;
-    q.out = host_tensor(ScalarType::kBF16, {T, H});
+    MoeArgs q = small_moe(r, f, T, H, I, E, true);
     MoeArgs d = q;
     auto deq = [](const Weight& w) {
       std::vector<float> v(static_cast<size_t>(w.experts() * w.rows() * w.cols()));
@@ -248,17 +254,8 @@ TEST(QuantOps, MoeFromGivenFp8RowsEqualsMoeQuantisingItself) {
   auto be = make_cpu_backend();
   Rand r(27);
   const int64_t T = 12, H = 64, I = 32, E = 4;
-  MoeArgs a;
-  a.router_in = r.bf16({T, H}, 1.0f);
-  a.expert_in = r.bf16({T, H}, 1.0f);
-  a.router_scale = r.bf16({H}, 1.0f);
-  a.router_proj = r.bf16({E, H}, 0.3f);
-  a.per_expert_scale = r.bf16({E}, 1.0f);
-  a.gate_up = random_weight(r, WeightFormat::kFp8Channel, E, 2 * I, H, false);
-  a.down = random_weight(r, WeightFormat::kFp8Channel, E, H, I, false);
+  MoeArgs a = small_moe(r, WeightFormat::kFp8Channel, T, H, I, E, false);
   a.gate_up.act = a.down.act = ActQuant::kFp8Token;
-  a.top_k = 2;
-  a.out = host_tensor(ScalarType::kBF16, {T, H});
   MoeArgs g = a;
   g.out = host_tensor(ScalarType::kBF16, {T, H});
   g.expert_in_fp8 = host_fp8_rows(T, H);

@@ -57,6 +57,38 @@ uint4* mw(const Tensor& t) {
   return t.empty() ? nullptr : static_cast<uint4*>(t.data);
 }
 
+// The attention junction's arguments with poisoned outputs h1, out_a, out_b (the other optional outputs
+// are set by the test).
+AttnResidualArgs attn_junction(const Tensor& x, const Tensor& o, const Tensor& wp, const Tensor& wa,
+                               const Tensor& wb, int64_t T, int64_t H, float eps) {
+  AttnResidualArgs c;
+  c.x = x;
+  c.o = o;
+  c.post_norm = wp.reshape({H});
+  c.h1 = poisoned(T, H);
+  c.norm_a = wa.reshape({H});
+  c.out_a = poisoned(T, H);
+  c.norm_b = wb.reshape({H});
+  c.out_b = poisoned(T, H);
+  c.eps = eps;
+  return c;
+}
+
+// A copy of `c` whose set bf16 outputs are fresh poisoned tensors (the kernel's side).
+AttnResidualArgs with_fresh_outputs(const AttnResidualArgs& c) {
+  AttnResidualArgs g = c;
+  for (Tensor* t : {&g.h1, &g.out_a, &g.out_b, &g.o_normed, &g.router_out})
+    if (!t->empty()) *t = poisoned(t->dim(0), t->dim(1));
+  return g;
+}
+
+// The kernels' view of the attention junction's arguments (rows of `H` / 8 words).
+res::AttnArgs attn_kernel_args(const AttnResidualArgs& g, int64_t H, int64_t T) {
+  return res::AttnArgs{cw(g.x),     cw(g.o),      cw(g.post_norm), mw(g.h1),       cw(g.norm_a),
+                       mw(g.out_a), cw(g.norm_b), mw(g.out_b),     mw(g.o_normed), cw(g.router_scale),
+                       g.router_root, mw(g.router_out), H / 8, g.eps, T};
+}
+
 void expect_same(const std::string& what, const Tensor& got, const Tensor& want) {
   ASSERT_EQ(got.numel(), want.numel()) << what;
   const uint16_t* g = got.ptr<uint16_t>();
@@ -128,36 +160,16 @@ TEST(ResidualEmulated, AttnJunctionMatchesComposedOps) {
     Tensor wb = random_rows(rng, 1, s.H, 0.3f, 1.0f), wr = random_rows(rng, 1, s.H, 0.2f, 1.0f);
     for (bool extras : {true, false}) {
       const std::string name = name_of(s, plan) + (extras ? " o_normed + router" : " plain");
-      AttnResidualArgs c;
-      c.x = x;
-      c.o = o;
-      c.post_norm = wp.reshape({s.H});
-      c.h1 = poisoned(s.T, s.H);
-      c.norm_a = wa.reshape({s.H});
-      c.out_a = poisoned(s.T, s.H);
-      c.norm_b = wb.reshape({s.H});
-      c.out_b = poisoned(s.T, s.H);
-      c.eps = s.eps;
+      AttnResidualArgs c = attn_junction(x, o, wp, wa, wb, s.T, s.H, s.eps);
       if (extras) {
         c.o_normed = poisoned(s.T, s.H);
         c.router_scale = wr.reshape({s.H});
         c.router_out = poisoned(s.T, s.H);
         c.router_root = root;
       }
-      AttnResidualArgs g = c;
-      g.h1 = poisoned(s.T, s.H);
-      g.out_a = poisoned(s.T, s.H);
-      g.out_b = poisoned(s.T, s.H);
-      if (extras) {
-        g.o_normed = poisoned(s.T, s.H);
-        g.router_out = poisoned(s.T, s.H);
-      }
+      const AttnResidualArgs g = with_fresh_outputs(c);
       cpu->attn_residual(c);
-      const res::AttnArgs a{
-          cw(g.x),       cw(g.o),          cw(g.post_norm), mw(g.h1),       cw(g.norm_a),
-          mw(g.out_a),   cw(g.norm_b),     mw(g.out_b),     mw(g.o_normed), cw(g.router_scale),
-          g.router_root, mw(g.router_out), s.H / 8,         s.eps,
-          s.T};
+      const res::AttnArgs a = attn_kernel_args(g, s.H, s.T);
       launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
         if (per == 1)
           res::attn_residual_kernel<1>(a);
@@ -281,44 +293,17 @@ TEST(ResidualEmulated, AttnJunctionWritesTheFp8RowsOfItsOutputs) {
       for (int mode = 0; mode < 3; ++mode) {  // out_a and out_b, out_a alone, out_b alone
         const std::string name =
             name_of(s, plan) + " wscale=" + std::to_string(wscale) + " mode=" + std::to_string(mode);
-        AttnResidualArgs c;
-        c.x = x;
-        c.o = o;
-        c.post_norm = wp.reshape({s.H});
-        c.h1 = poisoned(s.T, s.H);
-        c.norm_a = wa.reshape({s.H});
-        c.out_a = poisoned(s.T, s.H);
-        c.norm_b = wb.reshape({s.H});
-        c.out_b = poisoned(s.T, s.H);
-        c.eps = s.eps;
+        AttnResidualArgs c = attn_junction(x, o, wp, wa, wb, s.T, s.H, s.eps);
         c.router_scale = wr.reshape({s.H});
         c.router_out = poisoned(s.T, s.H);
         c.router_root = 0.125f;
         if (mode != 2) c.out_a_fp8 = fp8_rows(s.T, s.H);
         if (mode != 1) c.out_b_fp8 = fp8_rows(s.T, s.H);
-        AttnResidualArgs g = c;
-        g.h1 = poisoned(s.T, s.H);
-        g.out_a = poisoned(s.T, s.H);
-        g.out_b = poisoned(s.T, s.H);
-        g.router_out = poisoned(s.T, s.H);
+        AttnResidualArgs g = with_fresh_outputs(c);
         if (mode != 2) g.out_a_fp8 = fp8_rows(s.T, s.H);
         if (mode != 1) g.out_b_fp8 = fp8_rows(s.T, s.H);
         cpu->attn_residual(c);  // the composed ops, then the CPU reference's quantisation
-        const res::AttnArgs a{cw(g.x),
-                              cw(g.o),
-                              cw(g.post_norm),
-                              mw(g.h1),
-                              cw(g.norm_a),
-                              mw(g.out_a),
-                              cw(g.norm_b),
-                              mw(g.out_b),
-                              nullptr,
-                              cw(g.router_scale),
-                              g.router_root,
-                              mw(g.router_out),
-                              s.H / 8,
-                              s.eps,
-                              s.T};
+        const res::AttnArgs a = attn_kernel_args(g, s.H, s.T);
         const res::Fp8RowsOut qa{codes_of(g.out_a_fp8), scales_of(g.out_a_fp8)};
         const res::Fp8RowsOut qb{codes_of(g.out_b_fp8), scales_of(g.out_b_fp8)};
         launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
