@@ -5,6 +5,7 @@
 // transformers trajectory test, tests/golden/test_generate.cpp). Comparison stops at such a point.
 // Guided answers (docs/API.md "Guided decoding on the canvas") likewise: the gap mask in the sampler, the
 // walk in decide and the commit rule on both backends, alone and batched with unguided sequences.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -16,8 +17,10 @@
 #include "guided/guided.h"
 #include "model/config.h"
 #include "model/diffusion_gemma.h"
+#include "model/forward_dump.h"
 #include "model/weights.h"
 #include "support/model_core.h"
+#include "util/bf16.h"
 #include "util/error.h"
 #include "util/json.h"
 #include "util/mmap_file.h"
@@ -30,19 +33,34 @@ constexpr double kTieZ = 0.25, kTieH = 0.1;
 
 std::vector<int32_t> ids(const std::string& fixture, const std::string& key) { return fixture_ids(fixture, key); }
 
+// The bf16 logits of each denoising step (its canvas rows), in step order (canvas by canvas).
+using StepLogits = std::vector<std::vector<uint16_t>>;
+
 struct Run {
   std::unique_ptr<DiffusionGemma> model;
   std::unique_ptr<ModelCore> core;
   std::unique_ptr<Sequence> seq;
   std::vector<CanvasRecord> canvases;
+  std::shared_ptr<StepLogits> logits;  // with keep_logits only
 };
 
+// keep_logits: every step's logits are kept (the forward's "logits" dump: a dumped step runs op by op,
+// as a guided step does anyway), to diagnose a divergence.
 Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const SequenceParams& p,
-           const std::vector<int32_t>& prompt) {
+           const std::vector<int32_t>& prompt, bool keep_logits = false) {
   Run r;
   const std::string dir = fixture_dir(fixture) + "/model";
   r.model = std::make_unique<DiffusionGemma>(mc, load_weights(mc, dir, be), be);
-  r.core = std::make_unique<ModelCore>(be, *r.model);
+  ModelCoreOptions o;
+  if (keep_logits) {
+    r.logits = std::make_shared<StepLogits>();
+    o.runner.step_dump = [logits = r.logits](int64_t) -> DumpHook {
+      return [logits](const std::string& name, const Tensor& t) {
+        if (name == "logits") logits->push_back(u16(t));
+      };
+    };
+  }
+  r.core = std::make_unique<ModelCore>(be, *r.model, o);
   r.seq = r.core->make_sequence(1, prompt, p);
   try {
     r.core->run({r.seq.get()}, 10000);
@@ -57,6 +75,7 @@ Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const
 struct Trajectory {
   const Sequence* seq;
   const std::vector<CanvasRecord>* canvases;
+  const StepLogits* logits = nullptr;  // optional (run_on's keep_logits)
 };
 
 void compare(Reporter& rep, const std::string& name, const SequenceParams& p, const Trajectory& c, const Trajectory& g);
@@ -115,6 +134,43 @@ std::string guided_context(const SequenceParams& p, int k, int C, int pos, std::
   return s;
 }
 
+// With both runs' logits: how far the two backends' logits of step `step` (counted over all canvases)
+// are apart at row `pos` (all tokens, and the tokens the guided gap allows), the whole step's and the
+// step before's largest difference, and the row's three largest allowed logits on each backend.
+std::string logits_context(const SequenceParams& p, const Trajectory& c, const Trajectory& g, size_t step, int C,
+                           int pos) {
+  if (c.logits == nullptr || g.logits == nullptr || step >= c.logits->size() || step >= g.logits->size()) return "";
+  const std::vector<uint32_t>* mask = p.guided ? &p.guided->constraint->gap_mask() : nullptr;
+  auto allowed = [&](size_t v) {
+    return mask == nullptr || (v / 32 < mask->size() && (((*mask)[v / 32] >> (v % 32)) & 1u) != 0);
+  };
+  auto max_diff = [&](size_t s, int row, bool only_allowed) {
+    const std::vector<uint16_t>&a = (*c.logits)[s], &b = (*g.logits)[s];
+    const size_t V = a.size() / static_cast<size_t>(C);
+    double m = 0;
+    for (int r = row < 0 ? 0 : row; r < (row < 0 ? C : row + 1); ++r)
+      for (size_t v = 0; v < V; ++v)
+        if (!only_allowed || allowed(v))
+          m = std::max(m, std::fabs(static_cast<double>(bf16_to_f32(a[r * V + v])) - bf16_to_f32(b[r * V + v])));
+    return m;
+  };
+  std::string s = "; logits |CPU - CUDA| max: row " + fmt_double(max_diff(step, pos, false)) + ", allowed " +
+                  fmt_double(max_diff(step, pos, true)) + ", step " + fmt_double(max_diff(step, -1, false));
+  if (step > 0) s += ", step before " + fmt_double(max_diff(step - 1, -1, false));
+  const std::vector<uint16_t>&a = (*c.logits)[step], &b = (*g.logits)[step];
+  const size_t V = a.size() / static_cast<size_t>(C);
+  std::vector<size_t> ids;
+  for (size_t v = 0; v < V; ++v)
+    if (allowed(v)) ids.push_back(v);
+  const auto at = [&](const std::vector<uint16_t>& x, size_t v) { return bf16_to_f32(x[pos * V + v]); };
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<long>(std::min<size_t>(3, ids.size())), ids.end(),
+                    [&](size_t x, size_t y) { return at(a, x) > at(a, y); });
+  s += "; top allowed (id CPU/CUDA):";
+  for (size_t j = 0; j < std::min<size_t>(3, ids.size()); ++j)
+    s += " " + std::to_string(ids[j]) + " " + fmt_double(at(a, ids[j])) + "/" + fmt_double(at(b, ids[j]));
+  return s;
+}
+
 void compare(Reporter& rep, const std::string& name, const SequenceParams& p, const Trajectory& c, const Trajectory& g) {
   if (c.seq->state != Sequence::State::kFinished || g.seq->state != Sequence::State::kFinished) {
     rep.fail(name + ": a trajectory did not finish");
@@ -123,7 +179,8 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
   int matched = 0, total = 0;
   std::string divergence;
   for (const auto& cr : (*c.canvases)) total += static_cast<int>(cr.trace.size());
-  for (size_t k = 0; k < (*c.canvases).size() && divergence.empty(); ++k) {
+  size_t steps_before = 0;  // the CPU's steps of the canvases before k
+  for (size_t k = 0; k < (*c.canvases).size() && divergence.empty(); steps_before += (*c.canvases)[k].trace.size(), ++k) {
     if (k >= (*g.canvases).size()) {
       rep.fail(name + ": CUDA committed fewer canvases without a recorded divergence");
       break;
@@ -153,6 +210,7 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
                    std::to_string(b.sample[i]) + ", input token " + std::to_string(a.canvas_in[i]) +
                    guided_context(p, static_cast<int>(k), static_cast<int>(a.entropy.size()), static_cast<int>(i),
                                   {a.argmax[i], b.argmax[i], a.sample[i], b.sample[i]}) +
+                   logits_context(p, c, g, steps_before + s, static_cast<int>(a.entropy.size()), static_cast<int>(i)) +
                    ")");
           break;
         }
@@ -277,9 +335,10 @@ void guided_trajectories(Reporter& rep, const std::string& fixture) {
     const std::vector<std::pair<std::string, SequenceParams>> runs = {
         {fixture + "/guided", p}, {fixture + "/guided greedy", greedy}, {fixture + "/guided json", json}};
     for (const auto& [name, params] : runs) {
-      Run c = run_on(cpu(), fixture, mc, params, prompt);
-      Run g = run_on(cuda(), fixture, mc, params, prompt);
-      compare(rep, name, params, {c.seq.get(), &c.canvases}, {g.seq.get(), &g.canvases});
+      Run c = run_on(cpu(), fixture, mc, params, prompt, true);
+      Run g = run_on(cuda(), fixture, mc, params, prompt, true);
+      compare(rep, name, params, {c.seq.get(), &c.canvases, c.logits.get()},
+              {g.seq.get(), &g.canvases, g.logits.get()});
       expect_valid(rep, name + " on CPU", *params.guided, *c.seq);
       expect_valid(rep, name + " on CUDA", *params.guided, *g.seq);
     }
