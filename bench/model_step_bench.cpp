@@ -7,7 +7,7 @@
 //                [--kernel-family auto|hopper|portable] [--attention auto|per-item] [--flash-splits N]
 //                [--moe-kernel auto|small-rows|mma-sync-128x128|wgmma-64x128|tma-128x256]
 //                [--quant-tile auto|32x64|32x128|32x128-deep|128x64] [--dense-quant-tile ...]
-//                [--dense-quant w8a8|kernel|bf16] [--fp8-moe auto|w8a8|w8a16]
+//                [--dense-quant w8a8|kernel|bf16] [--fp8-moe auto|w8a8|w8a16] [--fp8-row-fusion on|off]
 //                                     (the CUDA backend's kernel choices, cuda_options.h; each automatic
 //                                      by default)
 //                [--profile-step N]   (the profiler's capture window around the measured round's N-th
@@ -291,6 +291,8 @@ int main(int argc, char** argv) {
         "                   [--dense-quant %s] [--fp8-moe %s]   (CUDA kernel choices)\n"
         "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM "
         "per projection)\n"
+        "                   [--fp8-row-fusion on|off]   (FP8-dynamic: the W8A8 inputs' FP8 rows written by "
+        "their producers, or a quantisation launch per linear)\n"
         "                   [--profile-step N]   (profiler capture window around the N-th measured denoising "
         "step)\n"
         "                   [--runs B:S[:P],...]   (several runs, batch B, S steps, P-token prompt, on one "
@@ -308,6 +310,7 @@ int main(int argc, char** argv) {
   int batch = 1, prompt_len = 512, steps = 48, canvases = 1, profile_step = 0, images = 0;
   const char* runs_arg = nullptr;  // --runs, when given
   bool fuse_projections = true;  // --fused-projections
+  bool fp8_row_fusion = true;    // --fp8-row-fusion
   Graphs graphs;
   CudaOptions cuda;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -330,6 +333,8 @@ int main(int argc, char** argv) {
       tokenizer_file = argv[i + 1];
     else if (k == "--fused-projections")
       fuse_projections = std::string(argv[i + 1]) != "off";
+    else if (k == "--fp8-row-fusion")
+      fp8_row_fusion = std::string(argv[i + 1]) != "off";
     else if (!parse_cuda_flag(k, argv[i + 1], cuda)) {
       std::fprintf(stderr, "dgemma_bench: unknown option %s\n", k.c_str());
       return 2;
@@ -354,6 +359,7 @@ int main(int argc, char** argv) {
     auto be = device == "cuda" ? make_cuda_backend(0, cuda) : make_cpu_backend();
     Stopwatch load;
     DiffusionGemma model(mc, dummy_weights(mc, *be, 1, WeightLoadOptions{.fuse_projections = fuse_projections}), *be);
+    model.set_fp8_row_fusion(fp8_row_fusion);
     be->synchronize();
     std::fprintf(stderr, "dummy weights in %.1f s\n", load.seconds());
     graphs.max_context = std::min<int64_t>(graphs.max_context, mc.text.max_position_embeddings);

@@ -75,8 +75,8 @@ class DiffusionGemma {
   const VisionTower* vision() const { return vision_.get(); }
   float embed_scale() const { return embed_scale_; }
   // Whether the ops producing a W8A8 linear's input rows also write their FP8 rows for it (backend.h
-  // Fp8Rows; on by default). Off, every W8A8 linear quantises its own input: the same results (the
-  // tests' baseline for the fused path).
+  // Fp8Rows; on by default). Off, every W8A8 linear quantises its own input: the same results, one
+  // launch more per linear (the A/B of `dgemma_bench --fp8-row-fusion`, and the tests' baseline).
   void set_fp8_row_fusion(bool on) { fp8_row_fusion_ = on; }
 
  private:
