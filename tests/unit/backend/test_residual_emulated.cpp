@@ -82,6 +82,38 @@ AttnResidualArgs with_fresh_outputs(const AttnResidualArgs& c) {
   return g;
 }
 
+// The FFN junction's arguments (scale 0.37) with a poisoned output `out` (the optional outputs are set by
+// the test).
+FfnResidualArgs ffn_junction(const Tensor& h1, const Tensor& m1, const Tensor& m2, const Tensor& w1,
+                             const Tensor& w2, const Tensor& wf, int64_t T, int64_t H, float eps) {
+  FfnResidualArgs c;
+  c.h1 = h1;
+  c.m1 = m1;
+  c.m2 = m2;
+  c.norm1 = w1.reshape({H});
+  c.norm2 = w2.reshape({H});
+  c.norm_f = wf.reshape({H});
+  c.eps = eps;
+  c.scale = 0.37f;
+  c.out = poisoned(T, H);
+  return c;
+}
+
+// A copy of `c` whose set bf16 outputs are fresh poisoned tensors (the kernel's side).
+FfnResidualArgs with_fresh_outputs(const FfnResidualArgs& c) {
+  FfnResidualArgs g = c;
+  for (Tensor* t : {&g.out, &g.m1n, &g.m2n, &g.f, &g.next_out})
+    if (!t->empty()) *t = poisoned(t->dim(0), t->dim(1));
+  return g;
+}
+
+// The kernels' view of the FFN junction's arguments.
+res::FfnArgs ffn_kernel_args(const FfnResidualArgs& g, int64_t H, int64_t T) {
+  return res::FfnArgs{cw(g.h1),  cw(g.m1),        cw(g.m2),       cw(g.norm1), cw(g.norm2), cw(g.norm_f),
+                      g.scale,   mw(g.out),       mw(g.m1n),      mw(g.m2n),   mw(g.f),     cw(g.next_norm),
+                      mw(g.next_out), H / 8, g.eps, T};
+}
+
 // The kernels' view of the attention junction's arguments (rows of `H` / 8 words).
 res::AttnArgs attn_kernel_args(const AttnResidualArgs& g, int64_t H, int64_t T) {
   return res::AttnArgs{cw(g.x),     cw(g.o),      cw(g.post_norm), mw(g.h1),       cw(g.norm_a),
@@ -202,16 +234,7 @@ TEST(ResidualEmulated, FfnJunctionMatchesComposedOps) {
     Tensor wf = random_rows(rng, 1, s.H, 0.3f, 1.0f), wn = random_rows(rng, 1, s.H, 0.3f, 1.0f);
     for (bool extras : {true, false}) {
       const std::string name = name_of(s, plan) + (extras ? " dumps + next norm" : " plain");
-      FfnResidualArgs c;
-      c.h1 = h1;
-      c.m1 = m1;
-      c.m2 = m2;
-      c.norm1 = w1.reshape({s.H});
-      c.norm2 = w2.reshape({s.H});
-      c.norm_f = wf.reshape({s.H});
-      c.eps = s.eps;
-      c.scale = 0.37f;
-      c.out = poisoned(s.T, s.H);
+      FfnResidualArgs c = ffn_junction(h1, m1, m2, w1, w2, wf, s.T, s.H, s.eps);
       if (extras) {
         c.m1n = poisoned(s.T, s.H);
         c.m2n = poisoned(s.T, s.H);
@@ -219,19 +242,9 @@ TEST(ResidualEmulated, FfnJunctionMatchesComposedOps) {
         c.next_norm = wn.reshape({s.H});
         c.next_out = poisoned(s.T, s.H);
       }
-      FfnResidualArgs g = c;
-      g.out = poisoned(s.T, s.H);
-      if (extras) {
-        g.m1n = poisoned(s.T, s.H);
-        g.m2n = poisoned(s.T, s.H);
-        g.f = poisoned(s.T, s.H);
-        g.next_out = poisoned(s.T, s.H);
-      }
+      const FfnResidualArgs g = with_fresh_outputs(c);
       cpu->ffn_residual(c);
-      const res::FfnArgs a{cw(g.h1),     cw(g.m1),        cw(g.m2),       cw(g.norm1), cw(g.norm2),
-                           cw(g.norm_f), g.scale,         mw(g.out),      mw(g.m1n),   mw(g.m2n),
-                           mw(g.f),      cw(g.next_norm), mw(g.next_out), s.H / 8,     s.eps,
-                           s.T};
+      const res::FfnArgs a = ffn_kernel_args(g, s.H, s.T);
       launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
         if (per == 1)
           res::ffn_residual_kernel<1>(a);
@@ -348,40 +361,14 @@ TEST(ResidualEmulated, FfnJunctionWritesTheFp8RowsOfNextOut) {
       Tensor w1 = random_rows(rng, 1, s.H, 0.3f, 1.0f), w2 = random_rows(rng, 1, s.H, 0.3f, 1.0f);
       Tensor wf = random_rows(rng, 1, s.H, 0.3f, 1.0f), wn = random_rows(rng, 1, s.H, 0.3f * wscale, wscale);
       const std::string name = name_of(s, plan) + " wscale=" + std::to_string(wscale);
-      FfnResidualArgs c;
-      c.h1 = h1;
-      c.m1 = m1;
-      c.m2 = m2;
-      c.norm1 = w1.reshape({s.H});
-      c.norm2 = w2.reshape({s.H});
-      c.norm_f = wf.reshape({s.H});
-      c.eps = s.eps;
-      c.scale = 0.37f;
-      c.out = poisoned(s.T, s.H);
+      FfnResidualArgs c = ffn_junction(h1, m1, m2, w1, w2, wf, s.T, s.H, s.eps);
       c.next_norm = wn.reshape({s.H});
       c.next_out = poisoned(s.T, s.H);
       c.next_out_fp8 = fp8_rows(s.T, s.H);
-      FfnResidualArgs g = c;
-      g.out = poisoned(s.T, s.H);
-      g.next_out = poisoned(s.T, s.H);
+      FfnResidualArgs g = with_fresh_outputs(c);
       g.next_out_fp8 = fp8_rows(s.T, s.H);
       cpu->ffn_residual(c);
-      const res::FfnArgs a{cw(g.h1),
-                           cw(g.m1),
-                           cw(g.m2),
-                           cw(g.norm1),
-                           cw(g.norm2),
-                           cw(g.norm_f),
-                           g.scale,
-                           mw(g.out),
-                           nullptr,
-                           nullptr,
-                           nullptr,
-                           cw(g.next_norm),
-                           mw(g.next_out),
-                           s.H / 8,
-                           s.eps,
-                           s.T};
+      const res::FfnArgs a = ffn_kernel_args(g, s.H, s.T);
       const res::Fp8RowsOut qn{codes_of(g.next_out_fp8), scales_of(g.next_out_fp8)};
       launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
         if (per == 1)
