@@ -440,6 +440,17 @@ void parse_template_options(RequestFields& f, const RequestPolicy& policy, Parse
                 "'media_io_kwargs' is not supported (set --media-io-kwargs at the server)");
 }
 
+// The fields both endpoints read the same way: streaming, the length, stop strings, sampling and the
+// guided forms.
+void parse_generation_fields(RequestFields& f, const RequestPolicy& policy, ParsedRequest& out) {
+  parse_stream(f, policy, out);
+  parse_max_tokens(f, out);
+  parse_stop(f, policy, out);
+  parse_sampling(f, out);
+  parse_response_format(f, out);
+  parse_structured_outputs(f, out);
+}
+
 void parse_misc_openai(RequestFields& f) {
   if (const Json* md = f.get("metadata"); md && !md->is_object()) fail_param("metadata", "'metadata' must be an object");
   if (auto v = f.boolean("store"); v && *v) fail_unsupported("store", "'store' = true is not supported (nothing is stored)");
@@ -628,12 +639,7 @@ ParsedRequest parse_chat_request(const Json& body, const RequestPolicy& policy) 
                      "image parts need the content-part chat format (--chat-template-content-format "
                      "string renders text only)");
   if (policy.content_as_string) join_text_parts(out.messages);
-  parse_stream(f, policy, out);
-  parse_max_tokens(f, out);
-  parse_stop(f, policy, out);
-  parse_sampling(f, out);
-  parse_response_format(f, out);
-  parse_structured_outputs(f, out);
+  parse_generation_fields(f, policy, out);
   parse_tools(f, policy, out);
   parse_template_options(f, policy, out);
   parse_misc_openai(f);
@@ -655,12 +661,7 @@ ParsedRequest parse_completion_request(const Json& body, const RequestPolicy& po
   RequestFields f(body, "");
   parse_model(f, policy, out);
   out.prompts = parse_prompts(f.get("prompt"), policy);
-  parse_stream(f, policy, out);
-  parse_max_tokens(f, out);
-  parse_stop(f, policy, out);
-  parse_sampling(f, out);
-  parse_response_format(f, out);
-  parse_structured_outputs(f, out);
+  parse_generation_fields(f, policy, out);
   parse_misc_openai(f);
   if (out.prompts.size() * static_cast<size_t>(out.n) > static_cast<size_t>(RequestLimits::kMaxChoices))
     fail_param("n", "{} prompts x n={} exceeds the limit of {} choices per request", out.prompts.size(), out.n,
