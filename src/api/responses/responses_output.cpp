@@ -67,16 +67,17 @@ void ResponseBuilder::close_current(std::string* out) {
   it.done = true;
   if (!out) return;
   const Json final = item_json(it, true);
+  // The item's one content part, finished (reasoning and message items).
+  auto part_done = [&] {
+    event("response.content_part.done",
+          Json{{"item_id", it.id}, {"output_index", index}, {"content_index", 0}, {"part", final["content"][0]}},
+          out);
+  };
   switch (it.kind) {
     case Kind::kReasoning:
       event("response.reasoning_text.done",
             Json{{"item_id", it.id}, {"output_index", index}, {"content_index", 0}, {"text", it.text}}, out);
-      event("response.content_part.done",
-            Json{{"item_id", it.id},
-                 {"output_index", index},
-                 {"content_index", 0},
-                 {"part", final["content"][0]}},
-            out);
+      part_done();
       break;
     case Kind::kMessage:
       event("response.output_text.done",
@@ -86,12 +87,7 @@ void ResponseBuilder::close_current(std::string* out) {
                  {"text", it.text},
                  {"logprobs", it.logprobs}},
             out);
-      event("response.content_part.done",
-            Json{{"item_id", it.id},
-                 {"output_index", index},
-                 {"content_index", 0},
-                 {"part", final["content"][0]}},
-            out);
+      part_done();
       break;
     case Kind::kCall:
       event("response.function_call_arguments.done",
