@@ -19,16 +19,26 @@
 namespace dgemma::gpu_test {
 namespace {
 
-// Random bytes fast enough for the 26B shapes (hundreds of MB), mapped by `f`.
-template <typename F>
-void fill_bytes(Data& d, const Tensor& t, F f) {
-  uint8_t* p = t.ptr<uint8_t>();
-  const int64_t n = static_cast<int64_t>(t.nbytes());
-  for (int64_t i = 0; i < n; i += 8) {
-    uint64_t v = d.engine()();
-    for (int64_t j = i; j < std::min(n, i + 8); ++j, v >>= 8) p[j] = f(static_cast<uint8_t>(v));
-  }
+// The device layout of quant_layout.h (NVFP4 and W8A16; W8A8 takes the checkpoint's bytes).
+Tensor device_data(const Weight& w, bool repack) {
+  if (!repack) return up(w.data);
+  Tensor t = clone(w.data);
+  const bool fp8 = w.format == WeightFormat::kFp8Channel;
+  const int64_t K = w.data.dim(2) * (fp8 ? 1 : 2);
+  if (!fp8)
+    cuda::zero_unscaled_blocks(t.ptr<uint8_t>(), w.block.ptr<uint8_t>(), w.data.dim(0) * w.data.dim(1), K);
+  cuda::repack_quant_weights(fp8, t.ptr<uint8_t>(), static_cast<int64_t>(t.nbytes()));
+  return up(t);
 }
+Tensor device_block(const Weight& w) {
+  if (w.format != WeightFormat::kNvfp4) return Tensor{};
+  Tensor t = clone(w.block);
+  const int64_t E = w.block.dim(0), N = w.block.dim(1), K = w.block.dim(2) * 16;
+  cuda::repack_block_scales(w.block.ptr<uint8_t>(), t.ptr<uint8_t>(), E, N, K);
+  return up(t);
+}
+
+}  // namespace
 
 // An expert stack [E, N, K]: FP8 E4M3 codes of magnitude 2^-2 .. 2^2 (random sign and mantissa) with
 // channel scales around typical / 1.6; NVFP4 random nibbles with block scale codes 0x20 .. 0x5f (about
@@ -56,27 +66,6 @@ Weight random_experts(Data& d, bool fp8, int64_t E, int64_t N, int64_t K, int64_
     }
   return w;
 }
-
-// The device layout of quant_layout.h (NVFP4 and W8A16; W8A8 takes the checkpoint's bytes).
-Tensor device_data(const Weight& w, bool repack) {
-  if (!repack) return up(w.data);
-  Tensor t = clone(w.data);
-  const bool fp8 = w.format == WeightFormat::kFp8Channel;
-  const int64_t K = w.data.dim(2) * (fp8 ? 1 : 2);
-  if (!fp8)
-    cuda::zero_unscaled_blocks(t.ptr<uint8_t>(), w.block.ptr<uint8_t>(), w.data.dim(0) * w.data.dim(1), K);
-  cuda::repack_quant_weights(fp8, t.ptr<uint8_t>(), static_cast<int64_t>(t.nbytes()));
-  return up(t);
-}
-Tensor device_block(const Weight& w) {
-  if (w.format != WeightFormat::kNvfp4) return Tensor{};
-  Tensor t = clone(w.block);
-  const int64_t E = w.block.dim(0), N = w.block.dim(1), K = w.block.dim(2) * 16;
-  cuda::repack_block_scales(w.block.ptr<uint8_t>(), t.ptr<uint8_t>(), E, N, K);
-  return up(t);
-}
-
-}  // namespace
 
 const char* format_name(ExpertFormat f) {
   switch (f) {

@@ -50,6 +50,11 @@ struct ExpertProblem {
   double down_bytes() const;
 };
 
+// Random host experts [E, N, K] in FP8 (E4M3 codes of magnitude 2^-2 .. 2^2, random sign and mantissa,
+// channel scales around typical / 1.6) or NVFP4 (uniform nibbles, block scale codes 0x20 .. 0x5f with
+// about one in 64 zero, one global scale per `rows_per_scale` rows), in the checkpoint layout.
+Weight random_experts(Data& d, bool fp8, int64_t E, int64_t N, int64_t K, int64_t rows_per_scale, float typical);
+
 // top_idx [T * K]: token t's K distinct experts (support/expert_split.h random_top_k). weights_of: a
 // problem of the same format and shape whose weights (host and device) this one shares instead of
 // making new ones.

@@ -356,17 +356,6 @@ Case moe_case(const std::string& id, Shape s) {
   return {id, [s](Reporter& r) { run_fp4_moe(r, s); }};
 }
 
-// Random bytes fast enough for the 26B shapes (hundreds of MB), mapped by `f`.
-template <typename F>
-void fill_bytes(Data& d, const Tensor& t, F f) {
-  uint8_t* p = t.ptr<uint8_t>();
-  const int64_t n = static_cast<int64_t>(t.nbytes());
-  for (int64_t i = 0; i < n; i += 8) {
-    uint64_t v = d.engine()();
-    for (int64_t j = i; j < std::min(n, i + 8); ++j, v >>= 8) p[j] = f(static_cast<uint8_t>(v));
-  }
-}
-
 Weight bench_weight(Data& d, bool fp8, int64_t E, int64_t N, int64_t K) {
   Weight w;
   w.format = fp8 ? WeightFormat::kFp8Channel : WeightFormat::kNvfp4;

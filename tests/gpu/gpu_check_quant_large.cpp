@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/quant/weight_only.cuh"
+#include "expert_problem.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
 
@@ -30,39 +31,11 @@ namespace {
 constexpr QuantTile kTiles[] = {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128, QuantTile::kRows32Cols128Deep,
                                 QuantTile::kRows128Cols64};
 
-// Random experts (the distributions of gpu_check_quant.cpp's random_nvfp4 / random_fp8, drawn 8 bytes
-// a step: the 26B stacks are hundreds of MB). NVFP4: uniform nibbles, block scale codes 0x20 .. 0x5f
-// with about one in 64 zero, one row scale per projection (rows_per_scale rows); FP8: codes of
-// magnitude 2^-2 .. 2^2 with random sign and mantissa, a scale per channel.
-template <typename F>
-void fill_bytes(Data& d, const Tensor& t, F f) {
-  uint8_t* p = t.ptr<uint8_t>();
-  const int64_t n = static_cast<int64_t>(t.nbytes());
-  for (int64_t i = 0; i < n; i += 8) {
-    uint64_t v = d.engine()();
-    for (int64_t j = i; j < std::min(n, i + 8); ++j, v >>= 8) p[j] = f(static_cast<uint8_t>(v));
-  }
-}
+// Random experts (expert_problem.h random_experts); FP8 ones carry the checkpoint's per-token FP8
+// activations (the CUDA kernels run W8A16 and the CPU is told so).
 Weight experts(Data& d, bool fp8, int64_t E, int64_t N, int64_t K, int64_t rows_per_scale, float typical) {
-  Weight w;
-  w.format = fp8 ? WeightFormat::kFp8Channel : WeightFormat::kNvfp4;
-  w.row_scale = host_tensor(ScalarType::kF32, {E, N});
-  if (fp8) {
-    w.act = ActQuant::kFp8Token;  // the checkpoint's; the CUDA kernels run W8A16 and the CPU is told so
-    w.data = host_tensor(ScalarType::kF8E4M3, {E, N, K});
-    fill_bytes(d, w.data, [](uint8_t v) { return static_cast<uint8_t>((v & 0x87) | ((5 + (v >> 3) % 5) << 3)); });
-    for (int64_t i = 0; i < E * N; ++i) w.row_scale.ptr<float>()[i] = typical / 1.6f * d.uniform(0.5f, 2.0f);
-    return w;
-  }
-  w.data = host_tensor(ScalarType::kU8, {E, N, K / 2});
-  w.block = host_tensor(ScalarType::kF8E4M3, {E, N, K / 16});
-  fill_bytes(d, w.data, [](uint8_t v) { return v; });
-  fill_bytes(d, w.block, [](uint8_t v) { return static_cast<uint8_t>(v < 4 ? 0 : 0x20 + (v & 0x3f)); });
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t r0 = 0; r0 < N; r0 += rows_per_scale) {
-      const float s = typical / 4.0f * d.uniform(0.5f, 2.0f);
-      for (int64_t r = r0; r < std::min(N, r0 + rows_per_scale); ++r) w.row_scale.ptr<float>()[e * N + r] = s;
-    }
+  Weight w = random_experts(d, fp8, E, N, K, rows_per_scale, typical);
+  if (fp8) w.act = ActQuant::kFp8Token;
   return w;
 }
 

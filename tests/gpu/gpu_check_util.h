@@ -1,6 +1,7 @@
 #pragma once
 // Helpers of the CUDA-vs-CPU checks: random host inputs, poisoned GPU outputs, and comparisons that
 // print their statistics and report every violated bound.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -48,6 +49,17 @@ class Data {
  private:
   std::mt19937_64 rng_;
 };
+
+// Random bytes fast enough for the 26B shapes (hundreds of MB: eight a draw of d's engine), mapped by `f`.
+template <typename F>
+void fill_bytes(Data& d, const Tensor& t, F f) {
+  uint8_t* p = t.ptr<uint8_t>();
+  const int64_t n = static_cast<int64_t>(t.nbytes());
+  for (int64_t i = 0; i < n; i += 8) {
+    uint64_t v = d.engine()();
+    for (int64_t j = i; j < std::min(n, i + 8); ++j, v >>= 8) p[j] = f(static_cast<uint8_t>(v));
+  }
+}
 
 // Host tensor helpers.
 Tensor clone(const Tensor& host);
