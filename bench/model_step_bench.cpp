@@ -110,6 +110,16 @@ long long int_arg(const std::string& flag, const char* v) {
   return n;
 }
 
+// The value of an on|off flag; exits with a message on anything else.
+bool on_off_arg(const std::string& flag, const char* v) {
+  const std::string s = v;
+  if (s != "on" && s != "off") {
+    std::fprintf(stderr, "%s: on or off, not '%s'\n", flag.c_str(), v);
+    std::exit(2);
+  }
+  return s == "on";
+}
+
 // "B:S[:P],..." -> runs (each number positive); false on anything else.
 bool parse_runs(const std::string& text, int default_prompt, std::vector<Run>* runs) {
   size_t at = 0;
@@ -325,16 +335,16 @@ int main(int argc, char** argv) {
     else if (k == "--canvases") canvases = static_cast<int>(int_arg(k, argv[i + 1]));
     else if (k == "--profile-step") profile_step = static_cast<int>(int_arg(k, argv[i + 1]));
     else if (k == "--runs") runs_arg = argv[i + 1];
-    else if (k == "--cuda-graphs") graphs.on = std::string(argv[i + 1]) != "off";
+    else if (k == "--cuda-graphs") graphs.on = on_off_arg(k, argv[i + 1]);
     else if (k == "--max-model-len") graphs.max_context = int_arg(k, argv[i + 1]);
     else if (k == "--guided-schema")
       schema_file = argv[i + 1];
     else if (k == "--tokenizer")
       tokenizer_file = argv[i + 1];
     else if (k == "--fused-projections")
-      fuse_projections = std::string(argv[i + 1]) != "off";
+      fuse_projections = on_off_arg(k, argv[i + 1]);
     else if (k == "--fp8-row-fusion")
-      fp8_row_fusion = std::string(argv[i + 1]) != "off";
+      fp8_row_fusion = on_off_arg(k, argv[i + 1]);
     else if (!parse_cuda_flag(k, argv[i + 1], cuda)) {
       std::fprintf(stderr, "dgemma_bench: unknown option %s\n", k.c_str());
       return 2;
