@@ -413,6 +413,8 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
     int64_t window;
   };
   const Shape shapes[] = {
+      {"denoise sliding D=256 cache 512", 256, 8, C, 512, 1, false, 0},
+      {"denoise full D=512 cache 512", 512, 2, C, 512, 1, false, 0},
       {"denoise sliding D=256 cache 1023", 256, 8, C, 1023, 1, false, 0},
       {"denoise sliding D=256 cache 1023", 256, 8, C, 1023, 4, false, 0},
       {"denoise sliding D=256 cache 1023", 256, 8, C, 1023, 16, false, 0},
@@ -481,7 +483,7 @@ void flash_bench(const std::function<double(const std::function<void()>&)>& time
       if (m.attention != AttentionKernel::kAuto || s.batch != 1 || s.L == 0) continue;
       // The split heuristic's alternatives where the grid is small.
       const int planned = plan_of(T, Hq, s.Hkv, s.D, items).splits;
-      for (int forced : {1, 2, 4, 8}) {
+      for (int forced : {1, 2, 3, 4, 6, 8}) {
         const WithOptions splits(with_splits(forced));
         Backend& f = cuda();
         const std::string sname = std::string("attn ") + s.name + " b1" + m.name + " splits " + std::to_string(forced) +
