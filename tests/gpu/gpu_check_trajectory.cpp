@@ -36,16 +36,36 @@ std::vector<int32_t> ids(const std::string& fixture, const std::string& key) { r
 // The bf16 logits of each denoising step (its canvas rows), in step order (canvas by canvas).
 using StepLogits = std::vector<std::vector<uint16_t>>;
 
+// The forward's expert routing of one step, per layer, over all its rows (a step that also encodes
+// the prompt has those rows first): each row's chosen experts (i32 [T, K]) and the router's
+// probabilities (f32 [T, E]).
+struct StepRouting {
+  size_t rows = 0;  // T
+  std::vector<std::vector<int32_t>> index;
+  std::vector<std::vector<float>> probs;
+};
+using StepRoutes = std::vector<StepRouting>;
+
 struct Run {
   std::unique_ptr<DiffusionGemma> model;
   std::unique_ptr<ModelCore> core;
   std::unique_ptr<Sequence> seq;
   std::vector<CanvasRecord> canvases;
   std::shared_ptr<StepLogits> logits;  // with keep_logits only
+  std::shared_ptr<StepRoutes> routes;  // with keep_logits only: the same steps' routing
 };
 
-// keep_logits: every step's logits are kept (the forward's "logits" dump: a dumped step runs op by op,
-// as a guided step does anyway), to diagnose a divergence.
+// The layer of a dump name "layer<li>.<what>", or -1 for another name.
+int dumped_layer(const std::string& name, const std::string& what) {
+  const std::string tail = "." + what;
+  if (name.rfind("layer", 0) != 0 || name.size() <= tail.size() ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+    return -1;
+  return std::stoi(name.substr(5, name.size() - 5 - tail.size()));
+}
+
+// keep_logits: every step's logits and expert routing are kept (the forward's "logits" and router
+// dumps: a dumped step runs op by op, as a guided step does anyway), to diagnose a divergence.
 Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const SequenceParams& p,
            const std::vector<int32_t>& prompt, bool keep_logits = false) {
   Run r;
@@ -54,9 +74,25 @@ Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const
   ModelCoreOptions o;
   if (keep_logits) {
     r.logits = std::make_shared<StepLogits>();
-    o.runner.step_dump = [logits = r.logits](int64_t) -> DumpHook {
-      return [logits](const std::string& name, const Tensor& t) {
-        if (name == "logits") logits->push_back(u16(t));
+    r.routes = std::make_shared<StepRoutes>();
+    o.runner.step_dump = [logits = r.logits, routes = r.routes](int64_t) -> DumpHook {
+      auto step = std::make_shared<StepRouting>();
+      return [logits, routes, step](const std::string& name, const Tensor& t) {
+        if (name == "logits") {
+          logits->push_back(u16(t));
+          routes->push_back(*step);
+          return;
+        }
+        const int li = dumped_layer(name, "router_index");
+        const int lp = dumped_layer(name, "router_probs");
+        if (li >= 0) {
+          step->index.resize(std::max(step->index.size(), static_cast<size_t>(li) + 1));
+          step->index[static_cast<size_t>(li)] = i32(t);
+          step->rows = static_cast<size_t>(t.dim(0));
+        } else if (lp >= 0) {
+          step->probs.resize(std::max(step->probs.size(), static_cast<size_t>(lp) + 1));
+          step->probs[static_cast<size_t>(lp)] = f32(t);
+        }
       };
     };
   }
@@ -76,6 +112,7 @@ struct Trajectory {
   const Sequence* seq;
   const std::vector<CanvasRecord>* canvases;
   const StepLogits* logits = nullptr;  // optional (run_on's keep_logits)
+  const StepRoutes* routes = nullptr;  // optional (run_on's keep_logits)
 };
 
 void compare(Reporter& rep, const std::string& name, const SequenceParams& p, const Trajectory& c, const Trajectory& g);
@@ -171,6 +208,55 @@ std::string logits_context(const SequenceParams& p, const Trajectory& c, const T
   return s;
 }
 
+// Row r's chosen experts of one layer's routing (i32 [T, K]), ascending.
+std::vector<int32_t> chosen_experts(const std::vector<int32_t>& index, size_t r, size_t K) {
+  std::vector<int32_t> e(index.begin() + static_cast<long>(r * K),
+                         index.begin() + static_cast<long>((r + 1) * K));
+  std::sort(e.begin(), e.end());
+  return e;
+}
+
+// With both runs' routing: the canvas rows of step `step` (counted over all canvases) whose chosen
+// experts differ between the backends in some layer, the first few named with the CPU router's
+// probabilities of the experts chosen by one backend only. A near-tie of the router moves a row's
+// logits by far more than the GEMMs' rounding does.
+std::string routing_context(const Trajectory& c, const Trajectory& g, size_t step, int C) {
+  if (c.routes == nullptr || g.routes == nullptr || step >= c.routes->size() || step >= g.routes->size())
+    return "";
+  const StepRouting &a = (*c.routes)[step], &b = (*g.routes)[step];
+  const size_t T = a.rows;
+  if (a.index.size() != b.index.size() || T != b.rows || T < static_cast<size_t>(C))
+    return "; routing not comparable";
+  const size_t first = T - static_cast<size_t>(C);  // the canvas: the step's last C rows
+  auto list = [](const std::vector<int32_t>& e) {
+    std::string x;
+    for (int32_t v : e) x += (x.empty() ? "" : " ") + std::to_string(v);
+    return "{" + x + "}";
+  };
+  std::string s;
+  int differing = 0;
+  for (size_t l = 0; l < a.index.size(); ++l) {
+    if (a.index[l].size() != b.index[l].size() || a.index[l].empty() || a.index[l].size() % T != 0) continue;
+    const size_t K = a.index[l].size() / T;
+    const bool have_probs = l < a.probs.size() && !a.probs[l].empty() && a.probs[l].size() % T == 0;
+    for (size_t r = first; r < T; ++r) {
+      const std::vector<int32_t> ea = chosen_experts(a.index[l], r, K), eb = chosen_experts(b.index[l], r, K);
+      if (ea == eb || ++differing > 4) continue;
+      s += "; layer " + std::to_string(l) + " row " + std::to_string(r - first) + ": experts CPU " +
+           list(ea) + " / CUDA " + list(eb);
+      if (!have_probs) continue;
+      const size_t E = a.probs[l].size() / T;
+      s += ", CPU router probabilities";
+      for (const auto& [mine, other] : {std::pair{&ea, &eb}, std::pair{&eb, &ea}})
+        for (int32_t e : *mine)
+          if (!std::binary_search(other->begin(), other->end(), e))
+            s += " " + std::to_string(e) + " " + fmt_double(a.probs[l][r * E + static_cast<size_t>(e)]);
+    }
+  }
+  if (differing == 0) return "; the same experts chosen in every layer and row";
+  return "; chosen experts differ at " + std::to_string(differing) + " (layer, row) pairs" + s;
+}
+
 void compare(Reporter& rep, const std::string& name, const SequenceParams& p, const Trajectory& c, const Trajectory& g) {
   if (c.seq->state != Sequence::State::kFinished || g.seq->state != Sequence::State::kFinished) {
     rep.fail(name + ": a trajectory did not finish");
@@ -204,14 +290,15 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
       if (a.temperature != b.temperature) rep.fail(at + ": temperatures differ");
       for (size_t i = 0; i < a.entropy.size(); ++i)
         if (std::fabs(static_cast<double>(a.entropy[i]) - b.entropy[i]) > 0.1 + 0.05 * std::fabs(a.entropy[i])) {
-          rep.fail(at + ": entropy differs at " + std::to_string(i) + " (CPU " + fmt_double(a.entropy[i]) + ", CUDA " +
-                   fmt_double(b.entropy[i]) + "; argmax " + std::to_string(a.argmax[i]) + " / " +
+          rep.fail(at + ": entropy differs at " + std::to_string(i) + " (CPU " + fmt_double(a.entropy[i]) +
+                   ", CUDA " + fmt_double(b.entropy[i]) + "; argmax " + std::to_string(a.argmax[i]) + " / " +
                    std::to_string(b.argmax[i]) + ", sample " + std::to_string(a.sample[i]) + " / " +
                    std::to_string(b.sample[i]) + ", input token " + std::to_string(a.canvas_in[i]) +
-                   guided_context(p, static_cast<int>(k), static_cast<int>(a.entropy.size()), static_cast<int>(i),
-                                  {a.argmax[i], b.argmax[i], a.sample[i], b.sample[i]}) +
-                   logits_context(p, c, g, steps_before + s, static_cast<int>(a.entropy.size()), static_cast<int>(i)) +
-                   ")");
+                   guided_context(p, static_cast<int>(k), static_cast<int>(a.entropy.size()),
+                                  static_cast<int>(i), {a.argmax[i], b.argmax[i], a.sample[i], b.sample[i]}) +
+                   logits_context(p, c, g, steps_before + s, static_cast<int>(a.entropy.size()),
+                                  static_cast<int>(i)) +
+                   routing_context(c, g, steps_before + s, static_cast<int>(a.entropy.size())) + ")");
           break;
         }
       bool differs = false;
@@ -337,8 +424,8 @@ void guided_trajectories(Reporter& rep, const std::string& fixture) {
     for (const auto& [name, params] : runs) {
       Run c = run_on(cpu(), fixture, mc, params, prompt, true);
       Run g = run_on(cuda(), fixture, mc, params, prompt, true);
-      compare(rep, name, params, {c.seq.get(), &c.canvases, c.logits.get()},
-              {g.seq.get(), &g.canvases, g.logits.get()});
+      compare(rep, name, params, {c.seq.get(), &c.canvases, c.logits.get(), c.routes.get()},
+              {g.seq.get(), &g.canvases, g.logits.get(), g.routes.get()});
       expect_valid(rep, name + " on CPU", *params.guided, *c.seq);
       expect_valid(rep, name + " on CUDA", *params.guided, *g.seq);
     }
