@@ -2,7 +2,9 @@
 // settings, seed) through the engine (scheduler, model runner, paged KV) on both backends, compared step by
 // step. The backends' GEMMs sum in different orders, so logits differ by bf16 rounding noise; a decision may
 // differ only where it was a near-tie at that noise level (the same criterion as the CPU-vs-
-// transformers trajectory test, tests/golden/test_generate.cpp). Comparison stops at such a point.
+// transformers trajectory test, tests/golden/test_generate.cpp). Comparison stops at such a point. Guided
+// runs keep the forward's expert routing too: a row whose chosen experts differ between the backends at a
+// router near-tie (router_tie) is such a point as well, for the failures of that row.
 // Guided answers (docs/API.md "Guided decoding on the canvas") likewise: the gap mask in the sampler, the
 // walk in decide and the commit rule on both backends, alone and batched with unguided sequences.
 #include <algorithm>
@@ -149,9 +151,17 @@ void compare_batched(Reporter& rep, const std::string& fixture, const ModelConfi
     // Did not finish: reported by compare from the sequences' states.
   }
   for (size_t i = 0; i < runs.size(); ++i) {
-    Run c = run_on(cpu(), fixture, mc, runs[i].second, prompt);
+    // Guided runs keep the routing, to recognise a router near-tie; the batched step's own routing is
+    // not dumped, so the same run's routing on CUDA alone stands for it (it only names where a flip
+    // happened: the CPU's margin decides).
+    const bool guided = runs[i].second.guided != nullptr;
+    Run c = run_on(cpu(), fixture, mc, runs[i].second, prompt, guided);
+    Run alone;
+    if (guided) alone = run_on(cuda(), fixture, mc, runs[i].second, prompt, true);
     const std::vector<CanvasRecord> g = core.traces().canvases(static_cast<uint64_t>(i + 1));
-    compare(rep, runs[i].first + " (batched on CUDA)", runs[i].second, {c.seq.get(), &c.canvases}, {seqs[i].get(), &g});
+    compare(rep, runs[i].first + " (batched on CUDA)", runs[i].second,
+            {c.seq.get(), &c.canvases, c.logits.get(), c.routes.get()},
+            {seqs[i].get(), &g, nullptr, guided ? alone.routes.get() : nullptr});
   }
 }
 
@@ -257,6 +267,39 @@ std::string routing_context(const Trajectory& c, const Trajectory& g, size_t ste
   return "; chosen experts differ at " + std::to_string(differing) + " (layer, row) pairs" + s;
 }
 
+// A router near-tie at canvas row `row` of step `step` (counted over all canvases): in some layer the two
+// backends chose different experts for that row, and the CPU router's logits of the experts that swapped
+// (the lowest-ranked expert only the CPU chose, the highest-ranked only CUDA chose) lie within kTieZ of
+// each other, the sampler's near-tie margin. Such a flip moves the row's logits by far more than
+// rounding (about 1.0 on tiny_a), which a guided gap that masks the row's own choice shows in the tail it
+// samples from; a divergence there is a near-tie of the forward, not of the sampler. Empty: none (or no
+// routing kept).
+std::string router_tie(const Trajectory& c, const Trajectory& g, size_t step, int C, int row) {
+  if (c.routes == nullptr || g.routes == nullptr || step >= c.routes->size() || step >= g.routes->size()) return "";
+  const StepRouting &a = (*c.routes)[step], &b = (*g.routes)[step];
+  const size_t T = a.rows;
+  if (a.index.size() != b.index.size() || T != b.rows || T < static_cast<size_t>(C)) return "";
+  const size_t r = T - static_cast<size_t>(C) + static_cast<size_t>(row);
+  for (size_t l = 0; l < a.index.size(); ++l) {
+    if (a.index[l].size() != b.index[l].size() || a.index[l].empty() || a.index[l].size() % T != 0) continue;
+    if (l >= a.probs.size() || a.probs[l].empty() || a.probs[l].size() % T != 0) continue;
+    const size_t K = a.index[l].size() / T, E = a.probs[l].size() / T;
+    const std::vector<int32_t> ea = chosen_experts(a.index[l], r, K), eb = chosen_experts(b.index[l], r, K);
+    if (ea == eb) continue;
+    const float* pr = a.probs[l].data() + r * E;
+    float only_cpu = INFINITY, only_cuda = 0;
+    for (int32_t e : ea)
+      if (!std::binary_search(eb.begin(), eb.end(), e)) only_cpu = std::min(only_cpu, pr[e]);
+    for (int32_t e : eb)
+      if (!std::binary_search(ea.begin(), ea.end(), e)) only_cuda = std::max(only_cuda, pr[e]);
+    const double gap = std::log(static_cast<double>(only_cpu)) - std::log(static_cast<double>(only_cuda));
+    if (only_cpu > 0 && only_cuda > 0 && gap < kTieZ)
+      return "router near-tie at layer " + std::to_string(l) + " row " + std::to_string(row) + " (CPU logit gap " +
+             fmt_double(gap) + ")";
+  }
+  return "";
+}
+
 void compare(Reporter& rep, const std::string& name, const SequenceParams& p, const Trajectory& c, const Trajectory& g) {
   if (c.seq->state != Sequence::State::kFinished || g.seq->state != Sequence::State::kFinished) {
     rep.fail(name + ": a trajectory did not finish");
@@ -288,9 +331,17 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
         break;
       }
       if (a.temperature != b.temperature) rep.fail(at + ": temperatures differ");
+      // This step's row failures; a router near-tie at a failing row turns them into the step's divergence.
+      std::vector<std::string> failures;
+      std::string tie;
+      const int C = static_cast<int>(a.entropy.size());
+      auto row_fail = [&](size_t i, const std::string& what) {
+        failures.push_back(what);
+        if (tie.empty()) tie = router_tie(c, g, steps_before + s, C, static_cast<int>(i));
+      };
       for (size_t i = 0; i < a.entropy.size(); ++i)
         if (std::fabs(static_cast<double>(a.entropy[i]) - b.entropy[i]) > 0.1 + 0.05 * std::fabs(a.entropy[i])) {
-          rep.fail(at + ": entropy differs at " + std::to_string(i) + " (CPU " + fmt_double(a.entropy[i]) +
+          row_fail(i, at + ": entropy differs at " + std::to_string(i) + " (CPU " + fmt_double(a.entropy[i]) +
                    ", CUDA " + fmt_double(b.entropy[i]) + "; argmax " + std::to_string(a.argmax[i]) + " / " +
                    std::to_string(b.argmax[i]) + ", sample " + std::to_string(a.sample[i]) + " / " +
                    std::to_string(b.sample[i]) + ", input token " + std::to_string(a.canvas_in[i]) +
@@ -308,22 +359,27 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
       for (size_t i = 0; i < a.argmax.size(); ++i) {
         if (a.argmax[i] != b.argmax[i]) {
           differs = true;
-          if (a.argmax_gap[i] >= kTieZ) rep.fail(at + ": argmax differs at " + std::to_string(i) + " without a near-tie");
+          if (a.argmax_gap[i] >= kTieZ) row_fail(i, at + ": argmax differs at " + std::to_string(i) + " without a near-tie");
         }
         if (a.sample[i] != b.sample[i]) {
           differs = true;
           if (a.sample_gap[i] >= kTieZ)
-            rep.fail(at + ": sample differs at " + std::to_string(i) + " without a near-tie (CPU " +
+            row_fail(i, at + ": sample differs at " + std::to_string(i) + " without a near-tie (CPU " +
                      std::to_string(a.sample[i]) + ", CUDA " + std::to_string(b.sample[i]) + ", margin " +
                      fmt_double(a.sample_gap[i]) + " / " + fmt_double(b.sample_gap[i]) + ")");
         }
         if (a.accept[i] != b.accept[i]) {
           differs = true;
           if (a.accept_margin[i] >= kTieH && !(p.guided && chosen_differed))
-            rep.fail(at + ": accept differs at " + std::to_string(i) + " without a near-tie");
+            row_fail(i, at + ": accept differs at " + std::to_string(i) + " without a near-tie");
         }
         chosen_differed = chosen_differed || a.argmax[i] != b.argmax[i] || a.sample[i] != b.sample[i];
       }
+      if (!tie.empty()) {
+        divergence = at + " (" + tie + ")";
+        break;
+      }
+      for (const std::string& f : failures) rep.fail(f);
       if (a.stop != b.stop) {
         differs = true;
         if (a.argmax == b.argmax) {
