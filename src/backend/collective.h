@@ -37,11 +37,6 @@ class Collective {
   // Blocks until every rank has arrived and its work so far is done (tests; the operations above
   // synchronise by themselves).
   virtual void barrier() = 0;
-  // The operations above may be recorded into a CUDA graph on the rank's stream (every rank records its
-  // own, on its own thread, at the same time). After a rank launched such a recording: throws if the group
-  // has failed, and watches the launched work as it watches the operations it queues itself (NCCL: its
-  // timeout and errors; the one-device collective's waits time out on the device).
-  virtual void watch_replay() {}
 };
 
 // The endpoints of one group of ranks.

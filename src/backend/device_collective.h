@@ -1,17 +1,12 @@
 #pragma once
 // The one-device collective: N CUDA backends of the same GPU as the N ranks of one tensor-parallel
 // model, one host thread each (backend/collective.h). NCCL refuses two ranks on one device; this is how
-// one GPU runs, and checks, the sharded CUDA model. In each operation the ranks' host threads meet once
-// (backend/rendezvous.h: a timeout and abort, no hang) to learn each other's tensor addresses; the
-// ranks' streams are ordered on the device (backend/cuda/parallel/rank_sync.cuh: every rank arrives once
-// its input is written, and again once it has read the others', each waiting for all), so nothing waits
-// on the host but the meeting. Gathers are device copies, the sums one kernel adding the ranks' values in
-// rank order (the thread collective's order, so the results equal it bit for bit). The operations can
-// be recorded into a CUDA graph by every rank, each on its own thread at the same time (the addresses
-// met are those the recordings replay with); the graphs replay with the device meetings inside. A
-// device wait longer than the group's timeout gives up and the rank's next synchronisation throws;
-// abort() also ends the device waits. The ranks' streams must run at the same time on the device (each
-// waiting rank holds one block of one warp while the others' work runs).
+// one GPU runs, and checks, the sharded CUDA model. Each operation meets the other ranks' threads
+// (backend/rendezvous.h: a timeout and abort, no hang), then orders the ranks' streams with events and
+// reads the others' buffers directly (they share the device's memory): gathers are device copies, the
+// sums one kernel adding the ranks' values in rank order (the thread collective's order, so the
+// results equal it bit for bit). Nothing waits on the host but the meeting. Not recordable into a
+// CUDA graph (its ranks' streams would belong to different recordings): refused while capturing.
 #include <memory>
 #include <vector>
 

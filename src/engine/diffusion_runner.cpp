@@ -304,7 +304,6 @@ StepResult DiffusionModelRunner::run(const StepPlan& plan) {
     DG_CHECK(in.words == graph->words);  // the layout recorded
     be.from_host(graph_block_.rows(0, in.words), in.forward.words.data());
     graph->graph->replay();
-    if (Collective* c = model_->tensor_parallel().collective) c->watch_replay();
     result.replayed = true;
   } else {
     const StepInputs in = encode(step, 0);

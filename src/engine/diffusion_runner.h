@@ -69,14 +69,6 @@ class DiffusionModelRunner final : public ModelRunner {
   // The batch sizes whose denoising steps are recorded as CUDA graphs (empty: none).
   std::vector<int> graph_batches() const;
 
-  // prepare()'s parts (runner_prepare.cpp), which TensorParallelRunner runs for its ranks' runners: the
-  // allocator's ceiling, the warm-up (its steps go through `steps`, i.e. the engine's runner) and the
-  // recording of the denoising steps. record_graphs_or_throw throws when a recording fails, leaving no
-  // graphs (prepare's recording logs the failure and runs op by op instead).
-  void cap_allocator();
-  void warm_up(WarmUpSteps& steps);
-  void record_graphs_or_throw(int64_t max_model_len);
-
  private:
   // The denoising loop's state of one sequence on the backend's device.
   struct DeviceState {
@@ -129,6 +121,9 @@ class DiffusionModelRunner final : public ModelRunner {
   CanvasResult result_of(const Sequence& seq, DeviceState& d, const int32_t* values);
   StepRecord trace_of(const Sequence& seq, DeviceState& d, std::vector<int32_t> argmax, bool stop);
 
+  // prepare()'s parts (runner_prepare.cpp).
+  void cap_allocator();
+  void warm_up(WarmUpSteps& steps);
   void record_graphs(int64_t max_model_len);
 
   struct Graph {

@@ -73,32 +73,28 @@ void DiffusionModelRunner::cap_allocator() {
 }
 
 void DiffusionModelRunner::record_graphs(int64_t max_model_len) {
-  // A recording that fails leaves the runner running its steps op by op.
+  // One denoising step per batch-size bucket recorded as a CUDA graph (backends without graphs record
+  // nothing), so that every step of denoising canvases replays as one launch, the first request's
+  // included. A recording that fails leaves the runner running its steps op by op.
+  Backend& be = *backend_;
+  if (!be.supports_graphs()) return;
+  Stopwatch sw;
+  const AllocatorStats a0 = be.allocator_stats();
   try {
-    record_graphs_or_throw(max_model_len);
+    if (plan_context_ == 0) plan_context_ = max_model_len;
+    enable_graphs(options_.batch_buckets);
+    const AllocatorStats a1 = be.allocator_stats();
+    DG_LOG_INFO("engine",
+                "CUDA graphs: denoising steps of {} canvases recorded in {:.0f} ms ({:.2f} GiB graph pool, "
+                "the plan's "
+                "{:.2f} GiB); --enforce-eager turns them off",
+                fmt::join(graph_batches(), ","), sw.ms(), (a1.graph_pool - a0.graph_pool) / kGiB,
+                options_.budget.graph_pool_bytes / kGiB);
   } catch (const Error& e) {
     DG_LOG_WARN("engine",
                 "CUDA graphs off: recording the denoising steps failed ({}); every step runs op by op",
                 e.what());
   }
-}
-
-void DiffusionModelRunner::record_graphs_or_throw(int64_t max_model_len) {
-  // One denoising step per batch-size bucket recorded as a CUDA graph (backends without graphs record
-  // nothing), so that every step of denoising canvases replays as one launch, the first request's
-  // included.
-  Backend& be = *backend_;
-  if (!be.supports_graphs()) return;
-  Stopwatch sw;
-  const AllocatorStats a0 = be.allocator_stats();
-  if (plan_context_ == 0) plan_context_ = max_model_len;
-  enable_graphs(options_.batch_buckets);
-  const AllocatorStats a1 = be.allocator_stats();
-  DG_LOG_INFO("engine",
-              "CUDA graphs: denoising steps of {} canvases recorded in {:.0f} ms ({:.2f} GiB graph pool, the "
-              "plan's {:.2f} GiB); --enforce-eager turns them off",
-              fmt::join(graph_batches(), ","), sw.ms(), (a1.graph_pool - a0.graph_pool) / kGiB,
-              options_.budget.graph_pool_bytes / kGiB);
 }
 
 void DiffusionModelRunner::warm_up(WarmUpSteps& steps) {

@@ -1,13 +1,12 @@
 #include "engine/tp_runner.h"
 
 #include "util/error.h"
-#include "util/fatal_error.h"
 
 namespace dgemma {
 
 TensorParallelRunner::TensorParallelRunner(std::shared_ptr<TensorParallelModel> tp, const KvPoolPlan& pool,
                                            RunnerOptions options)
-    : tp_(std::move(tp)), options_(options) {
+    : tp_(std::move(tp)) {
   for (int r = 0; r < tp_->size(); ++r) {
     RunnerOptions o = options;
     if (r > 0) o.step_dump = nullptr;  // debug dumps: rank 0's tensors
@@ -18,29 +17,12 @@ TensorParallelRunner::TensorParallelRunner(std::shared_ptr<TensorParallelModel> 
   }
 }
 
-void TensorParallelRunner::prepare(WarmUpSteps& steps) {
-  for (auto& r : ranks_) r->cap_allocator();
-  if (options_.warm_up) ranks_.front()->warm_up(steps);
-  if (!options_.cuda_graphs) return;
-  const int64_t max_model_len = steps.max_model_len();
-  try {
-    tp_->run([&](int r) { ranks_[static_cast<size_t>(r)]->record_graphs_or_throw(max_model_len); });
-  } catch (const FatalError& e) {
-    throw FatalError(
-        fmt::format("recording the denoising steps as CUDA graphs at tensor parallel size {} failed ({}); "
-                    "--enforce-eager runs without them",
-                    tp_->size(), e.what()));
-  }
-  for (const auto& r : ranks_) DG_CHECK(r->graph_batches() == ranks_.front()->graph_batches());
-}
-
 StepResult TensorParallelRunner::run(const StepPlan& plan) {
   std::vector<StepResult> results(ranks_.size());
   tp_->run([&](int r) { results[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)]->run(plan); });
   // The ranks decide alike (same entropies, argmax and samples after the exchanges): a difference is a bug.
   const std::vector<CanvasResult>& first = results[0].canvases;
   for (size_t r = 1; r < results.size(); ++r) {
-    DG_CHECK(results[r].replayed == results[0].replayed);
     const std::vector<CanvasResult>& other = results[r].canvases;
     DG_CHECK(other.size() == first.size());
     for (size_t i = 0; i < first.size(); ++i)

@@ -175,13 +175,7 @@ TEST_P(TensorParallelGolden, SeededTrajectoriesAreBitIdentical) {
     return seqs;
   };
   ModelCore ref_core(*fx.backend, *fx.model);
-  // The sharded engine prepared as a server's (the warm-up runs every rank; graphs asked for, none on the
-  // CPU): what the warm-up ran leaves nothing behind.
-  ModelCoreOptions prepared;
-  prepared.runner.warm_up = true;
-  prepared.runner.cuda_graphs = true;
-  prepared.runner.batch_buckets = engine_batch_buckets(prepared.max_num_seqs);
-  ModelCore tp_core(*tp, prepared);
+  ModelCore tp_core(*tp);
   const auto want = generate(ref_core);
   const auto got = generate(tp_core);
   int steps = 0;

@@ -14,7 +14,6 @@ std::vector<Case> quant_cases();            // gpu_check_quant.cpp
 std::vector<Case> quant_large_cases();      // gpu_check_quant_large.cpp
 std::vector<Case> nccl_cases();             // gpu_check_nccl.cpp
 std::vector<Case> tensor_parallel_cases();  // gpu_check_tensor_parallel.cpp
-std::vector<Case> tensor_parallel_graph_cases();  // gpu_check_tp_graphs.cpp
 std::vector<Case> sample_filter_cases();    // gpu_check_sample_filter.cpp
 std::vector<Case> batch_cases();            // gpu_check_batch.cpp
 std::vector<Case> small_kernel_cases();     // gpu_check_small_kernels.cpp
@@ -44,7 +43,6 @@ std::vector<Case> all_cases() {
   for (auto& c : graph_cases()) all.push_back(std::move(c));
   for (auto& c : nccl_cases()) all.push_back(std::move(c));
   for (auto& c : tensor_parallel_cases()) all.push_back(std::move(c));
-  for (auto& c : tensor_parallel_graph_cases()) all.push_back(std::move(c));
   // Last: the W8A8 paths, the newest kernels (a sticky CUDA error there would fail every later check).
   for (auto& c : w8a8_cases()) all.push_back(std::move(c));
   for (auto& c : w8a8_moe_cases()) all.push_back(std::move(c));

@@ -2,11 +2,8 @@
 // from the library found at run time. Every queued operation is watched (backend/collective_watchdog.h:
 // an event recorded after it; the communicators' asynchronous errors): one that does not complete
 // within the group's timeout, or an NCCL error, aborts every communicator and makes every later
-// operation throw with the reason instead of hanging. The operations queue nothing but NCCL calls and
-// device copies on the rank's stream (no synchronisation, no host copy), so a rank may record them into
-// a CUDA graph; a launched recording is watched as one operation (watch_replay). The declarations below
-// are NCCL's stable C ABI (nccl.h of NCCL 2: an opaque communicator pointer, int result codes, the data
-// type and reduction enums' values).
+// operation throw with the reason instead of hanging. The declarations below are NCCL's stable C ABI (nccl.h
+// of NCCL 2: an opaque communicator pointer, int result codes, the data type and reduction enums' values).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -111,11 +108,8 @@ class NcclCollective final : public Collective {
       call(api_->all_gather(in.data, out.data, bytes, kNcclUint8, comm_, ctx_.stream), "all_gather");
       return;
     }
-    // Gathered rank-major into [size, rows, n], then each rank's block to its columns. The buffer comes
-    // from the backend's allocator (stream-ordered reuse; the graph pool while recording: no
-    // synchronisation).
-    Tensor gathered = ctx_.alloc(ScalarType::kU8, {static_cast<int64_t>(bytes) * size_});
-    void* tmp = gathered.data;
+    // Gathered rank-major into scratch [size, rows, n], then each rank's block to its columns.
+    void* tmp = scratch(bytes * static_cast<size_t>(size_));
     call(api_->all_gather(in.data, tmp, bytes, kNcclUint8, comm_, ctx_.stream), "all_gather");
     const size_t width = static_cast<size_t>(n) * es;
     for (int r = 0; r < size_; ++r)
@@ -145,11 +139,6 @@ class NcclCollective final : public Collective {
     healthy();
   }
 
-  void watch_replay() override {
-    healthy();
-    watch("recorded step");
-  }
-
   NcclComm comm() const { return comm_; }
 
  private:
@@ -169,17 +158,13 @@ class NcclCollective final : public Collective {
       watchdog_.fail(why);
       fail(ErrorKind::kInternal, "{}", why);
     }
-    if (!ctx_.capturing()) watch(what);
-  }
-  // Hands the work queued so far to the watchdog: an event recorded after it.
-  void watch(const char* what) {
+    if (ctx_.capturing()) return;
     cudaEvent_t e = nullptr;
     CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(e, ctx_.stream));
     watchdog_.issued(rank_, e, what);
   }
   // A device buffer of at least `bytes`, reused; grown after the stream drained (the old one may be in use).
-  // The barrier's word only (it synchronises anyway; never recorded).
   void* scratch(size_t bytes) {
     if (bytes > scratch_bytes_) {
       CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
