@@ -277,7 +277,6 @@ bool parse_cuda_flag(const std::string& k, const char* v, CudaOptions& o) {
   if (k == "--dense-quant-tile") return take(parse_quant_tile, &o.quant_dense, quant_tile_words());
   if (k == "--dense-quant") return take(parse_dense_quant, &o.dense_quant, dense_quant_words());
   if (k == "--fp8-moe") return take(parse_fp8_experts, &o.fp8_experts, fp8_experts_words());
-  if (k == "--w8a8-gemm") return take(parse_w8a8_gemm, &o.w8a8_gemm, w8a8_gemm_words());
   if (k == "--flash-splits") {
     o.flash_splits = static_cast<int>(int_arg(k, v));  // range-checked by resolve_cuda_options
     return true;
@@ -299,7 +298,7 @@ int main(int argc, char** argv) {
         "of every flash launch; 0 planned)\n"
         "                   [--moe-kernel %s]\n"
         "                   [--quant-tile %s] [--dense-quant-tile (the same)]\n"
-        "                   [--dense-quant %s] [--fp8-moe %s] [--w8a8-gemm %s]   (CUDA kernel choices)\n"
+        "                   [--dense-quant %s] [--fp8-moe %s]   (CUDA kernel choices)\n"
         "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM "
         "per projection)\n"
         "                   [--fp8-row-fusion on|off]   (FP8-dynamic: the W8A8 inputs' FP8 rows written by "
@@ -313,8 +312,7 @@ int main(int argc, char** argv) {
         "                   [--images N]   (N images of 280 soft tokens in each prompt; needs a vision_config)\n"
         "                   [--guided-schema FILE] [--tokenizer FILE]   (canvases guided by a JSON Schema)\n",
         kernel_family_words().c_str(), attention_kernel_words().c_str(), moe_kernel_words().c_str(),
-        quant_tile_words().c_str(), dense_quant_words().c_str(), fp8_experts_words().c_str(),
-        w8a8_gemm_words().c_str());
+        quant_tile_words().c_str(), dense_quant_words().c_str(), fp8_experts_words().c_str());
     return 2;
   }
   std::string dir = argv[1], device = "cuda", quantization;  // empty: what the config declares

@@ -29,8 +29,6 @@ constexpr std::pair<DenseQuant, const char*> kDense[] = {
     {DenseQuant::kW8A8, "w8a8"}, {DenseQuant::kKernel, "kernel"}, {DenseQuant::kBf16, "bf16"}};
 constexpr std::pair<Fp8Experts, const char*> kFp8[] = {
     {Fp8Experts::kAuto, "auto"}, {Fp8Experts::kW8A8, "w8a8"}, {Fp8Experts::kW8A16, "w8a16"}};
-constexpr std::pair<W8a8Gemm, const char*> kW8a8Gemm[] = {
-    {W8a8Gemm::kAuto, "auto"}, {W8a8Gemm::kCublasLt, "cublaslt"}, {W8a8Gemm::kWgmmaTiles, "wgmma-64x128"}};
 
 template <class E>
 bool parse(Words<E> words, std::string_view word, E* out) {
@@ -80,9 +78,6 @@ bool parse_dense_quant(std::string_view word, DenseQuant* out) {
 bool parse_fp8_experts(std::string_view word, Fp8Experts* out) {
   return parse<Fp8Experts>(kFp8, word, out);
 }
-bool parse_w8a8_gemm(std::string_view word, W8a8Gemm* out) {
-  return parse<W8a8Gemm>(kW8a8Gemm, word, out);
-}
 
 const char* kernel_family_word(KernelFamily v) {
   return word_of<KernelFamily>(kFamilies, v);
@@ -102,9 +97,6 @@ const char* dense_quant_word(DenseQuant v) {
 const char* fp8_experts_word(Fp8Experts v) {
   return word_of<Fp8Experts>(kFp8, v);
 }
-const char* w8a8_gemm_word(W8a8Gemm v) {
-  return word_of<W8a8Gemm>(kW8a8Gemm, v);
-}
 
 std::string kernel_family_words() {
   return list<KernelFamily>(kFamilies);
@@ -123,9 +115,6 @@ std::string dense_quant_words() {
 }
 std::string fp8_experts_words() {
   return list<Fp8Experts>(kFp8);
-}
-std::string w8a8_gemm_words() {
-  return list<W8a8Gemm>(kW8a8Gemm);
 }
 
 CudaOptions resolve_cuda_options(const CudaOptions& options, int major, int minor,
@@ -150,10 +139,6 @@ CudaOptions resolve_cuda_options(const CudaOptions& options, int major, int mino
          "--fp8-moe w8a8 runs on the hopper kernel family; the kernel family here is portable "
          "({}): use auto or w8a16",
          gpu);
-  if (r.w8a8_gemm == W8a8Gemm::kWgmmaTiles && !hopper)
-    fail(ErrorKind::kUnsupported,
-         "the W8A8 GEMM wgmma-64x128 is a hopper-family kernel; the kernel family here is portable ({})", gpu);
-  if (r.w8a8_gemm == W8a8Gemm::kAuto && !hopper) r.w8a8_gemm = W8a8Gemm::kCublasLt;
   if (r.flash_splits < 0 || r.flash_splits > 32)
     fail(ErrorKind::kInvalidArgument, "flash attention key splits must be 0 (planned) to 32, not {}",
          r.flash_splits);
@@ -174,11 +159,9 @@ std::string describe_cuda_kernels(const CudaOptions& r) {
                                    : "auto (small-rows / mma-sync-128x128 by rows per expert)";
   return fmt::format(
       "kernel family {}; attention {}; bf16 MoE {}; quantised tiles experts {} dense {}; dense quant {}; "
-      "FP8 experts {}; W8A8 GEMM {}",
+      "FP8 experts {}",
       kernel_family_word(r.family), attention, moe, quant_tile_word(r.quant_experts),
-      quant_tile_word(r.quant_dense), dense_quant_word(r.dense_quant), fp8_experts_word(r.fp8_experts),
-      r.w8a8_gemm == W8a8Gemm::kAuto ? "auto (wgmma-64x128 up to 256 rows, cublaslt past them)"
-                                     : w8a8_gemm_word(r.w8a8_gemm));
+      quant_tile_word(r.quant_dense), dense_quant_word(r.dense_quant), fp8_experts_word(r.fp8_experts));
 }
 
 }  // namespace dgemma

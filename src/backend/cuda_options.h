@@ -45,12 +45,6 @@ enum class DenseQuant { kW8A8, kKernel, kBf16 };
 // else kW8A16.
 enum class Fp8Experts { kAuto, kW8A8, kW8A16 };
 
-// The GEMM of the W8A8 dense linears (DenseQuant::kW8A8): kCublasLt cuBLASLt's FP8 GEMM
-// (quant/fp8_gemm.h), kWgmmaTiles the W8A8 experts' 64 x 128 FP8 wgmma tiles in their dense mode
-// (quant/w8a8_experts.cuh; hopper family). kAuto: in the hopper family the tiles up to 256 rows,
-// cuBLASLt past them; cuBLASLt in the portable family.
-enum class W8a8Gemm { kAuto, kCublasLt, kWgmmaTiles };
-
 struct CudaOptions {
   KernelFamily family = KernelFamily::kAuto;
   AttentionKernel attention = AttentionKernel::kAuto;
@@ -59,7 +53,6 @@ struct CudaOptions {
   QuantTile quant_dense = QuantTile::kAuto;    // dense matmuls on the W4A16 / W8A16 kernel
   DenseQuant dense_quant = DenseQuant::kW8A8;  // read when a weight is uploaded
   Fp8Experts fp8_experts = Fp8Experts::kAuto;  // read when a weight is uploaded
-  W8a8Gemm w8a8_gemm = W8a8Gemm::kAuto;
   // For tests: the key splits of every flash attention launch (0: planned; else 1 .. 32), and the
   // bytes of the per-item path's score buffer (queries are processed in chunks that fit it).
   int flash_splits = 0;
@@ -85,20 +78,17 @@ bool parse_moe_kernel(std::string_view word, MoeKernel* out);
 bool parse_quant_tile(std::string_view word, QuantTile* out);
 bool parse_dense_quant(std::string_view word, DenseQuant* out);
 bool parse_fp8_experts(std::string_view word, Fp8Experts* out);
-bool parse_w8a8_gemm(std::string_view word, W8a8Gemm* out);
 const char* kernel_family_word(KernelFamily v);
 const char* attention_kernel_word(AttentionKernel v);
 const char* moe_kernel_word(MoeKernel v);
 const char* quant_tile_word(QuantTile v);
 const char* dense_quant_word(DenseQuant v);
 const char* fp8_experts_word(Fp8Experts v);
-const char* w8a8_gemm_word(W8a8Gemm v);
 std::string kernel_family_words();
 std::string attention_kernel_words();
 std::string moe_kernel_words();
 std::string quant_tile_words();
 std::string dense_quant_words();
 std::string fp8_experts_words();
-std::string w8a8_gemm_words();
 
 }  // namespace dgemma

@@ -3,9 +3,8 @@
 // (quant_ref::quantize_fp8_per_token):
 //  * the activation quantisation kernel alone, bit for bit (scales and codes) at several shapes and on
 //    rows with outliers, zeros, NaN, infinities and tiny values;
-//  * the whole matmul (quantise + the FP8 GEMM: cuBLASLt, and on sm_90 the wgmma tiles' dense mode) at
-//    the 26B shapes and small ones, and what the W8A16 kernel (activations left bf16) is off from the
-//    same reference, for the record;
+//  * the whole matmul (quantise + cuBLASLt FP8 GEMM) at the 26B shapes and small ones, and what the
+//    W8A16 kernel (activations left bf16) is off from the same reference, for the record;
 //  * a shape cuBLASLt refuses: uploaded for the W8A16 kernel instead, and still right;
 // plus the `--bench w8a8` rows (also part of `--bench quant`): the dense linears and the MoE block
 // with W8A8 experts. The W8A8 expert checks are in gpu_check_quant.cpp (fp8_w8a8_moe_*).
@@ -21,7 +20,6 @@
 #include "backend/cuda/core/context.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/quant/fp8_gemm.h"
-#include "backend/cuda/quant/w8a8_experts.cuh"
 #include "backend/quant_reference.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
@@ -161,22 +159,11 @@ void check_dense(Reporter& r, int64_t T, int64_t N, int64_t K) {
     return;
   }
   const Tensor xg = up(x);
-  const std::vector<uint16_t> want = u16(oc);
-  // Both W8A8 GEMMs at every size: cuBLASLt, and (sm_90) the wgmma tiles' dense mode, whose sums are
-  // promoted every 128 k as the W8A8 experts' (the same bound).
-  for (W8a8Gemm gemm : {W8a8Gemm::kCublasLt, W8a8Gemm::kWgmmaTiles}) {
-    if (gemm == W8a8Gemm::kWgmmaTiles && !sm90_gpu()) continue;
-    const WithOptions path(options_with([&](CudaOptions& o) {
-      o.w8a8_gemm = gemm;
-      if (gemm == W8a8Gemm::kWgmmaTiles) o.family = KernelFamily::kHopper;
-    }));
-    Tensor og = poisoned(ScalarType::kBF16, {T, N});
-    cuda().matmul(xg, wg, og);
-    expect_bf16(r, std::string("dense fp8 W8A8 (") + w8a8_gemm_word(gemm) + ") " + name + " vs CPU", u16(og), want,
-                w8a8_gemm_tol());
-  }
-  Tensor ok = poisoned(ScalarType::kBF16, {T, N});
+  Tensor og = poisoned(ScalarType::kBF16, {T, N}), ok = poisoned(ScalarType::kBF16, {T, N});
+  cuda().matmul(xg, wg, og);
   cuda().matmul(xg, wk, ok);
+  const std::vector<uint16_t> want = u16(oc);
+  expect_bf16(r, "dense fp8 W8A8 " + name + " vs CPU", u16(og), want, w8a8_gemm_tol());
   // For the record only (no bound): W8A16 against the checkpoint's maths.
   NotesOnly note(r);
   expect_bf16(note, "  (W8A16 " + name + " vs the same)", u16(ok), want, exact_tol());
@@ -218,15 +205,13 @@ std::vector<Case> w8a8_cases() {
          check_dense(r, 1, 4224, 2816);    // mlp gate|up, one row
          check_dense(r, 1024, 2816, 2112);  // mlp down
          check_dense(r, 100, 64, 64);      // small
-         check_dense(r, 200, 2816, 704);   // a partial K tile and row tile
        }},
       {"w8a8_refused_shape", check_refused_shape},
   };
 }
 
 // The dense FP8 linears at the 26B shapes, T = 256, 1024 and 4096 (batch 1, 4, 16 of canvas 256):
-// W8A8 (the quantisation and the cuBLASLt GEMM timed apart, then the whole matmul, then the wgmma tiles'
-// GEMM on sm_90), the W8A16 kernel
+// W8A8 (the quantisation and the cuBLASLt GEMM timed apart, then the whole matmul), the W8A16 kernel
 // and bf16 cuBLAS on the dequantised weights.
 void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_ms,
                 const std::function<void(const char*, double)>& row) {
@@ -271,14 +256,6 @@ void w8a8_bench(const std::function<double(const std::function<void()>&)>& time_
         std::snprintf(line, sizeof line, "%s W8A8 GEMM %4.0f TFLOP/s", base.c_str(), flop / (tg * 1e-3) / 1e12);
         row(line, tg);
         row((base + " W8A8 matmul (both)").c_str(), time_ms([&] { be.matmul(x, w[0], out); }));
-        if (sm90_gpu() && cuda::dense_w8a8_on_tiles(W8a8Gemm::kWgmmaTiles, T, s.N, s.K, w[0].data.data)) {
-          const double tt = time_ms([&] {
-            cuda::launch_dense_w8a8(q.ptr<uint8_t>(), sc.ptr<float>(), w[0].data.ptr<uint8_t>(),
-                                    w[0].row_scale.ptr<float>(), T, s.N, s.K, out.ptr<uint16_t>(), ctx.stream);
-          });
-          std::snprintf(line, sizeof line, "%s W8A8 wgmma tiles %4.0f TFLOP/s", base.c_str(), flop / (tt * 1e-3) / 1e12);
-          row(line, tt);
-        }
       } else {
         row((base + " W8A8: cuBLASLt refused the shape").c_str(), 0.0);
       }

@@ -41,7 +41,6 @@
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/parallel/shard_kernels.cuh"
 #include "backend/cuda/quant/fp8_gemm.h"
-#include "backend/cuda/quant/w8a8_experts.cuh"
 #include "backend/cuda/quant/weight_only.cuh"
 #include "backend/cuda/quant/weight_placement.h"
 #include "backend/cuda/sampler/ops.h"
@@ -330,17 +329,12 @@ class CudaBackend final : public Backend {
     gemm(ctx_, g);
   }
 
-  // The W8A8 GEMM of rows quantised upstream (the wgmma tiles or cuBLASLt, dense_w8a8_on_tiles): what
-  // matmul runs after its own quantisation.
+  // The W8A8 GEMM (cuBLASLt) of rows quantised upstream: what matmul runs after its own quantisation.
   void matmul_fp8(const Fp8Rows& x, const Weight& weight, const Tensor& out) override {
     activate();
     const int64_t T = x.codes.ndim > 0 ? x.codes.dim(0) : 0, K = weight.cols(), N = weight.rows();
     check_fp8_input(x, weight, T, Device::kCuda, "matmul_fp8");
     DG_CHECK(weight.data.ndim == 2 && out.numel() == T * N);
-    if (dense_w8a8_on_tiles(ctx_.options.w8a8_gemm, T, N, K, weight.data.data))
-      return launch_dense_w8a8(x.codes.ptr<uint8_t>(), x.scales.ptr<float>(), weight.data.ptr<uint8_t>(),
-                               weight.row_scale.ptr<float>(), T, N, K, bf16_out(out, "matmul_fp8", "out"),
-                               ctx_.stream);
     fp8_gemm_.run(x.codes.ptr<uint8_t>(), x.scales.ptr<float>(), weight.data.ptr<uint8_t>(),
                   weight.row_scale.ptr<float>(), T, N, K, bf16_out(out, "matmul_fp8", "out"));
   }

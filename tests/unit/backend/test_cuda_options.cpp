@@ -40,8 +40,6 @@ TEST(CudaOptions, WordsRoundTrip) {
              {DenseQuant::kW8A8, DenseQuant::kKernel, DenseQuant::kBf16});
   round_trip(parse_fp8_experts, fp8_experts_word, fp8_experts_words,
              {Fp8Experts::kAuto, Fp8Experts::kW8A8, Fp8Experts::kW8A16});
-  round_trip(parse_w8a8_gemm, w8a8_gemm_word, w8a8_gemm_words,
-             {W8a8Gemm::kAuto, W8a8Gemm::kCublasLt, W8a8Gemm::kWgmmaTiles});
   EXPECT_EQ(kernel_family_words(), "auto, hopper or portable");
 }
 
@@ -53,9 +51,7 @@ TEST(CudaOptions, AutoResolvesByTheGpu) {
     const CudaOptions r = resolve_cuda_options({}, major, minor, "a GPU");
     EXPECT_EQ(r.family, KernelFamily::kPortable) << major << minor;
     EXPECT_EQ(r.fp8_experts, Fp8Experts::kW8A16) << major << minor;
-    EXPECT_EQ(r.w8a8_gemm, W8a8Gemm::kCublasLt) << major << minor;
   }
-  EXPECT_EQ(h100.w8a8_gemm, W8a8Gemm::kAuto);  // by the rows, at each call
   // Portable on an H100: the sm_80 kernels, W8A16 experts; the choices given stay as given.
   CudaOptions o;
   o.family = KernelFamily::kPortable;
@@ -95,9 +91,6 @@ TEST(CudaOptions, RefusesWhatTheGpuOrFamilyCannotRun) {
   CudaOptions w8a8;
   w8a8.fp8_experts = Fp8Experts::kW8A8;
   refused(w8a8, 8, "--fp8-moe w8a8");
-  CudaOptions tiles;
-  tiles.w8a8_gemm = W8a8Gemm::kWgmmaTiles;
-  refused(tiles, 8, "W8A8 GEMM wgmma-64x128 is a hopper-family kernel");
   CudaOptions splits;
   splits.flash_splits = 33;
   refused(splits, 9, "key splits");
@@ -117,8 +110,6 @@ TEST(CudaOptions, DescribesTheKernelsChosen) {
   EXPECT_EQ(p.find("wgmma"), std::string::npos) << p;
   EXPECT_NE(p.find("dense quant w8a8"), std::string::npos) << p;
   EXPECT_NE(p.find("FP8 experts w8a16"), std::string::npos) << p;
-  EXPECT_NE(p.find("W8A8 GEMM cublaslt"), std::string::npos) << p;
-  EXPECT_NE(h.find("W8A8 GEMM auto"), std::string::npos) << h;
 }
 
 }  // namespace

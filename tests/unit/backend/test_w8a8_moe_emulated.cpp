@@ -4,8 +4,8 @@
 // quant_ref::quantize_fp8_per_token (gate_up's per token, down's per grouped row of the bf16 activation),
 // per element fp32 sums in k order over each K tile of 128 added to the total tile by tile (the
 // kernel's promotion; the E4M3 products are exact), then * s_row * row_scale and the CPU's roundings,
-// on ragged routings with N and K tails, and the down kernel's dense mode (a W8A8 dense linear): a
-// tiling, indexing, scale or epilogue error moves elements, bit for bit otherwise.
+// on ragged routings with N and K tails: a tiling, indexing, scale or epilogue error moves elements,
+// bit for bit otherwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -150,35 +150,6 @@ TEST(W8a8MoeEmulated, RaggedRouting) { check(272, 80, 2, {0, 1, 70, 130, 3}, 5);
 // Tile boundaries: experts of exactly 64 and 128 rows and one past, whole K tiles only (gate_up K =
 // 128) and the smallest K (down K = 16, one chunk a row); top-8 routing.
 TEST(W8a8MoeEmulated, TileBoundariesAndShortK) { check(128, 16, 8, {64, 128, 129, 0, 2}, 9); }
-
-// The down kernel's dense mode (a W8A8 dense linear, W8a8Args::dense_rows): out = bf16(v) for rows in
-// order, no tile list; 130 rows (a partial third row tile), 200 output columns (a partial second N
-// tile), K = 272 (two K tiles + 16).
-TEST(W8a8MoeEmulated, DenseLinear) {
-  constexpr int T = 130, N = 200, K = 272;
-  std::mt19937 rng(21);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<uint16_t> x(static_cast<size_t>(T) * K);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16(nd(rng) * (i % 29 == 0 ? 8.0f : 1.0f));
-  std::vector<uint8_t> w(static_cast<size_t>(N) * K);
-  for (auto& c : w) c = static_cast<uint8_t>((rng() & 0x87) | ((5 + rng() % 5) << 3));
-  std::vector<float> rs(N);
-  for (auto& v : rs) v = std::uniform_real_distribution<float>(0.02f, 0.2f)(rng);
-  const Quantised qx = quantise(x, T, K);
-  std::vector<uint16_t> want(static_cast<size_t>(T) * N), got(want.size(), 0xFFFF);
-  for (int t = 0; t < T; ++t)
-    for (int n = 0; n < N; ++n) {
-      const float v = tiled_dot(qx.values.data() + static_cast<size_t>(t) * K, w.data() + static_cast<size_t>(n) * K, K);
-      want[static_cast<size_t>(t) * N + n] = f32_to_bf16(v * qx.scales[static_cast<size_t>(t)] * rs[static_cast<size_t>(n)]);
-    }
-  W8a8Args g{qx.codes.data(), qx.scales.data(), w.data(), rs.data(), nullptr, nullptr, nullptr, got.data(), K, N, 1};
-  g.dense_rows = T;
-  EmuW8a8Launcher l;
-  l.w8a8<W8a8Tile, false>(g, nullptr, (T + W8a8Tile::kBM - 1) / W8a8Tile::kBM, (N + W8a8Tile::kBN - 1) / W8a8Tile::kBN);
-  size_t diff = 0;
-  for (size_t i = 0; i < got.size(); ++i) diff += got[i] != want[i];
-  EXPECT_EQ(diff, 0u);
-}
 
 // The plan: the few-rows kernel (no tile list) up to 24 rows an expert on average, the 64 x 128 tiles
 // past it; a forced kernel at every size.

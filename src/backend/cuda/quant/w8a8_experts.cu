@@ -1,7 +1,5 @@
 // The launches of the W8A8 grouped expert GEMMs (quant/w8a8_experts.cuh; kernel in
-// quant/w8a8_experts_kernel.cuh), and of the W8A8 dense linears on the same tiles.
-#include <climits>
-
+// quant/w8a8_experts_kernel.cuh).
 #include "backend/cuda/core/common.cuh"
 #include "backend/cuda/core/ptx.cuh"
 #include "backend/cuda/core/tma_ptx.cuh"
@@ -9,7 +7,6 @@
 #include "backend/cuda/moe/grouped_kernel.cuh"
 #include "backend/cuda/quant/w8a8_experts.cuh"
 #include "backend/cuda/quant/w8a8_experts_kernel.cuh"
-#include "util/error.h"
 
 namespace dgemma::cuda {
 
@@ -62,21 +59,6 @@ void launch_grouped_down_w8a8(const GroupedPlan& plan, const uint8_t* q_act, con
   const W8a8Args g{q_act, s_act, w, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1};
   W8a8Launcher l{stream};
   run_w8a8<false>(l, to_impl(plan), g, tiles, E);
-}
-
-void launch_dense_w8a8(const uint8_t* q, const float* s_x, const uint8_t* w, const float* row_scale, int64_t T,
-                       int64_t N, int64_t K, uint16_t* out, Stream stream) {
-  if (T <= 0 || N <= 0) return;
-  DG_CHECK(T <= INT_MAX && grouped_w8a8_supported(N, K, w));
-  W8a8Args g{q, s_x, w, row_scale, nullptr, nullptr, nullptr, out, static_cast<int>(K), static_cast<int>(N), 1};
-  g.dense_rows = static_cast<int>(T);
-  W8a8Launcher l{stream};
-  l.w8a8<W8a8Tile, false>(g, nullptr, (T + W8a8Tile::kBM - 1) / W8a8Tile::kBM, (N + W8a8Tile::kBN - 1) / W8a8Tile::kBN);
-}
-
-bool dense_w8a8_on_tiles(W8a8Gemm gemm, int64_t T, int64_t N, int64_t K, const void* w) {
-  if (gemm == W8a8Gemm::kCublasLt || !grouped_w8a8_supported(N, K, w)) return false;
-  return gemm == W8a8Gemm::kWgmmaTiles || T <= kDenseW8a8TileRows;
 }
 
 }  // namespace dgemma::cuda

@@ -10,7 +10,6 @@
 #include <cstdint>
 
 #include "backend/cuda/core/stream.h"
-#include "backend/cuda_options.h"
 #include "backend/cuda/moe/grouped.cuh"
 
 namespace dgemma::cuda {
@@ -34,16 +33,5 @@ void launch_grouped_down_w8a8(const GroupedPlan& plan, const uint8_t* q_act, con
                               const float* row_scale, const int32_t* offsets, const int32_t* pairs,
                               const int32_t* tiles, const float* top_w, int64_t R, int64_t E, int64_t H, int64_t I,
                               uint16_t* y, Stream stream);
-
-// The W8A8 dense linear on the 64 x 128 wgmma tiles (the down kernel's dense mode): out [T, N] =
-// bf16((q[t] . w[n]) * s_x[t] * row_scale[n]), q [T, K] E4M3 with per-row scales s_x, w [N, K] E4M3 as
-// stored. Shapes: grouped_w8a8_supported(N, K, w).
-void launch_dense_w8a8(const uint8_t* q, const float* s_x, const uint8_t* w, const float* row_scale, int64_t T,
-                       int64_t N, int64_t K, uint16_t* out, Stream stream);
-// Whether a W8A8 dense linear of T rows runs on those tiles rather than cuBLASLt (quant/fp8_gemm.h):
-// `gemm` as resolved (cuda_options.h), kAuto the tiles up to kDenseW8a8TileRows rows; always a shape the
-// tiles take.
-constexpr int64_t kDenseW8a8TileRows = 256;
-bool dense_w8a8_on_tiles(W8a8Gemm gemm, int64_t T, int64_t N, int64_t K, const void* w);
 
 }  // namespace dgemma::cuda

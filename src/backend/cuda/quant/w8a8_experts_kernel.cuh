@@ -23,9 +23,6 @@
 // fp32 registers before the next tile (promotion every 128 K, as cuBLASLt without fast accumulation
 // does); the wgmma of a tile is therefore waited for within its iteration (two CTAs an SM, or the
 // other warpgroup, overlap it), and the accumulators twice over limit the tiles to 128 columns.
-//
-// The down kernel also runs dense W8A8 linears (W8a8Args::dense_rows): one weight [N, Kd], the rows in
-// order, out = bf16(v).
 #include <cstdint>
 
 namespace dgemma::cuda {
@@ -45,9 +42,6 @@ struct W8a8Args {
   int Kd;                   // reduction length (H for gate_up, I for down)
   int N;                    // output columns (I for gate_up, H for down)
   int top_k;                // K (gate_up: token of a pair)
-  // A dense linear on the down kernel (no tile list, pairs, top_w or offsets): rows [T, Kd] of `a` times
-  // w [N, Kd], out [T, N] = bf16(v); CTA x takes rows 64 x onwards. 0: the grouped experts.
-  int dense_rows = 0;
 };
 
 template <class C, bool kGateUp>
@@ -65,11 +59,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_w8a8_kerne
   static_assert(kAhead >= 1, "two stages at least");
   DG_KERNEL_DYNAMIC_SMEM(smem);
 
-  const bool dense = !kGateUp && g.dense_rows > 0;
-  const int e = dense ? 0 : tiles[4 * blockIdx.x];
+  const int e = tiles[4 * blockIdx.x];
   if (e < 0) return;  // past the list's used entries; uniform over the CTA, before any barrier
-  const int row0 = dense ? static_cast<int>(blockIdx.x) * kBM : tiles[4 * blockIdx.x + 1];
-  const int rows = dense ? min(kBM, g.dense_rows - row0) : tiles[4 * blockIdx.x + 2];
+  const int row0 = tiles[4 * blockIdx.x + 1], rows = tiles[4 * blockIdx.x + 2];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wg = warp >> 2;
   const bool active = rows > 64 * wg;
@@ -159,14 +151,10 @@ DG_UNROLL
     int pid[2];
     float wt[2], s_row[2];
 DG_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + m_base + 8 * h;
-      pid[h] = m_base + 8 * h < rows ? (dense ? r : g.pairs[r]) : -1;
-    }
+    for (int h = 0; h < 2; ++h) pid[h] = m_base + 8 * h < rows ? g.pairs[row0 + m_base + 8 * h] : -1;
 DG_UNROLL
     for (int h = 0; h < 2; ++h) {
-      // A dense output is bf16(v): bf16(bf16(v) * 1) is bf16(v) exactly.
-      wt[h] = pid[h] >= 0 ? (dense ? 1.f : g.top_w[pid[h]]) : 0.f;
+      wt[h] = pid[h] >= 0 ? g.top_w[pid[h]] : 0.f;
       s_row[h] = pid[h] >= 0 ? g.a_scale[row0 + m_base + 8 * h] : 0.f;
     }
 DG_UNROLL
