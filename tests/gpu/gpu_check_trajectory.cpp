@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
+#include <map>
 #include <memory>
 
 #include "engine/guided_answer.h"
@@ -35,6 +37,12 @@ constexpr double kTieZ = 0.25, kTieH = 0.1;
 
 std::vector<int32_t> ids(const std::string& fixture, const std::string& key) { return fixture_ids(fixture, key); }
 
+// Whether a guided gap mask (TokenConstraint::gap_mask: bit id of word id / 32) allows token `id`.
+bool mask_allows(const std::vector<uint32_t>& mask, int64_t id) {
+  const size_t word = static_cast<size_t>(id >> 5);
+  return id >= 0 && word < mask.size() && ((mask[word] >> (id & 31)) & 1u) != 0;
+}
+
 // The bf16 logits of each denoising step (its canvas rows), in step order (canvas by canvas).
 using StepLogits = std::vector<std::vector<uint16_t>>;
 
@@ -53,8 +61,8 @@ struct Run {
   std::unique_ptr<ModelCore> core;
   std::unique_ptr<Sequence> seq;
   std::vector<CanvasRecord> canvases;
-  std::shared_ptr<StepLogits> logits;  // with keep_logits only
-  std::shared_ptr<StepRoutes> routes;  // with keep_logits only: the same steps' routing
+  std::shared_ptr<StepLogits> logits;  // with keep_dumps only
+  std::shared_ptr<StepRoutes> routes;  // with keep_dumps only: the same steps' routing
 };
 
 // The layer of a dump name "layer<li>.<what>", or -1 for another name.
@@ -66,15 +74,15 @@ int dumped_layer(const std::string& name, const std::string& what) {
   return std::stoi(name.substr(5, name.size() - 5 - tail.size()));
 }
 
-// keep_logits: every step's logits and expert routing are kept (the forward's "logits" and router
+// keep_dumps: every step's logits and expert routing are kept (the forward's "logits" and router
 // dumps: a dumped step runs op by op, as a guided step does anyway), to diagnose a divergence.
 Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const SequenceParams& p,
-           const std::vector<int32_t>& prompt, bool keep_logits = false) {
+           const std::vector<int32_t>& prompt, bool keep_dumps = false) {
   Run r;
   const std::string dir = fixture_dir(fixture) + "/model";
   r.model = std::make_unique<DiffusionGemma>(mc, load_weights(mc, dir, be), be);
   ModelCoreOptions o;
-  if (keep_logits) {
+  if (keep_dumps) {
     r.logits = std::make_shared<StepLogits>();
     r.routes = std::make_shared<StepRoutes>();
     o.runner.step_dump = [logits = r.logits, routes = r.routes](int64_t) -> DumpHook {
@@ -113,8 +121,8 @@ Run run_on(Backend& be, const std::string& fixture, const ModelConfig& mc, const
 struct Trajectory {
   const Sequence* seq;
   const std::vector<CanvasRecord>* canvases;
-  const StepLogits* logits = nullptr;  // optional (run_on's keep_logits)
-  const StepRoutes* routes = nullptr;  // optional (run_on's keep_logits)
+  const StepLogits* logits = nullptr;  // optional (run_on's keep_dumps)
+  const StepRoutes* routes = nullptr;  // optional (run_on's keep_dumps)
 };
 
 void compare(Reporter& rep, const std::string& name, const SequenceParams& p, const Trajectory& c, const Trajectory& g);
@@ -130,8 +138,15 @@ void compare_run(Reporter& rep, const std::string& fixture, const ModelConfig& m
 // Several sequences in one engine on CUDA (the step's canvases batched through one LM-head GEMM, one
 // sampler, one self-conditioning GEMM and one decide) against each alone on the CPU (whose results
 // do not depend on the batch: tests/unit/engine/test_batching.cpp).
+// Runs already made alone on each backend, by name (their CPU run and CUDA routing serve again).
+struct AloneRuns {
+  Run cpu, cuda;
+};
+using AloneByName = std::map<std::string, AloneRuns>;
+
 void compare_batched(Reporter& rep, const std::string& fixture, const ModelConfig& mc, const std::vector<int32_t>& prompt,
-                     const std::vector<std::pair<std::string, SequenceParams>>& runs) {
+                     const std::vector<std::pair<std::string, SequenceParams>>& runs,
+                     const AloneByName& alone = {}) {
   const std::string dir = fixture_dir(fixture) + "/model";
   DiffusionGemma model(mc, load_weights(mc, dir, cuda()), cuda());
   ModelCoreOptions o;
@@ -151,17 +166,18 @@ void compare_batched(Reporter& rep, const std::string& fixture, const ModelConfi
     // Did not finish: reported by compare from the sequences' states.
   }
   for (size_t i = 0; i < runs.size(); ++i) {
-    // Guided runs keep the routing, to recognise a router near-tie; the batched step's own routing is
-    // not dumped, so the same run's routing on CUDA alone stands for it (it only names where a flip
-    // happened: the CPU's margin decides).
-    const bool guided = runs[i].second.guided != nullptr;
-    Run c = run_on(cpu(), fixture, mc, runs[i].second, prompt, guided);
-    Run alone;
-    if (guided) alone = run_on(cuda(), fixture, mc, runs[i].second, prompt, true);
+    // A run made alone before (the guided ones, with their routing) serves again: its CPU run, and its
+    // routing on CUDA alone standing for the batched step's, which is not dumped (it only names where a
+    // flip happened: the CPU's margin decides). Another run goes on the CPU here.
+    const auto it = alone.find(runs[i].first);
+    Run fresh;
+    if (it == alone.end()) fresh = run_on(cpu(), fixture, mc, runs[i].second, prompt);
+    const Run& c = it != alone.end() ? it->second.cpu : fresh;
+    const StepRoutes* cuda_routes = it != alone.end() ? it->second.cuda.routes.get() : nullptr;
     const std::vector<CanvasRecord> g = core.traces().canvases(static_cast<uint64_t>(i + 1));
     compare(rep, runs[i].first + " (batched on CUDA)", runs[i].second,
             {c.seq.get(), &c.canvases, c.logits.get(), c.routes.get()},
-            {seqs[i].get(), &g, nullptr, guided ? alone.routes.get() : nullptr});
+            {seqs[i].get(), &g, nullptr, cuda_routes});
   }
 }
 
@@ -174,10 +190,7 @@ std::string guided_context(const SequenceParams& p, int k, int C, int pos, std::
   if (seg.empty() || pos < seg.first || pos >= seg.last) return s + ", outside";
   const std::vector<uint32_t>& mask = p.guided->constraint->gap_mask();
   s += ", allowed:";
-  for (int32_t t : tokens) {
-    const bool ok = t >= 0 && static_cast<size_t>(t >> 5) < mask.size() && ((mask[t >> 5] >> (t & 31)) & 1u) != 0;
-    s += " " + std::to_string(t) + (ok ? "=y" : "=n");
-  }
+  for (int32_t t : tokens) s += " " + std::to_string(t) + (mask_allows(mask, t) ? "=y" : "=n");
   return s;
 }
 
@@ -188,9 +201,7 @@ std::string logits_context(const SequenceParams& p, const Trajectory& c, const T
                            int pos) {
   if (c.logits == nullptr || g.logits == nullptr || step >= c.logits->size() || step >= g.logits->size()) return "";
   const std::vector<uint32_t>* mask = p.guided ? &p.guided->constraint->gap_mask() : nullptr;
-  auto allowed = [&](size_t v) {
-    return mask == nullptr || (v / 32 < mask->size() && (((*mask)[v / 32] >> (v % 32)) & 1u) != 0);
-  };
+  auto allowed = [&](size_t v) { return mask == nullptr || mask_allows(*mask, static_cast<int64_t>(v)); };
   auto max_diff = [&](size_t s, int row, bool only_allowed) {
     const std::vector<uint16_t>&a = (*c.logits)[s], &b = (*g.logits)[s];
     const size_t V = a.size() / static_cast<size_t>(C);
@@ -226,45 +237,75 @@ std::vector<int32_t> chosen_experts(const std::vector<int32_t>& index, size_t r,
   return e;
 }
 
-// With both runs' routing: the canvas rows of step `step` (counted over all canvases) whose chosen
-// experts differ between the backends in some layer, the first few named with the CPU router's
-// probabilities of the experts chosen by one backend only. A near-tie of the router moves a row's
-// logits by far more than the GEMMs' rounding does.
-std::string routing_context(const Trajectory& c, const Trajectory& g, size_t step, int C) {
+// Where the two runs' routing of step `step` (counted over all canvases) differs: a (layer, canvas row)
+// whose chosen experts differ, those experts on each side and the CPU router's probabilities of that row
+// (null when not dumped).
+struct ExpertFlip {
+  size_t layer = 0;
+  int row = 0;
+  std::vector<int32_t> cpu, cuda;  // ascending
+  const float* cpu_probs = nullptr;
+};
+// Every flip of the step's canvas rows (its last C rows), in layer then row order; empty when either
+// run kept no routing or the two are not comparable (`comparable` says which).
+std::vector<ExpertFlip> expert_flips(const Trajectory& c, const Trajectory& g, size_t step, int C,
+                                     bool* comparable = nullptr) {
+  std::vector<ExpertFlip> flips;
+  if (comparable != nullptr) *comparable = false;
   if (c.routes == nullptr || g.routes == nullptr || step >= c.routes->size() || step >= g.routes->size())
-    return "";
+    return flips;
   const StepRouting &a = (*c.routes)[step], &b = (*g.routes)[step];
   const size_t T = a.rows;
-  if (a.index.size() != b.index.size() || T != b.rows || T < static_cast<size_t>(C))
-    return "; routing not comparable";
-  const size_t first = T - static_cast<size_t>(C);  // the canvas: the step's last C rows
-  auto list = [](const std::vector<int32_t>& e) {
-    std::string x;
-    for (int32_t v : e) x += (x.empty() ? "" : " ") + std::to_string(v);
-    return "{" + x + "}";
-  };
-  std::string s;
-  int differing = 0;
+  if (a.index.size() != b.index.size() || T != b.rows || T < static_cast<size_t>(C)) return flips;
+  if (comparable != nullptr) *comparable = true;
+  const size_t first = T - static_cast<size_t>(C);
   for (size_t l = 0; l < a.index.size(); ++l) {
     if (a.index[l].size() != b.index[l].size() || a.index[l].empty() || a.index[l].size() % T != 0) continue;
     const size_t K = a.index[l].size() / T;
     const bool have_probs = l < a.probs.size() && !a.probs[l].empty() && a.probs[l].size() % T == 0;
     for (size_t r = first; r < T; ++r) {
-      const std::vector<int32_t> ea = chosen_experts(a.index[l], r, K), eb = chosen_experts(b.index[l], r, K);
-      if (ea == eb || ++differing > 4) continue;
-      s += "; layer " + std::to_string(l) + " row " + std::to_string(r - first) + ": experts CPU " +
-           list(ea) + " / CUDA " + list(eb);
-      if (!have_probs) continue;
-      const size_t E = a.probs[l].size() / T;
-      s += ", CPU router probabilities";
-      for (const auto& [mine, other] : {std::pair{&ea, &eb}, std::pair{&eb, &ea}})
-        for (int32_t e : *mine)
-          if (!std::binary_search(other->begin(), other->end(), e))
-            s += " " + std::to_string(e) + " " + fmt_double(a.probs[l][r * E + static_cast<size_t>(e)]);
+      ExpertFlip f{l, static_cast<int>(r - first), chosen_experts(a.index[l], r, K),
+                   chosen_experts(b.index[l], r, K)};
+      if (f.cpu == f.cuda) continue;
+      if (have_probs) f.cpu_probs = a.probs[l].data() + r * (a.probs[l].size() / T);
+      flips.push_back(std::move(f));
     }
   }
-  if (differing == 0) return "; the same experts chosen in every layer and row";
-  return "; chosen experts differ at " + std::to_string(differing) + " (layer, row) pairs" + s;
+  return flips;
+}
+
+// The experts of `mine` that `other` lacks.
+std::vector<int32_t> only_in(const std::vector<int32_t>& mine, const std::vector<int32_t>& other) {
+  std::vector<int32_t> out;
+  std::set_difference(mine.begin(), mine.end(), other.begin(), other.end(), std::back_inserter(out));
+  return out;
+}
+
+// The flips of step `step`, the first few named with the CPU router's probabilities of the experts chosen
+// by one backend only. A near-tie of the router moves a row's logits by far more than the GEMMs'
+// rounding does.
+std::string routing_context(const Trajectory& c, const Trajectory& g, size_t step, int C) {
+  if (c.routes == nullptr || g.routes == nullptr) return "";
+  bool comparable = false;
+  const std::vector<ExpertFlip> flips = expert_flips(c, g, step, C, &comparable);
+  if (!comparable) return "; routing not comparable";
+  if (flips.empty()) return "; the same experts chosen in every layer and row";
+  auto list = [](const std::vector<int32_t>& e) {
+    std::string x;
+    for (int32_t v : e) x += (x.empty() ? "" : " ") + std::to_string(v);
+    return "{" + x + "}";
+  };
+  std::string s = "; chosen experts differ at " + std::to_string(flips.size()) + " (layer, row) pairs";
+  for (size_t i = 0; i < std::min<size_t>(4, flips.size()); ++i) {
+    const ExpertFlip& f = flips[i];
+    s += "; layer " + std::to_string(f.layer) + " row " + std::to_string(f.row) + ": experts CPU " +
+         list(f.cpu) + " / CUDA " + list(f.cuda);
+    if (f.cpu_probs == nullptr) continue;
+    s += ", CPU router probabilities";
+    for (const std::vector<int32_t>& side : {only_in(f.cpu, f.cuda), only_in(f.cuda, f.cpu)})
+      for (int32_t e : side) s += " " + std::to_string(e) + " " + fmt_double(f.cpu_probs[e]);
+  }
+  return s;
 }
 
 // A router near-tie at canvas row `row` of step `step` (counted over all canvases): in some layer the two
@@ -275,27 +316,15 @@ std::string routing_context(const Trajectory& c, const Trajectory& g, size_t ste
 // samples from; a divergence there is a near-tie of the forward, not of the sampler. Empty: none (or no
 // routing kept).
 std::string router_tie(const Trajectory& c, const Trajectory& g, size_t step, int C, int row) {
-  if (c.routes == nullptr || g.routes == nullptr || step >= c.routes->size() || step >= g.routes->size()) return "";
-  const StepRouting &a = (*c.routes)[step], &b = (*g.routes)[step];
-  const size_t T = a.rows;
-  if (a.index.size() != b.index.size() || T != b.rows || T < static_cast<size_t>(C)) return "";
-  const size_t r = T - static_cast<size_t>(C) + static_cast<size_t>(row);
-  for (size_t l = 0; l < a.index.size(); ++l) {
-    if (a.index[l].size() != b.index[l].size() || a.index[l].empty() || a.index[l].size() % T != 0) continue;
-    if (l >= a.probs.size() || a.probs[l].empty() || a.probs[l].size() % T != 0) continue;
-    const size_t K = a.index[l].size() / T, E = a.probs[l].size() / T;
-    const std::vector<int32_t> ea = chosen_experts(a.index[l], r, K), eb = chosen_experts(b.index[l], r, K);
-    if (ea == eb) continue;
-    const float* pr = a.probs[l].data() + r * E;
+  for (const ExpertFlip& f : expert_flips(c, g, step, C)) {
+    if (f.row != row || f.cpu_probs == nullptr) continue;
     float only_cpu = INFINITY, only_cuda = 0;
-    for (int32_t e : ea)
-      if (!std::binary_search(eb.begin(), eb.end(), e)) only_cpu = std::min(only_cpu, pr[e]);
-    for (int32_t e : eb)
-      if (!std::binary_search(ea.begin(), ea.end(), e)) only_cuda = std::max(only_cuda, pr[e]);
+    for (int32_t e : only_in(f.cpu, f.cuda)) only_cpu = std::min(only_cpu, f.cpu_probs[e]);
+    for (int32_t e : only_in(f.cuda, f.cpu)) only_cuda = std::max(only_cuda, f.cpu_probs[e]);
     const double gap = std::log(static_cast<double>(only_cpu)) - std::log(static_cast<double>(only_cuda));
     if (only_cpu > 0 && only_cuda > 0 && gap < kTieZ)
-      return "router near-tie at layer " + std::to_string(l) + " row " + std::to_string(row) + " (CPU logit gap " +
-             fmt_double(gap) + ")";
+      return "router near-tie at layer " + std::to_string(f.layer) + " row " + std::to_string(row) +
+             " (CPU logit gap " + fmt_double(gap) + ")";
   }
   return "";
 }
@@ -345,11 +374,10 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
                    ", CUDA " + fmt_double(b.entropy[i]) + "; argmax " + std::to_string(a.argmax[i]) + " / " +
                    std::to_string(b.argmax[i]) + ", sample " + std::to_string(a.sample[i]) + " / " +
                    std::to_string(b.sample[i]) + ", input token " + std::to_string(a.canvas_in[i]) +
-                   guided_context(p, static_cast<int>(k), static_cast<int>(a.entropy.size()),
-                                  static_cast<int>(i), {a.argmax[i], b.argmax[i], a.sample[i], b.sample[i]}) +
-                   logits_context(p, c, g, steps_before + s, static_cast<int>(a.entropy.size()),
-                                  static_cast<int>(i)) +
-                   routing_context(c, g, steps_before + s, static_cast<int>(a.entropy.size())) + ")");
+                   guided_context(p, static_cast<int>(k), C, static_cast<int>(i),
+                                  {a.argmax[i], b.argmax[i], a.sample[i], b.sample[i]}) +
+                   logits_context(p, c, g, steps_before + s, C, static_cast<int>(i)) +
+                   routing_context(c, g, steps_before + s, C) + ")");
           break;
         }
       bool differs = false;
@@ -477,9 +505,12 @@ void guided_trajectories(Reporter& rep, const std::string& fixture) {
         "required": ["a"]})"));
     const std::vector<std::pair<std::string, SequenceParams>> runs = {
         {fixture + "/guided", p}, {fixture + "/guided greedy", greedy}, {fixture + "/guided json", json}};
+    AloneByName alone;
     for (const auto& [name, params] : runs) {
-      Run c = run_on(cpu(), fixture, mc, params, prompt, true);
-      Run g = run_on(cuda(), fixture, mc, params, prompt, true);
+      AloneRuns& r = alone[name];
+      r.cpu = run_on(cpu(), fixture, mc, params, prompt, true);
+      r.cuda = run_on(cuda(), fixture, mc, params, prompt, true);
+      const Run &c = r.cpu, &g = r.cuda;
       compare(rep, name, params, {c.seq.get(), &c.canvases, c.logits.get(), c.routes.get()},
               {g.seq.get(), &g.canvases, g.logits.get(), g.routes.get()});
       expect_valid(rep, name + " on CPU", *params.guided, *c.seq);
@@ -488,7 +519,7 @@ void guided_trajectories(Reporter& rep, const std::string& fixture) {
     // Guided and unguided sequences in one step on CUDA.
     std::vector<std::pair<std::string, SequenceParams>> batch = runs;
     batch.insert(batch.begin() + 1, {fixture + "/default", fixture_run_params(m)});
-    compare_batched(rep, fixture, mc, prompt, batch);
+    compare_batched(rep, fixture, mc, prompt, batch, alone);
   }
 }
 
