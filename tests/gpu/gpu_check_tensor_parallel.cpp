@@ -15,7 +15,10 @@
 // Where the ranks' linears are column slices, cuBLAS may pick another kernel for the narrower GEMM, so
 // logits can differ from one GPU by bf16 rounding; the entropy of a row then moves by at most a few
 // rounding steps of its logits: bound |dH| <= 0.02 + 1% (the CPU-vs-CUDA trajectory check allows 0.1 +
-// 5% for whole different GEMMs). Decisions must still be identical; the largest |dH| is printed.
+// 5% for whole different GEMMs). Decisions must be identical except at a near-tie of -tp 1's margins
+// (gpu_check_util.h decision_diffs: with dummy weights at the 26B shape the logits of 262,144 tokens
+// are nearly flat, and a flip within a few bf16 steps happens), where that sequence's comparison ends;
+// the largest |dH| and every such divergence are printed.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -239,33 +242,34 @@ void check_expert_parallel_moe(Reporter& r) {
 struct Compared {
   int steps = 0;
   double max_dh = 0;
+  std::vector<std::string> divergences;  // where a sequence's comparison ended at a near-tie
 };
 
-void compare_traces(Reporter& r, const std::string& name, ModelCore& a, const Sequence& sa, ModelCore& b,
-                    const Sequence& sb, Compared& c) {
+// Sequence `sb` (-tp N) against `sa` (-tp 1), step by step. A decision that differs ends the sequence's
+// comparison when every difference of the step is a near-tie of -tp 1's margins (decision_diffs), and
+// fails otherwise; until then everything must be identical and the entropies within the bound above.
+void compare_traces(Reporter& r, const std::string& name, const SequenceParams& p, ModelCore& a,
+                    const Sequence& sa, ModelCore& b, const Sequence& sb, Compared& c) {
   if (sa.state != Sequence::State::kFinished || sb.state != Sequence::State::kFinished) {
     r.fail(name + ": a trajectory did not finish");
     return;
   }
-  if (sa.output() != sb.output()) r.fail(name + ": outputs differ");
   const auto wa = a.traces().canvases(sa.id()), wb = b.traces().canvases(sb.id());
-  if (wa.size() != wb.size()) {
-    r.fail(name + ": canvas counts differ");
-    return;
-  }
-  for (size_t k = 0; k < wa.size(); ++k) {
-    if (wa[k].committed != wb[k].committed)
-      r.fail(name + ": canvas " + std::to_string(k) + " committed differs");
-    if (wa[k].trace.size() != wb[k].trace.size()) {
-      r.fail(name + ": canvas " + std::to_string(k) + " step counts differ");
-      continue;
+  std::string divergence;
+  for (size_t k = 0; k < wa.size() && divergence.empty(); ++k) {
+    if (k >= wb.size()) {
+      r.fail(name + ": -tp N committed fewer canvases without a near-tie");
+      return;
     }
-    for (size_t s = 0; s < wa[k].trace.size(); ++s, ++c.steps) {
-      const StepRecord &x = wa[k].trace[s], &y = wb[k].trace[s];
+    for (size_t s = 0; s < wa[k].trace.size() && divergence.empty(); ++s, ++c.steps) {
       const std::string at = name + " canvas " + std::to_string(k) + " step " + std::to_string(s);
-      if (x.canvas_in != y.canvas_in || x.argmax != y.argmax || x.sample != y.sample ||
-          x.canvas_out != y.canvas_out || x.accept != y.accept || x.stop != y.stop) {
-        r.fail(at + ": decisions differ from -tp 1");
+      if (s >= wb[k].trace.size()) {
+        r.fail(at + ": -tp N stopped earlier without a near-tie");
+        return;
+      }
+      const StepRecord &x = wa[k].trace[s], &y = wb[k].trace[s];
+      if (x.canvas_in != y.canvas_in) {
+        r.fail(at + ": input canvases differ without a near-tie");
         return;
       }
       for (size_t i = 0; i < x.entropy.size(); ++i) {
@@ -276,8 +280,37 @@ void compare_traces(Reporter& r, const std::string& name, ModelCore& a, const Se
           break;
         }
       }
+      const std::vector<DecisionDiff> diffs = decision_diffs(x, y);
+      bool stop_tie = true;
+      if (x.stop != y.stop && x.argmax == y.argmax) {
+        double sum = 0;
+        for (float h : x.entropy) sum += h;
+        stop_tie = std::fabs(sum / static_cast<double>(x.entropy.size()) - p.diffusion.confidence_threshold) < kTieH;
+      }
+      if (diffs.empty() && x.stop == y.stop) {
+        if (x.canvas_out != y.canvas_out) r.fail(at + ": renoised canvases differ");
+        continue;
+      }
+      std::string what;
+      for (const DecisionDiff& d : diffs) {
+        if (!d.near_tie) r.fail(at + ": " + describe(d) + " differs from -tp 1 without a near-tie");
+        what += (what.empty() ? "" : ", ") + describe(d);
+      }
+      if (x.stop != y.stop) {
+        if (!stop_tie) r.fail(at + ": the stop decision differs from -tp 1 without a near-tie");
+        what += std::string(what.empty() ? "" : ", ") + "stop";
+      }
+      divergence = at + " (" + what + ")";
     }
   }
+  if (!divergence.empty()) {
+    c.divergences.push_back(divergence);
+    return;
+  }
+  if (sa.output() != sb.output()) r.fail(name + ": outputs differ although every step matched");
+  if (wa.size() != wb.size()) r.fail(name + ": canvas counts differ");
+  for (size_t k = 0; k < std::min(wa.size(), wb.size()); ++k)
+    if (wa[k].committed != wb[k].committed) r.fail(name + ": canvas " + std::to_string(k) + " committed differs");
 }
 
 // Two batched seeded sequences (the second shorter, with pinned positions unless guided) through -tp 1
@@ -310,10 +343,12 @@ void compare_models(Reporter& r, const std::string& name, const ModelConfig& mc,
   const auto got = run(sharded);
   Compared c;
   for (size_t i = 0; i < want.size(); ++i)
-    compare_traces(r, name + " sequence " + std::to_string(i + 1), ref, *want[i], sharded, *got[i], c);
+    compare_traces(r, name + " sequence " + std::to_string(i + 1), p, ref, *want[i], sharded, *got[i], c);
   if (c.steps < 2) r.fail(name + ": fewer than 2 traced steps compared");
+  std::string ties;
+  for (const std::string& d : c.divergences) ties += "; near-tie divergence at " + d;
   r.note(name + ": " + std::to_string(c.steps) + " traced steps token-exact against -tp 1, max |dH| " +
-         fmt_double(c.max_dh));
+         fmt_double(c.max_dh) + ties);
 }
 
 // The fixture's first golden run (two canvases) at -tp n against -tp 1; `guided`: with a guided answer

@@ -33,8 +33,6 @@
 namespace dgemma::gpu_test {
 namespace {
 
-constexpr double kTieZ = 0.25, kTieH = 0.1;
-
 std::vector<int32_t> ids(const std::string& fixture, const std::string& key) { return fixture_ids(fixture, key); }
 
 // Whether a guided gap mask (TokenConstraint::gap_mask: bit id of word id / 32) allows token `id`.

@@ -161,6 +161,24 @@ std::string fmt_double(double v) {
   return buf;
 }
 
+std::vector<DecisionDiff> decision_diffs(const StepRecord& ref, const StepRecord& other) {
+  std::vector<DecisionDiff> out;
+  for (size_t i = 0; i < ref.argmax.size(); ++i) {
+    if (i < other.argmax.size() && ref.argmax[i] != other.argmax[i])
+      out.push_back({"argmax", i, ref.argmax_gap[i], ref.argmax_gap[i] < kTieZ});
+    if (i < other.sample.size() && ref.sample[i] != other.sample[i])
+      out.push_back({"sample", i, ref.sample_gap[i], ref.sample_gap[i] < kTieZ});
+    if (i < other.accept.size() && ref.accept[i] != other.accept[i])
+      out.push_back({"accept", i, ref.accept_margin[i], ref.accept_margin[i] < kTieH});
+  }
+  return out;
+}
+
+std::string describe(const DecisionDiff& d) {
+  return std::string(d.what) + " at " + std::to_string(d.position) + " (margin " + fmt_double(d.margin) +
+         (d.near_tie ? ", a near-tie)" : ")");
+}
+
 static bool bf16_nan(uint16_t x) { return (x & 0x7f80) == 0x7f80 && (x & 0x007f) != 0; }
 
 void expect_bf16(Reporter& r, const std::string& what, const std::vector<uint16_t>& got,

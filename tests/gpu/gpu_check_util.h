@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/trace.h"
 #include "gpu_checks.h"
 
 namespace dgemma::gpu_test {
@@ -100,6 +101,24 @@ void expect_f32(Reporter& r, const std::string& what, const std::vector<float>& 
                 double abs_tol, double rel_tol);
 
 std::string fmt_double(double v);
+
+// Near-ties of the sampler's decisions, for comparing two runs of one step whose logits differ by the
+// rounding of differently ordered GEMM sums (CPU against CUDA, -tp N against -tp 1). Such noise moves a
+// logit by a few bf16 steps (0.03-0.06 at magnitudes 4-16), so an argmax or Gumbel sample whose two best
+// scores lie within kTieZ of each other, or an acceptance whose prefix entropy sum lies within kTieH of
+// the bound, may go either way; any other difference is an error.
+constexpr double kTieZ = 0.25, kTieH = 0.1;
+
+// One position at which two traces of a step decided differently, with the reference's margin.
+struct DecisionDiff {
+  const char* what;  // "argmax", "sample", "accept"
+  size_t position;
+  double margin;
+  bool near_tie;
+};
+// Every position where `other` decided differently from `ref` (argmax, sample, accept).
+std::vector<DecisionDiff> decision_diffs(const StepRecord& ref, const StepRecord& other);
+std::string describe(const DecisionDiff& d);
 
 // A random attention problem: q, k and v of the new tokens and a cache whose rows past cache_len hold
 // data too (as a real cache after eviction would: reading them, or letting them into the softmax,
