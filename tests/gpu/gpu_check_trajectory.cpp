@@ -378,28 +378,22 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
                    routing_context(c, g, steps_before + s, C) + ")");
           break;
         }
-      bool differs = false;
       // With a guided answer a position's acceptance also depends on the chosen tokens before it (the
       // walk): after a (near-tie) difference there, its acceptance may differ too.
-      bool chosen_differed = false;
-      for (size_t i = 0; i < a.argmax.size(); ++i) {
-        if (a.argmax[i] != b.argmax[i]) {
-          differs = true;
-          if (a.argmax_gap[i] >= kTieZ) row_fail(i, at + ": argmax differs at " + std::to_string(i) + " without a near-tie");
+      const std::vector<DecisionDiff> diffs = decision_diffs(a, b);
+      bool differs = !diffs.empty();
+      size_t first_choice = a.argmax.size();  // the first position whose argmax or sample differs
+      for (const DecisionDiff& d : diffs) {
+        const size_t i = d.position;
+        const bool choice = d.what != Decision::kAccept;
+        if (!d.near_tie && (choice || !(p.guided && first_choice < i))) {
+          std::string what = at + ": " + describe(d) + " differs without a near-tie";
+          if (d.what == Decision::kSample)
+            what += " (CPU " + std::to_string(a.sample[i]) + ", CUDA " + std::to_string(b.sample[i]) +
+                    ", CUDA's margin " + fmt_double(b.sample_gap[i]) + ")";
+          row_fail(i, what);
         }
-        if (a.sample[i] != b.sample[i]) {
-          differs = true;
-          if (a.sample_gap[i] >= kTieZ)
-            row_fail(i, at + ": sample differs at " + std::to_string(i) + " without a near-tie (CPU " +
-                     std::to_string(a.sample[i]) + ", CUDA " + std::to_string(b.sample[i]) + ", margin " +
-                     fmt_double(a.sample_gap[i]) + " / " + fmt_double(b.sample_gap[i]) + ")");
-        }
-        if (a.accept[i] != b.accept[i]) {
-          differs = true;
-          if (a.accept_margin[i] >= kTieH && !(p.guided && chosen_differed))
-            row_fail(i, at + ": accept differs at " + std::to_string(i) + " without a near-tie");
-        }
-        chosen_differed = chosen_differed || a.argmax[i] != b.argmax[i] || a.sample[i] != b.sample[i];
+        if (choice) first_choice = std::min(first_choice, i);
       }
       if (!tie.empty()) {
         divergence = at + " (" + tie + ")";
@@ -408,12 +402,8 @@ void compare(Reporter& rep, const std::string& name, const SequenceParams& p, co
       for (const std::string& f : failures) rep.fail(f);
       if (a.stop != b.stop) {
         differs = true;
-        if (a.argmax == b.argmax) {
-          float sum = 0;
-          for (float h : a.entropy) sum += h;
-          if (std::fabs(sum / a.entropy.size() - p.diffusion.confidence_threshold) >= kTieH)
-            rep.fail(at + ": stop decision differs without a near-tie");
-        }
+        if (!stop_difference_explained(a, b, p.diffusion.confidence_threshold))
+          rep.fail(at + ": stop decision differs without a near-tie");
       }
       if (differs) {
         divergence = at;

@@ -165,18 +165,26 @@ std::vector<DecisionDiff> decision_diffs(const StepRecord& ref, const StepRecord
   std::vector<DecisionDiff> out;
   for (size_t i = 0; i < ref.argmax.size(); ++i) {
     if (i < other.argmax.size() && ref.argmax[i] != other.argmax[i])
-      out.push_back({"argmax", i, ref.argmax_gap[i], ref.argmax_gap[i] < kTieZ});
+      out.push_back({Decision::kArgmax, i, ref.argmax_gap[i], ref.argmax_gap[i] < kTieZ});
     if (i < other.sample.size() && ref.sample[i] != other.sample[i])
-      out.push_back({"sample", i, ref.sample_gap[i], ref.sample_gap[i] < kTieZ});
+      out.push_back({Decision::kSample, i, ref.sample_gap[i], ref.sample_gap[i] < kTieZ});
     if (i < other.accept.size() && ref.accept[i] != other.accept[i])
-      out.push_back({"accept", i, ref.accept_margin[i], ref.accept_margin[i] < kTieH});
+      out.push_back({Decision::kAccept, i, ref.accept_margin[i], ref.accept_margin[i] < kTieH});
   }
   return out;
 }
 
 std::string describe(const DecisionDiff& d) {
-  return std::string(d.what) + " at " + std::to_string(d.position) + " (margin " + fmt_double(d.margin) +
+  const char* what = d.what == Decision::kArgmax ? "argmax" : d.what == Decision::kSample ? "sample" : "accept";
+  return std::string(what) + " at " + std::to_string(d.position) + " (margin " + fmt_double(d.margin) +
          (d.near_tie ? ", a near-tie)" : ")");
+}
+
+bool stop_difference_explained(const StepRecord& ref, const StepRecord& other, double confidence_threshold) {
+  if (ref.argmax != other.argmax) return true;
+  float sum = 0;
+  for (float h : ref.entropy) sum += h;
+  return std::fabs(sum / ref.entropy.size() - confidence_threshold) < kTieH;
 }
 
 static bool bf16_nan(uint16_t x) { return (x & 0x7f80) == 0x7f80 && (x & 0x007f) != 0; }

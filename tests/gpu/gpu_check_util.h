@@ -110,15 +110,21 @@ std::string fmt_double(double v);
 constexpr double kTieZ = 0.25, kTieH = 0.1;
 
 // One position at which two traces of a step decided differently, with the reference's margin.
+enum class Decision { kArgmax, kSample, kAccept };
 struct DecisionDiff {
-  const char* what;  // "argmax", "sample", "accept"
+  Decision what;
   size_t position;
   double margin;
   bool near_tie;
 };
-// Every position where `other` decided differently from `ref` (argmax, sample, accept).
+// Every position where `other` decided differently from `ref`, in position order (at one position:
+// argmax, sample, accept).
 std::vector<DecisionDiff> decision_diffs(const StepRecord& ref, const StepRecord& other);
+// "argmax at 12 (margin 0.031, a near-tie)".
 std::string describe(const DecisionDiff& d);
+// Whether a stop decision that differs between the two traces is explained: their argmax canvases
+// differ (the stop rule reads them), or `ref`'s mean entropy lies within kTieH of the threshold.
+bool stop_difference_explained(const StepRecord& ref, const StepRecord& other, double confidence_threshold);
 
 // A random attention problem: q, k and v of the new tokens and a cache whose rows past cache_len hold
 // data too (as a real cache after eviction would: reading them, or letting them into the softmax,
