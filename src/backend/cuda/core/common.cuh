@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/error_bits.h"
 #include "backend/cuda/core/launch.cuh"
 #include "backend/cuda/core/stream.h"
 
@@ -106,12 +107,6 @@ inline int threads_for_row(int64_t n, int max_threads = 256) {
   if (t > max_threads) t = max_threads;
   return static_cast<int>(t);
 }
-
-// Bits of the device error word (kernels report bad input there; the backend checks it after every
-// synchronisation and throws).
-enum DeviceErrorBits : unsigned {
-  kErrEmbedTokenId = 1u,  // embed: a token id outside [0, vocab)
-};
 
 }  // namespace dgemma::cuda
 

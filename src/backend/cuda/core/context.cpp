@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/error_bits.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -153,7 +154,8 @@ void Context::check_error_word() const {
   const unsigned bits = *static_cast<volatile unsigned*>(error_host);
   if (bits == 0) return;
   *error_host = 0;
-  if (bits & 1u) throw Error(ErrorKind::kInvalidArgument, "CUDA embed: a token id is outside [0, vocab_size)");
+  if (bits & kErrEmbedTokenId)
+    throw Error(ErrorKind::kInvalidArgument, "CUDA embed: a token id is outside [0, vocab_size)");
   throw Error(ErrorKind::kInternal, fmt::format("CUDA kernel reported error bits {:#x}", bits));
 }
 

@@ -90,7 +90,7 @@ struct Context {
   void* cublas_workspace = nullptr;
   size_t cublas_workspace_bytes = 0;
   std::shared_ptr<DeviceAllocator> allocator;
-  unsigned* error_host = nullptr;  // pinned, mapped word the kernels set bits in (core/common.cuh DeviceErrorBits)
+  unsigned* error_host = nullptr;  // pinned, mapped word the kernels set bits in (core/error_bits.h)
   unsigned* error_dev = nullptr;   // its device address
   // A device word that is zero between kernels: the ticket of kernels whose last block finishes the
   // work and sets it back to zero (moe/route.cuh launch_moe_route_group). Ops run on one stream, in order.
