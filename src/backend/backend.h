@@ -388,10 +388,11 @@ class Backend {
   // (the vocabulary-sharded embedding; ids outside [0, vocab_total) are an error).
   virtual void embed_shard(const Tensor& ids, const Tensor& table, int64_t first, int64_t vocab_total, float scale,
                            const Tensor& out);
-  // f32 out[T, N, B]: the B block partials of matmul_kn's dot products (K split into B equal blocks).
+  // f32 out[B, T, N]: the B block partials of matmul_kn's dot products (K split into B equal blocks),
+  // block-major, so the ranks' partials gathered end to end are the whole vocabulary's in block order.
   virtual void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor& out);
-  // bf16 out[M] = bf16(sum of partials[m, 0..B) added in block order): with matmul_kn_blocks, exactly
-  // the CPU matmul_kn when B = kVocabBlocks.
+  // bf16 out[M] = bf16(sum of partials[0..B, m] added in block order; partials [B, M]): with
+  // matmul_kn_blocks, exactly the CPU matmul_kn when B = kVocabBlocks.
   virtual void sum_blocks(const Tensor& partials, const Tensor& out);
   // In-place NeoX RoPE over x[T, heads, D] with bf16 cos/sin and bf16 arithmetic.
   virtual void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq) = 0;

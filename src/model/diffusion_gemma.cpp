@@ -518,14 +518,15 @@ void DiffusionGemma::sampler_batch_encoded(std::span<SamplerArgs> canvases, cons
 
 void DiffusionGemma::soft_embeddings(const Tensor& probs, const Tensor& out) {
   if (sharded()) {
-    // The rank's vocabulary blocks' partial products, gathered into block order and summed as the
-    // one-rank matmul_kn sums them (kVocabBlocks).
+    // The rank's vocabulary blocks' partial products (block-major), gathered end to end into block
+    // order and summed as the one-rank matmul_kn sums them (kVocabBlocks).
     const int64_t C = probs.dim(0), H = config_.text.hidden_size;
     const int blocks = kVocabBlocks / tp_.plan.size;
-    Tensor part = backend_.alloc(ScalarType::kF32, {C, H, blocks});
+    Tensor part = backend_.alloc(ScalarType::kF32, {blocks, C, H});
     backend_.matmul_kn_blocks(probs, weights_.embed, blocks, part);
-    Tensor all = backend_.alloc(ScalarType::kF32, {C, H, kVocabBlocks});
-    tp_.collective->all_gather_last(part, all);
+    Tensor all = backend_.alloc(ScalarType::kF32, {kVocabBlocks, C, H});
+    tp_.collective->all_gather_last(part.reshape({1, blocks * C * H}),
+                                    all.reshape({1, int64_t{kVocabBlocks} * C * H}));
     backend_.sum_blocks(all, out);
   } else {
     backend_.matmul_kn(probs, weights_.embed, out);

@@ -151,7 +151,7 @@ void check_sharded_ops(Reporter& r) {
   for (int n : {2, 4, 8}) {
     const int64_t Vr = V / n;
     const int blocks = kVocabBlocks / n;
-    Tensor all = host_tensor(ScalarType::kF32, {T, H, kVocabBlocks});
+    Tensor all = host_tensor(ScalarType::kF32, {kVocabBlocks, T, H});
     for (int k = 0; k < n; ++k) {
       // The rank's columns of x (contiguous) and rows of w.
       Tensor xr = host_tensor(ScalarType::kBF16, {T, Vr});
@@ -159,17 +159,16 @@ void check_sharded_ops(Reporter& r) {
         std::memcpy(xr.ptr<uint16_t>() + t * Vr, x.ptr<uint16_t>() + t * V + k * Vr,
                     static_cast<size_t>(Vr) * 2);
       const Tensor wr = w.rows(k * Vr, (k + 1) * Vr);
-      Tensor part = be.alloc(ScalarType::kF32, {T, H, blocks});
+      Tensor part = be.alloc(ScalarType::kF32, {blocks, T, H});
       be.matmul_kn_blocks(up(xr), up(clone(wr)), blocks, part);
       const std::vector<float> p = f32(part);
-      Tensor cpu_part = host_tensor(ScalarType::kF32, {T, H, blocks});
+      Tensor cpu_part = host_tensor(ScalarType::kF32, {blocks, T, H});
       cpu().matmul_kn_blocks(xr, clone(wr), blocks, cpu_part);
       expect_f32(r, "matmul_kn_blocks vs CPU (N=" + std::to_string(n) + ")", p,
                  std::vector<float>(cpu_part.ptr<float>(), cpu_part.ptr<float>() + cpu_part.numel()), 1e-5,
                  1e-4);
-      for (int64_t m = 0; m < T * H; ++m)
-        for (int b = 0; b < blocks; ++b)
-          all.ptr<float>()[m * kVocabBlocks + k * blocks + b] = p[static_cast<size_t>(m * blocks + b)];
+      // Rank k's blocks are blocks [k blocks, (k + 1) blocks) of the whole vocabulary's, block-major.
+      std::memcpy(all.ptr<float>() + k * blocks * T * H, p.data(), p.size() * sizeof(float));
       // The sharded lookup: the rank's rows, -0 elsewhere.
       Tensor e_gpu = be.alloc(ScalarType::kBF16, {T, H}), e_cpu = host_tensor(ScalarType::kBF16, {T, H});
       be.embed_shard(up(ids), up(clone(wr)), k * Vr, V, 3.5f, e_gpu);

@@ -142,20 +142,20 @@ void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor
       to_f32(x.ptr<uint16_t>() + t * K, xf.data(), static_cast<size_t>(K));
       for (int64_t n = 0; n < N; ++n)
         for (int64_t blk = 0; blk < B; ++blk)
-          o[(t * N + n) * B + blk] = dot_f32(xf.data() + blk * Kb, wt.data() + n * K + blk * Kb, Kb);
+          o[(blk * T + t) * N + n] = dot_f32(xf.data() + blk * Kb, wt.data() + n * K + blk * Kb, Kb);
     }
   });
 }
 
 void sum_blocks(const Tensor& partials, const Tensor& out) {
   DG_CHECK(partials.type == ScalarType::kF32 && out.type == ScalarType::kBF16 && partials.ndim >= 1);
-  const int64_t B = partials.dim(-1), M = out.numel();
+  const int64_t B = partials.dim(0), M = out.numel();
   DG_CHECK(partials.numel() == M * B);
   const float* p = partials.ptr<float>();
   uint16_t* o = out.ptr<uint16_t>();
   for (int64_t m = 0; m < M; ++m) {
     float acc = 0.f;
-    for (int64_t blk = 0; blk < B; ++blk) acc += p[m * B + blk];
+    for (int64_t blk = 0; blk < B; ++blk) acc += p[blk * M + m];
     o[m] = f32_to_bf16(acc);
   }
 }

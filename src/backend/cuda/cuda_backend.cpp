@@ -242,8 +242,8 @@ class CudaBackend final : public Backend {
                        ctx_.stream);
   }
 
-  // Per block one cuBLAS GEMM with f32 output (x's and w's block b: columns / rows [b Kb, (b + 1) Kb)), the
-  // same call for a block whichever rank holds it, into [B, T, N], then the block-last layout [T, N, B].
+  // Per block one cuBLAS GEMM with f32 output (x's and w's block b: columns / rows [b Kb, (b + 1) Kb)) into
+  // out[b]: the same call for a block whichever rank holds it.
   void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor& out) override {
     activate();
     const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(-1), B = blocks;
@@ -252,7 +252,6 @@ class CudaBackend final : public Backend {
     DG_CHECK(out.numel() == T * N * B);
     if (T == 0 || N == 0) return;
     const int64_t Kb = K / B;
-    Tensor parts = ctx_.alloc(ScalarType::kF32, {B, T, N});
     const uint16_t* xa = bf16_in(x, "matmul_kn_blocks", "x");
     const uint16_t* wa = bf16_in(w, "matmul_kn_blocks", "w");
     for (int64_t b = 0; b < B; ++b) {
@@ -262,7 +261,7 @@ class CudaBackend final : public Backend {
       g.b = wa + b * Kb * N;
       g.b_nk = false;
       g.ldb = N;
-      g.c = parts.ptr<float>() + b * T * N;
+      g.c = out.ptr<float>() + b * T * N;
       g.c_f32 = true;
       g.ldc = N;
       g.M = T;
@@ -270,13 +269,12 @@ class CudaBackend final : public Backend {
       g.K = Kb;
       gemm(ctx_, g);
     }
-    launch_blocks_last(parts.ptr<float>(), B, T * N, out.ptr<float>(), ctx_.stream);
   }
 
   void sum_blocks(const Tensor& partials, const Tensor& out) override {
     activate();
     need_type(partials, ScalarType::kF32, "sum_blocks", "partials");
-    const int64_t B = partials.dim(-1), M = out.numel();
+    const int64_t B = partials.dim(0), M = out.numel();
     DG_CHECK(partials.numel() == M * B);
     launch_sum_blocks(partials.ptr<float>(), M, B, bf16_out(out, "sum_blocks", "out"), ctx_.stream);
   }
@@ -357,7 +355,7 @@ class CudaBackend final : public Backend {
     const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(-1);
     DG_CHECK(w.ndim == 2 && w.dim(0) == K && x.numel() == T * K && out.numel() == T * N);
     if (K % kVocabBlocks == 0 && T > 0 && N > 0) {
-      Tensor parts = ctx_.alloc(ScalarType::kF32, {T, N, kVocabBlocks});
+      Tensor parts = ctx_.alloc(ScalarType::kF32, {kVocabBlocks, T, N});
       matmul_kn_blocks(x, w, kVocabBlocks, parts);
       sum_blocks(parts, out);
       return;

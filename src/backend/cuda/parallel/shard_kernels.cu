@@ -31,22 +31,12 @@ __global__ void embed_shard_kernel(const int32_t* __restrict__ ids, const uint16
     o[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(row[i]), scale));
 }
 
-__global__ void blocks_last_kernel(const float* __restrict__ src, int64_t B, int64_t M,
-                                   float* __restrict__ dst) {
-  const int64_t n = B * M;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t m = i / B, b = i % B;
-    dst[i] = src[b * M + m];
-  }
-}
-
 __global__ void sum_blocks_kernel(const float* __restrict__ p, int64_t M, int64_t B,
                                   uint16_t* __restrict__ out) {
   for (int64_t m = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; m < M;
        m += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float acc = 0.f;
-    for (int64_t b = 0; b < B; ++b) acc = __fadd_rn(acc, p[m * B + b]);
+    for (int64_t b = 0; b < B; ++b) acc = __fadd_rn(acc, p[b * M + m]);
     out[m] = f32_to_bf16(acc);
   }
 }
@@ -93,11 +83,6 @@ void launch_embed_shard(const int32_t* ids, int64_t T, const uint16_t* table, in
   if (T <= 0 || H <= 0) return;
   launch_kernel(stream, embed_shard_kernel, static_cast<unsigned>(T), threads_for_row(H), 0, ids, table,
                 first, rows, vocab_total, H, scale, out, error_word);
-}
-
-void launch_blocks_last(const float* src, int64_t B, int64_t M, float* dst, Stream stream) {
-  if (B * M <= 0) return;
-  launch_kernel(stream, blocks_last_kernel, grid_for(B * M, kThreads), kThreads, 0, src, B, M, dst);
 }
 
 void launch_sum_blocks(const float* partials, int64_t M, int64_t B, uint16_t* out, Stream stream) {

@@ -16,10 +16,7 @@ void launch_embed_shard(const int32_t* ids, int64_t T, const uint16_t* table, in
                         int64_t vocab_total, int64_t H, float scale, uint16_t* out, unsigned* error_word,
                         Stream stream);
 
-// dst[m, b] = src[b, m] for B blocks of M f32 (the per-block GEMM outputs into the block-last layout).
-void launch_blocks_last(const float* src, int64_t B, int64_t M, float* dst, Stream stream);
-
-// out[m] = bf16(sum over b in order of partials[m, b]), the sum starting from +0 as the CPU's.
+// out[m] = bf16(sum over b in order of partials[b, m]), the sum starting from +0 as the CPU's.
 void launch_sum_blocks(const float* partials, int64_t M, int64_t B, uint16_t* out, Stream stream);
 
 // n copies of the 16-bit `value`.
