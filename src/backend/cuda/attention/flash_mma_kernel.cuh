@@ -145,22 +145,33 @@ __device__ __forceinline__ int find_item(const Params& p, int tile, int& local) 
 // The scores of key tile [jt, jt + BN) for a thread's mma accumulator fragment (C layout: element e of
 // n-block nb is the row whose token sees keys_a (e < 2) or keys_b, key jt + nb * 8 + 2 t4 + (e & 1)), in
 // place: the reference's roundings s = bf16(bf16(q . k) * scaling), in base 2, -inf where the key is
-// hidden (tested only when the tile has hidden keys); mx[h] takes the maximum of row h's scores.
+// hidden (tested only when the tile has hidden keys: kMasked); mx[h] takes the maximum of row h's scores.
 // score(nb, e) names the element.
-template <int BN, class Score>
-__device__ __forceinline__ void scale_mask_scores(Score&& score, bool masked, int jt, const KeyRange& keys_a,
-                                                  const KeyRange& keys_b, int t4, float scaling,
-                                                  float (&mx)[2]) {
+template <int BN, bool kMasked, class Score>
+__device__ __forceinline__ void scale_mask_tile(Score&& score, int jt, const KeyRange& keys_a,
+                                                const KeyRange& keys_b, int t4, float scaling, float (&mx)[2]) {
   DG_UNROLL
   for (int nb = 0; nb < BN / 8; ++nb)
     DG_UNROLL
     for (int e = 0; e < 4; ++e) {
-      const bool vis = !masked || key_visible(e < 2 ? keys_a : keys_b, jt + nb * 8 + 2 * t4 + (e & 1));
+      const bool vis = !kMasked || key_visible(e < 2 ? keys_a : keys_b, jt + nb * 8 + 2 * t4 + (e & 1));
       float& acc = score(nb, e);
       const float s = vis ? round_score(round_score(acc) * scaling) * kLog2e : -INFINITY;
       acc = s;
       mx[e >> 1] = fmaxf(mx[e >> 1], s);
     }
+}
+
+// scale_mask_tile with the key test only in the tiles that have hidden keys (`masked`, uniform over the
+// CTA): two copies of the loop, so that the common whole-visible tile runs no per-element test.
+template <int BN, class Score>
+__device__ __forceinline__ void scale_mask_scores(Score&& score, bool masked, int jt, const KeyRange& keys_a,
+                                                  const KeyRange& keys_b, int t4, float scaling,
+                                                  float (&mx)[2]) {
+  if (masked)
+    scale_mask_tile<BN, true>(score, jt, keys_a, keys_b, t4, scaling, mx);
+  else
+    scale_mask_tile<BN, false>(score, jt, keys_a, keys_b, t4, scaling, mx);
 }
 
 // grid: (row tiles of all items, Hkv, splits * kDChunks); block: Shape::kThreads.
