@@ -1,5 +1,6 @@
 // Element-wise kernels: grid-stride loops over int64 indices, one bf16 rounding per output as in the
 // CPU backend, explicit __f*_rn arithmetic so that nvcc never contracts a multiply-add into an FMA.
+#include <algorithm>
 
 #include "backend/cuda/core/common.cuh"
 #include "backend/cuda/layer/elementwise.cuh"
@@ -192,8 +193,9 @@ constexpr int64_t kTableFrom = int64_t{1} << 21;
 template <int kPer>
 void launch_gelu_fp8_rows(const uint4* gu, uint4* out, uint2* q, float* scales, int64_t T, int64_t iw,
                           int threads, Stream stream) {
-  if (T * iw * 8 >= kTableFrom) {  // every block an SM holds, each filling its table once for its rows
-    const unsigned grid = resident_grid(stream, gelu_mul_halves_fp8_kernel<kPer, true>, threads, 0, T);
+  if (T * iw * 8 >= kTableFrom) {  // a few blocks an SM, each filling its table once for many rows
+    const unsigned grid =
+        static_cast<unsigned>(std::min<int64_t>(T, 2 * int64_t{stream.occupancy->sm_count()}));
     launch_kernel(stream, gelu_mul_halves_fp8_kernel<kPer, true>, grid, threads, 0, gu, out, q, scales, T,
                   iw);
     return;
