@@ -449,7 +449,7 @@ void DiffusionGemma::linear_gathered(const Tensor& x, const Weight& w, const Ten
 }
 
 Fp8Rows DiffusionGemma::fp8_rows_for(std::initializer_list<const Weight*> consumers, int64_t T, int64_t K) {
-  if (!fp8_row_fusion_) return {};
+  if (!fp8_row_fusion_ || T > kFp8RowFusionMaxRows) return {};
   for (const Weight* w : consumers)
     if (takes_fp8_rows(*w))
       return Fp8Rows{backend_.alloc(ScalarType::kU8, {T, K}), backend_.alloc(ScalarType::kF32, {T})};

@@ -75,9 +75,13 @@ class DiffusionGemma {
   const VisionTower* vision() const { return vision_.get(); }
   float embed_scale() const { return embed_scale_; }
   // Whether the ops producing a W8A8 linear's input rows also write their FP8 rows for it (backend.h
-  // Fp8Rows; on by default). Off, every W8A8 linear quantises its own input: the same results, one
-  // launch more per linear (the A/B of `dgemma_bench --fp8-row-fusion`, and the tests' baseline).
+  // Fp8Rows) in a pass of at most kFp8RowFusionMaxRows rows (on by default). Off, or in a larger pass,
+  // every W8A8 linear quantises its own input: the same results, one launch more per linear (the A/B of
+  // `dgemma_bench --fp8-row-fusion`, and the tests' baseline).
   void set_fp8_row_fusion(bool on) { fp8_row_fusion_ = on; }
+  // Past this many rows the fused producers cost more than the launches they save (docs/BENCHMARKS.md,
+  // "Kernel choices").
+  static constexpr int64_t kFp8RowFusionMaxRows = 512;
 
  private:
   Tensor embed_inputs(std::span<ForwardItem> items, const ForwardInputs& in, const Tensor& block,
