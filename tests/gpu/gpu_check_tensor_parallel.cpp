@@ -304,7 +304,8 @@ void compare_traces(Reporter& r, const std::string& name, const SequenceParams& 
   if (sa.output() != sb.output()) r.fail(name + ": outputs differ although every step matched");
   if (wa.size() != wb.size()) r.fail(name + ": canvas counts differ");
   for (size_t k = 0; k < std::min(wa.size(), wb.size()); ++k)
-    if (wa[k].committed != wb[k].committed) r.fail(name + ": canvas " + std::to_string(k) + " committed differs");
+    if (wa[k].committed != wb[k].committed)
+      r.fail(name + ": canvas " + std::to_string(k) + " committed differs");
 }
 
 // Two batched seeded sequences (the second shorter, with pinned positions unless guided) through -tp 1

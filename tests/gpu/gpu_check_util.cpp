@@ -175,7 +175,9 @@ std::vector<DecisionDiff> decision_diffs(const StepRecord& ref, const StepRecord
 }
 
 std::string describe(const DecisionDiff& d) {
-  const char* what = d.what == Decision::kArgmax ? "argmax" : d.what == Decision::kSample ? "sample" : "accept";
+  const char* what = d.what == Decision::kArgmax   ? "argmax"
+                     : d.what == Decision::kSample ? "sample"
+                                                   : "accept";
   return std::string(what) + " at " + std::to_string(d.position) + " (margin " + fmt_double(d.margin) +
          (d.near_tie ? ", a near-tie)" : ")");
 }

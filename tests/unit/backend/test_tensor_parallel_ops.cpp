@@ -271,7 +271,8 @@ TEST_P(ShardedOps, BlockedSelfConditioningGemmAndShardedEmbeddingEqualOneRank) {
   run_ranks(n, [&](int r) {
     auto rb = make_cpu_backend();
     const int blocks = kVocabBlocks / n;
-    Tensor part = host_tensor(ScalarType::kF32, {blocks, T, H}), all = host_tensor(ScalarType::kF32, {kVocabBlocks, T, H});
+    Tensor part = host_tensor(ScalarType::kF32, {blocks, T, H}),
+           all = host_tensor(ScalarType::kF32, {kVocabBlocks, T, H});
     rb->matmul_kn_blocks(cols(probs, r * Vr, Vr), table.rows(r * Vr, (r + 1) * Vr), blocks, part);
     g.rank(r).all_gather_last(part.reshape({1, blocks * T * H}), all.reshape({1, kVocabBlocks * T * H}));
     got[r] = host_tensor(ScalarType::kBF16, {T, H});

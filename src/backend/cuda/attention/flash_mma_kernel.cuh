@@ -149,7 +149,8 @@ __device__ __forceinline__ int find_item(const Params& p, int tile, int& local) 
 // score(nb, e) names the element.
 template <int BN, bool kMasked, class Score>
 __device__ __forceinline__ void scale_mask_tile(Score&& score, int jt, const KeyRange& keys_a,
-                                                const KeyRange& keys_b, int t4, float scaling, float (&mx)[2]) {
+                                                const KeyRange& keys_b, int t4, float scaling,
+                                                float (&mx)[2]) {
   DG_UNROLL
   for (int nb = 0; nb < BN / 8; ++nb)
     DG_UNROLL

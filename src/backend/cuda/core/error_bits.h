@@ -1,6 +1,7 @@
 #pragma once
 // Bits of the CUDA backend's device error word (Context::error_host / error_dev): kernels report bad
-// input there; the backend checks the word after every synchronisation and throws (Context::check_error_word).
+// input there; the backend checks the word after every synchronisation and throws
+// (Context::check_error_word).
 
 namespace dgemma::cuda {
 
