@@ -41,15 +41,15 @@ namespace dgemma::cuda::residual {
 
 constexpr int kMaxThreads = 512;
 // Launch bounds: up to 384 threads for one word a thread, three blocks an SM for the attention
-// junction (at most 56 registers) and two for the FFN's (80: this row's and the next row's words stay
-// in registers), 384 threads for two words and 512 for four with one block an SM (H > 4096, not the
-// model's: registers for both rows' words without spilling; at four words a thread the next row is
-// not loaded ahead, kAhead).
+// junction (at most 56 registers; two for its FP8 form, which spills in 56) and two for the FFN's (80:
+// this row's and the next row's words stay in registers), 384 threads for two words and 512 for four
+// with one block an SM (H > 4096, not the model's: registers for both rows' words without spilling; at
+// four words a thread the next row is not loaded ahead, kAhead).
 constexpr int bound_threads(int per) {
   return per == 4 ? 512 : 384;
 }
-constexpr int bound_blocks(int per, bool attn) {
-  return per == 1 ? (attn ? 3 : 2) : 1;
+constexpr int bound_blocks(int per, bool attn, bool fp8 = false) {
+  return per == 1 ? (attn && !fp8 ? 3 : 2) : 1;
 }
 constexpr int kScratchDoubles = 5 * 32;  // the junctions' reductions: five slots of one double per warp
 
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
 
 // With the FP8 rows of out_a (qa) and / or out_b (qb).
 template <int kPer>
-__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
+__global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true, true))
     attn_residual_fp8_kernel(AttnArgs a, Fp8RowsOut qa, Fp8RowsOut qb) {
   attn_residual_rows<kPer, true>(a, qa, qb);
 }

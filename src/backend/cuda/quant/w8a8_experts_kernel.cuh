@@ -24,6 +24,7 @@
 // does); the wgmma of a tile is therefore waited for within its iteration (two CTAs an SM, or the
 // other warpgroup, overlap it), and the accumulators twice over limit the tiles to 128 columns.
 #include <cstdint>
+#include <type_traits>
 
 namespace dgemma::cuda {
 namespace {
@@ -172,10 +173,12 @@ DG_UNROLL
   }
 }
 
-// The shape (the bf16 wgmma kernel's WgCfg; the same bytes per stage row): 64 x 128 tiles, one
-// warpgroup, two CTAs an SM (two CTAs hide more of the copies than one CTA of 128 rows saves by reading
-// each weight tile once per 128 rows of an expert).
+// The shapes (the bf16 wgmma kernel's WgCfg; the same bytes per stage row): 64 x 128 tiles of one
+// warpgroup. down: four stages, two CTAs an SM (two CTAs hide more of the copies than one CTA of 128
+// rows saves by reading each weight tile once per 128 rows of an expert); gate_up: three stages, three
+// CTAs an SM (167 registers: more warps to hide its latency, docs/BENCHMARKS.md "Kernel choices").
 using W8a8Tile = WgCfg<1, 128, 4, 2>;
+using W8a8GateUpTile = WgCfg<1, 128, 3, 3>;
 
 }  // namespace
 }  // namespace dgemma::cuda
@@ -214,8 +217,10 @@ void run_w8a8(L& l, const GroupedPlanImpl& plan, const W8a8Args& g, const int32_
     const int64_t cols = kGateUp ? W8a8Rows::kBN / 2 : W8a8Rows::kBN;
     return l.template rows<W8a8Rows, kGateUp>(g, (g.N + cols - 1) / cols, E);
   }
-  const int64_t cols = kGateUp ? W8a8Tile::kBN / 2 : W8a8Tile::kBN;
-  l.template w8a8<W8a8Tile, kGateUp>(g, tiles, plan.max_tiles, (g.N + cols - 1) / cols);
+  using Tile = std::conditional_t<kGateUp, W8a8GateUpTile, W8a8Tile>;
+  static_assert(Tile::kBM == W8a8Tile::kBM, "one tile list for both GEMMs");
+  const int64_t cols = kGateUp ? Tile::kBN / 2 : Tile::kBN;
+  l.template w8a8<Tile, kGateUp>(g, tiles, plan.max_tiles, (g.N + cols - 1) / cols);
 }
 
 }  // namespace
