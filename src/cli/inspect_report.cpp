@@ -287,7 +287,7 @@ InspectReport build_inspect_report(const InspectOptions& o) {
   in.kv_cache_memory = o.kv_cache_memory;
   validate_tensor_parallel(r.config, o.tensor_parallel_size);
   in.tensor_parallel_size = o.tensor_parallel_size;
-  in.cuda_graphs = !o.enforce_eager && o.tensor_parallel_size == 1;  // as the engine on a GPU
+  in.cuda_graphs = !o.enforce_eager;  // as the engine on a GPU
   r.plan = plan_memory(r.config, in);
   return r;
 }

@@ -180,7 +180,10 @@ void DiffusionModelRunner::enable_graphs(const std::vector<int>& buckets) {
     be.from_host(block, in.forward.words.data());
     execute(step, in, block, {});
     be.synchronize();
-    g.graph = be.capture([&] { execute(step, in, block, {}); });
+    // A rank of a tensor-parallel model records through its collective (every rank at once).
+    Collective* collective = model_->tensor_parallel().collective;
+    auto body = [&] { execute(step, in, block, {}); };
+    g.graph = collective != nullptr ? collective->capture(be, body) : be.capture(body);
     if (!g.graph) return;
     made.push_back(std::move(g));
   }

@@ -115,7 +115,7 @@ MemoryPlanInputs memory_plan_inputs(const EngineConfig& c, int64_t max_len, bool
   in.cpu = cpu;
   in.gpu_memory_utilization = c.gpu_memory_utilization;
   in.kv_cache_memory = c.kv_cache_memory;
-  in.cuda_graphs = !cpu && !c.enforce_eager && c.tensor_parallel_size == 1;
+  in.cuda_graphs = !cpu && !c.enforce_eager;
   return in;
 }
 

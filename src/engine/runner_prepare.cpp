@@ -97,6 +97,12 @@ void DiffusionModelRunner::record_graphs(int64_t max_model_len) {
   }
 }
 
+void DiffusionModelRunner::record_rank_graphs(int64_t max_model_len) {
+  if (!backend_->supports_graphs()) return;
+  if (plan_context_ == 0) plan_context_ = max_model_len;
+  enable_graphs(options_.batch_buckets);
+}
+
 void DiffusionModelRunner::warm_up(WarmUpSteps& steps) {
   // The first steps of a process pay one-time costs: kernel modules load on first use, cuBLAS picks
   // and loads its kernels per shape, the allocator's cache grows. Paying them here, once per

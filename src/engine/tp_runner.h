@@ -18,14 +18,21 @@ class TensorParallelRunner final : public ModelRunner {
                        RunnerOptions options = {});
   int canvas_length() const override { return ranks_.front()->canvas_length(); }
   int vocab_size() const override { return ranks_.front()->vocab_size(); }
+  // The options' CUDA graphs: every rank records the same denoising steps at once, its collectives
+  // inside (Collective::capture); a failed recording fails the start-up (--enforce-eager runs the
+  // steps op by op).
+  void prepare(WarmUpSteps& steps) override;
   StepResult run(const StepPlan& plan) override;
   void release(const Sequence& seq) override {
     for (auto& r : ranks_) r->release(seq);
   }
+  // The batch sizes recorded as CUDA graphs (every rank's alike; empty: none).
+  std::vector<int> graph_batches() const { return ranks_.front()->graph_batches(); }
 
  private:
   std::shared_ptr<TensorParallelModel> tp_;
   std::vector<std::unique_ptr<DiffusionModelRunner>> ranks_;
+  bool cuda_graphs_ = false;
 };
 
 }  // namespace dgemma

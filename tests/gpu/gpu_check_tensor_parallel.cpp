@@ -12,6 +12,13 @@
 //     samples, accept and stop decisions identical (token-exact), the entropies within the bound below.
 //   tp_26b_shape: the same for a few steps of a model of the released 26B-A4B's widths (two layers,
 //     one sliding and one full, dummy weights), N = 2 and 4.
+//   tp_device_collective_graphs: each rank's gather and sums recorded into a CUDA graph of its own
+//     (Collective::capture), replayed three times on new inputs written into the recorded buffers: every
+//     replay equals the thread collective bit for bit (the ranks' replays meet on the device alone).
+//   tp_graphs_*: the engine at -tp N with CUDA graphs (every rank records its steps, collectives
+//     inside) against -tp N op by op: every step's trace and every output identical bit for bit, as
+//     graphs_vs_eager checks one GPU (the same head dims, 64 / 128, that the recordable attention
+//     takes; dummy weights); and against -tp 1 as the trajectories above.
 // Where the ranks' linears are column slices, cuBLAS may pick another kernel for the narrower GEMM, so
 // logits can differ from one GPU by bf16 rounding; the entropy of a row then moves by at most a few
 // rounding steps of its logits: bound |dH| <= 0.02 + 1% (the CPU-vs-CUDA trajectory check allows 0.1 +
@@ -133,6 +140,77 @@ void check_device_collective(Reporter& r) {
         r.fail("one-device collective N=" + std::to_string(n) + " rank " + std::to_string(k) +
                ": differs from the thread collective");
     r.note("one-device collective N=" + std::to_string(n) + ": gathers and bf16 / f32 / i32 sums checked");
+  }
+}
+
+void check_device_collective_graphs(Reporter& r) {
+  for (int n : {2, 4}) {
+    auto owned = one_gpu_backends(n, current_options());
+    auto group = make_device_group(pointers(owned));
+    ThreadCollectiveGroup ref(n);
+    Data data("tp_device_collective_graphs" + std::to_string(n));
+    const int64_t rows = 29, cols = 40;
+    // Per rank: the recorded buffers, and the graph.
+    std::vector<Tensor> in(n), g(n), b(n), x(n);
+    std::vector<std::unique_ptr<StepGraph>> graphs(n);
+    each(n, [&](int k) {
+      Backend& be = *owned[k];
+      in[k] = be.alloc(ScalarType::kBF16, {rows, cols});
+      g[k] = be.alloc(ScalarType::kBF16, {rows, cols * n});
+      b[k] = be.alloc(ScalarType::kBF16, {rows, cols});
+      x[k] = be.alloc(ScalarType::kF32, {rows, cols});
+      Collective& c = group->rank(k);
+      graphs[k] = c.capture(be, [&] {
+        c.all_gather_last(in[k], g[k]);
+        c.all_reduce_sum(b[k]);
+        c.all_reduce_sum(x[k]);
+      });
+      if (!graphs[k]) throw Error(ErrorKind::kInternal, "rank " + std::to_string(k) + " recorded no graph");
+    });
+    int compared = 0;
+    for (int replay = 0; replay < 3; ++replay) {
+      // New inputs: one contributor per element of the sums, -0 elsewhere.
+      std::vector<Tensor> hin(n), hb(n), hx(n);
+      for (int k = 0; k < n; ++k) {
+        hin[k] = data.bf16({rows, cols}, 1.0f);
+        hb[k] = data.bf16({rows, cols}, 1.0f);
+        hx[k] = host_tensor(ScalarType::kF32, {rows, cols});
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          const bool mine = (i + replay) % n == k;
+          if (!mine) hb[k].ptr<uint16_t>()[i] = kBf16NegZero;
+          hx[k].ptr<float>()[i] = mine ? data.uniform(-3.0f, 3.0f) : -0.0f;
+        }
+      }
+      std::vector<std::vector<uint8_t>> want(n), got(n);
+      each(n, [&](int k) {
+        Tensor gw = host_tensor(ScalarType::kBF16, {rows, cols * n});
+        ref.rank(k).all_gather_last(hin[k], gw);
+        Tensor bw = clone(hb[k]), xw = clone(hx[k]);
+        ref.rank(k).all_reduce_sum(bw);
+        ref.rank(k).all_reduce_sum(xw);
+        for (const Tensor* t : {&gw, &bw, &xw})
+          want[k].insert(want[k].end(), t->ptr<uint8_t>(), t->ptr<uint8_t>() + t->nbytes());
+      });
+      each(n, [&](int k) {
+        Backend& be = *owned[k];
+        be.from_host(in[k], hin[k].data);
+        be.from_host(b[k], hb[k].data);
+        be.from_host(x[k], hx[k].data);
+        graphs[k]->replay();
+        for (const Tensor* t : {&g[k], &b[k], &x[k]}) {
+          const auto v = bytes_of(be, *t);
+          got[k].insert(got[k].end(), v.begin(), v.end());
+        }
+      });
+      for (int k = 0; k < n; ++k) {
+        if (got[k] != want[k])
+          r.fail("one-device collective graphs N=" + std::to_string(n) + " replay " + std::to_string(replay) +
+                 " rank " + std::to_string(k) + ": differs from the thread collective");
+        ++compared;
+      }
+    }
+    r.note("one-device collective N=" + std::to_string(n) + ": " + std::to_string(compared) +
+           " rank replays of a recorded gather and bf16 / f32 sums compared bitwise");
   }
 }
 
@@ -392,6 +470,111 @@ ModelConfig config_26b_shape() {
   return parse_model_config(j, "the 26B-A4B shape");
 }
 
+// The fixture's shape with the head dims the recordable attention takes (as graphs_vs_eager).
+ModelConfig recordable_config(const std::string& fixture) {
+  ModelConfig mc = load_model_config(fixture_dir(fixture) + "/model");
+  mc.text.head_dim = 64;
+  mc.text.global_head_dim = 128;
+  for (LayerSpec& L : mc.text.layers) L.head_dim = L.type == LayerType::kSliding ? 64 : 128;
+  return mc;
+}
+
+// Two seeded sequences of the fixture's first run (the second longer, with commits among its steps)
+// through `core`; returns them finished (or as they stopped).
+std::vector<std::unique_ptr<Sequence>> run_two(ModelCore& core, const std::vector<int32_t>& prompt,
+                                               const SequenceParams& p) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  SequenceParams a = p, b = p;
+  b.seed = a.seed + 101;
+  b.max_tokens = 3 * p.max_tokens;
+  b.ignore_eos = true;
+  seqs.push_back(core.make_sequence(1, prompt, a));
+  seqs.push_back(core.make_sequence(2, prompt, b));
+  try {
+    core.run({seqs[0].get(), seqs[1].get()}, 10000);
+  } catch (const Error&) {
+    // Reported from the sequences' states.
+  }
+  return seqs;
+}
+
+void check_graphs(Reporter& r, const std::string& fixture, int n) {
+  const ModelConfig mc = recordable_config(fixture);
+  auto loader = make_cpu_backend();
+  const ModelWeights host = dummy_weights(mc, *loader, 7);
+  const std::vector<int32_t> prompt = fixture_ids(fixture, "prompt_ids");
+  const Json manifest =
+      parse_json(read_text_file(fixture_dir(fixture) + "/golden/manifest.json"), "manifest", true);
+  const SequenceParams p = fixture_run_params(manifest["runs"][0]);
+  const std::string name = fixture + " tp" + std::to_string(n);
+  auto options = [&](bool graphs) {
+    ModelCoreOptions o;
+    o.max_num_seqs = 2;
+    o.max_num_batched_tokens = 2 * (static_cast<int64_t>(prompt.size()) + 2 * mc.canvas_length);
+    o.kv_tokens = 2 * (static_cast<int64_t>(prompt.size()) + 8 * mc.canvas_length);
+    o.prefix_caching = false;
+    o.runner.batch_buckets = engine_batch_buckets(o.max_num_seqs);
+    o.runner.cuda_graphs = graphs;
+    o.runner.plan_context = mc.text.max_position_embeddings;  // the recorded steps' attention plans
+    return o;
+  };
+  auto make_tp = [&] {
+    auto owned = one_gpu_backends(n, current_options());
+    auto group = make_device_group(pointers(owned));
+    return TensorParallelModel::upload(mc, host, std::move(owned), std::move(group));
+  };
+  auto tp_graphs = make_tp(), tp_eager = make_tp();
+  ModelCore graphed(*tp_graphs, options(true)), eager(*tp_eager, options(false));
+  const auto a = run_two(graphed, prompt, p);
+  const auto b = run_two(eager, prompt, p);
+  if (graphed.graph_steps() == 0) r.fail(name + ": no step replayed a graph");
+  if (eager.graph_steps() != 0) r.fail(name + ": the op-by-op engine replayed a graph");
+  int steps = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string at = name + " sequence " + std::to_string(i + 1);
+    if (a[i]->state != Sequence::State::kFinished || b[i]->state != Sequence::State::kFinished) {
+      r.fail(at + ": did not finish");
+      continue;
+    }
+    if (a[i]->output() != b[i]->output()) r.fail(at + ": outputs differ between graphs and op by op");
+    const auto ta = graphed.traces().canvases(a[i]->id()), tb = eager.traces().canvases(b[i]->id());
+    if (ta.size() != tb.size()) {
+      r.fail(at + ": canvas counts differ between graphs and op by op");
+      continue;
+    }
+    for (size_t k = 0; k < ta.size(); ++k) {
+      if (ta[k].trace.size() != tb[k].trace.size()) {
+        r.fail(at + " canvas " + std::to_string(k) + ": step counts differ");
+        continue;
+      }
+      for (size_t s = 0; s < ta[k].trace.size(); ++s, ++steps) {
+        const StepRecord &x = ta[k].trace[s], &y = tb[k].trace[s];
+        if (x.canvas_in != y.canvas_in || x.argmax != y.argmax || x.sample != y.sample ||
+            x.canvas_out != y.canvas_out || x.accept != y.accept || x.stop != y.stop ||
+            x.entropy != y.entropy || x.argmax_gap != y.argmax_gap || x.sample_gap != y.sample_gap)
+          r.fail(at + " canvas " + std::to_string(k) + " step " + std::to_string(s) +
+                 ": differs between graphs and op by op");
+      }
+    }
+  }
+  r.note(name + ": " + std::to_string(graphed.graph_steps()) + " steps replayed, " +
+         std::to_string(graphed.eager_steps()) + " op by op; " + std::to_string(steps) +
+         " traced steps identical to -tp " + std::to_string(n) + " op by op");
+  // Against one GPU op by op, with the same attention plans.
+  auto one_be = make_cuda_backend(0, current_options());
+  DiffusionGemma one(mc, upload_model_weights(host, *one_be), *one_be);
+  ModelCore ref(*one_be, one, options(false));
+  const auto want = run_two(ref, prompt, p);
+  Compared c;
+  for (size_t i = 0; i < want.size(); ++i)
+    compare_traces(r, name + " graphs sequence " + std::to_string(i + 1), p, ref, *want[i], graphed, *a[i],
+                   c);
+  std::string ties;
+  for (const std::string& d : c.divergences) ties += "; near-tie divergence at " + d;
+  r.note(name + " graphs: " + std::to_string(c.steps) + " traced steps token-exact against -tp 1, max |dH| " +
+         fmt_double(c.max_dh) + ties);
+}
+
 void check_26b_shape(Reporter& r) {
   const ModelConfig mc = config_26b_shape();
   auto loader = make_cpu_backend();
@@ -419,6 +602,10 @@ std::vector<Case> tensor_parallel_cases() {
       {"tp_trajectory_tiny_b_tp2", [](Reporter& r) { check_fixture(r, "tiny_b", 2); }},
       {"tp_guided_trajectory_tiny_a_tp2", [](Reporter& r) { check_fixture(r, "tiny_a", 2, true); }},
       {"tp_26b_shape", check_26b_shape},
+      {"tp_device_collective_graphs", check_device_collective_graphs},
+      {"tp_graphs_tiny_a_tp2", [](Reporter& r) { check_graphs(r, "tiny_a", 2); }},
+      {"tp_graphs_tiny_a_tp4", [](Reporter& r) { check_graphs(r, "tiny_a", 4); }},
+      {"tp_graphs_tiny_b_tp2", [](Reporter& r) { check_graphs(r, "tiny_b", 2); }},
   };
 }
 

@@ -299,6 +299,7 @@ TEST(InspectReport, PerGpuPlanOf26BUnderTensorParallelism) {
     EXPECT_EQ(p.kv.bytes_per_page[static_cast<int>(KvGroup::kFull)], full_page);
     EXPECT_EQ(p.kv.bytes_per_page[static_cast<int>(KvGroup::kSliding)], 204800ull * 256 / n);
     EXPECT_GT(p.pool.full_tokens, one.pool.full_tokens) << "a GPU holds more tokens of its heads";
+    EXPECT_GT(p.graph_pool_bytes, 0u) << "every GPU records the denoising steps as CUDA graphs";
     EXPECT_THAT(format_inspect_text(r), HasSubstr("per GPU (--tensor-parallel-size " + std::to_string(n) + ")"));
     EXPECT_EQ(inspect_report_json(r)["memory_plan"]["tensor_parallel_size"].get<int>(), n);
   }

@@ -139,18 +139,31 @@ class NcclCollective final : public Collective {
     healthy();
   }
 
+  // The backend's recording; each replay is then watched as a queued operation is (a replay holds
+  // the step's collectives).
+  std::unique_ptr<StepGraph> capture(Backend& backend, const std::function<void()>& body) override;
+
   NcclComm comm() const { return comm_; }
 
- private:
-  void activate() const { CUDA_CHECK(cudaSetDevice(ctx_.device)); }
   // Throws the group's failure, if any (no operation is queued on an aborted communicator).
   void healthy() const {
     const std::string why = watchdog_.failure();
     if (!why.empty()) fail(ErrorKind::kInternal, "tensor-parallel collective aborted: {}", why);
   }
+  // The stream's work so far handed to the watchdog, which fails the group if it does not complete in
+  // time.
+  void watch(const char* what) {
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(e, ctx_.stream));
+    watchdog_.issued(rank_, e, what);
+  }
+
+ private:
+  void activate() const { CUDA_CHECK(cudaSetDevice(ctx_.device)); }
   // An NCCL call's result: an error fails the whole group (the other ranks stop too) and throws; else
   // the queued operation is handed to the watchdog (not while the stream is being recorded into a
-  // graph: there is nothing to wait on until it replays).
+  // graph: the replays are watched instead).
   void call(NcclResult r, const char* what) {
     if (r != 0) {
       const std::string why =
@@ -158,15 +171,17 @@ class NcclCollective final : public Collective {
       watchdog_.fail(why);
       fail(ErrorKind::kInternal, "{}", why);
     }
-    if (ctx_.capturing()) return;
-    cudaEvent_t e = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(e, ctx_.stream));
-    watchdog_.issued(rank_, e, what);
+    if (!ctx_.capturing()) watch(what);
   }
-  // A device buffer of at least `bytes`, reused; grown after the stream drained (the old one may be in use).
+  // A device buffer of at least `bytes`, reused; grown after the stream drained (the old one may be in
+  // use). A recorded graph keeps the buffer it was recorded with, so it cannot grow while recording (the
+  // engine runs each step once op by op before recording it, which grows it).
   void* scratch(size_t bytes) {
     if (bytes > scratch_bytes_) {
+      if (ctx_.capturing())
+        fail(ErrorKind::kInternal,
+             "the NCCL gather buffer would grow while a CUDA graph is recorded (run the step op by op "
+             "first)");
       CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
       if (scratch_) CUDA_CHECK(cudaFree(scratch_));
       scratch_ = nullptr;
@@ -184,6 +199,30 @@ class NcclCollective final : public Collective {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
 };
+
+// A graph of a rank's step whose every replay the watchdog waits on.
+class WatchedGraph final : public StepGraph {
+ public:
+  WatchedGraph(std::unique_ptr<StepGraph> graph, NcclCollective& rank)
+      : graph_(std::move(graph)), rank_(rank) {}
+  void replay() override {
+    rank_.healthy();
+    graph_->replay();
+    rank_.watch("a CUDA graph replay");
+  }
+
+ private:
+  std::unique_ptr<StepGraph> graph_;
+  NcclCollective& rank_;
+};
+
+std::unique_ptr<StepGraph> NcclCollective::capture(Backend& backend, const std::function<void()>& body) {
+  activate();
+  healthy();
+  std::unique_ptr<StepGraph> graph = backend.capture(body);
+  if (graph == nullptr) return nullptr;
+  return std::make_unique<WatchedGraph>(std::move(graph), *this);
+}
 
 class NcclGroup final : public CollectiveGroup {
  public:

@@ -12,17 +12,23 @@
 namespace dgemma {
 namespace {
 
-// What the ranks share: the meeting point, each rank's context and its two events ("my input is
-// ready", "I have read everyone's").
+// What the ranks share: the host meeting point, each rank's context, and the streams' meeting
+// (launch_rank_barrier): one arrival counter per rank in device memory, and the abort and failure
+// words in mapped host memory (the host sets the first, reads the second without a synchronisation).
 struct Shared {
-  Shared(int n, double timeout) : meet(n, timeout) {}
+  Shared(int n, double timeout) : meet(n, timeout), timeout_seconds(timeout) {}
   Rendezvous meet;
+  double timeout_seconds;
   std::vector<const cuda::Context*> ctx;
-  std::vector<cudaEvent_t> ready, done;
+  unsigned* counters = nullptr;  // device
+  int* words = nullptr;          // host, mapped: [0] abort, [1] failure
+  int* device_words = nullptr;   // the same, as the device sees them
   ~Shared() {
-    for (cudaEvent_t e : ready) cudaEventDestroy(e);
-    for (cudaEvent_t e : done) cudaEventDestroy(e);
+    if (counters != nullptr) cudaFree(counters);
+    if (words != nullptr) cudaFreeHost(words);
   }
+  volatile int& abort_word() const { return const_cast<volatile int&>(words[0]); }
+  volatile int& failure_word() const { return const_cast<volatile int&>(words[1]); }
 };
 
 class DeviceCollective final : public Collective {
@@ -84,31 +90,38 @@ class DeviceCollective final : public Collective {
   cudaStream_t stream() const { return ctx().stream; }
   void activate() const { CUDA_CHECK(cudaSetDevice(ctx().device)); }
 
-  // Marks this rank's input ready on its stream, meets the others, and orders this rank's stream after
-  // every rank's input. Returns every rank's tensor.
+  // Meets the other ranks' threads (every rank's tensor, by rank), then the streams: this rank's later
+  // work runs after every rank's work so far, its input included.
   std::vector<const Tensor*> post(const Tensor& mine) {
     activate();
-    if (ctx().capturing())
-      fail(ErrorKind::kUnsupported,
-           "the one-device collective cannot be recorded into a CUDA graph (--enforce-eager)");
-    CUDA_CHECK(cudaEventRecord(s_->ready[static_cast<size_t>(rank_)], stream()));
+    healthy();
     const std::vector<const void*> posted = s_->meet.exchange(rank_, &mine);
     std::vector<const Tensor*> all(posted.size());
-    for (size_t r = 0; r < posted.size(); ++r) {
-      all[r] = static_cast<const Tensor*>(posted[r]);
-      if (static_cast<int>(r) != rank_) CUDA_CHECK(cudaStreamWaitEvent(stream(), s_->ready[r], 0));
-    }
+    for (size_t r = 0; r < posted.size(); ++r) all[r] = static_cast<const Tensor*>(posted[r]);
+    streams_meet();
     return all;
   }
 
-  // After this rank's reads are queued: no rank's stream goes on (and overwrites its input) before
-  // every rank has read it. A rank records its "done" event again only after the next meeting, which
-  // every other rank reaches after queueing its wait on it.
+  // After this rank's reads are queued: no rank's thread leaves the operation (its posted tensor) before
+  // every rank has queued its reads, and no rank's stream goes on (and overwrites its input) before
+  // every rank's reads have run.
   void read_done() {
-    CUDA_CHECK(cudaEventRecord(s_->done[static_cast<size_t>(rank_)], stream()));
     s_->meet.arrive(rank_);
-    for (int r = 0; r < size(); ++r)
-      if (r != rank_) CUDA_CHECK(cudaStreamWaitEvent(stream(), s_->done[static_cast<size_t>(r)], 0));
+    streams_meet();
+  }
+
+  void streams_meet() {
+    cuda::launch_rank_barrier(s_->counters, rank_, size(), s_->device_words, s_->device_words + 1,
+                              s_->timeout_seconds, ctx().stream);
+  }
+
+  // Throws when an earlier meeting of the streams stopped without the others (their data was not read).
+  void healthy() const {
+    const int failed = s_->failure_word();
+    if (failed != 0)
+      fail(ErrorKind::kInternal, "the one-device collective failed: a rank's stream {}",
+           failed == cuda::kBarrierAborted ? "was aborted while waiting for the others"
+                                           : "waited for the others longer than the timeout");
   }
 
   std::shared_ptr<Shared> s_;
@@ -129,18 +142,29 @@ class DeviceGroup final : public CollectiveGroup {
              "the one-device collective joins backends of one GPU (got devices {} and {})", device,
              c->device);
     CUDA_CHECK(cudaSetDevice(device));
-    s_->ready.resize(static_cast<size_t>(n));
-    s_->done.resize(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      CUDA_CHECK(cudaEventCreateWithFlags(&s_->ready[static_cast<size_t>(r)], cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventCreateWithFlags(&s_->done[static_cast<size_t>(r)], cudaEventDisableTiming));
-      ranks_.push_back(std::make_unique<DeviceCollective>(s_, r));
-    }
+    CUDA_CHECK(cudaMalloc(&s_->counters, sizeof(unsigned) * cuda::kMaxRanks));
+    CUDA_CHECK(cudaMemset(s_->counters, 0, sizeof(unsigned) * cuda::kMaxRanks));
+    CUDA_CHECK(cudaHostAlloc(&s_->words, 2 * sizeof(int), cudaHostAllocMapped));
+    s_->words[0] = s_->words[1] = 0;
+    CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&s_->device_words), s_->words, 0));
+    CUDA_CHECK(cudaDeviceSynchronize());  // the counters are zero before any rank's stream counts
+    for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<DeviceCollective>(s_, r));
   }
   int size() const override { return s_->meet.size(); }
   Collective& rank(int r) override { return *ranks_.at(static_cast<size_t>(r)); }
-  void abort() override { s_->meet.abort("another rank failed"); }
-  void reset() override { s_->meet.reset(); }
+  void abort() override {
+    s_->abort_word() = 1;  // the streams waiting in a meeting stop
+    s_->meet.abort("another rank failed");
+  }
+  // No rank may be inside an operation; the streams' work is waited for, then every counter is zero.
+  void reset() override {
+    for (const cuda::Context* c : s_->ctx) c->sync();
+    CUDA_CHECK(cudaMemset(s_->counters, 0, sizeof(unsigned) * cuda::kMaxRanks));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    s_->abort_word() = 0;
+    s_->failure_word() = 0;
+    s_->meet.reset();
+  }
 
  private:
   std::shared_ptr<Shared> s_;
