@@ -14,8 +14,8 @@
 // group, so no rank waits on); CollectiveGroup::abort makes every rank waiting in, or entering, a
 // collective throw instead of hanging.
 //
-// CUDA graphs: each rank records its share of a step, collectives included, into a graph of its own
-// stream (capture below), all ranks at once on their threads; the replays then meet on the devices.
+// CUDA graphs: every rank records its share of a step, collectives included, at once on its thread
+// (capture below); the ranks then replay together.
 #include <functional>
 #include <memory>
 #include <string>
@@ -42,10 +42,11 @@ class Collective {
   // Blocks until every rank has arrived and its work so far is done (tests; the operations above
   // synchronise by themselves).
   virtual void barrier() = 0;
-  // Records `body`, this rank's share of a step with its collectives, as a graph of `backend`'s stream
-  // (Backend::capture; null where the backend records none). Every rank records at once, on its own
-  // thread, the same operations in the same order. The tensors the collectives see while recording are
-  // the ones every replay uses. The default is the backend's recording; NCCL's also watches each replay.
+  // Records `body`, this rank's share of a step with its collectives, for replay (null where the
+  // backend records none). Every rank records at once, on its own thread, the same operations in the
+  // same order, and every rank replays at once. The tensors the collectives see while recording are the
+  // ones every replay uses. The default is the backend's recording of its stream (Backend::capture);
+  // NCCL's also watches each replay; the one-device collective records all ranks as one graph.
   virtual std::unique_ptr<StepGraph> capture(Backend& backend, const std::function<void()>& body) {
     return backend.capture(body);
   }

@@ -12,9 +12,9 @@
 //     samples, accept and stop decisions identical (token-exact), the entropies within the bound below.
 //   tp_26b_shape: the same for a few steps of a model of the released 26B-A4B's widths (two layers,
 //     one sliding and one full, dummy weights), N = 2 and 4.
-//   tp_device_collective_graphs: each rank's gather and sums recorded into a CUDA graph of its own
-//     (Collective::capture), replayed three times on new inputs written into the recorded buffers: every
-//     replay equals the thread collective bit for bit (the ranks' replays meet on the device alone).
+//   tp_device_collective_graphs: every rank's gather and sums recorded (Collective::capture: the ranks
+//     joined in one graph), replayed three times on new inputs written into the recorded buffers: every
+//     replay equals the thread collective bit for bit.
 //   tp_graphs_*: the engine at -tp N with CUDA graphs (every rank records its steps, collectives
 //     inside) against -tp N op by op: every step's trace and every output identical bit for bit, as
 //     graphs_vs_eager checks one GPU (the same head dims, 64 / 128, that the recordable attention

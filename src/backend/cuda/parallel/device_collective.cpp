@@ -2,6 +2,11 @@
 #include "backend/device_collective.h"
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
 
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/cuda_backend.h"
@@ -12,23 +17,75 @@
 namespace dgemma {
 namespace {
 
-// What the ranks share: the host meeting point, each rank's context, and the streams' meeting
-// (launch_rank_barrier): one arrival counter per rank in device memory, and the abort and failure
-// words in mapped host memory (the host sets the first, reads the second without a synchronisation).
+// What the ranks share: the meeting point, each rank's context and its two events ("my input is
+// ready", "I have read everyone's").
 struct Shared {
-  Shared(int n, double timeout) : meet(n, timeout), timeout_seconds(timeout) {}
+  Shared(int n, double timeout) : meet(n, timeout) {}
   Rendezvous meet;
-  double timeout_seconds;
   std::vector<const cuda::Context*> ctx;
-  unsigned* counters = nullptr;  // device
-  int* words = nullptr;          // host, mapped: [0] abort, [1] failure
-  int* device_words = nullptr;   // the same, as the device sees them
+  std::vector<cudaEvent_t> ready, done;
   ~Shared() {
-    if (counters != nullptr) cudaFree(counters);
-    if (words != nullptr) cudaFreeHost(words);
+    for (cudaEvent_t e : ready) cudaEventDestroy(e);
+    for (cudaEvent_t e : done) cudaEventDestroy(e);
   }
-  volatile int& abort_word() const { return const_cast<volatile int&>(words[0]); }
-  volatile int& failure_word() const { return const_cast<volatile int&>(words[1]); }
+};
+
+// One recording of every rank's share of a step: a single CUDA graph (the ranks' streams joined one
+// capture, the collectives' event orderings its edges), launched by rank 0 on its stream.
+struct JointGraph {
+  cudaGraphExec_t exec = nullptr;
+  cudaEvent_t fork = nullptr;       // recording: rank 0's capture, which the others join
+  std::vector<cudaEvent_t> joins;   // recording: rank r's share done, which rank 0's stream rejoins
+  std::vector<cudaEvent_t> before;  // replay: rank r's work so far
+  cudaEvent_t after = nullptr;      // replay: the launch
+  explicit JointGraph(int n)
+      : joins(static_cast<size_t>(n), nullptr), before(static_cast<size_t>(n), nullptr) {
+    for (cudaEvent_t* e : events()) CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  }
+  ~JointGraph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    for (cudaEvent_t* e : events())
+      if (*e != nullptr) cudaEventDestroy(*e);
+  }
+  JointGraph(const JointGraph&) = delete;
+  JointGraph& operator=(const JointGraph&) = delete;
+
+ private:
+  std::vector<cudaEvent_t*> events() {
+    std::vector<cudaEvent_t*> all{&fork, &after};
+    for (cudaEvent_t& e : joins) all.push_back(&e);
+    for (cudaEvent_t& e : before) all.push_back(&e);
+    return all;
+  }
+};
+
+// Rank r's handle on a joint graph. The ranks replay together, each on its own thread: every rank's
+// stream marks its work so far, rank 0's stream waits for all of them and launches the graph, and every
+// rank's stream waits for the launch. Each wait is on work already queued, so no stream can wait on
+// a rank whose thread has yet to come.
+class JointReplay final : public StepGraph {
+ public:
+  JointReplay(std::shared_ptr<Shared> s, std::shared_ptr<JointGraph> g, int rank)
+      : s_(std::move(s)), g_(std::move(g)), rank_(rank) {}
+  void replay() override {
+    const cuda::Context& c = *s_->ctx[static_cast<size_t>(rank_)];
+    CUDA_CHECK(cudaSetDevice(c.device));
+    CUDA_CHECK(cudaEventRecord(g_->before[static_cast<size_t>(rank_)], c.stream));
+    s_->meet.arrive(rank_);
+    if (rank_ == 0) {
+      for (cudaEvent_t e : g_->before) CUDA_CHECK(cudaStreamWaitEvent(c.stream, e, 0));
+      c.stream.count_launch();
+      CUDA_CHECK(cudaGraphLaunch(g_->exec, c.stream));
+      CUDA_CHECK(cudaEventRecord(g_->after, c.stream));
+    }
+    s_->meet.arrive(rank_);
+    if (rank_ != 0) CUDA_CHECK(cudaStreamWaitEvent(c.stream, g_->after, 0));
+  }
+
+ private:
+  std::shared_ptr<Shared> s_;
+  std::shared_ptr<JointGraph> g_;
+  int rank_;
 };
 
 class DeviceCollective final : public Collective {
@@ -85,43 +142,93 @@ class DeviceCollective final : public Collective {
     s_->meet.arrive(rank_);
   }
 
+  // One joint recording (JointGraph): rank 0 starts capturing its stream and every other rank's stream
+  // joins the capture through an event; each rank's work, collectives included, goes into the one
+  // graph from its own thread; the other ranks' streams rejoin rank 0's, which ends the capture. Every
+  // rank's recorded allocations come from its own graph pool. The backend argument must be this
+  // rank's (its stream is the one recorded).
+  std::unique_ptr<StepGraph> capture(Backend& backend, const std::function<void()>& body) override {
+    DG_CHECK(&cuda::context_of(backend) == &ctx());
+    activate();
+    ctx().sync();  // nothing of earlier work may end up in the recording
+    s_->meet.arrive(rank_);
+    std::shared_ptr<JointGraph> made;
+    if (rank_ == 0) {
+      made = std::make_shared<JointGraph>(size());
+      CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+      CUDA_CHECK(cudaEventRecord(made->fork, stream()));
+    }
+    const std::shared_ptr<JointGraph> g =
+        *static_cast<const std::shared_ptr<JointGraph>*>(s_->meet.exchange(rank_, &made)[0]);
+    std::string error;
+    if (rank_ != 0) CUDA_CHECK(cudaStreamWaitEvent(stream(), g->fork, 0));
+    ctx().allocator->begin_graph_pool();
+    try {
+      body();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    ctx().allocator->end_graph_pool();
+    if (rank_ != 0) CUDA_CHECK(cudaEventRecord(g->joins[static_cast<size_t>(rank_)], stream()));
+    bool met = true;
+    try {
+      s_->meet.arrive(rank_);
+    } catch (const std::exception& e) {
+      met = false;
+      if (error.empty()) error = e.what();
+    }
+    if (rank_ == 0) {  // ends the capture whatever happened
+      if (met)
+        for (int r = 1; r < size(); ++r)
+          CUDA_CHECK(cudaStreamWaitEvent(stream(), g->joins[static_cast<size_t>(r)], 0));
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
+      cudaError_t made_exec = cudaSuccess;
+      if (ended == cudaSuccess && graph != nullptr && error.empty())
+        made_exec = cudaGraphInstantiate(&g->exec, graph, 0);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      if (ended != cudaSuccess || made_exec != cudaSuccess) {
+        cudaGetLastError();
+        if (error.empty())
+          error = fmt::format("recording the ranks' step as one CUDA graph failed: {}",
+                              cudaGetErrorString(ended != cudaSuccess ? ended : made_exec));
+      }
+    }
+    if (!met) fail(ErrorKind::kInternal, "{}", error);
+    s_->meet.arrive(rank_);  // rank 0 has made the graph, or failed to
+    if (!error.empty()) fail(ErrorKind::kInternal, "{}", error);
+    if (g->exec == nullptr)
+      fail(ErrorKind::kInternal, "rank 0 could not record the ranks' step as a CUDA graph");
+    return std::make_unique<JointReplay>(s_, g, rank_);
+  }
+
  private:
   const cuda::Context& ctx() const { return *s_->ctx[static_cast<size_t>(rank_)]; }
   cudaStream_t stream() const { return ctx().stream; }
   void activate() const { CUDA_CHECK(cudaSetDevice(ctx().device)); }
 
-  // Meets the other ranks' threads (every rank's tensor, by rank), then the streams: this rank's later
-  // work runs after every rank's work so far, its input included.
+  // Marks this rank's input ready on its stream, meets the others, and orders this rank's stream after
+  // every rank's input. Returns every rank's tensor.
   std::vector<const Tensor*> post(const Tensor& mine) {
     activate();
-    healthy();
+    CUDA_CHECK(cudaEventRecord(s_->ready[static_cast<size_t>(rank_)], stream()));
     const std::vector<const void*> posted = s_->meet.exchange(rank_, &mine);
     std::vector<const Tensor*> all(posted.size());
-    for (size_t r = 0; r < posted.size(); ++r) all[r] = static_cast<const Tensor*>(posted[r]);
-    streams_meet();
+    for (size_t r = 0; r < posted.size(); ++r) {
+      all[r] = static_cast<const Tensor*>(posted[r]);
+      if (static_cast<int>(r) != rank_) CUDA_CHECK(cudaStreamWaitEvent(stream(), s_->ready[r], 0));
+    }
     return all;
   }
 
-  // After this rank's reads are queued: no rank's thread leaves the operation (its posted tensor) before
-  // every rank has queued its reads, and no rank's stream goes on (and overwrites its input) before
-  // every rank's reads have run.
+  // After this rank's reads are queued: no rank's stream goes on (and overwrites its input) before
+  // every rank has read it. A rank records its "done" event again only after the next meeting, which
+  // every other rank reaches after queueing its wait on it.
   void read_done() {
+    CUDA_CHECK(cudaEventRecord(s_->done[static_cast<size_t>(rank_)], stream()));
     s_->meet.arrive(rank_);
-    streams_meet();
-  }
-
-  void streams_meet() {
-    cuda::launch_rank_barrier(s_->counters, rank_, size(), s_->device_words, s_->device_words + 1,
-                              s_->timeout_seconds, ctx().stream);
-  }
-
-  // Throws when an earlier meeting of the streams stopped without the others (their data was not read).
-  void healthy() const {
-    const int failed = s_->failure_word();
-    if (failed != 0)
-      fail(ErrorKind::kInternal, "the one-device collective failed: a rank's stream {}",
-           failed == cuda::kBarrierAborted ? "was aborted while waiting for the others"
-                                           : "waited for the others longer than the timeout");
+    for (int r = 0; r < size(); ++r)
+      if (r != rank_) CUDA_CHECK(cudaStreamWaitEvent(stream(), s_->done[static_cast<size_t>(r)], 0));
   }
 
   std::shared_ptr<Shared> s_;
@@ -142,29 +249,18 @@ class DeviceGroup final : public CollectiveGroup {
              "the one-device collective joins backends of one GPU (got devices {} and {})", device,
              c->device);
     CUDA_CHECK(cudaSetDevice(device));
-    CUDA_CHECK(cudaMalloc(&s_->counters, sizeof(unsigned) * cuda::kMaxRanks));
-    CUDA_CHECK(cudaMemset(s_->counters, 0, sizeof(unsigned) * cuda::kMaxRanks));
-    CUDA_CHECK(cudaHostAlloc(&s_->words, 2 * sizeof(int), cudaHostAllocMapped));
-    s_->words[0] = s_->words[1] = 0;
-    CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&s_->device_words), s_->words, 0));
-    CUDA_CHECK(cudaDeviceSynchronize());  // the counters are zero before any rank's stream counts
-    for (int r = 0; r < n; ++r) ranks_.push_back(std::make_unique<DeviceCollective>(s_, r));
+    s_->ready.resize(static_cast<size_t>(n));
+    s_->done.resize(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&s_->ready[static_cast<size_t>(r)], cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&s_->done[static_cast<size_t>(r)], cudaEventDisableTiming));
+      ranks_.push_back(std::make_unique<DeviceCollective>(s_, r));
+    }
   }
   int size() const override { return s_->meet.size(); }
   Collective& rank(int r) override { return *ranks_.at(static_cast<size_t>(r)); }
-  void abort() override {
-    s_->abort_word() = 1;  // the streams waiting in a meeting stop
-    s_->meet.abort("another rank failed");
-  }
-  // No rank may be inside an operation; the streams' work is waited for, then every counter is zero.
-  void reset() override {
-    for (const cuda::Context* c : s_->ctx) c->sync();
-    CUDA_CHECK(cudaMemset(s_->counters, 0, sizeof(unsigned) * cuda::kMaxRanks));
-    CUDA_CHECK(cudaDeviceSynchronize());
-    s_->abort_word() = 0;
-    s_->failure_word() = 0;
-    s_->meet.reset();
-  }
+  void abort() override { s_->meet.abort("another rank failed"); }
+  void reset() override { s_->meet.reset(); }
 
  private:
   std::shared_ptr<Shared> s_;

@@ -75,36 +75,6 @@ __global__ void sum_ranks_kernel(RankPointers in, int ranks, int type, int64_t n
   }
 }
 
-// One thread: this rank's arrival counted, then a wait until every other rank has arrived as often
-// (wrapping comparison). The fences order the stream's earlier work before the count and the others'
-// counts before the stream's later work. Stops waiting when `abort_word` (host memory) is set or after
-// timeout_ns, recording which in `failed_word` (host memory too).
-__global__ void rank_barrier_kernel(unsigned* counters, int rank, int ranks, const volatile int* abort_word,
-                                    volatile int* failed_word, unsigned long long timeout_ns) {
-  __threadfence_system();
-  const unsigned mine = atomicAdd(&counters[rank], 1u) + 1u;
-  unsigned long long t0 = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (int r = 0; r < ranks; ++r) {
-    if (r == rank) continue;
-    const volatile unsigned* c = counters + r;
-    while (static_cast<int>(*c - mine) < 0) {
-      if (*abort_word != 0) {
-        *failed_word = kBarrierAborted;  // a plain store: host memory
-        return;
-      }
-      unsigned long long now = 0;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-      if (now - t0 > timeout_ns) {
-        *failed_word = kBarrierTimedOut;
-        return;
-      }
-      __nanosleep(256);
-    }
-  }
-  __threadfence_system();
-}
-
 }  // namespace
 
 void launch_embed_shard(const int32_t* ids, int64_t T, const uint16_t* table, int64_t first, int64_t rows,
@@ -135,13 +105,6 @@ void launch_sum_ranks(const RankPointers& in, int ranks, int type, int64_t n, vo
   DG_CHECK(ranks >= 1 && ranks <= kMaxRanks && type >= 0 && type <= 2);
   if (n <= 0) return;
   launch_kernel(stream, sum_ranks_kernel, grid_for(n, kThreads), kThreads, 0, in, ranks, type, n, out);
-}
-
-void launch_rank_barrier(unsigned* counters, int rank, int ranks, const int* abort_word, int* failed_word,
-                         double timeout_seconds, Stream stream) {
-  DG_CHECK(ranks >= 1 && ranks <= kMaxRanks && rank >= 0 && rank < ranks);
-  const auto ns = static_cast<unsigned long long>(timeout_seconds > 0 ? timeout_seconds * 1e9 : 1e18);
-  launch_kernel(stream, rank_barrier_kernel, 1u, 1, 0, counters, rank, ranks, abort_word, failed_word, ns);
 }
 
 }  // namespace dgemma::cuda

@@ -1,9 +1,8 @@
 #pragma once
 // The small kernels of the sharded (tensor-parallel) ops of the CUDA backend (shard_kernels.cu): the
 // vocabulary-sharded embedding lookup, the block partials' layout and sums of the self-conditioning
-// GEMM, the expert-parallel MoE's -0 fill and tile list, and the one-device collective's sums and
-// barrier. Each op is what the CPU backend's op computes, element for element (backend.h documents the
-// ops).
+// GEMM, the expert-parallel MoE's -0 fill and tile list, and the one-device collective's sums. Each is
+// what the CPU backend's op computes, element for element (backend.h documents the ops).
 #include <cstdint>
 
 #include "backend/cuda/core/stream.h"
@@ -34,15 +33,5 @@ struct RankPointers {
   const void* p[kMaxRanks];
 };
 void launch_sum_ranks(const RankPointers& in, int ranks, int type, int64_t n, void* out, Stream stream);
-
-// The one-device collective's meeting of the ranks' streams: a one-thread kernel that counts this rank's
-// arrival in counters[rank] (device memory, one counter per rank, all starting equal) and waits until
-// every other rank's counter has come as far, so that each stream's later work runs after every rank's
-// earlier work. Recordable into a CUDA graph (each replay counts again). A rank whose stream never comes
-// would leave the others waiting: they stop when *abort_word (mapped host memory) is set or after
-// timeout_seconds (<= 0: none), setting kBarrierAborted / kBarrierTimedOut in *failed_word (mapped).
-constexpr int kBarrierAborted = 1, kBarrierTimedOut = 2;
-void launch_rank_barrier(unsigned* counters, int rank, int ranks, const int* abort_word, int* failed_word,
-                         double timeout_seconds, Stream stream);
 
 }  // namespace dgemma::cuda
