@@ -6,42 +6,61 @@
 // op-by-op run that sizes the gather buffer, as the engine does) and replayed on new inputs written into
 // the recorded buffers: every replay equals the thread collective bit for bit.
 #include <cstring>
-#include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "backend/nccl.h"
 #include "backend/thread_collective.h"
+#include "collective_replay.h"
 #include "gpu_check_util.h"
 #include "util/bf16.h"
-#include "util/error.h"
 
 namespace dgemma::gpu_test {
 namespace {
 
-void check_nccl(Reporter& r) {
+// Every visible GPU (the largest power of two of them, up to 8) as a rank with its own CUDA backend,
+// joined by NCCL; `error` says why not.
+struct NcclRanks {
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> backends;
+  std::unique_ptr<CollectiveGroup> group;
+  std::string error;
+  int size() const { return static_cast<int>(backends.size()); }
+};
+
+NcclRanks nccl_ranks() {
+  NcclRanks k;
   std::string why;
   if (!nccl_available(&why)) {
-    r.fail("NCCL cannot be loaded: " + why);
-    return;
+    k.error = "NCCL cannot be loaded: " + why;
+    return k;
   }
   int visible = 0;
   if (cudaGetDeviceCount(&visible) != cudaSuccess || visible < 1) {
-    r.fail("no CUDA device");
-    return;
+    k.error = "no CUDA device";
+    return k;
   }
   int n = 1;
   while (n * 2 <= visible && n * 2 <= 8) n *= 2;
-  std::vector<std::unique_ptr<Backend>> owned;
-  std::vector<Backend*> backends;
   for (int i = 0; i < n; ++i) {
-    owned.push_back(make_cuda_backend(i));
-    backends.push_back(owned.back().get());
+    k.owned.push_back(make_cuda_backend(i));
+    k.backends.push_back(k.owned.back().get());
   }
-  auto group = make_nccl_group(backends);
+  k.group = make_nccl_group(k.backends);
+  return k;
+}
+
+void check_nccl(Reporter& r) {
+  NcclRanks ranks = nccl_ranks();
+  if (!ranks.error.empty()) {
+    r.fail(ranks.error);
+    return;
+  }
+  const int n = ranks.size();
+  std::vector<Backend*>& backends = ranks.backends;
+  CollectiveGroup* group = ranks.group.get();
   ThreadCollectiveGroup ref(n);
   Data data("nccl");
   const int64_t rows = 37, cols = 24;
@@ -59,12 +78,7 @@ void check_nccl(Reporter& r) {
   }
   std::vector<Tensor> want_gather(static_cast<size_t>(n)), want_bf(static_cast<size_t>(n)), want_f(static_cast<size_t>(n));
   std::vector<Tensor> got_gather(static_cast<size_t>(n)), got_bf(static_cast<size_t>(n)), got_f(static_cast<size_t>(n));
-  auto each = [&](const std::function<void(int)>& fn) {
-    std::vector<std::thread> t;
-    for (int k = 0; k < n; ++k) t.emplace_back(fn, k);
-    for (auto& x : t) x.join();
-  };
-  each([&](int k) {
+  each_rank(n, [&](int k) {
     want_gather[k] = host_tensor(ScalarType::kBF16, {rows, cols * n});
     ref.rank(k).all_gather_last(in[k], want_gather[k]);
     want_bf[k] = clone(sum_bf[k]);
@@ -72,7 +86,7 @@ void check_nccl(Reporter& r) {
     want_f[k] = clone(sum_f[k]);
     ref.rank(k).all_reduce_sum(want_f[k]);
   });
-  each([&](int k) {
+  each_rank(n, [&](int k) {
     Backend& be = *backends[k];
     Tensor x = be.upload(in[k]), out = be.alloc(ScalarType::kBF16, {rows, cols * n});
     group->rank(k).all_gather_last(x, out);
@@ -100,103 +114,13 @@ void check_nccl(Reporter& r) {
 }
 
 void check_nccl_graphs(Reporter& r) {
-  std::string why;
-  if (!nccl_available(&why)) {
-    r.fail("NCCL cannot be loaded: " + why);
+  NcclRanks ranks = nccl_ranks();
+  if (!ranks.error.empty()) {
+    r.fail(ranks.error);
     return;
   }
-  int visible = 0;
-  if (cudaGetDeviceCount(&visible) != cudaSuccess || visible < 1) {
-    r.fail("no CUDA device");
-    return;
-  }
-  int n = 1;
-  while (n * 2 <= visible && n * 2 <= 8) n *= 2;
-  std::vector<std::unique_ptr<Backend>> owned;
-  std::vector<Backend*> backends;
-  for (int i = 0; i < n; ++i) {
-    owned.push_back(make_cuda_backend(i));
-    backends.push_back(owned.back().get());
-  }
-  auto group = make_nccl_group(backends);
-  ThreadCollectiveGroup ref(n);
-  Data data("nccl_graphs");
-  const int64_t rows = 21, cols = 40;
-  auto each = [&](const std::function<void(int)>& fn) {
-    std::vector<std::thread> t;
-    std::vector<std::string> errors(static_cast<size_t>(n));
-    for (int k = 0; k < n; ++k)
-      t.emplace_back([&, k] {
-        try {
-          fn(k);
-        } catch (const std::exception& e) {
-          errors[static_cast<size_t>(k)] = e.what();
-        }
-      });
-    for (auto& x : t) x.join();
-    for (const std::string& e : errors)
-      if (!e.empty()) throw Error(ErrorKind::kInternal, e);
-  };
-  std::vector<Tensor> in(n), g(n), b(n), f(n);
-  std::vector<std::unique_ptr<StepGraph>> graphs(n);
-  each([&](int k) {
-    Backend& be = *backends[k];
-    in[k] = be.alloc(ScalarType::kBF16, {rows, cols});
-    g[k] = be.alloc(ScalarType::kBF16, {rows, cols * n});
-    b[k] = be.alloc(ScalarType::kBF16, {rows, cols});
-    f[k] = be.alloc(ScalarType::kF32, {rows, cols});
-    Collective& c = group->rank(k);
-    auto body = [&] {
-      c.all_gather_last(in[k], g[k]);
-      c.all_reduce_sum(b[k]);
-      c.all_reduce_sum(f[k]);
-    };
-    body();  // op by op first: sizes the gather's buffer
-    be.synchronize();
-    graphs[k] = c.capture(be, body);
-    if (!graphs[k]) throw Error(ErrorKind::kInternal, "rank " + std::to_string(k) + " recorded no graph");
-  });
-  int compared = 0;
-  for (int replay = 0; replay < 3; ++replay) {
-    std::vector<Tensor> hin(n), hb(n), hf(n);
-    for (int k = 0; k < n; ++k) {
-      hin[k] = data.bf16({rows, cols}, 1.0f);
-      hb[k] = data.bf16({rows, cols}, 1.0f);
-      hf[k] = host_tensor(ScalarType::kF32, {rows, cols});
-      for (int64_t i = 0; i < rows * cols; ++i) {
-        const bool mine = (i + replay) % n == k;
-        if (!mine) hb[k].ptr<uint16_t>()[i] = kBf16NegZero;
-        hf[k].ptr<float>()[i] = mine ? data.uniform(-3.0f, 3.0f) : -0.0f;
-      }
-    }
-    std::vector<std::vector<uint8_t>> want(n), got(n);
-    each([&](int k) {
-      Tensor gw = host_tensor(ScalarType::kBF16, {rows, cols * n});
-      ref.rank(k).all_gather_last(hin[k], gw);
-      Tensor bw = clone(hb[k]), fw = clone(hf[k]);
-      ref.rank(k).all_reduce_sum(bw);
-      ref.rank(k).all_reduce_sum(fw);
-      for (const Tensor* t : {&gw, &bw, &fw})
-        want[k].insert(want[k].end(), t->ptr<uint8_t>(), t->ptr<uint8_t>() + t->nbytes());
-    });
-    each([&](int k) {
-      Backend& be = *backends[k];
-      be.from_host(in[k], hin[k].data);
-      be.from_host(b[k], hb[k].data);
-      be.from_host(f[k], hf[k].data);
-      graphs[k]->replay();
-      for (const Tensor* t : {&g[k], &b[k], &f[k]}) {
-        std::vector<uint8_t> v(t->nbytes());
-        be.to_host(*t, v.data());
-        got[k].insert(got[k].end(), v.begin(), v.end());
-      }
-    });
-    for (int k = 0; k < n; ++k, ++compared)
-      if (got[k] != want[k])
-        r.fail("replay " + std::to_string(replay) + " rank " + std::to_string(k) +
-               ": differs from the thread collective");
-  }
-  r.note("nccl graphs: " + std::to_string(n) + " rank(s), " + std::to_string(compared) +
+  const int compared = check_recorded_collectives(r, "nccl", *ranks.group, ranks.backends);
+  r.note("nccl graphs: " + std::to_string(ranks.size()) + " rank(s), " + std::to_string(compared) +
          " rank replays of a recorded gather and bf16 / f32 sums compared bitwise");
 }
 

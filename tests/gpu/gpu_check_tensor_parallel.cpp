@@ -31,12 +31,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
-#include <thread>
 
 #include "backend/device_collective.h"
 #include "backend/thread_collective.h"
+#include "collective_replay.h"
 #include "gpu_check_fixtures.h"
 #include "gpu_check_util.h"
 #include "model/config.h"
@@ -52,22 +51,6 @@
 
 namespace dgemma::gpu_test {
 namespace {
-
-void each(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> t;
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  for (int k = 0; k < n; ++k)
-    t.emplace_back([&, k] {
-      try {
-        fn(k);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(k)] = e.what();
-      }
-    });
-  for (auto& x : t) x.join();
-  for (const std::string& e : errors)
-    if (!e.empty()) throw Error(ErrorKind::kInternal, e);
-}
 
 std::vector<std::unique_ptr<Backend>> one_gpu_backends(int n, const CudaOptions& o) {
   std::vector<std::unique_ptr<Backend>> b;
@@ -111,7 +94,7 @@ void check_device_collective(Reporter& r) {
       }
     }
     std::vector<std::vector<uint8_t>> want(n), got(n);
-    each(n, [&](int k) {
+    each_rank(n, [&](int k) {
       Tensor g = host_tensor(ScalarType::kBF16, {rows, cols * n});
       ref.rank(k).all_gather_last(in[k], g);
       Tensor b = clone(bf[k]), x = clone(f[k]), i = clone(ints[k]);
@@ -123,7 +106,7 @@ void check_device_collective(Reporter& r) {
         want[k].insert(want[k].end(), v.begin(), v.end());
       }
     });
-    each(n, [&](int k) {
+    each_rank(n, [&](int k) {
       Backend& be = *owned[k];
       Tensor g = be.alloc(ScalarType::kBF16, {rows, cols * n});
       group->rank(k).all_gather_last(be.upload(in[k]), g);
@@ -149,68 +132,8 @@ void check_device_collective_graphs(Reporter& r) {
   for (int n : {2, 4}) {
     auto owned = one_gpu_backends(n, current_options());
     auto group = make_device_group(pointers(owned));
-    ThreadCollectiveGroup ref(n);
-    Data data("tp_device_collective_graphs" + std::to_string(n));
-    const int64_t rows = 29, cols = 40;
-    // Per rank: the recorded buffers, and the graph.
-    std::vector<Tensor> in(n), g(n), b(n), x(n);
-    std::vector<std::unique_ptr<StepGraph>> graphs(n);
-    each(n, [&](int k) {
-      Backend& be = *owned[k];
-      in[k] = be.alloc(ScalarType::kBF16, {rows, cols});
-      g[k] = be.alloc(ScalarType::kBF16, {rows, cols * n});
-      b[k] = be.alloc(ScalarType::kBF16, {rows, cols});
-      x[k] = be.alloc(ScalarType::kF32, {rows, cols});
-      Collective& c = group->rank(k);
-      graphs[k] = c.capture(be, [&] {
-        c.all_gather_last(in[k], g[k]);
-        c.all_reduce_sum(b[k]);
-        c.all_reduce_sum(x[k]);
-      });
-      if (!graphs[k]) throw Error(ErrorKind::kInternal, "rank " + std::to_string(k) + " recorded no graph");
-    });
-    int compared = 0;
-    for (int replay = 0; replay < 3; ++replay) {
-      // New inputs: one contributor per element of the sums, -0 elsewhere.
-      std::vector<Tensor> hin(n), hb(n), hx(n);
-      for (int k = 0; k < n; ++k) {
-        hin[k] = data.bf16({rows, cols}, 1.0f);
-        hb[k] = data.bf16({rows, cols}, 1.0f);
-        hx[k] = host_tensor(ScalarType::kF32, {rows, cols});
-        for (int64_t i = 0; i < rows * cols; ++i) {
-          const bool mine = (i + replay) % n == k;
-          if (!mine) hb[k].ptr<uint16_t>()[i] = kBf16NegZero;
-          hx[k].ptr<float>()[i] = mine ? data.uniform(-3.0f, 3.0f) : -0.0f;
-        }
-      }
-      std::vector<std::vector<uint8_t>> want(n), got(n);
-      each(n, [&](int k) {
-        Tensor gw = host_tensor(ScalarType::kBF16, {rows, cols * n});
-        ref.rank(k).all_gather_last(hin[k], gw);
-        Tensor bw = clone(hb[k]), xw = clone(hx[k]);
-        ref.rank(k).all_reduce_sum(bw);
-        ref.rank(k).all_reduce_sum(xw);
-        for (const Tensor* t : {&gw, &bw, &xw})
-          want[k].insert(want[k].end(), t->ptr<uint8_t>(), t->ptr<uint8_t>() + t->nbytes());
-      });
-      each(n, [&](int k) {
-        Backend& be = *owned[k];
-        be.from_host(in[k], hin[k].data);
-        be.from_host(b[k], hb[k].data);
-        be.from_host(x[k], hx[k].data);
-        graphs[k]->replay();
-        for (const Tensor* t : {&g[k], &b[k], &x[k]}) {
-          const auto v = bytes_of(be, *t);
-          got[k].insert(got[k].end(), v.begin(), v.end());
-        }
-      });
-      for (int k = 0; k < n; ++k) {
-        if (got[k] != want[k])
-          r.fail("one-device collective graphs N=" + std::to_string(n) + " replay " + std::to_string(replay) +
-                 " rank " + std::to_string(k) + ": differs from the thread collective");
-        ++compared;
-      }
-    }
+    const int compared =
+        check_recorded_collectives(r, "one-device collective N=" + std::to_string(n), *group, pointers(owned));
     r.note("one-device collective N=" + std::to_string(n) + ": " + std::to_string(compared) +
            " rank replays of a recorded gather and bf16 / f32 sums compared bitwise");
   }
@@ -301,7 +224,7 @@ void check_expert_parallel_moe(Reporter& r) {
       auto owned = one_gpu_backends(n, o);
       auto group = make_device_group(pointers(owned));
       std::vector<std::vector<uint16_t>> got(n, std::vector<uint16_t>(static_cast<size_t>(T * H)));
-      each(n, [&](int k) {
+      each_rank(n, [&](int k) {
         Backend& be = *owned[k];
         MoeArgs a = args(be, k * E / n, (k + 1) * E / n);
         a.collective = &group->rank(k);
