@@ -132,8 +132,8 @@ void check_device_collective_graphs(Reporter& r) {
   for (int n : {2, 4}) {
     auto owned = one_gpu_backends(n, current_options());
     auto group = make_device_group(pointers(owned));
-    const int compared =
-        check_recorded_collectives(r, "one-device collective N=" + std::to_string(n), *group, pointers(owned));
+    const int compared = check_recorded_collectives(r, "one-device collective N=" + std::to_string(n), *group,
+                                                    pointers(owned));
     r.note("one-device collective N=" + std::to_string(n) + ": " + std::to_string(compared) +
            " rank replays of a recorded gather and bf16 / f32 sums compared bitwise");
   }
