@@ -57,6 +57,10 @@ struct CudaOptions {
   // bytes of the per-item path's score buffer (queries are processed in chunks that fit it).
   int flash_splits = 0;
   int64_t attention_score_budget = int64_t{256} << 20;
+  // For tests: every allocation filled with 0xFF bytes (NaN in bf16 and f32) in stream order before its
+  // first use, so that an op reading memory nothing wrote gives NaN instead of an answer that depends on
+  // what the memory last held (dgemma_gpu_check --poison-allocations).
+  bool poison_allocations = false;
 };
 
 // The options as a backend on a GPU of compute capability major.minor runs them: the family kHopper

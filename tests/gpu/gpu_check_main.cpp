@@ -1,10 +1,13 @@
 // dgemma_gpu_check: the CUDA-vs-CPU checks of gpu_checks.h without GoogleTest, for machines that
 // have CUDA but not the Debian test packages (built by scripts/device_build.sh, which defines
 // DGEMMA_GPU_CHECK_MAIN; in the CMake build this file is empty and gpu_tests uses GoogleTest).
-//   dgemma_gpu_check [--kernel-family auto|hopper|portable] [substring...]
+//   dgemma_gpu_check [--kernel-family auto|hopper|portable] [--poison-allocations] [substring...]
 //                                     runs the checks whose name contains any substring (all if none)
 //                                     with the run's backend in that kernel family (auto by default;
-//                                     checks of one family's kernels force it where the GPU runs it)
+//                                     checks of one family's kernels force it where the GPU runs it);
+//                                     --poison-allocations: every CUDA allocation of the checks' backends
+//                                     starts as NaN bytes (CudaOptions::poison_allocations), so a check
+//                                     whose GPU side reads memory nothing wrote fails every time
 //   dgemma_gpu_check [--kernel-family F] --only NAME...   runs the checks of exactly these names
 //   dgemma_gpu_check --list           prints every check's name, one a line, in run order (no GPU needed)
 //   dgemma_gpu_check --bench experts  the quantised expert GEMMs (grouped kernels) per format and T
@@ -274,14 +277,25 @@ class PrintReporter final : public dgemma::gpu_test::Reporter {
 
 int main(int argc, char** argv) {
   using namespace dgemma::gpu_test;
-  if (argc > 2 && std::strcmp(argv[1], "--kernel-family") == 0) {  // the run's family, then the rest as usual
-    if (!dgemma::parse_kernel_family(argv[2], &run_options().family)) {
-      std::printf("--kernel-family: one of %s, not %s\n", dgemma::kernel_family_words().c_str(), argv[2]);
-      return 2;
+  // The run's options first (the family, poisoned allocations), then the rest as usual.
+  for (bool more = true; more;) {
+    more = false;
+    if (argc > 2 && std::strcmp(argv[1], "--kernel-family") == 0) {
+      if (!dgemma::parse_kernel_family(argv[2], &run_options().family)) {
+        std::printf("--kernel-family: one of %s, not %s\n", dgemma::kernel_family_words().c_str(), argv[2]);
+        return 2;
+      }
+      argv[2] = argv[0];
+      argv += 2;
+      argc -= 2;
+      more = true;
+    } else if (argc > 1 && std::strcmp(argv[1], "--poison-allocations") == 0) {
+      run_options().poison_allocations = true;
+      argv[1] = argv[0];
+      argv += 1;
+      argc -= 1;
+      more = true;
     }
-    argv[2] = argv[0];
-    argv += 2;
-    argc -= 2;
   }
   if (argc > 1 && std::strcmp(argv[1], "--list") == 0) {
     for (const Case& c : all_cases()) std::printf("%s\n", c.name.c_str());
@@ -294,6 +308,7 @@ int main(int argc, char** argv) {
   std::printf("random inputs: DGEMMA_TEST_SEED=%llu\n", static_cast<unsigned long long>(run_seed()));
   std::printf("backend: %s, kernel family %s\n", cuda().name().c_str(),
               dgemma::kernel_family_word(run_options().family));
+  if (run_options().poison_allocations) std::printf("allocations poisoned (NaN bytes)\n");
   if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) {
     auto mode = [&](const char* m) { return argc > 2 && std::strcmp(argv[2], m) == 0; };
     if (mode("fused")) {  // the fused projections' GEMMs against their parts'

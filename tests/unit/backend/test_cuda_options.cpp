@@ -67,6 +67,11 @@ TEST(CudaOptions, AutoResolvesByTheGpu) {
   CudaOptions w;
   w.fp8_experts = Fp8Experts::kW8A16;
   EXPECT_EQ(resolve_cuda_options(w, 9, 0, "H200").fp8_experts, Fp8Experts::kW8A16);
+  // The test options pass through as given.
+  CudaOptions t;
+  t.poison_allocations = true;
+  EXPECT_TRUE(resolve_cuda_options(t, 9, 0, "H200").poison_allocations);
+  EXPECT_FALSE(resolve_cuda_options({}, 8, 9, "L40S").poison_allocations);
 }
 
 // What cannot run is refused with the GPU named and the way out, never quietly replaced.

@@ -143,6 +143,7 @@ Tensor Context::alloc_shape(ScalarType type, const int64_t* dims, int ndim) cons
   std::shared_ptr<DeviceAllocator> a = allocator;
   t.owner = std::shared_ptr<void>(p, [a, rounded](void* q) { a->release(q, rounded); });
   t.data = p;
+  if (options.poison_allocations && t.nbytes() > 0) CUDA_CHECK(cudaMemsetAsync(p, 0xFF, t.nbytes(), stream));
   return t;
 }
 
