@@ -8,17 +8,27 @@
 # cores); their logs follow each other in checks.txt, the isolated reruns per process likewise. The
 # memory_* checks run alone afterwards (they read the device's free memory).
 # Usage: [PARALLEL=N] scripts/gpu_checks.sh BUILD OUT [--kernel-family auto|hopper|portable]
+#          [--poison-allocations]
 #   (BUILD/dgemma_gpu_check; the whole set runs with the checks' backend in that kernel family, auto by
-#   default; scripts/gpu_suite.sh calls it for auto and portable)
+#   default; scripts/gpu_suite.sh calls it for auto and portable; --poison-allocations: every CUDA
+#   allocation starts as NaN bytes, so a check reading memory nothing wrote fails every time)
 # Exit status: 0 when no check failed (the isolated reruns decide for the checks after a sticky error).
 set -uo pipefail
-if [ $# -ne 2 ] && { [ $# -ne 4 ] || [ "$3" != "--kernel-family" ]; }; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+usage() {
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
-fi
+}
+[ $# -ge 2 ] || usage
 BIN="$1/dgemma_gpu_check" OUT="$2"
-FAMILY=()
-[ $# -eq 4 ] && FAMILY=(--kernel-family "$4")
+shift 2
+FAMILY=()  # the run's options, passed to every process
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kernel-family) [ $# -ge 2 ] || usage; FAMILY+=(--kernel-family "$2"); shift 2 ;;
+    --poison-allocations) FAMILY+=(--poison-allocations); shift ;;
+    *) usage ;;
+  esac
+done
 N="${PARALLEL:-1}"
 [ -x "$BIN" ] || { echo "gpu_checks.sh: no $BIN" >&2; exit 2; }
 [[ "$N" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_checks.sh: PARALLEL must be a positive integer" >&2; exit 2; }
