@@ -68,9 +68,10 @@ class DiffusionModelRunner final : public ModelRunner {
 
   // The batch sizes whose denoising steps are recorded as CUDA graphs (empty: none).
   std::vector<int> graph_batches() const;
-  // prepare()'s CUDA graphs alone, for a runner that is one rank of a tensor-parallel model
-  // (TensorParallelRunner calls it on every rank at once, each on its own thread): a recording that
-  // fails throws instead of leaving this rank op by op, since the ranks replay together or not at all.
+  // prepare()'s CUDA graphs, throwing if a recording fails (prepare then runs op by op). A runner that
+  // is one rank of a tensor-parallel model is given this alone (TensorParallelRunner calls it on every
+  // rank at once, each on its own thread), so that a failure fails them all: the ranks replay together
+  // or not at all.
   void record_rank_graphs(int64_t max_model_len);
 
  private:

@@ -81,8 +81,7 @@ void DiffusionModelRunner::record_graphs(int64_t max_model_len) {
   Stopwatch sw;
   const AllocatorStats a0 = be.allocator_stats();
   try {
-    if (plan_context_ == 0) plan_context_ = max_model_len;
-    enable_graphs(options_.batch_buckets);
+    record_rank_graphs(max_model_len);
     const AllocatorStats a1 = be.allocator_stats();
     DG_LOG_INFO("engine",
                 "CUDA graphs: denoising steps of {} canvases recorded in {:.0f} ms ({:.2f} GiB graph pool, "

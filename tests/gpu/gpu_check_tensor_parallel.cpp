@@ -32,6 +32,8 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "backend/device_collective.h"
 #include "backend/thread_collective.h"
@@ -241,6 +243,24 @@ void check_expert_parallel_moe(Reporter& r) {
 
 // ---- trajectories ------------------------------------------------------------------------------------
 
+// The sequences (prompt, params) through `core`, ids 1, 2, ...; returned as they ended (a run that
+// throws leaves them unfinished: the checks report from their states).
+std::vector<std::unique_ptr<Sequence>> run_sequences(
+    ModelCore& core, const std::vector<std::pair<std::vector<int32_t>, SequenceParams>>& runs) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<Sequence*> all;
+  for (const auto& [prompt, params] : runs) {
+    seqs.push_back(core.make_sequence(seqs.size() + 1, prompt, params));
+    all.push_back(seqs.back().get());
+  }
+  try {
+    core.run(all, 10000);
+  } catch (const Error&) {
+    // Reported from the sequences' states.
+  }
+  return seqs;
+}
+
 struct Compared {
   int steps = 0;
   double max_dh = 0;
@@ -322,20 +342,10 @@ void compare_models(Reporter& r, const std::string& name, const ModelConfig& mc,
   auto tp = TensorParallelModel::upload(mc, host, std::move(owned), std::move(group));
   const std::vector<int32_t> shorter(prompt.begin(),
                                      prompt.begin() + static_cast<long>(prompt.size() / 2 + 1));
-  auto run = [&](ModelCore& core) {
-    std::vector<std::unique_ptr<Sequence>> seqs;
-    SequenceParams a = p, b = p;
-    b.seed = a.seed + 101;
-    if (!p.guided) b.pins = {PinnedSpan{3, {5, 6, 7}}};
-    seqs.push_back(core.make_sequence(1, prompt, a));
-    seqs.push_back(core.make_sequence(2, shorter, b));
-    try {
-      core.run({seqs[0].get(), seqs[1].get()}, 10000);
-    } catch (const Error&) {
-      // Reported by compare_traces from the sequences' states.
-    }
-    return seqs;
-  };
+  SequenceParams b = p;
+  b.seed = p.seed + 101;
+  if (!p.guided) b.pins = {PinnedSpan{3, {5, 6, 7}}};
+  auto run = [&](ModelCore& core) { return run_sequences(core, {{prompt, p}, {shorter, b}}); };
   ModelCore ref(*one_be, one), sharded(*tp);
   const auto want = run(ref);
   const auto got = run(sharded);
@@ -404,23 +414,14 @@ ModelConfig recordable_config(const std::string& fixture) {
   return mc;
 }
 
-// Two seeded sequences of the fixture's first run (the second longer, with commits among its steps)
-// through `core`; returns them finished (or as they stopped).
+// Two seeded sequences of the fixture's first run (the second longer, with commits among its steps).
 std::vector<std::unique_ptr<Sequence>> run_two(ModelCore& core, const std::vector<int32_t>& prompt,
                                                const SequenceParams& p) {
-  std::vector<std::unique_ptr<Sequence>> seqs;
-  SequenceParams a = p, b = p;
-  b.seed = a.seed + 101;
+  SequenceParams b = p;
+  b.seed = p.seed + 101;
   b.max_tokens = 3 * p.max_tokens;
   b.ignore_eos = true;
-  seqs.push_back(core.make_sequence(1, prompt, a));
-  seqs.push_back(core.make_sequence(2, prompt, b));
-  try {
-    core.run({seqs[0].get(), seqs[1].get()}, 10000);
-  } catch (const Error&) {
-    // Reported from the sequences' states.
-  }
-  return seqs;
+  return run_sequences(core, {{prompt, p}, {prompt, b}});
 }
 
 void check_graphs(Reporter& r, const std::string& fixture, int n) {

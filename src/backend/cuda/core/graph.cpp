@@ -37,18 +37,20 @@ std::unique_ptr<StepGraph> capture_graph(const Context& ctx, const std::function
   ctx.sync();  // nothing of earlier work may end up in the recording
   ctx.allocator->begin_graph_pool();
   CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeRelaxed));
-  cudaGraph_t graph = nullptr;
   try {
     body();
   } catch (...) {
-    cudaStreamEndCapture(ctx.stream, &graph);  // leaves capture mode whatever the state
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    cudaGetLastError();
+    abandon_capture(ctx);
     ctx.allocator->end_graph_pool();
     throw;
   }
-  const cudaError_t ended = cudaStreamEndCapture(ctx.stream, &graph);
   ctx.allocator->end_graph_pool();
+  return end_capture(ctx);
+}
+
+std::unique_ptr<StepGraph> end_capture(const Context& ctx) {
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(ctx.stream, &graph);
   if (ended != cudaSuccess || graph == nullptr) {
     cudaGetLastError();
     if (graph != nullptr) cudaGraphDestroy(graph);
@@ -63,6 +65,13 @@ std::unique_ptr<StepGraph> capture_graph(const Context& ctx, const std::function
     fail(ErrorKind::kInternal, "CUDA graph instantiation failed: {}", cudaGetErrorString(made));
   }
   return std::make_unique<CudaStepGraph>(exec, ctx.stream, ctx.device);
+}
+
+void abandon_capture(const Context& ctx) {
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(ctx.stream, &graph);  // leaves capture mode whatever the state
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();
 }
 
 }  // namespace dgemma::cuda

@@ -14,4 +14,10 @@ namespace dgemma::cuda {
 // capture, if the body throws or the recording fails (a host copy or a synchronisation inside it).
 std::unique_ptr<StepGraph> capture_graph(const Context& ctx, const std::function<void()>& body);
 
+// The two ends of a recording begun on ctx.stream (cudaStreamBeginCapture; other streams may have
+// joined it): end_capture instantiates it as a graph replayed on ctx.stream, and throws, the streams
+// out of capture, if the recording failed; abandon_capture drops it whatever its state.
+std::unique_ptr<StepGraph> end_capture(const Context& ctx);
+void abandon_capture(const Context& ctx);
+
 }  // namespace dgemma::cuda

@@ -2,13 +2,13 @@
 #include "backend/device_collective.h"
 
 #include <cuda_runtime.h>
-#include <fmt/format.h>
 
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/graph.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/parallel/shard_kernels.cuh"
 #include "backend/rendezvous.h"
@@ -31,19 +31,18 @@ struct Shared {
 };
 
 // One recording of every rank's share of a step: a single CUDA graph (the ranks' streams joined one
-// capture, the collectives' event orderings its edges), launched by rank 0 on its stream.
+// capture, the collectives' event orderings its edges), replayed by rank 0 on its stream.
 struct JointGraph {
-  cudaGraphExec_t exec = nullptr;
-  cudaEvent_t fork = nullptr;       // recording: rank 0's capture, which the others join
-  std::vector<cudaEvent_t> joins;   // recording: rank r's share done, which rank 0's stream rejoins
-  std::vector<cudaEvent_t> before;  // replay: rank r's work so far
-  cudaEvent_t after = nullptr;      // replay: the launch
+  std::unique_ptr<StepGraph> graph;  // rank 0's (null until recorded)
+  cudaEvent_t fork = nullptr;        // recording: rank 0's capture, which the others join
+  std::vector<cudaEvent_t> joins;    // recording: rank r's share done, which rank 0's stream rejoins
+  std::vector<cudaEvent_t> before;   // replay: rank r's work so far
+  cudaEvent_t after = nullptr;       // replay: the launch
   explicit JointGraph(int n)
       : joins(static_cast<size_t>(n), nullptr), before(static_cast<size_t>(n), nullptr) {
     for (cudaEvent_t* e : events()) CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   }
   ~JointGraph() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
     for (cudaEvent_t* e : events())
       if (*e != nullptr) cudaEventDestroy(*e);
   }
@@ -60,8 +59,8 @@ struct JointGraph {
 };
 
 // Rank r's handle on a joint graph. The ranks replay together, each on its own thread: every rank's
-// stream marks its work so far, rank 0's stream waits for all of them and launches the graph, and every
-// rank's stream waits for the launch. Each wait is on work already queued, so no stream can wait on
+// stream marks its work so far, rank 0's stream waits for all of them and replays the graph, and every
+// rank's stream waits for the replay. Each wait is on work already queued, so no stream can wait on
 // a rank whose thread has yet to come.
 class JointReplay final : public StepGraph {
  public:
@@ -74,8 +73,7 @@ class JointReplay final : public StepGraph {
     s_->meet.arrive(rank_);
     if (rank_ == 0) {
       for (cudaEvent_t e : g_->before) CUDA_CHECK(cudaStreamWaitEvent(c.stream, e, 0));
-      c.stream.count_launch();
-      CUDA_CHECK(cudaGraphLaunch(g_->exec, c.stream));
+      g_->graph->replay();
       CUDA_CHECK(cudaEventRecord(g_->after, c.stream));
     }
     s_->meet.arrive(rank_);
@@ -178,26 +176,22 @@ class DeviceCollective final : public Collective {
       if (error.empty()) error = e.what();
     }
     if (rank_ == 0) {  // ends the capture whatever happened
-      if (met)
+      if (met && error.empty()) {
         for (int r = 1; r < size(); ++r)
           CUDA_CHECK(cudaStreamWaitEvent(stream(), g->joins[static_cast<size_t>(r)], 0));
-      cudaGraph_t graph = nullptr;
-      const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
-      cudaError_t made_exec = cudaSuccess;
-      if (ended == cudaSuccess && graph != nullptr && error.empty())
-        made_exec = cudaGraphInstantiate(&g->exec, graph, 0);
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      if (ended != cudaSuccess || made_exec != cudaSuccess) {
-        cudaGetLastError();
-        if (error.empty())
-          error = fmt::format("recording the ranks' step as one CUDA graph failed: {}",
-                              cudaGetErrorString(ended != cudaSuccess ? ended : made_exec));
+        try {
+          g->graph = cuda::end_capture(ctx());
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+      } else {
+        cuda::abandon_capture(ctx());
       }
     }
     if (!met) fail(ErrorKind::kInternal, "{}", error);
     s_->meet.arrive(rank_);  // rank 0 has made the graph, or failed to
     if (!error.empty()) fail(ErrorKind::kInternal, "{}", error);
-    if (g->exec == nullptr)
+    if (g->graph == nullptr)
       fail(ErrorKind::kInternal, "rank 0 could not record the ranks' step as a CUDA graph");
     return std::make_unique<JointReplay>(s_, g, rank_);
   }
