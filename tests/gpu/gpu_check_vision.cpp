@@ -248,14 +248,20 @@ void image_prompt(Reporter& r) {
     forward_items(be, *sides[s].model, items, kv);
     logits[s] = floats(out);
   }
-  // Rows are one head's key (head_dim values). The NMSE bound is the criterion; the worst row's cosine
-  // falls with depth as the bf16 roundings of the two backends part (the fixture's six layers measured
-  // NMSE 1.8e-5 .. 3.0e-4 and worst rows 1 .. 0.987 on an H200, layer 5 the lowest): floor 0.98, about
-  // a 2 % angle for one head of one position among the prompt's n * Hkv.
+  // Rows are one head's key (head_dim values), then one canvas position's logits. The two backends'
+  // bf16 roundings part a little more in each of the fixture's six random-weight layers, and how much
+  // depends on the random images: over 16 seeds (DGEMMA_TEST_SEED 1..16, one H100, either kernel
+  // family, the same figures) the keys' NMSE went from a median of 2.4e-5 (layer 0) to 1.6e-4 (layer
+  // 5), at most 4.5e-4, and the logits' median 9.9e-5, at most 3.6e-4 (once 1.3e-3, in an earlier
+  // run). A single row can part further where its key is the RMS norm of a small vector: worst rows
+  // 0.973 (keys, those seeds) and 0.990 (logits, the earlier run). Bounds: NMSE 4e-3 (three times the worst run), a
+  // worst row of 0.9 (keys) / 0.97 (logits). What the check exists to catch moves whole rows: a wrong
+  // image-block mask, soft-token placement or page gives rows of cosine well under 0.9, and even one
+  // wrong position of the prompt's ~110 an NMSE near 1e-2.
   for (size_t li = 0; li < kv_rows[0].size(); ++li)
     check_rows(r, "image prompt k layer " + std::to_string(li), kv_rows[1][li], kv_rows[0][li],
-               sides[0].config.text.layers[li].head_dim, 1e-3, 0.98);
-  check_rows(r, "image prompt decoder logits", logits[1], logits[0], V, 1e-3, 0.999);
+               sides[0].config.text.layers[li].head_dim, 4e-3, 0.9);
+  check_rows(r, "image prompt decoder logits", logits[1], logits[0], V, 4e-3, 0.97);
 }
 
 }  // namespace
