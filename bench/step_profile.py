@@ -6,7 +6,11 @@ the measured round's N-th denoising step are timed (every canvas of the batch de
 it: dgemma_bench encodes the prompts in steps of their own), then sums gpu__time_duration per kernel.
 
   python3 bench/step_profile.py --bench build-device/dgemma_bench --model /tmp/m26 \
-      [--step 3] [--top 40] [--csv out.csv] -- --batch 4 --steps 8 --prompt-len 512
+      [--step 3] [--top 40] [--csv out.csv] [--baseline other/dgemma_bench] -- --batch 4 --steps 8 --prompt-len 512
+
+--baseline profiles the same step of a second build (another tree's dgemma_bench) with the same
+arguments, then prints both trees' kernel time by kind and the kernels whose time moved most between
+them (a kernel whose name changed between the trees shows as one removed and one added).
 
 Arguments after `--` go to dgemma_bench as they are. The kernels run one at a time under the profiler
 (no overlap, caches flushed between kernels by default), so the sum is close to, not equal to, the
@@ -95,6 +99,58 @@ def summarise_by_kind(launches):
     return "\n".join(lines)
 
 
+def compare(base, launches, top):
+    """The two runs side by side: total and by kind, then the kernels (by name) whose summed time moved
+    most, largest change first. base / launches: (kernel name, ms) lists of the baseline and this build."""
+    def per_name(ls):
+        agg = collections.defaultdict(lambda: [0.0, 0])
+        for name, ms in ls:
+            key = name if len(name) <= 120 else name[:117] + "..."
+            agg[key][0] += ms
+            agg[key][1] += 1
+        return agg
+
+    def per_kind(ls):
+        counts = collections.Counter(name for name, _ in ls)
+        ms = dict.fromkeys(KINDS, 0.0)
+        for name, t in ls:
+            ms[kind_of(name, counts[name])] += t
+        return ms
+
+    tb, tn = sum(ms for _, ms in base), sum(ms for _, ms in launches)
+    lines = [f"baseline {len(base)} kernels, {tb:.2f} ms; this build {len(launches)} kernels, {tn:.2f} ms "
+             f"({tn - tb:+.3f} ms)", "by kind (baseline -> this build):"]
+    kb, kn = per_kind(base), per_kind(launches)
+    for k in KINDS:
+        if kb[k] or kn[k]:
+            lines.append(f"{kb[k]:9.3f} -> {kn[k]:9.3f} ms ({kn[k] - kb[k]:+.3f})  {k}")
+    nb, nn = per_name(base), per_name(launches)
+    rows = []
+    for name in set(nb) | set(nn):
+        (mb, cb), (mn, cn) = nb.get(name, (0.0, 0)), nn.get(name, (0.0, 0))
+        rows.append((mn - mb, mb, cb, mn, cn, name))
+    rows.sort(key=lambda r: (-abs(r[0]), r[5]))
+    lines.append("kernels whose time moved most (baseline -> this build):")
+    for d, mb, cb, mn, cn, name in rows[:top]:
+        lines.append(f"{d:+8.3f} ms  {mb:8.3f} ({cb:3d}x) -> {mn:8.3f} ({cn:3d}x)  {name}")
+    return "\n".join(lines)
+
+
+def profile(ncu, bench, model, extra, step, csv_path=None):
+    """(kernel name, ms) of every kernel of the step, from ncu run over dgemma_bench."""
+    cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
+           "--csv", bench, model, *extra, "--profile-step", str(step)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if csv_path:
+        with open(csv_path, "w") as f:
+            f.write(p.stdout)
+    launches = kernel_times(p.stdout)
+    if p.returncode != 0 or not launches:
+        sys.stderr.write(p.stderr[-3000:])
+        raise SystemExit(f"step_profile: ncu exited {p.returncode} with {len(launches)} profiled kernels ({bench})")
+    return launches
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", required=True, help="the dgemma_bench binary")
@@ -102,24 +158,18 @@ def main():
     ap.add_argument("--step", type=int, default=3, help="which denoising step of the measured round (>= 2)")
     ap.add_argument("--top", type=int, default=40, help="kernels listed")
     ap.add_argument("--ncu", default="ncu")
-    ap.add_argument("--csv", help="also keep ncu's raw CSV here")
+    ap.add_argument("--csv", help="also keep ncu's raw CSV here (this build's)")
+    ap.add_argument("--baseline", help="another build's dgemma_bench: its step profiled too, and compared")
     ap.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then dgemma_bench's arguments")
     a = ap.parse_args()
     if a.step < 2:
         ap.error("--step must be >= 2 (the step before it identifies it as a denoising step)")
     extra = a.bench_args[1:] if a.bench_args[:1] == ["--"] else a.bench_args
-    cmd = [a.ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
-           "--csv", a.bench, a.model, *extra, "--profile-step", str(a.step)]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if a.csv:
-        with open(a.csv, "w") as f:
-            f.write(p.stdout)
-    launches = kernel_times(p.stdout)
-    if p.returncode != 0 or not launches:
-        sys.stderr.write(p.stderr[-3000:])
-        raise SystemExit(f"step_profile: ncu exited {p.returncode} with {len(launches)} profiled kernels")
+    launches = profile(a.ncu, a.bench, a.model, extra, a.step, a.csv)
     print(summarise(launches, a.top))
     print(summarise_by_kind(launches))
+    if a.baseline:
+        print(compare(profile(a.ncu, a.baseline, a.model, extra, a.step), launches, a.top))
 
 
 if __name__ == "__main__":

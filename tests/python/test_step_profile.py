@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """bench/step_profile.py: reading Nsight Compute's --csv output and summing a step's kernels."""
 import os
+import stat
+import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.environ.get("DGEMMA_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "../..")), "bench"))
@@ -61,6 +64,50 @@ class StepProfileTest(unittest.TestCase):
                                "attention": "0.100", "sampler": "0.300", "FP8 activation quantisation": "0.010",
                                "routing, grouping, combine": "0.020", "small kernels": "0.030"})
         self.assertEqual([line.split("x  ", 1)[1] for line in s[1:]], list(step_profile.KINDS))
+
+    def test_compare_lines_up_kinds_and_kernels(self):
+        base = [("void dgemma::grouped_fp4_kernel<2, 8, 4, 1, 0>(Fp4Args)", 0.160),
+                ("void dgemma::grouped_fp4_kernel<2, 8, 4, 1, 0>(Fp4Args)", 0.170),
+                ("nvjet_sm90_tst_256x128_splitK_NNT", 0.507), ("dgemma::route_group_kernel<4, 4, 8, 0>", 0.011)]
+        now = [("void dgemma::grouped_fp4_kernel<2, 8, 4, 1, 0>(Fp4Args)", 0.160),
+               ("void dgemma::grouped_fp4_kernel<2, 8, 4, 1, 0>(Fp4Args)", 0.172)]
+        now += [("nvjet_sm90_tss_128x128_splitK_NNT", 0.071)] * 8 + [("dgemma::sum_blocks_kernel", 0.010),
+                                                                      ("dgemma::route_group_kernel<4>", 0.011)]
+        s = step_profile.compare(base, now, top=3).splitlines()
+        self.assertEqual(s[0], "baseline 4 kernels, 0.85 ms; this build 12 kernels, 0.92 ms (+0.073 ms)")
+        self.assertEqual(s[1], "by kind (baseline -> this build):")
+        # One launch of a cuBLAS kernel a step is the vocabulary GEMM's kind, eight are dense GEMMs'.
+        self.assertEqual(s[2:8], ["    0.330 ->     0.332 ms (+0.002)  experts",
+                                  "    0.000 ->     0.568 ms (+0.568)  dense GEMMs",
+                                  "    0.507 ->     0.000 ms (-0.507)  LM head + self-conditioning GEMM",
+                                  "    0.011 ->     0.011 ms (+0.000)  routing, grouping, combine",
+                                  "    0.000 ->     0.010 ms (+0.010)  small kernels",
+                                  "kernels whose time moved most (baseline -> this build):"])
+        # Renamed kernels (the routing kernel's template arguments) show as one removed, one added.
+        self.assertEqual(s[8:], [
+            "  +0.568 ms     0.000 (  0x) ->    0.568 (  8x)  nvjet_sm90_tss_128x128_splitK_NNT",
+            "  -0.507 ms     0.507 (  1x) ->    0.000 (  0x)  nvjet_sm90_tst_256x128_splitK_NNT",
+            "  -0.011 ms     0.011 (  1x) ->    0.000 (  0x)  dgemma::route_group_kernel<4, 4, 8, 0>"])
+
+    def test_baseline_profiles_both_builds(self):
+        # A stand-in for ncu that answers for whichever dgemma_bench it is given.
+        with tempfile.TemporaryDirectory() as d:
+            ncu = os.path.join(d, "ncu")
+            with open(ncu, "w") as f:
+                f.write("#!/usr/bin/env python3\nimport sys\n"
+                        f"H = {HEADER!r}\n"
+                        "ms = '2.0' if 'new' in ' '.join(sys.argv) else '1.5'\n"
+                        "print(H)\n"
+                        "print('\"0\",\"7\",\"b\",\"h\",\"k\",\"1\",\"7\",\"(1, 1, 1)\",\"(1, 1, 1)\",\"0\",\"9.0\",'\n"
+                        "      '\"s\",\"gpu__time_duration.sum\",\"msecond\",\"' + ms + '\"')\n")
+            os.chmod(ncu, os.stat(ncu).st_mode | stat.S_IEXEC)
+            script = os.path.join(os.path.dirname(step_profile.__file__), "step_profile.py")
+            out = subprocess.run([sys.executable, script, "--ncu", ncu, "--bench", "/new/dgemma_bench", "--model", "m",
+                                  "--baseline", "/old/dgemma_bench", "--", "--batch", "1"],
+                                 capture_output=True, text=True, check=True).stdout
+            self.assertIn("one step: 1 kernels, 2.00 ms kernel time", out)
+            self.assertIn("baseline 1 kernels, 1.50 ms; this build 1 kernels, 2.00 ms (+0.500 ms)", out)
+            self.assertIn("  +0.500 ms     1.500 (  1x) ->    2.000 (  1x)  k", out)
 
 
 if __name__ == "__main__":
