@@ -97,6 +97,7 @@ Context::Context(int device_index, const CudaOptions& resolved)
     : device(active_device(device_index)), options(resolved), occupancy(device_index) {
   stream.counters = &counters;
   stream.occupancy = &occupancy;
+  stream.tma_maps = &tma_maps;
   // A blocking stream: it also orders against any legacy-default-stream work in the process.
   CUDA_CHECK(cudaStreamCreate(&stream.handle));
   CUBLAS_CHECK(cublasCreate(&cublas));

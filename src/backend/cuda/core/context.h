@@ -1,6 +1,6 @@
 #pragma once
 // State shared by the CUDA backend's host code: the device, its one stream (with the counters of its
-// work and the kernels' occupancy answers), the kernel choices, the cuBLAS handle, the caching
+// work, the kernels' occupancy answers and TMA descriptors), the kernel choices, the cuBLAS handle, the caching
 // allocator and the device error word. Host C++ only (no kernels here).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/caching_allocator.h"
 #include "backend/cuda/core/stream.h"
+#include "backend/cuda/core/tma_map.h"
 #include "backend/cuda_options.h"
 
 namespace dgemma::cuda {
@@ -85,7 +86,8 @@ struct Context {
   CudaOptions options;
   mutable WorkCounters counters;  // counted by const ops too (a launch, a wait)
   mutable Occupancy occupancy;
-  Stream stream;  // every op's launches: the CUDA stream, &counters, &occupancy
+  mutable TmaMaps tma_maps;  // the TMA descriptors of its launches, encoded once
+  Stream stream;  // every op's launches: the CUDA stream, &counters, &occupancy, &tma_maps
   cublasHandle_t cublas = nullptr;
   void* cublas_workspace = nullptr;
   size_t cublas_workspace_bytes = 0;

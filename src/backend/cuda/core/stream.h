@@ -1,7 +1,7 @@
 #pragma once
 // The stream a CUDA backend enqueues every op on, as its launchers take it: the CUDA stream, the
-// counters of the backend's device work (Backend::work_stats) and the occupancy answers of its
-// kernels. Host C++ (C++17: the .cu launchers include it); owned by the backend's Context.
+// counters of the backend's device work (Backend::work_stats), the occupancy answers of its kernels
+// and its TMA descriptors (core/tma_map.h). Host C++ (C++17: the .cu launchers include it); owned by the backend's Context.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -51,10 +51,13 @@ class Occupancy {
   std::map<std::tuple<const void*, int, size_t>, int> known_;
 };
 
+class TmaMaps;  // core/tma_map.h: the backend's TMA descriptors
+
 struct Stream {
   cudaStream_t handle = nullptr;
   WorkCounters* counters = nullptr;
   Occupancy* occupancy = nullptr;
+  TmaMaps* tma_maps = nullptr;
   operator cudaStream_t() const { return handle; }  // NOLINT: a kernel launch's stream argument
   void count_launch() const {
     if (counters != nullptr) counters->count_launch();

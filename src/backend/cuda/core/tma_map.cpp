@@ -3,11 +3,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 
 namespace dgemma::cuda {
 namespace {
@@ -25,12 +22,10 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-// A bf16 map: base, rows, cols, box rows (boxes of 64 columns, 128-byte swizzle).
-using MapKey = std::tuple<const void*, int64_t, int64_t, int>;
 constexpr size_t kMaxCachedMaps = 4096;
 
-CUtensorMap encode(const MapKey& key) {
-  const auto& [base, rows, cols, box_rows] = key;
+// A bf16 map: base, rows, cols, box rows (boxes of 64 columns, 128-byte swizzle).
+CUtensorMap encode(const void* base, int64_t rows, int64_t cols, int box_rows) {
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};  // bytes between rows
@@ -47,20 +42,20 @@ CUtensorMap encode(const MapKey& key) {
   return map;
 }
 
-CUtensorMap cached(const MapKey& key) {
-  static std::mutex mu;
-  static std::map<MapKey, CUtensorMap> maps;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto it = maps.find(key);
-  if (it != maps.end()) return it->second;
-  if (maps.size() >= kMaxCachedMaps) maps.clear();
-  return maps.emplace(key, encode(key)).first->second;
-}
-
 }  // namespace
 
-CUtensorMap bf16_row_tile_map(const void* base, int64_t rows, int64_t cols, int box_rows) {
-  return cached(MapKey{base, rows, cols, box_rows});
+CUtensorMap TmaMaps::bf16_row_tile(const void* base, int64_t rows, int64_t cols, int box_rows) {
+  const Key key{base, rows, cols, box_rows};
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = maps_.find(key);
+  if (it != maps_.end()) return it->second;
+  if (maps_.size() >= kMaxCachedMaps) maps_.clear();
+  return maps_.emplace(key, encode(base, rows, cols, box_rows)).first->second;
+}
+
+CUtensorMap bf16_row_tile_map(const Stream& stream, const void* base, int64_t rows, int64_t cols, int box_rows) {
+  return stream.tma_maps != nullptr ? stream.tma_maps->bf16_row_tile(base, rows, cols, box_rows)
+                                    : encode(base, rows, cols, box_rows);
 }
 
 }  // namespace dgemma::cuda

@@ -29,11 +29,11 @@ void launch_decide(const DecideBatch& b, const DecideBatch* dev, Stream stream) 
   int64_t max_c = 0;
   for (int i = 0; i < b.n; ++i) max_c = max_c > b.c[i].C ? max_c : b.c[i].C;
   const size_t smem = static_cast<size_t>(max_c) * kDecideSmemPerPosition;  // each block uses its own C of it
-  if (smem > 48 * 1024) {
-    static const cudaError_t attr = cudaFuncSetAttribute(
-        decide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecideSmemPerPosition * 8192);
-    CUDA_CHECK(attr);
-  }
+  // Set at every such launch, as the other launchers do: a function attribute holds for the device
+  // current at the call, and each device of a tensor-parallel process needs its own.
+  if (smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(decide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kDecideSmemPerPosition * 8192));
   launch_kernel(stream, decide_kernel, b.n, kThreads, smem, dev);
 }
 
