@@ -48,12 +48,18 @@ def kernel_times(text):
     return out
 
 
-def summarise(launches, top):
+def per_kernel(launches):
+    """{kernel name (cut to 120 characters): [ms, launches]} summed over the step."""
     agg = collections.defaultdict(lambda: [0.0, 0])
     for name, ms in launches:
         key = name if len(name) <= 120 else name[:117] + "..."
         agg[key][0] += ms
         agg[key][1] += 1
+    return agg
+
+
+def summarise(launches, top):
+    agg = per_kernel(launches)
     total = sum(v[0] for v in agg.values())
     lines = [f"one step: {len(launches)} kernels, {total:.2f} ms kernel time"]
     for name, (ms, n) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:top]:
@@ -84,47 +90,36 @@ def kind_of(name, launches):
     return "small kernels"
 
 
-def summarise_by_kind(launches):
+def per_kind(launches):
+    """{kind: [ms, launches]} for every kind of KINDS, in their order."""
     per_name = collections.Counter(name for name, _ in launches)
-    ms = dict.fromkeys(KINDS, 0.0)
-    count = dict.fromkeys(KINDS, 0)
+    agg = {k: [0.0, 0] for k in KINDS}
     for name, t in launches:
         k = kind_of(name, per_name[name])
-        ms[k] += t
-        count[k] += 1
+        agg[k][0] += t
+        agg[k][1] += 1
+    return agg
+
+
+def summarise_by_kind(launches):
     lines = ["by kind:"]
-    for k in KINDS:
-        if count[k]:
-            lines.append(f"{ms[k]:9.3f} ms {count[k]:5d}x  {k}")
+    for k, (ms, n) in per_kind(launches).items():
+        if n:
+            lines.append(f"{ms:9.3f} ms {n:5d}x  {k}")
     return "\n".join(lines)
 
 
 def compare(base, launches, top):
     """The two runs side by side: total and by kind, then the kernels (by name) whose summed time moved
     most, largest change first. base / launches: (kernel name, ms) lists of the baseline and this build."""
-    def per_name(ls):
-        agg = collections.defaultdict(lambda: [0.0, 0])
-        for name, ms in ls:
-            key = name if len(name) <= 120 else name[:117] + "..."
-            agg[key][0] += ms
-            agg[key][1] += 1
-        return agg
-
-    def per_kind(ls):
-        counts = collections.Counter(name for name, _ in ls)
-        ms = dict.fromkeys(KINDS, 0.0)
-        for name, t in ls:
-            ms[kind_of(name, counts[name])] += t
-        return ms
-
     tb, tn = sum(ms for _, ms in base), sum(ms for _, ms in launches)
     lines = [f"baseline {len(base)} kernels, {tb:.2f} ms; this build {len(launches)} kernels, {tn:.2f} ms "
              f"({tn - tb:+.3f} ms)", "by kind (baseline -> this build):"]
     kb, kn = per_kind(base), per_kind(launches)
     for k in KINDS:
-        if kb[k] or kn[k]:
-            lines.append(f"{kb[k]:9.3f} -> {kn[k]:9.3f} ms ({kn[k] - kb[k]:+.3f})  {k}")
-    nb, nn = per_name(base), per_name(launches)
+        if kb[k][1] or kn[k][1]:
+            lines.append(f"{kb[k][0]:9.3f} -> {kn[k][0]:9.3f} ms ({kn[k][0] - kb[k][0]:+.3f})  {k}")
+    nb, nn = per_kernel(base), per_kernel(launches)
     rows = []
     for name in set(nb) | set(nn):
         (mb, cb), (mn, cn) = nb.get(name, (0.0, 0)), nn.get(name, (0.0, 0))
