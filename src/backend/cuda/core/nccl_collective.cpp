@@ -145,6 +145,8 @@ class NcclCollective final : public Collective {
 
   NcclComm comm() const { return comm_; }
 
+ private:
+  friend class WatchedGraph;  // a replay is checked and watched as an operation is
   // Throws the group's failure, if any (no operation is queued on an aborted communicator).
   void healthy() const {
     const std::string why = watchdog_.failure();
@@ -158,8 +160,6 @@ class NcclCollective final : public Collective {
     CUDA_CHECK(cudaEventRecord(e, ctx_.stream));
     watchdog_.issued(rank_, e, what);
   }
-
- private:
   void activate() const { CUDA_CHECK(cudaSetDevice(ctx_.device)); }
   // An NCCL call's result: an error fails the whole group (the other ranks stop too) and throws; else
   // the queued operation is handed to the watchdog (not while the stream is being recorded into a

@@ -53,9 +53,4 @@ CUtensorMap TmaMaps::bf16_row_tile(const void* base, int64_t rows, int64_t cols,
   return maps_.emplace(key, encode(base, rows, cols, box_rows)).first->second;
 }
 
-CUtensorMap bf16_row_tile_map(const Stream& stream, const void* base, int64_t rows, int64_t cols, int box_rows) {
-  return stream.tma_maps != nullptr ? stream.tma_maps->bf16_row_tile(base, rows, cols, box_rows)
-                                    : encode(base, rows, cols, box_rows);
-}
-
 }  // namespace dgemma::cuda

@@ -12,8 +12,6 @@
 
 #include <cuda.h>
 
-#include "backend/cuda/core/stream.h"
-
 namespace dgemma::cuda {
 
 // A backend's encoded descriptors. Thread-safe.
@@ -29,8 +27,5 @@ class TmaMaps {
   std::mutex mu_;
   std::map<Key, CUtensorMap> maps_;
 };
-
-// The map of TmaMaps::bf16_row_tile from the stream's cache (encoded afresh where the stream has none).
-CUtensorMap bf16_row_tile_map(const Stream& stream, const void* base, int64_t rows, int64_t cols, int box_rows);
 
 }  // namespace dgemma::cuda

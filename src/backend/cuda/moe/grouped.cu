@@ -35,7 +35,7 @@ struct DeviceLauncher {
   template <class C, bool kGateUp>
   void tma(const GroupedArgs& g, const int32_t* tiles, int64_t grid_x, int64_t grid_y, int64_t E) {
     const int64_t rows = E * (kGateUp ? 2 : 1) * g.N;
-    const TmaMap map = bf16_row_tile_map(stream, g.w, rows, g.Kd, C::kBN / 2);
+    const TmaMap map = stream.tma_maps->bf16_row_tile(g.w, rows, g.Kd, C::kBN / 2);
     launch_large_smem(grouped_tma_kernel<C, kGateUp>, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)),
                       C::kThreads, C::kSmem, stream, map, g, tiles);
   }
