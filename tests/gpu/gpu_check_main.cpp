@@ -278,24 +278,24 @@ class PrintReporter final : public dgemma::gpu_test::Reporter {
 int main(int argc, char** argv) {
   using namespace dgemma::gpu_test;
   // The run's options first (the family, poisoned allocations), then the rest as usual.
-  for (bool more = true; more;) {
-    more = false;
-    if (argc > 2 && std::strcmp(argv[1], "--kernel-family") == 0) {
-      if (!dgemma::parse_kernel_family(argv[2], &run_options().family)) {
-        std::printf("--kernel-family: one of %s, not %s\n", dgemma::kernel_family_words().c_str(), argv[2]);
+  while (argc > 1) {
+    int used = 0;
+    if (std::strcmp(argv[1], "--kernel-family") == 0) {
+      if (argc < 3 || !dgemma::parse_kernel_family(argv[2], &run_options().family)) {
+        std::printf("--kernel-family: one of %s, not %s\n", dgemma::kernel_family_words().c_str(),
+                    argc < 3 ? "nothing" : argv[2]);
         return 2;
       }
-      argv[2] = argv[0];
-      argv += 2;
-      argc -= 2;
-      more = true;
-    } else if (argc > 1 && std::strcmp(argv[1], "--poison-allocations") == 0) {
+      used = 2;
+    } else if (std::strcmp(argv[1], "--poison-allocations") == 0) {
       run_options().poison_allocations = true;
-      argv[1] = argv[0];
-      argv += 1;
-      argc -= 1;
-      more = true;
+      used = 1;
+    } else {
+      break;
     }
+    argv[used] = argv[0];
+    argv += used;
+    argc -= used;
   }
   if (argc > 1 && std::strcmp(argv[1], "--list") == 0) {
     for (const Case& c : all_cases()) std::printf("%s\n", c.name.c_str());
