@@ -25,7 +25,8 @@ def parse_runs(spec):
     for part in spec.split(","):
         fields = part.split(":")
         if len(fields) != 3 or not all(f.isdigit() and int(f) > 0 for f in fields):
-            raise SystemExit(f"compare_steps: --runs takes BATCH:STEPS:PROMPT_LEN,... (positive integers), not {spec!r}")
+            raise SystemExit(f"compare_steps: --runs takes BATCH:STEPS:PROMPT_LEN,... (positive integers), "
+                             f"not {spec!r}")
         runs.append(tuple(int(f) for f in fields))
     return runs
 
@@ -73,6 +74,11 @@ def main():
     names = a.names.split(",")
     if a.rounds < 1 or len(names) != 2:
         ap.error("--rounds takes a positive integer and --names two names")
+    for binary in (a.baseline, a.bench):
+        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+            ap.error(f"{binary}: not an executable dgemma_bench")
+    if not os.path.isdir(a.model):
+        ap.error(f"--model {a.model}: not a directory (denoise_step_bench.py --write-model writes one)")
     formats = [f for f in a.formats.split(",") if f]
     print(table(measure(a.baseline, a.bench, a.model, formats, parse_runs(a.runs), a.rounds, a.device), names))
 

@@ -64,6 +64,14 @@ class CompareStepsTest(unittest.TestCase):
                 compare_steps.parse_runs(bad)
         self.assertEqual(compare_steps.parse_runs("1:8:512,16:5:512"), [(1, 8, 512), (16, 5, 512)])
 
+    def test_a_missing_binary_or_model_is_a_usage_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            for args in (["--baseline", os.path.join(d, "none"), "--bench", sys.executable, "--model", d],
+                         ["--baseline", sys.executable, "--bench", sys.executable, "--model", os.path.join(d, "none")]):
+                out = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True)
+                self.assertEqual(out.returncode, 2, out.stderr)
+                self.assertIn("none", out.stderr)
+
     def test_the_real_bench_against_itself(self):
         figures = compare_steps.measure(BENCH, BENCH, MODEL, ["bf16"], [(1, 2, 8), (2, 2, 16)], rounds=2, device="cpu")
         self.assertEqual(list(figures), [("bf16", (1, 2, 8)), ("bf16", (2, 2, 16))])
