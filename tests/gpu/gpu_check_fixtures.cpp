@@ -10,6 +10,14 @@ namespace dgemma::gpu_test {
 
 std::string fixture_dir(const std::string& name) { return std::string(DGEMMA_SOURCE_DIR) + "/tests/fixtures/" + name; }
 
+ModelConfig recordable_config(const std::string& fixture) {
+  ModelConfig mc = load_model_config(fixture_dir(fixture) + "/model");
+  mc.text.head_dim = 64;
+  mc.text.global_head_dim = 128;
+  for (LayerSpec& L : mc.text.layers) L.head_dim = L.type == LayerType::kSliding ? 64 : 128;
+  return mc;
+}
+
 std::vector<int32_t> fixture_ids(const std::string& fixture, const std::string& key) {
   std::vector<int32_t> out;
   for (int64_t v : read_npy(fixture_dir(fixture) + "/golden/" + key + ".npy").as_int()) out.push_back(static_cast<int32_t>(v));

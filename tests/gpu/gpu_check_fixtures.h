@@ -1,18 +1,22 @@
 #pragma once
 // The golden fixtures (tests/fixtures/NAME) as the engine-level checks read them: the folder, an id
-// array of golden/, a manifest run's sampler settings as SequenceParams (traced), and a guided answer
-// over the fixture model's ids.
+// array of golden/, a manifest run's sampler settings as SequenceParams (traced), a guided answer over
+// the fixture model's ids, and the model's shape with head dims CUDA graphs can record.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/params.h"
+#include "model/config.h"
 #include "guided/guided.h"
 #include "util/json.h"
 
 namespace dgemma::gpu_test {
 
 std::string fixture_dir(const std::string& name);
+// The fixture model's config with the head dims the recordable attention takes (64 sliding, 128 full),
+// for checks of CUDA graph recording on dummy weights.
+ModelConfig recordable_config(const std::string& fixture);
 // golden/KEY.npy as token ids.
 std::vector<int32_t> fixture_ids(const std::string& fixture, const std::string& key);
 // One entry of golden/manifest.json's "runs": its steps, bounds, temperatures, seed and length, with

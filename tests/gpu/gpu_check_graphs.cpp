@@ -75,11 +75,7 @@ Engine run_engine(DiffusionGemma& model, const std::vector<int32_t>& prompt, con
 }
 
 void graphs_vs_eager(Reporter& rep, const std::string& fixture) {
-  const std::string dir = fixture_dir(fixture) + "/model";
-  ModelConfig mc = load_model_config(dir);
-  mc.text.head_dim = 64;
-  mc.text.global_head_dim = 128;
-  for (LayerSpec& L : mc.text.layers) L.head_dim = L.type == LayerType::kSliding ? 64 : 128;
+  const ModelConfig mc = recordable_config(fixture);
   DiffusionGemma model(mc, dummy_weights(mc, cuda(), 7), cuda());
   const std::vector<int32_t> prompt = fixture_ids(fixture, "prompt_ids");
   const std::vector<SequenceParams> runs = fixture_runs(fixture);

@@ -405,15 +405,6 @@ ModelConfig config_26b_shape() {
   return parse_model_config(j, "the 26B-A4B shape");
 }
 
-// The fixture's shape with the head dims the recordable attention takes (as graphs_vs_eager).
-ModelConfig recordable_config(const std::string& fixture) {
-  ModelConfig mc = load_model_config(fixture_dir(fixture) + "/model");
-  mc.text.head_dim = 64;
-  mc.text.global_head_dim = 128;
-  for (LayerSpec& L : mc.text.layers) L.head_dim = L.type == LayerType::kSliding ? 64 : 128;
-  return mc;
-}
-
 // Two seeded sequences of the fixture's first run (the second longer, with commits among its steps).
 std::vector<std::unique_ptr<Sequence>> run_two(ModelCore& core, const std::vector<int32_t>& prompt,
                                                const SequenceParams& p) {
