@@ -3,7 +3,8 @@
 //   tp_device_collective: its gathers and sums equal the thread collective's bit for bit (N = 2, 4).
 //   tp_sharded_ops: the sharded embedding lookup and the block sums equal the CPU's bit for bit; the
 //     ranks' block partials gathered and summed equal the one-GPU self-conditioning GEMM bit for bit
-//     (the same per-block cuBLAS call on either side); the partials match the CPU's within GEMM noise.
+//     (one algorithm for a block whatever the rank's block count: core/blocked_gemm.h), also at the
+//     released model's vocabulary at T = 256 and 4,096; the partials match the CPU's within GEMM noise.
 //   tp_expert_parallel_moe: the MoE with each rank holding E / N experts equals the one-GPU MoE bit for
 //     bit, under the automatic kernel choice, the small-rows kernel and the mma.sync tile kernel (same
 //     routing, same per-expert GEMMs, the other ranks' slots -0, an exact sum).
@@ -188,6 +189,39 @@ void check_sharded_ops(Reporter& r) {
     if (u16(sum) != want)
       r.fail("the ranks' block partials summed differ from the one-GPU matmul_kn (N=" + std::to_string(n) +
              ")");
+  }
+  // The released model's vocabulary and width, at batch 1 and 16 (the shapes whose cuBLASLt algorithm
+  // the step takes): every rank's partials equal the one GPU's blocks bit for bit.
+  const int64_t V26 = 262144, H26 = 2816;
+  Tensor w26 = be.alloc(ScalarType::kBF16, {V26, H26});
+  be.fill_normal(w26, 11, 0.0f, 0.5f);
+  for (const int64_t T26 : {int64_t{256}, int64_t{4096}}) {
+    Tensor x26 = be.alloc(ScalarType::kBF16, {T26, V26});
+    be.fill_normal(x26, 12 + static_cast<uint64_t>(T26), 4e-6f, 1e-6f);
+    Tensor whole = be.alloc(ScalarType::kF32, {kVocabBlocks, T26, H26});
+    be.matmul_kn_blocks(x26, w26, kVocabBlocks, whole);
+    const std::vector<float> one_gpu = f32(whole);
+    const std::vector<uint16_t> xh = u16(x26);
+    for (int n : {2, 4, 8}) {
+      const int64_t Vr = V26 / n, per = static_cast<int64_t>(kVocabBlocks / n) * T26 * H26;
+      int differing = 0;
+      for (int k = 0; k < n; ++k) {
+        Tensor xr = host_tensor(ScalarType::kBF16, {T26, Vr});
+        for (int64_t t = 0; t < T26; ++t)
+          std::memcpy(xr.ptr<uint16_t>() + t * Vr, xh.data() + t * V26 + k * Vr, static_cast<size_t>(Vr) * 2);
+        Tensor part = be.alloc(ScalarType::kF32, {kVocabBlocks / n, T26, H26});
+        be.matmul_kn_blocks(up(xr), w26.rows(k * Vr, (k + 1) * Vr), kVocabBlocks / n, part);
+        const std::vector<float> p = f32(part);
+        if (std::memcmp(p.data(), one_gpu.data() + k * per, static_cast<size_t>(per) * sizeof(float)) != 0)
+          ++differing;
+      }
+      if (differing > 0)
+        r.fail("26B vocabulary T=" + std::to_string(T26) + " N=" + std::to_string(n) + ": " +
+               std::to_string(differing) + " ranks' block partials differ from the one GPU's");
+      else
+        r.note("26B vocabulary T=" + std::to_string(T26) + " N=" + std::to_string(n) +
+               ": every rank's block partials equal the one GPU's bit for bit");
+    }
   }
 }
 
