@@ -3,8 +3,8 @@
 //   tp_device_collective: its gathers and sums equal the thread collective's bit for bit (N = 2, 4).
 //   tp_sharded_ops: the sharded embedding lookup and the block sums equal the CPU's bit for bit; the
 //     ranks' block partials gathered and summed equal the one-GPU self-conditioning GEMM bit for bit
-//     (one algorithm for a block whatever the rank's block count: core/blocked_gemm.h), also at the
-//     released model's vocabulary at T = 256 and 4,096; the partials match the CPU's within GEMM noise.
+//     (the same per-block cuBLAS call on either side), also at the released model's vocabulary at
+//     T = 256 and 4,096; the partials match the CPU's within GEMM noise.
 //   tp_expert_parallel_moe: the MoE with each rank holding E / N experts equals the one-GPU MoE bit for
 //     bit, under the automatic kernel choice, the small-rows kernel and the mma.sync tile kernel (same
 //     routing, same per-expert GEMMs, the other ranks' slots -0, an exact sum).
@@ -190,8 +190,9 @@ void check_sharded_ops(Reporter& r) {
       r.fail("the ranks' block partials summed differ from the one-GPU matmul_kn (N=" + std::to_string(n) +
              ")");
   }
-  // The released model's vocabulary and width, at batch 1 and 16 (the shapes whose cuBLASLt algorithm
-  // the step takes): every rank's partials equal the one GPU's blocks bit for bit.
+  // The released model's vocabulary and width, at batch 1 and 16 (the shapes whose cuBLAS kernels the
+  // step takes; a rank's x rows are narrower than one GPU's): every rank's partials equal the one GPU's
+  // blocks bit for bit.
   const int64_t V26 = 262144, H26 = 2816;
   Tensor w26 = be.alloc(ScalarType::kBF16, {V26, H26});
   be.fill_normal(w26, 11, 0.0f, 0.5f);

@@ -28,7 +28,6 @@
 
 #include "backend/cuda/attention/attention.h"
 #include "backend/cuda/core/block_copy.cuh"
-#include "backend/cuda/core/blocked_gemm.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/context.h"
 #include "backend/cuda/core/graph.h"
@@ -77,7 +76,7 @@ cudaMemcpyKind kind_of(Device dst, Device src) {
 class CudaBackend final : public Backend {
  public:
   const Context& context() const { return ctx_; }
-  CudaBackend(int device_index, const CudaOptions& resolved) : ctx_(device_index, resolved), fp8_gemm_(ctx_.stream), blocked_gemm_(ctx_) {
+  CudaBackend(int device_index, const CudaOptions& resolved) : ctx_(device_index, resolved), fp8_gemm_(ctx_.stream) {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, device_index));
     name_ = fmt::format("cuda:{} ({}, sm_{}{})", device_index, p.name, p.major, p.minor);
@@ -243,17 +242,33 @@ class CudaBackend final : public Backend {
                        ctx_.stream);
   }
 
-  // Per block a GEMM with f32 output (x's and w's block b: columns / rows [b Kb, (b + 1) Kb)) into out[b],
-  // each block's sum the same whichever rank holds it (core/blocked_gemm.h).
+  // Per block one cuBLAS GEMM with f32 output (x's and w's block b: columns / rows [b Kb, (b + 1) Kb)) into
+  // out[b]: the same call for a block whichever rank holds it.
   void matmul_kn_blocks(const Tensor& x, const Tensor& w, int blocks, const Tensor& out) override {
     activate();
     const int64_t T = x.dim(0), K = x.dim(-1), N = w.dim(-1), B = blocks;
-    DG_CHECK(w.ndim == 2 && w.dim(0) == K && x.numel() == T * K && B >= 1 && K % B == 0 && kVocabBlocks % B == 0);
+    DG_CHECK(w.ndim == 2 && w.dim(0) == K && x.numel() == T * K && B >= 1 && K % B == 0);
     need_type(out, ScalarType::kF32, "matmul_kn_blocks", "out");
     DG_CHECK(out.numel() == T * N * B);
     if (T == 0 || N == 0) return;
-    blocked_gemm_.run(bf16_in(x, "matmul_kn_blocks", "x"), bf16_in(w, "matmul_kn_blocks", "w"), T, K / B, N, blocks,
-                      kVocabBlocks, out.ptr<float>());
+    const int64_t Kb = K / B;
+    const uint16_t* xa = bf16_in(x, "matmul_kn_blocks", "x");
+    const uint16_t* wa = bf16_in(w, "matmul_kn_blocks", "w");
+    for (int64_t b = 0; b < B; ++b) {
+      Gemm g;
+      g.a = xa + b * Kb;
+      g.lda = K;
+      g.b = wa + b * Kb * N;
+      g.b_nk = false;
+      g.ldb = N;
+      g.c = out.ptr<float>() + b * T * N;
+      g.c_f32 = true;
+      g.ldc = N;
+      g.M = T;
+      g.N = N;
+      g.K = Kb;
+      gemm(ctx_, g);
+    }
   }
 
   void sum_blocks(const Tensor& partials, const Tensor& out) override {
@@ -648,7 +663,6 @@ class CudaBackend final : public Backend {
 
   Context ctx_;
   Fp8Gemm fp8_gemm_;  // the W8A8 linears' cuBLASLt state (made on first use)
-  BlockedGemm blocked_gemm_;  // the self-conditioning GEMM's vocabulary blocks (cuBLASLt, made on first use)
   std::string name_;
   bool warned_dequant_ = false;
   bool warned_w8a8_ = false;
