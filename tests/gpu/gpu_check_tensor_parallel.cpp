@@ -142,6 +142,14 @@ void check_device_collective_graphs(Reporter& r) {
   }
 }
 
+// Columns [first, first + count) of the row-major bf16 [T, V] x: a rank's share of the vocabulary.
+Tensor column_slice(const uint16_t* x, int64_t T, int64_t V, int64_t first, int64_t count) {
+  Tensor out = host_tensor(ScalarType::kBF16, {T, count});
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(out.ptr<uint16_t>() + t * count, x + t * V + first, static_cast<size_t>(count) * 2);
+  return out;
+}
+
 void check_sharded_ops(Reporter& r) {
   Backend& be = cuda();
   Data data("tp_sharded_ops");
@@ -160,10 +168,7 @@ void check_sharded_ops(Reporter& r) {
     Tensor all = host_tensor(ScalarType::kF32, {kVocabBlocks, T, H});
     for (int k = 0; k < n; ++k) {
       // The rank's columns of x (contiguous) and rows of w.
-      Tensor xr = host_tensor(ScalarType::kBF16, {T, Vr});
-      for (int64_t t = 0; t < T; ++t)
-        std::memcpy(xr.ptr<uint16_t>() + t * Vr, x.ptr<uint16_t>() + t * V + k * Vr,
-                    static_cast<size_t>(Vr) * 2);
+      const Tensor xr = column_slice(x.ptr<uint16_t>(), T, V, k * Vr, Vr);
       const Tensor wr = w.rows(k * Vr, (k + 1) * Vr);
       Tensor part = be.alloc(ScalarType::kF32, {blocks, T, H});
       be.matmul_kn_blocks(up(xr), up(clone(wr)), blocks, part);
@@ -207,11 +212,9 @@ void check_sharded_ops(Reporter& r) {
       const int64_t Vr = V26 / n, per = static_cast<int64_t>(kVocabBlocks / n) * T26 * H26;
       int differing = 0;
       for (int k = 0; k < n; ++k) {
-        Tensor xr = host_tensor(ScalarType::kBF16, {T26, Vr});
-        for (int64_t t = 0; t < T26; ++t)
-          std::memcpy(xr.ptr<uint16_t>() + t * Vr, xh.data() + t * V26 + k * Vr, static_cast<size_t>(Vr) * 2);
         Tensor part = be.alloc(ScalarType::kF32, {kVocabBlocks / n, T26, H26});
-        be.matmul_kn_blocks(up(xr), w26.rows(k * Vr, (k + 1) * Vr), kVocabBlocks / n, part);
+        be.matmul_kn_blocks(up(column_slice(xh.data(), T26, V26, k * Vr, Vr)), w26.rows(k * Vr, (k + 1) * Vr),
+                            kVocabBlocks / n, part);
         const std::vector<float> p = f32(part);
         if (std::memcmp(p.data(), one_gpu.data() + k * per, static_cast<size_t>(per) * sizeof(float)) != 0)
           ++differing;
