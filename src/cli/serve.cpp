@@ -512,18 +512,21 @@ int run_serve(ServeFlags& f, const std::string& version, const std::vector<Serve
     rc = 2;
   }
   loaded = true;  // from here a signal means "drain", and the second one exits
-  // Graceful drain: refuse new work, stop accepting, let running requests finish in time.
+  // Graceful drain: refuse new work, stop accepting, let running requests finish in time. A request
+  // is done once its response is written: a non-streaming handler returns its body before the worker
+  // writes it, and stop() below cuts the responses still being written.
   api.begin_shutdown();
   http.stop_accepting();
+  const auto unfinished = [&] { return api.active_requests() > 0 || http.responses_in_progress() > 0; };
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(f.shutdown_timeout * 1000));
-  while (api.active_requests() > 0 && std::chrono::steady_clock::now() < deadline)
+  while (unfinished() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (const int left = api.active_requests(); left > 0) {
     DG_LOG_WARN("serve", "shutdown timeout ({} s): cutting {} request(s) with 503", f.shutdown_timeout, left);
     api.cut_running();
     const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (api.active_requests() > 0 && std::chrono::steady_clock::now() < grace)
+    while (unfinished() && std::chrono::steady_clock::now() < grace)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   http.stop();

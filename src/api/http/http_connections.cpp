@@ -669,5 +669,9 @@ void ConnectionPoller::release(std::shared_ptr<Connection> c, bool keep_open) {
 
 bool ConnectionPoller::draining() const { return impl_->draining; }
 size_t ConnectionPoller::open_connections() const { return impl_->open.load(); }
+size_t ConnectionPoller::busy_connections() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->busy.size();
+}
 
 }  // namespace dgemma

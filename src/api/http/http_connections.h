@@ -132,6 +132,8 @@ class ConnectionPoller {
   void release(std::shared_ptr<Connection> c, bool keep_open);
   bool draining() const;
   size_t open_connections() const;
+  // Connections a worker is answering: their response is not yet fully written.
+  size_t busy_connections() const;
 
  private:
   struct Impl;

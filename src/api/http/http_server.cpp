@@ -575,6 +575,7 @@ void HttpServer::stop() {
 }
 
 size_t HttpServer::open_connections() const { return impl_->poller->open_connections(); }
+size_t HttpServer::responses_in_progress() const { return impl_->poller->busy_connections(); }
 
 size_t HttpServer::threads_alive() const { return impl_->threads_alive.load(); }
 

@@ -115,6 +115,9 @@ class HttpServer {
   // stop_accepting() + abort_responses(), and serve() returns once the workers are done.
   void stop();
   size_t open_connections() const;
+  // Requests whose response is not yet fully written (a handler that has returned may still be
+  // writing): a drain waits for these, not only for the handlers.
+  size_t responses_in_progress() const;
 
   // The registered routes as (method, path) pairs, sorted; a path ending in '*' is a prefix.
   std::vector<std::pair<std::string, std::string>> routes() const;
