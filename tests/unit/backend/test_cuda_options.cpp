@@ -110,11 +110,13 @@ TEST(CudaOptions, DescribesTheKernelsChosen) {
   EXPECT_NE(h.find("wgmma"), std::string::npos) << h;
   EXPECT_NE(h.find("FP8 experts w8a8"), std::string::npos) << h;
   EXPECT_NE(h.find("quantised tiles experts auto dense auto"), std::string::npos) << h;
+  EXPECT_NE(h.find("programmatic launch on"), std::string::npos) << h;
   const std::string p = describe_cuda_kernels(resolve_cuda_options({}, 8, 6, "A6000"));
   EXPECT_NE(p.find("kernel family portable"), std::string::npos) << p;
   EXPECT_EQ(p.find("wgmma"), std::string::npos) << p;
   EXPECT_NE(p.find("dense quant w8a8"), std::string::npos) << p;
   EXPECT_NE(p.find("FP8 experts w8a16"), std::string::npos) << p;
+  EXPECT_NE(p.find("programmatic launch off"), std::string::npos) << p;  // sm_86 has no programmatic launch
 }
 
 }  // namespace

@@ -17,17 +17,20 @@ namespace dgemma::cuda {
 namespace {
 
 struct EmuLauncher {
-  template <int MF, int W, int S, bool kGateUp, bool kFp8>
+  template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
   void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
-    emu::launch([g] { grouped_fp4_kernel<MF, W, S, kGateUp, kFp8>(g); }, static_cast<int>(grid_x), static_cast<int>(grid_y),
-                smem_bytes<MF, W, S, kFp8>(), 32 * W);
+    emu::launch([g] { grouped_fp4_kernel<MF, W, S, U, kGateUp, kFp8>(g); }, static_cast<int>(grid_x), static_cast<int>(grid_y),
+                smem_bytes<MF, W, S, U, kFp8>(), 32 * W);
     ++launches;
   }
   int launches = 0;
 };
 
-constexpr QuantTile kTiles[] = {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128, QuantTile::kRows32Cols128Deep,
-                                QuantTile::kRows128Cols64};
+constexpr QuantTile kTiles[] = {QuantTile::kRows32Cols64,       QuantTile::kRows32Cols128,
+                                QuantTile::kRows32Cols128Deep,  QuantTile::kRows128Cols64,
+                                QuantTile::kRows32Cols128K128,  QuantTile::kRows32Cols128K256,
+                                QuantTile::kRows32Cols128K128S3, QuantTile::kRows128Cols64K128,
+                                QuantTile::kRows64Cols128};
 
 std::mt19937 rng(7);
 double e4m3(int c) { int s = c >> 7, e = (c >> 3) & 15, m = c & 7; double v = e == 0 ? m * std::ldexp(1.0, -9) : (1 + m / 8.0) * std::ldexp(1.0, e - 7); return s ? -v : v; }

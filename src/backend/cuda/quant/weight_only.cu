@@ -11,10 +11,10 @@ namespace {
 
 struct DeviceLauncher {
   Stream stream;
-  template <int MF, int W, int S, bool kGateUp, bool kFp8>
+  template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
   void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
-    auto* kernel = grouped_fp4_kernel<MF, W, S, kGateUp, kFp8>;
-    constexpr int smem = smem_bytes<MF, W, S, kFp8>();
+    auto* kernel = grouped_fp4_kernel<MF, W, S, U, kGateUp, kFp8>;
+    constexpr int smem = smem_bytes<MF, W, S, U, kFp8>();
     if (smem >= 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     launch_kernel(stream, kernel, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), 32 * W,
                   smem, g);

@@ -25,6 +25,7 @@
 // the rows (below), or forced (CudaOptions). Why mma.sync: a step is bound by the weight stream and its
 // decode; mma.sync with register-built B fragments keeps the weights packed.
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/moe/expert_epilogue.cuh"
@@ -40,9 +41,9 @@ constexpr int kSRowBytes = kBK / 16;  // NVFP4 block scale codes of a weight row
 // Weight bytes of a row in a stage: packed FP4 32, FP8 64.
 template <bool kFp8>
 __host__ __device__ constexpr int b_row_bytes() { return kFp8 ? kBK : kBK / 2; }
-template <int MF, int W, int S, bool kFp8>
+template <int MF, int W, int S, int U, bool kFp8>
 constexpr int smem_bytes() {
-  return S * (16 * MF * kARowBytes + 16 * W * b_row_bytes<kFp8>() + (kFp8 ? 0 : 16 * W * kSRowBytes));
+  return S * U * (16 * MF * kARowBytes + 16 * W * b_row_bytes<kFp8>() + (kFp8 ? 0 : 16 * W * kSRowBytes));
 }
 constexpr float kFp4AccScale = 128.0f;  // 2^7: the scale codes' offset (quant/layout.h)
 
@@ -67,22 +68,22 @@ struct Fp4Args {
 };
 
 template <int MF, int W>
-constexpr int min_blocks() { return MF >= 8 ? (W >= 8 ? 1 : 2) : (W >= 8 ? 2 : 4); }  // 128 registers but MF 8
+constexpr int min_blocks() { return MF >= 4 ? (W >= 8 ? (MF >= 8 ? 1 : 2) : 2) : (W >= 8 ? 3 : 4); }  // 128 registers but MF 8
 
-template <int MF, int W, int S, bool kGateUp, bool kFp8>
+template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
 __global__ void __launch_bounds__(32 * W, min_blocks<MF, W>()) grouped_fp4_kernel(Fp4Args g) {
-  constexpr int kStages = S;
+  DG_GRID_DEPENDENCY_WAIT();
   constexpr int kThreads = 32 * W;
   constexpr int BM = 16 * MF;
   constexpr int BN = 16 * W;
   constexpr int kAChunks = BM * 8 / kThreads;
   static_assert(kAChunks * kThreads == BM * 8, "whole A chunks per thread");
-  constexpr int kAStage = BM * kARowBytes;
+  // A stage holds U K steps of 64 values, each step's tiles laid out as a one-step stage would be.
   constexpr int kBRowBytes = b_row_bytes<kFp8>();
-  constexpr int kBStage = BN * kBRowBytes;
-  constexpr int kSStage = BN * kSRowBytes;
-  constexpr int kBChunks = kBStage / 16 / kThreads;  // FP4 1, FP8 2 weight chunks per thread a stage
-  static_assert(kBChunks * 16 * kThreads == kBStage, "whole weight chunks per thread");
+  constexpr int kAStep = BM * kARowBytes, kBStep = BN * kBRowBytes, kSStep = BN * kSRowBytes;
+  constexpr int kAStage = U * kAStep, kBStage = U * kBStep, kSStage = U * kSStep;
+  constexpr int kBChunks = kBStep / 16 / kThreads;  // FP4 1, FP8 2 weight chunks per thread a K step
+  static_assert(kBChunks * 16 * kThreads == kBStep, "whole weight chunks per thread");
   DG_KERNEL_DYNAMIC_SMEM(smem);
 
   const int e = blockIdx.y;
@@ -94,12 +95,13 @@ __global__ void __launch_bounds__(32 * W, min_blocks<MF, W>()) grouped_fp4_kerne
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int Kd = g.Kd, N = g.N;
   const int Nw = kGateUp ? 2 * N : N;
-  const int KT = Kd / kBK;  // Kd % 64 == 0 (grouped_fp4_supported)
+  const int KT = Kd / kBK;             // K steps (Kd % 64 == 0: grouped_fp4_supported)
+  const int KS = (KT + U - 1) / U;     // stages an M tile; the last may hold fewer than U steps
   const int MT = (rows + BM - 1) / BM;
-  const int total = MT * KT;
+  const int total = MT * KS;
   const uint32_t s_a = smem_addr(smem);
-  const uint32_t s_b = s_a + kStages * kAStage;
-  const uint32_t s_s = s_b + kStages * kBStage;
+  const uint32_t s_b = s_a + S * kAStage;
+  const uint32_t s_s = s_b + S * kBStage;
   const int chunk = tid & 7;
 
   // Weight tile row s -> weight row n (gate_up: s < BN / 2 gate row i, else up row N + i).
@@ -113,8 +115,10 @@ __global__ void __launch_bounds__(32 * W, min_blocks<MF, W>()) grouped_fp4_kerne
     ok = n < N;
     return n;
   };
-  // Weight copies of this thread: chunk c = tid + kThreads j of the stage is tile row c / (row bytes / 16),
-  // bytes 16 * (c % (row bytes / 16)) of the row's stage slice.
+  // Copy sources hold in-bounds addresses even for the copies that read nothing (zero source bytes:
+  // rows past N or past the expert's), so that a K offset is a plain add.
+  // Weight copies of this thread: chunk c = tid + kThreads j of a K step is tile row c / (row bytes / 16),
+  // bytes 16 * (c % (row bytes / 16)) of the row's step slice.
   constexpr int kRowChunks = kBRowBytes / 16;
   const int64_t w_row_bytes = kFp8 ? Kd : Kd / 2;
   bool p_ok[kBChunks];
@@ -123,17 +127,18 @@ DG_UNROLL
   for (int j = 0; j < kBChunks; ++j) {
     const int c = tid + kThreads * j;
     const int row = weight_row(c / kRowChunks, p_ok[j]);
-    p_src[j] = p_ok[j] ? g.w + (we * Nw + row) * w_row_bytes + 16 * (c % kRowChunks) : g.w;
+    p_src[j] = g.w + (we * Nw + (p_ok[j] ? row : 0)) * w_row_bytes + 16 * (c % kRowChunks);
   }
   // Scale copy (threads 0 .. BN / 4 - 1, NVFP4): tile rows 4 tid .. 4 tid + 3, consecutive weight rows
-  // (the 4-row groups never straddle the gate / up halves or N, a multiple of 8), 16 bytes a stage.
-  constexpr int kSChunks = kSStage / 16;
+  // (the 4-row groups never straddle the gate / up halves or N, a multiple of 8), 16 bytes a K step.
+  constexpr int kSChunks = kSStep / 16;
   bool s_ok = false;
   const uint8_t* s_src = g.s;
   if (!kFp8 && tid < kSChunks) {
     const int n = weight_row(4 * tid, s_ok);
-    if (s_ok) s_src = g.s + (we * KT * Nw + n) * 4;
+    s_src = g.s + (we * KT * Nw + (s_ok ? n : 0)) * 4;
   }
+  const int64_t s_step = static_cast<int64_t>(Nw) * 4;  // scale bytes of one K step
   const uint16_t* a_src[kAChunks];
   bool a_ok[kAChunks];
   // Branch-free (selects, and copies of zero bytes for rows past the expert's): no divergence inside
@@ -145,35 +150,44 @@ DG_UNROLL
       a_ok[j] = m < rows;
       const int r = row0 + (a_ok[j] ? m : 0);  // row0 itself is a row of the expert
       const int64_t src_row = kGateUp ? g.pairs[r] / g.top_k : r;
-      a_src[j] = g.a + (a_ok[j] ? src_row * Kd : 0);
+      a_src[j] = g.a + src_row * Kd + chunk * 8;
     }
   };
 
   const uint64_t w_policy = kFp8 ? 0 : evict_first_policy();  // (FP8 copies take no hint: see load_next)
-  int load_mt = 0, load_kt = 0;
+  int load_mt = 0, load_ks = 0;
   auto load_next = [&](int stage) {
-    if (load_kt == 0) set_a_rows(load_mt);
-    const int k = load_kt * kBK + chunk * 8;
-    const uint32_t sa = s_a + stage * kAStage;
-    // A rows past the expert's are zero-filled (no global read).
+    if (load_ks == 0) set_a_rows(load_mt);
+    const int step0 = load_ks * U;
+    const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
+    const uint8_t* s_run = s_src;
+    if (!kFp8 && tid < kSChunks) s_run += step0 * s_step;
 DG_UNROLL
-    for (int j = 0; j < kAChunks; ++j) {
-      const int r = (tid >> 3) + (kThreads / 8) * j;
-      cp_async16(sa + swz(r, chunk), a_ok[j] ? a_src[j] + k : g.a, a_ok[j]);
-    }
+    for (int u = 0; u < U; ++u) {
+      if (U > 1 && step0 + u >= KT) break;  // uniform: the M tile's last stage
+      const int k = (step0 + u) * kBK;
+      // A rows past the expert's are zero-filled (no global read).
 DG_UNROLL
-    for (int j = 0; j < kBChunks; ++j) {
-      const uint32_t dst = s_b + stage * kBStage + (tid + kThreads * j) * 16;
-      const uint8_t* src = p_ok[j] ? p_src[j] + load_kt * kBRowBytes : g.w;
-      // FP8: no L2 hint. With it, CUDA 13.0's ptxas gives the 8-warp FP8 tiles two weight copies whose
-      // memory descriptor register is never written (LDGSTS ... desc[UR1]): an illegal instruction.
-      if (kFp8) cp_async16(dst, src, p_ok[j]);
-      else cp_async16_hint(dst, src, p_ok[j], w_policy);
+      for (int j = 0; j < kAChunks; ++j) {
+        const int r = (tid >> 3) + (kThreads / 8) * j;
+        cp_async16(sa + u * kAStep + swz(r, chunk), a_src[j] + k, a_ok[j]);
+      }
+DG_UNROLL
+      for (int j = 0; j < kBChunks; ++j) {
+        const uint32_t dst = sb + u * kBStep + (tid + kThreads * j) * 16;
+        const uint8_t* src = p_src[j] + (step0 + u) * kBRowBytes;
+        // FP8: no L2 hint. With it, CUDA 13.0's ptxas gives the 8-warp FP8 tiles two weight copies whose
+        // memory descriptor register is never written (LDGSTS ... desc[UR1]): an illegal instruction.
+        if (kFp8) cp_async16(dst, src, p_ok[j]);
+        else cp_async16_hint(dst, src, p_ok[j], w_policy);
+      }
+      if (!kFp8 && tid < kSChunks) {
+        cp_async16(ss + u * kSStep + tid * 16, s_run, s_ok);
+        s_run += s_step;
+      }
     }
-    if (!kFp8 && tid < kSChunks)
-      cp_async16(s_s + stage * kSStage + tid * 16, s_ok ? s_src + static_cast<int64_t>(load_kt) * Nw * 4 : g.s, s_ok);
-    if (++load_kt == KT) {
-      load_kt = 0;
+    if (++load_ks == KS) {
+      load_ks = 0;
       ++load_mt;
     }
   };
@@ -182,7 +196,7 @@ DG_UNROLL
   zero_acc(acc);
 
 DG_UNROLL
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < S - 1; ++s) {
     if (s < total) load_next(s);
     cp_async_commit();
   }
@@ -190,25 +204,20 @@ DG_UNROLL
   // A fragments by ldmatrix as in moe/grouped.cu. B fragment nf of warp w: tile row 8 (W nf + w) + lane / 4
   // (gate_up: nf 0 gate, nf 1 the matching up row), k = 16 kk + 2 (lane % 4) + {0, 1} (b0) and + 8 (b1);
   // quad lane % 4's words are bytes 8 (lane % 4) (FP4) / 16 (lane % 4) (FP8) of the row's slice.
-  // This lane's ldmatrix offsets in an A stage for m fragment 0 and each k16 step (fragment mf adds
+  // This lane's ldmatrix offsets in an A step for m fragment 0 and each k16 step (fragment mf adds
   // 16 mf rows, which keeps the swizzle: 16 mf % 8 == 0).
   uint32_t a_off[kBK / 16];
 DG_UNROLL
   for (int kk = 0; kk < kBK / 16; ++kk) a_off[kk] = swz(lane & 15, 2 * kk + (lane >> 4));
   const int b_row0 = 8 * warp + (lane >> 2), b_quad = lane & 3;
 
-  int mt = 0, kt = 0;
+  // One K step (64 values) of the stage's tiles at sa / sb / ss on the first NMF m fragments; kCheck: stop
+  // at the M tile's m fragments with rows (m_frags, uniform over the CTA).
   int m_frags = min(MF, (rows + 15) / 16);  // m fragments with rows in this M tile
-  int stage = 0, load_stage = kStages - 1;
-  for (int it = 0; it < total; ++it) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    if (it + kStages - 1 < total) load_next(load_stage);
-    cp_async_commit();
-    load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;
-    __syncwarp();  // converged warps for ldmatrix / mma.sync (the scale copies above are per thread)
-    const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
-    // This thread's weight words of the stage (both n fragments, all four k16 steps) and scale codes.
+  auto k_step = [&](auto nmf, auto check, uint32_t sa, uint32_t sb, uint32_t ss) {
+    constexpr int NMF = decltype(nmf)::value;
+    constexpr bool kCheck = decltype(check)::value;
+    // This thread's weight words of the step (both n fragments, all four k16 steps) and scale codes.
     uint32_t wb[2][4], sc[2];
 DG_UNROLL
     for (int nf = 0; nf < 2; ++nf) {
@@ -238,16 +247,41 @@ DG_UNROLL
         }
       }
 DG_UNROLL
-      for (int mf = 0; mf < MF; ++mf) {
-        if (mf >= m_frags) break;  // uniform over the CTA
+      for (int mf = 0; mf < NMF; ++mf) {
+        if (kCheck && mf >= m_frags) break;
         uint32_t a[4];
         ldmatrix_x4(sa + a_off[kk] + mf * 16 * kARowBytes, a[0], a[1], a[2], a[3]);
         mma_bf16(acc[mf][0], a, b[0][0], b[0][1]);
         mma_bf16(acc[mf][1], a, b[1][0], b[1][1]);
       }
     }
+  };
+  // The stage's K steps with NMF / kCheck as k_step.
+  auto stage_steps = [&](auto nmf, auto check, int steps, uint32_t sa, uint32_t sb, uint32_t ss) {
+DG_UNROLL
+    for (int u = 0; u < U; ++u) {
+      if (U > 1 && u >= steps) break;  // uniform: the M tile's last stage
+      k_step(nmf, check, sa + u * kAStep, sb + u * kBStep, ss + u * kSStep);
+    }
+  };
 
-    if (++kt == KT) {
+  int mt = 0, ks = 0;
+  int stage = 0, load_stage = S - 1;
+  for (int it = 0; it < total; ++it) {
+    cp_async_wait<S - 2>();
+    __syncthreads();
+    if (it + S - 1 < total) load_next(load_stage);
+    cp_async_commit();
+    load_stage = load_stage + 1 == S ? 0 : load_stage + 1;
+    __syncwarp();  // converged warps for ldmatrix / mma.sync (the scale copies above are per thread)
+    const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
+    const int steps = U == 1 ? 1 : min(U, KT - ks * U);
+    // Every m fragment, or (an M tile with fewer rows) those with rows: MF 2 has one then.
+    if (MF != 2) stage_steps(std::integral_constant<int, MF>{}, std::true_type{}, steps, sa, sb, ss);
+    else if (m_frags == MF) stage_steps(std::integral_constant<int, MF>{}, std::false_type{}, steps, sa, sb, ss);
+    else stage_steps(std::integral_constant<int, 1>{}, std::false_type{}, steps, sa, sb, ss);
+
+    if (++ks == KS) {
       const int g_row = lane >> 2, g_col = 2 * (lane & 3);
       const float* rs_e = g.rs + we * Nw;
       // NVFP4: acc * 2^7 is exact, so this is bf16(acc_true * rs) as with unscaled weights.
@@ -278,12 +312,12 @@ DG_UNROLL
           }
         }
       zero_acc(acc);
-      kt = 0;
+      ks = 0;
       ++mt;
       m_frags = min(MF, (rows - mt * BM + 15) / 16);
       __syncwarp();  // after the epilogue's per-lane branches
     }
-    stage = stage + 1 == kStages ? 0 : stage + 1;
+    stage = stage + 1 == S ? 0 : stage + 1;
   }
   cp_async_wait<0>();
 }
@@ -294,18 +328,23 @@ DG_UNROLL
 namespace dgemma::cuda {
 namespace {
 
-// The tiles (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows, S cp.async stages of 64 K
-// values) of the QuantTile choices.
+// The tiles (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows, S cp.async stages of U K
+// steps of 64 values) of the QuantTile choices.
 struct TileShape {
-  int mf, w, stages;
+  int mf, w, stages, steps;
 };
 constexpr TileShape tile_shape(QuantTile t) {
   switch (t) {
-    case QuantTile::kRows32Cols64: return {2, 4, 4};
-    case QuantTile::kRows32Cols128: return {2, 8, 4};
-    case QuantTile::kRows32Cols128Deep: return {2, 8, 6};
-    case QuantTile::kRows128Cols64: return {8, 4, 4};
-    default: return {0, 0, 0};
+    case QuantTile::kRows32Cols64: return {2, 4, 4, 1};
+    case QuantTile::kRows32Cols128: return {2, 8, 4, 1};
+    case QuantTile::kRows32Cols128Deep: return {2, 8, 6, 1};
+    case QuantTile::kRows128Cols64: return {8, 4, 4, 1};
+    case QuantTile::kRows32Cols128K128: return {2, 8, 4, 2};
+    case QuantTile::kRows32Cols128K256: return {2, 8, 2, 4};
+    case QuantTile::kRows32Cols128K128S3: return {2, 8, 3, 2};
+    case QuantTile::kRows128Cols64K128: return {8, 4, 2, 2};
+    case QuantTile::kRows64Cols128: return {4, 8, 4, 1};
+    default: return {0, 0, 0, 0};
   }
 }
 
@@ -319,18 +358,23 @@ inline QuantTile auto_expert_tile(int64_t R, int64_t E) {
 // The dense matmul's: 32-row tiles, or 128-row tiles (a quarter of the decoding) from 128 rows on.
 inline QuantTile auto_dense_tile(int64_t T) { return T >= 128 ? QuantTile::kRows128Cols64 : QuantTile::kRows32Cols64; }
 
-template <int MF, int W, int S, bool kGateUp, bool kFp8, typename L>
+template <int MF, int W, int S, int U, bool kGateUp, bool kFp8, typename L>
 void go_tile(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   const int64_t cols = kGateUp ? 8 * W : 16 * W;  // output columns of a CTA
-  l.template go<MF, W, S, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
+  l.template go<MF, W, S, U, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
 }
 template <bool kGateUp, bool kFp8, typename L>
 void go_tile(L& l, QuantTile tile, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   switch (tile) {
-    case QuantTile::kRows32Cols64: return go_tile<2, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows32Cols128: return go_tile<2, 8, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows32Cols128Deep: return go_tile<2, 8, 6, kGateUp, kFp8>(l, g, n_out, grid_y);
-    default: return go_tile<8, 4, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows32Cols64: return go_tile<2, 4, 4, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows32Cols128: return go_tile<2, 8, 4, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows32Cols128Deep: return go_tile<2, 8, 6, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows32Cols128K128: return go_tile<2, 8, 4, 2, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows32Cols128K256: return go_tile<2, 8, 2, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows32Cols128K128S3: return go_tile<2, 8, 3, 2, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows128Cols64K128: return go_tile<8, 4, 2, 2, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows64Cols128: return go_tile<4, 8, 4, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
+    default: return go_tile<8, 4, 4, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
   }
 }
 
