@@ -6,9 +6,8 @@
 //                [--quantization bf16|nvfp4-modelopt|nvfp4-ct|fp8-dynamic]   (dummy weights in that format)
 //                [--kernel-family auto|hopper|portable] [--attention auto|per-item] [--flash-splits N]
 //                [--moe-kernel auto|small-rows|mma-sync-128x128|wgmma-64x128|tma-128x256]
-//                [--quant-tile auto|32x64|32x128|32x128-deep|128x64] [--dense-quant-tile ...]
+//                [--quant-tile auto|32x64|32x128-k256|128x64] [--dense-quant-tile ...]
 //                [--dense-quant w8a8|kernel|bf16] [--fp8-moe auto|w8a8|w8a16] [--fp8-row-fusion on|off]
-//                [--programmatic-launch on|off]
 //                                     (the CUDA backend's kernel choices, cuda_options.h; each automatic
 //                                      by default)
 //                [--profile-step N]   (the profiler's capture window around the measured round's N-th
@@ -278,10 +277,6 @@ bool parse_cuda_flag(const std::string& k, const char* v, CudaOptions& o) {
   if (k == "--dense-quant-tile") return take(parse_quant_tile, &o.quant_dense, quant_tile_words());
   if (k == "--dense-quant") return take(parse_dense_quant, &o.dense_quant, dense_quant_words());
   if (k == "--fp8-moe") return take(parse_fp8_experts, &o.fp8_experts, fp8_experts_words());
-  if (k == "--programmatic-launch") {
-    o.programmatic_launch = on_off_arg(k, v);
-    return true;
-  }
   if (k == "--flash-splits") {
     o.flash_splits = static_cast<int>(int_arg(k, v));  // range-checked by resolve_cuda_options
     return true;
@@ -303,8 +298,7 @@ int main(int argc, char** argv) {
         "of every flash launch; 0 planned)\n"
         "                   [--moe-kernel %s]\n"
         "                   [--quant-tile %s] [--dense-quant-tile (the same)]\n"
-        "                   [--dense-quant %s] [--fp8-moe %s] [--programmatic-launch on|off]   (CUDA kernel "
-        "choices)\n"
+        "                   [--dense-quant %s] [--fp8-moe %s]   (CUDA kernel choices)\n"
         "                   [--fused-projections on|off]   (q|k|v and gate|up as one GEMM each, or one GEMM "
         "per projection)\n"
         "                   [--fp8-row-fusion on|off]   (FP8-dynamic: the W8A8 inputs' FP8 rows written by "

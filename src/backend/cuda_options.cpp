@@ -22,14 +22,8 @@ constexpr std::pair<MoeKernel, const char*> kMoe[] = {{MoeKernel::kAuto, "auto"}
                                                       {MoeKernel::kTma128x256, "tma-128x256"}};
 constexpr std::pair<QuantTile, const char*> kTiles[] = {{QuantTile::kAuto, "auto"},
                                                         {QuantTile::kRows32Cols64, "32x64"},
-                                                        {QuantTile::kRows32Cols128, "32x128"},
-                                                        {QuantTile::kRows32Cols128Deep, "32x128-deep"},
-                                                        {QuantTile::kRows128Cols64, "128x64"},
-                                                        {QuantTile::kRows32Cols128K128, "32x128-k128"},
                                                         {QuantTile::kRows32Cols128K256, "32x128-k256"},
-                                                        {QuantTile::kRows32Cols128K128S3, "32x128-k128s3"},
-                                                        {QuantTile::kRows128Cols64K128, "128x64-k128"},
-                                                        {QuantTile::kRows64Cols128, "64x128"}};
+                                                        {QuantTile::kRows128Cols64, "128x64"}};
 constexpr std::pair<DenseQuant, const char*> kDense[] = {
     {DenseQuant::kW8A8, "w8a8"}, {DenseQuant::kKernel, "kernel"}, {DenseQuant::kBf16, "bf16"}};
 constexpr std::pair<Fp8Experts, const char*> kFp8[] = {
@@ -144,7 +138,6 @@ CudaOptions resolve_cuda_options(const CudaOptions& options, int major, int mino
          "--fp8-moe w8a8 runs on the hopper kernel family; the kernel family here is portable "
          "({}): use auto or w8a16",
          gpu);
-  if (major < 9) r.programmatic_launch = false;  // sm_90's launch attribute and griddepcontrol
   if (r.flash_splits < 0 || r.flash_splits > 32)
     fail(ErrorKind::kInvalidArgument, "flash attention key splits must be 0 (planned) to 32, not {}",
          r.flash_splits);
@@ -165,10 +158,9 @@ std::string describe_cuda_kernels(const CudaOptions& r) {
                                    : "auto (small-rows / mma-sync-128x128 by rows per expert)";
   return fmt::format(
       "kernel family {}; attention {}; bf16 MoE {}; quantised tiles experts {} dense {}; dense quant {}; "
-      "FP8 experts {}; programmatic launch {}",
+      "FP8 experts {}",
       kernel_family_word(r.family), attention, moe, quant_tile_word(r.quant_experts),
-      quant_tile_word(r.quant_dense), dense_quant_word(r.dense_quant), fp8_experts_word(r.fp8_experts),
-      r.programmatic_launch ? "on" : "off");
+      quant_tile_word(r.quant_dense), dense_quant_word(r.dense_quant), fp8_experts_word(r.fp8_experts));
 }
 
 }  // namespace dgemma

@@ -26,21 +26,10 @@ enum class AttentionKernel { kAuto, kPerItem };
 // wgmma tiles (quant/w8a8_experts.cuh).
 enum class MoeKernel { kAuto, kSmallRows, kMmaSync128x128, kWgmma64x128, kTma128x256 };
 
-// The tile of the W4A16 / W8A16 kernel (NVFP4 and FP8 weights kept quantised): rows x columns a CTA;
-// kRows32Cols128Deep has six cp.async stages instead of four. kAuto by the rows (per expert, or of a
-// dense matmul).
-enum class QuantTile {
-  kAuto,
-  kRows32Cols64,
-  kRows32Cols128,
-  kRows32Cols128Deep,
-  kRows128Cols64,
-  kRows32Cols128K128,
-  kRows32Cols128K256,
-  kRows32Cols128K128S3,
-  kRows128Cols64K128,
-  kRows64Cols128
-};
+// The tile of the W4A16 / W8A16 kernel (NVFP4 and FP8 weights kept quantised): rows x columns a CTA,
+// and K values a cp.async stage (kRows32Cols128K256: 256; the others 64). kAuto by the rows (per
+// expert, or of a dense matmul).
+enum class QuantTile { kAuto, kRows32Cols64, kRows32Cols128K256, kRows128Cols64 };
 
 // How the dense (2-D) quantised linears are served (the experts stay quantised either way):
 //   kW8A8:   FP8 linears whose checkpoint prescribes dynamic per-token FP8 activations run as it says
@@ -72,16 +61,10 @@ struct CudaOptions {
   // first use, so that an op reading memory nothing wrote gives NaN instead of an answer that depends on
   // what the memory last held (dgemma_gpu_check --poison-allocations).
   bool poison_allocations = false;
-  // Programmatic dependent launch (sm_90+ GPUs; resolved to off on others): every kernel is launched so that
-  // its blocks may be scheduled while the previous kernel's last blocks still run, and waits on entry
-  // until that kernel has finished (core/kernel_macros.cuh DG_GRID_DEPENDENCY_WAIT). The results are the
-  // same either way; off: each kernel starts only after the previous one ends.
-  bool programmatic_launch = true;
 };
 
 // The options as a backend on a GPU of compute capability major.minor runs them: the family kHopper
-// (sm_90) or kPortable, the FP8 experts' path kW8A8 (hopper) or kW8A16, programmatic launch off before
-// sm_90. Throws Error(kUnsupported),
+// (sm_90) or kPortable, the FP8 experts' path kW8A8 (hopper) or kW8A16. Throws Error(kUnsupported),
 // naming the GPU, for what it cannot run: the hopper family, a hopper-family MoE kernel or W8A8 experts
 // off sm_90, or a portable family asked for them. Throws Error(kInvalidArgument) for flash splits or a
 // score budget out of range. Plain C++: tested without a GPU.

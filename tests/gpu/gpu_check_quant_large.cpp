@@ -28,16 +28,8 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
 
 namespace {
 
-constexpr QuantTile kTiles[] = {QuantTile::kAuto,
-                                QuantTile::kRows32Cols64,
-                                QuantTile::kRows32Cols128,
-                                QuantTile::kRows32Cols128Deep,
-                                QuantTile::kRows128Cols64,
-                                QuantTile::kRows32Cols128K128,
-                                QuantTile::kRows32Cols128K256,
-                                QuantTile::kRows32Cols128K128S3,
-                                QuantTile::kRows128Cols64K128,
-                                QuantTile::kRows64Cols128};
+constexpr QuantTile kTiles[] = {QuantTile::kAuto, QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256,
+                                QuantTile::kRows128Cols64};
 
 // Random experts (expert_problem.h random_experts); FP8 ones carry the checkpoint's per-token FP8
 // activations (the CUDA kernels run W8A16 and the CPU is told so).

@@ -34,8 +34,7 @@ TEST(CudaOptions, WordsRoundTrip) {
              {MoeKernel::kAuto, MoeKernel::kSmallRows, MoeKernel::kMmaSync128x128, MoeKernel::kWgmma64x128,
               MoeKernel::kTma128x256});
   round_trip(parse_quant_tile, quant_tile_word, quant_tile_words,
-             {QuantTile::kAuto, QuantTile::kRows32Cols64, QuantTile::kRows32Cols128,
-              QuantTile::kRows32Cols128Deep, QuantTile::kRows128Cols64});
+             {QuantTile::kAuto, QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256, QuantTile::kRows128Cols64});
   round_trip(parse_dense_quant, dense_quant_word, dense_quant_words,
              {DenseQuant::kW8A8, DenseQuant::kKernel, DenseQuant::kBf16});
   round_trip(parse_fp8_experts, fp8_experts_word, fp8_experts_words,
@@ -110,13 +109,11 @@ TEST(CudaOptions, DescribesTheKernelsChosen) {
   EXPECT_NE(h.find("wgmma"), std::string::npos) << h;
   EXPECT_NE(h.find("FP8 experts w8a8"), std::string::npos) << h;
   EXPECT_NE(h.find("quantised tiles experts auto dense auto"), std::string::npos) << h;
-  EXPECT_NE(h.find("programmatic launch on"), std::string::npos) << h;
   const std::string p = describe_cuda_kernels(resolve_cuda_options({}, 8, 6, "A6000"));
   EXPECT_NE(p.find("kernel family portable"), std::string::npos) << p;
   EXPECT_EQ(p.find("wgmma"), std::string::npos) << p;
   EXPECT_NE(p.find("dense quant w8a8"), std::string::npos) << p;
   EXPECT_NE(p.find("FP8 experts w8a16"), std::string::npos) << p;
-  EXPECT_NE(p.find("programmatic launch off"), std::string::npos) << p;  // sm_86 has no programmatic launch
 }
 
 }  // namespace

@@ -26,11 +26,7 @@ struct EmuLauncher {
   int launches = 0;
 };
 
-constexpr QuantTile kTiles[] = {QuantTile::kRows32Cols64,       QuantTile::kRows32Cols128,
-                                QuantTile::kRows32Cols128Deep,  QuantTile::kRows128Cols64,
-                                QuantTile::kRows32Cols128K128,  QuantTile::kRows32Cols128K256,
-                                QuantTile::kRows32Cols128K128S3, QuantTile::kRows128Cols64K128,
-                                QuantTile::kRows64Cols128};
+constexpr QuantTile kTiles[] = {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256, QuantTile::kRows128Cols64};
 
 std::mt19937 rng(7);
 double e4m3(int c) { int s = c >> 7, e = (c >> 3) & 15, m = c & 7; double v = e == 0 ? m * std::ldexp(1.0, -9) : (1 + m / 8.0) * std::ldexp(1.0, e - 7); return s ? -v : v; }
@@ -142,12 +138,15 @@ void dense(bool fp8, int T, int N, int K, bool sub = false, bool zeros = false, 
   for (int t = 0; t < T; ++t) for (int n = 0; n < N; ++n) { float s = 0; for (int k = 0; k < K; ++k) s += bf16_to_f32(x[size_t(t) * K + k]) * float(w.at(0, n, k)); ref[size_t(t) * N + n] = round_bf16(s * w.rs[n]); }
   compare(std::string(fp8 ? "fp8" : "nvfp4") + " dense T" + std::to_string(T) + " tile " + quant_tile_word(tile), out, ref);
 }
-// Every tile and the automatic choice: M tiles of 32 and 128 rows, 4 and 8 warps, four and six stages,
-// m fragments without rows skipped, experts with several M tiles (the skewed and sized routings).
+// Every tile and the automatic choice: M tiles of 32 and 128 rows, 4 and 8 warps, stages of one and
+// four K steps (K = 64 / 128 / 192 / 320: fewer K steps than a stage holds, and a last stage of one
+// step after a whole one), m fragments without rows skipped, experts with several M tiles (the skewed
+// and sized routings).
 TEST(QuantKernelEmulated, GroupedNvfp4GateUpAndDownEveryTile) {
   moe(false, 37, 64, 64, 8, 2, QuantTile::kAuto);
   for (const QuantTile t : kTiles) moe(false, 37, 64, 64, 8, 2, t);
   moe(false, 20, 128, 128, 4, 2, QuantTile::kAuto);
+  for (const QuantTile t : kTiles) moe(false, 40, 320, 192, 4, 2, t);
 }
 TEST(QuantKernelEmulated, GroupedNvfp4SkewedRoutingAndZeroScales) {
   bool zeros = false;
@@ -157,7 +156,8 @@ TEST(QuantKernelEmulated, GroupedFp8GateUpAndDownEveryTile) {
   moe(true, 37, 64, 64, 8, 2, QuantTile::kAuto);
   for (const QuantTile t : kTiles) moe(true, 37, 64, 64, 8, 2, t);
   moe(true, 20, 128, 128, 4, 2, QuantTile::kAuto);
-  moe(true, 70, 64, 64, 4, 2, QuantTile::kRows32Cols128, true);
+  moe(true, 70, 64, 64, 4, 2, QuantTile::kRows32Cols128K256, true);
+  moe(true, 40, 320, 192, 4, 2, QuantTile::kRows32Cols128K256);
   moe(true, 70, 64, 64, 4, 2, QuantTile::kRows128Cols64, true);
 }
 // Uneven and empty experts, rows around and past the 32 / 128-row M tiles (several M tiles in one
@@ -167,11 +167,13 @@ TEST(QuantKernelEmulated, UnevenAndEmptyExperts) {
   for (bool fp8 : {false, true})
     for (const QuantTile t : kTiles) moe_sized(fp8, sizes, 192, 64, t, !fp8 && t == QuantTile::kRows128Cols64);
 }
-// The automatic choice: 32-row tiles of 8 warps up to ~96 rows per expert (six stages from ~20 rows),
-// 128-row ones beyond; dense: 32-row tiles, 128-row ones from 128 rows on.
+// The automatic choice: 32-row tiles of 8 warps and 256-K stages up to ~96 rows per expert, 128-row
+// ones beyond; dense: 32-row tiles, 128-row ones from 128 rows on.
 TEST(QuantKernelEmulated, AutomaticChoice) {
-  EXPECT_EQ(auto_expert_tile(2048, 128), QuantTile::kRows32Cols128);       // T = 256 top-8: ~16 rows an expert
-  EXPECT_EQ(auto_expert_tile(8192, 128), QuantTile::kRows32Cols128Deep);   // T = 1024: ~64
+  EXPECT_EQ(auto_expert_tile(2048, 128), QuantTile::kRows32Cols128K256);  // T = 256 top-8: ~16 rows an expert
+  EXPECT_EQ(auto_expert_tile(8192, 128), QuantTile::kRows32Cols128K256);  // T = 1024: ~64
+  EXPECT_EQ(auto_expert_tile(12288, 128), QuantTile::kRows32Cols128K256); // ~96
+  EXPECT_EQ(auto_expert_tile(12416, 128), QuantTile::kRows128Cols64);     // ~97
   EXPECT_EQ(auto_expert_tile(32768, 128), QuantTile::kRows128Cols64);      // T = 4096: ~256
   EXPECT_EQ(auto_dense_tile(37), QuantTile::kRows32Cols64);
   EXPECT_EQ(auto_dense_tile(128), QuantTile::kRows128Cols64);

@@ -178,7 +178,6 @@ __device__ __forceinline__ void scale_mask_scores(Score&& score, bool masked, in
 // grid: (row tiles of all items, Hkv, splits * kDChunks); block: Shape::kThreads.
 template <int DQK, int DV, int BN, int KG>
 __global__ void __launch_bounds__(128 * KG, 1) flash_attention_kernel(const Params p) {
-  DG_GRID_DEPENDENCY_WAIT();
   using S = Shape<DQK, DV, BN, KG>;
   constexpr int kThreadsCta = S::kThreads, kVCols = S::kVCols, kDK = DQK / KG, kRows = S::kRows;
   DG_KERNEL_DYNAMIC_SMEM(smem);
@@ -403,7 +402,6 @@ __global__ void __launch_bounds__(128 * KG, 1) flash_attention_kernel(const Para
 // are left alone. grid: ceil(T * Hq * D / 4 / kThreads).
 template <int D>
 __global__ void __launch_bounds__(kThreads) flash_combine_kernel(const Params p) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t row = idx / (D / 4);
   if (row >= static_cast<int64_t>(p.T) * p.Hq) return;

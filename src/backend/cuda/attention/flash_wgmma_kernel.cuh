@@ -63,7 +63,6 @@
 #include <cstdint>
 
 #include "backend/cuda/attention/flash_mma_kernel.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/core/wgmma_desc.cuh"
 #ifdef __CUDACC__
 #include "backend/cuda/core/tma_ptx.cuh"
@@ -110,7 +109,6 @@ __device__ __forceinline__ uint32_t wg_tile_off(int row, int ch) {
 // grid: (row tiles of all items, Hkv, splits); block: WgmmaShape::kThreads.
 template <int D, int BN, int Stages>
 __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_wgmma_kernel(const Params p) {
-  DG_GRID_DEPENDENCY_WAIT();
   using S = WgmmaShape<D, BN, Stages>;
   constexpr int kRows = S::kRows, kTileBytes = S::kTileBytes;
   constexpr bool kHalves = S::kHalves;

@@ -6,7 +6,6 @@
 
 #include "backend/cuda/attention/per_item.cuh"
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -15,7 +14,6 @@ constexpr int kThreads = 256;
 
 __global__ void gather_q_kernel(const uint16_t* __restrict__ q, int64_t Hq, int64_t D, int64_t i0, int64_t nc,
                                 uint16_t* __restrict__ qh) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t total = Hq * nc * D;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -27,7 +25,6 @@ __global__ void gather_q_kernel(const uint16_t* __restrict__ q, int64_t Hq, int6
 
 __global__ void scatter_out_kernel(const float* __restrict__ oh, int64_t Hq, int64_t D, int64_t i0,
                                    int64_t nc, uint16_t* __restrict__ out) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t total = Hq * nc * D;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -41,7 +38,6 @@ __global__ void scatter_out_kernel(const float* __restrict__ oh, int64_t Hq, int
 // elements per thread; dw = D / 8 words per head row.
 __global__ void gather_q_vec_kernel(const uint4* __restrict__ q, int64_t Hq, int64_t dw, int64_t i0,
                                     int64_t nc, uint4* __restrict__ qh) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t total = Hq * nc * dw;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -53,7 +49,6 @@ __global__ void gather_q_vec_kernel(const uint4* __restrict__ q, int64_t Hq, int
 
 __global__ void scatter_out_vec_kernel(const float4* __restrict__ oh, int64_t Hq, int64_t dw, int64_t i0,
                                        int64_t nc, uint4* __restrict__ out) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t total = Hq * nc * dw;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -68,7 +63,6 @@ __global__ void scatter_out_vec_kernel(const float4* __restrict__ oh, int64_t Hq
 // One block per score row. Three passes over the row (max, sum, write); the row is read from L2.
 __global__ void softmax_kernel(uint16_t* S, int64_t ld, int64_t nc, int64_t Lpad, int64_t i0,
                                const ItemKeys rule, float scaling) {
-  DG_GRID_DEPENDENCY_WAIT();
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   uint16_t* s = S + row * ld;
@@ -106,7 +100,6 @@ constexpr int64_t kWarpRowMax = 4096;
 
 __global__ void softmax_warp_kernel(uint16_t* S, int64_t rows, int64_t ld, int64_t nc, int64_t Lpad,
                                     int64_t i0, const ItemKeys rule, float scaling) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t row = blockIdx.x * static_cast<int64_t>(kSoftmaxWarps) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together
   const int lane = threadIdx.x & 31;

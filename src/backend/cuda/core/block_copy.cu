@@ -3,7 +3,6 @@
 // C * H * 2 bytes of allocator blocks), else single bytes.
 #include "backend/cuda/core/block_copy.cuh"
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 
 namespace dgemma::cuda {
 namespace {
@@ -13,7 +12,6 @@ constexpr int kWordsPerThread = 4;  // 16-byte words per thread per chunk: 16 Ki
 
 template <typename Word>
 __global__ void __launch_bounds__(kThreads) gather_kernel(const uint64_t* table, int64_t words, Word* dst, bool zero_missing) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t i = blockIdx.y;
   const Word* src = reinterpret_cast<const Word*>(static_cast<uintptr_t>(table[i]));
   if (src == nullptr && !zero_missing) return;
@@ -28,7 +26,6 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(const uint64_t* table,
 
 template <typename Word>
 __global__ void __launch_bounds__(kThreads) scatter_kernel(const Word* src, const uint64_t* table, int64_t words) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t i = blockIdx.y;
   Word* dst = reinterpret_cast<Word*>(static_cast<uintptr_t>(table[i]));
   if (dst == nullptr) return;

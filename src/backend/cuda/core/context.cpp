@@ -98,7 +98,6 @@ Context::Context(int device_index, const CudaOptions& resolved)
   stream.counters = &counters;
   stream.occupancy = &occupancy;
   stream.tma_maps = &tma_maps;
-  stream.programmatic = options.programmatic_launch;  // resolved: off before sm_90
   // A blocking stream: it also orders against any legacy-default-stream work in the process.
   CUDA_CHECK(cudaStreamCreate(&stream.handle));
   CUBLAS_CHECK(cublasCreate(&cublas));

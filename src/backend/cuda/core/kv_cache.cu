@@ -1,5 +1,4 @@
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/core/kv_cache.cuh"
 
 namespace dgemma::cuda {
@@ -9,7 +8,6 @@ namespace {
 __global__ void kv_write_paged_kernel(uint16_t* __restrict__ pages, int64_t Hkv, int64_t P, int64_t D,
                                       const int32_t* __restrict__ table, int64_t first,
                                       const uint16_t* __restrict__ src) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t r = blockIdx.x;  // r = j * Hkv + h, the source row
   const int64_t j = r / Hkv, h = r % Hkv;
   const int64_t pos = first + j;
@@ -23,7 +21,6 @@ __global__ void kv_write_paged_kernel(uint16_t* __restrict__ pages, int64_t Hkv,
 __global__ void kv_gather_kernel(const uint16_t* __restrict__ pages, int64_t Hkv, int64_t P, int64_t D,
                                  const int32_t* __restrict__ table, int64_t first, int64_t L,
                                  uint16_t* __restrict__ dst) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t r = blockIdx.x;  // r = h * L + j, the destination row
   const int64_t h = r / L, j = r % L;
   const int64_t pos = first + j;

@@ -1,9 +1,7 @@
 #pragma once
 // Every launch of a dgemma kernel goes through launch_kernel: `kernel` over `grid` blocks of `threads`
 // threads with `smem` bytes of dynamic shared memory on the stream, counted, its configuration errors
-// thrown here. On a programmatic stream (Stream::programmatic) the launch may begin while the previous
-// kernel's last blocks run; every dgemma kernel's first statement, DG_GRID_DEPENDENCY_WAIT
-// (core/kernel_macros.cuh), waits for that kernel to finish, so only the launch overlaps it. launch_large_smem first sets, past 48 KB, the opt-in shared-memory size and, always, the
+// thrown here. launch_large_smem first sets, past 48 KB, the opt-in shared-memory size and, always, the
 // largest shared-memory carve-out (at every launch: the attributes belong to the current device).
 #include <cuda_runtime.h>
 
@@ -20,13 +18,6 @@ void launch_kernel(const Stream& stream, void (*kernel)(Params...), dim3 grid, d
   cfg.blockDim = threads;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream.handle;
-  cudaLaunchAttribute programmatic{};
-  programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  programmatic.val.programmaticStreamSerializationAllowed = 1;
-  if (stream.programmatic) {
-    cfg.attrs = &programmatic;
-    cfg.numAttrs = 1;
-  }
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
   stream.count_launch();
 }

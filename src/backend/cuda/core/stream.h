@@ -58,9 +58,6 @@ struct Stream {
   WorkCounters* counters = nullptr;
   Occupancy* occupancy = nullptr;
   TmaMaps* tma_maps = nullptr;
-  // Kernels are launched with programmatic stream serialisation (CudaOptions::programmatic_launch, as
-  // resolved for the GPU): see launch_kernel.
-  bool programmatic = false;
   operator cudaStream_t() const { return handle; }  // NOLINT: a kernel launch's stream argument
   void count_launch() const {
     if (counters != nullptr) counters->count_launch();

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/layer/elementwise.cuh"
 #include "backend/cuda/layer/gelu_kernel.cuh"
 #include "util/counter_rng.h"
@@ -15,28 +14,24 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void add_kernel(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(__fadd_rn(bf16_to_f32(a[i]), bf16_to_f32(b[i])));
 }
 
 __global__ void scale_kernel(const uint16_t* x, float s, uint16_t* out, int64_t n) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(x[i]), s));
 }
 
 __global__ void mul_kernel(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n, int64_t m) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(__fmul_rn(bf16_to_f32(a[i]), bf16_to_f32(b[i % m])));
 }
 
 __global__ void gelu_mul_kernel(const uint16_t* g, const uint16_t* u, uint16_t* out, int64_t n) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(__fmul_rn(round_bf16(gelu_tanh(bf16_to_f32(g[i]))), bf16_to_f32(u[i])));
@@ -51,7 +46,6 @@ __device__ __forceinline__ void for_each_word(int64_t words, F f) {
 }
 
 __global__ void add_vec_kernel(const uint4* a, const uint4* b, uint4* out, int64_t words) {
-  DG_GRID_DEPENDENCY_WAIT();
   for_each_word(words, [&](int64_t w) {
     float x[8], y[8];
     unpack_bf16x8(a[w], x);
@@ -63,7 +57,6 @@ __global__ void add_vec_kernel(const uint4* a, const uint4* b, uint4* out, int64
 }
 
 __global__ void scale_vec_kernel(const uint4* x, float s, uint4* out, int64_t words) {
-  DG_GRID_DEPENDENCY_WAIT();
   for_each_word(words, [&](int64_t w) {
     float v[8];
     unpack_bf16x8(x[w], v);
@@ -75,7 +68,6 @@ __global__ void scale_vec_kernel(const uint4* x, float s, uint4* out, int64_t wo
 
 // b broadcast over rows of m elements (m a multiple of 8): word w of a pairs with word w % (m / 8) of b.
 __global__ void mul_vec_kernel(const uint4* a, const uint4* b, uint4* out, int64_t words, int64_t mwords) {
-  DG_GRID_DEPENDENCY_WAIT();
   for_each_word(words, [&](int64_t w) {
     float x[8], y[8];
     unpack_bf16x8(a[w], x);
@@ -87,7 +79,6 @@ __global__ void mul_vec_kernel(const uint4* a, const uint4* b, uint4* out, int64
 }
 
 __global__ void gelu_mul_vec_kernel(const uint4* g, const uint4* u, uint4* out, int64_t words) {
-  DG_GRID_DEPENDENCY_WAIT();
   for_each_word(words, [&](int64_t w) {
     float x[8], y[8];
     unpack_bf16x8(g[w], x);
@@ -101,7 +92,6 @@ __global__ void gelu_mul_vec_kernel(const uint4* g, const uint4* u, uint4* out, 
 // The halves of rows of 2I (the fused gate|up projection): element (t, i) pairs gate_up[t, i] with
 // gate_up[t, I + i]; in words of eight when I % 8 == 0 (iw = I / 8 words a half row).
 __global__ void gelu_mul_halves_kernel(const uint16_t* gu, uint16_t* out, int64_t n, int64_t I) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / I, j = i - t * I;
@@ -111,7 +101,6 @@ __global__ void gelu_mul_halves_kernel(const uint16_t* gu, uint16_t* out, int64_
 }
 
 __global__ void gelu_mul_halves_vec_kernel(const uint4* gu, uint4* out, int64_t words, int64_t iw) {
-  DG_GRID_DEPENDENCY_WAIT();
   for_each_word(words, [&](int64_t w) {
     const int64_t t = w / iw, j = w - t * iw;
     float x[8], y[8];
@@ -124,14 +113,12 @@ __global__ void gelu_mul_halves_vec_kernel(const uint4* gu, uint4* out, int64_t 
 }
 
 __global__ void softcap_kernel(const uint16_t* __restrict__ in, float cap, float* __restrict__ out, int64_t n) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = __fmul_rn(tanh_f32(__fdiv_rn(bf16_to_f32(in[i]), cap)), cap);
 }
 
 __global__ void fill_normal_kernel(uint16_t* __restrict__ out, int64_t n, uint64_t key, float mean, float std) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = f32_to_bf16(__fadd_rn(mean, __fmul_rn(std, rng::normal(key, static_cast<uint64_t>(i)))));
@@ -140,7 +127,6 @@ __global__ void fill_normal_kernel(uint16_t* __restrict__ out, int64_t n, uint64
 // One block per token.
 __global__ void embed_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ table, int64_t V,
                              int64_t H, float scale, uint16_t* __restrict__ out, unsigned* error_word) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   uint16_t* o = out + t * H;

@@ -94,7 +94,6 @@ __device__ __forceinline__ void gelu_mul8(const uint4 g, const uint4 u, const ui
 // round, their four loads in flight together.
 __global__ void __launch_bounds__(kGeluThreads, 1)
     gelu_mul_halves_table_kernel(const uint4* gu, uint4* out, int64_t words, int64_t iw) {
-  DG_GRID_DEPENDENCY_WAIT();
   __shared__ uint16_t table[kGeluTableEntries];
   const int64_t stride = 2 * static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t w0 = 2 * static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -130,7 +129,6 @@ template <int kPer, bool kTable>
 __global__ void __launch_bounds__(kGeluRowMaxThreads)
     gelu_mul_halves_fp8_kernel(const uint4* gu, uint4* out, uint2* q, float* scales, int64_t rows,
                                int64_t iw) {
-  DG_GRID_DEPENDENCY_WAIT();
   __shared__ uint16_t table[kTable ? kGeluTableEntries : 1];
   __shared__ float warp_amax[2][kGeluRowMaxThreads / 32];  // by row parity: no barrier before a write
   if (kTable) {

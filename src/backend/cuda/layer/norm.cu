@@ -5,7 +5,6 @@
 // bit for bit. (mean + eps)^-0.5 is evaluated as 1/sqrt in double and rounded once: the correctly
 // rounded fp32 value that glibc's powf returns in all but rare cases (CUDA's powf may be ulps off).
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/layer/norm.cuh"
 
 namespace dgemma::cuda {
@@ -26,7 +25,6 @@ __device__ __forceinline__ float row_inv_rms(const uint16_t* xr, int64_t n, floa
 template <bool kRouter>
 __global__ void rmsnorm_kernel(const uint16_t* x, const uint16_t* __restrict__ w, float root, uint16_t* out,
                                int64_t n, float eps) {
-  DG_GRID_DEPENDENCY_WAIT();
   __shared__ double shared[32];
   const int64_t row = blockIdx.x;
   const uint16_t* xr = x + row * n;
@@ -71,7 +69,6 @@ __device__ __forceinline__ void norm_word(const uint4* xr, const uint4* w, const
 template <bool kRouter>
 __global__ void rmsnorm_warp_kernel(const uint4* x, const uint4* __restrict__ w, const uint4* __restrict__ scale,
                                     float root, uint4* out, int64_t rows, int64_t words, float eps) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together
   const int lane = threadIdx.x & 31;
@@ -87,7 +84,6 @@ __global__ void rmsnorm_warp_kernel(const uint4* x, const uint4* __restrict__ w,
 template <bool kRouter>
 __global__ void rmsnorm_block_kernel(const uint4* x, const uint4* __restrict__ w, const uint4* __restrict__ scale,
                                      float root, uint4* out, int64_t words, float eps) {
-  DG_GRID_DEPENDENCY_WAIT();
   __shared__ double shared[32];
   const int64_t row = blockIdx.x;
   const uint4* xr = x + row * words;

@@ -61,7 +61,6 @@ namespace {
 // rounded to bf16 into shared memory, then RoPE from there (each lane one output word). Dynamic
 // shared memory: cos [D/2] f32, sin [D/2] f32, then one row of D bf16 per warp.
 __global__ void qkv_prologue_row_kernel(QkvLaunch a) {
-  DG_GRID_DEPENDENCY_WAIT();
   DG_KERNEL_DYNAMIC_SMEM(smem);
   uint4* qsm = reinterpret_cast<uint4*>(smem);
   const int D = a.D, half = D / 2, words = D / 8, hw = half / 8;
@@ -200,7 +199,6 @@ __device__ __forceinline__ void rope_words(const float* cs, uint4 y1u, uint4 y2u
 // for token k + 1 after token k's barrier and read after token k + 1's; it is written again (token
 // k + 3) only after token k + 2's barrier, which every reader of token k + 1's table has passed.
 __global__ void __launch_bounds__(kQkvMaxThreads, 2) qkv_prologue_kernel(QkvLaunch a) {
-  DG_GRID_DEPENDENCY_WAIT();
   DG_KERNEL_DYNAMIC_SMEM(smem);
   float* tables = reinterpret_cast<float*>(smem);
   const int D = a.D, half = D / 2, words = D / 8, hw = half / 8, L = a.lanes;

@@ -292,7 +292,6 @@ __device__ __forceinline__ void attn_residual_rows(const AttnArgs& a, const Fp8R
 
 template <int kPer>
 __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true)) attn_residual_kernel(AttnArgs a) {
-  DG_GRID_DEPENDENCY_WAIT();
   attn_residual_rows<kPer, false>(a, Fp8RowsOut{nullptr, nullptr}, Fp8RowsOut{nullptr, nullptr});
 }
 
@@ -300,7 +299,6 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true))
 template <int kPer>
 __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, true, true))
     attn_residual_fp8_kernel(AttnArgs a, Fp8RowsOut qa, Fp8RowsOut qb) {
-  DG_GRID_DEPENDENCY_WAIT();
   attn_residual_rows<kPer, true>(a, qa, qb);
 }
 
@@ -420,7 +418,6 @@ __device__ __forceinline__ void ffn_residual_rows(const FfnArgs& a, const Fp8Row
 
 template <int kPer>
 __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)) ffn_residual_kernel(FfnArgs a) {
-  DG_GRID_DEPENDENCY_WAIT();
   ffn_residual_rows<kPer, false>(a, Fp8RowsOut{nullptr, nullptr});
 }
 
@@ -428,7 +425,6 @@ __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false)
 template <int kPer>
 __global__ void __launch_bounds__(bound_threads(kPer), bound_blocks(kPer, false))
     ffn_residual_fp8_kernel(FfnArgs a, Fp8RowsOut qn) {
-  DG_GRID_DEPENDENCY_WAIT();
   ffn_residual_rows<kPer, true>(a, qn);
 }
 

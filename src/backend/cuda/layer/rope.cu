@@ -1,6 +1,5 @@
 // NeoX RoPE in place with the CPU reference's rounding points (rope.cuh).
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/layer/rope.cuh"
 
 namespace dgemma::cuda {
@@ -9,7 +8,6 @@ namespace {
 // One block per token: bf16 cos/sin of the token's angles in shared memory, then every (head, pair).
 __global__ void rope_kernel(uint16_t* x, const int32_t* __restrict__ positions,
                             const float* __restrict__ inv_freq, int64_t heads, int64_t D) {
-  DG_GRID_DEPENDENCY_WAIT();
   extern __shared__ float cs[];  // cos [half], then sin [half]
   const int64_t t = blockIdx.x, half = D / 2;
   float* c = cs;

@@ -1,6 +1,5 @@
 // The vision tower's 2-D RoPE and pooler with the CPU reference's rounding points (vision.cuh).
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/layer/vision.cuh"
 
 namespace dgemma::cuda {
@@ -9,7 +8,6 @@ namespace {
 // One block per patch: bf16 cos/sin of both axes' angles in shared memory, then every (head, half, pair).
 __global__ void rope_2d_kernel(uint16_t* x, const int32_t* __restrict__ positions,
                                const float* __restrict__ inv_freq, int64_t heads, int64_t D) {
-  DG_GRID_DEPENDENCY_WAIT();
   extern __shared__ float cs[];  // cos [2 quarter] (columns, then rows), then sin [2 quarter]
   const int64_t t = blockIdx.x, quarter = D / 4;
   float* c = cs;
@@ -40,7 +38,6 @@ __global__ void vision_pool_kernel(const uint16_t* __restrict__ x, int64_t row_f
                                    int64_t k, int64_t H, float scale, const uint16_t* __restrict__ bias,
                                    const uint16_t* __restrict__ std_scale, uint16_t* __restrict__ out,
                                    int64_t out_first) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t cell = blockIdx.x, pw = grid_w / k, cx = cell % pw, cy = cell / pw;
   const float w = __fdiv_rn(1.0f, static_cast<float>(k * k));
   uint16_t* o = out + (out_first + cell) * H;

@@ -28,7 +28,6 @@ namespace {
 __global__ void __launch_bounds__(kCombineThreads)
     combine_vec_kernel(const uint4* __restrict__ y, const int32_t* __restrict__ order, int K, int64_t words,
                        int64_t chunks, uint4* __restrict__ out) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t t = blockIdx.x / chunks;
   const int64_t i = (blockIdx.x % chunks) * kCombineThreads + threadIdx.x;
   if (i >= words) return;

@@ -140,7 +140,6 @@ constexpr int small_smem_bytes() { return kSmallStages * (BM + kSmallBN) * kRowB
 
 template <int BM, bool kGateUp>
 __global__ void __launch_bounds__(kSmallThreads, BM == 32 ? 4 : 3) grouped_gemm_kernel(GroupedArgs g) {
-  DG_GRID_DEPENDENCY_WAIT();
   constexpr int kThreads = kSmallThreads, kBN = kSmallBN, kStages = kSmallStages;
   constexpr int MF = BM / 16;              // m16 fragments per warp
   constexpr int kAChunks = BM * 8 / kThreads;  // 16-byte chunks per thread per A stage
@@ -320,7 +319,6 @@ using TileMma128x128 = TileCfg<1, 4, 8, 4, 3, 2>;
 // (tile rows kBN / 2 + ..), so acc[mf][nf] and acc[mf][nf + kNF / 2] are gate and up of one (row, i).
 template <class C, bool kGateUp>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_tile_kernel(GroupedArgs g, const int32_t* __restrict__ tiles) {
-  DG_GRID_DEPENDENCY_WAIT();
   constexpr int kThreads = C::kThreads, MF = C::kMF, NF = C::kNF, kStages = C::kStages;
   constexpr int kBM = C::kBM, kBN = C::kBN, kAStage = C::kAStage, kBStage = C::kBStage;
   constexpr int kRowsPerPass = kThreads / 8;                       // rows one copy pass covers

@@ -24,8 +24,6 @@
 // Results and roundings as grouped_wgmma_kernel (the same wgmma sums, the same epilogue).
 #include <cstdint>
 
-#include "backend/cuda/core/kernel_macros.cuh"
-
 namespace dgemma::cuda {
 namespace {
 
@@ -44,7 +42,6 @@ struct TmaCfg {
 template <class C, bool kGateUp>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     grouped_tma_kernel(const __grid_constant__ TmaMap wmap, GroupedArgs g, const int32_t* __restrict__ tiles) {
-  DG_GRID_DEPENDENCY_WAIT();
   constexpr int kStages = C::kStages, kBM = C::kBM, kBN = C::kBN;
   constexpr int kAStage = C::kAStage, kBStage = C::kBStage;
   constexpr int kProducers = 128, kRowsPerPass = kProducers / 8;

@@ -17,7 +17,6 @@
 // match the mma.sync kernels to fp32 rounding, not bit for bit.
 #include <cstdint>
 
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/core/wgmma_desc.cuh"
 
 namespace dgemma::cuda {
@@ -94,7 +93,6 @@ DG_UNROLL
 
 template <class C, bool kGateUp>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_wgmma_kernel(GroupedArgs g, const int32_t* __restrict__ tiles) {
-  DG_GRID_DEPENDENCY_WAIT();
   constexpr int kThreads = C::kThreads, kStages = C::kStages, kBM = C::kBM, kBN = C::kBN;
   constexpr int kAStage = C::kAStage, kBStage = C::kBStage;
   constexpr int kRowsPerPass = kThreads / 8;

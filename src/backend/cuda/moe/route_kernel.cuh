@@ -130,7 +130,6 @@ struct RouteLaunch {
 // L2 loads at large T).
 template <int kPer>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_group_kernel(RouteLaunch a) {
-  DG_GRID_DEPENDENCY_WAIT();
   constexpr int kTokens = kRouteTokens;
   __shared__ __align__(16) float ps_all[kTokens][32 * kPer];
   __shared__ int blk[kTokens * kRouteMaxK];  // the block's selected experts, in pair order
@@ -195,7 +194,6 @@ DG_UNROLL
 // among its block's pairs of the expert: the stable sort by expert. One pair a thread; the grid
 // covers R.
 __global__ void __launch_bounds__(256) place_pairs_kernel(RouteLaunch a, int per_block) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t R = a.T * a.K;
   const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= R) return;

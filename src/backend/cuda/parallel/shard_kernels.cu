@@ -1,7 +1,6 @@
 // The sharded ops' small kernels (shard_kernels.cuh). Plain grid-stride loops: they move or add a few
 // megabytes a step at most.
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/parallel/shard_kernels.cuh"
 #include "util/error.h"
 
@@ -14,7 +13,6 @@ constexpr uint16_t kNegZero = 0x8000;
 __global__ void embed_shard_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ table,
                                    int64_t first, int64_t rows, int64_t vocab_total, int64_t H, float scale,
                                    uint16_t* __restrict__ out, unsigned* error_word) {
-  DG_GRID_DEPENDENCY_WAIT();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   uint16_t* o = out + t * H;
@@ -35,7 +33,6 @@ __global__ void embed_shard_kernel(const int32_t* __restrict__ ids, const uint16
 
 __global__ void sum_blocks_kernel(const float* __restrict__ p, int64_t M, int64_t B,
                                   uint16_t* __restrict__ out) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t m = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; m < M;
        m += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float acc = 0.f;
@@ -45,14 +42,12 @@ __global__ void sum_blocks_kernel(const float* __restrict__ p, int64_t M, int64_
 }
 
 __global__ void fill_u16_kernel(uint16_t* p, int64_t n, uint16_t value) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     p[i] = value;
 }
 
 __global__ void tiles_local_kernel(int32_t* tiles, int64_t max_tiles, int e0, int e1) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < max_tiles;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int e = tiles[4 * j];
@@ -61,7 +56,6 @@ __global__ void tiles_local_kernel(int32_t* tiles, int64_t max_tiles, int e0, in
 }
 
 __global__ void sum_ranks_kernel(RankPointers in, int ranks, int type, int64_t n, void* out) {
-  DG_GRID_DEPENDENCY_WAIT();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (type == 0) {

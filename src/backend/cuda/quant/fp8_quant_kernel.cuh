@@ -74,7 +74,6 @@ template <int W>
 __global__ void __launch_bounds__(32 * kFp8QuantWarps)
     quantize_fp8_rows_kernel(const uint4* __restrict__ x, int64_t T, int64_t words, uint32_t* __restrict__ q,
                              float* __restrict__ scales) {
-  DG_GRID_DEPENDENCY_WAIT();
   static_assert(W == 1 || W == 2 || W == 4, "warps a row");
   constexpr int kRowsPerBlock = kFp8QuantWarps / W;
   __shared__ float row_amax[kFp8QuantWarps];

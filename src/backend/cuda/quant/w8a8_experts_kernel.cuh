@@ -47,7 +47,6 @@ struct W8a8Args {
 
 template <class C, bool kGateUp>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) grouped_w8a8_kernel(W8a8Args g, const int32_t* __restrict__ tiles) {
-  DG_GRID_DEPENDENCY_WAIT();
   constexpr int kThreads = C::kThreads, kStages = C::kStages, kBM = C::kBM, kBN = C::kBN;
   constexpr int kAStage = C::kAStage, kBStage = C::kBStage;
   constexpr int kRowsPerPass = kThreads / 8;
@@ -185,7 +184,6 @@ using W8a8GateUpTile = WgCfg<1, 128, 3, 3>;
 }  // namespace dgemma::cuda
 
 // The few-rows kernel, on the definitions above.
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/quant/w8a8_rows_kernel.cuh"
 
 namespace dgemma::cuda {

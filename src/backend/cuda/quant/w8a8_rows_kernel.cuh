@@ -20,8 +20,6 @@
 // over 16-byte row chunks is exactly an m16n8k32 E4M3 fragment's four codes a lane.
 #include <cstdint>
 
-#include "backend/cuda/core/kernel_macros.cuh"
-
 namespace dgemma::cuda {
 namespace {
 
@@ -36,7 +34,6 @@ struct W8a8RowsCfg {
 
 template <class C, bool kGateUp>
 __global__ void __launch_bounds__(C::kThreads) grouped_w8a8_rows_kernel(W8a8Args g) {
-  DG_GRID_DEPENDENCY_WAIT();
   constexpr int MF = C::kMF, W = C::kW, kStages = C::kStages, kThreads = C::kThreads;
   constexpr int BM = C::kBM, BN = C::kBN, kAStage = C::kAStage, kBStage = C::kBStage;
   constexpr int kAChunks = BM * 8 / kThreads;  // 16-byte chunks a thread copies a stage

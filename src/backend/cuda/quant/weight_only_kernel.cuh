@@ -9,21 +9,25 @@
 // DG_KERNEL_DYNAMIC_SMEM(name), the dynamic shared-memory buffer.
 //
 // W4A16 grouped expert GEMMs for NVFP4 weights (quant/weight_only.cuh). The structure is the small-R
-// bf16 kernel of moe/grouped.cu (BK = 64, 4 to 8 cp.async stages, each CTA looping over its expert's M
-// tiles with the (M tile, K tile) iterations flattened), with the weight operand changed:
-//   * per stage a CTA copies BN weight rows x 32 packed bytes (64 K values) and their BN x 4 block
-//     scale codes with an L2 evict-first policy, all by 16-byte cp.async (quant/layout.h);
+// bf16 kernel of moe/grouped.cu (K steps of 64, cp.async stages, each CTA looping over its expert's M
+// tiles with the (M tile, stage) iterations flattened), with the weight operand changed:
+//   * per K step a CTA copies BN weight rows x 32 packed bytes (64 K values) and their BN x 4 block
+//     scale codes with an L2 evict-first policy, all by 16-byte cp.async (quant/layout.h); a stage holds
+//     U K steps, copied together from running sources and run by an unrolled loop with fixed
+//     shared-memory offsets, so that the copies' addressing, the wait, the barrier and the loop are paid
+//     once a stage rather than once a K step;
 //   * each warp owns 16 weight rows (two n fragments) for all rows of the M tile, so every weight is
 //     decoded once per CTA and M tile; each thread builds its mma.sync B fragments from one 8-byte
-//     (FP8: 16-byte) and one 4-byte shared-memory load per row and stage: per bf16x2 fragment register
+//     (FP8: 16-byte) and one 4-byte shared-memory load per row and K step: per bf16x2 fragment register
 //     one rotate + mask (quant/layout.h) and one exact bf16x2 multiply by the block scale (FP8: 2^120);
-//   * M tiles of BM = 16 MF rows skip the m fragments without rows (an expert with 16 rows runs one);
+//   * M tiles of BM = 16 MF rows skip the m fragments without rows (an expert with 16 rows runs one;
+//     MF = 2 has a copy of the stage's code for one fragment, so no branch runs per fragment);
 //   * the epilogue multiplies the fp32 accumulators by 2^7 (NVFP4, undoing the scale code's offset:
 //     exact) and the rows' global scale, then applies the activation / routing weight with the bf16
 //     kernels' roundings.
-// The tile (QuantTile: MF m fragments, W warps = BN / 16 weight rows, S stages) is chosen per launch by
-// the rows (below), or forced (CudaOptions). Why mma.sync: a step is bound by the weight stream and its
-// decode; mma.sync with register-built B fragments keeps the weights packed.
+// The tile (QuantTile: MF m fragments, W warps = BN / 16 weight rows, S stages of U K steps) is chosen
+// per launch by the rows (below), or forced (CudaOptions). Why mma.sync: a step is bound by the weight
+// stream and its decode; mma.sync with register-built B fragments keeps the weights packed.
 #include <cstdint>
 #include <type_traits>
 
@@ -36,9 +40,9 @@ namespace dgemma::cuda {
 namespace {
 
 constexpr int kBK = 64;
-constexpr int kARowBytes = kBK * 2;   // bf16 A row of a stage
-constexpr int kSRowBytes = kBK / 16;  // NVFP4 block scale codes of a weight row in a stage
-// Weight bytes of a row in a stage: packed FP4 32, FP8 64.
+constexpr int kARowBytes = kBK * 2;   // bf16 A row of a K step
+constexpr int kSRowBytes = kBK / 16;  // NVFP4 block scale codes of a weight row in a K step
+// Weight bytes of a row in a K step: packed FP4 32, FP8 64.
 template <bool kFp8>
 __host__ __device__ constexpr int b_row_bytes() { return kFp8 ? kBK : kBK / 2; }
 template <int MF, int W, int S, int U, bool kFp8>
@@ -68,11 +72,11 @@ struct Fp4Args {
 };
 
 template <int MF, int W>
-constexpr int min_blocks() { return MF >= 4 ? (W >= 8 ? (MF >= 8 ? 1 : 2) : 2) : (W >= 8 ? 3 : 4); }  // 128 registers but MF 8
+// Blocks an SM the registers must allow: 3 for 32 x 128 (80 registers), 4 (128) for 32 x 64, 2 for 128 x 64.
+constexpr int min_blocks() { return MF >= 8 ? (W >= 8 ? 1 : 2) : (W >= 8 ? 3 : 4); }
 
 template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
 __global__ void __launch_bounds__(32 * W, min_blocks<MF, W>()) grouped_fp4_kernel(Fp4Args g) {
-  DG_GRID_DEPENDENCY_WAIT();
   constexpr int kThreads = 32 * W;
   constexpr int BM = 16 * MF;
   constexpr int BN = 16 * W;
@@ -277,8 +281,9 @@ DG_UNROLL
     const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
     const int steps = U == 1 ? 1 : min(U, KT - ks * U);
     // Every m fragment, or (an M tile with fewer rows) those with rows: MF 2 has one then.
-    if (MF != 2) stage_steps(std::integral_constant<int, MF>{}, std::true_type{}, steps, sa, sb, ss);
-    else if (m_frags == MF) stage_steps(std::integral_constant<int, MF>{}, std::false_type{}, steps, sa, sb, ss);
+    using Full = std::integral_constant<int, MF>;
+    if (MF != 2) stage_steps(Full{}, std::true_type{}, steps, sa, sb, ss);
+    else if (m_frags == MF) stage_steps(Full{}, std::false_type{}, steps, sa, sb, ss);
     else stage_steps(std::integral_constant<int, 1>{}, std::false_type{}, steps, sa, sb, ss);
 
     if (++ks == KS) {
@@ -336,24 +341,19 @@ struct TileShape {
 constexpr TileShape tile_shape(QuantTile t) {
   switch (t) {
     case QuantTile::kRows32Cols64: return {2, 4, 4, 1};
-    case QuantTile::kRows32Cols128: return {2, 8, 4, 1};
-    case QuantTile::kRows32Cols128Deep: return {2, 8, 6, 1};
-    case QuantTile::kRows128Cols64: return {8, 4, 4, 1};
-    case QuantTile::kRows32Cols128K128: return {2, 8, 4, 2};
     case QuantTile::kRows32Cols128K256: return {2, 8, 2, 4};
-    case QuantTile::kRows32Cols128K128S3: return {2, 8, 3, 2};
-    case QuantTile::kRows128Cols64K128: return {8, 4, 2, 2};
-    case QuantTile::kRows64Cols128: return {4, 8, 4, 1};
+    case QuantTile::kRows128Cols64: return {8, 4, 4, 1};
     default: return {0, 0, 0, 0};
   }
 }
 
 // The automatic choice from the mean rows per expert (the routing is on the device): 8 warps (half the
-// A re-reads) and 32-row M tiles up to ~96 rows an expert (six stages from ~20 rows on), 128-row ones
-// for prefill-sized groups (each further M tile re-reads the weights).
+// A re-reads), 32-row M tiles and 256 K values a stage up to ~96 rows an expert; 128-row ones for
+// prefill-sized groups (each further M tile re-reads the weights, and a popular expert's M tiles run one
+// after another in its CTAs).
 inline QuantTile auto_expert_tile(int64_t R, int64_t E) {
   const int64_t mean = R / (E > 0 ? E : 1);
-  return mean <= 20 ? QuantTile::kRows32Cols128 : mean <= 96 ? QuantTile::kRows32Cols128Deep : QuantTile::kRows128Cols64;
+  return mean <= 96 ? QuantTile::kRows32Cols128K256 : QuantTile::kRows128Cols64;
 }
 // The dense matmul's: 32-row tiles, or 128-row tiles (a quarter of the decoding) from 128 rows on.
 inline QuantTile auto_dense_tile(int64_t T) { return T >= 128 ? QuantTile::kRows128Cols64 : QuantTile::kRows32Cols64; }
@@ -367,13 +367,7 @@ template <bool kGateUp, bool kFp8, typename L>
 void go_tile(L& l, QuantTile tile, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   switch (tile) {
     case QuantTile::kRows32Cols64: return go_tile<2, 4, 4, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows32Cols128: return go_tile<2, 8, 4, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows32Cols128Deep: return go_tile<2, 8, 6, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows32Cols128K128: return go_tile<2, 8, 4, 2, kGateUp, kFp8>(l, g, n_out, grid_y);
     case QuantTile::kRows32Cols128K256: return go_tile<2, 8, 2, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows32Cols128K128S3: return go_tile<2, 8, 3, 2, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows128Cols64K128: return go_tile<8, 4, 2, 2, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows64Cols128: return go_tile<4, 8, 4, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
     default: return go_tile<8, 4, 4, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
   }
 }

@@ -2,7 +2,6 @@
 // sampler/decide_kernel.cuh (the CPU reference is backend/cpu/decide.cpp with the rules of
 // backend/decide_rules.h; the results are bit-identical).
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/sampler/decide.cuh"
 #include "backend/cuda/sampler/decide_kernel.cuh"
 
@@ -12,7 +11,6 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) decide_kernel(const DecideBatch* b) {
-  DG_GRID_DEPENDENCY_WAIT();
   decide_block(b->c[blockIdx.x]);
 }
 

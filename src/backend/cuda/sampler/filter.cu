@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "backend/cuda/core/common.cuh"
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/sampler/common.cuh"
 #include "backend/cuda/sampler/sampler.cuh"
 #include "backend/sample_filter.h"
@@ -19,7 +18,6 @@ constexpr int kFloorThreads = 1024;  // one block per row, 64 keys per thread
 constexpr int kKeysPerThread = static_cast<int>(sample_filter::kBins) / kFloorThreads;
 
 __global__ void __launch_bounds__(kThreads) hist_kernel(const SamplerBatch* bp, int canvas, int64_t row0, uint32_t* hist) {
-  DG_GRID_DEPENDENCY_WAIT();
   const SamplerBatch& b = *bp;
   const SamplerLaunch& a = b.c[canvas];
   const int splits = b.splits;
@@ -67,7 +65,6 @@ __device__ uint32_t block_max_u32(uint32_t v, uint32_t* sh) {
 // the keys [top - 63, top], top = 65535 - 64 t, so prefixes in thread order are suffixes by key.
 __global__ void __launch_bounds__(kFloorThreads) floor_kernel(const SamplerBatch* bp, int canvas, int64_t row0,
                                                               const uint32_t* hist, float* row_floor) {
-  DG_GRID_DEPENDENCY_WAIT();
   const SamplerLaunch& a = bp->c[canvas];
   __shared__ Mass scan[kFloorThreads];
   __shared__ uint32_t shared_u[kFloorThreads / 32];

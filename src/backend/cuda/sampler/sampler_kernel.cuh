@@ -119,7 +119,6 @@ __device__ __forceinline__ void block_reduce_stats(Stats& st, Stats* warp_partia
 // Pass 0: each block's largest raw logit of its slice (fmaxf ignores NaN, as the scalar loop); in a
 // guided gap's rows, of the allowed tokens only.
 __global__ void __launch_bounds__(kThreads) slice_max_kernel(const SamplerBatch* bp, float* slice_max) {
-  DG_GRID_DEPENDENCY_WAIT();
   const SamplerBatch& b = *bp;
   __shared__ float shared_f[32];
   const SamplerLaunch& a = b.c[blockIdx.z];
@@ -197,7 +196,6 @@ __device__ __forceinline__ TopEntry best_of_warp(TopEntry e) {
 
 // Each block: the top_n of its slice, in order, to partials[pos][slice][0..top_n).
 __global__ void __launch_bounds__(kTopThreads) topn_partial_kernel(const SamplerBatch* bp, TopEntry* partials) {
-  DG_GRID_DEPENDENCY_WAIT();
   const SamplerBatch& b = *bp;
   __shared__ TopEntry warp_best[kTopThreads / 32];
   const SamplerLaunch& a = b.c[blockIdx.z];
@@ -239,7 +237,6 @@ __global__ void __launch_bounds__(kTopThreads) topn_partial_kernel(const Sampler
 // Merges a row's slice partials in slice order (one warp per row) and writes the per-position outputs.
 __global__ void finalize_kernel(const SamplerBatch* bp, const float* slice_max, const Stats* partials, float* row_bsum,
                                 const float* row_floor, const TopEntry* top_partials) {
-  DG_GRID_DEPENDENCY_WAIT();
   const SamplerBatch& b = *bp;
   const SamplerLaunch& a = b.c[blockIdx.y];
   const int splits = b.splits;
@@ -290,7 +287,6 @@ __global__ void finalize_kernel(const SamplerBatch* bp, const float* slice_max, 
 // Pass 2: the slice is overwritten with bf16(exp(bf16(z) - max) / sum).
 __global__ void __launch_bounds__(kThreads) probs_kernel(const SamplerBatch* bp, const float* slice_max,
                                                          const float* row_bsum) {
-  DG_GRID_DEPENDENCY_WAIT();
   const SamplerBatch& b = *bp;
   const SamplerLaunch& a = b.c[blockIdx.z];
   const int splits = b.splits;

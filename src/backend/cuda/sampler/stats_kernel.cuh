@@ -13,7 +13,6 @@
 //     slice, where the block's final screen turns away all but a few.
 // Emulated by the unit tests as sampler/sampler_kernel.cuh; additionally __reduce_max_sync (int),
 // __int_as_float, atomicAdd on a shared unsigned and __log2f.
-#include "backend/cuda/core/kernel_macros.cuh"
 #include "backend/cuda/sampler/sampler_kernel.cuh"
 
 namespace dgemma::cuda {
@@ -45,7 +44,6 @@ __device__ __forceinline__ bool exp_table_serves(double c, float m, float bmax) 
 // z of every bf16 value with bf16(z), E(z) and E(bf16(z)), per canvas: one 16-byte load an element.
 // z is processed() of the same value, bit for bit (sampler/common.cuh).
 __global__ void z_exp_table_kernel(const SamplerBatch* bp, uint4* z_tables) {
-  DG_GRID_DEPENDENCY_WAIT();
   const SamplerLaunch& a = bp->c[blockIdx.y];
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   const float z = processed(bf16_to_f32(static_cast<uint16_t>(k)), a.softcap, a.temperature);
@@ -169,7 +167,6 @@ template <int kCap = kCandidates, bool kGuided = false>
 __global__ void __launch_bounds__(kThreads, 2) slice_stats_kernel(const SamplerBatch* bp, const float* slice_max,
                                                                 const float* row_floor, const uint4* z_tables,
                                                                 Stats* partials) {
-  DG_GRID_DEPENDENCY_WAIT();
   const SamplerBatch& b = *bp;
   __shared__ Stats warp_partials[kWarps];
   __shared__ float block_screen;
