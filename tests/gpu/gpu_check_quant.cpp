@@ -428,7 +428,7 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
                                (kernel ? " kernel" : " bf16 cuBLAS");
       row(what.c_str(), time_ms([&] { be.matmul(x, w, out); }));
       if (!kernel) continue;
-      for (const QuantTile tile : {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128, QuantTile::kRows32Cols128Deep,
+      for (const QuantTile tile : {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256,
                                    QuantTile::kRows128Cols64}) {  // the dense kernel's tiles
         const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_dense = tile; }));
         Backend& b = cuda();
