@@ -13,9 +13,9 @@
 // tiles with the (M tile, stage) iterations flattened), with the weight operand changed:
 //   * per K step a CTA copies BN weight rows x 32 packed bytes (64 K values) and their BN x 4 block
 //     scale codes with an L2 evict-first policy, all by 16-byte cp.async (quant/layout.h); a stage holds
-//     U K steps, copied together from running sources and run by an unrolled loop with fixed
-//     shared-memory offsets, so that the copies' addressing, the wait, the barrier and the loop are paid
-//     once a stage rather than once a K step;
+//     U K steps, copied together and run by an unrolled loop with fixed shared-memory offsets, so
+//     that the copies' addressing, the wait, the barrier and the loop are paid once a stage rather than
+//     once a K step;
 //   * each warp owns 16 weight rows (two n fragments) for all rows of the M tile, so every weight is
 //     decoded once per CTA and M tile; each thread builds its mma.sync B fragments from one 8-byte
 //     (FP8: 16-byte) and one 4-byte shared-memory load per row and K step: per bf16x2 fragment register
@@ -71,8 +71,8 @@ struct Fp4Args {
                              // CTA row blockIdx.y takes rows BM y .. (the "experts" all share weight 0)
 };
 
-template <int MF, int W>
 // Blocks an SM the registers must allow: 3 for 32 x 128 (80 registers), 4 (128) for 32 x 64, 2 for 128 x 64.
+template <int MF, int W>
 constexpr int min_blocks() { return MF >= 8 ? (W >= 8 ? 1 : 2) : (W >= 8 ? 3 : 4); }
 
 template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
@@ -164,8 +164,6 @@ DG_UNROLL
     if (load_ks == 0) set_a_rows(load_mt);
     const int step0 = load_ks * U;
     const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
-    const uint8_t* s_run = s_src;
-    if (!kFp8 && tid < kSChunks) s_run += step0 * s_step;
 DG_UNROLL
     for (int u = 0; u < U; ++u) {
       if (U > 1 && step0 + u >= KT) break;  // uniform: the M tile's last stage
@@ -185,10 +183,8 @@ DG_UNROLL
         if (kFp8) cp_async16(dst, src, p_ok[j]);
         else cp_async16_hint(dst, src, p_ok[j], w_policy);
       }
-      if (!kFp8 && tid < kSChunks) {
-        cp_async16(ss + u * kSStep + tid * 16, s_run, s_ok);
-        s_run += s_step;
-      }
+      if (!kFp8 && tid < kSChunks)
+        cp_async16(ss + u * kSStep + tid * 16, s_src + (step0 + u) * s_step, s_ok);
     }
     if (++load_ks == KS) {
       load_ks = 0;
@@ -264,7 +260,7 @@ DG_UNROLL
   auto stage_steps = [&](auto nmf, auto check, int steps, uint32_t sa, uint32_t sb, uint32_t ss) {
 DG_UNROLL
     for (int u = 0; u < U; ++u) {
-      if (U > 1 && u >= steps) break;  // uniform: the M tile's last stage
+      if (u >= steps) break;  // uniform: the M tile's last stage
       k_step(nmf, check, sa + u * kAStep, sb + u * kBStep, ss + u * kSStep);
     }
   };
@@ -279,7 +275,7 @@ DG_UNROLL
     load_stage = load_stage + 1 == S ? 0 : load_stage + 1;
     __syncwarp();  // converged warps for ldmatrix / mma.sync (the scale copies above are per thread)
     const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
-    const int steps = U == 1 ? 1 : min(U, KT - ks * U);
+    const int steps = U == 1 ? 1 : min(U, KT - ks * U);  // the K steps the loader copied
     // Every m fragment, or (an M tile with fewer rows) those with rows: MF 2 has one then.
     using Full = std::integral_constant<int, MF>;
     if (MF != 2) stage_steps(Full{}, std::true_type{}, steps, sa, sb, ss);
@@ -343,7 +339,7 @@ constexpr TileShape tile_shape(QuantTile t) {
     case QuantTile::kRows32Cols64: return {2, 4, 4, 1};
     case QuantTile::kRows32Cols128K256: return {2, 8, 2, 4};
     case QuantTile::kRows128Cols64: return {8, 4, 4, 1};
-    default: return {0, 0, 0, 0};
+    default: return {0, 0, 0, 0};  // kAuto: resolved before
   }
 }
 
@@ -358,17 +354,20 @@ inline QuantTile auto_expert_tile(int64_t R, int64_t E) {
 // The dense matmul's: 32-row tiles, or 128-row tiles (a quarter of the decoding) from 128 rows on.
 inline QuantTile auto_dense_tile(int64_t T) { return T >= 128 ? QuantTile::kRows128Cols64 : QuantTile::kRows32Cols64; }
 
-template <int MF, int W, int S, int U, bool kGateUp, bool kFp8, typename L>
+template <QuantTile kTile, bool kGateUp, bool kFp8, typename L>
 void go_tile(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
-  const int64_t cols = kGateUp ? 8 * W : 16 * W;  // output columns of a CTA
-  l.template go<MF, W, S, U, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
+  constexpr TileShape t = tile_shape(kTile);
+  const int64_t cols = kGateUp ? 8 * t.w : 16 * t.w;  // output columns of a CTA
+  l.template go<t.mf, t.w, t.stages, t.steps, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
 }
 template <bool kGateUp, bool kFp8, typename L>
 void go_tile(L& l, QuantTile tile, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   switch (tile) {
-    case QuantTile::kRows32Cols64: return go_tile<2, 4, 4, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
-    case QuantTile::kRows32Cols128K256: return go_tile<2, 8, 2, 4, kGateUp, kFp8>(l, g, n_out, grid_y);
-    default: return go_tile<8, 4, 4, 1, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows32Cols64:
+      return go_tile<QuantTile::kRows32Cols64, kGateUp, kFp8>(l, g, n_out, grid_y);
+    case QuantTile::kRows32Cols128K256:
+      return go_tile<QuantTile::kRows32Cols128K256, kGateUp, kFp8>(l, g, n_out, grid_y);
+    default: return go_tile<QuantTile::kRows128Cols64, kGateUp, kFp8>(l, g, n_out, grid_y);
   }
 }
 
