@@ -23,7 +23,6 @@ constexpr std::pair<MoeKernel, const char*> kMoe[] = {{MoeKernel::kAuto, "auto"}
 constexpr std::pair<QuantTile, const char*> kTiles[] = {{QuantTile::kAuto, "auto"},
                                                         {QuantTile::kRows32Cols64, "32x64"},
                                                         {QuantTile::kRows32Cols128K256, "32x128-k256"},
-                                                        {QuantTile::kRows32Cols128K256Tma, "32x128-k256-tma"},
                                                         {QuantTile::kRows128Cols64, "128x64"}};
 constexpr std::pair<DenseQuant, const char*> kDense[] = {
     {DenseQuant::kW8A8, "w8a8"}, {DenseQuant::kKernel, "kernel"}, {DenseQuant::kBf16, "bf16"}};
@@ -133,11 +132,6 @@ CudaOptions resolve_cuda_options(const CudaOptions& options, int major, int mino
     fail(ErrorKind::kUnsupported,
          "the MoE kernel {} is a hopper-family kernel; the kernel family here is portable ({})",
          moe_kernel_word(r.moe), gpu);
-  for (const QuantTile t : {r.quant_experts, r.quant_dense})
-    if (!hopper && t == QuantTile::kRows32Cols128K256Tma)
-      fail(ErrorKind::kUnsupported,
-           "the quantised tile {} copies by TMA, a hopper-family kernel; the kernel family here is portable ({})",
-           quant_tile_word(t), gpu);
   if (r.fp8_experts == Fp8Experts::kAuto) r.fp8_experts = hopper ? Fp8Experts::kW8A8 : Fp8Experts::kW8A16;
   if (r.fp8_experts == Fp8Experts::kW8A8 && !hopper)
     fail(ErrorKind::kUnsupported,

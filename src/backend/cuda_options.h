@@ -27,10 +27,9 @@ enum class AttentionKernel { kAuto, kPerItem };
 enum class MoeKernel { kAuto, kSmallRows, kMmaSync128x128, kWgmma64x128, kTma128x256 };
 
 // The tile of the W4A16 / W8A16 kernel (NVFP4 and FP8 weights kept quantised): rows x columns a CTA,
-// and K values a cp.async stage (kRows32Cols128K256: 256; the others 64). kRows32Cols128K256Tma: the
-// same tile with the weight and scale stages copied by TMA (sm_90). kAuto by the rows (per expert, or
-// of a dense matmul).
-enum class QuantTile { kAuto, kRows32Cols64, kRows32Cols128K256, kRows32Cols128K256Tma, kRows128Cols64 };
+// and K values a cp.async stage (kRows32Cols128K256: 256; the others 64). kAuto by the rows (per
+// expert, or of a dense matmul).
+enum class QuantTile { kAuto, kRows32Cols64, kRows32Cols128K256, kRows128Cols64 };
 
 // How the dense (2-D) quantised linears are served (the experts stay quantised either way):
 //   kW8A8:   FP8 linears whose checkpoint prescribes dynamic per-token FP8 activations run as it says

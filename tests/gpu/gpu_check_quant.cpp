@@ -186,9 +186,9 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
     }
     return;
   }
-  for (const QuantTile tile : quant_tiles()) {
+  for (const QuantTile tile : {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256, QuantTile::kRows128Cols64}) {
     {
-      const WithOptions scope(options_with([&](CudaOptions& o) { force_quant_tile(o, tile); }));
+      const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_experts = tile; }));
       g.out = poisoned(ScalarType::kBF16, {T, H});
       cuda().moe(g);
     }
@@ -428,8 +428,9 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
                                (kernel ? " kernel" : " bf16 cuBLAS");
       row(what.c_str(), time_ms([&] { be.matmul(x, w, out); }));
       if (!kernel) continue;
-      for (const QuantTile tile : quant_tiles()) {  // the dense kernel's tiles
-        const WithOptions scope(options_with([&](CudaOptions& o) { force_quant_tile(o, tile); }));
+      for (const QuantTile tile : {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256,
+                                   QuantTile::kRows128Cols64}) {  // the dense kernel's tiles
+        const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_dense = tile; }));
         Backend& b = cuda();
         row((std::string("  tile ") + quant_tile_word(tile)).c_str(), time_ms([&] { b.matmul(x, w, out); }));
       }

@@ -61,17 +61,6 @@ bool sm90_gpu() {
   return !d.empty() && d[0].major == 9;
 }
 
-std::vector<QuantTile> quant_tiles() {
-  std::vector<QuantTile> t = {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256, QuantTile::kRows128Cols64};
-  if (sm90_gpu()) t.insert(t.begin() + 2, QuantTile::kRows32Cols128K256Tma);
-  return t;
-}
-
-void force_quant_tile(CudaOptions& o, QuantTile tile) {
-  o.quant_experts = o.quant_dense = tile;
-  if (tile == QuantTile::kRows32Cols128K256Tma) o.family = KernelFamily::kHopper;
-}
-
 const CudaOptions& current_options() {
   const CudaBackends& b = backends();
   return b.scoped.empty() ? b.run : b.scoped.back().first;

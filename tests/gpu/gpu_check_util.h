@@ -32,10 +32,6 @@ class WithOptions {
 // Whether the GPU runs the hopper family's kernels (sm_90), whatever the run's family: the checks of
 // those kernels force the family where it does.
 bool sm90_gpu();
-// The W4A16 / W8A16 kernel's tiles this GPU runs (the TMA-fed one on sm_90 only), and `tile` forced on
-// options for the experts and the dense matmuls, in the hopper family for the TMA-fed tile.
-std::vector<QuantTile> quant_tiles();
-void force_quant_tile(CudaOptions& o, QuantTile tile);
 // The options of cuda() now: the innermost scope's, else run_options().
 const CudaOptions& current_options();
 // current_options() with `change` applied (for the scopes above).

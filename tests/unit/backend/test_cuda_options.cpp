@@ -92,13 +92,6 @@ TEST(CudaOptions, RefusesWhatTheGpuOrFamilyCannotRun) {
   refused(wgmma, 8, "hopper-family kernel");
   wgmma.family = KernelFamily::kPortable;
   refused(wgmma, 9, "hopper-family kernel");
-  CudaOptions tma;
-  tma.quant_experts = QuantTile::kRows32Cols128K256Tma;
-  refused(tma, 8, "hopper-family kernel");
-  tma.quant_experts = QuantTile::kAuto;
-  tma.quant_dense = QuantTile::kRows32Cols128K256Tma;
-  tma.family = KernelFamily::kPortable;
-  refused(tma, 9, "copies by TMA");
   CudaOptions w8a8;
   w8a8.fp8_experts = Fp8Experts::kW8A8;
   refused(w8a8, 8, "--fp8-moe w8a8");

@@ -17,27 +17,16 @@ namespace dgemma::cuda {
 namespace {
 
 struct EmuLauncher {
-  template <int MF, int W, int S, int U, bool kGateUp, bool kFp8, bool kTma>
-  void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y, int64_t weight_experts) {
-    constexpr int smem = smem_bytes<MF, W, S, U, kFp8, kTma>();
-    if constexpr (kTma) {  // the maps of quant/weight_only.cu's DeviceLauncher, unswizzled
-      const int64_t nw = kGateUp ? 2 * int64_t{g.N} : g.N;
-      const int box_rows = kGateUp ? 8 * W : 16 * W, row_bytes = b_row_bytes<kFp8>();
-      const TmaMap wmap{g.w, weight_experts * nw, int64_t{g.Kd} * row_bytes / kBK, box_rows, row_bytes, 1, false};
-      const TmaMap smap{g.s, weight_experts * (g.Kd / kBK), nw, 1, box_rows, 4, false};
-      emu::launch([g, wmap, smap] { grouped_fp4_tma_kernel<MF, W, S, U, kGateUp, kFp8>(wmap, smap, g); },
-                  static_cast<int>(grid_x), static_cast<int>(grid_y), smem, 32 * W);
-    } else {
-      emu::launch([g] { grouped_fp4_kernel<MF, W, S, U, kGateUp, kFp8>(g); }, static_cast<int>(grid_x),
-                  static_cast<int>(grid_y), smem, 32 * W);
-    }
+  template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
+  void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
+    emu::launch([g] { grouped_fp4_kernel<MF, W, S, U, kGateUp, kFp8>(g); }, static_cast<int>(grid_x), static_cast<int>(grid_y),
+                smem_bytes<MF, W, S, U, kFp8>(), 32 * W);
     ++launches;
   }
   int launches = 0;
 };
 
-constexpr QuantTile kTiles[] = {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256,
-                                QuantTile::kRows32Cols128K256Tma, QuantTile::kRows128Cols64};
+constexpr QuantTile kTiles[] = {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256, QuantTile::kRows128Cols64};
 
 std::mt19937 rng(7);
 double e4m3(int c) { int s = c >> 7, e = (c >> 3) & 15, m = c & 7; double v = e == 0 ? m * std::ldexp(1.0, -9) : (1 + m / 8.0) * std::ldexp(1.0, e - 7); return s ? -v : v; }

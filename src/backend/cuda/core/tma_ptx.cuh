@@ -1,8 +1,7 @@
 #pragma once
 // Inline PTX of Hopper's transaction barriers (mbarrier) and tensor-memory-accelerator copies (TMA,
-// cp.async.bulk.tensor) for the warp-specialised grouped GEMM (moe/grouped_tma_kernel.cuh) and the
-// W4A16 / W8A16 kernel's weight stages (quant/weight_only_kernel.cuh); sm_90a only, like
-// core/wgmma_ptx.cuh (elsewhere the bodies trap, and no planner launches those kernels).
+// cp.async.bulk.tensor) for the warp-specialised grouped GEMM (moe/grouped_tma_kernel.cuh); sm_90a
+// only, like core/wgmma_ptx.cuh (elsewhere the bodies trap and moe/grouped.cu never launches the kernel).
 // The emulated unit tests define the same functions on the host (tests/unit/backend/cuda_emulator.h).
 //
 // An mbarrier is 8 bytes of shared memory counting arrivals of its current phase and the bytes its
@@ -17,7 +16,7 @@
 
 namespace dgemma::cuda {
 
-// The TMA descriptor of a 2-D tensor (core/tma_map.h encodes it on the host): a kernel parameter
+// The TMA descriptor of a 2-D bf16 tensor (moe/grouped.cu encodes it on the host): a kernel parameter
 // (__grid_constant__), read by the copies through its generic address.
 using TmaMap = CUtensorMap;
 
@@ -82,26 +81,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaMap* map, int
   (void)x;
   (void)y;
   (void)bar;
-  __trap();
-#endif
-}
-
-// tma_load_2d with an L2 cache policy (core/ptx.cuh: evict_first_policy) for the box's reads.
-__device__ __forceinline__ void tma_load_2d_hint(uint32_t dst, const TmaMap* map, int x, int y, uint32_t bar,
-                                                 uint64_t policy) {
-#ifdef DG_HAVE_WGMMA
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
-      "%4}], [%2], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(x), "r"(y), "l"(policy)
-      : "memory");
-#else
-  (void)dst;
-  (void)map;
-  (void)x;
-  (void)y;
-  (void)bar;
-  (void)policy;
   __trap();
 #endif
 }

@@ -2,8 +2,6 @@
 // and their shape rules.
 #include "backend/cuda/core/common.cuh"
 #include "backend/cuda/core/ptx.cuh"
-#include "backend/cuda/core/tma_map.h"
-#include "backend/cuda/core/tma_ptx.cuh"
 #include "backend/cuda/quant/ptx.cuh"
 #include "backend/cuda/quant/weight_only.cuh"
 #include "backend/cuda/quant/weight_only_kernel.cuh"
@@ -13,28 +11,13 @@ namespace {
 
 struct DeviceLauncher {
   Stream stream;
-  template <int MF, int W, int S, int U, bool kGateUp, bool kFp8, bool kTma>
-  void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y, int64_t weight_experts) {
-    constexpr int smem = smem_bytes<MF, W, S, U, kFp8, kTma>();
-    const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
-    if constexpr (kTma) {
-      // The weights [experts Nw, row bytes] (uint8) and the scale codes [experts KT, Nw] (uint32), in boxes
-      // of one K step x the tile's rows (gate_up: half of them).
-      const int64_t nw = kGateUp ? 2 * int64_t{g.N} : g.N, box_rows = kGateUp ? 8 * W : 16 * W;
-      const int row_bytes = b_row_bytes<kFp8>();
-      const TmaMap wmap = stream.tma_maps->plain_tile(g.w, 1, weight_experts * nw, int64_t{g.Kd} * row_bytes / kBK,
-                                                      row_bytes, static_cast<int>(box_rows));
-      const TmaMap smap = kFp8 ? TmaMap{}
-                               : stream.tma_maps->plain_tile(g.s, 4, weight_experts * (g.Kd / kBK), nw,
-                                                             static_cast<int>(box_rows), 1);
-      auto* kernel = grouped_fp4_tma_kernel<MF, W, S, U, kGateUp, kFp8>;
-      if (smem >= 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      launch_kernel(stream, kernel, grid, 32 * W, smem, wmap, smap, g);
-    } else {
-      auto* kernel = grouped_fp4_kernel<MF, W, S, U, kGateUp, kFp8>;
-      if (smem >= 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      launch_kernel(stream, kernel, grid, 32 * W, smem, g);
-    }
+  template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
+  void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
+    auto* kernel = grouped_fp4_kernel<MF, W, S, U, kGateUp, kFp8>;
+    constexpr int smem = smem_bytes<MF, W, S, U, kFp8>();
+    if (smem >= 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    launch_kernel(stream, kernel, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), 32 * W,
+                  smem, g);
   }
 };
 

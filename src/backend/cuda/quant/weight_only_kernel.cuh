@@ -45,11 +45,9 @@ constexpr int kSRowBytes = kBK / 16;  // NVFP4 block scale codes of a weight row
 // Weight bytes of a row in a K step: packed FP4 32, FP8 64.
 template <bool kFp8>
 __host__ __device__ constexpr int b_row_bytes() { return kFp8 ? kBK : kBK / 2; }
-// kTma: + the stages' transaction barriers and 128 bytes to align the base for the TMA boxes.
-template <int MF, int W, int S, int U, bool kFp8, bool kTma = false>
+template <int MF, int W, int S, int U, bool kFp8>
 constexpr int smem_bytes() {
-  return S * U * (16 * MF * kARowBytes + 16 * W * b_row_bytes<kFp8>() + (kFp8 ? 0 : 16 * W * kSRowBytes)) +
-         (kTma ? 8 * S + 128 : 0);
+  return S * U * (16 * MF * kARowBytes + 16 * W * b_row_bytes<kFp8>() + (kFp8 ? 0 : 16 * W * kSRowBytes));
 }
 constexpr float kFp4AccScale = 128.0f;  // 2^7: the scale codes' offset (quant/layout.h)
 
@@ -77,14 +75,8 @@ struct Fp4Args {
 template <int MF, int W>
 constexpr int min_blocks() { return MF >= 8 ? (W >= 8 ? 1 : 2) : (W >= 8 ? 3 : 4); }
 
-// The kernel's body. kTma: the weight and block-scale tiles of a stage arrive by TMA (wmap: the weights
-// [experts Nw, row bytes] as uint8, boxes of one K step's row bytes x the tile's rows (gate_up: half the
-// rows, a box a half); smap: the scale codes [experts KT, Nw] as uint32, boxes of one K step x the same
-// rows), issued by thread 0 against the stage's transaction barrier, into the same shared-memory layout
-// as the cp.async copies; the A rows keep their cp.async copies. Rows past N read other rows' weights
-// then, not zeros: only the output columns of those rows see them, and they are not stored.
-template <int MF, int W, int S, int U, bool kGateUp, bool kFp8, bool kTma>
-__device__ __forceinline__ void grouped_fp4_body(const Fp4Args& g, const TmaMap* wmap, const TmaMap* smap) {
+template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
+__global__ void __launch_bounds__(32 * W, min_blocks<MF, W>()) grouped_fp4_kernel(Fp4Args g) {
   constexpr int kThreads = 32 * W;
   constexpr int BM = 16 * MF;
   constexpr int BN = 16 * W;
@@ -111,10 +103,9 @@ __device__ __forceinline__ void grouped_fp4_body(const Fp4Args& g, const TmaMap*
   const int KS = (KT + U - 1) / U;     // stages an M tile; the last may hold fewer than U steps
   const int MT = (rows + BM - 1) / BM;
   const int total = MT * KS;
-  const uint32_t s_a = kTma ? (smem_addr(smem) + 127u) & ~127u : smem_addr(smem);
+  const uint32_t s_a = smem_addr(smem);
   const uint32_t s_b = s_a + S * kAStage;
   const uint32_t s_s = s_b + S * kBStage;
-  const uint32_t s_bar = s_s + (kFp8 ? 0 : S * kSStage);  // kTma: stage s's barrier at s_bar + 8 s
   const int chunk = tid & 7;
 
   // Weight tile row s -> weight row n (gate_up: s < BN / 2 gate row i, else up row N + i).
@@ -167,31 +158,12 @@ DG_UNROLL
     }
   };
 
-  const uint64_t w_policy = kFp8 && !kTma ? 0 : evict_first_policy();  // (FP8 cp.async: no hint, see load_next)
-  // kTma: the first weight row of the CTA's tile (gate_up: of its gate half; the up half N rows on)
-  // and its first scale column.
-  const int tma_row = static_cast<int>(we * Nw) + blockIdx.x * (kGateUp ? BN / 2 : BN);
-  const int tma_col = blockIdx.x * (kGateUp ? BN / 2 : BN);
+  const uint64_t w_policy = kFp8 ? 0 : evict_first_policy();  // (FP8 copies take no hint: see load_next)
   int load_mt = 0, load_ks = 0;
   auto load_next = [&](int stage) {
     if (load_ks == 0) set_a_rows(load_mt);
     const int step0 = load_ks * U;
     const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
-    if (kTma && tid == 0) {
-      const int steps = min(U, KT - step0);
-      const uint32_t bar = s_bar + 8 * stage;
-      mbar_arrive_expect_tx(bar, steps * (kBStep + (kFp8 ? 0 : kSStep)));
-      constexpr int kHalves = kGateUp ? 2 : 1, kBoxRows = BN / kHalves;
-      for (int u = 0; u < steps; ++u)
-DG_UNROLL
-        for (int h = 0; h < kHalves; ++h) {
-          tma_load_2d_hint(sb + u * kBStep + h * kBoxRows * kBRowBytes, wmap, (step0 + u) * kBRowBytes,
-                           tma_row + h * N, bar, w_policy);
-          if (!kFp8)
-            tma_load_2d_hint(ss + u * kSStep + h * kBoxRows * kSRowBytes, smap, tma_col + h * N,
-                             static_cast<int>(we) * KT + step0 + u, bar, w_policy);
-        }
-    }
 DG_UNROLL
     for (int u = 0; u < U; ++u) {
       if (U > 1 && step0 + u >= KT) break;  // uniform: the M tile's last stage
@@ -202,19 +174,17 @@ DG_UNROLL
         const int r = (tid >> 3) + (kThreads / 8) * j;
         cp_async16(sa + u * kAStep + swz(r, chunk), a_src[j] + k, a_ok[j]);
       }
-      if constexpr (!kTma) {  // (kTma: the weights and scales came by TMA)
 DG_UNROLL
-        for (int j = 0; j < kBChunks; ++j) {
-          const uint32_t dst = sb + u * kBStep + (tid + kThreads * j) * 16;
-          const uint8_t* src = p_src[j] + (step0 + u) * kBRowBytes;
-          // FP8: no L2 hint. With it, CUDA 13.0's ptxas gives the 8-warp FP8 tiles two weight copies whose
-          // memory descriptor register is never written (LDGSTS ... desc[UR1]): an illegal instruction.
-          if (kFp8) cp_async16(dst, src, p_ok[j]);
-          else cp_async16_hint(dst, src, p_ok[j], w_policy);
-        }
-        if (!kFp8 && tid < kSChunks)
-          cp_async16(ss + u * kSStep + tid * 16, s_src + (step0 + u) * s_step, s_ok);
+      for (int j = 0; j < kBChunks; ++j) {
+        const uint32_t dst = sb + u * kBStep + (tid + kThreads * j) * 16;
+        const uint8_t* src = p_src[j] + (step0 + u) * kBRowBytes;
+        // FP8: no L2 hint. With it, CUDA 13.0's ptxas gives the 8-warp FP8 tiles two weight copies whose
+        // memory descriptor register is never written (LDGSTS ... desc[UR1]): an illegal instruction.
+        if (kFp8) cp_async16(dst, src, p_ok[j]);
+        else cp_async16_hint(dst, src, p_ok[j], w_policy);
       }
+      if (!kFp8 && tid < kSChunks)
+        cp_async16(ss + u * kSStep + tid * 16, s_src + (step0 + u) * s_step, s_ok);
     }
     if (++load_ks == KS) {
       load_ks = 0;
@@ -225,13 +195,6 @@ DG_UNROLL
   float acc[MF][2][4];
   zero_acc(acc);
 
-  if (kTma) {
-    if (tid == 0) {
-      for (int s = 0; s < S; ++s) mbar_init(s_bar + 8 * s, 1);
-      mbar_fence_init();
-    }
-    __syncthreads();
-  }
 DG_UNROLL
   for (int s = 0; s < S - 1; ++s) {
     if (s < total) load_next(s);
@@ -304,10 +267,8 @@ DG_UNROLL
 
   int mt = 0, ks = 0;
   int stage = 0, load_stage = S - 1;
-  uint32_t tma_parity = 0;  // kTma: the parity of the current round of fills of the stages
   for (int it = 0; it < total; ++it) {
     cp_async_wait<S - 2>();
-    if (kTma) mbar_wait(s_bar + 8 * stage, tma_parity);
     __syncthreads();
     if (it + S - 1 < total) load_next(load_stage);
     cp_async_commit();
@@ -357,23 +318,9 @@ DG_UNROLL
       m_frags = min(MF, (rows - mt * BM + 15) / 16);
       __syncwarp();  // after the epilogue's per-lane branches
     }
-    if (++stage == S) {
-      stage = 0;
-      tma_parity ^= 1u;
-    }
+    stage = stage + 1 == S ? 0 : stage + 1;
   }
   cp_async_wait<0>();
-}
-
-template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
-__global__ void __launch_bounds__(32 * W, min_blocks<MF, W>()) grouped_fp4_kernel(Fp4Args g) {
-  grouped_fp4_body<MF, W, S, U, kGateUp, kFp8, false>(g, nullptr, nullptr);
-}
-// The kTma form (sm_90): the maps as kernel parameters.
-template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
-__global__ void __launch_bounds__(32 * W, min_blocks<MF, W>())
-    grouped_fp4_tma_kernel(const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap smap, Fp4Args g) {
-  grouped_fp4_body<MF, W, S, U, kGateUp, kFp8, true>(g, &wmap, &smap);
 }
 
 }  // namespace
@@ -382,19 +329,17 @@ __global__ void __launch_bounds__(32 * W, min_blocks<MF, W>())
 namespace dgemma::cuda {
 namespace {
 
-// The tiles (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows, S stages of U K steps of 64
-// values, weights and scales by TMA or cp.async) of the QuantTile choices.
+// The tiles (MF m fragments = BM / 16 rows, W warps = BN / 16 weight rows, S cp.async stages of U K
+// steps of 64 values) of the QuantTile choices.
 struct TileShape {
   int mf, w, stages, steps;
-  bool tma;
 };
 constexpr TileShape tile_shape(QuantTile t) {
   switch (t) {
-    case QuantTile::kRows32Cols64: return {2, 4, 4, 1, false};
-    case QuantTile::kRows32Cols128K256: return {2, 8, 2, 4, false};
-    case QuantTile::kRows32Cols128K256Tma: return {2, 8, 2, 4, true};
-    case QuantTile::kRows128Cols64: return {8, 4, 4, 1, false};
-    default: return {0, 0, 0, 0, false};  // kAuto: resolved before
+    case QuantTile::kRows32Cols64: return {2, 4, 4, 1};
+    case QuantTile::kRows32Cols128K256: return {2, 8, 2, 4};
+    case QuantTile::kRows128Cols64: return {8, 4, 4, 1};
+    default: return {0, 0, 0, 0};  // kAuto: resolved before
   }
 }
 
@@ -409,30 +354,26 @@ inline QuantTile auto_expert_tile(int64_t R, int64_t E) {
 // The dense matmul's: 32-row tiles, or 128-row tiles (a quarter of the decoding) from 128 rows on.
 inline QuantTile auto_dense_tile(int64_t T) { return T >= 128 ? QuantTile::kRows128Cols64 : QuantTile::kRows32Cols64; }
 
-// weight_experts: the experts the weights stack (a dense matmul's: 1), for the TMA maps.
 template <QuantTile kTile, bool kGateUp, bool kFp8, typename L>
-void go_tile(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y, int64_t weight_experts) {
+void go_tile(L& l, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   constexpr TileShape t = tile_shape(kTile);
   const int64_t cols = kGateUp ? 8 * t.w : 16 * t.w;  // output columns of a CTA
-  l.template go<t.mf, t.w, t.stages, t.steps, kGateUp, kFp8, t.tma>(g, (n_out + cols - 1) / cols, grid_y,
-                                                                     weight_experts);
+  l.template go<t.mf, t.w, t.stages, t.steps, kGateUp, kFp8>(g, (n_out + cols - 1) / cols, grid_y);
 }
 template <bool kGateUp, bool kFp8, typename L>
-void go_tile(L& l, QuantTile tile, const Fp4Args& g, int64_t n_out, int64_t grid_y, int64_t weight_experts) {
+void go_tile(L& l, QuantTile tile, const Fp4Args& g, int64_t n_out, int64_t grid_y) {
   switch (tile) {
     case QuantTile::kRows32Cols64:
-      return go_tile<QuantTile::kRows32Cols64, kGateUp, kFp8>(l, g, n_out, grid_y, weight_experts);
+      return go_tile<QuantTile::kRows32Cols64, kGateUp, kFp8>(l, g, n_out, grid_y);
     case QuantTile::kRows32Cols128K256:
-      return go_tile<QuantTile::kRows32Cols128K256, kGateUp, kFp8>(l, g, n_out, grid_y, weight_experts);
-    case QuantTile::kRows32Cols128K256Tma:
-      return go_tile<QuantTile::kRows32Cols128K256Tma, kGateUp, kFp8>(l, g, n_out, grid_y, weight_experts);
-    default: return go_tile<QuantTile::kRows128Cols64, kGateUp, kFp8>(l, g, n_out, grid_y, weight_experts);
+      return go_tile<QuantTile::kRows32Cols128K256, kGateUp, kFp8>(l, g, n_out, grid_y);
+    default: return go_tile<QuantTile::kRows128Cols64, kGateUp, kFp8>(l, g, n_out, grid_y);
   }
 }
 
 // The launches of the public entry points (quant/weight_only.cuh), for any launcher: `l.template
-// go<MF, W, S, U, kGateUp, kFp8, kTma>(args, grid_x, grid_y, weight_experts)` runs the kernel over that
-// grid (the device: a CUDA launch, with the TMA maps of kTma; the unit tests: the emulator). `tile`: kAuto, or the tile of every launch.
+// go<MF, W, S, kGateUp, kFp8>(args, grid_x, grid_y)` runs the kernel over that grid (the device: a CUDA
+// launch; the unit tests: the emulator). `tile`: kAuto, or the tile of every launch.
 template <typename L>
 void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_t* block, const float* row_scale,
                  const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K, int64_t H, int64_t I,
@@ -441,8 +382,8 @@ void run_gate_up(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint
   const Fp4Args g{x, w, block, row_scale, offsets, pairs, nullptr, act, static_cast<int>(H), static_cast<int>(I),
                   static_cast<int>(K), 0};
   if (tile == QuantTile::kAuto) tile = auto_expert_tile(R, E);
-  if (fp8) go_tile<true, true>(l, tile, g, I, E, E);
-  else go_tile<true, false>(l, tile, g, I, E, E);
+  if (fp8) go_tile<true, true>(l, tile, g, I, E);
+  else go_tile<true, false>(l, tile, g, I, E);
 }
 
 template <typename L>
@@ -452,8 +393,8 @@ void run_down(L& l, bool fp8, const uint16_t* act, const uint8_t* w, const uint8
   if (R <= 0 || E <= 0 || H <= 0) return;
   const Fp4Args g{act, w, block, row_scale, offsets, pairs, top_w, y, static_cast<int>(I), static_cast<int>(H), 1, 0};
   if (tile == QuantTile::kAuto) tile = auto_expert_tile(R, E);
-  if (fp8) go_tile<false, true>(l, tile, g, H, E, E);
-  else go_tile<false, false>(l, tile, g, H, E, E);
+  if (fp8) go_tile<false, true>(l, tile, g, H, E);
+  else go_tile<false, false>(l, tile, g, H, E);
 }
 
 // Dense: one CTA row per BM rows of x; every CTA row decodes the weight tiles again (from L2).
@@ -465,8 +406,8 @@ void run_dense(L& l, bool fp8, const uint16_t* x, const uint8_t* w, const uint8_
                   static_cast<int>(T)};
   if (tile == QuantTile::kAuto) tile = auto_dense_tile(T);
   const int64_t bm = 16 * tile_shape(tile).mf, m_tiles = (T + bm - 1) / bm;
-  if (fp8) go_tile<false, true>(l, tile, g, N, m_tiles, 1);
-  else go_tile<false, false>(l, tile, g, N, m_tiles, 1);
+  if (fp8) go_tile<false, true>(l, tile, g, N, m_tiles);
+  else go_tile<false, false>(l, tile, g, N, m_tiles);
 }
 
 }  // namespace
