@@ -109,6 +109,12 @@ std::string moe_kernel_words() {
 std::string quant_tile_words() {
   return list<QuantTile>(kTiles);
 }
+std::vector<QuantTile> quant_tiles() {
+  std::vector<QuantTile> tiles;
+  for (const auto& [tile, word] : kTiles)
+    if (tile != QuantTile::kAuto) tiles.push_back(tile);
+  return tiles;
+}
 std::string dense_quant_words() {
   return list<DenseQuant>(kDense);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dgemma {
 
@@ -94,5 +95,7 @@ std::string moe_kernel_words();
 std::string quant_tile_words();
 std::string dense_quant_words();
 std::string fp8_experts_words();
+// Every QuantTile but kAuto, in the order of their words (the checks and benchmarks run each).
+std::vector<QuantTile> quant_tiles();
 
 }  // namespace dgemma

@@ -186,7 +186,7 @@ void run_fp4_moe(Reporter& r, const Shape& s) {
     }
     return;
   }
-  for (const QuantTile tile : {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256, QuantTile::kRows128Cols64}) {
+  for (const QuantTile tile : quant_tiles()) {
     {
       const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_experts = tile; }));
       g.out = poisoned(ScalarType::kBF16, {T, H});
@@ -428,8 +428,7 @@ void quant_bench(const std::function<double(const std::function<void()>&)>& time
                                (kernel ? " kernel" : " bf16 cuBLAS");
       row(what.c_str(), time_ms([&] { be.matmul(x, w, out); }));
       if (!kernel) continue;
-      for (const QuantTile tile : {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256,
-                                   QuantTile::kRows128Cols64}) {  // the dense kernel's tiles
+      for (const QuantTile tile : quant_tiles()) {  // the dense kernel's tiles
         const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_dense = tile; }));
         Backend& b = cuda();
         row((std::string("  tile ") + quant_tile_word(tile)).c_str(), time_ms([&] { b.matmul(x, w, out); }));

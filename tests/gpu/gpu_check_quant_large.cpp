@@ -28,9 +28,12 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
 
 namespace {
 
-constexpr QuantTile kTiles[] = {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256,
-                                QuantTile::kRows128Cols64};
-constexpr QuantTile kAutoAndTiles[] = {QuantTile::kAuto, kTiles[0], kTiles[1], kTiles[2]};
+// The automatic choice, then every tile.
+std::vector<QuantTile> auto_and_tiles() {
+  std::vector<QuantTile> t = quant_tiles();
+  t.insert(t.begin(), QuantTile::kAuto);
+  return t;
+}
 
 // Random experts (expert_problem.h random_experts); FP8 ones carry the checkpoint's per-token FP8
 // activations (the CUDA kernels run W8A16 and the CPU is told so).
@@ -130,7 +133,7 @@ void run_large(Reporter& r, const LargeShape& s) {
     expect_bf16(r, at + " auto" + fmt + " vs CPU reference", routed(first), sc, tol);
     // Each tile; all T tokens against the automatic choice, GPU routing on both sides: every tile sums
     // each element over K in the same order (K tiles of 64, four k16 MMAs each), so bit for bit.
-    for (const QuantTile tile : kTiles) {
+    for (const QuantTile tile : quant_tiles()) {
       const std::vector<uint16_t> og = run(tile);
       const std::string what = at + " tile " + quant_tile_word(tile) + fmt;
       expect_bf16(r, what + " vs CPU reference", routed(og), sc, tol);
@@ -166,7 +169,7 @@ void run_dense_tiles(Reporter& r, bool fp8, int64_t T, int64_t N, int64_t K) {
   }
   const Tensor xg = up(x);
   const std::vector<uint16_t> want = u16(oc);
-  for (const QuantTile tile : kAutoAndTiles) {
+  for (const QuantTile tile : auto_and_tiles()) {
     Tensor og = poisoned(ScalarType::kBF16, {T, N});
     {
       const WithOptions scope(options_with([&](CudaOptions& o) { o.quant_dense = tile; }));
@@ -236,7 +239,7 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    for (const QuantTile tile : kAutoAndTiles) {
+    for (const QuantTile tile : auto_and_tiles()) {
       double per = 1e30;
       for (int i = 0; i < 3; ++i) launch(tile);
       constexpr int kReps = 10;

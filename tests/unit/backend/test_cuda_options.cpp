@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "backend/cuda_options.h"
 #include "util/error.h"
@@ -35,6 +36,8 @@ TEST(CudaOptions, WordsRoundTrip) {
               MoeKernel::kTma128x256});
   round_trip(parse_quant_tile, quant_tile_word, quant_tile_words,
              {QuantTile::kAuto, QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256, QuantTile::kRows128Cols64});
+  EXPECT_EQ(quant_tiles(), (std::vector<QuantTile>{QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256,
+                                                   QuantTile::kRows128Cols64}));
   round_trip(parse_dense_quant, dense_quant_word, dense_quant_words,
              {DenseQuant::kW8A8, DenseQuant::kKernel, DenseQuant::kBf16});
   round_trip(parse_fp8_experts, fp8_experts_word, fp8_experts_words,

@@ -26,7 +26,7 @@ struct EmuLauncher {
   int launches = 0;
 };
 
-constexpr QuantTile kTiles[] = {QuantTile::kRows32Cols64, QuantTile::kRows32Cols128K256, QuantTile::kRows128Cols64};
+const std::vector<QuantTile> kTiles = quant_tiles();
 
 std::mt19937 rng(7);
 double e4m3(int c) { int s = c >> 7, e = (c >> 3) & 15, m = c & 7; double v = e == 0 ? m * std::ldexp(1.0, -9) : (1 + m / 8.0) * std::ldexp(1.0, e - 7); return s ? -v : v; }
