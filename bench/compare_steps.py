@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Two builds' denoising steps side by side, in one process tree on one GPU: dgemma_bench of a baseline
-build (another tree's) and of this one, on one set of dummy weights per format, their runs interleaved
-format by format and round by round (ABBA: the baseline first in odd rounds, last in even ones), then
-one table of ms per step with each round's figure and the ratio of the means.
+"""Builds' denoising steps side by side, in one process tree on one GPU: dgemma_bench of a baseline build
+(another tree's) and of one or more others, on one set of dummy weights per format, their runs
+interleaved format by format and round by round (the baseline first and the others in the order given
+in odd rounds, the reverse in even ones: ABBA for two builds), then one table of ms per step with each
+round's figure and each build's ratio of the means to the baseline's.
 
   python3 bench/denoise_step_bench.py --write-model /tmp/m
   python3 bench/compare_steps.py --baseline base/dgemma_bench --bench build-device/dgemma_bench \\
       --model /tmp/m [--formats fp8-dynamic,nvfp4-modelopt,bf16] [--runs 1:8:512,4:8:512,16:5:512] [--rounds 2]
+  python3 bench/compare_steps.py --baseline main/dgemma_bench --bench flash=flash/dgemma_bench \\
+      --bench pdl=pdl/dgemma_bench --model /tmp/m          (several builds against one baseline)
 
 Figures of one call only are compared (docs/BENCHMARKS.md): run nothing else on the GPU meanwhile.
 """
@@ -32,13 +35,15 @@ def parse_runs(spec):
 
 
 def measure(baseline, bench, model, formats, runs, rounds, device="cuda"):
-    """{(format, run): {"baseline": [ms per round], "this": [...]}}, the builds' processes interleaved."""
-    figures = {(f, r): {"baseline": [], "this": []} for f in formats for r in runs}
+    """{(format, run): {side: [ms per round]}}, the builds' processes interleaved. bench: one dgemma_bench
+    (side "this") or a list of (name, dgemma_bench) pairs (sides by name); the baseline's side is
+    "baseline"."""
+    builds = [("this", bench)] if isinstance(bench, str) else list(bench)
+    sides = [("baseline", baseline)] + builds
+    figures = {(f, r): {name: [] for name, _ in sides} for f in formats for r in runs}
     for rnd in range(rounds):
         for fmt in formats:
-            order = [("baseline", baseline), ("this", bench)]
-            if rnd % 2:
-                order.reverse()
+            order = sides if rnd % 2 == 0 else sides[::-1]
             for side, binary in order:
                 with contextlib.redirect_stdout(io.StringIO()):
                     results = run_dgemma(binary, model, runs, quantization=None if fmt == "bf16" else fmt,
@@ -49,38 +54,68 @@ def measure(baseline, bench, model, formats, runs, rounds, device="cuda"):
 
 
 def table(figures, names=("baseline", "this build")):
-    lines = [f"| format | batch | prompt | {names[0]}, ms per step | {names[1]} | {names[1]} / {names[0]} |",
-             "|---|---|---|---|---|---|"]
+    """names: the baseline's title, then one per other side (in the figures' order)."""
+    first = next(iter(figures.values()))
+    others = [side for side in first if side != "baseline"]
+    if len(names) != 1 + len(others):
+        raise ValueError(f"table: {len(names)} names for {1 + len(others)} builds")
+    head = f"| format | batch | prompt | {names[0]}, ms per step |"
+    rule = "|---|---|---|---|"
+    for name in names[1:]:
+        head += f" {name} | {name} / {names[0]} |"
+        rule += "---|---|"
+    lines = [head, rule]
     for (fmt, (batch, _, prompt)), f in figures.items():
-        b, t = f["baseline"], f["this"]
-        ratio = (sum(t) / len(t)) / (sum(b) / len(b))
-        lines.append(f"| {fmt} | {batch} | {prompt} | {' / '.join(f'{v:.2f}' for v in b)} | "
-                     f"{' / '.join(f'{v:.2f}' for v in t)} | {ratio:.3f} |")
+        b = f["baseline"]
+        row = f"| {fmt} | {batch} | {prompt} | {' / '.join(f'{v:.2f}' for v in b)} |"
+        for side in others:
+            t = f[side]
+            ratio = (sum(t) / len(t)) / (sum(b) / len(b))
+            row += f" {' / '.join(f'{v:.2f}' for v in t)} | {ratio:.3f} |"
+        lines.append(row)
     return "\n".join(lines)
+
+
+def parse_bench(spec):
+    """NAME=PATH or PATH (named after its folder) -> (name, path)."""
+    name, sep, path = spec.partition("=")
+    if not sep:
+        path = spec
+        name = os.path.basename(os.path.dirname(os.path.abspath(spec))) or spec
+    return name, path
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", required=True, help="the baseline build's dgemma_bench")
-    ap.add_argument("--bench", required=True, help="this build's dgemma_bench")
+    ap.add_argument("--bench", required=True, action="append",
+                    help="another build's dgemma_bench, as PATH or NAME=PATH; repeat for several builds")
     ap.add_argument("--model", required=True, help="model directory (denoise_step_bench.py --write-model)")
     ap.add_argument("--formats", default="fp8-dynamic,nvfp4-modelopt,bf16",
                     help="comma-separated: bf16 and dgemma_bench's --quantization values")
     ap.add_argument("--runs", default="1:8:512,4:8:512,16:5:512", help="BATCH:STEPS:PROMPT_LEN,...")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--names", default="baseline,this build", help="the two columns' names, comma-separated")
+    ap.add_argument("--names", help="the columns' names, comma-separated: the baseline's, then one per --bench "
+                    "(default: 'baseline,this build' for one --bench, else 'baseline' and the NAMEs)")
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
-    names = a.names.split(",")
-    if a.rounds < 1 or len(names) != 2:
-        ap.error("--rounds takes a positive integer and --names two names")
-    for binary in (a.baseline, a.bench):
+    builds = [parse_bench(b) for b in a.bench]
+    if a.names:
+        names = a.names.split(",")
+    else:
+        names = ["baseline", "this build"] if len(builds) == 1 else ["baseline"] + [n for n, _ in builds]
+    if a.rounds < 1 or len(names) != 1 + len(builds):
+        ap.error(f"--rounds takes a positive integer and --names {1 + len(builds)} names")
+    if len({n for n, _ in builds}) != len(builds) or "baseline" in {n for n, _ in builds}:
+        ap.error("every --bench needs its own name, other than 'baseline'")
+    for binary in [a.baseline] + [p for _, p in builds]:
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
             ap.error(f"{binary}: not an executable dgemma_bench")
     if not os.path.isdir(a.model):
         ap.error(f"--model {a.model}: not a directory (denoise_step_bench.py --write-model writes one)")
     formats = [f for f in a.formats.split(",") if f]
-    print(table(measure(a.baseline, a.bench, a.model, formats, parse_runs(a.runs), a.rounds, a.device), names))
+    bench = builds[0][1] if len(builds) == 1 else builds
+    print(table(measure(a.baseline, bench, a.model, formats, parse_runs(a.runs), a.rounds, a.device), names))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""bench/compare_steps.py: two builds' steps interleaved round by round (ABBA), one table with every
-round's figure and the ratio of the means; against stand-in benches that log their order, and the real
-dgemma_bench on the CPU backend and a tiny fixture."""
+"""bench/compare_steps.py: two builds' steps interleaved round by round (ABBA), or several against one
+baseline, one table with every round's figure and the ratio of the means; against stand-in benches that
+log their order, and the real dgemma_bench on the CPU backend and a tiny fixture."""
 import os
 import stat
 import subprocess
@@ -57,6 +57,32 @@ class CompareStepsTest(unittest.TestCase):
                                "| fp8-dynamic | 4 | 512 | 2.00 / 2.00 | 1.50 / 1.50 | 0.750 |",
                                "| bf16 | 1 | 512 | 2.00 / 2.00 | 1.50 / 1.50 | 0.750 |",
                                "| bf16 | 4 | 512 | 2.00 / 2.00 | 1.50 / 1.50 | 0.750 |"])
+
+    def test_several_builds_against_one_baseline(self):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "order.txt")
+            paths = {}
+            for name, ms in (("base", "2.00"), ("a", "1.50"), ("b", "3.00")):
+                os.mkdir(os.path.join(d, name))
+                paths[name] = os.path.join(d, name, "dgemma_bench")
+                with open(paths[name], "w") as f:
+                    f.write(FAKE.format(log=log, name=name, ms=ms))
+                os.chmod(paths[name], os.stat(paths[name]).st_mode | stat.S_IEXEC)
+            # One named, one named after its folder.
+            out = subprocess.run([sys.executable, SCRIPT, "--baseline", paths["base"], "--bench", "fast=" + paths["a"],
+                                  "--bench", paths["b"], "--model", d, "--formats", "bf16", "--runs", "1:8:512",
+                                  "--rounds", "2"],
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
+            with open(log) as f:
+                order = f.read().split("\n")[:-1]
+            # Two names for one baseline and two builds are refused.
+            bad = subprocess.run([sys.executable, SCRIPT, "--baseline", paths["base"], "--bench", paths["a"],
+                                  "--bench", paths["b"], "--model", d, "--names", "x,y"], capture_output=True, text=True)
+        self.assertEqual(order, ["base bf16", "a bf16", "b bf16", "b bf16", "a bf16", "base bf16"])
+        self.assertEqual(out, ["| format | batch | prompt | baseline, ms per step | fast | fast / baseline | b | b / baseline |",
+                               "|---|---|---|---|---|---|---|---|",
+                               "| bf16 | 1 | 512 | 2.00 / 2.00 | 1.50 / 1.50 | 0.750 | 3.00 / 3.00 | 1.500 |"])
+        self.assertEqual(bad.returncode, 2, bad.stderr)
 
     def test_a_malformed_run_list_is_refused(self):
         for bad in ("", "1:8", "1:8:512:2", "0:8:512", "a:b:c", "1:8:512,"):
