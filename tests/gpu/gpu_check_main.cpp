@@ -13,6 +13,8 @@
 //   dgemma_gpu_check --bench experts  the quantised expert GEMMs (grouped kernels) per format and T
 //   dgemma_gpu_check --bench tp-experts  the expert GEMMs per rank of N = 2 / 4, split by expert and by
 //                                     intermediate dimension, against the unsplit block
+//   dgemma_gpu_check --bench gemm-algos  every cuBLASLt algorithm of the dense linears' GEMMs (bf16, FP8)
+//                                     with its time and whether it equals the product path bit for bit
 //   dgemma_gpu_check --bench [quant|flash|tail|fused|small|moe|w8a8|vision]  times the CUDA ops at the
 //   26B-A4B shapes
 //                                     (canvas 256) instead (quant: only the quantised kernels' rows; flash:
@@ -337,6 +339,10 @@ int main(int argc, char** argv) {
     }
     if (mode("tp-experts")) {  // the expert GEMMs per rank under the two expert splits
       dgemma::gpu_test::tp_experts_bench();
+      return 0;
+    }
+    if (mode("gemm-algos")) {  // the dense linears' GEMMs under every cuBLASLt algorithm
+      dgemma::gpu_test::gemm_algos_bench();
       return 0;
     }
     return bench(mode("quant"), mode("flash"), mode("tail"), mode("small"));

@@ -93,4 +93,9 @@ void experts_bench();
 // routing, with the bytes each rank reads and the exchanges' bytes.
 void tp_experts_bench();
 
+// `dgemma_gpu_check --bench gemm-algos` rows (gpu_bench_gemm_algos.cpp): every algorithm cuBLASLt's
+// heuristic offers for the 26B-A4B layer's dense GEMMs, bf16 and W8A8 FP8, T = 256 / 1,024 / 4,096:
+// configuration, time, weight bandwidth, and bit-identity with the product path's output.
+void gemm_algos_bench();
+
 }  // namespace dgemma::gpu_test
