@@ -10,6 +10,8 @@ round's figure and each build's ratio of the means to the baseline's.
       --model /tmp/m [--formats fp8-dynamic,nvfp4-modelopt,bf16] [--runs 1:8:512,4:8:512,16:5:512] [--rounds 2]
   python3 bench/compare_steps.py --baseline main/dgemma_bench --bench flash=flash/dgemma_bench \\
       --bench pdl=pdl/dgemma_bench --model /tmp/m          (several builds against one baseline)
+  python3 bench/compare_steps.py --baseline all/dgemma_bench \\
+      --bench 'waves=all/dgemma_bench --dense-gemm fill-waves' --model /tmp/m   (one build, two choices)
 
 Figures of one call only are compared (docs/BENCHMARKS.md): run nothing else on the GPU meanwhile.
 """
@@ -17,6 +19,7 @@ import argparse
 import contextlib
 import io
 import os
+import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -36,18 +39,18 @@ def parse_runs(spec):
 
 def measure(baseline, bench, model, formats, runs, rounds, device="cuda"):
     """{(format, run): {side: [ms per round]}}, the builds' processes interleaved. bench: one dgemma_bench
-    (side "this") or a list of (name, dgemma_bench) pairs (sides by name); the baseline's side is
-    "baseline"."""
-    builds = [("this", bench)] if isinstance(bench, str) else list(bench)
-    sides = [("baseline", baseline)] + builds
-    figures = {(f, r): {name: [] for name, _ in sides} for f in formats for r in runs}
+    (side "this") or a list of (name, dgemma_bench) or (name, dgemma_bench, [its own arguments]) (sides
+    by name); the baseline's side is "baseline"."""
+    builds = [("this", bench, [])] if isinstance(bench, str) else [(*b, []) if len(b) == 2 else tuple(b) for b in bench]
+    sides = [("baseline", baseline, [])] + builds
+    figures = {(f, r): {name: [] for name, _, _ in sides} for f in formats for r in runs}
     for rnd in range(rounds):
         for fmt in formats:
             order = sides if rnd % 2 == 0 else sides[::-1]
-            for side, binary in order:
+            for side, binary, extra in order:
                 with contextlib.redirect_stdout(io.StringIO()):
                     results = run_dgemma(binary, model, runs, quantization=None if fmt == "bf16" else fmt,
-                                         device=device)
+                                         device=device, extra_args=extra)
                 for run, res in zip(runs, results):
                     figures[(fmt, run)][side].append(res["ms_per_step"])
     return figures
@@ -77,19 +80,25 @@ def table(figures, names=("baseline", "this build")):
 
 
 def parse_bench(spec):
-    """NAME=PATH or PATH (named after its folder) -> (name, path)."""
-    name, sep, path = spec.partition("=")
+    """NAME=PATH or PATH (named after its folder), then that build's own dgemma_bench arguments, shell-quoted
+    -> (name, path, [arguments])."""
+    words = shlex.split(spec)
+    if not words:
+        raise SystemExit("compare_steps: an empty --bench")
+    head, extra = words[0], words[1:]
+    name, sep, path = head.partition("=")
     if not sep:
-        path = spec
-        name = os.path.basename(os.path.dirname(os.path.abspath(spec))) or spec
-    return name, path
+        path = head
+        name = os.path.basename(os.path.dirname(os.path.abspath(head))) or head
+    return name, path, extra
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", required=True, help="the baseline build's dgemma_bench")
     ap.add_argument("--bench", required=True, action="append",
-                    help="another build's dgemma_bench, as PATH or NAME=PATH; repeat for several builds")
+                    help="another build's dgemma_bench, as PATH or NAME=PATH, then its own dgemma_bench arguments "
+                    "in the same (quoted) value; repeat for several builds")
     ap.add_argument("--model", required=True, help="model directory (denoise_step_bench.py --write-model)")
     ap.add_argument("--formats", default="fp8-dynamic,nvfp4-modelopt,bf16",
                     help="comma-separated: bf16 and dgemma_bench's --quantization values")
@@ -103,18 +112,18 @@ def main():
     if a.names:
         names = a.names.split(",")
     else:
-        names = ["baseline", "this build"] if len(builds) == 1 else ["baseline"] + [n for n, _ in builds]
+        names = ["baseline", "this build"] if len(builds) == 1 else ["baseline"] + [n for n, _, _ in builds]
     if a.rounds < 1 or len(names) != 1 + len(builds):
         ap.error(f"--rounds takes a positive integer and --names {1 + len(builds)} names")
-    if len({n for n, _ in builds}) != len(builds) or "baseline" in {n for n, _ in builds}:
+    if len({n for n, _, _ in builds}) != len(builds) or "baseline" in {n for n, _, _ in builds}:
         ap.error("every --bench needs its own name, other than 'baseline'")
-    for binary in [a.baseline] + [p for _, p in builds]:
+    for binary in [a.baseline] + [p for _, p, _ in builds]:
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
             ap.error(f"{binary}: not an executable dgemma_bench")
     if not os.path.isdir(a.model):
         ap.error(f"--model {a.model}: not a directory (denoise_step_bench.py --write-model writes one)")
     formats = [f for f in a.formats.split(",") if f]
-    bench = builds[0][1] if len(builds) == 1 else builds
+    bench = builds[0][1] if len(builds) == 1 and not builds[0][2] else builds
     print(table(measure(a.baseline, bench, a.model, formats, parse_runs(a.runs), a.rounds, a.device), names))
 
 

@@ -118,13 +118,14 @@ LINE = re.compile(r"prefill ([\d.]+) ms \(([\d.]+|inf) tokens/s\), ([\d.]+) ms p
                   r"([\d.]+) ms total, ([\d.]+) tokens/s, ([\d.]+) launches per step")
 
 
-def run_dgemma(binary, model_dir, runs, quantization=None, device="cuda"):
+def run_dgemma(binary, model_dir, runs, quantization=None, device="cuda", extra_args=()):
     """One dgemma_bench process (one set of dummy weights) for runs [(batch, steps, prompt_len)], one 256-token
-    canvas per sequence; returns each run's figures."""
+    canvas per sequence, with extra_args (e.g. a kernel choice) appended; returns each run's figures."""
     spec = ",".join(f"{b}:{s}:{p}" for b, s, p in runs)
     cmd = [binary, model_dir, "--device", device, "--runs", spec]
     if quantization:
         cmd += ["--quantization", quantization]
+    cmd += list(extra_args)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:] + out.stdout[-2000:])

@@ -17,15 +17,16 @@ SCRIPT = os.path.join(ROOT, "bench", "compare_steps.py")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import compare_steps  # noqa: E402
 
-# A dgemma_bench stand-in: logs "NAME QUANT" to LOG, prints one result line per --runs entry with
-# MS ms per step (baseline 2.00, this 1.50).
+# A dgemma_bench stand-in: logs "NAME QUANT" to LOG (NAME:TAG given --tag TAG), prints one result line per
+# --runs entry with MS ms per step (baseline 2.00, this 1.50).
 FAKE = """#!/usr/bin/env python3
 import sys
 a = sys.argv
 runs = a[a.index("--runs") + 1].split(",")
 q = a[a.index("--quantization") + 1] if "--quantization" in a else "bf16"
+tag = ":" + a[a.index("--tag") + 1] if "--tag" in a else ""
 with open({log!r}, "a") as f:
-    f.write({name!r} + " " + q + "\\n")
+    f.write({name!r} + tag + " " + q + "\\n")
 for r in runs:
     b, s, p = r.split(":")
     print(f"batch {{b}}, prompt {{p}}, canvas 16, {{s}} steps x 1 canvas(es): prefill 1.0 ms (8000 tokens/s), "
@@ -83,6 +84,24 @@ class CompareStepsTest(unittest.TestCase):
                                "|---|---|---|---|---|---|---|---|",
                                "| bf16 | 1 | 512 | 2.00 / 2.00 | 1.50 / 1.50 | 0.750 | 3.00 / 3.00 | 1.500 |"])
         self.assertEqual(bad.returncode, 2, bad.stderr)
+
+    def test_one_build_with_its_own_arguments(self):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "order.txt")
+            path = os.path.join(d, "bench")
+            with open(path, "w") as f:
+                f.write(FAKE.format(log=log, name="all", ms="2.00"))
+            os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+            out = subprocess.run([sys.executable, SCRIPT, "--baseline", path, "--bench", f"waves={path} --tag 'fill waves'",
+                                  "--model", d, "--formats", "bf16", "--runs", "1:8:512", "--rounds", "2"],
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
+            with open(log) as f:
+                order = f.read().split("\n")[:-1]
+        self.assertEqual(order, ["all bf16", "all:fill waves bf16", "all:fill waves bf16", "all bf16"])
+        self.assertEqual(out[0], "| format | batch | prompt | baseline, ms per step | this build | this build / baseline |")
+        self.assertEqual(out[2], "| bf16 | 1 | 512 | 2.00 / 2.00 | 2.00 / 2.00 | 1.000 |")
+        self.assertEqual(compare_steps.parse_bench("x=/a/b --k 'v w'"), ("x", "/a/b", ["--k", "v w"]))
+        self.assertEqual(compare_steps.parse_bench("/a/main/dgemma_bench"), ("main", "/a/main/dgemma_bench", []))
 
     def test_a_malformed_run_list_is_refused(self):
         for bad in ("", "1:8", "1:8:512:2", "0:8:512", "a:b:c", "1:8:512,"):
