@@ -3,7 +3,8 @@
 (another tree's) and of one or more others, on one set of dummy weights per format, their runs
 interleaved format by format and round by round (the baseline first and the others in the order given
 in odd rounds, the reverse in even ones: ABBA for two builds), then one table of ms per step with each
-round's figure and each build's ratio of the means to the baseline's.
+round's figure and each build's ratio of the means to the baseline's. A build whose process fails (or
+times out) is reported on stderr and shown as "failed" in its rounds; the others' figures stand.
 
   python3 bench/denoise_step_bench.py --write-model /tmp/m
   python3 bench/compare_steps.py --baseline base/dgemma_bench --bench build-device/dgemma_bench \\
@@ -18,8 +19,10 @@ Figures of one call only are compared (docs/BENCHMARKS.md): run nothing else on 
 import argparse
 import contextlib
 import io
+import math
 import os
 import shlex
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,11 +51,17 @@ def measure(baseline, bench, model, formats, runs, rounds, device="cuda"):
         for fmt in formats:
             order = sides if rnd % 2 == 0 else sides[::-1]
             for side, binary, extra in order:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    results = run_dgemma(binary, model, runs, quantization=None if fmt == "bf16" else fmt,
-                                         device=device, extra_args=extra)
-                for run, res in zip(runs, results):
-                    figures[(fmt, run)][side].append(res["ms_per_step"])
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        results = run_dgemma(binary, model, runs, quantization=None if fmt == "bf16" else fmt,
+                                             device=device, extra_args=extra)
+                    step_ms = [res["ms_per_step"] for res in results]
+                except (RuntimeError, subprocess.TimeoutExpired) as e:  # one build's failure, not the table's
+                    print(f"compare_steps: {side} {fmt} round {rnd + 1} failed: {str(e)[-1500:]}", file=sys.stderr,
+                          flush=True)
+                    step_ms = [math.nan] * len(runs)
+                for run, ms in zip(runs, step_ms):
+                    figures[(fmt, run)][side].append(ms)
     return figures
 
 
@@ -68,13 +77,17 @@ def table(figures, names=("baseline", "this build")):
         head += f" {name} | {name} / {names[0]} |"
         rule += "---|---|"
     lines = [head, rule]
+
+    def rounds(values):
+        return " / ".join("failed" if math.isnan(v) else f"{v:.2f}" for v in values)
+
     for (fmt, (batch, _, prompt)), f in figures.items():
         b = f["baseline"]
-        row = f"| {fmt} | {batch} | {prompt} | {' / '.join(f'{v:.2f}' for v in b)} |"
+        row = f"| {fmt} | {batch} | {prompt} | {rounds(b)} |"
         for side in others:
             t = f[side]
-            ratio = (sum(t) / len(t)) / (sum(b) / len(b))
-            row += f" {' / '.join(f'{v:.2f}' for v in t)} | {ratio:.3f} |"
+            ratio = (sum(t) / len(t)) / (sum(b) / len(b))  # NaN when a round of either failed
+            row += f" {rounds(t)} | {'-' if math.isnan(ratio) else f'{ratio:.3f}'} |"
         lines.append(row)
     return "\n".join(lines)
 

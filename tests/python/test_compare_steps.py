@@ -103,6 +103,27 @@ class CompareStepsTest(unittest.TestCase):
         self.assertEqual(compare_steps.parse_bench("x=/a/b --k 'v w'"), ("x", "/a/b", ["--k", "v w"]))
         self.assertEqual(compare_steps.parse_bench("/a/main/dgemma_bench"), ("main", "/a/main/dgemma_bench", []))
 
+    def test_a_failing_build_is_marked_and_the_others_stand(self):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "order.txt")
+            paths = {}
+            for name, ms in (("base", "2.00"), ("good", "1.50")):
+                paths[name] = os.path.join(d, name)
+                with open(paths[name], "w") as f:
+                    f.write(FAKE.format(log=log, name=name, ms=ms))
+                os.chmod(paths[name], os.stat(paths[name]).st_mode | stat.S_IEXEC)
+            paths["bad"] = os.path.join(d, "bad")
+            with open(paths["bad"], "w") as f:
+                f.write("#!/bin/sh\necho 'an illegal memory access' >&2\nexit 1\n")
+            os.chmod(paths["bad"], os.stat(paths["bad"]).st_mode | stat.S_IEXEC)
+            out = subprocess.run([sys.executable, SCRIPT, "--baseline", paths["base"], "--bench", "good=" + paths["good"],
+                                  "--bench", "bad=" + paths["bad"], "--model", d, "--formats", "bf16",
+                                  "--runs", "1:8:512", "--rounds", "2"], capture_output=True, text=True, check=True)
+        self.assertEqual(out.stdout.splitlines()[2],
+                         "| bf16 | 1 | 512 | 2.00 / 2.00 | 1.50 / 1.50 | 0.750 | failed / failed | - |")
+        self.assertIn("bad bf16 round 1 failed", out.stderr)
+        self.assertIn("an illegal memory access", out.stderr)
+
     def test_a_malformed_run_list_is_refused(self):
         for bad in ("", "1:8", "1:8:512:2", "0:8:512", "a:b:c", "1:8:512,"):
             with self.assertRaises(SystemExit):
