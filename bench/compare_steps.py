@@ -42,9 +42,9 @@ def parse_runs(spec):
 
 def measure(baseline, bench, model, formats, runs, rounds, device="cuda"):
     """{(format, run): {side: [ms per round]}}, the builds' processes interleaved. bench: one dgemma_bench
-    (side "this") or a list of (name, dgemma_bench) or (name, dgemma_bench, [its own arguments]) (sides
-    by name); the baseline's side is "baseline"."""
-    builds = [("this", bench, [])] if isinstance(bench, str) else [(*b, []) if len(b) == 2 else tuple(b) for b in bench]
+    (side "this") or a list of (name, dgemma_bench, [its own arguments]) (sides by name); the baseline's side
+    is "baseline"."""
+    builds = [("this", bench, [])] if isinstance(bench, str) else list(bench)
     sides = [("baseline", baseline, [])] + builds
     figures = {(f, r): {name: [] for name, _, _ in sides} for f in formats for r in runs}
     for rnd in range(rounds):
@@ -136,8 +136,7 @@ def main():
     if not os.path.isdir(a.model):
         ap.error(f"--model {a.model}: not a directory (denoise_step_bench.py --write-model writes one)")
     formats = [f for f in a.formats.split(",") if f]
-    bench = builds[0][1] if len(builds) == 1 and not builds[0][2] else builds
-    print(table(measure(a.baseline, bench, a.model, formats, parse_runs(a.runs), a.rounds, a.device), names))
+    print(table(measure(a.baseline, builds, a.model, formats, parse_runs(a.runs), a.rounds, a.device), names))
 
 
 if __name__ == "__main__":

@@ -34,16 +34,26 @@ for r in runs:
 """
 
 
+def executable(path, text):
+    """Writes an executable script at path; returns path."""
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+    return path
+
+
+def stand_in(path, log, name, ms):
+    """A FAKE dgemma_bench at path that logs as `name` and reports `ms` ms per step."""
+    return executable(path, FAKE.format(log=log, name=name, ms=ms))
+
+
 class CompareStepsTest(unittest.TestCase):
     def test_rounds_interleave_abba_and_the_table_holds_every_round(self):
         with tempfile.TemporaryDirectory() as d:
             log = os.path.join(d, "order.txt")
             paths = {}
             for name, ms in (("base", "2.00"), ("this", "1.50")):
-                paths[name] = os.path.join(d, name)
-                with open(paths[name], "w") as f:
-                    f.write(FAKE.format(log=log, name=name, ms=ms))
-                os.chmod(paths[name], os.stat(paths[name]).st_mode | stat.S_IEXEC)
+                paths[name] = stand_in(os.path.join(d, name), log, name, ms)
             out = subprocess.run([sys.executable, SCRIPT, "--baseline", paths["base"], "--bench", paths["this"],
                                   "--model", d, "--formats", "fp8-dynamic,bf16", "--runs", "1:8:512,4:8:512",
                                   "--rounds", "2", "--names", "d9c5b2b,now"],
@@ -65,10 +75,7 @@ class CompareStepsTest(unittest.TestCase):
             paths = {}
             for name, ms in (("base", "2.00"), ("a", "1.50"), ("b", "3.00")):
                 os.mkdir(os.path.join(d, name))
-                paths[name] = os.path.join(d, name, "dgemma_bench")
-                with open(paths[name], "w") as f:
-                    f.write(FAKE.format(log=log, name=name, ms=ms))
-                os.chmod(paths[name], os.stat(paths[name]).st_mode | stat.S_IEXEC)
+                paths[name] = stand_in(os.path.join(d, name, "dgemma_bench"), log, name, ms)
             # One named, one named after its folder.
             out = subprocess.run([sys.executable, SCRIPT, "--baseline", paths["base"], "--bench", "fast=" + paths["a"],
                                   "--bench", paths["b"], "--model", d, "--formats", "bf16", "--runs", "1:8:512",
@@ -88,10 +95,7 @@ class CompareStepsTest(unittest.TestCase):
     def test_one_build_with_its_own_arguments(self):
         with tempfile.TemporaryDirectory() as d:
             log = os.path.join(d, "order.txt")
-            path = os.path.join(d, "bench")
-            with open(path, "w") as f:
-                f.write(FAKE.format(log=log, name="all", ms="2.00"))
-            os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+            path = stand_in(os.path.join(d, "bench"), log, "all", "2.00")
             out = subprocess.run([sys.executable, SCRIPT, "--baseline", path, "--bench", f"waves={path} --tag 'fill waves'",
                                   "--model", d, "--formats", "bf16", "--runs", "1:8:512", "--rounds", "2"],
                                  capture_output=True, text=True, check=True).stdout.splitlines()
@@ -106,16 +110,8 @@ class CompareStepsTest(unittest.TestCase):
     def test_a_failing_build_is_marked_and_the_others_stand(self):
         with tempfile.TemporaryDirectory() as d:
             log = os.path.join(d, "order.txt")
-            paths = {}
-            for name, ms in (("base", "2.00"), ("good", "1.50")):
-                paths[name] = os.path.join(d, name)
-                with open(paths[name], "w") as f:
-                    f.write(FAKE.format(log=log, name=name, ms=ms))
-                os.chmod(paths[name], os.stat(paths[name]).st_mode | stat.S_IEXEC)
-            paths["bad"] = os.path.join(d, "bad")
-            with open(paths["bad"], "w") as f:
-                f.write("#!/bin/sh\necho 'an illegal memory access' >&2\nexit 1\n")
-            os.chmod(paths["bad"], os.stat(paths["bad"]).st_mode | stat.S_IEXEC)
+            paths = {name: stand_in(os.path.join(d, name), log, name, ms) for name, ms in (("base", "2.00"), ("good", "1.50"))}
+            paths["bad"] = executable(os.path.join(d, "bad"), "#!/bin/sh\necho 'an illegal memory access' >&2\nexit 1\n")
             out = subprocess.run([sys.executable, SCRIPT, "--baseline", paths["base"], "--bench", "good=" + paths["good"],
                                   "--bench", "bad=" + paths["bad"], "--model", d, "--formats", "bf16",
                                   "--runs", "1:8:512", "--rounds", "2"], capture_output=True, text=True, check=True)
