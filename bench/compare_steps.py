@@ -94,10 +94,10 @@ def table(figures, names=("baseline", "this build")):
 
 def parse_bench(spec):
     """NAME=PATH or PATH (named after its folder), then that build's own dgemma_bench arguments, shell-quoted
-    -> (name, path, [arguments])."""
+    -> (name, path, [arguments]); ValueError for an empty value or unbalanced quotes."""
     words = shlex.split(spec)
     if not words:
-        raise SystemExit("compare_steps: an empty --bench")
+        raise ValueError("empty")
     head, extra = words[0], words[1:]
     name, sep, path = head.partition("=")
     if not sep:
@@ -121,7 +121,12 @@ def main():
                     "(default: 'baseline,this build' for one --bench, else 'baseline' and the NAMEs)")
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
-    builds = [parse_bench(b) for b in a.bench]
+    builds = []
+    for b in a.bench:
+        try:
+            builds.append(parse_bench(b))
+        except ValueError as e:
+            ap.error(f"--bench {b!r}: {e} (PATH or NAME=PATH, then its own dgemma_bench arguments)")
     if a.names:
         names = a.names.split(",")
     else:

@@ -89,8 +89,12 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=15, help="rows printed without --regions")
     ap.add_argument("--list", action="store_true", help="print every instruction with its index and samples")
     a = ap.parse_args(argv)
-    with open(a.csv, encoding="utf-8", errors="replace") as f:
-        instructions, reasons = read_sass(f.read())
+    try:
+        with open(a.csv, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        raise SystemExit(f"sass_stalls: cannot read {a.csv}: {e.strerror}")
+    instructions, reasons = read_sass(text)
     if not instructions:
         raise SystemExit("sass_stalls: no instructions in the file")
     if a.list:

@@ -120,6 +120,14 @@ class CompareStepsTest(unittest.TestCase):
         self.assertIn("bad bf16 round 1 failed", out.stderr)
         self.assertIn("an illegal memory access", out.stderr)
 
+    def test_a_malformed_bench_value_is_a_usage_error(self):
+        for bad in ("", "x=/a/b --k 'unclosed"):
+            out = subprocess.run([sys.executable, SCRIPT, "--baseline", sys.executable, "--bench", bad, "--model", "."],
+                                 capture_output=True, text=True)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("--bench", out.stderr)
+            self.assertNotIn("Traceback", out.stderr)
+
     def test_a_malformed_run_list_is_refused(self):
         for bad in ("", "1:8", "1:8:512:2", "0:8:512", "a:b:c", "1:8:512,"):
             with self.assertRaises(SystemExit):

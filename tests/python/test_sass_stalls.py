@@ -75,6 +75,11 @@ class SassStallsTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             sass_stalls.read_sass('"Address","Source"\n"0x0","EXIT"')
 
+    def test_a_missing_file_is_named(self):
+        with self.assertRaises(SystemExit) as e:
+            sass_stalls.main(["/nonexistent/sass.csv"])
+        self.assertIn("cannot read /nonexistent/sass.csv", str(e.exception))
+
 
 if __name__ == "__main__":
     unittest.main()
