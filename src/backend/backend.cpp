@@ -74,6 +74,8 @@ void Backend::attn_residual(const AttnResidualArgs& a) {
 }
 
 void Backend::ffn_residual(const FfnResidualArgs& a) {
+  if (!a.m2_slots.empty())
+    fail(ErrorKind::kInternal, "{}: the composed FFN junction takes the MoE's summed rows, not its slots", name());
   const int64_t T = a.h1.dim(0), H = a.h1.dim(-1);
   auto tmp = [&](const Tensor& given) { return given.empty() ? alloc(ScalarType::kBF16, {T, H}) : given; };
   Tensor m1n = tmp(a.m1n), m2n = tmp(a.m2n), f = tmp(a.f);

@@ -134,6 +134,11 @@ struct MoeArgs {
   int top_k = 1;
   float eps = 1e-6f;
   Tensor out;              // [T, H]
+  // Instead of out, where Backend::sums_moe_slots() (out is then empty and not written): the expert rows
+  // before their sum, out_slots [T * top_k, H] bf16 (row t * top_k + k: token t's k-th choice's output
+  // times its routing weight), and out_order [T, top_k] i32 (token t's slots by ascending expert). The
+  // FFN junction sums them (FfnResidualArgs::m2_slots), which saves the sum's launch on the GPU.
+  Tensor out_slots, out_order;
   // Optional debug outputs (empty tensors: not produced): host f32 [T,E], f32 [T,k], i32 [T,k].
   Tensor dbg_probs, dbg_weights, dbg_index;
   // Expert parallelism: gate_up / down hold experts [expert_first, expert_first + gate_up.experts())
@@ -274,6 +279,9 @@ struct FfnResidualArgs {
   Tensor m1n, m2n, f;  // optional
   Tensor next_norm, next_out;  // optional (both or neither)
   Fp8Rows next_out_fp8;        // optional, with next_out
+  // Instead of m2, where Backend::sums_moe_slots(): the MoE's slot rows and order (MoeArgs::out_slots /
+  // out_order) for these rows; m2 is then their sum, exactly as MoeArgs::out would hold it.
+  Tensor m2_slots, m2_order;
 };
 
 // The attention prologue of a decoder layer: the per-head norms and RoPE of the q / k / v projections,
@@ -422,6 +430,9 @@ class Backend {
   virtual void attention(const AttentionArgs& args) = 0;
   virtual void attention_batch(const AttentionBatchArgs& args);
   virtual void moe(const MoeArgs& args) = 0;
+  // Whether moe writes MoeArgs::out_slots / out_order and ffn_residual sums FfnResidualArgs::m2_slots;
+  // a backend without them is always given out / m2.
+  virtual bool sums_moe_slots() const { return false; }
   // Whether sampler and decide apply SamplerArgs::guided / DecideArgs::guided (GuidedGap); a backend
   // without them is given no gap (the engine's commit-time rule alone keeps guided answers valid).
   virtual bool supports_guided_gaps() const { return false; }

@@ -356,7 +356,16 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     m.expert_first = tp_.plan.split(t.num_experts).begin;
     m.collective = tp_.collective;
   }
-  m.out = bf16({T, H});
+  // The FFN junction sums the expert rows itself where the backend can (one launch fewer a layer); the
+  // debug dumps read the summed rows.
+  const bool moe_slots = backend_.sums_moe_slots() && !dump.on();
+  const int64_t top_k = t.top_k_experts;
+  if (moe_slots) {
+    m.out_slots = bf16({T * top_k, H});
+    m.out_order = backend_.alloc(ScalarType::kI32, {T, top_k});
+  } else {
+    m.out = bf16({T, H});
+  }
   m.dbg_probs = dump.host_output(ScalarType::kF32, {T, t.num_experts});
   m.dbg_weights = dump.host_output(ScalarType::kF32, {T, t.top_k_experts});
   m.dbg_index = dump.host_output(ScalarType::kI32, {T, t.top_k_experts});
@@ -386,7 +395,12 @@ void DiffusionGemma::layer(int li, std::span<ForwardItem> items, const std::vect
     FfnResidualArgs r;
     r.h1 = h1.rows(b, e);
     r.m1 = m1.rows(b, e);
-    r.m2 = m.out.rows(b, e);
+    if (moe_slots) {
+      r.m2_slots = m.out_slots.rows(b * top_k, e * top_k);
+      r.m2_order = m.out_order.rows(b, e);
+    } else {
+      r.m2 = m.out.rows(b, e);
+    }
     r.norm1 = w.post_ff_norm1;
     r.norm2 = w.post_ff_norm2;
     r.norm_f = w.post_ff_norm;

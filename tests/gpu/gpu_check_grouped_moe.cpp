@@ -202,6 +202,37 @@ constexpr MoeKernel kKernels[] = {MoeKernel::kSmallRows, MoeKernel::kMmaSync128x
                                   MoeKernel::kTma128x256};
 bool hopper_kernel(MoeKernel k) { return k == MoeKernel::kWgmma64x128 || k == MoeKernel::kTma128x256; }
 
+// The MoE's slot rows (MoeArgs::out_slots / out_order, which the FFN junction sums): their bf16 running
+// sum in the given order, per token, is `out` of the same inputs bit for bit, and every token's order is
+// a permutation of its slots.
+void check_slot_rows(Reporter& r, const Shape& s, const MoeArgs& host_inputs, const std::vector<uint16_t>& out) {
+  const int64_t T = s.T, H = s.H, K = s.K;
+  MoeArgs g = to_gpu(host_inputs, s);
+  g.out = Tensor{};
+  g.out_slots = poisoned(ScalarType::kBF16, {T * K, H});
+  g.out_order = poisoned(ScalarType::kI32, {T, K});
+  run_cuda(g);
+  const std::vector<uint16_t> y = u16(g.out_slots);
+  const std::vector<int32_t> order = i32(g.out_order);
+  std::vector<uint16_t> sum(static_cast<size_t>(T * H));
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> seen(order.begin() + t * K, order.begin() + (t + 1) * K);
+    std::sort(seen.begin(), seen.end());
+    for (int64_t k = 0; k < K; ++k)
+      if (seen[static_cast<size_t>(k)] != k) {
+        r.fail(s.name + " slot rows: token " + std::to_string(t) + "'s order is not a permutation of its slots");
+        return;
+      }
+    for (int64_t i = 0; i < H; ++i) {
+      float acc = 0.f;
+      for (int64_t j = 0; j < K; ++j)
+        acc = round_bf16(acc + bf16_to_f32(y[static_cast<size_t>((t * K + order[t * K + j]) * H + i)]));
+      sum[static_cast<size_t>(t * H + i)] = f32_to_bf16(acc);
+    }
+  }
+  expect_bf16(r, s.name + " slot rows summed vs out", sum, out, exact_tol());
+}
+
 // Every bf16 grouped GEMM kernel (CudaOptions::moe) on one shape: the CPU runs once, each kernel's
 // output against it on the identically routed tokens, and bit-identical to the mma.sync 128 x 128
 // tiles' (both mma.sync kernels accumulate each element in the same order; the hopper family's wgmma
@@ -219,6 +250,7 @@ void run_kernels(Reporter& r, const Shape& s) {
   MoeArgs first = to_gpu(ca, s);
   run_cuda(first);
   const std::vector<char> same = compare_routing(r, s.name, ca, first, 4);
+  check_slot_rows(r, s, ca, u16(first.out));
   MoeArgs ref = to_gpu(ca, s);  // the reference of the bit-for-bit comparisons
   run_cuda(ref, MoeKernel::kMmaSync128x128);
   const std::vector<uint16_t> ref_out = u16(ref.out);

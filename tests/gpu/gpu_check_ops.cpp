@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <numeric>
+#include <random>
 
 #include "gpu_check_util.h"
 #include "model/config.h"
@@ -205,6 +207,39 @@ void check_residual(Reporter& r) {
     poison(gf.out);
     cuda().ffn_residual(gf);
     expect_bf16(r, "ffn_residual out (no dump) " + sz, u16(gf.out), u16(cf.out), libm_tol());
+
+    // The MoE input as eight slot rows a token (FfnResidualArgs::m2_slots): the junction sums them in the
+    // order given, bit for bit the junction on their sum (the combine's output), and against the CPU.
+    constexpr int64_t K = 8;
+    const Tensor slots = d.bf16({T * K, H}, 0.1f);
+    Tensor order = host_tensor(ScalarType::kI32, {T, K});
+    std::mt19937 rng(static_cast<uint32_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      int32_t* o = order.ptr<int32_t>() + t * K;
+      std::iota(o, o + K, 0);
+      std::shuffle(o, o + K, rng);
+    }
+    Tensor summed = host();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H; ++i) {
+        float acc = 0.f;
+        for (int64_t j = 0; j < K; ++j)
+          acc = round_bf16(acc + bf16_to_f32(slots.ptr<uint16_t>()[(t * K + order.ptr<int32_t>()[t * K + j]) * H + i]));
+        summed.ptr<uint16_t>()[t * H + i] = f32_to_bf16(acc);
+      }
+    FfnResidualArgs cs{x, m1, summed, w1, w2, wf, 1e-6f, 0.37f, host(), host(), host(), host()};
+    cpu().ffn_residual(cs);
+    FfnResidualArgs gm{up(x), up(m1), up(summed), up(w1), up(w2), up(wf), 1e-6f, 0.37f, dev(), dev(), dev(), dev()};
+    cuda().ffn_residual(gm);
+    FfnResidualArgs gs{up(x), up(m1), Tensor{}, up(w1), up(w2), up(wf), 1e-6f, 0.37f, dev(), dev(), dev(), dev()};
+    gs.m2_slots = up(slots);
+    gs.m2_order = up(order);
+    cuda().ffn_residual(gs);
+    expect_bf16(r, "ffn_residual out from slots " + sz, u16(gs.out), u16(cs.out), libm_tol());
+    expect_bf16(r, "ffn_residual m2n from slots " + sz, u16(gs.m2n), u16(cs.m2n), libm_tol());
+    expect_bf16(r, "ffn_residual out from slots vs from their sum " + sz, u16(gs.out), u16(gm.out), exact_tol());
+    expect_bf16(r, "ffn_residual m2n from slots vs from their sum " + sz, u16(gs.m2n), u16(gm.m2n), exact_tol());
+    expect_bf16(r, "ffn_residual f from slots vs from their sum " + sz, u16(gs.f), u16(gm.f), exact_tol());
   }
 }
 

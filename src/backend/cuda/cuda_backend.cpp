@@ -38,6 +38,7 @@
 #include "backend/cuda/layer/residual.cuh"
 #include "backend/cuda/layer/rope.cuh"
 #include "backend/cuda/layer/vision.cuh"
+#include "backend/cuda/moe/combine.cuh"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/parallel/shard_kernels.cuh"
 #include "backend/cuda/quant/fp8_gemm.h"
@@ -453,12 +454,20 @@ class CudaBackend final : public Backend {
     const int64_t H = a.h1.dim(-1), T = a.h1.numel() / std::max<int64_t>(H, 1);
     auto opt = [](const Tensor& t) { return t.empty() ? nullptr : t.ptr<uint16_t>(); };
     const char* op = "ffn_residual";
-    DG_CHECK(a.m1.numel() == T * H && a.m2.numel() == T * H && a.out.numel() == T * H);
+    const bool slots = !a.m2_slots.empty();
+    DG_CHECK(a.m1.numel() == T * H && a.out.numel() == T * H && (slots ? a.m2.empty() : a.m2.numel() == T * H));
     DG_CHECK(a.norm1.numel() == H && a.norm2.numel() == H && a.norm_f.numel() == H);
     for (const Tensor* t : {&a.m1n, &a.m2n, &a.f}) DG_CHECK(t->empty() || t->numel() == T * H);
     const uint16_t* h1 = bf16_in(a.h1, op, "h1");
     const uint16_t* m1 = bf16_in(a.m1, op, "m1");
-    const uint16_t* m2 = bf16_in(a.m2, op, "m2");
+    MoeSlotRows m2_slots;
+    if (slots) {
+      const int64_t K = a.m2_order.ndim == 2 ? a.m2_order.dim(1) : 0;
+      DG_CHECK(K >= 1 && a.m2_order.dim(0) == T && a.m2_slots.numel() == T * K * H);
+      need_type(a.m2_order, ScalarType::kI32, op, "m2_order");
+      m2_slots = MoeSlotRows{bf16_in(a.m2_slots, op, "m2_slots"), a.m2_order.ptr<int32_t>(), static_cast<int>(K)};
+    }
+    const uint16_t* m2 = slots ? nullptr : bf16_in(a.m2, op, "m2");
     const uint16_t* w1 = bf16_in(a.norm1, op, "norm1");
     const uint16_t* w2 = bf16_in(a.norm2, op, "norm2");
     const uint16_t* wf = bf16_in(a.norm_f, op, "norm_f");
@@ -474,9 +483,15 @@ class CudaBackend final : public Backend {
     }
     DG_CHECK(a.next_out_fp8.empty() || next != nullptr);
     const auto [qn, sn] = fp8_out(a.next_out_fp8, T, H, op);
-    if (!residual_fusable(H, {h1, m1, m2, w1, w2, wf, out, m1n, m2n, f, wn, next, qn}))
-      return Backend::ffn_residual(a);
-    launch_ffn_residual(h1, m1, m2, w1, w2, wf, a.scale, out, m1n, m2n, f, wn, next, qn, sn, T, H, a.eps,
+    if (!residual_fusable(H, {h1, m1, m2, m2_slots.rows, w1, w2, wf, out, m1n, m2n, f, wn, next, qn})) {
+      if (!slots) return Backend::ffn_residual(a);
+      FfnResidualArgs summed = a;  // the composed junction, on the slots' sum
+      summed.m2 = ctx_.alloc(ScalarType::kBF16, {T, H});
+      summed.m2_slots = summed.m2_order = Tensor{};
+      launch_moe_combine(m2_slots.rows, m2_slots.order, T, m2_slots.top_k, H, summed.m2.ptr<uint16_t>(), ctx_.stream);
+      return Backend::ffn_residual(summed);
+    }
+    launch_ffn_residual(h1, m1, m2, m2_slots, w1, w2, wf, a.scale, out, m1n, m2n, f, wn, next, qn, sn, T, H, a.eps,
                         ctx_.stream);
   }
 
@@ -623,6 +638,8 @@ class CudaBackend final : public Backend {
   // The sampler masks a guided gap's rows and decide walks its tokens (sampler/stats_kernel.cuh,
   // sampler/decide_kernel.cuh).
   bool supports_guided_gaps() const override { return true; }
+  // The FFN junction sums the MoE's slot rows itself (layer/residual_kernel.cuh): one launch fewer a layer.
+  bool sums_moe_slots() const override { return true; }
 
   void decide_batch(std::span<const DecideArgs> canvases) override {
     activate();

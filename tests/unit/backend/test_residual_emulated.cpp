@@ -13,6 +13,7 @@
 // all-zero row (eps 0: NaN outputs, code 0x7f, not in the amax).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -109,9 +110,11 @@ FfnResidualArgs with_fresh_outputs(const FfnResidualArgs& c) {
 
 // The kernels' view of the FFN junction's arguments.
 res::FfnArgs ffn_kernel_args(const FfnResidualArgs& g, int64_t H, int64_t T) {
+  const bool slots = !g.m2_slots.empty();
   return res::FfnArgs{cw(g.h1),  cw(g.m1),        cw(g.m2),       cw(g.norm1), cw(g.norm2), cw(g.norm_f),
                       g.scale,   mw(g.out),       mw(g.m1n),      mw(g.m2n),   mw(g.f),     cw(g.next_norm),
-                      mw(g.next_out), H / 8, g.eps, T};
+                      mw(g.next_out), H / 8, g.eps, T, cw(g.m2_slots),
+                      slots ? g.m2_order.ptr<int32_t>() : nullptr, slots ? static_cast<int>(g.m2_order.dim(1)) : 0};
 }
 
 // The kernels' view of the attention junction's arguments (rows of `H` / 8 words).
@@ -384,6 +387,103 @@ TEST(ResidualEmulated, FfnJunctionWritesTheFp8RowsOfNextOut) {
       fp8_rows_check::expect_fp8_rows_of(name + " next_out_fp8", g.next_out.ptr<uint16_t>(), s.T, s.H,
                                          g.next_out_fp8.codes.ptr<uint8_t>(),
                                          g.next_out_fp8.scales.ptr<float>());
+    }
+  }
+}
+
+// The MoE's slot rows of T tokens (K a token, each row times a small scale) and their order (a random
+// permutation a token), with the rows shaped as shape_rows shapes a whole row: the last token's slots
+// tiny, and (zero_row) the next-to-last token's all zero.
+struct MoeSlots {
+  Tensor rows, order;
+};
+MoeSlots random_slots(std::mt19937& rng, int64_t T, int64_t H, int K, bool zero_row) {
+  MoeSlots m{random_rows(rng, T * K, H, 0.1f), host_tensor(ScalarType::kI32, {T, K})};
+  uint16_t* y = m.rows.ptr<uint16_t>();
+  for (int64_t i = (T - 1) * K * H; i < T * K * H; ++i) y[i] = f32_to_bf16(1e-4f * bf16_to_f32(y[i]));
+  if (zero_row)
+    for (int64_t i = (T - 2) * K * H; i < (T - 1) * K * H; ++i) y[i] = 0;
+  std::vector<int32_t> perm(K);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int k = 0; k < K; ++k) perm[k] = k;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::memcpy(m.order.ptr<int32_t>() + t * K, perm.data(), K * sizeof(int32_t));
+  }
+  return m;
+}
+
+// Their sum as the CPU's MoE takes it (cpu/moe.cpp): per token, the bf16 running sum in the given order.
+Tensor sum_of_slots(const MoeSlots& m, int64_t T, int64_t H, int K) {
+  Tensor out = host_tensor(ScalarType::kBF16, {T, H});
+  const uint16_t* y = m.rows.ptr<uint16_t>();
+  const int32_t* order = m.order.ptr<int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < H; ++i) {
+      float acc = 0.f;
+      for (int j = 0; j < K; ++j) acc = round_bf16(acc + bf16_to_f32(y[(t * K + order[t * K + j]) * H + i]));
+      out.ptr<uint16_t>()[t * H + i] = f32_to_bf16(acc);
+    }
+  return out;
+}
+
+// The junction given the slots sums them itself, as the combine kernel does (moe/moe_sum.cuh): every
+// output, and the FP8 form's rows, are what the composed ops give on their sum, bit for bit, for top-k 1,
+// 3 (no group of eight), 8 (the model's) and 11 (a group of eight and a tail), at every shape.
+TEST(ResidualEmulated, FfnJunctionSumsTheMoeSlots) {
+  std::mt19937 rng(2718);
+  auto cpu = make_cpu_backend();
+  for (const Shape& s : kShapes) {
+    if (s.T < 3) continue;
+    const res::Plan plan = res::plan_for(s.H / 8, s.max_threads);
+    Tensor h1 = random_rows(rng, s.T, s.H, 3.0f), m1 = random_rows(rng, s.T, s.H, 2.0f);
+    shape_rows(m1, s.H, s.eps == 0.0f);
+    Tensor w1 = random_rows(rng, 1, s.H, 0.3f, 1.0f), w2 = random_rows(rng, 1, s.H, 0.3f, 1.0f);
+    Tensor wf = random_rows(rng, 1, s.H, 0.3f, 1.0f), wn = random_rows(rng, 1, s.H, 0.3f, 1.0f);
+    for (const int K : {1, 3, 8, 11}) {
+      const MoeSlots slots = random_slots(rng, s.T, s.H, K, s.eps == 0.0f);
+      const Tensor m2 = sum_of_slots(slots, s.T, s.H, K);
+      for (const bool fp8 : {false, true}) {
+        const std::string name = name_of(s, plan) + " top_k=" + std::to_string(K) + (fp8 ? " fp8" : "");
+        FfnResidualArgs c = ffn_junction(h1, m1, m2, w1, w2, wf, s.T, s.H, s.eps);
+        c.m1n = poisoned(s.T, s.H);
+        c.m2n = poisoned(s.T, s.H);
+        c.f = poisoned(s.T, s.H);
+        c.next_norm = wn.reshape({s.H});
+        c.next_out = poisoned(s.T, s.H);
+        if (fp8) c.next_out_fp8 = fp8_rows(s.T, s.H);
+        FfnResidualArgs g = with_fresh_outputs(c);
+        g.m2 = Tensor{};
+        g.m2_slots = slots.rows;
+        g.m2_order = slots.order;
+        if (fp8) g.next_out_fp8 = fp8_rows(s.T, s.H);
+        cpu->ffn_residual(c);
+        const res::FfnArgs a = ffn_kernel_args(g, s.H, s.T);
+        ASSERT_EQ(a.m2, nullptr);
+        ASSERT_EQ(a.top_k, K);
+        const res::Fp8RowsOut qn{codes_of(g.next_out_fp8), scales_of(g.next_out_fp8)};
+        launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
+          if (fp8) {
+            if (per == 1)
+              res::ffn_residual_fp8_kernel<1>(a, qn);
+            else if (per == 2)
+              res::ffn_residual_fp8_kernel<2>(a, qn);
+            else
+              res::ffn_residual_fp8_kernel<4>(a, qn);
+          } else if (per == 1) {
+            res::ffn_residual_kernel<1>(a);
+          } else if (per == 2) {
+            res::ffn_residual_kernel<2>(a);
+          } else {
+            res::ffn_residual_kernel<4>(a);
+          }
+        });
+        expect_same(name + " out", g.out, c.out);
+        expect_same(name + " m1n", g.m1n, c.m1n);
+        expect_same(name + " m2n", g.m2n, c.m2n);
+        expect_same(name + " f", g.f, c.f);
+        expect_same(name + " next_out", g.next_out, c.next_out);
+        if (fp8) expect_same_rows(name + " next_out_fp8", g.next_out_fp8, c.next_out_fp8);
+      }
     }
   }
 }

@@ -80,7 +80,8 @@ void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* 
                     residual::attn_residual_kernel<4>, stream, a);
 }
 
-void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, const uint16_t* norm1,
+void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, MoeSlotRows m2_slots,
+                         const uint16_t* norm1,
                          const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out,
                          uint16_t* m1n, uint16_t* m2n, uint16_t* f, const uint16_t* next_norm,
                          uint16_t* next_out, uint8_t* qn, float* sn, int64_t rows, int64_t n, float eps,
@@ -88,6 +89,8 @@ void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t*
   if (rows <= 0) return;
   const residual::Plan plan = residual::plan_for(n / 8);
   DG_CHECK(plan.per > 0);  // residual_fusable
+  DG_CHECK((m2 == nullptr) == (m2_slots.rows != nullptr) &&
+           (m2_slots.rows == nullptr || (m2_slots.order != nullptr && m2_slots.top_k >= 1)));
   const residual::FfnArgs a{words_of(h1),
                             words_of(m1),
                             words_of(m2),
@@ -103,7 +106,10 @@ void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t*
                             words_of(next_out),
                             n / 8,
                             eps,
-                            rows};
+                            rows,
+                            words_of(m2_slots.rows),
+                            m2_slots.order,
+                            m2_slots.top_k};
   if (qn != nullptr) {
     DG_CHECK(next_out != nullptr);
     launch_junction(rows, plan, residual::ffn_residual_fp8_kernel<1>, residual::ffn_residual_fp8_kernel<2>,

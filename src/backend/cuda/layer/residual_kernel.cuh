@@ -3,7 +3,7 @@
 // row in registers, in a header so that the unit tests run them on the host through
 // tests/unit/backend/cuda_emulator.h. On the device, layer/residual.cu includes core/common.cuh first. What
 // the kernels need: threadIdx / blockIdx / blockDim / gridDim, __syncthreads, __shfl_xor_sync (double),
-// __fmul_rn / __fadd_rn, __byte_perm, uint4, round_bf16 and the word helpers of core/bf16_words.cuh;
+// __fmul_rn / __fadd_rn, __ldg, __byte_perm, uint4, round_bf16 and the word helpers of core/bf16_words.cuh;
 // DG_KERNEL_DYNAMIC_SMEM(name), the dynamic shared-memory buffer.
 //
 // Each thread owns kPer 16-byte words of a row (H = 2816: one word, 352 threads) and the blocks loop
@@ -24,6 +24,10 @@
 // Every output element is computed with exactly the operations and roundings of the composed ops
 // (backend.cpp).
 //
+// The FFN junction's MoE input comes either as the MoE's output rows (m2) or as its slot rows before
+// their sum (m2_slots, m2_order: MoeArgs::out_slots); then each thread sums its words of the row's
+// slots itself, exactly as the combine kernel does (moe/moe_sum.cuh), and the combine launch is saved.
+//
 // The FP8 forms (attn_residual_fp8_kernel, ffn_residual_fp8_kernel: the same rows with kFp8) also write
 // the FP8 rows (backend.h Fp8Rows) of out_a / out_b (attention junction) and next_out (FFN junction),
 // each where its pointers are set: the row's amax over the bf16-rounded output words (kept in
@@ -35,6 +39,7 @@
 #include <initializer_list>
 
 #include "backend/cuda/core/kernel_macros.cuh"
+#include "backend/cuda/moe/moe_sum.cuh"
 #include "backend/cuda/quant/fp8_quant_kernel.cuh"
 
 namespace dgemma::cuda::residual {
@@ -70,7 +75,7 @@ struct AttnArgs {
 };
 
 struct FfnArgs {
-  const uint4 *h1, *m1, *m2, *w1, *w2, *wf;
+  const uint4 *h1, *m1, *m2, *w1, *w2, *wf;  // m2 null: the sum of m2_slots
   float scale;
   uint4* out;
   uint4 *m1n, *m2n, *f_out;  // optional
@@ -79,6 +84,11 @@ struct FfnArgs {
   int64_t words;
   float eps;
   int64_t rows;
+  // Instead of m2: the MoE's slot rows ([rows * top_k] rows) and their order ([rows, top_k]); m2 is
+  // their sum (moe/moe_sum.cuh), bit for bit what the combine kernel writes.
+  const uint4* m2_slots = nullptr;
+  const int32_t* m2_order = nullptr;
+  int top_k = 0;
 };
 
 // FP8 rows an FP8 form writes (backend.h Fp8Rows): codes, eight a word, and the row scales; q null: not
@@ -308,6 +318,7 @@ __device__ __forceinline__ void ffn_residual_rows(const FfnArgs& a, const Fp8Row
   DG_KERNEL_DYNAMIC_SMEM(smem);
   double* scratch = reinterpret_cast<double*>(smem);
   const bool next_norm = a.next_out != nullptr;  // uniform
+  const bool slots = a.m2_slots != nullptr;      // uniform: m2 is summed here from the MoE's slot rows
   constexpr bool kAhead = kPer < 4;              // four words a thread: one row's registers only
   int idx[kPer];
   bool ok[kPer];
@@ -319,7 +330,7 @@ __device__ __forceinline__ void ffn_residual_rows(const FfnArgs& a, const Fp8Row
     ok[j] = idx[j] < a.words;
     const bool load = kAhead && ok[j] && row < a.rows;
     m1u[j] = load ? a.m1[row * a.words + idx[j]] : zero_word();
-    m2u[j] = load ? a.m2[row * a.words + idx[j]] : zero_word();
+    m2u[j] = load && !slots ? a.m2[row * a.words + idx[j]] : zero_word();
     hu[j] = load ? a.h1[row * a.words + idx[j]] : zero_word();
   }
   for (; row < a.rows; row += gridDim.x) {  // block-uniform
@@ -329,11 +340,16 @@ __device__ __forceinline__ void ffn_residual_rows(const FfnArgs& a, const Fp8Row
     for (int j = 0; j < kPer; ++j) {  // this row's words; the next row's loads in flight meanwhile
       const int64_t at = (kAhead ? next : row) * a.words + idx[j];
       m1c[j] = kAhead ? m1u[j] : ok[j] ? a.m1[at] : zero_word();
-      m2c[j] = kAhead ? m2u[j] : ok[j] ? a.m2[at] : zero_word();
       hc[j] = kAhead ? hu[j] : ok[j] ? a.h1[at] : zero_word();
+      if (slots)  // this row's slot rows, summed now (their loads are not held across rows)
+        m2c[j] = ok[j] ? moe_sum_word(a.m2_slots + row * a.top_k * a.words + idx[j], a.m2_order + row * a.top_k,
+                                      a.top_k, a.words)
+                       : zero_word();
+      else
+        m2c[j] = kAhead ? m2u[j] : ok[j] ? a.m2[at] : zero_word();
       if (kAhead && next < a.rows && ok[j]) {
         m1u[j] = a.m1[at];
-        m2u[j] = a.m2[at];
+        if (!slots) m2u[j] = a.m2[at];
         hu[j] = a.h1[at];
       }
       w1u[j] = ok[j] ? a.w1[idx[j]] : zero_word();  // the weights (L1 / L2) before the reduction

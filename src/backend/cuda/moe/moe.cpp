@@ -6,9 +6,10 @@
 //   experts: per expert one gate_up GEMM and one down GEMM as grouped kernels over every expert, with
 //           the gather, the activation (gelu(gate) * up) and the routing weight fused (moe/grouped.cu,
 //           the quantised forms in quant/weight_only.cu / quant/w8a8_experts.cu), then per token a bf16
-//           running sum in ascending expert order (moe/combine.cu). No host synchronisation, fixed grids:
-//           a step's MoE records into a CUDA graph. The shapes these kernels take
-//           (grouped_moe_supported, moe_route_supported) are checked when a model is loaded.
+//           running sum in ascending expert order (moe/combine.cu), or, with MoeArgs::out_slots, the slot
+//           rows and their order for the FFN junction to sum (layer/residual_kernel.cuh). No host
+//           synchronisation, fixed grids: a step's MoE records into a CUDA graph. The shapes these
+//           kernels take (grouped_moe_supported, moe_route_supported) are checked when a model is loaded.
 // Expert parallelism (MoeArgs::expert_first / collective): the router and the grouping run over every
 // expert as on one GPU (the same tile list), the grouped GEMMs over the rank's experts only (their tile
 // entries renumbered, the others skipped; offsets from the rank's first expert), into slot rows filled
@@ -47,7 +48,15 @@ void moe(const Context& ctx, const MoeArgs& a) {
   const bool fp8_gu = f_gu == WeightFormat::kFp8Channel, fp8_dn = f_dn == WeightFormat::kFp8Channel;
   const Tensor& gate_up = a.gate_up.quantized() ? a.gate_up.data : bf16_weight(a.gate_up, op, "gate_up");
   const Tensor& down = a.down.quantized() ? a.down.data : bf16_weight(a.down, op, "down");
-  need_type(a.out, ScalarType::kBF16, op, "out");
+  // The output: the summed rows, or the slot rows and their order for the FFN junction to sum.
+  const bool slots = !a.out_slots.empty();
+  if (slots) {
+    DG_CHECK(a.out.empty());
+    need_type(a.out_slots, ScalarType::kBF16, op, "out_slots");
+    need_type(a.out_order, ScalarType::kI32, op, "out_order");
+  } else {
+    need_type(a.out, ScalarType::kBF16, op, "out");
+  }
   const int64_t T = a.router_in.dim(0), H = a.router_in.dim(1);
   const int64_t E = a.router_proj.dim(0);
   // The rank's experts [e0, e0 + El) (all of them without expert parallelism).
@@ -68,7 +77,8 @@ void moe(const Context& ctx, const MoeArgs& a) {
   if (fp8_dn) DG_CHECK(w8a8_dn ? grouped_w8a8_supported(H, I, down.data) : grouped_fp8_supported(H, I, down.data));
   if ((w8a8_gu || w8a8_dn) && (!a.gate_up.quantized() || !a.down.quantized()))
     fail(ErrorKind::kUnsupported, "CUDA moe: W8A8 experts with a bf16 projection (one tile list for both kernels)");
-  DG_CHECK(K >= 1 && K <= E && a.out.numel() == T * H);
+  DG_CHECK(K >= 1 && K <= E);
+  DG_CHECK(slots ? a.out_slots.numel() == T * K * H && a.out_order.numel() == T * K : a.out.numel() == T * H);
   if (!a.dbg_probs.empty()) DG_CHECK(a.dbg_probs.device == Device::kCpu && a.dbg_probs.numel() == T * E);
   if (!a.dbg_weights.empty()) DG_CHECK(a.dbg_weights.device == Device::kCpu && a.dbg_weights.numel() == T * K);
   if (!a.dbg_index.empty()) DG_CHECK(a.dbg_index.device == Device::kCpu && a.dbg_index.numel() == T * K);
@@ -104,7 +114,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
   if (!a.dbg_probs.empty()) probs = ctx.alloc(ScalarType::kF32, {T, E});
   Tensor top_idx = ctx.alloc(ScalarType::kI32, {T, K});
   Tensor top_w = ctx.alloc(ScalarType::kF32, {T, K});
-  Tensor order = ctx.alloc(ScalarType::kI32, {T, K});
+  Tensor order = slots ? a.out_order : ctx.alloc(ScalarType::kI32, {T, K});
   float* probs_ptr = probs.empty() ? nullptr : probs.ptr<float>();
 
   // The routing's debug outputs (tests), copied to the host after the routing kernels; true if any.
@@ -143,7 +153,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
   if (ep)
     launch_moe_tiles_local(tiles_ptr, plan.max_tiles, static_cast<int>(e0), static_cast<int>(e0 + El), st);
   Tensor act = ctx.alloc(ScalarType::kBF16, {R, I});
-  Tensor y = ctx.alloc(ScalarType::kBF16, {R, H});
+  Tensor y = slots ? a.out_slots : ctx.alloc(ScalarType::kBF16, {R, H});
   if (ep) launch_fill_u16(y.ptr<uint16_t>(), R * H, 0x8000, st);  // other ranks' slots: -0
   if (w8a8_gu) {  // the input quantised per token (the CPU's per routed row: the same rows), or given so
     Fp8Rows xq = a.expert_in_fp8;
@@ -186,7 +196,7 @@ void moe(const Context& ctx, const MoeArgs& a) {
     launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), loff, pairs.ptr<int32_t>(),
                         tiles_ptr, top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), st);
   if (ep) a.collective->all_reduce_sum(y);  // every slot from the rank holding its expert (exact)
-  launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
+  if (!slots) launch_moe_combine(y.ptr<uint16_t>(), order.ptr<int32_t>(), T, K, H, a.out.ptr<uint16_t>(), st);
   if (queue_debug_copies()) ctx.sync();
 }
 
