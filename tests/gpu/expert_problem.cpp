@@ -264,11 +264,11 @@ void grouped_down(const ExpertProblem& p, const ExpertSlice& sl, const Tensor& a
       return;
     case ExpertFormat::kNvfp4:
       cuda::launch_grouped_down_fp4(in, a.dn, a.dn_block, a.dn_rs, a.offsets, pairs, top_w, p.R, a.El, p.H,
-                                    p.I, out, QuantTile::kAuto, st);
+                                    p.I, out, QuantTile::kAuto, false, st);
       return;
     case ExpertFormat::kW8a16:
       cuda::launch_grouped_down_fp8(in, a.dn, a.dn_rs, a.offsets, pairs, top_w, p.R, a.El, p.H, p.I, out,
-                                    QuantTile::kAuto, st);
+                                    QuantTile::kAuto, false, st);
       return;
     case ExpertFormat::kBf16:
       cuda::launch_grouped_down(p.plan, in, reinterpret_cast<const uint16_t*>(a.dn), a.offsets, pairs,

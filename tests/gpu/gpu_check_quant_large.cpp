@@ -219,6 +219,7 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
     const Tensor top_w = up(host_f32(std::vector<float>(static_cast<size_t>(R), 0.125f)));
     Tensor act = cuda().alloc(ScalarType::kBF16, {R, I}), y = cuda().alloc(ScalarType::kBF16, {R, H});
     const cuda::Stream stream = cuda::context_of(cuda()).stream;
+    const bool after_gate_up = cuda::context_of(cuda()).hopper();  // as moe.cpp launches the pair
     auto launch = [&](QuantTile tile) {
       if (fp8) {
         cuda::launch_grouped_gate_up_fp8(x.ptr<uint16_t>(), m.gate_up.data.ptr<uint8_t>(), m.gate_up.row_scale.ptr<float>(),
@@ -226,14 +227,14 @@ void quant_moe_block_bench(const MoeArgs& m, bool fp8, const std::function<void(
                                          stream);
         cuda::launch_grouped_down_fp8(act.ptr<uint16_t>(), m.down.data.ptr<uint8_t>(), m.down.row_scale.ptr<float>(),
                                       off.ptr<int32_t>(), prs.ptr<int32_t>(), top_w.ptr<float>(), R, E, H, I,
-                                      y.ptr<uint16_t>(), tile, stream);
+                                      y.ptr<uint16_t>(), tile, after_gate_up, stream);
       } else {
         cuda::launch_grouped_gate_up_fp4(x.ptr<uint16_t>(), m.gate_up.data.ptr<uint8_t>(), m.gate_up.block.ptr<uint8_t>(),
                                          m.gate_up.row_scale.ptr<float>(), off.ptr<int32_t>(), prs.ptr<int32_t>(), R, E, K,
                                          H, I, act.ptr<uint16_t>(), tile, stream);
         cuda::launch_grouped_down_fp4(act.ptr<uint16_t>(), m.down.data.ptr<uint8_t>(), m.down.block.ptr<uint8_t>(),
                                       m.down.row_scale.ptr<float>(), off.ptr<int32_t>(), prs.ptr<int32_t>(),
-                                      top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), tile, stream);
+                                      top_w.ptr<float>(), R, E, H, I, y.ptr<uint16_t>(), tile, after_gate_up, stream);
       }
     };
     cudaEvent_t e0, e1;

@@ -10,16 +10,30 @@
 
 namespace dgemma::cuda {
 
+// programmatic (sm_90+ only): the launch may begin while the previous kernel in the stream runs; the
+// kernel waits for it with DG_GRID_DEPENDENCY_WAIT (core/kernel_macros.cuh) before reading its output.
 template <typename... Params, typename... Args>
-void launch_kernel(const Stream& stream, void (*kernel)(Params...), dim3 grid, dim3 threads, size_t smem,
-                   const Args&... args) {
+void launch_kernel_ex(const Stream& stream, bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 threads,
+                      size_t smem, const Args&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = threads;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream.handle;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic) {
+    cfg.attrs = &overlap;
+    cfg.numAttrs = 1;
+  }
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
   stream.count_launch();
+}
+template <typename... Params, typename... Args>
+void launch_kernel(const Stream& stream, void (*kernel)(Params...), dim3 grid, dim3 threads, size_t smem,
+                   const Args&... args) {
+  launch_kernel_ex(stream, false, kernel, grid, threads, smem, args...);
 }
 
 template <typename... Params, typename... Args>

@@ -187,11 +187,11 @@ void moe(const Context& ctx, const MoeArgs& a) {
   } else if (fp8_dn)
     launch_grouped_down_fp8(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.row_scale.ptr<float>(), loff,
                             pairs.ptr<int32_t>(), top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), tile,
-                            st);
+                            ctx.hopper() && fp8_gu && !w8a8_gu, st);
   else if (fp4_dn)
     launch_grouped_down_fp4(act.ptr<uint16_t>(), down.ptr<uint8_t>(), a.down.block.ptr<uint8_t>(),
                             a.down.row_scale.ptr<float>(), loff, pairs.ptr<int32_t>(), top_w.ptr<float>(), R,
-                            El, H, I, y.ptr<uint16_t>(), tile, st);
+                            El, H, I, y.ptr<uint16_t>(), tile, ctx.hopper() && fp4_gu, st);
   else
     launch_grouped_down(plan, act.ptr<uint16_t>(), down.ptr<uint16_t>(), loff, pairs.ptr<int32_t>(),
                         tiles_ptr, top_w.ptr<float>(), R, El, H, I, y.ptr<uint16_t>(), st);

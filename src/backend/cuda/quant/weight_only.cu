@@ -11,13 +11,14 @@ namespace {
 
 struct DeviceLauncher {
   Stream stream;
+  bool programmatic = false;  // core/launch.cuh: the down GEMM right after its gate_up
   template <int MF, int W, int S, int U, bool kGateUp, bool kFp8>
   void go(const Fp4Args& g, int64_t grid_x, int64_t grid_y) {
     auto* kernel = grouped_fp4_kernel<MF, W, S, U, kGateUp, kFp8>;
     constexpr int smem = smem_bytes<MF, W, S, U, kFp8>();
     if (smem >= 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    launch_kernel(stream, kernel, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)), 32 * W,
-                  smem, g);
+    launch_kernel_ex(stream, programmatic, kernel, dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)),
+                     32 * W, smem, g);
   }
 };
 
@@ -49,8 +50,8 @@ void launch_grouped_gate_up_fp4(const uint16_t* x, const uint8_t* packed, const 
 
 void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const uint8_t* block, const float* row_scale,
                              const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E,
-                             int64_t H, int64_t I, uint16_t* y, QuantTile tile, Stream stream) {
-  DeviceLauncher l{stream};
+                             int64_t H, int64_t I, uint16_t* y, QuantTile tile, bool after_gate_up, Stream stream) {
+  DeviceLauncher l{stream, after_gate_up};
   run_down(l, false, act, packed, block, row_scale, offsets, pairs, top_w, R, E, H, I, y, tile);
 }
 
@@ -63,8 +64,8 @@ void launch_grouped_gate_up_fp8(const uint16_t* x, const uint8_t* w, const float
 
 void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float* row_scale, const int32_t* offsets,
                              const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H, int64_t I,
-                             uint16_t* y, QuantTile tile, Stream stream) {
-  DeviceLauncher l{stream};
+                             uint16_t* y, QuantTile tile, bool after_gate_up, Stream stream) {
+  DeviceLauncher l{stream, after_gate_up};
   run_down(l, true, act, w, nullptr, row_scale, offsets, pairs, top_w, R, E, H, I, y, tile);
 }
 

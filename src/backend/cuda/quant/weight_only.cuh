@@ -31,10 +31,12 @@ void launch_grouped_gate_up_fp4(const uint16_t* x, const uint8_t* packed, const 
                                 const int32_t* offsets, const int32_t* pairs, int64_t R, int64_t E, int64_t K,
                                 int64_t H, int64_t I, uint16_t* act, QuantTile tile, Stream stream);
 
-// y[p, h] = bf16(bf16(rs[e, h] * act[r] . down[e, h]) * top_w[p]), p = pairs[r].
+// y[p, h] = bf16(bf16(rs[e, h] * act[r] . down[e, h]) * top_w[p]), p = pairs[r]. after_gate_up (sm_90+,
+// right after launch_grouped_gate_up_*): launched programmatically, so its blocks may start during
+// gate_up's last ones, copying their first weight stages before they wait for act.
 void launch_grouped_down_fp4(const uint16_t* act, const uint8_t* packed, const uint8_t* block, const float* row_scale,
                              const int32_t* offsets, const int32_t* pairs, const float* top_w, int64_t R, int64_t E,
-                             int64_t H, int64_t I, uint16_t* y, QuantTile tile, Stream stream);
+                             int64_t H, int64_t I, uint16_t* y, QuantTile tile, bool after_gate_up, Stream stream);
 
 // FP8 experts, W8A16 (the same kernel with E4M3 weights [E, Nw, Kd] and per-channel row scales,
 // no block scales): y = bf16(row_scale[n] * sum_k x[k] * e4m3(w[n, k])). The checkpoint prescribes
@@ -48,7 +50,7 @@ void launch_grouped_gate_up_fp8(const uint16_t* x, const uint8_t* w, const float
                                 uint16_t* act, QuantTile tile, Stream stream);
 void launch_grouped_down_fp8(const uint16_t* act, const uint8_t* w, const float* row_scale, const int32_t* offsets,
                              const int32_t* pairs, const float* top_w, int64_t R, int64_t E, int64_t H, int64_t I,
-                             uint16_t* y, QuantTile tile, Stream stream);
+                             uint16_t* y, QuantTile tile, bool after_gate_up, Stream stream);
 
 // A dense quantised matmul with the same kernel (W4A16 / W8A16): out[T, N] = bf16(row_scale[n] *
 // x[t] . W[n]) for a 2-D weight [N, K] in the device layout; kAuto: one CTA row per 32 rows of x, or

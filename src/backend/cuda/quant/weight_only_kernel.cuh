@@ -159,9 +159,12 @@ DG_UNROLL
   };
 
   const uint64_t w_policy = kFp8 ? 0 : evict_first_policy();  // (FP8 copies take no hint: see load_next)
+  // The next stage's copies into `stage`: its A rows (kCopyA), its weights and scales (kCopyWeights) or
+  // both; then the next stage is the one after.
+  enum : int { kCopyA = 1, kCopyWeights = 2, kCopyAll = 3 };
   int load_mt = 0, load_ks = 0;
-  auto load_next = [&](int stage) {
-    if (load_ks == 0) set_a_rows(load_mt);
+  auto load_next = [&](int stage, int parts) {
+    if ((parts & kCopyA) && load_ks == 0) set_a_rows(load_mt);
     const int step0 = load_ks * U;
     const uint32_t sa = s_a + stage * kAStage, sb = s_b + stage * kBStage, ss = s_s + stage * kSStage;
 DG_UNROLL
@@ -169,11 +172,14 @@ DG_UNROLL
       if (U > 1 && step0 + u >= KT) break;  // uniform: the M tile's last stage
       const int k = (step0 + u) * kBK;
       // A rows past the expert's are zero-filled (no global read).
+      if (parts & kCopyA) {
 DG_UNROLL
-      for (int j = 0; j < kAChunks; ++j) {
-        const int r = (tid >> 3) + (kThreads / 8) * j;
-        cp_async16(sa + u * kAStep + swz(r, chunk), a_src[j] + k, a_ok[j]);
+        for (int j = 0; j < kAChunks; ++j) {
+          const int r = (tid >> 3) + (kThreads / 8) * j;
+          cp_async16(sa + u * kAStep + swz(r, chunk), a_src[j] + k, a_ok[j]);
+        }
       }
+      if (!(parts & kCopyWeights)) continue;
 DG_UNROLL
       for (int j = 0; j < kBChunks; ++j) {
         const uint32_t dst = sb + u * kBStep + (tid + kThreads * j) * 16;
@@ -195,9 +201,22 @@ DG_UNROLL
   float acc[MF][2][4];
   zero_acc(acc);
 
+  // gate_up lets down (launched programmatically: weight_only.cu) start once all its blocks have begun;
+  // down copies the weights of its first stages, which no kernel writes, before waiting for gate_up to
+  // finish, then its A rows (gate_up's output). The first commit group holds them all.
+  if (kGateUp) DG_LAUNCH_DEPENDENTS();
+  if (!kGateUp) {
+    const int mt0 = load_mt, ks0 = load_ks;
+DG_UNROLL
+    for (int s = 0; s < S - 1; ++s)
+      if (s < total) load_next(s, kCopyWeights);
+    load_mt = mt0;
+    load_ks = ks0;
+    DG_GRID_DEPENDENCY_WAIT();
+  }
 DG_UNROLL
   for (int s = 0; s < S - 1; ++s) {
-    if (s < total) load_next(s);
+    if (s < total) load_next(s, kGateUp ? kCopyAll : kCopyA);
     cp_async_commit();
   }
 
@@ -270,7 +289,7 @@ DG_UNROLL
   for (int it = 0; it < total; ++it) {
     cp_async_wait<S - 2>();
     __syncthreads();
-    if (it + S - 1 < total) load_next(load_stage);
+    if (it + S - 1 < total) load_next(load_stage, kCopyAll);
     cp_async_commit();
     load_stage = load_stage + 1 == S ? 0 : load_stage + 1;
     __syncwarp();  // converged warps for ldmatrix / mma.sync (the scale copies above are per thread)
