@@ -426,7 +426,7 @@ Tensor sum_of_slots(const MoeSlots& m, int64_t T, int64_t H, int K) {
   return out;
 }
 
-// The junction given the slots sums them itself, as the combine kernel does (moe/moe_sum.cuh): every
+// The junction given the slots sums them itself, as the combine kernel does (core/ordered_sum.cuh): every
 // output, and the FP8 form's rows, are what the composed ops give on their sum, bit for bit, for top-k 1,
 // 3 (no group of eight), 8 (the model's) and 11 (a group of eight and a tail), at every shape.
 TEST(ResidualEmulated, FfnJunctionSumsTheMoeSlots) {

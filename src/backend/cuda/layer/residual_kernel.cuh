@@ -26,7 +26,7 @@
 //
 // The FFN junction's MoE input comes either as the MoE's output rows (m2) or as its slot rows before
 // their sum (m2_slots, m2_order: MoeArgs::out_slots); then each thread sums its words of the row's
-// slots itself, exactly as the combine kernel does (moe/moe_sum.cuh), and the combine launch is saved.
+// slots itself, exactly as the combine kernel does (core/ordered_sum.cuh), and the combine launch is saved.
 //
 // The FP8 forms (attn_residual_fp8_kernel, ffn_residual_fp8_kernel: the same rows with kFp8) also write
 // the FP8 rows (backend.h Fp8Rows) of out_a / out_b (attention junction) and next_out (FFN junction),
@@ -39,7 +39,7 @@
 #include <initializer_list>
 
 #include "backend/cuda/core/kernel_macros.cuh"
-#include "backend/cuda/moe/moe_sum.cuh"
+#include "backend/cuda/core/ordered_sum.cuh"
 #include "backend/cuda/quant/fp8_quant_kernel.cuh"
 
 namespace dgemma::cuda::residual {
@@ -85,7 +85,7 @@ struct FfnArgs {
   float eps;
   int64_t rows;
   // Instead of m2: the MoE's slot rows ([rows * top_k] rows) and their order ([rows, top_k]); m2 is
-  // their sum (moe/moe_sum.cuh), bit for bit what the combine kernel writes.
+  // their sum (core/ordered_sum.cuh), bit for bit what the combine kernel writes.
   const uint4* m2_slots = nullptr;
   const int32_t* m2_order = nullptr;
   int top_k = 0;
@@ -342,7 +342,7 @@ __device__ __forceinline__ void ffn_residual_rows(const FfnArgs& a, const Fp8Row
       m1c[j] = kAhead ? m1u[j] : ok[j] ? a.m1[at] : zero_word();
       hc[j] = kAhead ? hu[j] : ok[j] ? a.h1[at] : zero_word();
       if (slots)  // this row's slot rows, summed now (their loads are not held across rows)
-        m2c[j] = ok[j] ? moe_sum_word(a.m2_slots + row * a.top_k * a.words + idx[j], a.m2_order + row * a.top_k,
+        m2c[j] = ok[j] ? ordered_sum_word(a.m2_slots + row * a.top_k * a.words + idx[j], a.m2_order + row * a.top_k,
                                       a.top_k, a.words)
                        : zero_word();
       else

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/core/kernel_macros.cuh"
-#include "backend/cuda/moe/moe_sum.cuh"
+#include "backend/cuda/core/ordered_sum.cuh"
 
 namespace dgemma::cuda {
 
@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int64_t t = blockIdx.x / chunks;
   const int64_t i = (blockIdx.x % chunks) * kCombineThreads + threadIdx.x;
   if (i >= words) return;
-  out[t * words + i] = moe_sum_word(y + t * K * words + i, order + t * K, K, words);
+  out[t * words + i] = ordered_sum_word(y + t * K * words + i, order + t * K, K, words);
 }
 
 }  // namespace
