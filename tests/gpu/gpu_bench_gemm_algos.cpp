@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/quant/lt_matmul.h"
 #include "expert_problem.h"
 #include "gpu_check_util.h"
 #include "gpu_checks.h"
@@ -36,11 +37,6 @@ struct Shape {
 // intermediate 2112 (gate and up in one GEMM).
 constexpr Shape kShapes[] = {
     {"q|k|v", 8192, 2816}, {"o", 2816, 4096}, {"mlp gate|up", 4224, 2816}, {"mlp down", 2816, 2112}};
-
-template <typename V>
-void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const V& v) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof v));
-}
 
 template <typename V>
 V algo_attr(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
@@ -85,36 +81,26 @@ void sweep(cublasLtHandle_t lt, const Tensor& workspace, cudaStream_t st, bool f
   }
   cublasLtMatmulDesc_t desc = nullptr;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-  set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  const cudaDataType_t in_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  cuda::describe_dense_matmul(desc, fp8);
   if (fp8) {
-    const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, outer);
-    set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, outer);
-    const int8_t fast_accum = 0;
-    set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accum);
-    set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scale));
-    set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scale));
+    cuda::set_lt_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scale));
+    cuda::set_lt_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scale));
   }
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, in_type, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, in_type, static_cast<uint64_t>(K), static_cast<uint64_t>(T), K));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, static_cast<uint64_t>(N), static_cast<uint64_t>(T), N));
+  const cuda::DenseLayouts l(T, N, K, fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF);
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = workspace.nbytes();
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   cublasLtMatmulHeuristicResult_t res[kMaxAlgos] = {};
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, kMaxAlgos, res, &found);
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, desc, l.a, l.b, l.d, l.d, pref, kMaxAlgos, res, &found);
   if (hs != CUBLAS_STATUS_SUCCESS) std::printf("the heuristic refused the shape (status %d)\n", static_cast<int>(hs));
   const float alpha = 1.0f, beta = 0.0f;
   for (int i = 0; i < found; ++i) {
     if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
     const cublasLtMatmulAlgo_t& a = res[i].algo;
     auto run = [&] {
-      CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, w, la, x, lb, &beta, out.data, ld, out.data, ld, &a,
+      CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, w, l.a, x, l.b, &beta, out.data, l.d, out.data, l.d, &a,
                                   workspace.data, workspace.nbytes(), st));
     };
     poison(out);
@@ -138,9 +124,6 @@ void sweep(cublasLtHandle_t lt, const Tensor& workspace, cudaStream_t st, bool f
     std::fflush(stdout);
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(ld);
   cublasLtMatmulDescDestroy(desc);
 }
 

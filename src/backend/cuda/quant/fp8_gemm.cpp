@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/quant/lt_matmul.h"
 #include "backend/workspace_bounds.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -23,29 +24,6 @@ namespace {
 constexpr size_t kWorkspaceBytes = workspace_bounds::kFp8GemmWorkspaceBytes;  // the memory plan counts it
 
 int64_t bucket_of(int64_t T) { return std::max<int64_t>(16, static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(T)))); }
-
-template <typename V>
-void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const V& v) {
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof v));
-}
-
-// The four matrix layouts of one call (column-major view, quant/fp8_gemm.h): A = W as K x N, B = q as
-// K x T, C = D = out^T as N x T.
-struct Layouts {
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  Layouts(int64_t T, int64_t N, int64_t K) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, static_cast<uint64_t>(K), static_cast<uint64_t>(T), K));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, static_cast<uint64_t>(N), static_cast<uint64_t>(T), N));
-  }
-  ~Layouts() {
-    cublasLtMatrixLayoutDestroy(a);
-    cublasLtMatrixLayoutDestroy(b);
-    cublasLtMatrixLayoutDestroy(d);
-  }
-  Layouts(const Layouts&) = delete;
-  Layouts& operator=(const Layouts&) = delete;
-};
 
 }  // namespace
 
@@ -64,14 +42,7 @@ struct Fp8Gemm::Impl {
     if (lt != nullptr) return;
     CUBLAS_CHECK(cublasLtCreate(&lt));
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-    set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-    const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, outer);
-    set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, outer);
-    // fp32 accumulation throughout: no fast accumulation (its partial sums keep fewer bits on Hopper).
-    const int8_t fast_accum = 0;
-    set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accum);
+    describe_dense_matmul(desc, true);
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = kWorkspaceBytes;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
@@ -83,9 +54,9 @@ struct Fp8Gemm::Impl {
     // With outer-vector scale modes the heuristic refuses (CUBLAS_STATUS_INVALID_VALUE) while the scale
     // pointers are null (cuBLASLt 13.1): any device address stands in for them here; matmul() sets the
     // real ones.
-    set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(workspace));
-    set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(workspace));
-    const Layouts l(T, N, K);
+    set_lt_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(workspace));
+    set_lt_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(workspace));
+    const DenseLayouts l(T, N, K, CUDA_R_8F_E4M3);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, l.a, l.b, l.d, l.d, pref, 1, &result, &found);
@@ -102,9 +73,9 @@ struct Fp8Gemm::Impl {
 
   cublasStatus_t matmul(const cublasLtMatmulAlgo_t& a, const uint8_t* q, const float* x_scale, const uint8_t* w,
                         const float* row_scale, int64_t T, int64_t N, int64_t K, uint16_t* out) {
-    set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(row_scale));
-    set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scale));
-    const Layouts l(T, N, K);
+    set_lt_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(row_scale));
+    set_lt_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scale));
+    const DenseLayouts l(T, N, K, CUDA_R_8F_E4M3);
     const float alpha = 1.0f, beta = 0.0f;
     stream.count_launch();
     return cublasLtMatmul(lt, desc, &alpha, w, l.a, q, l.b, &beta, out, l.d, out, l.d, &a, workspace, kWorkspaceBytes,
