@@ -167,6 +167,28 @@ const Shape kShapes[] = {{4, 2816, 1e-6f},          {5, 2816, 1e-6f, 2},      {3
                          {3, 8, 1e-6f},             {3, 5000, 1e-6f},         {5, 5000, 1e-6f, 2},
                          {3, 24, 0.0f},             {2048, 64, 1e-6f, 37},    {1500, 24, 0.0f, 8}};
 
+// The FFN junction's kernel over the shape's grid at the plan's words a thread: the plain form, or with
+// qn the FP8 form writing those rows.
+void run_ffn_junction(const res::Plan& plan, const Shape& s, const res::FfnArgs& a,
+                      const res::Fp8RowsOut* qn = nullptr) {
+  launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
+    if (qn != nullptr) {
+      if (per == 1)
+        res::ffn_residual_fp8_kernel<1>(a, *qn);
+      else if (per == 2)
+        res::ffn_residual_fp8_kernel<2>(a, *qn);
+      else
+        res::ffn_residual_fp8_kernel<4>(a, *qn);
+    } else if (per == 1) {
+      res::ffn_residual_kernel<1>(a);
+    } else if (per == 2) {
+      res::ffn_residual_kernel<2>(a);
+    } else {
+      res::ffn_residual_kernel<4>(a);
+    }
+  });
+}
+
 TEST(ResidualEmulated, PlanCoversTheModelShapes) {
   EXPECT_EQ(res::plan_for(352).per, 1);  // H = 2816: one word a thread
   EXPECT_EQ(res::plan_for(352).threads, 352);
@@ -248,14 +270,7 @@ TEST(ResidualEmulated, FfnJunctionMatchesComposedOps) {
       const FfnResidualArgs g = with_fresh_outputs(c);
       cpu->ffn_residual(c);
       const res::FfnArgs a = ffn_kernel_args(g, s.H, s.T);
-      launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
-        if (per == 1)
-          res::ffn_residual_kernel<1>(a);
-        else if (per == 2)
-          res::ffn_residual_kernel<2>(a);
-        else
-          res::ffn_residual_kernel<4>(a);
-      });
+      run_ffn_junction(plan, s, a);
       expect_same(name + " out", g.out, c.out);
       if (extras) {
         expect_same(name + " m1n", g.m1n, c.m1n);
@@ -373,14 +388,7 @@ TEST(ResidualEmulated, FfnJunctionWritesTheFp8RowsOfNextOut) {
       cpu->ffn_residual(c);
       const res::FfnArgs a = ffn_kernel_args(g, s.H, s.T);
       const res::Fp8RowsOut qn{codes_of(g.next_out_fp8), scales_of(g.next_out_fp8)};
-      launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
-        if (per == 1)
-          res::ffn_residual_fp8_kernel<1>(a, qn);
-        else if (per == 2)
-          res::ffn_residual_fp8_kernel<2>(a, qn);
-        else
-          res::ffn_residual_fp8_kernel<4>(a, qn);
-      });
+      run_ffn_junction(plan, s, a, &qn);
       expect_same(name + " out", g.out, c.out);
       expect_same(name + " next_out", g.next_out, c.next_out);
       expect_same_rows(name + " next_out_fp8", g.next_out_fp8, c.next_out_fp8);
@@ -461,22 +469,7 @@ TEST(ResidualEmulated, FfnJunctionSumsTheMoeSlots) {
         ASSERT_EQ(a.m2, nullptr);
         ASSERT_EQ(a.top_k, K);
         const res::Fp8RowsOut qn{codes_of(g.next_out_fp8), scales_of(g.next_out_fp8)};
-        launch_plan(plan, s.grid > 0 ? s.grid : static_cast<int>(s.T), [&](int per) {
-          if (fp8) {
-            if (per == 1)
-              res::ffn_residual_fp8_kernel<1>(a, qn);
-            else if (per == 2)
-              res::ffn_residual_fp8_kernel<2>(a, qn);
-            else
-              res::ffn_residual_fp8_kernel<4>(a, qn);
-          } else if (per == 1) {
-            res::ffn_residual_kernel<1>(a);
-          } else if (per == 2) {
-            res::ffn_residual_kernel<2>(a);
-          } else {
-            res::ffn_residual_kernel<4>(a);
-          }
-        });
+        run_ffn_junction(plan, s, a, fp8 ? &qn : nullptr);
         expect_same(name + " out", g.out, c.out);
         expect_same(name + " m1n", g.m1n, c.m1n);
         expect_same(name + " m2n", g.m2n, c.m2n);
