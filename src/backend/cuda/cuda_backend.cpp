@@ -455,7 +455,8 @@ class CudaBackend final : public Backend {
     auto opt = [](const Tensor& t) { return t.empty() ? nullptr : t.ptr<uint16_t>(); };
     const char* op = "ffn_residual";
     const bool slots = !a.m2_slots.empty();
-    DG_CHECK(a.m1.numel() == T * H && a.out.numel() == T * H && (slots ? a.m2.empty() : a.m2.numel() == T * H));
+    DG_CHECK(a.m1.numel() == T * H && a.out.numel() == T * H &&
+             (slots ? a.m2.empty() : a.m2.numel() == T * H));
     DG_CHECK(a.norm1.numel() == H && a.norm2.numel() == H && a.norm_f.numel() == H);
     for (const Tensor* t : {&a.m1n, &a.m2n, &a.f}) DG_CHECK(t->empty() || t->numel() == T * H);
     const uint16_t* h1 = bf16_in(a.h1, op, "h1");
@@ -465,7 +466,8 @@ class CudaBackend final : public Backend {
       const int64_t K = a.m2_order.ndim == 2 ? a.m2_order.dim(1) : 0;
       DG_CHECK(K >= 1 && a.m2_order.dim(0) == T && a.m2_slots.numel() == T * K * H);
       need_type(a.m2_order, ScalarType::kI32, op, "m2_order");
-      m2_slots = MoeSlotRows{bf16_in(a.m2_slots, op, "m2_slots"), a.m2_order.ptr<int32_t>(), static_cast<int>(K)};
+      m2_slots =
+          MoeSlotRows{bf16_in(a.m2_slots, op, "m2_slots"), a.m2_order.ptr<int32_t>(), static_cast<int>(K)};
     }
     const uint16_t* m2 = slots ? nullptr : bf16_in(a.m2, op, "m2");
     const uint16_t* w1 = bf16_in(a.norm1, op, "norm1");
@@ -488,11 +490,12 @@ class CudaBackend final : public Backend {
       FfnResidualArgs summed = a;  // the composed junction, on the slots' sum
       summed.m2 = ctx_.alloc(ScalarType::kBF16, {T, H});
       summed.m2_slots = summed.m2_order = Tensor{};
-      launch_moe_combine(m2_slots.rows, m2_slots.order, T, m2_slots.top_k, H, summed.m2.ptr<uint16_t>(), ctx_.stream);
+      launch_moe_combine(m2_slots.rows, m2_slots.order, T, m2_slots.top_k, H, summed.m2.ptr<uint16_t>(),
+                         ctx_.stream);
       return Backend::ffn_residual(summed);
     }
-    launch_ffn_residual(h1, m1, m2, m2_slots, w1, w2, wf, a.scale, out, m1n, m2n, f, wn, next, qn, sn, T, H, a.eps,
-                        ctx_.stream);
+    launch_ffn_residual(h1, m1, m2, m2_slots, w1, w2, wf, a.scale, out, m1n, m2n, f, wn, next, qn, sn, T, H,
+                        a.eps, ctx_.stream);
   }
 
   void qkv_prologue(const QkvPrologueArgs& a) override {

@@ -13,8 +13,8 @@ namespace dgemma::cuda {
 // programmatic (sm_90+ only): the launch may begin while the previous kernel in the stream runs; the
 // kernel waits for it with DG_GRID_DEPENDENCY_WAIT (core/kernel_macros.cuh) before reading its output.
 template <typename... Params, typename... Args>
-void launch_kernel_ex(const Stream& stream, bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 threads,
-                      size_t smem, const Args&... args) {
+void launch_kernel_ex(const Stream& stream, bool programmatic, void (*kernel)(Params...), dim3 grid,
+                      dim3 threads, size_t smem, const Args&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = threads;

@@ -1,9 +1,9 @@
 #pragma once
 // The in-order bf16 sum of K rows picked by an index list, one 16-byte word at a time: the MoE's sum of
 // a token's expert rows, shared by the combine kernel (moe/combine_kernel.cuh) and the FFN residual
-// junction, which sums the MoE's slot rows itself (layer/residual_kernel.cuh, FfnArgs::m2_slots). Device code, emulated on the host by the unit tests
-// (tests/unit/backend/cuda_emulator.h); the includer provides __ldg, __fadd_rn, uint4 and the word
-// helpers of core/bf16_words.cuh.
+// junction, which sums the MoE's slot rows itself (layer/residual_kernel.cuh, FfnArgs::m2_slots). Device
+// code, emulated on the host by the unit tests (tests/unit/backend/cuda_emulator.h); the includer provides
+// __ldg, __fadd_rn, uint4 and the word helpers of core/bf16_words.cuh.
 #include <cstdint>
 
 #include "backend/cuda/core/kernel_macros.cuh"
@@ -16,8 +16,8 @@ namespace dgemma::cuda {
 // f32_to_bf16's integer steps per value). The slot order is read straight from global memory (the
 // same K words for every thread of a block: L1 broadcasts), and all of a group of eight rows' loads
 // are issued before their adds.
-__device__ __forceinline__ uint4 ordered_sum_word(const uint4* __restrict__ yt, const int32_t* __restrict__ ot, int K,
-                                              int64_t words) {
+__device__ __forceinline__ uint4 ordered_sum_word(const uint4* __restrict__ yt,
+                                                  const int32_t* __restrict__ ot, int K, int64_t words) {
   float acc[8];
   DG_UNROLL
   for (int k = 0; k < 8; ++k) acc[k] = 0.f;

@@ -81,9 +81,8 @@ void launch_attn_residual(const uint16_t* x, const uint16_t* o, const uint16_t* 
 }
 
 void launch_ffn_residual(const uint16_t* h1, const uint16_t* m1, const uint16_t* m2, MoeSlotRows m2_slots,
-                         const uint16_t* norm1,
-                         const uint16_t* norm2, const uint16_t* norm_f, float scale, uint16_t* out,
-                         uint16_t* m1n, uint16_t* m2n, uint16_t* f, const uint16_t* next_norm,
+                         const uint16_t* norm1, const uint16_t* norm2, const uint16_t* norm_f, float scale,
+                         uint16_t* out, uint16_t* m1n, uint16_t* m2n, uint16_t* f, const uint16_t* next_norm,
                          uint16_t* next_out, uint8_t* qn, float* sn, int64_t rows, int64_t n, float eps,
                          Stream stream) {
   if (rows <= 0) return;

@@ -342,8 +342,8 @@ __device__ __forceinline__ void ffn_residual_rows(const FfnArgs& a, const Fp8Row
       m1c[j] = kAhead ? m1u[j] : ok[j] ? a.m1[at] : zero_word();
       hc[j] = kAhead ? hu[j] : ok[j] ? a.h1[at] : zero_word();
       if (slots)  // this row's slot rows, summed now (their loads are not held across rows)
-        m2c[j] = ok[j] ? ordered_sum_word(a.m2_slots + row * a.top_k * a.words + idx[j], a.m2_order + row * a.top_k,
-                                      a.top_k, a.words)
+        m2c[j] = ok[j] ? ordered_sum_word(a.m2_slots + row * a.top_k * a.words + idx[j],
+                                          a.m2_order + row * a.top_k, a.top_k, a.words)
                        : zero_word();
       else
         m2c[j] = kAhead ? m2u[j] : ok[j] ? a.m2[at] : zero_word();

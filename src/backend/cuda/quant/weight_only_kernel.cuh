@@ -206,12 +206,10 @@ DG_UNROLL
   // finish, then its A rows (gate_up's output). The first commit group holds them all.
   if (kGateUp) DG_LAUNCH_DEPENDENTS();
   if (!kGateUp) {
-    const int mt0 = load_mt, ks0 = load_ks;
 DG_UNROLL
     for (int s = 0; s < S - 1; ++s)
       if (s < total) load_next(s, kCopyWeights);
-    load_mt = mt0;
-    load_ks = ks0;
+    load_mt = load_ks = 0;  // the A rows' copies below start at the first stage again
     DG_GRID_DEPENDENCY_WAIT();
   }
 DG_UNROLL
