@@ -359,33 +359,50 @@ __global__ void __launch_bounds__(WgmmaShape<D, BN, Stages>::kThreads, 1) flash_
     fence_o();
   }
 
-  // Row sums over the quad; then the bf16 output (one split) or the fp32 partials.
+  // Row sums over the quad; then the bf16 output (one split) or the fp32 partials. A quad holds the 8
+  // columns of each n8 block (lane t4: 2 t4, 2 t4 + 1); lanes t4 and t4 ^ 1 swap one block of each pair
+  // (2 j, 2 j + 1), so that each holds 4 consecutive columns, 16 j + col4 .. + 3 (even lanes of block
+  // 2 j, odd ones of block 2 j + 1), and writes them with one 8-byte (bf16) or 16-byte (fp32) store:
+  // a quarter of the store instructions of one per column pair, which otherwise queue up behind each
+  // other. Every lane shuffles; rows past the item's skip only the stores.
   DG_UNROLL
   for (int h = 0; h < 2; ++h) {
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
+  const bool odd = (t4 & 1) != 0;
+  const int col4 = 8 * (t4 & 1) + 4 * (t4 >> 1);
   DG_UNROLL
   for (int h = 0; h < 2; ++h) {
     const int rr = r0 + ra + 8 * h;
-    if (rr >= rows) continue;
+    const bool valid = rr < rows;
     const int tok = rr / groups, head = kvh * groups + rr % groups;
     const int64_t orow = static_cast<int64_t>(q_first + tok) * p.Hq + head;
+    // Columns 2 t4, 2 t4 + 1 of block nb in this thread's registers.
+    auto lo = [&](int nb) { return o[4 * nb + 2 * h]; };
+    auto hi = [&](int nb) { return o[4 * nb + 2 * h + 1]; };
     if (p.splits == 1) {
       const float inv = l_run[h] > 0.f ? 1.f / l_run[h] : 0.f;
-      uint16_t* dst = p.out + orow * D + chunk0 * 64 + 2 * t4;
+      uint16_t* dst = p.out + orow * D + chunk0 * 64 + col4;
       DG_UNROLL
-      for (int nb = 0; nb < 32; ++nb)
-        *reinterpret_cast<uint32_t*>(dst + nb * 8) = pack_bf16x2(o[4 * nb + 2 * h] * inv, o[4 * nb + 2 * h + 1] * inv);
+      for (int j = 0; j < 16; ++j) {
+        const uint32_t w0 = pack_bf16x2(lo(2 * j) * inv, hi(2 * j) * inv);
+        const uint32_t w1 = pack_bf16x2(lo(2 * j + 1) * inv, hi(2 * j + 1) * inv);
+        const uint32_t got = static_cast<uint32_t>(__shfl_xor_sync(0xffffffffu, static_cast<int>(odd ? w0 : w1), 1));
+        if (valid) *reinterpret_cast<uint2*>(dst + 16 * j) = odd ? make_uint2(got, w1) : make_uint2(w0, got);
+      }
     } else {
       const int64_t wrow = static_cast<int64_t>(split) * p.T * p.Hq + orow;
-      float* dst = p.ws_o + wrow * D + chunk0 * 64 + 2 * t4;
+      float* dst = p.ws_o + wrow * D + chunk0 * 64 + col4;
       DG_UNROLL
-      for (int nb = 0; nb < 32; ++nb) {
-        dst[nb * 8] = o[4 * nb + 2 * h];
-        dst[nb * 8 + 1] = o[4 * nb + 2 * h + 1];
+      for (int j = 0; j < 16; ++j) {
+        const float g0 = __shfl_xor_sync(0xffffffffu, odd ? lo(2 * j) : lo(2 * j + 1), 1);
+        const float g1 = __shfl_xor_sync(0xffffffffu, odd ? hi(2 * j) : hi(2 * j + 1), 1);
+        if (valid)
+          *reinterpret_cast<float4*>(dst + 16 * j) =
+              odd ? float4{g0, g1, lo(2 * j + 1), hi(2 * j + 1)} : float4{lo(2 * j), hi(2 * j), g0, g1};
       }
-      if (t4 == 0 && (!kHalves || c == 0)) {
+      if (valid && t4 == 0 && (!kHalves || c == 0)) {
         p.ws_ml[wrow * 2] = m_run[h];
         p.ws_ml[wrow * 2 + 1] = l_run[h];
       }
