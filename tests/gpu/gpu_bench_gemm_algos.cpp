@@ -1,6 +1,6 @@
 // `dgemma_gpu_check --bench gemm-algos`: every algorithm cuBLASLt's heuristic offers for the dense GEMMs
 // of a 26B-A4B layer (q|k|v, o, the dense MLP's gate|up and down) at T = 256 / 1,024 / 4,096, in bf16
-// and in W8A8 FP8 (E4M3 operands with outer-vector fp32 scales, no fast accumulation, as
+// and in W8A8 FP8, and for the LM head (bf16, V = 262,144) at T = 256 / 1,024 (E4M3 operands with outer-vector fp32 scales, no fast accumulation, as
 // quant/fp8_gemm.cpp runs them). Per algorithm: its configuration (algorithm id, tile and stages ids of
 // cublasLt.h's enums, split-K count, reduction scheme, CTA swizzle, the heuristic's wave count and
 // workspace), its time (time_launches: the fastest of five bursts of 10 back to back on the backend's
@@ -154,6 +154,16 @@ void gemm_algos_bench() {
       sweep(lt, workspace, st, true, T, s, w8_codes.data, x8_codes.data, w8_scales.ptr<float>(),
             x8_scales.ptr<float>(), out, nullptr, nullptr);
     }
+  }
+  // The LM head (the tied embedding [V, H] as a linear's weight; bf16 in every format) at batch 1 and 4.
+  const Shape head{"lm head", 262144, 2816};
+  Tensor w = be.alloc(ScalarType::kBF16, {head.N, head.K});
+  be.fill_normal(w, 13, 0.0f, 0.02f);
+  for (const int64_t T : {int64_t{256}, int64_t{1024}}) {
+    Tensor x = be.alloc(ScalarType::kBF16, {T, head.K}), out = be.alloc(ScalarType::kBF16, {T, head.N});
+    be.fill_normal(x, 14, 0.0f, 1.0f);
+    sweep(lt, workspace, st, false, T, head, w.data, x.data, nullptr, nullptr, out, [&] { be.matmul(x, w, out); },
+          "cublasGemmEx (CUBLAS_GEMM_DEFAULT): the LM head");
   }
   be.synchronize();
   cublasLtDestroy(lt);
