@@ -132,6 +132,24 @@ void expect_same(const std::string& what, const Tensor& got, const Tensor& want)
     ASSERT_EQ(g[i], w[i]) << what << ": element " << i << " of " << got.numel();
 }
 
+// Every optional output of the FFN junction asked for (poisoned), with the next layer's norm `wn`.
+void ask_every_ffn_output(FfnResidualArgs& c, const Tensor& wn, int64_t T, int64_t H) {
+  c.m1n = poisoned(T, H);
+  c.m2n = poisoned(T, H);
+  c.f = poisoned(T, H);
+  c.next_norm = wn.reshape({H});
+  c.next_out = poisoned(T, H);
+}
+
+// The kernel's bf16 outputs (g) against the composed ops' (c): out, and each optional one asked for.
+void expect_same_ffn_outputs(const std::string& name, const FfnResidualArgs& g, const FfnResidualArgs& c) {
+  expect_same(name + " out", g.out, c.out);
+  if (!c.m1n.empty()) expect_same(name + " m1n", g.m1n, c.m1n);
+  if (!c.m2n.empty()) expect_same(name + " m2n", g.m2n, c.m2n);
+  if (!c.f.empty()) expect_same(name + " f", g.f, c.f);
+  if (!c.next_out.empty()) expect_same(name + " next_out", g.next_out, c.next_out);
+}
+
 // Rows of the test: random, then a row of tiny values, then (eps 0 only) an all-zero row.
 void shape_rows(Tensor& t, int64_t H, bool zero_row) {
   const int64_t T = t.dim(0);
@@ -260,24 +278,12 @@ TEST(ResidualEmulated, FfnJunctionMatchesComposedOps) {
     for (bool extras : {true, false}) {
       const std::string name = name_of(s, plan) + (extras ? " dumps + next norm" : " plain");
       FfnResidualArgs c = ffn_junction(h1, m1, m2, w1, w2, wf, s.T, s.H, s.eps);
-      if (extras) {
-        c.m1n = poisoned(s.T, s.H);
-        c.m2n = poisoned(s.T, s.H);
-        c.f = poisoned(s.T, s.H);
-        c.next_norm = wn.reshape({s.H});
-        c.next_out = poisoned(s.T, s.H);
-      }
+      if (extras) ask_every_ffn_output(c, wn, s.T, s.H);
       const FfnResidualArgs g = with_fresh_outputs(c);
       cpu->ffn_residual(c);
       const res::FfnArgs a = ffn_kernel_args(g, s.H, s.T);
       run_ffn_junction(plan, s, a);
-      expect_same(name + " out", g.out, c.out);
-      if (extras) {
-        expect_same(name + " m1n", g.m1n, c.m1n);
-        expect_same(name + " m2n", g.m2n, c.m2n);
-        expect_same(name + " f", g.f, c.f);
-        expect_same(name + " next_out", g.next_out, c.next_out);
-      }
+      expect_same_ffn_outputs(name, g, c);
     }
   }
 }
@@ -453,11 +459,7 @@ TEST(ResidualEmulated, FfnJunctionSumsTheMoeSlots) {
       for (const bool fp8 : {false, true}) {
         const std::string name = name_of(s, plan) + " top_k=" + std::to_string(K) + (fp8 ? " fp8" : "");
         FfnResidualArgs c = ffn_junction(h1, m1, m2, w1, w2, wf, s.T, s.H, s.eps);
-        c.m1n = poisoned(s.T, s.H);
-        c.m2n = poisoned(s.T, s.H);
-        c.f = poisoned(s.T, s.H);
-        c.next_norm = wn.reshape({s.H});
-        c.next_out = poisoned(s.T, s.H);
+        ask_every_ffn_output(c, wn, s.T, s.H);
         if (fp8) c.next_out_fp8 = fp8_rows(s.T, s.H);
         FfnResidualArgs g = with_fresh_outputs(c);
         g.m2 = Tensor{};
@@ -470,11 +472,7 @@ TEST(ResidualEmulated, FfnJunctionSumsTheMoeSlots) {
         ASSERT_EQ(a.top_k, K);
         const res::Fp8RowsOut qn{codes_of(g.next_out_fp8), scales_of(g.next_out_fp8)};
         run_ffn_junction(plan, s, a, fp8 ? &qn : nullptr);
-        expect_same(name + " out", g.out, c.out);
-        expect_same(name + " m1n", g.m1n, c.m1n);
-        expect_same(name + " m2n", g.m2n, c.m2n);
-        expect_same(name + " f", g.f, c.f);
-        expect_same(name + " next_out", g.next_out, c.next_out);
+        expect_same_ffn_outputs(name, g, c);
         if (fp8) expect_same_rows(name + " next_out_fp8", g.next_out_fp8, c.next_out_fp8);
       }
     }
